@@ -1,0 +1,50 @@
+#include "core/allocator.h"
+
+#include "core/cuda_runtime.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace gtp {
+namespace {
+
+TEST(CudaCachingAllocatorGpu, StatsAndReuse) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  CudaCachingAllocator alloc(0);
+  {
+    Tensor a = Tensor::Empty({1000}, DType::kF32, alloc);  // 4000 -> 4096
+    EXPECT_EQ(alloc.stats().bytes_in_use, 4096);
+    Tensor b = Tensor::Empty({3 << 20}, DType::kBF16, alloc);  // 6 MiB
+    EXPECT_EQ(alloc.stats().bytes_in_use, 4096 + (6 << 20));
+  }
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.bytes_in_use, 0);
+  EXPECT_EQ(s.peak_bytes_in_use, 4096 + (6 << 20));
+  EXPECT_EQ(s.bytes_reserved, 4096 + (6 << 20));
+  Tensor c = Tensor::Empty({1000}, DType::kF32, alloc);
+  EXPECT_EQ(alloc.stats().num_cache_hits, 1);
+  alloc.EmptyCache();
+  EXPECT_EQ(alloc.stats().bytes_reserved, 4096);
+}
+
+TEST(CudaCachingAllocatorGpu, HostDeviceRoundTrip) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  CudaCachingAllocator dev(0);
+  HeapAllocator host;
+  Tensor h = Tensor::Empty({257}, DType::kF32, host);
+  for (int i = 0; i < 257; ++i) h.data<float>()[i] = i * 0.5f;
+  auto d = CopyTo(h, dev);
+  ASSERT_TRUE(d.ok());
+  auto back = CopyTo(*d, host);
+  ASSERT_TRUE(back.ok());
+  for (int i = 0; i < 257; ++i) EXPECT_EQ(back->data<float>()[i], i * 0.5f);
+}
+
+TEST(CudaCachingAllocatorGpu, OutOfMemoryIsAStatus) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  CudaCachingAllocator alloc(0);
+  auto p = alloc.Allocate(size_t{1} << 50);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
+}
+
+}  // namespace
+}  // namespace gtp
