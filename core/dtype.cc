@@ -9,6 +9,9 @@ const char* DTypeName(DType t) {
     case DType::kF16: return "f16";
     case DType::kF8E4M3: return "fp8_e4m3";
     case DType::kF8E5M2: return "fp8_e5m2";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
   }
   return "unknown";
 }

@@ -23,14 +23,29 @@
 
 namespace gtp {
 
-enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kF8E4M3 = 3, kF8E5M2 = 4 };
+// Floating types for math; integer types for indices, counts and raw bytes.
+enum class DType : uint8_t {
+  kF32 = 0,
+  kBF16 = 1,
+  kF16 = 2,
+  kF8E4M3 = 3,
+  kF8E5M2 = 4,
+  kI32 = 5,
+  kI64 = 6,
+  kU8 = 7,
+};
 
 // Bytes per element.
 constexpr size_t SizeOf(DType t) {
-  return t == DType::kF32 ? 4 : (t == DType::kBF16 || t == DType::kF16) ? 2 : 1;
+  switch (t) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kBF16: case DType::kF16: return 2;
+    default: return 1;
+  }
 }
 
-// "f32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2".
+// "f32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2", "i32", "i64", "u8".
 const char* DTypeName(DType t);
 
 // Storage wrappers: plain bit containers, so they are trivially copyable and
@@ -181,5 +196,8 @@ template <> struct DTypeOf<bf16> { static constexpr DType value = DType::kBF16; 
 template <> struct DTypeOf<f16> { static constexpr DType value = DType::kF16; };
 template <> struct DTypeOf<fp8_e4m3> { static constexpr DType value = DType::kF8E4M3; };
 template <> struct DTypeOf<fp8_e5m2> { static constexpr DType value = DType::kF8E5M2; };
+template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32; };
+template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kI64; };
+template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
 
 }  // namespace gtp

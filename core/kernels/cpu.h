@@ -1,0 +1,110 @@
+// core/kernels/cpu.h — CPU implementations of every numeric op (see
+// core/kernels/kernels.h for the conventions). Host pointers; each call runs
+// on the calling thread (GEMM through OpenBLAS) and is thread-safe.
+#pragma once
+
+#include "core/kernels/kernels.h"
+
+namespace gtp::kernels {
+
+namespace cpu {
+
+// ---- GEMM ------------------------------------------------------------------
+void Gemm(const GemmDesc& d, const void* A, const void* B, void* C);
+
+// ---- Embedding ---------------------------------------------------------------
+// out[N, C] = table[idx[n] - vocab_start] for idx in [vocab_start, vocab_start + V),
+// else 0 (vocab-parallel: this rank holds rows [vocab_start, vocab_start + V)).
+void EmbeddingForward(const int32_t* idx, const float* table, float* out, int64_t N, int64_t V,
+                      int64_t C, int64_t vocab_start);
+// dtable[idx[n] - vocab_start] += dout[n] for in-range idx (deterministic order).
+void EmbeddingBackward(const int32_t* idx, const float* dout, float* dtable, int64_t N, int64_t V,
+                       int64_t C, int64_t vocab_start);
+
+// ---- Norms (over the last dim C of x[N, C]) ------------------------------------
+// y = (x − mean)·rstd·w + b; saves mean[N], rstd[N]. b may be null.
+void LayerNormForward(const float* x, const float* w, const float* b, float* y, float* mean,
+                      float* rstd, int64_t N, int64_t C, float eps);
+// dx (=), dw (+=), db (+=, may be null).
+void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
+                       const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t C);
+// y = x·rstd·w, rstd = 1/sqrt(mean(x²) + eps); saves rstd[N].
+void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
+                    float eps);
+void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                     float* dw, int64_t N, int64_t C);
+
+// ---- Activations ---------------------------------------------------------------
+// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+void GeluForward(const float* x, float* y, int64_t n);
+void GeluBackward(const float* dy, const float* x, float* dx, int64_t n);
+// SwiGLU on x[N, 2H] = [gate | up] per row: y[N, H] = silu(gate)·up.
+void SwiGluForward(const float* x, float* y, int64_t N, int64_t H);
+void SwiGluBackward(const float* dy, const float* x, float* dx, int64_t N, int64_t H);
+
+// ---- Softmax over the last dim of x[N, C] ----------------------------------------
+void SoftmaxForward(const float* x, float* y, int64_t N, int64_t C);
+// dx = y ⊙ (dy − Σ dy·y).
+void SoftmaxBackward(const float* dy, const float* y, float* dx, int64_t N, int64_t C);
+
+// ---- Causal self-attention (naive; materialises probabilities) -------------------
+// q[B, T, NH, HS], k/v[B, T, NKV, HS] (GQA: NH % NKV == 0, head h reads kv head
+// h / (NH/NKV)); out[B, T, NH, HS]; att[B, NH, T, T] saves the probabilities
+// (upper triangle written as 0). scale = 1/√HS.
+void AttentionForward(const float* q, const float* k, const float* v, float* out, float* att,
+                      int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+// dq, dk, dv written (=). scratch: B·NH·T·T floats.
+void AttentionBackward(const float* dout, const float* q, const float* k, const float* v,
+                       const float* att, float* dq, float* dk, float* dv, float* scratch,
+                       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+
+// ---- Softmax cross-entropy over (possibly vocab-sharded) logits[N, V] -------------
+// This rank holds vocab columns [vocab_start, vocab_start + V). Targets are
+// global ids; a target < 0 is ignored (loss 0, no gradient). The staged API
+// lets layers all-reduce between stages over the TP group:
+//   1. CrossEntropyStats: local row max → row_max[N]; the target's logit if
+//      this rank holds it, else 0 → target_logit[N].      (all-reduce max / sum)
+//   2. CrossEntropySumExp: Σ_v exp(logit − row_max) → sumexp[N]. (all-reduce sum)
+//   3. CrossEntropyLoss: loss[N] = log(sumexp) + row_max − target_logit.
+//   4. CrossEntropyBackward: dlogits = dloss[n]·(softmax − onehot(target)) (=).
+void CrossEntropyStats(const float* logits, const int32_t* targets, float* row_max,
+                       float* target_logit, int64_t N, int64_t V, int64_t vocab_start);
+void CrossEntropySumExp(const float* logits, const float* row_max, float* sumexp, int64_t N,
+                        int64_t V);
+void CrossEntropyLoss(const float* row_max, const float* sumexp, const float* target_logit,
+                      const int32_t* targets, float* loss, int64_t N);
+void CrossEntropyBackward(const float* logits, const float* row_max, const float* sumexp,
+                          const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
+                          int64_t V, int64_t vocab_start);
+// Unsharded convenience: stages 1–3 in one call. scratch: 3·N floats.
+void CrossEntropyForward(const float* logits, const int32_t* targets, float* loss, float* scratch,
+                         int64_t N, int64_t V);
+
+// ---- Casts and fp8 -----------------------------------------------------------------
+void CastF32ToBF16(const float* x, bf16* y, int64_t n);
+void CastBF16ToF32(const bf16* x, float* y, int64_t n);
+// One f32 scale per block of 32 elements: scale = amax(block) / fmt_max
+// (1 for an all-zero block); q = round(x / scale). fmt is kF8E4M3 or
+// kF8E5M2. x is f32 or bf16 (x_type). scales has ceil(n / 32) entries.
+void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, float* scales, int64_t n,
+                          DType fmt);
+// y = q·scale, written as f32 or bf16 (y_type).
+void DequantizeFp8Blockwise(const uint8_t* q, const float* scales, void* y, DType y_type, int64_t n,
+                            DType fmt);
+// Backward of quantize→dequantize is the straight-through estimator: dx = dy.
+
+// ---- Optimizer math ------------------------------------------------------------------
+// AdamW on n elements: m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²;
+// p ← p − lr·(m̂ / (√v̂ + eps) + wd·p), m̂ = m/(1−β1^t), v̂ = v/(1−β2^t).
+void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp);
+
+// Newton–Schulz orthogonalisation of G[M, N] (f32) into X[M, N]:
+// X ← G / (‖G‖_F + 1e-7); transpose when M > N; `steps` iterations of
+// X ← aX + (bA + cA²)X, A = XXᵀ; transpose back. scratch: at least
+// 2·min(M,N)² + 2·M·N floats.
+void NewtonSchulz(const float* G, float* X, float* scratch, int64_t M, int64_t N, int steps,
+                  NsCoefficients coeffs);
+
+}  // namespace cpu
+
+}  // namespace gtp::kernels
