@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Build here, run on the GPU machine (../shared/TOOLCHAIN.md).
+#
+#   tools/gpu.sh bundle [TARGET...]   (here) build the targets (default: every
+#                                     test tagged `gpu` plus //tools/bench/...
+#                                     binaries), copy them and the non-system,
+#                                     non-CUDA shared libraries they need into
+#                                     .bundle/bundle.tar.xz (git-ignored).
+#   tools/gpu.sh run [BINARY ARGS...] (GPU machine) unpack the bundle; with no
+#                                     arguments run every bundled test and print
+#                                     a summary; otherwise run one bundled binary.
+#
+# On the device tool: run(command="bash tools/gpu.sh run", carry=[".bundle"]).
+# NCCL and cuBLAS come from the GPU machine; they are never bundled.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUNDLE="$ROOT/.bundle"
+
+bundle() {
+  cd "$ROOT"
+  local targets=("$@")
+  if ((${#targets[@]} == 0)); then
+    mapfile -t targets < <(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
+    mapfile -t -O "${#targets[@]}" targets < <(bazel query 'attr(tags, "\bbenchmark\b", kind(cc_binary, //...))' 2>/dev/null)
+  fi
+  echo "gpu.sh: building ${#targets[@]} targets"
+  bazel build -c opt "${targets[@]}"
+  local stage
+  stage="$(mktemp -d)"
+  mkdir -p "$stage/bin" "$stage/lib"
+  for t in "${targets[@]}"; do
+    local path
+    path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
+    [[ -x "$path" ]] || { echo "gpu.sh: no binary at $path" >&2; exit 1; }
+    local name
+    name="$(echo "${t#//}" | tr '/:' '__')"
+    cp "$path" "$stage/bin/$name"
+    strip --strip-debug "$stage/bin/$name"
+    # Runfiles-free: our binaries are linked statically except system libs.
+    ldd "$path" | awk '/=>/ {print $3}' | while read -r lib; do
+      case "$lib" in
+        */libc.so*|*/libm.so*|*/libdl.so*|*/librt.so*|*/libpthread.so*|*/ld-linux*|*/libstdc++.so*|*/libgcc_s.so*) ;;
+        /usr/local/cuda*|*/libcuda.so*|*/libcublas*|*/libnccl*|*/libcudart*) ;;
+        *) cp -nL "$lib" "$stage/lib/" ;;
+      esac
+    done
+    if [[ "$t" == *test* ]]; then echo "$name" >> "$stage/tests.txt"; fi
+  done
+  mkdir -p "$BUNDLE"
+  tar -C "$stage" -cJf "$BUNDLE/bundle.tar.xz" .
+  rm -rf "$stage"
+  echo "gpu.sh: $(du -h "$BUNDLE/bundle.tar.xz" | cut -f1) in .bundle/bundle.tar.xz"
+}
+
+run() {
+  local dir=/tmp/gtp_bundle
+  rm -rf "$dir" && mkdir -p "$dir"
+  tar -C "$dir" -xJf "$BUNDLE/bundle.tar.xz"
+  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export NCCL_NVLS_ENABLE=0
+  export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-8}"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  if (($# > 0)); then
+    local bin="$1"; shift
+    exec "$dir/bin/$bin" "$@"
+  fi
+  local pass=0 fail=0 failed=() logs=/tmp/gtp_logs
+  mkdir -p "$logs"
+  while read -r t; do
+    local log="$logs/$t.log"
+    if "$dir/bin/$t" >"$log" 2>&1; then
+      pass=$((pass + 1))
+      echo "PASS $t ($(grep -c '^\[       OK \]' "$log") ok, $(grep -c '^\[  SKIPPED \]' "$log") skipped)"
+    else
+      fail=$((fail + 1)); failed+=("$t")
+      echo "FAIL $t"; grep -E 'Failure|FAILED|error|Error|check failed' "$log" | head -20
+    fi
+  done < "$dir/tests.txt"
+  if [[ -n "${OUT:-}" ]]; then tar -C "$logs" -czf "$OUT/gpu_test_logs.tar.gz" .; fi
+  echo "gpu.sh: $pass passed, $fail failed ${failed[*]:-}"
+  ((fail == 0))
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  bundle) bundle "$@" ;;
+  run) run "$@" ;;
+  *) echo "usage: tools/gpu.sh bundle [TARGET...] | run [BINARY ARGS...]" >&2; exit 2 ;;
+esac
