@@ -26,7 +26,7 @@ absl::StatusOr<Axis> ParseAxis(absl::string_view name) {
     if (name == AxisName(a)) return a;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown axis '", name, "'; known axes: tp, gtp, cp, ep, dp, pp"));
+      absl::StrCat("unknown axis '", name, "' (known axes: tp, gtp, cp, ep, dp, pp)"));
 }
 
 int AxisValues::Get(Axis axis) const {
@@ -71,7 +71,7 @@ absl::StatusOr<std::vector<Axis>> ParseAxisList(absl::string_view list, absl::st
   std::vector<Axis> axes;
   if (list.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("empty ", what, "; expected axes joined by '-', e.g. \"tp-gtp\""));
+        absl::StrCat("empty ", what, " (expected axes joined by '-', e.g. \"tp-gtp\")"));
   }
   for (absl::string_view token : absl::StrSplit(list, '-')) {
     if (token.empty()) {
@@ -96,8 +96,8 @@ absl::StatusOr<RankGenerator> RankGenerator::Create(const AxisValues& sizes,
                                                     absl::string_view order, int offset) {
   for (Axis a : kAllAxes) {
     if (sizes.Get(a) < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("axis '", AxisName(a), "' has size ", sizes.Get(a), "; sizes must be >= 1"));
+      return absl::InvalidArgumentError(absl::StrCat("axis '", AxisName(a), "' has size ",
+                                                     sizes.Get(a), " (sizes must be >= 1)"));
     }
   }
   if (offset < 0) {
@@ -113,7 +113,7 @@ absl::StatusOr<RankGenerator> RankGenerator::Create(const AxisValues& sizes,
     if (sizes.Get(a) > 1) {
       return absl::InvalidArgumentError(absl::StrCat("axis '", AxisName(a), "' has size ",
                                                      sizes.Get(a), " but is missing from order '",
-                                                     order, "'; add it to the order string"));
+                                                     order, "' (add it to the order string)"));
     }
     g.order_.push_back(a);  // size 1: position is irrelevant
   }
@@ -221,8 +221,8 @@ absl::StatusOr<int> RankGenerator::Rank(const AxisValues& coords) const {
   for (Axis a : kAllAxes) {
     int c = coords.Get(a);
     if (c < 0 || c >= sizes_.Get(a)) {
-      return absl::OutOfRangeError(absl::StrCat("coordinate ", AxisName(a), "=", c,
-                                                " is outside [0, ", sizes_.Get(a), ")"));
+      return absl::OutOfRangeError(
+          absl::StrCat("coordinate ", AxisName(a), "=", c, " is outside [0, ", sizes_.Get(a), ")"));
     }
     r += c * strides_[static_cast<int>(a)];
   }

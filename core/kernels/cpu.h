@@ -105,6 +105,15 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
 void NewtonSchulz(const float* G, float* X, float* scratch, int64_t M, int64_t N, int steps,
                   NsCoefficients coeffs);
 
+
+// ---- Elementwise (f32) ----------------------------------------------------------------
+// y ← alpha·x + beta·y over n elements (beta == 0: y is not read).
+void Axpby(float alpha, const float* x, float beta, float* y, int64_t n);
+// x ← value.
+void Fill(float* x, float value, int64_t n);
+// Σ x² accumulated in double, written to *out (host pointer for CPU; device for CUDA).
+void SumSquares(const float* x, int64_t n, double* out);
+
 }  // namespace cpu
 
 }  // namespace gtp::kernels

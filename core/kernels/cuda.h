@@ -50,6 +50,9 @@ void LayerNormBackward(const float* dy, const float* x, const float* w, const fl
                        int64_t N, int64_t C, cudaStream_t stream);
 void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
                     float eps, cudaStream_t stream);
+// scratch: at least RMSNormBackwardScratchFloats(N, C) floats (never more
+// than LayerNormBackwardScratchFloats(N, C)).
+int64_t RMSNormBackwardScratchFloats(int64_t N, int64_t C);
 void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
                      float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream);
 
@@ -97,6 +100,15 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
 // scratch: device floats, same count as the CPU version, plus 1 for the norm.
 void NewtonSchulz(BlasContext& ctx, const float* G, float* X, float* scratch, int64_t M, int64_t N,
                   int steps, NsCoefficients coeffs, cudaStream_t stream);
+
+
+// ---- Elementwise (f32) ----------------------------------------------------------------
+// y ← alpha·x + beta·y over n elements (beta == 0: y is not read).
+void Axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStream_t stream);
+// x ← value.
+void Fill(float* x, float value, int64_t n, cudaStream_t stream);
+// Σ x² accumulated in double, written to *out (host pointer for CPU; device for CUDA).
+void SumSquares(const float* x, int64_t n, double* out, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace gtp::kernels

@@ -1,0 +1,347 @@
+#include "core/kernels/ops.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "core/cuda_runtime.h"
+#include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
+#include "core/status.h"
+
+namespace gtp::kernels {
+
+Tensor Exec::Empty(const Shape& s, DType t) const {
+  GTP_CHECK(alloc != nullptr, "Exec without an allocator");
+  return Tensor::Empty(s, t, *alloc);
+}
+
+Tensor Exec::Zeros(const Shape& s, DType t) const {
+  Tensor x = Empty(s, t);
+  if (x.nbytes() == 0) return x;
+  if (is_cuda()) {
+    GTP_CUDA_CHECK(cudaMemsetAsync(x.raw_data(), 0, x.nbytes(), stream));
+  } else {
+    std::memset(x.raw_data(), 0, x.nbytes());
+  }
+  return x;
+}
+
+namespace ops {
+namespace {
+
+void CheckOn(const Exec& e, const Tensor& t, const char* what) {
+  GTP_CHECK(t.defined(), what, " is undefined");
+  GTP_CHECK(t.device() == e.device, what, " is on ", t.device().ToString(), ", exec on ",
+            e.device.ToString());
+  GTP_CHECK(t.is_contiguous(), what, " must be contiguous: ", t.ToString());
+}
+
+const float* F(const Tensor& t) { return t.data<float>(); }
+float* M(const Tensor& t) { return t.data<float>(); }
+const int32_t* I(const Tensor& t) { return t.data<int32_t>(); }
+// Rows of a tensor viewed as [rows, last dim].
+int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
+
+void RunGemm(const Exec& e, const GemmDesc& d, const void* a, const void* b, void* c) {
+  if (e.is_cuda()) {
+    GTP_CHECK(e.blas != nullptr, "CUDA Exec without a BlasContext");
+    cuda::Gemm(*e.blas, d, a, b, c, e.stream);
+  } else {
+    cpu::Gemm(d, a, b, c);
+  }
+}
+
+}  // namespace
+
+void Gemm(const Exec& e, const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c) {
+  CheckOn(e, a, "a");
+  CheckOn(e, b, "b");
+  CheckOn(e, c, "c");
+  RunGemm(e, d, a.raw_data(), b.raw_data(), c.raw_data());
+}
+
+void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta) {
+  CheckOn(e, x, "x");
+  CheckOn(e, w, "w");
+  CheckOn(e, y, "y");
+  const int64_t n = Rows(x), in = x.dim(-1), out = w.dim(0);
+  GTP_CHECK(w.dim(1) == in && Rows(y) == n && y.dim(-1) == out, "Linear: x ", x.ToString(),
+            " w ", w.ToString(), " y ", y.ToString());
+  GTP_CHECK(x.dtype() == w.dtype(), "Linear: x and w dtypes differ");
+  GemmDesc d;
+  d.trans_b = true;
+  d.m = n, d.n = out, d.k = in, d.beta = beta;
+  d.ab_type = x.dtype();
+  d.c_type = y.dtype();
+  RunGemm(e, d, x.raw_data(), w.raw_data(), y.raw_data());
+}
+
+void LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
+                        float beta) {
+  CheckOn(e, dy, "dy");
+  CheckOn(e, w, "w");
+  CheckOn(e, dx, "dx");
+  const int64_t n = Rows(dy), out = dy.dim(-1), in = w.dim(1);
+  GTP_CHECK(w.dim(0) == out && Rows(dx) == n && dx.dim(-1) == in, "LinearBackwardData: dy ",
+            dy.ToString(), " w ", w.ToString(), " dx ", dx.ToString());
+  GemmDesc d;
+  d.m = n, d.n = in, d.k = out, d.beta = beta;
+  d.ab_type = dy.dtype();
+  d.c_type = dx.dtype();
+  GTP_CHECK(dy.dtype() == w.dtype(), "LinearBackwardData: dy and w dtypes differ");
+  RunGemm(e, d, dy.raw_data(), w.raw_data(), dx.raw_data());
+}
+
+void LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                          float beta) {
+  CheckOn(e, dy, "dy");
+  CheckOn(e, x, "x");
+  CheckOn(e, dw, "dw");
+  const int64_t n = Rows(dy), out = dy.dim(-1), in = x.dim(-1);
+  GTP_CHECK(Rows(x) == n && dw.dim(0) >= out && dw.dim(1) == in, "LinearBackwardWeight: dy ",
+            dy.ToString(), " x ", x.ToString(), " dw ", dw.ToString());
+  GTP_CHECK(dy.dtype() == x.dtype(), "LinearBackwardWeight: dy and x dtypes differ");
+  GemmDesc d;
+  d.trans_a = true;
+  d.m = out, d.n = in, d.k = n, d.beta = beta;
+  d.ab_type = dy.dtype();
+  d.c_type = dw.dtype();
+  RunGemm(e, d, dy.raw_data(), x.raw_data(), dw.raw_data());
+}
+
+void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor& y) {
+  CheckOn(e, x, "x");
+  CheckOn(e, y, "y");
+  GTP_CHECK(x.numel() == y.numel(), "Axpby: ", x.ToString(), " vs ", y.ToString());
+  if (e.is_cuda()) {
+    cuda::Axpby(alpha, F(x), beta, M(y), x.numel(), e.stream);
+  } else {
+    cpu::Axpby(alpha, F(x), beta, M(y), x.numel());
+  }
+}
+
+void Fill(const Exec& e, const Tensor& x, float value) {
+  CheckOn(e, x, "x");
+  if (e.is_cuda()) {
+    cuda::Fill(M(x), value, x.numel(), e.stream);
+  } else {
+    cpu::Fill(M(x), value, x.numel());
+  }
+}
+
+double SumSquares(const Exec& e, const Tensor& x) {
+  CheckOn(e, x, "x");
+  double out = 0.0;
+  if (e.is_cuda()) {
+    double* d = nullptr;
+    GTP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), sizeof(double), e.stream));
+    cuda::SumSquares(F(x), x.numel(), d, e.stream);
+    GTP_CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof(double), cudaMemcpyDeviceToHost, e.stream));
+    GTP_CUDA_CHECK(cudaFreeAsync(d, e.stream));
+    GTP_CUDA_CHECK(cudaStreamSynchronize(e.stream));
+  } else {
+    cpu::SumSquares(F(x), x.numel(), &out);
+  }
+  return out;
+}
+
+void CopyInto(const Exec& e, const Tensor& src, const Tensor& dst) {
+  GTP_CHECK_OK(Copy(src, dst, e.stream, /*sync=*/false));
+}
+
+void EmbeddingForward(const Exec& e, const Tensor& idx, const Tensor& table, const Tensor& out,
+                      int64_t vocab_start) {
+  CheckOn(e, idx, "idx");
+  CheckOn(e, table, "table");
+  CheckOn(e, out, "out");
+  const int64_t n = idx.numel(), v = table.dim(0), c = table.dim(1);
+  GTP_CHECK(out.numel() == n * c, "EmbeddingForward: out ", out.ToString());
+  if (e.is_cuda()) {
+    cuda::EmbeddingForward(I(idx), F(table), M(out), n, v, c, vocab_start, e.stream);
+  } else {
+    cpu::EmbeddingForward(I(idx), F(table), M(out), n, v, c, vocab_start);
+  }
+}
+
+void EmbeddingBackward(const Exec& e, const Tensor& idx, const Tensor& dout, const Tensor& dtable,
+                       int64_t vocab_start) {
+  CheckOn(e, idx, "idx");
+  CheckOn(e, dout, "dout");
+  CheckOn(e, dtable, "dtable");
+  const int64_t n = idx.numel(), v = dtable.dim(0), c = dtable.dim(1);
+  GTP_CHECK(dout.numel() == n * c, "EmbeddingBackward: dout ", dout.ToString());
+  if (e.is_cuda()) {
+    cuda::EmbeddingBackward(I(idx), F(dout), M(dtable), n, v, c, vocab_start, e.stream);
+  } else {
+    cpu::EmbeddingBackward(I(idx), F(dout), M(dtable), n, v, c, vocab_start);
+  }
+}
+
+void LayerNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps) {
+  CheckOn(e, x, "x");
+  const int64_t n = Rows(x), c = x.dim(-1);
+  const float* bp = b.defined() ? F(b) : nullptr;
+  if (e.is_cuda()) {
+    cuda::LayerNormForward(F(x), F(w), bp, M(y), M(mean), M(rstd), n, c, eps, e.stream);
+  } else {
+    cpu::LayerNormForward(F(x), F(w), bp, M(y), M(mean), M(rstd), n, c, eps);
+  }
+}
+
+void LayerNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
+                       const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dw,
+                       const Tensor& db) {
+  CheckOn(e, dy, "dy");
+  const int64_t n = Rows(x), c = x.dim(-1);
+  float* dbp = db.defined() ? M(db) : nullptr;
+  if (e.is_cuda()) {
+    Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
+    cuda::LayerNormBackward(F(dy), F(x), F(w), F(mean), F(rstd), M(dx), M(dw), dbp, M(scratch), n,
+                            c, e.stream);
+  } else {
+    cpu::LayerNormBackward(F(dy), F(x), F(w), F(mean), F(rstd), M(dx), M(dw), dbp, n, c);
+  }
+}
+
+void RMSNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const Tensor& rstd, float eps) {
+  CheckOn(e, x, "x");
+  const int64_t n = Rows(x), c = x.dim(-1);
+  if (e.is_cuda()) {
+    cuda::RMSNormForward(F(x), F(w), M(y), M(rstd), n, c, eps, e.stream);
+  } else {
+    cpu::RMSNormForward(F(x), F(w), M(y), M(rstd), n, c, eps);
+  }
+}
+
+void RMSNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
+                     const Tensor& rstd, const Tensor& dx, const Tensor& dw) {
+  CheckOn(e, dy, "dy");
+  const int64_t n = Rows(x), c = x.dim(-1);
+  if (e.is_cuda()) {
+    Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
+    cuda::RMSNormBackward(F(dy), F(x), F(w), F(rstd), M(dx), M(dw), M(scratch), n, c, e.stream);
+  } else {
+    cpu::RMSNormBackward(F(dy), F(x), F(w), F(rstd), M(dx), M(dw), n, c);
+  }
+}
+
+void GeluForward(const Exec& e, const Tensor& x, const Tensor& y) {
+  CheckOn(e, x, "x");
+  if (e.is_cuda()) {
+    cuda::GeluForward(F(x), M(y), x.numel(), e.stream);
+  } else {
+    cpu::GeluForward(F(x), M(y), x.numel());
+  }
+}
+
+void GeluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx) {
+  CheckOn(e, dy, "dy");
+  if (e.is_cuda()) {
+    cuda::GeluBackward(F(dy), F(x), M(dx), x.numel(), e.stream);
+  } else {
+    cpu::GeluBackward(F(dy), F(x), M(dx), x.numel());
+  }
+}
+
+void SwiGluForward(const Exec& e, const Tensor& x, const Tensor& y) {
+  CheckOn(e, x, "x");
+  const int64_t n = Rows(x), h = x.dim(-1) / 2;
+  GTP_CHECK(y.numel() == n * h, "SwiGluForward: y ", y.ToString());
+  if (e.is_cuda()) {
+    cuda::SwiGluForward(F(x), M(y), n, h, e.stream);
+  } else {
+    cpu::SwiGluForward(F(x), M(y), n, h);
+  }
+}
+
+void SwiGluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx) {
+  CheckOn(e, dy, "dy");
+  const int64_t n = Rows(x), h = x.dim(-1) / 2;
+  if (e.is_cuda()) {
+    cuda::SwiGluBackward(F(dy), F(x), M(dx), n, h, e.stream);
+  } else {
+    cpu::SwiGluBackward(F(dy), F(x), M(dx), n, h);
+  }
+}
+
+void AttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const Tensor& out, const Tensor& att) {
+  CheckOn(e, q, "q");
+  const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
+  GTP_CHECK(att.numel() == B * NH * T * T, "AttentionForward: att ", att.ToString());
+  if (e.is_cuda()) {
+    cuda::AttentionForward(F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS, e.stream);
+  } else {
+    cpu::AttentionForward(F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS);
+  }
+}
+
+void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
+                       const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
+                       const Tensor& dv) {
+  CheckOn(e, dout, "dout");
+  const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
+  Tensor scratch = e.Empty({B * NH * T * T});
+  if (e.is_cuda()) {
+    cuda::AttentionBackward(F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv), M(scratch), B,
+                            T, NH, NKV, HS, e.stream);
+  } else {
+    cpu::AttentionBackward(F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv), M(scratch), B,
+                           T, NH, NKV, HS);
+  }
+}
+
+void CrossEntropyStats(const Exec& e, const Tensor& logits, const Tensor& targets,
+                       const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start) {
+  CheckOn(e, logits, "logits");
+  const int64_t n = Rows(logits), v = logits.dim(-1);
+  if (e.is_cuda()) {
+    cuda::CrossEntropyStats(F(logits), I(targets), M(row_max), M(target_logit), n, v, vocab_start,
+                            e.stream);
+  } else {
+    cpu::CrossEntropyStats(F(logits), I(targets), M(row_max), M(target_logit), n, v, vocab_start);
+  }
+}
+
+void CrossEntropySumExp(const Exec& e, const Tensor& logits, const Tensor& row_max,
+                        const Tensor& sumexp) {
+  CheckOn(e, logits, "logits");
+  const int64_t n = Rows(logits), v = logits.dim(-1);
+  if (e.is_cuda()) {
+    cuda::CrossEntropySumExp(F(logits), F(row_max), M(sumexp), n, v, e.stream);
+  } else {
+    cpu::CrossEntropySumExp(F(logits), F(row_max), M(sumexp), n, v);
+  }
+}
+
+void CrossEntropyLoss(const Exec& e, const Tensor& row_max, const Tensor& sumexp,
+                      const Tensor& target_logit, const Tensor& targets, const Tensor& loss) {
+  CheckOn(e, loss, "loss");
+  const int64_t n = loss.numel();
+  if (e.is_cuda()) {
+    cuda::CrossEntropyLoss(F(row_max), F(sumexp), F(target_logit), I(targets), M(loss), n,
+                           e.stream);
+  } else {
+    cpu::CrossEntropyLoss(F(row_max), F(sumexp), F(target_logit), I(targets), M(loss), n);
+  }
+}
+
+void CrossEntropyBackward(const Exec& e, const Tensor& logits, const Tensor& row_max,
+                          const Tensor& sumexp, const Tensor& targets, const Tensor& dloss,
+                          const Tensor& dlogits, int64_t vocab_start) {
+  CheckOn(e, logits, "logits");
+  const int64_t n = Rows(logits), v = logits.dim(-1);
+  if (e.is_cuda()) {
+    cuda::CrossEntropyBackward(F(logits), F(row_max), F(sumexp), I(targets), F(dloss), M(dlogits),
+                               n, v, vocab_start, e.stream);
+  } else {
+    cpu::CrossEntropyBackward(F(logits), F(row_max), F(sumexp), I(targets), F(dloss), M(dlogits),
+                              n, v, vocab_start);
+  }
+}
+
+}  // namespace ops
+}  // namespace gtp::kernels

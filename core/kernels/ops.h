@@ -1,0 +1,103 @@
+// core/kernels/ops.h — Tensor-level entry points that dispatch to the CPU or
+// CUDA kernels by the Exec's device.
+//
+// Layers are written once against these; the tensors must live on
+// exec.device, be contiguous and have the dtypes the kernels expect (f32
+// unless noted). Shape mismatches abort (GTP_CHECK). CPU calls run on the
+// calling thread; CUDA calls are enqueued on exec.stream.
+//
+//   Exec exec = Exec::Cpu(host_alloc);
+//   ops::Linear(exec, x, w, y);                 // y[N, out] = x[N, in]·wᵀ
+#pragma once
+
+#include <cstdint>
+
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/kernels/kernels.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels {
+
+namespace cuda {
+class BlasContext;
+}
+
+// Where kernels run and what they may use. Not owning.
+struct Exec {
+  Device device = Device::Cpu();
+  Allocator* alloc = nullptr;           // for outputs and scratch
+  cudaStream_t stream = nullptr;        // CUDA only
+  cuda::BlasContext* blas = nullptr;    // CUDA only
+
+  static Exec Cpu(Allocator& a) { return Exec{Device::Cpu(), &a, nullptr, nullptr}; }
+  bool is_cuda() const { return device.is_cuda(); }
+  // New uninitialised / zeroed tensors on this device.
+  Tensor Empty(const Shape& s, DType t = DType::kF32) const;
+  Tensor Zeros(const Shape& s, DType t = DType::kF32) const;
+};
+
+namespace ops {
+
+// y[N, out] = x[N, in]·w[out, in]ᵀ + beta·y. x/w f32 or bf16 (same), y f32 or bf16.
+void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta = 0.0f);
+// dx[N, in] = dy[N, out]·w[out, in] + beta·dx.
+void LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
+                        float beta = 0.0f);
+// dw[out, in] = dy[N, out]ᵀ·x[N, in] + beta·dw (dw may have more rows than
+// out, e.g. a padded GTP wgrad buffer: only the first `out` rows are written).
+void LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                          float beta = 0.0f);
+// Raw GEMM on tensors (row-major; see GemmDesc).
+void Gemm(const Exec& e, const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c);
+
+// y ← alpha·x + beta·y (same numel).
+void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor& y);
+void Fill(const Exec& e, const Tensor& x, float value);
+// Σ x² (synchronises the stream on CUDA).
+double SumSquares(const Exec& e, const Tensor& x);
+// Copy between tensors of the same shape/dtype on e's stream (any devices).
+void CopyInto(const Exec& e, const Tensor& src, const Tensor& dst);
+
+void EmbeddingForward(const Exec& e, const Tensor& idx, const Tensor& table, const Tensor& out,
+                      int64_t vocab_start);
+void EmbeddingBackward(const Exec& e, const Tensor& idx, const Tensor& dout, const Tensor& dtable,
+                       int64_t vocab_start);
+
+// x[N, C]; mean/rstd [N]; b may be undefined (no bias).
+void LayerNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& b,
+                      const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps);
+void LayerNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
+                       const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dw,
+                       const Tensor& db);
+void RMSNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const Tensor& rstd, float eps);
+void RMSNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
+                     const Tensor& rstd, const Tensor& dx, const Tensor& dw);
+
+void GeluForward(const Exec& e, const Tensor& x, const Tensor& y);
+void GeluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx);
+// x[N, 2H] → y[N, H].
+void SwiGluForward(const Exec& e, const Tensor& x, const Tensor& y);
+void SwiGluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx);
+
+// q[B, T, NH, HS], k/v[B, T, NKV, HS], out like q, att[B, NH, T, T].
+void AttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
+                      const Tensor& out, const Tensor& att);
+void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
+                       const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
+                       const Tensor& dv);
+
+// Vocab-sharded cross-entropy stages (see cpu.h). logits[N, V_local].
+void CrossEntropyStats(const Exec& e, const Tensor& logits, const Tensor& targets,
+                       const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start);
+void CrossEntropySumExp(const Exec& e, const Tensor& logits, const Tensor& row_max,
+                        const Tensor& sumexp);
+void CrossEntropyLoss(const Exec& e, const Tensor& row_max, const Tensor& sumexp,
+                      const Tensor& target_logit, const Tensor& targets, const Tensor& loss);
+void CrossEntropyBackward(const Exec& e, const Tensor& logits, const Tensor& row_max,
+                          const Tensor& sumexp, const Tensor& targets, const Tensor& dloss,
+                          const Tensor& dlogits, int64_t vocab_start);
+
+}  // namespace ops
+}  // namespace gtp::kernels

@@ -1,0 +1,206 @@
+#include "layers/sharded_param.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace gtp::layers {
+
+namespace ops = kernels::ops;
+
+const char* DirectionName(Direction d) { return d == Direction::kForward ? "forward" : "backward"; }
+
+int64_t PaddedRows(int64_t rows, int gtp, int64_t alignment) {
+  const int64_t unit = static_cast<int64_t>(gtp) * alignment;
+  return (rows + unit - 1) / unit * unit;
+}
+
+// ---- BufferCache -------------------------------------------------------------------
+
+BufferCache::Key BufferCache::MakeKey(const Shape& s, DType d, Purpose purpose) {
+  return Key(std::vector<int64_t>(s.begin(), s.end()), d, static_cast<int>(purpose));
+}
+
+Tensor BufferCache::Acquire(const Shape& shape, DType dtype, Purpose purpose) {
+  auto& list = free_[MakeKey(shape, dtype, purpose)];
+  if (!list.empty()) {
+    Tensor t = std::move(list.back());
+    list.pop_back();
+    return t;
+  }
+  ++num_allocated_;
+  return exec_.Zeros(shape, dtype);
+}
+
+void BufferCache::Release(const Tensor& t, Purpose purpose) {
+  free_[MakeKey(t.shape(), t.dtype(), purpose)].push_back(t);
+}
+
+// ---- GtpChain ----------------------------------------------------------------------
+
+GtpChain::GtpChain(const kernels::Exec& exec, const GtpOptions& options)
+    : exec_(exec), options_(options), cache_(exec) {}
+
+void GtpChain::Record(GtpTraceEvent::Kind kind, const ShardedParam& p, Direction dir, bool async) {
+  if (tracing_) trace_.push_back(GtpTraceEvent{kind, p.name(), dir, async, seq_++});
+}
+
+void GtpChain::Register(ShardedParam* p) {
+  if (frozen_ || p->registered_) return;
+  p->registered_ = true;
+  order_.push_back(p);
+}
+
+ShardedParam* GtpChain::Neighbour(const ShardedParam* p, Direction dir) const {
+  for (size_t i = 0; i < order_.size(); ++i) {
+    if (order_[i] != p) continue;
+    if (dir == Direction::kForward) return i + 1 < order_.size() ? order_[i + 1] : nullptr;
+    return i > 0 ? order_[i - 1] : nullptr;
+  }
+  return nullptr;
+}
+
+absl::Status GtpChain::FinishBackward() {
+  // Oldest first, so main grads fill in chain order.
+  std::vector<ShardedParam*> pending = std::move(pending_reduce_);
+  pending_reduce_.clear();
+  for (ShardedParam* p : pending) GTP_RETURN_IF_ERROR(p->FinalizeReduce(/*deferred=*/false));
+  return absl::OkStatus();
+}
+
+// ---- ShardedParam ------------------------------------------------------------------
+
+ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType dtype,
+                           comm::Communicator* gtp, GtpChain* chain)
+    : name_(std::move(name)), rows_(rows), cols_(cols), dtype_(dtype), gtp_(gtp), chain_(chain) {
+  GTP_CHECK(chain_ != nullptr, "ShardedParam ", name_, " needs a GtpChain");
+  GTP_CHECK(rows > 0 && cols > 0, "ShardedParam ", name_, ": empty weight");
+  GTP_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "ShardedParam ", name_,
+            ": param dtype must be f32 or bf16");
+  padded_rows_ = PaddedRows(rows, gtp_size(), chain_->options().alignment);
+  shard_rows_ = padded_rows_ / gtp_size();
+  shard_ = chain_->exec().Zeros({shard_rows_, cols_}, dtype_);
+  main_grad_ = chain_->exec().Zeros({shard_rows_, cols_}, DType::kF32);
+}
+
+absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
+  GatherSlot& g = gather_[static_cast<int>(dir)];
+  GTP_CHECK(g.state == CommState::kNone, name_, ": gather issued twice in ", DirectionName(dir));
+  g.buffer = chain_->cache().Acquire({padded_rows_, cols_}, dtype_,
+                                     static_cast<BufferCache::Purpose>(dir));
+  GTP_ASSIGN_OR_RETURN(g.work,
+                       gtp_->AllGather(shard_.raw_data(), g.buffer.raw_data(), shard_.numel(), dtype_));
+  g.state = CommState::kAsyncWait;
+  chain_->Record(GtpTraceEvent::kGatherIssued, *this, dir, async);
+  return absl::OkStatus();
+}
+
+absl::Status ShardedParam::WaitGather(Direction dir) {
+  GatherSlot& g = gather_[static_cast<int>(dir)];
+  if (g.state != CommState::kAsyncWait) return absl::OkStatus();
+  absl::Status st = g.work->Wait();
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("gathering weight ", name_, " (",
+                                                DirectionName(dir), "): ", st.message()));
+  }
+  g.work.reset();
+  g.state = CommState::kDataReady;
+  chain_->Record(GtpTraceEvent::kGatherWaited, *this, dir, false);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir) {
+  if (dir == Direction::kForward) {
+    chain_->Register(this);
+  } else {
+    chain_->Freeze();
+  }
+  if (gtp_size() == 1) {
+    chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false);
+    return shard_.Slice(0, rows_);
+  }
+  GatherSlot& g = gather_[static_cast<int>(dir)];
+  if (g.state == CommState::kNone) GTP_RETURN_IF_ERROR(IssueGather(dir, /*async=*/false));
+  GTP_RETURN_IF_ERROR(WaitGather(dir));
+  // Prefetch the neighbour so its gather overlaps this param's GEMMs.
+  if (chain_->options().weight_prefetch) {
+    ShardedParam* next = chain_->Neighbour(this, dir);
+    if (next != nullptr && next->gtp_size() > 1 &&
+        next->gather_[static_cast<int>(dir)].state == CommState::kNone) {
+      GTP_RETURN_IF_ERROR(next->IssueGather(dir, /*async=*/true));
+    }
+  }
+  chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false);
+  return g.buffer.Slice(0, rows_);
+}
+
+void ShardedParam::Release(Direction dir) {
+  if (gtp_size() == 1) return;
+  GatherSlot& g = gather_[static_cast<int>(dir)];
+  GTP_CHECK(g.state == CommState::kDataReady, name_, ": Release without Materialize (",
+            DirectionName(dir), ")");
+  chain_->cache().Release(g.buffer, static_cast<BufferCache::Purpose>(dir));
+  g.buffer = Tensor();
+  g.state = CommState::kNone;
+}
+
+Tensor ShardedParam::AcquireWgrad() {
+  Tensor w = chain_->cache().Acquire({padded_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
+  // Cached buffers are shared by params of one padded shape: re-zero the pad.
+  if (padded_rows_ > rows_) ops::Fill(chain_->exec(), w.Slice(rows_, padded_rows_), 0.0f);
+  return w;
+}
+
+absl::Status ShardedParam::ReduceGrad(Tensor wgrad) {
+  GTP_CHECK(reduce_.state == CommState::kNone, name_, ": ReduceGrad while a reduction is pending");
+  GTP_CHECK(wgrad.shape() == Shape({padded_rows_, cols_}) && wgrad.dtype() == DType::kF32, name_,
+            ": wgrad must be f32 [", padded_rows_, ", ", cols_, "], got ", wgrad.ToString());
+  reduce_.wgrad = std::move(wgrad);
+  if (gtp_size() > 1) {
+    reduce_.scatter = chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
+    GTP_ASSIGN_OR_RETURN(reduce_.work, gtp_->ReduceScatter(reduce_.wgrad.raw_data(),
+                                                           reduce_.scatter.raw_data(),
+                                                           shard_rows_ * cols_, DType::kF32,
+                                                           chain_->options().grad_reduce));
+  }
+  reduce_.state = CommState::kAsyncWait;
+  chain_->Record(GtpTraceEvent::kReduceIssued, *this, Direction::kBackward,
+                 chain_->options().async_reduction);
+  if (!chain_->options().async_reduction) return FinalizeReduce(/*deferred=*/false);
+  // Finalise the reductions issued before this one: they overlapped with
+  // this param's backward GEMMs.
+  std::vector<ShardedParam*> pending = std::move(chain_->pending_reduce_);
+  chain_->pending_reduce_.clear();
+  for (ShardedParam* p : pending) GTP_RETURN_IF_ERROR(p->FinalizeReduce(/*deferred=*/true));
+  chain_->pending_reduce_.push_back(this);
+  return absl::OkStatus();
+}
+
+absl::Status ShardedParam::FinalizeReduce(bool deferred) {
+  if (reduce_.state != CommState::kAsyncWait) return absl::OkStatus();
+  const kernels::Exec& e = chain_->exec();
+  if (gtp_size() > 1) {
+    absl::Status st = reduce_.work->Wait();
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("reduce-scattering the gradient of ", name_,
+                                                  ": ", st.message()));
+    }
+    reduce_.work.reset();
+    reduce_.state = CommState::kDataReady;
+    ops::Axpby(e, 1.0f, reduce_.scatter, 1.0f, main_grad_);
+    chain_->cache().Release(reduce_.scatter, BufferCache::kWgrad);
+    reduce_.scatter = Tensor();
+  } else {
+    reduce_.state = CommState::kDataReady;
+    ops::Axpby(e, 1.0f, reduce_.wgrad, 1.0f, main_grad_);
+  }
+  chain_->cache().Release(reduce_.wgrad, BufferCache::kWgrad);
+  reduce_.wgrad = Tensor();
+  reduce_.state = CommState::kNone;
+  chain_->Record(GtpTraceEvent::kReduceFinalized, *this, Direction::kBackward, deferred);
+  if (ready_hook_) ready_hook_(*this);
+  return absl::OkStatus();
+}
+
+}  // namespace gtp::layers

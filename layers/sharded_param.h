@@ -1,0 +1,227 @@
+// layers/sharded_param.h — a weight sharded over the GTP group (DESIGN.md §4).
+//
+// The TP-local weight W[rows, cols] (rows = out_features / TP for a column-
+// parallel linear, the full out_features for a row-parallel one) is padded to
+// padded_rows = round_up(rows, GTP·alignment) and split along rows: GTP rank g
+// owns rows [g·shard_rows, (g+1)·shard_rows). Before a GEMM the shard is
+// all-gathered into a full [padded_rows, cols] buffer ("materialised"), whose
+// first `rows` rows are the weight (the pad is stripped by a dim-0 slice).
+// After the backward GEMMs the full weight gradient is reduce-scattered back
+// to a [shard_rows, cols] piece and added into this rank's f32 main grad.
+//
+// Overlap, as in Megatron-LM's GTP:
+//   - A GtpChain records the order in which params are first materialised in
+//     forward. Forward materialisation of param i issues the async gather of
+//     param i+1 before returning; backward materialisation of param i issues
+//     the gather of param i−1. The first gather of each direction is
+//     synchronous (cold start).
+//   - The wgrad reduce-scatter is async; its accumulation into the main grad
+//     is deferred until the next param's reduce-scatter has been issued (so
+//     it overlaps that param's backward GEMMs). GtpChain::FinishBackward
+//     finalises whatever is left (the chain head synchronously).
+//   - Each param has independent gather and reduce-scatter state machines:
+//     kNone → kAsyncWait → kDataReady → kNone.
+//   - Gather buffers come from the chain's BufferCache keyed by (shape,
+//     dtype, direction): addresses repeat from one iteration to the next.
+//   - The ready hook fires only after {reduce-scatter → add into main grad}.
+// With GTP = 1 every step degenerates to a no-op view of the shard, so the
+// numbers equal plain TP + DP exactly.
+//
+// Threading: a param and its chain are driven by one thread (the rank's
+// training thread). Nothing here blocks except Wait-type steps documented below.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "core/allocator.h"
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+
+namespace gtp::layers {
+
+struct GtpOptions {
+  // out_features is padded to a multiple of GTP·alignment.
+  int64_t alignment = 1;
+  // Issue the next weight's gather while this one is used.
+  bool weight_prefetch = true;
+  // Defer {wait reduce-scatter → add into main grad} by one param.
+  bool async_reduction = true;
+  // kMean (the default loss normalisation: gradients averaged over the data
+  // lanes) or kSum (per-token normalisation: one division at the end).
+  comm::ReduceOp grad_reduce = comm::ReduceOp::kMean;
+};
+
+enum class Direction { kForward = 0, kBackward = 1 };
+enum class CommState { kNone, kAsyncWait, kDataReady };
+
+const char* DirectionName(Direction d);
+
+// One instrumented step, for tests and profiling.
+struct GtpTraceEvent {
+  enum Kind { kGatherIssued, kGatherWaited, kConsumed, kReduceIssued, kReduceFinalized };
+  Kind kind;
+  std::string param;
+  Direction dir;
+  bool async;   // issued as a prefetch / finalised deferred
+  int64_t seq;  // global order of events on this rank
+};
+
+// Free lists of buffers keyed by (shape, dtype, purpose). Purposes are the
+// two gather directions and the wgrad buffers (kept apart so a wgrad's zero
+// pad rows are never overwritten). Acquire returns a cached buffer when one
+// is free; Release returns it.
+class BufferCache {
+ public:
+  explicit BufferCache(const kernels::Exec& exec) : exec_(exec) {}
+  // A buffer of that shape; new ones are zero-filled.
+  enum Purpose { kGatherForward = 0, kGatherBackward = 1, kWgrad = 2 };
+  Tensor Acquire(const Shape& shape, DType dtype, Purpose purpose);
+  void Release(const Tensor& t, Purpose purpose);
+  int64_t num_allocated() const { return num_allocated_; }
+
+ private:
+  using Key = std::tuple<std::vector<int64_t>, DType, int>;
+  static Key MakeKey(const Shape& s, DType d, Purpose purpose);
+  kernels::Exec exec_;
+  std::map<Key, std::vector<Tensor>> free_;
+  int64_t num_allocated_ = 0;
+};
+
+class ShardedParam;
+
+// The prefetch chain of one model (one per model replica on a rank).
+class GtpChain {
+ public:
+  // Kernels and buffers of every param of this chain use `exec` (kept by
+  // value; its allocator must outlive the chain).
+  GtpChain(const kernels::Exec& exec, const GtpOptions& options);
+  GtpChain(const GtpChain&) = delete;
+  GtpChain& operator=(const GtpChain&) = delete;
+
+  const GtpOptions& options() const { return options_; }
+  const kernels::Exec& exec() const { return exec_; }
+  BufferCache& cache() { return cache_; }
+
+  // Finalises every pending reduce-scatter (waits; synchronous). Call at the
+  // end of each backward pass, before the optimizer reads main grads.
+  absl::Status FinishBackward();
+
+  // Params in forward order, as recorded on the first forward.
+  const std::vector<ShardedParam*>& order() const { return order_; }
+  bool order_frozen() const { return frozen_; }
+  // Ends chain recording (called automatically by the first backward
+  // materialisation, or explicitly after the first forward).
+  void Freeze() { frozen_ = true; }
+
+  void set_tracing(bool on) { tracing_ = on; }
+  const std::vector<GtpTraceEvent>& trace() const { return trace_; }
+  void ClearTrace() { trace_.clear(); }
+
+ private:
+  friend class ShardedParam;
+  void Record(GtpTraceEvent::Kind kind, const ShardedParam& p, Direction dir, bool async);
+  void Register(ShardedParam* p);
+  ShardedParam* Neighbour(const ShardedParam* p, Direction dir) const;
+
+  kernels::Exec exec_;
+  GtpOptions options_;
+  BufferCache cache_;
+  std::vector<ShardedParam*> order_;
+  bool frozen_ = false;
+  // Params whose reduce-scatter was issued and awaits finalisation (FIFO).
+  std::vector<ShardedParam*> pending_reduce_;
+  bool tracing_ = false;
+  std::vector<GtpTraceEvent> trace_;
+  int64_t seq_ = 0;
+};
+
+class ShardedParam {
+ public:
+  // A [rows, cols] TP-local weight sharded over `gtp` (size 1 allowed).
+  // `dtype` is the parameter/gather dtype (f32 or bf16); the main grad is f32.
+  // Allocates the shard and main grad (both zeroed) through chain->exec().
+  ShardedParam(std::string name, int64_t rows, int64_t cols, DType dtype, comm::Communicator* gtp,
+               GtpChain* chain);
+  ShardedParam(const ShardedParam&) = delete;
+  ShardedParam& operator=(const ShardedParam&) = delete;
+
+  const std::string& name() const { return name_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t padded_rows() const { return padded_rows_; }
+  int64_t shard_rows() const { return shard_rows_; }
+  // First TP-local row held by this rank's shard.
+  int64_t shard_row_begin() const { return static_cast<int64_t>(gtp_rank()) * shard_rows_; }
+  int gtp_size() const { return gtp_ ? gtp_->size() : 1; }
+  int gtp_rank() const { return gtp_ ? gtp_->rank() : 0; }
+  DType dtype() const { return dtype_; }
+
+  // This rank's [shard_rows, cols] piece (rows past `rows` are padding: zero).
+  const Tensor& shard() const { return shard_; }
+  // f32 [shard_rows, cols]; reduce-scattered gradients add (+=) into it.
+  const Tensor& main_grad() const { return main_grad_; }
+
+  // The full TP-local weight [rows, cols] for `dir`'s GEMMs. Waits for an
+  // in-flight prefetch or gathers synchronously (cold start), then issues
+  // the neighbour's prefetch. Blocks on this param's gather only.
+  absl::StatusOr<Tensor> Materialize(Direction dir);
+  // Returns the gathered buffer to the cache (after its GEMMs were issued;
+  // on GPU the cache is stream-ordered with the compute stream).
+  void Release(Direction dir);
+
+  // A [padded_rows, cols] f32 buffer for the full weight gradient; its pad
+  // rows are zero. Fill rows [0, rows) (=) and pass it to ReduceGrad.
+  Tensor AcquireWgrad();
+  // Reduce-scatters `wgrad` (from AcquireWgrad) over GTP, then adds into the
+  // main grad — deferred by one param when async_reduction is on. Takes
+  // ownership of the buffer until finalised.
+  absl::Status ReduceGrad(Tensor wgrad);
+
+  CommState gather_state(Direction dir) const { return gather_[static_cast<int>(dir)].state; }
+  CommState reduce_state() const { return reduce_.state; }
+
+  // Called after each finalisation {reduce-scatter → add} (optimizer buckets).
+  void set_ready_hook(std::function<void(ShardedParam&)> hook) { ready_hook_ = std::move(hook); }
+
+ private:
+  friend class GtpChain;
+  struct GatherSlot {
+    CommState state = CommState::kNone;
+    Tensor buffer;  // [padded_rows, cols]
+    comm::WorkPtr work;
+  };
+  struct ReduceSlot {
+    CommState state = CommState::kNone;
+    Tensor wgrad;    // [padded_rows, cols] f32
+    Tensor scatter;  // [shard_rows, cols] f32
+    comm::WorkPtr work;
+  };
+  absl::Status IssueGather(Direction dir, bool async);
+  absl::Status WaitGather(Direction dir);
+  absl::Status FinalizeReduce(bool deferred);
+
+  std::string name_;
+  int64_t rows_, cols_, padded_rows_, shard_rows_;
+  DType dtype_;
+  comm::Communicator* gtp_;
+  GtpChain* chain_;
+  Tensor shard_, main_grad_;
+  GatherSlot gather_[2];
+  ReduceSlot reduce_;
+  std::function<void(ShardedParam&)> ready_hook_;
+  bool registered_ = false;
+};
+
+// round_up(rows, gtp·alignment).
+int64_t PaddedRows(int64_t rows, int gtp, int64_t alignment);
+
+}  // namespace gtp::layers
