@@ -1,0 +1,221 @@
+#include "layers/linear.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/philox.h"
+#include "core/status.h"
+
+namespace gtp::layers {
+
+namespace ops = kernels::ops;
+
+absl::StatusOr<TpGtpGroups> TpGtpGroups::From(const parallel::ProcessGroupCollection& pgs) {
+  TpGtpGroups g;
+  GTP_ASSIGN_OR_RETURN(g.tp, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(g.gtp, pgs.Get("gtp"));
+  return g;
+}
+
+// ---- helpers -------------------------------------------------------------------------
+
+void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std, int64_t row_offset,
+                         int64_t col_offset, int64_t global_cols) {
+  HeapAllocator host;
+  Tensor h = Tensor::Zeros({p.shard_rows(), p.cols()}, DType::kF32, host);
+  const uint64_t key = KeyFromName(p.name(), seed);
+  float* d = h.data<float>();
+  for (int64_t r = 0; r < p.shard_rows(); ++r) {
+    const int64_t local_row = p.shard_row_begin() + r;
+    if (local_row >= p.rows()) break;  // padding stays zero
+    const int64_t gr = row_offset + local_row;
+    for (int64_t c = 0; c < p.cols(); ++c) {
+      d[r * p.cols() + c] =
+          std * PhiloxNormal(key, static_cast<uint64_t>(gr * global_cols + col_offset + c));
+    }
+  }
+  GTP_CHECK(p.dtype() == DType::kF32, "InitShardFromGlobal: only f32 params so far");
+  GTP_CHECK_OK(Copy(h, p.shard()));
+}
+
+absl::StatusOr<Tensor> AllGatherRows(const kernels::Exec& e, comm::Communicator& group,
+                                     const Tensor& x) {
+  if (group.size() == 1) return x;
+  Shape s = x.shape();
+  s[0] *= group.size();
+  Tensor out = e.Empty(s, x.dtype());
+  GTP_RETURN_IF_ERROR(comm::Run(group.AllGather(x.raw_data(), out.raw_data(), x.numel(), x.dtype())));
+  return out;
+}
+
+absl::StatusOr<Tensor> ReduceScatterRows(const kernels::Exec& e, comm::Communicator& group,
+                                         const Tensor& x) {
+  if (group.size() == 1) return x;
+  Shape s = x.shape();
+  if (s[0] % group.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence-parallel reduce-scatter of ",
+                                                   x.ToString(), " over ", group.name(),
+                                                   ": rows not divisible by ", group.size()));
+  }
+  s[0] /= group.size();
+  Tensor out = e.Empty(s, x.dtype());
+  GTP_RETURN_IF_ERROR(comm::Run(group.ReduceScatter(x.raw_data(), out.raw_data(), out.numel(),
+                                                    x.dtype(), comm::ReduceOp::kSum)));
+  return out;
+}
+
+absl::Status AllReduceSum(comm::Communicator& group, const Tensor& x) {
+  if (group.size() == 1) return absl::OkStatus();
+  return comm::Run(
+      group.AllReduce(x.raw_data(), x.raw_data(), x.numel(), x.dtype(), comm::ReduceOp::kSum));
+}
+
+void AccumulateBiasGrad(const kernels::Exec& e, const Tensor& dy, const Tensor& db) {
+  const int64_t n = dy.numel() / dy.dim(-1), c = dy.dim(-1);
+  Tensor ones = e.Empty({n});
+  ops::Fill(e, ones, 1.0f);
+  kernels::GemmDesc d;  // db[1, C] += ones[1, N] · dy[N, C]
+  d.m = 1, d.n = c, d.k = n, d.beta = 1.0f;
+  ops::Gemm(e, d, ones, dy, db);
+}
+
+void AddBias(const kernels::Exec& e, const Tensor& y, const Tensor& b) {
+  const int64_t n = y.numel() / y.dim(-1), c = y.dim(-1);
+  Tensor ones = e.Empty({n});
+  ops::Fill(e, ones, 1.0f);
+  kernels::GemmDesc d;  // y[N, C] += ones[N, 1] · b[1, C]
+  d.m = n, d.n = c, d.k = 1, d.beta = 1.0f;
+  ops::Gemm(e, d, ones, b, y);
+}
+
+namespace {
+
+ReplicatedParam MakeBias(const kernels::Exec& e, const std::string& name, int64_t n) {
+  return ReplicatedParam{name, e.Zeros({n}), e.Zeros({n}), false};
+}
+
+absl::Status CheckDivisible(const std::string& what, int64_t n, int tp) {
+  if (n % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " = ", n,
+                                                   " is not divisible by the tensor-parallel "
+                                                   "size ", tp));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---- ColumnParallelLinear -------------------------------------------------------------
+
+ColumnParallelLinear::ColumnParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain)
+    : config_(c), groups_(g), chain_(chain), out_tp_(c.out_features / g.tp->size()) {}
+
+absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Create(
+    const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain) {
+  GTP_ASSIGN_OR_RETURN(TpGtpGroups g, TpGtpGroups::From(pgs));
+  GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".out_features", config.out_features, g.tp->size()));
+  std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
+  l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
+                                              config.in_features, DType::kF32, g.gtp, chain);
+  InitShardFromGlobal(*l->weight_, config.seed, config.init_std,
+                      /*row_offset=*/static_cast<int64_t>(g.tp->rank()) * l->out_tp_,
+                      /*col_offset=*/0, config.in_features);
+  if (config.bias) l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_);
+  return l;
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x) {
+  const kernels::Exec& e = chain_->exec();
+  if (config_.sequence_parallel) {
+    GTP_ASSIGN_OR_RETURN(x_saved_, AllGatherRows(e, *groups_.tp, x));
+  } else {
+    x_saved_ = x;
+  }
+  const int64_t n = x_saved_.numel() / config_.in_features;
+  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kForward));
+  Tensor y = e.Empty({n, out_tp_});
+  ops::Linear(e, x_saved_.View({n, config_.in_features}), w, y);
+  weight_->Release(Direction::kForward);
+  if (bias_.value.defined()) AddBias(e, y, bias_.value);
+  return y;
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy) {
+  const kernels::Exec& e = chain_->exec();
+  const int64_t n = x_saved_.numel() / config_.in_features;
+  Tensor dy2 = dy.View({n, out_tp_});
+  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
+  Tensor dx = e.Empty({n, config_.in_features});
+  ops::LinearBackwardData(e, dy2, w, dx);
+  Tensor wgrad = weight_->AcquireWgrad();
+  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, config_.in_features}), wgrad);
+  weight_->Release(Direction::kBackward);
+  GTP_RETURN_IF_ERROR(weight_->ReduceGrad(wgrad));
+  if (bias_.value.defined()) AccumulateBiasGrad(e, dy2, bias_.grad);
+  x_saved_ = Tensor();
+  if (config_.sequence_parallel) return ReduceScatterRows(e, *groups_.tp, dx);
+  GTP_RETURN_IF_ERROR(AllReduceSum(*groups_.tp, dx));
+  return dx;
+}
+
+// ---- RowParallelLinear ----------------------------------------------------------------
+
+RowParallelLinear::RowParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain)
+    : config_(c), groups_(g), chain_(chain), in_tp_(c.in_features / g.tp->size()) {}
+
+absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
+    const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain) {
+  GTP_ASSIGN_OR_RETURN(TpGtpGroups g, TpGtpGroups::From(pgs));
+  GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".in_features", config.in_features, g.tp->size()));
+  std::unique_ptr<RowParallelLinear> l(new RowParallelLinear(config, g, chain));
+  l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", config.out_features,
+                                              l->in_tp_, DType::kF32, g.gtp, chain);
+  InitShardFromGlobal(*l->weight_, config.seed, config.init_std, /*row_offset=*/0,
+                      /*col_offset=*/static_cast<int64_t>(g.tp->rank()) * l->in_tp_,
+                      config.in_features);
+  if (config.bias) {
+    l->bias_ = MakeBias(chain->exec(), config.name + ".bias", config.out_features);
+    l->bias_.grad_needs_tp_sum = config.sequence_parallel && g.tp->size() > 1;
+  }
+  return l;
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x) {
+  const kernels::Exec& e = chain_->exec();
+  x_saved_ = x;
+  const int64_t n = x.numel() / in_tp_;
+  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kForward));
+  Tensor y = e.Empty({n, config_.out_features});
+  ops::Linear(e, x.View({n, in_tp_}), w, y);
+  weight_->Release(Direction::kForward);
+  if (config_.sequence_parallel) {
+    GTP_ASSIGN_OR_RETURN(y, ReduceScatterRows(e, *groups_.tp, y));
+  } else {
+    GTP_RETURN_IF_ERROR(AllReduceSum(*groups_.tp, y));
+  }
+  // The bias is added once, after the reduction.
+  if (bias_.value.defined()) AddBias(e, y, bias_.value);
+  return y;
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy) {
+  const kernels::Exec& e = chain_->exec();
+  Tensor dy_full = dy;
+  if (bias_.value.defined()) AccumulateBiasGrad(e, dy, bias_.grad);  // before any gather: local rows
+  if (config_.sequence_parallel) {
+    GTP_ASSIGN_OR_RETURN(dy_full, AllGatherRows(e, *groups_.tp, dy));
+  }
+  const int64_t n = x_saved_.numel() / in_tp_;
+  Tensor dy2 = dy_full.View({n, config_.out_features});
+  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
+  Tensor dx = e.Empty({n, in_tp_});
+  ops::LinearBackwardData(e, dy2, w, dx);
+  Tensor wgrad = weight_->AcquireWgrad();
+  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, in_tp_}), wgrad);
+  weight_->Release(Direction::kBackward);
+  GTP_RETURN_IF_ERROR(weight_->ReduceGrad(wgrad));
+  x_saved_ = Tensor();
+  return dx;
+}
+
+}  // namespace gtp::layers

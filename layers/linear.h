@@ -1,0 +1,142 @@
+// layers/linear.h — tensor-parallel linears with GTP-sharded weights.
+//
+// Both follow Megatron-LM. N = rows of the activation (B·T); with sequence
+// parallelism (SP) activations outside the TP region are split along N over
+// the TP group, N_tp = N / TP.
+//
+//   ColumnParallelLinear  W[out, in] split along out over TP: W_t[out/TP, in]
+//     forward : x[N, in] (SP: x[N_tp, in], all-gathered over TP first)
+//               y_t[N, out/TP] = x · W_tᵀ + b_t
+//     backward: dx = dy_t · W_t, all-reduced over TP (SP: reduce-scattered)
+//   RowParallelLinear     W[out, in] split along in over TP: W_t[out, in/TP]
+//     forward : x_t[N, in/TP];  y = Σ_t x_t · W_tᵀ (all-reduce over TP;
+//               SP: reduce-scatter → y[N_tp, out]) + b
+//     backward: dy (SP: all-gathered over TP); dx_t = dy · W_t
+//
+// On top of TP, W_t is sharded along its rows over the GTP group
+// (ShardedParam): gathered right before the GEMMs of each pass, its gradient
+// reduce-scattered right after. Biases are small and stay replicated over
+// GTP; their gradients are local sums over this rank's rows, averaged over
+// the data lanes by gradient finalisation (optimizer/).
+//
+// Initialisation is topology-invariant: element (r, c) of the global W is
+// init_std · PhiloxNormal(KeyFromName(name, seed), r·in + c), so every layout
+// builds the same global weight. Biases start at zero.
+//
+// Groups come only from the collection passed in ("tp", "gtp").
+// Forward/Backward block only on this layer's collectives.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+#include "layers/sharded_param.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::layers {
+
+struct LinearConfig {
+  std::string name;        // parameter name prefix, e.g. "h.0.mlp.fc"
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  bool bias = true;
+  bool sequence_parallel = false;
+  float init_std = 0.02f;
+  uint64_t seed = 0;
+};
+
+// A replicated (not GTP-sharded) parameter with its f32 gradient.
+struct ReplicatedParam {
+  std::string name;
+  Tensor value;  // f32
+  Tensor grad;   // f32, same shape; += by backward
+  // True when each TP rank's grad covers only its sequence-parallel rows, so
+  // finalisation must sum it over TP (Megatron's sequence-parallel params).
+  bool grad_needs_tp_sum = false;
+};
+
+// The TP and GTP groups a layer uses, read from a collection.
+struct TpGtpGroups {
+  comm::Communicator* tp = nullptr;   // size 1 allowed
+  comm::Communicator* gtp = nullptr;  // size 1 allowed
+  static absl::StatusOr<TpGtpGroups> From(const parallel::ProcessGroupCollection& pgs);
+};
+
+class ColumnParallelLinear {
+ public:
+  static absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> Create(
+      const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
+
+  // y_t[N, out/TP]. Keeps what backward needs (the gathered input).
+  absl::StatusOr<Tensor> Forward(const Tensor& x);
+  // dx (see file comment). Weight grad goes to the GTP reduce-scatter; bias
+  // grad accumulates locally.
+  absl::StatusOr<Tensor> Backward(const Tensor& dy);
+
+  ShardedParam& weight() { return *weight_; }
+  ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
+  int64_t out_features_tp() const { return out_tp_; }
+
+ private:
+  ColumnParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain);
+  LinearConfig config_;
+  TpGtpGroups groups_;
+  GtpChain* chain_;
+  int64_t out_tp_;
+  std::unique_ptr<ShardedParam> weight_;
+  ReplicatedParam bias_;
+  Tensor x_saved_;  // [N, in]
+};
+
+class RowParallelLinear {
+ public:
+  static absl::StatusOr<std::unique_ptr<RowParallelLinear>> Create(
+      const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
+
+  // x_t[N, in/TP] → y[N, out] (SP: [N_tp, out]).
+  absl::StatusOr<Tensor> Forward(const Tensor& x);
+  // dy[N, out] (SP: [N_tp, out]) → dx_t[N, in/TP].
+  absl::StatusOr<Tensor> Backward(const Tensor& dy);
+
+  ShardedParam& weight() { return *weight_; }
+  ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
+  int64_t in_features_tp() const { return in_tp_; }
+
+ private:
+  RowParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain);
+  LinearConfig config_;
+  TpGtpGroups groups_;
+  GtpChain* chain_;
+  int64_t in_tp_;
+  std::unique_ptr<ShardedParam> weight_;
+  ReplicatedParam bias_;
+  Tensor x_saved_;  // [N, in/TP]
+};
+
+// ---- helpers shared by the layers ------------------------------------------------
+
+// Fills p's shard from the global [global_rows, global_cols] weight, where
+// TP-local row r / col c map to global row row_offset + r, col col_offset + c.
+// element = std · PhiloxNormal(KeyFromName(name, seed), global_row·global_cols + col).
+void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std, int64_t row_offset,
+                         int64_t col_offset, int64_t global_cols);
+
+// Activation collectives over `group` along dim 0 (blocking). Size-1 groups
+// return the input (AllReduce: in place).
+absl::StatusOr<Tensor> AllGatherRows(const kernels::Exec& e, comm::Communicator& group,
+                                     const Tensor& x);
+absl::StatusOr<Tensor> ReduceScatterRows(const kernels::Exec& e, comm::Communicator& group,
+                                         const Tensor& x);
+absl::Status AllReduceSum(comm::Communicator& group, const Tensor& x);
+
+// db[C] += Σ_rows dy[rows, C].
+void AccumulateBiasGrad(const kernels::Exec& e, const Tensor& dy, const Tensor& db);
+// y[rows, C] += b[C].
+void AddBias(const kernels::Exec& e, const Tensor& y, const Tensor& b);
+
+}  // namespace gtp::layers
