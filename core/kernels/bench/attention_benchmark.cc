@@ -43,9 +43,10 @@ void BM_CudaAttention(benchmark::State& state) {
   const int64_t na = kB * kNH * T * T;
   GTP_CUDA_CHECK(cudaSetDevice(0));
   float *q, *k, *v, *dout, *out, *att, *dq, *dk, *dv, *scratch;
-  for (float** p : {&q, &k, &v, &dout, &out, &dq, &dk, &dv}) GTP_CUDA_CHECK(cudaMalloc(p, n * 4));
-  GTP_CUDA_CHECK(cudaMalloc(&att, na * 4));
-  GTP_CUDA_CHECK(cudaMalloc(&scratch, na * 4));
+  for (float** p : {&q, &k, &v, &dout, &out, &dq, &dk, &dv})
+    GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(p), n * 4));
+  GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&att), na * 4));
+  GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scratch), na * 4));
   int key = 1;
   for (float* p : {q, k, v, dout}) {
     auto h = Rand(key++, n);

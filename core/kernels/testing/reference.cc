@@ -3,25 +3,24 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/status.h"
-
 namespace gtp::kernels::testing {
 
-void RefGemm(const GemmDesc& d, const std::vector<double>& A, const std::vector<double>& B,
-             std::vector<double>* C) {
-  const int64_t lda = d.lda ? d.lda : (d.trans_a ? d.m : d.k);
-  const int64_t ldb = d.ldb ? d.ldb : (d.trans_b ? d.k : d.n);
-  const int64_t ldc = d.ldc ? d.ldc : d.n;
-  for (int64_t i = 0; i < d.m; ++i) {
-    for (int64_t j = 0; j < d.n; ++j) {
+void RefGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+             const std::vector<double>& A, int64_t lda, const std::vector<double>& B, int64_t ldb,
+             double beta, std::vector<double>* C, int64_t ldc) {
+  if (lda == 0) lda = trans_a ? m : k;
+  if (ldb == 0) ldb = trans_b ? k : n;
+  if (ldc == 0) ldc = n;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
       double acc = 0;
-      for (int64_t p = 0; p < d.k; ++p) {
-        double a = d.trans_a ? A[p * lda + i] : A[i * lda + p];
-        double b = d.trans_b ? B[j * ldb + p] : B[p * ldb + j];
+      for (int64_t p = 0; p < k; ++p) {
+        double a = trans_a ? A[p * lda + i] : A[i * lda + p];
+        double b = trans_b ? B[j * ldb + p] : B[p * ldb + j];
         acc += a * b;
       }
       double& c = (*C)[i * ldc + j];
-      c = d.alpha * acc + (d.beta != 0 ? d.beta * c : 0.0);
+      c = alpha * acc + (beta != 0 ? beta * c : 0.0);
     }
   }
 }
@@ -157,18 +156,17 @@ std::vector<double> RefCrossEntropy(const std::vector<double>& logits,
 }
 
 void RefAdamW(std::vector<double>* p, const std::vector<double>& g, std::vector<double>* m,
-              std::vector<double>* v, const AdamWParams& hp) {
-  const double b1 = hp.beta1, b2 = hp.beta2;
-  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(hp.step));
-  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(hp.step));
+              std::vector<double>* v, double lr, double b1, double b2, double eps,
+              double weight_decay, int64_t step) {
+  const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
   for (size_t i = 0; i < p->size(); ++i) {
     double& mi = (*m)[i];
     double& vi = (*v)[i];
     double& pi = (*p)[i];
     mi = b1 * mi + (1 - b1) * g[i];
     vi = b2 * vi + (1 - b2) * g[i] * g[i];
-    pi -= static_cast<double>(hp.lr) *
-          ((mi / bc1) / (std::sqrt(vi / bc2) + hp.eps) + static_cast<double>(hp.weight_decay) * pi);
+    pi -= lr * ((mi / bc1) / (std::sqrt(vi / bc2) + eps) + weight_decay * pi);
   }
 }
 
@@ -193,8 +191,8 @@ std::vector<double> Transpose(const std::vector<double>& A, int64_t r, int64_t c
 
 }  // namespace
 
-std::vector<double> RefNewtonSchulz(const std::vector<double>& G, int64_t M, int64_t N, int steps,
-                                    NsCoefficients coeffs) {
+std::vector<double> RefNewtonSchulz(const std::vector<double>& G, int64_t M, int64_t N,
+                                    const std::vector<std::array<double, 3>>& abc) {
   double norm = 0;
   for (double g : G) norm += g * g;
   norm = std::sqrt(norm) + 1e-7;
@@ -204,10 +202,7 @@ std::vector<double> RefNewtonSchulz(const std::vector<double>& G, int64_t M, int
   // the polynomial multiplies from the right.
   const bool wide = M <= N;
   const int64_t R = wide ? M : N;
-  for (int s = 0; s < steps; ++s) {
-    float fa, fb, fc;
-    NsCoefficientsAt(coeffs, s, &fa, &fb, &fc);
-    const double a = fa, b = fb, c = fc;
+  for (const auto& [a, b, c] : abc) {
     std::vector<double> Xt = Transpose(X, M, N);
     std::vector<double> A = wide ? MatMul(X, Xt, M, N, M) : MatMul(Xt, X, N, M, N);
     std::vector<double> P = MatMul(A, A, R, R, R);

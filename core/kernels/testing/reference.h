@@ -5,20 +5,24 @@
 //
 // Shapes and layouts are the ops' own (see core/kernels/cpu.h); buffers are
 // packed row-major std::vector<double>. All functions are pure.
+//
+// This target sees only //core, not core/kernels/kernels.h, so the op
+// parameters (GemmDesc, AdamWParams, Newton–Schulz coefficients) are spelled
+// out as plain arguments.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
-#include "core/kernels/kernels.h"
-
 namespace gtp::kernels::testing {
 
-// C = alpha·op(A)·op(B) + beta·C with GemmDesc's storage rules (lda/ldb/ldc
-// of 0 mean packed; only d.m/n/k/trans/alpha/beta/ld are read). C is read only
-// when beta != 0.
-void RefGemm(const GemmDesc& d, const std::vector<double>& A, const std::vector<double>& B,
-             std::vector<double>* C);
+// C[m, n] = alpha·op(A)·op(B) + beta·C with GemmDesc's storage rules: A is
+// [m, k] (or [k, m] when trans_a), B is [k, n] (or [n, k] when trans_b), and a
+// leading dimension of 0 means packed. C is read only when beta != 0.
+void RefGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+             const std::vector<double>& A, int64_t lda, const std::vector<double>& B, int64_t ldb,
+             double beta, std::vector<double>* C, int64_t ldc);
 
 // out[N, C]: table row idx[n] − vocab_start, or 0 when outside [0, V).
 std::vector<double> RefEmbedding(const std::vector<int32_t>& idx, const std::vector<double>& table,
@@ -53,16 +57,17 @@ std::vector<double> RefAttention(const std::vector<double>& q, const std::vector
 std::vector<double> RefCrossEntropy(const std::vector<double>& logits,
                                     const std::vector<int32_t>& targets, int64_t N, int64_t V);
 
-// One AdamW step on doubles, same formula as cpu::AdamW.
+// One AdamW step on doubles, the formula of cpu::AdamW (step is 1-based).
 void RefAdamW(std::vector<double>* p, const std::vector<double>& g, std::vector<double>* m,
-              std::vector<double>* v, const AdamWParams& hp);
+              std::vector<double>* v, double lr, double beta1, double beta2, double eps,
+              double weight_decay, int64_t step);
 
-// Newton–Schulz in double: G[M, N] → X[M, N] exactly as cpu::NewtonSchulz
-// describes (Frobenius normalisation + 1e-7, transpose when M > N), but written
-// on the un-transposed matrix: for M > N the iteration X ← aX + X(bA + cA²),
-// A = XᵀX is the transpose of the documented one.
-std::vector<double> RefNewtonSchulz(const std::vector<double>& G, int64_t M, int64_t N, int steps,
-                                    NsCoefficients coeffs);
+// Newton–Schulz in double: G[M, N] → X[M, N] as cpu::NewtonSchulz describes
+// (Frobenius normalisation + 1e-7, then step i applies abc[i] = (a, b, c)),
+// but written on the un-transposed matrix: for M > N the iteration
+// X ← aX + X(bA + cA²), A = XᵀX, is the transpose of the documented one.
+std::vector<double> RefNewtonSchulz(const std::vector<double>& G, int64_t M, int64_t N,
+                                    const std::vector<std::array<double, 3>>& abc);
 
 // Eigenvalues of the symmetric n×n matrix A (cyclic Jacobi), ascending.
 std::vector<double> SymmetricEigenvalues(std::vector<double> A, int64_t n);

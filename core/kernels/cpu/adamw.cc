@@ -1,0 +1,31 @@
+// AdamW with decoupled weight decay, elementwise over n parameters:
+//   m ← β1·m + (1 − β1)·g
+//   v ← β2·v + (1 − β2)·g²
+//   p ← p − lr·(m̂/(√v̂ + eps) + wd·p),  m̂ = m/(1 − β1^t), v̂ = v/(1 − β2^t)
+// t = hp.step (1-based). The bias corrections are computed once, in double,
+// because β2^t for small t sits close to 1 and loses bits in f32.
+#include <cmath>
+
+#include "core/kernels/cpu.h"
+#include "core/status.h"
+
+namespace gtp::kernels::cpu {
+
+void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp) {
+  GTP_CHECK(n >= 0, "AdamW: negative size");
+  GTP_CHECK(hp.step >= 1, "AdamW: step is 1-based, got ", hp.step);
+  const double t = static_cast<double>(hp.step);
+  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
+  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
+  const float b1 = hp.beta1, b2 = hp.beta2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= hp.lr * ((mi / bc1) / (std::sqrt(vi / bc2) + hp.eps) + hp.weight_decay * p[i]);
+  }
+}
+
+}  // namespace gtp::kernels::cpu

@@ -1,0 +1,97 @@
+// GEMM on the CPU: C = alpha·op(A)·op(B) + beta·C, row-major (see GemmDesc in
+// core/kernels/kernels.h).
+//   op(A)[m, k]: A stored [m, k] (lda ≥ k) or, trans_a, [k, m] (lda ≥ m).
+//   op(B)[k, n]: B stored [k, n] (ldb ≥ n) or, trans_b, [n, k] (ldb ≥ k).
+//   C[m, n], ldc ≥ n.
+// f32 operands go straight to OpenBLAS' cblas_sgemm. bf16 operands are widened
+// to packed f32 copies first; a bf16 C is computed in an f32 copy and rounded
+// once at the end. beta == 0 never reads C (BLAS semantics).
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "core/kernels/cpu.h"
+#include "core/status.h"
+
+namespace gtp::kernels::cpu {
+namespace {
+
+// Widens a rows × cols bf16 matrix with leading dimension ld into packed f32.
+std::vector<float> WidenBF16(const bf16* src, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(rows) * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16* in = src + r * ld;
+    float* o = out.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = BF16BitsToF32(in[c].bits);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Gemm(const GemmDesc& d, const void* A, const void* B, void* C) {
+  GTP_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0, "Gemm: negative size m=", d.m, " n=", d.n,
+            " k=", d.k);
+  GTP_CHECK(d.ab_type == DType::kF32 || d.ab_type == DType::kBF16,
+            "Gemm: ab_type must be f32 or bf16, got ", DTypeName(d.ab_type));
+  GTP_CHECK(d.c_type == DType::kF32 || d.c_type == DType::kBF16,
+            "Gemm: c_type must be f32 or bf16, got ", DTypeName(d.c_type));
+  // cblas takes int sizes.
+  GTP_CHECK(d.m <= INT_MAX && d.n <= INT_MAX && d.k <= INT_MAX, "Gemm: size exceeds int");
+
+  // Stored shapes of A and B.
+  const int64_t a_rows = d.trans_a ? d.k : d.m, a_cols = d.trans_a ? d.m : d.k;
+  const int64_t b_rows = d.trans_b ? d.n : d.k, b_cols = d.trans_b ? d.k : d.n;
+  const int64_t lda = d.lda ? d.lda : a_cols;
+  const int64_t ldb = d.ldb ? d.ldb : b_cols;
+  const int64_t ldc = d.ldc ? d.ldc : d.n;
+  GTP_CHECK(lda >= a_cols && ldb >= b_cols && ldc >= d.n,
+            "Gemm: leading dimension too small (lda=", lda, " < ", a_cols, " or ldb=", ldb, " < ",
+            b_cols, " or ldc=", ldc, " < ", d.n, ")");
+  GTP_CHECK(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX,
+            "Gemm: leading dimension exceeds int");
+  if (d.m == 0 || d.n == 0) return;
+  GTP_CHECK(C != nullptr, "Gemm: null C");
+  GTP_CHECK(d.k == 0 || (A != nullptr && B != nullptr), "Gemm: null A or B");
+
+  const float* a = static_cast<const float*>(A);
+  const float* b = static_cast<const float*>(B);
+  std::vector<float> a32, b32;
+  int64_t lda32 = lda, ldb32 = ldb;
+  if (d.ab_type == DType::kBF16 && d.k > 0) {
+    a32 = WidenBF16(static_cast<const bf16*>(A), a_rows, a_cols, lda);
+    b32 = WidenBF16(static_cast<const bf16*>(B), b_rows, b_cols, ldb);
+    a = a32.data();
+    b = b32.data();
+    lda32 = a_cols;
+    ldb32 = b_cols;
+  }
+
+  float* c = static_cast<float*>(C);
+  std::vector<float> c32;
+  int64_t ldc32 = ldc;
+  if (d.c_type == DType::kBF16) {
+    c32 = d.beta != 0 ? WidenBF16(static_cast<const bf16*>(C), d.m, d.n, ldc)
+                      : std::vector<float>(static_cast<size_t>(d.m) * d.n);
+    c = c32.data();
+    ldc32 = d.n;
+  }
+
+  // BLAS requires ld ≥ max(1, cols) even where the matrix is empty (k == 0).
+  cblas_sgemm(CblasRowMajor, d.trans_a ? CblasTrans : CblasNoTrans,
+              d.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(d.m), static_cast<int>(d.n),
+              static_cast<int>(d.k), d.alpha, a, static_cast<int>(std::max<int64_t>(lda32, 1)), b,
+              static_cast<int>(std::max<int64_t>(ldb32, 1)), d.beta, c,
+              static_cast<int>(std::max<int64_t>(ldc32, 1)));
+
+  if (d.c_type == DType::kBF16) {
+    bf16* out = static_cast<bf16*>(C);
+    for (int64_t i = 0; i < d.m; ++i) {
+      for (int64_t j = 0; j < d.n; ++j) out[i * ldc + j].bits = F32ToBF16Bits(c32[i * d.n + j]);
+    }
+  }
+}
+
+}  // namespace gtp::kernels::cpu
