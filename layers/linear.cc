@@ -21,6 +21,13 @@ absl::StatusOr<TpGtpGroups> TpGtpGroups::From(const parallel::ProcessGroupCollec
 
 void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std, int64_t row_offset,
                          int64_t col_offset, int64_t global_cols) {
+  InitShardFromGlobal(
+      p, seed, std, [row_offset](int64_t r) { return row_offset + r; }, col_offset, global_cols);
+}
+
+void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std,
+                         const std::function<int64_t(int64_t)>& global_row, int64_t col_offset,
+                         int64_t global_cols) {
   HeapAllocator host;
   Tensor h = Tensor::Zeros({p.shard_rows(), p.cols()}, DType::kF32, host);
   const uint64_t key = KeyFromName(p.name(), seed);
@@ -28,7 +35,7 @@ void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std, int64_t row_
   for (int64_t r = 0; r < p.shard_rows(); ++r) {
     const int64_t local_row = p.shard_row_begin() + r;
     if (local_row >= p.rows()) break;  // padding stays zero
-    const int64_t gr = row_offset + local_row;
+    const int64_t gr = global_row(local_row);
     for (int64_t c = 0; c < p.cols(); ++c) {
       d[r * p.cols() + c] =
           std * PhiloxNormal(key, static_cast<uint64_t>(gr * global_cols + col_offset + c));
@@ -113,20 +120,30 @@ ColumnParallelLinear::ColumnParallelLinear(const LinearConfig& c, TpGtpGroups g,
 absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Create(
     const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain) {
   GTP_ASSIGN_OR_RETURN(TpGtpGroups g, TpGtpGroups::From(pgs));
-  GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".out_features", config.out_features, g.tp->size()));
+  const int parts = config.fused_parts;
+  if (parts < 1 || config.out_features % parts != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(config.name, ".out_features = ",
+                                                   config.out_features, " is not divisible by ",
+                                                   parts, " fused parts"));
+  }
+  GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".out_features / fused_parts",
+                                     config.out_features / parts, g.tp->size()));
   std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
                                               config.in_features, DType::kF32, g.gtp, chain);
-  InitShardFromGlobal(*l->weight_, config.seed, config.init_std,
-                      /*row_offset=*/static_cast<int64_t>(g.tp->rank()) * l->out_tp_,
-                      /*col_offset=*/0, config.in_features);
+  const int64_t part_rows = config.out_features / parts, part_tp = part_rows / g.tp->size();
+  const int64_t t = g.tp->rank();
+  InitShardFromGlobal(
+      *l->weight_, config.seed, config.init_std,
+      [=](int64_t r) { return (r / part_tp) * part_rows + t * part_tp + r % part_tp; },
+      /*col_offset=*/0, config.in_features);
   if (config.bias) l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_);
   return l;
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x) {
   const kernels::Exec& e = chain_->exec();
-  if (config_.sequence_parallel) {
+  if (config_.sequence_parallel && !config_.caller_reduces_input_grad) {
     GTP_ASSIGN_OR_RETURN(x_saved_, AllGatherRows(e, *groups_.tp, x));
   } else {
     x_saved_ = x;
@@ -147,12 +164,14 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy) {
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, config_.in_features});
   ops::LinearBackwardData(e, dy2, w, dx);
-  Tensor wgrad = weight_->AcquireWgrad();
-  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, config_.in_features}), wgrad);
+  bool fresh = false;
+  Tensor wgrad = weight_->Wgrad(&fresh);
+  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, config_.in_features}), wgrad, fresh ? 0.0f : 1.0f);
   weight_->Release(Direction::kBackward);
-  GTP_RETURN_IF_ERROR(weight_->ReduceGrad(wgrad));
+  GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   if (bias_.value.defined()) AccumulateBiasGrad(e, dy2, bias_.grad);
   x_saved_ = Tensor();
+  if (config_.caller_reduces_input_grad) return dx;
   if (config_.sequence_parallel) return ReduceScatterRows(e, *groups_.tp, dx);
   GTP_RETURN_IF_ERROR(AllReduceSum(*groups_.tp, dx));
   return dx;
@@ -210,10 +229,11 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy) {
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, in_tp_});
   ops::LinearBackwardData(e, dy2, w, dx);
-  Tensor wgrad = weight_->AcquireWgrad();
-  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, in_tp_}), wgrad);
+  bool fresh = false;
+  Tensor wgrad = weight_->Wgrad(&fresh);
+  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, in_tp_}), wgrad, fresh ? 0.0f : 1.0f);
   weight_->Release(Direction::kBackward);
-  GTP_RETURN_IF_ERROR(weight_->ReduceGrad(wgrad));
+  GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();
   return dx;
 }

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,16 @@ struct LinearConfig {
   bool sequence_parallel = false;
   float init_std = 0.02f;
   uint64_t seed = 0;
+  // Column-parallel only: the caller owns the TP-region entry. Forward takes
+  // the input as is (already replicated / SP-gathered over TP) and Backward
+  // returns the partial dx without the TP all-reduce / reduce-scatter, so
+  // several linears reading one input (q, k, v) reduce once.
+  bool caller_reduces_input_grad = false;
+  // Column-parallel only: the weight is `fused_parts` matrices stacked along
+  // out ([part_0; part_1; ...], each out/fused_parts rows) and each TP rank
+  // holds its slice of every part, stacked the same way — e.g. SwiGLU's
+  // [gate; up], so a rank's output row is [gate_t | up_t].
+  int fused_parts = 1;
 };
 
 // A replicated (not GTP-sharded) parameter with its f32 gradient.
@@ -125,6 +136,10 @@ class RowParallelLinear {
 // element = std · PhiloxNormal(KeyFromName(name, seed), global_row·global_cols + col).
 void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std, int64_t row_offset,
                          int64_t col_offset, int64_t global_cols);
+// Same, with an explicit TP-local → global row map.
+void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std,
+                         const std::function<int64_t(int64_t)>& global_row, int64_t col_offset,
+                         int64_t global_cols);
 
 // Activation collectives over `group` along dim 0 (blocking). Size-1 groups
 // return the input (AllReduce: in place).

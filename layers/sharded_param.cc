@@ -56,7 +56,10 @@ ShardedParam* GtpChain::Neighbour(const ShardedParam* p, Direction dir) const {
   for (size_t i = 0; i < order_.size(); ++i) {
     if (order_[i] != p) continue;
     if (dir == Direction::kForward) return i + 1 < order_.size() ? order_[i + 1] : nullptr;
-    return i > 0 ? order_[i - 1] : nullptr;
+    for (size_t j = i; j-- > 0;) {
+      if (order_[j]->gathered_in_backward()) return order_[j];
+    }
+    return nullptr;
   }
   return nullptr;
 }
@@ -110,7 +113,7 @@ absl::Status ShardedParam::WaitGather(Direction dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir) {
+absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
   if (dir == Direction::kForward) {
     chain_->Register(this);
   } else {
@@ -124,7 +127,7 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir) {
   if (g.state == CommState::kNone) GTP_RETURN_IF_ERROR(IssueGather(dir, /*async=*/false));
   GTP_RETURN_IF_ERROR(WaitGather(dir));
   // Prefetch the neighbour so its gather overlaps this param's GEMMs.
-  if (chain_->options().weight_prefetch) {
+  if (prefetch && chain_->options().weight_prefetch) {
     ShardedParam* next = chain_->Neighbour(this, dir);
     if (next != nullptr && next->gtp_size() > 1 &&
         next->gather_[static_cast<int>(dir)].state == CommState::kNone) {
@@ -145,18 +148,25 @@ void ShardedParam::Release(Direction dir) {
   g.state = CommState::kNone;
 }
 
-Tensor ShardedParam::AcquireWgrad() {
+Tensor ShardedParam::Wgrad(bool* fresh) {
+  if (reduce_.open) {
+    *fresh = false;
+    return reduce_.wgrad;
+  }
+  GTP_CHECK(reduce_.state == CommState::kNone, name_, ": new wgrad while a reduction is pending");
   Tensor w = chain_->cache().Acquire({padded_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
   // Cached buffers are shared by params of one padded shape: re-zero the pad.
   if (padded_rows_ > rows_) ops::Fill(chain_->exec(), w.Slice(rows_, padded_rows_), 0.0f);
+  reduce_.wgrad = w;
+  reduce_.open = true;
+  *fresh = true;
   return w;
 }
 
-absl::Status ShardedParam::ReduceGrad(Tensor wgrad) {
+absl::Status ShardedParam::ReduceGrad() {
+  GTP_CHECK(reduce_.open, name_, ": ReduceGrad without an open wgrad (call Wgrad first)");
   GTP_CHECK(reduce_.state == CommState::kNone, name_, ": ReduceGrad while a reduction is pending");
-  GTP_CHECK(wgrad.shape() == Shape({padded_rows_, cols_}) && wgrad.dtype() == DType::kF32, name_,
-            ": wgrad must be f32 [", padded_rows_, ", ", cols_, "], got ", wgrad.ToString());
-  reduce_.wgrad = std::move(wgrad);
+  reduce_.open = false;
   if (gtp_size() > 1) {
     reduce_.scatter = chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
     GTP_ASSIGN_OR_RETURN(reduce_.work, gtp_->ReduceScatter(reduce_.wgrad.raw_data(),

@@ -172,19 +172,26 @@ class ShardedParam {
 
   // The full TP-local weight [rows, cols] for `dir`'s GEMMs. Waits for an
   // in-flight prefetch or gathers synchronously (cold start), then issues
-  // the neighbour's prefetch. Blocks on this param's gather only.
-  absl::StatusOr<Tensor> Materialize(Direction dir);
+  // the neighbour's prefetch (unless `prefetch` is false: a tied weight's
+  // second use). Blocks on this param's gather only.
+  absl::StatusOr<Tensor> Materialize(Direction dir, bool prefetch = true);
   // Returns the gathered buffer to the cache (after its GEMMs were issued;
   // on GPU the cache is stream-ordered with the compute stream).
   void Release(Direction dir);
 
-  // A [padded_rows, cols] f32 buffer for the full weight gradient; its pad
-  // rows are zero. Fill rows [0, rows) (=) and pass it to ReduceGrad.
-  Tensor AcquireWgrad();
-  // Reduce-scatters `wgrad` (from AcquireWgrad) over GTP, then adds into the
-  // main grad — deferred by one param when async_reduction is on. Takes
-  // ownership of the buffer until finalised.
-  absl::Status ReduceGrad(Tensor wgrad);
+  // The open [padded_rows, cols] f32 buffer for the full weight gradient
+  // (pad rows zero). `*fresh` is true when it was just opened: write rows
+  // [0, rows) with beta = 0; false when it already holds a contribution
+  // (a tied weight used twice): accumulate with beta = 1.
+  Tensor Wgrad(bool* fresh);
+  // Closes the open wgrad buffer and reduce-scatters it over GTP, then adds
+  // into the main grad — deferred by one param when async_reduction is on.
+  absl::Status ReduceGrad();
+
+  // Params never gathered in backward (an embedding table: its backward is a
+  // scatter-add) are skipped when choosing what to prefetch there.
+  void set_gathered_in_backward(bool on) { gathered_in_backward_ = on; }
+  bool gathered_in_backward() const { return gathered_in_backward_; }
 
   CommState gather_state(Direction dir) const { return gather_[static_cast<int>(dir)].state; }
   CommState reduce_state() const { return reduce_.state; }
@@ -201,6 +208,7 @@ class ShardedParam {
   };
   struct ReduceSlot {
     CommState state = CommState::kNone;
+    bool open = false;  // wgrad acquired, not yet reduced
     Tensor wgrad;    // [padded_rows, cols] f32
     Tensor scatter;  // [shard_rows, cols] f32
     comm::WorkPtr work;
@@ -219,6 +227,7 @@ class ShardedParam {
   ReduceSlot reduce_;
   std::function<void(ShardedParam&)> ready_hook_;
   bool registered_ = false;
+  bool gathered_in_backward_ = true;
 };
 
 // round_up(rows, gtp·alignment).

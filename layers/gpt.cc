@@ -1,0 +1,246 @@
+#include "layers/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/philox.h"
+#include "core/status.h"
+
+namespace gtp::layers {
+
+namespace ops = kernels::ops;
+
+GptConfig GptConfig::Gpt2(int64_t vocab, int64_t seq, int layers, int64_t embd, int64_t heads) {
+  GptConfig c;
+  c.vocab_size = vocab;
+  c.max_seq_len = seq;
+  c.n_layer = layers;
+  c.block.n_embd = embd;
+  c.block.n_head = heads;
+  c.block.norm = NormKind::kLayerNorm;
+  c.block.activation = Activation::kGelu;
+  c.block.bias = true;
+  c.tied_embeddings = true;
+  c.learned_positions = true;
+  return c;
+}
+
+int64_t GptConfig::padded_vocab() const {
+  const int64_t m = std::max<int64_t>(1, vocab_pad_multiple);
+  return (vocab_size + m - 1) / m * m;
+}
+
+namespace {
+
+absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+// Copies host values into a new tensor on exec's device.
+template <typename T>
+Tensor ToDevice(const kernels::Exec& e, const std::vector<T>& v, const Shape& s) {
+  Tensor out = e.Empty(s, DTypeOf<T>::value);
+  HeapAllocator host;
+  Tensor h = Tensor::Wrap(const_cast<T*>(v.data()), s, DTypeOf<T>::value, Device::Cpu());
+  GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/true));
+  return out;
+}
+
+template <typename T>
+std::vector<T> ToHost(const kernels::Exec& e, const Tensor& t) {
+  std::vector<T> v(t.numel());
+  Tensor h = Tensor::Wrap(v.data(), t.shape(), t.dtype(), Device::Cpu());
+  GTP_CHECK_OK(Copy(t, h, e.stream, /*sync=*/true));
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
+    const GptConfig& config, int64_t B, int64_t T, const parallel::ProcessGroupCollection& pgs,
+    const kernels::Exec& exec, const GtpOptions& gtp_options) {
+  std::unique_ptr<GptModel> m(new GptModel());
+  GptConfig& c = m->config_;
+  c = config;
+  c.block.n_layer = c.n_layer;
+  m->exec_ = exec;
+  m->B_ = B;
+  m->T_ = T;
+  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
+  const int tp = m->tp_->size(), t = m->tp_->rank();
+  m->sp_ = c.block.sequence_parallel && tp > 1;
+  c.block.sequence_parallel = m->sp_;
+  if (c.vocab_size <= 0 || c.n_layer <= 0 || c.block.n_embd <= 0) {
+    return Bad("GptConfig needs vocab_size, n_layer and n_embd > 0");
+  }
+  if (T > c.max_seq_len) {
+    return Bad(absl::StrCat("sequence length ", T, " exceeds max_seq_len ", c.max_seq_len));
+  }
+  const int64_t v_pad = c.padded_vocab();
+  if (v_pad % tp != 0) {
+    return Bad(absl::StrCat("padded vocabulary ", v_pad, " (vocab_pad_multiple ",
+                            c.vocab_pad_multiple, ") is not divisible by TP = ", tp));
+  }
+  const int64_t N = B * T;
+  if (m->sp_ && N % tp != 0) {
+    return Bad(absl::StrCat("sequence parallelism needs B·T = ", N, " divisible by TP = ", tp));
+  }
+  m->rows_local_ = m->sp_ ? N / tp : N;
+  m->row0_ = m->sp_ ? t * m->rows_local_ : 0;
+  m->v_tp_ = v_pad / tp;
+  m->vocab_start_ = t * m->v_tp_;
+  m->v_real_ = std::clamp<int64_t>(c.vocab_size - m->vocab_start_, 0, m->v_tp_);
+  m->chain_ = std::make_unique<GtpChain>(exec, gtp_options);
+  const int64_t C = c.block.n_embd;
+
+  m->wte_ = std::make_unique<ShardedParam>("wte.weight", m->v_tp_, C, DType::kF32, gtp,
+                                           m->chain_.get());
+  m->wte_->set_gathered_in_backward(false);  // lookups' backward is a scatter-add
+  InitShardFromGlobal(*m->wte_, c.block.seed, c.block.init_std, m->vocab_start_, 0, C);
+  m->sharded_.push_back(m->wte_.get());
+  if (c.learned_positions) {
+    HeapAllocator host;
+    std::vector<float> pe(c.max_seq_len * C);
+    const uint64_t key = KeyFromName("wpe.weight", c.block.seed);
+    for (size_t i = 0; i < pe.size(); ++i) pe[i] = 0.5f * c.block.init_std * PhiloxNormal(key, i);
+    m->wpe_ = ReplicatedParam{"wpe.weight", ToDevice(exec, pe, {c.max_seq_len, C}),
+                              exec.Zeros({c.max_seq_len, C}), m->sp_};
+    m->replicated_.push_back(&m->wpe_);
+    std::vector<int32_t> pos(m->rows_local_);
+    for (int64_t i = 0; i < m->rows_local_; ++i) pos[i] = static_cast<int32_t>((m->row0_ + i) % T);
+    m->pos_ids_ = ToDevice(exec, pos, {m->rows_local_});
+  }
+  for (int l = 0; l < c.n_layer; ++l) {
+    GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
+                                               m->chain_.get()));
+    b->CollectParams(&m->sharded_, &m->replicated_);
+    m->blocks_.push_back(std::move(b));
+  }
+  m->ln_f_ = std::make_unique<Norm>("ln_f", c.block, tp, exec);
+  for (ReplicatedParam* p : m->ln_f_->params()) m->replicated_.push_back(p);
+  if (!c.tied_embeddings) {
+    m->lm_head_ = std::make_unique<ShardedParam>("lm_head.weight", m->v_tp_, C, DType::kF32, gtp,
+                                                 m->chain_.get());
+    InitShardFromGlobal(*m->lm_head_, c.block.seed, c.block.init_std, m->vocab_start_, 0, C);
+    m->sharded_.push_back(m->lm_head_.get());
+  }
+  return m;
+}
+
+absl::StatusOr<Tensor> GptModel::EmbedForward(const Tensor& tokens) {
+  const int64_t N = B_ * T_, C = config_.block.n_embd;
+  GTP_ASSIGN_OR_RETURN(Tensor table, wte_->Materialize(Direction::kForward));
+  Tensor x = exec_.Empty({N, C});
+  ops::EmbeddingForward(exec_, tokens, table.Slice(0, v_real_), x, vocab_start_);
+  wte_->Release(Direction::kForward);
+  // Each TP rank looked up only its vocabulary slice: sum (SP: scatter rows).
+  if (sp_) {
+    GTP_ASSIGN_OR_RETURN(x, ReduceScatterRows(exec_, *tp_, x));
+  } else {
+    GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, x));
+  }
+  if (config_.learned_positions) {
+    Tensor pe = exec_.Empty({rows_local_, C});
+    ops::EmbeddingForward(exec_, pos_ids_, wpe_.value, pe, 0);
+    ops::Axpby(exec_, 1.0f, pe, 1.0f, x);
+  }
+  return x;
+}
+
+absl::Status GptModel::EmbedBackward(const Tensor& dx) {
+  if (config_.learned_positions) ops::EmbeddingBackward(exec_, pos_ids_, dx, wpe_.grad, 0);
+  Tensor dfull = dx;
+  if (sp_) {
+    GTP_ASSIGN_OR_RETURN(dfull, AllGatherRows(exec_, *tp_, dx));
+  }
+  bool fresh = false;
+  Tensor wgrad = wte_->Wgrad(&fresh);
+  if (fresh) ops::Fill(exec_, wgrad, 0.0f);
+  ops::EmbeddingBackward(exec_, tokens_, dfull, wgrad.Slice(0, v_real_), vocab_start_);
+  return wte_->ReduceGrad();
+}
+
+absl::StatusOr<float> GptModel::Forward(const Tensor& tokens, const Tensor& targets) {
+  const int64_t N = B_ * T_;
+  if (tokens.numel() != N || targets.numel() != N) {
+    return Bad(absl::StrCat("tokens/targets must have B·T = ", N, " elements, got ",
+                            tokens.ToString(), " / ", targets.ToString()));
+  }
+  tokens_ = tokens.View({N});
+  targets_ = targets.View({N});
+  GTP_ASSIGN_OR_RETURN(Tensor x, EmbedForward(tokens_));
+  for (auto& b : blocks_) {
+    GTP_ASSIGN_OR_RETURN(x, b->Forward(x));
+  }
+  Tensor h = ln_f_->Forward(x);
+  if (sp_) {
+    GTP_ASSIGN_OR_RETURN(h_f_, AllGatherRows(exec_, *tp_, h));
+  } else {
+    h_f_ = h;
+  }
+  ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
+  GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(Direction::kForward, /*prefetch=*/lm_head_ != nullptr));
+  logits_ = exec_.Empty({N, v_real_});
+  ops::Linear(exec_, h_f_, w.Slice(0, v_real_), logits_);
+  head->Release(Direction::kForward);
+  // Vocab-parallel cross-entropy: max and target logit, then Σexp, over TP.
+  row_max_ = exec_.Empty({N});
+  sumexp_ = exec_.Empty({N});
+  Tensor target_logit = exec_.Empty({N}), loss = exec_.Empty({N});
+  ops::CrossEntropyStats(exec_, logits_, targets_, row_max_, target_logit, vocab_start_);
+  if (tp_->size() > 1) {
+    GTP_RETURN_IF_ERROR(comm::Run(tp_->AllReduce(row_max_.raw_data(), row_max_.raw_data(), N,
+                                                 DType::kF32, comm::ReduceOp::kMax)));
+    GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, target_logit));
+  }
+  ops::CrossEntropySumExp(exec_, logits_, row_max_, sumexp_);
+  GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, sumexp_));
+  ops::CrossEntropyLoss(exec_, row_max_, sumexp_, target_logit, targets_, loss);
+  std::vector<float> l = ToHost<float>(exec_, loss);
+  std::vector<int32_t> tg = ToHost<int32_t>(exec_, targets_);
+  double sum = 0;
+  n_valid_ = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (tg[i] < 0) continue;
+    sum += l[i];
+    ++n_valid_;
+  }
+  return n_valid_ > 0 ? static_cast<float>(sum / n_valid_) : 0.0f;
+}
+
+absl::Status GptModel::Backward() {
+  const int64_t N = B_ * T_, C = config_.block.n_embd;
+  if (!logits_.defined()) return absl::FailedPreconditionError("Backward without Forward");
+  Tensor dloss = exec_.Empty({N});
+  ops::Fill(exec_, dloss, n_valid_ > 0 ? 1.0f / n_valid_ : 0.0f);
+  Tensor dlogits = exec_.Empty({N, v_real_});
+  ops::CrossEntropyBackward(exec_, logits_, row_max_, sumexp_, targets_, dloss, dlogits,
+                            vocab_start_);
+  logits_ = row_max_ = sumexp_ = Tensor();
+  ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
+  GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(Direction::kBackward));
+  Tensor dh = exec_.Empty({N, C});
+  ops::LinearBackwardData(exec_, dlogits, w.Slice(0, v_real_), dh);
+  bool fresh = false;
+  Tensor wgrad = head->Wgrad(&fresh);
+  if (fresh) ops::Fill(exec_, wgrad, 0.0f);  // vocab pad rows too
+  ops::LinearBackwardWeight(exec_, dlogits, h_f_, wgrad.Slice(0, v_real_), 1.0f);
+  head->Release(Direction::kBackward);
+  if (lm_head_) GTP_RETURN_IF_ERROR(lm_head_->ReduceGrad());  // tied: after the embedding's part
+  h_f_ = Tensor();
+  // Leave the TP region of the head: partial dh over vocab slices.
+  if (sp_) {
+    GTP_ASSIGN_OR_RETURN(dh, ReduceScatterRows(exec_, *tp_, dh));
+  } else {
+    GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, dh));
+  }
+  Tensor dx = ln_f_->Backward(dh);
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+    GTP_ASSIGN_OR_RETURN(dx, (*it)->Backward(dx));
+  }
+  GTP_RETURN_IF_ERROR(EmbedBackward(dx));
+  return chain_->FinishBackward();
+}
+
+}  // namespace gtp::layers

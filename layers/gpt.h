@@ -1,0 +1,101 @@
+// layers/gpt.h — the GPT model: vocab-parallel embedding, transformer
+// blocks, final norm, LM head with vocab-parallel cross-entropy.
+//
+//   x0 = wte[tokens] (+ wpe[positions])          wte: [V_pad, C], TP splits V
+//   x_{l+1} = Block_l(x_l)                        (layers/transformer.h)
+//   logits = Norm_f(x_L) · W_lmᵀ                  W_lm = wte when tied
+//   loss = mean over this lane's tokens of CE(logits, targets)
+//
+// Vocabulary padding: V_pad = round_up(V, vocab_pad_multiple) (128 by
+// default, so every TP degree up to 128 divides it and all layouts build the
+// same global model). Pad rows are storage only: lookups never hit them and
+// the LM head multiplies only the real rows, so logits have exactly V columns
+// across the TP group and match an unpadded model.
+//
+// GPT-2 is: LayerNorm, GELU, learned positions, tied embeddings, biases.
+// Llama-style is: RMSNorm, SwiGLU, no biases, untied (RoPE: not yet).
+//
+// Data layout: each data lane (a (DP, GTP) coordinate) feeds its own B×T
+// tokens; all TP (and SP) ranks of a lane get the same tokens.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/kernels/ops.h"
+#include "layers/linear.h"
+#include "layers/sharded_param.h"
+#include "layers/transformer.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::layers {
+
+struct GptConfig {
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;
+  int n_layer = 0;
+  TransformerConfig block;  // n_layer, seed and init_std are copied from here
+  bool tied_embeddings = true;
+  bool learned_positions = true;
+  int64_t vocab_pad_multiple = 128;
+
+  // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
+  static GptConfig Gpt2(int64_t vocab = 50257, int64_t seq = 1024, int layers = 12,
+                        int64_t embd = 768, int64_t heads = 12);
+  int64_t padded_vocab() const;
+};
+
+class GptModel {
+ public:
+  // Builds this rank's part of the model for micro-batches of B×T tokens.
+  // InvalidArgument naming the field when the config does not fit the
+  // layout (heads vs TP, T vs max_seq_len, rows vs SP...).
+  static absl::StatusOr<std::unique_ptr<GptModel>> Create(
+      const GptConfig& config, int64_t B, int64_t T, const parallel::ProcessGroupCollection& pgs,
+      const kernels::Exec& exec, const GtpOptions& gtp_options = {});
+
+  // tokens, targets: i32 [B, T] on the exec's device (targets < 0 are
+  // ignored). Returns this lane's mean loss. Keeps activations for Backward.
+  absl::StatusOr<float> Forward(const Tensor& tokens, const Tensor& targets);
+  // Backward of the mean loss: parameter gradients accumulate (+=) into the
+  // sharded params' main grads (after the GTP reduce-scatter, which means
+  // over the lanes of a GTP group) and the replicated params' grads (local to
+  // this lane). Finishes every pending reduction before returning.
+  absl::Status Backward();
+  // Logits of the last Forward: [B·T, V_real_t] on this TP rank, columns
+  // [vocab_start(), vocab_start() + V_real_t) of the vocabulary.
+  const Tensor& logits() const { return logits_; }
+  int64_t vocab_start() const { return vocab_start_; }
+
+  GtpChain& chain() { return *chain_; }
+  // Every parameter of this rank, in a fixed order.
+  const std::vector<ShardedParam*>& sharded_params() const { return sharded_; }
+  const std::vector<ReplicatedParam*>& replicated_params() const { return replicated_; }
+  const GptConfig& config() const { return config_; }
+
+ private:
+  GptModel() = default;
+  absl::StatusOr<Tensor> EmbedForward(const Tensor& tokens);
+  absl::Status EmbedBackward(const Tensor& dx);
+
+  GptConfig config_;
+  kernels::Exec exec_;
+  int64_t B_ = 0, T_ = 0, rows_local_ = 0, row0_ = 0;
+  int64_t v_tp_ = 0, v_real_ = 0, vocab_start_ = 0;
+  comm::Communicator* tp_ = nullptr;
+  bool sp_ = false;
+  std::unique_ptr<GtpChain> chain_;
+  std::unique_ptr<ShardedParam> wte_, lm_head_;  // lm_head_ null when tied
+  ReplicatedParam wpe_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::unique_ptr<Norm> ln_f_;
+  std::vector<ShardedParam*> sharded_;
+  std::vector<ReplicatedParam*> replicated_;
+  // Saved for backward.
+  Tensor tokens_, targets_, pos_ids_, h_f_, logits_, row_max_, sumexp_;
+  int64_t n_valid_ = 0;
+};
+
+}  // namespace gtp::layers

@@ -1,0 +1,271 @@
+#include "layers/transformer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace gtp::layers {
+
+namespace ops = kernels::ops;
+
+absl::StatusOr<Tensor> EnterTpRegion(const kernels::Exec& e, comm::Communicator& tp, bool sp,
+                                     const Tensor& x) {
+  if (sp) return AllGatherRows(e, tp, x);
+  return x;
+}
+
+absl::StatusOr<Tensor> ExitTpRegionGrad(const kernels::Exec& e, comm::Communicator& tp, bool sp,
+                                        const Tensor& dx) {
+  if (sp) return ReduceScatterRows(e, tp, dx);
+  GTP_RETURN_IF_ERROR(AllReduceSum(tp, dx));
+  return dx;
+}
+
+namespace {
+
+absl::Status Divisible(const std::string& what, int64_t n, int64_t by, const std::string& by_what) {
+  if (by <= 0 || n % by != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " = ", n, " is not divisible by ", by_what, " = ", by));
+  }
+  return absl::OkStatus();
+}
+
+LinearConfig Lin(const std::string& name, const TransformerConfig& c, int64_t in, int64_t out,
+                 float std, bool caller_reduces) {
+  LinearConfig l;
+  l.name = name;
+  l.in_features = in;
+  l.out_features = out;
+  l.bias = c.bias;
+  l.sequence_parallel = c.sequence_parallel;
+  l.init_std = std;
+  l.seed = c.seed;
+  l.caller_reduces_input_grad = caller_reduces;
+  return l;
+}
+
+float ProjStd(const TransformerConfig& c) {
+  return c.init_std / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+}
+
+}  // namespace
+
+// ---- Norm ----------------------------------------------------------------------------
+
+Norm::Norm(const std::string& name, const TransformerConfig& c, int tp, const kernels::Exec& e)
+    : kind_(c.norm), eps_(c.norm_eps), exec_(e) {
+  const bool tp_sum = c.sequence_parallel && tp > 1;
+  w_ = ReplicatedParam{name + ".weight", e.Empty({c.n_embd}), e.Zeros({c.n_embd}), tp_sum};
+  ops::Fill(e, w_.value, 1.0f);
+  if (kind_ == NormKind::kLayerNorm && c.bias) {
+    b_ = ReplicatedParam{name + ".bias", e.Zeros({c.n_embd}), e.Zeros({c.n_embd}), tp_sum};
+  }
+}
+
+Tensor Norm::Forward(const Tensor& x) {
+  const int64_t rows = x.numel() / x.dim(-1);
+  x_ = x;
+  rstd_ = exec_.Empty({rows});
+  Tensor y = exec_.Empty(x.shape());
+  if (kind_ == NormKind::kLayerNorm) {
+    mean_ = exec_.Empty({rows});
+    ops::LayerNormForward(exec_, x, w_.value, b_.value, y, mean_, rstd_, eps_);
+  } else {
+    ops::RMSNormForward(exec_, x, w_.value, y, rstd_, eps_);
+  }
+  return y;
+}
+
+Tensor Norm::Backward(const Tensor& dy) {
+  Tensor dx = exec_.Empty(x_.shape());
+  if (kind_ == NormKind::kLayerNorm) {
+    ops::LayerNormBackward(exec_, dy, x_, w_.value, mean_, rstd_, dx, w_.grad, b_.grad);
+  } else {
+    ops::RMSNormBackward(exec_, dy, x_, w_.value, rstd_, dx, w_.grad);
+  }
+  x_ = mean_ = rstd_ = Tensor();
+  return dx;
+}
+
+std::vector<ReplicatedParam*> Norm::params() {
+  std::vector<ReplicatedParam*> p{&w_};
+  if (b_.value.defined()) p.push_back(&b_);
+  return p;
+}
+
+// ---- Attention -------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
+    const std::string& name, const TransformerConfig& c, int64_t B, int64_t T,
+    const parallel::ProcessGroupCollection& pgs, GtpChain* chain) {
+  std::unique_ptr<Attention> a(new Attention());
+  a->config_ = c;
+  a->B_ = B;
+  a->T_ = T;
+  a->chain_ = chain;
+  GTP_ASSIGN_OR_RETURN(a->tp_, pgs.Get("tp"));
+  const int tp = a->tp_->size();
+  GTP_RETURN_IF_ERROR(Divisible("n_embd", c.n_embd, c.n_head, "n_head"));
+  GTP_RETURN_IF_ERROR(Divisible("n_head", c.n_head, c.kv_heads(), "n_kv_head"));
+  GTP_RETURN_IF_ERROR(Divisible("n_kv_head", c.kv_heads(), tp, "the tensor-parallel size"));
+  a->hs_ = c.n_embd / c.n_head;
+  a->nh_tp_ = c.n_head / tp;
+  a->nkv_tp_ = c.kv_heads() / tp;
+  const int64_t kv = c.kv_heads() * a->hs_;
+  GTP_ASSIGN_OR_RETURN(a->q_, ColumnParallelLinear::Create(
+                                  Lin(name + ".q", c, c.n_embd, c.n_embd, c.init_std, true), pgs, chain));
+  GTP_ASSIGN_OR_RETURN(a->k_, ColumnParallelLinear::Create(
+                                  Lin(name + ".k", c, c.n_embd, kv, c.init_std, true), pgs, chain));
+  GTP_ASSIGN_OR_RETURN(a->v_, ColumnParallelLinear::Create(
+                                  Lin(name + ".v", c, c.n_embd, kv, c.init_std, true), pgs, chain));
+  GTP_ASSIGN_OR_RETURN(a->o_, RowParallelLinear::Create(
+                                  Lin(name + ".o", c, c.n_embd, c.n_embd, ProjStd(c), false), pgs, chain));
+  return a;
+}
+
+absl::StatusOr<Tensor> Attention::Forward(const Tensor& h) {
+  const kernels::Exec& e = chain_->exec();
+  GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
+  GTP_ASSIGN_OR_RETURN(q_out_, q_->Forward(hin));
+  GTP_ASSIGN_OR_RETURN(k_out_, k_->Forward(hin));
+  GTP_ASSIGN_OR_RETURN(v_out_, v_->Forward(hin));
+  Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
+  Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
+  Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
+  att_ = e.Empty({B_, nh_tp_, T_, T_});
+  Tensor y = e.Empty({B_, T_, nh_tp_, hs_});
+  ops::AttentionForward(e, q, k, v, y, att_);
+  return o_->Forward(y.View({B_ * T_, nh_tp_ * hs_}));
+}
+
+absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
+  const kernels::Exec& e = chain_->exec();
+  GTP_ASSIGN_OR_RETURN(Tensor dy, o_->Backward(dout));
+  Tensor dq = e.Empty({B_, T_, nh_tp_, hs_});
+  Tensor dk = e.Empty({B_, T_, nkv_tp_, hs_});
+  Tensor dv = e.Empty({B_, T_, nkv_tp_, hs_});
+  ops::AttentionBackward(e, dy.View({B_, T_, nh_tp_, hs_}), q_out_.View({B_, T_, nh_tp_, hs_}),
+                         k_out_.View({B_, T_, nkv_tp_, hs_}), v_out_.View({B_, T_, nkv_tp_, hs_}),
+                         att_, dq, dk, dv);
+  q_out_ = k_out_ = v_out_ = att_ = Tensor();
+  // Backward in reverse forward order (v, k, q) keeps the GTP chain's order.
+  GTP_ASSIGN_OR_RETURN(Tensor dh, v_->Backward(dv.View({B_ * T_, nkv_tp_ * hs_})));
+  GTP_ASSIGN_OR_RETURN(Tensor dhk, k_->Backward(dk.View({B_ * T_, nkv_tp_ * hs_})));
+  GTP_ASSIGN_OR_RETURN(Tensor dhq, q_->Backward(dq.View({B_ * T_, nh_tp_ * hs_})));
+  ops::Axpby(e, 1.0f, dhk, 1.0f, dh);
+  ops::Axpby(e, 1.0f, dhq, 1.0f, dh);
+  return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
+}
+
+void Attention::CollectParams(std::vector<ShardedParam*>* sharded,
+                              std::vector<ReplicatedParam*>* repl) {
+  sharded->push_back(&q_->weight());
+  sharded->push_back(&k_->weight());
+  sharded->push_back(&v_->weight());
+  sharded->push_back(&o_->weight());
+  for (ReplicatedParam* b : {q_->bias(), k_->bias(), v_->bias(), o_->bias()})
+    if (b) repl->push_back(b);
+}
+
+// ---- Mlp -------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
+                                                 const TransformerConfig& c,
+                                                 const parallel::ProcessGroupCollection& pgs,
+                                                 GtpChain* chain) {
+  std::unique_ptr<Mlp> m(new Mlp());
+  m->config_ = c;
+  m->chain_ = chain;
+  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
+  const int64_t H = c.hidden();
+  const bool glu = c.activation == Activation::kSwiGlu;
+  LinearConfig fc = Lin(name + ".fc", c, c.n_embd, glu ? 2 * H : H, c.init_std, true);
+  fc.fused_parts = glu ? 2 : 1;  // SwiGLU: [gate; up]
+  GTP_ASSIGN_OR_RETURN(m->fc_, ColumnParallelLinear::Create(fc, pgs, chain));
+  GTP_ASSIGN_OR_RETURN(m->proj_, RowParallelLinear::Create(
+                                     Lin(name + ".proj", c, H, c.n_embd, ProjStd(c), false), pgs, chain));
+  return m;
+}
+
+absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h) {
+  const kernels::Exec& e = chain_->exec();
+  GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
+  GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin));  // GELU: [N, H_tp]; SwiGLU: [N, gate|up]
+  const int64_t n = pre_act_.dim(0);
+  const bool glu = config_.activation == Activation::kSwiGlu;
+  Tensor act = e.Empty({n, glu ? pre_act_.dim(1) / 2 : pre_act_.dim(1)});
+  if (glu) {
+    ops::SwiGluForward(e, pre_act_, act);
+  } else {
+    ops::GeluForward(e, pre_act_, act);
+  }
+  return proj_->Forward(act);
+}
+
+absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
+  const kernels::Exec& e = chain_->exec();
+  GTP_ASSIGN_OR_RETURN(Tensor dact, proj_->Backward(dout));
+  Tensor dpre = e.Empty(pre_act_.shape());
+  if (config_.activation == Activation::kSwiGlu) {
+    ops::SwiGluBackward(e, dact, pre_act_, dpre);
+  } else {
+    ops::GeluBackward(e, dact, pre_act_, dpre);
+  }
+  pre_act_ = Tensor();
+  GTP_ASSIGN_OR_RETURN(Tensor dh, fc_->Backward(dpre));
+  return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
+}
+
+void Mlp::CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl) {
+  sharded->push_back(&fc_->weight());
+  sharded->push_back(&proj_->weight());
+  for (ReplicatedParam* b : {fc_->bias(), proj_->bias()})
+    if (b) repl->push_back(b);
+}
+
+// ---- Block -----------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
+                                                     const TransformerConfig& c, int64_t B,
+                                                     int64_t T,
+                                                     const parallel::ProcessGroupCollection& pgs,
+                                                     GtpChain* chain) {
+  std::unique_ptr<Block> b(new Block());
+  b->exec_ = chain->exec();
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
+  b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
+  GTP_ASSIGN_OR_RETURN(b->attn_, Attention::Create(name + ".attn", c, B, T, pgs, chain));
+  b->ln2_ = std::make_unique<Norm>(name + ".ln2", c, tp->size(), b->exec_);
+  GTP_ASSIGN_OR_RETURN(b->mlp_, Mlp::Create(name + ".mlp", c, pgs, chain));
+  return b;
+}
+
+absl::StatusOr<Tensor> Block::Forward(const Tensor& x) {
+  GTP_ASSIGN_OR_RETURN(Tensor a, attn_->Forward(ln1_->Forward(x)));
+  ops::Axpby(exec_, 1.0f, x, 1.0f, a);  // x1 = x + attn
+  GTP_ASSIGN_OR_RETURN(Tensor m, mlp_->Forward(ln2_->Forward(a)));
+  ops::Axpby(exec_, 1.0f, a, 1.0f, m);  // x2 = x1 + mlp
+  return m;
+}
+
+absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
+  GTP_ASSIGN_OR_RETURN(Tensor dm, mlp_->Backward(dx2));
+  Tensor dx1 = ln2_->Backward(dm);
+  ops::Axpby(exec_, 1.0f, dx2, 1.0f, dx1);
+  GTP_ASSIGN_OR_RETURN(Tensor da, attn_->Backward(dx1));
+  Tensor dx = ln1_->Backward(da);
+  ops::Axpby(exec_, 1.0f, dx1, 1.0f, dx);
+  return dx;
+}
+
+void Block::CollectParams(std::vector<ShardedParam*>* sharded,
+                          std::vector<ReplicatedParam*>* repl) {
+  for (ReplicatedParam* p : ln1_->params()) repl->push_back(p);
+  attn_->CollectParams(sharded, repl);
+  for (ReplicatedParam* p : ln2_->params()) repl->push_back(p);
+  mlp_->CollectParams(sharded, repl);
+}
+
+}  // namespace gtp::layers

@@ -1,0 +1,139 @@
+// layers/transformer.h — norms, causal self-attention, MLP and the pre-norm
+// transformer block, tensor-parallel with GTP-sharded weights.
+//
+// Shapes (one data lane): B sequences of T tokens, N = B·T rows, C channels,
+// NH query heads and NKV key/value heads of HS = C/NH channels, H = MLP hidden.
+// TP splits heads and H: NH_tp = NH/TP, NKV_tp = NKV/TP, H_tp = H/TP. With
+// sequence parallelism (SP) the residual stream is split along rows:
+// x[N_tp, C], N_tp = N/TP; it is all-gathered once on entry to each TP region
+// and reduce-scattered on exit.
+//
+//   Block:  x1 = x  + Wo·Attn(q, k, v of Norm1(x))        (q/k/v/o: TP linears)
+//           x2 = x1 + W2·act(W1·Norm2(x1))                 (act: GELU or SwiGLU)
+//
+// Every module has an explicit Forward (saving what its Backward needs) and
+// Backward (returning the input gradient, accumulating parameter gradients).
+// Groups come only from the ProcessGroupCollection passed to Create.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/kernels/ops.h"
+#include "layers/linear.h"
+#include "layers/sharded_param.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::layers {
+
+enum class NormKind { kLayerNorm, kRMSNorm };
+enum class Activation { kGelu, kSwiGlu };
+
+struct TransformerConfig {
+  int64_t n_embd = 0;         // C
+  int64_t n_head = 0;         // NH
+  int64_t n_kv_head = 0;      // NKV (0: = NH, plain multi-head attention)
+  int64_t ffn_hidden = 0;     // H (0: 4·C)
+  NormKind norm = NormKind::kLayerNorm;
+  Activation activation = Activation::kGelu;
+  bool bias = true;           // biases in the linears (and LayerNorm)
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+  // Output projections (attention o, MLP down) use init_std / √(2·n_layer).
+  int n_layer = 1;
+  bool sequence_parallel = false;
+  uint64_t seed = 0;
+
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * n_embd; }
+};
+
+// LayerNorm / RMSNorm over C with replicated weight (and bias for LayerNorm).
+class Norm {
+ public:
+  Norm(const std::string& name, const TransformerConfig& c, int tp, const kernels::Exec& e);
+  Tensor Forward(const Tensor& x);          // x[rows, C]
+  Tensor Backward(const Tensor& dy);        // → dx[rows, C]
+  std::vector<ReplicatedParam*> params();
+
+ private:
+  NormKind kind_;
+  float eps_;
+  kernels::Exec exec_;
+  ReplicatedParam w_, b_;
+  Tensor x_, mean_, rstd_;
+};
+
+class Attention {
+ public:
+  static absl::StatusOr<std::unique_ptr<Attention>> Create(
+      const std::string& name, const TransformerConfig& c, int64_t B, int64_t T,
+      const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
+  // h[N or N_tp, C] (normalised input) → out[N or N_tp, C] (before residual).
+  absl::StatusOr<Tensor> Forward(const Tensor& h);
+  absl::StatusOr<Tensor> Backward(const Tensor& dout);
+  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+
+ private:
+  Attention() = default;
+  TransformerConfig config_;
+  int64_t B_ = 0, T_ = 0, nh_tp_ = 0, nkv_tp_ = 0, hs_ = 0;
+  comm::Communicator* tp_ = nullptr;
+  GtpChain* chain_ = nullptr;
+  std::unique_ptr<ColumnParallelLinear> q_, k_, v_;
+  std::unique_ptr<RowParallelLinear> o_;
+  Tensor q_out_, k_out_, v_out_, att_;
+};
+
+class Mlp {
+ public:
+  static absl::StatusOr<std::unique_ptr<Mlp>> Create(const std::string& name,
+                                                     const TransformerConfig& c,
+                                                     const parallel::ProcessGroupCollection& pgs,
+                                                     GtpChain* chain);
+  absl::StatusOr<Tensor> Forward(const Tensor& h);
+  absl::StatusOr<Tensor> Backward(const Tensor& dout);
+  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+
+ private:
+  Mlp() = default;
+  TransformerConfig config_;
+  comm::Communicator* tp_ = nullptr;
+  GtpChain* chain_ = nullptr;
+  // GELU: fc → gelu → proj. SwiGLU: fc = [gate; up] fused (a TP slice keeps
+  // matching gate/up columns) → silu(gate)·up → proj.
+  std::unique_ptr<ColumnParallelLinear> fc_;
+  std::unique_ptr<RowParallelLinear> proj_;
+  Tensor pre_act_;  // GELU: fc out [N, H_tp]; SwiGLU: [N, 2·H_tp] = [gate | up]
+};
+
+class Block {
+ public:
+  static absl::StatusOr<std::unique_ptr<Block>> Create(const std::string& name,
+                                                       const TransformerConfig& c, int64_t B,
+                                                       int64_t T,
+                                                       const parallel::ProcessGroupCollection& pgs,
+                                                       GtpChain* chain);
+  absl::StatusOr<Tensor> Forward(const Tensor& x);
+  absl::StatusOr<Tensor> Backward(const Tensor& dx2);
+  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+
+ private:
+  Block() = default;
+  kernels::Exec exec_;
+  std::unique_ptr<Norm> ln1_, ln2_;
+  std::unique_ptr<Attention> attn_;
+  std::unique_ptr<Mlp> mlp_;
+};
+
+// The TP-region entry/exit used by Attention and Mlp (SP-aware):
+// Enter: SP → all-gather rows over TP; else identity.
+// Exit of the input gradient: SP → reduce-scatter rows; else all-reduce sum.
+absl::StatusOr<Tensor> EnterTpRegion(const kernels::Exec& e, comm::Communicator& tp, bool sp,
+                                     const Tensor& x);
+absl::StatusOr<Tensor> ExitTpRegionGrad(const kernels::Exec& e, comm::Communicator& tp, bool sp,
+                                        const Tensor& dx);
+
+}  // namespace gtp::layers
