@@ -1,7 +1,9 @@
 // Model loss parity across layouts (issue 5): a 4-layer GPT trained for 10
 // SGD steps on the same global batch gives the same per-step losses under
 // DP4, DP2·GTP2, GTP4, TP2·GTP2 and TP2·DP2 as on a single rank, within 1e-5
-// relative, for a GPT-2-style (tied, LayerNorm, GELU) and a Llama-style
+// relative — also when the groups come from a hand-built collection with
+// permuted GTP membership (a module reading a group it was not given fails) —
+// for a GPT-2-style (tied, LayerNorm, GELU) and a Llama-style
 // (untied, RMSNorm, SwiGLU, GQA, no bias, sequence parallel) model.
 #include <cmath>
 #include <string>
@@ -46,7 +48,20 @@ int32_t Token(int step, int64_t s, int64_t t) {
 struct Layout {
   const char* name;
   int tp, gtp, dp;
+  bool permuted = false;  // hand-built collection with permuted GTP groups
 };
+
+// World 4, GTP2·DP2 with GTP peers {3,0} and {1,2} (rank order reversed and
+// re-paired) instead of the default {0,1}, {2,3}; DP and data groups follow.
+absl::StatusOr<parallel::ProcessGroupCollection> PermutedCollection(comm::Communicator& w) {
+  parallel::ProcessGroupCollection pgs(w.rank());
+  GTP_RETURN_IF_ERROR(pgs.AddSplit(w, "tp", {{0}, {1}, {2}, {3}}));
+  GTP_RETURN_IF_ERROR(pgs.AddSplit(w, "gtp", {{3, 0}, {1, 2}}));
+  GTP_RETURN_IF_ERROR(pgs.AddSplit(w, "replicate", {{3, 1}, {0, 2}}));
+  GTP_RETURN_IF_ERROR(pgs.AddSplit(w, "data", {{3, 0, 1, 2}}));
+  GTP_RETURN_IF_ERROR(pgs.AddAlias("data_cp", "data"));
+  return pgs;
+}
 
 // Trains on `world` ranks and returns the global losses seen by rank 0.
 std::vector<float> Train(const Layout& l, bool llama) {
@@ -58,7 +73,8 @@ std::vector<float> Train(const Layout& l, bool llama) {
     pc.tp = l.tp;
     pc.tp_num_weight_shards = l.tp * l.gtp;
     pc.sequence_parallel = llama && l.tp > 1;
-    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    GTP_ASSIGN_OR_RETURN(auto pgs, l.permuted ? PermutedCollection(w)
+                                              : parallel::ProcessGroupCollection::Build(pc, w));
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs.Get("data"));
     const int lanes = data->size(), lane = data->rank();
     const int64_t B = kGlobalBatch / lanes;
@@ -95,7 +111,8 @@ TEST_P(GptParity, LossesMatchSingleRankAcrossLayouts) {
   ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
   EXPECT_LT(ref.back(), ref.front() - 0.05f) << "the model should learn something";
   for (const Layout& l : {Layout{"DP4", 1, 1, 4}, Layout{"DP2_GTP2", 1, 2, 2}, Layout{"GTP4", 1, 4, 1},
-                          Layout{"TP2_GTP2", 2, 2, 1}, Layout{"TP2_DP2", 2, 1, 2}}) {
+                          Layout{"TP2_GTP2", 2, 2, 1}, Layout{"TP2_DP2", 2, 1, 2},
+                          Layout{"DP2_GTP2_permuted_groups", 1, 2, 2, true}}) {
     std::vector<float> got = Train(l, llama);
     ASSERT_EQ(got.size(), ref.size()) << l.name;
     for (int s = 0; s < kSteps; ++s) {
