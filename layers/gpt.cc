@@ -97,7 +97,9 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   m->wte_ = std::make_unique<ShardedParam>("wte.weight", m->v_tp_, C, DType::kF32, gtp,
                                            m->chain_.get());
   m->wte_->set_gathered_in_backward(false);  // lookups' backward is a scatter-add
-  InitShardFromGlobal(*m->wte_, c.block.seed, c.block.init_std, m->vocab_start_, 0, C);
+  const int64_t vstart = m->vocab_start_;
+  const ShardedParam::GlobalLayout vocab_layout{v_pad, C, [vstart](int64_t r) { return vstart + r; }, 0};
+  InitShardFromGlobal(*m->wte_, vocab_layout, c.block.seed, c.block.init_std);
   m->sharded_.push_back(m->wte_.get());
   if (c.learned_positions) {
     HeapAllocator host;
@@ -122,7 +124,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   if (!c.tied_embeddings) {
     m->lm_head_ = std::make_unique<ShardedParam>("lm_head.weight", m->v_tp_, C, DType::kF32, gtp,
                                                  m->chain_.get());
-    InitShardFromGlobal(*m->lm_head_, c.block.seed, c.block.init_std, m->vocab_start_, 0, C);
+    InitShardFromGlobal(*m->lm_head_, vocab_layout, c.block.seed, c.block.init_std);
     m->sharded_.push_back(m->lm_head_.get());
   }
   return m;
@@ -241,6 +243,37 @@ absl::Status GptModel::Backward() {
   }
   GTP_RETURN_IF_ERROR(EmbedBackward(dx));
   return chain_->FinishBackward();
+}
+
+absl::Status GptModel::LoadGlobal(const std::string& name, const float* data, const Shape& shape) {
+  for (ShardedParam* p : sharded_) {
+    if (p->name() != name) continue;
+    const auto& L = p->global_layout();
+    const bool vocab = p == wte_.get() || p == lm_head_.get();
+    const bool ok = shape.rank() == 2 && shape[1] == L.global_cols &&
+                    (shape[0] == L.global_rows ||
+                     (vocab && shape[0] == config_.vocab_size));
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " is [", L.global_rows,
+                                                     ", ", L.global_cols, "], got ",
+                                                     shape.ToString()));
+    }
+    std::vector<float> full(L.global_rows * L.global_cols, 0.0f);
+    std::copy(data, data + shape.numel(), full.begin());
+    LoadShardFromGlobal(*p, full.data());
+    return absl::OkStatus();
+  }
+  for (ReplicatedParam* p : replicated_) {
+    if (p->name != name) continue;
+    if (shape != p->value.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " is ",
+                                                     p->value.shape().ToString(), ", got ",
+                                                     shape.ToString()));
+    }
+    Tensor h = Tensor::Wrap(const_cast<float*>(data), shape, DType::kF32, Device::Cpu());
+    return Copy(h, p->value, exec_.stream, /*sync=*/true);
+  }
+  return absl::NotFoundError(absl::StrCat("the model has no parameter named ", name));
 }
 
 }  // namespace gtp::layers

@@ -69,6 +69,12 @@ class GptModel {
   const Tensor& logits() const { return logits_; }
   int64_t vocab_start() const { return vocab_start_; }
 
+  // Sets parameter `name` (e.g. "h.0.attn.q.weight") from its full global
+  // value: host, row-major f32 of `shape`. The vocabulary tables accept
+  // [V, C] or [V_pad, C] (pad rows become zero). NotFound for an unknown
+  // name, InvalidArgument for a wrong shape. Host copies; blocks.
+  absl::Status LoadGlobal(const std::string& name, const float* data, const Shape& shape);
+
   GtpChain& chain() { return *chain_; }
   // Every parameter of this rank, in a fixed order.
   const std::vector<ShardedParam*>& sharded_params() const { return sharded_; }

@@ -1,5 +1,6 @@
 #include "layers/linear.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,30 +20,59 @@ absl::StatusOr<TpGtpGroups> TpGtpGroups::From(const parallel::ProcessGroupCollec
 
 // ---- helpers -------------------------------------------------------------------------
 
-void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std, int64_t row_offset,
-                         int64_t col_offset, int64_t global_cols) {
-  InitShardFromGlobal(
-      p, seed, std, [row_offset](int64_t r) { return row_offset + r; }, col_offset, global_cols);
+namespace {
+// Calls fn(shard_row, global_row) for every real (non-pad) row of p's shard.
+template <typename Fn>
+void ForEachShardRow(const ShardedParam& p, Fn fn) {
+  const auto& L = p.global_layout();
+  GTP_CHECK(L.row_map != nullptr, p.name(), ": no global layout");
+  for (int64_t r = 0; r < p.shard_rows(); ++r) {
+    const int64_t local_row = p.shard_row_begin() + r;
+    if (local_row >= p.rows()) break;  // padding
+    fn(r, L.row_map(local_row));
+  }
 }
+}  // namespace
 
-void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std,
-                         const std::function<int64_t(int64_t)>& global_row, int64_t col_offset,
-                         int64_t global_cols) {
+void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uint64_t seed,
+                         float std) {
+  p.set_global_layout(std::move(layout));
+  const auto& L = p.global_layout();
   HeapAllocator host;
   Tensor h = Tensor::Zeros({p.shard_rows(), p.cols()}, DType::kF32, host);
   const uint64_t key = KeyFromName(p.name(), seed);
   float* d = h.data<float>();
-  for (int64_t r = 0; r < p.shard_rows(); ++r) {
-    const int64_t local_row = p.shard_row_begin() + r;
-    if (local_row >= p.rows()) break;  // padding stays zero
-    const int64_t gr = global_row(local_row);
+  ForEachShardRow(p, [&](int64_t r, int64_t gr) {
     for (int64_t c = 0; c < p.cols(); ++c) {
       d[r * p.cols() + c] =
-          std * PhiloxNormal(key, static_cast<uint64_t>(gr * global_cols + col_offset + c));
+          std * PhiloxNormal(key, static_cast<uint64_t>(gr * L.global_cols + L.col_offset + c));
     }
-  }
+  });
   GTP_CHECK(p.dtype() == DType::kF32, "InitShardFromGlobal: only f32 params so far");
   GTP_CHECK_OK(Copy(h, p.shard()));
+}
+
+void LoadShardFromGlobal(ShardedParam& p, const float* global) {
+  const auto& L = p.global_layout();
+  HeapAllocator host;
+  Tensor h = Tensor::Zeros({p.shard_rows(), p.cols()}, DType::kF32, host);
+  float* d = h.data<float>();
+  ForEachShardRow(p, [&](int64_t r, int64_t gr) {
+    std::copy(global + gr * L.global_cols + L.col_offset,
+              global + gr * L.global_cols + L.col_offset + p.cols(), d + r * p.cols());
+  });
+  GTP_CHECK_OK(Copy(h, p.shard()));
+}
+
+void StoreShardToGlobal(const ShardedParam& p, float* global) {
+  const auto& L = p.global_layout();
+  HeapAllocator host;
+  auto h = CopyTo(p.shard(), host);
+  GTP_CHECK_OK(h.status());
+  const float* d = h->data<float>();
+  ForEachShardRow(p, [&](int64_t r, int64_t gr) {
+    std::copy(d + r * p.cols(), d + (r + 1) * p.cols(), global + gr * L.global_cols + L.col_offset);
+  });
 }
 
 absl::StatusOr<Tensor> AllGatherRows(const kernels::Exec& e, comm::Communicator& group,
@@ -126,17 +156,19 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
                                                    config.out_features, " is not divisible by ",
                                                    parts, " fused parts"));
   }
-  GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".out_features / fused_parts",
-                                     config.out_features / parts, g.tp->size()));
+  GTP_RETURN_IF_ERROR(CheckDivisible(
+      config.name + (parts == 1 ? ".out_features" : ".out_features / fused_parts"),
+      config.out_features / parts, g.tp->size()));
   std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
                                               config.in_features, DType::kF32, g.gtp, chain);
   const int64_t part_rows = config.out_features / parts, part_tp = part_rows / g.tp->size();
   const int64_t t = g.tp->rank();
   InitShardFromGlobal(
-      *l->weight_, config.seed, config.init_std,
-      [=](int64_t r) { return (r / part_tp) * part_rows + t * part_tp + r % part_tp; },
-      /*col_offset=*/0, config.in_features);
+      *l->weight_,
+      {config.out_features, config.in_features,
+       [=](int64_t r) { return (r / part_tp) * part_rows + t * part_tp + r % part_tp; }, 0},
+      config.seed, config.init_std);
   if (config.bias) l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_);
   return l;
 }
@@ -189,9 +221,10 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
   std::unique_ptr<RowParallelLinear> l(new RowParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", config.out_features,
                                               l->in_tp_, DType::kF32, g.gtp, chain);
-  InitShardFromGlobal(*l->weight_, config.seed, config.init_std, /*row_offset=*/0,
-                      /*col_offset=*/static_cast<int64_t>(g.tp->rank()) * l->in_tp_,
-                      config.in_features);
+  InitShardFromGlobal(*l->weight_,
+                      {config.out_features, config.in_features, [](int64_t r) { return r; },
+                       static_cast<int64_t>(g.tp->rank()) * l->in_tp_},
+                      config.seed, config.init_std);
   if (config.bias) {
     l->bias_ = MakeBias(chain->exec(), config.name + ".bias", config.out_features);
     l->bias_.grad_needs_tp_sum = config.sequence_parallel && g.tp->size() > 1;

@@ -131,15 +131,18 @@ class RowParallelLinear {
 
 // ---- helpers shared by the layers ------------------------------------------------
 
-// Fills p's shard from the global [global_rows, global_cols] weight, where
-// TP-local row r / col c map to global row row_offset + r, col col_offset + c.
-// element = std · PhiloxNormal(KeyFromName(name, seed), global_row·global_cols + col).
-void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std, int64_t row_offset,
-                         int64_t col_offset, int64_t global_cols);
-// Same, with an explicit TP-local → global row map.
-void InitShardFromGlobal(ShardedParam& p, uint64_t seed, float std,
-                         const std::function<int64_t(int64_t)>& global_row, int64_t col_offset,
-                         int64_t global_cols);
+// Sets p's global layout (see ShardedParam::GlobalLayout) and fills its
+// shard from the topology-invariant initialiser: element (R, C) of the
+// global weight is std · PhiloxNormal(KeyFromName(name, seed), R·global_cols + C).
+// Pad rows stay zero.
+void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uint64_t seed,
+                         float std);
+// Fills p's shard from the full global weight (host, row-major f32
+// [global_rows, global_cols]) using p's global layout. Blocks (host copy).
+void LoadShardFromGlobal(ShardedParam& p, const float* global);
+// Gathers nothing: writes p's own shard rows into `global` (host, sized like
+// the global weight); rows this rank does not hold are left untouched.
+void StoreShardToGlobal(const ShardedParam& p, float* global);
 
 // Activation collectives over `group` along dim 0 (blocking). Size-1 groups
 // return the input (AllReduce: in place).

@@ -196,6 +196,18 @@ class ShardedParam {
   CommState gather_state(Direction dir) const { return gather_[static_cast<int>(dir)].state; }
   CommState reduce_state() const { return reduce_.state; }
 
+  // Where this TP-local weight sits in the global (unsharded) weight:
+  // TP-local row r is global row row_map(r); TP-local column c is global
+  // column col_offset + c; the global weight is [global_rows, global_cols].
+  struct GlobalLayout {
+    int64_t global_rows = 0;
+    int64_t global_cols = 0;
+    std::function<int64_t(int64_t)> row_map;
+    int64_t col_offset = 0;
+  };
+  void set_global_layout(GlobalLayout layout) { layout_ = std::move(layout); }
+  const GlobalLayout& global_layout() const { return layout_; }
+
   // Called after each finalisation {reduce-scatter → add} (optimizer buckets).
   void set_ready_hook(std::function<void(ShardedParam&)> hook) { ready_hook_ = std::move(hook); }
 
@@ -228,6 +240,7 @@ class ShardedParam {
   std::function<void(ShardedParam&)> ready_hook_;
   bool registered_ = false;
   bool gathered_in_backward_ = true;
+  GlobalLayout layout_;
 };
 
 // round_up(rows, gtp·alignment).
