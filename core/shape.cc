@@ -13,6 +13,14 @@ Shape::Shape(std::initializer_list<int64_t> dims) {
   }
 }
 
+Shape::Shape(const std::vector<int64_t>& dims) {
+  GTP_CHECK(static_cast<int>(dims.size()) <= kMaxDims, "too many dims: ", dims.size());
+  for (int64_t d : dims) {
+    GTP_CHECK(d >= 0, "negative extent ", d);
+    dims_[rank_++] = d;
+  }
+}
+
 int64_t Shape::numel() const {
   int64_t n = 1;
   for (int i = 0; i < rank_; ++i) n *= dims_[i];

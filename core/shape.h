@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace gtp {
 
@@ -14,6 +15,7 @@ class Shape {
 
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims);
+  explicit Shape(const std::vector<int64_t>& dims);
 
   int rank() const { return rank_; }
   int64_t operator[](int i) const { return dims_[i]; }
