@@ -76,7 +76,8 @@ void CrossEntropyLoss(const float* row_max, const float* sumexp, const float* ta
 void CrossEntropyBackward(const float* logits, const float* row_max, const float* sumexp,
                           const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
                           int64_t V, int64_t vocab_start);
-// Unsharded convenience: stages 1–3 in one call. scratch: 3·N floats.
+// Unsharded convenience: stages 1–3 in one call. scratch: 3·N floats, left
+// holding [row_max | target_logit | sumexp] for CrossEntropyBackward.
 void CrossEntropyForward(const float* logits, const int32_t* targets, float* loss, float* scratch,
                          int64_t N, int64_t V);
 

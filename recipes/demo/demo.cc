@@ -188,7 +188,7 @@ void Backward(Model& M, Acts& A, const int32_t* tok, const int32_t* tgt) {
   const float* P = M.p.data();
   float* G = M.g.data();
   const float* row_max = A.ce_scratch.data();
-  const float* sumexp = A.ce_scratch.data() + N;
+  const float* sumexp = A.ce_scratch.data() + 2 * N;  // [row_max | target_logit | sumexp]
   std::vector<float> dloss(N, 1.0f / N), dlogits(N * V), dh(N * C), dx(N * C), tmp(N * C),
       dq(N * C), dk(N * C), dv(N * C), df(N * 4 * C), dg(N * 4 * C),
       scratch(B * NH * T * T);
