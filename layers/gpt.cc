@@ -107,7 +107,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     const uint64_t key = KeyFromName("wpe.weight", c.block.seed);
     for (size_t i = 0; i < pe.size(); ++i) pe[i] = 0.5f * c.block.init_std * PhiloxNormal(key, i);
     m->wpe_ = ReplicatedParam{"wpe.weight", ToDevice(exec, pe, {c.max_seq_len, C}),
-                              exec.Zeros({c.max_seq_len, C}), m->sp_};
+                              exec.Zeros({c.max_seq_len, C}), m->sp_,
+                              {c.max_seq_len, C, [](int64_t r) { return r; }, 0}};
     m->replicated_.push_back(&m->wpe_);
     std::vector<int32_t> pos(m->rows_local_);
     for (int64_t i = 0; i < m->rows_local_; ++i) pos[i] = static_cast<int32_t>((m->row0_ + i) % T);
@@ -265,6 +266,17 @@ absl::Status GptModel::LoadGlobal(const std::string& name, const float* data, co
   }
   for (ReplicatedParam* p : replicated_) {
     if (p->name != name) continue;
+    if (p->tp_sharded) {
+      if (shape.numel() != p->layout.global_rows) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " has ",
+                                                       p->layout.global_rows, " elements, got ",
+                                                       shape.ToString()));
+      }
+      std::vector<float> slice(p->value.numel());
+      for (int64_t r = 0; r < p->value.numel(); ++r) slice[r] = data[p->layout.row_map(r)];
+      Tensor h = Tensor::Wrap(slice.data(), p->value.shape(), DType::kF32, Device::Cpu());
+      return Copy(h, p->value, exec_.stream, /*sync=*/true);
+    }
     if (shape != p->value.shape()) {
       return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " is ",
                                                      p->value.shape().ToString(), ", got ",

@@ -49,7 +49,7 @@ void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uin
     }
   });
   GTP_CHECK(p.dtype() == DType::kF32, "InitShardFromGlobal: only f32 params so far");
-  GTP_CHECK_OK(Copy(h, p.shard()));
+  GTP_CHECK_OK(Copy(h, p.shard(), p.exec().stream, /*sync=*/true));
 }
 
 void LoadShardFromGlobal(ShardedParam& p, const float* global) {
@@ -61,15 +61,17 @@ void LoadShardFromGlobal(ShardedParam& p, const float* global) {
     std::copy(global + gr * L.global_cols + L.col_offset,
               global + gr * L.global_cols + L.col_offset + p.cols(), d + r * p.cols());
   });
-  GTP_CHECK_OK(Copy(h, p.shard()));
+  GTP_CHECK_OK(Copy(h, p.shard(), p.exec().stream, /*sync=*/true));
 }
 
-void StoreShardToGlobal(const ShardedParam& p, float* global) {
+void StoreShardToGlobal(const ShardedParam& p, const Tensor& src, float* global) {
   const auto& L = p.global_layout();
+  GTP_CHECK(src.shape() == p.shard().shape() && src.dtype() == DType::kF32,
+            "StoreShardToGlobal: ", src.ToString(), " is not shaped like ", p.name());
   HeapAllocator host;
-  auto h = CopyTo(p.shard(), host);
-  GTP_CHECK_OK(h.status());
-  const float* d = h->data<float>();
+  Tensor h = Tensor::Empty(src.shape(), src.dtype(), host);
+  GTP_CHECK_OK(Copy(src, h, p.exec().stream, /*sync=*/true));
+  const float* d = h.data<float>();
   ForEachShardRow(p, [&](int64_t r, int64_t gr) {
     std::copy(d + r * p.cols(), d + (r + 1) * p.cols(), global + gr * L.global_cols + L.col_offset);
   });
@@ -127,8 +129,12 @@ void AddBias(const kernels::Exec& e, const Tensor& y, const Tensor& b) {
 
 namespace {
 
-ReplicatedParam MakeBias(const kernels::Exec& e, const std::string& name, int64_t n) {
-  return ReplicatedParam{name, e.Zeros({n}), e.Zeros({n}), false};
+ReplicatedParam MakeBias(const kernels::Exec& e, const std::string& name, int64_t n,
+                         ShardedParam::GlobalLayout layout, bool tp_sharded) {
+  ReplicatedParam b{name, e.Zeros({n}), e.Zeros({n}), false};
+  b.layout = std::move(layout);
+  b.tp_sharded = tp_sharded;
+  return b;
 }
 
 absl::Status CheckDivisible(const std::string& what, int64_t n, int tp) {
@@ -169,7 +175,12 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
       {config.out_features, config.in_features,
        [=](int64_t r) { return (r / part_tp) * part_rows + t * part_tp + r % part_tp; }, 0},
       config.seed, config.init_std);
-  if (config.bias) l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_);
+  if (config.bias) {
+    l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_,
+                        l->weight_->global_layout(), g.tp->size() > 1);
+    l->bias_.layout.global_cols = 1;
+    l->bias_.layout.col_offset = 0;
+  }
   return l;
 }
 
@@ -226,7 +237,8 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
                        static_cast<int64_t>(g.tp->rank()) * l->in_tp_},
                       config.seed, config.init_std);
   if (config.bias) {
-    l->bias_ = MakeBias(chain->exec(), config.name + ".bias", config.out_features);
+    l->bias_ = MakeBias(chain->exec(), config.name + ".bias", config.out_features,
+                        {config.out_features, 1, [](int64_t r) { return r; }, 0}, false);
     l->bias_.grad_needs_tp_sum = config.sequence_parallel && g.tp->size() > 1;
   }
   return l;

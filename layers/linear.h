@@ -69,6 +69,12 @@ struct ReplicatedParam {
   // True when each TP rank's grad covers only its sequence-parallel rows, so
   // finalisation must sum it over TP (Megatron's sequence-parallel params).
   bool grad_needs_tp_sum = false;
+  // Where `value` sits in the global tensor: rows (dim 0) map through
+  // layout.row_map, all columns are held. When tp_sharded is false every TP
+  // rank holds the whole tensor (norm weights, row-parallel biases); when
+  // true each holds its slice (column-parallel biases).
+  ShardedParam::GlobalLayout layout;
+  bool tp_sharded = false;
 };
 
 // The TP and GTP groups a layer uses, read from a collection.
@@ -140,9 +146,10 @@ void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uin
 // Fills p's shard from the full global weight (host, row-major f32
 // [global_rows, global_cols]) using p's global layout. Blocks (host copy).
 void LoadShardFromGlobal(ShardedParam& p, const float* global);
-// Gathers nothing: writes p's own shard rows into `global` (host, sized like
-// the global weight); rows this rank does not hold are left untouched.
-void StoreShardToGlobal(const ShardedParam& p, float* global);
+// Gathers nothing: writes this rank's piece of `src` (p's shard, or any
+// tensor shaped like it, e.g. its main grad) into `global` (host, sized like
+// the global weight); elements this rank does not hold are left untouched.
+void StoreShardToGlobal(const ShardedParam& p, const Tensor& src, float* global);
 
 // Activation collectives over `group` along dim 0 (blocking). Size-1 groups
 // return the input (AllReduce: in place).

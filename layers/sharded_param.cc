@@ -87,6 +87,8 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
   main_grad_ = chain_->exec().Zeros({shard_rows_, cols_}, DType::kF32);
 }
 
+const kernels::Exec& ShardedParam::exec() const { return chain_->exec(); }
+
 absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
   GatherSlot& g = gather_[static_cast<int>(dir)];
   GTP_CHECK(g.state == CommState::kNone, name_, ": gather issued twice in ", DirectionName(dir));

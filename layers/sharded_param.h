@@ -164,6 +164,8 @@ class ShardedParam {
   int gtp_size() const { return gtp_ ? gtp_->size() : 1; }
   int gtp_rank() const { return gtp_ ? gtp_->rank() : 0; }
   DType dtype() const { return dtype_; }
+  // The chain's execution context (device, allocator, stream).
+  const kernels::Exec& exec() const;
 
   // This rank's [shard_rows, cols] piece (rows past `rows` are padding: zero).
   const Tensor& shard() const { return shard_; }

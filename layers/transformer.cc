@@ -57,10 +57,11 @@ float ProjStd(const TransformerConfig& c) {
 Norm::Norm(const std::string& name, const TransformerConfig& c, int tp, const kernels::Exec& e)
     : kind_(c.norm), eps_(c.norm_eps), exec_(e) {
   const bool tp_sum = c.sequence_parallel && tp > 1;
-  w_ = ReplicatedParam{name + ".weight", e.Empty({c.n_embd}), e.Zeros({c.n_embd}), tp_sum};
+  const ShardedParam::GlobalLayout whole{c.n_embd, 1, [](int64_t r) { return r; }, 0};
+  w_ = ReplicatedParam{name + ".weight", e.Empty({c.n_embd}), e.Zeros({c.n_embd}), tp_sum, whole};
   ops::Fill(e, w_.value, 1.0f);
   if (kind_ == NormKind::kLayerNorm && c.bias) {
-    b_ = ReplicatedParam{name + ".bias", e.Zeros({c.n_embd}), e.Zeros({c.n_embd}), tp_sum};
+    b_ = ReplicatedParam{name + ".bias", e.Zeros({c.n_embd}), e.Zeros({c.n_embd}), tp_sum, whole};
   }
 }
 

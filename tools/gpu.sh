@@ -25,12 +25,15 @@ bundle() {
   fi
   echo "gpu.sh: building ${#targets[@]} targets"
   bazel build -c opt "${targets[@]}"
+  # Not the bazel-bin symlink: another build may have moved it meanwhile.
+  local bin_dir
+  bin_dir="$(bazel info -c opt bazel-bin 2>/dev/null)"
   local stage
   stage="$(mktemp -d)"
   mkdir -p "$stage/bin" "$stage/lib"
   for t in "${targets[@]}"; do
     local path
-    path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
+    path="$bin_dir/$(echo "${t#//}" | tr ':' '/')"
     [[ -x "$path" ]] || { echo "gpu.sh: no binary at $path" >&2; exit 1; }
     local name
     name="$(echo "${t#//}" | tr '/:' '__')"

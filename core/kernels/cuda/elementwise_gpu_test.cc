@@ -1,4 +1,4 @@
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>  // the typed cudaMalloc(T**, size_t) overload
 
 #include <vector>
 

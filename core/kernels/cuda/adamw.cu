@@ -1,0 +1,66 @@
+// core/kernels/cuda/adamw.cu — AdamW with decoupled weight decay, elementwise:
+//   m ← β1·m + (1 − β1)·g
+//   v ← β2·v + (1 − β2)·g²
+//   p ← p − lr·(m̂/(√v̂ + eps) + wd·p),  m̂ = m/(1 − β1^t), v̂ = v/(1 − β2^t)
+// The bias corrections are computed once on the host in double (as the CPU
+// version does). The device expression is the CPU's, operation for operation,
+// written with _rn intrinsics so nvcc cannot contract it into FMAs: the GPU
+// gives the CPU's bits.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "core/kernels/cuda.h"
+#include "core/kernels/cuda/common.cuh"
+
+namespace gtp::kernels::cuda {
+namespace {
+
+using internal::GridFor;
+
+constexpr int kThreads = 256;
+
+struct AdamWScalars {
+  float lr, b1, b2, one_minus_b1, one_minus_b2, bc1, bc2, eps, wd;
+};
+
+__global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ g,
+                            float* __restrict__ m, float* __restrict__ v, int64_t n,
+                            AdamWScalars s) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float gi = g[i];
+    const float mi = __fadd_rn(__fmul_rn(s.b1, m[i]), __fmul_rn(s.one_minus_b1, gi));
+    const float vi = __fadd_rn(__fmul_rn(s.b2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float pi = p[i];
+    const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, s.bc2)), s.eps);
+    const float update = __fadd_rn(__fdiv_rn(__fdiv_rn(mi, s.bc1), denom), __fmul_rn(s.wd, pi));
+    p[i] = __fsub_rn(pi, __fmul_rn(s.lr, update));
+  }
+}
+
+}  // namespace
+
+void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp,
+           cudaStream_t stream) {
+  GTP_CU_REQUIRE(n >= 0, "AdamW: negative size");
+  GTP_CU_REQUIRE(hp.step >= 1, "AdamW: step is 1-based, got %lld", static_cast<long long>(hp.step));
+  if (n == 0) return;
+  const double t = static_cast<double>(hp.step);
+  AdamWScalars s;
+  s.lr = hp.lr;
+  s.b1 = hp.beta1;
+  s.b2 = hp.beta2;
+  s.one_minus_b1 = 1.0f - hp.beta1;
+  s.one_minus_b2 = 1.0f - hp.beta2;
+  s.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
+  s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
+  s.eps = hp.eps;
+  s.wd = hp.weight_decay;
+  AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(p, g, m, v, n, s);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+}  // namespace gtp::kernels::cuda

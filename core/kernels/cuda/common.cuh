@@ -1,0 +1,108 @@
+// core/kernels/cuda/common.cuh — private helpers of the CUDA kernels.
+//
+//   - Error checks that abort with file:line (the .cu files are compiled by
+//     nvcc without abseil, so core/status.h is not available here).
+//   - Warp and block reductions through xor shuffles in a fixed order: the
+//     same inputs give the same bits on every run (kernels.h: deterministic).
+//   - Launch-size helpers. Index arithmetic is int64 throughout.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+namespace gtp::kernels::cuda::internal {
+
+[[noreturn]] inline void Die(const char* file, int line, const char* what, const char* msg) {
+  std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", file, line, what, msg);
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace gtp::kernels::cuda::internal
+
+// Aborts with file:line when a CUDA runtime call fails.
+#define GTP_CU_CHECK(expr)                                                  \
+  do {                                                                      \
+    cudaError_t gtp_cu_err_ = (expr);                                       \
+    if (gtp_cu_err_ != cudaSuccess) {                                       \
+      ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, #expr,        \
+                                          cudaGetErrorString(gtp_cu_err_)); \
+    }                                                                       \
+  } while (0)
+
+// Checks the launch just made (bad configuration, or an earlier async error).
+#define GTP_CU_LAUNCH_CHECK() GTP_CU_CHECK(cudaGetLastError())
+
+// Host-side invariant check with a printf-style message.
+#define GTP_CU_REQUIRE(cond, ...)                                                   \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                            \
+      std::fputc('\n', stderr);                                                     \
+      std::fflush(stderr);                                                          \
+      std::abort();                                                                 \
+    }                                                                               \
+  } while (0)
+
+namespace gtp::kernels::cuda::internal {
+
+inline constexpr int kWarpSize = 32;
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+__host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Blocks for a grid-stride loop over n items with `threads` per block.
+inline unsigned GridFor(int64_t n, int threads) {
+  const int64_t kMaxBlocks = int64_t{1} << 16;
+  int64_t blocks = CeilDiv(n, threads);
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  if (blocks < 1) blocks = 1;
+  return static_cast<unsigned>(blocks);
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over a block of kThreads threads (a multiple of 32, at most 1024);
+// every thread gets the result. All threads of the block must call it.
+template <int kThreads>
+__device__ __forceinline__ float BlockSum(float v) {
+  static_assert(kThreads % kWarpSize == 0 && kThreads <= 1024, "block size");
+  __shared__ float partial[kThreads / kWarpSize];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  v = WarpSum(v);
+  __syncthreads();  // an earlier call may still be reading `partial`
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float r = lane < kThreads / kWarpSize ? partial[lane] : 0.0f;
+  return WarpSum(r);
+}
+
+template <int kThreads>
+__device__ __forceinline__ float BlockMax(float v) {
+  static_assert(kThreads % kWarpSize == 0 && kThreads <= 1024, "block size");
+  __shared__ float partial[kThreads / kWarpSize];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float r = lane < kThreads / kWarpSize ? partial[lane] : -INFINITY;
+  return WarpMax(r);
+}
+
+}  // namespace gtp::kernels::cuda::internal

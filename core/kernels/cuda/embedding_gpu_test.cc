@@ -1,0 +1,180 @@
+// GPU tests of cuda::EmbeddingForward/Backward against the CPU versions.
+// Both backward passes add repeated ids in token order, so they must agree
+// bit for bit.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/testing/harness.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::testing {
+namespace {
+
+// ---- GPU test helpers (repeated in each cuda/*_gpu_test.cc: a cc_test sees
+// only its own source, so a shared header would need a BUILD target) --------
+
+// Device memory for n elements of T, freed on scope exit. Every call
+// synchronises the device, so tests may use any stream in between.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_ > 0) GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()));
+    Poison();
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  // All-ones bytes: NaN as f32 and bf16, NaN as fp8, -1 as an integer. An op
+  // that leaves an output element unwritten fails the comparison.
+  void Poison() {
+    if (n_ == 0) return;
+    GTP_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes()));
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void Upload(const std::vector<T>& host) {
+    GTP_CHECK(host.size() == n_, "DeviceBuffer::Upload: size ", host.size(), " != ", n_);
+    if (n_ == 0) return;
+    GTP_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<T> Download() const {
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    if (n_ > 0) GTP_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+// A non-blocking stream on device 0 (kernels must not rely on the legacy
+// default stream's implicit ordering).
+Stream TestStream() {
+  absl::StatusOr<Stream> s = Stream::Create(0);
+  GTP_CHECK_OK(s.status());
+  return std::move(*s);
+}
+
+// Same bits, except that NaNs of any payload match (x86 and the GPU produce
+// different default NaNs).
+template <typename T>
+bool SameBits(const T& a, const T& b) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a != a && b != b) return true;
+  }
+  if constexpr (std::is_same_v<T, bf16>) {
+    const auto nan = [](uint16_t u) { return (u & 0x7f80u) == 0x7f80u && (u & 0x7fu) != 0; };
+    if (nan(a.bits) && nan(b.bits)) return true;
+  }
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Passes when the two vectors hold the same bits (SameBits).
+template <typename T>
+::testing::AssertionResult BitEqual(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!SameBits(got[i], want[i])) {
+      auto failure = ::testing::AssertionFailure()
+                     << "first difference at element " << i << " of " << got.size();
+      if constexpr (std::is_same_v<T, float>) failure << ": got " << got[i] << ", want " << want[i];
+      if constexpr (std::is_integral_v<T>) failure << ": got " << +got[i] << ", want " << +want[i];
+      if constexpr (std::is_same_v<T, bf16>) {
+        failure << ": got bits " << got[i].bits << ", want " << want[i].bits;
+      }
+      return failure;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+// ---- end of GPU test helpers -------------------------------------------------
+
+struct Case {
+  int64_t N, V, C, vocab_start;
+  int32_t global_vocab;  // ids are drawn from [0, global_vocab)
+};
+
+// Unsharded, shards that hold part of the ids, and sizes that span several
+// backward blocks (V > 512) with heavily repeated ids (N ≫ V), down to a
+// single id for every token (like padding).
+const Case kCases[] = {{1, 1, 1, 0, 1},           {3, 5, 3, 0, 5},
+                       {257, 11, 7, 0, 11},       {33, 7, 5, 5, 20},
+                       {257, 4, 64, 16, 20},      {8, 3, 257, 0, 6},
+                       {4096, 1000, 33, 0, 1000}, {3000, 2049, 96, 1024, 4096},
+                       {20000, 3, 17, 0, 3},      {5000, 5, 33, 0, 1}};  // last: one id only
+
+std::string Describe(const Case& c) {
+  return absl::StrCat("N=", c.N, " V=", c.V, " C=", c.C, " vocab_start=", c.vocab_start);
+}
+
+TEST(EmbeddingGpu, ForwardMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(11);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(Describe(c));
+    const std::vector<int32_t> idx = rng.Ints(c.N, 0, c.global_vocab - 1);
+    const std::vector<float> table = rng.Uniform(c.V * c.C);
+    std::vector<float> out_cpu(c.N * c.C);
+    cpu::EmbeddingForward(idx.data(), table.data(), out_cpu.data(), c.N, c.V, c.C, c.vocab_start);
+    DeviceBuffer<int32_t> d_idx(idx);
+    DeviceBuffer<float> d_table(table), d_out(c.N * c.C);
+    cuda::EmbeddingForward(d_idx.get(), d_table.get(), d_out.get(), c.N, c.V, c.C, c.vocab_start,
+                           stream.get());
+    EXPECT_TRUE(BitEqual(d_out.Download(), out_cpu));
+  }
+}
+
+TEST(EmbeddingGpu, BackwardAccumulatesLikeCpuBitForBit) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(12);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(Describe(c));
+    const std::vector<int32_t> idx = rng.Ints(c.N, 0, c.global_vocab - 1);
+    std::vector<float> dout = rng.Uniform(c.N * c.C);
+    for (size_t i = 0; i < dout.size(); i += 7) dout[i] *= 1e4f;  // order-sensitive sums
+    const std::vector<float> dtable0 = rng.Uniform(c.V * c.C);    // += semantics
+    std::vector<float> dtable_cpu = dtable0;
+    cpu::EmbeddingBackward(idx.data(), dout.data(), dtable_cpu.data(), c.N, c.V, c.C,
+                           c.vocab_start);
+    DeviceBuffer<int32_t> d_idx(idx);
+    DeviceBuffer<float> d_dout(dout), d_dtable(dtable0);
+    cuda::EmbeddingBackward(d_idx.get(), d_dout.get(), d_dtable.get(), c.N, c.V, c.C, c.vocab_start,
+                            stream.get());
+    EXPECT_TRUE(BitEqual(d_dtable.Download(), dtable_cpu));
+  }
+}
+
+TEST(EmbeddingGpu, EmptyInputsAreNoOps) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::EmbeddingForward(nullptr, nullptr, nullptr, 0, 5, 3, 0, stream.get());
+  cuda::EmbeddingBackward(nullptr, nullptr, nullptr, 0, 5, 3, 0, stream.get());
+  EXPECT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace gtp::kernels::testing

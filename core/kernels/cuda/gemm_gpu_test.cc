@@ -1,0 +1,297 @@
+// GPU tests of cuda::Gemm against cpu::Gemm: every transpose, padded leading
+// dimensions, alpha/beta, k == 0, every supported type combination.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/testing/harness.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::testing {
+namespace {
+
+// ---- GPU test helpers (repeated in each cuda/*_gpu_test.cc: a cc_test sees
+// only its own source, so a shared header would need a BUILD target) --------
+
+// Device memory for n elements of T, freed on scope exit. Every call
+// synchronises the device, so tests may use any stream in between.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_ > 0) GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()));
+    Poison();
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  // All-ones bytes: NaN as f32 and bf16, NaN as fp8, -1 as an integer. An op
+  // that leaves an output element unwritten fails the comparison.
+  void Poison() {
+    if (n_ == 0) return;
+    GTP_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes()));
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void Upload(const std::vector<T>& host) {
+    GTP_CHECK(host.size() == n_, "DeviceBuffer::Upload: size ", host.size(), " != ", n_);
+    if (n_ == 0) return;
+    GTP_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<T> Download() const {
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    if (n_ > 0) GTP_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+// A non-blocking stream on device 0 (kernels must not rely on the legacy
+// default stream's implicit ordering).
+Stream TestStream() {
+  absl::StatusOr<Stream> s = Stream::Create(0);
+  GTP_CHECK_OK(s.status());
+  return std::move(*s);
+}
+
+// Same bits, except that NaNs of any payload match (x86 and the GPU produce
+// different default NaNs).
+template <typename T>
+bool SameBits(const T& a, const T& b) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a != a && b != b) return true;
+  }
+  if constexpr (std::is_same_v<T, bf16>) {
+    const auto nan = [](uint16_t u) { return (u & 0x7f80u) == 0x7f80u && (u & 0x7fu) != 0; };
+    if (nan(a.bits) && nan(b.bits)) return true;
+  }
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Passes when the two vectors hold the same bits (SameBits).
+template <typename T>
+::testing::AssertionResult BitEqual(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!SameBits(got[i], want[i])) {
+      auto failure = ::testing::AssertionFailure()
+                     << "first difference at element " << i << " of " << got.size();
+      if constexpr (std::is_same_v<T, float>) failure << ": got " << got[i] << ", want " << want[i];
+      if constexpr (std::is_integral_v<T>) failure << ": got " << +got[i] << ", want " << +want[i];
+      if constexpr (std::is_same_v<T, bf16>) {
+        failure << ": got bits " << got[i].bits << ", want " << want[i].bits;
+      }
+      return failure;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+// ---- end of GPU test helpers -------------------------------------------------
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// Odd and degenerate shapes plus one that spans several cuBLASLt tiles.
+const Shape kShapes[] = {{1, 1, 1},   {3, 5, 7},    {257, 3, 33},   {2, 257, 1},
+                         {1, 1, 257}, {64, 48, 32}, {257, 129, 65}, {300, 200, 1000}};
+
+std::string Describe(const GemmDesc& d) {
+  return absl::StrCat("m=", d.m, " n=", d.n, " k=", d.k, " ta=", d.trans_a, " tb=", d.trans_b,
+                      " lda=", d.lda, " ldb=", d.ldb, " ldc=", d.ldc, " alpha=", d.alpha,
+                      " beta=", d.beta, " ab=", DTypeName(d.ab_type), " c=", DTypeName(d.c_type));
+}
+
+int64_t RowsA(const GemmDesc& d) { return d.trans_a ? d.k : d.m; }
+int64_t ColsA(const GemmDesc& d) { return d.trans_a ? d.m : d.k; }
+int64_t RowsB(const GemmDesc& d) { return d.trans_b ? d.n : d.k; }
+int64_t ColsB(const GemmDesc& d) { return d.trans_b ? d.k : d.n; }
+int64_t LdA(const GemmDesc& d) { return d.lda ? d.lda : ColsA(d); }
+int64_t LdB(const GemmDesc& d) { return d.ldb ? d.ldb : ColsB(d); }
+int64_t LdC(const GemmDesc& d) { return d.ldc ? d.ldc : d.n; }
+
+// f32 values stored as `t` (f32 or bf16) bytes, and back.
+std::vector<uint8_t> Store(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> out(v.size() * SizeOf(t));
+  if (t == DType::kF32) {
+    std::memcpy(out.data(), v.data(), out.size());
+  } else {
+    std::vector<bf16> b = ToBF16(v);
+    std::memcpy(out.data(), b.data(), out.size());
+  }
+  return out;
+}
+std::vector<float> Load(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<float> out(bytes.size() / SizeOf(t));
+  if (t == DType::kF32) {
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);
+      out[i] = BF16BitsToF32(bits);
+    }
+  }
+  return out;
+}
+
+// Runs d on the CPU and the GPU from the same inputs and compares all of C
+// (its padding columns included, which neither may touch). With beta == 0 the
+// logical part of C starts as NaN: it must not be read.
+void CheckGemm(cuda::BlasContext& ctx, cudaStream_t stream, const GemmDesc& d, Rng& rng,
+               double tol) {
+  SCOPED_TRACE(Describe(d));
+  const std::vector<uint8_t> A = Store(rng.Uniform(RowsA(d) * LdA(d)), d.ab_type);
+  const std::vector<uint8_t> B = Store(rng.Uniform(RowsB(d) * LdB(d)), d.ab_type);
+  std::vector<float> c0 = rng.Uniform(d.m * LdC(d));
+  for (int64_t r = 0; r < d.m; ++r) {
+    for (int64_t c = 0; c < LdC(d); ++c) {
+      if (c >= d.n) {
+        c0[r * LdC(d) + c] = 7.0f;  // padding sentinel
+      } else if (d.beta == 0.0f) {
+        c0[r * LdC(d) + c] = NAN;
+      }
+    }
+  }
+  std::vector<uint8_t> c_cpu = Store(c0, d.c_type);
+  cpu::Gemm(d, A.data(), B.data(), c_cpu.data());
+
+  DeviceBuffer<uint8_t> dA(A), dB(B), dC(Store(c0, d.c_type));
+  cuda::Gemm(ctx, d, dA.get(), dB.get(), dC.get(), stream);
+  const std::vector<uint8_t> c_gpu = dC.Download();
+  EXPECT_TRUE(RelClose(Load(c_gpu, d.c_type), ToDouble(Load(c_cpu, d.c_type)), tol));
+}
+
+struct Types {
+  DType ab, c;
+  double tol;
+};
+const Types kTypes[] = {{DType::kF32, DType::kF32, 1e-5},
+                        {DType::kBF16, DType::kF32, 1e-5},
+                        {DType::kBF16, DType::kBF16, 1e-2},
+                        {DType::kF32, DType::kBF16, 1e-2}};
+
+TEST(GemmGpu, MatchesCpuForAllTransposesAndTypes) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(1);
+  for (const Types& ty : kTypes) {
+    for (const Shape& s : kShapes) {
+      for (int t = 0; t < 4; ++t) {
+        GemmDesc d;
+        d.trans_a = t & 1;
+        d.trans_b = t & 2;
+        d.m = s.m, d.n = s.n, d.k = s.k;
+        d.ab_type = ty.ab;
+        d.c_type = ty.c;
+        CheckGemm(ctx, stream.get(), d, rng, ty.tol);  // alpha 1, beta 0: C never read
+        d.alpha = 0.75f;
+        d.beta = -0.5f;
+        CheckGemm(ctx, stream.get(), d, rng, ty.tol);
+      }
+    }
+  }
+}
+
+TEST(GemmGpu, HonoursLeadingDimensions) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(2);
+  for (const Types& ty : kTypes) {
+    for (const Shape& s : {Shape{5, 7, 3}, Shape{33, 17, 65}, Shape{128, 64, 256}}) {
+      for (int t = 0; t < 4; ++t) {
+        for (int pad : {1, 3, 8}) {
+          GemmDesc d;
+          d.trans_a = t & 1;
+          d.trans_b = t & 2;
+          d.m = s.m, d.n = s.n, d.k = s.k;
+          d.lda = ColsA(d) + pad;
+          d.ldb = ColsB(d) + 2 * pad;
+          d.ldc = d.n + pad;
+          d.alpha = 1.5f;
+          d.beta = 1.0f;
+          d.ab_type = ty.ab;
+          d.c_type = ty.c;
+          CheckGemm(ctx, stream.get(), d, rng, ty.tol);
+          d.beta = 0.0f;
+          CheckGemm(ctx, stream.get(), d, rng, ty.tol);
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmGpu, EmptyInnerDimensionScalesC) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(3);
+  for (const Types& ty : kTypes) {
+    for (float beta : {0.0f, 1.0f, -2.0f}) {
+      GemmDesc d;
+      d.m = 7, d.n = 9, d.k = 0;
+      d.ldc = 11;
+      d.beta = beta;
+      d.ab_type = ty.ab;
+      d.c_type = ty.c;
+      CheckGemm(ctx, stream.get(), d, rng, 0.0);
+    }
+  }
+}
+
+TEST(GemmGpu, EmptyOutputIsANoOp) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  GemmDesc d;
+  d.m = 0, d.n = 5, d.k = 3;
+  cuda::Gemm(ctx, d, nullptr, nullptr, nullptr, stream.get());
+  d.m = 5, d.n = 0;
+  cuda::Gemm(ctx, d, nullptr, nullptr, nullptr, stream.get());
+  EXPECT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+}
+
+TEST(GemmGpu, IsDeterministic) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(4);
+  GemmDesc d;
+  d.m = 512, d.n = 384, d.k = 4096;
+  d.trans_b = true;
+  DeviceBuffer<float> A(rng.Uniform(d.m * d.k)), B(rng.Uniform(d.n * d.k)), C(d.m * d.n);
+  cuda::Gemm(ctx, d, A.get(), B.get(), C.get(), stream.get());
+  const std::vector<float> first = C.Download();
+  for (int i = 0; i < 3; ++i) {
+    C.Poison();
+    cuda::Gemm(ctx, d, A.get(), B.get(), C.get(), stream.get());
+    EXPECT_TRUE(BitEqual(C.Download(), first));
+  }
+}
+
+}  // namespace
+}  // namespace gtp::kernels::testing

@@ -1,0 +1,167 @@
+// GPU tests of cuda::NewtonSchulz against cpu::NewtonSchulz: wide, tall
+// (transposed internally) and square matrices, both coefficient sets.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/testing/harness.h"
+#include "core/status.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::testing {
+namespace {
+
+// ---- GPU test helpers (repeated in each cuda/*_gpu_test.cc: a cc_test sees
+// only its own source, so a shared header would need a BUILD target) --------
+
+// Device memory for n elements of T, freed on scope exit. Every call
+// synchronises the device, so tests may use any stream in between.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_ > 0) GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()));
+    Poison();
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  // All-ones bytes: NaN as f32 and bf16, NaN as fp8, -1 as an integer. An op
+  // that leaves an output element unwritten fails the comparison.
+  void Poison() {
+    if (n_ == 0) return;
+    GTP_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes()));
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void Upload(const std::vector<T>& host) {
+    GTP_CHECK(host.size() == n_, "DeviceBuffer::Upload: size ", host.size(), " != ", n_);
+    if (n_ == 0) return;
+    GTP_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<T> Download() const {
+    GTP_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    if (n_ > 0) GTP_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+// A non-blocking stream on device 0 (kernels must not rely on the legacy
+// default stream's implicit ordering).
+Stream TestStream() {
+  absl::StatusOr<Stream> s = Stream::Create(0);
+  GTP_CHECK_OK(s.status());
+  return std::move(*s);
+}
+
+// Same bits, except that NaNs of any payload match (x86 and the GPU produce
+// different default NaNs).
+template <typename T>
+bool SameBits(const T& a, const T& b) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a != a && b != b) return true;
+  }
+  if constexpr (std::is_same_v<T, bf16>) {
+    const auto nan = [](uint16_t u) { return (u & 0x7f80u) == 0x7f80u && (u & 0x7fu) != 0; };
+    if (nan(a.bits) && nan(b.bits)) return true;
+  }
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Passes when the two vectors hold the same bits (SameBits).
+template <typename T>
+::testing::AssertionResult BitEqual(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!SameBits(got[i], want[i])) {
+      auto failure = ::testing::AssertionFailure()
+                     << "first difference at element " << i << " of " << got.size();
+      if constexpr (std::is_same_v<T, float>) failure << ": got " << got[i] << ", want " << want[i];
+      if constexpr (std::is_integral_v<T>) failure << ": got " << +got[i] << ", want " << +want[i];
+      if constexpr (std::is_same_v<T, bf16>) {
+        failure << ": got bits " << got[i].bits << ", want " << want[i].bits;
+      }
+      return failure;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+// ---- end of GPU test helpers -------------------------------------------------
+
+struct Shape {
+  int64_t M, N;
+};
+const Shape kShapes[] = {{1, 1}, {1, 7}, {7, 1}, {3, 5}, {5, 3}, {33, 17}, {64, 64}, {65, 257}};
+
+int64_t ScratchFloats(int64_t M, int64_t N) {
+  const int64_t r = M < N ? M : N;
+  return 2 * r * r + 2 * M * N;
+}
+
+TEST(NewtonSchulzGpu, MatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(91);
+  for (const Shape& s : kShapes) {
+    for (NsCoefficients coeffs : {NsCoefficients::kSimple, NsCoefficients::kQuintic}) {
+      for (int steps : {0, 1, 5}) {
+        SCOPED_TRACE(absl::StrCat("M=", s.M, " N=", s.N, " steps=", steps,
+                                  " quintic=", coeffs == NsCoefficients::kQuintic));
+        const std::vector<float> G = rng.Normal(s.M * s.N, 0.0f, 3.0f);
+        std::vector<float> X(s.M * s.N), scratch(ScratchFloats(s.M, s.N));
+        cpu::NewtonSchulz(G.data(), X.data(), scratch.data(), s.M, s.N, steps, coeffs);
+        DeviceBuffer<float> d_G(G), d_X(s.M * s.N), d_scratch(ScratchFloats(s.M, s.N) + 1);
+        cuda::NewtonSchulz(ctx, d_G.get(), d_X.get(), d_scratch.get(), s.M, s.N, steps, coeffs,
+                           stream.get());
+        // The iteration amplifies rounding differences of the GEMMs (each step
+        // can stretch a small singular value's error by up to a ≈ 3.4–4.1).
+        EXPECT_TRUE(RelClose(d_X.Download(), ToDouble(X), steps == 0 ? 1e-6 : 1e-4));
+      }
+    }
+  }
+}
+
+TEST(NewtonSchulzGpu, IsDeterministic) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(92);
+  const Shape s{768, 3072};
+  DeviceBuffer<float> G(rng.Normal(s.M * s.N)), X(s.M * s.N), scratch(ScratchFloats(s.M, s.N) + 1);
+  std::vector<float> first;
+  for (int i = 0; i < 3; ++i) {
+    cuda::NewtonSchulz(ctx, G.get(), X.get(), scratch.get(), s.M, s.N, 5, NsCoefficients::kQuintic,
+                       stream.get());
+    if (i == 0) {
+      first = X.Download();
+    } else {
+      EXPECT_TRUE(BitEqual(X.Download(), first));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gtp::kernels::testing
