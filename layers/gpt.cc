@@ -216,7 +216,8 @@ absl::Status GptModel::Backward() {
   const int64_t N = B_ * T_, C = config_.block.n_embd;
   if (!logits_.defined()) return absl::FailedPreconditionError("Backward without Forward");
   Tensor dloss = exec_.Empty({N});
-  ops::Fill(exec_, dloss, n_valid_ > 0 ? 1.0f / n_valid_ : 0.0f);
+  const bool sum = config_.loss_reduction == LossReduction::kSum;
+  ops::Fill(exec_, dloss, sum ? 1.0f : (n_valid_ > 0 ? 1.0f / n_valid_ : 0.0f));
   Tensor dlogits = exec_.Empty({N, v_real_});
   ops::CrossEntropyBackward(exec_, logits_, row_max_, sumexp_, targets_, dloss, dlogits,
                             vocab_start_);

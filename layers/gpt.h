@@ -32,6 +32,11 @@
 
 namespace gtp::layers {
 
+// What Backward differentiates: kMean, this lane's mean loss over its valid
+// targets (the default); kSum, the sum over them (per-token normalisation:
+// the optimizer divides once by the global token count).
+enum class LossReduction { kMean, kSum };
+
 struct GptConfig {
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;
@@ -40,6 +45,7 @@ struct GptConfig {
   bool tied_embeddings = true;
   bool learned_positions = true;
   int64_t vocab_pad_multiple = 128;
+  LossReduction loss_reduction = LossReduction::kMean;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
   static GptConfig Gpt2(int64_t vocab = 50257, int64_t seq = 1024, int layers = 12,
@@ -59,7 +65,7 @@ class GptModel {
   // tokens, targets: i32 [B, T] on the exec's device (targets < 0 are
   // ignored). Returns this lane's mean loss. Keeps activations for Backward.
   absl::StatusOr<float> Forward(const Tensor& tokens, const Tensor& targets);
-  // Backward of the mean loss: parameter gradients accumulate (+=) into the
+  // Backward of the loss (mean or sum, config().loss_reduction): parameter gradients accumulate (+=) into the
   // sharded params' main grads (after the GTP reduce-scatter, which means
   // over the lanes of a GTP group) and the replicated params' grads (local to
   // this lane). Finishes every pending reduction before returning.
@@ -68,6 +74,8 @@ class GptModel {
   // [vocab_start(), vocab_start() + V_real_t) of the vocabulary.
   const Tensor& logits() const { return logits_; }
   int64_t vocab_start() const { return vocab_start_; }
+  // Valid targets (>= 0) of the last Forward on this lane.
+  int64_t num_valid_tokens() const { return n_valid_; }
 
   // Sets parameter `name` (e.g. "h.0.attn.q.weight") from its full global
   // value: host, row-major f32 of `shape`. The vocabulary tables accept

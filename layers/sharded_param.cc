@@ -89,6 +89,17 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
 
 const kernels::Exec& ShardedParam::exec() const { return chain_->exec(); }
 
+void ShardedParam::set_main_grad_storage(const Tensor& storage) {
+  GTP_CHECK(storage.dtype() == DType::kF32 && storage.shape() == main_grad_.shape() &&
+                storage.is_contiguous() && storage.device() == main_grad_.device(),
+            name_, ": main-grad storage must be contiguous f32 ", main_grad_.ToString(), ", got ",
+            storage.ToString());
+  GTP_CHECK(reduce_.state == CommState::kNone && !reduce_.open, name_,
+            ": set_main_grad_storage while a gradient reduction is pending");
+  if (storage.raw_data() != main_grad_.raw_data()) ops::CopyInto(chain_->exec(), main_grad_, storage);
+  main_grad_ = storage;
+}
+
 absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
   GatherSlot& g = gather_[static_cast<int>(dir)];
   GTP_CHECK(g.state == CommState::kNone, name_, ": gather issued twice in ", DirectionName(dir));

@@ -171,6 +171,11 @@ class ShardedParam {
   const Tensor& shard() const { return shard_; }
   // f32 [shard_rows, cols]; reduce-scattered gradients add (+=) into it.
   const Tensor& main_grad() const { return main_grad_; }
+  // Makes the main grad live in `storage` (f32 [shard_rows, cols], contiguous,
+  // on the chain's device), e.g. a view into the optimizer's flat gradient
+  // buffer; the current main-grad values are copied into it. Call between
+  // iterations (no reduction pending). Enqueued on the chain's stream.
+  void set_main_grad_storage(const Tensor& storage);
 
   // The full TP-local weight [rows, cols] for `dir`'s GEMMs. Waits for an
   // in-flight prefetch or gathers synchronously (cold start), then issues
