@@ -117,7 +117,11 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   for (int l = 0; l < c.n_layer; ++l) {
     GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
                                                m->chain_.get()));
+    const size_t first = m->sharded_.size();
     b->CollectParams(&m->sharded_, &m->replicated_);
+    if (c.block.recompute) {
+      for (size_t i = first; i < m->sharded_.size(); ++i) m->sharded_[i]->set_recompute_group(l);
+    }
     m->blocks_.push_back(std::move(b));
   }
   m->ln_f_ = std::make_unique<Norm>("ln_f", c.block, tp, exec);

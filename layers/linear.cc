@@ -184,7 +184,7 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
   return l;
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x) {
+absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Direction dir) {
   const kernels::Exec& e = chain_->exec();
   if (config_.sequence_parallel && !config_.caller_reduces_input_grad) {
     GTP_ASSIGN_OR_RETURN(x_saved_, AllGatherRows(e, *groups_.tp, x));
@@ -192,10 +192,10 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x) {
     x_saved_ = x;
   }
   const int64_t n = x_saved_.numel() / config_.in_features;
-  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kForward));
+  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
   Tensor y = e.Empty({n, out_tp_});
   ops::Linear(e, x_saved_.View({n, config_.in_features}), w, y);
-  weight_->Release(Direction::kForward);
+  weight_->Release(dir);
   if (bias_.value.defined()) AddBias(e, y, bias_.value);
   return y;
 }
@@ -244,14 +244,14 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
   return l;
 }
 
-absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x) {
+absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir) {
   const kernels::Exec& e = chain_->exec();
   x_saved_ = x;
   const int64_t n = x.numel() / in_tp_;
-  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kForward));
+  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
   Tensor y = e.Empty({n, config_.out_features});
   ops::Linear(e, x.View({n, in_tp_}), w, y);
-  weight_->Release(Direction::kForward);
+  weight_->Release(dir);
   if (config_.sequence_parallel) {
     GTP_ASSIGN_OR_RETURN(y, ReduceScatterRows(e, *groups_.tp, y));
   } else {

@@ -90,7 +90,10 @@ class ColumnParallelLinear {
       const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
 
   // y_t[N, out/TP]. Keeps what backward needs (the gathered input).
-  absl::StatusOr<Tensor> Forward(const Tensor& x);
+  // `dir` is kRecompute when re-run for activation recompute.
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
+  // Frees what Forward kept (activation recompute re-creates it).
+  void DropActivations() { x_saved_ = Tensor(); }
   // dx (see file comment). Weight grad goes to the GTP reduce-scatter; bias
   // grad accumulates locally.
   absl::StatusOr<Tensor> Backward(const Tensor& dy);
@@ -116,7 +119,8 @@ class RowParallelLinear {
       const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
 
   // x_t[N, in/TP] → y[N, out] (SP: [N_tp, out]).
-  absl::StatusOr<Tensor> Forward(const Tensor& x);
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
+  void DropActivations() { x_saved_ = Tensor(); }
   // dy[N, out] (SP: [N_tp, out]) → dx_t[N, in/TP].
   absl::StatusOr<Tensor> Backward(const Tensor& dy);
 

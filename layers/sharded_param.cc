@@ -9,7 +9,14 @@ namespace gtp::layers {
 
 namespace ops = kernels::ops;
 
-const char* DirectionName(Direction d) { return d == Direction::kForward ? "forward" : "backward"; }
+const char* DirectionName(Direction d) {
+  switch (d) {
+    case Direction::kForward: return "forward";
+    case Direction::kBackward: return "backward";
+    case Direction::kRecompute: return "recompute";
+  }
+  return "?";
+}
 
 int64_t PaddedRows(int64_t rows, int gtp, int64_t alignment) {
   const int64_t unit = static_cast<int64_t>(gtp) * alignment;
@@ -56,6 +63,11 @@ ShardedParam* GtpChain::Neighbour(const ShardedParam* p, Direction dir) const {
   for (size_t i = 0; i < order_.size(); ++i) {
     if (order_[i] != p) continue;
     if (dir == Direction::kForward) return i + 1 < order_.size() ? order_[i + 1] : nullptr;
+    if (dir == Direction::kRecompute) {
+      const bool same = i + 1 < order_.size() && p->recompute_group() >= 0 &&
+                        order_[i + 1]->recompute_group() == p->recompute_group();
+      return same ? order_[i + 1] : nullptr;
+    }
     for (size_t j = i; j-- > 0;) {
       if (order_[j]->gathered_in_backward()) return order_[j];
     }
@@ -132,6 +144,8 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
   } else {
     chain_->Freeze();
   }
+  GTP_CHECK(dir != Direction::kRecompute || chain_->order_frozen(), name_,
+            ": recompute before the chain was recorded");
   if (gtp_size() == 1) {
     chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false);
     return shard_.Slice(0, rows_);

@@ -60,7 +60,11 @@ struct GtpOptions {
   comm::ReduceOp grad_reduce = comm::ReduceOp::kMean;
 };
 
-enum class Direction { kForward = 0, kBackward = 1 };
+// Which pass a materialisation serves. kRecompute is the forward re-run of an
+// activation-recomputed block during backward: it has its own gather slot and
+// prefetches only within its recompute group, so it never disturbs the
+// backward chain.
+enum class Direction { kForward = 0, kBackward = 1, kRecompute = 2 };
 enum class CommState { kNone, kAsyncWait, kDataReady };
 
 const char* DirectionName(Direction d);
@@ -83,7 +87,7 @@ class BufferCache {
  public:
   explicit BufferCache(const kernels::Exec& exec) : exec_(exec) {}
   // A buffer of that shape; new ones are zero-filled.
-  enum Purpose { kGatherForward = 0, kGatherBackward = 1, kWgrad = 2 };
+  enum Purpose { kGatherForward = 0, kGatherBackward = 1, kGatherRecompute = 2, kWgrad = 3 };
   Tensor Acquire(const Shape& shape, DType dtype, Purpose purpose);
   void Release(const Tensor& t, Purpose purpose);
   int64_t num_allocated() const { return num_allocated_; }
@@ -199,6 +203,10 @@ class ShardedParam {
   // scatter-add) are skipped when choosing what to prefetch there.
   void set_gathered_in_backward(bool on) { gathered_in_backward_ = on; }
   bool gathered_in_backward() const { return gathered_in_backward_; }
+  // Params of one recompute group (a block with activation recompute) are
+  // prefetched among themselves during recomputation; -1: none.
+  void set_recompute_group(int g) { recompute_group_ = g; }
+  int recompute_group() const { return recompute_group_; }
 
   CommState gather_state(Direction dir) const { return gather_[static_cast<int>(dir)].state; }
   CommState reduce_state() const { return reduce_.state; }
@@ -242,11 +250,12 @@ class ShardedParam {
   comm::Communicator* gtp_;
   GtpChain* chain_;
   Tensor shard_, main_grad_;
-  GatherSlot gather_[2];
+  GatherSlot gather_[3];
   ReduceSlot reduce_;
   std::function<void(ShardedParam&)> ready_hook_;
   bool registered_ = false;
   bool gathered_in_backward_ = true;
+  int recompute_group_ = -1;
   GlobalLayout layout_;
 };
 

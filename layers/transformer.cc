@@ -126,19 +126,27 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
   return a;
 }
 
-absl::StatusOr<Tensor> Attention::Forward(const Tensor& h) {
+absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = chain_->exec();
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
-  GTP_ASSIGN_OR_RETURN(q_out_, q_->Forward(hin));
-  GTP_ASSIGN_OR_RETURN(k_out_, k_->Forward(hin));
-  GTP_ASSIGN_OR_RETURN(v_out_, v_->Forward(hin));
+  GTP_ASSIGN_OR_RETURN(q_out_, q_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(k_out_, k_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(v_out_, v_->Forward(hin, dir));
   Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
   Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
   Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
   att_ = e.Empty({B_, nh_tp_, T_, T_});
   Tensor y = e.Empty({B_, T_, nh_tp_, hs_});
   ops::AttentionForward(e, q, k, v, y, att_);
-  return o_->Forward(y.View({B_ * T_, nh_tp_ * hs_}));
+  return o_->Forward(y.View({B_ * T_, nh_tp_ * hs_}), dir);
+}
+
+void Attention::DropActivations() {
+  q_out_ = k_out_ = v_out_ = att_ = Tensor();
+  q_->DropActivations();
+  k_->DropActivations();
+  v_->DropActivations();
+  o_->DropActivations();
 }
 
 absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
@@ -190,10 +198,10 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
   return m;
 }
 
-absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h) {
+absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = chain_->exec();
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
-  GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin));  // GELU: [N, H_tp]; SwiGLU: [N, gate|up]
+  GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin, dir));  // GELU: [N, H_tp]; SwiGLU: [N, gate|up]
   const int64_t n = pre_act_.dim(0);
   const bool glu = config_.activation == Activation::kSwiGlu;
   Tensor act = e.Empty({n, glu ? pre_act_.dim(1) / 2 : pre_act_.dim(1)});
@@ -202,7 +210,13 @@ absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h) {
   } else {
     ops::GeluForward(e, pre_act_, act);
   }
-  return proj_->Forward(act);
+  return proj_->Forward(act, dir);
+}
+
+void Mlp::DropActivations() {
+  pre_act_ = Tensor();
+  fc_->DropActivations();
+  proj_->DropActivations();
 }
 
 absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
@@ -235,6 +249,7 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
                                                      GtpChain* chain) {
   std::unique_ptr<Block> b(new Block());
   b->exec_ = chain->exec();
+  b->recompute_ = c.recompute;
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
   GTP_ASSIGN_OR_RETURN(b->attn_, Attention::Create(name + ".attn", c, B, T, pgs, chain));
@@ -243,15 +258,37 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
   return b;
 }
 
-absl::StatusOr<Tensor> Block::Forward(const Tensor& x) {
-  GTP_ASSIGN_OR_RETURN(Tensor a, attn_->Forward(ln1_->Forward(x)));
+absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
+  GTP_ASSIGN_OR_RETURN(Tensor a, attn_->Forward(ln1_->Forward(x), dir));
   ops::Axpby(exec_, 1.0f, x, 1.0f, a);  // x1 = x + attn
-  GTP_ASSIGN_OR_RETURN(Tensor m, mlp_->Forward(ln2_->Forward(a)));
+  GTP_ASSIGN_OR_RETURN(Tensor m, mlp_->Forward(ln2_->Forward(a), dir));
   ops::Axpby(exec_, 1.0f, a, 1.0f, m);  // x2 = x1 + mlp
   return m;
 }
 
+void Block::DropActivations() {
+  ln1_->DropActivations();
+  attn_->DropActivations();
+  ln2_->DropActivations();
+  mlp_->DropActivations();
+}
+
+absl::StatusOr<Tensor> Block::Forward(const Tensor& x) {
+  GTP_ASSIGN_OR_RETURN(Tensor y, Run(x, Direction::kForward));
+  if (recompute_) {
+    x_in_ = x;
+    DropActivations();
+  }
+  return y;
+}
+
 absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
+  if (recompute_) {
+    // Re-create the activations this block dropped (bit-identical: the
+    // kernels are deterministic), gathering weights on the recompute chain.
+    GTP_RETURN_IF_ERROR(Run(x_in_, Direction::kRecompute).status());
+    x_in_ = Tensor();
+  }
   GTP_ASSIGN_OR_RETURN(Tensor dm, mlp_->Backward(dx2));
   Tensor dx1 = ln2_->Backward(dm);
   ops::Axpby(exec_, 1.0f, dx2, 1.0f, dx1);

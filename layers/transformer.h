@@ -44,6 +44,10 @@ struct TransformerConfig {
   // Output projections (attention o, MLP down) use init_std / √(2·n_layer).
   int n_layer = 1;
   bool sequence_parallel = false;
+  // Activation recompute per block: keep only each block's input during
+  // forward and re-run the block's forward (its own gather chain,
+  // Direction::kRecompute) at the start of its backward.
+  bool recompute = false;
   uint64_t seed = 0;
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
@@ -56,6 +60,7 @@ class Norm {
   Norm(const std::string& name, const TransformerConfig& c, int tp, const kernels::Exec& e);
   Tensor Forward(const Tensor& x);          // x[rows, C]
   Tensor Backward(const Tensor& dy);        // → dx[rows, C]
+  void DropActivations() { x_ = mean_ = rstd_ = Tensor(); }
   std::vector<ReplicatedParam*> params();
 
  private:
@@ -72,8 +77,9 @@ class Attention {
       const std::string& name, const TransformerConfig& c, int64_t B, int64_t T,
       const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
   // h[N or N_tp, C] (normalised input) → out[N or N_tp, C] (before residual).
-  absl::StatusOr<Tensor> Forward(const Tensor& h);
+  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
   absl::StatusOr<Tensor> Backward(const Tensor& dout);
+  void DropActivations();
   void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
 
  private:
@@ -93,8 +99,9 @@ class Mlp {
                                                      const TransformerConfig& c,
                                                      const parallel::ProcessGroupCollection& pgs,
                                                      GtpChain* chain);
-  absl::StatusOr<Tensor> Forward(const Tensor& h);
+  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
   absl::StatusOr<Tensor> Backward(const Tensor& dout);
+  void DropActivations();
   void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
 
  private:
@@ -122,7 +129,11 @@ class Block {
 
  private:
   Block() = default;
+  absl::StatusOr<Tensor> Run(const Tensor& x, Direction dir);
+  void DropActivations();
   kernels::Exec exec_;
+  bool recompute_ = false;
+  Tensor x_in_;  // recompute: the block input
   std::unique_ptr<Norm> ln1_, ln2_;
   std::unique_ptr<Attention> attn_;
   std::unique_ptr<Mlp> mlp_;
