@@ -22,6 +22,15 @@
 // Collectives on one communicator must be issued in the same order on every
 // rank. A Communicator object is used by one thread at a time; different
 // communicators (e.g. the tp and dp groups) may be driven concurrently.
+// Accessors (rank, size, name, backend, timeout) never block. Every
+// collective call returns without waiting for peers, except Split, which
+// blocks. A Work may be waited on from any one thread.
+//
+// Argument errors this rank can see alone (negative count, root out of range,
+// a reduction on fp8/u8, in-place all_to_all, a tag outside [0, 2^24)) come
+// back from the call itself as InvalidArgument; disagreements between ranks
+// come back from Wait. Destroying a communicator whose peers still wait for it
+// makes them fail (they do not hang); a Work may outlive its communicator.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +79,9 @@ class Communicator {
   virtual std::string name() const = 0;
   // "local", "ucx" or "nccl".
   virtual std::string backend() const = 0;
+  // How long Work::Wait() (with its default argument) and the blocking calls
+  // (Split) wait for peers before failing with DeadlineExceeded.
+  virtual absl::Duration timeout() const = 0;
 
   // recv[r·count, (r+1)·count) = send of rank r. recv holds size()·count.
   virtual absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,

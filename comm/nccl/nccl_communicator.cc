@@ -1,0 +1,806 @@
+#include "comm/nccl/nccl_communicator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "comm/env/launch_env.h"
+#include "comm/internal/ops.h"
+#include "comm/nccl/accumulate_kernels.h"
+#include "comm/store/tcp_store.h"
+#include "core/cuda_runtime.h"
+#include "core/status.h"
+
+namespace gtp::comm {
+
+absl::Status NcclStatus(ncclResult_t r, const std::string& what) {
+  if (r == ncclSuccess) return absl::OkStatus();
+  std::string msg = absl::StrCat(what, ": NCCL error ", static_cast<int>(r), " (",
+                                 ncclGetErrorString(r), ")");
+  switch (r) {
+    case ncclInvalidArgument: case ncclInvalidUsage: return absl::InvalidArgumentError(msg);
+    case ncclRemoteError: return absl::UnavailableError(msg);
+    case ncclInProgress: return absl::UnavailableError(msg + " still in progress");
+    default: return absl::InternalError(msg);
+  }
+}
+
+namespace {
+
+using internal::OpDesc;
+using internal::OpKind;
+
+ncclDataType_t NcclType(DType d) {
+  switch (d) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kI32: return ncclInt32;
+    case DType::kI64: return ncclInt64;
+    default: return ncclUint8;  // fp8 and raw bytes travel as bytes
+  }
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+    default: return ncclSum;
+  }
+}
+
+// Polls a non-blocking communicator until the last call settled.
+absl::Status Settle(ncclComm_t comm, ncclResult_t r, absl::Time deadline, const std::string& what) {
+  if (r == ncclSuccess) return absl::OkStatus();  // blocking communicators
+  if (r != ncclInProgress) return NcclStatus(r, what);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return NcclStatus(q, what);
+    if (state == ncclSuccess) return absl::OkStatus();
+    if (state != ncclInProgress) return NcclStatus(state, what);
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": did not settle in time"));
+    }
+    std::this_thread::yield();
+  }
+}
+
+absl::Status Cuda(cudaError_t e, const char* what) { return CudaStatus(e, what); }
+
+// Widen -> NCCL in f32 -> narrow, on `stream`; `settle` settles NCCL calls.
+absl::Status F32Accumulate(bool reduce_scatter, ncclComm_t comm, int nranks, const void* send,
+                           void* recv, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream,
+                           const std::function<absl::Status(ncclResult_t)>& settle) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) {
+    return absl::InvalidArgumentError("f32 accumulation is for bf16 and f16");
+  }
+  if (op != ReduceOp::kSum && op != ReduceOp::kMean) {
+    return absl::InvalidArgumentError("f32 accumulation is for sum and mean");
+  }
+  if (count == 0) return absl::OkStatus();
+  const int64_t in = reduce_scatter ? nranks * count : count;
+  float* scratch = nullptr;
+  GTP_RETURN_IF_ERROR(Cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch),
+                                           (in + count) * sizeof(float), stream),
+                           "cudaMallocAsync"));
+  float* out = scratch + in;
+  absl::Status st = Cuda(nccl_internal::LaunchWiden(dtype, send, scratch, in, stream), "widen");
+  if (st.ok()) {
+    st = settle(reduce_scatter
+                    ? ncclReduceScatter(scratch, out, count, ncclFloat32, ncclSum, comm, stream)
+                    : ncclAllReduce(scratch, out, count, ncclFloat32, ncclSum, comm, stream));
+  }
+  if (st.ok()) {
+    st = Cuda(nccl_internal::LaunchNarrow(dtype, out, recv, count,
+                                          op == ReduceOp::kMean ? nranks : 1, stream),
+              "narrow");
+  }
+  absl::Status freed = Cuda(cudaFreeAsync(scratch, stream), "cudaFreeAsync");
+  return st.ok() ? freed : st;
+}
+
+// A completion event, shared by a Work and the watchdog.
+struct Done {
+  CudaEventPtr event;
+};
+
+absl::StatusOr<std::shared_ptr<Done>> NewDone() {
+  cudaEvent_t e = nullptr;
+  GTP_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+  auto d = std::make_shared<Done>();
+  d->event.reset(e);
+  return d;
+}
+
+// Queued point-to-point calls, launched together.
+struct P2PItem {
+  bool is_send;
+  void* buf;
+  int64_t count;
+  DType dtype;
+  int peer, tag;
+  uint64_t order;
+};
+struct Batch {
+  std::vector<P2PItem> items;
+  std::shared_ptr<Done> done;  // set once launched
+};
+
+// Runs `fn` on a helper thread and waits at most `timeout` for it. On
+// timeout `on_timeout` runs (it should unblock fn, e.g. by aborting the
+// communicator fn uses) and the helper is waited for another second, then
+// left behind (detached) if still stuck.
+absl::Status WithTimeout(const std::function<absl::Status()>& fn, absl::Duration timeout,
+                         const std::function<void()>& on_timeout, const std::string& what) {
+  struct Shared {
+    absl::Mutex mu;
+    bool done = false;
+    absl::Status status;
+  };
+  auto sh = std::make_shared<Shared>();
+  std::thread t([sh, fn] {
+    absl::Status st = fn();
+    absl::MutexLock l(&sh->mu);
+    sh->status = st;
+    sh->done = true;
+  });
+  absl::MutexLock l(&sh->mu);
+  if (sh->mu.AwaitWithTimeout(absl::Condition(&sh->done), timeout)) {
+    t.join();
+    return sh->status;
+  }
+  sh->mu.Unlock();
+  if (on_timeout) on_timeout();
+  sh->mu.Lock();
+  if (sh->mu.AwaitWithTimeout(absl::Condition(&sh->done), absl::Seconds(1))) {
+    t.join();
+  } else {
+    t.detach();
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout)));
+}
+
+// Everything a communicator, its Works and its watchdog share.
+//
+// Locking: mu_ serialises enqueueing (NCCL calls from the user's thread);
+// wd_mu_ guards the failure, the pending list and the watchdog. Aborting
+// takes only wd_mu_, so the watchdog can abort a call that blocks inside
+// NCCL while holding mu_.
+class State {
+ public:
+  State(ncclComm_t comm, int rank, int size, int device, std::string name, cudaStream_t compute,
+        Stream comm_stream, Event ready, const NcclOptions& options,
+        std::shared_ptr<KeyValueStore> store, std::shared_ptr<void> keepalive)
+      : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)),
+        compute_(compute), comm_stream_(std::move(comm_stream)), ready_(std::move(ready)),
+        options_(options), store_(std::move(store)), keepalive_(std::move(keepalive)) {
+    watchdog_ = std::thread([this] { Watch(); });
+  }
+
+  ~State() {
+    {
+      absl::MutexLock l(&wd_mu_);
+      stop_ = true;
+    }
+    watchdog_.join();
+    if (aborted_) return;
+    // Let queued work finish (bounded), then free the communicator.
+    cudaSetDevice(device_);
+    absl::Time until = absl::Now() + std::min(options_.timeout, absl::Seconds(30));
+    while (cudaStreamQuery(comm_stream_.get()) == cudaErrorNotReady && absl::Now() < until) {
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    if (cudaStreamQuery(comm_stream_.get()) == cudaErrorNotReady) {
+      ncclCommAbort(comm_);
+    } else {
+      ncclCommDestroy(comm_);
+    }
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+  const std::string& name() const { return name_; }
+  const NcclOptions& options() const { return options_; }
+  cudaStream_t compute() const { return compute_; }
+  std::shared_ptr<KeyValueStore> store() const { return store_; }
+  std::shared_ptr<void> keepalive() const { return keepalive_; }
+
+  std::string Prefix() const { return absl::StrCat("group ", name_, " (nccl): "); }
+
+  // Orders the comm stream after the compute stream, runs `fn` (which
+  // enqueues on the comm stream), and records a completion event the
+  // watchdog follows. Flushes queued p2p first.
+  absl::StatusOr<std::shared_ptr<Done>> Enqueue(
+      const std::string& label,
+      const std::function<absl::Status(ncclComm_t, cudaStream_t, absl::Time)>& fn) {
+    GTP_RETURN_IF_ERROR(FlushP2P());
+    absl::MutexLock l(&mu_);
+    return EnqueueLocked(label, fn);
+  }
+
+  // Queues a p2p call; returns its batch.
+  absl::StatusOr<std::shared_ptr<Batch>> QueueP2P(const P2PItem& item) {
+    GTP_RETURN_IF_ERROR(Failure());
+    absl::MutexLock l(&mu_);
+    if (!batch_) batch_ = std::make_shared<Batch>();
+    P2PItem it = item;
+    it.order = next_order_++;
+    batch_->items.push_back(it);
+    return batch_;
+  }
+
+  // Launches the queued p2p calls as one NCCL group.
+  absl::Status FlushP2P() {
+    absl::MutexLock l(&mu_);
+    if (!batch_) return Failure();
+    std::shared_ptr<Batch> b = std::move(batch_);
+    batch_.reset();
+    std::vector<P2PItem> items = b->items;
+    // Per peer and direction: ordered by (tag, issue order) on both sides.
+    std::stable_sort(items.begin(), items.end(), [](const P2PItem& a, const P2PItem& c) {
+      return std::tie(a.tag, a.order) < std::tie(c.tag, c.order);
+    });
+    auto done = EnqueueLocked(
+        absl::StrCat(Prefix(), "send/recv batch of ", items.size()),
+        [&](ncclComm_t comm, cudaStream_t s, absl::Time deadline) -> absl::Status {
+          GTP_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
+          for (const P2PItem& it : items) {
+            ncclResult_t r = it.is_send
+                                 ? ncclSend(it.buf, it.count * SizeOf(it.dtype), ncclUint8, it.peer, comm, s)
+                                 : ncclRecv(it.buf, it.count * SizeOf(it.dtype), ncclUint8, it.peer, comm, s);
+            if (r != ncclSuccess && r != ncclInProgress) {
+              ncclGroupEnd();
+              return NcclStatus(r, it.is_send ? "ncclSend" : "ncclRecv");
+            }
+          }
+          return Settle(comm, ncclGroupEnd(), deadline, Prefix() + "send/recv group");
+        });
+    if (!done.ok()) return done.status();
+    b->done = *done;
+    return absl::OkStatus();
+  }
+
+  absl::Status Failure() {
+    absl::MutexLock l(&wd_mu_);
+    return failure_;
+  }
+
+  // Makes the compute stream wait for `d`. Never blocks the host.
+  absl::Status OrderCompute(const Done& d) {
+    GTP_RETURN_IF_ERROR(Failure());
+    return Cuda(cudaStreamWaitEvent(compute_, d.event.get(), 0), "cudaStreamWaitEvent");
+  }
+
+  // Polls `d` until it completed, failed, or `timeout` passed (then aborts).
+  absl::Status Block(const Done& d, const std::string& label, absl::Duration timeout) {
+    absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      GTP_RETURN_IF_ERROR(Failure());
+      cudaError_t q = cudaEventQuery(d.event.get());
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (q != cudaErrorNotReady) return Fail(CudaStatus(q, label));
+      ncclResult_t a = ncclSuccess;
+      if (!aborted_) ncclCommGetAsyncError(comm_, &a);
+      if (a != ncclSuccess && a != ncclInProgress) {
+        return Fail(NcclStatus(a, label + ": asynchronous NCCL error; communicator aborted"));
+      }
+      if (absl::Now() > deadline) {
+        return Fail(absl::DeadlineExceededError(absl::StrCat(
+            label, ": not complete after ", absl::FormatDuration(timeout),
+            "; communicator aborted (a rank is missing, stuck or disagrees on the call)")));
+      }
+      absl::SleepFor(absl::Microseconds(20));
+    }
+  }
+
+  bool Query(const Done& d) {
+    if (!Failure().ok()) return true;
+    return cudaEventQuery(d.event.get()) != cudaErrorNotReady;
+  }
+
+  // Runs `fn` with the raw communicator on a helper thread (Split), aborting
+  // the communicator when it takes longer than the timeout.
+  // `fn` must own what it touches: it may outlive the call when stuck.
+  absl::Status WithComm(std::function<absl::Status(ncclComm_t)> fn, const std::string& what) {
+    GTP_RETURN_IF_ERROR(FlushP2P());
+    absl::MutexLock l(&mu_);
+    GTP_RETURN_IF_ERROR(Failure());
+    const int device = device_;
+    ncclComm_t comm = comm_;
+    absl::Status st = WithTimeout(
+        [fn, device, comm]() {
+          cudaSetDevice(device);
+          return fn(comm);
+        },
+        options_.timeout,
+        [this, what] {
+          Fail(absl::DeadlineExceededError(what + ": timed out; communicator aborted")).IgnoreError();
+        },
+        what);
+    if (!st.ok()) return Fail(st);
+    return st;
+  }
+
+  // Fails the communicator for good (the first error wins) and aborts the
+  // NCCL communicator so that its kernels and blocked calls return.
+  absl::Status Fail(absl::Status st) {
+    absl::MutexLock l(&wd_mu_);
+    return FailLocked(std::move(st));
+  }
+
+ private:
+  absl::StatusOr<std::shared_ptr<Done>> EnqueueLocked(
+      const std::string& label,
+      const std::function<absl::Status(ncclComm_t, cudaStream_t, absl::Time)>& fn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    GTP_RETURN_IF_ERROR(Failure());
+    GTP_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
+    GTP_ASSIGN_OR_RETURN(std::shared_ptr<Done> d, NewDone());
+    ready_.Record(compute_);
+    ready_.WaitOn(comm_stream_.get());
+    {
+      // Watched from here on: a call that blocks in NCCL (a peer that never
+      // connects) is aborted by the watchdog.
+      absl::MutexLock l(&wd_mu_);
+      pending_.push_back({d, absl::Now(), label, /*recorded=*/false});
+    }
+    absl::Status st = fn(comm_, comm_stream_.get(), absl::Now() + options_.timeout);
+    if (!st.ok()) {
+      return Fail(absl::Status(st.code(), absl::StrCat(label, ": ", st.message())));
+    }
+    GTP_RETURN_IF_ERROR(Cuda(cudaEventRecord(d->event.get(), comm_stream_.get()), "cudaEventRecord"));
+    absl::MutexLock l(&wd_mu_);
+    for (auto& p : pending_) {
+      if (p.done == d) p.recorded = true;
+    }
+    return d;
+  }
+
+  absl::Status FailLocked(absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wd_mu_) {
+    if (failure_.ok()) failure_ = st;
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+    return failure_;
+  }
+
+  void Watch() {
+    cudaSetDevice(device_);
+    absl::MutexLock l(&wd_mu_);
+    for (;;) {
+      if (wd_mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(20))) return;
+      if (!failure_.ok()) continue;
+      while (!pending_.empty() && pending_.front().recorded &&
+             cudaEventQuery(pending_.front().done->event.get()) == cudaSuccess) {
+        pending_.pop_front();
+      }
+      ncclResult_t a = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &a);
+      if (a != ncclSuccess && a != ncclInProgress) {
+        std::string what = pending_.empty() ? Prefix() + "idle" : pending_.front().label;
+        FailLocked(NcclStatus(a, absl::StrCat(what, ": asynchronous NCCL error; communicator aborted")))
+            .IgnoreError();
+        continue;
+      }
+      if (!pending_.empty() && absl::Now() - pending_.front().start > options_.timeout) {
+        FailLocked(absl::DeadlineExceededError(absl::StrCat(
+                       pending_.front().label, ": not complete after ",
+                       absl::FormatDuration(options_.timeout),
+                       "; communicator aborted (a rank is missing, stuck or disagrees on the call)")))
+            .IgnoreError();
+      }
+    }
+  }
+
+  struct Pending {
+    std::shared_ptr<Done> done;
+    absl::Time start;
+    std::string label;
+    bool recorded;  // the completion event has been recorded
+  };
+
+  const ncclComm_t comm_;
+  const int rank_, size_, device_;
+  const std::string name_;
+  cudaStream_t compute_;
+  Stream comm_stream_;
+  Event ready_;
+  const NcclOptions options_;
+  std::shared_ptr<KeyValueStore> store_;
+  std::shared_ptr<void> keepalive_;  // e.g. the TCP store server on rank 0
+  std::atomic<bool> aborted_{false};
+
+  absl::Mutex mu_;
+  std::shared_ptr<Batch> batch_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex wd_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  bool stop_ ABSL_GUARDED_BY(wd_mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(wd_mu_);
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(wd_mu_);
+  std::thread watchdog_;
+};
+
+class NcclWork : public Work {
+ public:
+  NcclWork(std::shared_ptr<State> s, std::shared_ptr<Done> done, std::string label)
+      : s_(std::move(s)), done_(std::move(done)), label_(std::move(label)) {}
+  NcclWork(std::shared_ptr<State> s, std::shared_ptr<Batch> batch, std::string label)
+      : s_(std::move(s)), batch_(std::move(batch)), label_(std::move(label)) {}
+
+  absl::Status Wait(absl::Duration) override {
+    GTP_RETURN_IF_ERROR(Launched());
+    return s_->OrderCompute(*done_);
+  }
+  bool Test() override {
+    if (!Launched().ok()) return true;
+    return s_->Query(*done_);
+  }
+  absl::Status Synchronize() override {
+    GTP_RETURN_IF_ERROR(Launched());
+    return s_->Block(*done_, label_, s_->options().timeout);
+  }
+
+ private:
+  absl::Status Launched() {
+    if (done_) return absl::OkStatus();
+    GTP_RETURN_IF_ERROR(s_->FlushP2P());
+    if (!batch_->done) return s_->Failure();
+    done_ = batch_->done;
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<State> s_;
+  std::shared_ptr<Done> done_;
+  std::shared_ptr<Batch> batch_;
+  std::string label_;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  explicit NcclCommunicator(std::shared_ptr<State> s) : s_(std::move(s)) {}
+
+  int rank() const override { return s_->rank(); }
+  int size() const override { return s_->size(); }
+  std::string name() const override { return s_->name(); }
+  std::string backend() const override { return "nccl"; }
+  absl::Duration timeout() const override { return s_->options().timeout; }
+
+  absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
+                                    DType dtype) override {
+    OpDesc d{OpKind::kAllGather, count, dtype};
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count),
+                                  internal::CheckBuffer(count, send, "send"),
+                                  internal::CheckBuffer(count, recv, "recv")}));
+    const int n = size();
+    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
+      if (n == 1) return CopyAsync(recv, send, count * Bytes(dtype), s);
+      return Settle(c, ncclAllGather(send, recv, count * Bytes(dtype), ncclUint8, c, s), dl,
+                    "ncclAllGather");
+    });
+  }
+
+  absl::StatusOr<WorkPtr> ReduceScatter(const void* send, void* recv, int64_t count, DType dtype,
+                                        ReduceOp op) override {
+    OpDesc d{OpKind::kReduceScatter, count, dtype, op};
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckReducible(dtype, op),
+                                  internal::CheckBuffer(count, send, "send"),
+                                  internal::CheckBuffer(count, recv, "recv")}));
+    const int n = size();
+    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
+      // One rank: a copy, no NCCL launch.
+      if (n == 1) return CopyAsync(recv, send, count * Bytes(dtype), s);
+      if (UseF32(dtype, op)) {
+        return F32Accumulate(true, c, n, send, recv, count, dtype, op, s,
+                             [&](ncclResult_t r) { return Settle(c, r, dl, "ncclReduceScatter"); });
+      }
+      GTP_RETURN_IF_ERROR(Settle(
+          c, ncclReduceScatter(send, recv, count, NcclType(dtype), NcclOp(op), c, s), dl,
+          "ncclReduceScatter"));
+      return MeanDivide(dtype, op, recv, count, n, s);
+    });
+  }
+
+  absl::StatusOr<WorkPtr> AllReduce(const void* send, void* recv, int64_t count, DType dtype,
+                                    ReduceOp op) override {
+    OpDesc d{OpKind::kAllReduce, count, dtype, op};
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckReducible(dtype, op),
+                                  internal::CheckBuffer(count, send, "send"),
+                                  internal::CheckBuffer(count, recv, "recv")}));
+    const int n = size();
+    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
+      // One rank: a copy, no NCCL launch.
+      if (n == 1) return CopyAsync(recv, send, count * Bytes(dtype), s);
+      if (UseF32(dtype, op)) {
+        return F32Accumulate(false, c, n, send, recv, count, dtype, op, s,
+                             [&](ncclResult_t r) { return Settle(c, r, dl, "ncclAllReduce"); });
+      }
+      GTP_RETURN_IF_ERROR(Settle(
+          c, ncclAllReduce(send, recv, count, NcclType(dtype), NcclOp(op), c, s), dl,
+          "ncclAllReduce"));
+      return MeanDivide(dtype, op, recv, count, n, s);
+    });
+  }
+
+  absl::StatusOr<WorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root) override {
+    OpDesc d{OpKind::kBroadcast, count, dtype, ReduceOp::kSum, root};
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckRoot(root, size()),
+                                  internal::CheckBuffer(count, buf, "buf")}));
+    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) {
+      return Settle(c, ncclBroadcast(buf, buf, count * Bytes(dtype), ncclUint8, root, c, s), dl,
+                    "ncclBroadcast");
+    });
+  }
+
+  absl::StatusOr<WorkPtr> AllToAll(const void* send, void* recv, int64_t count,
+                                   DType dtype) override {
+    OpDesc d{OpKind::kAllToAll, count, dtype};
+    const int64_t total = count * size() * Bytes(dtype);
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count),
+                                  internal::CheckBuffer(count, send, "send"),
+                                  internal::CheckBuffer(count, recv, "recv"),
+                                  internal::CheckNoOverlap(send, total, recv, total, "all_to_all")}));
+    std::vector<int64_t> c(size(), count), disp(size());
+    for (int r = 0; r < size(); ++r) disp[r] = r * count;
+    return Exchange(d, send, c, disp, recv, c, disp, dtype);
+  }
+
+  absl::StatusOr<WorkPtr> AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                                    const std::vector<int64_t>& send_displs, void* recv,
+                                    const std::vector<int64_t>& recv_counts,
+                                    const std::vector<int64_t>& recv_displs,
+                                    DType dtype) override {
+    OpDesc d{OpKind::kAllToAllV, -1, dtype};
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckAllToAllV(size(), send_counts, send_displs,
+                                                           recv_counts, recv_displs)}));
+    return Exchange(d, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+  }
+
+  absl::StatusOr<WorkPtr> Send(const void* buf, int64_t count, DType dtype, int peer,
+                               int tag) override {
+    return P2P(true, const_cast<void*>(buf), count, dtype, peer, tag);
+  }
+  absl::StatusOr<WorkPtr> Recv(void* buf, int64_t count, DType dtype, int peer, int tag) override {
+    return P2P(false, buf, count, dtype, peer, tag);
+  }
+
+  absl::StatusOr<WorkPtr> Barrier() override {
+    // A one-element all-reduce; Synchronize on its Work blocks the host.
+    OpDesc d{OpKind::kBarrier};
+    return Issue(d, [](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
+      void* tmp = nullptr;
+      GTP_RETURN_IF_ERROR(Cuda(cudaMallocAsync(&tmp, 4, s), "cudaMallocAsync"));
+      GTP_RETURN_IF_ERROR(Cuda(cudaMemsetAsync(tmp, 0, 4, s), "cudaMemsetAsync"));
+      absl::Status st = Settle(c, ncclAllReduce(tmp, tmp, 1, ncclInt32, ncclSum, c, s), dl,
+                               "ncclAllReduce (barrier)");
+      cudaFreeAsync(tmp, s);
+      return st;
+    });
+  }
+
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(const std::vector<std::vector<int>>& groups,
+                                                      const std::string& name) override {
+    const std::string what = absl::StrCat(s_->Prefix(), "split '", name, "'");
+    absl::Status bad = internal::CheckGroups(groups, size());
+    if (!bad.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", bad.message()));
+    int color = NCCL_SPLIT_NOCOLOR, key = 0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t i = 0; i < groups[g].size(); ++i) {
+        if (groups[g][i] == rank()) {
+          color = static_cast<int>(g);
+          key = static_cast<int>(i);
+        }
+      }
+    }
+    // Agreement: every rank's hash of (groups, name), gathered on the device.
+    const int64_t mine = static_cast<int64_t>(internal::HashGroups(groups, name));
+    const int n = size();
+    std::vector<int64_t> all(n);
+    GTP_RETURN_IF_ERROR(Cuda(cudaSetDevice(s_->device()), "cudaSetDevice"));
+    int64_t* dev = nullptr;
+    GTP_RETURN_IF_ERROR(Cuda(cudaMalloc(reinterpret_cast<void**>(&dev), (n + 1) * 8), "cudaMalloc"));
+    std::unique_ptr<int64_t, void (*)(int64_t*)> free_dev(dev, [](int64_t* p) { cudaFree(p); });
+    GTP_RETURN_IF_ERROR(Cuda(cudaMemcpy(dev + n, &mine, 8, cudaMemcpyHostToDevice), "cudaMemcpy"));
+    GTP_ASSIGN_OR_RETURN(WorkPtr w, AllGather(dev + n, dev, 1, DType::kI64));
+    GTP_RETURN_IF_ERROR(w->Synchronize());
+    GTP_RETURN_IF_ERROR(Cuda(cudaMemcpy(all.data(), dev, n * 8, cudaMemcpyDeviceToHost), "cudaMemcpy"));
+    for (int r = 0; r < n; ++r) {
+      if (all[r] != mine) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", r,
+                                                       " passed different groups or name than rank ",
+                                                       rank()));
+      }
+    }
+    auto child_box = std::make_shared<ncclComm_t>(nullptr);
+    GTP_RETURN_IF_ERROR(s_->WithComm(
+        [child_box, color, key, what](ncclComm_t c) {
+          ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+          return NcclStatus(ncclCommSplit(c, color, key, child_box.get(), &cfg), what);
+        },
+        what));
+    ncclComm_t child = *child_box;
+    if (color == NCCL_SPLIT_NOCOLOR) return std::unique_ptr<Communicator>();
+    GTP_ASSIGN_OR_RETURN(Stream stream, Stream::Create(s_->device()));
+    GTP_ASSIGN_OR_RETURN(Event ready, Event::Create());
+    auto st = std::make_shared<State>(child, key, static_cast<int>(groups[color].size()),
+                                      s_->device(), internal::SubGroupName(name, groups[color]),
+                                      s_->compute(), std::move(stream), std::move(ready),
+                                      s_->options(), s_->store(), s_->keepalive());
+    return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(st)));
+  }
+
+ private:
+  static int64_t Bytes(DType d) { return static_cast<int64_t>(SizeOf(d)); }
+  static absl::Status CopyAsync(void* dst, const void* src, int64_t bytes, cudaStream_t s) {
+    if (bytes == 0 || dst == src) return absl::OkStatus();
+    return Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+  }
+  static bool UseF32(DType d, ReduceOp op) {
+    return (d == DType::kBF16 || d == DType::kF16) && (op == ReduceOp::kSum || op == ReduceOp::kMean);
+  }
+  static absl::Status MeanDivide(DType dtype, ReduceOp op, void* buf, int64_t count, int n,
+                                 cudaStream_t s) {
+    if (op != ReduceOp::kMean) return absl::OkStatus();
+    return Cuda(nccl_internal::LaunchDivide(dtype, buf, count, n, s), "divide kernel");
+  }
+
+  absl::Status Check(const OpDesc& d, std::initializer_list<absl::Status> checks) {
+    for (const auto& st : checks) {
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat(s_->Prefix(), d.ToString(), ": ", st.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<WorkPtr> Issue(
+      const OpDesc& d, const std::function<absl::Status(ncclComm_t, cudaStream_t, absl::Time)>& fn) {
+    std::string label = absl::StrCat(s_->Prefix(), d.ToString(), " #", seq_++);
+    GTP_ASSIGN_OR_RETURN(std::shared_ptr<Done> done, s_->Enqueue(label, fn));
+    return WorkPtr(std::make_unique<NcclWork>(s_, std::move(done), std::move(label)));
+  }
+
+  absl::StatusOr<WorkPtr> Exchange(const OpDesc& d, const void* send, std::vector<int64_t> sc,
+                                   std::vector<int64_t> sd, void* recv, std::vector<int64_t> rc,
+                                   std::vector<int64_t> rd, DType dtype) {
+    const int64_t es = Bytes(dtype);
+    const int n = size();
+    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
+      if (n == 1) {
+        if (sc[0] != rc[0]) return absl::InvalidArgumentError("send and recv counts differ");
+        return CopyAsync(static_cast<char*>(recv) + rd[0] * es,
+                         static_cast<const char*>(send) + sd[0] * es, sc[0] * es, s);
+      }
+      GTP_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
+      for (int p = 0; p < n; ++p) {
+        ncclResult_t r1 = ncclSend(static_cast<const char*>(send) + sd[p] * es, sc[p] * es,
+                                   ncclUint8, p, c, s);
+        ncclResult_t r2 = ncclRecv(static_cast<char*>(recv) + rd[p] * es, rc[p] * es, ncclUint8, p,
+                                   c, s);
+        for (ncclResult_t r : {r1, r2}) {
+          if (r != ncclSuccess && r != ncclInProgress) {
+            ncclGroupEnd();
+            return NcclStatus(r, "ncclSend/ncclRecv");
+          }
+        }
+      }
+      return Settle(c, ncclGroupEnd(), dl, "all-to-all group");
+    });
+  }
+
+  absl::StatusOr<WorkPtr> P2P(bool is_send, void* buf, int64_t count, DType dtype, int peer,
+                              int tag) {
+    OpDesc d{is_send ? OpKind::kSend : OpKind::kRecv, count, dtype};
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckPeer(peer, size()),
+                                  internal::CheckTag(tag), internal::CheckBuffer(count, buf, "buf")}));
+    GTP_ASSIGN_OR_RETURN(std::shared_ptr<Batch> b,
+                         s_->QueueP2P(P2PItem{is_send, buf, count, dtype, peer, tag, 0}));
+    return WorkPtr(std::make_unique<NcclWork>(
+        s_, std::move(b), absl::StrCat(s_->Prefix(), d.ToString(), " peer ", peer, " tag ", tag)));
+  }
+
+  std::shared_ptr<State> s_;
+  uint64_t seq_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValueStore> store,
+                                                        std::shared_ptr<void> keepalive, int rank,
+                                                        int size, int device,
+                                                        cudaStream_t compute,
+                                                        const NcclOptions& options) {
+  const std::string what = absl::StrCat("nccl world (rank ", rank, "/", size, ", device ", device, ")");
+  if (CudaDeviceCount() == 0) return absl::FailedPreconditionError(what + ": " + NoGpuReason());
+  GTP_RETURN_IF_ERROR(Cuda(cudaSetDevice(device), "cudaSetDevice"));
+  const std::string key = options.store_prefix + "/unique_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    GTP_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), what + ": ncclGetUniqueId"));
+    GTP_RETURN_IF_ERROR(store->Set(key, std::string(id.internal, sizeof(id.internal)),
+                                   options.connect_timeout));
+  } else {
+    auto v = store->Get(key, options.connect_timeout);
+    if (!v.ok()) {
+      return absl::Status(v.status().code(),
+                          absl::StrCat(what, ": no NCCL unique id from rank 0: ", v.status().message()));
+    }
+    if (v->size() != sizeof(id.internal)) return absl::InternalError(what + ": malformed unique id");
+    std::memcpy(id.internal, v->data(), sizeof(id.internal));
+  }
+  // Blocking communicators (the fast path for collectives); the
+  // initialisation, which waits for every rank, runs on a helper thread so a
+  // rank that never joins costs connect_timeout, not a hang.
+  auto comm_box = std::make_shared<ncclComm_t>(nullptr);
+  absl::Status st = WithTimeout(
+      [comm_box, size, id, rank, device]() {
+        cudaSetDevice(device);
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        ncclComm_t c = nullptr;
+        ncclResult_t r = ncclCommInitRankConfig(&c, size, id, rank, &cfg);
+        *comm_box = c;
+        return NcclStatus(r, "ncclCommInitRank");
+      },
+      options.connect_timeout, nullptr, what + ": ncclCommInitRank");
+  if (!st.ok()) {
+    if (st.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, ": ncclCommInitRank did not complete within ",
+          absl::FormatDuration(options.connect_timeout), " (a rank did not join?)"));
+    }
+    return absl::Status(st.code(), absl::StrCat(what, ": ", st.message()));
+  }
+  ncclComm_t comm = *comm_box;
+  GTP_ASSIGN_OR_RETURN(Stream stream, Stream::Create(device));
+  GTP_ASSIGN_OR_RETURN(Event ready, Event::Create());
+  auto state = std::make_shared<State>(comm, rank, size, device, options.name, compute,
+                                       std::move(stream), std::move(ready), options,
+                                       std::move(store), std::move(keepalive));
+  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(state)));
+}
+
+}  // namespace
+
+absl::Status ReduceScatterF32Accumulate(ncclComm_t comm, int nranks, const void* send, void* recv,
+                                        int64_t count, DType dtype, ReduceOp op,
+                                        cudaStream_t stream) {
+  return F32Accumulate(true, comm, nranks, send, recv, count, dtype, op, stream, [&](ncclResult_t r) {
+    return Settle(comm, r, absl::Now() + absl::Seconds(60), "ncclReduceScatter");
+  });
+}
+
+absl::Status AllReduceF32Accumulate(ncclComm_t comm, int nranks, const void* send, void* recv,
+                                    int64_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
+  return F32Accumulate(false, comm, nranks, send, recv, count, dtype, op, stream, [&](ncclResult_t r) {
+    return Settle(comm, r, absl::Now() + absl::Seconds(60), "ncclAllReduce");
+  });
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclWorld(std::shared_ptr<KeyValueStore> store,
+                                                              int rank, int size, int device,
+                                                              cudaStream_t compute_stream,
+                                                              const NcclOptions& options) {
+  return MakeWorld(std::move(store), nullptr, rank, size, device, compute_stream, options);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclWorldFromEnv(cudaStream_t compute_stream,
+                                                                     const NcclOptions& options) {
+  GTP_ASSIGN_OR_RETURN(LaunchEnv env, ReadLaunchEnv());
+  std::shared_ptr<TcpStoreServer> server;
+  if (env.rank == 0) {
+    GTP_ASSIGN_OR_RETURN(auto s, TcpStoreServer::Start(env.master_port));
+    s->set_linger(std::min(options.connect_timeout, absl::Seconds(5)));
+    server = std::move(s);
+  }
+  GTP_ASSIGN_OR_RETURN(
+      std::unique_ptr<TcpStoreClient> client,
+      TcpStoreClient::Connect(env.master_addr, env.master_port, options.connect_timeout));
+  return MakeWorld(std::shared_ptr<KeyValueStore>(std::move(client)), server, env.rank,
+                   env.world_size, env.local_rank, compute_stream, options);
+}
+
+}  // namespace gtp::comm

@@ -1,0 +1,164 @@
+// UCX worlds whose ranks are threads of this process (one UCP worker each,
+// sharing an InMemoryStore). The multi-process tests are in
+// ucx_multiprocess_test.cc.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "comm/testing/conformance.h"
+#include "comm/ucx/ucx_communicator.h"
+#include "core/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gtp::comm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs fn on `n` threads, each with its rank's UCX world communicator.
+std::vector<absl::Status> RunUcxThreads(int n, const std::function<absl::Status(Communicator&)>& fn,
+                                        absl::Duration timeout = absl::Seconds(60)) {
+  static int world_id = 0;  // distinct store prefixes per world
+  auto store = std::make_shared<InMemoryStore>();
+  UcxOptions o;
+  o.timeout = timeout;
+  o.connect_timeout = absl::Seconds(20);
+  o.store_prefix = absl::StrCat("w", world_id++);
+  std::vector<absl::Status> results(n);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      auto world = CreateUcxWorld(store, r, n, o);
+      if (!world.ok()) {
+        results[r] = world.status();
+        return;
+      }
+      results[r] = fn(**world);
+    });
+  }
+  for (auto& t : ts) t.join();
+  return results;
+}
+
+class UcxThreadsConformance : public ::testing::TestWithParam<int> {};
+
+TEST_P(UcxThreadsConformance, AllCases) {
+  testing::ConformanceOptions o;
+  o.large = GetParam() == 3;
+  auto results = RunUcxThreads(GetParam(), [&](Communicator& c) {
+    return testing::RunConformance(c, o);
+  });
+  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
+INSTANTIATE_TEST_SUITE_P(World, UcxThreadsConformance, ::testing::Values(1, 2, 3, 4));
+
+// Every rank fails with `code` and a message holding each of `parts`.
+void ExpectAll(const std::vector<absl::Status>& results, absl::StatusCode code,
+               const std::vector<std::string>& parts) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].code(), code) << "rank " << r << ": " << results[r];
+    for (const auto& p : parts) {
+      EXPECT_THAT(std::string(results[r].message()), HasSubstr(p)) << "rank " << r;
+    }
+  }
+}
+
+TEST(UcxThreads, ReportsIdentity) {
+  auto results = RunUcxThreads(2, [](Communicator& c) -> absl::Status {
+    if (c.backend() != "ucx" || c.name() != "world" || c.size() != 2 ||
+        c.timeout() != absl::Seconds(7)) {
+      return absl::InternalError(absl::StrCat("identity: ", c.backend(), " ", c.name()));
+    }
+    return absl::OkStatus();
+  }, absl::Seconds(7));
+  ExpectAll(results, absl::StatusCode::kOk, {});
+}
+
+TEST(UcxThreads, DifferentOpsFailEveryRank) {
+  auto results = RunUcxThreads(3, [](Communicator& c) {
+    std::vector<float> s(8, 1.0f), r(24);
+    if (c.rank() == 2) return comm::Run(c.AllGather(s.data(), r.data(), 2, DType::kF32));
+    return comm::Run(c.AllReduce(s.data(), r.data(), 2, DType::kF32, ReduceOp::kSum));
+  });
+  ExpectAll(results, absl::StatusCode::kInvalidArgument, {"group world (ucx)", "calls differ"});
+}
+
+TEST(UcxThreads, MismatchedAllToAllVCountsFail) {
+  // Rank 0 sends 2 elements where rank 1 expects 1. Rank 1 sees it; rank 0's
+  // own call may already have completed correctly, but the group is failed
+  // for it too, so its next call reports the mismatch.
+  auto results = RunUcxThreads(2, [](Communicator& c) {
+    std::vector<float> s(8, 1.0f), r(8);
+    std::vector<int64_t> sc = {1, c.rank() == 0 ? 2 : 1}, d = {0, 4}, rc = {1, 1};
+    absl::Status st = comm::Run(c.AllToAllV(s.data(), sc, d, r.data(), rc, d, DType::kF32));
+    if (!st.ok()) return st;
+    return comm::Run(c.Barrier());
+  });
+  ExpectAll(results, absl::StatusCode::kInvalidArgument, {"all_to_allv", "calls differ"});
+}
+
+TEST(UcxThreads, MismatchedSendRecvFails) {
+  auto results = RunUcxThreads(2, [](Communicator& c) {
+    std::vector<float> b(8, 1.0f);
+    if (c.rank() == 0) return comm::Run(c.Send(b.data(), 3, DType::kF32, 1, 4));
+    return comm::Run(c.Recv(b.data(), 4, DType::kF32, 0, 4));
+  }, absl::Seconds(2));
+  // The receiver sees the mismatch; the sender's message went out eagerly
+  // and completed (as an MPI send would).
+  EXPECT_EQ(results[1].code(), absl::StatusCode::kInvalidArgument) << results[1];
+  EXPECT_THAT(std::string(results[1].message()), HasSubstr("another count or dtype"));
+}
+
+TEST(UcxThreads, MismatchedSplitFails) {
+  auto results = RunUcxThreads(2, [](Communicator& c) {
+    return c.Split(c.rank() == 0 ? std::vector<std::vector<int>>{{0, 1}}
+                                 : std::vector<std::vector<int>>{{1, 0}},
+                   "g").status();
+  });
+  ExpectAll(results, absl::StatusCode::kInvalidArgument, {"split 'g'", "different groups"});
+}
+
+TEST(UcxThreads, BadArgumentsFailAtTheCall) {
+  auto results = RunUcxThreads(1, [](Communicator& c) -> absl::Status {
+    float x[4] = {};
+    if (c.Send(x, 1, DType::kF32, 0, 1 << 24).status().code() != absl::StatusCode::kInvalidArgument)
+      return absl::InternalError("tag 2^24 accepted");
+    if (c.AllReduce(x, x, 1, DType::kF8E5M2, ReduceOp::kSum).status().code() !=
+        absl::StatusCode::kInvalidArgument)
+      return absl::InternalError("fp8 reduction accepted");
+    // Rejected calls do not consume a sequence number: the group still works.
+    return comm::Run(c.AllReduce(x, x, 4, DType::kF32, ReduceOp::kSum));
+  });
+  ExpectAll(results, absl::StatusCode::kOk, {});
+}
+
+TEST(UcxThreads, TimeoutNamesThePeerAndPoisonsTheGroup) {
+  std::atomic<bool> done{false};
+  absl::Duration took;
+  auto results = RunUcxThreads(2, [&](Communicator& c) -> absl::Status {
+    if (c.rank() == 1) {
+      while (!done) absl::SleepFor(absl::Milliseconds(5));
+      return absl::OkStatus();
+    }
+    float x = 1;
+    absl::Time t0 = absl::Now();
+    absl::Status st = comm::Run(c.AllReduce(&x, &x, 1, DType::kF32, ReduceOp::kSum));
+    took = absl::Now() - t0;
+    absl::Status after = c.Barrier().status();
+    done = true;
+    if (after.code() != st.code()) return absl::InternalError(absl::StrCat("after: ", after.ToString()));
+    return st;
+  }, absl::Milliseconds(300));
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kDeadlineExceeded) << results[0];
+  EXPECT_THAT(std::string(results[0].message()), HasSubstr("waiting for peer 1 (world rank 1)"));
+  EXPECT_THAT(std::string(results[0].message()), HasSubstr("timed out after 300ms"));
+  EXPECT_GE(took, absl::Milliseconds(290));
+  EXPECT_LT(took, absl::Seconds(3));
+}
+
+}  // namespace
+}  // namespace gtp::comm

@@ -1,0 +1,289 @@
+#include "tools/gtprun/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace gtp::gtprun {
+namespace {
+
+void WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Resolves `prog` like execvp would, in the parent (PATH search is not
+// async-signal-safe).
+absl::StatusOr<std::string> Resolve(const std::string& prog) {
+  if (prog.find('/') != std::string::npos) {
+    if (access(prog.c_str(), X_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat("gtprun: cannot execute '", prog, "': ", std::strerror(errno)));
+    }
+    return prog;
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    std::string cand = absl::StrCat(dir.empty() ? "." : dir, "/", prog);
+    struct stat st;
+    if (stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(cand.c_str(), X_OK) == 0) {
+      return cand;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("gtprun: '", prog, "' not found in PATH"));
+}
+
+// One output stream of one rank: buffers partial lines.
+struct Stream {
+  int fd = -1;  // read end; -1 once closed
+  int sink = 1;
+  std::string prefix;
+  std::string partial;
+
+  void Emit(const char* data, size_t n) {
+    partial.append(data, n);
+    size_t start = 0, nl;
+    std::string out;
+    while ((nl = partial.find('\n', start)) != std::string::npos) {
+      absl::StrAppend(&out, prefix, absl::string_view(partial.data() + start, nl - start + 1));
+      start = nl + 1;
+    }
+    partial.erase(0, start);
+    if (!out.empty()) WriteAll(sink, out);
+  }
+  void Close() {
+    if (!partial.empty()) WriteAll(sink, absl::StrCat(prefix, partial, "\n"));
+    partial.clear();
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+};
+
+}  // namespace
+
+std::string RankExit::Describe() const {
+  if (!signaled) return absl::StrCat("exit status ", status);
+  return absl::StrCat("signal ", status, " (", strsignal(status), ")");
+}
+
+int LaunchResult::exit_code() const {
+  if (interrupted_by != 0) return 128 + interrupted_by;
+  if (!first_failure.has_value()) return 0;
+  const RankExit& r = ranks[*first_failure];
+  return r.signaled ? 128 + r.status : r.status;
+}
+
+absl::StatusOr<int> PickFreePort(const std::string& addr) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("gtprun: socket: ", std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  if (inet_pton(AF_INET, addr.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    int e = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("gtprun: cannot find a free port: ", std::strerror(e)));
+  }
+  close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
+  if (o.nproc < 1) return absl::InvalidArgumentError(absl::StrCat("gtprun: --nproc must be >= 1, got ", o.nproc));
+  if (o.command.empty()) return absl::InvalidArgumentError("gtprun: no command given");
+  auto prog = Resolve(o.command[0]);
+  if (!prog.ok()) return prog.status();
+  LaunchResult result;
+  result.master_port = o.master_port;
+  if (result.master_port == 0) {
+    auto p = PickFreePort(o.master_addr);
+    if (!p.ok()) return p.status();
+    result.master_port = *p;
+  }
+
+  // Environment: inherited, minus what we set.
+  std::map<std::string, std::string> base;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq) base[std::string(*e, eq - *e)] = eq + 1;
+  }
+  base["WORLD_SIZE"] = absl::StrCat(o.nproc);
+  base["LOCAL_WORLD_SIZE"] = absl::StrCat(o.nproc);
+  base["MASTER_ADDR"] = o.master_addr;
+  base["MASTER_PORT"] = absl::StrCat(result.master_port);
+  for (const auto& [k, v] : o.extra_env) base[k] = v;
+
+  std::vector<char*> argv;
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  result.ranks.resize(o.nproc);
+  std::vector<Stream> streams(2 * o.nproc);
+  std::vector<bool> alive(o.nproc, false);
+  std::vector<bool> term_sent(o.nproc, false);
+
+  auto stop_all = [&](int sig) {
+    for (int r = 0; r < o.nproc; ++r) {
+      if (alive[r]) {
+        kill(-result.ranks[r].pid, sig);
+        if (sig == SIGTERM || sig == SIGKILL) term_sent[r] = true;
+      }
+    }
+  };
+
+  for (int r = 0; r < o.nproc; ++r) {
+    std::map<std::string, std::string> env = base;
+    env["RANK"] = absl::StrCat(r);
+    env["LOCAL_RANK"] = absl::StrCat(r);
+    std::vector<std::string> env_strings;
+    for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+      stop_all(SIGKILL);
+      return absl::UnavailableError(absl::StrCat("gtprun: pipe: ", std::strerror(errno)));
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      stop_all(SIGKILL);
+      return absl::UnavailableError(absl::StrCat("gtprun: fork: ", std::strerror(errno)));
+    }
+    if (pid == 0) {
+      // Child: async-signal-safe calls only.
+      setpgid(0, 0);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      signal(SIGPIPE, SIG_DFL);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      execve(prog->c_str(), argv.data(), envp.data());
+      const char msg[] = "gtprun: exec failed\n";
+      (void)!write(2, msg, sizeof(msg) - 1);
+      _exit(127);
+    }
+    setpgid(pid, pid);
+    close(out[1]);
+    close(err[1]);
+    result.ranks[r].rank = r;
+    result.ranks[r].pid = pid;
+    alive[r] = true;
+    std::string prefix = absl::StrCat("[rank ", r, "] ");
+    streams[2 * r] = Stream{out[0], o.out_fd, prefix, ""};
+    streams[2 * r + 1] = Stream{err[0], o.err_fd, prefix, ""};
+  }
+
+  absl::Time kill_at = absl::InfiniteFuture();
+  absl::Time drain_until = absl::InfiniteFuture();
+  int n_alive = o.nproc;
+  std::vector<pollfd> fds;
+  std::vector<int> which;
+  char buf[65536];
+  for (;;) {
+    fds.clear();
+    which.clear();
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (streams[i].fd >= 0) {
+        fds.push_back({streams[i].fd, POLLIN, 0});
+        which.push_back(static_cast<int>(i));
+      }
+    }
+    if (n_alive == 0 && fds.empty()) break;
+    if (n_alive == 0 && absl::Now() >= drain_until) break;  // grandchildren hold pipes open
+    if (o.signal_fd >= 0) {
+      fds.push_back({o.signal_fd, POLLIN, 0});
+      which.push_back(-1);
+    }
+    int rc = poll(fds.data(), fds.size(), 20);
+    if (rc < 0 && errno != EINTR) break;
+    for (size_t i = 0; rc > 0 && i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      if (which[i] < 0) {
+        signalfd_siginfo si;
+        if (read(o.signal_fd, &si, sizeof(si)) == sizeof(si)) {
+          int sig = static_cast<int>(si.ssi_signo);
+          WriteAll(o.err_fd, absl::StrCat("gtprun: got signal ", sig, " (", strsignal(sig),
+                                          "); forwarding it to all ranks\n"));
+          if (result.interrupted_by == 0) result.interrupted_by = sig;
+          stop_all(sig);
+          kill_at = std::min(kill_at, absl::Now() + o.grace_period);
+        }
+        continue;
+      }
+      Stream& s = streams[which[i]];
+      ssize_t n = read(s.fd, buf, sizeof(buf));
+      if (n > 0) s.Emit(buf, static_cast<size_t>(n));
+      else if (n == 0 || (errno != EINTR && errno != EAGAIN)) s.Close();
+    }
+    for (int r = 0; r < o.nproc; ++r) {
+      if (!alive[r]) continue;
+      int status = 0;
+      pid_t w = waitpid(result.ranks[r].pid, &status, WNOHANG);
+      if (w != result.ranks[r].pid) continue;
+      alive[r] = false;
+      --n_alive;
+      RankExit& x = result.ranks[r];
+      x.signaled = WIFSIGNALED(status);
+      x.status = x.signaled ? WTERMSIG(status) : WEXITSTATUS(status);
+      x.stopped = term_sent[r];
+      // Kill the rest of its process group (daemons it left behind).
+      kill(-x.pid, SIGKILL);
+      if (!x.ok() && !x.stopped && !result.first_failure.has_value() && result.interrupted_by == 0) {
+        result.first_failure = r;
+        WriteAll(o.err_fd, absl::StrCat("gtprun: rank ", r, " (pid ", x.pid, ") failed with ",
+                                        x.Describe(),
+                                        o.stop_on_failure && n_alive > 0 ? "; stopping the other ranks" : "",
+                                        "\n"));
+        if (o.stop_on_failure) {
+          stop_all(SIGTERM);
+          kill_at = absl::Now() + o.grace_period;
+        }
+      }
+      if (n_alive == 0) drain_until = absl::Now() + absl::Seconds(1);
+    }
+    if (n_alive > 0 && absl::Now() >= kill_at) {
+      WriteAll(o.err_fd, absl::StrCat("gtprun: ranks still running after the ",
+                                      absl::FormatDuration(o.grace_period),
+                                      " grace period; sending SIGKILL\n"));
+      stop_all(SIGKILL);
+      kill_at = absl::InfiniteFuture();
+    }
+  }
+  for (auto& s : streams) s.Close();
+  if (result.first_failure.has_value()) {
+    const RankExit& f = result.ranks[*result.first_failure];
+    WriteAll(o.err_fd, absl::StrCat("gtprun: FAILED: rank ", f.rank, " exited with ",
+                                    f.Describe(), "\n"));
+  }
+  return result;
+}
+
+}  // namespace gtp::gtprun

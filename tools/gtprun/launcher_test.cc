@@ -1,0 +1,204 @@
+#include "tools/gtprun/launcher.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gtp::gtprun {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A temporary file that collects output.
+class Capture {
+ public:
+  Capture() {
+    std::string tmpl = absl::StrCat(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp",
+                                    "/capXXXXXX");
+    fd_ = mkstemp(tmpl.data());
+    unlink(tmpl.c_str());
+  }
+  ~Capture() { close(fd_); }
+  int fd() const { return fd_; }
+  std::string Read() const {
+    std::string s;
+    char buf[4096];
+    ssize_t n;
+    off_t off = 0;
+    while ((n = pread(fd_, buf, sizeof(buf), off)) > 0) {
+      s.append(buf, n);
+      off += n;
+    }
+    return s;
+  }
+
+ private:
+  int fd_;
+};
+
+LaunchOptions Sh(int n, const std::string& script, Capture& out, Capture& err) {
+  LaunchOptions o;
+  o.nproc = n;
+  o.command = {"/bin/sh", "-c", script};
+  o.out_fd = out.fd();
+  o.err_fd = err.fd();
+  o.grace_period = absl::Milliseconds(500);
+  return o;
+}
+
+TEST(Launch, SetsEnvironmentAndPrefixesLines) {
+  Capture out, err;
+  auto r = Launch(Sh(3,
+                     "echo \"env $RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT\"; "
+                     "echo oops >&2; printf 'no newline'",
+                     out, err));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code(), 0);
+  EXPECT_FALSE(r->first_failure.has_value());
+  EXPECT_GT(r->master_port, 0);
+  std::string o = out.Read(), e = err.Read();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_THAT(o, HasSubstr(absl::StrCat("[rank ", k, "] env ", k, " 3 ", k, " 127.0.0.1 ",
+                                          r->master_port, "\n")));
+    EXPECT_THAT(o, HasSubstr(absl::StrCat("[rank ", k, "] no newline\n")));
+    EXPECT_THAT(e, HasSubstr(absl::StrCat("[rank ", k, "] oops\n")));
+  }
+  // Every line carries a prefix.
+  for (absl::string_view line : absl::StrSplit(o, '\n', absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(line, "[rank ")) << line;
+  }
+}
+
+TEST(Launch, UsesTheGivenPortAndExtraEnv) {
+  Capture out, err;
+  LaunchOptions o = Sh(1, "echo $MASTER_PORT $FOO", out, err);
+  o.master_port = 23456;
+  o.extra_env = {{"FOO", "bar"}};
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(out.Read(), HasSubstr("[rank 0] 23456 bar\n"));
+}
+
+TEST(Launch, FailedRankStopsTheOthers) {
+  Capture out, err;
+  absl::Time t0 = absl::Now();
+  auto r = Launch(Sh(3, "if [ $RANK = 1 ]; then sleep 0.2; exit 3; fi; sleep 30", out, err));
+  absl::Duration took = absl::Now() - t0;
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->first_failure.has_value());
+  EXPECT_EQ(*r->first_failure, 1);
+  EXPECT_EQ(r->exit_code(), 3);
+  EXPECT_TRUE(r->ranks[0].stopped);
+  EXPECT_TRUE(r->ranks[2].stopped);
+  EXPECT_LT(took, absl::Seconds(5));
+  std::string e = err.Read();
+  EXPECT_THAT(e, HasSubstr("rank 1 (pid"));
+  EXPECT_THAT(e, HasSubstr("failed with exit status 3; stopping the other ranks"));
+  EXPECT_THAT(e, HasSubstr("FAILED: rank 1 exited with exit status 3"));
+}
+
+TEST(Launch, KillsRanksThatIgnoreSigterm) {
+  Capture out, err;
+  absl::Time t0 = absl::Now();
+  auto r = Launch(Sh(2, "if [ $RANK = 0 ]; then sleep 0.3; exit 5; fi; trap '' TERM; sleep 30", out, err));
+  absl::Duration took = absl::Now() - t0;
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code(), 5);
+  EXPECT_TRUE(r->ranks[1].signaled);
+  EXPECT_EQ(r->ranks[1].status, SIGKILL);
+  EXPECT_GE(took, absl::Milliseconds(450));
+  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_THAT(err.Read(), HasSubstr("sending SIGKILL"));
+}
+
+TEST(Launch, ReportsASignalDeath) {
+  Capture out, err;
+  auto r = Launch(Sh(2, "if [ $RANK = 1 ]; then kill -SEGV $$; fi; sleep 30", out, err));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r->first_failure, 1);
+  EXPECT_EQ(r->exit_code(), 128 + SIGSEGV);
+  EXPECT_THAT(err.Read(), HasSubstr("signal 11 (Segmentation fault)"));
+}
+
+TEST(Launch, WithoutStopOnFailureOthersFinish) {
+  Capture out, err;
+  LaunchOptions o = Sh(2, "if [ $RANK = 0 ]; then exit 2; fi; sleep 0.3; echo done", out, err);
+  o.stop_on_failure = false;
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code(), 2);
+  EXPECT_TRUE(r->ranks[1].ok());
+  EXPECT_THAT(out.Read(), HasSubstr("[rank 1] done"));
+}
+
+TEST(Launch, MissingProgramIsAnError) {
+  LaunchOptions o;
+  o.command = {"/nonexistent/prog"};
+  EXPECT_EQ(Launch(o).status().code(), absl::StatusCode::kNotFound);
+  o.command = {"no-such-program-in-path-xyz"};
+  EXPECT_THAT(std::string(Launch(o).status().message()), HasSubstr("not found in PATH"));
+}
+
+// ---- the binary ------------------------------------------------------------------
+
+std::string Gtprun() {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/gtp/tools/gtprun/gtprun");
+}
+
+// Runs a shell command line; returns (exit code, stdout+stderr).
+std::pair<int, std::string> Shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) s.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
+}
+
+TEST(GtprunBinary, RunsRanksAndExitsWithTheFailedRanksCode) {
+  auto [code, out] = Shell(Gtprun() + " --nproc 2 -- /bin/sh -c 'echo hi from $RANK'");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("[rank 0] hi from 0"));
+  EXPECT_THAT(out, HasSubstr("[rank 1] hi from 1"));
+  EXPECT_THAT(out, HasSubstr("gtprun: 2 rank(s)"));
+
+  std::tie(code, out) = Shell(Gtprun() +
+                              " --nproc 3 --grace_period=200ms -- /bin/sh -c "
+                              "'if [ $RANK = 2 ]; then exit 7; fi; sleep 30'");
+  EXPECT_EQ(code, 7) << out;
+  EXPECT_THAT(out, HasSubstr("FAILED: rank 2 exited with exit status 7"));
+}
+
+TEST(GtprunBinary, UsageErrors) {
+  auto [code, out] = Shell(Gtprun() + " --nproc 2");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("no program given"));
+  std::tie(code, out) = Shell(Gtprun() + " --nproc 0 -- /bin/true");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--nproc must be >= 1"));
+}
+
+TEST(GtprunBinary, ForwardsSigterm) {
+  // gtprun in the background; SIGTERM to it reaches the ranks.
+  auto [code, out] = Shell(
+      "( " + Gtprun() + " --nproc 2 -- /bin/sh -c 'trap \"echo got term; exit 0\" TERM; "
+      "sleep 30 & wait' & pid=$!; sleep 0.5; kill -TERM $pid; wait $pid; echo rc=$? )");
+  EXPECT_THAT(out, HasSubstr("forwarding it to all ranks"));
+  EXPECT_THAT(out, HasSubstr("[rank 0] got term"));
+  EXPECT_THAT(out, HasSubstr("rc=143"));
+}
+
+}  // namespace
+}  // namespace gtp::gtprun
