@@ -1,0 +1,440 @@
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/metadata.pb.h"
+#include "core/status.h"
+
+namespace gtp::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'G', 'T', 'P', 'C', 'K', 'P', 'T', '\0'};
+constexpr size_t kHeaderBytes = 16;  // magic + u32 version + u32 reserved
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+absl::Status FsyncPath(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Errno("open " + path);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? absl::OkStatus() : Errno("fsync " + path);
+}
+
+// Writes `data` to `path` via path.tmp + fsync + rename.
+absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Errno("create " + tmp);
+    out.write(data.data(), data.size());
+    if (!out) return Errno("write " + tmp);
+  }
+  GTP_RETURN_IF_ERROR(FsyncPath(tmp));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename " + tmp);
+  return absl::OkStatus();
+}
+
+int64_t Cols(const TensorPiece& p) { return p.data.rank() >= 2 ? p.data.dim(1) : 1; }
+int64_t GlobalCols(const Shape& s) { return s.rank() >= 2 ? s[1] : 1; }
+int64_t RowOf(const TensorPiece& p, int64_t r) { return p.row_map ? p.row_map(r) : r; }
+
+// Rows [begin, end) of `local_rows` that replica i of n writes.
+std::pair<int64_t, int64_t> ReplicaRows(int64_t rows, int i, int n) {
+  const int64_t per = (rows + n - 1) / n;
+  const int64_t b = std::min<int64_t>(rows, i * per);
+  return {b, std::min<int64_t>(rows, b + per)};
+}
+
+void AppendRuns(const TensorPiece& p, int64_t begin, int64_t end, proto::Piece* out) {
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t g = RowOf(p, r);
+    const int n = out->runs_size();
+    if (n > 0) {
+      proto::RowRun* last = out->mutable_runs(n - 1);
+      if (last->global_row() + last->rows() == g) {
+        last->set_rows(last->rows() + 1);
+        continue;
+      }
+    }
+    proto::RowRun* run = out->add_runs();
+    run->set_global_row(g);
+    run->set_rows(1);
+  }
+}
+
+absl::StatusOr<DType> DTypeFromName(const std::string& s) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kF8E5M2,
+                  DType::kI32, DType::kI64, DType::kU8}) {
+    if (s == DTypeName(t)) return t;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", s));
+}
+
+// Gathers variable-length byte strings from every rank to every rank.
+absl::StatusOr<std::vector<std::string>> AllGatherBytes(comm::Communicator& world,
+                                                        const std::string& mine) {
+  int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(world.size());
+  GTP_RETURN_IF_ERROR(comm::Run(world.AllGather(&len, lens.data(), 1, DType::kI64)));
+  const int64_t max = *std::max_element(lens.begin(), lens.end());
+  std::string padded = mine;
+  padded.resize(max);
+  std::string all(max * world.size(), '\0');
+  GTP_RETURN_IF_ERROR(comm::Run(world.AllGather(padded.data(), all.data(), max, DType::kU8)));
+  std::vector<std::string> out;
+  for (int r = 0; r < world.size(); ++r) out.push_back(all.substr(r * max, lens[r]));
+  return out;
+}
+
+// The first error on any rank becomes every rank's error, so nobody waits
+// forever at the next collective.
+absl::Status AgreeOnStatus(comm::Communicator& world, const absl::Status& mine,
+                           const std::string& what) {
+  int32_t bad = mine.ok() ? 0 : 1, any = 0;
+  GTP_RETURN_IF_ERROR(comm::Run(world.AllReduce(&bad, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
+  if (!mine.ok()) return mine;
+  if (any) return absl::AbortedError(absl::StrCat(what, " failed on another rank"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string IterationDir(const std::string& root, int64_t iteration) {
+  return absl::StrFormat("%s/iter_%07d", root, iteration);
+}
+
+absl::StatusOr<int64_t> LatestIteration(const std::string& root) {
+  std::ifstream in(root + "/latest");
+  if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root, " (no 'latest')"));
+  int64_t it = -1;
+  in >> it;
+  if (!in || it < 0) return absl::DataLossError(absl::StrCat(root, "/latest is unreadable"));
+  return it;
+}
+
+// ---- Save --------------------------------------------------------------------------
+
+absl::Status Save(const std::string& root, const std::vector<TensorPiece>& pieces,
+                  comm::Communicator& world, const SaveOptions& options) {
+  const std::string final_dir = IterationDir(root, options.iteration);
+  const std::string tmp_dir = final_dir + ".tmp";
+  absl::Status st;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(root, ec);
+    fs::remove_all(tmp_dir, ec);  // a crashed earlier attempt
+    if (!fs::create_directories(tmp_dir, ec)) {
+      st = absl::PermissionDeniedError(absl::StrCat("cannot create ", tmp_dir, ": ", ec.message()));
+    }
+  }
+  GTP_RETURN_IF_ERROR(AgreeOnStatus(world, st, "creating " + tmp_dir));
+
+  // Write this rank's file.
+  const std::string file = absl::StrFormat("rank_%05d.bin", world.rank());
+  const std::string path = tmp_dir + "/" + file;
+  proto::Metadata mine;
+  st = [&]() -> absl::Status {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) return Errno("create " + path);
+    char header[kHeaderBytes] = {};
+    std::memcpy(header, kMagic, 8);
+    std::memcpy(header + 8, &kFormatVersion, 4);
+    out.write(header, kHeaderBytes);
+    int64_t offset = kHeaderBytes;
+    HeapAllocator host;
+    for (const TensorPiece& p : pieces) {
+      auto [rb, re] = ReplicaRows(p.data.dim(0), p.replica_index, p.replica_count);
+      proto::TensorEntry* e = mine.add_tensors();
+      e->set_key(p.key);
+      e->set_dtype(DTypeName(p.data.dtype()));
+      for (int64_t d : p.global_shape) e->add_global_shape(d);
+      if (rb >= re) continue;
+      GTP_ASSIGN_OR_RETURN(Tensor h, CopyTo(p.data, host));
+      const int64_t cols = Cols(p);
+      const size_t es = SizeOf(p.data.dtype());
+      const char* bytes = static_cast<const char*>(h.raw_data()) + rb * cols * es;
+      const int64_t n = (re - rb) * cols * static_cast<int64_t>(es);
+      proto::Piece* pc = e->add_pieces();
+      AppendRuns(p, rb, re, pc);
+      pc->set_col_offset(p.col_offset);
+      pc->set_cols(cols);
+      pc->set_file(file);
+      pc->set_offset(offset);
+      pc->set_bytes(n);
+      pc->set_crc32(static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(bytes), n)));
+      pc->set_writer_rank(world.rank());
+      if (options.testing_crash_after_bytes >= 0 && offset + n > options.testing_crash_after_bytes) {
+        out.write(bytes, std::max<int64_t>(0, options.testing_crash_after_bytes - offset));
+        out.flush();
+        std::_Exit(3);  // a saver killed mid-write
+      }
+      out.write(bytes, n);
+      offset += n;
+    }
+    out.close();
+    if (!out) return Errno("write " + path);
+    return FsyncPath(path);
+  }();
+  GTP_RETURN_IF_ERROR(AgreeOnStatus(world, st, "writing checkpoint data"));
+
+  // Merge every rank's entries on rank 0 and commit.
+  std::string bytes;
+  mine.SerializeToString(&bytes);
+  GTP_ASSIGN_OR_RETURN(std::vector<std::string> all, AllGatherBytes(world, bytes));
+  st = absl::OkStatus();
+  if (world.rank() == 0) {
+    st = [&]() -> absl::Status {
+      proto::Metadata meta;
+      meta.set_format_version(kFormatVersion);
+      meta.set_iteration(options.iteration);
+      meta.set_world_size(world.size());
+      for (const auto& [k, v] : options.extra) (*meta.mutable_extra())[k] = v;
+      std::map<std::string, proto::TensorEntry*> by_key;
+      for (const std::string& s : all) {
+        proto::Metadata m;
+        if (!m.ParseFromString(s)) return absl::InternalError("bad metadata from a rank");
+        for (const proto::TensorEntry& e : m.tensors()) {
+          auto it = by_key.find(e.key());
+          if (it == by_key.end()) {
+            proto::TensorEntry* ne = meta.add_tensors();
+            *ne = e;
+            by_key[e.key()] = ne;
+            continue;
+          }
+          if (it->second->dtype() != e.dtype() ||
+              !std::equal(e.global_shape().begin(), e.global_shape().end(),
+                          it->second->global_shape().begin(), it->second->global_shape().end())) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("ranks disagree on the dtype or shape of ", e.key()));
+          }
+          for (const proto::Piece& p : e.pieces()) *it->second->add_pieces() = p;
+        }
+      }
+      std::string out;
+      meta.SerializeToString(&out);
+      GTP_RETURN_IF_ERROR(WriteFileAtomic(tmp_dir + "/metadata.pb", out));
+      GTP_RETURN_IF_ERROR(FsyncPath(tmp_dir));
+      std::error_code ec;
+      fs::remove_all(final_dir, ec);
+      fs::rename(tmp_dir, final_dir, ec);
+      if (ec) return absl::InternalError(absl::StrCat("rename ", tmp_dir, ": ", ec.message()));
+      GTP_RETURN_IF_ERROR(FsyncPath(root));
+      GTP_RETURN_IF_ERROR(WriteFileAtomic(root + "/latest", absl::StrCat(options.iteration, "\n")));
+      GTP_RETURN_IF_ERROR(FsyncPath(root));
+      if (options.keep_last > 0) {
+        std::vector<std::string> iters;
+        for (const auto& d : fs::directory_iterator(root, ec)) {
+          const std::string n = d.path().filename().string();
+          if (n.rfind("iter_", 0) == 0 && n.find(".tmp") == std::string::npos) iters.push_back(n);
+        }
+        std::sort(iters.begin(), iters.end());
+        for (size_t i = 0; i + options.keep_last < iters.size(); ++i)
+          fs::remove_all(root + "/" + iters[i], ec);
+      }
+      return absl::OkStatus();
+    }();
+  }
+  return AgreeOnStatus(world, st, "committing the checkpoint");
+}
+
+// ---- Load --------------------------------------------------------------------------
+
+namespace {
+
+absl::StatusOr<proto::Metadata> ReadMetadata(const std::string& dir) {
+  const std::string path = dir + "/metadata.pb";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  proto::Metadata meta;
+  if (!meta.ParseFromIstream(&in)) return absl::DataLossError(absl::StrCat(path, " is corrupted"));
+  if (meta.format_version() > kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " has format version ",
+                                                      meta.format_version(), "; this build reads ",
+                                                      kFormatVersion));
+  }
+  return meta;
+}
+
+// Reads and verifies saved pieces, caching each piece's bytes.
+class PieceReader {
+ public:
+  explicit PieceReader(std::string dir) : dir_(std::move(dir)) {}
+
+  absl::StatusOr<const std::string*> Get(const std::string& key, const proto::Piece& p) {
+    const std::string id = absl::StrCat(p.file(), ":", p.offset());
+    auto it = cache_.find(id);
+    if (it != cache_.end()) return &it->second;
+    const std::string path = dir_ + "/" + p.file();
+    GTP_RETURN_IF_ERROR(CheckHeader(path));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::DataLossError(absl::StrCat("cannot open ", path, " (tensor ", key, ")"));
+    std::string buf(p.bytes(), '\0');
+    in.seekg(p.offset());
+    in.read(buf.data(), p.bytes());
+    if (in.gcount() != p.bytes()) {
+      return absl::DataLossError(absl::StrCat(path, " is truncated: tensor ", key, " needs bytes [",
+                                              p.offset(), ", ", p.offset() + p.bytes(), ")"));
+    }
+    const uint32_t crc = static_cast<uint32_t>(
+        ::crc32(0L, reinterpret_cast<const Bytef*>(buf.data()), buf.size()));
+    if (crc != p.crc32()) {
+      return absl::DataLossError(absl::StrCat("checksum mismatch in ", path, " for tensor ", key,
+                                              " (bytes [", p.offset(), ", ",
+                                              p.offset() + p.bytes(), "))"));
+    }
+    return &cache_.emplace(id, std::move(buf)).first->second;
+  }
+
+ private:
+  absl::Status CheckHeader(const std::string& path) {
+    if (checked_.count(path)) return absl::OkStatus();
+    std::ifstream in(path, std::ios::binary);
+    char h[kHeaderBytes] = {};
+    in.read(h, kHeaderBytes);
+    if (!in || std::memcmp(h, kMagic, 8) != 0) {
+      return absl::DataLossError(absl::StrCat(path, " is not a gtp checkpoint data file"));
+    }
+    uint32_t v = 0;
+    std::memcpy(&v, h + 8, 4);
+    if (v > kFormatVersion) {
+      return absl::FailedPreconditionError(absl::StrCat(path, " has format version ", v));
+    }
+    checked_.insert({path, true});
+    return absl::OkStatus();
+  }
+  std::string dir_;
+  std::map<std::string, std::string> cache_;
+  std::map<std::string, bool> checked_;
+};
+
+// Copies every element of `dst_piece` (host staging `out`) from the saved pieces.
+absl::Status Assemble(const proto::TensorEntry& e, const TensorPiece& want, PieceReader& reader,
+                      char* out) {
+  const size_t es = SizeOf(want.data.dtype());
+  const int64_t rows = want.data.dim(0), cols = Cols(want);
+  const int64_t c0 = want.col_offset, c1 = c0 + cols;
+  // global row → (piece index, row within piece) for pieces overlapping our columns.
+  std::map<int64_t, std::vector<std::pair<int, int64_t>>> where;
+  for (int i = 0; i < e.pieces_size(); ++i) {
+    const proto::Piece& p = e.pieces(i);
+    if (p.col_offset() >= c1 || p.col_offset() + p.cols() <= c0) continue;
+    int64_t k = 0;
+    for (const proto::RowRun& run : p.runs())
+      for (int64_t j = 0; j < run.rows(); ++j) where[run.global_row() + j].push_back({i, k++});
+  }
+  std::vector<uint8_t> covered(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = RowOf(want, r);
+    std::fill(covered.begin(), covered.end(), 0);
+    auto it = where.find(g);
+    if (it != where.end()) {
+      for (const auto& [pi, pr] : it->second) {
+        const proto::Piece& p = e.pieces(pi);
+        GTP_ASSIGN_OR_RETURN(const std::string* bytes, reader.Get(e.key(), p));
+        const int64_t lo = std::max(c0, p.col_offset()), hi = std::min(c1, p.col_offset() + p.cols());
+        std::memcpy(out + (r * cols + (lo - c0)) * es,
+                    bytes->data() + (pr * p.cols() + (lo - p.col_offset())) * es, (hi - lo) * es);
+        std::fill(covered.begin() + (lo - c0), covered.begin() + (hi - c0), 1);
+      }
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      if (!covered[c]) {
+        return absl::DataLossError(absl::StrCat("checkpoint has no data for ", e.key(), "[", g,
+                                                ", ", c0 + c, "]"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LoadResult> Load(const std::string& root, std::optional<int64_t> iteration,
+                                const std::vector<TensorPiece>& pieces, comm::Communicator& world) {
+  absl::StatusOr<LoadResult> result = [&]() -> absl::StatusOr<LoadResult> {
+    int64_t it = 0;
+    if (iteration) {
+      it = *iteration;
+    } else {
+      GTP_ASSIGN_OR_RETURN(it, LatestIteration(root));
+    }
+    const std::string dir = IterationDir(root, it);
+    GTP_ASSIGN_OR_RETURN(proto::Metadata meta, ReadMetadata(dir));
+    std::map<std::string, const proto::TensorEntry*> by_key;
+    for (const proto::TensorEntry& e : meta.tensors()) by_key[e.key()] = &e;
+    PieceReader reader(dir);
+    HeapAllocator host;
+    std::vector<Tensor> staged;
+    for (const TensorPiece& p : pieces) {
+      auto f = by_key.find(p.key);
+      if (f == by_key.end()) {
+        return absl::NotFoundError(absl::StrCat("tensor ", p.key, " is not in ", dir));
+      }
+      const proto::TensorEntry& e = *f->second;
+      GTP_ASSIGN_OR_RETURN(DType saved, DTypeFromName(e.dtype()));
+      std::vector<int64_t> gshape(e.global_shape().begin(), e.global_shape().end());
+      if (saved != p.data.dtype() || Shape(gshape) != p.global_shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", p.key, " is ", e.dtype(), Shape(gshape).ToString(), " in ", dir,
+            ", the model expects ", DTypeName(p.data.dtype()), p.global_shape.ToString()));
+      }
+      Tensor h = Tensor::Empty(p.data.shape(), p.data.dtype(), host);
+      GTP_RETURN_IF_ERROR(Assemble(e, p, reader, static_cast<char*>(h.raw_data())));
+      staged.push_back(h);
+    }
+    // Everything read and verified: only now touch the model.
+    for (size_t i = 0; i < pieces.size(); ++i) GTP_RETURN_IF_ERROR(Copy(staged[i], pieces[i].data));
+    LoadResult r;
+    r.iteration = meta.iteration();
+    for (const auto& [k, v] : meta.extra()) r.extra[k] = v;
+    return r;
+  }();
+  GTP_RETURN_IF_ERROR(AgreeOnStatus(world, result.status(), "loading the checkpoint"));
+  return result;
+}
+
+absl::StatusOr<std::vector<GlobalTensor>> ReadAllGlobal(const std::string& dir) {
+  GTP_ASSIGN_OR_RETURN(proto::Metadata meta, ReadMetadata(dir));
+  PieceReader reader(dir);
+  std::vector<GlobalTensor> out;
+  for (const proto::TensorEntry& e : meta.tensors()) {
+    GlobalTensor g;
+    g.key = e.key();
+    GTP_ASSIGN_OR_RETURN(g.dtype, DTypeFromName(e.dtype()));
+    std::vector<int64_t> shape(e.global_shape().begin(), e.global_shape().end());
+    g.shape = Shape(shape);
+    g.bytes.resize(g.shape.numel() * SizeOf(g.dtype));
+    TensorPiece whole;
+    whole.key = e.key();
+    whole.global_shape = g.shape;
+    HeapAllocator host;
+    whole.data = Tensor::Wrap(g.bytes.data(),
+                              g.shape.rank() >= 2 ? Shape{g.shape[0], g.shape[1]} : Shape{g.shape[0]},
+                              g.dtype, Device::Cpu());
+    GTP_RETURN_IF_ERROR(Assemble(e, whole, reader, reinterpret_cast<char*>(g.bytes.data())));
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+}  // namespace gtp::checkpoint
