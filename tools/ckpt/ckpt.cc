@@ -1,0 +1,229 @@
+// tools/ckpt — look inside and convert gtp checkpoints.
+//
+//   ckpt inspect <checkpoint root or iter_ dir>
+//       iteration, layout, every tensor's dtype, global shape, pieces and bytes
+//   ckpt export --format safetensors [--names hf-gpt2] <ckpt dir> <out.safetensors>
+//       full unsharded tensors; with --names hf-gpt2 the names and layouts of a
+//       Hugging Face GPT2LMHeadModel (fused c_attn, Conv1D [in, out] weights)
+//
+// Errors print one line naming the problem and exit non-zero.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/metadata.pb.h"
+#include "checkpoint/safetensors.h"
+#include "core/status.h"
+
+namespace gtp::checkpoint {
+namespace {
+
+// <root> (with `latest`) or an iter_ directory → the iter_ directory.
+absl::StatusOr<std::string> ResolveDir(const std::string& path) {
+  if (std::filesystem::exists(path + "/metadata.pb")) return path;
+  GTP_ASSIGN_OR_RETURN(int64_t it, LatestIteration(path));
+  return IterationDir(path, it);
+}
+
+absl::Status Inspect(const std::string& path) {
+  GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
+  std::ifstream in(dir + "/metadata.pb", std::ios::binary);
+  proto::Metadata meta;
+  if (!meta.ParseFromIstream(&in)) return absl::DataLossError(dir + "/metadata.pb is corrupted");
+  std::printf("%s: iteration %lld, format %u, saved by %d ranks\n", dir.c_str(),
+              static_cast<long long>(meta.iteration()), meta.format_version(), meta.world_size());
+  for (const auto& [k, v] : meta.extra()) {
+    std::string shown = v.size() > 120 ? v.substr(0, 117) + "..." : v;
+    for (char& c : shown) if (c == '\n') c = ' ';
+    std::printf("  %s: %s\n", k.c_str(), shown.c_str());
+  }
+  int64_t total = 0;
+  std::map<int, int64_t> per_rank;
+  std::printf("  %-40s %-6s %-16s %7s %12s\n", "tensor", "dtype", "shape", "pieces", "bytes");
+  for (const auto& e : meta.tensors()) {
+    int64_t bytes = 0;
+    for (const auto& p : e.pieces()) {
+      bytes += p.bytes();
+      per_rank[p.writer_rank()] += p.bytes();
+    }
+    total += bytes;
+    std::string shape = "[";
+    for (int i = 0; i < e.global_shape_size(); ++i) absl::StrAppend(&shape, i ? ", " : "", e.global_shape(i));
+    shape += "]";
+    std::printf("  %-40s %-6s %-16s %7d %12lld\n", e.key().c_str(), e.dtype().c_str(), shape.c_str(),
+                e.pieces_size(), static_cast<long long>(bytes));
+  }
+  std::printf("  total %lld bytes in %d tensors;", static_cast<long long>(total), meta.tensors_size());
+  for (const auto& [r, b] : per_rank) std::printf(" rank %d: %lld", r, static_cast<long long>(b));
+  std::printf("\n");
+  return absl::OkStatus();
+}
+
+SafeTensor ToSafe(const GlobalTensor& g) {
+  SafeTensor t;
+  t.dtype = g.dtype;
+  t.shape = g.shape;
+  t.bytes = g.bytes;
+  return t;
+}
+
+// [out, in] f32 → [in, out] (Conv1D layout).
+SafeTensor Transposed(const GlobalTensor& g) {
+  SafeTensor t = ToSafe(g);
+  const int64_t r = g.shape[0], c = g.shape[1];
+  t.shape = Shape{c, r};
+  const float* src = reinterpret_cast<const float*>(g.bytes.data());
+  float* dst = reinterpret_cast<float*>(t.bytes.data());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) dst[j * r + i] = src[i * c + j];
+  return t;
+}
+
+SafeTensor Concat(const std::vector<SafeTensor>& parts, int axis) {
+  SafeTensor t = parts[0];
+  if (axis == 0) {
+    int64_t rows = 0;
+    t.bytes.clear();
+    for (const auto& p : parts) {
+      rows += p.shape[0];
+      t.bytes.insert(t.bytes.end(), p.bytes.begin(), p.bytes.end());
+    }
+    t.shape[0] = rows;
+    return t;
+  }
+  // axis 1 of [r, c_i] tensors.
+  const int64_t r = parts[0].shape[0];
+  int64_t c = 0;
+  for (const auto& p : parts) c += p.shape[1];
+  t.shape = Shape{r, c};
+  t.bytes.assign(r * c * 4, 0);
+  float* dst = reinterpret_cast<float*>(t.bytes.data());
+  int64_t off = 0;
+  for (const auto& p : parts) {
+    const float* src = reinterpret_cast<const float*>(p.bytes.data());
+    for (int64_t i = 0; i < r; ++i)
+      std::memcpy(dst + i * c + off, src + i * p.shape[1], p.shape[1] * 4);
+    off += p.shape[1];
+  }
+  return t;
+}
+
+// gtp GPT-2 names → Hugging Face GPT2LMHeadModel names and layouts.
+absl::StatusOr<SafeTensorsFile> ToHfGpt2(const std::vector<GlobalTensor>& all, int64_t vocab) {
+  std::map<std::string, const GlobalTensor*> by;
+  for (const auto& g : all) by[g.key] = &g;
+  auto get = [&](const std::string& k) -> absl::StatusOr<const GlobalTensor*> {
+    auto it = by.find(k);
+    if (it == by.end()) return absl::NotFoundError("checkpoint lacks " + k + " (not a GPT-2 model?)");
+    return it->second;
+  };
+  SafeTensorsFile f;
+  f.metadata["format"] = "pt";
+  GTP_ASSIGN_OR_RETURN(const GlobalTensor* wte, get("wte.weight"));
+  SafeTensor w = ToSafe(*wte);
+  if (vocab > 0 && vocab < w.shape[0]) {  // strip vocabulary padding
+    w.bytes.resize(vocab * w.shape[1] * 4);
+    w.shape[0] = vocab;
+  }
+  f.tensors["transformer.wte.weight"] = w;
+  GTP_ASSIGN_OR_RETURN(const GlobalTensor* wpe, get("wpe.weight"));
+  f.tensors["transformer.wpe.weight"] = ToSafe(*wpe);
+  for (const char* n : {"weight", "bias"}) {
+    GTP_ASSIGN_OR_RETURN(const GlobalTensor* t, get(absl::StrCat("ln_f.", n)));
+    f.tensors[absl::StrCat("transformer.ln_f.", n)] = ToSafe(*t);
+  }
+  for (int l = 0;; ++l) {
+    const std::string p = absl::StrCat("h.", l, ".");
+    if (!by.count(p + "attn.q.weight")) break;
+    const std::string h = absl::StrCat("transformer.h.", l, ".");
+    std::vector<SafeTensor> qkv_w, qkv_b;
+    for (const char* x : {"q", "k", "v"}) {
+      GTP_ASSIGN_OR_RETURN(const GlobalTensor* wt, get(p + "attn." + x + ".weight"));
+      GTP_ASSIGN_OR_RETURN(const GlobalTensor* bt, get(p + "attn." + x + ".bias"));
+      qkv_w.push_back(Transposed(*wt));
+      qkv_b.push_back(ToSafe(*bt));
+    }
+    f.tensors[h + "attn.c_attn.weight"] = Concat(qkv_w, 1);
+    f.tensors[h + "attn.c_attn.bias"] = Concat(qkv_b, 0);
+    const std::pair<const char*, const char*> lin[] = {
+        {"attn.o", "attn.c_proj"}, {"mlp.fc", "mlp.c_fc"}, {"mlp.proj", "mlp.c_proj"}};
+    for (const auto& [ours, theirs] : lin) {
+      GTP_ASSIGN_OR_RETURN(const GlobalTensor* wt, get(p + ours + ".weight"));
+      GTP_ASSIGN_OR_RETURN(const GlobalTensor* bt, get(p + ours + ".bias"));
+      f.tensors[h + theirs + ".weight"] = Transposed(*wt);
+      f.tensors[h + theirs + ".bias"] = ToSafe(*bt);
+    }
+    const std::pair<const char*, const char*> norms[] = {{"ln1", "ln_1"}, {"ln2", "ln_2"}};
+    for (const auto& [ours, theirs] : norms)
+      for (const char* n : {"weight", "bias"}) {
+        GTP_ASSIGN_OR_RETURN(const GlobalTensor* t, get(p + ours + "." + n));
+        f.tensors[h + theirs + "." + n] = ToSafe(*t);
+      }
+  }
+  return f;
+}
+
+absl::Status Export(const std::string& path, const std::string& out, const std::string& names,
+                    int64_t vocab) {
+  GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
+  GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> all, ReadAllGlobal(dir));
+  SafeTensorsFile f;
+  if (names == "hf-gpt2") {
+    GTP_ASSIGN_OR_RETURN(f, ToHfGpt2(all, vocab));
+  } else if (names == "gtp") {
+    for (const auto& g : all) f.tensors[g.key] = ToSafe(g);
+  } else {
+    return absl::InvalidArgumentError("--names must be gtp or hf-gpt2, got " + names);
+  }
+  GTP_RETURN_IF_ERROR(WriteSafeTensors(out, f));
+  std::printf("wrote %zu tensors to %s\n", f.tensors.size(), out.c_str());
+  return absl::OkStatus();
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: ckpt inspect <checkpoint>\n"
+               "       ckpt export --format safetensors [--names gtp|hf-gpt2] [--vocab V] "
+               "<checkpoint> <out.safetensors>\n");
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 3) return Usage();
+  const std::string cmd = argv[1];
+  absl::Status st;
+  if (cmd == "inspect") {
+    st = Inspect(argv[2]);
+  } else if (cmd == "export") {
+    std::string format, names = "gtp";
+    int64_t vocab = 0;
+    std::vector<std::string> pos;
+    for (int i = 2; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--format" && i + 1 < argc) format = argv[++i];
+      else if (a == "--names" && i + 1 < argc) names = argv[++i];
+      else if (a == "--vocab" && i + 1 < argc) vocab = std::stoll(argv[++i]);
+      else pos.push_back(a);
+    }
+    if (format != "safetensors" || pos.size() != 2) return Usage();
+    st = Export(pos[0], pos[1], names, vocab);
+  } else {
+    return Usage();
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "ckpt: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gtp::checkpoint
+
+int main(int argc, char** argv) { return gtp::checkpoint::Main(argc, argv); }
