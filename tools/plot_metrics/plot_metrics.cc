@@ -1,0 +1,182 @@
+// tools/plot_metrics — renders a run's metrics.jsonl to a PNG: training loss
+// (blue) and validation loss (red dots) against the step on top, tokens/s
+// (green) below. Axis ranges are printed to stdout; tick values are drawn
+// with a small built-in digit font. No dependencies beyond zlib.
+//
+//   bazel run //tools/plot_metrics -- gtp_runs/gpt_tiny/metrics.jsonl loss.png
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kW = 900, kH = 640;
+
+struct Image {
+  std::vector<uint8_t> px = std::vector<uint8_t>(kW * kH * 3, 255);
+  void Set(int x, int y, uint32_t rgb) {
+    if (x < 0 || y < 0 || x >= kW || y >= kH) return;
+    uint8_t* p = &px[(y * kW + x) * 3];
+    p[0] = rgb >> 16, p[1] = (rgb >> 8) & 255, p[2] = rgb & 255;
+  }
+  void Line(double x0, double y0, double x1, double y1, uint32_t rgb, int thick = 1) {
+    const int n = static_cast<int>(std::max(std::abs(x1 - x0), std::abs(y1 - y0))) + 1;
+    for (int i = 0; i <= n; ++i) {
+      const double t = static_cast<double>(i) / n;
+      for (int d = 0; d < thick; ++d) Set(std::lround(x0 + t * (x1 - x0)), std::lround(y0 + t * (y1 - y0)) + d, rgb);
+    }
+  }
+  // 3×5 digits, '.', '-', 'e', 'k'.
+  void Text(int x, int y, const std::string& s, uint32_t rgb) {
+    static const char* kGlyph[] = {"111101101101111", "010110010010111", "111001111100111",
+                                   "111001111001111", "101101111001001", "111100111001111",
+                                   "111100111101111", "111001001001001", "111101111101111",
+                                   "111101111001111"};
+    for (char c : s) {
+      const char* g = c >= '0' && c <= '9' ? kGlyph[c - '0']
+                      : c == '.'          ? "000000000000010"
+                      : c == '-'          ? "000000111000000"
+                      : c == 'e'          ? "000111111100111"
+                      : c == 'k'          ? "100101110101101"
+                                          : "000000000000000";
+      for (int i = 0; i < 15; ++i)
+        if (g[i] == '1')
+          for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 2; ++b) Set(x + (i % 3) * 2 + a, y + (i / 3) * 2 + b, rgb);
+      x += 8;
+    }
+  }
+};
+
+void Chunk(std::string& out, const char* type, const std::string& data) {
+  uint32_t n = data.size();
+  for (int i = 3; i >= 0; --i) out += static_cast<char>((n >> (8 * i)) & 255);
+  std::string td = std::string(type, 4) + data;
+  out += td;
+  uint32_t crc = crc32(0, reinterpret_cast<const Bytef*>(td.data()), td.size());
+  for (int i = 3; i >= 0; --i) out += static_cast<char>((crc >> (8 * i)) & 255);
+}
+
+bool WritePng(const Image& img, const std::string& path) {
+  std::string raw;
+  for (int y = 0; y < kH; ++y) {
+    raw += '\0';
+    raw.append(reinterpret_cast<const char*>(&img.px[y * kW * 3]), kW * 3);
+  }
+  uLongf zlen = compressBound(raw.size());
+  std::string z(zlen, '\0');
+  if (compress(reinterpret_cast<Bytef*>(z.data()), &zlen, reinterpret_cast<const Bytef*>(raw.data()), raw.size()) != Z_OK) return false;
+  z.resize(zlen);
+  std::string png = "\x89PNG\r\n\x1a\n";
+  std::string ihdr;
+  for (uint32_t v : {uint32_t(kW), uint32_t(kH)})
+    for (int i = 3; i >= 0; --i) ihdr += static_cast<char>((v >> (8 * i)) & 255);
+  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB
+  Chunk(png, "IHDR", ihdr);
+  Chunk(png, "IDAT", z);
+  Chunk(png, "IEND", "");
+  std::ofstream out(path, std::ios::binary);
+  out << png;
+  return static_cast<bool>(out);
+}
+
+bool Field(const std::string& line, const char* key, double* v) {
+  const std::string k = std::string("\"") + key + "\": ";
+  size_t p = line.find(k);
+  if (p == std::string::npos) return false;
+  *v = std::strtod(line.c_str() + p + k.size(), nullptr);
+  return true;
+}
+
+std::string Num(double v) {
+  char b[32];
+  if (std::abs(v) >= 10000) std::snprintf(b, sizeof b, "%.0fk", v / 1000);
+  else if (std::abs(v) >= 100) std::snprintf(b, sizeof b, "%.0f", v);
+  else std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
+
+struct Series {
+  std::vector<double> x, y;
+};
+
+// Plots series into the panel [top, top + h) with shared axes.
+void Panel(Image& img, int top, int h, const std::vector<std::pair<Series, uint32_t>>& s, bool dots,
+           const char* what) {
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (const auto& [ser, c] : s)
+    for (size_t i = 0; i < ser.x.size(); ++i) {
+      x0 = std::min(x0, ser.x[i]), x1 = std::max(x1, ser.x[i]);
+      y0 = std::min(y0, ser.y[i]), y1 = std::max(y1, ser.y[i]);
+    }
+  if (x0 > x1) return;
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1;
+  const int L = 70, R = kW - 40, T = top + 10, B = top + h - 30;
+  img.Line(L, B, R, B, 0x000000);
+  img.Line(L, T, L, B, 0x000000);
+  for (int i = 0; i <= 4; ++i) {
+    const double fy = y0 + (y1 - y0) * i / 4, py = B - (B - T) * i / 4.0;
+    img.Line(L - 4, py, R, py, i == 0 ? 0x000000 : 0xdddddd);
+    img.Text(4, static_cast<int>(py) - 5, Num(fy), 0x000000);
+    const double fx = x0 + (x1 - x0) * i / 4, px = L + (R - L) * i / 4.0;
+    img.Text(static_cast<int>(px) - 8, B + 8, Num(fx), 0x000000);
+  }
+  for (const auto& [ser, c] : s) {
+    for (size_t i = 0; i < ser.x.size(); ++i) {
+      const double px = L + (ser.x[i] - x0) / (x1 - x0) * (R - L);
+      const double py = B - (ser.y[i] - y0) / (y1 - y0) * (B - T);
+      if (dots || ser.x.size() == 1 || c == 0xd62728) {
+        for (int a = -2; a <= 2; ++a) img.Line(px - 2, py + a, px + 2, py + a, c);
+      }
+      if (i > 0 && c != 0xd62728) {
+        const double qx = L + (ser.x[i - 1] - x0) / (x1 - x0) * (R - L);
+        const double qy = B - (ser.y[i - 1] - y0) / (y1 - y0) * (B - T);
+        img.Line(qx, qy, px, py, c, 2);
+      }
+    }
+  }
+  std::printf("%s: steps %g..%g, values %g..%g\n", what, x0, x1, y0, y1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: plot_metrics <metrics.jsonl> <out.png>\n");
+    return 2;
+  }
+  std::ifstream in(argv[1]);
+  if (!in) {
+    std::fprintf(stderr, "plot_metrics: cannot read %s\n", argv[1]);
+    return 1;
+  }
+  Series loss, val, tput;
+  std::string line;
+  while (std::getline(in, line)) {
+    double step, v;
+    if (!Field(line, "step", &step)) continue;
+    if (Field(line, "loss", &v)) loss.x.push_back(step), loss.y.push_back(v);
+    if (Field(line, "val_loss", &v)) val.x.push_back(step), val.y.push_back(v);
+    if (Field(line, "tokens_per_s", &v)) tput.x.push_back(step), tput.y.push_back(v);
+  }
+  if (loss.x.empty()) {
+    std::fprintf(stderr, "plot_metrics: no loss records in %s\n", argv[1]);
+    return 1;
+  }
+  Image img;
+  Panel(img, 0, 400, {{loss, 0x1f77b4}, {val, 0xd62728}}, false, "loss (blue: train, red: validation)");
+  Panel(img, 400, 240, {{tput, 0x2ca02c}}, false, "tokens/s (green)");
+  if (!WritePng(img, argv[2])) {
+    std::fprintf(stderr, "plot_metrics: cannot write %s\n", argv[2]);
+    return 1;
+  }
+  std::printf("wrote %s\n", argv[2]);
+  return 0;
+}
