@@ -1,6 +1,7 @@
 #include "checkpoint/model_state.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/status.h"
 
@@ -42,6 +43,73 @@ absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& 
       piece.replica_count = tp->size() * data_cp->size();
     }
     out.push_back(std::move(piece));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
+    const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
+    const parallel::ProcessGroupCollection& pgs) {
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
+  struct Info {
+    int64_t cols, real_rows, row0;  // local storage [*, cols]; rows < real_rows are real
+    layers::ShardedParam::GlobalLayout layout;
+    Shape global;
+    int replica_index, replica_count;
+  };
+  std::map<std::string, Info> info;
+  for (layers::ShardedParam* p : params.sharded) {
+    const auto& L = p->global_layout();
+    info[p->name()] = Info{p->cols(), std::clamp<int64_t>(p->rows() - p->shard_row_begin(), 0, p->shard_rows()),
+                           p->shard_row_begin(), L, Shape{L.global_rows, L.global_cols}, 0, 1};
+  }
+  for (layers::ReplicatedParam* p : params.replicated) {
+    const int64_t cols = p->value.rank() >= 2 ? p->value.dim(1) : 1;
+    Info i{cols, p->value.dim(0), 0, p->layout,
+           p->value.rank() >= 2 ? Shape{p->layout.global_rows, cols} : Shape{p->layout.global_rows},
+           0, 1};
+    if (p->tp_sharded) {
+      i.replica_index = gtp->rank();
+      i.replica_count = gtp->size();
+    } else {
+      i.replica_index = tp->rank() * gtp->size() + gtp->rank();
+      i.replica_count = tp->size() * gtp->size();
+    }
+    info[p->name] = i;
+  }
+  std::vector<TensorPiece> out;
+  for (const optimizer::StateTensor& st : opt.state_tensors()) {
+    auto it = info.find(st.param);
+    if (it == info.end()) return absl::InternalError("optimizer state for unknown param " + st.param);
+    const Info& in = it->second;
+    const int64_t b = st.begin, e = st.begin + st.tensor.numel(), C = in.cols;
+    Tensor flat = st.tensor.View({st.tensor.numel()});
+    // Cut [b, e) of the row-major [rows, C] storage into row blocks.
+    for (int64_t r = b / C; r * C < e;) {
+      const int64_t c0 = std::max(b, r * C) - r * C;
+      const int64_t c1 = std::min(e, (r + 1) * C) - r * C;
+      int64_t nrows = 1;
+      if (c0 == 0 && c1 == C) {  // full rows: take as many as follow
+        nrows = std::min(e / C, in.real_rows) - r;
+        if (nrows < 1) nrows = 1;
+      }
+      if (r >= in.real_rows) break;  // GTP padding
+      TensorPiece piece;
+      piece.key = st.param + "/" + st.kind;
+      piece.data = flat.Slice(r * C + c0 - b, r * C + c0 - b + (nrows - 1) * C + (c1 - c0))
+                       .View(nrows == 1 ? Shape{1, c1 - c0} : Shape{nrows, C});
+      if (in.global.rank() == 1) piece.data = piece.data.View({piece.data.numel()});
+      auto map = in.layout.row_map;
+      const int64_t row0 = in.row0 + r;
+      piece.row_map = [map, row0](int64_t k) { return map ? map(row0 + k) : row0 + k; };
+      piece.col_offset = in.layout.col_offset + c0;
+      piece.global_shape = in.global;
+      piece.replica_index = in.replica_index;
+      piece.replica_count = in.replica_count;
+      out.push_back(std::move(piece));
+      r += nrows;
+    }
   }
   return out;
 }

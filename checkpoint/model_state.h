@@ -13,11 +13,21 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/checkpoint.h"
 #include "optimizer/grad_sync.h"
+#include "optimizer/optimizer.h"
 #include "parallel/process_groups.h"
 
 namespace gtp::checkpoint {
 
 absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& params,
                                                      const parallel::ProcessGroupCollection& pgs);
+
+// The optimizer's state (exp_avg, exp_avg_sq, momentum, master) as pieces
+// keyed "<param>/<kind>", shaped like the param's global tensor: each state
+// tensor covers a flat range of the param's local storage, cut here into
+// row blocks (GTP padding dropped). State of replicated params is held by
+// every TP (unless TP-sharded) and GTP rank: those split the writing.
+absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
+    const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
+    const parallel::ProcessGroupCollection& pgs);
 
 }  // namespace gtp::checkpoint

@@ -1,5 +1,7 @@
 // optimizer/grad_sync.h — gradient finalisation after backward (DESIGN.md §5),
-// the simple, unbucketed form: one collective per parameter.
+// the simple, unbucketed form: one collective per parameter. Training uses
+// GradBuffer (grad_buffer.h: flat buffer, buckets, overlap); this stays as
+// the reference its tests compare against and for demos.
 //
 // Mean loss normalisation (the default): each lane's loss is a mean over its
 // tokens, so the global gradient is the mean over all data lanes (DP × GTP):
@@ -21,6 +23,7 @@
 
 namespace gtp::optimizer {
 
+// The parameters of one model replica on this rank.
 struct ParamSet {
   std::vector<layers::ShardedParam*> sharded;
   std::vector<layers::ReplicatedParam*> replicated;

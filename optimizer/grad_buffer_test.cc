@@ -1,0 +1,253 @@
+// GradBuffer: layout, equivalence with the unbucketed reference reduction
+// (grad_sync.h) in both reduce modes, and the ordering invariant: with async
+// GTP reduction and overlap on, an instrumented bucket never reduces before
+// every param in it has finished {reduce-scatter → add} on the last
+// micro-batch, and earlier micro-batches reduce nothing.
+#include "optimizer/grad_buffer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "comm/local/local_communicator.h"
+#include "core/philox.h"
+#include "gtest/gtest.h"
+#include "layers/gpt.h"
+#include "optimizer/grad_sync.h"
+#include "optimizer/testing/train_harness.h"
+#include "parallel/parallel_config.h"
+
+namespace gtp::optimizer {
+namespace {
+
+constexpr int64_t kB = 2, kT = 8;
+
+void FillBatch(Tensor& tok, Tensor& tgt, int lane) {
+  for (int64_t i = 0; i < kB * kT; ++i) {
+    const uint64_t k = static_cast<uint64_t>(lane * kB * kT + i);
+    tok.data<int32_t>()[i] = PhiloxRaw(KeyFromName("gb.tok"), k).v[0] % 97;
+    tgt.data<int32_t>()[i] = PhiloxRaw(KeyFromName("gb.tgt"), k).v[0] % 97;
+  }
+}
+
+TEST(GradBuffer, LayoutBucketsWholeParamsPaddedToTheReplicateSize) {
+  HeapAllocator host;
+  absl::Status st = comm::RunRanks(4, [&](comm::Communicator& w) -> absl::Status {
+    parallel::ParallelConfig pc;
+    pc.tp_num_weight_shards = 2;  // GTP2 · DP2
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    const kernels::Exec exec = kernels::Exec::Cpu(host);
+    layers::GptConfig cfg = testing::SmallModel(/*llama=*/true);
+    cfg.block.sequence_parallel = false;
+    GTP_ASSIGN_OR_RETURN(auto model, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
+    GradBufferOptions o;
+    o.bucket_elements = 700;
+    GTP_ASSIGN_OR_RETURN(auto g, GradBuffer::Create({model->sharded_params(),
+                                                     model->replicated_params()},
+                                                    pgs, exec, o));
+    const auto& b = g->buckets();
+    EXPECT_GE(b.size(), 4u);
+    int64_t at = 0;
+    bool seen_replicated = false;
+    for (const Bucket& k : b) {
+      EXPECT_EQ(k.offset, at);
+      EXPECT_EQ(k.numel % (2 * 16), 0) << "bucket " << k.index;
+      EXPECT_FALSE(seen_replicated && !k.replicated) << "sharded after replicated";
+      seen_replicated |= k.replicated;
+      at += k.numel;
+      int64_t used = 0;
+      for (int i : k.params) {
+        const GradParam& p = g->params()[i];
+        EXPECT_EQ(p.bucket, k.index);
+        EXPECT_EQ(p.offset, k.offset + used) << p.name;
+        EXPECT_EQ(p.replicated != nullptr, k.replicated);
+        used += p.numel;
+        // The grads are views into the buffer.
+        const void* grad = p.sharded ? p.sharded->main_grad().raw_data() : p.replicated->grad.raw_data();
+        EXPECT_EQ(grad, g->data().data<float>() + p.offset) << p.name;
+      }
+      EXPECT_LE(k.numel - used, 2 * 16);
+    }
+    EXPECT_EQ(g->data().numel(), at);
+    EXPECT_EQ(g->params().size(), model->sharded_params().size() + model->replicated_params().size());
+    // Buffer order: sharded params reversed (≈ backward order).
+    EXPECT_EQ(g->params().front().sharded, model->sharded_params().back());
+    // Each replicate rank owns a different slice of each bucket.
+    auto [lo, hi] = g->shard_range(0);
+    EXPECT_EQ(hi - lo, b[0].numel / 2);
+    EXPECT_EQ(lo, b[0].offset + pgs.RankIn("replicate").value() * (hi - lo));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+// The bucketed reduction gives the same gradients as the simple per-param
+// FinalizeGrads on a twin model, on the elements each mode makes final.
+void CheckAgainstReference(int tp, int gtp, int dp, bool llama, ReduceMode mode,
+                           bool overlap = true) {
+  HeapAllocator host;
+  absl::Status st = comm::RunRanks(tp * gtp * dp, [&](comm::Communicator& w) -> absl::Status {
+    parallel::ParallelConfig pc;
+    pc.tp = tp;
+    pc.tp_num_weight_shards = tp * gtp;
+    pc.sequence_parallel = llama && tp > 1;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    GTP_ASSIGN_OR_RETURN(int lane, pgs.RankIn("data"));
+    const kernels::Exec exec = kernels::Exec::Cpu(host);
+    const layers::GptConfig cfg = testing::SmallModel(llama);
+    GTP_ASSIGN_OR_RETURN(auto a, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
+    GTP_ASSIGN_OR_RETURN(auto b, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
+    GradBufferOptions o;
+    o.reduce = mode;
+    o.overlap = overlap;
+    o.bucket_elements = 500;
+    GTP_ASSIGN_OR_RETURN(auto g, GradBuffer::Create({a->sharded_params(), a->replicated_params()},
+                                                    pgs, exec, o));
+    Tensor tok = Tensor::Empty({kB, kT}, DType::kI32, host);
+    Tensor tgt = Tensor::Empty({kB, kT}, DType::kI32, host);
+    FillBatch(tok, tgt, lane);
+    for (layers::GptModel* m : {a.get(), b.get()}) {
+      GTP_RETURN_IF_ERROR(m->Forward(tok, tgt).status());
+      GTP_RETURN_IF_ERROR(m->Backward());
+    }
+    GTP_RETURN_IF_ERROR(g->FinishGradSync());
+    GTP_RETURN_IF_ERROR(FinalizeGrads({b->sharded_params(), b->replicated_params()}, pgs));
+    // Map the twin's grads by name.
+    std::map<std::string, Tensor> ref;
+    for (layers::ShardedParam* p : b->sharded_params()) ref[p->name()] = p->main_grad();
+    for (layers::ReplicatedParam* p : b->replicated_params()) ref[p->name] = p->grad;
+    int64_t compared = 0;
+    for (const Bucket& k : g->buckets()) {
+      auto [lo, hi] = g->valid_range(k.index);
+      for (int i : k.params) {
+        const GradParam& p = g->params()[i];
+        const float* want = ref.at(p.name).data<float>();
+        const float* got = g->data().data<float>();
+        for (int64_t e = std::max(lo, p.offset); e < std::min(hi, p.offset + p.numel); ++e) {
+          const float r = want[e - p.offset];
+          EXPECT_NEAR(got[e], r, 1e-6f + 1e-5f * std::abs(r)) << p.name << "[" << e - p.offset << "]";
+          ++compared;
+        }
+      }
+    }
+    EXPECT_GT(compared, 0);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+TEST(GradBuffer, ReduceScatterMatchesUnbucketedFinalize) {
+  CheckAgainstReference(1, 2, 2, false, ReduceMode::kReduceScatter);
+  CheckAgainstReference(2, 1, 2, true, ReduceMode::kReduceScatter);  // SP: TP-summed norms
+}
+
+TEST(GradBuffer, WithoutOverlapEverythingReducesInFinish) {
+  CheckAgainstReference(2, 2, 1, false, ReduceMode::kReduceScatter, /*overlap=*/false);
+  CheckAgainstReference(1, 2, 2, true, ReduceMode::kAllReduce, /*overlap=*/false);
+}
+
+TEST(GradBuffer, AllReduceMatchesUnbucketedFinalize) {
+  CheckAgainstReference(1, 2, 2, false, ReduceMode::kAllReduce);
+  CheckAgainstReference(2, 2, 1, true, ReduceMode::kAllReduce);
+}
+
+// Per-rank instrumentation for the ordering test (each rank is one thread).
+struct OrderProbe {
+  testing::RankContext* ctx = nullptr;
+  int micro = 0;                 // micro-batch whose backward runs now
+  int issued_this_backward = 0;  // bucket issues since the last backward ended
+  int violations = 0;
+  int issued_total = 0;
+  int issued_in_backward = 0;
+};
+thread_local OrderProbe probe;  // fresh for every rank thread
+
+TEST(GradBuffer, OrderingBucketNeverReducesBeforeAllItsParamsAreReady) {
+  constexpr int kMicro = 2;
+  testing::RunConfig c;
+  c.model = testing::SmallModel(false);
+  c.layout = {"DP2_GTP2", 1, 2, 2};
+  c.steps = 2;
+  c.microbatches = kMicro;
+  c.gtp.async_reduction = true;  // finalisation deferred one param: the racy case
+  c.buffer.bucket_elements = 600;
+  std::mutex mu;
+  std::vector<OrderProbe> results;
+  c.buffer.on_bucket_issue = [&](const Bucket& b) {
+    OrderProbe& p = probe;
+    ++p.issued_total;
+    if (!b.replicated) ++p.issued_this_backward;  // replicated ones go in Step
+    const std::vector<layers::GtpTraceEvent>& trace = p.ctx->model->chain().trace();
+    for (int i : b.params) {
+      const GradParam& gp = p.ctx->grads->params()[i];
+      if (gp.sharded == nullptr) continue;
+      // One {reduce-scatter → add} per micro-batch of this step so far,
+      // the last one included, and nothing pending.
+      const int64_t done = std::count_if(trace.begin(), trace.end(), [&](const auto& e) {
+        return e.kind == layers::GtpTraceEvent::kReduceFinalized && e.param == gp.name;
+      });
+      if (done != p.micro + 1 || gp.sharded->reduce_state() != layers::CommState::kNone) {
+        ++p.violations;
+        ADD_FAILURE() << "bucket " << b.index << " issued with " << gp.name << " finalised "
+                      << done << " times in micro-batch " << p.micro;
+      }
+    }
+  };
+  c.on_setup = [&](testing::RankContext& ctx) {
+    probe.ctx = &ctx;  // lives as long as the rank's training loop
+    ctx.model->chain().set_tracing(true);
+  };
+  c.after_backward = [&](testing::RankContext& ctx, int step, int micro) {
+    if (micro < kMicro - 1) {
+      EXPECT_EQ(probe.issued_this_backward, 0) << "a bucket reduced during accumulation";
+    } else {
+      probe.issued_in_backward += probe.issued_this_backward;
+    }
+    probe.issued_this_backward = 0;
+    probe.micro = micro + 1;
+  };
+  c.before_step = [&](testing::RankContext& ctx, int step) {
+    // Buckets still pending (replicated ones) are issued inside Step.
+    probe.micro = 0;
+    ctx.model->chain().ClearTrace();
+    std::lock_guard<std::mutex> lock(mu);
+    if (step == c.steps - 1) {
+      results.push_back(probe);
+    }
+  };
+  const testing::RunResult r = testing::Train(c);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(results.size(), 4u);
+  for (const OrderProbe& p : results) {
+    EXPECT_EQ(p.violations, 0);
+    EXPECT_GE(p.issued_in_backward, 3) << "sharded buckets should overlap backward";
+  }
+}
+
+TEST(GradBuffer, TwoSynchronisingBackwardsAreAnError) {
+  HeapAllocator host;
+  absl::Status st = comm::RunRanks(2, [&](comm::Communicator& w) -> absl::Status {
+    parallel::ParallelConfig pc;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    const kernels::Exec exec = kernels::Exec::Cpu(host);
+    GTP_ASSIGN_OR_RETURN(auto m, layers::GptModel::Create(testing::SmallModel(false), kB, kT, pgs, exec));
+    GTP_ASSIGN_OR_RETURN(auto g, GradBuffer::Create({m->sharded_params(), m->replicated_params()}, pgs, exec));
+    Tensor tok = Tensor::Empty({kB, kT}, DType::kI32, host);
+    Tensor tgt = Tensor::Empty({kB, kT}, DType::kI32, host);
+    FillBatch(tok, tgt, w.rank());
+    for (int i = 0; i < 2; ++i) {  // no StartMicrobatch(false) for the first
+      GTP_RETURN_IF_ERROR(m->Forward(tok, tgt).status());
+      GTP_RETURN_IF_ERROR(m->Backward());
+    }
+    absl::Status s = g->FinishGradSync();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    // The first backward's reductions may still wait for the peer.
+    return comm::Run(w.Barrier());
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+}  // namespace
+}  // namespace gtp::optimizer

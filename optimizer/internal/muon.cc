@@ -1,0 +1,293 @@
+#include "optimizer/internal/muon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "optimizer/internal/device.h"
+
+namespace gtp::optimizer::internal {
+
+namespace ops = kernels::ops;
+
+namespace {
+
+float ScaleFor(MuonScale mode, int64_t M, int64_t N) {
+  const double m = static_cast<double>(M), n = static_cast<double>(N);
+  switch (mode) {
+    case MuonScale::kSpectral: return static_cast<float>(std::sqrt(std::max(m, n)));
+    case MuonScale::kShape: return static_cast<float>(std::sqrt(std::max(1.0, m / n)));
+    case MuonScale::kUnitRms: return static_cast<float>(std::sqrt(m / n));
+  }
+  return 1.0f;
+}
+
+absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffer& grads,
+                                                                  const std::vector<int>& params,
+                                                                  const kernels::Exec& exec,
+                                                                  const MuonConfig& config) {
+  if (config.ns_steps < 0 || !(config.momentum >= 0.0f && config.momentum < 1.0f)) {
+    return Bad(absl::StrCat("MuonConfig: ns_steps must be >= 0 and momentum in [0, 1), got ",
+                            config.ns_steps, ", ", config.momentum));
+  }
+  std::unique_ptr<MuonUpdater> u(new MuonUpdater());
+  u->config_ = config;
+  u->exec_ = exec;
+  comm::Communicator* tp = grads.tp();
+  comm::Communicator* gtp = grads.gtp();
+  comm::Communicator* rep = grads.replicate();
+  const int T = tp->size(), R = rep->size();
+
+  // Ownership is decided per replicate rank; every TP and GTP peer must agree
+  // on which replicate rank it is (true for the standard groups).
+  for (comm::Communicator* c : {tp, gtp}) {
+    GTP_ASSIGN_OR_RETURN(std::vector<int64_t> reps,
+                         AllGatherHostI64(exec, c, {static_cast<int64_t>(rep->rank())}));
+    for (int64_t r : reps) {
+      if (r != rep->rank()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "Muon: ranks of group ", c->name(), " sit at different replicate ranks (", r, " vs ",
+            rep->rank(), "); the groups do not form a grid"));
+      }
+    }
+  }
+
+  // Local geometry, exchanged over TP.
+  std::vector<int64_t> packet;
+  for (int i : params) {
+    const GradParam& gp = grads.params()[i];
+    const layers::ShardedParam* p = gp.sharded;
+    if (p == nullptr) return Bad(absl::StrCat("Muon: ", gp.name, " is not a GTP-sharded matrix"));
+    const auto& L = p->global_layout();
+    if (!L.row_map || L.global_rows <= 0 || L.global_cols <= 0) {
+      return Bad(absl::StrCat("Muon: ", gp.name, " has no global layout"));
+    }
+    packet.push_back(p->rows());
+    packet.push_back(p->cols());
+    packet.push_back(L.col_offset);
+    for (int64_t r = 0; r < p->rows(); ++r) packet.push_back(L.row_map(r));
+  }
+  GTP_ASSIGN_OR_RETURN(std::vector<int64_t> lens,
+                       AllGatherHostI64(exec, tp, {static_cast<int64_t>(packet.size())}));
+  for (int64_t l : lens) {
+    if (l != static_cast<int64_t>(packet.size())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Muon: TP ranks of ", tp->name(), " disagree on the matrices' shapes"));
+    }
+  }
+  GTP_ASSIGN_OR_RETURN(std::vector<int64_t> all, AllGatherHostI64(exec, tp, packet));
+
+  size_t pos = 0;  // offset inside one TP rank's packet
+  for (int i : params) {
+    const GradParam& gp = grads.params()[i];
+    const layers::ShardedParam* p = gp.sharded;
+    Matrix m;
+    m.param = i;
+    m.rows = p->rows();
+    m.cols = p->cols();
+    const int64_t M = p->global_layout().global_rows, N = p->global_layout().global_cols;
+    m.info.name = gp.name;
+    m.info.rows = M;
+    m.info.cols = N;
+    m.scale = ScaleFor(config.scale, M, N);
+    m.runs.resize(T);
+    m.col_offset.resize(T);
+    int64_t area = 0;
+    std::vector<std::pair<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>>> rects;
+    for (int t = 0; t < T; ++t) {
+      const int64_t* q = all.data() + t * packet.size() + pos;
+      const int64_t rows = q[0], cols = q[1], col_off = q[2];
+      if (rows != m.rows || cols != m.cols || col_off < 0 || col_off + cols > N) {
+        return Bad(absl::StrCat("Muon: ", gp.name, ": TP rank ", t, " holds [", rows, ", ", cols,
+                                "] at column ", col_off, " of a [", M, ", ", N, "] matrix"));
+      }
+      m.col_offset[t] = col_off;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t g = q[3 + r];
+        if (g < 0 || g >= M) return Bad(absl::StrCat("Muon: ", gp.name, ": row map out of range"));
+        std::vector<Run>& runs = m.runs[t];
+        if (!runs.empty() && runs.back().local + runs.back().len == r &&
+            runs.back().global + runs.back().len == g) {
+          ++runs.back().len;
+        } else {
+          runs.push_back(Run{r, g, 1});
+        }
+      }
+      for (const Run& run : m.runs[t]) {
+        rects.push_back({{run.global, run.global + run.len}, {col_off, col_off + cols}});
+        area += run.len * cols;
+      }
+    }
+    // Every global element exactly once: total area and no overlaps.
+    bool overlap = false;
+    for (size_t a = 0; a < rects.size() && !overlap; ++a) {
+      for (size_t b = a + 1; b < rects.size() && !overlap; ++b) {
+        overlap = rects[a].first.first < rects[b].first.second &&
+                  rects[b].first.first < rects[a].first.second &&
+                  rects[a].second.first < rects[b].second.second &&
+                  rects[b].second.first < rects[a].second.second;
+      }
+    }
+    if (overlap || area != M * N) {
+      return Bad(absl::StrCat("Muon: the TP ranks' pieces of ", gp.name,
+                              " do not tile its global [", M, ", ", N, "] matrix"));
+    }
+    pos += 3 + m.rows;
+    const double big = static_cast<double>(std::max(M, N)), small = static_cast<double>(std::min(M, N));
+    if (config.mode == MuonMode::kDuplicated) {
+      m.info.cost = big * small * small;
+    } else {
+      const double lb = static_cast<double>(std::max(m.rows, m.cols));
+      const double ls = static_cast<double>(std::min(m.rows, m.cols));
+      m.info.cost = lb * ls * ls;
+    }
+    u->matrices_.push_back(std::move(m));
+  }
+
+  // Owners: largest cost first onto the least-loaded replicate rank.
+  std::vector<size_t> order(u->matrices_.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return u->matrices_[a].info.cost > u->matrices_[b].info.cost;
+  });
+  std::vector<double> load(R, 0.0);
+  for (size_t k : order) {
+    const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    u->matrices_[k].info.owner = owner;
+    load[owner] += u->matrices_[k].info.cost;
+  }
+
+  for (Matrix& m : u->matrices_) {
+    if (m.info.owner != rep->rank()) continue;
+    const layers::ShardedParam* p = grads.params()[m.param].sharded;
+    m.momentum = exec.Zeros({p->shard_rows(), p->cols()});
+    if (p->dtype() != DType::kF32) {
+      m.master = exec.Empty({p->shard_rows(), p->cols()});
+      CastInto(exec, p->shard(), m.master);
+    }
+  }
+  return u;
+}
+
+absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, const Matrix& m, const Tensor& u,
+                                        const Tensor& update) {
+  const layers::ShardedParam* p = grads.params()[m.param].sharded;
+  const int64_t sr = p->shard_rows(), cols = m.cols, begin = p->shard_row_begin();
+  if (config_.mode == MuonMode::kBlockwise) {
+    const int64_t valid = std::clamp<int64_t>(m.rows - begin, 0, sr);
+    if (valid > 0) {
+      NewtonSchulz(exec_, u.Slice(0, valid), update.Slice(0, valid), config_.ns_steps,
+                   config_.coefficients);
+    }
+    return absl::OkStatus();
+  }
+  // Gather over GTP: TP-local [padded_rows, cols], the pad at the tail.
+  comm::Communicator* gtp = grads.gtp();
+  comm::Communicator* tp = grads.tp();
+  Tensor full = u;
+  if (gtp->size() > 1) {
+    full = exec_.Empty({p->padded_rows(), cols});
+    GTP_RETURN_IF_ERROR(Annotate(
+        comm::Run(gtp->AllGather(u.raw_data(), full.raw_data(), sr * cols, DType::kF32)),
+        absl::StrCat("Muon: gathering ", m.info.name), gtp));
+  }
+  Tensor local = full.Slice(0, m.rows);
+  Tensor blocks = local;  // [TP·rows, cols]
+  if (tp->size() > 1) {
+    blocks = exec_.Empty({tp->size() * m.rows, cols});
+    GTP_RETURN_IF_ERROR(Annotate(
+        comm::Run(tp->AllGather(local.raw_data(), blocks.raw_data(), m.rows * cols, DType::kF32)),
+        absl::StrCat("Muon: gathering ", m.info.name), tp));
+  }
+  const int64_t M = m.info.rows, N = m.info.cols;
+  Tensor G = exec_.Empty({M, N}), X = exec_.Empty({M, N});
+  const float* src = blocks.data<float>();
+  for (int t = 0; t < tp->size(); ++t) {
+    for (const Run& r : m.runs[t]) {
+      Copy2D(exec_, src + (t * m.rows + r.local) * cols, cols,
+             G.data<float>() + r.global * N + m.col_offset[t], N, r.len, cols);
+    }
+  }
+  NewtonSchulz(exec_, G, X, config_.ns_steps, config_.coefficients);
+  // This rank's slice: TP-local rows [begin, min(begin + sr, rows)).
+  const int t = tp->rank();
+  const int64_t lo = begin, hi = std::min(begin + sr, m.rows);
+  for (const Run& r : m.runs[t]) {
+    const int64_t a = std::max(lo, r.local), b = std::min(hi, r.local + r.len);
+    if (a >= b) continue;
+    Copy2D(exec_, X.data<float>() + (r.global + (a - r.local)) * N + m.col_offset[t], N,
+           update.data<float>() + (a - begin) * cols, cols, b - a, cols);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
+  comm::Communicator* rep = grads.replicate();
+  const float beta = config_.momentum;
+  for (const Matrix& m : matrices_) {
+    if (m.info.owner != rep->rank()) continue;
+    const GradParam& gp = grads.params()[m.param];
+    const layers::ShardedParam* p = gp.sharded;
+    const Shape shape{p->shard_rows(), p->cols()};
+    Tensor g = grads.data().Slice(gp.offset, gp.offset + gp.numel).View(shape);
+    ops::Axpby(exec_, 1.0f - beta, g, beta, m.momentum);
+    Tensor u = m.momentum;
+    if (config_.nesterov) {
+      u = exec_.Empty(shape);
+      ops::Axpby(exec_, beta, m.momentum, 0.0f, u);
+      ops::Axpby(exec_, 1.0f - beta, g, 1.0f, u);
+    }
+    Tensor update = exec_.Zeros(shape);  // pad rows stay zero
+    GTP_RETURN_IF_ERROR(Orthogonalize(grads, m, u, update));
+    const Tensor& target = m.master.defined() ? m.master : p->shard();
+    ops::Axpby(exec_, -lr * m.scale, update, 1.0f - lr * config_.weight_decay, target);
+    if (m.master.defined()) CastInto(exec_, m.master, p->shard());
+  }
+  if (rep->size() == 1) return absl::OkStatus();
+  std::vector<comm::WorkPtr> works;
+  for (const Matrix& m : matrices_) {
+    const layers::ShardedParam* p = grads.params()[m.param].sharded;
+    GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, rep->Broadcast(p->shard().raw_data(), p->shard().numel(),
+                                                         p->dtype(), m.info.owner));
+    works.push_back(std::move(w));
+  }
+  for (comm::WorkPtr& w : works) {
+    GTP_RETURN_IF_ERROR(Annotate(w->Wait(), "Muon: broadcasting updated matrices", rep));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<MuonMatrixInfo> MuonUpdater::matrices() const {
+  std::vector<MuonMatrixInfo> out;
+  for (const Matrix& m : matrices_) out.push_back(m.info);
+  return out;
+}
+
+void MuonUpdater::AppendState(const GradBuffer& grads, std::vector<StateTensor>* out) const {
+  for (const Matrix& m : matrices_) {
+    if (!m.momentum.defined()) continue;
+    const std::string& name = grads.params()[m.param].name;
+    out->push_back(StateTensor{name, "momentum", 0, m.momentum.View({m.momentum.numel()})});
+    if (m.master.defined()) {
+      out->push_back(StateTensor{name, "master", 0, m.master.View({m.master.numel()})});
+    }
+  }
+}
+
+int64_t MuonUpdater::state_bytes() const {
+  int64_t b = 0;
+  for (const Matrix& m : matrices_) {
+    if (m.momentum.defined()) b += m.momentum.nbytes();
+    if (m.master.defined()) b += m.master.nbytes();
+  }
+  return b;
+}
+
+}  // namespace gtp::optimizer::internal

@@ -1,0 +1,67 @@
+// optimizer/internal/muon.h — Muon's layer-wise distributed update (the
+// algorithm and its modes are described in optimizer/optimizer.h).
+//
+// Layout exchange: at creation every rank all-gathers, over tp, each Muon
+// matrix's TP-local geometry (rows, cols, col_offset and row_map of every
+// TP-local row), compressed into runs of consecutive rows, so any rank can
+// place every TP rank's block in the global matrix. The GTP part needs no
+// exchange: GTP rank g holds TP-local rows [g·shard_rows, (g+1)·shard_rows).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "core/kernels/ops.h"
+#include "optimizer/grad_buffer.h"
+#include "optimizer/optimizer.h"
+
+namespace gtp::optimizer::internal {
+
+class MuonUpdater {
+ public:
+  // `params`: GradBuffer param indices, all sharded. Collective over tp and
+  // gtp (layout exchange); blocks.
+  static absl::StatusOr<std::unique_ptr<MuonUpdater>> Create(const GradBuffer& grads,
+                                                             const std::vector<int>& params,
+                                                             const kernels::Exec& exec,
+                                                             const MuonConfig& config);
+
+  // Updates the owned matrices from the finished (all-reduced) gradients
+  // with learning rate `lr`, then broadcasts every matrix from its owner over
+  // the replicate group. Collective over gtp/tp (duplicated mode) and
+  // replicate; blocks.
+  absl::Status Step(const GradBuffer& grads, float lr);
+
+  std::vector<MuonMatrixInfo> matrices() const;
+  void AppendState(const GradBuffer& grads, std::vector<StateTensor>* out) const;
+  int64_t state_bytes() const;
+
+ private:
+  // Consecutive TP-local rows [local, local + len) at global rows [global, ...).
+  struct Run {
+    int64_t local, global, len;
+  };
+  struct Matrix {
+    int param;
+    MuonMatrixInfo info;
+    int64_t rows, cols;  // TP-local
+    float scale;
+    std::vector<std::vector<Run>> runs;  // per TP rank
+    std::vector<int64_t> col_offset;     // per TP rank
+    Tensor momentum;  // [shard_rows, cols], owner replica only
+    Tensor master;    // f32 copy for non-f32 params, owner replica only
+  };
+  absl::Status Orthogonalize(const GradBuffer& grads, const Matrix& m, const Tensor& u,
+                             const Tensor& update);
+
+  MuonConfig config_;
+  kernels::Exec exec_;
+  std::vector<Matrix> matrices_;
+};
+
+}  // namespace gtp::optimizer::internal

@@ -1,0 +1,260 @@
+#include "optimizer/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "optimizer/grad_norm.h"
+#include "optimizer/internal/device.h"
+#include "optimizer/internal/muon.h"
+
+namespace gtp::optimizer {
+
+namespace ops = kernels::ops;
+
+bool DefaultWeightDecay(const GradParam& p) { return p.dims >= 2; }
+
+bool DefaultMuonParam(const GradParam& p) {
+  if (p.sharded == nullptr || p.dims != 2) return false;
+  for (const char* s : {"wte", "wpe", "embed", "lm_head"}) {
+    if (absl::StrContains(p.name, s)) return false;
+  }
+  return true;
+}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+absl::StatusOr<std::unique_ptr<DistributedOptimizer>> DistributedOptimizer::Create(
+    std::vector<GradBuffer*> buffers, const parallel::ProcessGroupCollection& pgs,
+    const kernels::Exec& exec, const OptimizerConfig& config) {
+  (void)pgs;  // every group comes from the buffers, which read them from pgs
+  if (buffers.empty()) return absl::InvalidArgumentError("DistributedOptimizer: no GradBuffer");
+  GTP_RETURN_IF_ERROR(Validate(config.lr));
+  std::unique_ptr<DistributedOptimizer> o(new DistributedOptimizer());
+  o->config_ = config;
+  if (!o->config_.decay_filter) o->config_.decay_filter = DefaultWeightDecay;
+  if (!o->config_.muon_filter) o->config_.muon_filter = DefaultMuonParam;
+  o->exec_ = exec;
+  o->parts_.resize(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i] == nullptr) return absl::InvalidArgumentError("DistributedOptimizer: null GradBuffer");
+    GTP_RETURN_IF_ERROR(o->CreatePart(buffers[i], &o->parts_[i]));
+  }
+  return o;
+}
+
+absl::Status DistributedOptimizer::CreatePart(GradBuffer* grads, Part* part) {
+  const kernels::Exec& exec = exec_;
+  const bool scattered = grads->options().reduce == ReduceMode::kReduceScatter;
+  if (scattered && !config_.distributed) {
+    return absl::InvalidArgumentError(
+        "DistributedOptimizer: distributed = false needs all-reduced gradients "
+        "(GradBufferOptions::reduce = kAllReduce)");
+  }
+  if (scattered && config_.matrices == MatrixOptimizer::kMuon) {
+    return absl::InvalidArgumentError(
+        "DistributedOptimizer: Muon needs all-reduced gradients (GradBufferOptions::reduce = "
+        "kAllReduce): each matrix's owner needs its whole reduced gradient");
+  }
+  part->grads = grads;
+  const std::vector<GradParam>& params = grads->params();
+  part->is_muon.assign(params.size(), 0);
+  std::vector<int> muon_params;
+  if (config_.matrices == MatrixOptimizer::kMuon) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!config_.muon_filter(params[i])) continue;
+      if (params[i].sharded == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "DistributedOptimizer: Muon supports GTP-sharded matrices only; ", params[i].name,
+            " is replicated"));
+      }
+      part->is_muon[i] = 1;
+      muon_params.push_back(static_cast<int>(i));
+    }
+  }
+
+  // AdamW segments: this rank's slice of every bucket (or all of it).
+  int64_t n_state = 0, n_master = 0;
+  for (const Bucket& b : grads->buckets()) {
+    auto [lo, hi] = config_.distributed ? grads->shard_range(b.index)
+                                        : std::make_pair(b.offset, b.offset + b.numel);
+    for (int i : b.params) {
+      if (part->is_muon[i]) continue;
+      const GradParam& p = params[i];
+      const int64_t a = std::max(lo, p.offset), z = std::min(hi, p.offset + p.numel);
+      if (a >= z) continue;
+      Segment s;
+      s.param = i;
+      s.bucket = b.index;
+      s.buffer_offset = a;
+      s.local = a - p.offset;
+      s.n = z - a;
+      s.state_offset = n_state;
+      n_state += s.n;
+      s.master_offset = -1;
+      if (p.value().dtype() != DType::kF32) {
+        s.master_offset = n_master;
+        n_master += s.n;
+      }
+      s.decay = config_.decay_filter(p);
+      part->segments.push_back(s);
+    }
+  }
+  if (n_state > 0) {
+    part->exp_avg = exec.Zeros({n_state});
+    part->exp_avg_sq = exec.Zeros({n_state});
+  }
+  if (n_master > 0) {
+    part->master = exec.Empty({n_master});
+    for (const Segment& s : part->segments) {
+      if (s.master_offset < 0) continue;
+      internal::CastInto(exec, params[s.param].value().Slice(s.local, s.local + s.n),
+                         part->master.Slice(s.master_offset, s.master_offset + s.n));
+    }
+  }
+  // Decided from the buffer's params, not this rank's segments (a rank may
+  // own only padding): every replicate rank must join the gathers.
+  const bool any_adamw = std::count(part->is_muon.begin(), part->is_muon.end(), 0) > 0;
+  part->gather = config_.distributed && grads->replicate()->size() > 1 && any_adamw;
+  if (!muon_params.empty()) {
+    GTP_ASSIGN_OR_RETURN(part->muon,
+                         internal::MuonUpdater::Create(*grads, muon_params, exec, config_.muon));
+  }
+  return absl::OkStatus();
+}
+
+void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t) {
+  const std::vector<GradParam>& params = part.grads->params();
+  const AdamWConfig& c = config_.adamw;
+  const Tensor& g = part.grads->data();
+  for (const Segment& s : part.segments) {
+    kernels::AdamWParams hp;
+    hp.lr = lr;
+    hp.beta1 = c.beta1;
+    hp.beta2 = c.beta2;
+    hp.eps = c.eps;
+    hp.weight_decay = s.decay ? c.weight_decay : 0.0f;
+    hp.step = t;
+    Tensor p = s.master_offset >= 0 ? part.master.Slice(s.master_offset, s.master_offset + s.n)
+                                    : params[s.param].value().Slice(s.local, s.local + s.n);
+    internal::AdamW(exec_, p.data<float>(), g.data<float>() + s.buffer_offset,
+                    part.exp_avg.data<float>() + s.state_offset,
+                    part.exp_avg_sq.data<float>() + s.state_offset, s.n, hp);
+    if (s.master_offset >= 0 && !part.gather) {
+      internal::CastInto(exec_, p, params[s.param].value().Slice(s.local, s.local + s.n));
+    }
+  }
+}
+
+absl::Status DistributedOptimizer::GatherParams(const Part& part) {
+  // The grad buffer is done with its gradients: use it as the staging area.
+  const std::vector<GradParam>& params = part.grads->params();
+  const Tensor& buf = part.grads->data();
+  for (const Segment& s : part.segments) {
+    Tensor src = s.master_offset >= 0 ? part.master.Slice(s.master_offset, s.master_offset + s.n)
+                                      : params[s.param].value().Slice(s.local, s.local + s.n);
+    internal::CastInto(exec_, src, buf.Slice(s.buffer_offset, s.buffer_offset + s.n));
+  }
+  comm::Communicator* rep = part.grads->replicate();
+  std::vector<comm::WorkPtr> works;
+  std::vector<char> has_adamw(part.grads->buckets().size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!part.is_muon[i]) has_adamw[params[i].bucket] = 1;
+  }
+  for (const Bucket& b : part.grads->buckets()) {
+    if (!has_adamw[b.index]) continue;
+    const int64_t count = b.numel / rep->size();
+    float* base = buf.data<float>() + b.offset;
+    GTP_ASSIGN_OR_RETURN(comm::WorkPtr w,
+                         rep->AllGather(base + rep->rank() * count, base, count, DType::kF32));
+    works.push_back(std::move(w));
+  }
+  for (comm::WorkPtr& w : works) {
+    GTP_RETURN_IF_ERROR(internal::Annotate(w->Wait(), "gathering updated parameters", rep));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (part.is_muon[i]) continue;
+    const GradParam& p = params[i];
+    internal::CastInto(exec_, buf.Slice(p.offset, p.offset + p.numel), p.value());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> DistributedOptimizer::Step() {
+  std::vector<const GradBuffer*> buffers;
+  for (Part& part : parts_) {
+    GTP_RETURN_IF_ERROR(part.grads->FinishGradSync());
+    buffers.push_back(part.grads);
+  }
+  StepStats stats;
+  GTP_ASSIGN_OR_RETURN(stats.grad_norm, GlobalGradNorm(buffers));
+  stats.lr = LrAt(config_.lr, progress_.step);
+  if (!std::isfinite(stats.grad_norm)) {
+    ++progress_.num_skipped;
+    stats.skipped = true;
+    stats.step = progress_.step;
+    for (Part& part : parts_) part.grads->ZeroGrad();
+    return stats;
+  }
+  if (config_.clip_grad > 0 && stats.grad_norm > config_.clip_grad) {
+    for (const GradBuffer* g : buffers) {
+      ScaleGrads(*g, static_cast<float>(config_.clip_grad / (stats.grad_norm + 1e-6)));
+    }
+  }
+  const int64_t t = progress_.step + 1;
+  for (Part& part : parts_) {
+    StepAdamW(part, stats.lr, t);
+    if (part.muon) {
+      GTP_RETURN_IF_ERROR(part.muon->Step(*part.grads, stats.lr * config_.muon.lr_multiplier));
+    }
+    if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));
+    part.grads->ZeroGrad();
+  }
+  progress_.step = t;
+  stats.step = t;
+  return stats;
+}
+
+std::vector<StateTensor> DistributedOptimizer::state_tensors() const {
+  std::vector<StateTensor> out;
+  for (const Part& part : parts_) {
+    for (const Segment& s : part.segments) {
+      const std::string& name = part.grads->params()[s.param].name;
+      out.push_back({name, "exp_avg", s.local,
+                     part.exp_avg.Slice(s.state_offset, s.state_offset + s.n)});
+      out.push_back({name, "exp_avg_sq", s.local,
+                     part.exp_avg_sq.Slice(s.state_offset, s.state_offset + s.n)});
+      if (s.master_offset >= 0) {
+        out.push_back({name, "master", s.local,
+                       part.master.Slice(s.master_offset, s.master_offset + s.n)});
+      }
+    }
+    if (part.muon) part.muon->AppendState(*part.grads, &out);
+  }
+  return out;
+}
+
+int64_t DistributedOptimizer::state_bytes() const {
+  int64_t b = 0;
+  for (const Part& part : parts_) {
+    for (const Tensor* t : {&part.exp_avg, &part.exp_avg_sq, &part.master}) {
+      if (t->defined()) b += t->nbytes();
+    }
+    if (part.muon) b += part.muon->state_bytes();
+  }
+  return b;
+}
+
+std::vector<MuonMatrixInfo> DistributedOptimizer::muon_matrices() const {
+  std::vector<MuonMatrixInfo> out;
+  for (const Part& part : parts_) {
+    if (!part.muon) continue;
+    for (MuonMatrixInfo& m : part.muon->matrices()) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace gtp::optimizer

@@ -1,0 +1,225 @@
+// optimizer/optimizer.h — the distributed optimizer (DESIGN.md §5): AdamW
+// with fp32 state sharded over the replicate group, Muon for matrices with
+// layer-wise ownership, global grad-norm clipping, NaN/Inf step skipping and
+// an LR schedule.
+//
+//   GTP_ASSIGN_OR_RETURN(auto grads, GradBuffer::Create(params, pgs, exec, buffer_options));
+//   GTP_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(grads.get(), pgs, exec, config));
+//   (or Create({dense.get(), experts.get()}, ...) for separately reduced buffers)
+//   for (...) {                                  // one iteration
+//     for (int m = 0; m < M; ++m) {
+//       grads->StartMicrobatch(m == M - 1, tokens_m);
+//       model->Forward(...); model->Backward();
+//     }
+//     GTP_ASSIGN_OR_RETURN(StepStats s, opt->Step());  // also zeroes the grads
+//   }
+//
+// AdamW (every param not given to Muon). Each replicate rank owns its slice
+// of every gradient bucket (GradBuffer::shard_range) and keeps exp_avg,
+// exp_avg_sq and — for params that are not f32 — an f32 master copy for
+// exactly those elements: per-rank state ≈ 1/(TP·GTP·DP) of the model's.
+// After the update the slices are all-gathered over the replicate group and
+// copied (cast) into the params. Weight decay applies where decay_filter says
+// (default: tensors of rank ≥ 2; norms and biases are not decayed).
+// distributed = false keeps the whole state on every rank instead (needs
+// all-reduced grads).
+//
+// Muon (matrices = kMuon; params chosen by muon_filter, by default every
+// GTP-sharded matrix except the embedding and the LM head):
+//   m ← β·m + (1 − β)·g;  u = m, or (1 − β)·g + β·m with Nesterov;
+//   p ← p·(1 − lr·wd) − lr·scale·NS(u)
+// Each matrix is owned by one replicate rank (owners balanced by the cost
+// max(M, N)·min(M, N)², greedily); on the owner replica every TP×GTP rank
+// keeps the momentum of its own shard. kDuplicated (default): the owner
+// replica's TP×GTP ranks gather u over GTP (stripping the padding) and TP,
+// assemble the global [M, N] matrix through the params' global layouts, each
+// runs Newton–Schulz on all of it (duplicated work, no further traffic) and
+// keeps its own slice — so results do not depend on the layout. kBlockwise
+// orthogonalises each rank's shard alone (cheaper, but the update depends
+// on TP and GTP). The scale comes from the full matrix dims M×N: kSpectral
+// √max(M, N), kShape √max(1, M/N), kUnitRms √(M/N). Updated shards are then
+// broadcast from the owner over the replicate group. Muon needs the
+// gradients all-reduced (ReduceMode::kAllReduce): a matrix's owner needs its
+// whole reduced gradient.
+//
+// Each Step first finishes the gradient sync if the caller has not, computes
+// the global grad norm (optimizer/grad_norm.h), skips the step (counting it)
+// when the norm is NaN or Inf, clips to clip_grad, updates, and zeroes the
+// gradients. Collective over the replicate, tp and gtp groups; blocks.
+// Threading: the rank's training thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/kernels/kernels.h"
+#include "core/kernels/ops.h"
+#include "optimizer/grad_buffer.h"
+#include "optimizer/lr_schedule.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::optimizer {
+
+namespace internal {
+class MuonUpdater;
+}
+
+// Which update rule matrices get; everything else always uses AdamW.
+enum class MatrixOptimizer { kAdamW, kMuon };
+// Muon's update scale from the full matrix dims (M rows = out, N cols = in).
+enum class MuonScale { kSpectral, kShape, kUnitRms };
+// How Muon treats TP/GTP-sharded matrices (see the file comment).
+enum class MuonMode { kDuplicated, kBlockwise };
+
+struct AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled; applied where decay_filter is true
+};
+
+struct MuonConfig {
+  float momentum = 0.95f;
+  bool nesterov = false;
+  int ns_steps = 5;
+  kernels::NsCoefficients coefficients = kernels::NsCoefficients::kQuintic;
+  MuonScale scale = MuonScale::kSpectral;
+  MuonMode mode = MuonMode::kDuplicated;
+  float weight_decay = 0.0f;  // decoupled: p ← p·(1 − lr·wd)
+  float lr_multiplier = 1.0f;  // Muon's lr = schedule lr × this
+};
+
+struct OptimizerConfig {
+  MatrixOptimizer matrices = MatrixOptimizer::kAdamW;
+  AdamWConfig adamw;
+  MuonConfig muon;
+  LrSchedule lr;
+  // Max global grad norm; <= 0 disables clipping (the norm is still computed
+  // to detect NaN/Inf).
+  double clip_grad = 0.0;
+  // Shard AdamW state over the replicate group.
+  bool distributed = true;
+  // Which AdamW params get weight decay (default: DefaultWeightDecay).
+  std::function<bool(const GradParam&)> decay_filter;
+  // Which params Muon updates when matrices = kMuon (default: DefaultMuonParam).
+  std::function<bool(const GradParam&)> muon_filter;
+};
+
+// Tensors of rank ≥ 2 (weights, embeddings); not norms or biases.
+bool DefaultWeightDecay(const GradParam& p);
+// GTP-sharded matrices except embeddings and the LM head (names containing
+// "wte", "wpe", "embed" or "lm_head").
+bool DefaultMuonParam(const GradParam& p);
+
+// Checkpointable counters (the LR schedule is a function of `step`).
+struct OptimizerProgress {
+  int64_t step = 0;         // optimizer steps taken (skipped ones excluded)
+  int64_t num_skipped = 0;  // steps skipped for a non-finite grad norm
+};
+
+// What one Step did.
+struct StepStats {
+  bool skipped = false;
+  double grad_norm = 0.0;  // before clipping
+  float lr = 0.0f;         // the schedule's lr for this step
+  int64_t step = 0;        // progress().step after the call
+};
+
+// One piece of optimizer state on this rank, for checkpoints: `tensor` (f32,
+// 1-D) holds state for elements [begin, begin + tensor.numel()) of param
+// `param`'s flat local storage (GradParam::value(): the shard, or the
+// replicated value), whose place in the global tensor the param's global
+// layout gives.
+struct StateTensor {
+  std::string param;
+  std::string kind;  // "exp_avg", "exp_avg_sq", "master" (AdamW); "momentum", "master" (Muon)
+  int64_t begin = 0;
+  Tensor tensor;
+};
+
+// A Muon-managed matrix and its owner.
+struct MuonMatrixInfo {
+  std::string name;
+  int64_t rows = 0, cols = 0;  // full (global) dims M, N
+  int owner = 0;               // replicate rank
+  double cost = 0.0;
+};
+
+class DistributedOptimizer {
+ public:
+  // Classifies params, allocates state through exec (eagerly, so allocator
+  // statistics show it) and, for Muon, exchanges the matrices' layouts over
+  // each buffer's tp and gtp groups. `buffers` (e.g. dense and expert, each
+  // reduced over the groups it read from `pgs`) must outlive the optimizer;
+  // the groups come from the buffers, `pgs` is the collection they were
+  // built from.
+  // InvalidArgument for inconsistent options (Muon or distributed = false
+  // with reduce-scattered grads, a bad schedule, Muon on a param without a
+  // global layout). Collective over tp and gtp (Muon only); blocks.
+  static absl::StatusOr<std::unique_ptr<DistributedOptimizer>> Create(
+      std::vector<GradBuffer*> buffers, const parallel::ProcessGroupCollection& pgs,
+      const kernels::Exec& exec, const OptimizerConfig& config);
+  static absl::StatusOr<std::unique_ptr<DistributedOptimizer>> Create(
+      GradBuffer* grads, const parallel::ProcessGroupCollection& pgs, const kernels::Exec& exec,
+      const OptimizerConfig& config) {
+    return Create(std::vector<GradBuffer*>{grads}, pgs, exec, config);
+  }
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // One optimizer step (see the file comment). Collective; blocks.
+  absl::StatusOr<StepStats> Step();
+
+  const OptimizerProgress& progress() const { return progress_; }
+  // For checkpoint restore.
+  void set_progress(const OptimizerProgress& p) { progress_ = p; }
+  const OptimizerConfig& config() const { return config_; }
+
+  // This rank's state pieces (views; writing them restores state), buffer by
+  // buffer.
+  std::vector<StateTensor> state_tensors() const;
+  // Bytes of optimizer state held by this rank.
+  int64_t state_bytes() const;
+  // Muon matrices in a fixed order, with owners (empty under kAdamW).
+  std::vector<MuonMatrixInfo> muon_matrices() const;
+
+ private:
+  // A contiguous run of one AdamW param's elements that this rank updates.
+  struct Segment {
+    int param;
+    int bucket;
+    int64_t buffer_offset;  // in the grad buffer
+    int64_t local;          // in the param's flat storage
+    int64_t n;
+    int64_t state_offset;   // in exp_avg / exp_avg_sq
+    int64_t master_offset;  // in master, or -1 for f32 params (updated in place)
+    bool decay;
+  };
+  // The optimizer's part for one gradient buffer.
+  struct Part {
+    GradBuffer* grads = nullptr;
+    std::vector<char> is_muon;  // per GradBuffer param
+    std::vector<Segment> segments;
+    Tensor exp_avg, exp_avg_sq, master;
+    bool gather = false;  // all-gather AdamW params after the update
+    std::unique_ptr<internal::MuonUpdater> muon;
+  };
+
+  DistributedOptimizer() = default;
+  absl::Status CreatePart(GradBuffer* grads, Part* part);
+  void StepAdamW(const Part& part, float lr, int64_t t);
+  absl::Status GatherParams(const Part& part);
+
+  OptimizerConfig config_;
+  kernels::Exec exec_;
+  std::vector<Part> parts_;
+  OptimizerProgress progress_;
+};
+
+}  // namespace gtp::optimizer

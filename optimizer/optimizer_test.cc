@@ -1,0 +1,343 @@
+// DistributedOptimizer: the AdamW and Muon update rules against hand-computed
+// references, weight-decay masks, bf16 params with f32 masters, the memory
+// test (per-rank state = total / (TP·GTP·DP) ± padding, from allocator
+// statistics), Muon ownership balance, blockwise mode, the non-distributed
+// all-reduce path and configuration errors.
+#include "optimizer/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/local/local_communicator.h"
+#include "core/kernels/cpu.h"
+#include "gtest/gtest.h"
+#include "layers/linear.h"
+#include "optimizer/testing/train_harness.h"
+#include "parallel/parallel_config.h"
+
+namespace gtp::optimizer {
+namespace {
+
+using Snapshot = std::map<std::string, std::vector<float>>;
+
+std::vector<float> HostCopy(const Tensor& t) {
+  const float* d = t.data<float>();
+  return std::vector<float>(d, d + t.numel());
+}
+
+// Snapshots params and finished grads before step 0 and params before step 1
+// (= after one update), on a single rank.
+struct OneStep {
+  Snapshot p0, g0, p1;
+  std::vector<MuonMatrixInfo> muon;
+};
+
+OneStep RunOneStep(testing::RunConfig c) {
+  OneStep out;
+  c.layout = {"single"};
+  c.steps = 2;
+  c.on_setup = [&](testing::RankContext& ctx) { out.muon = ctx.opt->muon_matrices(); };
+  c.before_step = [&](testing::RankContext& ctx, int step) {
+    for (const GradParam& p : ctx.grads->params()) {
+      (step == 0 ? out.p0 : out.p1)[p.name] = HostCopy(p.value());
+    }
+    if (step != 0) return;
+    ASSERT_TRUE(ctx.grads->FinishGradSync().ok());
+    for (const GradParam& p : ctx.grads->params()) {
+      out.g0[p.name] = HostCopy(ctx.grads->data().Slice(p.offset, p.offset + p.numel));
+    }
+  };
+  const testing::RunResult r = testing::Train(c);
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_FLOAT_EQ(r.stats[0].lr, LrAt(c.opt.lr, 0));
+  return out;
+}
+
+TEST(DistributedOptimizer, AdamWStepMatchesTheFormulaWithDecayMask) {
+  testing::RunConfig c;
+  c.model = testing::SmallModel(false);
+  c.opt.lr = {LrDecay::kConstant, 1e-2f};
+  c.opt.adamw.weight_decay = 0.5f;
+  const OneStep s = RunOneStep(c);
+  const double lr = 1e-2, wd = 0.5, eps = c.opt.adamw.eps;
+  int decayed = 0, plain = 0;
+  for (const auto& [name, p0] : s.p0) {
+    const std::vector<float>& g = s.g0.at(name);
+    const std::vector<float>& p1 = s.p1.at(name);
+    // Weights (rank 2) decay; norms and biases (rank 1) do not.
+    const bool decay = name.find(".bias") == std::string::npos && name.find("ln") == std::string::npos;
+    (decay ? decayed : plain)++;
+    for (size_t i = 0; i < p0.size(); ++i) {
+      // Step 1: m̂ = g, v̂ = g², so the update is g/(|g| + eps).
+      const double want = p0[i] - lr * (g[i] / (std::abs(double(g[i])) + eps) + (decay ? wd * p0[i] : 0.0));
+      ASSERT_NEAR(p1[i], want, 1e-6 + 1e-5 * std::abs(want)) << name << "[" << i << "]";
+    }
+  }
+  EXPECT_GT(decayed, 0);
+  EXPECT_GT(plain, 0);
+}
+
+TEST(DistributedOptimizer, MuonStepMatchesNewtonSchulzOfTheMomentum) {
+  testing::RunConfig c;
+  c.model = testing::SmallModel(false);
+  c.opt.matrices = MatrixOptimizer::kMuon;
+  c.buffer.reduce = ReduceMode::kAllReduce;
+  c.opt.lr = {LrDecay::kConstant, 1e-2f};
+  c.opt.muon.weight_decay = 0.5f;
+  c.opt.muon.lr_multiplier = 2.0f;
+  const OneStep s = RunOneStep(c);
+  // GPT-2 block: q, k, v, o, fc, proj per layer; never the embedding.
+  ASSERT_EQ(s.muon.size(), 12u);
+  for (const MuonMatrixInfo& m : s.muon) EXPECT_EQ(m.name.find("wte"), std::string::npos);
+  const std::string name = "h.1.mlp.fc.weight";  // [64, 16]: spectral scale √64 = 8
+  const std::vector<float>& g = s.g0.at(name);
+  const int64_t M = 64, N = 16;
+  ASSERT_EQ(static_cast<int64_t>(g.size()), M * N);
+  std::vector<float> mom(g.size()), X(g.size()), scratch(2 * N * N + 2 * M * N + 3);
+  for (size_t i = 0; i < g.size(); ++i) mom[i] = (1.0f - 0.95f) * g[i];
+  kernels::cpu::NewtonSchulz(mom.data(), X.data(), scratch.data(), M, N, 5,
+                             kernels::NsCoefficients::kQuintic);
+  const double lr = 2e-2;  // lr · lr_multiplier
+  const std::vector<float>& p0 = s.p0.at(name);
+  const std::vector<float>& p1 = s.p1.at(name);
+  for (size_t i = 0; i < p0.size(); ++i) {
+    const double want = p0[i] * (1 - lr * 0.5) - lr * 8.0 * X[i];
+    ASSERT_NEAR(p1[i], want, 1e-6) << name << "[" << i << "]";
+  }
+  // The embedding still gets AdamW (first step: ≈ sign(g)·lr, no multiplier).
+  const std::vector<float>& w0 = s.p0.at("wte.weight");
+  const std::vector<float>& w1 = s.p1.at("wte.weight");
+  const std::vector<float>& wg = s.g0.at("wte.weight");
+  for (size_t i = 0; i < w0.size(); ++i) {
+    if (std::abs(wg[i]) < 1e-4f) continue;
+    ASSERT_NEAR(w1[i], w0[i] - 1e-2 * (wg[i] > 0 ? 1 : -1), 1e-5) << i;
+  }
+}
+
+// The memory test: optimizer state per rank, read from the allocator the
+// optimizer allocates through, is the whole model's state divided by
+// TP·GTP·DP, up to bucket padding and the few replicated (norm) params that
+// every TP and GTP rank keeps.
+TEST(DistributedOptimizer, StateBytesPerRankAreTotalOverTpGtpDp) {
+  layers::GptConfig model = testing::SmallModel(/*llama=*/true);
+  model.block.n_embd = 32;
+  model.block.ffn_hidden = 48;
+  model.learned_positions = false;  // keep the replicated (per-GTP-rank) part small
+  auto run = [&](const testing::Layout& l, int64_t* sharded, int64_t* replicated,
+                 int64_t* buckets) {
+    testing::RunConfig c;
+    c.model = model;
+    c.layout = l;
+    c.steps = 1;
+    c.buffer.bucket_elements = 6000;
+    std::mutex mu;
+    c.on_setup = [&](testing::RankContext& ctx) {
+      std::lock_guard<std::mutex> lock(mu);
+      *sharded = *replicated = 0;
+      for (const GradParam& p : ctx.grads->params()) (p.sharded ? *sharded : *replicated) += p.numel;
+      *buckets = static_cast<int64_t>(ctx.grads->buckets().size());
+    };
+    return testing::Train(c);
+  };
+  int64_t S = 0, Rg = 0, nb = 0;
+  const testing::RunResult single = run({"single"}, &S, &Rg, &nb);
+  ASSERT_TRUE(single.status.ok()) << single.status;
+  const int64_t total = single.state_bytes[0];
+  EXPECT_EQ(total, 8 * (S + Rg));  // exp_avg + exp_avg_sq, f32, nothing else
+  for (const testing::Layout& l :
+       {testing::Layout{"DP4", 1, 1, 4}, testing::Layout{"DP2_GTP2", 1, 2, 2},
+        testing::Layout{"GTP4", 1, 4, 1}, testing::Layout{"TP2_GTP2", 2, 2, 1},
+        testing::Layout{"TP2_GTP2_DP2", 2, 2, 2}}) {
+    int64_t s_local = 0, r_local = 0, buckets = 0;
+    const testing::RunResult r = run(l, &s_local, &r_local, &buckets);
+    ASSERT_TRUE(r.status.ok()) << l.name << ": " << r.status;
+    const int shards = l.tp * l.gtp, dp = l.dp;
+    const double ideal = static_cast<double>(total) / (shards * dp);
+    // Padding: each bucket pads to a multiple of 16·DP elements; replicated
+    // params are whole on every TP×GTP rank (their share beyond 1/(TP·GTP)).
+    const double slack = 8.0 * (buckets * 16.0 * dp + r_local - double(Rg) / shards + (s_local - double(S) / shards)) / dp + 8.0 * 16;
+    ASSERT_LT(slack, 0.08 * ideal) << l.name << ": the tolerance would not mean much";
+    int64_t sum = 0;
+    for (size_t k = 0; k < r.state_bytes.size(); ++k) {
+      // What the allocator saw: the state tensors, each rounded to 64 bytes.
+      EXPECT_GE(r.allocator_bytes[k], r.state_bytes[k]) << l.name << " rank " << k;
+      EXPECT_LE(r.allocator_bytes[k], r.state_bytes[k] + 2 * 64) << l.name << " rank " << k;
+      EXPECT_NEAR(static_cast<double>(r.allocator_bytes[k]), ideal, slack) << l.name << " rank " << k;
+      sum += r.state_bytes[k];
+    }
+    // Each element's state lives on exactly one rank of its replicate group.
+    EXPECT_EQ(sum, 8 * shards * (s_local + r_local)) << l.name;
+  }
+}
+
+TEST(DistributedOptimizer, MuonOwnersAreBalancedAndMomentumIsSharded) {
+  for (const testing::Layout& l : {testing::Layout{"DP4", 1, 1, 4}, testing::Layout{"TP2_DP2", 2, 1, 2}}) {
+    testing::RunConfig c;
+    c.model = testing::SmallModel(false);
+    c.layout = l;
+    c.steps = 1;
+    c.opt.matrices = MatrixOptimizer::kMuon;
+    c.buffer.reduce = ReduceMode::kAllReduce;
+    std::mutex mu;
+    std::vector<MuonMatrixInfo> mats;
+    int64_t momentum_bytes = 0, shard_elems = 0;
+    c.on_setup = [&](testing::RankContext& ctx) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ctx.world_rank == 0) mats = ctx.opt->muon_matrices();
+      for (const StateTensor& t : ctx.opt->state_tensors()) {
+        if (t.kind == "momentum") momentum_bytes += t.tensor.nbytes();
+      }
+      if (ctx.pgs->RankIn("replicate").value() == 0) {
+        for (const GradParam& p : ctx.grads->params()) {
+          if (DefaultMuonParam(p)) shard_elems += p.numel;
+        }
+      }
+    };
+    ASSERT_TRUE(testing::Train(c).status.ok());
+    std::vector<double> load(l.dp, 0.0);
+    double biggest = 0;
+    for (const MuonMatrixInfo& m : mats) {
+      ASSERT_GE(m.owner, 0);
+      ASSERT_LT(m.owner, l.dp);
+      load[m.owner] += m.cost;
+      biggest = std::max(biggest, m.cost);
+      EXPECT_DOUBLE_EQ(m.cost, double(std::max(m.rows, m.cols)) * std::min(m.rows, m.cols) *
+                                   std::min(m.rows, m.cols));
+    }
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_GT(*lo, 0) << l.name << ": every replicate rank owns something";
+    EXPECT_LE(*hi - *lo, biggest) << l.name;
+    // Momentum for every matrix shard exactly once per replicate group.
+    EXPECT_EQ(momentum_bytes, 4 * shard_elems) << l.name;
+  }
+}
+
+TEST(DistributedOptimizer, MuonBlockwiseIsLayoutDependentDuplicatedIsNot) {
+  auto cfg = [](MuonMode mode, const testing::Layout& l) {
+    testing::RunConfig c;
+    c.model = testing::SmallModel(true);  // no k bias: its gradient is pure noise
+    c.layout = l;
+    c.steps = 3;
+    c.opt.matrices = MatrixOptimizer::kMuon;
+    c.opt.muon.mode = mode;
+    c.opt.lr = {LrDecay::kConstant, 2e-2f};
+    c.buffer.reduce = ReduceMode::kAllReduce;
+    return c;
+  };
+  const testing::RunResult dup = testing::Train(cfg(MuonMode::kDuplicated, {"single"}));
+  const testing::RunResult blk = testing::Train(cfg(MuonMode::kBlockwise, {"single"}));
+  const testing::RunResult blk_dp = testing::Train(cfg(MuonMode::kBlockwise, {"DP2", 1, 1, 2}));
+  const testing::RunResult blk_gtp = testing::Train(cfg(MuonMode::kBlockwise, {"GTP2", 1, 2, 1}));
+  for (const auto* r : {&dup, &blk, &blk_dp, &blk_gtp}) ASSERT_TRUE(r->status.ok()) << r->status;
+  // Unsharded, a block is the whole matrix.
+  EXPECT_LE(testing::CompareParams(blk.params, dup.params, 1e-6, 1e-5).worst, 1.0);
+  // DP does not change the blocks; GTP does.
+  EXPECT_LE(testing::CompareParams(blk_dp.params, blk.params, 2e-5, 1e-4).worst, 1.0);
+  EXPECT_GT(testing::CompareParams(blk_gtp.params, blk.params, 2e-5, 1e-4).worst, 10.0);
+}
+
+TEST(DistributedOptimizer, NonDistributedAllReducePathMatchesSingleRank) {
+  auto cfg = [](const testing::Layout& l) {
+    testing::RunConfig c;
+    c.model = testing::SmallModel(true);
+    c.layout = l;
+    c.steps = 3;
+    c.buffer.reduce = ReduceMode::kAllReduce;
+    c.opt.distributed = false;
+    c.opt.lr = {LrDecay::kConstant, 1e-2f};
+    return c;
+  };
+  const testing::RunResult ref = testing::Train(cfg({"single"}));
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  for (const testing::Layout& l : {testing::Layout{"DP2_GTP2", 1, 2, 2}, testing::Layout{"TP2_DP2", 2, 1, 2}}) {
+    const testing::RunResult got = testing::Train(cfg(l));
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    const auto d = testing::CompareParams(got.params, ref.params, 2e-5, 1e-4);
+    EXPECT_LE(d.worst, 1.0) << l.name << ": " << d.where;
+    // Unsharded state: every DP rank holds all of its TP×GTP part.
+    EXPECT_NEAR(double(got.state_bytes[0]), double(ref.state_bytes[0]) / (l.tp * l.gtp),
+                0.05 * ref.state_bytes[0] / (l.tp * l.gtp))
+        << l.name;
+  }
+}
+
+TEST(DistributedOptimizer, RejectsInconsistentConfigurations) {
+  testing::RunConfig c;
+  c.model = testing::SmallModel(false);
+  c.steps = 1;
+  c.opt.matrices = MatrixOptimizer::kMuon;  // with reduce-scattered grads
+  testing::RunResult r = testing::Train(c);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument) << r.status;
+  c.opt.matrices = MatrixOptimizer::kAdamW;
+  c.opt.distributed = false;
+  r = testing::Train(c);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument) << r.status;
+  c.opt.distributed = true;
+  c.opt.lr = {LrDecay::kCosine, 1.0f, 0.0f, 10, 5};
+  r = testing::Train(c);
+  EXPECT_NE(r.status.message().find("decay_steps"), std::string::npos) << r.status;
+}
+
+// A bf16 weight sharded over DP2: AdamW keeps an f32 master for the owned
+// half, updates it and all-gathers; both ranks end with bf16(master).
+TEST(DistributedOptimizer, Bf16ParamsKeepF32MastersAndGatherTheCastValues) {
+  constexpr int64_t kRows = 8, kCols = 6;
+  HeapAllocator host;
+  std::mutex mu;
+  std::vector<std::vector<float>> finals(2);
+  absl::Status st = comm::RunRanks(2, [&](comm::Communicator& w) -> absl::Status {
+    parallel::ParallelConfig pc;  // DP2
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
+    const kernels::Exec exec = kernels::Exec::Cpu(host);
+    layers::GtpChain chain(exec, {});
+    layers::ShardedParam p("w", kRows, kCols, DType::kBF16, gtp, &chain);
+    p.set_global_layout({kRows, kCols, [](int64_t r) { return r; }, 0});
+    std::vector<float> init(kRows * kCols);
+    for (size_t i = 0; i < init.size(); ++i) init[i] = 0.1f * static_cast<float>(i) - 2.0f;
+    kernels::cpu::CastF32ToBF16(init.data(), p.shard().data<bf16>(), init.size());
+    GTP_ASSIGN_OR_RETURN(auto grads, GradBuffer::Create({{&p}, {}}, pgs, exec));
+    OptimizerConfig oc;
+    oc.lr = {LrDecay::kConstant, 0.25f};
+    GTP_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(grads.get(), pgs, exec, oc));
+    int masters = 0;
+    for (const StateTensor& t : opt->state_tensors()) masters += t.kind == "master";
+    EXPECT_EQ(masters, 1);
+    // Buckets pad to 16·DP = 32 elements: rank 0 owns elements [0, 32),
+    // rank 1 the remaining 16 (and the padding).
+    EXPECT_EQ(opt->state_bytes(), 12 * (w.rank() == 0 ? 32 : 16));
+    // Gradient: +1 on rank 0, +3 on rank 1 → mean 2 > 0 everywhere.
+    kernels::ops::Fill(exec, p.main_grad(), w.rank() == 0 ? 1.0f : 3.0f);
+    GTP_ASSIGN_OR_RETURN(StepStats s, opt->Step());
+    EXPECT_FALSE(s.skipped);
+    std::vector<float> out(kRows * kCols);
+    kernels::cpu::CastBF16ToF32(p.shard().data<bf16>(), out.data(), out.size());
+    std::lock_guard<std::mutex> lock(mu);
+    finals[w.rank()] = out;
+    for (size_t i = 0; i < out.size(); ++i) {
+      // The master moved by exactly lr (sign of g); the param is its bf16.
+      float master = 0;
+      {
+        bf16 b;
+        kernels::cpu::CastF32ToBF16(&init[i], &b, 1);
+        kernels::cpu::CastBF16ToF32(&b, &master, 1);
+      }
+      master -= 0.25f;
+      bf16 b;
+      float want;
+      kernels::cpu::CastF32ToBF16(&master, &b, 1);
+      kernels::cpu::CastBF16ToF32(&b, &want, 1);
+      EXPECT_NEAR(out[i], want, 1e-6f) << i;
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(finals[0], finals[1]);
+}
+
+}  // namespace
+}  // namespace gtp::optimizer

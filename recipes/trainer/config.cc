@@ -1,0 +1,156 @@
+#include "recipes/trainer/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace gtp::recipes {
+
+namespace {
+
+// Collects the parser's first error as one line.
+class Collector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+}  // namespace
+
+absl::StatusOr<proto::Recipe> ParseRecipe(const std::string& text, const std::string& origin) {
+  proto::Recipe r;
+  google::protobuf::TextFormat::Parser parser;
+  Collector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &r)) {
+    return Bad(absl::StrCat(origin, ": ", errors.first()));
+  }
+  return r;
+}
+
+absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Recipe* r) {
+  for (const std::string& o : overrides) {
+    if (o.empty()) continue;
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos) return Bad(absl::StrCat("override '", o, "' is not key=value"));
+    std::vector<std::string> path = absl::StrSplit(o.substr(0, eq), '.');
+    std::string value = o.substr(eq + 1);
+    // Bare strings are quoted for the text format.
+    const auto* field = [&]() -> const google::protobuf::FieldDescriptor* {
+      const google::protobuf::Descriptor* d = proto::Recipe::descriptor();
+      const google::protobuf::FieldDescriptor* f = nullptr;
+      for (const std::string& p : path) {
+        if (d == nullptr) return nullptr;
+        f = d->FindFieldByName(p);
+        if (f == nullptr) return nullptr;
+        d = f->message_type();
+      }
+      return f;
+    }();
+    if (field == nullptr) return Bad(absl::StrCat("override '", o, "': no such setting"));
+    if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
+        (value.empty() || value.front() != '"')) {
+      value = absl::StrCat("\"", value, "\"");
+    }
+    std::string text = absl::StrCat(path.back(), ": ", value);
+    for (size_t i = path.size() - 1; i-- > 0;) text = absl::StrCat(path[i], " { ", text, " }");
+    proto::Recipe delta;
+    google::protobuf::TextFormat::Parser parser;
+    Collector errors;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFromString(text, &delta)) {
+      return Bad(absl::StrCat("override '", o, "': ", errors.first()));
+    }
+    r->MergeFrom(delta);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::Recipe> LoadRecipe(const std::string& path,
+                                         const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  GTP_ASSIGN_OR_RETURN(proto::Recipe r, ParseRecipe(ss.str(), path));
+  GTP_RETURN_IF_ERROR(ApplyOverrides(overrides, &r));
+  GTP_RETURN_IF_ERROR(FinalizeRecipe(&r));
+  return r;
+}
+
+absl::Status FinalizeRecipe(proto::Recipe* r) {
+  auto* m = r->mutable_model();
+  if (m->vocab_size() <= 0) return Bad("model.vocab_size must be > 0");
+  if (m->seq_len() <= 0) return Bad("model.seq_len must be > 0");
+  if (m->n_layer() <= 0) return Bad("model.n_layer must be > 0");
+  if (m->n_embd() <= 0 || m->n_head() <= 0) return Bad("model.n_embd and model.n_head must be > 0");
+  if (m->n_embd() % m->n_head() != 0) {
+    return Bad(absl::StrCat("model.n_embd (", m->n_embd(), ") must be divisible by model.n_head (",
+                            m->n_head(), ")"));
+  }
+  if (m->norm().empty()) m->set_norm("layernorm");
+  if (m->norm() != "layernorm" && m->norm() != "rmsnorm")
+    return Bad(absl::StrCat("model.norm must be layernorm or rmsnorm, got ", m->norm()));
+  if (m->activation().empty()) m->set_activation("gelu");
+  if (m->activation() != "gelu" && m->activation() != "swiglu")
+    return Bad(absl::StrCat("model.activation must be gelu or swiglu, got ", m->activation()));
+  if (m->init_std() == 0) m->set_init_std(0.02f);
+  if (m->vocab_pad_multiple() == 0) m->set_vocab_pad_multiple(128);
+  auto* p = r->mutable_parallel();
+  if (p->world_size() == 0) p->set_world_size(1);
+  if (p->tp() == 0) p->set_tp(1);
+  if (p->tp_num_weight_shards() == 0) p->set_tp_num_weight_shards(p->tp());
+  if (!p->backend().empty() && p->backend() != "local" && p->backend() != "ucx")
+    return Bad(absl::StrCat("parallel.backend must be local or ucx, got ", p->backend()));
+  auto* d = r->mutable_data();
+  if (d->source().empty()) d->set_source("corpus");
+  if (d->source() != "corpus" && d->source() != "mock" && d->source() != "indexed")
+    return Bad(absl::StrCat("data.source must be corpus, mock or indexed, got ", d->source()));
+  if (d->source() == "indexed" && d->path().empty()) return Bad("data.source indexed needs data.path");
+  if (d->source() == "corpus" && m->vocab_size() < 256)
+    return Bad("data.source corpus is byte-level: model.vocab_size must be >= 256");
+  auto* o = r->mutable_optim();
+  if (o->matrices().empty()) o->set_matrices("adamw");
+  if (o->matrices() != "adamw" && o->matrices() != "muon")
+    return Bad(absl::StrCat("optim.matrices must be adamw or muon, got ", o->matrices()));
+  if (o->lr() <= 0) return Bad("optim.lr must be > 0");
+  if (o->decay().empty()) o->set_decay("cosine");
+  if (o->decay() != "cosine" && o->decay() != "linear" && o->decay() != "constant")
+    return Bad(absl::StrCat("optim.decay must be cosine, linear or constant, got ", o->decay()));
+  if (o->beta1() == 0) o->set_beta1(0.9f);
+  if (o->beta2() == 0) o->set_beta2(0.95f);
+  auto* t = r->mutable_train();
+  if (t->steps() <= 0) return Bad("train.steps must be > 0");
+  if (t->micro_batch() <= 0) return Bad("train.micro_batch must be > 0");
+  if (t->log_every() <= 0) t->set_log_every(1);
+  if (t->eval_batches() <= 0) t->set_eval_batches(4);
+  if (t->max_skipped_steps() <= 0) t->set_max_skipped_steps(10);
+  if (t->device().empty()) t->set_device("cpu");
+  if (t->device() != "cpu" && t->device() != "cuda")
+    return Bad(absl::StrCat("train.device must be cpu or cuda, got ", t->device()));
+  auto* c = r->mutable_checkpoint();
+  if (c->dir().empty()) c->set_dir("checkpoints");
+  if (c->keep_last() == 0) c->set_keep_last(2);
+  if (r->name().empty()) r->set_name("run");
+  return absl::OkStatus();
+}
+
+std::string RecipeText(const proto::Recipe& r) {
+  std::string out;
+  google::protobuf::TextFormat::PrintToString(r, &out);
+  return out;
+}
+
+}  // namespace gtp::recipes

@@ -1,0 +1,513 @@
+#include "recipes/trainer/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/model_state.h"
+#include "comm/env/launch_env.h"
+#include "comm/local/local_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "comm/ucx/ucx_communicator.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/cuda.h"
+#include "core/status.h"
+#include "data/corpus.h"
+#include "data/gpt_dataset.h"
+#include "data/indexed_dataset.h"
+#include "data/mock.h"
+#include "data/sampler.h"
+#include "layers/gpt.h"
+#include "optimizer/grad_buffer.h"
+#include "optimizer/optimizer.h"
+#include "parallel/parallel_config.h"
+#include "parallel/process_groups.h"
+#include "recipes/trainer/config.h"
+
+namespace gtp::recipes {
+
+namespace {
+
+// The one piece of process state: set by the signal handler, read by every
+// rank at the end of each step (and agreed on with an all-reduce).
+std::atomic<int> g_stop_signal{0};
+void OnSignal(int sig) { g_stop_signal.store(sig); }
+
+struct SignalGuard {
+  struct sigaction old_term {}, old_int {};
+  SignalGuard() {
+    g_stop_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = OnSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+  }
+  ~SignalGuard() {
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGINT, &old_int, nullptr);
+  }
+};
+
+std::atomic<bool> g_stopped_by_signal{false};
+
+layers::GptConfig ModelConfig(const proto::Recipe& r) {
+  const auto& m = r.model();
+  layers::GptConfig c = layers::GptConfig::Gpt2(m.vocab_size(), m.seq_len(), m.n_layer(),
+                                                m.n_embd(), m.n_head());
+  c.block.n_kv_head = m.n_kv_head();
+  c.block.ffn_hidden = m.ffn_hidden();
+  c.block.norm = m.norm() == "rmsnorm" ? layers::NormKind::kRMSNorm : layers::NormKind::kLayerNorm;
+  c.block.activation =
+      m.activation() == "swiglu" ? layers::Activation::kSwiGlu : layers::Activation::kGelu;
+  c.block.bias = !m.no_bias();
+  c.block.init_std = m.init_std();
+  c.block.recompute = m.recompute();
+  c.block.sequence_parallel = r.parallel().sequence_parallel();
+  c.block.seed = r.train().seed();
+  c.tied_embeddings = !m.untied_embeddings();
+  c.vocab_pad_multiple = m.vocab_pad_multiple();
+  return c;
+}
+
+optimizer::OptimizerConfig OptimConfig(const proto::Recipe& r) {
+  const auto& o = r.optim();
+  optimizer::OptimizerConfig c;
+  c.matrices = o.matrices() == "muon" ? optimizer::MatrixOptimizer::kMuon
+                                      : optimizer::MatrixOptimizer::kAdamW;
+  c.adamw.beta1 = o.beta1();
+  c.adamw.beta2 = o.beta2();
+  c.adamw.weight_decay = o.weight_decay();
+  c.muon.weight_decay = o.weight_decay();
+  c.lr.max_lr = o.lr();
+  c.lr.min_lr = o.min_lr();
+  c.lr.warmup_steps = std::min<int64_t>(o.warmup_steps(), r.train().steps());
+  c.lr.decay_steps = r.train().steps();
+  c.lr.decay = o.decay() == "cosine"   ? optimizer::LrDecay::kCosine
+               : o.decay() == "linear" ? optimizer::LrDecay::kLinear
+                                       : optimizer::LrDecay::kConstant;
+  c.clip_grad = o.clip_grad();
+  return c;
+}
+
+// Train and validation datasets for the recipe's data source.
+absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDataset>* train,
+                          std::unique_ptr<data::GptDataset>* valid) {
+  std::shared_ptr<const data::TokenSource> src;
+  data::DocumentRange tr, va;
+  if (r.data().source() == "corpus") {
+    src = data::EmbeddedCorpusSource();
+    tr = data::EmbeddedCorpusSplit(data::CorpusSplit::kTrain);
+    va = data::EmbeddedCorpusSplit(data::CorpusSplit::kValidation);
+  } else {
+    if (r.data().source() == "mock") {
+      data::MockOptions mo;
+      mo.vocab_size = r.model().vocab_size();
+      mo.seed = r.data().seed();
+      GTP_ASSIGN_OR_RETURN(auto s, data::MockTokenSource::Create(mo));
+      src = s;
+    } else {
+      GTP_ASSIGN_OR_RETURN(auto s, data::IndexedDataset::Open(r.data().path()));
+      src = s;
+    }
+    GTP_ASSIGN_OR_RETURN(auto ranges, data::SplitDocuments(src->num_documents(), {98, 2}));
+    tr = ranges[0];
+    va = ranges[1];
+  }
+  data::GptDatasetOptions o;
+  o.seq_length = r.model().seq_len();
+  o.seed = r.data().seed();
+  o.documents = tr;
+  GTP_ASSIGN_OR_RETURN(data::GptDataset t, data::GptDataset::Create(src, o));
+  o.documents = va;
+  o.shuffle = false;
+  GTP_ASSIGN_OR_RETURN(data::GptDataset v, data::GptDataset::Create(src, o));
+  *train = std::make_unique<data::GptDataset>(std::move(t));
+  *valid = std::make_unique<data::GptDataset>(std::move(v));
+  return absl::OkStatus();
+}
+
+std::string FormatBytes(int64_t b) {
+  if (b >= (1 << 30)) return absl::StrFormat("%.2f GiB", b / double(1 << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / double(1 << 20));
+  return absl::StrFormat("%.1f KiB", b / 1024.0);
+}
+
+// One rank's whole run.
+class RankRun {
+ public:
+  RankRun(const proto::Recipe& r, const RunOptions& o, comm::Communicator& world,
+          const kernels::Exec& exec)
+      : r_(r), o_(o), world_(world), alloc_(*exec.alloc), exec_(exec) {}
+
+  absl::Status Run() {
+    GTP_RETURN_IF_ERROR(Setup());
+    if (rank0()) Banner();
+    GTP_RETURN_IF_ERROR(MaybeResume());
+    const int64_t steps = r_.train().steps();
+    const int64_t T = r_.model().seq_len();
+    const int64_t tokens_per_step = sampler_->config().global_batch_size * T;
+    auto t_start = std::chrono::steady_clock::now();
+    int64_t first_step = step_;
+    for (; step_ < steps;) {
+      auto t0 = std::chrono::steady_clock::now();
+      GTP_ASSIGN_OR_RETURN(float loss, TrainStep());
+      GTP_ASSIGN_OR_RETURN(optimizer::StepStats st, opt_->Step());
+      sampler_->Advance();
+      ++step_;
+      if (st.skipped && opt_->progress().num_skipped > r_.train().max_skipped_steps()) {
+        return absl::AbortedError(absl::StrCat("stopping: ", opt_->progress().num_skipped,
+                                               " steps had a NaN/Inf gradient norm (limit ",
+                                               r_.train().max_skipped_steps(), ")"));
+      }
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3)};
+      if (rank0()) Report(rec, t_start, first_step);
+      if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
+        GTP_ASSIGN_OR_RETURN(float vl, Evaluate());
+        if (rank0()) ReportEval(vl);
+      }
+      // Every rank must agree on stopping, or the next collective would hang.
+      int32_t stop = g_stop_signal.load() != 0, any = 0;
+      GTP_RETURN_IF_ERROR(
+          comm::Run(world_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
+      const bool periodic = r_.checkpoint().every() > 0 && step_ % r_.checkpoint().every() == 0;
+      if (periodic || step_ == steps || any) GTP_RETURN_IF_ERROR(SaveCheckpoint());
+      if (any) {
+        g_stopped_by_signal.store(true);
+        if (rank0()) {
+          std::printf("\nstopped by signal after step %lld; checkpoint written to %s\n",
+                      static_cast<long long>(step_), ckpt_root_.c_str());
+        }
+        return absl::OkStatus();
+      }
+    }
+    if (rank0() && o_.progress_bar) std::printf("\n");
+    if (rank0()) {
+      std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step_),
+                  ckpt_root_.c_str(), metrics_path_.c_str());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  bool rank0() const { return world_.rank() == 0; }
+
+  absl::Status Setup() {
+    parallel::ParallelConfig pc;
+    pc.tp = r_.parallel().tp();
+    pc.tp_num_weight_shards = r_.parallel().tp_num_weight_shards();
+    pc.sequence_parallel = r_.parallel().sequence_parallel();
+    parallel::ModelFacts facts;
+    facts.seq_length = r_.model().seq_len();
+    facts.num_attention_heads = r_.model().n_head();
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world_, facts));
+    pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs_->Get("data"));
+    data_ = data;
+    GTP_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(ModelConfig(r_), r_.train().micro_batch(),
+                                                          r_.model().seq_len(), *pgs_, exec_));
+    params_ = {model_->sharded_params(), model_->replicated_params()};
+    optimizer::OptimizerConfig oc = OptimConfig(r_);
+    optimizer::GradBufferOptions go;
+    if (oc.matrices == optimizer::MatrixOptimizer::kMuon) go.reduce = optimizer::ReduceMode::kAllReduce;
+    GTP_ASSIGN_OR_RETURN(grads_, optimizer::GradBuffer::Create(params_, *pgs_, exec_, go));
+    GTP_ASSIGN_OR_RETURN(opt_, optimizer::DistributedOptimizer::Create(grads_.get(), *pgs_, exec_, oc));
+    GTP_RETURN_IF_ERROR(MakeDatasets(r_, &train_, &valid_));
+    data::SamplerConfig sc;
+    sc.micro_batch_size = r_.train().micro_batch();
+    sc.num_lanes = data_->size();
+    sc.global_batch_size = r_.train().global_batch() > 0 ? r_.train().global_batch()
+                                                         : sc.micro_batch_size * sc.num_lanes;
+    GTP_ASSIGN_OR_RETURN(data::DistributedSampler s,
+                         data::DistributedSampler::Create(sc, data_->rank()));
+    sampler_ = std::make_unique<data::DistributedSampler>(std::move(s));
+    ckpt_root_ = o_.run_dir + "/" + r_.checkpoint().dir();
+    metrics_path_ = o_.run_dir + "/metrics.jsonl";
+    int64_t n = 0;
+    for (auto* p : params_.sharded) n += p->shard().numel();
+    for (auto* p : params_.replicated) n += p->value.numel();
+    local_params_ = n;
+    return absl::OkStatus();
+  }
+
+  void Banner() {
+    const auto& m = r_.model();
+    int64_t total = 0;
+    for (auto* p : params_.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
+    std::printf(
+        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s\n"
+        "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
+        "(%.2fM on this rank)\n"
+        "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
+        "data %s, seed %llu\n"
+        "run dir: %s\n",
+        r_.name().c_str(), world_.size(), world_.backend().c_str(), r_.parallel().tp(),
+        r_.parallel().tp_num_weight_shards() / r_.parallel().tp(),
+        world_.size() / r_.parallel().tp_num_weight_shards(), data_->size(),
+        r_.parallel().sequence_parallel() ? "on" : "off", m.n_layer(),
+        static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
+        static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
+        m.norm().c_str(), m.activation().c_str(), total / 1e6, local_params_ / 1e6,
+        static_cast<long long>(r_.train().steps()),
+        static_cast<long long>(sampler_->config().global_batch_size),
+        static_cast<long long>(m.seq_len()), static_cast<long long>(r_.train().micro_batch()),
+        r_.optim().matrices().c_str(), r_.optim().lr(), r_.data().source().c_str(),
+        static_cast<unsigned long long>(r_.train().seed()), o_.run_dir.c_str());
+    std::fflush(stdout);
+  }
+
+  // Tokens and targets of `samples` as [B, T] tensors on the exec's device.
+  absl::StatusOr<std::pair<Tensor, Tensor>> Batch(const data::GptDataset& ds,
+                                                  const std::vector<uint64_t>& samples) {
+    const int64_t B = static_cast<int64_t>(samples.size()), T = r_.model().seq_len();
+    if (!host_tok_.defined()) {
+      host_tok_ = Tensor::Empty({B, T}, DType::kI32, host_);
+      host_tgt_ = Tensor::Empty({B, T}, DType::kI32, host_);
+    }
+    ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
+    if (!exec_.is_cuda()) return std::make_pair(host_tok_, host_tgt_);
+    Tensor tok = exec_.Empty({B, T}, DType::kI32), tgt = exec_.Empty({B, T}, DType::kI32);
+    GTP_RETURN_IF_ERROR(Copy(host_tok_, tok, exec_.stream, /*sync=*/true));
+    GTP_RETURN_IF_ERROR(Copy(host_tgt_, tgt, exec_.stream, /*sync=*/true));
+    return std::make_pair(tok, tgt);
+  }
+
+  // Forward/backward of every micro-batch of this step; returns the global mean loss.
+  absl::StatusOr<float> TrainStep() {
+    const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
+    const int64_t M = sampler_->num_micro_batches();
+    double sum = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      grads_->StartMicrobatch(m == M - 1, B * T);
+      const std::vector<uint64_t> samples = sampler_->MicroBatch(m);
+      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*train_, samples));
+      GTP_ASSIGN_OR_RETURN(float loss, model_->Forward(batch.first, batch.second));
+      GTP_RETURN_IF_ERROR(model_->Backward());
+      sum += loss;
+    }
+    float loss = static_cast<float>(sum / M);
+    GTP_RETURN_IF_ERROR(
+        comm::Run(data_->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
+    return loss;
+  }
+
+  // Mean loss over eval_batches micro-batches of the validation split (no
+  // gradient; the same samples on every layout).
+  absl::StatusOr<float> Evaluate() {
+    const int64_t B = r_.train().micro_batch();
+    double sum = 0;
+    const int64_t n = r_.train().eval_batches();
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<uint64_t> samples(B);
+      for (int64_t b = 0; b < B; ++b) {
+        samples[b] = ((i * data_->size() + data_->rank()) * B + b) % valid_->samples_per_epoch();
+      }
+      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*valid_, samples));
+      GTP_ASSIGN_OR_RETURN(float loss, model_->Forward(batch.first, batch.second));
+      sum += loss;
+    }
+    float loss = static_cast<float>(sum / n);
+    GTP_RETURN_IF_ERROR(
+        comm::Run(data_->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
+    return loss;
+  }
+
+  absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces() {
+    GTP_ASSIGN_OR_RETURN(auto pieces, checkpoint::ModelPieces(params_, *pgs_));
+    GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_));
+    for (auto& p : state) pieces.push_back(std::move(p));
+    return pieces;
+  }
+
+  absl::Status SaveCheckpoint() {
+    GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
+    checkpoint::SaveOptions so;
+    so.iteration = step_;
+    so.keep_last = r_.checkpoint().keep_last();
+    so.extra["recipe"] = RecipeText(r_);
+    so.extra["consumed_samples"] = absl::StrCat(sampler_->state().consumed_samples);
+    so.extra["optimizer_step"] = absl::StrCat(opt_->progress().step);
+    so.extra["optimizer_skipped"] = absl::StrCat(opt_->progress().num_skipped);
+    so.extra["layout"] = absl::StrCat("world=", world_.size(), " tp=", r_.parallel().tp(),
+                                      " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards());
+    return checkpoint::Save(ckpt_root_, pieces, world_, so);
+  }
+
+  absl::Status MaybeResume() {
+    if (r_.checkpoint().no_resume()) return absl::OkStatus();
+    if (!checkpoint::LatestIteration(ckpt_root_).ok()) return absl::OkStatus();
+    GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
+    GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
+                         checkpoint::Load(ckpt_root_, std::nullopt, pieces, world_));
+    step_ = lr.iteration;
+    data::SamplerState ss;
+    ss.consumed_samples = std::stoull(lr.extra["consumed_samples"]);
+    sampler_->set_state(ss);
+    optimizer::OptimizerProgress pr;
+    pr.step = std::stoll(lr.extra["optimizer_step"]);
+    pr.num_skipped = std::stoll(lr.extra["optimizer_skipped"]);
+    opt_->set_progress(pr);
+    if (rank0()) {
+      std::printf("resumed from %s at step %lld\n", checkpoint::IterationDir(ckpt_root_, step_).c_str(),
+                  static_cast<long long>(step_));
+    }
+    return absl::OkStatus();
+  }
+
+  void Report(const StepRecord& rec, std::chrono::steady_clock::time_point t_start,
+              int64_t first_step) {
+    if (o_.on_step) o_.on_step(rec);
+    const int64_t steps = r_.train().steps();
+    const AllocatorStats mem = alloc_.stats();
+    // Training FLOPs ≈ 6 · weights · tokens (+ attention), for the MFU estimate.
+    std::string mfu;
+    if (r_.train().peak_tflops() > 0) {
+      const double flops = 6.0 * local_params_ * world_.size() * rec.tokens_per_s;
+      mfu = absl::StrFormat("  MFU %.1f%%", 100 * flops / (r_.train().peak_tflops() * 1e12 * world_.size()));
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const double eta = elapsed / (rec.step - first_step) * (steps - rec.step);
+    if (o_.progress_bar) {
+      const int width = 30, done = static_cast<int>(width * rec.step / steps);
+      std::printf("\r[%s%s] %lld/%lld loss %.4f lr %.2e %.0f tok/s ETA %.0fs   ",
+                  std::string(done, '#').c_str(), std::string(width - done, '.').c_str(),
+                  static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
+                  rec.tokens_per_s, eta);
+    } else if (rec.step % r_.train().log_every() == 0 || rec.step == steps || rec.step == 1) {
+      std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step%s"
+                  "  mem %s (peak %s)%s  ETA %.0fs\n",
+                  static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
+                  rec.grad_norm, rec.tokens_per_s, rec.ms, mfu.c_str(),
+                  FormatBytes(mem.bytes_in_use).c_str(), FormatBytes(mem.peak_bytes_in_use).c_str(),
+                  rec.skipped ? "  SKIPPED (non-finite grad)" : "", eta);
+    }
+    std::fflush(stdout);
+    std::ofstream m(metrics_path_, std::ios::app);
+    m << absl::StrFormat(
+        "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"skipped\": %s, "
+        "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"mem_bytes\": %d, \"peak_mem_bytes\": %d}\n",
+        rec.step, rec.loss, rec.lr, rec.grad_norm, rec.skipped ? "true" : "false", rec.ms,
+        rec.tokens_per_s, mem.bytes_in_use, mem.peak_bytes_in_use);
+  }
+
+  void ReportEval(float loss) {
+    std::printf("%sstep %5lld  validation loss %.4f\n", o_.progress_bar ? "\n" : "",
+                static_cast<long long>(step_), loss);
+    std::ofstream m(metrics_path_, std::ios::app);
+    m << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step_, loss);
+  }
+
+  const proto::Recipe& r_;
+  const RunOptions& o_;
+  comm::Communicator& world_;
+  Allocator& alloc_;
+  kernels::Exec exec_;
+  HeapAllocator host_;
+  Tensor host_tok_, host_tgt_;
+  std::unique_ptr<parallel::ProcessGroupCollection> pgs_;
+  comm::Communicator* data_ = nullptr;
+  std::unique_ptr<layers::GptModel> model_;
+  optimizer::ParamSet params_;
+  std::unique_ptr<optimizer::GradBuffer> grads_;
+  std::unique_ptr<optimizer::DistributedOptimizer> opt_;
+  std::unique_ptr<data::GptDataset> train_, valid_;
+  std::unique_ptr<data::DistributedSampler> sampler_;
+  std::string ckpt_root_, metrics_path_;
+  int64_t step_ = 0;
+  int64_t local_params_ = 0;
+};
+
+bool UnderLauncher() {
+  return std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
+}
+
+}  // namespace
+
+bool StoppedBySignal() { return g_stopped_by_signal.load(); }
+
+absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
+  // Check what can be checked before anything is written.
+  const bool under_launcher = UnderLauncher() && recipe.parallel().backend() != "local";
+  {
+    int world = recipe.parallel().world_size();
+    if (under_launcher) {
+      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+      world = env.world_size;
+    }
+    parallel::ParallelConfig pc;
+    pc.tp = recipe.parallel().tp();
+    pc.tp_num_weight_shards = recipe.parallel().tp_num_weight_shards();
+    pc.sequence_parallel = recipe.parallel().sequence_parallel();
+    parallel::ModelFacts facts;
+    facts.seq_length = recipe.model().seq_len();
+    facts.num_attention_heads = recipe.model().n_head();
+    GTP_RETURN_IF_ERROR(pc.Resolve(world, facts).status());
+    std::unique_ptr<data::GptDataset> t, v;
+    GTP_RETURN_IF_ERROR(MakeDatasets(recipe, &t, &v));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.run_dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
+  g_stopped_by_signal.store(false);
+  SignalGuard guard;
+  if (recipe.train().device() == "cuda") {
+    // One GPU per rank: ranks are processes (a launcher and NCCL), or a
+    // single rank in this process.
+    const int gpus = CudaDeviceCount();
+    if (gpus == 0) return absl::FailedPreconditionError("train.device is cuda but " + NoGpuReason());
+    int local_rank = 0;
+    if (under_launcher) {
+      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+      local_rank = env.local_rank;
+    } else if (recipe.parallel().world_size() != 1) {
+      return absl::InvalidArgumentError(
+          "train.device cuda with parallel.world_size > 1 needs one process per GPU: "
+          "run under tools/gtprun (e.g. gtprun --nproc 2 -- <recipe>)");
+    }
+    const int device = local_rank % gpus;
+    GTP_ASSIGN_OR_RETURN(Stream stream, Stream::Create(device));
+    CudaCachingAllocator dev(device);
+    kernels::cuda::BlasContext blas(device);
+    kernels::Exec exec{Device::Cuda(device), &dev, stream.get(), &blas};
+    if (under_launcher) {
+      GTP_ASSIGN_OR_RETURN(auto world, comm::CreateNcclWorldFromEnv(stream.get()));
+      RankRun run(recipe, options, *world, exec);
+      return run.Run();
+    }
+    return comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
+      RankRun run(recipe, options, w, exec);
+      return run.Run();
+    });
+  }
+  HeapAllocator host;
+  if (under_launcher) {
+    GTP_ASSIGN_OR_RETURN(auto world, comm::CreateUcxWorldFromEnv({}));
+    RankRun run(recipe, options, *world, kernels::Exec::Cpu(host));
+    return run.Run();
+  }
+  comm::LocalOptions lo;
+  lo.timeout = absl::Minutes(10);  // a slow 2-core machine with many ranks
+  return comm::RunRanks(
+      recipe.parallel().world_size(),
+      [&](comm::Communicator& w) -> absl::Status {
+        RankRun run(recipe, options, w, kernels::Exec::Cpu(host));
+        return run.Run();
+      },
+      lo);
+}
+
+}  // namespace gtp::recipes
