@@ -13,103 +13,13 @@
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
+#include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
 namespace gtp::kernels::testing {
 namespace {
-
-// ---- GPU test helpers (repeated in each cuda/*_gpu_test.cc: a cc_test sees
-// only its own source, so a shared header would need a BUILD target) --------
-
-// Device memory for n elements of T, freed on scope exit. Every call
-// synchronises the device, so tests may use any stream in between.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n_ > 0) GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes()));
-    Poison();
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  size_t size() const { return n_; }
-  size_t bytes() const { return n_ * sizeof(T); }
-  // All-ones bytes: NaN as f32 and bf16, NaN as fp8, -1 as an integer. An op
-  // that leaves an output element unwritten fails the comparison.
-  void Poison() {
-    if (n_ == 0) return;
-    GTP_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes()));
-    GTP_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  void Upload(const std::vector<T>& host) {
-    GTP_CHECK(host.size() == n_, "DeviceBuffer::Upload: size ", host.size(), " != ", n_);
-    if (n_ == 0) return;
-    GTP_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
-    GTP_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  std::vector<T> Download() const {
-    GTP_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<T> host(n_);
-    if (n_ > 0) GTP_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* ptr_ = nullptr;
-};
-
-// A non-blocking stream on device 0 (kernels must not rely on the legacy
-// default stream's implicit ordering).
-Stream TestStream() {
-  absl::StatusOr<Stream> s = Stream::Create(0);
-  GTP_CHECK_OK(s.status());
-  return std::move(*s);
-}
-
-// Same bits, except that NaNs of any payload match (x86 and the GPU produce
-// different default NaNs).
-template <typename T>
-bool SameBits(const T& a, const T& b) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (a != a && b != b) return true;
-  }
-  if constexpr (std::is_same_v<T, bf16>) {
-    const auto nan = [](uint16_t u) { return (u & 0x7f80u) == 0x7f80u && (u & 0x7fu) != 0; };
-    if (nan(a.bits) && nan(b.bits)) return true;
-  }
-  return std::memcmp(&a, &b, sizeof(T)) == 0;
-}
-
-// Passes when the two vectors hold the same bits (SameBits).
-template <typename T>
-::testing::AssertionResult BitEqual(const std::vector<T>& got, const std::vector<T>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!SameBits(got[i], want[i])) {
-      auto failure = ::testing::AssertionFailure()
-                     << "first difference at element " << i << " of " << got.size();
-      if constexpr (std::is_same_v<T, float>) failure << ": got " << got[i] << ", want " << want[i];
-      if constexpr (std::is_integral_v<T>) failure << ": got " << +got[i] << ", want " << +want[i];
-      if constexpr (std::is_same_v<T, bf16>) {
-        failure << ": got bits " << got[i].bits << ", want " << want[i].bits;
-      }
-      return failure;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-// ---- end of GPU test helpers -------------------------------------------------
 
 struct Shape {
   int64_t N, C;
