@@ -55,7 +55,6 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
 }
 
 int64_t Cols(const TensorPiece& p) { return p.data.rank() >= 2 ? p.data.dim(1) : 1; }
-int64_t GlobalCols(const Shape& s) { return s.rank() >= 2 ? s[1] : 1; }
 int64_t RowOf(const TensorPiece& p, int64_t r) { return p.row_map ? p.row_map(r) : r; }
 
 // Rows [begin, end) of `local_rows` that replica i of n writes.

@@ -13,7 +13,8 @@
 // across the TP group and match an unpadded model.
 //
 // GPT-2 is: LayerNorm, GELU, learned positions, tied embeddings, biases.
-// Llama-style is: RMSNorm, SwiGLU, no biases, untied (RoPE: not yet).
+// Llama-style is: RMSNorm, SwiGLU, RoPE (no learned positions), no biases,
+// untied embeddings.
 //
 // Data layout: each data lane (a (DP, GTP) coordinate) feeds its own B×T
 // tokens; all TP (and SP) ranks of a lane get the same tokens.

@@ -22,6 +22,8 @@ std::vector<float> Train(const kernels::Exec& exec, bool llama) {
   GptConfig c = GptConfig::Gpt2(300, 32, 2, 64, 4);
   c.block.seed = 11;
   if (llama) {
+    c.block.rope = true;
+    c.learned_positions = false;
     c.block.norm = NormKind::kRMSNorm;
     c.block.activation = Activation::kSwiGlu;
     c.block.bias = false;

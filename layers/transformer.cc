@@ -135,6 +135,10 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
   Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
   Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
   Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
+  if (config_.rope) {  // in place: backward needs only the rotated q, k
+    ops::RopeForward(e, q, q, config_.rope_theta);
+    ops::RopeForward(e, k, k, config_.rope_theta);
+  }
   att_ = e.Empty({B_, nh_tp_, T_, T_});
   Tensor y = e.Empty({B_, T_, nh_tp_, hs_});
   ops::AttentionForward(e, q, k, v, y, att_);
@@ -159,6 +163,10 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
                          k_out_.View({B_, T_, nkv_tp_, hs_}), v_out_.View({B_, T_, nkv_tp_, hs_}),
                          att_, dq, dk, dv);
   q_out_ = k_out_ = v_out_ = att_ = Tensor();
+  if (config_.rope) {
+    ops::RopeBackward(e, dq, dq, config_.rope_theta);
+    ops::RopeBackward(e, dk, dk, config_.rope_theta);
+  }
   // Backward in reverse forward order (v, k, q) keeps the GTP chain's order.
   GTP_ASSIGN_OR_RETURN(Tensor dh, v_->Backward(dv.View({B_ * T_, nkv_tp_ * hs_})));
   GTP_ASSIGN_OR_RETURN(Tensor dhk, k_->Backward(dk.View({B_ * T_, nkv_tp_ * hs_})));

@@ -39,6 +39,8 @@ struct TransformerConfig {
   NormKind norm = NormKind::kLayerNorm;
   Activation activation = Activation::kGelu;
   bool bias = true;           // biases in the linears (and LayerNorm)
+  bool rope = false;          // rotary position embedding on q and k
+  float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   // Output projections (attention o, MLP down) use init_std / √(2·n_layer).

@@ -32,6 +32,8 @@ layers::GptConfig Model(bool llama) {
   c.block.seed = 5;
   c.block.init_std = 0.3f;
   if (llama) {
+    c.block.rope = true;
+    c.learned_positions = false;
     c.block.norm = layers::NormKind::kRMSNorm;
     c.block.activation = layers::Activation::kSwiGlu;
     c.block.bias = false;

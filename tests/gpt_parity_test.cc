@@ -29,6 +29,8 @@ layers::GptConfig Model(bool llama) {
   c.block.seed = 3;
   c.block.init_std = 0.2f;  // large enough that 10 steps move the loss visibly
   if (llama) {
+    c.block.rope = true;
+    c.learned_positions = false;
     c.block.norm = layers::NormKind::kRMSNorm;
     c.block.activation = layers::Activation::kSwiGlu;
     c.block.bias = false;
@@ -40,9 +42,13 @@ layers::GptConfig Model(bool llama) {
   return c;
 }
 
-// Token t of global sample s at step `step` (targets: the next token).
+// Token t of global sample s at step `step` (targets: the next token): a
+// random start, then a fixed rule, so there is something to learn.
 int32_t Token(int step, int64_t s, int64_t t) {
-  return static_cast<int32_t>(PhiloxRaw(MixKey(KeyFromName("parity.data"), step), s * (kSeq + 1) + t).v[0] % kVocab);
+  int32_t x = static_cast<int32_t>(
+      PhiloxRaw(MixKey(KeyFromName("parity.data"), step), s).v[0] % kVocab);
+  for (int64_t i = 0; i < t; ++i) x = (7 * x + 3) % kVocab;
+  return x;
 }
 
 struct Layout {

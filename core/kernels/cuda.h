@@ -110,5 +110,16 @@ void Fill(float* x, float value, int64_t n, cudaStream_t stream);
 // Σ x² accumulated in double, written to *out (host pointer for CPU; device for CUDA).
 void SumSquares(const float* x, int64_t n, double* out, cudaStream_t stream);
 
+
+// ---- Rotary position embedding (RoPE, the "rotate half" convention of Llama) ----
+// x[B, T, NH, HS], position of row (b, t) = t. For d < HS/2, with
+// f_d = theta^(−2d/HS) and a = t·f_d:
+//   y[d] = x[d]·cos a − x[d + HS/2]·sin a;  y[d + HS/2] = x[d + HS/2]·cos a + x[d]·sin a.
+// Backward rotates by −a. In place (y == x) is allowed.
+void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                 float theta, cudaStream_t stream);
+void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                  float theta, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace gtp::kernels

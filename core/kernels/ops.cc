@@ -294,6 +294,28 @@ void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const
   }
 }
 
+void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta) {
+  CheckOn(e, x, "x");
+  CheckOn(e, y, "y");
+  GTP_CHECK(x.rank() == 4 && x.shape() == y.shape(), "RoPE: ", x.ToString(), " -> ", y.ToString());
+  if (e.is_cuda()) {
+    cuda::RopeForward(F(x), M(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, e.stream);
+  } else {
+    cpu::RopeForward(F(x), M(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta);
+  }
+}
+
+void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta) {
+  CheckOn(e, dy, "dy");
+  CheckOn(e, dx, "dx");
+  GTP_CHECK(dy.rank() == 4 && dy.shape() == dx.shape(), "RoPE: ", dy.ToString());
+  if (e.is_cuda()) {
+    cuda::RopeBackward(F(dy), M(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta, e.stream);
+  } else {
+    cpu::RopeBackward(F(dy), M(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta);
+  }
+}
+
 void CrossEntropyStats(const Exec& e, const Tensor& logits, const Tensor& targets,
                        const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start) {
   CheckOn(e, logits, "logits");

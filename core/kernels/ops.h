@@ -88,6 +88,10 @@ void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const
                        const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv);
 
+// RoPE on x[B, T, NH, HS] (y may be x).
+void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta);
+void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta);
+
 // Vocab-sharded cross-entropy stages (see cpu.h). logits[N, V_local].
 void CrossEntropyStats(const Exec& e, const Tensor& logits, const Tensor& targets,
                        const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start);

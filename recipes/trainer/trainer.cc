@@ -74,6 +74,9 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.block.bias = !m.no_bias();
   c.block.init_std = m.init_std();
   c.block.recompute = m.recompute();
+  c.block.rope = m.rope();
+  c.block.rope_theta = m.rope_theta() > 0 ? m.rope_theta() : 10000.0f;
+  c.learned_positions = !m.rope();
   c.block.sequence_parallel = r.parallel().sequence_parallel();
   c.block.seed = r.train().seed();
   c.tied_embeddings = !m.untied_embeddings();

@@ -1,0 +1,42 @@
+// Rotary position embedding, "rotate half" convention (see cpu.h):
+//   y[d]       = x[d]·cos(t·f_d) − x[d+h]·sin(t·f_d)
+//   y[d+h]     = x[d+h]·cos(t·f_d) + x[d]·sin(t·f_d),   h = HS/2, f_d = θ^(−2d/HS)
+// Backward is the rotation by −t·f_d. Angles are computed in double so the
+// CPU and CUDA versions agree to f32 rounding.
+#include <cmath>
+
+#include "core/kernels/cpu.h"
+#include "core/status.h"
+
+namespace gtp::kernels::cpu {
+namespace {
+void Rotate(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
+            float sign) {
+  GTP_CHECK(HS % 2 == 0, "RoPE needs an even head size, got ", HS);
+  const int64_t h = HS / 2;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < h; ++d) {
+        const double a = t * std::pow(static_cast<double>(theta), -2.0 * d / HS);
+        const float c = static_cast<float>(std::cos(a)), s = sign * static_cast<float>(std::sin(a));
+        for (int64_t n = 0; n < NH; ++n) {
+          const int64_t base = ((b * T + t) * NH + n) * HS;
+          const float x0 = x[base + d], x1 = x[base + d + h];
+          y[base + d] = x0 * c - x1 * s;
+          y[base + d + h] = x1 * c + x0 * s;
+        }
+      }
+}
+}  // namespace
+
+void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                 float theta) {
+  Rotate(x, y, B, T, NH, HS, theta, 1.0f);
+}
+
+void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                  float theta) {
+  Rotate(dy, dx, B, T, NH, HS, theta, -1.0f);
+}
+
+}  // namespace gtp::kernels::cpu

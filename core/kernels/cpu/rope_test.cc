@@ -1,0 +1,58 @@
+#include <cmath>
+#include <vector>
+
+#include "core/kernels/cpu.h"
+#include "core/kernels/testing/harness.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels {
+namespace {
+using testing::Rng;
+
+struct Dims {
+  int64_t B, T, NH, HS;
+};
+
+// Independent double reference: rotate pairs (d, d + HS/2) by t·θ^(−2d/HS).
+std::vector<double> RefRope(const std::vector<double>& x, const Dims& s, double theta) {
+  std::vector<double> y(x.size());
+  const int64_t h = s.HS / 2;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < s.T; ++t)
+      for (int64_t n = 0; n < s.NH; ++n)
+        for (int64_t d = 0; d < h; ++d) {
+          const int64_t i = ((b * s.T + t) * s.NH + n) * s.HS + d;
+          const double a = t / std::pow(theta, 2.0 * d / s.HS);
+          y[i] = x[i] * std::cos(a) - x[i + h] * std::sin(a);
+          y[i + h] = x[i + h] * std::cos(a) + x[i] * std::sin(a);
+        }
+  return y;
+}
+
+class CpuRope : public ::testing::TestWithParam<Dims> {};
+
+TEST_P(CpuRope, ForwardMatchesReferenceBackwardMatchesFiniteDifferences) {
+  const Dims s = GetParam();
+  const int64_t n = s.B * s.T * s.NH * s.HS;
+  Rng rng(3);
+  auto x = rng.Normal(n), w = rng.Normal(n);
+  std::vector<float> y = testing::NaNs(n), dx = testing::NaNs(n);
+  cpu::RopeForward(x.data(), y.data(), s.B, s.T, s.NH, s.HS, 10000.0f);
+  EXPECT_TRUE(testing::RelClose(y, RefRope(testing::ToDouble(x), s, 10000.0), 1e-5));
+  cpu::RopeBackward(w.data(), dx.data(), s.B, s.T, s.NH, s.HS, 10000.0f);
+  auto f = [&](const std::vector<double>& v) { return RefRope(v, s, 10000.0); };
+  EXPECT_TRUE(testing::RelClose(
+      dx, testing::FiniteDifferenceGradient(f, testing::ToDouble(x), testing::ToDouble(w)), 1e-5));
+  // In place, and backward undoes forward (a rotation's transpose is its inverse).
+  std::vector<float> z = x;
+  cpu::RopeForward(z.data(), z.data(), s.B, s.T, s.NH, s.HS, 500.0f);
+  cpu::RopeBackward(z.data(), z.data(), s.B, s.T, s.NH, s.HS, 500.0f);
+  EXPECT_TRUE(testing::RelClose(z, testing::ToDouble(x), 1e-6));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuRope,
+                         ::testing::Values(Dims{1, 1, 1, 2}, Dims{2, 5, 3, 8}, Dims{1, 17, 2, 64},
+                                           Dims{2, 33, 1, 6}));
+
+}  // namespace
+}  // namespace gtp::kernels

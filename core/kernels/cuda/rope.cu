@@ -1,0 +1,65 @@
+// Rotary position embedding on the GPU (math in core/kernels/cpu/rope.cc).
+// One thread per (b, t, head, d < HS/2) pair; angles in double like the CPU.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/kernels/cuda.h"
+
+namespace gtp::kernels::cuda {
+namespace {
+
+// x and y may alias (in place): each thread reads its pair before writing it.
+__global__ void RopeKernel(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                           double theta, float sign) {
+  const int64_t h = HS / 2;
+  const int64_t total = B * T * NH * h;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t d = i % h;
+    const int64_t n = (i / h) % NH;
+    const int64_t bt = i / (h * NH);
+    const int64_t t = bt % T;
+    const double a = t * pow(theta, -2.0 * d / HS);
+    const float c = static_cast<float>(cos(a)), s = sign * static_cast<float>(sin(a));
+    const int64_t base = (bt * NH + n) * HS;
+    const float x0 = x[base + d], x1 = x[base + d + h];
+    y[base + d] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    y[base + d + h] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+  }
+}
+
+void Launch(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
+            float sign, cudaStream_t stream) {
+  if (HS % 2 != 0) {
+    std::fprintf(stderr, "%s:%d: RoPE needs an even head size, got %lld\n", __FILE__, __LINE__,
+                 static_cast<long long>(HS));
+    std::abort();
+  }
+  const int64_t total = B * T * NH * (HS / 2);
+  if (total == 0) return;
+  int64_t blocks = (total + 255) / 256;
+  if (blocks > 65535) blocks = 65535;
+  RopeKernel<<<static_cast<int>(blocks), 256, 0, stream>>>(x, y, B, T, NH, HS, theta, sign);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s:%d: RoPE launch failed: %s\n", __FILE__, __LINE__,
+                 cudaGetErrorString(e));
+    std::abort();
+  }
+}
+
+}  // namespace
+
+void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                 float theta, cudaStream_t stream) {
+  Launch(x, y, B, T, NH, HS, theta, 1.0f, stream);
+}
+
+void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                  float theta, cudaStream_t stream) {
+  Launch(dy, dx, B, T, NH, HS, theta, -1.0f, stream);
+}
+
+}  // namespace gtp::kernels::cuda

@@ -1,0 +1,34 @@
+// cuda::RopeForward/Backward against the CPU versions.
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/testing/gpu.h"
+#include "core/kernels/testing/harness.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::testing {
+namespace {
+
+TEST(CudaRope, MatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(4);
+  struct D { int64_t B, T, NH, HS; };
+  for (D s : {D{1, 1, 1, 2}, D{2, 37, 3, 64}, D{4, 1024, 12, 64}}) {
+    const int64_t n = s.B * s.T * s.NH * s.HS;
+    auto x = rng.Normal(n);
+    std::vector<float> want(n), want_back(n);
+    cpu::RopeForward(x.data(), want.data(), s.B, s.T, s.NH, s.HS, 10000.0f);
+    cpu::RopeBackward(x.data(), want_back.data(), s.B, s.T, s.NH, s.HS, 10000.0f);
+    DeviceBuffer<float> dx(x), dy(n);
+    cuda::RopeForward(dx.get(), dy.get(), s.B, s.T, s.NH, s.HS, 10000.0f, stream.get());
+    EXPECT_TRUE(RelClose(dy.Download(), ToDouble(want), 1e-6));
+    cuda::RopeBackward(dx.get(), dx.get(), s.B, s.T, s.NH, s.HS, 10000.0f, stream.get());  // in place
+    EXPECT_TRUE(RelClose(dx.Download(), ToDouble(want_back), 1e-6));
+  }
+}
+
+}  // namespace
+}  // namespace gtp::kernels::testing
