@@ -19,6 +19,7 @@
 #include "comm/env/launch_env.h"
 #include "comm/local/local_communicator.h"
 #include "comm/nccl/nccl_communicator.h"
+#include "comm/store/tcp_store.h"
 #include "comm/ucx/ucx_communicator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cuda.h"
@@ -150,9 +151,12 @@ std::string FormatBytes(int64_t b) {
 // One rank's whole run.
 class RankRun {
  public:
+  // `host` carries host-memory control traffic (loss, stop flag,
+  // checkpoint metadata): the world itself for host backends, a UCX world
+  // beside the NCCL one on GPUs. It must hold the same ranks as `world`.
   RankRun(const proto::Recipe& r, const RunOptions& o, comm::Communicator& world,
-          const kernels::Exec& exec)
-      : r_(r), o_(o), world_(world), alloc_(*exec.alloc), exec_(exec) {}
+          comm::Communicator& host, const kernels::Exec& exec)
+      : r_(r), o_(o), world_(world), host_(host), alloc_(*exec.alloc), exec_(exec) {}
 
   absl::Status Run() {
     GTP_RETURN_IF_ERROR(Setup());
@@ -185,7 +189,7 @@ class RankRun {
       // Every rank must agree on stopping, or the next collective would hang.
       int32_t stop = g_stop_signal.load() != 0, any = 0;
       GTP_RETURN_IF_ERROR(
-          comm::Run(world_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
+          comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
       const bool periodic = r_.checkpoint().every() > 0 && step_ % r_.checkpoint().every() == 0;
       if (periodic || step_ == steps || any) GTP_RETURN_IF_ERROR(SaveCheckpoint());
       if (any) {
@@ -277,8 +281,8 @@ class RankRun {
                                                   const std::vector<uint64_t>& samples) {
     const int64_t B = static_cast<int64_t>(samples.size()), T = r_.model().seq_len();
     if (!host_tok_.defined()) {
-      host_tok_ = Tensor::Empty({B, T}, DType::kI32, host_);
-      host_tgt_ = Tensor::Empty({B, T}, DType::kI32, host_);
+      host_tok_ = Tensor::Empty({B, T}, DType::kI32, staging_);
+      host_tgt_ = Tensor::Empty({B, T}, DType::kI32, staging_);
     }
     ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
     if (!exec_.is_cuda()) return std::make_pair(host_tok_, host_tgt_);
@@ -301,9 +305,11 @@ class RankRun {
       GTP_RETURN_IF_ERROR(model_->Backward());
       sum += loss;
     }
+    // Every rank of a data lane holds its lane's loss, and lanes have equal
+    // ranks: the world mean is the mean over lanes.
     float loss = static_cast<float>(sum / M);
     GTP_RETURN_IF_ERROR(
-        comm::Run(data_->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
+        comm::Run(host_.AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
     return loss;
   }
 
@@ -324,7 +330,7 @@ class RankRun {
     }
     float loss = static_cast<float>(sum / n);
     GTP_RETURN_IF_ERROR(
-        comm::Run(data_->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
+        comm::Run(host_.AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
     return loss;
   }
 
@@ -346,7 +352,7 @@ class RankRun {
     so.extra["optimizer_skipped"] = absl::StrCat(opt_->progress().num_skipped);
     so.extra["layout"] = absl::StrCat("world=", world_.size(), " tp=", r_.parallel().tp(),
                                       " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards());
-    return checkpoint::Save(ckpt_root_, pieces, world_, so);
+    return checkpoint::Save(ckpt_root_, pieces, host_, so);
   }
 
   absl::Status MaybeResume() {
@@ -354,7 +360,7 @@ class RankRun {
     if (!checkpoint::LatestIteration(ckpt_root_).ok()) return absl::OkStatus();
     GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
     GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
-                         checkpoint::Load(ckpt_root_, std::nullopt, pieces, world_));
+                         checkpoint::Load(ckpt_root_, std::nullopt, pieces, host_));
     step_ = lr.iteration;
     data::SamplerState ss;
     ss.consumed_samples = std::stoull(lr.extra["consumed_samples"]);
@@ -417,9 +423,10 @@ class RankRun {
   const proto::Recipe& r_;
   const RunOptions& o_;
   comm::Communicator& world_;
+  comm::Communicator& host_;
   Allocator& alloc_;
   kernels::Exec exec_;
-  HeapAllocator host_;
+  HeapAllocator staging_;
   Tensor host_tok_, host_tgt_;
   std::unique_ptr<parallel::ProcessGroupCollection> pgs_;
   comm::Communicator* data_ = nullptr;
@@ -487,19 +494,33 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
     kernels::cuda::BlasContext blas(device);
     kernels::Exec exec{Device::Cuda(device), &dev, stream.get(), &blas};
     if (under_launcher) {
-      GTP_ASSIGN_OR_RETURN(auto world, comm::CreateNcclWorldFromEnv(stream.get()));
-      RankRun run(recipe, options, *world, exec);
+      // One rendezvous store for two worlds: NCCL for tensors, UCX for
+      // host-memory control traffic.
+      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+      std::unique_ptr<comm::TcpStoreServer> server;
+      if (env.rank == 0) {
+        GTP_ASSIGN_OR_RETURN(server, comm::TcpStoreServer::Start(env.master_port));
+        server->set_linger(absl::Seconds(5));
+      }
+      GTP_ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreClient> client,
+                           comm::TcpStoreClient::Connect(env.master_addr, env.master_port,
+                                                         absl::Seconds(60)));
+      std::shared_ptr<comm::KeyValueStore> store(std::move(client));
+      GTP_ASSIGN_OR_RETURN(auto world, comm::CreateNcclWorld(store, env.rank, env.world_size,
+                                                             device, stream.get()));
+      GTP_ASSIGN_OR_RETURN(auto host, comm::CreateUcxWorld(store, env.rank, env.world_size));
+      RankRun run(recipe, options, *world, *host, exec);
       return run.Run();
     }
     return comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
-      RankRun run(recipe, options, w, exec);
+      RankRun run(recipe, options, w, w, exec);
       return run.Run();
     });
   }
   HeapAllocator host;
   if (under_launcher) {
     GTP_ASSIGN_OR_RETURN(auto world, comm::CreateUcxWorldFromEnv({}));
-    RankRun run(recipe, options, *world, kernels::Exec::Cpu(host));
+    RankRun run(recipe, options, *world, *world, kernels::Exec::Cpu(host));
     return run.Run();
   }
   comm::LocalOptions lo;
@@ -507,7 +528,7 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
   return comm::RunRanks(
       recipe.parallel().world_size(),
       [&](comm::Communicator& w) -> absl::Status {
-        RankRun run(recipe, options, w, kernels::Exec::Cpu(host));
+        RankRun run(recipe, options, w, w, kernels::Exec::Cpu(host));
         return run.Run();
       },
       lo);
