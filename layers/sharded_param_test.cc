@@ -161,7 +161,9 @@ TEST(GtpChain, PrefetchIssuesNextGatherBeforeCurrentGemm) {
   }
   auto off = RunChain(2, L, /*prefetch=*/false, &g_off);
   for (const auto& e : off)
-    if (e.kind == GtpTraceEvent::kGatherIssued) EXPECT_FALSE(e.async) << e.param;
+    if (e.kind == GtpTraceEvent::kGatherIssued) {
+      EXPECT_FALSE(e.async) << e.param;
+    }
   // Both schedules compute identical gradients.
   ASSERT_EQ(g_on.size(), g_off.size());
   for (size_t i = 0; i < g_on.size(); ++i) ASSERT_EQ(g_on[i], g_off[i]);
