@@ -436,4 +436,34 @@ absl::StatusOr<std::vector<GlobalTensor>> ReadAllGlobal(const std::string& dir) 
   return out;
 }
 
+// ---- AsyncSaver ----------------------------------------------------------------------
+
+AsyncSaver::~AsyncSaver() { (void)Wait(); }
+
+absl::Status AsyncSaver::Wait() {
+  if (!thread_.joinable()) return absl::OkStatus();
+  thread_.join();
+  absl::Status st = result_;
+  result_ = absl::OkStatus();
+  host_.reset();
+  return st;
+}
+
+absl::Status AsyncSaver::Start(const std::string& root, const std::vector<TensorPiece>& pieces,
+                               const SaveOptions& options) {
+  GTP_RETURN_IF_ERROR(Wait());
+  host_ = std::make_unique<HeapAllocator>();
+  std::vector<TensorPiece> copies;
+  copies.reserve(pieces.size());
+  for (const TensorPiece& p : pieces) {
+    TensorPiece c = p;
+    GTP_ASSIGN_OR_RETURN(c.data, CopyTo(p.data, *host_));  // synchronous snapshot
+    copies.push_back(std::move(c));
+  }
+  thread_ = std::thread([this, root, options, copies = std::move(copies)]() {
+    result_ = Save(root, copies, comm_, options);
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace gtp::checkpoint

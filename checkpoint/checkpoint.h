@@ -34,8 +34,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -90,6 +92,32 @@ absl::StatusOr<LoadResult> Load(const std::string& root, std::optional<int64_t> 
 // The iteration `latest` names, NotFound when there is none. Does not block
 // on other ranks.
 absl::StatusOr<int64_t> LatestIteration(const std::string& root);
+
+// Asynchronous save: Start copies this rank's pieces to host memory (the
+// only blocking part; training may change the tensors as soon as it
+// returns) and writes and commits them on a background thread, over `comm`.
+// `comm` must be used by nobody else while a save is in flight: give the
+// saver its own communicator (e.g. world.Split of all ranks). Start waits
+// for the previous save first; Wait returns its status. Every rank must
+// call Start and Wait in the same order. Not thread-safe itself.
+class AsyncSaver {
+ public:
+  explicit AsyncSaver(comm::Communicator& comm) : comm_(comm) {}
+  ~AsyncSaver();
+  AsyncSaver(const AsyncSaver&) = delete;
+  AsyncSaver& operator=(const AsyncSaver&) = delete;
+
+  absl::Status Start(const std::string& root, const std::vector<TensorPiece>& pieces,
+                     const SaveOptions& options);
+  absl::Status Wait();
+  bool in_flight() const { return thread_.joinable(); }
+
+ private:
+  comm::Communicator& comm_;
+  std::thread thread_;
+  absl::Status result_;
+  std::unique_ptr<HeapAllocator> host_;
+};
 
 // Directory of one iteration: <root>/iter_%07d.
 std::string IterationDir(const std::string& root, int64_t iteration);

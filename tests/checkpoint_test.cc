@@ -265,5 +265,29 @@ TEST(Checkpoint, MissingCheckpointAndWrongModelAreClearErrors) {
   EXPECT_NE(st.message().find("no checkpoint"), std::string::npos) << st;
 }
 
+TEST(Checkpoint, AsyncSaveSnapshotsTheStepItStartedAt) {
+  // Training continues while the async save writes; the checkpoint must hold
+  // the values of the step at which it started, bit for bit (compared with a
+  // synchronous save of the same step).
+  const std::string sync_dir = Tmp("sync"), async_dir = Tmp("async");
+  ASSERT_TRUE(WithModel(kTP2GTP2, 3, [&](Ctx& c) -> absl::Status {
+                GTP_RETURN_IF_ERROR(Step(c, 0).status());
+                GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(c));
+                checkpoint::SaveOptions opt;
+                opt.iteration = 1;
+                GTP_RETURN_IF_ERROR(checkpoint::Save(sync_dir, pieces, *c.world, opt));
+                GTP_ASSIGN_OR_RETURN(auto saver_comm, c.world->Split({{0, 1, 2, 3}}, "ckpt"));
+                checkpoint::AsyncSaver saver(*saver_comm);
+                GTP_RETURN_IF_ERROR(saver.Start(async_dir, pieces, opt));
+                for (int s = 1; s < 4; ++s) GTP_RETURN_IF_ERROR(Step(c, s).status());  // overlaps the write
+                return saver.Wait();
+              }).ok());
+  auto a = checkpoint::ReadAllGlobal(checkpoint::IterationDir(sync_dir, 1));
+  auto b = checkpoint::ReadAllGlobal(checkpoint::IterationDir(async_dir, 1));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) EXPECT_TRUE((*a)[i].bytes == (*b)[i].bytes) << (*a)[i].key;
+}
+
 }  // namespace
 }  // namespace gtp

@@ -2,8 +2,9 @@
 # Integration tests of the trainer through the gpt_tiny binary (issue 8):
 #  1. a shortened run learns (loss falls by a clear margin), leaves a
 #     checkpoint and a metrics file;
-#  2. SIGTERM mid-run writes a checkpoint and exits 0; the rerun resumes and
-#     its losses continue exactly as an uninterrupted run's;
+#  2. SIGTERM mid-run (with asynchronous periodic saves) writes a checkpoint
+#     and exits 0; the rerun resumes and its losses continue exactly as an
+#     uninterrupted run's;
 #  3. bad configs give one line naming the problem, exit non-zero, write nothing.
 set -euo pipefail
 bin="$1"
@@ -23,7 +24,8 @@ awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.75 * f) }' || { echo "loss 
 
 echo "== 2. SIGTERM, then resume continues exactly"
 "$bin" --run_dir "$tmp/full" --set "$small,train.steps=30,train.eval_every=0,checkpoint.every=0" > /dev/null
-"$bin" --run_dir "$tmp/cut" --set "$small,train.steps=30,train.eval_every=0,checkpoint.every=0" > "$tmp/cut.log" &
+# The interrupted run also writes asynchronous periodic checkpoints.
+"$bin" --run_dir "$tmp/cut" --set "$small,train.steps=30,train.eval_every=0,checkpoint.every=3,checkpoint.async_save=true" > "$tmp/cut.log" &
 pid=$!
 for _ in $(seq 1 600); do
   n=$(losses "$tmp/cut/metrics.jsonl" 2>/dev/null | wc -l || true)
@@ -36,7 +38,7 @@ grep -q "stopped by signal" "$tmp/cut.log"
 stopped=$(cat "$tmp/cut/checkpoints/latest")
 echo "stopped after step $stopped"
 [ "$stopped" -lt 30 ] || { echo "the run finished before the signal"; exit 1; }
-"$bin" --run_dir "$tmp/cut" --set "$small,train.steps=30,train.eval_every=0,checkpoint.every=0" > "$tmp/resume.log"
+"$bin" --run_dir "$tmp/cut" --set "$small,train.steps=30,train.eval_every=0,checkpoint.every=3,checkpoint.async_save=true" > "$tmp/resume.log"
 grep -q "resumed from" "$tmp/resume.log"
 diff <(losses "$tmp/full/metrics.jsonl") <(losses "$tmp/cut/metrics.jsonl") \
   || { echo "resumed losses differ from the uninterrupted run"; exit 1; }

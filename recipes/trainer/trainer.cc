@@ -191,7 +191,9 @@ class RankRun {
       GTP_RETURN_IF_ERROR(
           comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
       const bool periodic = r_.checkpoint().every() > 0 && step_ % r_.checkpoint().every() == 0;
-      if (periodic || step_ == steps || any) GTP_RETURN_IF_ERROR(SaveCheckpoint());
+      if (periodic || step_ == steps || any) {
+        GTP_RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/step_ == steps || any));
+      }
       if (any) {
         g_stopped_by_signal.store(true);
         if (rank0()) {
@@ -341,7 +343,7 @@ class RankRun {
     return pieces;
   }
 
-  absl::Status SaveCheckpoint() {
+  absl::Status SaveCheckpoint(bool wait) {
     GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
     checkpoint::SaveOptions so;
     so.iteration = step_;
@@ -352,7 +354,15 @@ class RankRun {
     so.extra["optimizer_skipped"] = absl::StrCat(opt_->progress().num_skipped);
     so.extra["layout"] = absl::StrCat("world=", world_.size(), " tp=", r_.parallel().tp(),
                                       " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards());
-    return checkpoint::Save(ckpt_root_, pieces, host_, so);
+    if (!r_.checkpoint().async_save()) return checkpoint::Save(ckpt_root_, pieces, host_, so);
+    if (saver_ == nullptr) {
+      std::vector<int> all(host_.size());
+      for (int i = 0; i < host_.size(); ++i) all[i] = i;
+      GTP_ASSIGN_OR_RETURN(saver_comm_, host_.Split({all}, "checkpoint"));
+      saver_ = std::make_unique<checkpoint::AsyncSaver>(*saver_comm_);
+    }
+    GTP_RETURN_IF_ERROR(saver_->Start(ckpt_root_, pieces, so));
+    return wait ? saver_->Wait() : absl::OkStatus();
   }
 
   absl::Status MaybeResume() {
@@ -437,6 +447,8 @@ class RankRun {
   std::unique_ptr<data::GptDataset> train_, valid_;
   std::unique_ptr<data::DistributedSampler> sampler_;
   std::string ckpt_root_, metrics_path_;
+  std::unique_ptr<comm::Communicator> saver_comm_;
+  std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
   int64_t step_ = 0;
   int64_t local_params_ = 0;
 };
