@@ -2,9 +2,12 @@
 //
 //   ckpt inspect <checkpoint root or iter_ dir>
 //       iteration, layout, every tensor's dtype, global shape, pieces and bytes
-//   ckpt export --format safetensors [--names hf-gpt2] <ckpt dir> <out.safetensors>
-//       full unsharded tensors; with --names hf-gpt2 the names and layouts of a
-//       Hugging Face GPT2LMHeadModel (fused c_attn, Conv1D [in, out] weights)
+//   ckpt export --format safetensors [--names gtp|hf-gpt2|hf-llama] [--vocab V]
+//               <ckpt dir> <out.safetensors>
+//       full unsharded tensors; --names hf-gpt2 gives the names and layouts of a
+//       Hugging Face GPT2LMHeadModel (fused c_attn, Conv1D [in, out] weights),
+//       hf-llama those of LlamaForCausalLM (split gate/up); --vocab strips
+//       vocabulary padding
 //
 // Errors print one line naming the problem and exit non-zero.
 #include <cstdio>
@@ -169,6 +172,58 @@ absl::StatusOr<SafeTensorsFile> ToHfGpt2(const std::vector<GlobalTensor>& all, i
   return f;
 }
 
+// Rows [begin, end) of a row-major f32 [R, C] tensor.
+SafeTensor Rows(const GlobalTensor& g, int64_t begin, int64_t end) {
+  SafeTensor t = ToSafe(g);
+  const int64_t c = g.shape.rank() >= 2 ? g.shape[1] : 1;
+  t.bytes.assign(g.bytes.begin() + begin * c * 4, g.bytes.begin() + end * c * 4);
+  t.shape = g.shape.rank() >= 2 ? Shape{end - begin, c} : Shape{end - begin};
+  return t;
+}
+
+// gtp Llama-style names (RMSNorm, fused [gate; up], RoPE, untied) → Hugging
+// Face LlamaForCausalLM names. Both use [out, in] Linear weights and the
+// rotate-half RoPE convention, so weights map without permutation.
+absl::StatusOr<SafeTensorsFile> ToHfLlama(const std::vector<GlobalTensor>& all, int64_t vocab) {
+  std::map<std::string, const GlobalTensor*> by;
+  for (const auto& g : all) by[g.key] = &g;
+  auto get = [&](const std::string& k) -> absl::StatusOr<const GlobalTensor*> {
+    auto it = by.find(k);
+    if (it == by.end()) return absl::NotFoundError("checkpoint lacks " + k + " (not a Llama-style model?)");
+    return it->second;
+  };
+  auto vocab_rows = [&](const GlobalTensor& g) {
+    return Rows(g, 0, vocab > 0 && vocab < g.shape[0] ? vocab : g.shape[0]);
+  };
+  SafeTensorsFile f;
+  f.metadata["format"] = "pt";
+  GTP_ASSIGN_OR_RETURN(const GlobalTensor* wte, get("wte.weight"));
+  f.tensors["model.embed_tokens.weight"] = vocab_rows(*wte);
+  GTP_ASSIGN_OR_RETURN(const GlobalTensor* head, get("lm_head.weight"));
+  f.tensors["lm_head.weight"] = vocab_rows(*head);
+  GTP_ASSIGN_OR_RETURN(const GlobalTensor* norm, get("ln_f.weight"));
+  f.tensors["model.norm.weight"] = ToSafe(*norm);
+  for (int l = 0;; ++l) {
+    const std::string p = absl::StrCat("h.", l, ".");
+    if (!by.count(p + "attn.q.weight")) break;
+    const std::string h = absl::StrCat("model.layers.", l, ".");
+    const std::pair<const char*, const char*> map[] = {
+        {"attn.q.weight", "self_attn.q_proj.weight"}, {"attn.k.weight", "self_attn.k_proj.weight"},
+        {"attn.v.weight", "self_attn.v_proj.weight"}, {"attn.o.weight", "self_attn.o_proj.weight"},
+        {"mlp.proj.weight", "mlp.down_proj.weight"},  {"ln1.weight", "input_layernorm.weight"},
+        {"ln2.weight", "post_attention_layernorm.weight"}};
+    for (const auto& [ours, theirs] : map) {
+      GTP_ASSIGN_OR_RETURN(const GlobalTensor* t, get(p + ours));
+      f.tensors[h + theirs] = ToSafe(*t);
+    }
+    GTP_ASSIGN_OR_RETURN(const GlobalTensor* fc, get(p + "mlp.fc.weight"));  // [gate; up]
+    const int64_t H = fc->shape[0] / 2;
+    f.tensors[h + "mlp.gate_proj.weight"] = Rows(*fc, 0, H);
+    f.tensors[h + "mlp.up_proj.weight"] = Rows(*fc, H, 2 * H);
+  }
+  return f;
+}
+
 absl::Status Export(const std::string& path, const std::string& out, const std::string& names,
                     int64_t vocab) {
   GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
@@ -176,10 +231,14 @@ absl::Status Export(const std::string& path, const std::string& out, const std::
   SafeTensorsFile f;
   if (names == "hf-gpt2") {
     GTP_ASSIGN_OR_RETURN(f, ToHfGpt2(all, vocab));
+  } else if (names == "hf-llama") {
+    GTP_ASSIGN_OR_RETURN(f, ToHfLlama(all, vocab));
   } else if (names == "gtp") {
-    for (const auto& g : all) f.tensors[g.key] = ToSafe(g);
+    for (const auto& g : all) {
+      if (g.key.find('/') == std::string::npos) f.tensors[g.key] = ToSafe(g);  // weights, not optimizer state
+    }
   } else {
-    return absl::InvalidArgumentError("--names must be gtp or hf-gpt2, got " + names);
+    return absl::InvalidArgumentError("--names must be gtp, hf-gpt2 or hf-llama, got " + names);
   }
   GTP_RETURN_IF_ERROR(WriteSafeTensors(out, f));
   std::printf("wrote %zu tensors to %s\n", f.tensors.size(), out.c_str());
@@ -189,7 +248,7 @@ absl::Status Export(const std::string& path, const std::string& out, const std::
 int Usage() {
   std::fprintf(stderr,
                "usage: ckpt inspect <checkpoint>\n"
-               "       ckpt export --format safetensors [--names gtp|hf-gpt2] [--vocab V] "
+               "       ckpt export --format safetensors [--names gtp|hf-gpt2|hf-llama] [--vocab V] "
                "<checkpoint> <out.safetensors>\n");
   return 2;
 }
