@@ -121,5 +121,18 @@ void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
                   float theta, cudaStream_t stream);
 
+
+// Causal attention through cuBLASLt GEMMs and fused causal-softmax row
+// kernels: the same contract and outputs as AttentionForward/Backward above
+// (att saved, upper triangle 0; dq, dk, dv written), much faster for
+// T ≥ 128. scratch: B·NH·T·T floats.
+void AttentionForwardGemm(BlasContext& ctx, const float* q, const float* k, const float* v,
+                          float* out, float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                          int64_t HS, cudaStream_t stream);
+void AttentionBackwardGemm(BlasContext& ctx, const float* dout, const float* q, const float* k,
+                           const float* v, const float* att, float* dq, float* dk, float* dv,
+                           float* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                           int64_t HS, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace gtp::kernels

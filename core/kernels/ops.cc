@@ -273,7 +273,9 @@ void AttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Ten
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
   GTP_CHECK(att.numel() == B * NH * T * T, "AttentionForward: att ", att.ToString());
   if (e.is_cuda()) {
-    cuda::AttentionForward(F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS, e.stream);
+    GTP_CHECK(e.blas != nullptr, "CUDA Exec without a BlasContext");
+    cuda::AttentionForwardGemm(*e.blas, F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS,
+                               e.stream);
   } else {
     cpu::AttentionForward(F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS);
   }
@@ -286,8 +288,9 @@ void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
   Tensor scratch = e.Empty({B * NH * T * T});
   if (e.is_cuda()) {
-    cuda::AttentionBackward(F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv), M(scratch), B,
-                            T, NH, NKV, HS, e.stream);
+    GTP_CHECK(e.blas != nullptr, "CUDA Exec without a BlasContext");
+    cuda::AttentionBackwardGemm(*e.blas, F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv),
+                                M(scratch), B, T, NH, NKV, HS, e.stream);
   } else {
     cpu::AttentionBackward(F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv), M(scratch), B,
                            T, NH, NKV, HS);

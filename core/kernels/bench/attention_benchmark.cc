@@ -1,5 +1,6 @@
 // Causal self-attention throughput (naive kernels: probabilities materialised).
 //   bazel run -c opt //core/kernels/bench:attention_benchmark
+// Third argument: 0 naive kernels, 1 GEMM-based (cuBLASLt + row kernels).
 // FLOPs counted as the causal work of QKᵀ and PV: 2·(2·B·NH·T²·HS)/2 forward,
 // twice that backward. CUDA variants register when a GPU is visible.
 #include <vector>
@@ -57,7 +58,16 @@ void BM_CudaAttention(benchmark::State& state) {
   cudaEvent_t start, stop;
   GTP_CUDA_CHECK(cudaEventCreate(&start));
   GTP_CUDA_CHECK(cudaEventCreate(&stop));
+  const bool gemm = state.range(2) != 0;
+  cuda::BlasContext ctx(0);
   auto step = [&] {
+    if (gemm) {
+      cuda::AttentionForwardGemm(ctx, q, k, v, out, att, kB, T, kNH, kNH, kHS, stream);
+      if (bwd)
+        cuda::AttentionBackwardGemm(ctx, dout, q, k, v, att, dq, dk, dv, scratch, kB, T, kNH, kNH,
+                                    kHS, stream);
+      return;
+    }
     cuda::AttentionForward(q, k, v, out, att, kB, T, kNH, kNH, kHS, stream);
     if (bwd)
       cuda::AttentionBackward(dout, q, k, v, att, dq, dk, dv, scratch, kB, T, kNH, kNH, kHS, stream);
@@ -86,7 +96,8 @@ void BM_CudaAttention(benchmark::State& state) {
 int main(int argc, char** argv) {
   if (gtp::CudaDeviceCount() > 0) {
     benchmark::RegisterBenchmark("BM_CudaAttention", gtp::kernels::BM_CudaAttention)
-        ->Args({256, 0})->Args({1024, 0})->Args({1024, 1})->Args({2048, 1})
+        ->Args({256, 0, 0})->Args({1024, 0, 0})->Args({1024, 1, 0})->Args({2048, 1, 0})
+        ->Args({256, 0, 1})->Args({1024, 0, 1})->Args({1024, 1, 1})->Args({2048, 1, 1})
         ->UseManualTime()->Unit(benchmark::kMicrosecond);
   }
   benchmark::Initialize(&argc, argv);

@@ -27,13 +27,36 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 1, 1, 1},   {2, 3, 4, 2, 5},   {1, 33, 3, 1, 16},
                          {2, 64, 4, 4, 64}, {1, 257, 2, 1, 8}, {2, 40, 8, 2, 128}};
 
+// The naive kernels and the GEMM-based ones share one contract.
+void Forward(bool gemm, cuda::BlasContext& ctx, const float* q, const float* k, const float* v,
+             float* out, float* att, const Shape& s, cudaStream_t st) {
+  if (gemm) {
+    cuda::AttentionForwardGemm(ctx, q, k, v, out, att, s.B, s.T, s.NH, s.NKV, s.HS, st);
+  } else {
+    cuda::AttentionForward(q, k, v, out, att, s.B, s.T, s.NH, s.NKV, s.HS, st);
+  }
+}
+void Backward(bool gemm, cuda::BlasContext& ctx, const float* dout, const float* q, const float* k,
+              const float* v, const float* att, float* dq, float* dk, float* dv, float* scratch,
+              const Shape& s, cudaStream_t st) {
+  if (gemm) {
+    cuda::AttentionBackwardGemm(ctx, dout, q, k, v, att, dq, dk, dv, scratch, s.B, s.T, s.NH, s.NKV,
+                                s.HS, st);
+  } else {
+    cuda::AttentionBackward(dout, q, k, v, att, dq, dk, dv, scratch, s.B, s.T, s.NH, s.NKV, s.HS, st);
+  }
+}
+
+class AttentionGpu : public ::testing::TestWithParam<bool> {};
+
 std::string Describe(const Shape& s) {
   return absl::StrCat("B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS);
 }
 
-TEST(AttentionGpu, ForwardAndBackwardMatchCpu) {
+TEST_P(AttentionGpu, ForwardAndBackwardMatchCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
   Rng rng(51);
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(Describe(s));
@@ -49,12 +72,11 @@ TEST(AttentionGpu, ForwardAndBackwardMatchCpu) {
 
     DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_out(nq), d_att(natt), d_dout(dout),
         d_att_cpu(att), d_dq(nq), d_dk(nkv), d_dv(nkv), d_scratch(natt);
-    cuda::AttentionForward(d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_att.get(), s.B, s.T,
-                           s.NH, s.NKV, s.HS, stream.get());
+    Forward(GetParam(), ctx, d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_att.get(), s,
+            stream.get());
     // The backward gets the CPU's probabilities, so it is tested on its own.
-    cuda::AttentionBackward(d_dout.get(), d_q.get(), d_k.get(), d_v.get(), d_att_cpu.get(),
-                            d_dq.get(), d_dk.get(), d_dv.get(), d_scratch.get(), s.B, s.T, s.NH,
-                            s.NKV, s.HS, stream.get());
+    Backward(GetParam(), ctx, d_dout.get(), d_q.get(), d_k.get(), d_v.get(), d_att_cpu.get(),
+             d_dq.get(), d_dk.get(), d_dv.get(), d_scratch.get(), s, stream.get());
     EXPECT_TRUE(RelClose(d_out.Download(), ToDouble(out), 1e-5));
     EXPECT_TRUE(RelClose(d_att.Download(), ToDouble(att), 1e-5));
     EXPECT_TRUE(RelClose(d_dq.Download(), ToDouble(dq), 1e-5));
@@ -63,9 +85,10 @@ TEST(AttentionGpu, ForwardAndBackwardMatchCpu) {
   }
 }
 
-TEST(AttentionGpu, IsDeterministic) {
+TEST_P(AttentionGpu, IsDeterministic) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
   Rng rng(52);
   const Shape s{2, 128, 8, 2, 64};
   const int64_t nq = s.B * s.T * s.NH * s.HS, nkv = s.B * s.T * s.NKV * s.HS;
@@ -74,10 +97,9 @@ TEST(AttentionGpu, IsDeterministic) {
       dout(rng.Normal(nq)), dq(nq), dk(nkv), dv(nkv), scratch(natt);
   std::vector<float> first[4];
   for (int i = 0; i < 3; ++i) {
-    cuda::AttentionForward(q.get(), k.get(), v.get(), out.get(), att.get(), s.B, s.T, s.NH, s.NKV,
-                           s.HS, stream.get());
-    cuda::AttentionBackward(dout.get(), q.get(), k.get(), v.get(), att.get(), dq.get(), dk.get(),
-                            dv.get(), scratch.get(), s.B, s.T, s.NH, s.NKV, s.HS, stream.get());
+    Forward(GetParam(), ctx, q.get(), k.get(), v.get(), out.get(), att.get(), s, stream.get());
+    Backward(GetParam(), ctx, dout.get(), q.get(), k.get(), v.get(), att.get(), dq.get(), dk.get(),
+             dv.get(), scratch.get(), s, stream.get());
     std::vector<float> now[4] = {out.Download(), dq.Download(), dk.Download(), dv.Download()};
     for (int j = 0; j < 4; ++j) {
       if (i == 0) {
@@ -88,6 +110,9 @@ TEST(AttentionGpu, IsDeterministic) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Impl, AttentionGpu, ::testing::Bool(),
+                         [](const auto& i) { return i.param ? "gemm" : "naive"; });
 
 }  // namespace
 }  // namespace gtp::kernels::testing
