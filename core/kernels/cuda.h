@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
+
 #include "core/kernels/kernels.h"
 
 namespace gtp::kernels {
@@ -26,10 +28,17 @@ class BlasContext {
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
 
+  // cuBLASLt's algorithm choice per GEMM shape (types, transposes, sizes,
+  // leading dimensions, operand alignments), remembered after the first
+  // heuristic query: the query costs more than a small GEMM.
+  struct AlgoCache;
+  AlgoCache& algo_cache() { return *cache_; }
+
  private:
   void* lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  std::unique_ptr<AlgoCache> cache_;
 };
 
 void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, void* C,

@@ -16,6 +16,9 @@
 // a stream-ordered temporary and is rounded to bf16 afterwards.
 #include <cublasLt.h>
 
+#include <array>
+#include <map>
+
 #include <cstdint>
 
 #include "core/cuda_runtime.h"
@@ -82,7 +85,13 @@ struct LtCall {
 
 }  // namespace
 
-BlasContext::BlasContext(int device) {
+struct BlasContext::AlgoCache {
+  // (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c)
+  using Key = std::array<int64_t, 13>;
+  std::map<Key, cublasLtMatmulAlgo_t> algos;
+};
+
+BlasContext::BlasContext(int device) : cache_(std::make_unique<AlgoCache>()) {
   int previous = 0;
   GTP_CUDA_CHECK(cudaGetDevice(&previous));
   GTP_CUDA_CHECK(cudaSetDevice(device));
@@ -171,16 +180,25 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
   GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
 
-  cublasLtMatmulHeuristicResult_t result = {};
-  int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, call.op, call.a, call.b, call.c,
-                                                           call.c, call.pref, 1, &result, &found);
-  GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, "Gemm: no cuBLASLt algorithm for m=", d.m,
-            " n=", d.n, " k=", d.k, " trans_a=", d.trans_a, " trans_b=", d.trans_b,
-            " ab=", DTypeName(d.ab_type), " c=", DTypeName(d.c_type), " lda=", lda, " ldb=", ldb,
-            " ldc=", ldc, ": ", cublasLtGetStatusString(hs));
+  const BlasContext::AlgoCache::Key key = {static_cast<int64_t>(d.ab_type),
+                                          static_cast<int64_t>(d.c_type), d.trans_a, d.trans_b,
+                                          d.m, d.n, d.k, lda, ldb, ldc, align_a, align_b, align_c};
+  auto& algos = ctx.algo_cache().algos;
+  auto cached = algos.find(key);
+  if (cached == algos.end()) {
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, call.op, call.a, call.b,
+                                                             call.c, call.c, call.pref, 1, &result,
+                                                             &found);
+    GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, "Gemm: no cuBLASLt algorithm for m=", d.m,
+              " n=", d.n, " k=", d.k, " trans_a=", d.trans_a, " trans_b=", d.trans_b,
+              " ab=", DTypeName(d.ab_type), " c=", DTypeName(d.c_type), " lda=", lda,
+              " ldb=", ldb, " ldc=", ldc, ": ", cublasLtGetStatusString(hs));
+    cached = algos.emplace(key, result.algo).first;
+  }
   GTP_CUBLAS_CHECK(cublasLtMatmul(handle, call.op, &d.alpha, B, call.a, A, call.b, &d.beta, C,
-                                  call.c, C, call.c, &result.algo, ctx.workspace(),
+                                  call.c, C, call.c, &cached->second, ctx.workspace(),
                                   ctx.workspace_bytes(), stream));
 }
 
