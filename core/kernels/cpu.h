@@ -11,6 +11,9 @@ namespace cpu {
 
 // ---- GEMM ------------------------------------------------------------------
 void Gemm(const GemmDesc& d, const void* A, const void* B, void* C);
+// Threads the BLAS may use per GEMM call (process-wide). Ranks running as
+// threads of one process should share the cores: n = cores / ranks.
+void SetGemmThreads(int n);
 
 // ---- Embedding ---------------------------------------------------------------
 // out[N, C] = table[idx[n] - vocab_start] for idx in [vocab_start, vocab_start + V),

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "comm/store/tcp_store.h"
 #include "comm/ucx/ucx_communicator.h"
 #include "core/cuda_runtime.h"
+#include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
 #include "core/status.h"
 #include "data/corpus.h"
@@ -530,6 +532,18 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
     });
   }
   HeapAllocator host;
+  // Ranks on this machine share its cores: one BLAS pool per rank would
+  // oversubscribe them (2.2× slower gpt_tiny as 4 threads on 2 cores).
+  {
+    const int ranks_here = under_launcher ? std::max(1, std::atoi(std::getenv("LOCAL_WORLD_SIZE")
+                                                                      ? std::getenv("LOCAL_WORLD_SIZE")
+                                                                      : std::getenv("WORLD_SIZE")
+                                                                            ? std::getenv("WORLD_SIZE")
+                                                                            : "1"))
+                                          : recipe.parallel().world_size();
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    kernels::cpu::SetGemmThreads(std::max(1, cores / std::max(1, ranks_here)));
+  }
   if (under_launcher) {
     GTP_ASSIGN_OR_RETURN(auto world, comm::CreateUcxWorldFromEnv({}));
     RankRun run(recipe, options, *world, *world, kernels::Exec::Cpu(host));

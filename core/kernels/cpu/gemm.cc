@@ -94,4 +94,6 @@ void Gemm(const GemmDesc& d, const void* A, const void* B, void* C) {
   }
 }
 
+void SetGemmThreads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+
 }  // namespace gtp::kernels::cpu
