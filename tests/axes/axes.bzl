@@ -1,0 +1,23 @@
+"""axes_matrix(): one test target per (layout, backend) of the axis matrix.
+
+`bazel test //tests/axes/...` lists the matrix; a failing target's name is the
+layout, e.g. //tests/axes:gpt_tp2_gtp2_dp1_sp_llama_ucx.
+"""
+
+def axes_matrix(name, layouts, backends = ["local", "ucx"]):
+    """layouts: list of (tp, gtp, dp, sp, llama) tuples."""
+    for tp, gtp, dp, sp, llama in layouts:
+        base = "%s_tp%d_gtp%d_dp%d%s%s" % (name, tp, gtp, dp, "_sp" if sp else "", "_llama" if llama else "_gpt2")
+        flags = ["--tp=%d" % tp, "--gtp=%d" % gtp, "--dp=%d" % dp]
+        if sp:
+            flags.append("--sp")
+        if llama:
+            flags.append("--llama")
+        for backend in backends:
+            native.sh_test(
+                name = base + "_" + backend,
+                srcs = ["run_cell.sh"],
+                args = [backend, str(tp * gtp * dp), "$(location :axes_check)", "$(location //tools/gtprun)"] + flags,
+                data = [":axes_check", "//tools/gtprun"],
+                tags = ["axes", backend],
+            )
