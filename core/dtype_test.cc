@@ -106,7 +106,9 @@ TEST(DType, BF16RoundsToNearestEven) {
   EXPECT_EQ(BF16BitsToF32(F32ToBF16Bits(INFINITY)), INFINITY);
   for (uint32_t c = 0; c < 65536; ++c) {
     float v = BF16BitsToF32(static_cast<uint16_t>(c));
-    if (!std::isnan(v)) ASSERT_EQ(F32ToBF16Bits(v), c);
+    if (!std::isnan(v)) {
+      ASSERT_EQ(F32ToBF16Bits(v), c);
+    }
   }
 }
 
