@@ -168,7 +168,10 @@ absl::Status Save(const std::string& root, const std::vector<TensorPiece>& piece
       e->set_dtype(DTypeName(p.data.dtype()));
       for (int64_t d : p.global_shape) e->add_global_shape(d);
       if (rb >= re) continue;
-      GTP_ASSIGN_OR_RETURN(Tensor h, CopyTo(p.data, host));
+      Tensor h = p.data;  // host data is written as is; device data is staged once
+      if (!h.device().is_cpu() || !h.is_contiguous()) {
+        GTP_ASSIGN_OR_RETURN(h, CopyTo(p.data, host));
+      }
       const int64_t cols = Cols(p);
       const size_t es = SizeOf(p.data.dtype());
       const char* bytes = static_cast<const char*>(h.raw_data()) + rb * cols * es;
@@ -426,7 +429,6 @@ absl::StatusOr<std::vector<GlobalTensor>> ReadAllGlobal(const std::string& dir) 
     TensorPiece whole;
     whole.key = e.key();
     whole.global_shape = g.shape;
-    HeapAllocator host;
     whole.data = Tensor::Wrap(g.bytes.data(),
                               g.shape.rank() >= 2 ? Shape{g.shape[0], g.shape[1]} : Shape{g.shape[0]},
                               g.dtype, Device::Cpu());

@@ -21,20 +21,22 @@ absl::Status Err(cudaError_t e, const char* what) {
 
 absl::Status PhiloxOnDevice(uint64_t key, uint64_t first, int n, uint32_t* out_raw,
                             float* out_uniform, float* out_normal) {
-  uint32_t* raw;
-  float *uni, *nrm;
-  absl::Status st = Err(cudaMalloc(&raw, 16 * n), "cudaMalloc");
-  if (!st.ok()) return st;
-  cudaMalloc(&uni, 4 * n);
-  cudaMalloc(&nrm, 4 * n);
-  PhiloxKernel<<<(n + 255) / 256, 256>>>(key, first, n, raw, uni, nrm);
-  st = Err(cudaGetLastError(), "PhiloxKernel launch");
-  if (st.ok()) st = Err(cudaMemcpy(out_raw, raw, 16 * n, cudaMemcpyDeviceToHost), "copy raw");
-  if (st.ok()) st = Err(cudaMemcpy(out_uniform, uni, 4 * n, cudaMemcpyDeviceToHost), "copy uni");
-  if (st.ok()) st = Err(cudaMemcpy(out_normal, nrm, 4 * n, cudaMemcpyDeviceToHost), "copy nrm");
+  uint32_t* raw = nullptr;
+  float *uni = nullptr, *nrm = nullptr;
+  // First failure wins; plain cudaError_t keeps nvcc quiet about [[nodiscard]] Status.
+  cudaError_t e = cudaMalloc(&raw, 16 * n);
+  if (e == cudaSuccess) e = cudaMalloc(&uni, 4 * n);
+  if (e == cudaSuccess) e = cudaMalloc(&nrm, 4 * n);
+  if (e == cudaSuccess) {
+    PhiloxKernel<<<(n + 255) / 256, 256>>>(key, first, n, raw, uni, nrm);
+    e = cudaGetLastError();
+  }
+  if (e == cudaSuccess) e = cudaMemcpy(out_raw, raw, 16 * n, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(out_uniform, uni, 4 * n, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemcpy(out_normal, nrm, 4 * n, cudaMemcpyDeviceToHost);
   cudaFree(raw);
   cudaFree(uni);
   cudaFree(nrm);
-  return st;
+  return Err(e, "PhiloxOnDevice");
 }
 }  // namespace gtp::testing_internal

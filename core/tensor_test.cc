@@ -76,7 +76,9 @@ TEST(Tensor, StridedBoundsChecked) {
 TEST(CudaRuntime, NoGpuIsNotAnError) {
   int n = CudaDeviceCount();
   EXPECT_GE(n, 0);
-  if (n == 0) EXPECT_NE(NoGpuReason().find("no CUDA device"), std::string::npos);
+  if (n == 0) {
+    EXPECT_NE(NoGpuReason().find("no CUDA device"), std::string::npos);
+  }
 }
 
 TEST(CudaCachingAllocator, RoundSize) {

@@ -40,7 +40,6 @@ absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg
 template <typename T>
 Tensor ToDevice(const kernels::Exec& e, const std::vector<T>& v, const Shape& s) {
   Tensor out = e.Empty(s, DTypeOf<T>::value);
-  HeapAllocator host;
   Tensor h = Tensor::Wrap(const_cast<T*>(v.data()), s, DTypeOf<T>::value, Device::Cpu());
   GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/true));
   return out;
@@ -102,7 +101,6 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   InitShardFromGlobal(*m->wte_, vocab_layout, c.block.seed, c.block.init_std);
   m->sharded_.push_back(m->wte_.get());
   if (c.learned_positions) {
-    HeapAllocator host;
     std::vector<float> pe(c.max_seq_len * C);
     const uint64_t key = KeyFromName("wpe.weight", c.block.seed);
     for (size_t i = 0; i < pe.size(); ++i) pe[i] = 0.5f * c.block.init_std * PhiloxNormal(key, i);
