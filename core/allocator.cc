@@ -52,6 +52,47 @@ void HeapAllocator::ResetPeak() {
   stats_.peak_bytes_in_use = stats_.bytes_in_use;
 }
 
+PinnedHostAllocator::~PinnedHostAllocator() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [p, size] : live_) cudaFreeHost(p);
+}
+
+absl::StatusOr<void*> PinnedHostAllocator::Allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  GTP_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  absl::MutexLock lock(&mu_);
+  live_[p] = bytes;
+  stats_.bytes_in_use += bytes;
+  stats_.bytes_reserved += bytes;
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  stats_.num_allocs++;
+  return p;
+}
+
+void PinnedHostAllocator::Free(void* p) {
+  if (!p) return;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = live_.find(p);
+    GTP_CHECK(it != live_.end(), "PinnedHostAllocator::Free of a pointer it did not allocate");
+    stats_.bytes_in_use -= it->second;
+    stats_.bytes_reserved -= it->second;
+    live_.erase(it);
+  }
+  cudaFreeHost(p);
+}
+
+AllocatorStats PinnedHostAllocator::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void PinnedHostAllocator::ResetPeak() {
+  absl::MutexLock lock(&mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 CudaCachingAllocator::CudaCachingAllocator(int device) : device_(device) {}
 
 CudaCachingAllocator::~CudaCachingAllocator() {

@@ -58,6 +58,24 @@ class HeapAllocator final : public Allocator {
   AllocatorStats stats_;          // GUARDED_BY(mu_)
 };
 
+// Page-locked host memory (cudaHostAlloc), so host↔device copies can be
+// truly asynchronous. Reports Device::Cpu(). Allocate fails with the CUDA
+// error where no CUDA driver is present.
+class PinnedHostAllocator final : public Allocator {
+ public:
+  ~PinnedHostAllocator() override;
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Free(void* p) override;
+  Device device() const override { return Device::Cpu(); }
+  AllocatorStats stats() const override;
+  void ResetPeak() override;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<void*, size_t> live_;  // GUARDED_BY(mu_)
+  AllocatorStats stats_;          // GUARDED_BY(mu_)
+};
+
 // Caching allocator for one CUDA device. Sizes round up to 512 B below 1 MiB
 // and to 2 MiB above; a freed block returns to its size class. When
 // cudaMalloc fails, the cache is emptied and the allocation retried once.

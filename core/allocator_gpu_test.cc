@@ -48,3 +48,29 @@ TEST(CudaCachingAllocatorGpu, OutOfMemoryIsAStatus) {
 
 }  // namespace
 }  // namespace gtp
+
+namespace gtp {
+namespace {
+
+TEST(PinnedHostAllocatorGpu, PageLockedAndCounted) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  PinnedHostAllocator pinned;
+  {
+    Tensor h = Tensor::Empty({1000}, DType::kF32, pinned);
+    EXPECT_EQ(pinned.stats().bytes_in_use, 4000);
+    cudaPointerAttributes attr{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attr, h.raw_data()), cudaSuccess);
+    EXPECT_EQ(attr.type, cudaMemoryTypeHost);  // page-locked, registered with CUDA
+    for (int i = 0; i < 1000; ++i) h.data<float>()[i] = static_cast<float>(i) - 0.5f;
+    CudaCachingAllocator dev(0);
+    Tensor d = Tensor::Empty({1000}, DType::kF32, dev);
+    Tensor back = Tensor::Empty({1000}, DType::kF32, pinned);
+    ASSERT_TRUE(Copy(h, d, nullptr, /*sync=*/false).ok());
+    ASSERT_TRUE(Copy(d, back, nullptr, /*sync=*/true).ok());
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(back.data<float>()[i], static_cast<float>(i) - 0.5f);
+  }
+  EXPECT_EQ(pinned.stats().bytes_in_use, 0);
+}
+
+}  // namespace
+}  // namespace gtp

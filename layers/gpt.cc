@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -93,8 +94,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   m->chain_ = std::make_unique<GtpChain>(exec, gtp_options);
   const int64_t C = c.block.n_embd;
 
-  m->wte_ = std::make_unique<ShardedParam>("wte.weight", m->v_tp_, C, DType::kF32, gtp,
-                                           m->chain_.get());
+  const DType dt = c.block.dtype;
+  m->wte_ = std::make_unique<ShardedParam>("wte.weight", m->v_tp_, C, dt, gtp, m->chain_.get());
   m->wte_->set_gathered_in_backward(false);  // lookups' backward is a scatter-add
   const int64_t vstart = m->vocab_start_;
   const ShardedParam::GlobalLayout vocab_layout{v_pad, C, [vstart](int64_t r) { return vstart + r; }, 0};
@@ -104,7 +105,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     std::vector<float> pe(c.max_seq_len * C);
     const uint64_t key = KeyFromName("wpe.weight", c.block.seed);
     for (size_t i = 0; i < pe.size(); ++i) pe[i] = 0.5f * c.block.init_std * PhiloxNormal(key, i);
-    m->wpe_ = ReplicatedParam{"wpe.weight", ToDevice(exec, pe, {c.max_seq_len, C}),
+    m->wpe_ = ReplicatedParam{"wpe.weight", TensorFromHost(exec, pe.data(), {c.max_seq_len, C}, dt),
                               exec.Zeros({c.max_seq_len, C}), m->sp_,
                               {c.max_seq_len, C, [](int64_t r) { return r; }, 0}};
     m->replicated_.push_back(&m->wpe_);
@@ -124,8 +125,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   }
   m->ln_f_ = std::make_unique<Norm>("ln_f", c.block, tp, exec);
   for (ReplicatedParam* p : m->ln_f_->params()) m->replicated_.push_back(p);
+  m->loss_acc_ = exec.Zeros({1});
+  m->count_ = exec.Zeros({1});
   if (!c.tied_embeddings) {
-    m->lm_head_ = std::make_unique<ShardedParam>("lm_head.weight", m->v_tp_, C, DType::kF32, gtp,
+    m->lm_head_ = std::make_unique<ShardedParam>("lm_head.weight", m->v_tp_, C, dt, gtp,
                                                  m->chain_.get());
     InitShardFromGlobal(*m->lm_head_, vocab_layout, c.block.seed, c.block.init_std);
     m->sharded_.push_back(m->lm_head_.get());
@@ -136,7 +139,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
 absl::StatusOr<Tensor> GptModel::EmbedForward(const Tensor& tokens) {
   const int64_t N = B_ * T_, C = config_.block.n_embd;
   GTP_ASSIGN_OR_RETURN(Tensor table, wte_->Materialize(Direction::kForward));
-  Tensor x = exec_.Empty({N, C});
+  Tensor x = exec_.Empty({N, C}, config_.block.dtype);
   ops::EmbeddingForward(exec_, tokens, table.Slice(0, v_real_), x, vocab_start_);
   wte_->Release(Direction::kForward);
   // Each TP rank looked up only its vocabulary slice: sum (SP: scatter rows).
@@ -146,7 +149,7 @@ absl::StatusOr<Tensor> GptModel::EmbedForward(const Tensor& tokens) {
     GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, x));
   }
   if (config_.learned_positions) {
-    Tensor pe = exec_.Empty({rows_local_, C});
+    Tensor pe = exec_.Empty({rows_local_, C}, config_.block.dtype);
     ops::EmbeddingForward(exec_, pos_ids_, wpe_.value, pe, 0);
     ops::Axpby(exec_, 1.0f, pe, 1.0f, x);
   }
@@ -166,7 +169,7 @@ absl::Status GptModel::EmbedBackward(const Tensor& dx) {
   return wte_->ReduceGrad();
 }
 
-absl::StatusOr<float> GptModel::Forward(const Tensor& tokens, const Tensor& targets) {
+absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets) {
   const int64_t N = B_ * T_;
   if (tokens.numel() != N || targets.numel() != N) {
     return Bad(absl::StrCat("tokens/targets must have B·T = ", N, " elements, got ",
@@ -174,10 +177,16 @@ absl::StatusOr<float> GptModel::Forward(const Tensor& tokens, const Tensor& targ
   }
   tokens_ = tokens.View({N});
   targets_ = targets.View({N});
-  GTP_ASSIGN_OR_RETURN(Tensor x, EmbedForward(tokens_));
-  for (auto& b : blocks_) {
-    GTP_ASSIGN_OR_RETURN(x, b->Forward(x));
+  Tensor x;
+  {
+    Timeline::Scope span(timeline_, "embed", exec_.stream);
+    GTP_ASSIGN_OR_RETURN(x, EmbedForward(tokens_));
   }
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    Timeline::Scope span(timeline_, absl::StrCat("h.", l, " fwd"), exec_.stream);
+    GTP_ASSIGN_OR_RETURN(x, blocks_[l]->Forward(x));
+  }
+  Timeline::Scope head_span(timeline_, "head+loss fwd", exec_.stream);
   Tensor h = ln_f_->Forward(x);
   if (sp_) {
     GTP_ASSIGN_OR_RETURN(h_f_, AllGatherRows(exec_, *tp_, h));
@@ -186,52 +195,69 @@ absl::StatusOr<float> GptModel::Forward(const Tensor& tokens, const Tensor& targ
   }
   ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
   GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(Direction::kForward, /*prefetch=*/lm_head_ != nullptr));
-  logits_ = exec_.Empty({N, v_real_});
-  ops::Linear(exec_, h_f_, w.Slice(0, v_real_), logits_);
+  // Over the padded vocabulary slice (v_tp_, a multiple of 128 / TP): aligned
+  // rows for the GEMM and the loss kernels; the pad columns are masked there.
+  logits_ = exec_.Empty({N, v_tp_}, config_.block.dtype);
+  ops::Linear(exec_, h_f_, w.Slice(0, v_tp_), logits_);
   head->Release(Direction::kForward);
   // Vocab-parallel cross-entropy: max and target logit, then Σexp, over TP.
   row_max_ = exec_.Empty({N});
   sumexp_ = exec_.Empty({N});
   Tensor target_logit = exec_.Empty({N}), loss = exec_.Empty({N});
-  ops::CrossEntropyStats(exec_, logits_, targets_, row_max_, target_logit, vocab_start_);
+  ops::CrossEntropyStats(exec_, logits_, targets_, row_max_, target_logit, vocab_start_, v_real_);
   if (tp_->size() > 1) {
     GTP_RETURN_IF_ERROR(comm::Run(tp_->AllReduce(row_max_.raw_data(), row_max_.raw_data(), N,
                                                  DType::kF32, comm::ReduceOp::kMax)));
     GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, target_logit));
   }
-  ops::CrossEntropySumExp(exec_, logits_, row_max_, sumexp_);
+  ops::CrossEntropySumExp(exec_, logits_, row_max_, sumexp_, v_real_);
   GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, sumexp_));
   ops::CrossEntropyLoss(exec_, row_max_, sumexp_, target_logit, targets_, loss);
-  std::vector<float> l = ToHost<float>(exec_, loss);
-  std::vector<int32_t> tg = ToHost<int32_t>(exec_, targets_);
-  double sum = 0;
-  n_valid_ = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    if (tg[i] < 0) continue;
-    sum += l[i];
-    ++n_valid_;
-  }
-  return n_valid_ > 0 ? static_cast<float>(sum / n_valid_) : 0.0f;
+  // On the device: count_ = valid targets, loss_acc_ += this lane's mean.
+  ops::MaskedMeanAccumulate(exec_, loss, targets_, loss_acc_, count_);
+  n_valid_ = -1;  // known on the device only
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> GptModel::Forward(const Tensor& tokens, const Tensor& targets) {
+  const std::vector<float> before = ToHost<float>(exec_, loss_acc_);
+  GTP_RETURN_IF_ERROR(ForwardAsync(tokens, targets));
+  const std::vector<float> after = ToHost<float>(exec_, loss_acc_);
+  n_valid_ = static_cast<int64_t>(ToHost<float>(exec_, count_)[0]);
+  ops::Fill(exec_, loss_acc_, before[0]);  // a synchronous Forward leaves the sum alone
+  return after[0] - before[0];
+}
+
+absl::StatusOr<float> GptModel::TakeLossSum() {
+  const float sum = ToHost<float>(exec_, loss_acc_)[0];
+  ops::Fill(exec_, loss_acc_, 0.0f);
+  return sum;
 }
 
 absl::Status GptModel::Backward() {
   const int64_t N = B_ * T_, C = config_.block.n_embd;
   if (!logits_.defined()) return absl::FailedPreconditionError("Backward without Forward");
+  std::optional<Timeline::Scope> head_span;
+  head_span.emplace(timeline_, "head+loss bwd", exec_.stream);
   Tensor dloss = exec_.Empty({N});
   const bool sum = config_.loss_reduction == LossReduction::kSum;
-  ops::Fill(exec_, dloss, sum ? 1.0f : (n_valid_ > 0 ? 1.0f / n_valid_ : 0.0f));
-  Tensor dlogits = exec_.Empty({N, v_real_});
+  if (sum) {
+    ops::Fill(exec_, dloss, 1.0f);
+  } else {
+    ops::FillReciprocal(exec_, count_, dloss);  // 1 / valid targets (0 if none)
+  }
+  Tensor dlogits = exec_.Empty({N, v_tp_}, config_.block.dtype);  // pad columns 0
   ops::CrossEntropyBackward(exec_, logits_, row_max_, sumexp_, targets_, dloss, dlogits,
-                            vocab_start_);
+                            vocab_start_, v_real_);
   logits_ = row_max_ = sumexp_ = Tensor();
   ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
   GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(Direction::kBackward));
-  Tensor dh = exec_.Empty({N, C});
-  ops::LinearBackwardData(exec_, dlogits, w.Slice(0, v_real_), dh);
+  Tensor dh = exec_.Empty({N, C}, config_.block.dtype);
+  ops::LinearBackwardData(exec_, dlogits, w.Slice(0, v_tp_), dh);
   bool fresh = false;
   Tensor wgrad = head->Wgrad(&fresh);
-  if (fresh) ops::Fill(exec_, wgrad, 0.0f);  // vocab pad rows too
-  ops::LinearBackwardWeight(exec_, dlogits, h_f_, wgrad.Slice(0, v_real_), 1.0f);
+  // Every vocabulary row (pad rows get 0 from the zero pad columns of dlogits).
+  ops::LinearBackwardWeight(exec_, dlogits, h_f_, wgrad.Slice(0, v_tp_), fresh ? 0.0f : 1.0f);
   head->Release(Direction::kBackward);
   if (lm_head_) GTP_RETURN_IF_ERROR(lm_head_->ReduceGrad());  // tied: after the embedding's part
   h_f_ = Tensor();
@@ -242,9 +268,12 @@ absl::Status GptModel::Backward() {
     GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, dh));
   }
   Tensor dx = ln_f_->Backward(dh);
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
-    GTP_ASSIGN_OR_RETURN(dx, (*it)->Backward(dx));
+  head_span.reset();
+  for (size_t l = blocks_.size(); l-- > 0;) {
+    Timeline::Scope span(timeline_, absl::StrCat("h.", l, " bwd"), exec_.stream);
+    GTP_ASSIGN_OR_RETURN(dx, blocks_[l]->Backward(dx));
   }
+  Timeline::Scope span(timeline_, "embed bwd", exec_.stream);
   GTP_RETURN_IF_ERROR(EmbedBackward(dx));
   return chain_->FinishBackward();
 }
@@ -277,16 +306,16 @@ absl::Status GptModel::LoadGlobal(const std::string& name, const float* data, co
       }
       std::vector<float> slice(p->value.numel());
       for (int64_t r = 0; r < p->value.numel(); ++r) slice[r] = data[p->layout.row_map(r)];
-      Tensor h = Tensor::Wrap(slice.data(), p->value.shape(), DType::kF32, Device::Cpu());
-      return Copy(h, p->value, exec_.stream, /*sync=*/true);
+      CopyFromHostF32(exec_, slice.data(), p->value);
+      return absl::OkStatus();
     }
     if (shape != p->value.shape()) {
       return absl::InvalidArgumentError(absl::StrCat("parameter ", name, " is ",
                                                      p->value.shape().ToString(), ", got ",
                                                      shape.ToString()));
     }
-    Tensor h = Tensor::Wrap(const_cast<float*>(data), shape, DType::kF32, Device::Cpu());
-    return Copy(h, p->value, exec_.stream, /*sync=*/true);
+    CopyFromHostF32(exec_, data, p->value);
+    return absl::OkStatus();
   }
   return absl::NotFoundError(absl::StrCat("the model has no parameter named ", name));
 }

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/kernels/ops.h"
+#include "core/timeline.h"
 #include "layers/linear.h"
 #include "layers/sharded_param.h"
 #include "layers/transformer.h"
@@ -64,18 +65,29 @@ class GptModel {
       const kernels::Exec& exec, const GtpOptions& gtp_options = {});
 
   // tokens, targets: i32 [B, T] on the exec's device (targets < 0 are
-  // ignored). Returns this lane's mean loss. Keeps activations for Backward.
+  // ignored). Enqueues the forward and adds this lane's mean loss into a
+  // device accumulator (TakeLossSum); keeps activations for Backward. No
+  // host synchronisation on the GPU.
+  absl::Status ForwardAsync(const Tensor& tokens, const Tensor& targets);
+  // ForwardAsync, then waits and returns this micro-batch's mean loss (the
+  // accumulator is left as it was). Blocks: for tests and evaluation.
   absl::StatusOr<float> Forward(const Tensor& tokens, const Tensor& targets);
+  // The sum of the mean losses of every ForwardAsync since the last call;
+  // resets it. Blocks (one device-to-host copy).
+  absl::StatusOr<float> TakeLossSum();
   // Backward of the loss (mean or sum, config().loss_reduction): parameter gradients accumulate (+=) into the
   // sharded params' main grads (after the GTP reduce-scatter, which means
   // over the lanes of a GTP group) and the replicated params' grads (local to
   // this lane). Finishes every pending reduction before returning.
   absl::Status Backward();
-  // Logits of the last Forward: [B·T, V_real_t] on this TP rank, columns
-  // [vocab_start(), vocab_start() + V_real_t) of the vocabulary.
+  // Logits of the last Forward: [B·T, V_pad/TP] on this TP rank; its first
+  // vocab_local() columns are columns [vocab_start(), vocab_start() +
+  // vocab_local()) of the vocabulary, the rest vocabulary padding.
   const Tensor& logits() const { return logits_; }
   int64_t vocab_start() const { return vocab_start_; }
-  // Valid targets (>= 0) of the last Forward on this lane.
+  int64_t vocab_local() const { return v_real_; }
+  // Valid targets (>= 0) of the last (synchronous) Forward on this lane;
+  // -1 after ForwardAsync.
   int64_t num_valid_tokens() const { return n_valid_; }
 
   // Sets parameter `name` (e.g. "h.0.attn.q.weight") from its full global
@@ -85,6 +97,9 @@ class GptModel {
   absl::Status LoadGlobal(const std::string& name, const float* data, const Shape& shape);
 
   GtpChain& chain() { return *chain_; }
+  // Records embedding / per-block / head spans of Forward and Backward on
+  // `t` (null: none). Not owned.
+  void set_timeline(Timeline* t) { timeline_ = t; }
   // Every parameter of this rank, in a fixed order.
   const std::vector<ShardedParam*>& sharded_params() const { return sharded_; }
   const std::vector<ReplicatedParam*>& replicated_params() const { return replicated_; }
@@ -110,7 +125,10 @@ class GptModel {
   std::vector<ReplicatedParam*> replicated_;
   // Saved for backward.
   Tensor tokens_, targets_, pos_ids_, h_f_, logits_, row_max_, sumexp_;
+  Tensor loss_acc_;  // f32 [1]: Σ of micro-batch mean losses (device)
+  Tensor count_;     // f32 [1]: valid targets of the last forward (device)
   int64_t n_valid_ = 0;
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace gtp::layers

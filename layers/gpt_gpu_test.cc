@@ -2,6 +2,8 @@
 // same initial weights, same tokens, three SGD steps, losses within 1e-5
 // relative (f32 everywhere; cuBLASLt in plain f32, not TF32).
 #include <cmath>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/local/local_communicator.h"
@@ -79,6 +81,89 @@ TEST_P(GptGpu, MatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, GptGpu, ::testing::Values(false, true),
+                         [](const auto& i) { return i.param ? "llama" : "gpt2"; });
+
+// One forward/backward: loss and every gradient (host f32, by param name).
+struct Grads {
+  float loss = 0;
+  std::vector<std::pair<std::string, std::vector<float>>> grads;
+};
+
+Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T) {
+  GptConfig c = GptConfig::Gpt2(1000, T, 2, 128, 2);  // HS = 64: the flash kernel's size
+  c.block.seed = 13;
+  c.block.dtype = dt;
+  if (llama) {
+    c.block.rope = true;
+    c.learned_positions = false;
+    c.block.norm = NormKind::kRMSNorm;
+    c.block.activation = Activation::kSwiGlu;
+    c.block.bias = false;
+    c.tied_embeddings = false;
+  }
+  const int64_t B = 2;
+  Grads out;
+  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build({}, w));
+    GTP_ASSIGN_OR_RETURN(auto model, GptModel::Create(c, B, T, pgs, exec));
+    std::vector<int32_t> tok(B * T), tgt(B * T);
+    for (int64_t i = 0; i < B * T; ++i) {
+      tok[i] = PhiloxRaw(9, i).v[0] % 1000;
+      tgt[i] = PhiloxRaw(9, i).v[1] % 1000;
+    }
+    Tensor dtok = exec.Empty({B, T}, DType::kI32), dtgt = exec.Empty({B, T}, DType::kI32);
+    GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(tok.data(), {B, T}, DType::kI32, Device::Cpu()), dtok, exec.stream, true));
+    GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(tgt.data(), {B, T}, DType::kI32, Device::Cpu()), dtgt, exec.stream, true));
+    GTP_ASSIGN_OR_RETURN(out.loss, model->Forward(dtok, dtgt));
+    GTP_RETURN_IF_ERROR(model->Backward());
+    auto host = [&](const Tensor& t) {
+      std::vector<float> v(t.numel());
+      GTP_CHECK_OK(Copy(t, Tensor::Wrap(v.data(), t.shape(), DType::kF32, Device::Cpu()), exec.stream, true));
+      return v;
+    };
+    for (ShardedParam* p : model->sharded_params()) out.grads.emplace_back(p->name(), host(p->main_grad()));
+    for (ReplicatedParam* p : model->replicated_params()) out.grads.emplace_back(p->name, host(p->grad));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+class GptGpuBf16 : public ::testing::TestWithParam<bool> {};
+
+// bf16 on the GPU (flash attention, bf16 GEMMs and kernels) against the f32
+// model on the CPU (the reference).
+TEST_P(GptGpuBf16, MatchesCpuF32) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  HeapAllocator host;
+  CudaCachingAllocator dev(0);
+  auto stream = Stream::Create(0);
+  ASSERT_TRUE(stream.ok());
+  kernels::cuda::BlasContext blas(0);
+  kernels::Exec gpu{Device::Cuda(0), &dev, stream->get(), &blas};
+  for (int64_t T : {64, 200}) {
+    SCOPED_TRACE(T);
+    const Grads ref = ForwardBackward(kernels::Exec::Cpu(host), GetParam(), DType::kF32, T);
+    const Grads got = ForwardBackward(gpu, GetParam(), DType::kBF16, T);
+    ASSERT_TRUE(std::isfinite(got.loss));
+    EXPECT_NEAR(got.loss, ref.loss, 1e-2 * ref.loss);
+    ASSERT_EQ(got.grads.size(), ref.grads.size());
+    for (size_t i = 0; i < ref.grads.size(); ++i) {
+      const auto& [name, want] = ref.grads[i];
+      const std::vector<float>& g = got.grads[i].second;
+      if (name.find("attn.k.bias") != std::string::npos) continue;  // true gradient is 0
+      double num = 0, den = 0;
+      for (size_t j = 0; j < want.size(); ++j) {
+        ASSERT_TRUE(std::isfinite(g[j])) << name;
+        num += (g[j] - want[j]) * double(g[j] - want[j]);
+        den += want[j] * double(want[j]);
+      }
+      EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 3e-2) << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, GptGpuBf16, ::testing::Values(false, true),
                          [](const auto& i) { return i.param ? "llama" : "gpt2"; });
 
 }  // namespace

@@ -21,6 +21,35 @@ absl::StatusOr<TpGtpGroups> TpGtpGroups::From(const parallel::ProcessGroupCollec
 // ---- helpers -------------------------------------------------------------------------
 
 namespace {
+// Copies host f32 `h` into `dst` (any device), rounding to dst's dtype.
+void CopyRounded(const Tensor& h, const Tensor& dst, const kernels::Exec& e) {
+  if (dst.dtype() == DType::kF32) {
+    GTP_CHECK_OK(Copy(h, dst, e.stream, /*sync=*/true));
+    return;
+  }
+  GTP_CHECK(dst.dtype() == DType::kBF16, "parameters are f32 or bf16, got ", DTypeName(dst.dtype()));
+  std::vector<bf16> r(h.numel());
+  const float* f = h.data<float>();
+  for (size_t i = 0; i < r.size(); ++i) r[i] = ToBF16(f[i]);
+  Tensor hb = Tensor::Wrap(r.data(), dst.shape(), DType::kBF16, Device::Cpu());
+  GTP_CHECK_OK(Copy(hb, dst, e.stream, /*sync=*/true));
+}
+
+// `src` (f32 or bf16, any device) as host f32 values. Blocks.
+std::vector<float> HostF32(const Tensor& src, const kernels::Exec& e) {
+  std::vector<float> out(src.numel());
+  if (src.dtype() == DType::kF32) {
+    GTP_CHECK_OK(Copy(src, Tensor::Wrap(out.data(), src.shape(), DType::kF32, Device::Cpu()),
+                      e.stream, /*sync=*/true));
+    return out;
+  }
+  std::vector<bf16> b(src.numel());
+  GTP_CHECK_OK(Copy(src, Tensor::Wrap(b.data(), src.shape(), DType::kBF16, Device::Cpu()),
+                    e.stream, /*sync=*/true));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = ToF32(b[i]);
+  return out;
+}
+
 // Calls fn(shard_row, global_row) for every real (non-pad) row of p's shard.
 template <typename Fn>
 void ForEachShardRow(const ShardedParam& p, Fn fn) {
@@ -48,8 +77,7 @@ void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uin
           std * PhiloxNormal(key, static_cast<uint64_t>(gr * L.global_cols + L.col_offset + c));
     }
   });
-  GTP_CHECK(p.dtype() == DType::kF32, "InitShardFromGlobal: only f32 params so far");
-  GTP_CHECK_OK(Copy(h, p.shard(), p.exec().stream, /*sync=*/true));
+  CopyRounded(h, p.shard(), p.exec());
 }
 
 void LoadShardFromGlobal(ShardedParam& p, const float* global) {
@@ -61,20 +89,30 @@ void LoadShardFromGlobal(ShardedParam& p, const float* global) {
     std::copy(global + gr * L.global_cols + L.col_offset,
               global + gr * L.global_cols + L.col_offset + p.cols(), d + r * p.cols());
   });
-  GTP_CHECK_OK(Copy(h, p.shard(), p.exec().stream, /*sync=*/true));
+  CopyRounded(h, p.shard(), p.exec());
 }
 
 void StoreShardToGlobal(const ShardedParam& p, const Tensor& src, float* global) {
   const auto& L = p.global_layout();
-  GTP_CHECK(src.shape() == p.shard().shape() && src.dtype() == DType::kF32,
+  GTP_CHECK(src.shape() == p.shard().shape() &&
+                (src.dtype() == DType::kF32 || src.dtype() == DType::kBF16),
             "StoreShardToGlobal: ", src.ToString(), " is not shaped like ", p.name());
-  HeapAllocator host;
-  Tensor h = Tensor::Empty(src.shape(), src.dtype(), host);
-  GTP_CHECK_OK(Copy(src, h, p.exec().stream, /*sync=*/true));
-  const float* d = h.data<float>();
+  const std::vector<float> widened = HostF32(src, p.exec());
+  const float* d = widened.data();
   ForEachShardRow(p, [&](int64_t r, int64_t gr) {
     std::copy(d + r * p.cols(), d + (r + 1) * p.cols(), global + gr * L.global_cols + L.col_offset);
   });
+}
+
+Tensor TensorFromHost(const kernels::Exec& e, const float* values, const Shape& s, DType dtype) {
+  Tensor out = e.Empty(s, dtype);
+  CopyFromHostF32(e, values, out);
+  return out;
+}
+
+void CopyFromHostF32(const kernels::Exec& e, const float* values, const Tensor& dst) {
+  CopyRounded(Tensor::Wrap(const_cast<float*>(values), dst.shape(), DType::kF32, Device::Cpu()),
+              dst, e);
 }
 
 absl::StatusOr<Tensor> AllGatherRows(const kernels::Exec& e, comm::Communicator& group,
@@ -109,29 +147,33 @@ absl::Status AllReduceSum(comm::Communicator& group, const Tensor& x) {
       group.AllReduce(x.raw_data(), x.raw_data(), x.numel(), x.dtype(), comm::ReduceOp::kSum));
 }
 
-void AccumulateBiasGrad(const kernels::Exec& e, const Tensor& dy, const Tensor& db) {
+void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db) {
+  const kernels::Exec& e = chain.exec();
   const int64_t n = dy.numel() / dy.dim(-1), c = dy.dim(-1);
-  Tensor ones = e.Empty({n});
-  ops::Fill(e, ones, 1.0f);
+  const Tensor& ones = chain.Ones(n, dy.dtype());
   kernels::GemmDesc d;  // db[1, C] += ones[1, N] · dy[N, C]
   d.m = 1, d.n = c, d.k = n, d.beta = 1.0f;
+  d.ab_type = dy.dtype();
+  d.c_type = db.dtype();
   ops::Gemm(e, d, ones, dy, db);
 }
 
-void AddBias(const kernels::Exec& e, const Tensor& y, const Tensor& b) {
+void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b) {
+  const kernels::Exec& e = chain.exec();
   const int64_t n = y.numel() / y.dim(-1), c = y.dim(-1);
-  Tensor ones = e.Empty({n});
-  ops::Fill(e, ones, 1.0f);
+  const Tensor& ones = chain.Ones(n, b.dtype());
   kernels::GemmDesc d;  // y[N, C] += ones[N, 1] · b[1, C]
   d.m = n, d.n = c, d.k = 1, d.beta = 1.0f;
+  d.ab_type = b.dtype();
+  d.c_type = y.dtype();
   ops::Gemm(e, d, ones, b, y);
 }
 
 namespace {
 
 ReplicatedParam MakeBias(const kernels::Exec& e, const std::string& name, int64_t n,
-                         ShardedParam::GlobalLayout layout, bool tp_sharded) {
-  ReplicatedParam b{name, e.Zeros({n}), e.Zeros({n}), false};
+                         ShardedParam::GlobalLayout layout, bool tp_sharded, DType dtype) {
+  ReplicatedParam b{name, e.Zeros({n}, dtype), e.Zeros({n}), false};
   b.layout = std::move(layout);
   b.tp_sharded = tp_sharded;
   return b;
@@ -167,7 +209,7 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
       config.out_features / parts, g.tp->size()));
   std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
-                                              config.in_features, DType::kF32, g.gtp, chain);
+                                              config.in_features, config.dtype, g.gtp, chain);
   const int64_t part_rows = config.out_features / parts, part_tp = part_rows / g.tp->size();
   const int64_t t = g.tp->rank();
   InitShardFromGlobal(
@@ -177,7 +219,7 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
       config.seed, config.init_std);
   if (config.bias) {
     l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_,
-                        l->weight_->global_layout(), g.tp->size() > 1);
+                        l->weight_->global_layout(), g.tp->size() > 1, config.dtype);
     l->bias_.layout.global_cols = 1;
     l->bias_.layout.col_offset = 0;
   }
@@ -193,10 +235,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Direction 
   }
   const int64_t n = x_saved_.numel() / config_.in_features;
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
-  Tensor y = e.Empty({n, out_tp_});
-  ops::Linear(e, x_saved_.View({n, config_.in_features}), w, y);
+  Tensor y = e.Empty({n, out_tp_}, config_.dtype);
+  ops::Linear(e, x_saved_.View({n, config_.in_features}), w, y, 0.0f, bias_.value);
   weight_->Release(dir);
-  if (bias_.value.defined()) AddBias(e, y, bias_.value);
   return y;
 }
 
@@ -205,14 +246,14 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy) {
   const int64_t n = x_saved_.numel() / config_.in_features;
   Tensor dy2 = dy.View({n, out_tp_});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
-  Tensor dx = e.Empty({n, config_.in_features});
+  Tensor dx = e.Empty({n, config_.in_features}, config_.dtype);
   ops::LinearBackwardData(e, dy2, w, dx);
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
   ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, config_.in_features}), wgrad, fresh ? 0.0f : 1.0f);
   weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
-  if (bias_.value.defined()) AccumulateBiasGrad(e, dy2, bias_.grad);
+  if (bias_.value.defined()) AccumulateBiasGrad(*chain_, dy2, bias_.grad);
   x_saved_ = Tensor();
   if (config_.caller_reduces_input_grad) return dx;
   if (config_.sequence_parallel) return ReduceScatterRows(e, *groups_.tp, dx);
@@ -231,14 +272,15 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
   GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".in_features", config.in_features, g.tp->size()));
   std::unique_ptr<RowParallelLinear> l(new RowParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", config.out_features,
-                                              l->in_tp_, DType::kF32, g.gtp, chain);
+                                              l->in_tp_, config.dtype, g.gtp, chain);
   InitShardFromGlobal(*l->weight_,
                       {config.out_features, config.in_features, [](int64_t r) { return r; },
                        static_cast<int64_t>(g.tp->rank()) * l->in_tp_},
                       config.seed, config.init_std);
   if (config.bias) {
     l->bias_ = MakeBias(chain->exec(), config.name + ".bias", config.out_features,
-                        {config.out_features, 1, [](int64_t r) { return r; }, 0}, false);
+                        {config.out_features, 1, [](int64_t r) { return r; }, 0}, false,
+                        config.dtype);
     l->bias_.grad_needs_tp_sum = config.sequence_parallel && g.tp->size() > 1;
   }
   return l;
@@ -249,30 +291,32 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
   x_saved_ = x;
   const int64_t n = x.numel() / in_tp_;
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
-  Tensor y = e.Empty({n, config_.out_features});
-  ops::Linear(e, x.View({n, in_tp_}), w, y);
+  Tensor y = e.Empty({n, config_.out_features}, config_.dtype);
+  // The bias is added once: fused into the GEMM without TP, else after the
+  // reduction.
+  const bool reduced = groups_.tp->size() > 1;
+  ops::Linear(e, x.View({n, in_tp_}), w, y, 0.0f, reduced ? Tensor() : bias_.value);
   weight_->Release(dir);
   if (config_.sequence_parallel) {
     GTP_ASSIGN_OR_RETURN(y, ReduceScatterRows(e, *groups_.tp, y));
   } else {
     GTP_RETURN_IF_ERROR(AllReduceSum(*groups_.tp, y));
   }
-  // The bias is added once, after the reduction.
-  if (bias_.value.defined()) AddBias(e, y, bias_.value);
+  if (reduced && bias_.value.defined()) AddBias(*chain_, y, bias_.value);
   return y;
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy) {
   const kernels::Exec& e = chain_->exec();
   Tensor dy_full = dy;
-  if (bias_.value.defined()) AccumulateBiasGrad(e, dy, bias_.grad);  // before any gather: local rows
+  if (bias_.value.defined()) AccumulateBiasGrad(*chain_, dy, bias_.grad);  // before any gather: local rows
   if (config_.sequence_parallel) {
     GTP_ASSIGN_OR_RETURN(dy_full, AllGatherRows(e, *groups_.tp, dy));
   }
   const int64_t n = x_saved_.numel() / in_tp_;
   Tensor dy2 = dy_full.View({n, config_.out_features});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
-  Tensor dx = e.Empty({n, in_tp_});
+  Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
   ops::LinearBackwardData(e, dy2, w, dx);
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);

@@ -59,12 +59,15 @@ struct LinearConfig {
   // holds its slice of every part, stacked the same way — e.g. SwiGLU's
   // [gate; up], so a rank's output row is [gate_t | up_t].
   int fused_parts = 1;
+  // Parameter and activation dtype (f32, or bf16 for mixed precision: the
+  // weight, its gathers and the activations are bf16, gradients stay f32).
+  DType dtype = DType::kF32;
 };
 
 // A replicated (not GTP-sharded) parameter with its f32 gradient.
 struct ReplicatedParam {
   std::string name;
-  Tensor value;  // f32
+  Tensor value;  // the model dtype (f32 or bf16)
   Tensor grad;   // f32, same shape; += by backward
   // True when each TP rank's grad covers only its sequence-parallel rows, so
   // finalisation must sum it over TP (Megatron's sequence-parallel params).
@@ -148,12 +151,20 @@ class RowParallelLinear {
 void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uint64_t seed,
                          float std);
 // Fills p's shard from the full global weight (host, row-major f32
-// [global_rows, global_cols]) using p's global layout. Blocks (host copy).
+// [global_rows, global_cols]) using p's global layout, rounded to p's dtype.
+// Blocks (host copy).
 void LoadShardFromGlobal(ShardedParam& p, const float* global);
 // Gathers nothing: writes this rank's piece of `src` (p's shard, or any
-// tensor shaped like it, e.g. its main grad) into `global` (host, sized like
-// the global weight); elements this rank does not hold are left untouched.
+// tensor shaped like it, e.g. its main grad; f32 or bf16) into `global`
+// (host, f32, sized like the global weight); elements this rank does not
+// hold are left untouched.
 void StoreShardToGlobal(const ShardedParam& p, const Tensor& src, float* global);
+// A new tensor on e's device holding host f32 `values` (shape `s`) rounded
+// to `dtype`. Blocks (host copy).
+Tensor TensorFromHost(const kernels::Exec& e, const float* values, const Shape& s, DType dtype);
+// Writes host f32 `values` (dst.numel() of them) into `dst` (f32 or bf16,
+// any device), rounding to dst's dtype. Blocks (host copy).
+void CopyFromHostF32(const kernels::Exec& e, const float* values, const Tensor& dst);
 
 // Activation collectives over `group` along dim 0 (blocking). Size-1 groups
 // return the input (AllReduce: in place).
@@ -163,9 +174,10 @@ absl::StatusOr<Tensor> ReduceScatterRows(const kernels::Exec& e, comm::Communica
                                          const Tensor& x);
 absl::Status AllReduceSum(comm::Communicator& group, const Tensor& x);
 
-// db[C] += Σ_rows dy[rows, C].
-void AccumulateBiasGrad(const kernels::Exec& e, const Tensor& dy, const Tensor& db);
-// y[rows, C] += b[C].
-void AddBias(const kernels::Exec& e, const Tensor& y, const Tensor& b);
+// db[C] += Σ_rows dy[rows, C] (one GEMM against the chain's ones vector;
+// db f32, dy f32 or bf16).
+void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db);
+// y[rows, C] += b[C] (same dtype).
+void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b);
 
 }  // namespace gtp::layers

@@ -49,6 +49,14 @@ void BufferCache::Release(const Tensor& t, Purpose purpose) {
 GtpChain::GtpChain(const kernels::Exec& exec, const GtpOptions& options)
     : exec_(exec), options_(options), cache_(exec) {}
 
+const Tensor& GtpChain::Ones(int64_t n, DType dtype) {
+  auto it = ones_.find({n, dtype});
+  if (it != ones_.end()) return it->second;
+  Tensor t = exec_.Empty({n}, dtype);
+  ops::Fill(exec_, t, 1.0f);
+  return ones_.emplace(std::make_pair(n, dtype), std::move(t)).first->second;
+}
+
 void GtpChain::Record(GtpTraceEvent::Kind kind, const ShardedParam& p, Direction dir, bool async) {
   if (tracing_) trace_.push_back(GtpTraceEvent{kind, p.name(), dir, async, seq_++});
 }
@@ -181,6 +189,14 @@ Tensor ShardedParam::Wgrad(bool* fresh) {
     return reduce_.wgrad;
   }
   GTP_CHECK(reduce_.state == CommState::kNone, name_, ": new wgrad while a reduction is pending");
+  if (gtp_size() == 1) {
+    // Nothing to reduce: the GEMMs accumulate straight into the main grad
+    // (its pad rows are zero and are never written).
+    reduce_.wgrad = main_grad_;
+    reduce_.open = true;
+    *fresh = false;
+    return main_grad_;
+  }
   Tensor w = chain_->cache().Acquire({padded_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
   // Cached buffers are shared by params of one padded shape: re-zero the pad.
   if (padded_rows_ > rows_) ops::Fill(chain_->exec(), w.Slice(rows_, padded_rows_), 0.0f);
@@ -228,11 +244,10 @@ absl::Status ShardedParam::FinalizeReduce(bool deferred) {
     ops::Axpby(e, 1.0f, reduce_.scatter, 1.0f, main_grad_);
     chain_->cache().Release(reduce_.scatter, BufferCache::kWgrad);
     reduce_.scatter = Tensor();
+    chain_->cache().Release(reduce_.wgrad, BufferCache::kWgrad);
   } else {
-    reduce_.state = CommState::kDataReady;
-    ops::Axpby(e, 1.0f, reduce_.wgrad, 1.0f, main_grad_);
+    reduce_.state = CommState::kDataReady;  // the wgrad was the main grad itself
   }
-  chain_->cache().Release(reduce_.wgrad, BufferCache::kWgrad);
   reduce_.wgrad = Tensor();
   reduce_.state = CommState::kNone;
   chain_->Record(GtpTraceEvent::kReduceFinalized, *this, Direction::kBackward, deferred);

@@ -114,6 +114,8 @@ class GtpChain {
   const GtpOptions& options() const { return options_; }
   const kernels::Exec& exec() const { return exec_; }
   BufferCache& cache() { return cache_; }
+  // A vector of n ones in `dtype` (bias GEMMs), made once per (n, dtype).
+  const Tensor& Ones(int64_t n, DType dtype);
 
   // Finalises every pending reduce-scatter (waits; synchronous). Call at the
   // end of each backward pass, before the optimizer reads main grads.
@@ -139,6 +141,7 @@ class GtpChain {
   kernels::Exec exec_;
   GtpOptions options_;
   BufferCache cache_;
+  std::map<std::pair<int64_t, DType>, Tensor> ones_;
   std::vector<ShardedParam*> order_;
   bool frozen_ = false;
   // Params whose reduce-scatter was issued and awaits finalisation (FIFO).
@@ -193,7 +196,8 @@ class ShardedParam {
   // The open [padded_rows, cols] f32 buffer for the full weight gradient
   // (pad rows zero). `*fresh` is true when it was just opened: write rows
   // [0, rows) with beta = 0; false when it already holds a contribution
-  // (a tied weight used twice): accumulate with beta = 1.
+  // (a tied weight used twice) — or, with GTP = 1, when it is the main grad
+  // itself (nothing to reduce): accumulate with beta = 1.
   Tensor Wgrad(bool* fresh);
   // Closes the open wgrad buffer and reduce-scatters it over GTP, then adds
   // into the main grad — deferred by one param when async_reduction is on.

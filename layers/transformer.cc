@@ -43,6 +43,7 @@ LinearConfig Lin(const std::string& name, const TransformerConfig& c, int64_t in
   l.init_std = std;
   l.seed = c.seed;
   l.caller_reduces_input_grad = caller_reduces;
+  l.dtype = c.dtype;
   return l;
 }
 
@@ -58,10 +59,12 @@ Norm::Norm(const std::string& name, const TransformerConfig& c, int tp, const ke
     : kind_(c.norm), eps_(c.norm_eps), exec_(e) {
   const bool tp_sum = c.sequence_parallel && tp > 1;
   const ShardedParam::GlobalLayout whole{c.n_embd, 1, [](int64_t r) { return r; }, 0};
-  w_ = ReplicatedParam{name + ".weight", e.Empty({c.n_embd}), e.Zeros({c.n_embd}), tp_sum, whole};
-  ops::Fill(e, w_.value, 1.0f);
+  const std::vector<float> ones(c.n_embd, 1.0f);
+  w_ = ReplicatedParam{name + ".weight", TensorFromHost(e, ones.data(), {c.n_embd}, c.dtype),
+                       e.Zeros({c.n_embd}), tp_sum, whole};
   if (kind_ == NormKind::kLayerNorm && c.bias) {
-    b_ = ReplicatedParam{name + ".bias", e.Zeros({c.n_embd}), e.Zeros({c.n_embd}), tp_sum, whole};
+    b_ = ReplicatedParam{name + ".bias", e.Zeros({c.n_embd}, c.dtype), e.Zeros({c.n_embd}), tp_sum,
+                         whole};
   }
 }
 
@@ -69,7 +72,7 @@ Tensor Norm::Forward(const Tensor& x) {
   const int64_t rows = x.numel() / x.dim(-1);
   x_ = x;
   rstd_ = exec_.Empty({rows});
-  Tensor y = exec_.Empty(x.shape());
+  Tensor y = exec_.Empty(x.shape(), x.dtype());
   if (kind_ == NormKind::kLayerNorm) {
     mean_ = exec_.Empty({rows});
     ops::LayerNormForward(exec_, x, w_.value, b_.value, y, mean_, rstd_, eps_);
@@ -80,7 +83,7 @@ Tensor Norm::Forward(const Tensor& x) {
 }
 
 Tensor Norm::Backward(const Tensor& dy) {
-  Tensor dx = exec_.Empty(x_.shape());
+  Tensor dx = exec_.Empty(x_.shape(), x_.dtype());
   if (kind_ == NormKind::kLayerNorm) {
     ops::LayerNormBackward(exec_, dy, x_, w_.value, mean_, rstd_, dx, w_.grad, b_.grad);
   } else {
@@ -139,14 +142,20 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
     ops::RopeForward(e, q, q, config_.rope_theta);
     ops::RopeForward(e, k, k, config_.rope_theta);
   }
-  att_ = e.Empty({B_, nh_tp_, T_, T_});
-  Tensor y = e.Empty({B_, T_, nh_tp_, hs_});
-  ops::AttentionForward(e, q, k, v, y, att_);
+  Tensor y = e.Empty({B_, T_, nh_tp_, hs_}, config_.dtype);
+  if (config_.dtype == DType::kBF16) {
+    lse_ = e.Empty({B_, nh_tp_, T_});
+    ops::FlashAttentionForward(e, q, k, v, y, lse_);
+    y_ = y;
+  } else {
+    att_ = e.Empty({B_, nh_tp_, T_, T_});
+    ops::AttentionForward(e, q, k, v, y, att_);
+  }
   return o_->Forward(y.View({B_ * T_, nh_tp_ * hs_}), dir);
 }
 
 void Attention::DropActivations() {
-  q_out_ = k_out_ = v_out_ = att_ = Tensor();
+  q_out_ = k_out_ = v_out_ = att_ = y_ = lse_ = Tensor();
   q_->DropActivations();
   k_->DropActivations();
   v_->DropActivations();
@@ -156,13 +165,20 @@ void Attention::DropActivations() {
 absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   const kernels::Exec& e = chain_->exec();
   GTP_ASSIGN_OR_RETURN(Tensor dy, o_->Backward(dout));
-  Tensor dq = e.Empty({B_, T_, nh_tp_, hs_});
-  Tensor dk = e.Empty({B_, T_, nkv_tp_, hs_});
-  Tensor dv = e.Empty({B_, T_, nkv_tp_, hs_});
-  ops::AttentionBackward(e, dy.View({B_, T_, nh_tp_, hs_}), q_out_.View({B_, T_, nh_tp_, hs_}),
-                         k_out_.View({B_, T_, nkv_tp_, hs_}), v_out_.View({B_, T_, nkv_tp_, hs_}),
-                         att_, dq, dk, dv);
-  q_out_ = k_out_ = v_out_ = att_ = Tensor();
+  const DType dt = config_.dtype;
+  Tensor dq = e.Empty({B_, T_, nh_tp_, hs_}, dt);
+  Tensor dk = e.Empty({B_, T_, nkv_tp_, hs_}, dt);
+  Tensor dv = e.Empty({B_, T_, nkv_tp_, hs_}, dt);
+  const Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
+  const Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
+  const Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
+  const Tensor dout4 = dy.View({B_, T_, nh_tp_, hs_});
+  if (dt == DType::kBF16) {
+    ops::FlashAttentionBackward(e, dout4, q, k, v, y_, lse_, dq, dk, dv);
+  } else {
+    ops::AttentionBackward(e, dout4, q, k, v, att_, dq, dk, dv);
+  }
+  q_out_ = k_out_ = v_out_ = att_ = y_ = lse_ = Tensor();
   if (config_.rope) {
     ops::RopeBackward(e, dq, dq, config_.rope_theta);
     ops::RopeBackward(e, dk, dk, config_.rope_theta);
@@ -212,7 +228,7 @@ absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
   GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin, dir));  // GELU: [N, H_tp]; SwiGLU: [N, gate|up]
   const int64_t n = pre_act_.dim(0);
   const bool glu = config_.activation == Activation::kSwiGlu;
-  Tensor act = e.Empty({n, glu ? pre_act_.dim(1) / 2 : pre_act_.dim(1)});
+  Tensor act = e.Empty({n, glu ? pre_act_.dim(1) / 2 : pre_act_.dim(1)}, pre_act_.dtype());
   if (glu) {
     ops::SwiGluForward(e, pre_act_, act);
   } else {
@@ -230,7 +246,7 @@ void Mlp::DropActivations() {
 absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
   const kernels::Exec& e = chain_->exec();
   GTP_ASSIGN_OR_RETURN(Tensor dact, proj_->Backward(dout));
-  Tensor dpre = e.Empty(pre_act_.shape());
+  Tensor dpre = e.Empty(pre_act_.shape(), pre_act_.dtype());
   if (config_.activation == Activation::kSwiGlu) {
     ops::SwiGluBackward(e, dact, pre_act_, dpre);
   } else {

@@ -51,6 +51,11 @@ struct TransformerConfig {
   // Direction::kRecompute) at the start of its backward.
   bool recompute = false;
   uint64_t seed = 0;
+  // f32, or bf16 for mixed precision: weights (and their GTP gathers),
+  // norm/bias values and activations in bf16; every gradient, norm
+  // statistic and the optimizer's master weights in f32. bf16 attention is
+  // the fused flash kernel (no T×T probabilities kept).
+  DType dtype = DType::kF32;
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * n_embd; }
@@ -92,7 +97,9 @@ class Attention {
   GtpChain* chain_ = nullptr;
   std::unique_ptr<ColumnParallelLinear> q_, k_, v_;
   std::unique_ptr<RowParallelLinear> o_;
-  Tensor q_out_, k_out_, v_out_, att_;
+  Tensor q_out_, k_out_, v_out_;
+  Tensor att_;       // f32: probabilities [B, NH_tp, T, T]
+  Tensor y_, lse_;   // bf16 (flash): output [B, T, NH_tp, HS], log-sum-exp [B, NH_tp, T]
 };
 
 class Mlp {

@@ -14,30 +14,46 @@ namespace ops = kernels::ops;
 namespace {
 
 // This rank's share of the buffer's sum of squares (see the file comment).
+// Ranges that count and ranges that count as 0·ss (copies another rank
+// counts) are coalesced into runs, and all runs are summed in one pass with
+// one stream synchronisation.
 double LocalSumSquares(const GradBuffer& grads) {
   const kernels::Exec& e = grads.exec();
   const bool scattered = grads.options().reduce == ReduceMode::kReduceScatter;
   if (!scattered && grads.replicate()->rank() != 0) return 0.0;
   const bool gtp0 = grads.gtp()->rank() == 0, tp0 = grads.tp()->rank() == 0;
-  double local = 0.0;
+  struct Run {
+    int64_t a, z;
+    bool counts;
+  };
+  std::vector<Run> runs;
+  auto add = [&runs](int64_t a, int64_t z, bool counts) {
+    if (a >= z) return;
+    if (!runs.empty() && runs.back().z == a && runs.back().counts == counts) {
+      runs.back().z = z;
+    } else {
+      runs.push_back({a, z, counts});
+    }
+  };
   for (const Bucket& b : grads.buckets()) {
     auto [lo, hi] = grads.valid_range(b.index);
     if (!b.replicated) {
-      // Every sharded element counts; padding is zero.
-      local += ops::SumSquares(e, grads.data().Slice(lo, hi));
+      add(lo, hi, true);  // every sharded element counts; padding is zero
       continue;
     }
     for (int i : b.params) {
       const GradParam& p = grads.params()[i];
-      const int64_t a = std::max(lo, p.offset), z = std::min(hi, p.offset + p.numel);
-      if (a >= z) continue;
-      const double ss = ops::SumSquares(e, grads.data().Slice(a, z));
       // A copy another rank counts still contributes 0·ss: nothing when
       // finite, NaN when not — a NaN on one TP rank's copy alone (TP copies
       // are never reduced together) must still skip the step everywhere.
-      local += (gtp0 && (p.tp_sharded || tp0)) ? ss : 0.0 * ss;
+      add(std::max(lo, p.offset), std::min(hi, p.offset + p.numel), gtp0 && (p.tp_sharded || tp0));
     }
   }
+  std::vector<Tensor> xs;
+  for (const Run& r : runs) xs.push_back(grads.data().Slice(r.a, r.z));
+  const std::vector<double> ss = ops::SumSquaresMany(e, xs);
+  double local = 0.0;
+  for (size_t i = 0; i < runs.size(); ++i) local += runs[i].counts ? ss[i] : 0.0 * ss[i];
   return local;
 }
 

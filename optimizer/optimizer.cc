@@ -6,6 +6,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
 #include "core/status.h"
 #include "optimizer/grad_norm.h"
 #include "optimizer/internal/device.h"
@@ -119,6 +121,7 @@ absl::Status DistributedOptimizer::CreatePart(GradBuffer* grads, Part* part) {
   // own only padding): every replicate rank must join the gathers.
   const bool any_adamw = std::count(part->is_muon.begin(), part->is_muon.end(), 0) > 0;
   part->gather = config_.distributed && grads->replicate()->size() > 1 && any_adamw;
+  BuildAdamWTable(part);
   if (!muon_params.empty()) {
     GTP_ASSIGN_OR_RETURN(part->muon,
                          internal::MuonUpdater::Create(*grads, muon_params, exec, config_.muon));
@@ -126,26 +129,60 @@ absl::Status DistributedOptimizer::CreatePart(GradBuffer* grads, Part* part) {
   return absl::OkStatus();
 }
 
-void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t) {
-  const std::vector<GradParam>& params = part.grads->params();
-  const AdamWConfig& c = config_.adamw;
-  const Tensor& g = part.grads->data();
-  for (const Segment& s : part.segments) {
-    kernels::AdamWParams hp;
-    hp.lr = lr;
-    hp.beta1 = c.beta1;
-    hp.beta2 = c.beta2;
-    hp.eps = c.eps;
-    hp.weight_decay = s.decay ? c.weight_decay : 0.0f;
-    hp.step = t;
-    Tensor p = s.master_offset >= 0 ? part.master.Slice(s.master_offset, s.master_offset + s.n)
+void DistributedOptimizer::BuildAdamWTable(Part* part) {
+  const std::vector<GradParam>& params = part->grads->params();
+  const Tensor& g = part->grads->data();
+  for (const Segment& s : part->segments) {
+    kernels::AdamWSegment a;
+    Tensor p = s.master_offset >= 0 ? part->master.Slice(s.master_offset, s.master_offset + s.n)
                                     : params[s.param].value().Slice(s.local, s.local + s.n);
-    internal::AdamW(exec_, p.data<float>(), g.data<float>() + s.buffer_offset,
-                    part.exp_avg.data<float>() + s.state_offset,
-                    part.exp_avg_sq.data<float>() + s.state_offset, s.n, hp);
-    if (s.master_offset >= 0 && !part.gather) {
-      internal::CastInto(exec_, p, params[s.param].value().Slice(s.local, s.local + s.n));
+    a.p = p.data<float>();
+    // A bf16 param gets its rounded copy in the same pass (unless the update
+    // is all-gathered first: GatherParams casts then).
+    if (s.master_offset >= 0 && !part->gather) {
+      Tensor v = params[s.param].value().Slice(s.local, s.local + s.n);
+      GTP_CHECK(v.dtype() == DType::kBF16, "AdamW: params are f32 or bf16, ",
+                params[s.param].name, " is ", DTypeName(v.dtype()));
+      a.p_bf16 = v.data<bf16>();
     }
+    a.g = g.data<float>() + s.buffer_offset;
+    a.m = part->exp_avg.data<float>() + s.state_offset;
+    a.v = part->exp_avg_sq.data<float>() + s.state_offset;
+    a.n = s.n;
+    a.weight_decay = s.decay ? config_.adamw.weight_decay : 0.0f;
+    part->adamw.push_back(a);
+  }
+  if (!exec_.is_cuda() || part->adamw.empty()) return;
+  const std::vector<kernels::cuda::AdamWChunk> chunks =
+      kernels::cuda::AdamWChunks(part->adamw.data(), static_cast<int>(part->adamw.size()));
+  part->num_chunks = static_cast<int>(chunks.size());
+  auto upload = [&](const void* src, int64_t bytes) {
+    Tensor d = exec_.Empty({bytes}, DType::kU8);
+    GTP_CHECK_OK(Copy(Tensor::Wrap(const_cast<void*>(src), {bytes}, DType::kU8, Device::Cpu()), d,
+                      exec_.stream, /*sync=*/true));
+    return d;
+  };
+  part->adamw_segments_dev =
+      upload(part->adamw.data(), part->adamw.size() * sizeof(kernels::AdamWSegment));
+  part->adamw_chunks_dev = upload(chunks.data(), chunks.size() * sizeof(kernels::cuda::AdamWChunk));
+}
+
+void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t) {
+  if (part.adamw.empty()) return;
+  const AdamWConfig& c = config_.adamw;
+  kernels::AdamWParams hp;
+  hp.lr = lr;
+  hp.beta1 = c.beta1;
+  hp.beta2 = c.beta2;
+  hp.eps = c.eps;
+  hp.step = t;
+  if (exec_.is_cuda()) {
+    kernels::cuda::AdamWMulti(
+        static_cast<const kernels::AdamWSegment*>(part.adamw_segments_dev.raw_data()),
+        static_cast<const kernels::cuda::AdamWChunk*>(part.adamw_chunks_dev.raw_data()),
+        part.num_chunks, hp, exec_.stream);
+  } else {
+    kernels::cpu::AdamWMulti(part.adamw.data(), static_cast<int>(part.adamw.size()), hp);
   }
 }
 

@@ -208,11 +208,17 @@ class DistributedOptimizer {
     std::vector<Segment> segments;
     Tensor exp_avg, exp_avg_sq, master;
     bool gather = false;  // all-gather AdamW params after the update
+    // Every AdamW segment as one multi-tensor update (built once: the
+    // pointers are stable). On CUDA the tables live on the device.
+    std::vector<kernels::AdamWSegment> adamw;
+    Tensor adamw_segments_dev, adamw_chunks_dev;
+    int num_chunks = 0;
     std::unique_ptr<internal::MuonUpdater> muon;
   };
 
   DistributedOptimizer() = default;
   absl::Status CreatePart(GradBuffer* grads, Part* part);
+  void BuildAdamWTable(Part* part);
   void StepAdamW(const Part& part, float lr, int64_t t);
   absl::Status GatherParams(const Part& part);
 

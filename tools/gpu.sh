@@ -23,6 +23,7 @@ bundle() {
     mapfile -t targets < <(bazel query 'attr(tags, "\bgpu\b", tests(//...))' 2>/dev/null)
     mapfile -t -O "${#targets[@]}" targets < <(bazel query 'attr(tags, "\bbenchmark\b", kind(cc_binary, //...))' 2>/dev/null)
     targets+=("//tools/gtprun:gtprun")  # multi-process GPU tests find it beside themselves
+    targets+=("//tools/ckpt:ckpt")  # tools/bench/bench.sh exports checkpoints with it
   fi
   echo "gpu.sh: building ${#targets[@]} targets"
   bazel build -c opt "${targets[@]}"

@@ -70,15 +70,17 @@ void AttentionBackward(const float* dout, const float* q, const float* k, const 
 //   2. CrossEntropySumExp: Σ_v exp(logit − row_max) → sumexp[N]. (all-reduce sum)
 //   3. CrossEntropyLoss: loss[N] = log(sumexp) + row_max − target_logit.
 //   4. CrossEntropyBackward: dlogits = dloss[n]·(softmax − onehot(target)) (=).
+// ld: the row stride of logits/dlogits (0: V); columns [V, ld) are padding,
+// left out of the statistics and written 0 in dlogits.
 void CrossEntropyStats(const float* logits, const int32_t* targets, float* row_max,
-                       float* target_logit, int64_t N, int64_t V, int64_t vocab_start);
+                       float* target_logit, int64_t N, int64_t V, int64_t vocab_start, int64_t ld = 0);
 void CrossEntropySumExp(const float* logits, const float* row_max, float* sumexp, int64_t N,
-                        int64_t V);
+                        int64_t V, int64_t ld = 0);
 void CrossEntropyLoss(const float* row_max, const float* sumexp, const float* target_logit,
                       const int32_t* targets, float* loss, int64_t N);
 void CrossEntropyBackward(const float* logits, const float* row_max, const float* sumexp,
                           const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
-                          int64_t V, int64_t vocab_start);
+                          int64_t V, int64_t vocab_start, int64_t ld = 0);
 // Unsharded convenience: stages 1–3 in one call. scratch: 3·N floats, left
 // holding [row_max | target_logit | sumexp] for CrossEntropyBackward.
 void CrossEntropyForward(const float* logits, const int32_t* targets, float* loss, float* scratch,
@@ -101,6 +103,9 @@ void DequantizeFp8Blockwise(const uint8_t* q, const float* scales, void* y, DTyp
 // AdamW on n elements: m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²;
 // p ← p − lr·(m̂ / (√v̂ + eps) + wd·p), m̂ = m/(1−β1^t), v̂ = v/(1−β2^t).
 void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp);
+// AdamW over many tensors at once (segments[i].weight_decay per tensor), the
+// same arithmetic as AdamW element for element.
+void AdamWMulti(const AdamWSegment* segments, int num_segments, const AdamWParams& hp);
 
 // Newton–Schulz orthogonalisation of G[M, N] (f32) into X[M, N]:
 // X ← G / (‖G‖_F + 1e-7); transpose when M > N; `steps` iterations of
@@ -128,6 +133,70 @@ void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int
                  float theta);
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
                   float theta);
+
+// ---- bf16 variants (mixed precision) -------------------------------------------
+// The same ops and contracts as above with activations and parameter values in
+// bf16; statistics (mean, rstd, row_max, target_logit, sumexp, loss, dloss) and
+// parameter gradients (dtable, dw, db) stay f32. Math is f32; each bf16 output
+// is rounded once (nearest even, core/dtype.h).
+void EmbeddingForward(const int32_t* idx, const bf16* table, bf16* out, int64_t N, int64_t V,
+                      int64_t C, int64_t vocab_start);
+void EmbeddingBackward(const int32_t* idx, const bf16* dout, float* dtable, int64_t N, int64_t V,
+                       int64_t C, int64_t vocab_start);
+void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, float* mean,
+                      float* rstd, int64_t N, int64_t C, float eps);
+void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
+                       const float* rstd, bf16* dx, float* dw, float* db, int64_t N, int64_t C);
+void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t N, int64_t C,
+                    float eps);
+void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
+                     float* dw, int64_t N, int64_t C);
+void GeluForward(const bf16* x, bf16* y, int64_t n);
+void GeluBackward(const bf16* dy, const bf16* x, bf16* dx, int64_t n);
+void SwiGluForward(const bf16* x, bf16* y, int64_t N, int64_t H);
+void SwiGluBackward(const bf16* dy, const bf16* x, bf16* dx, int64_t N, int64_t H);
+void CrossEntropyStats(const bf16* logits, const int32_t* targets, float* row_max,
+                       float* target_logit, int64_t N, int64_t V, int64_t vocab_start, int64_t ld = 0);
+void CrossEntropySumExp(const bf16* logits, const float* row_max, float* sumexp, int64_t N,
+                        int64_t V, int64_t ld = 0);
+void CrossEntropyBackward(const bf16* logits, const float* row_max, const float* sumexp,
+                          const int32_t* targets, const float* dloss, bf16* dlogits, int64_t N,
+                          int64_t V, int64_t vocab_start, int64_t ld = 0);
+// y ← alpha·x + beta·y in f32, rounded once (x may alias y; beta == 0: y not read).
+void Axpby(float alpha, const bf16* x, float beta, bf16* y, int64_t n);
+// x ← bf16(value).
+void Fill(bf16* x, float value, int64_t n);
+// Σ x² of the (exactly widened) bf16 values, in double.
+void SumSquares(const bf16* x, int64_t n, double* out);
+void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                 float theta);
+void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                  float theta);
+
+// ---- Loss bookkeeping (kept on the device during training) -----------------
+// count[0] = #{targets >= 0}; acc[0] += Σ_{targets ≥ 0} loss / count (nothing
+// when count is 0).
+void MaskedMeanAccumulate(const float* loss, const int32_t* targets, int64_t N, float* acc,
+                          float* count);
+// out[0, n) = count[0] > 0 ? 1 / count[0] : 0.
+void FillReciprocal(const float* count, float* out, int64_t n);
+
+// ---- Fused causal attention (the contract of cuda::FlashAttentionForward/Backward) ----
+// q[B, T, NH, HS], k/v[B, T, NKV, HS] (head h reads kv head h / (NH/NKV)), out
+// like q; lse[B, NH, T] f32 = log Σ_{j≤i} exp(scale·q_i·k_j), scale = 1/√HS.
+// No T×T buffer. Computed in double (the CPU fallback and a shape-for-shape
+// reference of the CUDA kernels; slow). Any HS ≥ 1.
+void FlashAttentionForward(const float* q, const float* k, const float* v, float* out, float* lse,
+                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+// dq, dk, dv written (=); out and lse are the forward's (D = rowsum(dout∘out)).
+void FlashAttentionBackward(const float* dout, const float* q, const float* k, const float* v,
+                            const float* out, const float* lse, float* dq, float* dk, float* dv,
+                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                            const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
+                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
 
 }  // namespace cpu
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <vector>
 
 #include "core/kernels/kernels.h"
 
@@ -83,16 +84,18 @@ void AttentionBackward(const float* dout, const float* q, const float* k, const 
                        int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                        cudaStream_t stream);
 
+// ld: row stride of logits/dlogits (0: V); columns [V, ld) are padding, left
+// out of the statistics and written 0 in dlogits.
 void CrossEntropyStats(const float* logits, const int32_t* targets, float* row_max,
                        float* target_logit, int64_t N, int64_t V, int64_t vocab_start,
-                       cudaStream_t stream);
+                       cudaStream_t stream, int64_t ld = 0);
 void CrossEntropySumExp(const float* logits, const float* row_max, float* sumexp, int64_t N,
-                        int64_t V, cudaStream_t stream);
+                        int64_t V, cudaStream_t stream, int64_t ld = 0);
 void CrossEntropyLoss(const float* row_max, const float* sumexp, const float* target_logit,
                       const int32_t* targets, float* loss, int64_t N, cudaStream_t stream);
 void CrossEntropyBackward(const float* logits, const float* row_max, const float* sumexp,
                           const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
-                          int64_t V, int64_t vocab_start, cudaStream_t stream);
+                          int64_t V, int64_t vocab_start, cudaStream_t stream, int64_t ld = 0);
 void CrossEntropyForward(const float* logits, const int32_t* targets, float* loss, float* scratch,
                          int64_t N, int64_t V, cudaStream_t stream);
 
@@ -103,6 +106,18 @@ void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, float* scales
 void DequantizeFp8Blockwise(const uint8_t* q, const float* scales, void* y, DType y_type, int64_t n,
                             DType fmt, cudaStream_t stream);
 
+// Multi-tensor AdamW in one launch (see cpu.h): `segments` is a device
+// array of num_segments entries; `chunks` a device array of num_chunks
+// (segment, first element) pairs covering every segment in pieces of at
+// most kAdamWChunk elements (AdamWChunks builds it on the host).
+inline constexpr int64_t kAdamWChunk = 65536;
+struct AdamWChunk {
+  int32_t segment;
+  int64_t begin;
+};
+std::vector<AdamWChunk> AdamWChunks(const AdamWSegment* host_segments, int num_segments);
+void AdamWMulti(const AdamWSegment* segments, const AdamWChunk* chunks, int num_chunks,
+                const AdamWParams& hp, cudaStream_t stream);
 void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp,
            cudaStream_t stream);
 
@@ -130,6 +145,50 @@ void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
                   float theta, cudaStream_t stream);
 
+// ---- bf16 variants (mixed precision; contracts as in core/kernels/cpu.h) ------
+// Activations and parameter values bf16; statistics and parameter gradients
+// f32; f32 math, each bf16 output rounded once. Memory-bound kernels move 16
+// bytes per thread access when the buffers are 16-byte aligned and the row
+// length is a multiple of 8 (else one element at a time); the result differs
+// between the two only by f32 summation order, and is deterministic either way.
+void EmbeddingForward(const int32_t* idx, const bf16* table, bf16* out, int64_t N, int64_t V,
+                      int64_t C, int64_t vocab_start, cudaStream_t stream);
+void EmbeddingBackward(const int32_t* idx, const bf16* dout, float* dtable, int64_t N, int64_t V,
+                       int64_t C, int64_t vocab_start, cudaStream_t stream);
+void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, float* mean,
+                      float* rstd, int64_t N, int64_t C, float eps, cudaStream_t stream);
+// scratch: LayerNormBackwardScratchFloats(N, C) floats, as for f32.
+void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
+                       const float* rstd, bf16* dx, float* dw, float* db, float* scratch,
+                       int64_t N, int64_t C, cudaStream_t stream);
+void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t N, int64_t C,
+                    float eps, cudaStream_t stream);
+// scratch: RMSNormBackwardScratchFloats(N, C) floats, as for f32.
+void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
+                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream);
+void GeluForward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
+void GeluBackward(const bf16* dy, const bf16* x, bf16* dx, int64_t n, cudaStream_t stream);
+void SwiGluForward(const bf16* x, bf16* y, int64_t N, int64_t H, cudaStream_t stream);
+void SwiGluBackward(const bf16* dy, const bf16* x, bf16* dx, int64_t N, int64_t H,
+                    cudaStream_t stream);
+void CrossEntropyStats(const bf16* logits, const int32_t* targets, float* row_max,
+                       float* target_logit, int64_t N, int64_t V, int64_t vocab_start,
+                       cudaStream_t stream, int64_t ld = 0);
+void CrossEntropySumExp(const bf16* logits, const float* row_max, float* sumexp, int64_t N,
+                        int64_t V, cudaStream_t stream, int64_t ld = 0);
+void CrossEntropyBackward(const bf16* logits, const float* row_max, const float* sumexp,
+                          const int32_t* targets, const float* dloss, bf16* dlogits, int64_t N,
+                          int64_t V, int64_t vocab_start, cudaStream_t stream, int64_t ld = 0);
+void Axpby(float alpha, const bf16* x, float beta, bf16* y, int64_t n, cudaStream_t stream);
+// x ← bf16(value).
+void Fill(bf16* x, float value, int64_t n, cudaStream_t stream);
+// Σ x² of the widened bf16 values, in double; *out is a device pointer.
+void SumSquares(const bf16* x, int64_t n, double* out, cudaStream_t stream);
+void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                 float theta, cudaStream_t stream);
+void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                  float theta, cudaStream_t stream);
+
 
 // Causal attention through cuBLASLt GEMMs and fused causal-softmax row
 // kernels: the same contract and outputs as AttentionForward/Backward above
@@ -142,6 +201,29 @@ void AttentionBackwardGemm(BlasContext& ctx, const float* dout, const float* q, 
                            const float* v, const float* att, float* dq, float* dk, float* dv,
                            float* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                            int64_t HS, cudaStream_t stream);
+
+// ---- Fused causal attention (FlashAttention-2 on the tensor cores), bf16 ----
+// q[B, T, NH, HS], k/v[B, T, NKV, HS] (head h reads kv head h / (NH/NKV)),
+// out like q, all bf16; lse[B, NH, T] f32 = log Σ_{j≤i} exp(scale·q_i·k_j),
+// scale = 1/√HS. No T×T buffer. HS must be 64 or 128 (aborts otherwise); any
+// T ≥ 0; bf16 pointers 16-byte aligned. Deterministic (no atomics).
+void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                           cudaStream_t stream);
+// Device bytes of scratch FlashAttentionBackward needs (D = rowsum(dout∘out), B·NH·T f32).
+int64_t FlashAttentionBackwardScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                           int64_t HS);
+// dq, dk, dv written (=), bf16; out and lse are the forward's. dk/dv sum over
+// the query heads of their kv head inside one block; dq is a separate pass.
+void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                            const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
+                            void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t HS, cudaStream_t stream);
+
+// ---- Loss bookkeeping (see cpu.h); count/acc/out are device pointers ----
+void MaskedMeanAccumulate(const float* loss, const int32_t* targets, int64_t N, float* acc,
+                          float* count, cudaStream_t stream);
+void FillReciprocal(const float* count, float* out, int64_t n, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace gtp::kernels

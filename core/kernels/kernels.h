@@ -33,6 +33,8 @@ namespace gtp::kernels {
 //   C is [m, n]. lda/ldb/ldc default (0) to the packed row length.
 // A and B share `ab_type` (f32 or bf16); C is f32 or bf16 (`c_type`);
 // accumulation is always f32. beta == 0 means C is not read (may hold NaN).
+// `bias` (optional, n elements of c_type): C[i, j] += bias[j] after the
+// product (a cuBLASLt epilogue on CUDA: no extra pass over C).
 struct GemmDesc {
   bool trans_a = false;
   bool trans_b = false;
@@ -42,6 +44,7 @@ struct GemmDesc {
   DType ab_type = DType::kF32;
   DType c_type = DType::kF32;
   int64_t lda = 0, ldb = 0, ldc = 0;
+  const void* bias = nullptr;
 };
 
 // Newton–Schulz coefficient sets (issue 2):
@@ -60,6 +63,20 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 0.0f;  // decoupled: p -= lr·wd·p
   int64_t step = 1;           // 1-based, for bias correction
+};
+
+// One tensor of a multi-tensor AdamW step (AdamWMulti): n elements of p
+// (f32: the param itself or its f32 master), its gradient g and moments m, v;
+// when p_bf16 is set, the updated p is also written there rounded to bf16 (the
+// model's bf16 param). weight_decay replaces AdamWParams::weight_decay.
+struct AdamWSegment {
+  float* p = nullptr;
+  bf16* p_bf16 = nullptr;
+  const float* g = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+  float weight_decay = 0.0f;
 };
 
 // Elements per fp8 scale block.

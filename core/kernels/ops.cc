@@ -3,7 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <initializer_list>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
@@ -40,6 +43,42 @@ void CheckOn(const Exec& e, const Tensor& t, const char* what) {
 const float* F(const Tensor& t) { return t.data<float>(); }
 float* M(const Tensor& t) { return t.data<float>(); }
 const int32_t* I(const Tensor& t) { return t.data<int32_t>(); }
+const bf16* FB(const Tensor& t) { return t.data<bf16>(); }
+bf16* MB(const Tensor& t) { return t.data<bf16>(); }
+
+// A tensor argument, named for error messages.
+struct Arg {
+  const char* name;
+  const Tensor* t;
+};
+
+// The storage type of a mixed-precision op's activations and parameter
+// values: acts[0]'s dtype, which must be f32 or bf16 and shared by every
+// defined tensor of `acts`; every defined tensor of `f32s` (statistics,
+// parameter gradients) must be f32. Undefined (optional) tensors are skipped.
+// Aborts naming the op and every dtype otherwise.
+DType ActDType(const char* op, std::initializer_list<Arg> acts,
+               std::initializer_list<Arg> f32s = {}) {
+  const DType act = acts.begin()->t->dtype();
+  bool ok = act == DType::kF32 || act == DType::kBF16;
+  for (const Arg& a : acts) ok = ok && (!a.t->defined() || a.t->dtype() == act);
+  for (const Arg& a : f32s) ok = ok && (!a.t->defined() || a.t->dtype() == DType::kF32);
+  if (!ok) {
+    std::string got, want_act, want_f32;
+    for (const Arg& a : acts) {
+      absl::StrAppend(&got, " ", a.name, "=", a.t->defined() ? DTypeName(a.t->dtype()) : "none");
+      absl::StrAppend(&want_act, want_act.empty() ? "" : ", ", a.name);
+    }
+    for (const Arg& a : f32s) {
+      absl::StrAppend(&got, " ", a.name, "=", a.t->defined() ? DTypeName(a.t->dtype()) : "none");
+      absl::StrAppend(&want_f32, want_f32.empty() ? "" : ", ", a.name);
+    }
+    GTP_CHECK(false, op, ": unsupported dtypes", got, "; supported: ", want_act,
+              " all f32 or all bf16", want_f32.empty() ? "" : ", with ", want_f32,
+              want_f32.empty() ? "" : " f32");
+  }
+  return act;
+}
 // Rows of a tensor viewed as [rows, last dim].
 int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
@@ -61,7 +100,8 @@ void Gemm(const Exec& e, const GemmDesc& d, const Tensor& a, const Tensor& b, co
   RunGemm(e, d, a.raw_data(), b.raw_data(), c.raw_data());
 }
 
-void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta) {
+void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta,
+            const Tensor& bias) {
   CheckOn(e, x, "x");
   CheckOn(e, w, "w");
   CheckOn(e, y, "y");
@@ -74,6 +114,12 @@ void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, fl
   d.m = n, d.n = out, d.k = in, d.beta = beta;
   d.ab_type = x.dtype();
   d.c_type = y.dtype();
+  if (bias.defined()) {
+    CheckOn(e, bias, "bias");
+    GTP_CHECK(bias.numel() == out && bias.dtype() == y.dtype(), "Linear: bias ", bias.ToString(),
+              " for y ", y.ToString());
+    d.bias = bias.raw_data();
+  }
   RunGemm(e, d, x.raw_data(), w.raw_data(), y.raw_data());
 }
 
@@ -114,6 +160,14 @@ void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor
   CheckOn(e, x, "x");
   CheckOn(e, y, "y");
   GTP_CHECK(x.numel() == y.numel(), "Axpby: ", x.ToString(), " vs ", y.ToString());
+  if (ActDType("Axpby", {{"x", &x}, {"y", &y}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::Axpby(alpha, FB(x), beta, MB(y), x.numel(), e.stream);
+    } else {
+      cpu::Axpby(alpha, FB(x), beta, MB(y), x.numel());
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::Axpby(alpha, F(x), beta, M(y), x.numel(), e.stream);
   } else {
@@ -123,6 +177,14 @@ void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor
 
 void Fill(const Exec& e, const Tensor& x, float value) {
   CheckOn(e, x, "x");
+  if (ActDType("Fill", {{"x", &x}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::Fill(MB(x), value, x.numel(), e.stream);
+    } else {
+      cpu::Fill(MB(x), value, x.numel());
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::Fill(M(x), value, x.numel(), e.stream);
   } else {
@@ -132,16 +194,25 @@ void Fill(const Exec& e, const Tensor& x, float value) {
 
 double SumSquares(const Exec& e, const Tensor& x) {
   CheckOn(e, x, "x");
+  const bool bf16_x = ActDType("SumSquares", {{"x", &x}}) == DType::kBF16;
   double out = 0.0;
   if (e.is_cuda()) {
     double* d = nullptr;
     GTP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), sizeof(double), e.stream));
-    cuda::SumSquares(F(x), x.numel(), d, e.stream);
+    if (bf16_x) {
+      cuda::SumSquares(FB(x), x.numel(), d, e.stream);
+    } else {
+      cuda::SumSquares(F(x), x.numel(), d, e.stream);
+    }
     GTP_CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof(double), cudaMemcpyDeviceToHost, e.stream));
     GTP_CUDA_CHECK(cudaFreeAsync(d, e.stream));
     GTP_CUDA_CHECK(cudaStreamSynchronize(e.stream));
   } else {
-    cpu::SumSquares(F(x), x.numel(), &out);
+    if (bf16_x) {
+      cpu::SumSquares(FB(x), x.numel(), &out);
+    } else {
+      cpu::SumSquares(F(x), x.numel(), &out);
+    }
   }
   return out;
 }
@@ -157,6 +228,14 @@ void EmbeddingForward(const Exec& e, const Tensor& idx, const Tensor& table, con
   CheckOn(e, out, "out");
   const int64_t n = idx.numel(), v = table.dim(0), c = table.dim(1);
   GTP_CHECK(out.numel() == n * c, "EmbeddingForward: out ", out.ToString());
+  if (ActDType("EmbeddingForward", {{"table", &table}, {"out", &out}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::EmbeddingForward(I(idx), FB(table), MB(out), n, v, c, vocab_start, e.stream);
+    } else {
+      cpu::EmbeddingForward(I(idx), FB(table), MB(out), n, v, c, vocab_start);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::EmbeddingForward(I(idx), F(table), M(out), n, v, c, vocab_start, e.stream);
   } else {
@@ -171,6 +250,14 @@ void EmbeddingBackward(const Exec& e, const Tensor& idx, const Tensor& dout, con
   CheckOn(e, dtable, "dtable");
   const int64_t n = idx.numel(), v = dtable.dim(0), c = dtable.dim(1);
   GTP_CHECK(dout.numel() == n * c, "EmbeddingBackward: dout ", dout.ToString());
+  if (ActDType("EmbeddingBackward", {{"dout", &dout}}, {{"dtable", &dtable}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::EmbeddingBackward(I(idx), FB(dout), M(dtable), n, v, c, vocab_start, e.stream);
+    } else {
+      cpu::EmbeddingBackward(I(idx), FB(dout), M(dtable), n, v, c, vocab_start);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::EmbeddingBackward(I(idx), F(dout), M(dtable), n, v, c, vocab_start, e.stream);
   } else {
@@ -182,6 +269,16 @@ void LayerNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Ten
                       const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps) {
   CheckOn(e, x, "x");
   const int64_t n = Rows(x), c = x.dim(-1);
+  if (ActDType("LayerNormForward", {{"x", &x}, {"w", &w}, {"b", &b}, {"y", &y}},
+               {{"mean", &mean}, {"rstd", &rstd}}) == DType::kBF16) {
+    const bf16* bp = b.defined() ? FB(b) : nullptr;
+    if (e.is_cuda()) {
+      cuda::LayerNormForward(FB(x), FB(w), bp, MB(y), M(mean), M(rstd), n, c, eps, e.stream);
+    } else {
+      cpu::LayerNormForward(FB(x), FB(w), bp, MB(y), M(mean), M(rstd), n, c, eps);
+    }
+    return;
+  }
   const float* bp = b.defined() ? F(b) : nullptr;
   if (e.is_cuda()) {
     cuda::LayerNormForward(F(x), F(w), bp, M(y), M(mean), M(rstd), n, c, eps, e.stream);
@@ -196,6 +293,17 @@ void LayerNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const T
   CheckOn(e, dy, "dy");
   const int64_t n = Rows(x), c = x.dim(-1);
   float* dbp = db.defined() ? M(db) : nullptr;
+  if (ActDType("LayerNormBackward", {{"dy", &dy}, {"x", &x}, {"w", &w}, {"dx", &dx}},
+               {{"mean", &mean}, {"rstd", &rstd}, {"dw", &dw}, {"db", &db}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
+      cuda::LayerNormBackward(FB(dy), FB(x), FB(w), F(mean), F(rstd), MB(dx), M(dw), dbp,
+                              M(scratch), n, c, e.stream);
+    } else {
+      cpu::LayerNormBackward(FB(dy), FB(x), FB(w), F(mean), F(rstd), MB(dx), M(dw), dbp, n, c);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
     cuda::LayerNormBackward(F(dy), F(x), F(w), F(mean), F(rstd), M(dx), M(dw), dbp, M(scratch), n,
@@ -209,6 +317,15 @@ void RMSNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tenso
                     const Tensor& rstd, float eps) {
   CheckOn(e, x, "x");
   const int64_t n = Rows(x), c = x.dim(-1);
+  if (ActDType("RMSNormForward", {{"x", &x}, {"w", &w}, {"y", &y}}, {{"rstd", &rstd}}) ==
+      DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::RMSNormForward(FB(x), FB(w), MB(y), M(rstd), n, c, eps, e.stream);
+    } else {
+      cpu::RMSNormForward(FB(x), FB(w), MB(y), M(rstd), n, c, eps);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::RMSNormForward(F(x), F(w), M(y), M(rstd), n, c, eps, e.stream);
   } else {
@@ -220,6 +337,17 @@ void RMSNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
                      const Tensor& rstd, const Tensor& dx, const Tensor& dw) {
   CheckOn(e, dy, "dy");
   const int64_t n = Rows(x), c = x.dim(-1);
+  if (ActDType("RMSNormBackward", {{"dy", &dy}, {"x", &x}, {"w", &w}, {"dx", &dx}},
+               {{"rstd", &rstd}, {"dw", &dw}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      Tensor scratch = e.Empty({cuda::RMSNormBackwardScratchFloats(n, c)});
+      cuda::RMSNormBackward(FB(dy), FB(x), FB(w), F(rstd), MB(dx), M(dw), M(scratch), n, c,
+                            e.stream);
+    } else {
+      cpu::RMSNormBackward(FB(dy), FB(x), FB(w), F(rstd), MB(dx), M(dw), n, c);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
     cuda::RMSNormBackward(F(dy), F(x), F(w), F(rstd), M(dx), M(dw), M(scratch), n, c, e.stream);
@@ -230,6 +358,14 @@ void RMSNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
 
 void GeluForward(const Exec& e, const Tensor& x, const Tensor& y) {
   CheckOn(e, x, "x");
+  if (ActDType("GeluForward", {{"x", &x}, {"y", &y}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::GeluForward(FB(x), MB(y), x.numel(), e.stream);
+    } else {
+      cpu::GeluForward(FB(x), MB(y), x.numel());
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::GeluForward(F(x), M(y), x.numel(), e.stream);
   } else {
@@ -239,6 +375,14 @@ void GeluForward(const Exec& e, const Tensor& x, const Tensor& y) {
 
 void GeluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx) {
   CheckOn(e, dy, "dy");
+  if (ActDType("GeluBackward", {{"dy", &dy}, {"x", &x}, {"dx", &dx}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::GeluBackward(FB(dy), FB(x), MB(dx), x.numel(), e.stream);
+    } else {
+      cpu::GeluBackward(FB(dy), FB(x), MB(dx), x.numel());
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::GeluBackward(F(dy), F(x), M(dx), x.numel(), e.stream);
   } else {
@@ -250,6 +394,14 @@ void SwiGluForward(const Exec& e, const Tensor& x, const Tensor& y) {
   CheckOn(e, x, "x");
   const int64_t n = Rows(x), h = x.dim(-1) / 2;
   GTP_CHECK(y.numel() == n * h, "SwiGluForward: y ", y.ToString());
+  if (ActDType("SwiGluForward", {{"x", &x}, {"y", &y}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::SwiGluForward(FB(x), MB(y), n, h, e.stream);
+    } else {
+      cpu::SwiGluForward(FB(x), MB(y), n, h);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::SwiGluForward(F(x), M(y), n, h, e.stream);
   } else {
@@ -260,6 +412,14 @@ void SwiGluForward(const Exec& e, const Tensor& x, const Tensor& y) {
 void SwiGluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx) {
   CheckOn(e, dy, "dy");
   const int64_t n = Rows(x), h = x.dim(-1) / 2;
+  if (ActDType("SwiGluBackward", {{"dy", &dy}, {"x", &x}, {"dx", &dx}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::SwiGluBackward(FB(dy), FB(x), MB(dx), n, h, e.stream);
+    } else {
+      cpu::SwiGluBackward(FB(dy), FB(x), MB(dx), n, h);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::SwiGluBackward(F(dy), F(x), M(dx), n, h, e.stream);
   } else {
@@ -297,10 +457,95 @@ void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const
   }
 }
 
+namespace {
+
+// Shapes of the fused attention: q/out [B, T, NH, HS], k/v [B, T, NKV, HS], lse [B, NH, T] f32.
+void CheckFlashShapes(const Exec& e, const char* what, const Tensor& q, const Tensor& k,
+                      const Tensor& v, const Tensor& out, const Tensor& lse) {
+  CheckOn(e, q, "q");
+  CheckOn(e, k, "k");
+  CheckOn(e, v, "v");
+  CheckOn(e, out, "out");
+  CheckOn(e, lse, "lse");
+  GTP_CHECK(q.rank() == 4 && k.rank() == 4 && k.shape() == v.shape() && q.shape() == out.shape() &&
+                k.dim(0) == q.dim(0) && k.dim(1) == q.dim(1) && k.dim(3) == q.dim(3) &&
+                k.dim(2) >= 1 && q.dim(2) % k.dim(2) == 0,
+            what, ": q ", q.ToString(), " k ", k.ToString(), " v ", v.ToString(), " out ",
+            out.ToString());
+  GTP_CHECK(lse.dtype() == DType::kF32 && lse.numel() == q.dim(0) * q.dim(2) * q.dim(1), what,
+            ": lse ", lse.ToString());
+  GTP_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype() && out.dtype() == q.dtype(), what,
+            ": q, k, v and out must share a dtype");
+  if (e.is_cuda()) {
+    GTP_CHECK(q.dtype() == DType::kBF16, what, ": CUDA supports bf16 only, got ",
+              DTypeName(q.dtype()));
+  } else {
+    GTP_CHECK(q.dtype() == DType::kBF16 || q.dtype() == DType::kF32, what,
+              ": CPU supports f32 and bf16, got ", DTypeName(q.dtype()));
+  }
+}
+
+}  // namespace
+
+void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& out, const Tensor& lse) {
+  CheckFlashShapes(e, "FlashAttentionForward", q, k, v, out, lse);
+  const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
+  if (e.is_cuda()) {
+    cuda::FlashAttentionForward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), out.data<bf16>(),
+                                M(lse), B, T, NH, NKV, HS, e.stream);
+  } else if (q.dtype() == DType::kBF16) {
+    cpu::FlashAttentionForward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), out.data<bf16>(),
+                               M(lse), B, T, NH, NKV, HS);
+  } else {
+    cpu::FlashAttentionForward(F(q), F(k), F(v), M(out), M(lse), B, T, NH, NKV, HS);
+  }
+}
+
+void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  CheckFlashShapes(e, "FlashAttentionBackward", q, k, v, out, lse);
+  for (const Tensor* t : {&dout, &dq}) {
+    CheckOn(e, *t, "dout/dq");
+    GTP_CHECK(t->shape() == q.shape() && t->dtype() == q.dtype(), "FlashAttentionBackward: ",
+              t->ToString(), " vs q ", q.ToString());
+  }
+  for (const Tensor* t : {&dk, &dv}) {
+    CheckOn(e, *t, "dk/dv");
+    GTP_CHECK(t->shape() == k.shape() && t->dtype() == k.dtype(), "FlashAttentionBackward: ",
+              t->ToString(), " vs k ", k.ToString());
+  }
+  const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
+  if (e.is_cuda()) {
+    const int64_t bytes = cuda::FlashAttentionBackwardScratchBytes(B, T, NH, NKV, HS);
+    Tensor scratch = e.Empty({(bytes + 3) / 4});
+    cuda::FlashAttentionBackward(dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
+                                 out.data<bf16>(), F(lse), dq.data<bf16>(), dk.data<bf16>(),
+                                 dv.data<bf16>(), scratch.raw_data(), B, T, NH, NKV, HS,
+                                 e.stream);
+  } else if (q.dtype() == DType::kBF16) {
+    cpu::FlashAttentionBackward(dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
+                                out.data<bf16>(), F(lse), dq.data<bf16>(), dk.data<bf16>(),
+                                dv.data<bf16>(), B, T, NH, NKV, HS);
+  } else {
+    cpu::FlashAttentionBackward(F(dout), F(q), F(k), F(v), F(out), F(lse), M(dq), M(dk), M(dv), B,
+                                T, NH, NKV, HS);
+  }
+}
+
 void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta) {
   CheckOn(e, x, "x");
   CheckOn(e, y, "y");
   GTP_CHECK(x.rank() == 4 && x.shape() == y.shape(), "RoPE: ", x.ToString(), " -> ", y.ToString());
+  if (ActDType("RopeForward", {{"x", &x}, {"y", &y}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::RopeForward(FB(x), MB(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, e.stream);
+    } else {
+      cpu::RopeForward(FB(x), MB(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::RopeForward(F(x), M(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, e.stream);
   } else {
@@ -312,6 +557,15 @@ void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta
   CheckOn(e, dy, "dy");
   CheckOn(e, dx, "dx");
   GTP_CHECK(dy.rank() == 4 && dy.shape() == dx.shape(), "RoPE: ", dy.ToString());
+  if (ActDType("RopeBackward", {{"dy", &dy}, {"dx", &dx}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::RopeBackward(FB(dy), MB(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta,
+                         e.stream);
+    } else {
+      cpu::RopeBackward(FB(dy), MB(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::RopeBackward(F(dy), M(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta, e.stream);
   } else {
@@ -320,25 +574,46 @@ void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta
 }
 
 void CrossEntropyStats(const Exec& e, const Tensor& logits, const Tensor& targets,
-                       const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start) {
+                       const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start,
+                       int64_t valid_cols) {
   CheckOn(e, logits, "logits");
-  const int64_t n = Rows(logits), v = logits.dim(-1);
+  const int64_t n = Rows(logits), ld = logits.dim(-1), v = valid_cols >= 0 ? valid_cols : ld;
+  if (ActDType("CrossEntropyStats", {{"logits", &logits}},
+               {{"row_max", &row_max}, {"target_logit", &target_logit}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::CrossEntropyStats(FB(logits), I(targets), M(row_max), M(target_logit), n, v,
+                              vocab_start, e.stream, ld);
+    } else {
+      cpu::CrossEntropyStats(FB(logits), I(targets), M(row_max), M(target_logit), n, v,
+                             vocab_start, ld);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::CrossEntropyStats(F(logits), I(targets), M(row_max), M(target_logit), n, v, vocab_start,
-                            e.stream);
+                            e.stream, ld);
   } else {
-    cpu::CrossEntropyStats(F(logits), I(targets), M(row_max), M(target_logit), n, v, vocab_start);
+    cpu::CrossEntropyStats(F(logits), I(targets), M(row_max), M(target_logit), n, v, vocab_start, ld);
   }
 }
 
 void CrossEntropySumExp(const Exec& e, const Tensor& logits, const Tensor& row_max,
-                        const Tensor& sumexp) {
+                        const Tensor& sumexp, int64_t valid_cols) {
   CheckOn(e, logits, "logits");
-  const int64_t n = Rows(logits), v = logits.dim(-1);
+  const int64_t n = Rows(logits), ld = logits.dim(-1), v = valid_cols >= 0 ? valid_cols : ld;
+  if (ActDType("CrossEntropySumExp", {{"logits", &logits}},
+               {{"row_max", &row_max}, {"sumexp", &sumexp}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::CrossEntropySumExp(FB(logits), F(row_max), M(sumexp), n, v, e.stream, ld);
+    } else {
+      cpu::CrossEntropySumExp(FB(logits), F(row_max), M(sumexp), n, v, ld);
+    }
+    return;
+  }
   if (e.is_cuda()) {
-    cuda::CrossEntropySumExp(F(logits), F(row_max), M(sumexp), n, v, e.stream);
+    cuda::CrossEntropySumExp(F(logits), F(row_max), M(sumexp), n, v, e.stream, ld);
   } else {
-    cpu::CrossEntropySumExp(F(logits), F(row_max), M(sumexp), n, v);
+    cpu::CrossEntropySumExp(F(logits), F(row_max), M(sumexp), n, v, ld);
   }
 }
 
@@ -356,15 +631,71 @@ void CrossEntropyLoss(const Exec& e, const Tensor& row_max, const Tensor& sumexp
 
 void CrossEntropyBackward(const Exec& e, const Tensor& logits, const Tensor& row_max,
                           const Tensor& sumexp, const Tensor& targets, const Tensor& dloss,
-                          const Tensor& dlogits, int64_t vocab_start) {
+                          const Tensor& dlogits, int64_t vocab_start, int64_t valid_cols) {
   CheckOn(e, logits, "logits");
-  const int64_t n = Rows(logits), v = logits.dim(-1);
+  const int64_t n = Rows(logits), ld = logits.dim(-1), v = valid_cols >= 0 ? valid_cols : ld;
+  if (ActDType("CrossEntropyBackward", {{"logits", &logits}, {"dlogits", &dlogits}},
+               {{"row_max", &row_max}, {"sumexp", &sumexp}, {"dloss", &dloss}}) == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::CrossEntropyBackward(FB(logits), F(row_max), F(sumexp), I(targets), F(dloss),
+                                 MB(dlogits), n, v, vocab_start, e.stream, ld);
+    } else {
+      cpu::CrossEntropyBackward(FB(logits), F(row_max), F(sumexp), I(targets), F(dloss),
+                                MB(dlogits), n, v, vocab_start, ld);
+    }
+    return;
+  }
   if (e.is_cuda()) {
     cuda::CrossEntropyBackward(F(logits), F(row_max), F(sumexp), I(targets), F(dloss), M(dlogits),
-                               n, v, vocab_start, e.stream);
+                               n, v, vocab_start, e.stream, ld);
   } else {
     cpu::CrossEntropyBackward(F(logits), F(row_max), F(sumexp), I(targets), F(dloss), M(dlogits),
-                              n, v, vocab_start);
+                              n, v, vocab_start, ld);
+  }
+}
+
+std::vector<double> SumSquaresMany(const Exec& e, const std::vector<Tensor>& xs) {
+  std::vector<double> out(xs.size(), 0.0);
+  if (xs.empty()) return out;
+  if (!e.is_cuda()) {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      CheckOn(e, xs[i], "x");
+      cpu::SumSquares(F(xs[i]), xs[i].numel(), &out[i]);
+    }
+    return out;
+  }
+  // Doubles in 8-byte storage (there is no f64 DType).
+  Tensor sums = e.Empty({static_cast<int64_t>(xs.size())}, DType::kI64);
+  double* d = static_cast<double*>(sums.raw_data());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CheckOn(e, xs[i], "x");
+    cuda::SumSquares(F(xs[i]), xs[i].numel(), d + i, e.stream);
+  }
+  GTP_CHECK_OK(Copy(sums, Tensor::Wrap(out.data(), sums.shape(), DType::kI64, Device::Cpu()),
+                    e.stream, /*sync=*/true));
+  return out;
+}
+
+void MaskedMeanAccumulate(const Exec& e, const Tensor& loss, const Tensor& targets,
+                          const Tensor& acc, const Tensor& count) {
+  CheckOn(e, loss, "loss");
+  CheckOn(e, targets, "targets");
+  GTP_CHECK(loss.numel() == targets.numel() && acc.numel() == 1 && count.numel() == 1,
+            "MaskedMeanAccumulate: loss ", loss.ToString(), " targets ", targets.ToString());
+  if (e.is_cuda()) {
+    cuda::MaskedMeanAccumulate(F(loss), I(targets), loss.numel(), M(acc), M(count), e.stream);
+  } else {
+    cpu::MaskedMeanAccumulate(F(loss), I(targets), loss.numel(), M(acc), M(count));
+  }
+}
+
+void FillReciprocal(const Exec& e, const Tensor& count, const Tensor& out) {
+  CheckOn(e, out, "out");
+  GTP_CHECK(count.numel() == 1, "FillReciprocal: count ", count.ToString());
+  if (e.is_cuda()) {
+    cuda::FillReciprocal(F(count), M(out), out.numel(), e.stream);
+  } else {
+    cpu::FillReciprocal(F(count), M(out), out.numel());
   }
 }
 

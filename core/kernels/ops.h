@@ -6,11 +6,19 @@
 // unless noted). Shape mismatches abort (GTP_CHECK). CPU calls run on the
 // calling thread; CUDA calls are enqueued on exec.stream.
 //
+// Mixed precision: Axpby, Fill, SumSquares, Embedding*, LayerNorm*, RMSNorm*,
+// Gelu*, SwiGlu*, Rope* and the CrossEntropy stages other than Loss dispatch
+// on the dtype of their activations and parameter values (all f32, or all
+// bf16); statistics (mean, rstd, row_max, target_logit, sumexp, dloss) and
+// parameter gradients (dtable, dw, db) are f32 either way. Any other
+// combination aborts naming the op and every dtype.
+//
 //   Exec exec = Exec::Cpu(host_alloc);
 //   ops::Linear(exec, x, w, y);                 // y[N, out] = x[N, in]·wᵀ
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/device.h"
@@ -39,8 +47,10 @@ struct Exec {
 
 namespace ops {
 
-// y[N, out] = x[N, in]·w[out, in]ᵀ + beta·y. x/w f32 or bf16 (same), y f32 or bf16.
-void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta = 0.0f);
+// y[N, out] = x[N, in]·w[out, in]ᵀ + beta·y (+ bias[out], fused into the GEMM,
+// when given: same dtype as y). x/w f32 or bf16 (same), y f32 or bf16.
+void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta = 0.0f,
+            const Tensor& bias = Tensor());
 // dx[N, in] = dy[N, out]·w[out, in] + beta·dx.
 void LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
                         float beta = 0.0f);
@@ -88,20 +98,45 @@ void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const
                        const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
                        const Tensor& dv);
 
+// Fused causal attention (FlashAttention contract, no T×T buffer): q[B, T, NH, HS],
+// k/v[B, T, NKV, HS], out like q, lse[B, NH, T] f32 (saved for the backward).
+// q/k/v/out (and dout/dq/dk/dv) share one dtype: CUDA bf16 only (HS 64 or 128),
+// CPU f32 or bf16 (any HS). The backward writes dq, dk, dv (=); its CUDA scratch
+// comes from e.alloc.
+void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const Tensor& out, const Tensor& lse);
+void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
 // RoPE on x[B, T, NH, HS] (y may be x).
 void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta);
 void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta);
 
-// Vocab-sharded cross-entropy stages (see cpu.h). logits[N, V_local].
+// Vocab-sharded cross-entropy stages (see cpu.h). logits[N, V_local]; with
+// valid_cols ≥ 0 only the first valid_cols columns are vocabulary, the rest
+// padding (dlogits 0 there).
 void CrossEntropyStats(const Exec& e, const Tensor& logits, const Tensor& targets,
-                       const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start);
+                       const Tensor& row_max, const Tensor& target_logit, int64_t vocab_start,
+                       int64_t valid_cols = -1);
 void CrossEntropySumExp(const Exec& e, const Tensor& logits, const Tensor& row_max,
-                        const Tensor& sumexp);
+                        const Tensor& sumexp, int64_t valid_cols = -1);
 void CrossEntropyLoss(const Exec& e, const Tensor& row_max, const Tensor& sumexp,
                       const Tensor& target_logit, const Tensor& targets, const Tensor& loss);
 void CrossEntropyBackward(const Exec& e, const Tensor& logits, const Tensor& row_max,
                           const Tensor& sumexp, const Tensor& targets, const Tensor& dloss,
-                          const Tensor& dlogits, int64_t vocab_start);
+                          const Tensor& dlogits, int64_t vocab_start, int64_t valid_cols = -1);
+
+// Σ x² of each tensor (f32), in one pass and — on CUDA — one stream
+// synchronisation for all of them.
+std::vector<double> SumSquaresMany(const Exec& e, const std::vector<Tensor>& xs);
+
+// Loss bookkeeping without host synchronisation: loss f32 [N], targets i32
+// [N]; count f32 [1] ← valid targets; acc f32 [1] += their mean loss.
+void MaskedMeanAccumulate(const Exec& e, const Tensor& loss, const Tensor& targets,
+                          const Tensor& acc, const Tensor& count);
+// out f32 [n] ← 1 / count[0] (0 when count is 0).
+void FillReciprocal(const Exec& e, const Tensor& count, const Tensor& out);
 
 }  // namespace ops
 }  // namespace gtp::kernels

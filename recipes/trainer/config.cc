@@ -140,6 +140,9 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (t->device().empty()) t->set_device("cpu");
   if (t->device() != "cpu" && t->device() != "cuda")
     return Bad(absl::StrCat("train.device must be cpu or cuda, got ", t->device()));
+  if (t->precision().empty()) t->set_precision(t->device() == "cuda" ? "bf16" : "f32");
+  if (t->precision() != "f32" && t->precision() != "bf16")
+    return Bad(absl::StrCat("train.precision must be f32 or bf16, got ", t->precision()));
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");
   if (c->keep_last() == 0) c->set_keep_last(2);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
 #include "core/status.h"
+#include "core/timeline.h"
 #include "data/corpus.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
@@ -37,6 +39,8 @@
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
 #include "recipes/trainer/config.h"
+#include "recipes/trainer/mfu.h"
+#include "recipes/trainer/token_dump.h"
 
 namespace gtp::recipes {
 
@@ -84,6 +88,7 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.block.seed = r.train().seed();
   c.tied_embeddings = !m.untied_embeddings();
   c.vocab_pad_multiple = m.vocab_pad_multiple();
+  c.block.dtype = r.train().precision() == "bf16" ? DType::kBF16 : DType::kF32;
   return c;
 }
 
@@ -164,15 +169,25 @@ class RankRun {
     GTP_RETURN_IF_ERROR(Setup());
     if (rank0()) Banner();
     GTP_RETURN_IF_ERROR(MaybeResume());
+    if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/true));
     const int64_t steps = r_.train().steps();
     const int64_t T = r_.model().seq_len();
     const int64_t tokens_per_step = sampler_->config().global_batch_size * T;
     auto t_start = std::chrono::steady_clock::now();
     int64_t first_step = step_;
+    const int64_t trace_from = first_step + 2, trace_to = trace_from + r_.train().trace_steps();
     for (; step_ < steps;) {
       auto t0 = std::chrono::steady_clock::now();
+      tl_ = step_ >= trace_from && step_ < trace_to ? &timeline_ : nullptr;
+      model_->set_timeline(tl_);
+      if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
       GTP_ASSIGN_OR_RETURN(float loss, TrainStep());
+      if (tl_) tl_->Begin("optimizer", exec_.stream);
       GTP_ASSIGN_OR_RETURN(optimizer::StepStats st, opt_->Step());
+      if (tl_) {
+        tl_->End(exec_.stream);
+        tl_->End(exec_.stream);
+      }
       sampler_->Advance();
       ++step_;
       if (st.skipped && opt_->progress().num_skipped > r_.train().max_skipped_steps()) {
@@ -182,6 +197,10 @@ class RankRun {
       }
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (tl_) {
+        GTP_RETURN_IF_ERROR(timeline_.Collect());
+        if (step_ == trace_to || step_ == steps) GTP_RETURN_IF_ERROR(WriteTrace());
+      }
       StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3)};
       if (rank0()) Report(rec, t_start, first_step);
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
@@ -259,7 +278,7 @@ class RankRun {
     int64_t total = 0;
     for (auto* p : params_.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
     std::printf(
-        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s\n"
+        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s | %s on %s\n"
         "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
         "(%.2fM on this rank)\n"
         "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
@@ -268,7 +287,8 @@ class RankRun {
         r_.name().c_str(), world_.size(), world_.backend().c_str(), r_.parallel().tp(),
         r_.parallel().tp_num_weight_shards() / r_.parallel().tp(),
         world_.size() / r_.parallel().tp_num_weight_shards(), data_->size(),
-        r_.parallel().sequence_parallel() ? "on" : "off", m.n_layer(),
+        r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
+        r_.train().device().c_str(), m.n_layer(),
         static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
         static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
         m.norm().c_str(), m.activation().c_str(), total / 1e6, local_params_ / 1e6,
@@ -280,35 +300,65 @@ class RankRun {
     std::fflush(stdout);
   }
 
+  // Host staging for one micro-batch: pinned on GPUs, so the copies are
+  // asynchronous; `copied` marks when the device has read it.
+  struct Staging {
+    Tensor tok, tgt;
+    std::optional<Event> copied;
+  };
+
   // Tokens and targets of `samples` as [B, T] tensors on the exec's device.
+  // On GPUs the host→device copies are enqueued without waiting; two staging
+  // slots alternate, and a slot is refilled only after its last copy ran.
   absl::StatusOr<std::pair<Tensor, Tensor>> Batch(const data::GptDataset& ds,
                                                   const std::vector<uint64_t>& samples) {
     const int64_t B = static_cast<int64_t>(samples.size()), T = r_.model().seq_len();
-    if (!host_tok_.defined()) {
-      host_tok_ = Tensor::Empty({B, T}, DType::kI32, staging_);
-      host_tgt_ = Tensor::Empty({B, T}, DType::kI32, staging_);
+    Staging& slot = staging_slots_[next_slot_];
+    next_slot_ = (next_slot_ + 1) % 2;
+    if (!slot.tok.defined() || slot.tok.dim(0) != B) {
+      Allocator& a = exec_.is_cuda() ? static_cast<Allocator&>(pinned_) : staging_;
+      slot.tok = Tensor::Empty({B, T}, DType::kI32, a);
+      slot.tgt = Tensor::Empty({B, T}, DType::kI32, a);
     }
+    if (slot.copied) GTP_RETURN_IF_ERROR(slot.copied->Synchronize());
+    host_tok_ = slot.tok;
+    host_tgt_ = slot.tgt;
     ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
+    if (&ds == train_.get()) GTP_RETURN_IF_ERROR(dump_.Append(host_tok_.data<int32_t>(), host_tgt_.data<int32_t>(), B * T));
     if (!exec_.is_cuda()) return std::make_pair(host_tok_, host_tgt_);
     Tensor tok = exec_.Empty({B, T}, DType::kI32), tgt = exec_.Empty({B, T}, DType::kI32);
-    GTP_RETURN_IF_ERROR(Copy(host_tok_, tok, exec_.stream, /*sync=*/true));
-    GTP_RETURN_IF_ERROR(Copy(host_tgt_, tgt, exec_.stream, /*sync=*/true));
+    GTP_RETURN_IF_ERROR(Copy(host_tok_, tok, exec_.stream, /*sync=*/false));
+    GTP_RETURN_IF_ERROR(Copy(host_tgt_, tgt, exec_.stream, /*sync=*/false));
+    if (!slot.copied) {
+      GTP_ASSIGN_OR_RETURN(slot.copied, Event::Create());
+    }
+    slot.copied->Record(exec_.stream);
     return std::make_pair(tok, tgt);
+  }
+
+  absl::Status WriteTrace() {
+    const std::string rank =
+        world_.size() > 1 ? absl::StrCat(".rank", world_.rank()) : std::string();
+    const std::string path = absl::StrCat(o_.run_dir, "/trace", rank, ".json");
+    GTP_RETURN_IF_ERROR(timeline_.WriteChromeTrace(path));
+    if (rank0()) std::printf("step timeline written to %s\n", path.c_str());
+    return absl::OkStatus();
   }
 
   // Forward/backward of every micro-batch of this step; returns the global mean loss.
   absl::StatusOr<float> TrainStep() {
     const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
     const int64_t M = sampler_->num_micro_batches();
-    double sum = 0;
     for (int64_t m = 0; m < M; ++m) {
       grads_->StartMicrobatch(m == M - 1, B * T);
       const std::vector<uint64_t> samples = sampler_->MicroBatch(m);
       GTP_ASSIGN_OR_RETURN(auto batch, Batch(*train_, samples));
-      GTP_ASSIGN_OR_RETURN(float loss, model_->Forward(batch.first, batch.second));
+      Timeline::Scope span(tl_, absl::StrCat("micro-batch ", m), exec_.stream);
+      GTP_RETURN_IF_ERROR(model_->ForwardAsync(batch.first, batch.second));
       GTP_RETURN_IF_ERROR(model_->Backward());
-      sum += loss;
     }
+    // The losses stayed on the device; one read per step.
+    GTP_ASSIGN_OR_RETURN(const float sum, model_->TakeLossSum());
     // Every rank of a data lane holds its lane's loss, and lanes have equal
     // ranks: the world mean is the mean over lanes.
     float loss = static_cast<float>(sum / M);
@@ -393,11 +443,11 @@ class RankRun {
     if (o_.on_step) o_.on_step(rec);
     const int64_t steps = r_.train().steps();
     const AllocatorStats mem = alloc_.stats();
-    // Training FLOPs ≈ 6 · weights · tokens (+ attention), for the MFU estimate.
+    // MFU per GPU by the PaLM/nanoGPT convention (recipes/trainer/mfu.h).
     std::string mfu;
-    if (r_.train().peak_tflops() > 0) {
-      const double flops = 6.0 * local_params_ * world_.size() * rec.tokens_per_s;
-      mfu = absl::StrFormat("  MFU %.1f%%", 100 * flops / (r_.train().peak_tflops() * 1e12 * world_.size()));
+    if (const double peak = PeakFlops(r_.train()); peak > 0) {
+      const double flop_per_token = TrainingFlopPerToken(ShapeOf(r_.model()));
+      mfu = absl::StrFormat("  MFU %.1f%%", 100 * Mfu(flop_per_token, rec.tokens_per_s / world_.size(), peak));
     }
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -439,7 +489,11 @@ class RankRun {
   Allocator& alloc_;
   kernels::Exec exec_;
   HeapAllocator staging_;
-  Tensor host_tok_, host_tgt_;
+  PinnedHostAllocator pinned_;
+  Staging staging_slots_[2];
+  int next_slot_ = 0;
+  Tensor host_tok_, host_tgt_;  // the slot Batch filled last
+  TokenDump dump_{rank0() ? r_.train().dump_tokens() : std::string()};  // train.dump_tokens
   std::unique_ptr<parallel::ProcessGroupCollection> pgs_;
   comm::Communicator* data_ = nullptr;
   std::unique_ptr<layers::GptModel> model_;
@@ -453,6 +507,8 @@ class RankRun {
   std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
   int64_t step_ = 0;
   int64_t local_params_ = 0;
+  Timeline timeline_{exec_.is_cuda()};
+  Timeline* tl_ = nullptr;  // &timeline_ during traced steps
 };
 
 bool UnderLauncher() {

@@ -9,7 +9,7 @@
 //     files) through a lane-invariant, resumable sampler;
 //   - per step: micro-batches with gradient accumulation, one optimizer step
 //     (NaN/Inf steps are skipped and counted; too many aborts), a log line
-//     (loss, lr, grad norm, tokens/s, ms/step, MFU when peak_tflops is set,
+//     (loss, lr, grad norm, tokens/s, ms/step, MFU on cuda or with peak_tflops,
 //     memory) or a progress bar with ETA on a terminal, and a JSON line in
 //     <run_dir>/metrics.jsonl;
 //   - periodic evaluation on the validation split;

@@ -7,7 +7,9 @@
 //       full unsharded tensors; --names hf-gpt2 gives the names and layouts of a
 //       Hugging Face GPT2LMHeadModel (fused c_attn, Conv1D [in, out] weights),
 //       hf-llama those of LlamaForCausalLM (split gate/up); --vocab strips
-//       vocabulary padding
+//       vocabulary padding. Weights are f32: a mixed-precision (bf16) run's f32
+//       master copies (`<name>/master`, the optimizer's), else the saved
+//       values widened
 //
 // Errors print one line naming the problem and exit non-zero.
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/metadata.pb.h"
 #include "checkpoint/safetensors.h"
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace gtp::checkpoint {
@@ -224,19 +227,63 @@ absl::StatusOr<SafeTensorsFile> ToHfLlama(const std::vector<GlobalTensor>& all, 
   return f;
 }
 
+// The weights (keys without '/') as f32: where the optimizer kept an f32
+// master copy (`<key>/master`, bf16 runs) that copy, else the saved values
+// (bf16 widened); optimizer state dropped.
+absl::StatusOr<std::vector<GlobalTensor>> F32Weights(std::vector<GlobalTensor> all) {
+  std::map<std::string, GlobalTensor*> masters;
+  for (auto& g : all) {
+    const size_t slash = g.key.find('/');
+    if (slash != std::string::npos && g.key.substr(slash + 1) == "master")
+      masters[g.key.substr(0, slash)] = &g;
+  }
+  std::vector<GlobalTensor> out;
+  for (auto& g : all) {
+    if (g.key.find('/') != std::string::npos) continue;
+    auto m = masters.find(g.key);
+    if (m != masters.end()) {
+      GlobalTensor w = std::move(*m->second);
+      w.key = g.key;
+      if (w.dtype != DType::kF32 || w.shape.numel() != g.shape.numel()) {
+        return absl::DataLossError(
+            absl::StrCat(g.key, "/master is not an f32 tensor of ", g.key, "'s size"));
+      }
+      w.shape = g.shape;
+      out.push_back(std::move(w));
+    } else if (g.dtype == DType::kBF16) {
+      const int64_t n = g.shape.numel();
+      std::vector<uint8_t> f(n * 4);
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, g.bytes.data() + 2 * i, 2);
+        const float x = BF16BitsToF32(b);
+        std::memcpy(f.data() + 4 * i, &x, 4);
+      }
+      g.bytes = std::move(f);
+      g.dtype = DType::kF32;
+      out.push_back(std::move(g));
+    } else if (g.dtype == DType::kF32) {
+      out.push_back(std::move(g));
+    } else {
+      return absl::UnimplementedError(
+          absl::StrCat(g.key, " is ", DTypeName(g.dtype), ": export handles f32 and bf16"));
+    }
+  }
+  return out;
+}
+
 absl::Status Export(const std::string& path, const std::string& out, const std::string& names,
                     int64_t vocab) {
   GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
-  GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> all, ReadAllGlobal(dir));
+  GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> read, ReadAllGlobal(dir));
+  GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> all, F32Weights(std::move(read)));
   SafeTensorsFile f;
   if (names == "hf-gpt2") {
     GTP_ASSIGN_OR_RETURN(f, ToHfGpt2(all, vocab));
   } else if (names == "hf-llama") {
     GTP_ASSIGN_OR_RETURN(f, ToHfLlama(all, vocab));
   } else if (names == "gtp") {
-    for (const auto& g : all) {
-      if (g.key.find('/') == std::string::npos) f.tensors[g.key] = ToSafe(g);  // weights, not optimizer state
-    }
+    for (const auto& g : all) f.tensors[g.key] = ToSafe(g);  // weights only (F32Weights)
   } else {
     return absl::InvalidArgumentError("--names must be gtp, hf-gpt2 or hf-llama, got " + names);
   }

@@ -28,4 +28,16 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
   }
 }
 
+void AdamWMulti(const AdamWSegment* segments, int num_segments, const AdamWParams& hp) {
+  for (int i = 0; i < num_segments; ++i) {
+    const AdamWSegment& s = segments[i];
+    AdamWParams h = hp;
+    h.weight_decay = s.weight_decay;
+    AdamW(s.p, s.g, s.m, s.v, s.n, h);
+    if (s.p_bf16 != nullptr) {
+      for (int64_t j = 0; j < s.n; ++j) s.p_bf16[j] = ToBF16(s.p[j]);
+    }
+  }
+}
+
 }  // namespace gtp::kernels::cpu

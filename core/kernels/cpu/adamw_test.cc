@@ -73,5 +73,29 @@ TEST(AdamW, MatchesDoubleReferenceLateStep) {
   EXPECT_TRUE(RelClose(v, vd, 1e-6));
 }
 
+TEST(AdamWMulti, EqualsPerTensorAdamWAndRoundsTheCopy) {
+  Rng rng(5);
+  std::vector<float> a = rng.Normal(10), b = rng.Normal(3), ga = rng.Normal(10), gb = rng.Normal(3);
+  std::vector<float> a2 = a, b2 = b, ma(10, 0.0f), va(10, 0.0f), mb(3, 0.0f), vb(3, 0.0f);
+  std::vector<float> ma2 = ma, va2 = va, mb2 = mb, vb2 = vb;
+  std::vector<bf16> b_bf16(3);
+  AdamWParams hp;
+  hp.lr = 0.01f;
+  hp.step = 2;
+  AdamWSegment s[2];
+  s[0] = {a.data(), nullptr, ga.data(), ma.data(), va.data(), 10, 0.1f};
+  s[1] = {b.data(), b_bf16.data(), gb.data(), mb.data(), vb.data(), 3, 0.0f};
+  cpu::AdamWMulti(s, 2, hp);
+  AdamWParams h = hp;
+  h.weight_decay = 0.1f;
+  cpu::AdamW(a2.data(), ga.data(), ma2.data(), va2.data(), 10, h);
+  h.weight_decay = 0.0f;
+  cpu::AdamW(b2.data(), gb.data(), mb2.data(), vb2.data(), 3, h);
+  EXPECT_EQ(a, a2);
+  EXPECT_EQ(b, b2);
+  EXPECT_EQ(ma, ma2);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b_bf16[i].bits, gtp::ToBF16(b2[i]).bits);
+}
+
 }  // namespace
 }  // namespace gtp::kernels::testing

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -154,6 +155,73 @@ TEST(CrossEntropySharded, EqualsUnsharded) {
       }
     }
     EXPECT_TRUE(RelClose(s_dlogits, ToDouble(dlogits), 1e-6));
+  }
+}
+
+// ---- bf16 logits -------------------------------------------------------------
+// Statistics stay f32 (row max and target logit are exact widenings; sumexp an
+// f32 sum); dlogits are rounded to bf16 once. On the same (rounded) logits the
+// bf16 kernels equal the f32 kernels (rounded once), bit for bit, sharded too.
+TEST(RefCrossEntropyBackward, MatchesFiniteDifferences) {
+  Rng rng(65);
+  const int64_t N = 9, V = 37;
+  const std::vector<double> logits = ToDouble(rng.Uniform(N * V, -4.0f, 4.0f)),
+                            dloss = ToDouble(rng.Normal(N));
+  const std::vector<int32_t> targets = Targets(rng, N, V);
+  const std::vector<double> ref = RefCrossEntropyBackward(logits, targets, dloss, N, V);
+  const std::vector<double> fd = FiniteDifferenceGradient(
+      [&](const std::vector<double>& l) { return RefCrossEntropy(l, targets, N, V); }, logits,
+      dloss);
+  EXPECT_TRUE(RelClose(std::vector<float>(ref.begin(), ref.end()), fd, 1e-6));
+}
+
+TEST(CrossEntropyBf16, StagesMatchReferenceAndF32Kernels) {
+  Rng rng(66);
+  struct Case {
+    int64_t N, V, vocab_start, global_vocab;
+  };
+  for (const Case& c : {Case{1, 1, 0, 1}, Case{3, 5, 0, 5}, Case{33, 257, 0, 257},
+                        Case{4, 4099, 0, 4099}, Case{17, 100, 57, 257}}) {
+    SCOPED_TRACE(absl::StrCat("N=", c.N, " V=", c.V, " vocab_start=", c.vocab_start));
+    const std::vector<bf16> logits = ToBF16(rng.Uniform(c.N * c.V, -4.0f, 4.0f));
+    const std::vector<float> dloss = rng.Normal(c.N);
+    const std::vector<int32_t> targets = Targets(rng, c.N, static_cast<int32_t>(c.global_vocab));
+    std::vector<float> row_max = NaNs(c.N), target_logit = NaNs(c.N), sumexp = NaNs(c.N);
+    std::vector<bf16> dlogits = ToBF16(NaNs(c.N * c.V));
+    cpu::CrossEntropyStats(logits.data(), targets.data(), row_max.data(), target_logit.data(), c.N,
+                           c.V, c.vocab_start);
+    cpu::CrossEntropySumExp(logits.data(), row_max.data(), sumexp.data(), c.N, c.V);
+    cpu::CrossEntropyBackward(logits.data(), row_max.data(), sumexp.data(), targets.data(),
+                              dloss.data(), dlogits.data(), c.N, c.V, c.vocab_start);
+    const std::vector<double> ld = ToDouble(logits);
+    std::vector<double> ref_max(c.N), ref_target(c.N, 0.0), ref_sum(c.N, 0.0);
+    for (int64_t n = 0; n < c.N; ++n) {
+      ref_max[n] = *std::max_element(&ld[n * c.V], &ld[n * c.V] + c.V);
+      for (int64_t v = 0; v < c.V; ++v) ref_sum[n] += std::exp(ld[n * c.V + v] - ref_max[n]);
+      const int64_t col = targets[n] - c.vocab_start;
+      if (targets[n] >= 0 && col >= 0 && col < c.V) ref_target[n] = ld[n * c.V + col];
+    }
+    EXPECT_TRUE(RelClose(row_max, ref_max, 0.0));
+    EXPECT_TRUE(RelClose(target_logit, ref_target, 0.0));
+    EXPECT_TRUE(RelClose(sumexp, ref_sum, 1e-5));
+    if (c.vocab_start == 0 && c.global_vocab == c.V) {
+      const std::vector<double> ref =
+          RefCrossEntropyBackward(ld, targets, ToDouble(dloss), c.N, c.V);
+      EXPECT_TRUE(RelClose(dlogits, ref, 5e-3));
+      EXPECT_TRUE(RoundedOnce(dlogits, ref));
+    }
+
+    const std::vector<float> lf = ToFloat(logits);
+    std::vector<float> row_max_f(c.N), target_logit_f(c.N), sumexp_f(c.N), dlogits_f(c.N * c.V);
+    cpu::CrossEntropyStats(lf.data(), targets.data(), row_max_f.data(), target_logit_f.data(), c.N,
+                           c.V, c.vocab_start);
+    cpu::CrossEntropySumExp(lf.data(), row_max_f.data(), sumexp_f.data(), c.N, c.V);
+    cpu::CrossEntropyBackward(lf.data(), row_max_f.data(), sumexp_f.data(), targets.data(),
+                              dloss.data(), dlogits_f.data(), c.N, c.V, c.vocab_start);
+    EXPECT_EQ(row_max, row_max_f);
+    EXPECT_EQ(target_logit, target_logit_f);
+    EXPECT_EQ(sumexp, sumexp_f);
+    EXPECT_EQ(ToFloat(dlogits), RoundToBF16(dlogits_f));
   }
 }
 

@@ -64,5 +64,43 @@ TEST(EmbeddingBackward, AccumulatesInTokenOrder) {
   EXPECT_EQ(0, std::memcmp(expect.data(), dtable.data(), sizeof(float) * V * C));
 }
 
+// ---- bf16 -----------------------------------------------------------------
+// Forward copies bf16 rows (exact); backward widens bf16 dout exactly and adds
+// it into the f32 dtable in token order, so it equals the f32 kernel run on
+// the widened dout bit for bit.
+TEST(EmbeddingBf16, ForwardCopiesRowsExactly) {
+  Rng rng(14);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(absl::StrCat("N=", c.N, " V=", c.V, " C=", c.C, " vocab_start=", c.vocab_start));
+    const std::vector<int32_t> idx = rng.Ints(c.N, 0, c.global_vocab - 1);
+    const std::vector<bf16> table = ToBF16(rng.Uniform(c.V * c.C));
+    std::vector<bf16> out = ToBF16(NaNs(c.N * c.C));
+    cpu::EmbeddingForward(idx.data(), table.data(), out.data(), c.N, c.V, c.C, c.vocab_start);
+    EXPECT_TRUE(RelClose(out, RefEmbedding(idx, ToDouble(table), c.V, c.C, c.vocab_start), 0.0));
+  }
+}
+
+TEST(EmbeddingBf16, BackwardAccumulatesIntoF32) {
+  Rng rng(15);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(absl::StrCat("N=", c.N, " V=", c.V, " C=", c.C, " vocab_start=", c.vocab_start));
+    const std::vector<int32_t> idx = rng.Ints(c.N, 0, c.global_vocab - 1);
+    const std::vector<bf16> dout = ToBF16(rng.Uniform(c.N * c.C));
+    const std::vector<float> dtable0 = rng.Uniform(c.V * c.C);
+    std::vector<double> ref(dtable0.begin(), dtable0.end());
+    for (int64_t n = 0; n < c.N; ++n) {
+      const int64_t row = idx[n] - c.vocab_start;
+      if (row < 0 || row >= c.V) continue;
+      for (int64_t k = 0; k < c.C; ++k) ref[row * c.C + k] += ToF32(dout[n * c.C + k]);
+    }
+    std::vector<float> dtable = dtable0, dtable_f32 = dtable0;
+    cpu::EmbeddingBackward(idx.data(), dout.data(), dtable.data(), c.N, c.V, c.C, c.vocab_start);
+    EXPECT_TRUE(RelClose(dtable, ref, 1e-6));
+    cpu::EmbeddingBackward(idx.data(), ToFloat(dout).data(), dtable_f32.data(), c.N, c.V, c.C,
+                           c.vocab_start);
+    EXPECT_EQ(0, std::memcmp(dtable.data(), dtable_f32.data(), sizeof(float) * dtable.size()));
+  }
+}
+
 }  // namespace
 }  // namespace gtp::kernels::testing

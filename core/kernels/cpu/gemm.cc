@@ -86,6 +86,16 @@ void Gemm(const GemmDesc& d, const void* A, const void* B, void* C) {
               static_cast<int>(std::max<int64_t>(ldb32, 1)), d.beta, c,
               static_cast<int>(std::max<int64_t>(ldc32, 1)));
 
+  if (d.bias != nullptr) {
+    for (int64_t i = 0; i < d.m; ++i) {
+      for (int64_t j = 0; j < d.n; ++j) {
+        c[i * ldc32 + j] += d.c_type == DType::kBF16
+                                ? BF16BitsToF32(static_cast<const bf16*>(d.bias)[j].bits)
+                                : static_cast<const float*>(d.bias)[j];
+      }
+    }
+  }
+
   if (d.c_type == DType::kBF16) {
     bf16* out = static_cast<bf16*>(C);
     for (int64_t i = 0; i < d.m; ++i) {

@@ -9,93 +9,141 @@
 //   backward: dx = rstd·(g − x̂·mean(g·x̂)),  dw += Σ_n dy·x̂.
 // Statistics use two passes (mean first, then centred squares) so a large
 // common offset does not cancel the variance.
+// x, w, b, y, dy, dx are f32 or bf16 (one type per call); mean, rstd, dw, db
+// are f32; the math is f32 either way (cpu/elem.h).
 #include <cmath>
 
 #include "core/kernels/cpu.h"
+#include "core/kernels/cpu/elem.h"
 #include "core/status.h"
 
 namespace gtp::kernels::cpu {
+namespace {
 
-void LayerNormForward(const float* x, const float* w, const float* b, float* y, float* mean,
-                      float* rstd, int64_t N, int64_t C, float eps) {
+using internal::Load;
+using internal::Store;
+
+template <typename T>
+void LayerNormForwardT(const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
+                       int64_t N, int64_t C, float eps) {
   GTP_CHECK(N >= 0 && C > 0, "LayerNormForward: bad size N=", N, " C=", C);
   for (int64_t n = 0; n < N; ++n) {
-    const float* __restrict__ xr = x + n * C;
-    float* __restrict__ yr = y + n * C;
+    const T* __restrict__ xr = x + n * C;
+    T* __restrict__ yr = y + n * C;
     float mu = 0;
-    for (int64_t c = 0; c < C; ++c) mu += xr[c];
+    for (int64_t c = 0; c < C; ++c) mu += Load(xr[c]);
     mu /= static_cast<float>(C);
     float var = 0;
     for (int64_t c = 0; c < C; ++c) {
-      const float d = xr[c] - mu;
+      const float d = Load(xr[c]) - mu;
       var += d * d;
     }
     var /= static_cast<float>(C);
     const float rs = 1.0f / std::sqrt(var + eps);
     for (int64_t c = 0; c < C; ++c) {
-      yr[c] = (xr[c] - mu) * rs * w[c] + (b ? b[c] : 0.0f);
+      yr[c] = Store<T>((Load(xr[c]) - mu) * rs * Load(w[c]) + (b ? Load(b[c]) : 0.0f));
     }
     mean[n] = mu;
     rstd[n] = rs;
   }
 }
 
-void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
-                       const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t C) {
+template <typename T>
+void LayerNormBackwardT(const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
+                        T* dx, float* dw, float* db, int64_t N, int64_t C) {
   GTP_CHECK(N >= 0 && C > 0, "LayerNormBackward: bad size N=", N, " C=", C);
   for (int64_t n = 0; n < N; ++n) {
-    const float* __restrict__ dyr = dy + n * C;
-    const float* __restrict__ xr = x + n * C;
-    float* __restrict__ dxr = dx + n * C;
+    const T* __restrict__ dyr = dy + n * C;
+    const T* __restrict__ xr = x + n * C;
+    T* __restrict__ dxr = dx + n * C;
     const float mu = mean[n], rs = rstd[n];
     float g_mean = 0, gx_mean = 0;
     for (int64_t c = 0; c < C; ++c) {
-      const float g = dyr[c] * w[c];
+      const float g = Load(dyr[c]) * Load(w[c]);
       g_mean += g;
-      gx_mean += g * (xr[c] - mu) * rs;
+      gx_mean += g * (Load(xr[c]) - mu) * rs;
     }
     g_mean /= static_cast<float>(C);
     gx_mean /= static_cast<float>(C);
     for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (xr[c] - mu) * rs;
-      dxr[c] = rs * (dyr[c] * w[c] - g_mean - xhat * gx_mean);
-      dw[c] += dyr[c] * xhat;
-      if (db) db[c] += dyr[c];
+      const float xhat = (Load(xr[c]) - mu) * rs;
+      dxr[c] = Store<T>(rs * (Load(dyr[c]) * Load(w[c]) - g_mean - xhat * gx_mean));
+      dw[c] += Load(dyr[c]) * xhat;
+      if (db) db[c] += Load(dyr[c]);
     }
   }
 }
 
-void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
-                    float eps) {
+template <typename T>
+void RMSNormForwardT(const T* x, const T* w, T* y, float* rstd, int64_t N, int64_t C, float eps) {
   GTP_CHECK(N >= 0 && C > 0, "RMSNormForward: bad size N=", N, " C=", C);
   for (int64_t n = 0; n < N; ++n) {
-    const float* __restrict__ xr = x + n * C;
-    float* __restrict__ yr = y + n * C;
+    const T* __restrict__ xr = x + n * C;
+    T* __restrict__ yr = y + n * C;
     float ms = 0;
-    for (int64_t c = 0; c < C; ++c) ms += xr[c] * xr[c];
+    for (int64_t c = 0; c < C; ++c) ms += Load(xr[c]) * Load(xr[c]);
     const float rs = 1.0f / std::sqrt(ms / static_cast<float>(C) + eps);
-    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * rs * w[c];
+    for (int64_t c = 0; c < C; ++c) yr[c] = Store<T>(Load(xr[c]) * rs * Load(w[c]));
     rstd[n] = rs;
   }
 }
 
-void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                     float* dw, int64_t N, int64_t C) {
+template <typename T>
+void RMSNormBackwardT(const T* dy, const T* x, const T* w, const float* rstd, T* dx, float* dw,
+                      int64_t N, int64_t C) {
   GTP_CHECK(N >= 0 && C > 0, "RMSNormBackward: bad size N=", N, " C=", C);
   for (int64_t n = 0; n < N; ++n) {
-    const float* __restrict__ dyr = dy + n * C;
-    const float* __restrict__ xr = x + n * C;
-    float* __restrict__ dxr = dx + n * C;
+    const T* __restrict__ dyr = dy + n * C;
+    const T* __restrict__ xr = x + n * C;
+    T* __restrict__ dxr = dx + n * C;
     const float rs = rstd[n];
     float gx_mean = 0;
-    for (int64_t c = 0; c < C; ++c) gx_mean += dyr[c] * w[c] * xr[c] * rs;
+    for (int64_t c = 0; c < C; ++c) gx_mean += Load(dyr[c]) * Load(w[c]) * Load(xr[c]) * rs;
     gx_mean /= static_cast<float>(C);
     for (int64_t c = 0; c < C; ++c) {
-      const float xhat = xr[c] * rs;
-      dxr[c] = rs * (dyr[c] * w[c] - xhat * gx_mean);
-      dw[c] += dyr[c] * xhat;
+      const float xhat = Load(xr[c]) * rs;
+      dxr[c] = Store<T>(rs * (Load(dyr[c]) * Load(w[c]) - xhat * gx_mean));
+      dw[c] += Load(dyr[c]) * xhat;
     }
   }
+}
+
+}  // namespace
+
+void LayerNormForward(const float* x, const float* w, const float* b, float* y, float* mean,
+                      float* rstd, int64_t N, int64_t C, float eps) {
+  LayerNormForwardT(x, w, b, y, mean, rstd, N, C, eps);
+}
+void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, float* mean,
+                      float* rstd, int64_t N, int64_t C, float eps) {
+  LayerNormForwardT(x, w, b, y, mean, rstd, N, C, eps);
+}
+
+void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
+                       const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t C) {
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, N, C);
+}
+void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
+                       const float* rstd, bf16* dx, float* dw, float* db, int64_t N, int64_t C) {
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, N, C);
+}
+
+void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
+                    float eps) {
+  RMSNormForwardT(x, w, y, rstd, N, C, eps);
+}
+void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t N, int64_t C,
+                    float eps) {
+  RMSNormForwardT(x, w, y, rstd, N, C, eps);
+}
+
+void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                     float* dw, int64_t N, int64_t C) {
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, N, C);
+}
+void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
+                     float* dw, int64_t N, int64_t C) {
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, N, C);
 }
 
 }  // namespace gtp::kernels::cpu

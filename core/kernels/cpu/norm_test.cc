@@ -125,5 +125,175 @@ TEST(RMSNormBackward, MatchesFiniteDifferences) {
   }
 }
 
+// ---- bf16 -----------------------------------------------------------------
+// Inputs are rounded to bf16 first; the double reference runs on the rounded
+// values. A bf16 output carries one rounding (relative error ≤ 2⁻⁸ = 3.9e-3
+// per element), f32 statistics and parameter gradients only f32 arithmetic.
+// The CPU bf16 kernels are the f32 kernels' template with a widening load and
+// one rounding store, so on the same (rounded) inputs they must also give the
+// f32 kernels' results rounded once, bit for bit.
+const Shape kBf16Shapes[] = {{1, 1}, {1, 3}, {3, 7}, {5, 257}, {64, 32}, {2, 4099}};
+constexpr double kBf16Tol = 5e-3;  // bf16 outputs
+constexpr double kF32Tol = 1e-4;   // f32 stats / parameter grads from bf16 inputs
+
+// The analytic double backwards that the bf16 (and GPU) tests use as ground
+// truth, against finite differences of the forwards.
+TEST(RefNormBackward, MatchesFiniteDifferences) {
+  Rng rng(27);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(absl::StrCat("N=", s.N, " C=", s.C));
+    const std::vector<double> x = ToDouble(Inputs(rng, s)), w = ToDouble(rng.Normal(s.C)),
+                              b = ToDouble(rng.Normal(s.C)), dy = ToDouble(rng.Normal(s.N * s.C));
+    std::vector<double> dx, dw, db;
+    RefLayerNormBackward(dy, x, w, s.N, s.C, kEps, &dx, &dw, &db);
+    auto ln = [&](const std::vector<double>& xv, const std::vector<double>& wv,
+                  const std::vector<double>& bv) {
+      return RefLayerNorm(xv, wv, bv, s.N, s.C, kEps);
+    };
+    auto close = [](const std::vector<double>& got, const std::vector<double>& want, double tol) {
+      return RelClose(std::vector<float>(got.begin(), got.end()), want, tol);
+    };
+    EXPECT_TRUE(close(dx, FiniteDifferenceGradient([&](auto& v) { return ln(v, w, b); }, x, dy),
+                      s.C == 1 ? 1e-6 : 1e-5));
+    EXPECT_TRUE(
+        close(dw, FiniteDifferenceGradient([&](auto& v) { return ln(x, v, b); }, w, dy), 1e-5));
+    EXPECT_TRUE(
+        close(db, FiniteDifferenceGradient([&](auto& v) { return ln(x, w, v); }, b, dy), 1e-5));
+    RefRMSNormBackward(dy, x, w, s.N, s.C, kEps, &dx, &dw);
+    auto rms = [&](const std::vector<double>& xv, const std::vector<double>& wv) {
+      return RefRMSNorm(xv, wv, s.N, s.C, kEps);
+    };
+    EXPECT_TRUE(close(dx, FiniteDifferenceGradient([&](auto& v) { return rms(v, w); }, x, dy),
+                      s.C == 1 ? 1e-4 : 1e-5));
+    EXPECT_TRUE(
+        close(dw, FiniteDifferenceGradient([&](auto& v) { return rms(x, v); }, w, dy), 1e-5));
+  }
+}
+
+TEST(LayerNormForwardBf16, MatchesReferenceAndF32KernelRoundedOnce) {
+  Rng rng(41);
+  for (const Shape& s : kBf16Shapes) {
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(absl::StrCat("N=", s.N, " C=", s.C, " bias=", bias));
+      const std::vector<bf16> x = ToBF16(Inputs(rng, s)), w = ToBF16(rng.Normal(s.C)),
+                              b = bias ? ToBF16(rng.Normal(s.C)) : std::vector<bf16>();
+      std::vector<bf16> y = ToBF16(NaNs(s.N * s.C));
+      std::vector<float> mean = NaNs(s.N), rstd = NaNs(s.N);
+      cpu::LayerNormForward(x.data(), w.data(), bias ? b.data() : nullptr, y.data(), mean.data(),
+                            rstd.data(), s.N, s.C, kEps);
+      std::vector<double> ref_mean, ref_rstd;
+      const std::vector<double> ref =
+          RefLayerNorm(ToDouble(x), ToDouble(w), ToDouble(b), s.N, s.C, kEps, &ref_mean, &ref_rstd);
+      EXPECT_TRUE(RelClose(y, ref, kBf16Tol));
+      EXPECT_TRUE(RoundedOnce(y, ref));
+      EXPECT_TRUE(RelClose(mean, ref_mean, kF32Tol));
+      EXPECT_TRUE(RelClose(rstd, ref_rstd, kF32Tol));
+
+      const std::vector<float> xf = ToFloat(x), wf = ToFloat(w), bf = ToFloat(b);
+      std::vector<float> yf(s.N * s.C), meanf(s.N), rstdf(s.N);
+      cpu::LayerNormForward(xf.data(), wf.data(), bias ? bf.data() : nullptr, yf.data(),
+                            meanf.data(), rstdf.data(), s.N, s.C, kEps);
+      EXPECT_EQ(ToFloat(y), RoundToBF16(yf));
+      EXPECT_EQ(mean, meanf);
+      EXPECT_EQ(rstd, rstdf);
+    }
+  }
+}
+
+TEST(LayerNormBackwardBf16, MatchesReferenceAndAccumulatesF32Grads) {
+  Rng rng(42);
+  for (const Shape& s : kBf16Shapes) {
+    for (bool bias : {true, false}) {
+      SCOPED_TRACE(absl::StrCat("N=", s.N, " C=", s.C, " bias=", bias));
+      const std::vector<bf16> x = ToBF16(Inputs(rng, s)), w = ToBF16(rng.Normal(s.C)),
+                              b = ToBF16(rng.Normal(s.C)), dy = ToBF16(rng.Normal(s.N * s.C));
+      std::vector<bf16> y(s.N * s.C);
+      std::vector<float> mean(s.N), rstd(s.N);
+      cpu::LayerNormForward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), s.N,
+                            s.C, kEps);
+      std::vector<bf16> dx = ToBF16(NaNs(s.N * s.C));
+      const std::vector<float> dw0 = rng.Normal(s.C), db0 = rng.Normal(s.C);
+      std::vector<float> dw = dw0, db = db0;
+      cpu::LayerNormBackward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
+                             dw.data(), bias ? db.data() : nullptr, s.N, s.C);
+      std::vector<double> ref_dx, ref_dw, ref_db;
+      RefLayerNormBackward(ToDouble(dy), ToDouble(x), ToDouble(w), s.N, s.C, kEps, &ref_dx, &ref_dw,
+                           &ref_db);
+      for (int64_t c = 0; c < s.C; ++c) ref_dw[c] += dw0[c], ref_db[c] += db0[c];
+      EXPECT_TRUE(RelClose(dx, ref_dx, kBf16Tol));  // C = 1: exactly 0 (absolute)
+      EXPECT_TRUE(RoundedOnce(dx, ref_dx));
+      EXPECT_TRUE(RelClose(dw, ref_dw, kF32Tol));
+      if (bias) {
+        EXPECT_TRUE(RelClose(db, ref_db, kF32Tol));
+      } else {
+        EXPECT_EQ(db, db0);
+      }
+
+      const std::vector<float> dyf = ToFloat(dy), xf = ToFloat(x), wf = ToFloat(w);
+      std::vector<float> dxf(s.N * s.C), dwf = dw0, dbf = db0;
+      cpu::LayerNormBackward(dyf.data(), xf.data(), wf.data(), mean.data(), rstd.data(), dxf.data(),
+                             dwf.data(), bias ? dbf.data() : nullptr, s.N, s.C);
+      EXPECT_EQ(ToFloat(dx), RoundToBF16(dxf));
+      EXPECT_EQ(dw, dwf);
+      EXPECT_EQ(db, dbf);
+    }
+  }
+}
+
+TEST(RMSNormForwardBf16, MatchesReferenceAndF32KernelRoundedOnce) {
+  Rng rng(43);
+  for (const Shape& s : kBf16Shapes) {
+    SCOPED_TRACE(absl::StrCat("N=", s.N, " C=", s.C));
+    const std::vector<bf16> x = ToBF16(Inputs(rng, s)), w = ToBF16(rng.Normal(s.C));
+    std::vector<bf16> y = ToBF16(NaNs(s.N * s.C));
+    std::vector<float> rstd = NaNs(s.N);
+    cpu::RMSNormForward(x.data(), w.data(), y.data(), rstd.data(), s.N, s.C, kEps);
+    std::vector<double> ref_rstd;
+    const std::vector<double> ref = RefRMSNorm(ToDouble(x), ToDouble(w), s.N, s.C, kEps, &ref_rstd);
+    EXPECT_TRUE(RelClose(y, ref, kBf16Tol));
+    EXPECT_TRUE(RoundedOnce(y, ref));
+    EXPECT_TRUE(RelClose(rstd, ref_rstd, kF32Tol));
+
+    const std::vector<float> xf = ToFloat(x), wf = ToFloat(w);
+    std::vector<float> yf(s.N * s.C), rstdf(s.N);
+    cpu::RMSNormForward(xf.data(), wf.data(), yf.data(), rstdf.data(), s.N, s.C, kEps);
+    EXPECT_EQ(ToFloat(y), RoundToBF16(yf));
+    EXPECT_EQ(rstd, rstdf);
+  }
+}
+
+TEST(RMSNormBackwardBf16, MatchesReferenceAndAccumulatesF32Grads) {
+  Rng rng(44);
+  for (const Shape& s : kBf16Shapes) {
+    SCOPED_TRACE(absl::StrCat("N=", s.N, " C=", s.C));
+    const std::vector<bf16> x = ToBF16(Inputs(rng, s)), w = ToBF16(rng.Normal(s.C)),
+                            dy = ToBF16(rng.Normal(s.N * s.C));
+    std::vector<bf16> y(s.N * s.C);
+    std::vector<float> rstd(s.N);
+    cpu::RMSNormForward(x.data(), w.data(), y.data(), rstd.data(), s.N, s.C, kEps);
+    std::vector<bf16> dx = ToBF16(NaNs(s.N * s.C));
+    const std::vector<float> dw0 = rng.Normal(s.C);
+    std::vector<float> dw = dw0;
+    cpu::RMSNormBackward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), s.N,
+                         s.C);
+    std::vector<double> ref_dx, ref_dw;
+    RefRMSNormBackward(ToDouble(dy), ToDouble(x), ToDouble(w), s.N, s.C, kEps, &ref_dx, &ref_dw);
+    for (int64_t c = 0; c < s.C; ++c) ref_dw[c] += dw0[c];
+    // C = 1: dx is the cancellation of two O(dy·w) f32 terms (see the f32 test).
+    EXPECT_TRUE(RelClose(dx, ref_dx, s.C == 1 ? 2e-2 : kBf16Tol));
+    if (s.C > 1) {
+      EXPECT_TRUE(RoundedOnce(dx, ref_dx));
+    }
+    EXPECT_TRUE(RelClose(dw, ref_dw, kF32Tol));
+
+    const std::vector<float> dyf = ToFloat(dy), xf = ToFloat(x), wf = ToFloat(w);
+    std::vector<float> dxf(s.N * s.C), dwf = dw0;
+    cpu::RMSNormBackward(dyf.data(), xf.data(), wf.data(), rstd.data(), dxf.data(), dwf.data(), s.N,
+                         s.C);
+    EXPECT_EQ(ToFloat(dx), RoundToBF16(dxf));
+    EXPECT_EQ(dw, dwf);
+  }
+}
+
 }  // namespace
 }  // namespace gtp::kernels::testing

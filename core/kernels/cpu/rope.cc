@@ -2,15 +2,21 @@
 //   y[d]       = x[d]·cos(t·f_d) − x[d+h]·sin(t·f_d)
 //   y[d+h]     = x[d+h]·cos(t·f_d) + x[d]·sin(t·f_d),   h = HS/2, f_d = θ^(−2d/HS)
 // Backward is the rotation by −t·f_d. Angles are computed in double so the
-// CPU and CUDA versions agree to f32 rounding.
+// CPU and CUDA versions agree to f32 rounding. bf16 data is rotated in f32
+// and rounded once (cpu/elem.h).
 #include <cmath>
 
 #include "core/kernels/cpu.h"
+#include "core/kernels/cpu/elem.h"
 #include "core/status.h"
 
 namespace gtp::kernels::cpu {
 namespace {
-void Rotate(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
+using internal::Load;
+using internal::Store;
+
+template <typename E>  // element type (T is the sequence length here)
+void Rotate(const E* x, E* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
             float sign) {
   GTP_CHECK(HS % 2 == 0, "RoPE needs an even head size, got ", HS);
   const int64_t h = HS / 2;
@@ -21,9 +27,9 @@ void Rotate(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t 
         const float c = static_cast<float>(std::cos(a)), s = sign * static_cast<float>(std::sin(a));
         for (int64_t n = 0; n < NH; ++n) {
           const int64_t base = ((b * T + t) * NH + n) * HS;
-          const float x0 = x[base + d], x1 = x[base + d + h];
-          y[base + d] = x0 * c - x1 * s;
-          y[base + d + h] = x1 * c + x0 * s;
+          const float x0 = Load(x[base + d]), x1 = Load(x[base + d + h]);
+          y[base + d] = Store<E>(x0 * c - x1 * s);
+          y[base + d + h] = Store<E>(x1 * c + x0 * s);
         }
       }
 }
@@ -35,6 +41,16 @@ void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int
 }
 
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                  float theta) {
+  Rotate(dy, dx, B, T, NH, HS, theta, -1.0f);
+}
+
+void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                 float theta) {
+  Rotate(x, y, B, T, NH, HS, theta, 1.0f);
+}
+
+void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
                   float theta) {
   Rotate(dy, dx, B, T, NH, HS, theta, -1.0f);
 }

@@ -3,6 +3,7 @@
 
 #include "core/kernels/cpu.h"
 #include "core/kernels/testing/harness.h"
+#include "core/kernels/testing/reference.h"
 #include "gtest/gtest.h"
 
 namespace gtp::kernels {
@@ -53,6 +54,34 @@ TEST_P(CpuRope, ForwardMatchesReferenceBackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuRope,
                          ::testing::Values(Dims{1, 1, 1, 2}, Dims{2, 5, 3, 8}, Dims{1, 17, 2, 64},
                                            Dims{2, 33, 1, 6}));
+
+// bf16: rotated in f32, rounded once (≤ 2⁻⁸ per element); equal to the f32
+// kernel on the rounded input, rounded once. In place as well.
+TEST_P(CpuRope, Bf16MatchesReferenceAndF32KernelRoundedOnce) {
+  const Dims s = GetParam();
+  const int64_t n = s.B * s.T * s.NH * s.HS;
+  Rng rng(5);
+  const std::vector<bf16> x = testing::ToBF16(rng.Normal(n)), w = testing::ToBF16(rng.Normal(n));
+  std::vector<bf16> y = testing::ToBF16(testing::NaNs(n)), dx = w;
+  cpu::RopeForward(x.data(), y.data(), s.B, s.T, s.NH, s.HS, 10000.0f);
+  cpu::RopeBackward(dx.data(), dx.data(), s.B, s.T, s.NH, s.HS, 10000.0f);  // in place
+  const std::vector<double> ref_y =
+      testing::RefRope(testing::ToDouble(x), s.B, s.T, s.NH, s.HS, 10000.0, 1.0);
+  const std::vector<double> ref_dx =
+      testing::RefRope(testing::ToDouble(w), s.B, s.T, s.NH, s.HS, 10000.0, -1.0);
+  EXPECT_TRUE(testing::RelClose(y, ref_y, 5e-3));
+  EXPECT_TRUE(testing::RoundedOnce(y, ref_y));
+  EXPECT_TRUE(testing::RelClose(dx, ref_dx, 5e-3));
+  EXPECT_TRUE(testing::RoundedOnce(dx, ref_dx));
+  // The shared reference (testing::RefRope) agrees with this file's.
+  EXPECT_TRUE(testing::RelClose(std::vector<float>(ref_y.begin(), ref_y.end()),
+                                RefRope(testing::ToDouble(x), s, 10000.0), 1e-7));
+  std::vector<float> yf(n), dxf = testing::ToFloat(w);
+  cpu::RopeForward(testing::ToFloat(x).data(), yf.data(), s.B, s.T, s.NH, s.HS, 10000.0f);
+  cpu::RopeBackward(dxf.data(), dxf.data(), s.B, s.T, s.NH, s.HS, 10000.0f);
+  EXPECT_EQ(testing::ToFloat(y), testing::RoundToBF16(yf));
+  EXPECT_EQ(testing::ToFloat(dx), testing::RoundToBF16(dxf));
+}
 
 }  // namespace
 }  // namespace gtp::kernels

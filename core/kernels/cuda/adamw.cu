@@ -41,7 +41,61 @@ __global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ g,
   }
 }
 
+__global__ void AdamWMultiKernel(const AdamWSegment* __restrict__ segs,
+                                 const AdamWChunk* __restrict__ chunks, AdamWScalars s) {
+  const AdamWChunk c = chunks[blockIdx.x];
+  const AdamWSegment seg = segs[c.segment];
+  const int64_t end = c.begin + kAdamWChunk < seg.n ? c.begin + kAdamWChunk : seg.n;
+  for (int64_t i = c.begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float gi = seg.g[i];
+    const float mi = __fadd_rn(__fmul_rn(s.b1, seg.m[i]), __fmul_rn(s.one_minus_b1, gi));
+    const float vi =
+        __fadd_rn(__fmul_rn(s.b2, seg.v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, gi), gi));
+    seg.m[i] = mi;
+    seg.v[i] = vi;
+    const float pi = seg.p[i];
+    const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, s.bc2)), s.eps);
+    const float update =
+        __fadd_rn(__fdiv_rn(__fdiv_rn(mi, s.bc1), denom), __fmul_rn(seg.weight_decay, pi));
+    const float np = __fsub_rn(pi, __fmul_rn(s.lr, update));
+    seg.p[i] = np;
+    if (seg.p_bf16 != nullptr) seg.p_bf16[i] = ToBF16(np);
+  }
+}
+
+AdamWScalars Scalars(const AdamWParams& hp) {
+  const double t = static_cast<double>(hp.step);
+  AdamWScalars s;
+  s.lr = hp.lr;
+  s.b1 = hp.beta1;
+  s.b2 = hp.beta2;
+  s.one_minus_b1 = 1.0f - hp.beta1;
+  s.one_minus_b2 = 1.0f - hp.beta2;
+  s.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
+  s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
+  s.eps = hp.eps;
+  s.wd = hp.weight_decay;
+  return s;
+}
+
 }  // namespace
+
+std::vector<AdamWChunk> AdamWChunks(const AdamWSegment* host_segments, int num_segments) {
+  std::vector<AdamWChunk> out;
+  for (int i = 0; i < num_segments; ++i) {
+    for (int64_t b = 0; b < host_segments[i].n; b += kAdamWChunk) out.push_back({i, b});
+  }
+  return out;
+}
+
+void AdamWMulti(const AdamWSegment* segments, const AdamWChunk* chunks, int num_chunks,
+                const AdamWParams& hp, cudaStream_t stream) {
+  GTP_CU_REQUIRE(hp.step >= 1, "AdamWMulti: step is 1-based, got %lld",
+                 static_cast<long long>(hp.step));
+  if (num_chunks == 0) return;
+  AdamWMultiKernel<<<num_chunks, kThreads, 0, stream>>>(segments, chunks, Scalars(hp));
+  GTP_CU_LAUNCH_CHECK();
+}
 
 void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp,
            cudaStream_t stream) {

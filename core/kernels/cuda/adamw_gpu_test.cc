@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,73 @@ TEST(AdamWGpu, BitIdenticalToCpuOverSteps) {
       EXPECT_TRUE(BitEqual(d_p.Download(), p));
       EXPECT_TRUE(BitEqual(d_m.Download(), m));
       EXPECT_TRUE(BitEqual(d_v.Download(), v));
+    }
+  }
+}
+
+// The multi-tensor kernel gives the per-tensor CPU AdamW's bits on several
+// tensors of odd sizes (chunk boundaries inside and between them), with
+// per-tensor weight decay and the bf16 copy of the update.
+TEST(CudaAdamWMulti, MatchesCpuPerTensorBitwise) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(82);
+  const std::vector<int64_t> sizes = {1, 65535, 65536, 65537, 200003, 7};
+  std::vector<std::vector<float>> p, m, v;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dp, dm, dv, dg;
+  std::vector<std::unique_ptr<DeviceBuffer<bf16>>> db;
+  std::vector<AdamWSegment> segs;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    p.push_back(rng.Normal(n));
+    m.push_back(std::vector<float>(n, 0.0f));
+    v.push_back(std::vector<float>(n, 0.0f));
+    dp.push_back(std::make_unique<DeviceBuffer<float>>(p[i]));
+    dm.push_back(std::make_unique<DeviceBuffer<float>>(m[i]));
+    dv.push_back(std::make_unique<DeviceBuffer<float>>(v[i]));
+    dg.push_back(std::make_unique<DeviceBuffer<float>>(n));
+    db.push_back(std::make_unique<DeviceBuffer<bf16>>(n));
+    AdamWSegment s;
+    s.p = dp[i]->get();
+    s.p_bf16 = i % 2 == 0 ? db[i]->get() : nullptr;
+    s.g = dg[i]->get();
+    s.m = dm[i]->get();
+    s.v = dv[i]->get();
+    s.n = n;
+    s.weight_decay = i % 3 == 0 ? 0.1f : 0.0f;
+    segs.push_back(s);
+  }
+  const std::vector<cuda::AdamWChunk> chunks = cuda::AdamWChunks(segs.data(), static_cast<int>(segs.size()));
+  std::vector<uint8_t> seg_bytes(segs.size() * sizeof(AdamWSegment)), chunk_bytes(chunks.size() * sizeof(cuda::AdamWChunk));
+  std::memcpy(seg_bytes.data(), segs.data(), seg_bytes.size());
+  std::memcpy(chunk_bytes.data(), chunks.data(), chunk_bytes.size());
+  DeviceBuffer<uint8_t> d_segs(seg_bytes), d_chunks(chunk_bytes);
+  AdamWParams hp;
+  hp.lr = 1e-3f;
+  hp.beta1 = 0.9f;
+  hp.beta2 = 0.95f;
+  for (int64_t step = 1; step <= 3; ++step) {
+    hp.step = step;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<float> g = rng.Normal(sizes[i], 0.0f, 0.1f);
+      AdamWParams h = hp;
+      h.weight_decay = segs[i].weight_decay;
+      cpu::AdamW(p[i].data(), g.data(), m[i].data(), v[i].data(), sizes[i], h);
+      dg[i]->Upload(g);
+    }
+    cuda::AdamWMulti(reinterpret_cast<const AdamWSegment*>(d_segs.get()),
+                     reinterpret_cast<const cuda::AdamWChunk*>(d_chunks.get()),
+                     static_cast<int>(chunks.size()), hp, stream.get());
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(sizes[i]);
+    EXPECT_TRUE(BitEqual(dp[i]->Download(), p[i]));
+    EXPECT_TRUE(BitEqual(dm[i]->Download(), m[i]));
+    EXPECT_TRUE(BitEqual(dv[i]->Download(), v[i]));
+    if (i % 2 == 0) {
+      std::vector<bf16> want(sizes[i]);
+      for (int64_t j = 0; j < sizes[i]; ++j) want[j] = gtp::ToBF16(p[i][j]);
+      EXPECT_TRUE(BitEqual(db[i]->Download(), want));
     }
   }
 }

@@ -9,47 +9,77 @@
 //
 // One block per row for the reductions (V is a vocabulary, often 10⁴–10⁵);
 // block reductions run in a fixed order, so results are deterministic.
+//
+// logits/dlogits are f32 or bf16; the statistics, loss and dloss are f32 and
+// the math is f32 (cuda/elem.cuh). Rows are `ld` ≥ V apart: columns [V, ld)
+// are padding (e.g. an LM head computed over a padded vocabulary), never
+// read into the statistics and written 0 in dlogits. bf16 rows with ld % 8 == 0
+// and 16-byte aligned buffers are read (and dlogits written) 8 elements per
+// access, the columns past V masked.
 #include <cuda_runtime.h>
 
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/cuda/elem.cuh"
 
 namespace gtp::kernels::cuda {
 namespace {
 
+using internal::Aligned16;
 using internal::BlockMax;
 using internal::BlockSum;
 using internal::GridFor;
+using internal::kBf16Vec;
+using internal::Load;
+using internal::LoadVec;
+using internal::StoreVec;
+using internal::WithVec;
 
 constexpr int kThreads = 256;
 
 // Rows handled by a grid-stride loop over blocks (N may exceed the grid).
+// Thread i of a row's block visits columns v = i·kVec + j·kThreads·kVec, kVec
+// at a time (kVec divides V).
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    StatsKernel(const float* __restrict__ logits, const int32_t* __restrict__ targets,
+    StatsKernel(const T* __restrict__ logits, const int32_t* __restrict__ targets,
                 float* __restrict__ row_max, float* __restrict__ target_logit, int64_t N, int64_t V,
-                int64_t vocab_start) {
+                int64_t ld, int64_t vocab_start) {
+  const int64_t v_end = (V + kVec - 1) / kVec * kVec;  // ≤ ld
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const float* l = logits + n * V;
+    const T* l = logits + n * ld;
     float mx = -INFINITY;  // an empty shard must not win the max all-reduce
-    for (int64_t v = threadIdx.x; v < V; v += kThreads) mx = fmaxf(mx, l[v]);
+    for (int64_t v = threadIdx.x * kVec; v < v_end; v += kThreads * kVec) {
+      float lv[kVec];
+      LoadVec<kVec>(l + v, lv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) mx = v + k < V ? fmaxf(mx, lv[k]) : mx;
+    }
     mx = BlockMax<kThreads>(mx);
     if (threadIdx.x == 0) {
       row_max[n] = mx;
       const int32_t t = targets[n];
       const int64_t col = static_cast<int64_t>(t) - vocab_start;
-      target_logit[n] = t >= 0 && col >= 0 && col < V ? l[col] : 0.0f;
+      target_logit[n] = t >= 0 && col >= 0 && col < V ? Load(l[col]) : 0.0f;
     }
   }
 }
 
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    SumExpKernel(const float* __restrict__ logits, const float* __restrict__ row_max,
-                 float* __restrict__ sumexp, int64_t N, int64_t V) {
+    SumExpKernel(const T* __restrict__ logits, const float* __restrict__ row_max,
+                 float* __restrict__ sumexp, int64_t N, int64_t V, int64_t ld) {
+  const int64_t v_end = (V + kVec - 1) / kVec * kVec;  // ≤ ld
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const float* l = logits + n * V;
+    const T* l = logits + n * ld;
     const float mx = row_max[n];
     float s = 0.0f;
-    for (int64_t v = threadIdx.x; v < V; v += kThreads) s += expf(l[v] - mx);
+    for (int64_t v = threadIdx.x * kVec; v < v_end; v += kThreads * kVec) {
+      float lv[kVec];
+      LoadVec<kVec>(l + v, lv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) s += v + k < V ? expf(lv[k] - mx) : 0.0f;
+    }
     s = BlockSum<kThreads>(s);
     if (threadIdx.x == 0) sumexp[n] = s;
   }
@@ -65,23 +95,34 @@ __global__ void LossKernel(const float* __restrict__ row_max, const float* __res
   }
 }
 
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    BackwardKernel(const float* __restrict__ logits, const float* __restrict__ row_max,
+    BackwardKernel(const T* __restrict__ logits, const float* __restrict__ row_max,
                    const float* __restrict__ sumexp, const int32_t* __restrict__ targets,
-                   const float* __restrict__ dloss, float* __restrict__ dlogits, int64_t N,
-                   int64_t V, int64_t vocab_start) {
+                   const float* __restrict__ dloss, T* __restrict__ dlogits, int64_t N, int64_t V,
+                   int64_t ld, int64_t vocab_start) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const float* l = logits + n * V;
-    float* dl = dlogits + n * V;
+    const T* l = logits + n * ld;
+    T* dl = dlogits + n * ld;
     const int32_t t = targets[n];
     if (t < 0) {
-      for (int64_t v = threadIdx.x; v < V; v += kThreads) dl[v] = 0.0f;
+      float zero[kVec];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) zero[k] = 0.0f;
+      for (int64_t v = threadIdx.x * kVec; v < ld; v += kThreads * kVec)
+        StoreVec<kVec>(dl + v, zero);
       continue;
     }
     const float mx = row_max[n], g = dloss[n], inv = 1.0f / sumexp[n];
     const int64_t col = static_cast<int64_t>(t) - vocab_start;
-    for (int64_t v = threadIdx.x; v < V; v += kThreads) {
-      dl[v] = g * (expf(l[v] - mx) * inv - (v == col ? 1.0f : 0.0f));
+    for (int64_t v = threadIdx.x * kVec; v < ld; v += kThreads * kVec) {
+      float lv[kVec];
+      LoadVec<kVec>(l + v, lv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        lv[k] = v + k < V ? g * (expf(lv[k] - mx) * inv - (v + k == col ? 1.0f : 0.0f)) : 0.0f;
+      }
+      StoreVec<kVec>(dl + v, lv);
     }
   }
 }
@@ -91,29 +132,81 @@ unsigned RowGrid(int64_t N) {
   return static_cast<unsigned>(N < kMax ? N : kMax);
 }
 
-void CheckArgs(const char* op, int64_t N, int64_t V) {
+void CheckArgs(const char* op, int64_t N, int64_t V, int64_t ld = -1) {
   GTP_CU_REQUIRE(N >= 0 && V >= 0, "%s: negative size N=%lld V=%lld", op, static_cast<long long>(N),
                  static_cast<long long>(V));
+  GTP_CU_REQUIRE(ld < 0 || ld >= V, "%s: row stride ld=%lld < V=%lld", op,
+                 static_cast<long long>(ld), static_cast<long long>(V));
+}
+
+// 16-byte accesses for bf16 rows: the row stride a multiple of 8 and every
+// buffer aligned.
+bool VecRows(int64_t ld, std::initializer_list<const void*> ptrs) {
+  return ld % kBf16Vec == 0 && Aligned16(ptrs);
+}
+
+template <typename T>
+void StatsT(const T* logits, const int32_t* targets, float* row_max, float* target_logit, int64_t N,
+            int64_t V, int64_t vocab_start, cudaStream_t stream, int64_t ld) {
+  if (ld <= 0) ld = V;
+  CheckArgs("CrossEntropyStats", N, V, ld);
+  if (N == 0) return;
+  WithVec<T>(VecRows(ld, {logits}), [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    StatsKernel<T, kVec><<<RowGrid(N), kThreads, 0, stream>>>(logits, targets, row_max,
+                                                              target_logit, N, V, ld, vocab_start);
+  });
+  GTP_CU_LAUNCH_CHECK();
+}
+
+template <typename T>
+void SumExpT(const T* logits, const float* row_max, float* sumexp, int64_t N, int64_t V,
+             cudaStream_t stream, int64_t ld) {
+  if (ld <= 0) ld = V;
+  CheckArgs("CrossEntropySumExp", N, V, ld);
+  if (N == 0) return;
+  WithVec<T>(VecRows(ld, {logits}), [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    SumExpKernel<T, kVec><<<RowGrid(N), kThreads, 0, stream>>>(logits, row_max, sumexp, N, V, ld);
+  });
+  GTP_CU_LAUNCH_CHECK();
+}
+
+template <typename T>
+void BackwardT(const T* logits, const float* row_max, const float* sumexp, const int32_t* targets,
+               const float* dloss, T* dlogits, int64_t N, int64_t V, int64_t vocab_start,
+               cudaStream_t stream, int64_t ld) {
+  if (ld <= 0) ld = V;
+  CheckArgs("CrossEntropyBackward", N, V, ld);
+  if (N == 0 || ld == 0) return;
+  WithVec<T>(VecRows(ld, {logits, dlogits}), [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    BackwardKernel<T, kVec><<<RowGrid(N), kThreads, 0, stream>>>(logits, row_max, sumexp, targets,
+                                                                 dloss, dlogits, N, V, ld, vocab_start);
+  });
+  GTP_CU_LAUNCH_CHECK();
 }
 
 }  // namespace
 
 void CrossEntropyStats(const float* logits, const int32_t* targets, float* row_max,
                        float* target_logit, int64_t N, int64_t V, int64_t vocab_start,
-                       cudaStream_t stream) {
-  CheckArgs("CrossEntropyStats", N, V);
-  if (N == 0) return;
-  StatsKernel<<<RowGrid(N), kThreads, 0, stream>>>(logits, targets, row_max, target_logit, N, V,
-                                                   vocab_start);
-  GTP_CU_LAUNCH_CHECK();
+                       cudaStream_t stream, int64_t ld) {
+  StatsT(logits, targets, row_max, target_logit, N, V, vocab_start, stream, ld);
+}
+void CrossEntropyStats(const bf16* logits, const int32_t* targets, float* row_max,
+                       float* target_logit, int64_t N, int64_t V, int64_t vocab_start,
+                       cudaStream_t stream, int64_t ld) {
+  StatsT(logits, targets, row_max, target_logit, N, V, vocab_start, stream, ld);
 }
 
 void CrossEntropySumExp(const float* logits, const float* row_max, float* sumexp, int64_t N,
-                        int64_t V, cudaStream_t stream) {
-  CheckArgs("CrossEntropySumExp", N, V);
-  if (N == 0) return;
-  SumExpKernel<<<RowGrid(N), kThreads, 0, stream>>>(logits, row_max, sumexp, N, V);
-  GTP_CU_LAUNCH_CHECK();
+                        int64_t V, cudaStream_t stream, int64_t ld) {
+  SumExpT(logits, row_max, sumexp, N, V, stream, ld);
+}
+void CrossEntropySumExp(const bf16* logits, const float* row_max, float* sumexp, int64_t N,
+                        int64_t V, cudaStream_t stream, int64_t ld) {
+  SumExpT(logits, row_max, sumexp, N, V, stream, ld);
 }
 
 void CrossEntropyLoss(const float* row_max, const float* sumexp, const float* target_logit,
@@ -127,12 +220,13 @@ void CrossEntropyLoss(const float* row_max, const float* sumexp, const float* ta
 
 void CrossEntropyBackward(const float* logits, const float* row_max, const float* sumexp,
                           const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
-                          int64_t V, int64_t vocab_start, cudaStream_t stream) {
-  CheckArgs("CrossEntropyBackward", N, V);
-  if (N == 0 || V == 0) return;
-  BackwardKernel<<<RowGrid(N), kThreads, 0, stream>>>(logits, row_max, sumexp, targets, dloss,
-                                                      dlogits, N, V, vocab_start);
-  GTP_CU_LAUNCH_CHECK();
+                          int64_t V, int64_t vocab_start, cudaStream_t stream, int64_t ld) {
+  BackwardT(logits, row_max, sumexp, targets, dloss, dlogits, N, V, vocab_start, stream, ld);
+}
+void CrossEntropyBackward(const bf16* logits, const float* row_max, const float* sumexp,
+                          const int32_t* targets, const float* dloss, bf16* dlogits, int64_t N,
+                          int64_t V, int64_t vocab_start, cudaStream_t stream, int64_t ld) {
+  BackwardT(logits, row_max, sumexp, targets, dloss, dlogits, N, V, vocab_start, stream, ld);
 }
 
 void CrossEntropyForward(const float* logits, const int32_t* targets, float* loss, float* scratch,

@@ -3,6 +3,7 @@
 // ignored rows (−1) and ids held by other shards.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -16,6 +17,7 @@
 #include "core/kernels/cuda.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
+#include "core/kernels/testing/reference.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -105,6 +107,56 @@ TEST(CrossEntropyGpu, ForwardMatchesCpu) {
     cuda::CrossEntropyForward(d_logits.get(), d_targets.get(), d_loss.get(), d_scratch.get(), c.N,
                               c.V, stream.get());
     EXPECT_TRUE(RelClose(d_loss.Download(), ToDouble(loss), 1e-5));
+  }
+}
+
+// ---- bf16 logits against the double reference -------------------------------
+// Row max and target logit are exact widenings; sumexp an f32 sum; dlogits
+// rounded to bf16 once. V % 8 == 0 (64, 1000) takes the 16-byte path, the
+// rest (50257, 257, ...) the scalar one. The backward reference uses the
+// kernel's own (f32) statistics, so sharded cases are checked too.
+TEST(CrossEntropyGpu, Bf16StagesMatchReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(63);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(Describe(c));
+    const std::vector<bf16> logits = ToBF16(rng.Normal(c.N * c.V, 0.0f, 4.0f));
+    const std::vector<int32_t> targets = Targets(rng, c);
+    const std::vector<float> dloss = rng.Uniform(c.N, 0.5f, 2.0f);
+    DeviceBuffer<bf16> d_logits(logits), d_dlogits(c.N * c.V);
+    DeviceBuffer<float> d_dloss(dloss), d_row_max(c.N), d_target_logit(c.N), d_sumexp(c.N);
+    DeviceBuffer<int32_t> d_targets(targets);
+    cuda::CrossEntropyStats(d_logits.get(), d_targets.get(), d_row_max.get(), d_target_logit.get(),
+                            c.N, c.V, c.vocab_start, stream.get());
+    cuda::CrossEntropySumExp(d_logits.get(), d_row_max.get(), d_sumexp.get(), c.N, c.V,
+                             stream.get());
+    cuda::CrossEntropyBackward(d_logits.get(), d_row_max.get(), d_sumexp.get(), d_targets.get(),
+                               d_dloss.get(), d_dlogits.get(), c.N, c.V, c.vocab_start,
+                               stream.get());
+    const std::vector<double> l = ToDouble(logits);
+    std::vector<double> ref_max(c.N), ref_target(c.N, 0.0), ref_sum(c.N, 0.0);
+    for (int64_t n = 0; n < c.N; ++n) {
+      ref_max[n] = *std::max_element(&l[n * c.V], &l[n * c.V] + c.V);
+      for (int64_t v = 0; v < c.V; ++v) ref_sum[n] += std::exp(l[n * c.V + v] - ref_max[n]);
+      const int64_t col = targets[n] - c.vocab_start;
+      if (targets[n] >= 0 && col >= 0 && col < c.V) ref_target[n] = l[n * c.V + col];
+    }
+    const std::vector<float> row_max = d_row_max.Download(), sumexp = d_sumexp.Download();
+    EXPECT_TRUE(RelClose(row_max, ref_max, 0.0));
+    EXPECT_TRUE(RelClose(d_target_logit.Download(), ref_target, 0.0));
+    EXPECT_TRUE(RelClose(sumexp, ref_sum, 1e-5));
+    std::vector<double> ref_dl(c.N * c.V, 0.0);
+    for (int64_t n = 0; n < c.N; ++n) {
+      if (targets[n] < 0) continue;
+      const int64_t col = targets[n] - c.vocab_start;
+      for (int64_t v = 0; v < c.V; ++v) {
+        ref_dl[n * c.V + v] =
+            dloss[n] * (std::exp(l[n * c.V + v] - row_max[n]) / sumexp[n] - (v == col ? 1.0 : 0.0));
+      }
+    }
+    EXPECT_TRUE(RelClose(d_dlogits.Download(), ref_dl, 5e-3));
+    EXPECT_TRUE(RoundedOnce(d_dlogits.Download(), ref_dl));
   }
 }
 

@@ -12,38 +12,56 @@
 // n, the order of the plain sequential loop (bit-identical to the CPU). Cost:
 // (#blocks · N) id reads from L2, cheap next to the N·C gradient traffic for
 // the block counts used here (at most 512 row blocks per column tile).
+//
+// table/out are f32 or bf16 (the forward is a copy: 16-byte chunks for bf16
+// rows with C % 8 == 0 and aligned buffers); dout is f32 or bf16, dtable
+// always f32 (bf16 gradients widen exactly, then add in the same order).
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/cuda/elem.cuh"
 
 namespace gtp::kernels::cuda {
 namespace {
 
+using internal::Aligned16;
 using internal::CeilDiv;
+using internal::kBf16Vec;
 using internal::kFullMask;
 using internal::kWarpSize;
+using internal::Load;
+using internal::WithVec;
 
 constexpr int kThreads = 256;
 constexpr int kMaxBackwardBlocks = 512;
 
-__global__ void EmbeddingForwardKernel(const int32_t* __restrict__ idx,
-                                       const float* __restrict__ table, float* __restrict__ out,
-                                       int64_t N, int64_t V, int64_t C, int64_t vocab_start) {
+// Copies rows in chunks of kVec elements (one element, or 16 bytes of bf16);
+// the zero chunk is all-zero bits, +0 in f32 and bf16.
+template <typename T, int kVec>
+__global__ void EmbeddingForwardKernel(const int32_t* __restrict__ idx, const T* __restrict__ table,
+                                       T* __restrict__ out, int64_t N, int64_t V, int64_t C,
+                                       int64_t vocab_start) {
+  using Chunk = std::conditional_t<kVec == 1, T, uint4>;
+  static_assert(sizeof(Chunk) == kVec * sizeof(T), "chunk size");
+  const int64_t chunks = C / kVec;
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t row = static_cast<int64_t>(idx[n]) - vocab_start;
-    float* o = out + n * C;
+    Chunk* o = reinterpret_cast<Chunk*>(out + n * C);
     if (row >= 0 && row < V) {
-      const float* t = table + row * C;
-      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = t[c];
+      const Chunk* t = reinterpret_cast<const Chunk*>(table + row * C);
+      for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) o[c] = t[c];
     } else {
-      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = 0.0f;
+      for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) o[c] = Chunk{};
     }
   }
 }
 
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    EmbeddingBackwardKernel(const int32_t* __restrict__ idx, const float* __restrict__ dout,
+    EmbeddingBackwardKernel(const int32_t* __restrict__ idx, const T* __restrict__ dout,
                             float* __restrict__ dtable, int64_t N, int64_t V, int64_t C,
                             int64_t vocab_start, int64_t rows_per_block) {
   __shared__ int64_t hits[kThreads];      // token positions n, increasing
@@ -89,7 +107,7 @@ __global__ void __launch_bounds__(kThreads)
         float* dt = dtable + r * C + c;
         float acc = *dt;
 #pragma unroll 8
-        for (int k = j; k < end; ++k) acc += dout[hits[k] * C + c];
+        for (int k = j; k < end; ++k) acc += Load(dout[hits[k] * C + c]);
         *dt = acc;
       }
       j = end;
@@ -103,21 +121,26 @@ void CheckArgs(int64_t N, int64_t V, int64_t C) {
                  static_cast<long long>(N), static_cast<long long>(V), static_cast<long long>(C));
 }
 
-}  // namespace
-
-void EmbeddingForward(const int32_t* idx, const float* table, float* out, int64_t N, int64_t V,
-                      int64_t C, int64_t vocab_start, cudaStream_t stream) {
+template <typename T>
+void EmbeddingForwardT(const int32_t* idx, const T* table, T* out, int64_t N, int64_t V, int64_t C,
+                       int64_t vocab_start, cudaStream_t stream) {
   CheckArgs(N, V, C);
   if (N == 0 || C == 0) return;
-  const int threads =
-      C >= kThreads ? kThreads : static_cast<int>(CeilDiv(C, kWarpSize) * kWarpSize);
-  const unsigned blocks = static_cast<unsigned>(N < (int64_t{1} << 20) ? N : (int64_t{1} << 20));
-  EmbeddingForwardKernel<<<blocks, threads, 0, stream>>>(idx, table, out, N, V, C, vocab_start);
+  WithVec<T>(C % kBf16Vec == 0 && Aligned16({table, out}), [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    const int64_t chunks = C / kVec;
+    const int threads =
+        chunks >= kThreads ? kThreads : static_cast<int>(CeilDiv(chunks, kWarpSize) * kWarpSize);
+    const unsigned blocks = static_cast<unsigned>(N < (int64_t{1} << 20) ? N : (int64_t{1} << 20));
+    EmbeddingForwardKernel<T, kVec>
+        <<<blocks, threads, 0, stream>>>(idx, table, out, N, V, C, vocab_start);
+  });
   GTP_CU_LAUNCH_CHECK();
 }
 
-void EmbeddingBackward(const int32_t* idx, const float* dout, float* dtable, int64_t N, int64_t V,
-                       int64_t C, int64_t vocab_start, cudaStream_t stream) {
+template <typename T>
+void EmbeddingBackwardT(const int32_t* idx, const T* dout, float* dtable, int64_t N, int64_t V,
+                        int64_t C, int64_t vocab_start, cudaStream_t stream) {
   CheckArgs(N, V, C);
   if (N == 0 || V == 0 || C == 0) return;
   const int64_t blocks = V < kMaxBackwardBlocks ? V : kMaxBackwardBlocks;
@@ -127,9 +150,29 @@ void EmbeddingBackward(const int32_t* idx, const float* dout, float* dtable, int
                  static_cast<long long>(C));
   const dim3 grid(static_cast<unsigned>(CeilDiv(V, rows_per_block)),
                   static_cast<unsigned>(col_tiles));
-  EmbeddingBackwardKernel<<<grid, kThreads, 0, stream>>>(idx, dout, dtable, N, V, C, vocab_start,
-                                                         rows_per_block);
+  EmbeddingBackwardKernel<T>
+      <<<grid, kThreads, 0, stream>>>(idx, dout, dtable, N, V, C, vocab_start, rows_per_block);
   GTP_CU_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void EmbeddingForward(const int32_t* idx, const float* table, float* out, int64_t N, int64_t V,
+                      int64_t C, int64_t vocab_start, cudaStream_t stream) {
+  EmbeddingForwardT(idx, table, out, N, V, C, vocab_start, stream);
+}
+void EmbeddingForward(const int32_t* idx, const bf16* table, bf16* out, int64_t N, int64_t V,
+                      int64_t C, int64_t vocab_start, cudaStream_t stream) {
+  EmbeddingForwardT(idx, table, out, N, V, C, vocab_start, stream);
+}
+
+void EmbeddingBackward(const int32_t* idx, const float* dout, float* dtable, int64_t N, int64_t V,
+                       int64_t C, int64_t vocab_start, cudaStream_t stream) {
+  EmbeddingBackwardT(idx, dout, dtable, N, V, C, vocab_start, stream);
+}
+void EmbeddingBackward(const int32_t* idx, const bf16* dout, float* dtable, int64_t N, int64_t V,
+                       int64_t C, int64_t vocab_start, cudaStream_t stream) {
+  EmbeddingBackwardT(idx, dout, dtable, N, V, C, vocab_start, stream);
 }
 
 }  // namespace gtp::kernels::cuda

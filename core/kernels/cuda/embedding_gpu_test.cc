@@ -15,6 +15,7 @@
 #include "core/kernels/cuda.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
+#include "core/kernels/testing/reference.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -81,9 +82,64 @@ TEST(EmbeddingGpu, BackwardAccumulatesLikeCpuBitForBit) {
 TEST(EmbeddingGpu, EmptyInputsAreNoOps) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
-  cuda::EmbeddingForward(nullptr, nullptr, nullptr, 0, 5, 3, 0, stream.get());
-  cuda::EmbeddingBackward(nullptr, nullptr, nullptr, 0, 5, 3, 0, stream.get());
+  const float* none = nullptr;  // picks the f32 overloads
+  cuda::EmbeddingForward(nullptr, none, nullptr, 0, 5, 3, 0, stream.get());
+  cuda::EmbeddingBackward(nullptr, none, nullptr, 0, 5, 3, 0, stream.get());
+  const bf16* none_bf16 = nullptr;
+  cuda::EmbeddingForward(nullptr, none_bf16, nullptr, 0, 5, 3, 0, stream.get());
+  cuda::EmbeddingBackward(nullptr, none_bf16, nullptr, 0, 5, 3, 0, stream.get());
   EXPECT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+}
+
+// ---- bf16 -----------------------------------------------------------------
+// Forward: an exact copy (16-byte chunks when C % 8 == 0). Backward: bf16 dout
+// widened exactly, added into the f32 dtable in token order, so it equals the
+// CPU bit for bit and the double sum up to f32 accumulation.
+TEST(EmbeddingGpu, Bf16ForwardCopiesRowsExactly) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(14);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(Describe(c));
+    const std::vector<int32_t> idx = rng.Ints(c.N, 0, c.global_vocab - 1);
+    const std::vector<bf16> table = ToBF16(rng.Uniform(c.V * c.C));
+    DeviceBuffer<int32_t> d_idx(idx);
+    DeviceBuffer<bf16> d_table(table), d_out(c.N * c.C);
+    cuda::EmbeddingForward(d_idx.get(), d_table.get(), d_out.get(), c.N, c.V, c.C, c.vocab_start,
+                           stream.get());
+    EXPECT_TRUE(RelClose(d_out.Download(),
+                         RefEmbedding(idx, ToDouble(table), c.V, c.C, c.vocab_start), 0.0));
+  }
+}
+
+TEST(EmbeddingGpu, Bf16BackwardAccumulatesIntoF32LikeCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(15);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(Describe(c));
+    const std::vector<int32_t> idx = rng.Ints(c.N, 0, c.global_vocab - 1);
+    const std::vector<bf16> dout = ToBF16(rng.Uniform(c.N * c.C));
+    const std::vector<float> dtable0 = rng.Uniform(c.V * c.C);
+    std::vector<double> ref(dtable0.begin(), dtable0.end());
+    for (int64_t n = 0; n < c.N; ++n) {
+      const int64_t row = idx[n] - c.vocab_start;
+      if (row < 0 || row >= c.V) continue;
+      for (int64_t k = 0; k < c.C; ++k) ref[row * c.C + k] += ToF32(dout[n * c.C + k]);
+    }
+    std::vector<float> dtable_cpu = dtable0;
+    cpu::EmbeddingBackward(idx.data(), dout.data(), dtable_cpu.data(), c.N, c.V, c.C,
+                           c.vocab_start);
+    DeviceBuffer<int32_t> d_idx(idx);
+    DeviceBuffer<bf16> d_dout(dout);
+    DeviceBuffer<float> d_dtable(dtable0);
+    cuda::EmbeddingBackward(d_idx.get(), d_dout.get(), d_dtable.get(), c.N, c.V, c.C, c.vocab_start,
+                            stream.get());
+    const std::vector<float> got = d_dtable.Download();
+    // Up to 20000 f32 adds into one element: relative 1e-4 against the double sum.
+    EXPECT_TRUE(RelClose(got, ref, 1e-4));
+    EXPECT_TRUE(BitEqual(got, dtable_cpu));
+  }
 }
 
 }  // namespace

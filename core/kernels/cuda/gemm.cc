@@ -18,6 +18,7 @@
 
 #include <array>
 #include <map>
+#include <memory>
 
 #include <cstdint>
 
@@ -69,13 +70,16 @@ uint32_t Alignment(const void* p) {
   return align;
 }
 
-// Owns the cuBLASLt descriptors of one call.
+// The cuBLASLt descriptors and algorithm of one GEMM shape, created on its
+// first call and reused (creating them costs more than a small GEMM).
 struct LtCall {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+  LtCall() = default;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
   ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -86,9 +90,9 @@ struct LtCall {
 }  // namespace
 
 struct BlasContext::AlgoCache {
-  // (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c)
-  using Key = std::array<int64_t, 13>;
-  std::map<Key, cublasLtMatmulAlgo_t> algos;
+  // (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias)
+  using Key = std::array<int64_t, 14>;
+  std::map<Key, std::unique_ptr<LtCall>> calls;
 };
 
 BlasContext::BlasContext(int device) : cache_(std::make_unique<AlgoCache>()) {
@@ -125,6 +129,8 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
             " for m=", d.m, " n=", d.n, " k=", d.k);
   if (d.m == 0 || d.n == 0) return;
   GTP_CHECK(C != nullptr, "Gemm: null C");
+  GTP_CHECK(d.bias == nullptr || (d.k > 0 && !(d.ab_type == DType::kF32 && d.c_type == DType::kBF16)),
+            "Gemm: a bias epilogue needs k > 0 and matching operand/output types");
   if (d.k == 0) {
     // op(A)·op(B) is the zero matrix.
     internal::ScaleMatrix(C, d.c_type, d.m, d.n, ldc, d.beta, stream);
@@ -151,54 +157,72 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
   }
 
   cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx.lt_handle());
-  LtCall call;
-  GTP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_first = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_second = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
-                                                  sizeof(op_first)));
-  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
-                                                  sizeof(op_second)));
-  // Column-major views: rows = the stored row length, cols = stored rows.
-  const uint64_t first_rows = d.trans_b ? d.k : d.n, first_cols = d.trans_b ? d.n : d.k;
-  const uint64_t second_rows = d.trans_a ? d.m : d.k, second_cols = d.trans_a ? d.k : d.m;
-  GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, ab_type, first_rows, first_cols, ldb));
-  GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, ab_type, second_rows, second_cols, lda));
-  GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.c, c_type, d.n, d.m, ldc));
-
-  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
-  const uint64_t ws = ctx.workspace_bytes();
-  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   const uint32_t align_a = Alignment(B), align_b = Alignment(A), align_c = Alignment(C);
-  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
-  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+  const BlasContext::AlgoCache::Key key = {
+      static_cast<int64_t>(d.ab_type), static_cast<int64_t>(d.c_type), d.trans_a, d.trans_b,
+      d.m, d.n, d.k, lda, ldb, ldc, align_a, align_b, align_c, d.bias != nullptr};
+  auto& calls = ctx.algo_cache().calls;
+  auto cached = calls.find(key);
+  if (cached == calls.end()) {
+    auto call = std::make_unique<LtCall>();
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_first = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                    &op_first, sizeof(op_first)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                    &op_second, sizeof(op_second)));
+    if (d.bias != nullptr) {
+      // Column-major D is [n, m]: a bias per D row is our per-column bias.
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                      &epi, sizeof(epi)));
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c_type, sizeof(c_type)));
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d.bias, sizeof(d.bias)));
+    }
+    // Column-major views: rows = the stored row length, cols = stored rows.
+    const uint64_t first_rows = d.trans_b ? d.k : d.n, first_cols = d.trans_b ? d.n : d.k;
+    const uint64_t second_rows = d.trans_a ? d.m : d.k, second_cols = d.trans_a ? d.k : d.m;
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->a, ab_type, first_rows, first_cols, ldb));
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->b, ab_type, second_rows, second_cols, lda));
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->c, c_type, d.n, d.m, ldc));
 
-  const BlasContext::AlgoCache::Key key = {static_cast<int64_t>(d.ab_type),
-                                          static_cast<int64_t>(d.c_type), d.trans_a, d.trans_b,
-                                          d.m, d.n, d.k, lda, ldb, ldc, align_a, align_b, align_c};
-  auto& algos = ctx.algo_cache().algos;
-  auto cached = algos.find(key);
-  if (cached == algos.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = ctx.workspace_bytes();
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, call.op, call.a, call.b,
-                                                             call.c, call.c, call.pref, 1, &result,
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, call->op, call->a, call->b,
+                                                             call->c, call->c, pref, 1, &result,
                                                              &found);
+    cublasLtMatmulPreferenceDestroy(pref);
     GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, "Gemm: no cuBLASLt algorithm for m=", d.m,
               " n=", d.n, " k=", d.k, " trans_a=", d.trans_a, " trans_b=", d.trans_b,
               " ab=", DTypeName(d.ab_type), " c=", DTypeName(d.c_type), " lda=", lda,
-              " ldb=", ldb, " ldc=", ldc, ": ", cublasLtGetStatusString(hs));
-    cached = algos.emplace(key, result.algo).first;
+              " ldb=", ldb, " ldc=", ldc, " bias=", d.bias != nullptr, ": ",
+              cublasLtGetStatusString(hs));
+    call->algo = result.algo;
+    cached = calls.emplace(key, std::move(call)).first;
+  }
+  LtCall& call = *cached->second;
+  if (d.bias != nullptr) {  // the pointer changes from call to call; the shape does not
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &d.bias, sizeof(d.bias)));
   }
   GTP_CUBLAS_CHECK(cublasLtMatmul(handle, call.op, &d.alpha, B, call.a, A, call.b, &d.beta, C,
-                                  call.c, C, call.c, &cached->second, ctx.workspace(),
+                                  call.c, C, call.c, &call.algo, ctx.workspace(),
                                   ctx.workspace_bytes(), stream));
 }
 

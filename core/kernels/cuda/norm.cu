@@ -11,17 +11,29 @@
 // passes: the rows are cut into P chunks (P depends on N only); pass 1 writes
 // each chunk's column sums to scratch[P, C], pass 2 adds the P partials of a
 // column in increasing chunk order and then adds the total into dw/db.
+//
+// x, w, b, y, dy, dx are f32 or bf16 (one type per call); mean, rstd, dw, db
+// and the scratch are f32; all math is f32 (cuda/elem.cuh). bf16 rows with
+// C % 8 == 0 and 16-byte aligned buffers are read and written 8 elements (16
+// bytes) per lane access; that changes the f32 summation order of the row
+// statistics, not the determinism.
 #include <cuda_runtime.h>
 
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/cuda/elem.cuh"
 
 namespace gtp::kernels::cuda {
 namespace {
 
+using internal::Aligned16;
 using internal::CeilDiv;
+using internal::kBf16Vec;
 using internal::kWarpSize;
+using internal::LoadVec;
+using internal::StoreVec;
 using internal::WarpSum;
+using internal::WithVec;
 
 constexpr int kRowThreads = 256;  // 8 rows (warps) per block
 constexpr int kRowsPerBlock = kRowThreads / kWarpSize;
@@ -36,28 +48,49 @@ int64_t NormChunks(int64_t N) {
   return p < kMaxChunks ? (p > 0 ? p : 1) : kMaxChunks;
 }
 
-__global__ void LayerNormForwardKernel(const float* __restrict__ x, const float* __restrict__ w,
-                                       const float* __restrict__ b, float* __restrict__ y,
+// Lane `lane` of a row's warp visits columns c = lane·kVec + j·32·kVec, kVec
+// at a time (kVec divides C).
+template <typename T, int kVec>
+__global__ void LayerNormForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                                       const T* __restrict__ b, T* __restrict__ y,
                                        float* __restrict__ mean, float* __restrict__ rstd,
                                        int64_t N, int64_t C, float eps) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarpSize;
   if (row >= N) return;
-  const float* xr = x + row * C;
-  float* yr = y + row * C;
+  const T* xr = x + row * C;
+  T* yr = y + row * C;
   float s = 0.0f;
-  for (int64_t c = lane; c < C; c += kWarpSize) s += xr[c];
+  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+    float xv[kVec];
+    LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) s += xv[k];
+  }
   const float m = WarpSum(s) / static_cast<float>(C);
   float v = 0.0f;
-  for (int64_t c = lane; c < C; c += kWarpSize) {
-    const float d = xr[c] - m;
-    v += d * d;
+  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+    float xv[kVec];
+    LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float d = xv[k] - m;
+      v += d * d;
+    }
   }
   const float var = WarpSum(v) / static_cast<float>(C);
   const float r = 1.0f / sqrtf(var + eps);
-  for (int64_t c = lane; c < C; c += kWarpSize) {
-    const float o = (xr[c] - m) * r * w[c];
-    yr[c] = b != nullptr ? o + b[c] : o;
+  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+    float xv[kVec], wv[kVec], bv[kVec];
+    LoadVec<kVec>(xr + c, xv);
+    LoadVec<kVec>(w + c, wv);
+    if (b != nullptr) LoadVec<kVec>(b + c, bv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float o = (xv[k] - m) * r * wv[k];
+      xv[k] = b != nullptr ? o + bv[k] : o;
+    }
+    StoreVec<kVec>(yr + c, xv);
   }
   if (lane == 0) {
     if (mean != nullptr) mean[row] = m;
@@ -66,54 +99,83 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x, const float*
 }
 
 // mean == nullptr selects RMSNorm (x̂ = x·rstd, no mean(g) term).
-__global__ void NormBackwardDxKernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                     const float* __restrict__ w, const float* __restrict__ mean,
-                                     const float* __restrict__ rstd, float* __restrict__ dx,
-                                     int64_t N, int64_t C) {
+template <typename T, int kVec>
+__global__ void NormBackwardDxKernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                     const T* __restrict__ w, const float* __restrict__ mean,
+                                     const float* __restrict__ rstd, T* __restrict__ dx, int64_t N,
+                                     int64_t C) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarpSize;
   if (row >= N) return;
-  const float* dyr = dy + row * C;
-  const float* xr = x + row * C;
-  float* dxr = dx + row * C;
+  const T* dyr = dy + row * C;
+  const T* xr = x + row * C;
+  T* dxr = dx + row * C;
   const float m = mean != nullptr ? mean[row] : 0.0f;
   const float r = rstd[row];
   float sg = 0.0f, sgx = 0.0f;
-  for (int64_t c = lane; c < C; c += kWarpSize) {
-    const float g = dyr[c] * w[c];
-    sg += g;
-    sgx += g * ((xr[c] - m) * r);
+  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+    float dv[kVec], wv[kVec], xv[kVec];
+    LoadVec<kVec>(dyr + c, dv);
+    LoadVec<kVec>(w + c, wv);
+    LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float g = dv[k] * wv[k];
+      sg += g;
+      sgx += g * ((xv[k] - m) * r);
+    }
   }
   const float mean_g = mean != nullptr ? WarpSum(sg) / static_cast<float>(C) : 0.0f;
   const float mean_gx = WarpSum(sgx) / static_cast<float>(C);
-  for (int64_t c = lane; c < C; c += kWarpSize) {
-    const float xhat = (xr[c] - m) * r;
-    dxr[c] = (dyr[c] * w[c] - mean_g - xhat * mean_gx) * r;
+  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+    float dv[kVec], wv[kVec], xv[kVec];
+    LoadVec<kVec>(dyr + c, dv);
+    LoadVec<kVec>(w + c, wv);
+    LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float xhat = (xv[k] - m) * r;
+      xv[k] = (dv[k] * wv[k] - mean_g - xhat * mean_gx) * r;
+    }
+    StoreVec<kVec>(dxr + c, xv);
   }
 }
 
 // Pass 1: block (column tile, chunk p) sums its chunk's rows per column.
 // partial_w[p, c] = Σ dy·x̂, partial_b[p, c] = Σ dy (when partial_b is set).
-__global__ void NormBackwardPartialKernel(const float* __restrict__ dy, const float* __restrict__ x,
+// A thread owns kVec adjacent columns; each column's sum runs over the rows
+// in order, so kVec does not change the bits.
+template <typename T, int kVec>
+__global__ void NormBackwardPartialKernel(const T* __restrict__ dy, const T* __restrict__ x,
                                           const float* __restrict__ mean,
                                           const float* __restrict__ rstd,
                                           float* __restrict__ partial_w,
                                           float* __restrict__ partial_b, int64_t N, int64_t C,
                                           int64_t rows_per_chunk) {
-  const int64_t c = blockIdx.x * int64_t{kColThreads} + threadIdx.x;
+  const int64_t c = (blockIdx.x * int64_t{kColThreads} + threadIdx.x) * kVec;
   const int64_t p = blockIdx.y;
   if (c >= C) return;
   const int64_t r0 = p * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float sw = 0.0f, sb = 0.0f;
+  float sw[kVec], sb[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) sw[k] = sb[k] = 0.0f;
   for (int64_t n = r0; n < r1; ++n) {
-    const float d = dy[n * C + c];
+    float d[kVec], xv[kVec];
+    LoadVec<kVec>(dy + n * C + c, d);
+    LoadVec<kVec>(x + n * C + c, xv);
     const float m = mean != nullptr ? mean[n] : 0.0f;
-    sw += d * ((x[n * C + c] - m) * rstd[n]);
-    sb += d;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      sw[k] += d[k] * ((xv[k] - m) * rstd[n]);
+      sb[k] += d[k];
+    }
   }
-  partial_w[p * C + c] = sw;
-  if (partial_b != nullptr) partial_b[p * C + c] = sb;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    partial_w[p * C + c + k] = sw[k];
+    if (partial_b != nullptr) partial_b[p * C + c + k] = sb[k];
+  }
 }
 
 // Pass 2: dw[c] += Σ_p partial_w[p, c] in increasing p (and db likewise).
@@ -131,19 +193,32 @@ __global__ void NormBackwardFinalKernel(const float* __restrict__ partial_w,
   if (partial_b != nullptr) db[c] += sb;
 }
 
-__global__ void RMSNormForwardKernel(const float* __restrict__ x, const float* __restrict__ w,
-                                     float* __restrict__ y, float* __restrict__ rstd, int64_t N,
+template <typename T, int kVec>
+__global__ void RMSNormForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
+                                     T* __restrict__ y, float* __restrict__ rstd, int64_t N,
                                      int64_t C, float eps) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarpSize;
   if (row >= N) return;
-  const float* xr = x + row * C;
-  float* yr = y + row * C;
+  const T* xr = x + row * C;
+  T* yr = y + row * C;
   float s = 0.0f;
-  for (int64_t c = lane; c < C; c += kWarpSize) s += xr[c] * xr[c];
+  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+    float xv[kVec];
+    LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) s += xv[k] * xv[k];
+  }
   const float ms = WarpSum(s) / static_cast<float>(C);
   const float r = 1.0f / sqrtf(ms + eps);
-  for (int64_t c = lane; c < C; c += kWarpSize) yr[c] = xr[c] * r * w[c];
+  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+    float xv[kVec], wv[kVec];
+    LoadVec<kVec>(xr + c, xv);
+    LoadVec<kVec>(w + c, wv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) xv[k] = xv[k] * r * wv[k];
+    StoreVec<kVec>(yr + c, xv);
+  }
   if (lane == 0 && rstd != nullptr) rstd[row] = r;
 }
 
@@ -154,12 +229,22 @@ void CheckArgs(const char* op, int64_t N, int64_t C) {
 
 unsigned RowBlocks(int64_t N) { return static_cast<unsigned>(CeilDiv(N, kRowsPerBlock)); }
 
+// 16-byte accesses for bf16 rows: C a multiple of 8 and every buffer aligned.
+bool VecRows(int64_t C, std::initializer_list<const void*> ptrs) {
+  return C % kBf16Vec == 0 && Aligned16(ptrs);
+}
+
 // Shared backward of both norms; mean == nullptr selects RMSNorm.
-void NormBackward(const float* dy, const float* x, const float* w, const float* mean,
-                  const float* rstd, float* dx, float* dw, float* db, float* scratch, int64_t N,
-                  int64_t C, cudaStream_t stream) {
+template <typename T>
+void NormBackward(const T* dy, const T* x, const T* w, const float* mean, const float* rstd, T* dx,
+                  float* dw, float* db, float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
   if (N == 0 || C == 0) return;
-  NormBackwardDxKernel<<<RowBlocks(N), kRowThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, N, C);
+  const bool vec = VecRows(C, {dy, x, w, dx});
+  WithVec<T>(vec, [&](auto v) {
+    constexpr int kVec = decltype(v)::value;
+    NormBackwardDxKernel<T, kVec>
+        <<<RowBlocks(N), kRowThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, N, C);
+  });
   GTP_CU_LAUNCH_CHECK();
   if (dw == nullptr && db == nullptr) return;
   GTP_CU_REQUIRE(dw != nullptr, "norm backward: db without dw is not supported");
@@ -168,25 +253,72 @@ void NormBackward(const float* dy, const float* x, const float* w, const float* 
   const int64_t rows_per_chunk = CeilDiv(N, chunks);
   float* partial_w = scratch;
   float* partial_b = db != nullptr ? scratch + chunks * C : nullptr;
-  const dim3 grid(static_cast<unsigned>(CeilDiv(C, kColThreads)), static_cast<unsigned>(chunks));
-  NormBackwardPartialKernel<<<grid, kColThreads, 0, stream>>>(dy, x, mean, rstd, partial_w,
-                                                              partial_b, N, C, rows_per_chunk);
+  WithVec<T>(vec, [&](auto v) {
+    constexpr int kVec = decltype(v)::value;
+    const dim3 grid(static_cast<unsigned>(CeilDiv(C, kColThreads * kVec)),
+                    static_cast<unsigned>(chunks));
+    NormBackwardPartialKernel<T, kVec><<<grid, kColThreads, 0, stream>>>(
+        dy, x, mean, rstd, partial_w, partial_b, N, C, rows_per_chunk);
+  });
   GTP_CU_LAUNCH_CHECK();
   NormBackwardFinalKernel<<<static_cast<unsigned>(CeilDiv(C, kColThreads)), kColThreads, 0,
                             stream>>>(partial_w, partial_b, dw, db, C, chunks);
   GTP_CU_LAUNCH_CHECK();
 }
 
+template <typename T>
+void LayerNormForwardT(const T* x, const T* w, const T* b, T* y, float* mean, float* rstd,
+                       int64_t N, int64_t C, float eps, cudaStream_t stream) {
+  CheckArgs("LayerNormForward", N, C);
+  if (N == 0) return;
+  GTP_CU_REQUIRE(C > 0, "LayerNormForward: C must be positive");
+  WithVec<T>(VecRows(C, {x, w, b, y}), [&](auto v) {
+    constexpr int kVec = decltype(v)::value;
+    LayerNormForwardKernel<T, kVec>
+        <<<RowBlocks(N), kRowThreads, 0, stream>>>(x, w, b, y, mean, rstd, N, C, eps);
+  });
+  GTP_CU_LAUNCH_CHECK();
+}
+
+template <typename T>
+void LayerNormBackwardT(const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
+                        T* dx, float* dw, float* db, float* scratch, int64_t N, int64_t C,
+                        cudaStream_t stream) {
+  CheckArgs("LayerNormBackward", N, C);
+  GTP_CU_REQUIRE(N == 0 || mean != nullptr, "LayerNormBackward: mean is required");
+  NormBackward(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream);
+}
+
+template <typename T>
+void RMSNormForwardT(const T* x, const T* w, T* y, float* rstd, int64_t N, int64_t C, float eps,
+                     cudaStream_t stream) {
+  CheckArgs("RMSNormForward", N, C);
+  if (N == 0) return;
+  GTP_CU_REQUIRE(C > 0, "RMSNormForward: C must be positive");
+  WithVec<T>(VecRows(C, {x, w, y}), [&](auto v) {
+    constexpr int kVec = decltype(v)::value;
+    RMSNormForwardKernel<T, kVec>
+        <<<RowBlocks(N), kRowThreads, 0, stream>>>(x, w, y, rstd, N, C, eps);
+  });
+  GTP_CU_LAUNCH_CHECK();
+}
+
+template <typename T>
+void RMSNormBackwardT(const T* dy, const T* x, const T* w, const float* rstd, T* dx, float* dw,
+                      float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
+  CheckArgs("RMSNormBackward", N, C);
+  NormBackward(dy, x, w, /*mean=*/nullptr, rstd, dx, dw, /*db=*/nullptr, scratch, N, C, stream);
+}
+
 }  // namespace
 
 void LayerNormForward(const float* x, const float* w, const float* b, float* y, float* mean,
                       float* rstd, int64_t N, int64_t C, float eps, cudaStream_t stream) {
-  CheckArgs("LayerNormForward", N, C);
-  if (N == 0) return;
-  GTP_CU_REQUIRE(C > 0, "LayerNormForward: C must be positive");
-  LayerNormForwardKernel<<<RowBlocks(N), kRowThreads, 0, stream>>>(x, w, b, y, mean, rstd, N, C,
-                                                                   eps);
-  GTP_CU_LAUNCH_CHECK();
+  LayerNormForwardT(x, w, b, y, mean, rstd, N, C, eps, stream);
+}
+void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, float* mean,
+                      float* rstd, int64_t N, int64_t C, float eps, cudaStream_t stream) {
+  LayerNormForwardT(x, w, b, y, mean, rstd, N, C, eps, stream);
 }
 
 int64_t LayerNormBackwardScratchFloats(int64_t N, int64_t C) { return 2 * NormChunks(N) * C; }
@@ -194,26 +326,32 @@ int64_t LayerNormBackwardScratchFloats(int64_t N, int64_t C) { return 2 * NormCh
 void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
                        const float* rstd, float* dx, float* dw, float* db, float* scratch,
                        int64_t N, int64_t C, cudaStream_t stream) {
-  CheckArgs("LayerNormBackward", N, C);
-  GTP_CU_REQUIRE(N == 0 || mean != nullptr, "LayerNormBackward: mean is required");
-  NormBackward(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream);
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream);
+}
+void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
+                       const float* rstd, bf16* dx, float* dw, float* db, float* scratch, int64_t N,
+                       int64_t C, cudaStream_t stream) {
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream);
 }
 
 void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
                     float eps, cudaStream_t stream) {
-  CheckArgs("RMSNormForward", N, C);
-  if (N == 0) return;
-  GTP_CU_REQUIRE(C > 0, "RMSNormForward: C must be positive");
-  RMSNormForwardKernel<<<RowBlocks(N), kRowThreads, 0, stream>>>(x, w, y, rstd, N, C, eps);
-  GTP_CU_LAUNCH_CHECK();
+  RMSNormForwardT(x, w, y, rstd, N, C, eps, stream);
+}
+void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t N, int64_t C,
+                    float eps, cudaStream_t stream) {
+  RMSNormForwardT(x, w, y, rstd, N, C, eps, stream);
 }
 
 int64_t RMSNormBackwardScratchFloats(int64_t N, int64_t C) { return NormChunks(N) * C; }
 
 void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
                      float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
-  CheckArgs("RMSNormBackward", N, C);
-  NormBackward(dy, x, w, /*mean=*/nullptr, rstd, dx, dw, /*db=*/nullptr, scratch, N, C, stream);
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, scratch, N, C, stream);
+}
+void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
+                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, scratch, N, C, stream);
 }
 
 }  // namespace gtp::kernels::cuda

@@ -1,17 +1,23 @@
 // Rotary position embedding on the GPU (math in core/kernels/cpu/rope.cc).
 // One thread per (b, t, head, d < HS/2) pair; angles in double like the CPU.
+// f32 or bf16 data; bf16 is rotated in f32 and rounded once (cuda/elem.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "core/kernels/cuda.h"
+#include "core/kernels/cuda/elem.cuh"
 
 namespace gtp::kernels::cuda {
 namespace {
 
+using internal::Load;
+using internal::Store;
+
 // x and y may alias (in place): each thread reads its pair before writing it.
-__global__ void RopeKernel(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
+template <typename E>  // element type (T is the sequence length here)
+__global__ void RopeKernel(const E* x, E* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
                            double theta, float sign) {
   const int64_t h = HS / 2;
   const int64_t total = B * T * NH * h;
@@ -24,14 +30,15 @@ __global__ void RopeKernel(const float* x, float* y, int64_t B, int64_t T, int64
     const double a = t * pow(theta, -2.0 * d / HS);
     const float c = static_cast<float>(cos(a)), s = sign * static_cast<float>(sin(a));
     const int64_t base = (bt * NH + n) * HS;
-    const float x0 = x[base + d], x1 = x[base + d + h];
-    y[base + d] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    y[base + d + h] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+    const float x0 = Load(x[base + d]), x1 = Load(x[base + d + h]);
+    y[base + d] = Store<E>(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+    y[base + d + h] = Store<E>(__fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
   }
 }
 
-void Launch(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
-            float sign, cudaStream_t stream) {
+template <typename E>
+void Launch(const E* x, E* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta, float sign,
+            cudaStream_t stream) {
   if (HS % 2 != 0) {
     std::fprintf(stderr, "%s:%d: RoPE needs an even head size, got %lld\n", __FILE__, __LINE__,
                  static_cast<long long>(HS));
@@ -58,6 +65,16 @@ void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int
 }
 
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                  float theta, cudaStream_t stream) {
+  Launch(dy, dx, B, T, NH, HS, theta, -1.0f, stream);
+}
+
+void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
+                 cudaStream_t stream) {
+  Launch(x, y, B, T, NH, HS, theta, 1.0f, stream);
+}
+
+void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
                   float theta, cudaStream_t stream) {
   Launch(dy, dx, B, T, NH, HS, theta, -1.0f, stream);
 }

@@ -1,11 +1,13 @@
 // cuda::RopeForward/Backward against the CPU versions.
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
+#include "core/kernels/testing/reference.h"
 #include "gtest/gtest.h"
 
 namespace gtp::kernels::testing {
@@ -27,6 +29,31 @@ TEST(CudaRope, MatchesCpu) {
     EXPECT_TRUE(RelClose(dy.Download(), ToDouble(want), 1e-6));
     cuda::RopeBackward(dx.get(), dx.get(), s.B, s.T, s.NH, s.HS, 10000.0f, stream.get());  // in place
     EXPECT_TRUE(RelClose(dx.Download(), ToDouble(want_back), 1e-6));
+  }
+}
+
+// bf16 against the double reference on the rounded input: rotated in f32,
+// rounded once (≤ 2⁻⁸ relative per element); backward in place.
+TEST(CudaRope, Bf16MatchesReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(5);
+  struct D {
+    int64_t B, T, NH, HS;
+  };
+  for (D s : {D{1, 1, 1, 2}, D{2, 37, 3, 64}, D{4, 1024, 12, 64}}) {
+    SCOPED_TRACE(absl::StrCat("B=", s.B, " T=", s.T, " NH=", s.NH, " HS=", s.HS));
+    const int64_t n = s.B * s.T * s.NH * s.HS;
+    const std::vector<bf16> x = ToBF16(rng.Normal(n));
+    DeviceBuffer<bf16> dx(x), dy(n);
+    const std::vector<double> ref_y = RefRope(ToDouble(x), s.B, s.T, s.NH, s.HS, 10000.0, 1.0),
+                              ref_dx = RefRope(ToDouble(x), s.B, s.T, s.NH, s.HS, 10000.0, -1.0);
+    cuda::RopeForward(dx.get(), dy.get(), s.B, s.T, s.NH, s.HS, 10000.0f, stream.get());
+    EXPECT_TRUE(RelClose(dy.Download(), ref_y, 5e-3));
+    EXPECT_TRUE(RoundedOnce(dy.Download(), ref_y));
+    cuda::RopeBackward(dx.get(), dx.get(), s.B, s.T, s.NH, s.HS, 10000.0f, stream.get());
+    EXPECT_TRUE(RelClose(dx.Download(), ref_dx, 5e-3));
+    EXPECT_TRUE(RoundedOnce(dx.Download(), ref_dx));
   }
 }
 

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -66,6 +67,24 @@ double RelativeError(const float* out, const double* ref, size_t n);
 ::testing::AssertionResult RelClose(const float* out, const double* ref, size_t n, double tol);
 ::testing::AssertionResult RelClose(const std::vector<float>& out, const std::vector<double>& ref,
                                     double tol);
+// bf16 outputs, compared after exact widening to f32. (A template so that a
+// braced list still means std::vector<float>.)
+template <typename T, typename = std::enable_if_t<std::is_same_v<T, bf16>>>
+::testing::AssertionResult RelClose(const std::vector<T>& out, const std::vector<double>& ref,
+                                    double tol) {
+  return RelClose(ToFloat(out), ref, tol);
+}
+
+// bf16 outputs that a kernel computes in f32 and rounds once: passes when at
+// most max_fraction·n + 1 of the significant elements (|ref| ≥ 1e-3·max|ref|)
+// differ from the reference rounded to bf16 (nearest even). A correct kernel
+// differs only where its f32 error crosses a rounding boundary (about 0.1% of
+// elements); truncating, rounding twice or rounding an intermediate differs on
+// a large fraction, which a norm-wise tolerance of ~2⁻⁸ cannot see. Tiny
+// elements (where f32 formulas such as 1 + tanh u cancel) are left to RelClose.
+// NaN never matches.
+::testing::AssertionResult RoundedOnce(const std::vector<bf16>& out, const std::vector<double>& ref,
+                                       double max_fraction = 0.02);
 
 // f: x → y (any length), all in double.
 using VectorFn = std::function<std::vector<double>(const std::vector<double>& x)>;

@@ -141,6 +141,83 @@ std::vector<double> RefAttention(const std::vector<double>& q, const std::vector
   return out;
 }
 
+std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vector<double>& k,
+                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+  std::vector<double> lse(B * NH * T);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> sc(T);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t kvh = h / (NH / NKV);
+      for (int64_t t = 0; t < T; ++t) {
+        double mx = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < HS; ++d) {
+            dot += q[((b * T + t) * NH + h) * HS + d] * k[((b * T + s) * NKV + kvh) * HS + d];
+          }
+          sc[s] = dot * scale;
+          mx = std::max(mx, sc[s]);
+        }
+        double sum = 0;
+        for (int64_t s = 0; s <= t; ++s) sum += std::exp(sc[s] - mx);
+        lse[(b * NH + h) * T + t] = mx + std::log(sum);
+      }
+    }
+  }
+  return lse;
+}
+
+void RefAttentionBackward(const std::vector<double>& q, const std::vector<double>& k,
+                          const std::vector<double>& v, const std::vector<double>& dout, int64_t B,
+                          int64_t T, int64_t NH, int64_t NKV, int64_t HS, std::vector<double>* dq,
+                          std::vector<double>* dk, std::vector<double>* dv) {
+  dq->assign(q.size(), 0.0);
+  dk->assign(k.size(), 0.0);
+  dv->assign(v.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  std::vector<double> p(T), dp(T);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t kvh = h / (NH / NKV);
+      for (int64_t t = 0; t < T; ++t) {
+        const double* qt = &q[((b * T + t) * NH + h) * HS];
+        const double* gt = &dout[((b * T + t) * NH + h) * HS];
+        double mx = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) {
+          const double* ks = &k[((b * T + s) * NKV + kvh) * HS];
+          const double* vs = &v[((b * T + s) * NKV + kvh) * HS];
+          double dot = 0, dpv = 0;
+          for (int64_t d = 0; d < HS; ++d) {
+            dot += qt[d] * ks[d];
+            dpv += gt[d] * vs[d];
+          }
+          p[s] = dot * scale;
+          dp[s] = dpv;
+          mx = std::max(mx, p[s]);
+        }
+        double sum = 0;
+        for (int64_t s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+        double pdp = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          p[s] /= sum;
+          pdp += p[s] * dp[s];
+        }
+        double* dqt = &(*dq)[((b * T + t) * NH + h) * HS];
+        for (int64_t s = 0; s <= t; ++s) {
+          const double ds = p[s] * (dp[s] - pdp) * scale;
+          const int64_t o = ((b * T + s) * NKV + kvh) * HS;
+          for (int64_t d = 0; d < HS; ++d) {
+            dqt[d] += ds * k[o + d];
+            (*dk)[o + d] += ds * qt[d];
+            (*dv)[o + d] += p[s] * gt[d];
+          }
+        }
+      }
+    }
+  }
+}
+
 std::vector<double> RefCrossEntropy(const std::vector<double>& logits,
                                     const std::vector<int32_t>& targets, int64_t N, int64_t V) {
   std::vector<double> loss(N, 0.0);
@@ -153,6 +230,112 @@ std::vector<double> RefCrossEntropy(const std::vector<double>& logits,
     loss[n] = std::log(sum) + mx - row[targets[n]];
   }
   return loss;
+}
+
+void RefLayerNormBackward(const std::vector<double>& dy, const std::vector<double>& x,
+                          const std::vector<double>& w, int64_t N, int64_t C, double eps,
+                          std::vector<double>* dx, std::vector<double>* dw,
+                          std::vector<double>* db) {
+  std::vector<double> mean, rstd;
+  RefLayerNorm(x, w, {}, N, C, eps, &mean, &rstd);
+  dx->assign(N * C, 0.0);
+  dw->assign(C, 0.0);
+  db->assign(C, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double g_mean = 0, gx_mean = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double g = dy[n * C + c] * w[c], xhat = (x[n * C + c] - mean[n]) * rstd[n];
+      g_mean += g;
+      gx_mean += g * xhat;
+    }
+    g_mean /= C;
+    gx_mean /= C;
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = (x[n * C + c] - mean[n]) * rstd[n];
+      (*dx)[n * C + c] = rstd[n] * (dy[n * C + c] * w[c] - g_mean - xhat * gx_mean);
+      (*dw)[c] += dy[n * C + c] * xhat;
+      (*db)[c] += dy[n * C + c];
+    }
+  }
+}
+
+void RefRMSNormBackward(const std::vector<double>& dy, const std::vector<double>& x,
+                        const std::vector<double>& w, int64_t N, int64_t C, double eps,
+                        std::vector<double>* dx, std::vector<double>* dw) {
+  std::vector<double> rstd;
+  RefRMSNorm(x, w, N, C, eps, &rstd);
+  dx->assign(N * C, 0.0);
+  dw->assign(C, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    double gx_mean = 0;
+    for (int64_t c = 0; c < C; ++c) gx_mean += dy[n * C + c] * w[c] * x[n * C + c] * rstd[n];
+    gx_mean /= C;
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = x[n * C + c] * rstd[n];
+      (*dx)[n * C + c] = rstd[n] * (dy[n * C + c] * w[c] - xhat * gx_mean);
+      (*dw)[c] += dy[n * C + c] * xhat;
+    }
+  }
+}
+
+std::vector<double> RefGeluBackward(const std::vector<double>& dy, const std::vector<double>& x) {
+  const double s = std::sqrt(2.0 / M_PI), k = 0.044715;
+  std::vector<double> dx(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double t = std::tanh(s * (x[i] + k * x[i] * x[i] * x[i]));
+    dx[i] =
+        dy[i] * (0.5 * (1.0 + t) + 0.5 * x[i] * (1.0 - t * t) * s * (1.0 + 3.0 * k * x[i] * x[i]));
+  }
+  return dx;
+}
+
+std::vector<double> RefSwiGluBackward(const std::vector<double>& dy, const std::vector<double>& x,
+                                      int64_t N, int64_t H) {
+  std::vector<double> dx(N * 2 * H);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < H; ++h) {
+      const double g = x[n * 2 * H + h], u = x[n * 2 * H + H + h], d = dy[n * H + h];
+      const double sg = 1.0 / (1.0 + std::exp(-g));
+      dx[n * 2 * H + h] = d * u * sg * (1.0 + g * (1.0 - sg));
+      dx[n * 2 * H + H + h] = d * g * sg;
+    }
+  }
+  return dx;
+}
+
+std::vector<double> RefCrossEntropyBackward(const std::vector<double>& logits,
+                                            const std::vector<int32_t>& targets,
+                                            const std::vector<double>& dloss, int64_t N,
+                                            int64_t V) {
+  std::vector<double> dl(N * V, 0.0);
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    const double* row = &logits[n * V];
+    const double mx = *std::max_element(row, row + V);
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    for (int64_t v = 0; v < V; ++v) {
+      dl[n * V + v] = dloss[n] * (std::exp(row[v] - mx) / sum - (v == targets[n] ? 1.0 : 0.0));
+    }
+  }
+  return dl;
+}
+
+std::vector<double> RefRope(const std::vector<double>& x, int64_t B, int64_t T, int64_t NH,
+                            int64_t HS, double theta, double sign) {
+  std::vector<double> y(x.size());
+  const int64_t h = HS / 2;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < NH; ++n)
+        for (int64_t d = 0; d < h; ++d) {
+          const int64_t i = ((b * T + t) * NH + n) * HS + d;
+          const double a = t / std::pow(theta, 2.0 * d / HS);
+          const double c = std::cos(a), s = sign * std::sin(a);
+          y[i] = x[i] * c - x[i + h] * s;
+          y[i + h] = x[i + h] * c + x[i] * s;
+        }
+  return y;
 }
 
 void RefAdamW(std::vector<double>* p, const std::vector<double>& g, std::vector<double>* m,

@@ -52,10 +52,48 @@ std::vector<double> RefAttention(const std::vector<double>& q, const std::vector
                                  const std::vector<double>& v, int64_t B, int64_t T, int64_t NH,
                                  int64_t NKV, int64_t HS, std::vector<double>* att = nullptr);
 
+// lse[B, NH, T] of causal GQA attention: log Σ_{s≤t} exp(q_t·k_s/√HS).
+std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vector<double>& k,
+                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+
+// Analytic gradients of Σ dout·RefAttention(q, k, v) (softmax backward written
+// as ds = p·(dp − Σ_s p·dp), independent of the flash D = dout·out form), for
+// shapes too large for finite differences. dq like q; dk, dv like k.
+void RefAttentionBackward(const std::vector<double>& q, const std::vector<double>& k,
+                          const std::vector<double>& v, const std::vector<double>& dout, int64_t B,
+                          int64_t T, int64_t NH, int64_t NKV, int64_t HS, std::vector<double>* dq,
+                          std::vector<double>* dk, std::vector<double>* dv);
+
 // loss[N] = logsumexp(logits[n, :]) − logits[n, target] over the full vocabulary
 // V; 0 where target < 0.
 std::vector<double> RefCrossEntropy(const std::vector<double>& logits,
                                     const std::vector<int32_t>& targets, int64_t N, int64_t V);
+
+// Analytic backwards in double, for shapes too large for finite differences
+// (the kernel tests check each against FiniteDifferenceGradient of the forward
+// above on small shapes). Every output is written (=), never accumulated.
+// LayerNorm (b does not enter the gradient); dx[N, C], dw[C], db[C].
+void RefLayerNormBackward(const std::vector<double>& dy, const std::vector<double>& x,
+                          const std::vector<double>& w, int64_t N, int64_t C, double eps,
+                          std::vector<double>* dx, std::vector<double>* dw,
+                          std::vector<double>* db);
+// RMSNorm; dx[N, C], dw[C].
+void RefRMSNormBackward(const std::vector<double>& dy, const std::vector<double>& x,
+                        const std::vector<double>& w, int64_t N, int64_t C, double eps,
+                        std::vector<double>* dx, std::vector<double>* dw);
+// dx = dy·gelu'(x).
+std::vector<double> RefGeluBackward(const std::vector<double>& dy, const std::vector<double>& x);
+// dx[N, 2H] = [dgate | dup] of RefSwiGlu for dy[N, H].
+std::vector<double> RefSwiGluBackward(const std::vector<double>& dy, const std::vector<double>& x,
+                                      int64_t N, int64_t H);
+// dlogits[N, V] = dloss[n]·(softmax(logits[n, :]) − onehot(target)); 0 rows where target < 0.
+std::vector<double> RefCrossEntropyBackward(const std::vector<double>& logits,
+                                            const std::vector<int32_t>& targets,
+                                            const std::vector<double>& dloss, int64_t N, int64_t V);
+// RoPE of x[B, T, NH, HS] ("rotate half", position t, f_d = theta^(−2d/HS)):
+// sign = +1 is the forward, −1 the backward.
+std::vector<double> RefRope(const std::vector<double>& x, int64_t B, int64_t T, int64_t NH,
+                            int64_t HS, double theta, double sign);
 
 // One AdamW step on doubles, the formula of cpu::AdamW (step is 1-based).
 void RefAdamW(std::vector<double>* p, const std::vector<double>& g, std::vector<double>* m,

@@ -1,0 +1,173 @@
+// Tests of the dtype dispatch of core/kernels/ops.h on the CPU: bf16 tensors
+// reach the bf16 kernels and f32 tensors the f32 ones (bit for bit the direct
+// kernel calls), and unsupported dtype combinations abort naming the op and
+// the dtypes. The kernels themselves are tested in cpu/*_test.cc.
+#include "core/kernels/ops.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/kernels/cpu.h"
+#include "core/kernels/testing/harness.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels {
+namespace {
+
+using testing::NaNs;
+using testing::Rng;
+using testing::ToBF16;
+
+template <typename T>
+Tensor Wrap(std::vector<T>& v, const Shape& s) {
+  return Tensor::Wrap(v.data(), s, DTypeOf<T>::value, Device::Cpu());
+}
+
+template <typename T>
+bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+constexpr int64_t N = 5, C = 24, V = 40;
+constexpr float kEps = 1e-5f;
+
+class OpsBf16 : public ::testing::Test {
+ protected:
+  std::vector<bf16> Bf16(size_t n) { return ToBF16(rng_.Normal(n)); }
+  std::vector<bf16> Poison(size_t n) { return ToBF16(NaNs(n)); }
+
+  HeapAllocator host_;
+  Exec e_ = Exec::Cpu(host_);
+  Rng rng_{7};
+};
+
+TEST_F(OpsBf16, NormsDispatchToTheBf16Kernels) {
+  std::vector<bf16> x = Bf16(N * C), w = Bf16(C), b = Bf16(C), dy = Bf16(N * C);
+  std::vector<bf16> y = Poison(N * C), y_ref = y, dx = Poison(N * C), dx_ref = dx;
+  std::vector<float> mean = NaNs(N), rstd = NaNs(N), mean_ref = mean, rstd_ref = rstd;
+  std::vector<float> dw(C, 1.0f), db(C, 2.0f), dw_ref = dw, db_ref = db;
+  ops::LayerNormForward(e_, Wrap(x, {N, C}), Wrap(w, {C}), Wrap(b, {C}), Wrap(y, {N, C}),
+                        Wrap(mean, {N}), Wrap(rstd, {N}), kEps);
+  cpu::LayerNormForward(x.data(), w.data(), b.data(), y_ref.data(), mean_ref.data(),
+                        rstd_ref.data(), N, C, kEps);
+  EXPECT_TRUE(SameBytes(y, y_ref) && SameBytes(mean, mean_ref) && SameBytes(rstd, rstd_ref));
+  ops::LayerNormBackward(e_, Wrap(dy, {N, C}), Wrap(x, {N, C}), Wrap(w, {C}), Wrap(mean, {N}),
+                         Wrap(rstd, {N}), Wrap(dx, {N, C}), Wrap(dw, {C}), Wrap(db, {C}));
+  cpu::LayerNormBackward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx_ref.data(),
+                         dw_ref.data(), db_ref.data(), N, C);
+  EXPECT_TRUE(SameBytes(dx, dx_ref) && SameBytes(dw, dw_ref) && SameBytes(db, db_ref));
+
+  ops::RMSNormForward(e_, Wrap(x, {N, C}), Wrap(w, {C}), Wrap(y, {N, C}), Wrap(rstd, {N}), kEps);
+  cpu::RMSNormForward(x.data(), w.data(), y_ref.data(), rstd_ref.data(), N, C, kEps);
+  EXPECT_TRUE(SameBytes(y, y_ref) && SameBytes(rstd, rstd_ref));
+  ops::RMSNormBackward(e_, Wrap(dy, {N, C}), Wrap(x, {N, C}), Wrap(w, {C}), Wrap(rstd, {N}),
+                       Wrap(dx, {N, C}), Wrap(dw, {C}));
+  cpu::RMSNormBackward(dy.data(), x.data(), w.data(), rstd.data(), dx_ref.data(), dw_ref.data(), N,
+                       C);
+  EXPECT_TRUE(SameBytes(dx, dx_ref) && SameBytes(dw, dw_ref));
+}
+
+TEST_F(OpsBf16, ActivationsAndRopeDispatchToTheBf16Kernels) {
+  std::vector<bf16> x = Bf16(N * C), dy = Bf16(N * C), y = Poison(N * C), y_ref = y,
+                    dx = Poison(N * C), dx_ref = dx;
+  ops::GeluForward(e_, Wrap(x, {N, C}), Wrap(y, {N, C}));
+  cpu::GeluForward(x.data(), y_ref.data(), N * C);
+  EXPECT_TRUE(SameBytes(y, y_ref));
+  ops::GeluBackward(e_, Wrap(dy, {N, C}), Wrap(x, {N, C}), Wrap(dx, {N, C}));
+  cpu::GeluBackward(dy.data(), x.data(), dx_ref.data(), N * C);
+  EXPECT_TRUE(SameBytes(dx, dx_ref));
+
+  std::vector<bf16> h = Poison(N * C / 2), h_ref = h, dh = Bf16(N * C / 2);
+  ops::SwiGluForward(e_, Wrap(x, {N, C}), Wrap(h, {N, C / 2}));
+  cpu::SwiGluForward(x.data(), h_ref.data(), N, C / 2);
+  EXPECT_TRUE(SameBytes(h, h_ref));
+  ops::SwiGluBackward(e_, Wrap(dh, {N, C / 2}), Wrap(x, {N, C}), Wrap(dx, {N, C}));
+  cpu::SwiGluBackward(dh.data(), x.data(), dx_ref.data(), N, C / 2);
+  EXPECT_TRUE(SameBytes(dx, dx_ref));
+
+  // [B=1, T=N, NH=2, HS=C/2], in place.
+  std::vector<bf16> r = x, r_ref = x;
+  ops::RopeForward(e_, Wrap(r, {1, N, 2, C / 2}), Wrap(r, {1, N, 2, C / 2}), 10000.0f);
+  cpu::RopeForward(r_ref.data(), r_ref.data(), 1, N, 2, C / 2, 10000.0f);
+  EXPECT_TRUE(SameBytes(r, r_ref));
+  ops::RopeBackward(e_, Wrap(r, {1, N, 2, C / 2}), Wrap(r, {1, N, 2, C / 2}), 10000.0f);
+  cpu::RopeBackward(r_ref.data(), r_ref.data(), 1, N, 2, C / 2, 10000.0f);
+  EXPECT_TRUE(SameBytes(r, r_ref));
+}
+
+TEST_F(OpsBf16, EmbeddingElementwiseAndCrossEntropyDispatchToTheBf16Kernels) {
+  std::vector<int32_t> idx = rng_.Ints(N, 0, V - 1), targets = idx;
+  targets[1] = -1;
+  std::vector<bf16> table = Bf16(V * C), out = Poison(N * C), out_ref = out, dout = Bf16(N * C);
+  std::vector<float> dtable(V * C, 0.5f), dtable_ref = dtable;
+  ops::EmbeddingForward(e_, Wrap(idx, {N}), Wrap(table, {V, C}), Wrap(out, {N, C}), 0);
+  cpu::EmbeddingForward(idx.data(), table.data(), out_ref.data(), N, V, C, 0);
+  EXPECT_TRUE(SameBytes(out, out_ref));
+  ops::EmbeddingBackward(e_, Wrap(idx, {N}), Wrap(dout, {N, C}), Wrap(dtable, {V, C}), 0);
+  cpu::EmbeddingBackward(idx.data(), dout.data(), dtable_ref.data(), N, V, C, 0);
+  EXPECT_TRUE(SameBytes(dtable, dtable_ref));
+
+  std::vector<bf16> y = Bf16(N * C), y_ref = y;
+  ops::Axpby(e_, 0.5f, Wrap(out, {N, C}), -1.5f, Wrap(y, {N, C}));
+  cpu::Axpby(0.5f, out.data(), -1.5f, y_ref.data(), N * C);
+  EXPECT_TRUE(SameBytes(y, y_ref));
+  double ss_ref = 0;
+  cpu::SumSquares(y.data(), N * C, &ss_ref);
+  EXPECT_EQ(ops::SumSquares(e_, Wrap(y, {N, C})), ss_ref);
+  ops::Fill(e_, Wrap(y, {N, C}), 0.1f);
+  for (bf16 v : y) ASSERT_EQ(v.bits, gtp::ToBF16(0.1f).bits);
+
+  std::vector<bf16> logits = Bf16(N * V), dl = Poison(N * V), dl_ref = dl;
+  std::vector<float> row_max = NaNs(N), target_logit = NaNs(N), sumexp = NaNs(N),
+                     dloss = rng_.Normal(N);
+  std::vector<float> row_max_ref = row_max, target_logit_ref = target_logit, sumexp_ref = sumexp;
+  ops::CrossEntropyStats(e_, Wrap(logits, {N, V}), Wrap(targets, {N}), Wrap(row_max, {N}),
+                         Wrap(target_logit, {N}), 0);
+  cpu::CrossEntropyStats(logits.data(), targets.data(), row_max_ref.data(), target_logit_ref.data(),
+                         N, V, 0);
+  EXPECT_TRUE(SameBytes(row_max, row_max_ref) && SameBytes(target_logit, target_logit_ref));
+  ops::CrossEntropySumExp(e_, Wrap(logits, {N, V}), Wrap(row_max, {N}), Wrap(sumexp, {N}));
+  cpu::CrossEntropySumExp(logits.data(), row_max.data(), sumexp_ref.data(), N, V);
+  EXPECT_TRUE(SameBytes(sumexp, sumexp_ref));
+  ops::CrossEntropyBackward(e_, Wrap(logits, {N, V}), Wrap(row_max, {N}), Wrap(sumexp, {N}),
+                            Wrap(targets, {N}), Wrap(dloss, {N}), Wrap(dl, {N, V}), 0);
+  cpu::CrossEntropyBackward(logits.data(), row_max.data(), sumexp.data(), targets.data(),
+                            dloss.data(), dl_ref.data(), N, V, 0);
+  EXPECT_TRUE(SameBytes(dl, dl_ref));
+}
+
+// The f32 path is unchanged: same bits as the f32 kernel.
+TEST_F(OpsBf16, F32StillDispatchesToTheF32Kernels) {
+  std::vector<float> x = rng_.Normal(N * C), y = NaNs(N * C), y_ref = y;
+  ops::GeluForward(e_, Wrap(x, {N, C}), Wrap(y, {N, C}));
+  cpu::GeluForward(x.data(), y_ref.data(), N * C);
+  EXPECT_TRUE(SameBytes(y, y_ref));
+}
+
+using OpsBf16DeathTest = OpsBf16;
+
+TEST_F(OpsBf16DeathTest, UnsupportedDTypesAbortNamingTheOpAndDTypes) {
+  std::vector<bf16> xb = Bf16(N * C), wb = Bf16(C), yb = Poison(N * C);
+  std::vector<float> xf = rng_.Normal(N * C), wf = rng_.Normal(C), stats(N);
+  std::vector<f16> xh(N * C);
+  EXPECT_DEATH(ops::LayerNormForward(e_, Wrap(xb, {N, C}), Wrap(wf, {C}), Tensor(),
+                                     Wrap(yb, {N, C}), Wrap(stats, {N}), Wrap(stats, {N}), kEps),
+               "LayerNormForward: unsupported dtypes x=bf16 w=f32 b=none y=bf16 mean=f32 rstd=f32");
+  EXPECT_DEATH(ops::GeluForward(e_, Wrap(xf, {N, C}), Wrap(yb, {N, C})),
+               "GeluForward: unsupported dtypes x=f32 y=bf16");
+  EXPECT_DEATH(ops::GeluForward(e_, Wrap(xh, {N, C}), Wrap(xh, {N, C})),
+               "GeluForward: unsupported dtypes x=f16 y=f16");
+  std::vector<bf16> stats_b(N);
+  std::vector<int32_t> t(N, 0);
+  EXPECT_DEATH(ops::CrossEntropyStats(e_, Wrap(xb, {N, C}), Wrap(t, {N}), Wrap(stats_b, {N}),
+                                      Wrap(stats, {N}), 0),
+               "CrossEntropyStats: unsupported dtypes logits=bf16 row_max=bf16 target_logit=f32");
+  EXPECT_DEATH(ops::RMSNormBackward(e_, Wrap(xb, {N, C}), Wrap(xb, {N, C}), Wrap(wb, {C}),
+                                    Wrap(stats, {N}), Wrap(yb, {N, C}), Wrap(wb, {C})),
+               "RMSNormBackward: unsupported dtypes .* dw=bf16");
+}
+
+}  // namespace
+}  // namespace gtp::kernels
