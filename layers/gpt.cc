@@ -198,8 +198,12 @@ absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets)
   // Over the padded vocabulary slice (v_tp_, a multiple of 128 / TP): aligned
   // rows for the GEMM and the loss kernels; the pad columns are masked there.
   logits_ = exec_.Empty({N, v_tp_}, config_.block.dtype);
-  ops::Linear(exec_, h_f_, w.Slice(0, v_tp_), logits_);
+  {
+    Timeline::Scope span(timeline_, "lm_head gemm", exec_.stream);
+    ops::Linear(exec_, h_f_, w.Slice(0, v_tp_), logits_);
+  }
   head->Release(Direction::kForward);
+  Timeline::Scope ce_span(timeline_, "cross-entropy", exec_.stream);
   // Vocab-parallel cross-entropy: max and target logit, then Σexp, over TP.
   row_max_ = exec_.Empty({N});
   sumexp_ = exec_.Empty({N});
@@ -247,18 +251,24 @@ absl::Status GptModel::Backward() {
     ops::FillReciprocal(exec_, count_, dloss);  // 1 / valid targets (0 if none)
   }
   Tensor dlogits = exec_.Empty({N, v_tp_}, config_.block.dtype);  // pad columns 0
-  ops::CrossEntropyBackward(exec_, logits_, row_max_, sumexp_, targets_, dloss, dlogits,
-                            vocab_start_, v_real_);
+  {
+    Timeline::Scope span(timeline_, "cross-entropy bwd", exec_.stream);
+    ops::CrossEntropyBackward(exec_, logits_, row_max_, sumexp_, targets_, dloss, dlogits,
+                              vocab_start_, v_real_);
+  }
   logits_ = row_max_ = sumexp_ = Tensor();
   ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
   GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(Direction::kBackward));
   Tensor dh = exec_.Empty({N, C}, config_.block.dtype);
+  std::optional<Timeline::Scope> gemm_span;
+  gemm_span.emplace(timeline_, "lm_head gemm bwd", exec_.stream);
   ops::LinearBackwardData(exec_, dlogits, w.Slice(0, v_tp_), dh);
   bool fresh = false;
   Tensor wgrad = head->Wgrad(&fresh);
   // Every vocabulary row (pad rows get 0 from the zero pad columns of dlogits).
   ops::LinearBackwardWeight(exec_, dlogits, h_f_, wgrad.Slice(0, v_tp_), fresh ? 0.0f : 1.0f);
   head->Release(Direction::kBackward);
+  gemm_span.reset();
   if (lm_head_) GTP_RETURN_IF_ERROR(lm_head_->ReduceGrad());  // tied: after the embedding's part
   h_f_ = Tensor();
   // Leave the TP region of the head: partial dh over vocab slices.

@@ -99,7 +99,10 @@ class GptModel {
   GtpChain& chain() { return *chain_; }
   // Records embedding / per-block / head spans of Forward and Backward on
   // `t` (null: none). Not owned.
-  void set_timeline(Timeline* t) { timeline_ = t; }
+  void set_timeline(Timeline* t) {
+    timeline_ = t;
+    chain_->set_timeline(t);
+  }
   // Every parameter of this rank, in a fixed order.
   const std::vector<ShardedParam*>& sharded_params() const { return sharded_; }
   const std::vector<ReplicatedParam*>& replicated_params() const { return replicated_; }

@@ -241,13 +241,15 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Direction 
   return y;
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy) {
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Tensor& accumulate) {
   const kernels::Exec& e = chain_->exec();
   const int64_t n = x_saved_.numel() / config_.in_features;
   Tensor dy2 = dy.View({n, out_tp_});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
-  Tensor dx = e.Empty({n, config_.in_features}, config_.dtype);
-  ops::LinearBackwardData(e, dy2, w, dx);
+  GTP_CHECK(!accumulate.defined() || config_.caller_reduces_input_grad, config_.name,
+            ": accumulating dx needs caller_reduces_input_grad");
+  Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
+  ops::LinearBackwardData(e, dy2, w, dx, accumulate.defined() ? 1.0f : 0.0f);
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
   ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, config_.in_features}), wgrad, fresh ? 0.0f : 1.0f);

@@ -98,8 +98,10 @@ class ColumnParallelLinear {
   // Frees what Forward kept (activation recompute re-creates it).
   void DropActivations() { x_saved_ = Tensor(); }
   // dx (see file comment). Weight grad goes to the GTP reduce-scatter; bias
-  // grad accumulates locally.
-  absl::StatusOr<Tensor> Backward(const Tensor& dy);
+  // grad accumulates locally. With caller_reduces_input_grad, a given
+  // `accumulate` [N, in] receives dx added in the GEMM (no extra pass; q, k
+  // and v share one dx) and is returned.
+  absl::StatusOr<Tensor> Backward(const Tensor& dy, const Tensor& accumulate = Tensor());
 
   ShardedParam& weight() { return *weight_; }
   ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }

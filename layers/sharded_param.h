@@ -45,6 +45,7 @@
 #include "core/allocator.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
+#include "core/timeline.h"
 
 namespace gtp::layers {
 
@@ -128,6 +129,10 @@ class GtpChain {
   // materialisation, or explicitly after the first forward).
   void Freeze() { frozen_ = true; }
 
+  // Where the layers of this chain's model record their spans (null: none).
+  void set_timeline(Timeline* t) { timeline_ = t; }
+  Timeline* timeline() const { return timeline_; }
+
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<GtpTraceEvent>& trace() const { return trace_; }
   void ClearTrace() { trace_.clear(); }
@@ -147,6 +152,7 @@ class GtpChain {
   // Params whose reduce-scatter was issued and awaits finalisation (FIFO).
   std::vector<ShardedParam*> pending_reduce_;
   bool tracing_ = false;
+  Timeline* timeline_ = nullptr;
   std::vector<GtpTraceEvent> trace_;
   int64_t seq_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "layers/transformer.h"
 
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -131,10 +132,16 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
 
 absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = chain_->exec();
+  Timeline* tl = chain_->timeline();
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
-  GTP_ASSIGN_OR_RETURN(q_out_, q_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(k_out_, k_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(v_out_, v_->Forward(hin, dir));
+  {
+    Timeline::Scope span(tl, "qkv", e.stream);
+    GTP_ASSIGN_OR_RETURN(q_out_, q_->Forward(hin, dir));
+    GTP_ASSIGN_OR_RETURN(k_out_, k_->Forward(hin, dir));
+    GTP_ASSIGN_OR_RETURN(v_out_, v_->Forward(hin, dir));
+  }
+  std::optional<Timeline::Scope> core_span;
+  core_span.emplace(tl, "attention", e.stream);
   Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
   Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
   Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
@@ -151,6 +158,8 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
     att_ = e.Empty({B_, nh_tp_, T_, T_});
     ops::AttentionForward(e, q, k, v, y, att_);
   }
+  core_span.reset();
+  Timeline::Scope span(tl, "o", e.stream);
   return o_->Forward(y.View({B_ * T_, nh_tp_ * hs_}), dir);
 }
 
@@ -164,7 +173,11 @@ void Attention::DropActivations() {
 
 absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   const kernels::Exec& e = chain_->exec();
+  Timeline* tl = chain_->timeline();
+  std::optional<Timeline::Scope> span;
+  span.emplace(tl, "o bwd", e.stream);
   GTP_ASSIGN_OR_RETURN(Tensor dy, o_->Backward(dout));
+  span.emplace(tl, "attention bwd", e.stream);
   const DType dt = config_.dtype;
   Tensor dq = e.Empty({B_, T_, nh_tp_, hs_}, dt);
   Tensor dk = e.Empty({B_, T_, nkv_tp_, hs_}, dt);
@@ -184,11 +197,11 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
     ops::RopeBackward(e, dk, dk, config_.rope_theta);
   }
   // Backward in reverse forward order (v, k, q) keeps the GTP chain's order.
+  span.emplace(tl, "qkv bwd", e.stream);
+  // One dh: k's and q's input gradients are added into v's by their GEMMs.
   GTP_ASSIGN_OR_RETURN(Tensor dh, v_->Backward(dv.View({B_ * T_, nkv_tp_ * hs_})));
-  GTP_ASSIGN_OR_RETURN(Tensor dhk, k_->Backward(dk.View({B_ * T_, nkv_tp_ * hs_})));
-  GTP_ASSIGN_OR_RETURN(Tensor dhq, q_->Backward(dq.View({B_ * T_, nh_tp_ * hs_})));
-  ops::Axpby(e, 1.0f, dhk, 1.0f, dh);
-  ops::Axpby(e, 1.0f, dhq, 1.0f, dh);
+  GTP_RETURN_IF_ERROR(k_->Backward(dk.View({B_ * T_, nkv_tp_ * hs_}), dh).status());
+  GTP_RETURN_IF_ERROR(q_->Backward(dq.View({B_ * T_, nh_tp_ * hs_}), dh).status());
   return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
 }
 
@@ -224,8 +237,12 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
 
 absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = chain_->exec();
+  Timeline* tl = chain_->timeline();
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
+  std::optional<Timeline::Scope> span;
+  span.emplace(tl, "fc", e.stream);
   GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin, dir));  // GELU: [N, H_tp]; SwiGLU: [N, gate|up]
+  span.emplace(tl, "act", e.stream);
   const int64_t n = pre_act_.dim(0);
   const bool glu = config_.activation == Activation::kSwiGlu;
   Tensor act = e.Empty({n, glu ? pre_act_.dim(1) / 2 : pre_act_.dim(1)}, pre_act_.dtype());
@@ -234,6 +251,7 @@ absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
   } else {
     ops::GeluForward(e, pre_act_, act);
   }
+  span.emplace(tl, "proj", e.stream);
   return proj_->Forward(act, dir);
 }
 
@@ -245,7 +263,11 @@ void Mlp::DropActivations() {
 
 absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
   const kernels::Exec& e = chain_->exec();
+  Timeline* tl = chain_->timeline();
+  std::optional<Timeline::Scope> span;
+  span.emplace(tl, "proj bwd", e.stream);
   GTP_ASSIGN_OR_RETURN(Tensor dact, proj_->Backward(dout));
+  span.emplace(tl, "act bwd", e.stream);
   Tensor dpre = e.Empty(pre_act_.shape(), pre_act_.dtype());
   if (config_.activation == Activation::kSwiGlu) {
     ops::SwiGluBackward(e, dact, pre_act_, dpre);
@@ -253,6 +275,7 @@ absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
     ops::GeluBackward(e, dact, pre_act_, dpre);
   }
   pre_act_ = Tensor();
+  span.emplace(tl, "fc bwd", e.stream);
   GTP_ASSIGN_OR_RETURN(Tensor dh, fc_->Backward(dpre));
   return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
 }
@@ -273,6 +296,7 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
                                                      GtpChain* chain) {
   std::unique_ptr<Block> b(new Block());
   b->exec_ = chain->exec();
+  b->chain_ = chain;
   b->recompute_ = c.recompute;
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
@@ -283,9 +307,18 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
 }
 
 absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
-  GTP_ASSIGN_OR_RETURN(Tensor a, attn_->Forward(ln1_->Forward(x), dir));
+  Timeline* tl = chain_->timeline();
+  std::optional<Timeline::Scope> span;
+  span.emplace(tl, "ln1", exec_.stream);
+  Tensor h1 = ln1_->Forward(x);
+  span.reset();
+  GTP_ASSIGN_OR_RETURN(Tensor a, attn_->Forward(h1, dir));
+  span.emplace(tl, "residual+ln2", exec_.stream);
   ops::Axpby(exec_, 1.0f, x, 1.0f, a);  // x1 = x + attn
-  GTP_ASSIGN_OR_RETURN(Tensor m, mlp_->Forward(ln2_->Forward(a), dir));
+  Tensor h2 = ln2_->Forward(a);
+  span.reset();
+  GTP_ASSIGN_OR_RETURN(Tensor m, mlp_->Forward(h2, dir));
+  span.emplace(tl, "residual", exec_.stream);
   ops::Axpby(exec_, 1.0f, a, 1.0f, m);  // x2 = x1 + mlp
   return m;
 }
@@ -313,10 +346,15 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
     GTP_RETURN_IF_ERROR(Run(x_in_, Direction::kRecompute).status());
     x_in_ = Tensor();
   }
+  Timeline* tl = chain_->timeline();
   GTP_ASSIGN_OR_RETURN(Tensor dm, mlp_->Backward(dx2));
+  std::optional<Timeline::Scope> span;
+  span.emplace(tl, "ln2+residual bwd", exec_.stream);
   Tensor dx1 = ln2_->Backward(dm);
   ops::Axpby(exec_, 1.0f, dx2, 1.0f, dx1);
+  span.reset();
   GTP_ASSIGN_OR_RETURN(Tensor da, attn_->Backward(dx1));
+  span.emplace(tl, "ln1+residual bwd", exec_.stream);
   Tensor dx = ln1_->Backward(da);
   ops::Axpby(exec_, 1.0f, dx1, 1.0f, dx);
   return dx;

@@ -141,6 +141,7 @@ class Block {
   absl::StatusOr<Tensor> Run(const Tensor& x, Direction dir);
   void DropActivations();
   kernels::Exec exec_;
+  GtpChain* chain_ = nullptr;
   bool recompute_ = false;
   Tensor x_in_;  // recompute: the block input
   std::unique_ptr<Norm> ln1_, ln2_;

@@ -167,7 +167,7 @@ void DistributedOptimizer::BuildAdamWTable(Part* part) {
   part->adamw_chunks_dev = upload(chunks.data(), chunks.size() * sizeof(kernels::cuda::AdamWChunk));
 }
 
-void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t) {
+void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t, float grad_scale) {
   if (part.adamw.empty()) return;
   const AdamWConfig& c = config_.adamw;
   kernels::AdamWParams hp;
@@ -176,6 +176,7 @@ void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t) {
   hp.beta2 = c.beta2;
   hp.eps = c.eps;
   hp.step = t;
+  hp.grad_scale = grad_scale;
   if (exec_.is_cuda()) {
     kernels::cuda::AdamWMulti(
         static_cast<const kernels::AdamWSegment*>(part.adamw_segments_dev.raw_data()),
@@ -236,14 +237,21 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
     for (Part& part : parts_) part.grads->ZeroGrad();
     return stats;
   }
+  // Clipping: folded into the AdamW update (same bits as scaling the grads
+  // first), unless Muon reads the grads too.
+  float scale = 1.0f;
   if (config_.clip_grad > 0 && stats.grad_norm > config_.clip_grad) {
-    for (const GradBuffer* g : buffers) {
-      ScaleGrads(*g, static_cast<float>(config_.clip_grad / (stats.grad_norm + 1e-6)));
+    scale = static_cast<float>(config_.clip_grad / (stats.grad_norm + 1e-6));
+    bool muon = false;
+    for (const Part& part : parts_) muon |= part.muon != nullptr;
+    if (muon) {
+      for (const GradBuffer* g : buffers) ScaleGrads(*g, scale);
+      scale = 1.0f;
     }
   }
   const int64_t t = progress_.step + 1;
   for (Part& part : parts_) {
-    StepAdamW(part, stats.lr, t);
+    StepAdamW(part, stats.lr, t, scale);
     if (part.muon) {
       GTP_RETURN_IF_ERROR(part.muon->Step(*part.grads, stats.lr * config_.muon.lr_multiplier));
     }

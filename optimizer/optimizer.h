@@ -219,7 +219,7 @@ class DistributedOptimizer {
   DistributedOptimizer() = default;
   absl::Status CreatePart(GradBuffer* grads, Part* part);
   void BuildAdamWTable(Part* part);
-  void StepAdamW(const Part& part, float lr, int64_t t);
+  void StepAdamW(const Part& part, float lr, int64_t t, float grad_scale);
   absl::Status GatherParams(const Part& part);
 
   OptimizerConfig config_;

@@ -47,8 +47,12 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
 
 void EmbeddingForward(const int32_t* idx, const float* table, float* out, int64_t N, int64_t V,
                       int64_t C, int64_t vocab_start, cudaStream_t stream);
+// scratch: EmbeddingBackwardScratchBytes(N, V) bytes of device memory, or
+// null (then allocated stream-ordered for the call).
+int64_t EmbeddingBackwardScratchBytes(int64_t N, int64_t V);
 void EmbeddingBackward(const int32_t* idx, const float* dout, float* dtable, int64_t N, int64_t V,
-                       int64_t C, int64_t vocab_start, cudaStream_t stream);
+                       int64_t C, int64_t vocab_start, cudaStream_t stream,
+                       void* scratch = nullptr);
 
 void LayerNormForward(const float* x, const float* w, const float* b, float* y, float* mean,
                       float* rstd, int64_t N, int64_t C, float eps, cudaStream_t stream);
@@ -154,7 +158,8 @@ void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, 
 void EmbeddingForward(const int32_t* idx, const bf16* table, bf16* out, int64_t N, int64_t V,
                       int64_t C, int64_t vocab_start, cudaStream_t stream);
 void EmbeddingBackward(const int32_t* idx, const bf16* dout, float* dtable, int64_t N, int64_t V,
-                       int64_t C, int64_t vocab_start, cudaStream_t stream);
+                       int64_t C, int64_t vocab_start, cudaStream_t stream,
+                       void* scratch = nullptr);
 void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, float* mean,
                       float* rstd, int64_t N, int64_t C, float eps, cudaStream_t stream);
 // scratch: LayerNormBackwardScratchFloats(N, C) floats, as for f32.

@@ -63,6 +63,7 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 0.0f;  // decoupled: p -= lr·wd·p
   int64_t step = 1;           // 1-based, for bias correction
+  float grad_scale = 1.0f;    // g ← grad_scale·g first (grad-norm clipping folded in)
 };
 
 // One tensor of a multi-tensor AdamW step (AdamWMulti): n elements of p

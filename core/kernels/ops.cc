@@ -252,14 +252,18 @@ void EmbeddingBackward(const Exec& e, const Tensor& idx, const Tensor& dout, con
   GTP_CHECK(dout.numel() == n * c, "EmbeddingBackward: dout ", dout.ToString());
   if (ActDType("EmbeddingBackward", {{"dout", &dout}}, {{"dtable", &dtable}}) == DType::kBF16) {
     if (e.is_cuda()) {
-      cuda::EmbeddingBackward(I(idx), FB(dout), M(dtable), n, v, c, vocab_start, e.stream);
+      Tensor scratch = e.Empty({cuda::EmbeddingBackwardScratchBytes(n, v)}, DType::kU8);
+      cuda::EmbeddingBackward(I(idx), FB(dout), M(dtable), n, v, c, vocab_start, e.stream,
+                              scratch.raw_data());
     } else {
       cpu::EmbeddingBackward(I(idx), FB(dout), M(dtable), n, v, c, vocab_start);
     }
     return;
   }
   if (e.is_cuda()) {
-    cuda::EmbeddingBackward(I(idx), F(dout), M(dtable), n, v, c, vocab_start, e.stream);
+    Tensor scratch = e.Empty({cuda::EmbeddingBackwardScratchBytes(n, v)}, DType::kU8);
+    cuda::EmbeddingBackward(I(idx), F(dout), M(dtable), n, v, c, vocab_start, e.stream,
+                            scratch.raw_data());
   } else {
     cpu::EmbeddingBackward(I(idx), F(dout), M(dtable), n, v, c, vocab_start);
   }

@@ -181,13 +181,16 @@ class RankRun {
       tl_ = step_ >= trace_from && step_ < trace_to ? &timeline_ : nullptr;
       model_->set_timeline(tl_);
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
-      GTP_ASSIGN_OR_RETURN(float loss, TrainStep());
+      GTP_RETURN_IF_ERROR(TrainStep());
       if (tl_) tl_->Begin("optimizer", exec_.stream);
       GTP_ASSIGN_OR_RETURN(optimizer::StepStats st, opt_->Step());
       if (tl_) {
         tl_->End(exec_.stream);
         tl_->End(exec_.stream);
       }
+      // Read after the optimizer was enqueued: the loss is long computed by
+      // then (the grad norm waited for the backward), so this costs no stall.
+      GTP_ASSIGN_OR_RETURN(float loss, StepLoss());
       sampler_->Advance();
       ++step_;
       if (st.skipped && opt_->progress().num_skipped > r_.train().max_skipped_steps()) {
@@ -345,8 +348,9 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  // Forward/backward of every micro-batch of this step; returns the global mean loss.
-  absl::StatusOr<float> TrainStep() {
+  // Forward/backward of every micro-batch of this step (enqueued; the losses
+  // stay on the device until StepLoss).
+  absl::Status TrainStep() {
     const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
     const int64_t M = sampler_->num_micro_batches();
     for (int64_t m = 0; m < M; ++m) {
@@ -357,7 +361,12 @@ class RankRun {
       GTP_RETURN_IF_ERROR(model_->ForwardAsync(batch.first, batch.second));
       GTP_RETURN_IF_ERROR(model_->Backward());
     }
-    // The losses stayed on the device; one read per step.
+    return absl::OkStatus();
+  }
+
+  // The global mean loss of the step TrainStep ran: one device read.
+  absl::StatusOr<float> StepLoss() {
+    const int64_t M = sampler_->num_micro_batches();
     GTP_ASSIGN_OR_RETURN(const float sum, model_->TakeLossSum());
     // Every rank of a data lane holds its lane's loss, and lanes have equal
     // ranks: the world mean is the mean over lanes.

@@ -19,7 +19,7 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
   const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
   const float b1 = hp.beta1, b2 = hp.beta2;
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * hp.grad_scale;
     const float mi = b1 * m[i] + (1.0f - b1) * gi;
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;

@@ -21,7 +21,7 @@ using internal::GridFor;
 constexpr int kThreads = 256;
 
 struct AdamWScalars {
-  float lr, b1, b2, one_minus_b1, one_minus_b2, bc1, bc2, eps, wd;
+  float lr, b1, b2, one_minus_b1, one_minus_b2, bc1, bc2, eps, wd, gscale;
 };
 
 __global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ g,
@@ -29,7 +29,7 @@ __global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ g,
                             AdamWScalars s) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float gi = g[i];
+    const float gi = __fmul_rn(g[i], s.gscale);
     const float mi = __fadd_rn(__fmul_rn(s.b1, m[i]), __fmul_rn(s.one_minus_b1, gi));
     const float vi = __fadd_rn(__fmul_rn(s.b2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, gi), gi));
     m[i] = mi;
@@ -47,7 +47,7 @@ __global__ void AdamWMultiKernel(const AdamWSegment* __restrict__ segs,
   const AdamWSegment seg = segs[c.segment];
   const int64_t end = c.begin + kAdamWChunk < seg.n ? c.begin + kAdamWChunk : seg.n;
   for (int64_t i = c.begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float gi = seg.g[i];
+    const float gi = __fmul_rn(seg.g[i], s.gscale);
     const float mi = __fadd_rn(__fmul_rn(s.b1, seg.m[i]), __fmul_rn(s.one_minus_b1, gi));
     const float vi =
         __fadd_rn(__fmul_rn(s.b2, seg.v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, gi), gi));
@@ -75,6 +75,7 @@ AdamWScalars Scalars(const AdamWParams& hp) {
   s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
   s.eps = hp.eps;
   s.wd = hp.weight_decay;
+  s.gscale = hp.grad_scale;
   return s;
 }
 
@@ -113,6 +114,7 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
   s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
   s.eps = hp.eps;
   s.wd = hp.weight_decay;
+  s.gscale = hp.grad_scale;
   AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(p, g, m, v, n, s);
   GTP_CU_LAUNCH_CHECK();
 }

@@ -4,14 +4,14 @@
 //             this rank's rows [vocab_start, vocab_start + V), else 0.
 //   backward: dtable[idx[n] − vocab_start, :] += dout[n, :] (+=, parameter grad).
 //
-// The backward pass is deterministic without sorting and without atomics:
-// block (b, y) owns the vocab rows [b·R, (b+1)·R) and the 256 columns of tile
-// y; it scans all N ids in order, compacting the positions that hit its rows,
-// and adds those dout rows in increasing n, one column per thread. Every
-// dtable element therefore receives its updates one at a time in increasing
-// n, the order of the plain sequential loop (bit-identical to the CPU). Cost:
-// (#blocks · N) id reads from L2, cheap next to the N·C gradient traffic for
-// the block counts used here (at most 512 row blocks per column tile).
+// The backward pass is deterministic without atomics: the (row, n) pairs are
+// radix-sorted by row (stably, so n increases within a row), and one block
+// per distinct row adds that row's dout rows in increasing n into a register
+// started from the table value, one column per thread. Every dtable element
+// therefore receives its updates one at a time in increasing n, the order of
+// the plain sequential loop (bit-identical to the CPU), and a frequent id
+// (real text is Zipfian) is one register chain, not a chain of
+// read-modify-writes through memory.
 //
 // table/out are f32 or bf16 (the forward is a copy: 16-byte chunks for bf16
 // rows with C % 8 == 0 and aligned buffers); dout is f32 or bf16, dtable
@@ -19,6 +19,8 @@
 #include <cuda_runtime.h>
 
 #include <type_traits>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
@@ -30,13 +32,11 @@ namespace {
 using internal::Aligned16;
 using internal::CeilDiv;
 using internal::kBf16Vec;
-using internal::kFullMask;
 using internal::kWarpSize;
 using internal::Load;
 using internal::WithVec;
 
 constexpr int kThreads = 256;
-constexpr int kMaxBackwardBlocks = 512;
 
 // Copies rows in chunks of kVec elements (one element, or 16 bytes of bf16);
 // the zero chunk is all-zero bits, +0 in f32 and bf16.
@@ -59,60 +59,39 @@ __global__ void EmbeddingForwardKernel(const int32_t* __restrict__ idx, const T*
   }
 }
 
+// Keys for the sort: this rank's local row of each id, or V (sorted last,
+// skipped) for ids of other vocabulary shards; values: the positions n.
+__global__ void SortKeysKernel(const int32_t* __restrict__ idx, int32_t* __restrict__ keys,
+                               int32_t* __restrict__ pos, int64_t N, int64_t V,
+                               int64_t vocab_start) {
+  for (int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; n < N;
+       n += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = static_cast<int64_t>(idx[n]) - vocab_start;
+    keys[n] = row >= 0 && row < V ? static_cast<int32_t>(row) : static_cast<int32_t>(V);
+    pos[n] = static_cast<int32_t>(n);
+  }
+}
+
+// Entry i of the stably sorted (row, n) pairs starts a segment when its row
+// differs from entry i − 1's; that block adds the segment's dout rows into
+// the table row, one column per thread, starting from the table value and in
+// increasing n: the order of the plain sequential loop.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    EmbeddingBackwardKernel(const int32_t* __restrict__ idx, const T* __restrict__ dout,
-                            float* __restrict__ dtable, int64_t N, int64_t V, int64_t C,
-                            int64_t vocab_start, int64_t rows_per_block) {
-  __shared__ int64_t hits[kThreads];      // token positions n, increasing
-  __shared__ int64_t hit_rows[kThreads];  // their local rows
-  __shared__ int warp_hits[kThreads / kWarpSize];
-  const int64_t lo = blockIdx.x * rows_per_block;
-  const int64_t hi = lo + rows_per_block < V ? lo + rows_per_block : V;
-  if (lo >= hi) return;  // uniform over the block
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int64_t c = blockIdx.y * int64_t{kThreads} + threadIdx.x;  // this thread's column
-  for (int64_t base = 0; base < N; base += kThreads) {
-    const int64_t n = base + threadIdx.x;
-    bool hit = false;
-    int64_t row = 0;
-    if (n < N) {
-      row = static_cast<int64_t>(idx[n]) - vocab_start;
-      hit = row >= lo && row < hi;
-    }
-    const unsigned mask = __ballot_sync(kFullMask, hit);
-    if (lane == 0) warp_hits[warp] = __popc(mask);
-    __syncthreads();
-    int offset = 0, total = 0;
-    for (int w = 0; w < kThreads / kWarpSize; ++w) {
-      const int count = warp_hits[w];
-      if (w < warp) offset += count;
-      total += count;
-    }
-    // Compaction that keeps increasing n.
-    if (hit) {
-      const int at = offset + __popc(mask & ((1u << lane) - 1u));
-      hits[at] = n;
-      hit_rows[at] = row;
-    }
-    __syncthreads();
-    // A run of consecutive hits on one row is summed in registers and stored
-    // once (many tokens may share an id, e.g. padding); the adds still happen
-    // one at a time in increasing n, so the bits are those of the plain loop.
-    for (int j = 0; j < total;) {
-      const int64_t r = hit_rows[j];
-      int end = j + 1;
-      while (end < total && hit_rows[end] == r) ++end;
-      if (c < C) {
-        float* dt = dtable + r * C + c;
-        float acc = *dt;
+    SegmentAddKernel(const int32_t* __restrict__ rows, const int32_t* __restrict__ pos,
+                     const T* __restrict__ dout, float* __restrict__ dtable, int64_t N, int64_t V,
+                     int64_t C) {
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const int32_t r = rows[i];
+    if (r >= V || (i > 0 && rows[i - 1] == r)) continue;  // uniform over the block
+    int64_t end = i + 1;
+    while (end < N && rows[end] == r) ++end;
+    for (int64_t c = threadIdx.x; c < C; c += kThreads) {
+      float acc = dtable[r * C + c];
 #pragma unroll 8
-        for (int k = j; k < end; ++k) acc += Load(dout[hits[k] * C + c]);
-        *dt = acc;
-      }
-      j = end;
+      for (int64_t k = i; k < end; ++k) acc += Load(dout[static_cast<int64_t>(pos[k]) * C + c]);
+      dtable[r * C + c] = acc;
     }
-    __syncthreads();  // the shared arrays are rewritten next round
   }
 }
 
@@ -138,21 +117,50 @@ void EmbeddingForwardT(const int32_t* idx, const T* table, T* out, int64_t N, in
   GTP_CU_LAUNCH_CHECK();
 }
 
+int EndBit(int64_t V) {
+  int bits = 1;
+  while ((int64_t{1} << bits) <= V) ++bits;  // keys are in [0, V]
+  return bits;
+}
+
+size_t SortTempBytes(int64_t N, int64_t V) {
+  size_t bytes = 0;
+  GTP_CU_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
+                                               static_cast<int32_t*>(nullptr),
+                                               static_cast<const int32_t*>(nullptr),
+                                               static_cast<int32_t*>(nullptr), static_cast<int>(N),
+                                               0, EndBit(V)));
+  return bytes;
+}
+
 template <typename T>
 void EmbeddingBackwardT(const int32_t* idx, const T* dout, float* dtable, int64_t N, int64_t V,
-                        int64_t C, int64_t vocab_start, cudaStream_t stream) {
+                        int64_t C, int64_t vocab_start, void* scratch, cudaStream_t stream) {
   CheckArgs(N, V, C);
   if (N == 0 || V == 0 || C == 0) return;
-  const int64_t blocks = V < kMaxBackwardBlocks ? V : kMaxBackwardBlocks;
-  const int64_t rows_per_block = CeilDiv(V, blocks);
-  const int64_t col_tiles = CeilDiv(C, kThreads);
-  GTP_CU_REQUIRE(col_tiles <= 65535, "EmbeddingBackward: C=%lld too large",
-                 static_cast<long long>(C));
-  const dim3 grid(static_cast<unsigned>(CeilDiv(V, rows_per_block)),
-                  static_cast<unsigned>(col_tiles));
-  EmbeddingBackwardKernel<T>
-      <<<grid, kThreads, 0, stream>>>(idx, dout, dtable, N, V, C, vocab_start, rows_per_block);
+  GTP_CU_REQUIRE(N < (int64_t{1} << 31) && V < (int64_t{1} << 31) - 1,
+                 "EmbeddingBackward: N=%lld or V=%lld exceeds int32", static_cast<long long>(N),
+                 static_cast<long long>(V));
+  const bool own = scratch == nullptr;
+  const size_t bytes = EmbeddingBackwardScratchBytes(N, V);
+  if (own) GTP_CU_CHECK(cudaMallocAsync(&scratch, bytes, stream));
+  int32_t* keys = static_cast<int32_t*>(scratch);
+  int32_t* pos = keys + N;
+  int32_t* keys_sorted = pos + N;
+  int32_t* pos_sorted = keys_sorted + N;
+  void* temp = pos_sorted + N;
+  size_t temp_bytes = SortTempBytes(N, V);
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>(CeilDiv(N, threads) < 65535 ? CeilDiv(N, threads) : 65535);
+  SortKeysKernel<<<blocks, threads, 0, stream>>>(idx, keys, pos, N, V, vocab_start);
   GTP_CU_LAUNCH_CHECK();
+  GTP_CU_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, pos, pos_sorted,
+                                               static_cast<int>(N), 0, EndBit(V), stream));
+  const unsigned seg_blocks = static_cast<unsigned>(N < (int64_t{1} << 20) ? N : (int64_t{1} << 20));
+  SegmentAddKernel<T><<<seg_blocks, kThreads, 0, stream>>>(keys_sorted, pos_sorted, dout, dtable,
+                                                           N, V, C);
+  GTP_CU_LAUNCH_CHECK();
+  if (own) GTP_CU_CHECK(cudaFreeAsync(scratch, stream));
 }
 
 }  // namespace
@@ -166,13 +174,18 @@ void EmbeddingForward(const int32_t* idx, const bf16* table, bf16* out, int64_t 
   EmbeddingForwardT(idx, table, out, N, V, C, vocab_start, stream);
 }
 
+int64_t EmbeddingBackwardScratchBytes(int64_t N, int64_t V) {
+  const int64_t ints = 4 * N;
+  return static_cast<int64_t>((ints * 4 + 255) / 256 * 256 + SortTempBytes(N, V));
+}
+
 void EmbeddingBackward(const int32_t* idx, const float* dout, float* dtable, int64_t N, int64_t V,
-                       int64_t C, int64_t vocab_start, cudaStream_t stream) {
-  EmbeddingBackwardT(idx, dout, dtable, N, V, C, vocab_start, stream);
+                       int64_t C, int64_t vocab_start, cudaStream_t stream, void* scratch) {
+  EmbeddingBackwardT(idx, dout, dtable, N, V, C, vocab_start, scratch, stream);
 }
 void EmbeddingBackward(const int32_t* idx, const bf16* dout, float* dtable, int64_t N, int64_t V,
-                       int64_t C, int64_t vocab_start, cudaStream_t stream) {
-  EmbeddingBackwardT(idx, dout, dtable, N, V, C, vocab_start, stream);
+                       int64_t C, int64_t vocab_start, cudaStream_t stream, void* scratch) {
+  EmbeddingBackwardT(idx, dout, dtable, N, V, C, vocab_start, scratch, stream);
 }
 
 }  // namespace gtp::kernels::cuda
