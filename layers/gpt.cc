@@ -250,7 +250,9 @@ absl::Status GptModel::Backward() {
   } else {
     ops::FillReciprocal(exec_, count_, dloss);  // 1 / valid targets (0 if none)
   }
-  Tensor dlogits = exec_.Empty({N, v_tp_}, config_.block.dtype);  // pad columns 0
+  // In place over the logits (not needed after this): one [N, V] buffer
+  // less at the memory peak. Pad columns become 0.
+  Tensor dlogits = logits_;
   {
     Timeline::Scope span(timeline_, "cross-entropy bwd", exec_.stream);
     ops::CrossEntropyBackward(exec_, logits_, row_max_, sumexp_, targets_, dloss, dlogits,

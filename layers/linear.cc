@@ -158,6 +158,21 @@ void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db) {
   ops::Gemm(e, d, ones, dy, db);
 }
 
+void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                       float beta, const Tensor& db) {
+  const kernels::Exec& e = chain.exec();
+  if (!db.defined() || !e.is_cuda()) {
+    // On the CPU the separate column sum (a BLAS GEMM against ones) is as
+    // fast and keeps the f32 summation order the layout-parity tests pin.
+    ops::LinearBackwardWeight(e, dy, x, dw, beta);
+    if (db.defined()) AccumulateBiasGrad(chain, dy, db);
+    return;
+  }
+  Tensor part = e.Empty({dy.dim(-1)});  // the epilogue writes (=); db accumulates
+  ops::LinearBackwardWeightBGrad(e, dy, x, dw, beta, part);
+  ops::Axpby(e, 1.0f, part, 1.0f, db);
+}
+
 void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b) {
   const kernels::Exec& e = chain.exec();
   const int64_t n = y.numel() / y.dim(-1), c = y.dim(-1);
@@ -227,6 +242,16 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Direction dir) {
+  return ForwardImpl(x, dir, nullptr);
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::ForwardGelu(const Tensor& x, Direction dir,
+                                                         Tensor* pre) {
+  return ForwardImpl(x, dir, pre);
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direction dir,
+                                                         Tensor* gelu_pre) {
   const kernels::Exec& e = chain_->exec();
   if (config_.sequence_parallel && !config_.caller_reduces_input_grad) {
     GTP_ASSIGN_OR_RETURN(x_saved_, AllGatherRows(e, *groups_.tp, x));
@@ -236,7 +261,12 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Direction 
   const int64_t n = x_saved_.numel() / config_.in_features;
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
   Tensor y = e.Empty({n, out_tp_}, config_.dtype);
-  ops::Linear(e, x_saved_.View({n, config_.in_features}), w, y, 0.0f, bias_.value);
+  if (gelu_pre != nullptr) {
+    *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
+    ops::LinearGelu(e, x_saved_.View({n, config_.in_features}), w, bias_.value, y, *gelu_pre);
+  } else {
+    ops::Linear(e, x_saved_.View({n, config_.in_features}), w, y, 0.0f, bias_.value);
+  }
   weight_->Release(dir);
   return y;
 }
@@ -252,10 +282,10 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   ops::LinearBackwardData(e, dy2, w, dx, accumulate.defined() ? 1.0f : 0.0f);
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
-  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, config_.in_features}), wgrad, fresh ? 0.0f : 1.0f);
+  WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, config_.in_features}), wgrad,
+                    fresh ? 0.0f : 1.0f, bias_.grad);
   weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
-  if (bias_.value.defined()) AccumulateBiasGrad(*chain_, dy2, bias_.grad);
   x_saved_ = Tensor();
   if (config_.caller_reduces_input_grad) return dx;
   if (config_.sequence_parallel) return ReduceScatterRows(e, *groups_.tp, dx);
@@ -309,9 +339,21 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
 }
 
 absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy) {
+  return BackwardImpl(dy, Tensor());
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::BackwardDGelu(const Tensor& dy, const Tensor& pre) {
+  return BackwardImpl(dy, pre);
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const Tensor& gelu_pre) {
   const kernels::Exec& e = chain_->exec();
   Tensor dy_full = dy;
-  if (bias_.value.defined()) AccumulateBiasGrad(*chain_, dy, bias_.grad);  // before any gather: local rows
+  // With SP the bias grad covers this rank's rows only (summed over TP in
+  // finalisation), so it comes from dy before the gather; otherwise from the
+  // wgrad GEMM's epilogue.
+  const bool bias_from_wgrad = bias_.value.defined() && !config_.sequence_parallel;
+  if (bias_.value.defined() && !bias_from_wgrad) AccumulateBiasGrad(*chain_, dy, bias_.grad);
   if (config_.sequence_parallel) {
     GTP_ASSIGN_OR_RETURN(dy_full, AllGatherRows(e, *groups_.tp, dy));
   }
@@ -319,10 +361,15 @@ absl::StatusOr<Tensor> RowParallelLinear::Backward(const Tensor& dy) {
   Tensor dy2 = dy_full.View({n, config_.out_features});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
-  ops::LinearBackwardData(e, dy2, w, dx);
+  if (gelu_pre.defined()) {
+    ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
+  } else {
+    ops::LinearBackwardData(e, dy2, w, dx);
+  }
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
-  ops::LinearBackwardWeight(e, dy2, x_saved_.View({n, in_tp_}), wgrad, fresh ? 0.0f : 1.0f);
+  WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, in_tp_}), wgrad, fresh ? 0.0f : 1.0f,
+                    bias_from_wgrad ? bias_.grad : Tensor());
   weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();

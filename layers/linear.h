@@ -95,6 +95,9 @@ class ColumnParallelLinear {
   // y_t[N, out/TP]. Keeps what backward needs (the gathered input).
   // `dir` is kRecompute when re-run for activation recompute.
   absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
+  // Forward with GELU fused into the GEMM epilogue: returns gelu(x·W_tᵀ + b_t)
+  // and sets *pre to x·W_tᵀ + b_t (what GELU's backward needs).
+  absl::StatusOr<Tensor> ForwardGelu(const Tensor& x, Direction dir, Tensor* pre);
   // Frees what Forward kept (activation recompute re-creates it).
   void DropActivations() { x_saved_ = Tensor(); }
   // dx (see file comment). Weight grad goes to the GTP reduce-scatter; bias
@@ -116,6 +119,7 @@ class ColumnParallelLinear {
   std::unique_ptr<ShardedParam> weight_;
   ReplicatedParam bias_;
   Tensor x_saved_;  // [N, in]
+  absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Direction dir, Tensor* gelu_pre);
 };
 
 class RowParallelLinear {
@@ -128,6 +132,10 @@ class RowParallelLinear {
   void DropActivations() { x_saved_ = Tensor(); }
   // dy[N, out] (SP: [N_tp, out]) → dx_t[N, in/TP].
   absl::StatusOr<Tensor> Backward(const Tensor& dy);
+  // Backward when this layer's input was gelu(pre) (pre [N, in/TP], from
+  // ColumnParallelLinear::ForwardGelu): returns dpre = dx_t ∘ gelu'(pre),
+  // GELU's backward fused into the input-gradient GEMM.
+  absl::StatusOr<Tensor> BackwardDGelu(const Tensor& dy, const Tensor& pre);
 
   ShardedParam& weight() { return *weight_; }
   ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
@@ -142,6 +150,7 @@ class RowParallelLinear {
   std::unique_ptr<ShardedParam> weight_;
   ReplicatedParam bias_;
   Tensor x_saved_;  // [N, in/TP]
+  absl::StatusOr<Tensor> BackwardImpl(const Tensor& dy, const Tensor& gelu_pre);
 };
 
 // ---- helpers shared by the layers ------------------------------------------------
@@ -179,6 +188,11 @@ absl::Status AllReduceSum(comm::Communicator& group, const Tensor& x);
 // db[C] += Σ_rows dy[rows, C] (one GEMM against the chain's ones vector;
 // db f32, dy f32 or bf16).
 void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db);
+// dw = dyᵀ·x + beta·dw (ops::LinearBackwardWeight) and, when db is defined,
+// db += Σ_rows dy — on CUDA taken from the same GEMM (its bias-gradient
+// epilogue), on the CPU by AccumulateBiasGrad.
+void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                       float beta, const Tensor& db);
 // y[rows, C] += b[C] (same dtype).
 void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b);
 

@@ -83,12 +83,12 @@ Tensor Norm::Forward(const Tensor& x) {
   return y;
 }
 
-Tensor Norm::Backward(const Tensor& dy) {
+Tensor Norm::Backward(const Tensor& dy, const Tensor& dresidual) {
   Tensor dx = exec_.Empty(x_.shape(), x_.dtype());
   if (kind_ == NormKind::kLayerNorm) {
-    ops::LayerNormBackward(exec_, dy, x_, w_.value, mean_, rstd_, dx, w_.grad, b_.grad);
+    ops::LayerNormBackward(exec_, dy, x_, w_.value, mean_, rstd_, dx, w_.grad, b_.grad, dresidual);
   } else {
-    ops::RMSNormBackward(exec_, dy, x_, w_.value, rstd_, dx, w_.grad);
+    ops::RMSNormBackward(exec_, dy, x_, w_.value, rstd_, dx, w_.grad, dresidual);
   }
   x_ = mean_ = rstd_ = Tensor();
   return dx;
@@ -232,6 +232,7 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
   GTP_ASSIGN_OR_RETURN(m->fc_, ColumnParallelLinear::Create(fc, pgs, chain));
   GTP_ASSIGN_OR_RETURN(m->proj_, RowParallelLinear::Create(
                                      Lin(name + ".proj", c, H, c.n_embd, ProjStd(c), false), pgs, chain));
+  m->fused_gelu_ = !glu && (!chain->exec().is_cuda() || (H / m->tp_->size()) % 8 == 0);
   return m;
 }
 
@@ -240,11 +241,18 @@ absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
   Timeline* tl = chain_->timeline();
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
   std::optional<Timeline::Scope> span;
+  const bool glu = config_.activation == Activation::kSwiGlu;
+  if (fused_gelu_) {
+    // GELU inside the fc GEMM's epilogue (pre_act_ saved for the backward).
+    span.emplace(tl, "fc+gelu", e.stream);
+    GTP_ASSIGN_OR_RETURN(Tensor act, fc_->ForwardGelu(hin, dir, &pre_act_));
+    span.emplace(tl, "proj", e.stream);
+    return proj_->Forward(act, dir);
+  }
   span.emplace(tl, "fc", e.stream);
-  GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin, dir));  // GELU: [N, H_tp]; SwiGLU: [N, gate|up]
+  GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin, dir));  // SwiGLU: [N, gate|up]
   span.emplace(tl, "act", e.stream);
   const int64_t n = pre_act_.dim(0);
-  const bool glu = config_.activation == Activation::kSwiGlu;
   Tensor act = e.Empty({n, glu ? pre_act_.dim(1) / 2 : pre_act_.dim(1)}, pre_act_.dtype());
   if (glu) {
     ops::SwiGluForward(e, pre_act_, act);
@@ -265,6 +273,15 @@ absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
   const kernels::Exec& e = chain_->exec();
   Timeline* tl = chain_->timeline();
   std::optional<Timeline::Scope> span;
+  if (fused_gelu_) {
+    // GELU's backward inside proj's input-gradient GEMM: dpre directly.
+    span.emplace(tl, "proj+gelu bwd", e.stream);
+    GTP_ASSIGN_OR_RETURN(Tensor dpre, proj_->BackwardDGelu(dout, pre_act_));
+    pre_act_ = Tensor();
+    span.emplace(tl, "fc bwd", e.stream);
+    GTP_ASSIGN_OR_RETURN(Tensor dh, fc_->Backward(dpre));
+    return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
+  }
   span.emplace(tl, "proj bwd", e.stream);
   GTP_ASSIGN_OR_RETURN(Tensor dact, proj_->Backward(dout));
   span.emplace(tl, "act bwd", e.stream);
@@ -350,14 +367,11 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
   GTP_ASSIGN_OR_RETURN(Tensor dm, mlp_->Backward(dx2));
   std::optional<Timeline::Scope> span;
   span.emplace(tl, "ln2+residual bwd", exec_.stream);
-  Tensor dx1 = ln2_->Backward(dm);
-  ops::Axpby(exec_, 1.0f, dx2, 1.0f, dx1);
+  Tensor dx1 = ln2_->Backward(dm, /*dresidual=*/dx2);  // dx1 = LN2ᵀ(dm) + dx2
   span.reset();
   GTP_ASSIGN_OR_RETURN(Tensor da, attn_->Backward(dx1));
   span.emplace(tl, "ln1+residual bwd", exec_.stream);
-  Tensor dx = ln1_->Backward(da);
-  ops::Axpby(exec_, 1.0f, dx1, 1.0f, dx);
-  return dx;
+  return ln1_->Backward(da, /*dresidual=*/dx1);  // dx = LN1ᵀ(da) + dx1
 }
 
 void Block::CollectParams(std::vector<ShardedParam*>* sharded,

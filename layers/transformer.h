@@ -66,7 +66,8 @@ class Norm {
  public:
   Norm(const std::string& name, const TransformerConfig& c, int tp, const kernels::Exec& e);
   Tensor Forward(const Tensor& x);          // x[rows, C]
-  Tensor Backward(const Tensor& dy);        // → dx[rows, C]
+  // → dx[rows, C] (+ dresidual when given: the residual gradient, fused).
+  Tensor Backward(const Tensor& dy, const Tensor& dresidual = Tensor());
   void DropActivations() { x_ = mean_ = rstd_ = Tensor(); }
   std::vector<ReplicatedParam*> params();
 
@@ -122,6 +123,9 @@ class Mlp {
   // matching gate/up columns) → silu(gate)·up → proj.
   std::unique_ptr<ColumnParallelLinear> fc_;
   std::unique_ptr<RowParallelLinear> proj_;
+  // GELU in the GEMM epilogues (fc forward, proj's input-gradient backward);
+  // off only where cuBLASLt cannot (H_tp not a multiple of 8 on CUDA).
+  bool fused_gelu_ = false;
   Tensor pre_act_;  // GELU: fc out [N, H_tp]; SwiGLU: [N, 2·H_tp] = [gate | up]
 };
 

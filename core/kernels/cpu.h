@@ -30,12 +30,14 @@ void LayerNormForward(const float* x, const float* w, const float* b, float* y, 
                       float* rstd, int64_t N, int64_t C, float eps);
 // dx (=), dw (+=), db (+=, may be null).
 void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
-                       const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t C);
+                       const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t C,
+                       const float* dresidual = nullptr);
 // y = x·rstd·w, rstd = 1/sqrt(mean(x²) + eps); saves rstd[N].
 void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
                     float eps);
 void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                     float* dw, int64_t N, int64_t C);
+                     float* dw, int64_t N, int64_t C,
+                     const float* dresidual = nullptr);
 
 // ---- Activations ---------------------------------------------------------------
 // GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
@@ -146,11 +148,13 @@ void EmbeddingBackward(const int32_t* idx, const bf16* dout, float* dtable, int6
 void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, float* mean,
                       float* rstd, int64_t N, int64_t C, float eps);
 void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
-                       const float* rstd, bf16* dx, float* dw, float* db, int64_t N, int64_t C);
+                       const float* rstd, bf16* dx, float* dw, float* db, int64_t N, int64_t C,
+                       const bf16* dresidual = nullptr);
 void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t N, int64_t C,
                     float eps);
 void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
-                     float* dw, int64_t N, int64_t C);
+                     float* dw, int64_t N, int64_t C,
+                     const bf16* dresidual = nullptr);
 void GeluForward(const bf16* x, bf16* y, int64_t n);
 void GeluBackward(const bf16* dy, const bf16* x, bf16* dx, int64_t n);
 void SwiGluForward(const bf16* x, bf16* y, int64_t N, int64_t H);

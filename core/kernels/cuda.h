@@ -57,18 +57,21 @@ void EmbeddingBackward(const int32_t* idx, const float* dout, float* dtable, int
 void LayerNormForward(const float* x, const float* w, const float* b, float* y, float* mean,
                       float* rstd, int64_t N, int64_t C, float eps, cudaStream_t stream);
 // scratch: at least LayerNormBackwardScratchFloats(N, C) floats (deterministic
-// two-pass reduction of dw/db).
+// two-pass reduction of dw/db). dresidual (optional, like dx): added into dx
+// (the residual branch's gradient, fused).
 int64_t LayerNormBackwardScratchFloats(int64_t N, int64_t C);
 void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
                        const float* rstd, float* dx, float* dw, float* db, float* scratch,
-                       int64_t N, int64_t C, cudaStream_t stream);
+                       int64_t N, int64_t C, cudaStream_t stream,
+                       const float* dresidual = nullptr);
 void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
                     float eps, cudaStream_t stream);
 // scratch: at least RMSNormBackwardScratchFloats(N, C) floats (never more
 // than LayerNormBackwardScratchFloats(N, C)).
 int64_t RMSNormBackwardScratchFloats(int64_t N, int64_t C);
 void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream);
+                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream,
+                     const float* dresidual = nullptr);
 
 void GeluForward(const float* x, float* y, int64_t n, cudaStream_t stream);
 void GeluBackward(const float* dy, const float* x, float* dx, int64_t n, cudaStream_t stream);
@@ -165,12 +168,14 @@ void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, floa
 // scratch: LayerNormBackwardScratchFloats(N, C) floats, as for f32.
 void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
                        const float* rstd, bf16* dx, float* dw, float* db, float* scratch,
-                       int64_t N, int64_t C, cudaStream_t stream);
+                       int64_t N, int64_t C, cudaStream_t stream,
+                       const bf16* dresidual = nullptr);
 void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t N, int64_t C,
                     float eps, cudaStream_t stream);
 // scratch: RMSNormBackwardScratchFloats(N, C) floats, as for f32.
 void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
-                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream);
+                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream,
+                     const bf16* dresidual = nullptr);
 void GeluForward(const bf16* x, bf16* y, int64_t n, cudaStream_t stream);
 void GeluBackward(const bf16* dy, const bf16* x, bf16* dx, int64_t n, cudaStream_t stream);
 void SwiGluForward(const bf16* x, bf16* y, int64_t N, int64_t H, cudaStream_t stream);

@@ -23,4 +23,49 @@ void NsCoefficientsAt(NsCoefficients set, int step, float* a, float* b, float* c
   *c = k[2];
 }
 
+const char* GemmEpilogueName(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone:
+      return "none";
+    case GemmEpilogue::kGeluAux:
+      return "gelu_aux";
+    case GemmEpilogue::kDGeluBGrad:
+      return "dgelu_bgrad";
+    case GemmEpilogue::kBGrad:
+      return "bgrad";
+  }
+  return "invalid";
+}
+
+void CheckGemmEpilogue(const GemmDesc& d) {
+  const char* name = GemmEpilogueName(d.epilogue);
+  switch (d.epilogue) {
+    case GemmEpilogue::kNone:
+      GTP_CHECK(d.aux == nullptr && d.bias_grad == nullptr,
+                "Gemm: aux/bias_grad are set but epilogue is none");
+      return;
+    case GemmEpilogue::kGeluAux:
+      GTP_CHECK(d.beta == 0.0f && d.bias_grad == nullptr, "Gemm(", name,
+                "): needs beta == 0 and no bias_grad (beta=", d.beta, ")");
+      break;
+    case GemmEpilogue::kDGeluBGrad:
+      GTP_CHECK(d.beta == 0.0f && d.alpha == 1.0f && d.bias == nullptr && d.aux != nullptr,
+                "Gemm(", name, "): needs beta == 0, alpha == 1, no bias and the saved "
+                "pre-activation in aux (beta=", d.beta, " alpha=", d.alpha,
+                " bias=", d.bias != nullptr, " aux=", d.aux != nullptr, ")");
+      break;
+    case GemmEpilogue::kBGrad:
+      GTP_CHECK(d.alpha == 1.0f && d.bias == nullptr && d.aux == nullptr && d.bias_grad != nullptr,
+                "Gemm(", name, "): needs alpha == 1, no bias, no aux and a bias_grad [m] (alpha=",
+                d.alpha, " bias=", d.bias != nullptr, " aux=", d.aux != nullptr,
+                " bias_grad=", d.bias_grad != nullptr, ")");
+      break;
+    default:
+      GTP_CHECK(false, "Gemm: invalid epilogue ", static_cast<int>(d.epilogue));
+  }
+  const int64_t ld_aux = d.ld_aux > 0 ? d.ld_aux : d.n;
+  GTP_CHECK(d.ld_aux >= 0 && (d.aux == nullptr || ld_aux >= d.n), "Gemm(", name, "): ld_aux=",
+            d.ld_aux, " < n=", d.n);
+}
+
 }  // namespace gtp::kernels

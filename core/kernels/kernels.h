@@ -35,6 +35,29 @@ namespace gtp::kernels {
 // accumulation is always f32. beta == 0 means C is not read (may hold NaN).
 // `bias` (optional, n elements of c_type): C[i, j] += bias[j] after the
 // product (a cuBLASLt epilogue on CUDA: no extra pass over C).
+//
+// Fused epilogues (`epilogue`; cuBLASLt epilogues on CUDA, loops on the CPU).
+// P = alpha·op(A)·op(B) in f32, before any rounding to c_type:
+//   kNone:       C = P + beta·C (+ bias), as above; aux, bias_grad unset.
+//   kGeluAux:    beta 0. P += bias[j] when bias is set; aux = P when aux is
+//                set (the pre-activation, c_type, [m, n]); C = gelu(P), the
+//                tanh approximation of cpu/activation.cc, from the f32 P.
+//                The MLP's y = gelu(x·Wᵀ + b) with pre saved for the backward.
+//   kDGeluBGrad: beta 0, alpha 1, no bias. aux is read (the saved
+//                pre-activation, c_type, [m, n]); C = P ∘ gelu'(aux), and,
+//                when bias_grad is set, bias_grad[j] = Σ_i C[i, j] (n
+//                elements, =) over the f32 values before C is rounded to
+//                c_type (cuBLASLt's DGELU_BGRAD reduces in its epilogue;
+//                cuda/gemm_epilogue_gpu_test.cc checks it is these values).
+//   kBGrad:      alpha 1, no bias, no aux. C = P + beta·C, and bias_grad[i] =
+//                Σ_l op(A)[i, l], op(A) summed over k (m elements, =). For the
+//                weight gradient dW[out, in] = dyᵀ·x (trans_a, A = dy stored
+//                [N, out]) that is db[out] = Σ_N dy[N, out].
+// aux has leading dimension ld_aux (0: n). bias_grad is always f32.
+// CUDA also needs: ld_aux % 8 == 0 (cuBLASLt's rule for the GELU matrix),
+// k > 0, and not f32 A/B with a bf16 C; otherwise it aborts saying so.
+enum class GemmEpilogue { kNone, kGeluAux, kDGeluBGrad, kBGrad };
+
 struct GemmDesc {
   bool trans_a = false;
   bool trans_b = false;
@@ -45,7 +68,17 @@ struct GemmDesc {
   DType c_type = DType::kF32;
   int64_t lda = 0, ldb = 0, ldc = 0;
   const void* bias = nullptr;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  void* aux = nullptr;         // kGeluAux: out (may be null); kDGeluBGrad: in
+  int64_t ld_aux = 0;          // ≥ n; 0: n
+  float* bias_grad = nullptr;  // kDGeluBGrad: [n] (may be null); kBGrad: [m]
 };
+
+// "none", "gelu_aux", "dgelu_bgrad", "bgrad" (for messages).
+const char* GemmEpilogueName(GemmEpilogue e);
+// Aborts (GTP_CHECK) unless d's epilogue fields fit the table above; both
+// backends call it. m == 0 or n == 0 writes nothing, bias_grad included.
+void CheckGemmEpilogue(const GemmDesc& d);
 
 // Newton–Schulz coefficient sets (issue 2):
 //   kSimple:  (a, b, c) = (3.4445, −4.7750, 2.0315) every step.

@@ -156,6 +156,89 @@ void LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, cons
   RunGemm(e, d, dy.raw_data(), x.raw_data(), dw.raw_data());
 }
 
+void LinearGelu(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& bias,
+                const Tensor& y, const Tensor& pre) {
+  CheckOn(e, x, "x");
+  CheckOn(e, w, "w");
+  CheckOn(e, y, "y");
+  CheckOn(e, pre, "pre");
+  const int64_t n = Rows(x), in = x.dim(-1), out = w.dim(0);
+  GTP_CHECK(w.rank() == 2 && w.dim(1) == in && Rows(y) == n && y.dim(-1) == out &&
+                pre.numel() == y.numel() && pre.dim(-1) == out,
+            "LinearGelu: x ", x.ToString(), " w ", w.ToString(), " y ", y.ToString(), " pre ",
+            pre.ToString());
+  GTP_CHECK(x.dtype() == w.dtype() && pre.dtype() == y.dtype(), "LinearGelu: x/w (",
+            DTypeName(x.dtype()), "/", DTypeName(w.dtype()), ") and y/pre (", DTypeName(y.dtype()),
+            "/", DTypeName(pre.dtype()), ") must share a dtype each");
+  GemmDesc d;
+  d.trans_b = true;
+  d.m = n, d.n = out, d.k = in;
+  d.ab_type = x.dtype();
+  d.c_type = y.dtype();
+  d.epilogue = GemmEpilogue::kGeluAux;
+  d.aux = pre.raw_data();
+  if (bias.defined()) {
+    CheckOn(e, bias, "bias");
+    GTP_CHECK(bias.numel() == out && bias.dtype() == y.dtype(), "LinearGelu: bias ",
+              bias.ToString(), " for y ", y.ToString());
+    d.bias = bias.raw_data();
+  }
+  RunGemm(e, d, x.raw_data(), w.raw_data(), y.raw_data());
+}
+
+void LinearBackwardDataDGelu(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& pre,
+                             const Tensor& dx, const Tensor& dbias) {
+  CheckOn(e, dy, "dy");
+  CheckOn(e, w, "w");
+  CheckOn(e, pre, "pre");
+  CheckOn(e, dx, "dx");
+  const int64_t n = Rows(dy), out = dy.dim(-1), in = w.dim(1);
+  GTP_CHECK(w.rank() == 2 && w.dim(0) == out && Rows(dx) == n && dx.dim(-1) == in &&
+                pre.numel() == dx.numel() && pre.dim(-1) == in,
+            "LinearBackwardDataDGelu: dy ", dy.ToString(), " w ", w.ToString(), " pre ",
+            pre.ToString(), " dx ", dx.ToString());
+  GTP_CHECK(dy.dtype() == w.dtype() && pre.dtype() == dx.dtype(), "LinearBackwardDataDGelu: dy/w (",
+            DTypeName(dy.dtype()), "/", DTypeName(w.dtype()), ") and dx/pre (",
+            DTypeName(dx.dtype()), "/", DTypeName(pre.dtype()), ") must share a dtype each");
+  GemmDesc d;
+  d.m = n, d.n = in, d.k = out;
+  d.ab_type = dy.dtype();
+  d.c_type = dx.dtype();
+  d.epilogue = GemmEpilogue::kDGeluBGrad;
+  d.aux = pre.raw_data();
+  if (dbias.defined()) {
+    CheckOn(e, dbias, "dbias");
+    GTP_CHECK(dbias.numel() == in && dbias.dtype() == DType::kF32,
+              "LinearBackwardDataDGelu: dbias ", dbias.ToString(), " must be f32 [", in, "]");
+    d.bias_grad = M(dbias);
+  }
+  RunGemm(e, d, dy.raw_data(), w.raw_data(), dx.raw_data());
+}
+
+void LinearBackwardWeightBGrad(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                               float beta, const Tensor& db) {
+  CheckOn(e, dy, "dy");
+  CheckOn(e, x, "x");
+  CheckOn(e, dw, "dw");
+  CheckOn(e, db, "db");
+  const int64_t n = Rows(dy), out = dy.dim(-1), in = x.dim(-1);
+  GTP_CHECK(Rows(x) == n && dw.rank() == 2 && dw.dim(0) >= out && dw.dim(1) == in,
+            "LinearBackwardWeightBGrad: dy ", dy.ToString(), " x ", x.ToString(), " dw ",
+            dw.ToString());
+  GTP_CHECK(dy.dtype() == x.dtype(), "LinearBackwardWeightBGrad: dy and x dtypes differ (",
+            DTypeName(dy.dtype()), " vs ", DTypeName(x.dtype()), ")");
+  GTP_CHECK(db.numel() == out && db.dtype() == DType::kF32, "LinearBackwardWeightBGrad: db ",
+            db.ToString(), " must be f32 [", out, "]");
+  GemmDesc d;
+  d.trans_a = true;
+  d.m = out, d.n = in, d.k = n, d.beta = beta;
+  d.ab_type = dy.dtype();
+  d.c_type = dw.dtype();
+  d.epilogue = GemmEpilogue::kBGrad;
+  d.bias_grad = M(db);
+  RunGemm(e, d, dy.raw_data(), x.raw_data(), dw.raw_data());
+}
+
 void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor& y) {
   CheckOn(e, x, "x");
   CheckOn(e, y, "y");
@@ -293,27 +376,35 @@ void LayerNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Ten
 
 void LayerNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
                        const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dw,
-                       const Tensor& db) {
+                       const Tensor& db, const Tensor& dresidual) {
   CheckOn(e, dy, "dy");
   const int64_t n = Rows(x), c = x.dim(-1);
   float* dbp = db.defined() ? M(db) : nullptr;
+  if (dresidual.defined()) {
+    CheckOn(e, dresidual, "dresidual");
+    GTP_CHECK(dresidual.shape() == dx.shape() && dresidual.dtype() == dx.dtype(),
+              "LayerNormBackward: dresidual ", dresidual.ToString(), " for dx ", dx.ToString());
+  }
   if (ActDType("LayerNormBackward", {{"dy", &dy}, {"x", &x}, {"w", &w}, {"dx", &dx}},
                {{"mean", &mean}, {"rstd", &rstd}, {"dw", &dw}, {"db", &db}}) == DType::kBF16) {
+    const bf16* res = dresidual.defined() ? FB(dresidual) : nullptr;
     if (e.is_cuda()) {
       Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
       cuda::LayerNormBackward(FB(dy), FB(x), FB(w), F(mean), F(rstd), MB(dx), M(dw), dbp,
-                              M(scratch), n, c, e.stream);
+                              M(scratch), n, c, e.stream, res);
     } else {
-      cpu::LayerNormBackward(FB(dy), FB(x), FB(w), F(mean), F(rstd), MB(dx), M(dw), dbp, n, c);
+      cpu::LayerNormBackward(FB(dy), FB(x), FB(w), F(mean), F(rstd), MB(dx), M(dw), dbp, n, c,
+                             res);
     }
     return;
   }
+  const float* res = dresidual.defined() ? F(dresidual) : nullptr;
   if (e.is_cuda()) {
     Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
     cuda::LayerNormBackward(F(dy), F(x), F(w), F(mean), F(rstd), M(dx), M(dw), dbp, M(scratch), n,
-                            c, e.stream);
+                            c, e.stream, res);
   } else {
-    cpu::LayerNormBackward(F(dy), F(x), F(w), F(mean), F(rstd), M(dx), M(dw), dbp, n, c);
+    cpu::LayerNormBackward(F(dy), F(x), F(w), F(mean), F(rstd), M(dx), M(dw), dbp, n, c, res);
   }
 }
 
@@ -338,25 +429,34 @@ void RMSNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tenso
 }
 
 void RMSNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
-                     const Tensor& rstd, const Tensor& dx, const Tensor& dw) {
+                     const Tensor& rstd, const Tensor& dx, const Tensor& dw,
+                     const Tensor& dresidual) {
   CheckOn(e, dy, "dy");
   const int64_t n = Rows(x), c = x.dim(-1);
+  if (dresidual.defined()) {
+    CheckOn(e, dresidual, "dresidual");
+    GTP_CHECK(dresidual.shape() == dx.shape() && dresidual.dtype() == dx.dtype(),
+              "RMSNormBackward: dresidual ", dresidual.ToString(), " for dx ", dx.ToString());
+  }
   if (ActDType("RMSNormBackward", {{"dy", &dy}, {"x", &x}, {"w", &w}, {"dx", &dx}},
                {{"rstd", &rstd}, {"dw", &dw}}) == DType::kBF16) {
+    const bf16* res = dresidual.defined() ? FB(dresidual) : nullptr;
     if (e.is_cuda()) {
       Tensor scratch = e.Empty({cuda::RMSNormBackwardScratchFloats(n, c)});
       cuda::RMSNormBackward(FB(dy), FB(x), FB(w), F(rstd), MB(dx), M(dw), M(scratch), n, c,
-                            e.stream);
+                            e.stream, res);
     } else {
-      cpu::RMSNormBackward(FB(dy), FB(x), FB(w), F(rstd), MB(dx), M(dw), n, c);
+      cpu::RMSNormBackward(FB(dy), FB(x), FB(w), F(rstd), MB(dx), M(dw), n, c, res);
     }
     return;
   }
+  const float* res = dresidual.defined() ? F(dresidual) : nullptr;
   if (e.is_cuda()) {
     Tensor scratch = e.Empty({cuda::LayerNormBackwardScratchFloats(n, c)});
-    cuda::RMSNormBackward(F(dy), F(x), F(w), F(rstd), M(dx), M(dw), M(scratch), n, c, e.stream);
+    cuda::RMSNormBackward(F(dy), F(x), F(w), F(rstd), M(dx), M(dw), M(scratch), n, c, e.stream,
+                          res);
   } else {
-    cpu::RMSNormBackward(F(dy), F(x), F(w), F(rstd), M(dx), M(dw), n, c);
+    cpu::RMSNormBackward(F(dy), F(x), F(w), F(rstd), M(dx), M(dw), n, c, res);
   }
 }
 

@@ -58,6 +58,22 @@ void LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const 
 // out, e.g. a padded GTP wgrad buffer: only the first `out` rows are written).
 void LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
                           float beta = 0.0f);
+// The MLP's fused GEMM epilogues (GemmDesc::epilogue; cuBLASLt on CUDA, which
+// needs out resp. in to be a multiple of 8 for the pre-activation matrix):
+// pre[N, out] = x[N, in]·w[out, in]ᵀ (+ bias[out]) and y = gelu(pre), the
+// tanh GELU computed from the f32 pre before either is rounded. x/w share a
+// dtype; y, pre and bias (optional) share y's.
+void LinearGelu(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& bias,
+                const Tensor& y, const Tensor& pre);
+// dx[N, in] = (dy[N, out]·w[out, in]) ∘ gelu'(pre[N, in]) (=), pre as saved by
+// LinearGelu (dx's dtype); dbias (optional, f32 [in], =) = Σ_N dx, summed
+// from the f32 values before dx is rounded.
+void LinearBackwardDataDGelu(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& pre,
+                             const Tensor& dx, const Tensor& dbias = Tensor());
+// LinearBackwardWeight plus db (f32 [out], =) = Σ_N dy[N, out], from the
+// GEMM's own read of dy.
+void LinearBackwardWeightBGrad(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                               float beta, const Tensor& db);
 // Raw GEMM on tensors (row-major; see GemmDesc).
 void Gemm(const Exec& e, const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c);
 
@@ -77,13 +93,16 @@ void EmbeddingBackward(const Exec& e, const Tensor& idx, const Tensor& dout, con
 // x[N, C]; mean/rstd [N]; b may be undefined (no bias).
 void LayerNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& b,
                       const Tensor& y, const Tensor& mean, const Tensor& rstd, float eps);
+// dresidual (optional, shaped like dx): added into dx (a residual branch's
+// gradient, fused into the same pass).
 void LayerNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
                        const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dw,
-                       const Tensor& db);
+                       const Tensor& db, const Tensor& dresidual = Tensor());
 void RMSNormForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
                     const Tensor& rstd, float eps);
 void RMSNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
-                     const Tensor& rstd, const Tensor& dx, const Tensor& dw);
+                     const Tensor& rstd, const Tensor& dx, const Tensor& dw,
+                     const Tensor& dresidual = Tensor());
 
 void GeluForward(const Exec& e, const Tensor& x, const Tensor& y);
 void GeluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx);
@@ -126,6 +145,7 @@ void CrossEntropyLoss(const Exec& e, const Tensor& row_max, const Tensor& sumexp
 void CrossEntropyBackward(const Exec& e, const Tensor& logits, const Tensor& row_max,
                           const Tensor& sumexp, const Tensor& targets, const Tensor& dloss,
                           const Tensor& dlogits, int64_t vocab_start, int64_t valid_cols = -1);
+// (CrossEntropyBackward may run in place: dlogits may be logits.)
 
 // Σ x² of each tensor (f32), in one pass and — on CUDA — one stream
 // synchronisation for all of them.

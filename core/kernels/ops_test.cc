@@ -5,6 +5,7 @@
 #include "core/kernels/ops.h"
 
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
@@ -146,7 +147,91 @@ TEST_F(OpsBf16, F32StillDispatchesToTheF32Kernels) {
   EXPECT_TRUE(SameBytes(y, y_ref));
 }
 
+// The MLP epilogue ops are their GemmDescs (cpu/gemm_epilogue_test.cc tests
+// the math), in f32 and in bf16 with f32 bias gradients.
+float Widen(float v) { return v; }
+float Widen(bf16 v) { return BF16BitsToF32(v.bits); }
+
+template <typename T>
+void CheckMlpEpilogueOps(const Exec& e, Rng& rng) {
+  constexpr int64_t H = 16;  // x[N, C] → pre/y[N, H]
+  auto values = [&](size_t n) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      return ToBF16(rng.Normal(n));
+    } else {
+      return rng.Normal(n);
+    }
+  };
+  std::vector<T> x = values(N * C), w = values(H * C), b = values(H), dy = values(N * H);
+  std::vector<T> y = values(N * H), pre = values(N * H), y_ref = y, pre_ref = pre;
+  ops::LinearGelu(e, Wrap(x, {N, C}), Wrap(w, {H, C}), Wrap(b, {H}), Wrap(y, {N, H}),
+                  Wrap(pre, {N, H}));
+  GemmDesc d;
+  d.trans_b = true;
+  d.m = N, d.n = H, d.k = C;
+  d.ab_type = d.c_type = DTypeOf<T>::value;
+  d.bias = b.data();
+  d.epilogue = GemmEpilogue::kGeluAux;
+  d.aux = pre_ref.data();
+  cpu::Gemm(d, x.data(), w.data(), y_ref.data());
+  EXPECT_TRUE(SameBytes(y, y_ref) && SameBytes(pre, pre_ref));
+
+  std::vector<T> dx = values(N * C), dx_ref = dx, pre_in = values(N * C);
+  std::vector<float> dbias = NaNs(C), dbias_ref = dbias;
+  ops::LinearBackwardDataDGelu(e, Wrap(dy, {N, H}), Wrap(w, {H, C}), Wrap(pre_in, {N, C}),
+                               Wrap(dx, {N, C}), Wrap(dbias, {C}));
+  d = GemmDesc{};
+  d.m = N, d.n = C, d.k = H;
+  d.ab_type = d.c_type = DTypeOf<T>::value;
+  d.epilogue = GemmEpilogue::kDGeluBGrad;
+  d.aux = pre_in.data();
+  d.bias_grad = dbias_ref.data();
+  cpu::Gemm(d, dy.data(), w.data(), dx_ref.data());
+  EXPECT_TRUE(SameBytes(dx, dx_ref) && SameBytes(dbias, dbias_ref));
+
+  std::vector<float> dw = rng.Normal(H * C), dw_ref = dw, db = NaNs(H), db_ref = db;
+  ops::LinearBackwardWeightBGrad(e, Wrap(dy, {N, H}), Wrap(x, {N, C}), Wrap(dw, {H, C}), 1.0f,
+                                 Wrap(db, {H}));
+  d = GemmDesc{};
+  d.trans_a = true;
+  d.m = H, d.n = C, d.k = N, d.beta = 1.0f;
+  d.ab_type = DTypeOf<T>::value;
+  d.epilogue = GemmEpilogue::kBGrad;
+  d.bias_grad = db_ref.data();
+  cpu::Gemm(d, dy.data(), x.data(), dw_ref.data());
+  EXPECT_TRUE(SameBytes(dw, dw_ref) && SameBytes(db, db_ref));
+  for (int64_t o = 0; o < H; ++o) {  // db = Σ_N dy, exactly in this small f32 case
+    float sum = 0.0f;
+    for (int64_t r = 0; r < N; ++r) sum += Widen(dy[r * H + o]);
+    EXPECT_EQ(db[o], sum) << "db[" << o << "]";
+  }
+}
+
+TEST_F(OpsBf16, MlpEpilogueOpsAreTheirGemmDescs) {
+  CheckMlpEpilogueOps<float>(e_, rng_);
+  CheckMlpEpilogueOps<bf16>(e_, rng_);
+}
+
 using OpsBf16DeathTest = OpsBf16;
+
+TEST_F(OpsBf16DeathTest, MlpEpilogueOpsCheckShapesAndDTypes) {
+  constexpr int64_t H = 16;
+  std::vector<float> x = rng_.Normal(N * C), w = rng_.Normal(H * C), y = NaNs(N * H),
+                     pre = NaNs(N * H), db = NaNs(H), dw = NaNs(H * C);
+  std::vector<bf16> pre_b = Poison(N * H), db_b = Poison(H);
+  EXPECT_DEATH(ops::LinearGelu(e_, Wrap(x, {N, C}), Wrap(w, {H, C}), Tensor(), Wrap(y, {N, H}),
+                               Wrap(pre_b, {N, H})),
+               "LinearGelu: .* must share a dtype each");
+  EXPECT_DEATH(ops::LinearGelu(e_, Wrap(x, {N, C}), Wrap(w, {H, C}), Tensor(), Wrap(y, {N, H}),
+                               Wrap(pre, {N - 1, H})),
+               "LinearGelu: x .* pre");
+  EXPECT_DEATH(ops::LinearBackwardDataDGelu(e_, Wrap(y, {N, H}), Wrap(w, {H, C}),
+                                            Wrap(x, {N, C}), Wrap(x, {N, C}), Wrap(db, {H})),
+               "LinearBackwardDataDGelu: dbias .* must be f32 \\[24\\]");
+  EXPECT_DEATH(ops::LinearBackwardWeightBGrad(e_, Wrap(y, {N, H}), Wrap(x, {N, C}),
+                                              Wrap(dw, {H, C}), 0.0f, Wrap(db_b, {H})),
+               "LinearBackwardWeightBGrad: db .* must be f32 \\[16\\]");
+}
 
 TEST_F(OpsBf16DeathTest, UnsupportedDTypesAbortNamingTheOpAndDTypes) {
   std::vector<bf16> xb = Bf16(N * C), wb = Bf16(C), yb = Poison(N * C);

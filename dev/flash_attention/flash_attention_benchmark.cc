@@ -20,6 +20,25 @@
 #include "core/philox.h"
 
 namespace gtp::kernels {
+namespace cuda {
+// The previous backward (three kernels, separate dq pass), defined in
+// core/kernels/cuda/flash_attention.cu for this comparison only.
+void FlashAttentionBackwardSeparateDq(const bf16* dout, const bf16* q, const bf16* k,
+                                      const bf16* v, const bf16* out, const float* lse, bf16* dq,
+                                      bf16* dk, bf16* dv, void* scratch, int64_t B, int64_t T,
+                                      int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream);
+int64_t FlashAttentionBackwardVariantScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t HS);
+// Fused-dq experiments (HS 64): 0 real, 1 no wait/no add, 2 add without
+// waiting, 3 ascending query tiles, 4 lane-0 acquire/release, 6 old kernels in one
+// launch, 7 = 6 at HS 128, 8 old path minus its dq pass, 9 old path with the dk/dv
+// kernel at ≤168 registers, 10 = 0 at ≤168 registers, 11 = 6 at ≤168 registers,
+// 12 = 10 with each semaphore release deferred by one step.
+void FlashAttentionBackwardFusedDqVariant(int mode, const bf16* dout, const bf16* q, const bf16* k,
+                                          const bf16* v, const bf16* out, const float* lse,
+                                          bf16* dq, bf16* dk, bf16* dv, void* scratch, int64_t B,
+                                          int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                          cudaStream_t stream);
+}  // namespace cuda
 namespace {
 
 constexpr int kWarmup = 5, kReps = 30;
@@ -97,7 +116,10 @@ void Run(const Config& c, cuda::BlasContext& ctx, cudaStream_t stream) {
   }
   bf16 *out = Alloc<bf16>(nq), *dq = Alloc<bf16>(nq), *dk = Alloc<bf16>(nkv), *dv = Alloc<bf16>(nkv);
   float* lse = Alloc<float>(rows);
-  void* scratch = Alloc<uint8_t>(cuda::FlashAttentionBackwardScratchBytes(c.B, c.T, c.NH, c.NKV, c.HS));
+  // The variants need more scratch than the shipped path (fused-dq slots).
+  void* scratch = Alloc<uint8_t>(std::max(
+      cuda::FlashAttentionBackwardScratchBytes(c.B, c.T, c.NH, c.NKV, c.HS),
+      cuda::FlashAttentionBackwardVariantScratchBytes(c.B, c.T, c.NH, c.HS)));
 
   auto fwd = [&] {
     cuda::FlashAttentionForward(in16[0], in16[1], in16[2], out, lse, c.B, c.T, c.NH, c.NKV, c.HS,
@@ -107,7 +129,16 @@ void Run(const Config& c, cuda::BlasContext& ctx, cudaStream_t stream) {
     cuda::FlashAttentionBackward(in16[3], in16[0], in16[1], in16[2], out, lse, dq, dk, dv, scratch,
                                  c.B, c.T, c.NH, c.NKV, c.HS, stream);
   };
-  const double f_ms = MedianMs(fwd, stream), b_ms = MedianMs(bwd, stream);
+  bf16 *dq_old = Alloc<bf16>(nq), *dk_old = Alloc<bf16>(nkv), *dv_old = Alloc<bf16>(nkv);
+  auto bwd_old = [&] {
+    cuda::FlashAttentionBackwardSeparateDq(in16[3], in16[0], in16[1], in16[2], out, lse, dq_old,
+                                           dk_old, dv_old, scratch, c.B, c.T, c.NH, c.NKV, c.HS,
+                                           stream);
+  };
+  // Side by side: shipped (new), old (three kernels), again (the second pair shows the spread).
+  const double f_ms = MedianMs(fwd, stream), b_ms = MedianMs(bwd, stream),
+               bo_ms = MedianMs(bwd_old, stream), b2_ms = MedianMs(bwd, stream),
+               bo2_ms = MedianMs(bwd_old, stream);
 
   // GEMM baseline (f32).
   float *out32 = Alloc<float>(nq), *dq32 = Alloc<float>(nq), *dk32 = Alloc<float>(nkv),
@@ -131,11 +162,40 @@ void Run(const Config& c, cuda::BlasContext& ctx, cudaStream_t stream) {
   };
   const double e_out = err(out, out32, nq), e_dq = err(dq, dq32, nq), e_dk = err(dk, dk32, nkv),
                e_dv = err(dv, dv32, nkv);
+  const double eo_dq = err(dq_old, dq32, nq), eo_dk = err(dk_old, dk32, nkv),
+               eo_dv = err(dv_old, dv32, nkv);
 
   std::printf("B=%lld T=%lld NH=%lld NKV=%lld HS=%lld\n", (long long)c.B, (long long)c.T,
               (long long)c.NH, (long long)c.NKV, (long long)c.HS);
   std::printf("  flash bf16  fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n", f_ms,
               fwd_flop / f_ms * 1e-9, b_ms, bwd_flop / b_ms * 1e-9);
+  std::printf("  bwd new     %8.3f ms %7.1f TFLOP/s (again %8.3f ms)\n", b_ms,
+              bwd_flop / b_ms * 1e-9, b2_ms);
+  std::printf("  bwd old     %8.3f ms %7.1f TFLOP/s (again %8.3f ms)  new/old %.3f\n", bo_ms,
+              bwd_flop / bo_ms * 1e-9, bo2_ms, (b_ms + b2_ms) / (bo_ms + bo2_ms));
+  std::printf("  old rel diff vs gemm: dq %.2e dk %.2e dv %.2e\n", eo_dq, eo_dk, eo_dv);
+  if (c.HS == 64) {
+    for (int mode : {0, 1, 2, 3, 4, 6, 8, 9, 10, 11, 12, 10, 9}) {
+      auto f = [&] {
+        cuda::FlashAttentionBackwardFusedDqVariant(mode, in16[3], in16[0], in16[1], in16[2], out,
+                                                   lse, dq_old, dk_old, dv_old, scratch, c.B, c.T,
+                                                   c.NH, c.NKV, c.HS, stream);
+      };
+      const double ms = MedianMs(f, stream);
+      std::printf("  variant %d   %8.3f ms %7.1f TFLOP/s  dq rel diff vs gemm %.2e\n", mode, ms,
+                  bwd_flop / ms * 1e-9, err(dq_old, dq32, nq));
+    }
+  }
+  if (c.HS == 128) {
+    auto f = [&] {
+      cuda::FlashAttentionBackwardFusedDqVariant(7, in16[3], in16[0], in16[1], in16[2], out, lse,
+                                                 dq_old, dk_old, dv_old, scratch, c.B, c.T, c.NH,
+                                                 c.NKV, c.HS, stream);
+    };
+    const double ms = MedianMs(f, stream);
+    std::printf("  variant 7   %8.3f ms %7.1f TFLOP/s  dq rel diff vs gemm %.2e\n", ms,
+                bwd_flop / ms * 1e-9, err(dq_old, dq32, nq));
+  }
   std::printf("  gemm  f32   fwd %8.3f ms %7.1f TFLOP/s   bwd %8.3f ms %7.1f TFLOP/s\n", gf_ms,
               fwd_flop / gf_ms * 1e-9, gb_ms, bwd_flop / gb_ms * 1e-9);
   std::printf("  speed-up    fwd %.2fx  bwd %.2fx   rel diff vs gemm: out %.2e dq %.2e dk %.2e dv %.2e\n",
@@ -143,7 +203,8 @@ void Run(const Config& c, cuda::BlasContext& ctx, cudaStream_t stream) {
   std::fflush(stdout);
 
   for (void* p : {(void*)out, (void*)dq, (void*)dk, (void*)dv, (void*)lse, scratch, (void*)out32,
-                  (void*)dq32, (void*)dk32, (void*)dv32, (void*)att, (void*)gscratch, (void*)tmp}) {
+                  (void*)dq32, (void*)dk32, (void*)dv32, (void*)att, (void*)gscratch, (void*)tmp, (void*)dq_old, (void*)dk_old,
+                  (void*)dv_old}) {
     GTP_CUDA_CHECK(cudaFree(p));
   }
   for (int i = 0; i < 4; ++i) {

@@ -43,6 +43,22 @@ grep -q "resumed from" "$tmp/resume.log"
 diff <(losses "$tmp/full/metrics.jsonl") <(losses "$tmp/cut/metrics.jsonl") \
   || { echo "resumed losses differ from the uninterrupted run"; exit 1; }
 
+echo "== 2b. mixed precision (bf16 on CPU): learns, and a resume continues exactly"
+bf="$small,train.steps=12,train.eval_every=0,checkpoint.every=6,train.precision=bf16"
+"$bin" --run_dir "$tmp/bf16_full" --set "$bf" > "$tmp/bf16.log"
+grep -q "| bf16 on cpu" "$tmp/bf16.log" || { echo "banner does not say bf16"; cat "$tmp/bf16.log"; exit 1; }
+# A copy of the run as it stood after step 6 (bf16 weights, f32 masters and moments), resumed.
+mkdir -p "$tmp/bf16_cut/checkpoints"
+cp -r "$tmp/bf16_full/checkpoints/iter_0000006" "$tmp/bf16_cut/checkpoints/"
+echo 6 > "$tmp/bf16_cut/checkpoints/latest"
+"$bin" --run_dir "$tmp/bf16_cut" --set "$bf" > "$tmp/bf16_resume.log"
+grep -q "resumed from" "$tmp/bf16_resume.log"
+bf_first=$(losses "$tmp/bf16_full/metrics.jsonl" | head -1 | cut -d' ' -f2)
+bf_last=$(losses "$tmp/bf16_full/metrics.jsonl" | tail -1 | cut -d' ' -f2)
+awk -v f="$bf_first" -v l="$bf_last" 'BEGIN { exit !(l < 0.9 * f) }' || { echo "bf16 loss did not fall"; exit 1; }
+diff <(losses "$tmp/bf16_full/metrics.jsonl" | tail -6) <(losses "$tmp/bf16_cut/metrics.jsonl") \
+  || { echo "bf16 resumed losses differ from the uninterrupted run"; exit 1; }
+
 echo "== 3. bad configs"
 expect_error() {  # name, pattern, args...
   local name="$1" pattern="$2"; shift 2

@@ -58,8 +58,8 @@ void CrossEntropyBackwardT(const T* logits, const float* row_max, const float* s
   if (ld <= 0) ld = V;
   GTP_CHECK(N >= 0 && V >= 0 && ld >= V, "CrossEntropyBackward: bad size N=", N, " V=", V, " ld=", ld);
   for (int64_t n = 0; n < N; ++n) {
-    const T* __restrict__ l = logits + n * ld;
-    T* __restrict__ dl = dlogits + n * ld;
+    const T* l = logits + n * ld;  // may alias dl: in place is allowed
+    T* dl = dlogits + n * ld;
     for (int64_t v = V; v < ld; ++v) dl[v] = Store<T>(0.0f);  // padding
     if (targets[n] < 0) {
       for (int64_t v = 0; v < V; ++v) dl[v] = Store<T>(0.0f);

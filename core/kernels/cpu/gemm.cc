@@ -6,10 +6,18 @@
 // f32 operands go straight to OpenBLAS' cblas_sgemm. bf16 operands are widened
 // to packed f32 copies first; a bf16 C is computed in an f32 copy and rounded
 // once at the end. beta == 0 never reads C (BLAS semantics).
+//
+// Epilogues (GemmDesc::epilogue) run as loops over the f32 product after the
+// sgemm, before that rounding, with the formulas of cpu/activation.cc
+// (s = √(2/π), u = s·(x + 0.044715·x³)):
+//   gelu(x)  = ½·x·(1 + tanh u)
+//   gelu'(x) = ½·(1 + tanh u) + ½·x·(1 − tanh² u)·s·(1 + 3·0.044715·x²)
+// Bias gradients are f32 sums in row order (deterministic).
 #include <cblas.h>
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <vector>
 
 #include "core/kernels/cpu.h"
@@ -27,6 +35,73 @@ std::vector<float> WidenBF16(const bf16* src, int64_t rows, int64_t cols, int64_
     for (int64_t c = 0; c < cols; ++c) o[c] = BF16BitsToF32(in[c].bits);
   }
   return out;
+}
+
+constexpr float kGeluS = 0.7978845608028654f;  // √(2/π)
+constexpr float kGeluC = 0.044715f;
+
+inline float Gelu(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kGeluS * (x + kGeluC * x * x * x)));
+}
+
+inline float GeluGrad(float x) {
+  const float t = std::tanh(kGeluS * (x + kGeluC * x * x * x));
+  const float du = kGeluS * (1.0f + 3.0f * kGeluC * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+// The epilogue on the f32 product c[m, n] (ld ldc), in place; a is op(A)'s
+// storage as f32 (ld lda), for kBGrad.
+void Epilogue(const GemmDesc& d, const float* a, int64_t lda, float* c, int64_t ldc) {
+  const bool c_bf16 = d.c_type == DType::kBF16;
+  const int64_t ld_aux = d.ld_aux > 0 ? d.ld_aux : d.n;
+  switch (d.epilogue) {
+    case GemmEpilogue::kNone:
+      return;
+    case GemmEpilogue::kGeluAux:
+      for (int64_t i = 0; i < d.m; ++i) {
+        float* ci = c + i * ldc;
+        for (int64_t j = 0; j < d.n; ++j) {
+          if (d.aux != nullptr) {
+            const int64_t at = i * ld_aux + j;
+            if (c_bf16) {
+              static_cast<bf16*>(d.aux)[at].bits = F32ToBF16Bits(ci[j]);
+            } else {
+              static_cast<float*>(d.aux)[at] = ci[j];
+            }
+          }
+          ci[j] = Gelu(ci[j]);
+        }
+      }
+      return;
+    case GemmEpilogue::kDGeluBGrad:
+      if (d.bias_grad != nullptr) std::fill(d.bias_grad, d.bias_grad + d.n, 0.0f);
+      for (int64_t i = 0; i < d.m; ++i) {
+        float* ci = c + i * ldc;
+        for (int64_t j = 0; j < d.n; ++j) {
+          const int64_t at = i * ld_aux + j;
+          const float x = c_bf16 ? BF16BitsToF32(static_cast<const bf16*>(d.aux)[at].bits)
+                                 : static_cast<const float*>(d.aux)[at];
+          ci[j] *= GeluGrad(x);
+          if (d.bias_grad != nullptr) d.bias_grad[j] += ci[j];
+        }
+      }
+      return;
+    case GemmEpilogue::kBGrad:
+      // op(A)[i, l] is a[l·lda + i] when trans_a, else a[i·lda + l]; either
+      // way each sum runs over l in order.
+      std::fill(d.bias_grad, d.bias_grad + d.m, 0.0f);
+      if (d.trans_a) {
+        for (int64_t l = 0; l < d.k; ++l) {
+          for (int64_t i = 0; i < d.m; ++i) d.bias_grad[i] += a[l * lda + i];
+        }
+      } else {
+        for (int64_t i = 0; i < d.m; ++i) {
+          for (int64_t l = 0; l < d.k; ++l) d.bias_grad[i] += a[i * lda + l];
+        }
+      }
+      return;
+  }
 }
 
 }  // namespace
@@ -52,6 +127,7 @@ void Gemm(const GemmDesc& d, const void* A, const void* B, void* C) {
             b_cols, " or ldc=", ldc, " < ", d.n, ")");
   GTP_CHECK(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX,
             "Gemm: leading dimension exceeds int");
+  CheckGemmEpilogue(d);
   if (d.m == 0 || d.n == 0) return;
   GTP_CHECK(C != nullptr, "Gemm: null C");
   GTP_CHECK(d.k == 0 || (A != nullptr && B != nullptr), "Gemm: null A or B");
@@ -95,6 +171,7 @@ void Gemm(const GemmDesc& d, const void* A, const void* B, void* C) {
       }
     }
   }
+  Epilogue(d, a, lda32, c, ldc32);
 
   if (d.c_type == DType::kBF16) {
     bf16* out = static_cast<bf16*>(C);

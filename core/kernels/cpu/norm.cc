@@ -50,7 +50,7 @@ void LayerNormForwardT(const T* x, const T* w, const T* b, T* y, float* mean, fl
 
 template <typename T>
 void LayerNormBackwardT(const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
-                        T* dx, float* dw, float* db, int64_t N, int64_t C) {
+                        T* dx, float* dw, float* db, int64_t N, int64_t C, const T* dres) {
   GTP_CHECK(N >= 0 && C > 0, "LayerNormBackward: bad size N=", N, " C=", C);
   for (int64_t n = 0; n < N; ++n) {
     const T* __restrict__ dyr = dy + n * C;
@@ -67,7 +67,8 @@ void LayerNormBackwardT(const T* dy, const T* x, const T* w, const float* mean, 
     gx_mean /= static_cast<float>(C);
     for (int64_t c = 0; c < C; ++c) {
       const float xhat = (Load(xr[c]) - mu) * rs;
-      dxr[c] = Store<T>(rs * (Load(dyr[c]) * Load(w[c]) - g_mean - xhat * gx_mean));
+      const float res = dres != nullptr ? Load(dres[n * C + c]) : 0.0f;
+      dxr[c] = Store<T>(rs * (Load(dyr[c]) * Load(w[c]) - g_mean - xhat * gx_mean) + res);
       dw[c] += Load(dyr[c]) * xhat;
       if (db) db[c] += Load(dyr[c]);
     }
@@ -90,7 +91,7 @@ void RMSNormForwardT(const T* x, const T* w, T* y, float* rstd, int64_t N, int64
 
 template <typename T>
 void RMSNormBackwardT(const T* dy, const T* x, const T* w, const float* rstd, T* dx, float* dw,
-                      int64_t N, int64_t C) {
+                      int64_t N, int64_t C, const T* dres) {
   GTP_CHECK(N >= 0 && C > 0, "RMSNormBackward: bad size N=", N, " C=", C);
   for (int64_t n = 0; n < N; ++n) {
     const T* __restrict__ dyr = dy + n * C;
@@ -102,7 +103,8 @@ void RMSNormBackwardT(const T* dy, const T* x, const T* w, const float* rstd, T*
     gx_mean /= static_cast<float>(C);
     for (int64_t c = 0; c < C; ++c) {
       const float xhat = Load(xr[c]) * rs;
-      dxr[c] = Store<T>(rs * (Load(dyr[c]) * Load(w[c]) - xhat * gx_mean));
+      const float res = dres != nullptr ? Load(dres[n * C + c]) : 0.0f;
+      dxr[c] = Store<T>(rs * (Load(dyr[c]) * Load(w[c]) - xhat * gx_mean) + res);
       dw[c] += Load(dyr[c]) * xhat;
     }
   }
@@ -120,12 +122,14 @@ void LayerNormForward(const bf16* x, const bf16* w, const bf16* b, bf16* y, floa
 }
 
 void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
-                       const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t C) {
-  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, N, C);
+                       const float* rstd, float* dx, float* dw, float* db, int64_t N, int64_t C,
+                       const float* dresidual) {
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, N, C, dresidual);
 }
 void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
-                       const float* rstd, bf16* dx, float* dw, float* db, int64_t N, int64_t C) {
-  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, N, C);
+                       const float* rstd, bf16* dx, float* dw, float* db, int64_t N, int64_t C,
+                       const bf16* dresidual) {
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, N, C, dresidual);
 }
 
 void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
@@ -138,12 +142,12 @@ void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t 
 }
 
 void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                     float* dw, int64_t N, int64_t C) {
-  RMSNormBackwardT(dy, x, w, rstd, dx, dw, N, C);
+                     float* dw, int64_t N, int64_t C, const float* dresidual) {
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, N, C, dresidual);
 }
 void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
-                     float* dw, int64_t N, int64_t C) {
-  RMSNormBackwardT(dy, x, w, rstd, dx, dw, N, C);
+                     float* dw, int64_t N, int64_t C, const bf16* dresidual) {
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, N, C, dresidual);
 }
 
 }  // namespace gtp::kernels::cpu

@@ -87,6 +87,31 @@ TEST(LayerNormBackward, MatchesFiniteDifferences) {
   }
 }
 
+TEST(NormBackward, ResidualGradientIsAddedIntoDx) {
+  Rng rng(31);
+  const int64_t N = 9, C = 13;
+  const std::vector<float> x = rng.Normal(N * C), w = rng.Normal(C), b = rng.Normal(C);
+  const std::vector<float> g = rng.Normal(N * C), res = rng.Normal(N * C);
+  std::vector<float> y(N * C), mean(N), rstd(N), dw(C, 0.0f), db(C, 0.0f);
+  for (bool rms : {false, true}) {
+    std::vector<float> plain(N * C), fused(N * C);
+    if (rms) {
+      cpu::RMSNormForward(x.data(), w.data(), y.data(), rstd.data(), N, C, 1e-5f);
+      cpu::RMSNormBackward(g.data(), x.data(), w.data(), rstd.data(), plain.data(), dw.data(), N, C);
+      cpu::RMSNormBackward(g.data(), x.data(), w.data(), rstd.data(), fused.data(), dw.data(), N, C,
+                           res.data());
+    } else {
+      cpu::LayerNormForward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), N, C,
+                            1e-5f);
+      cpu::LayerNormBackward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), plain.data(),
+                             dw.data(), db.data(), N, C);
+      cpu::LayerNormBackward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), fused.data(),
+                             dw.data(), db.data(), N, C, res.data());
+    }
+    for (int64_t i = 0; i < N * C; ++i) ASSERT_EQ(fused[i], plain[i] + res[i]) << i;  // one f32 add
+  }
+}
+
 TEST(RMSNormForward, MatchesReference) {
   Rng rng(23);
   for (const Shape& s : kShapes) {

@@ -5,7 +5,9 @@
 //             sumexp = Σ_v exp(l[n, v] − m)
 //   dl[n, v] = dloss[n]·(exp(l[n, v] − m)/sumexp − [v = t_n])      (=)
 // Targets t_n < 0 are ignored (loss 0, gradient 0). The stages are separate
-// so the layer can all-reduce between them (see core/kernels/cpu.h).
+// so the layer can all-reduce between them (see core/kernels/cpu.h). The
+// backward may run in place (dlogits == logits): each element is read and
+// then written by the same thread.
 //
 // One block per row for the reductions (V is a vocabulary, often 10⁴–10⁵);
 // block reductions run in a fixed order, so results are deterministic.
@@ -97,9 +99,9 @@ __global__ void LossKernel(const float* __restrict__ row_max, const float* __res
 
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    BackwardKernel(const T* __restrict__ logits, const float* __restrict__ row_max,
+    BackwardKernel(const T* logits, const float* __restrict__ row_max,
                    const float* __restrict__ sumexp, const int32_t* __restrict__ targets,
-                   const float* __restrict__ dloss, T* __restrict__ dlogits, int64_t N, int64_t V,
+                   const float* __restrict__ dloss, T* dlogits, int64_t N, int64_t V,
                    int64_t ld, int64_t vocab_start) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* l = logits + n * ld;

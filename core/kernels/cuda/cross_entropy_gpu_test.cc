@@ -42,6 +42,41 @@ std::vector<int32_t> Targets(Rng& rng, const Case& c) {
   return t;
 }
 
+// Padded rows (ld > V, the LM head over the padded vocabulary) and the
+// in-place backward, bf16: the statistics ignore the pad columns, dlogits is
+// 0 there, and in place gives the out-of-place bits.
+TEST(CrossEntropyGpu, PaddedRowsAndInPlaceBackward) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(44);
+  const int64_t N = 37, V = 1001, ld = 1024;
+  std::vector<float> full = rng.Normal(N * ld, 0.0f, 3.0f);
+  std::vector<bf16> lg(N * ld);
+  for (int64_t i = 0; i < N * ld; ++i) lg[i] = gtp::ToBF16(i % ld < V ? full[i] : 1e4f);  // pad: huge
+  std::vector<int32_t> tg(N);
+  for (int64_t n = 0; n < N; ++n) tg[n] = n % 5 == 4 ? -1 : static_cast<int32_t>((n * 37) % V);
+  // Reference on the unpadded rows.
+  std::vector<double> dense(N * V);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v) dense[n * V + v] = gtp::ToF32(lg[n * ld + v]);
+  const std::vector<double> ref_loss = RefCrossEntropy(dense, tg, N, V);
+  DeviceBuffer<bf16> d_lg(lg), d_dl(N * ld);
+  DeviceBuffer<int32_t> d_tg(tg);
+  DeviceBuffer<float> mx(N), tl(N), se(N), loss(N), dloss(std::vector<float>(N, 0.5f));
+  cuda::CrossEntropyStats(d_lg.get(), d_tg.get(), mx.get(), tl.get(), N, V, 0, stream.get(), ld);
+  cuda::CrossEntropySumExp(d_lg.get(), mx.get(), se.get(), N, V, stream.get(), ld);
+  cuda::CrossEntropyLoss(mx.get(), se.get(), tl.get(), d_tg.get(), loss.get(), N, stream.get());
+  EXPECT_TRUE(RelClose(loss.Download(), ref_loss, 1e-5));
+  cuda::CrossEntropyBackward(d_lg.get(), mx.get(), se.get(), d_tg.get(), dloss.get(), d_dl.get(), N,
+                             V, 0, stream.get(), ld);
+  const std::vector<bf16> out_of_place = d_dl.Download();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = V; v < ld; ++v) ASSERT_EQ(out_of_place[n * ld + v].bits, 0) << n << "," << v;
+  cuda::CrossEntropyBackward(d_lg.get(), mx.get(), se.get(), d_tg.get(), dloss.get(), d_lg.get(), N,
+                             V, 0, stream.get(), ld);
+  EXPECT_TRUE(BitEqual(d_lg.Download(), out_of_place));
+}
+
 TEST(CrossEntropyGpu, StagesMatchCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();

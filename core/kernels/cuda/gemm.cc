@@ -14,9 +14,34 @@
 // (never TF32): f32 inputs multiply in full f32, bf16 inputs accumulate in
 // f32. cuBLASLt has no f32·f32 → bf16 combination; that one runs in f32 into
 // a stream-ordered temporary and is rounded to bf16 afterwards.
+//
+// Epilogues (GemmDesc::epilogue) map to cuBLASLt's, in its column-major terms
+// (D = our Cᵀ, [n, m]; its "A" = our B, its "B" = our A):
+//   kNone + bias  → BIAS: the bias per D row is our bias per column j.
+//   kGeluAux      → GELU_AUX[_BIAS] (GELU[_BIAS] without aux): the aux matrix
+//                   is D-shaped, [n, m] column-major = our [m, n] row-major.
+//   kDGeluBGrad   → DGELU_BGRAD (DGELU without bias_grad): the bias gradient
+//                   per D row (n elements) sums over our rows.
+//   kBGrad        → BGRADB: "bias gradient of input B; size = columns of D
+//                   (our m); reduction over k", i.e. Σ_k of our op(A).
+// Pointers (bias, aux, bias gradient) are set on every call; everything else
+// is part of the cached descriptor's key, with the pointers' alignments
+// (cuBLASLt's heuristic reads them from the pointer values).
+//
+// Types. cuBLASLt documents the bias-gradient vector as having the output's
+// type (Ctype) and the GELU aux matrix as having D's type unless
+// EPILOGUE_AUX_DATA_TYPE says otherwise (left unset here: aux is c_type), with
+// EPILOGUE_AUX_LD a multiple of 8 and ≥ the rows of D (our n). Our bias
+// gradient is always f32 (BIAS_DATA_TYPE = CUDA_R_32F): documented for an f32
+// C. For a bf16 C it is tried first; if cuBLASLt finds no algorithm (or
+// cublasLtMatmul refuses the call), that shape runs from then on with an f32
+// D through stream-ordered temporaries (aux widened to f32, C rounded once
+// afterwards: the documented combination, same results up to f32 rounding),
+// and says so once on stderr.
 #include <cublasLt.h>
 
 #include <array>
+#include <cstdio>
 #include <map>
 #include <memory>
 
@@ -76,6 +101,8 @@ struct LtCall {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo = {};
+  // No algorithm for an f32 bias gradient with this bf16 C: run with an f32 D.
+  bool via_f32 = false;
   LtCall() = default;
   LtCall(const LtCall&) = delete;
   LtCall& operator=(const LtCall&) = delete;
@@ -87,11 +114,36 @@ struct LtCall {
   }
 };
 
+cublasLtEpilogue_t LtEpilogue(const GemmDesc& d) {
+  switch (d.epilogue) {
+    case GemmEpilogue::kNone:
+      return d.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kGeluAux:
+      if (d.aux != nullptr) {
+        return d.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      }
+      return d.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case GemmEpilogue::kDGeluBGrad:
+      return d.bias_grad != nullptr ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    case GemmEpilogue::kBGrad:
+      return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// The pointer cuBLASLt's BIAS_POINTER carries: the bias, or the bias gradient.
+const void* BiasPointer(const GemmDesc& d) {
+  return d.bias != nullptr ? d.bias : static_cast<const void*>(d.bias_grad);
+}
+
+int64_t RoundUp8(int64_t x) { return (x + 7) / 8 * 8; }
+
 }  // namespace
 
 struct BlasContext::AlgoCache {
-  // (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias)
-  using Key = std::array<int64_t, 14>;
+  // (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias,
+  //  epilogue, aux, ld_aux, bias_grad, align_bias, align_aux)
+  using Key = std::array<int64_t, 20>;
   std::map<Key, std::unique_ptr<LtCall>> calls;
 };
 
@@ -112,6 +164,51 @@ BlasContext::~BlasContext() {
   if (lt_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
 }
 
+namespace {
+
+void WarnViaF32(const GemmDesc& d, const char* where, cublasStatus_t status) {
+  std::fprintf(stderr,
+               "Gemm(%s): %s refused an f32 bias gradient with a bf16 C (m=%lld n=%lld k=%lld: "
+               "%s); this shape runs with an f32 D through temporaries\n",
+               GemmEpilogueName(d.epilogue), where, static_cast<long long>(d.m),
+               static_cast<long long>(d.n), static_cast<long long>(d.k),
+               cublasLtGetStatusString(status));
+}
+
+// d (a bias-gradient epilogue, bf16 C) as the same GEMM with an f32 D: C
+// (when beta reads it) and aux widened into f32 temporaries, the result
+// rounded into C once. The bias gradient is the same f32 sum of the f32
+// values before rounding.
+void GemmViaF32(BlasContext& ctx, const GemmDesc& d, int64_t lda, int64_t ldb, int64_t ldc,
+                const void* A, const void* B, void* C, cudaStream_t stream) {
+  GemmDesc f = d;
+  f.c_type = DType::kF32;
+  f.lda = lda;
+  f.ldb = ldb;
+  f.ldc = d.n;
+  float* tmp = nullptr;
+  GTP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tmp),
+                                 static_cast<size_t>(d.m * d.n) * sizeof(float), stream));
+  if (d.beta != 0.0f) {
+    internal::ConvertMatrix(C, DType::kBF16, ldc, tmp, DType::kF32, d.n, d.m, d.n, stream);
+  }
+  float* aux = nullptr;
+  if (d.aux != nullptr) {
+    f.ld_aux = RoundUp8(d.n);
+    GTP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&aux),
+                                   static_cast<size_t>(d.m * f.ld_aux) * sizeof(float), stream));
+    internal::ConvertMatrix(d.aux, DType::kBF16, d.ld_aux > 0 ? d.ld_aux : d.n, aux, DType::kF32,
+                            f.ld_aux, d.m, d.n, stream);
+    f.aux = aux;
+  }
+  Gemm(ctx, f, A, B, tmp, stream);
+  internal::ConvertMatrix(tmp, DType::kF32, d.n, C, DType::kBF16, ldc, d.m, d.n, stream);
+  if (aux != nullptr) GTP_CUDA_CHECK(cudaFreeAsync(aux, stream));
+  GTP_CUDA_CHECK(cudaFreeAsync(tmp, stream));
+}
+
+}  // namespace
+
 void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, void* C,
           cudaStream_t stream) {
   GTP_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0, "Gemm: negative size m=", d.m, " n=", d.n,
@@ -127,10 +224,22 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
   GTP_CHECK(lda >= a_cols && ldb >= b_cols && ldc >= d.n,
             "Gemm: leading dimension too small: lda=", lda, " ldb=", ldb, " ldc=", ldc,
             " for m=", d.m, " n=", d.n, " k=", d.k);
+  CheckGemmEpilogue(d);
   if (d.m == 0 || d.n == 0) return;
   GTP_CHECK(C != nullptr, "Gemm: null C");
   GTP_CHECK(d.bias == nullptr || (d.k > 0 && !(d.ab_type == DType::kF32 && d.c_type == DType::kBF16)),
             "Gemm: a bias epilogue needs k > 0 and matching operand/output types");
+  const bool has_epilogue = d.epilogue != GemmEpilogue::kNone;
+  const int64_t ld_aux = d.aux != nullptr ? (d.ld_aux > 0 ? d.ld_aux : d.n) : 0;
+  if (has_epilogue) {
+    const char* name = GemmEpilogueName(d.epilogue);
+    GTP_CHECK(d.k > 0, "Gemm(", name, "): CUDA epilogues need k > 0 (m=", d.m, " n=", d.n, ")");
+    GTP_CHECK(!(d.ab_type == DType::kF32 && d.c_type == DType::kBF16), "Gemm(", name,
+              "): cuBLASLt has no f32 A/B with a bf16 C; use bf16 operands or an f32 C");
+    GTP_CHECK(ld_aux % 8 == 0, "Gemm(", name, "): cuBLASLt needs the GELU aux leading dimension "
+              "to be a multiple of 8 elements; got ld_aux=", ld_aux, " (n=", d.n,
+              "): pad the pre-activation rows to ld_aux=", RoundUp8(d.n));
+  }
   if (d.k == 0) {
     // op(A)·op(B) is the zero matrix.
     internal::ScaleMatrix(C, d.c_type, d.m, d.n, ldc, d.beta, stream);
@@ -158,9 +267,13 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
 
   cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx.lt_handle());
   const uint32_t align_a = Alignment(B), align_b = Alignment(A), align_c = Alignment(C);
+  const void* bias_ptr = BiasPointer(d);
+  const bool f32_route_allowed = d.bias_grad != nullptr && d.c_type == DType::kBF16;
   const BlasContext::AlgoCache::Key key = {
       static_cast<int64_t>(d.ab_type), static_cast<int64_t>(d.c_type), d.trans_a, d.trans_b,
-      d.m, d.n, d.k, lda, ldb, ldc, align_a, align_b, align_c, d.bias != nullptr};
+      d.m, d.n, d.k, lda, ldb, ldc, align_a, align_b, align_c, d.bias != nullptr,
+      static_cast<int64_t>(d.epilogue), d.aux != nullptr, ld_aux, d.bias_grad != nullptr,
+      Alignment(bias_ptr), Alignment(d.aux)};
   auto& calls = ctx.algo_cache().calls;
   auto cached = calls.find(key);
   if (cached == calls.end()) {
@@ -172,15 +285,25 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
                                                     &op_first, sizeof(op_first)));
     GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSB,
                                                     &op_second, sizeof(op_second)));
-    if (d.bias != nullptr) {
-      // Column-major D is [n, m]: a bias per D row is our per-column bias.
-      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cublasLtEpilogue_t epi = LtEpilogue(d);
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) {
       GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                       &epi, sizeof(epi)));
+    }
+    if (bias_ptr != nullptr) {
+      // Column-major D is [n, m]: a bias per D row is our per-column bias; a
+      // bias gradient is f32 whatever C is.
+      const cudaDataType_t bias_type = d.bias != nullptr ? c_type : CUDA_R_32F;
       GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c_type, sizeof(c_type)));
+          call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
       GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d.bias, sizeof(d.bias)));
+          call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+    }
+    if (d.aux != nullptr) {
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          call->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &d.aux, sizeof(d.aux)));
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          call->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
     }
     // Column-major views: rows = the stored row length, cols = stored rows.
     const uint64_t first_rows = d.trans_b ? d.k : d.n, first_cols = d.trans_b ? d.n : d.k;
@@ -208,22 +331,45 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
                                                              call->c, call->c, pref, 1, &result,
                                                              &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, "Gemm: no cuBLASLt algorithm for m=", d.m,
-              " n=", d.n, " k=", d.k, " trans_a=", d.trans_a, " trans_b=", d.trans_b,
-              " ab=", DTypeName(d.ab_type), " c=", DTypeName(d.c_type), " lda=", lda,
-              " ldb=", ldb, " ldc=", ldc, " bias=", d.bias != nullptr, ": ",
-              cublasLtGetStatusString(hs));
-    call->algo = result.algo;
+    const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (!ok && f32_route_allowed) {
+      call->via_f32 = true;
+      WarnViaF32(d, "cublasLtMatmulAlgoGetHeuristic", hs);
+    } else {
+      GTP_CHECK(ok, "Gemm: no cuBLASLt algorithm for m=", d.m, " n=", d.n, " k=", d.k,
+                " trans_a=", d.trans_a, " trans_b=", d.trans_b, " ab=", DTypeName(d.ab_type),
+                " c=", DTypeName(d.c_type), " lda=", lda, " ldb=", ldb, " ldc=", ldc,
+                " bias=", d.bias != nullptr, " epilogue=", GemmEpilogueName(d.epilogue),
+                " ld_aux=", ld_aux, ": ", cublasLtGetStatusString(hs));
+      call->algo = result.algo;
+    }
     cached = calls.emplace(key, std::move(call)).first;
   }
   LtCall& call = *cached->second;
-  if (d.bias != nullptr) {  // the pointer changes from call to call; the shape does not
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &d.bias, sizeof(d.bias)));
+  if (!call.via_f32) {
+    // The pointers change from call to call; the shape does not.
+    if (bias_ptr != nullptr) {
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias_ptr, sizeof(bias_ptr)));
+    }
+    if (d.aux != nullptr) {
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &d.aux, sizeof(d.aux)));
+    }
+    const cublasStatus_t ms =
+        cublasLtMatmul(handle, call.op, &d.alpha, B, call.a, A, call.b, &d.beta, C, call.c, C,
+                       call.c, &call.algo, ctx.workspace(), ctx.workspace_bytes(), stream);
+    if (ms == CUBLAS_STATUS_SUCCESS) return;
+    // A rejected argument enqueues nothing; cuBLASLt may refuse the f32 bias
+    // gradient of a bf16 C only here.
+    GTP_CHECK(f32_route_allowed &&
+                  (ms == CUBLAS_STATUS_NOT_SUPPORTED || ms == CUBLAS_STATUS_INVALID_VALUE),
+              "Gemm: cublasLtMatmul failed for m=", d.m, " n=", d.n, " k=", d.k,
+              " epilogue=", GemmEpilogueName(d.epilogue), ": ", cublasLtGetStatusString(ms));
+    call.via_f32 = true;
+    WarnViaF32(d, "cublasLtMatmul", ms);
   }
-  GTP_CUBLAS_CHECK(cublasLtMatmul(handle, call.op, &d.alpha, B, call.a, A, call.b, &d.beta, C,
-                                  call.c, C, call.c, &call.algo, ctx.workspace(),
-                                  ctx.workspace_bytes(), stream));
+  GemmViaF32(ctx, d, lda, ldb, ldc, A, B, C, stream);
 }
 
 }  // namespace gtp::kernels::cuda

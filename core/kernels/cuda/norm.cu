@@ -103,7 +103,7 @@ template <typename T, int kVec>
 __global__ void NormBackwardDxKernel(const T* __restrict__ dy, const T* __restrict__ x,
                                      const T* __restrict__ w, const float* __restrict__ mean,
                                      const float* __restrict__ rstd, T* __restrict__ dx, int64_t N,
-                                     int64_t C) {
+                                     int64_t C, const T* __restrict__ dres) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarpSize;
   if (row >= N) return;
@@ -128,14 +128,20 @@ __global__ void NormBackwardDxKernel(const T* __restrict__ dy, const T* __restri
   const float mean_g = mean != nullptr ? WarpSum(sg) / static_cast<float>(C) : 0.0f;
   const float mean_gx = WarpSum(sgx) / static_cast<float>(C);
   for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    float dv[kVec], wv[kVec], xv[kVec];
+    float dv[kVec], wv[kVec], xv[kVec], rv[kVec];
     LoadVec<kVec>(dyr + c, dv);
     LoadVec<kVec>(w + c, wv);
     LoadVec<kVec>(xr + c, xv);
+    if (dres != nullptr) {
+      LoadVec<kVec>(dres + row * C + c, rv);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) rv[k] = 0.0f;
+    }
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const float xhat = (xv[k] - m) * r;
-      xv[k] = (dv[k] * wv[k] - mean_g - xhat * mean_gx) * r;
+      xv[k] = (dv[k] * wv[k] - mean_g - xhat * mean_gx) * r + rv[k];
     }
     StoreVec<kVec>(dxr + c, xv);
   }
@@ -237,13 +243,14 @@ bool VecRows(int64_t C, std::initializer_list<const void*> ptrs) {
 // Shared backward of both norms; mean == nullptr selects RMSNorm.
 template <typename T>
 void NormBackward(const T* dy, const T* x, const T* w, const float* mean, const float* rstd, T* dx,
-                  float* dw, float* db, float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
+                  float* dw, float* db, float* scratch, int64_t N, int64_t C, cudaStream_t stream,
+                  const T* dres) {
   if (N == 0 || C == 0) return;
-  const bool vec = VecRows(C, {dy, x, w, dx});
+  const bool vec = VecRows(C, {dy, x, w, dx, dres});
   WithVec<T>(vec, [&](auto v) {
     constexpr int kVec = decltype(v)::value;
     NormBackwardDxKernel<T, kVec>
-        <<<RowBlocks(N), kRowThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, N, C);
+        <<<RowBlocks(N), kRowThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, N, C, dres);
   });
   GTP_CU_LAUNCH_CHECK();
   if (dw == nullptr && db == nullptr) return;
@@ -283,10 +290,10 @@ void LayerNormForwardT(const T* x, const T* w, const T* b, T* y, float* mean, fl
 template <typename T>
 void LayerNormBackwardT(const T* dy, const T* x, const T* w, const float* mean, const float* rstd,
                         T* dx, float* dw, float* db, float* scratch, int64_t N, int64_t C,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const T* dres) {
   CheckArgs("LayerNormBackward", N, C);
   GTP_CU_REQUIRE(N == 0 || mean != nullptr, "LayerNormBackward: mean is required");
-  NormBackward(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream);
+  NormBackward(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream, dres);
 }
 
 template <typename T>
@@ -305,9 +312,10 @@ void RMSNormForwardT(const T* x, const T* w, T* y, float* rstd, int64_t N, int64
 
 template <typename T>
 void RMSNormBackwardT(const T* dy, const T* x, const T* w, const float* rstd, T* dx, float* dw,
-                      float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
+                      float* scratch, int64_t N, int64_t C, cudaStream_t stream, const T* dres) {
   CheckArgs("RMSNormBackward", N, C);
-  NormBackward(dy, x, w, /*mean=*/nullptr, rstd, dx, dw, /*db=*/nullptr, scratch, N, C, stream);
+  NormBackward(dy, x, w, /*mean=*/nullptr, rstd, dx, dw, /*db=*/nullptr, scratch, N, C, stream,
+               dres);
 }
 
 }  // namespace
@@ -325,13 +333,13 @@ int64_t LayerNormBackwardScratchFloats(int64_t N, int64_t C) { return 2 * NormCh
 
 void LayerNormBackward(const float* dy, const float* x, const float* w, const float* mean,
                        const float* rstd, float* dx, float* dw, float* db, float* scratch,
-                       int64_t N, int64_t C, cudaStream_t stream) {
-  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream);
+                       int64_t N, int64_t C, cudaStream_t stream, const float* dresidual) {
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream, dresidual);
 }
 void LayerNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
                        const float* rstd, bf16* dx, float* dw, float* db, float* scratch, int64_t N,
-                       int64_t C, cudaStream_t stream) {
-  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream);
+                       int64_t C, cudaStream_t stream, const bf16* dresidual) {
+  LayerNormBackwardT(dy, x, w, mean, rstd, dx, dw, db, scratch, N, C, stream, dresidual);
 }
 
 void RMSNormForward(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
@@ -346,12 +354,14 @@ void RMSNormForward(const bf16* x, const bf16* w, bf16* y, float* rstd, int64_t 
 int64_t RMSNormBackwardScratchFloats(int64_t N, int64_t C) { return NormChunks(N) * C; }
 
 void RMSNormBackward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
-  RMSNormBackwardT(dy, x, w, rstd, dx, dw, scratch, N, C, stream);
+                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream,
+                     const float* dresidual) {
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, scratch, N, C, stream, dresidual);
 }
 void RMSNormBackward(const bf16* dy, const bf16* x, const bf16* w, const float* rstd, bf16* dx,
-                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream) {
-  RMSNormBackwardT(dy, x, w, rstd, dx, dw, scratch, N, C, stream);
+                     float* dw, float* scratch, int64_t N, int64_t C, cudaStream_t stream,
+                     const bf16* dresidual) {
+  RMSNormBackwardT(dy, x, w, rstd, dx, dw, scratch, N, C, stream, dresidual);
 }
 
 }  // namespace gtp::kernels::cuda

@@ -94,6 +94,64 @@ TEST(LayerNormGpu, BackwardMatchesCpu) {
   }
 }
 
+// The residual gradient fused into dx (f32 and bf16, LayerNorm and RMSNorm)
+// equals dx computed without it plus the residual (the CPU kernel's f32 sum).
+TEST(NormGpu, ResidualGradientIsAddedIntoDx) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(23);
+  for (const Shape& s : {Shape{257, 768}, Shape{33, 64}, Shape{5, 7}}) {
+    for (bool rms : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(Describe(s), rms ? " rms" : " ln"));
+      const std::vector<float> x = Input(rng, s), w = rng.Normal(s.C), b = rng.Normal(s.C);
+      const std::vector<float> g = rng.Normal(s.N * s.C), res = rng.Normal(s.N * s.C);
+      std::vector<float> y(s.N * s.C), mean(s.N), rstd(s.N), dx(s.N * s.C), dw(s.C, 0.0f),
+          db(s.C, 0.0f);
+      if (rms) {
+        cpu::RMSNormForward(x.data(), w.data(), y.data(), rstd.data(), s.N, s.C, kEps);
+        cpu::RMSNormBackward(g.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), s.N,
+                             s.C);
+      } else {
+        cpu::LayerNormForward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(),
+                              s.N, s.C, kEps);
+        cpu::LayerNormBackward(g.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(),
+                               dw.data(), db.data(), s.N, s.C);
+      }
+      std::vector<double> want(s.N * s.C);
+      for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<double>(dx[i]) + res[i];
+      // f32
+      DeviceBuffer<float> d_g(g), d_x(x), d_w(w), d_mean(mean), d_rstd(rstd), d_res(res),
+          d_dx(s.N * s.C), d_dw(s.C), d_db(s.C),
+          scratch(cuda::LayerNormBackwardScratchFloats(s.N, s.C));
+      if (rms) {
+        cuda::RMSNormBackward(d_g.get(), d_x.get(), d_w.get(), d_rstd.get(), d_dx.get(), d_dw.get(),
+                              scratch.get(), s.N, s.C, stream.get(), d_res.get());
+      } else {
+        cuda::LayerNormBackward(d_g.get(), d_x.get(), d_w.get(), d_mean.get(), d_rstd.get(),
+                                d_dx.get(), d_dw.get(), d_db.get(), scratch.get(), s.N, s.C,
+                                stream.get(), d_res.get());
+      }
+      EXPECT_TRUE(RelClose(d_dx.Download(), want, 1e-5));
+      // bf16 (one rounding of the fused sum)
+      auto b16 = [](const std::vector<float>& v) {
+        std::vector<bf16> o(v.size());
+        for (size_t i = 0; i < v.size(); ++i) o[i] = gtp::ToBF16(v[i]);
+        return o;
+      };
+      DeviceBuffer<bf16> e_g(b16(g)), e_x(b16(x)), e_w(b16(w)), e_res(b16(res)), e_dx(s.N * s.C);
+      if (rms) {
+        cuda::RMSNormBackward(e_g.get(), e_x.get(), e_w.get(), d_rstd.get(), e_dx.get(), d_dw.get(),
+                              scratch.get(), s.N, s.C, stream.get(), e_res.get());
+      } else {
+        cuda::LayerNormBackward(e_g.get(), e_x.get(), e_w.get(), d_mean.get(), d_rstd.get(),
+                                e_dx.get(), d_dw.get(), d_db.get(), scratch.get(), s.N, s.C,
+                                stream.get(), e_res.get());
+      }
+      EXPECT_TRUE(RelClose(e_dx.Download(), want, 3e-2));
+    }
+  }
+}
+
 TEST(RMSNormGpu, ForwardMatchesCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
