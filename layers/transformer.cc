@@ -232,7 +232,11 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
   GTP_ASSIGN_OR_RETURN(m->fc_, ColumnParallelLinear::Create(fc, pgs, chain));
   GTP_ASSIGN_OR_RETURN(m->proj_, RowParallelLinear::Create(
                                      Lin(name + ".proj", c, H, c.n_embd, ProjStd(c), false), pgs, chain));
-  m->fused_gelu_ = !glu && (!chain->exec().is_cuda() || (H / m->tp_->size()) % 8 == 0);
+  // cuBLASLt's GELU epilogue approximates tanh (~1e-5 relative): fine for
+  // bf16, not for the f32 reference path, which keeps the exact kernels on
+  // CUDA. (On the CPU the fused loops are the unfused arithmetic.)
+  m->fused_gelu_ = !glu && (!chain->exec().is_cuda() ||
+                            (c.dtype == DType::kBF16 && (H / m->tp_->size()) % 8 == 0));
   return m;
 }
 

@@ -123,8 +123,8 @@ class Mlp {
   // matching gate/up columns) → silu(gate)·up → proj.
   std::unique_ptr<ColumnParallelLinear> fc_;
   std::unique_ptr<RowParallelLinear> proj_;
-  // GELU in the GEMM epilogues (fc forward, proj's input-gradient backward);
-  // off only where cuBLASLt cannot (H_tp not a multiple of 8 on CUDA).
+  // GELU in the GEMM epilogues (fc forward, proj's input-gradient backward):
+  // on the CPU, and on CUDA in bf16 where cuBLASLt can (H_tp % 8 == 0).
   bool fused_gelu_ = false;
   Tensor pre_act_;  // GELU: fc out [N, H_tp]; SwiGLU: [N, 2·H_tp] = [gate | up]
 };

@@ -224,7 +224,9 @@ void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* ou
 int64_t FlashAttentionBackwardScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                            int64_t HS);
 // dq, dk, dv written (=), bf16; out and lse are the forward's. dk/dv sum over
-// the query heads of their kv head inside one block; dq is a separate pass.
+// the query heads of their kv head inside one block; dq blocks own query tiles
+// (no atomics). HS 64 runs the dk/dv and dq blocks in one launch, HS 128 as two
+// kernels.
 void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                             const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
                             void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,

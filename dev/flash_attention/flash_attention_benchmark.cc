@@ -18,27 +18,9 @@
 #include "core/dtype.h"
 #include "core/kernels/cuda.h"
 #include "core/philox.h"
+#include "dev/flash_attention/variants.h"
 
 namespace gtp::kernels {
-namespace cuda {
-// The previous backward (three kernels, separate dq pass), defined in
-// core/kernels/cuda/flash_attention.cu for this comparison only.
-void FlashAttentionBackwardSeparateDq(const bf16* dout, const bf16* q, const bf16* k,
-                                      const bf16* v, const bf16* out, const float* lse, bf16* dq,
-                                      bf16* dk, bf16* dv, void* scratch, int64_t B, int64_t T,
-                                      int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream);
-int64_t FlashAttentionBackwardVariantScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t HS);
-// Fused-dq experiments (HS 64): 0 real, 1 no wait/no add, 2 add without
-// waiting, 3 ascending query tiles, 4 lane-0 acquire/release, 6 old kernels in one
-// launch, 7 = 6 at HS 128, 8 old path minus its dq pass, 9 old path with the dk/dv
-// kernel at ≤168 registers, 10 = 0 at ≤168 registers, 11 = 6 at ≤168 registers,
-// 12 = 10 with each semaphore release deferred by one step.
-void FlashAttentionBackwardFusedDqVariant(int mode, const bf16* dout, const bf16* q, const bf16* k,
-                                          const bf16* v, const bf16* out, const float* lse,
-                                          bf16* dq, bf16* dk, bf16* dv, void* scratch, int64_t B,
-                                          int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                                          cudaStream_t stream);
-}  // namespace cuda
 namespace {
 
 constexpr int kWarmup = 5, kReps = 30;

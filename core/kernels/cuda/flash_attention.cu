@@ -24,13 +24,15 @@
 //             to the diagonal: it recomputes P and dP (three GEMMs instead of
 //             FA2's atomic dq accumulation), which costs about 40% more tensor
 //             work than FA2's backward but needs no dq scratch and stays
-//             deterministic. HS 64 runs the dk/dv and dq blocks in one launch
-//             (FlashBwdMergedKernel, rounds of decreasing work, 168-register
-//             cap for 3 blocks/SM); HS 128 runs them as two kernels.
-//   Experiments kept for dev/flash_attention (FlashAttentionBackwardFusedDqVariant,
-//   not in cuda.h): dq computed inside the dk/dv kernel and added into f32
-//   slots in a fixed key-tile order through semaphores (kFuseDq) — measured
-//   slower (dev/flash_attention/NOTES.md).
+//             deterministic.
+//   Backward launches: FlashBwdDotKernel (D) first, then for HS 64 the dk/dv
+//             and dq blocks in one launch (FlashBwdMergedKernel, rounds of
+//             decreasing work, 168-register cap for 3 blocks/SM), for HS 128 two
+//             kernels (FlashBwdDkDvKernel, then FlashBwdDqKernel).
+//   FlashAttentionBackwardSeparateDq (not in cuda.h) is the previous backward,
+//   three kernels for both head sizes, kept for side-by-side timing in
+//   dev/flash_attention; that directory's variants.cu holds the experiments
+//   (dq fused into the dk/dv kernel, timing-only modes), which are not here.
 // Each warp owns 16 rows of the block's tile; shared-memory rows are padded by
 // 16 bytes so ldmatrix's eight row addresses fall in distinct bank groups.
 // Tiles are copied with cp.async, the next key (or query) tile while the
@@ -97,15 +99,6 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
 __device__ __forceinline__ uint32_t PackBF16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void StRelease(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 __device__ __forceinline__ float Exp2(float x) {
@@ -350,14 +343,8 @@ __global__ void __launch_bounds__(FwdCfg<HS, kBlockM, kBlockN>::kThreads)
 // D[b, h, t] = Σ_d dout·out over row (b, t, h); one warp per row, fixed order.
 __global__ void FlashBwdDotKernel(const uint16_t* __restrict__ dout,
                                   const uint16_t* __restrict__ out, float* __restrict__ Dsum,
-                                  int64_t rows, int T, int NH, int HS, uint32_t* __restrict__ zero,
-                                  int64_t n_zero) {
+                                  int64_t rows, int T, int NH, int HS) {
   const int lane = threadIdx.x % kWarpSize;
-  // The fused dq path's semaphores and block ticket start at 0 in every call.
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_zero;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    zero[i] = 0;
-  }
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarpSize;
   for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarpSize; r < rows;
        r += warps) {
@@ -377,57 +364,17 @@ __global__ void FlashBwdDotKernel(const uint16_t* __restrict__ dout,
   }
 }
 
-template <int HS, int kBlockN, int kBlockM, bool kFuseDq = false>
+template <int HS, int kBlockN, int kBlockM>
 struct DkDvCfg {
   static constexpr int kThreads = kBlockN / 16 * kWarpSize;
   static constexpr int kS = HS + kPad;
-  static constexpr int kSd = kBlockM + kPad;  // dSᵀ tile row stride (fused dq)
   static constexpr size_t kSmem = size_t(2 * kBlockN + 4 * kBlockM) * kS * sizeof(uint16_t) +
-                                  4 * kBlockM * sizeof(float) +
-                                  (kFuseDq ? size_t(kBlockN) * kSd * sizeof(uint16_t) + 16 : 0);
+                                  4 * kBlockM * sizeof(float);
 };
 
-// Fused-dq bookkeeping in the backward scratch (HS 64): after D come, 256-byte
-// aligned, the f32 dq partial sums in mma C-fragment order, one 16 × HS slab per
-// (b·NH + h, query tile, warp) = "slot", then one u32 semaphore per slot and the
-// block ticket. Slot (bh, i, w) receives the contributions of key tiles 0..i in
-// that order: key tile j waits for semaphore == j, adds, and releases j + 1; key
-// tile i (the diagonal, the last) writes dq in bf16 instead. Blocks take their
-// (b·NKV + g, key tile) from the ticket in launch order, key tile major, so a
-// block only ever waits for one that started before it (no deadlock whatever
-// the hardware's block order), and the adds happen in a fixed order
-// (bit-identical results run to run, no float atomics).
-struct FusedDqScratch {
-  float* acc;
-  uint32_t* sem;     // [n_slots] followed by the ticket
-  int64_t n_zero;    // n_slots + 1 words zeroed by FlashBwdDotKernel
-};
-inline int64_t FusedDqSlots(int64_t B, int64_t T, int64_t NH) {
-  return B * NH * CeilDiv(T, int64_t{64}) * 4;
-}
-inline int64_t FusedDqBytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
-  return 256 + FusedDqSlots(B, T, NH) * 16 * HS * int64_t{sizeof(float)} +
-         (FusedDqSlots(B, T, NH) + 1) * int64_t{sizeof(uint32_t)};
-}
-inline FusedDqScratch FusedDqLayout(void* scratch, int64_t B, int64_t T, int64_t NH, int64_t HS) {
-  const uintptr_t d_end = reinterpret_cast<uintptr_t>(scratch) + B * NH * T * sizeof(float);
-  float* acc = reinterpret_cast<float*>((d_end + 255) & ~uintptr_t{255});
-  const int64_t slots = FusedDqSlots(B, T, NH);
-  return {acc, reinterpret_cast<uint32_t*>(acc + slots * 16 * HS), slots + 1};
-}
-
-// One block per (b·NKV + g, kBlockN-key tile); each warp owns 16 keys and
-// computes the transposed tiles Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (16 × kBlockM).
-//
-// kFuseDq (HS 64, kBlockM == kBlockN): the block also computes dS·K for each
-// query tile it visits (dSᵀ staged in shared memory) and adds it into the dq
-// slots (see FusedDqScratch); query tiles are visited from the last one down
-// so that key tile j − 1 is normally a step ahead of key tile j.
-// kMode (experiments, dev/flash_attention only; 0 = the real kernel):
-//   1 stores the partial without waiting or adding (wrong dq: cost of the GEMM alone),
-//   2 adds without waiting (racy dq: cost of the read-modify-write without the chain),
-//   3 visits query tiles diagonal first (ascending), 4 lane 0 alone acquires and releases.
-template <int HS, int kBlockN, int kBlockM, bool kFuseDq, int kMode = 0>
+// One block per (b·NKV + g, kBlockN-key tile) = (bx, by); each warp owns 16
+// keys and computes the transposed tiles Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (16 × kBlockM).
+template <int HS, int kBlockN, int kBlockM>
 __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
                                          const uint16_t* __restrict__ q,
                                          const uint16_t* __restrict__ k,
@@ -435,12 +382,8 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
                                          const float* __restrict__ lse,
                                          const float* __restrict__ Dsum, uint16_t* __restrict__ dk,
                                          uint16_t* __restrict__ dv, int T, int NH, int NKV,
-                                         float scale, uint16_t* __restrict__ dq, FusedDqScratch fs,
-                                         int bx0, int by0, int nbx) {
-  using Cfg = DkDvCfg<HS, kBlockN, kBlockM, kFuseDq>;
-  static_assert(!kFuseDq || (kBlockM == kBlockN && kBlockN == 64 && HS == 64),
-                "fused dq: 64 × 64 tiles, HS 64 (slot layout)");
-  constexpr int kSd = Cfg::kSd;
+                                         float scale, int bx, int by) {
+  using Cfg = DkDvCfg<HS, kBlockN, kBlockM>;
   constexpr int kS = Cfg::kS, kThreads = Cfg::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem);  // [kBlockN][kS]
@@ -449,22 +392,11 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
   uint16_t* sdO = sQ + 2 * kBlockM * kS;              // [2][kBlockM][kS]
   float* sL = reinterpret_cast<float*>(sdO + 2 * kBlockM * kS);  // [2][kBlockM] lse·log2e
   float* sD = sL + 2 * kBlockM;                                   // [2][kBlockM]
-  uint16_t* sdS = reinterpret_cast<uint16_t*>(sD + 2 * kBlockM);  // [kBlockN][kSd] (fused dq)
 
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int g = lane >> 2, t = lane & 3;
-  int bx = bx0, by = by0;
-  if constexpr (kFuseDq) {
-    int* sTicket = reinterpret_cast<int*>(sdS + kBlockN * kSd);
-    if (threadIdx.x == 0) *sTicket = static_cast<int>(atomicAdd(fs.sem + fs.n_zero - 1, 1u));
-    __syncthreads();
-    const int id = *sTicket;
-    bx = id % nbx;
-    by = id / nbx;
-  }
   const int b = bx / NKV, hk = bx % NKV, G = NH / NKV;
   const int k0 = by * kBlockN;
-  const int n_qt = (T + kBlockM - 1) / kBlockM;
   const int64_t ldq = int64_t{NH} * HS, ldk = int64_t{NKV} * HS;
   const int64_t kv_off = (int64_t{b} * T + k0) * ldk + int64_t{hk} * HS;
   const int qt0 = k0 / kBlockM;  // first query tile holding a query ≥ k0
@@ -473,12 +405,9 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
 
   LoadTile<HS, kBlockN, kThreads>(sK, k + kv_off, ldk, T - k0);
   LoadTile<HS, kBlockN, kThreads>(sV, v + kv_off, ldk, T - k0);
-  // Query tile of step it (fused dq: from the last tile down to the diagonal).
-  auto q_tile = [&](int it) {
-    return kFuseDq && kMode != 3 ? n_qt - 1 - it % per_head : qt0 + it % per_head;
-  };
+  // Step it: query head hk·G + it / per_head, query tile qt0 + it % per_head.
   auto load_step = [&](int it, int buf) {
-    const int h = hk * G + it / per_head, q0 = q_tile(it) * kBlockM;
+    const int h = hk * G + it / per_head, q0 = (qt0 + it % per_head) * kBlockM;
     const int64_t off = (int64_t{b} * T + q0) * ldq + int64_t{h} * HS;
     LoadTile<HS, kBlockM, kThreads>(sQ + buf * kBlockM * kS, q + off, ldq, T - q0);
     LoadTile<HS, kBlockM, kThreads>(sdO + buf * kBlockM * kS, dout + off, ldq, T - q0);
@@ -504,10 +433,6 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
   // them from shared memory (registers are needed for the accumulators).
   constexpr bool kKVInRegs = HS <= 64;
   uint32_t kf[kKVInRegs ? HS / 16 : 1][4], vf[kKVInRegs ? HS / 16 : 1][4];
-  // kMode 12: the previous step's semaphore release, done a step late (after
-  // the next S/dP products) so that its fence finds the stores complete.
-  uint32_t* pending_sem = nullptr;
-  uint32_t pending_val = 0;
 
   for (int it = 0; it < n_iter; ++it) {
     const int buf = it & 1;
@@ -528,7 +453,7 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
         }
       }
     }
-    const int qt = q_tile(it), q0 = qt * kBlockM;
+    const int q0 = (qt0 + it % per_head) * kBlockM;
     const uint16_t* cQ = sQ + buf * kBlockM * kS;
     const uint16_t* cdO = sdO + buf * kBlockM * kS;
     const float* cL = sL + buf * kBlockM;
@@ -565,14 +490,6 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
         Mma(dpt[2 * nn + 1], va, bo[2], bo[3]);
       }
     }
-    if constexpr (kMode == 12) {
-      if (pending_sem != nullptr) {
-        __threadfence();
-        __syncwarp();
-        if (lane == 0) StRelease(pending_sem, pending_val);
-        pending_sem = nullptr;
-      }
-    }
     // Pᵀ = exp(scale·s − lse), 0 where query < key or query ≥ T; dSᵀ = Pᵀ·(dPᵀ − D).
     const bool need_mask = q0 < wkey + 15 || q0 + kBlockM > T;  // warp-uniform
 #pragma unroll
@@ -587,15 +504,6 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
         }
         st[n][e] = p;
         dpt[n][e] = p * (dpt[n][e] - cD[qi]);
-      }
-    }
-    if constexpr (kFuseDq) {  // dSᵀ (bf16, as used for dK) → shared, rows = keys
-#pragma unroll
-      for (int n = 0; n < kBlockM / 8; ++n) {
-        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kSd + n * 8 + 2 * t) =
-            PackBF16(dpt[n][0], dpt[n][1]);
-        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kSd + n * 8 + 2 * t) =
-            PackBF16(dpt[n][2], dpt[n][3]);
       }
     }
     // dV += Pᵀ·dO, dK += dSᵀ·Q (k = queries).
@@ -620,94 +528,9 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
         Mma(dka[2 * dn + 1], da, bq[2], bq[3]);
       }
     }
-    if constexpr (kFuseDq) {
-      __syncthreads();  // dSᵀ complete
-      // dQ partial = dS·K over this block's keys; warp w owns queries 16w..16w+15.
-      float dqa[HS / 8][4];
-#pragma unroll
-      for (int d = 0; d < HS / 8; ++d) dqa[d][0] = dqa[d][1] = dqa[d][2] = dqa[d][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        uint32_t a[4];
-        Ldsm4T(a, AddrAT<kSd>(sdS, warp * 16, kk * 16, lane));
-#pragma unroll
-        for (int dn = 0; dn < HS / 16; ++dn) {
-          uint32_t bk[4];
-          Ldsm4T(bk, AddrBkn<kS>(sK, kk * 16, dn * 16, lane));
-          Mma(dqa[2 * dn], a, bk[0], bk[1]);
-          Mma(dqa[2 * dn + 1], a, bk[2], bk[3]);
-        }
-      }
-      const int h = hk * G + it / per_head, j = by;
-      const int64_t slot = ((int64_t{b} * NH + h) * n_qt + qt) * (kBlockM / 16) + warp;
-      float* acc = fs.acc + slot * (16 * HS) + lane * 4;
-      uint32_t* sem = fs.sem + slot;
-      if (j > 0 && kMode != 1) {  // key tiles 0..j−1 first, in order
-        if constexpr (kMode == 4) {
-          if (lane == 0) {
-            while (LdAcquire(sem) != static_cast<uint32_t>(j)) {
-            }
-          }
-          __syncwarp();
-        } else if constexpr (kMode != 2) {
-          while (LdAcquire(sem) != static_cast<uint32_t>(j)) {
-          }
-        }
-#pragma unroll
-        for (int d = 0; d < HS / 8; ++d) {
-          const float4 o = __ldcg(reinterpret_cast<const float4*>(acc + d * 128));
-          dqa[d][0] += o.x;
-          dqa[d][1] += o.y;
-          dqa[d][2] += o.z;
-          dqa[d][3] += o.w;
-        }
-      }
-      if (qt == j) {  // the diagonal tile is the last contribution: write dq
-        const int row = q0 + warp * 16 + g;
-        uint16_t* dqg = dq + (int64_t{b} * T + row) * ldq + int64_t{h} * HS + 2 * t;
-#pragma unroll
-        for (int d = 0; d < HS / 8; ++d) {
-          if (row < T) {
-            *reinterpret_cast<uint32_t*>(dqg + d * 8) =
-                PackBF16(dqa[d][0] * scale, dqa[d][1] * scale);
-          }
-          if (row + 8 < T) {
-            *reinterpret_cast<uint32_t*>(dqg + 8 * ldq + d * 8) =
-                PackBF16(dqa[d][2] * scale, dqa[d][3] * scale);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int d = 0; d < HS / 8; ++d) {
-          __stcg(reinterpret_cast<float4*>(acc + d * 128),
-                 make_float4(dqa[d][0], dqa[d][1], dqa[d][2], dqa[d][3]));
-        }
-        if constexpr (kMode == 4) {
-          __syncwarp();
-          if (lane == 0) {
-            __threadfence();
-            StRelease(sem, static_cast<uint32_t>(j + 1));
-          }
-        } else if constexpr (kMode == 12) {
-          pending_sem = sem;
-          pending_val = static_cast<uint32_t>(j + 1);
-        } else if constexpr (kMode != 1) {
-          __threadfence();
-          __syncwarp();
-          if (lane == 0) StRelease(sem, static_cast<uint32_t>(j + 1));
-        }
-      }
-    }
     __syncthreads();
   }
   CpAsyncWait<0>();  // n_iter == 0 never happens (k0 < T), but keep the groups drained
-  if constexpr (kMode == 12) {
-    if (pending_sem != nullptr) {
-      __threadfence();
-      __syncwarp();
-      if (lane == 0) StRelease(pending_sem, pending_val);
-    }
-  }
 
   // Only this warp read its 16 rows of sK and sV: stage the gradients there.
   uint16_t* sdk = sK + warp * 16 * kS;
@@ -720,16 +543,15 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
   StoreRows<HS>(sdv, dv + base, ldk, wkey, T, lane);
 }
 
-template <int HS, int kBlockN, int kBlockM, bool kFuseDq, int kMode = 0>
-__global__ void __launch_bounds__(DkDvCfg<HS, kBlockN, kBlockM, kFuseDq>::kThreads,
-                                  kMode >= 9 ? 3 : 1)
+template <int HS, int kBlockN, int kBlockM>
+__global__ void __launch_bounds__(DkDvCfg<HS, kBlockN, kBlockM>::kThreads, 1)
     FlashBwdDkDvKernel(const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
                        const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
                        const float* __restrict__ lse, const float* __restrict__ Dsum,
                        uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, int T, int NH,
-                       int NKV, float scale, uint16_t* __restrict__ dq, FusedDqScratch fs) {
-  DkDvBody<HS, kBlockN, kBlockM, kFuseDq, kMode>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV,
-                                                 scale, dq, fs, blockIdx.x, blockIdx.y, gridDim.x);
+                       int NKV, float scale) {
+  DkDvBody<HS, kBlockN, kBlockM>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale, blockIdx.x,
+                                 blockIdx.y);
 }
 
 template <int HS, int kBlockM, int kBlockN>
@@ -896,8 +718,7 @@ __global__ void __launch_bounds__(DkDvCfg<HS, kDkDvN, kDkDvM>::kThreads, kMinBlo
   const int r = blockIdx.x / per_round, rem = blockIdx.x % per_round;
   const int n = (T + kDqM - 1) / kDqM;
   if (rem < nkv) {
-    DkDvBody<HS, kDkDvN, kDkDvM, false>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale,
-                                        nullptr, FusedDqScratch{nullptr, nullptr, 0}, rem, r, 0);
+    DkDvBody<HS, kDkDvN, kDkDvM>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale, rem, r);
   } else {
     DqBody<HS, kDqM, kDqN>(dout, q, k, v, lse, Dsum, dq, T, NH, NKV, scale, rem - nkv, n - 1 - r);
   }
@@ -962,9 +783,9 @@ void LaunchForward(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint
   GTP_CU_LAUNCH_CHECK();
 }
 
-// kFuseDq: two kernels (D, then dk/dv/dq fused; HS 64 only); otherwise three
-// (D, dk/dv, then the separate dq pass).
-template <int HS, bool kFuseDq, int kMode = 0>
+// kMerged: D, then the dk/dv and dq blocks in one launch (≤168 registers, 3
+// blocks/SM); otherwise three kernels (D, dk/dv, dq).
+template <int HS, bool kMerged>
 void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
                     const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
                     uint16_t* dv, void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
@@ -972,46 +793,46 @@ void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, 
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const int Ti = static_cast<int>(T), NHi = static_cast<int>(NH), NKVi = static_cast<int>(NKV);
   float* Dsum = static_cast<float*>(scratch);
-  const FusedDqScratch fs =
-      kFuseDq ? FusedDqLayout(scratch, B, T, NH, HS) : FusedDqScratch{nullptr, nullptr, 0};
   {
     constexpr int kThreads = 256;
     const int64_t rows = B * T * NH;
     const int64_t blocks = std::min<int64_t>(CeilDiv(rows, kThreads / kWarpSize), 1 << 16);
-    FlashBwdDotKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        dout, out, Dsum, rows, Ti, NHi, HS, fs.sem, fs.n_zero);
+    FlashBwdDotKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(dout, out, Dsum,
+                                                                               rows, Ti, NHi, HS);
     GTP_CU_LAUNCH_CHECK();
   }
-  if constexpr (kMode == 6 || kMode == 11) {  // experiment: dk/dv and dq in one launch
+  if constexpr (kMerged) {
     constexpr int kM = DkDvBlockM<HS>(), kN = DqBlockN<HS>();
-    auto kernel = FlashBwdMergedKernel<HS, kDkDvBlockN, kM, kDqBlockM, kN, kMode == 11 ? 3 : 1>;
-    constexpr size_t smem = std::max(DkDvCfg<HS, kDkDvBlockN, kM>::kSmem, DqCfg<HS, kDqBlockM, kN>::kSmem);
+    using DkDv = DkDvCfg<HS, kDkDvBlockN, kM>;
+    auto kernel = FlashBwdMergedKernel<HS, kDkDvBlockN, kM, kDqBlockM, kN, 3>;
+    constexpr size_t smem = std::max(DkDv::kSmem, DqCfg<HS, kDqBlockM, kN>::kSmem);
     AllowSmem(kernel, smem);
     const int64_t blocks = CeilDiv(T, int64_t{kDkDvBlockN}) * (B * NKV + B * NH);
-    kernel<<<static_cast<unsigned>(blocks), DkDvCfg<HS, kDkDvBlockN, kM>::kThreads, smem, stream>>>(
+    kernel<<<static_cast<unsigned>(blocks), DkDv::kThreads, smem, stream>>>(
         dout, q, k, v, lse, Dsum, dq, dk, dv, Ti, NHi, NKVi, static_cast<int>(B), scale);
     GTP_CU_LAUNCH_CHECK();
-    return;
-  }
-  {
-    constexpr int kBlockM = kFuseDq ? kDkDvBlockN : DkDvBlockM<HS>();
-    using Cfg = DkDvCfg<HS, kDkDvBlockN, kBlockM, kFuseDq>;
-    auto kernel = FlashBwdDkDvKernel<HS, kDkDvBlockN, kBlockM, kFuseDq, kMode>;
-    AllowSmem(kernel, Cfg::kSmem);
-    const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(CeilDiv(T, kDkDvBlockN)));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dk, dv, Ti, NHi,
-                                                         NKVi, scale, dq, fs);
-    GTP_CU_LAUNCH_CHECK();
-  }
-  if constexpr (!kFuseDq && kMode != 8) {  // 8: timing experiment, dk/dv kernel alone
-    constexpr int kBlockN = DqBlockN<HS>();
-    using Cfg = DqCfg<HS, kDqBlockM, kBlockN>;
-    auto kernel = FlashBwdDqKernel<HS, kDqBlockM, kBlockN>;
-    AllowSmem(kernel, Cfg::kSmem);
-    const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>(CeilDiv(T, kDqBlockM)));
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dq, Ti, NHi,
-                                                         NKVi, scale);
-    GTP_CU_LAUNCH_CHECK();
+  } else {
+    {
+      constexpr int kBlockM = DkDvBlockM<HS>();
+      using Cfg = DkDvCfg<HS, kDkDvBlockN, kBlockM>;
+      auto kernel = FlashBwdDkDvKernel<HS, kDkDvBlockN, kBlockM>;
+      AllowSmem(kernel, Cfg::kSmem);
+      const dim3 grid(static_cast<unsigned>(B * NKV),
+                      static_cast<unsigned>(CeilDiv(T, kDkDvBlockN)));
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dk, dv, Ti,
+                                                           NHi, NKVi, scale);
+      GTP_CU_LAUNCH_CHECK();
+    }
+    {
+      constexpr int kBlockN = DqBlockN<HS>();
+      using Cfg = DqCfg<HS, kDqBlockM, kBlockN>;
+      auto kernel = FlashBwdDqKernel<HS, kDqBlockM, kBlockN>;
+      AllowSmem(kernel, Cfg::kSmem);
+      const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>(CeilDiv(T, kDqBlockM)));
+      kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dq, Ti, NHi,
+                                                           NKVi, scale);
+      GTP_CU_LAUNCH_CHECK();
+    }
   }
 }
 
@@ -1034,8 +855,7 @@ void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* ou
   }
 }
 
-// D[B, NH, T] f32 (the fused-dq experiments need more:
-// FlashAttentionBackwardVariantScratchBytes).
+// D[B, NH, T] f32.
 int64_t FlashAttentionBackwardScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t /*NKV*/,
                                            int64_t /*HS*/) {
   return B * NH * T * static_cast<int64_t>(sizeof(float));  // D[B, NH, T]
@@ -1050,17 +870,18 @@ void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, cons
   const void* f32[] = {lse, scratch};
   CheckArgs("FlashAttentionBackward", bf, 8, f32, 2, B, T, NH, NKV, HS);
   if (HS == 64) {  // dk/dv and dq blocks in one launch, ≤168 registers (3 blocks/SM)
-    LaunchBackward<64, false, 11>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                                  scratch, B, T, NH, NKV, stream);
-  } else {
+    LaunchBackward<64, true>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv), scratch,
+                             B, T, NH, NKV, stream);
+  } else {  // dk/dv kernel, then the dq kernel
     LaunchBackward<128, false>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
                                scratch, B, T, NH, NKV, stream);
   }
 }
 
 // The previous backward (separate dq pass, three kernels) for any supported HS,
-// kept for side-by-side timing in dev/flash_attention (declared there, not in
-// cuda.h). Needs at most FlashAttentionBackwardScratchBytes.
+// kept for side-by-side timing in dev/flash_attention (declared in
+// dev/flash_attention/variants.h, not in cuda.h). Needs
+// FlashAttentionBackwardScratchBytes.
 void FlashAttentionBackwardSeparateDq(const bf16* dout, const bf16* q, const bf16* k,
                                       const bf16* v, const bf16* out, const float* lse, bf16* dq,
                                       bf16* dk, bf16* dv, void* scratch, int64_t B, int64_t T,
@@ -1076,61 +897,6 @@ void FlashAttentionBackwardSeparateDq(const bf16* dout, const bf16* q, const bf1
     LaunchBackward<128, false>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
                                scratch, B, T, NH, NKV, stream);
   }
-}
-
-// Scratch bytes for every variant below (D plus the fused-dq slots).
-int64_t FlashAttentionBackwardVariantScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
-  return B * NH * T * static_cast<int64_t>(sizeof(float)) + FusedDqBytes(B, T, NH, HS);
-}
-
-// Fused-dq experiments (kMode above; HS 64 only), for dev/flash_attention.
-void FlashAttentionBackwardFusedDqVariant(int mode, const bf16* dout, const bf16* q, const bf16* k,
-                                          const bf16* v, const bf16* out, const float* lse,
-                                          bf16* dq, bf16* dk, bf16* dv, void* scratch, int64_t B,
-                                          int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                                          cudaStream_t stream) {
-  if (B == 0 || T == 0) return;
-  GTP_CU_REQUIRE(HS == 64 || mode == 7, "FlashAttentionBackwardFusedDqVariant: HS 64 only");
-  const void* bf[] = {dout, q, k, v, out, dq, dk, dv};
-  const void* f32[] = {lse, scratch};
-  CheckArgs("FlashAttentionBackwardFusedDqVariant", bf, 8, f32, 2, B, T, NH, NKV, HS);
-#define GTP_FA_VARIANT(M)                                                                     \
-  LaunchBackward<64, true, M>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv), \
-                              scratch, B, T, NH, NKV, stream)
-  switch (mode) {
-    case 1: GTP_FA_VARIANT(1); break;
-    case 2: GTP_FA_VARIANT(2); break;
-    case 3: GTP_FA_VARIANT(3); break;
-    case 4: GTP_FA_VARIANT(4); break;
-    case 6:  // the separate-dq path's kernels in one launch
-      LaunchBackward<64, false, 6>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                                   scratch, B, T, NH, NKV, stream);
-      break;
-    case 7:
-      LaunchBackward<128, false, 6>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                                    scratch, B, T, NH, NKV, stream);
-      break;
-    case 9:  // the separate-dq path, dk/dv kernel capped at 168 registers (3 blocks/SM)
-      LaunchBackward<64, false, 9>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                                   scratch, B, T, NH, NKV, stream);
-      break;
-    case 10:  // fused dq, capped at 168 registers
-      GTP_FA_VARIANT(10);
-      break;
-    case 11:  // merged launch, capped at 168 registers
-      LaunchBackward<64, false, 11>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                                    scratch, B, T, NH, NKV, stream);
-      break;
-    case 12:  // fused dq, ≤168 registers, release deferred by a step
-      GTP_FA_VARIANT(12);
-      break;
-    case 8:  // the separate-dq path without its dq pass (D + dk/dv only)
-      LaunchBackward<64, false, 8>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                                   scratch, B, T, NH, NKV, stream);
-      break;
-    default: GTP_FA_VARIANT(0); break;
-  }
-#undef GTP_FA_VARIANT
 }
 
 }  // namespace gtp::kernels::cuda

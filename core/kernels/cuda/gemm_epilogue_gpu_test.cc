@@ -33,6 +33,10 @@ namespace {
 constexpr double kBiasGradTol = 1e-3;
 
 double Tol(DType c) { return c == DType::kBF16 ? 1e-2 : 1e-5; }
+// cuBLASLt's GELU (and its derivative) approximates tanh: measured 1.13e-5
+// relative on f32 outputs (H200, 2026-12-01), so the epilogue's activation
+// outputs get a looser f32 bound; the layers use it for bf16 only.
+double ActTol(DType c) { return c == DType::kBF16 ? 1e-2 : 5e-5; }
 
 struct Dims {
   int64_t m, n, k;
@@ -154,7 +158,7 @@ class GemmEpilogueGpu : public ::testing::Test {
     for (int64_t i = 0; i < d.m; ++i) {
       for (int64_t j = 0; j < d.n; ++j) pre[i * d.n + j] += bias[j];
     }
-    EXPECT_TRUE(RelClose(Load(dC.Download(), d.c_type), RefGelu(pre), Tol(d.c_type)));
+    EXPECT_TRUE(RelClose(Load(dC.Download(), d.c_type), RefGelu(pre), ActTol(d.c_type)));
     EXPECT_TRUE(
         RelClose(Logical(Load(daux.Download(), d.c_type), d.m, d.n, LdAux(d)), pre, Tol(d.c_type)));
   }
@@ -178,7 +182,7 @@ class GemmEpilogueGpu : public ::testing::Test {
     const std::vector<double> dx =
         RefGeluBackward(RefProduct(d, A, B), ToDouble(Logical(pre, d.m, d.n, LdAux(d))));
     const std::vector<float> c = Load(dC.Download(), d.c_type), bg = dbg.Download();
-    EXPECT_TRUE(RelClose(c, dx, Tol(d.c_type)));
+    EXPECT_TRUE(RelClose(c, dx, ActTol(d.c_type)));
     const std::vector<double> bg_ref = ColumnSums(dx, d.m, d.n);
     EXPECT_TRUE(RelClose(bg, bg_ref, kBiasGradTol));
     if (d.c_type == DType::kBF16 && d.m >= 1024) {

@@ -1,0 +1,895 @@
+// dev/flash_attention/variants.cu — backward experiments for the fused causal
+// attention of core/kernels/cuda/flash_attention.cu, used only by the benchmark
+// and the GPU test in this directory (never linked into the library). Some
+// modes compute a wrong dq on purpose, for timing: see
+// FlashAttentionBackwardFusedDqVariant in variants.h.
+//
+// A self-contained copy of the backward of flash_attention.cu as it was when
+// these were measured (NOTES.md), device helpers included. The shipped
+// kernels are this code's kFuseDq = false, kMode = 0 paths (mode 11 launches
+// what FlashAttentionBackward launches at HS 64). Math, layout and work split:
+// the top of flash_attention.cu. The experiments:
+//   kFuseDq  dq computed inside the dk/dv kernel and added into f32 slots in a
+//            fixed key-tile order through semaphores (FusedDqScratch) —
+//            measured slower than separate dq blocks.
+//   kMode    timing variants of the launches and of the fused path (DkDvBody,
+//            LaunchBackward, FlashAttentionBackwardFusedDqVariant).
+// The internals live in namespace flash_dev so that their kernel names differ
+// from the library's in profiles.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "core/kernels/cuda/common.cuh"
+#include "dev/flash_attention/variants.h"
+
+namespace gtp::kernels::cuda {
+namespace flash_dev {
+namespace {
+
+using internal::CeilDiv;
+using internal::kWarpSize;
+using internal::WarpSum;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kPad = 8;  // bf16 elements of padding per shared-memory row
+
+// ---- PTX helpers ---------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global → shared; when !valid nothing is read and zeros are written.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// c[16×8] += a[16×16]·b[16×8], bf16 operands, f32 accumulators.
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBF16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void StRelease(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- Fragment addressing (per lane; `s` is a tile with row stride kS elements) --------
+// Fragment layouts of m16n8k16 (g = lane / 4, t = lane % 4): A regs hold
+// (row g | g+8, cols 2t | 2t+8 ..+1); B regs (k 2t | 2t+8 ..+1, col g); C holds
+// (row g, cols 2t, 2t+1) and (row g+8, cols 2t, 2t+1).
+
+// A fragment, rows r0..r0+15 × cols c0..c0+15 of a row-major tile.
+template <int kS>
+__device__ __forceinline__ uint32_t AddrA(const uint16_t* s, int r0, int c0, int lane) {
+  return SmemAddr(s + (r0 + (lane & 15)) * kS + c0 + (lane >> 4) * 8);
+}
+// A fragment, rows m0..m0+15 × cols k0..k0+15, of a tile stored transposed
+// ([k][m], e.g. dSᵀ for dS·K). ldmatrix.trans.
+template <int kS>
+__device__ __forceinline__ uint32_t AddrAT(const uint16_t* s, int m0, int k0, int lane) {
+  return SmemAddr(s + (k0 + (lane & 7) + ((lane >> 4) << 3)) * kS + m0 + ((lane >> 3) & 1) * 8);
+}
+// B fragments of two n8 tiles (n0, n0+8) × k c0..c0+15, the tile stored [n][k]
+// (e.g. K for Q·Kᵀ): regs 0,1 → n-tile n0; regs 2,3 → n-tile n0+8. ldmatrix.
+template <int kS>
+__device__ __forceinline__ uint32_t AddrBnk(const uint16_t* s, int n0, int c0, int lane) {
+  return SmemAddr(s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * kS + c0 + ((lane >> 3) & 1) * 8);
+}
+// Same two n8 tiles of a tile stored [k][n] (e.g. V for P·V), k rows k0..k0+15.
+// ldmatrix.trans.
+template <int kS>
+__device__ __forceinline__ uint32_t AddrBkn(const uint16_t* s, int k0, int n0, int lane) {
+  return SmemAddr(s + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * kS + n0 + (lane >> 4) * 8);
+}
+
+// Copies kRows × HS bf16 from global rows (stride ld elements) to a padded
+// shared tile; rows ≥ valid are zero-filled (never read).
+template <int HS, int kRows, int kThreads>
+__device__ __forceinline__ void LoadTile(uint16_t* s, const uint16_t* g, int64_t ld, int valid) {
+  constexpr int kChunks = HS / 8, kTotal = kRows * kChunks;
+  static_assert(kTotal % kThreads == 0, "tile copy must divide over the block");
+#pragma unroll
+  for (int i = 0; i < kTotal / kThreads; ++i) {
+    const int c = i * kThreads + threadIdx.x;
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r < valid;
+    CpAsync16(SmemAddr(s + r * (HS + kPad) + col), ok ? g + r * ld + col : g, ok);
+  }
+}
+
+// Writes 16 rows × HS of a warp's staged tile (shared, stride HS + kPad) to
+// global rows row0.. (stride ld), skipping rows ≥ T. 16-byte stores.
+template <int HS>
+__device__ __forceinline__ void StoreRows(const uint16_t* s, uint16_t* g, int64_t ld, int row0,
+                                          int T, int lane) {
+  constexpr int kChunks = HS / 8;
+#pragma unroll
+  for (int i = 0; i < 16 * kChunks / kWarpSize; ++i) {
+    const int c = i * kWarpSize + lane;
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    if (row0 + r < T) {
+      *reinterpret_cast<uint4*>(g + (row0 + r) * ld + col) =
+          *reinterpret_cast<const uint4*>(s + r * (HS + kPad) + col);
+    }
+  }
+}
+
+// Stages a warp's 16 × HS f32 accumulator fragment (times `mul`) into shared
+// rows (stride HS + kPad) as bf16.
+template <int HS>
+__device__ __forceinline__ void StageAcc(uint16_t* s, const float (&acc)[HS / 8][4], float mul0,
+                                         float mul1, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int d = 0; d < HS / 8; ++d) {
+    *reinterpret_cast<uint32_t*>(s + g * (HS + kPad) + d * 8 + 2 * t) =
+        PackBF16(acc[d][0] * mul0, acc[d][1] * mul0);
+    *reinterpret_cast<uint32_t*>(s + (g + 8) * (HS + kPad) + d * 8 + 2 * t) =
+        PackBF16(acc[d][2] * mul1, acc[d][3] * mul1);
+  }
+}
+
+// ---- Backward ----------------------------------------------------------------------------
+
+// D[b, h, t] = Σ_d dout·out over row (b, t, h); one warp per row, fixed order.
+__global__ void FlashBwdDotKernel(const uint16_t* __restrict__ dout,
+                                  const uint16_t* __restrict__ out, float* __restrict__ Dsum,
+                                  int64_t rows, int T, int NH, int HS, uint32_t* __restrict__ zero,
+                                  int64_t n_zero) {
+  const int lane = threadIdx.x % kWarpSize;
+  // The fused dq path's semaphores and block ticket start at 0 in every call.
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_zero;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    zero[i] = 0;
+  }
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarpSize;
+  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarpSize; r < rows;
+       r += warps) {
+    const uint32_t* a = reinterpret_cast<const uint32_t*>(dout + r * HS);
+    const uint32_t* c = reinterpret_cast<const uint32_t*>(out + r * HS);
+    float acc = 0.0f;
+    for (int i = lane; i < HS / 2; i += kWarpSize) {
+      const uint32_t x = a[i], y = c[i];
+      acc = fmaf(__uint_as_float(x << 16), __uint_as_float(y << 16), acc);
+      acc = fmaf(__uint_as_float(x & 0xffff0000u), __uint_as_float(y & 0xffff0000u), acc);
+    }
+    acc = WarpSum(acc);
+    if (lane == 0) {
+      const int64_t h = r % NH, bt = r / NH, tt = bt % T, b = bt / T;
+      Dsum[(b * NH + h) * T + tt] = acc;
+    }
+  }
+}
+
+template <int HS, int kBlockN, int kBlockM, bool kFuseDq = false>
+struct DkDvCfg {
+  static constexpr int kThreads = kBlockN / 16 * kWarpSize;
+  static constexpr int kS = HS + kPad;
+  static constexpr int kSd = kBlockM + kPad;  // dSᵀ tile row stride (fused dq)
+  static constexpr size_t kSmem = size_t(2 * kBlockN + 4 * kBlockM) * kS * sizeof(uint16_t) +
+                                  4 * kBlockM * sizeof(float) +
+                                  (kFuseDq ? size_t(kBlockN) * kSd * sizeof(uint16_t) + 16 : 0);
+};
+
+// Fused-dq bookkeeping in the backward scratch (HS 64): after D come, 256-byte
+// aligned, the f32 dq partial sums in mma C-fragment order, one 16 × HS slab per
+// (b·NH + h, query tile, warp) = "slot", then one u32 semaphore per slot and the
+// block ticket. Slot (bh, i, w) receives the contributions of key tiles 0..i in
+// that order: key tile j waits for semaphore == j, adds, and releases j + 1; key
+// tile i (the diagonal, the last) writes dq in bf16 instead. Blocks take their
+// (b·NKV + g, key tile) from the ticket in launch order, key tile major, so a
+// block only ever waits for one that started before it (no deadlock whatever
+// the hardware's block order), and the adds happen in a fixed order
+// (bit-identical results run to run, no float atomics).
+struct FusedDqScratch {
+  float* acc;
+  uint32_t* sem;     // [n_slots] followed by the ticket
+  int64_t n_zero;    // n_slots + 1 words zeroed by FlashBwdDotKernel
+};
+inline int64_t FusedDqSlots(int64_t B, int64_t T, int64_t NH) {
+  return B * NH * CeilDiv(T, int64_t{64}) * 4;
+}
+inline int64_t FusedDqBytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  return 256 + FusedDqSlots(B, T, NH) * 16 * HS * int64_t{sizeof(float)} +
+         (FusedDqSlots(B, T, NH) + 1) * int64_t{sizeof(uint32_t)};
+}
+inline FusedDqScratch FusedDqLayout(void* scratch, int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  const uintptr_t d_end = reinterpret_cast<uintptr_t>(scratch) + B * NH * T * sizeof(float);
+  float* acc = reinterpret_cast<float*>((d_end + 255) & ~uintptr_t{255});
+  const int64_t slots = FusedDqSlots(B, T, NH);
+  return {acc, reinterpret_cast<uint32_t*>(acc + slots * 16 * HS), slots + 1};
+}
+
+// One block per (b·NKV + g, kBlockN-key tile); each warp owns 16 keys and
+// computes the transposed tiles Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (16 × kBlockM).
+//
+// kFuseDq (HS 64, kBlockM == kBlockN): the block also computes dS·K for each
+// query tile it visits (dSᵀ staged in shared memory) and adds it into the dq
+// slots (see FusedDqScratch); query tiles are visited from the last one down
+// so that key tile j − 1 is normally a step ahead of key tile j.
+// kMode (experiments, dev/flash_attention only; 0 = the real kernel):
+//   1 stores the partial without waiting or adding (wrong dq: cost of the GEMM alone),
+//   2 adds without waiting (racy dq: cost of the read-modify-write without the chain),
+//   3 visits query tiles diagonal first (ascending), 4 lane 0 alone acquires and releases.
+template <int HS, int kBlockN, int kBlockM, bool kFuseDq, int kMode = 0>
+__device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
+                                         const uint16_t* __restrict__ q,
+                                         const uint16_t* __restrict__ k,
+                                         const uint16_t* __restrict__ v,
+                                         const float* __restrict__ lse,
+                                         const float* __restrict__ Dsum, uint16_t* __restrict__ dk,
+                                         uint16_t* __restrict__ dv, int T, int NH, int NKV,
+                                         float scale, uint16_t* __restrict__ dq, FusedDqScratch fs,
+                                         int bx0, int by0, int nbx) {
+  using Cfg = DkDvCfg<HS, kBlockN, kBlockM, kFuseDq>;
+  static_assert(!kFuseDq || (kBlockM == kBlockN && kBlockN == 64 && HS == 64),
+                "fused dq: 64 × 64 tiles, HS 64 (slot layout)");
+  constexpr int kSd = Cfg::kSd;
+  constexpr int kS = Cfg::kS, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem);  // [kBlockN][kS]
+  uint16_t* sV = sK + kBlockN * kS;                   // [kBlockN][kS]
+  uint16_t* sQ = sV + kBlockN * kS;                   // [2][kBlockM][kS]
+  uint16_t* sdO = sQ + 2 * kBlockM * kS;              // [2][kBlockM][kS]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kBlockM * kS);  // [2][kBlockM] lse·log2e
+  float* sD = sL + 2 * kBlockM;                                   // [2][kBlockM]
+  uint16_t* sdS = reinterpret_cast<uint16_t*>(sD + 2 * kBlockM);  // [kBlockN][kSd] (fused dq)
+
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int g = lane >> 2, t = lane & 3;
+  int bx = bx0, by = by0;
+  if constexpr (kFuseDq) {
+    int* sTicket = reinterpret_cast<int*>(sdS + kBlockN * kSd);
+    if (threadIdx.x == 0) *sTicket = static_cast<int>(atomicAdd(fs.sem + fs.n_zero - 1, 1u));
+    __syncthreads();
+    const int id = *sTicket;
+    bx = id % nbx;
+    by = id / nbx;
+  }
+  const int b = bx / NKV, hk = bx % NKV, G = NH / NKV;
+  const int k0 = by * kBlockN;
+  const int n_qt = (T + kBlockM - 1) / kBlockM;
+  const int64_t ldq = int64_t{NH} * HS, ldk = int64_t{NKV} * HS;
+  const int64_t kv_off = (int64_t{b} * T + k0) * ldk + int64_t{hk} * HS;
+  const int qt0 = k0 / kBlockM;  // first query tile holding a query ≥ k0
+  const int per_head = (T + kBlockM - 1) / kBlockM - qt0;
+  const int n_iter = G * per_head;
+
+  LoadTile<HS, kBlockN, kThreads>(sK, k + kv_off, ldk, T - k0);
+  LoadTile<HS, kBlockN, kThreads>(sV, v + kv_off, ldk, T - k0);
+  // Query tile of step it (fused dq: from the last tile down to the diagonal).
+  auto q_tile = [&](int it) {
+    return kFuseDq && kMode != 3 ? n_qt - 1 - it % per_head : qt0 + it % per_head;
+  };
+  auto load_step = [&](int it, int buf) {
+    const int h = hk * G + it / per_head, q0 = q_tile(it) * kBlockM;
+    const int64_t off = (int64_t{b} * T + q0) * ldq + int64_t{h} * HS;
+    LoadTile<HS, kBlockM, kThreads>(sQ + buf * kBlockM * kS, q + off, ldq, T - q0);
+    LoadTile<HS, kBlockM, kThreads>(sdO + buf * kBlockM * kS, dout + off, ldq, T - q0);
+    const int64_t row_off = (int64_t{b} * NH + h) * T + q0;
+    for (int i = threadIdx.x; i < kBlockM; i += kThreads) {
+      const bool ok = q0 + i < T;
+      sL[buf * kBlockM + i] = ok ? lse[row_off + i] * kLog2e : 0.0f;
+      sD[buf * kBlockM + i] = ok ? Dsum[row_off + i] : 0.0f;
+    }
+  };
+  load_step(0, 0);
+  CpAsyncCommit();
+
+  float dka[HS / 8][4], dva[HS / 8][4];
+#pragma unroll
+  for (int d = 0; d < HS / 8; ++d) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dka[d][e] = dva[d][e] = 0.0f;
+  }
+  const float sl2 = scale * kLog2e;
+  const int wkey = k0 + warp * 16;  // this warp's first key
+  // HS 64: this warp's K and V A-fragments stay in registers; HS 128 re-reads
+  // them from shared memory (registers are needed for the accumulators).
+  constexpr bool kKVInRegs = HS <= 64;
+  uint32_t kf[kKVInRegs ? HS / 16 : 1][4], vf[kKVInRegs ? HS / 16 : 1][4];
+  // kMode 12: the previous step's semaphore release, done a step late (after
+  // the next S/dP products) so that its fence finds the stores complete.
+  uint32_t* pending_sem = nullptr;
+  uint32_t pending_val = 0;
+
+  for (int it = 0; it < n_iter; ++it) {
+    const int buf = it & 1;
+    if (it + 1 < n_iter) {
+      load_step(it + 1, buf ^ 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if constexpr (kKVInRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; ++kk) {
+          Ldsm4(kf[kk], AddrA<kS>(sK, warp * 16, kk * 16, lane));
+          Ldsm4(vf[kk], AddrA<kS>(sV, warp * 16, kk * 16, lane));
+        }
+      }
+    }
+    const int qt = q_tile(it), q0 = qt * kBlockM;
+    const uint16_t* cQ = sQ + buf * kBlockM * kS;
+    const uint16_t* cdO = sdO + buf * kBlockM * kS;
+    const float* cL = sL + buf * kBlockM;
+    const float* cD = sD + buf * kBlockM;
+
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: rows = this warp's keys, cols = queries.
+    float st[kBlockM / 8][4], dpt[kBlockM / 8][4];
+#pragma unroll
+    for (int n = 0; n < kBlockM / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      if constexpr (kKVInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          ka[i] = kf[kk][i];
+          va[i] = vf[kk][i];
+        }
+      } else {
+        Ldsm4(ka, AddrA<kS>(sK, warp * 16, kk * 16, lane));
+        Ldsm4(va, AddrA<kS>(sV, warp * 16, kk * 16, lane));
+      }
+#pragma unroll
+      for (int nn = 0; nn < kBlockM / 16; ++nn) {
+        uint32_t bq[4], bo[4];
+        Ldsm4(bq, AddrBnk<kS>(cQ, nn * 16, kk * 16, lane));
+        Mma(st[2 * nn], ka, bq[0], bq[1]);
+        Mma(st[2 * nn + 1], ka, bq[2], bq[3]);
+        Ldsm4(bo, AddrBnk<kS>(cdO, nn * 16, kk * 16, lane));
+        Mma(dpt[2 * nn], va, bo[0], bo[1]);
+        Mma(dpt[2 * nn + 1], va, bo[2], bo[3]);
+      }
+    }
+    if constexpr (kMode == 12) {
+      if (pending_sem != nullptr) {
+        __threadfence();
+        __syncwarp();
+        if (lane == 0) StRelease(pending_sem, pending_val);
+        pending_sem = nullptr;
+      }
+    }
+    // Pᵀ = exp(scale·s − lse), 0 where query < key or query ≥ T; dSᵀ = Pᵀ·(dPᵀ − D).
+    const bool need_mask = q0 < wkey + 15 || q0 + kBlockM > T;  // warp-uniform
+#pragma unroll
+    for (int n = 0; n < kBlockM / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = n * 8 + 2 * t + (e & 1);
+        float p = Exp2(fmaf(st[n][e], sl2, -cL[qi]));
+        if (need_mask) {
+          const int query = q0 + qi, key = wkey + g + (e >> 1) * 8;
+          if (query < key || query >= T) p = 0.0f;
+        }
+        st[n][e] = p;
+        dpt[n][e] = p * (dpt[n][e] - cD[qi]);
+      }
+    }
+    if constexpr (kFuseDq) {  // dSᵀ (bf16, as used for dK) → shared, rows = keys
+#pragma unroll
+      for (int n = 0; n < kBlockM / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * kSd + n * 8 + 2 * t) =
+            PackBF16(dpt[n][0], dpt[n][1]);
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * kSd + n * 8 + 2 * t) =
+            PackBF16(dpt[n][2], dpt[n][3]);
+      }
+    }
+    // dV += Pᵀ·dO, dK += dSᵀ·Q (k = queries).
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      const uint32_t pa[4] = {PackBF16(st[2 * kk][0], st[2 * kk][1]),
+                              PackBF16(st[2 * kk][2], st[2 * kk][3]),
+                              PackBF16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                              PackBF16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      const uint32_t da[4] = {PackBF16(dpt[2 * kk][0], dpt[2 * kk][1]),
+                              PackBF16(dpt[2 * kk][2], dpt[2 * kk][3]),
+                              PackBF16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                              PackBF16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < HS / 16; ++dn) {
+        uint32_t bo[4], bq[4];
+        Ldsm4T(bo, AddrBkn<kS>(cdO, kk * 16, dn * 16, lane));
+        Mma(dva[2 * dn], pa, bo[0], bo[1]);
+        Mma(dva[2 * dn + 1], pa, bo[2], bo[3]);
+        Ldsm4T(bq, AddrBkn<kS>(cQ, kk * 16, dn * 16, lane));
+        Mma(dka[2 * dn], da, bq[0], bq[1]);
+        Mma(dka[2 * dn + 1], da, bq[2], bq[3]);
+      }
+    }
+    if constexpr (kFuseDq) {
+      __syncthreads();  // dSᵀ complete
+      // dQ partial = dS·K over this block's keys; warp w owns queries 16w..16w+15.
+      float dqa[HS / 8][4];
+#pragma unroll
+      for (int d = 0; d < HS / 8; ++d) dqa[d][0] = dqa[d][1] = dqa[d][2] = dqa[d][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t a[4];
+        Ldsm4T(a, AddrAT<kSd>(sdS, warp * 16, kk * 16, lane));
+#pragma unroll
+        for (int dn = 0; dn < HS / 16; ++dn) {
+          uint32_t bk[4];
+          Ldsm4T(bk, AddrBkn<kS>(sK, kk * 16, dn * 16, lane));
+          Mma(dqa[2 * dn], a, bk[0], bk[1]);
+          Mma(dqa[2 * dn + 1], a, bk[2], bk[3]);
+        }
+      }
+      const int h = hk * G + it / per_head, j = by;
+      const int64_t slot = ((int64_t{b} * NH + h) * n_qt + qt) * (kBlockM / 16) + warp;
+      float* acc = fs.acc + slot * (16 * HS) + lane * 4;
+      uint32_t* sem = fs.sem + slot;
+      if (j > 0 && kMode != 1) {  // key tiles 0..j−1 first, in order
+        if constexpr (kMode == 4) {
+          if (lane == 0) {
+            while (LdAcquire(sem) != static_cast<uint32_t>(j)) {
+            }
+          }
+          __syncwarp();
+        } else if constexpr (kMode != 2) {
+          while (LdAcquire(sem) != static_cast<uint32_t>(j)) {
+          }
+        }
+#pragma unroll
+        for (int d = 0; d < HS / 8; ++d) {
+          const float4 o = __ldcg(reinterpret_cast<const float4*>(acc + d * 128));
+          dqa[d][0] += o.x;
+          dqa[d][1] += o.y;
+          dqa[d][2] += o.z;
+          dqa[d][3] += o.w;
+        }
+      }
+      if (qt == j) {  // the diagonal tile is the last contribution: write dq
+        const int row = q0 + warp * 16 + g;
+        uint16_t* dqg = dq + (int64_t{b} * T + row) * ldq + int64_t{h} * HS + 2 * t;
+#pragma unroll
+        for (int d = 0; d < HS / 8; ++d) {
+          if (row < T) {
+            *reinterpret_cast<uint32_t*>(dqg + d * 8) =
+                PackBF16(dqa[d][0] * scale, dqa[d][1] * scale);
+          }
+          if (row + 8 < T) {
+            *reinterpret_cast<uint32_t*>(dqg + 8 * ldq + d * 8) =
+                PackBF16(dqa[d][2] * scale, dqa[d][3] * scale);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int d = 0; d < HS / 8; ++d) {
+          __stcg(reinterpret_cast<float4*>(acc + d * 128),
+                 make_float4(dqa[d][0], dqa[d][1], dqa[d][2], dqa[d][3]));
+        }
+        if constexpr (kMode == 4) {
+          __syncwarp();
+          if (lane == 0) {
+            __threadfence();
+            StRelease(sem, static_cast<uint32_t>(j + 1));
+          }
+        } else if constexpr (kMode == 12) {
+          pending_sem = sem;
+          pending_val = static_cast<uint32_t>(j + 1);
+        } else if constexpr (kMode != 1) {
+          __threadfence();
+          __syncwarp();
+          if (lane == 0) StRelease(sem, static_cast<uint32_t>(j + 1));
+        }
+      }
+    }
+    __syncthreads();
+  }
+  CpAsyncWait<0>();  // n_iter == 0 never happens (k0 < T), but keep the groups drained
+  if constexpr (kMode == 12) {
+    if (pending_sem != nullptr) {
+      __threadfence();
+      __syncwarp();
+      if (lane == 0) StRelease(pending_sem, pending_val);
+    }
+  }
+
+  // Only this warp read its 16 rows of sK and sV: stage the gradients there.
+  uint16_t* sdk = sK + warp * 16 * kS;
+  uint16_t* sdv = sV + warp * 16 * kS;
+  StageAcc<HS>(sdk, dka, scale, scale, lane);
+  StageAcc<HS>(sdv, dva, 1.0f, 1.0f, lane);
+  __syncwarp();
+  const int64_t base = int64_t{b} * T * ldk + int64_t{hk} * HS;
+  StoreRows<HS>(sdk, dk + base, ldk, wkey, T, lane);
+  StoreRows<HS>(sdv, dv + base, ldk, wkey, T, lane);
+}
+
+template <int HS, int kBlockN, int kBlockM, bool kFuseDq, int kMode = 0>
+__global__ void __launch_bounds__(DkDvCfg<HS, kBlockN, kBlockM, kFuseDq>::kThreads,
+                                  kMode >= 9 ? 3 : 1)
+    FlashBwdDkDvKernel(const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
+                       const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                       const float* __restrict__ lse, const float* __restrict__ Dsum,
+                       uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, int T, int NH,
+                       int NKV, float scale, uint16_t* __restrict__ dq, FusedDqScratch fs) {
+  DkDvBody<HS, kBlockN, kBlockM, kFuseDq, kMode>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV,
+                                                 scale, dq, fs, blockIdx.x, blockIdx.y, gridDim.x);
+}
+
+template <int HS, int kBlockM, int kBlockN>
+struct DqCfg {
+  static constexpr int kThreads = kBlockM / 16 * kWarpSize;
+  static constexpr int kS = HS + kPad;
+  static constexpr size_t kSmem = size_t(2 * kBlockM + 4 * kBlockN) * kS * sizeof(uint16_t);
+};
+
+// One block per (b·NH + h, kBlockM-query tile): dQ = scale·Σ_j dS·K over the
+// key tiles up to the diagonal.
+template <int HS, int kBlockM, int kBlockN>
+__device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
+                                       const uint16_t* __restrict__ q,
+                                       const uint16_t* __restrict__ k,
+                                       const uint16_t* __restrict__ v,
+                                       const float* __restrict__ lse,
+                                       const float* __restrict__ Dsum, uint16_t* __restrict__ dq,
+                                       int T, int NH, int NKV, float scale, int bh0, int qtile) {
+  using Cfg = DqCfg<HS, kBlockM, kBlockN>;
+  constexpr int kS = Cfg::kS, kThreads = Cfg::kThreads;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);  // [kBlockM][kS]
+  uint16_t* sdO = sQ + kBlockM * kS;                  // [kBlockM][kS]
+  uint16_t* sK = sdO + kBlockM * kS;                  // [2][kBlockN][kS]
+  uint16_t* sV = sK + 2 * kBlockN * kS;               // [2][kBlockN][kS]
+
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int g = lane >> 2, t = lane & 3;
+  const int bh = bh0, b = bh / NH, h = bh % NH, hk = h / (NH / NKV);
+  const int q0 = qtile * kBlockM;
+  const int64_t ldq = int64_t{NH} * HS, ldk = int64_t{NKV} * HS;
+  const int64_t q_off = (int64_t{b} * T + q0) * ldq + int64_t{h} * HS;
+  const uint16_t* kg = k + int64_t{b} * T * ldk + int64_t{hk} * HS;
+  const uint16_t* vg = v + int64_t{b} * T * ldk + int64_t{hk} * HS;
+  const int n_tiles = (min(q0 + kBlockM, T) + kBlockN - 1) / kBlockN;
+
+  LoadTile<HS, kBlockM, kThreads>(sQ, q + q_off, ldq, T - q0);
+  LoadTile<HS, kBlockM, kThreads>(sdO, dout + q_off, ldq, T - q0);
+  LoadTile<HS, kBlockN, kThreads>(sK, kg, ldk, T);
+  LoadTile<HS, kBlockN, kThreads>(sV, vg, ldk, T);
+  CpAsyncCommit();
+
+  const int wrow = q0 + warp * 16;
+  float lse2[2], Dr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = wrow + g + 8 * r;
+    lse2[r] = row < T ? lse[int64_t{bh} * T + row] * kLog2e : 0.0f;
+    Dr[r] = row < T ? Dsum[int64_t{bh} * T + row] : 0.0f;
+  }
+  uint32_t qf[HS / 16][4], of[HS / 16][4];
+  float dqa[HS / 8][4];
+#pragma unroll
+  for (int d = 0; d < HS / 8; ++d) dqa[d][0] = dqa[d][1] = dqa[d][2] = dqa[d][3] = 0.0f;
+  const float sl2 = scale * kLog2e;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j & 1;
+    if (j + 1 < n_tiles) {
+      const int k1 = (j + 1) * kBlockN;
+      LoadTile<HS, kBlockN, kThreads>(sK + (buf ^ 1) * kBlockN * kS, kg + k1 * ldk, ldk, T - k1);
+      LoadTile<HS, kBlockN, kThreads>(sV + (buf ^ 1) * kBlockN * kS, vg + k1 * ldk, ldk, T - k1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        Ldsm4(qf[kk], AddrA<kS>(sQ, warp * 16, kk * 16, lane));
+        Ldsm4(of[kk], AddrA<kS>(sdO, warp * 16, kk * 16, lane));
+      }
+    }
+    const uint16_t* cK = sK + buf * kBlockN * kS;
+    const uint16_t* cV = sV + buf * kBlockN * kS;
+
+    float s[kBlockN / 8][4], dp[kBlockN / 8][4];
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; ++kk) {
+#pragma unroll
+      for (int nn = 0; nn < kBlockN / 16; ++nn) {
+        uint32_t bk[4], bv[4];
+        Ldsm4(bk, AddrBnk<kS>(cK, nn * 16, kk * 16, lane));
+        Mma(s[2 * nn], qf[kk], bk[0], bk[1]);
+        Mma(s[2 * nn + 1], qf[kk], bk[2], bk[3]);
+        Ldsm4(bv, AddrBnk<kS>(cV, nn * 16, kk * 16, lane));
+        Mma(dp[2 * nn], of[kk], bv[0], bv[1]);
+        Mma(dp[2 * nn + 1], of[kk], bv[2], bv[3]);
+      }
+    }
+    const int k0 = j * kBlockN;
+    const bool need_mask = k0 + kBlockN - 1 > wrow || k0 + kBlockN > T;  // warp-uniform
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        float p = Exp2(fmaf(s[n][e], sl2, -lse2[r]));
+        if (need_mask) {
+          const int key = k0 + n * 8 + 2 * t + (e & 1), row = wrow + g + 8 * r;
+          if (key > row || key >= T) p = 0.0f;
+        }
+        dp[n][e] = p * (dp[n][e] - Dr[r]);
+      }
+    }
+    // dQ += dS·K (k = keys).
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint32_t da[4] = {PackBF16(dp[2 * kk][0], dp[2 * kk][1]),
+                              PackBF16(dp[2 * kk][2], dp[2 * kk][3]),
+                              PackBF16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                              PackBF16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < HS / 16; ++dn) {
+        uint32_t bk[4];
+        Ldsm4T(bk, AddrBkn<kS>(cK, kk * 16, dn * 16, lane));
+        Mma(dqa[2 * dn], da, bk[0], bk[1]);
+        Mma(dqa[2 * dn + 1], da, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+  uint16_t* sdq = sQ + warp * 16 * kS;  // read only by this warp, at j == 0
+  StageAcc<HS>(sdq, dqa, scale, scale, lane);
+  __syncwarp();
+  StoreRows<HS>(sdq, dq + int64_t{b} * T * ldq + int64_t{h} * HS, ldq, wrow, T, lane);
+}
+
+template <int HS, int kBlockM, int kBlockN>
+__global__ void __launch_bounds__(DqCfg<HS, kBlockM, kBlockN>::kThreads)
+    FlashBwdDqKernel(const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
+                     const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                     const float* __restrict__ lse, const float* __restrict__ Dsum,
+                     uint16_t* __restrict__ dq, int T, int NH, int NKV, float scale) {
+  // Longest rows first: the last query tiles see the most keys.
+  DqBody<HS, kBlockM, kBlockN>(dout, q, k, v, lse, Dsum, dq, T, NH, NKV, scale, blockIdx.x,
+                               gridDim.y - 1 - blockIdx.y);
+}
+
+// dk/dv and dq blocks in one launch (1-D grid), in rounds of decreasing work:
+// round r = the dk/dv blocks of key tile r (B·NKV of them) then the dq blocks
+// of query tile n − 1 − r (B·NH), so the dq blocks fill the dk/dv tail. Both
+// roles are the separate kernels' bodies (no inter-block dependences).
+template <int HS, int kDkDvN, int kDkDvM, int kDqM, int kDqN, int kMinBlocks>
+__global__ void __launch_bounds__(DkDvCfg<HS, kDkDvN, kDkDvM>::kThreads, kMinBlocks)
+    FlashBwdMergedKernel(const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
+                         const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                         const float* __restrict__ lse, const float* __restrict__ Dsum,
+                         uint16_t* __restrict__ dq, uint16_t* __restrict__ dk,
+                         uint16_t* __restrict__ dv, int T, int NH, int NKV, int B, float scale) {
+  static_assert(DkDvCfg<HS, kDkDvN, kDkDvM>::kThreads == DqCfg<HS, kDqM, kDqN>::kThreads,
+                "one block size for both roles");
+  static_assert(kDkDvN == kDqM, "as many key tiles as query tiles");
+  const int nkv = B * NKV, nq = B * NH, per_round = nkv + nq;
+  const int r = blockIdx.x / per_round, rem = blockIdx.x % per_round;
+  const int n = (T + kDqM - 1) / kDqM;
+  if (rem < nkv) {
+    DkDvBody<HS, kDkDvN, kDkDvM, false>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale,
+                                        nullptr, FusedDqScratch{nullptr, nullptr, 0}, rem, r, 0);
+  } else {
+    DqBody<HS, kDqM, kDqN>(dout, q, k, v, lse, Dsum, dq, T, NH, NKV, scale, rem - nkv, n - 1 - r);
+  }
+}
+
+// ---- Launchers ---------------------------------------------------------------------------
+
+template <int HS>
+constexpr int DkDvBlockM() {
+  return HS <= 64 ? 64 : 32;  // HS 128: fewer queries per step keeps dk/dv in registers
+}
+template <int HS>
+constexpr int DqBlockN() {
+  return HS <= 64 ? 64 : 32;
+}
+constexpr int kDkDvBlockN = 64, kDqBlockM = 64;
+
+// bf16 tensors are copied 16 bytes at a time (rows of HS = 64 or 128 elements
+// stay aligned when the base is); f32 buffers need only their natural alignment.
+void CheckArgs(const char* what, const void* const* bf16_ptrs, int n_bf16,
+               const void* const* f32_ptrs, int n_f32, int64_t B, int64_t T, int64_t NH,
+               int64_t NKV, int64_t HS) {
+  GTP_CU_REQUIRE(HS == 64 || HS == 128, "%s: head size %lld is not supported (64 or 128)", what,
+                 static_cast<long long>(HS));
+  GTP_CU_REQUIRE(B >= 0 && T >= 0 && NKV >= 1 && NH >= NKV && NH % NKV == 0,
+                 "%s: bad shape B=%lld T=%lld NH=%lld NKV=%lld", what, static_cast<long long>(B),
+                 static_cast<long long>(T), static_cast<long long>(NH),
+                 static_cast<long long>(NKV));
+  GTP_CU_REQUIRE(CeilDiv(T, 64) <= 65535 && B * NH < (int64_t{1} << 31),
+                 "%s: shape too large for the grid: B=%lld T=%lld NH=%lld", what,
+                 static_cast<long long>(B), static_cast<long long>(T),
+                 static_cast<long long>(NH));
+  for (int i = 0; i < n_bf16; ++i) {
+    GTP_CU_REQUIRE(bf16_ptrs[i] != nullptr && reinterpret_cast<uintptr_t>(bf16_ptrs[i]) % 16 == 0,
+                   "%s: bf16 pointer %d is null or not 16-byte aligned", what, i);
+  }
+  for (int i = 0; i < n_f32; ++i) {
+    GTP_CU_REQUIRE(f32_ptrs[i] != nullptr && reinterpret_cast<uintptr_t>(f32_ptrs[i]) % 4 == 0,
+                   "%s: f32 pointer %d is null or misaligned", what, i);
+  }
+}
+
+template <typename Kernel>
+void AllowSmem(Kernel kernel, size_t bytes) {
+  GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)));
+}
+
+// kFuseDq: two kernels (D, then dk/dv/dq fused; HS 64 only); otherwise three
+// (D, dk/dv, then the separate dq pass).
+template <int HS, bool kFuseDq, int kMode = 0>
+void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                    const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
+                    uint16_t* dv, void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                    cudaStream_t stream) {
+  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+  const int Ti = static_cast<int>(T), NHi = static_cast<int>(NH), NKVi = static_cast<int>(NKV);
+  float* Dsum = static_cast<float*>(scratch);
+  const FusedDqScratch fs =
+      kFuseDq ? FusedDqLayout(scratch, B, T, NH, HS) : FusedDqScratch{nullptr, nullptr, 0};
+  {
+    constexpr int kThreads = 256;
+    const int64_t rows = B * T * NH;
+    const int64_t blocks = std::min<int64_t>(CeilDiv(rows, kThreads / kWarpSize), 1 << 16);
+    FlashBwdDotKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        dout, out, Dsum, rows, Ti, NHi, HS, fs.sem, fs.n_zero);
+    GTP_CU_LAUNCH_CHECK();
+  }
+  if constexpr (kMode == 6 || kMode == 11) {  // experiment: dk/dv and dq in one launch
+    constexpr int kM = DkDvBlockM<HS>(), kN = DqBlockN<HS>();
+    auto kernel = FlashBwdMergedKernel<HS, kDkDvBlockN, kM, kDqBlockM, kN, kMode == 11 ? 3 : 1>;
+    constexpr size_t smem = std::max(DkDvCfg<HS, kDkDvBlockN, kM>::kSmem, DqCfg<HS, kDqBlockM, kN>::kSmem);
+    AllowSmem(kernel, smem);
+    const int64_t blocks = CeilDiv(T, int64_t{kDkDvBlockN}) * (B * NKV + B * NH);
+    kernel<<<static_cast<unsigned>(blocks), DkDvCfg<HS, kDkDvBlockN, kM>::kThreads, smem, stream>>>(
+        dout, q, k, v, lse, Dsum, dq, dk, dv, Ti, NHi, NKVi, static_cast<int>(B), scale);
+    GTP_CU_LAUNCH_CHECK();
+    return;
+  }
+  {
+    constexpr int kBlockM = kFuseDq ? kDkDvBlockN : DkDvBlockM<HS>();
+    using Cfg = DkDvCfg<HS, kDkDvBlockN, kBlockM, kFuseDq>;
+    auto kernel = FlashBwdDkDvKernel<HS, kDkDvBlockN, kBlockM, kFuseDq, kMode>;
+    AllowSmem(kernel, Cfg::kSmem);
+    const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(CeilDiv(T, kDkDvBlockN)));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dk, dv, Ti, NHi,
+                                                         NKVi, scale, dq, fs);
+    GTP_CU_LAUNCH_CHECK();
+  }
+  if constexpr (!kFuseDq && kMode != 8) {  // 8: timing experiment, dk/dv kernel alone
+    constexpr int kBlockN = DqBlockN<HS>();
+    using Cfg = DqCfg<HS, kDqBlockM, kBlockN>;
+    auto kernel = FlashBwdDqKernel<HS, kDqBlockM, kBlockN>;
+    AllowSmem(kernel, Cfg::kSmem);
+    const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>(CeilDiv(T, kDqBlockM)));
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dq, Ti, NHi,
+                                                         NKVi, scale);
+    GTP_CU_LAUNCH_CHECK();
+  }
+}
+
+const uint16_t* U(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+uint16_t* U(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
+
+}  // namespace
+}  // namespace flash_dev
+
+using flash_dev::CheckArgs;
+using flash_dev::FusedDqBytes;
+using flash_dev::LaunchBackward;
+using flash_dev::U;
+
+// Scratch bytes for every variant below (D plus the fused-dq slots).
+int64_t FlashAttentionBackwardVariantScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  return B * NH * T * static_cast<int64_t>(sizeof(float)) + FusedDqBytes(B, T, NH, HS);
+}
+
+// Modes: variants.h (HS 64 only, except 7).
+void FlashAttentionBackwardFusedDqVariant(int mode, const bf16* dout, const bf16* q, const bf16* k,
+                                          const bf16* v, const bf16* out, const float* lse,
+                                          bf16* dq, bf16* dk, bf16* dv, void* scratch, int64_t B,
+                                          int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                          cudaStream_t stream) {
+  if (B == 0 || T == 0) return;
+  GTP_CU_REQUIRE(HS == 64 || mode == 7, "FlashAttentionBackwardFusedDqVariant: HS 64 only");
+  const void* bf[] = {dout, q, k, v, out, dq, dk, dv};
+  const void* f32[] = {lse, scratch};
+  CheckArgs("FlashAttentionBackwardFusedDqVariant", bf, 8, f32, 2, B, T, NH, NKV, HS);
+#define GTP_FA_VARIANT(M)                                                                     \
+  LaunchBackward<64, true, M>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv), \
+                              scratch, B, T, NH, NKV, stream)
+  switch (mode) {
+    case 1: GTP_FA_VARIANT(1); break;
+    case 2: GTP_FA_VARIANT(2); break;
+    case 3: GTP_FA_VARIANT(3); break;
+    case 4: GTP_FA_VARIANT(4); break;
+    case 6:  // the separate-dq path's kernels in one launch
+      LaunchBackward<64, false, 6>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
+                                   scratch, B, T, NH, NKV, stream);
+      break;
+    case 7:
+      LaunchBackward<128, false, 6>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
+                                    scratch, B, T, NH, NKV, stream);
+      break;
+    case 9:  // the separate-dq path, dk/dv kernel capped at 168 registers (3 blocks/SM)
+      LaunchBackward<64, false, 9>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
+                                   scratch, B, T, NH, NKV, stream);
+      break;
+    case 10:  // fused dq, capped at 168 registers
+      GTP_FA_VARIANT(10);
+      break;
+    case 11:  // merged launch, capped at 168 registers
+      LaunchBackward<64, false, 11>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
+                                    scratch, B, T, NH, NKV, stream);
+      break;
+    case 12:  // fused dq, ≤168 registers, release deferred by a step
+      GTP_FA_VARIANT(12);
+      break;
+    case 8:  // the separate-dq path without its dq pass (D + dk/dv only)
+      LaunchBackward<64, false, 8>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
+                                   scratch, B, T, NH, NKV, stream);
+      break;
+    default: GTP_FA_VARIANT(0); break;
+  }
+#undef GTP_FA_VARIANT
+}
+
+}  // namespace gtp::kernels::cuda

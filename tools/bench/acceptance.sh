@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# tools/bench/acceptance.sh — the GPU-speed issue's measurements in one device
+# call (GPU machine, repo root, after `tools/gpu.sh bundle` was carried):
+#   1. GPT-2 124M, B=8: gtp bf16 vs torch eager and torch.compile, 200 steps
+#      (speed, memory, loss agreement);
+#   2. GPT-2 124M, B=16 and 3. 350M (24 layers, C=1024, 16 heads), B=8:
+#      gtp vs torch.compile, fewer steps (speed only);
+#   4. gtp f32 on case 1's data: its losses vs gtp bf16's.
+# Each case's log and gtp metrics land in $ACC_DIR/<case>.{log,jsonl}
+# (default /tmp/gtp_acceptance); torch's per-step losses are in the logs.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+export PYTHONUNBUFFERED=1
+ACC_DIR="${ACC_DIR:-/tmp/gtp_acceptance}"
+mkdir -p "$ACC_DIR"
+run_case() {  # name, env assignments...
+  local name="$1"; shift
+  echo "=== $name"
+  env -u OUT "$@" TMPDIR="$ACC_DIR" bash tools/bench/bench.sh > "$ACC_DIR/$name.log" 2>&1
+  local rc=$?
+  grep -A6 "^| run" "$ACC_DIR/$name.log"
+  grep -A4 "^loss agreement" "$ACC_DIR/$name.log"
+  local work
+  work="$(sed -n 's/^bench: work dir //p' "$ACC_DIR/$name.log")"
+  [ -n "$work" ] && cp "$work/gtp/metrics.jsonl" "$ACC_DIR/$name.jsonl" 2>/dev/null
+  [ $rc -eq 0 ] || { echo "$name failed (rc $rc):"; tail -20 "$ACC_DIR/$name.log"; }
+}
+run_case gpt124m_b8 STEPS="${STEPS:-200}" MODES="eager compile"
+run_case gpt124m_b16 STEPS="${STEPS_SHORT:-40}" B=16 MODES="compile"
+run_case gpt350m_b8 STEPS="${STEPS_SHORT:-40}" N_LAYER=24 N_EMBD=1024 N_HEAD=16 MODES="compile"
+run_case gpt124m_b8_f32 STEPS="${STEPS:-200}" PRECISION=f32 MODES=" "
+
+# gtp bf16 vs gtp f32 on the same weights and batches (steps 21..N).
+python3 - "$ACC_DIR/gpt124m_b8.jsonl" "$ACC_DIR/gpt124m_b8_f32.jsonl" <<'PY'
+import json, sys
+def losses(p):
+    out = {}
+    for line in open(p):
+        r = json.loads(line)
+        if "loss" in r: out[r["step"]] = r["loss"]
+    return out
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+steps = sorted(s for s in a if s in b and s >= 21)
+if steps:
+    d = [abs(a[s] - b[s]) for s in steps]
+    last = steps[-1]
+    print("gtp-bf16 vs gtp-f32: steps %d..%d: mean |Δ| %.5f, max |Δ| %.5f, final loss rel diff %.2e"
+          % (steps[0], last, sum(d) / len(d), max(d), abs(a[last] - b[last]) / abs(b[last])))
+PY
