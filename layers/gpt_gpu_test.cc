@@ -19,19 +19,23 @@
 namespace gtp::layers {
 namespace {
 
+// Llama style: RMSNorm, SwiGLU, RoPE, no biases, untied, GQA (kv_heads).
+GptConfig LlamaStyle(GptConfig c, int64_t kv_heads) {
+  c.block.rope = true;
+  c.learned_positions = false;
+  c.block.norm = NormKind::kRMSNorm;
+  c.block.activation = Activation::kSwiGlu;
+  c.block.bias = false;
+  c.block.n_kv_head = kv_heads;
+  c.tied_embeddings = false;
+  return c;
+}
+
 std::vector<float> Train(const kernels::Exec& exec, bool llama) {
   std::vector<float> losses;
   GptConfig c = GptConfig::Gpt2(300, 32, 2, 64, 4);
   c.block.seed = 11;
-  if (llama) {
-    c.block.rope = true;
-    c.learned_positions = false;
-    c.block.norm = NormKind::kRMSNorm;
-    c.block.activation = Activation::kSwiGlu;
-    c.block.bias = false;
-    c.block.n_kv_head = 2;
-    c.tied_embeddings = false;
-  }
+  if (llama) c = LlamaStyle(c, 2);
   const int64_t B = 4, T = 32;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
     GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build({}, w));
@@ -93,14 +97,7 @@ Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T
   GptConfig c = GptConfig::Gpt2(1000, T, 2, 128, 2);  // HS = 64: the flash kernel's size
   c.block.seed = 13;
   c.block.dtype = dt;
-  if (llama) {
-    c.block.rope = true;
-    c.learned_positions = false;
-    c.block.norm = NormKind::kRMSNorm;
-    c.block.activation = Activation::kSwiGlu;
-    c.block.bias = false;
-    c.tied_embeddings = false;
-  }
+  if (llama) c = LlamaStyle(c, 0);
   const int64_t B = 2;
   Grads out;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {

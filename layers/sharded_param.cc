@@ -57,8 +57,9 @@ const Tensor& GtpChain::Ones(int64_t n, DType dtype) {
   return ones_.emplace(std::make_pair(n, dtype), std::move(t)).first->second;
 }
 
-void GtpChain::Record(GtpTraceEvent::Kind kind, const ShardedParam& p, Direction dir, bool async) {
-  if (tracing_) trace_.push_back(GtpTraceEvent{kind, p.name(), dir, async, seq_++});
+void GtpChain::Record(GtpTraceEvent::Kind kind, const ShardedParam& p, Direction dir, bool async,
+                      const void* buffer) {
+  if (tracing_) trace_.push_back(GtpTraceEvent{kind, p.name(), dir, async, seq_++, buffer});
 }
 
 void GtpChain::Register(ShardedParam* p) {
@@ -155,7 +156,7 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
   GTP_CHECK(dir != Direction::kRecompute || chain_->order_frozen(), name_,
             ": recompute before the chain was recorded");
   if (gtp_size() == 1) {
-    chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false);
+    chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, shard_.raw_data());
     return shard_.Slice(0, rows_);
   }
   GatherSlot& g = gather_[static_cast<int>(dir)];
@@ -169,7 +170,7 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
       GTP_RETURN_IF_ERROR(next->IssueGather(dir, /*async=*/true));
     }
   }
-  chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false);
+  chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, g.buffer.raw_data());
   return g.buffer.Slice(0, rows_);
 }
 
@@ -219,7 +220,7 @@ absl::Status ShardedParam::ReduceGrad() {
   }
   reduce_.state = CommState::kAsyncWait;
   chain_->Record(GtpTraceEvent::kReduceIssued, *this, Direction::kBackward,
-                 chain_->options().async_reduction);
+                 chain_->options().async_reduction, reduce_.wgrad.raw_data());
   if (!chain_->options().async_reduction) return FinalizeReduce(/*deferred=*/false);
   // Finalise the reductions issued before this one: they overlapped with
   // this param's backward GEMMs.

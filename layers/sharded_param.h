@@ -78,6 +78,9 @@ struct GtpTraceEvent {
   Direction dir;
   bool async;   // issued as a prefetch / finalised deferred
   int64_t seq;  // global order of events on this rank
+  // kConsumed: the weight handed to the GEMMs; kReduceIssued: the wgrad
+  // buffer reduced (stable addresses are what CUDA-graph capture needs).
+  const void* buffer = nullptr;
 };
 
 // Free lists of buffers keyed by (shape, dtype, purpose). Purposes are the
@@ -139,7 +142,8 @@ class GtpChain {
 
  private:
   friend class ShardedParam;
-  void Record(GtpTraceEvent::Kind kind, const ShardedParam& p, Direction dir, bool async);
+  void Record(GtpTraceEvent::Kind kind, const ShardedParam& p, Direction dir, bool async,
+              const void* buffer = nullptr);
   void Register(ShardedParam* p);
   ShardedParam* Neighbour(const ShardedParam* p, Direction dir) const;
 
