@@ -1,5 +1,7 @@
 #include "core/cuda_runtime.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 namespace gtp {
@@ -51,7 +53,16 @@ absl::StatusOr<Stream> Stream::Create(int device, int priority) {
   return out;
 }
 
+namespace {
+// Instrumentation only (a counter, never read by the library itself).
+std::atomic<int64_t> g_host_syncs{0};
+}  // namespace
+
+int64_t HostSyncCount() { return g_host_syncs.load(std::memory_order_relaxed); }
+void internal::CountHostSync() { g_host_syncs.fetch_add(1, std::memory_order_relaxed); }
+
 absl::Status Stream::Synchronize() const {
+  internal::CountHostSync();
   return CudaStatus(cudaStreamSynchronize(get()), "cudaStreamSynchronize");
 }
 
@@ -69,6 +80,7 @@ void Event::WaitOn(cudaStream_t stream) const {
   GTP_CUDA_CHECK(cudaStreamWaitEvent(stream, get(), 0));
 }
 absl::Status Event::Synchronize() const {
+  internal::CountHostSync();
   return CudaStatus(cudaEventSynchronize(get()), "cudaEventSynchronize");
 }
 float Event::ElapsedMs(const Event& start, const Event& stop) {

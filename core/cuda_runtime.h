@@ -47,6 +47,14 @@ struct CudaEventDeleter {
 using CudaStreamPtr = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, CudaStreamDeleter>;
 using CudaEventPtr = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, CudaEventDeleter>;
 
+// How many times this process has made the host wait for the GPU through
+// core (Stream/Event::Synchronize, Copy with sync): tests use it to prove
+// that a training step is enqueued without waiting. Thread-safe.
+int64_t HostSyncCount();
+namespace internal {
+void CountHostSync();
+}  // namespace internal
+
 // An owned, non-blocking CUDA stream on one device.
 class Stream {
  public:

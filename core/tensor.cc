@@ -160,7 +160,10 @@ absl::Status Copy(const Tensor& src, const Tensor& dst, void* cuda_stream, bool 
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   GTP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(),
                                            cudaMemcpyDefault, stream));
-  if (sync) GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  if (sync) {
+    internal::CountHostSync();
+    GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  }
   return absl::OkStatus();
 }
 

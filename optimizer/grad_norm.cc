@@ -13,14 +13,20 @@ namespace ops = kernels::ops;
 
 namespace {
 
-// This rank's share of the buffer's sum of squares (see the file comment).
-// Ranges that count and ranges that count as 0·ss (copies another rank
-// counts) are coalesced into runs, and all runs are summed in one pass with
-// one stream synchronisation.
-double LocalSumSquares(const GradBuffer& grads) {
-  const kernels::Exec& e = grads.exec();
+// This rank's share of the buffer's sum of squares (see the file comment)
+// as ranges of the flat gradient: the first `n_count` count, the rest count
+// as 0·ss (copies another rank counts: nothing when finite, NaN when not — a
+// NaN on one TP rank's copy alone must still skip the step everywhere).
+// Adjacent ranges of one kind are coalesced.
+struct Ranges {
+  std::vector<Tensor> xs;
+  int n_count = 0;
+};
+
+Ranges LocalRanges(const GradBuffer& grads) {
+  Ranges out;
   const bool scattered = grads.options().reduce == ReduceMode::kReduceScatter;
-  if (!scattered && grads.replicate()->rank() != 0) return 0.0;
+  if (!scattered && grads.replicate()->rank() != 0) return out;
   const bool gtp0 = grads.gtp()->rank() == 0, tp0 = grads.tp()->rank() == 0;
   struct Run {
     int64_t a, z;
@@ -43,18 +49,26 @@ double LocalSumSquares(const GradBuffer& grads) {
     }
     for (int i : b.params) {
       const GradParam& p = grads.params()[i];
-      // A copy another rank counts still contributes 0·ss: nothing when
-      // finite, NaN when not — a NaN on one TP rank's copy alone (TP copies
-      // are never reduced together) must still skip the step everywhere.
       add(std::max(lo, p.offset), std::min(hi, p.offset + p.numel), gtp0 && (p.tp_sharded || tp0));
     }
   }
-  std::vector<Tensor> xs;
-  for (const Run& r : runs) xs.push_back(grads.data().Slice(r.a, r.z));
-  const std::vector<double> ss = ops::SumSquaresMany(e, xs);
-  double local = 0.0;
-  for (size_t i = 0; i < runs.size(); ++i) local += runs[i].counts ? ss[i] : 0.0 * ss[i];
-  return local;
+  // Counting ranges first: adding the 0·ss terms last changes no bits.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Run& r : runs) {
+      if (r.counts != (pass == 0)) continue;
+      out.xs.push_back(grads.data().Slice(r.a, r.z));
+      if (pass == 0) ++out.n_count;
+    }
+  }
+  return out;
+}
+
+// Ranks that do not count contribute zero, so summing over every group is
+// right in both reduce modes.
+std::vector<comm::Communicator*> NormGroups(const GradBuffer& g) {
+  std::vector<comm::Communicator*> groups{g.replicate(), g.tp(), g.gtp()};
+  groups.insert(groups.end(), g.distinct().begin(), g.distinct().end());
+  return groups;
 }
 
 }  // namespace
@@ -62,15 +76,14 @@ double LocalSumSquares(const GradBuffer& grads) {
 absl::StatusOr<double> GlobalGradNorm(const std::vector<const GradBuffer*>& buffers) {
   double total = 0.0;
   for (const GradBuffer* g : buffers) {
-    const double local = LocalSumSquares(*g);
+    const Ranges r = LocalRanges(*g);
+    const std::vector<double> ss = ops::SumSquaresMany(g->exec(), r.xs);
+    double local = 0.0;
+    for (size_t i = 0; i < ss.size(); ++i) local += static_cast<int>(i) < r.n_count ? ss[i] : 0.0 * ss[i];
     // Two f32 words keep ~48 bits of the double through f32 collectives.
     const float hi = static_cast<float>(local);
     std::vector<float> words{hi, std::isfinite(local) ? static_cast<float>(local - hi) : 0.0f};
-    // Ranks that do not count contribute zero, so summing over every group
-    // is right in both reduce modes.
-    std::vector<comm::Communicator*> groups{g->replicate(), g->tp(), g->gtp()};
-    groups.insert(groups.end(), g->distinct().begin(), g->distinct().end());
-    for (comm::Communicator* c : groups) {
+    for (comm::Communicator* c : NormGroups(*g)) {
       GTP_RETURN_IF_ERROR(internal::Annotate(
           internal::AllReduceHostF32(g->exec(), c, &words, comm::ReduceOp::kSum),
           "summing the grad norm", c));
@@ -78,6 +91,47 @@ absl::StatusOr<double> GlobalGradNorm(const std::vector<const GradBuffer*>& buff
     total += static_cast<double>(words[0]) + static_cast<double>(words[1]);
   }
   return std::sqrt(total);
+}
+
+bool GradNormOnDeviceSupported(const std::vector<const GradBuffer*>& buffers) {
+  if (buffers.empty()) return false;
+  const kernels::Exec& e = buffers[0]->exec();
+  for (const GradBuffer* g : buffers) {
+    if (g->exec().device != e.device) return false;
+    for (comm::Communicator* c : NormGroups(*g)) {
+      if (c != nullptr && c->size() > 1 && (!e.is_cuda() || c->backend() != "nccl")) return false;
+    }
+  }
+  return true;
+}
+
+absl::Status GlobalGradNormOnDevice(const std::vector<const GradBuffer*>& buffers, double max_norm,
+                                    const Tensor& out) {
+  if (!GradNormOnDeviceSupported(buffers)) {
+    return absl::FailedPreconditionError(
+        "GlobalGradNormOnDevice: the buffers' groups need device-memory collectives (NCCL) "
+        "or one rank each");
+  }
+  const kernels::Exec& e = buffers[0]->exec();
+  const int64_t nb = static_cast<int64_t>(buffers.size());
+  Tensor words = e.Empty({2 * nb});
+  for (int64_t b = 0; b < nb; ++b) {
+    const GradBuffer* g = buffers[b];
+    const Ranges r = LocalRanges(*g);
+    const int n = static_cast<int>(r.xs.size());
+    Tensor sums = e.Empty({std::max<int64_t>(1, n)}, DType::kI64);
+    ops::SumSquaresInto(e, r.xs, sums);
+    Tensor w = words.Slice(2 * b, 2 * b + 2);
+    ops::GradNormWords(e, sums, r.n_count, n, w);
+    for (comm::Communicator* c : NormGroups(*g)) {
+      if (c == nullptr || c->size() == 1) continue;
+      GTP_RETURN_IF_ERROR(internal::Annotate(
+          comm::Run(c->AllReduce(w.raw_data(), w.raw_data(), 2, DType::kF32, comm::ReduceOp::kSum)),
+          "summing the grad norm", c));
+    }
+  }
+  ops::GradNormFinalize(e, words, max_norm, out);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> GlobalGradNorm(const GradBuffer& grads) {

@@ -32,6 +32,17 @@ namespace gtp::optimizer {
 absl::StatusOr<double> GlobalGradNorm(const std::vector<const GradBuffer*>& buffers);
 absl::StatusOr<double> GlobalGradNorm(const GradBuffer& grads);
 
+// The same norm decided on the device, without reading it back: `out`
+// (f32 [3] on the buffers' device) receives {norm, clip scale, skip} in
+// stream order — scale = max_norm / (norm + 1e-6) when 0 < max_norm < norm,
+// else 1; skip = 1 when the norm is NaN/Inf (see ops::GradNormFinalize).
+// Every group with more than one rank must take device memory (NCCL on
+// CUDA); GradNormOnDeviceSupported says whether that holds.
+// FailedPrecondition otherwise. Collective like GlobalGradNorm (enqueued).
+bool GradNormOnDeviceSupported(const std::vector<const GradBuffer*>& buffers);
+absl::Status GlobalGradNormOnDevice(const std::vector<const GradBuffer*>& buffers, double max_norm,
+                                    const Tensor& out);
+
 // Multiplies every valid gradient element by `factor`. Enqueued on the
 // buffer's exec stream; does not communicate.
 void ScaleGrads(const GradBuffer& grads, float factor);

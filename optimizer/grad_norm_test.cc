@@ -141,6 +141,52 @@ TEST(DistributedOptimizer, SkipsAndCountsStepsWithNonFiniteGradients) {
   }
 }
 
+// One rank: the norm, clip scale and skip are decided on the device
+// (GlobalGradNormOnDevice, AdamW reading them) — the same outcome as the
+// host path: the poisoned step is skipped and counted, the params are those
+// of the one clean step, and the norm reported is not finite.
+TEST(DistributedOptimizer, OnDeviceDecisionSkipsAndCountsLikeTheHostPath) {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    testing::RunConfig c = NormConfig({"single", 1, 1, 1}, ReduceMode::kReduceScatter);
+    c.before_step = [&](testing::RankContext& ctx, int step) {
+      if (step != 1) return;
+      ctx.grads->data().data<float>()[ctx.grads->params()[2].offset] = bad;
+    };
+    const testing::RunResult r = testing::Train(c);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_FALSE(r.stats[0].skipped);
+    EXPECT_TRUE(r.stats[1].skipped);
+    EXPECT_FALSE(std::isfinite(r.stats[1].grad_norm));
+    EXPECT_EQ(r.stats[1].step, 1);
+    EXPECT_EQ(r.num_skipped[0], 1);
+    testing::RunConfig one = NormConfig({"single", 1, 1, 1}, ReduceMode::kReduceScatter);
+    one.steps = 1;
+    const testing::RunResult ref = testing::Train(one);
+    ASSERT_TRUE(ref.status.ok());
+    EXPECT_EQ(testing::CompareParams(r.params, ref.params, 1e-30, 0).worst, 0.0);
+  }
+}
+
+// The device decision reports the host path's norm: the same model and
+// data with clipping active on one rank (device path) and over two GTP ranks
+// (host path; the norm is layout-invariant).
+TEST(GlobalGradNormOnDevice, MatchesTheHostNorm) {
+  testing::RunConfig c = NormConfig({"single", 1, 1, 1}, ReduceMode::kReduceScatter);
+  c.opt.clip_grad = 1e-3;  // always clipping
+  testing::RunConfig h = NormConfig({"GTP2", 1, 2, 1}, ReduceMode::kReduceScatter);
+  h.opt.clip_grad = 1e-3;
+  const testing::RunResult dev = testing::Train(c), host = testing::Train(h);
+  ASSERT_TRUE(dev.status.ok()) << dev.status;
+  ASSERT_TRUE(host.status.ok()) << host.status;
+  ASSERT_EQ(dev.stats.size(), host.stats.size());
+  for (size_t i = 0; i < dev.stats.size(); ++i) {
+    EXPECT_FALSE(dev.stats[i].skipped);
+    ASSERT_TRUE(std::isfinite(dev.stats[i].grad_norm));
+    EXPECT_GT(dev.stats[i].grad_norm, 1e-3);  // so the clip scale was in play
+    EXPECT_NEAR(dev.stats[i].grad_norm, host.stats[i].grad_norm, 1e-5 * host.stats[i].grad_norm);
+  }
+}
+
 // Dense and expert buffers together: on 4 ranks with dense DP4 and an expert
 // grid of EP2 × EGTP2, each expert matrix lives GTP-sharded on its EP rank's
 // EGTP pair. The expert buffer reduces over edp/etp/egtp and its norm sums

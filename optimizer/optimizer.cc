@@ -167,7 +167,8 @@ void DistributedOptimizer::BuildAdamWTable(Part* part) {
   part->adamw_chunks_dev = upload(chunks.data(), chunks.size() * sizeof(kernels::cuda::AdamWChunk));
 }
 
-void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t, float grad_scale) {
+void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t, float grad_scale,
+                                     const float* device_scalars) {
   if (part.adamw.empty()) return;
   const AdamWConfig& c = config_.adamw;
   kernels::AdamWParams hp;
@@ -177,6 +178,7 @@ void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t, floa
   hp.eps = c.eps;
   hp.step = t;
   hp.grad_scale = grad_scale;
+  hp.device_scalars = device_scalars;
   if (exec_.is_cuda()) {
     kernels::cuda::AdamWMulti(
         static_cast<const kernels::AdamWSegment*>(part.adamw_segments_dev.raw_data()),
@@ -227,6 +229,9 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
     GTP_RETURN_IF_ERROR(part.grads->FinishGradSync());
     buffers.push_back(part.grads);
   }
+  bool muon = false;
+  for (const Part& part : parts_) muon |= part.muon != nullptr;
+  if (!muon && GradNormOnDeviceSupported(buffers)) return StepOnDevice(buffers);
   StepStats stats;
   GTP_ASSIGN_OR_RETURN(stats.grad_norm, GlobalGradNorm(buffers));
   stats.lr = LrAt(config_.lr, progress_.step);
@@ -242,8 +247,6 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
   float scale = 1.0f;
   if (config_.clip_grad > 0 && stats.grad_norm > config_.clip_grad) {
     scale = static_cast<float>(config_.clip_grad / (stats.grad_norm + 1e-6));
-    bool muon = false;
-    for (const Part& part : parts_) muon |= part.muon != nullptr;
     if (muon) {
       for (const GradBuffer* g : buffers) ScaleGrads(*g, scale);
       scale = 1.0f;
@@ -257,6 +260,37 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
     }
     if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));
     part.grads->ZeroGrad();
+  }
+  progress_.step = t;
+  stats.step = t;
+  return stats;
+}
+
+absl::StatusOr<StepStats> DistributedOptimizer::StepOnDevice(
+    const std::vector<const GradBuffer*>& buffers) {
+  // The norm, the clip scale and the NaN/Inf skip are decided on the device
+  // and AdamW reads them there: the whole step is enqueued before the one
+  // read at its end. A skipped step's update is a no-op on the device; the
+  // host learns of it from that read (before the next step's lr and t).
+  if (!norm_scalars_.defined()) norm_scalars_ = exec_.Zeros({3});
+  GTP_RETURN_IF_ERROR(GlobalGradNormOnDevice(buffers, config_.clip_grad, norm_scalars_));
+  StepStats stats;
+  stats.lr = LrAt(config_.lr, progress_.step);
+  const int64_t t = progress_.step + 1;
+  for (Part& part : parts_) {
+    StepAdamW(part, stats.lr, t, 1.0f, norm_scalars_.data<float>());
+    if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));  // a skipped step regathers as is
+    part.grads->ZeroGrad();
+  }
+  float host[3] = {0, 0, 0};
+  GTP_RETURN_IF_ERROR(Copy(norm_scalars_, Tensor::Wrap(host, {3}, DType::kF32, Device::Cpu()),
+                           exec_.stream, /*sync=*/true));
+  stats.grad_norm = host[0];
+  if (host[2] != 0.0f) {
+    ++progress_.num_skipped;
+    stats.skipped = true;
+    stats.step = progress_.step;
+    return stats;
   }
   progress_.step = t;
   stats.step = t;

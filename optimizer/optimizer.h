@@ -46,6 +46,10 @@
 // the global grad norm (optimizer/grad_norm.h), skips the step (counting it)
 // when the norm is NaN or Inf, clips to clip_grad, updates, and zeroes the
 // gradients. Collective over the replicate, tp and gtp groups; blocks.
+// Without Muon, and where every group of more than one rank takes device
+// memory (NCCL; or a single rank), the norm, clip scale and skip decision
+// stay on the device (optimizer/grad_norm.h GlobalGradNormOnDevice) and AdamW
+// reads them there: the step is enqueued whole and read back once at its end.
 // Threading: the rank's training thread only.
 #pragma once
 
@@ -219,13 +223,16 @@ class DistributedOptimizer {
   DistributedOptimizer() = default;
   absl::Status CreatePart(GradBuffer* grads, Part* part);
   void BuildAdamWTable(Part* part);
-  void StepAdamW(const Part& part, float lr, int64_t t, float grad_scale);
+  void StepAdamW(const Part& part, float lr, int64_t t, float grad_scale,
+                 const float* device_scalars = nullptr);
+  absl::StatusOr<StepStats> StepOnDevice(const std::vector<const GradBuffer*>& buffers);
   absl::Status GatherParams(const Part& part);
 
   OptimizerConfig config_;
   kernels::Exec exec_;
   std::vector<Part> parts_;
   OptimizerProgress progress_;
+  Tensor norm_scalars_;  // f32 [3] {norm, clip scale, skip} (StepOnDevice)
 };
 
 }  // namespace gtp::optimizer

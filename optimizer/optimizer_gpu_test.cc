@@ -84,6 +84,58 @@ Out Train(const kernels::Exec& exec, bool llama, MatrixOptimizer matrices) {
   return out;
 }
 
+// A steady-state mixed-precision step on one GPU is enqueued without the
+// host waiting: forward, backward and the optimizer (norm, clip and skip
+// decided on the device) make no host synchronisation until the optimizer's
+// single read at the end, and the loss read after it is the only other.
+TEST(OptimizerGpu, SteadyStateStepEnqueuesWithoutWaiting) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  CudaCachingAllocator dev(0);
+  auto stream = Stream::Create(0);
+  ASSERT_TRUE(stream.ok());
+  kernels::cuda::BlasContext blas(0);
+  const kernels::Exec exec{Device::Cuda(0), &dev, stream->get(), &blas};
+  layers::GptConfig c = layers::GptConfig::Gpt2(1000, 64, 2, 128, 2);
+  c.block.dtype = DType::kBF16;
+  const int64_t B = 2, T = 64;
+  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build({}, w));
+    GTP_ASSIGN_OR_RETURN(auto model, layers::GptModel::Create(c, B, T, pgs, exec));
+    GTP_ASSIGN_OR_RETURN(auto grads, GradBuffer::Create({model->sharded_params(),
+                                                         model->replicated_params()},
+                                                        pgs, exec, {}));
+    OptimizerConfig oc;
+    oc.clip_grad = 1.0;
+    GTP_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(grads.get(), pgs, exec, oc));
+    std::vector<int32_t> tok(B * T), tgt(B * T);
+    for (int64_t i = 0; i < B * T; ++i) {
+      tok[i] = PhiloxRaw(5, i).v[0] % 1000;
+      tgt[i] = PhiloxRaw(5, i).v[1] % 1000;
+    }
+    Tensor dtok = exec.Empty({B, T}, DType::kI32), dtgt = exec.Empty({B, T}, DType::kI32);
+    GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(tok.data(), {B, T}, DType::kI32, Device::Cpu()), dtok, exec.stream, true));
+    GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(tgt.data(), {B, T}, DType::kI32, Device::Cpu()), dtgt, exec.stream, true));
+    for (int step = 0; step < 4; ++step) {
+      const int64_t before = HostSyncCount();
+      grads->StartMicrobatch(/*last=*/true, B * T);
+      GTP_RETURN_IF_ERROR(model->ForwardAsync(dtok, dtgt));
+      GTP_RETURN_IF_ERROR(model->Backward());
+      const int64_t after_backward = HostSyncCount();
+      GTP_ASSIGN_OR_RETURN(StepStats s, opt->Step());
+      const int64_t after_step = HostSyncCount();
+      GTP_ASSIGN_OR_RETURN(float loss, model->TakeLossSum());
+      const int64_t after_loss = HostSyncCount();
+      EXPECT_TRUE(std::isfinite(loss) && std::isfinite(s.grad_norm)) << step;
+      if (step < 2) continue;  // warm-up: first-use uploads (optimizer tables, algorithms)
+      EXPECT_EQ(after_backward - before, 0) << "step " << step << ": forward/backward waited";
+      EXPECT_EQ(after_step - after_backward, 1) << "step " << step << ": the optimizer's one read";
+      EXPECT_EQ(after_loss - after_step, 1) << "step " << step << ": the loss read";
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
 class OptimizerGpu : public ::testing::TestWithParam<std::tuple<bool, MatrixOptimizer>> {};
 
 TEST_P(OptimizerGpu, MatchesCpu) {

@@ -177,6 +177,12 @@ void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64
 void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
                   float theta);
 
+// ---- Grad-norm bookkeeping (see cpu/grad_norm.cc for the math) -------------
+// words[2] = this rank's Σ ss[0, n_count) (+ 0·ss[n_count, n)) as two f32 words.
+void GradNormWords(const double* ss, int n_count, int n, float* words);
+// out[3] = {norm, clip scale, skip} from num_buffers pairs of summed words.
+void GradNormFinalize(const float* words, int num_buffers, double max_norm, float* out);
+
 // ---- Loss bookkeeping (kept on the device during training) -----------------
 // count[0] = #{targets >= 0}; acc[0] += Σ_{targets ≥ 0} loss / count (nothing
 // when count is 0).

@@ -232,6 +232,11 @@ void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, cons
                             void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                             int64_t HS, cudaStream_t stream);
 
+// ---- Grad-norm bookkeeping (see cpu.h); device pointers, never blocks ----
+void GradNormWords(const double* ss, int n_count, int n, float* words, cudaStream_t stream);
+void GradNormFinalize(const float* words, int num_buffers, double max_norm, float* out,
+                      cudaStream_t stream);
+
 // ---- Loss bookkeeping (see cpu.h); count/acc/out are device pointers ----
 void MaskedMeanAccumulate(const float* loss, const int32_t* targets, int64_t N, float* acc,
                           float* count, cudaStream_t stream);

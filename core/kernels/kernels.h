@@ -97,6 +97,11 @@ struct AdamWParams {
   float weight_decay = 0.0f;  // decoupled: p -= lr·wd·p
   int64_t step = 1;           // 1-based, for bias correction
   float grad_scale = 1.0f;    // g ← grad_scale·g first (grad-norm clipping folded in)
+  // {norm, grad scale, skip} as GradNormFinalize leaves them (device memory on
+  // CUDA, host on CPU): when set, its scale replaces grad_scale and a nonzero
+  // skip leaves p, m and v untouched (a NaN/Inf step), decided without the
+  // host reading the norm.
+  const float* device_scalars = nullptr;
 };
 
 // One tensor of a multi-tensor AdamW step (AdamWMulti): n elements of p

@@ -289,6 +289,7 @@ double SumSquares(const Exec& e, const Tensor& x) {
     }
     GTP_CUDA_CHECK(cudaMemcpyAsync(&out, d, sizeof(double), cudaMemcpyDeviceToHost, e.stream));
     GTP_CUDA_CHECK(cudaFreeAsync(d, e.stream));
+    internal::CountHostSync();
     GTP_CUDA_CHECK(cudaStreamSynchronize(e.stream));
   } else {
     if (bf16_x) {
@@ -778,6 +779,47 @@ std::vector<double> SumSquaresMany(const Exec& e, const std::vector<Tensor>& xs)
   GTP_CHECK_OK(Copy(sums, Tensor::Wrap(out.data(), sums.shape(), DType::kI64, Device::Cpu()),
                     e.stream, /*sync=*/true));
   return out;
+}
+
+void SumSquaresInto(const Exec& e, const std::vector<Tensor>& xs, const Tensor& sums) {
+  CheckOn(e, sums, "sums");
+  GTP_CHECK(sums.dtype() == DType::kI64 && sums.numel() >= static_cast<int64_t>(xs.size()),
+            "SumSquaresInto: sums ", sums.ToString(), " for ", xs.size(), " tensors");
+  double* d = static_cast<double*>(sums.raw_data());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CheckOn(e, xs[i], "x");
+    if (e.is_cuda()) {
+      cuda::SumSquares(F(xs[i]), xs[i].numel(), d + i, e.stream);
+    } else {
+      cpu::SumSquares(F(xs[i]), xs[i].numel(), d + i);
+    }
+  }
+}
+
+void GradNormWords(const Exec& e, const Tensor& sums, int n_count, int n, const Tensor& words) {
+  CheckOn(e, sums, "sums");
+  CheckOn(e, words, "words");
+  GTP_CHECK(sums.dtype() == DType::kI64 && sums.numel() >= n && words.numel() == 2,
+            "GradNormWords: sums ", sums.ToString(), " words ", words.ToString(), " n=", n);
+  const double* d = static_cast<const double*>(sums.raw_data());
+  if (e.is_cuda()) {
+    cuda::GradNormWords(d, n_count, n, M(words), e.stream);
+  } else {
+    cpu::GradNormWords(d, n_count, n, M(words));
+  }
+}
+
+void GradNormFinalize(const Exec& e, const Tensor& words, double max_norm, const Tensor& out) {
+  CheckOn(e, words, "words");
+  CheckOn(e, out, "out");
+  GTP_CHECK(words.numel() % 2 == 0 && out.numel() == 3, "GradNormFinalize: words ",
+            words.ToString(), " out ", out.ToString());
+  const int buffers = static_cast<int>(words.numel() / 2);
+  if (e.is_cuda()) {
+    cuda::GradNormFinalize(F(words), buffers, max_norm, M(out), e.stream);
+  } else {
+    cpu::GradNormFinalize(F(words), buffers, max_norm, M(out));
+  }
 }
 
 void MaskedMeanAccumulate(const Exec& e, const Tensor& loss, const Tensor& targets,

@@ -150,6 +150,14 @@ void CrossEntropyBackward(const Exec& e, const Tensor& logits, const Tensor& row
 // Σ x² of each tensor (f32), in one pass and — on CUDA — one stream
 // synchronisation for all of them.
 std::vector<double> SumSquaresMany(const Exec& e, const std::vector<Tensor>& xs);
+// The same sums left on e's device: sums (8-byte storage, i64 dtype holding
+// doubles, ≥ xs.size() elements) ← Σ x² of each. Never blocks.
+void SumSquaresInto(const Exec& e, const std::vector<Tensor>& xs, const Tensor& sums);
+// Grad-norm bookkeeping without reading back (core/kernels/cpu/grad_norm.cc):
+// words f32 [2] ← sums[0, n) with the first n_count counting; out f32 [3] ←
+// {norm, clip scale, skip} from words f32 [2·num_buffers].
+void GradNormWords(const Exec& e, const Tensor& sums, int n_count, int n, const Tensor& words);
+void GradNormFinalize(const Exec& e, const Tensor& words, double max_norm, const Tensor& out);
 
 // Loss bookkeeping without host synchronisation: loss f32 [N], targets i32
 // [N]; count f32 [1] ← valid targets; acc f32 [1] += their mean loss.

@@ -11,8 +11,13 @@
 
 namespace gtp::kernels::cpu {
 
-void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp) {
+void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp_in) {
   GTP_CHECK(n >= 0, "AdamW: negative size");
+  AdamWParams hp = hp_in;
+  if (hp.device_scalars != nullptr) {
+    if (hp.device_scalars[2] != 0.0f) return;  // skipped step
+    hp.grad_scale = hp.device_scalars[1];
+  }
   GTP_CHECK(hp.step >= 1, "AdamW: step is 1-based, got ", hp.step);
   const double t = static_cast<double>(hp.step);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
@@ -34,6 +39,7 @@ void AdamWMulti(const AdamWSegment* segments, int num_segments, const AdamWParam
     AdamWParams h = hp;
     h.weight_decay = s.weight_decay;
     AdamW(s.p, s.g, s.m, s.v, s.n, h);
+    if (hp.device_scalars != nullptr && hp.device_scalars[2] != 0.0f) continue;  // skipped
     if (s.p_bf16 != nullptr) {
       for (int64_t j = 0; j < s.n; ++j) s.p_bf16[j] = ToBF16(s.p[j]);
     }

@@ -22,14 +22,23 @@ constexpr int kThreads = 256;
 
 struct AdamWScalars {
   float lr, b1, b2, one_minus_b1, one_minus_b2, bc1, bc2, eps, wd, gscale;
+  const float* dev;  // {norm, scale, skip} or null
 };
+
+// The gradient scale, or a negative value when the step is skipped.
+__device__ __forceinline__ float GradScale(const AdamWScalars& s) {
+  if (s.dev == nullptr) return s.gscale;
+  return s.dev[2] != 0.0f ? -1.0f : s.dev[1];
+}
 
 __global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ g,
                             float* __restrict__ m, float* __restrict__ v, int64_t n,
                             AdamWScalars s) {
+  const float gscale = GradScale(s);
+  if (gscale < 0.0f) return;  // skipped step
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float gi = __fmul_rn(g[i], s.gscale);
+    const float gi = __fmul_rn(g[i], gscale);
     const float mi = __fadd_rn(__fmul_rn(s.b1, m[i]), __fmul_rn(s.one_minus_b1, gi));
     const float vi = __fadd_rn(__fmul_rn(s.b2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, gi), gi));
     m[i] = mi;
@@ -43,11 +52,13 @@ __global__ void AdamWKernel(float* __restrict__ p, const float* __restrict__ g,
 
 __global__ void AdamWMultiKernel(const AdamWSegment* __restrict__ segs,
                                  const AdamWChunk* __restrict__ chunks, AdamWScalars s) {
+  const float gscale = GradScale(s);
+  if (gscale < 0.0f) return;  // skipped step
   const AdamWChunk c = chunks[blockIdx.x];
   const AdamWSegment seg = segs[c.segment];
   const int64_t end = c.begin + kAdamWChunk < seg.n ? c.begin + kAdamWChunk : seg.n;
   for (int64_t i = c.begin + threadIdx.x; i < end; i += blockDim.x) {
-    const float gi = __fmul_rn(seg.g[i], s.gscale);
+    const float gi = __fmul_rn(seg.g[i], gscale);
     const float mi = __fadd_rn(__fmul_rn(s.b1, seg.m[i]), __fmul_rn(s.one_minus_b1, gi));
     const float vi =
         __fadd_rn(__fmul_rn(s.b2, seg.v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, gi), gi));
@@ -76,6 +87,7 @@ AdamWScalars Scalars(const AdamWParams& hp) {
   s.eps = hp.eps;
   s.wd = hp.weight_decay;
   s.gscale = hp.grad_scale;
+  s.dev = hp.device_scalars;
   return s;
 }
 
@@ -115,6 +127,7 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
   s.eps = hp.eps;
   s.wd = hp.weight_decay;
   s.gscale = hp.grad_scale;
+  s.dev = hp.device_scalars;
   AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(p, g, m, v, n, s);
   GTP_CU_LAUNCH_CHECK();
 }
