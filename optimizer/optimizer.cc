@@ -168,7 +168,7 @@ void DistributedOptimizer::BuildAdamWTable(Part* part) {
 }
 
 void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t, float grad_scale,
-                                     const float* device_scalars) {
+                                     const float* device_scalars, const float* device_step) {
   if (part.adamw.empty()) return;
   const AdamWConfig& c = config_.adamw;
   kernels::AdamWParams hp;
@@ -179,6 +179,7 @@ void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t, floa
   hp.step = t;
   hp.grad_scale = grad_scale;
   hp.device_scalars = device_scalars;
+  hp.device_step = device_step;
   if (exec_.is_cuda()) {
     kernels::cuda::AdamWMulti(
         static_cast<const kernels::AdamWSegment*>(part.adamw_segments_dev.raw_data()),
@@ -231,7 +232,11 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
   }
   bool muon = false;
   for (const Part& part : parts_) muon |= part.muon != nullptr;
-  if (!muon && GradNormOnDeviceSupported(buffers)) return StepOnDevice(buffers);
+  if (CanEnqueueSteps()) {
+    PrepareStep();
+    GTP_RETURN_IF_ERROR(EnqueueStep());
+    return FinishStep();
+  }
   StepStats stats;
   GTP_ASSIGN_OR_RETURN(stats.grad_norm, GlobalGradNorm(buffers));
   stats.lr = LrAt(config_.lr, progress_.step);
@@ -266,25 +271,68 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
   return stats;
 }
 
-absl::StatusOr<StepStats> DistributedOptimizer::StepOnDevice(
-    const std::vector<const GradBuffer*>& buffers) {
+std::vector<const GradBuffer*> DistributedOptimizer::Buffers() const {
+  std::vector<const GradBuffer*> buffers;
+  for (const Part& part : parts_) buffers.push_back(part.grads);
+  return buffers;
+}
+
+bool DistributedOptimizer::CanEnqueueSteps() const {
+  for (const Part& part : parts_) {
+    if (part.muon) return false;
+  }
+  return GradNormOnDeviceSupported(Buffers());
+}
+
+void DistributedOptimizer::PrepareStep() {
+  if (!step_host_.defined()) {
+    // Page-locked on CUDA: the copy EnqueueStep makes of it may be part of a
+    // captured CUDA graph, which reads it at every replay.
+    Allocator& a = exec_.is_cuda() ? static_cast<Allocator&>(pinned_) : host_alloc_;
+    step_host_ = Tensor::Empty({3}, DType::kF32, a);
+    step_dev_ = exec_.is_cuda() ? exec_.Empty({3}) : step_host_;
+    norm_scalars_ = exec_.Zeros({3});
+  }
+  pending_lr_ = LrAt(config_.lr, progress_.step);
+  pending_t_ = progress_.step + 1;
+  kernels::AdamWParams hp;
+  hp.lr = pending_lr_;
+  hp.beta1 = config_.adamw.beta1;
+  hp.beta2 = config_.adamw.beta2;
+  hp.step = pending_t_;
+  kernels::AdamWStepScalars(hp, step_host_.data<float>());
+}
+
+absl::Status DistributedOptimizer::EnqueueStep() {
   // The norm, the clip scale and the NaN/Inf skip are decided on the device
-  // and AdamW reads them there: the whole step is enqueued before the one
-  // read at its end. A skipped step's update is a no-op on the device; the
-  // host learns of it from that read (before the next step's lr and t).
-  if (!norm_scalars_.defined()) norm_scalars_ = exec_.Zeros({3});
+  // and AdamW reads them (and this step's lr and bias corrections) there:
+  // nothing here waits, so the whole step can be captured in a CUDA graph.
+  // A skipped step's update is a no-op on the device; FinishStep learns of
+  // it (before the next step's lr and t).
+  GTP_CHECK(step_host_.defined(), "EnqueueStep without PrepareStep");
+  const std::vector<const GradBuffer*> buffers = Buffers();
+  for (Part& part : parts_) GTP_RETURN_IF_ERROR(part.grads->FinishGradSync());
+  if (exec_.is_cuda()) {
+    GTP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_dev_.raw_data(), step_host_.raw_data(),
+                                             3 * sizeof(float), cudaMemcpyHostToDevice,
+                                             exec_.stream));
+  }
   GTP_RETURN_IF_ERROR(GlobalGradNormOnDevice(buffers, config_.clip_grad, norm_scalars_));
-  StepStats stats;
-  stats.lr = LrAt(config_.lr, progress_.step);
-  const int64_t t = progress_.step + 1;
   for (Part& part : parts_) {
-    StepAdamW(part, stats.lr, t, 1.0f, norm_scalars_.data<float>());
+    StepAdamW(part, pending_lr_, pending_t_, 1.0f, norm_scalars_.data<float>(),
+              step_dev_.data<float>());
     if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));  // a skipped step regathers as is
     part.grads->ZeroGrad();
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> DistributedOptimizer::FinishStep() {
   float host[3] = {0, 0, 0};
   GTP_RETURN_IF_ERROR(Copy(norm_scalars_, Tensor::Wrap(host, {3}, DType::kF32, Device::Cpu()),
                            exec_.stream, /*sync=*/true));
+  StepStats stats;
+  stats.lr = pending_lr_;
   stats.grad_norm = host[0];
   if (host[2] != 0.0f) {
     ++progress_.num_skipped;
@@ -292,8 +340,8 @@ absl::StatusOr<StepStats> DistributedOptimizer::StepOnDevice(
     stats.step = progress_.step;
     return stats;
   }
-  progress_.step = t;
-  stats.step = t;
+  progress_.step = pending_t_;
+  stats.step = pending_t_;
   return stats;
 }
 

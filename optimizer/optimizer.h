@@ -180,6 +180,20 @@ class DistributedOptimizer {
   // One optimizer step (see the file comment). Collective; blocks.
   absl::StatusOr<StepStats> Step();
 
+  // The same step in three parts, for a caller that captures the whole
+  // training step in a CUDA graph. Only when CanEnqueueSteps() (AdamW, and
+  // every group of more than one rank takes device memory, or one rank):
+  //   PrepareStep  host only: this step's lr and bias corrections into the
+  //                page-locked buffer EnqueueStep's copy reads (call before
+  //                each launch or replay);
+  //   EnqueueStep  finishes the grad sync and enqueues the norm, the update
+  //                and the zeroing; never waits (capturable);
+  //   FinishStep   waits for them and returns the stats (updates progress).
+  bool CanEnqueueSteps() const;
+  void PrepareStep();
+  absl::Status EnqueueStep();
+  absl::StatusOr<StepStats> FinishStep();
+
   const OptimizerProgress& progress() const { return progress_; }
   // For checkpoint restore.
   void set_progress(const OptimizerProgress& p) { progress_ = p; }
@@ -224,15 +238,21 @@ class DistributedOptimizer {
   absl::Status CreatePart(GradBuffer* grads, Part* part);
   void BuildAdamWTable(Part* part);
   void StepAdamW(const Part& part, float lr, int64_t t, float grad_scale,
-                 const float* device_scalars = nullptr);
-  absl::StatusOr<StepStats> StepOnDevice(const std::vector<const GradBuffer*>& buffers);
+                 const float* device_scalars = nullptr, const float* device_step = nullptr);
+  std::vector<const GradBuffer*> Buffers() const;
   absl::Status GatherParams(const Part& part);
 
   OptimizerConfig config_;
   kernels::Exec exec_;
   std::vector<Part> parts_;
   OptimizerProgress progress_;
-  Tensor norm_scalars_;  // f32 [3] {norm, clip scale, skip} (StepOnDevice)
+  // The enqueued step (PrepareStep / EnqueueStep / FinishStep).
+  PinnedHostAllocator pinned_;
+  HeapAllocator host_alloc_;
+  Tensor step_host_, step_dev_;  // f32 [3] {lr, bc1, bc2}: host (pinned), device
+  Tensor norm_scalars_;          // f32 [3] {norm, clip scale, skip} on the device
+  float pending_lr_ = 0.0f;
+  int64_t pending_t_ = 0;
 };
 
 }  // namespace gtp::optimizer

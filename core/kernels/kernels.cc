@@ -1,5 +1,7 @@
 #include "core/kernels/kernels.h"
 
+#include <cmath>
+
 #include "core/status.h"
 
 namespace gtp::kernels {
@@ -66,6 +68,13 @@ void CheckGemmEpilogue(const GemmDesc& d) {
   const int64_t ld_aux = d.ld_aux > 0 ? d.ld_aux : d.n;
   GTP_CHECK(d.ld_aux >= 0 && (d.aux == nullptr || ld_aux >= d.n), "Gemm(", name, "): ld_aux=",
             d.ld_aux, " < n=", d.n);
+}
+
+void AdamWStepScalars(const AdamWParams& hp, float out[3]) {
+  const double t = static_cast<double>(hp.step);
+  out[0] = hp.lr;
+  out[1] = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
+  out[2] = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
 }
 
 }  // namespace gtp::kernels

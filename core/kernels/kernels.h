@@ -102,7 +102,15 @@ struct AdamWParams {
   // skip leaves p, m and v untouched (a NaN/Inf step), decided without the
   // host reading the norm.
   const float* device_scalars = nullptr;
+  // {lr, 1 − β1^t, 1 − β2^t} (AdamWStepScalars) in device memory on CUDA
+  // (host on CPU): when set, replaces lr and step — so a captured CUDA graph
+  // reads each replay's values.
+  const float* device_step = nullptr;
 };
+
+// {lr, 1 − β1^step, 1 − β2^step} of hp, the bias corrections in double
+// rounded to f32 (what the AdamW kernels use).
+void AdamWStepScalars(const AdamWParams& hp, float out[3]);
 
 // One tensor of a multi-tensor AdamW step (AdamWMulti): n elements of p
 // (f32: the param itself or its f32 master), its gradient g and moments m, v;

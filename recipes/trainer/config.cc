@@ -143,6 +143,9 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (t->precision().empty()) t->set_precision(t->device() == "cuda" ? "bf16" : "f32");
   if (t->precision() != "f32" && t->precision() != "bf16")
     return Bad(absl::StrCat("train.precision must be f32 or bf16, got ", t->precision()));
+  if (t->cuda_graphs().empty()) t->set_cuda_graphs("on");
+  if (t->cuda_graphs() != "on" && t->cuda_graphs() != "off")
+    return Bad(absl::StrCat("train.cuda_graphs must be on or off, got ", t->cuda_graphs()));
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");
   if (c->keep_last() == 0) c->set_keep_last(2);

@@ -1,5 +1,6 @@
 #include "recipes/trainer/trainer.h"
 
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -176,17 +178,24 @@ class RankRun {
     auto t_start = std::chrono::steady_clock::now();
     int64_t first_step = step_;
     const int64_t trace_from = first_step + 2, trace_to = trace_from + r_.train().trace_steps();
+    const bool graphs = UseCudaGraphs();
     for (; step_ < steps;) {
       auto t0 = std::chrono::steady_clock::now();
       tl_ = step_ >= trace_from && step_ < trace_to ? &timeline_ : nullptr;
       model_->set_timeline(tl_);
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
-      GTP_RETURN_IF_ERROR(TrainStep());
-      if (tl_) tl_->Begin("optimizer", exec_.stream);
-      GTP_ASSIGN_OR_RETURN(optimizer::StepStats st, opt_->Step());
-      if (tl_) {
-        tl_->End(exec_.stream);
-        tl_->End(exec_.stream);
+      optimizer::StepStats st;
+      if (graphs && step_ >= first_step + 2) {
+        GTP_ASSIGN_OR_RETURN(st, GraphStep());
+        if (tl_) tl_->End(exec_.stream);
+      } else {
+        GTP_RETURN_IF_ERROR(TrainStep());
+        if (tl_) tl_->Begin("optimizer", exec_.stream);
+        GTP_ASSIGN_OR_RETURN(st, opt_->Step());
+        if (tl_) {
+          tl_->End(exec_.stream);
+          tl_->End(exec_.stream);
+        }
       }
       // Read after the optimizer was enqueued: the loss is long computed by
       // then (the grad norm waited for the backward), so this costs no stall.
@@ -281,7 +290,7 @@ class RankRun {
     int64_t total = 0;
     for (auto* p : params_.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
     std::printf(
-        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s | %s on %s\n"
+        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s | %s on %s%s\n"
         "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
         "(%.2fM on this rank)\n"
         "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
@@ -291,7 +300,7 @@ class RankRun {
         r_.parallel().tp_num_weight_shards() / r_.parallel().tp(),
         world_.size() / r_.parallel().tp_num_weight_shards(), data_->size(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
-        r_.train().device().c_str(), m.n_layer(),
+        r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "", m.n_layer(),
         static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
         static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
         m.norm().c_str(), m.activation().c_str(), total / 1e6, local_params_ / 1e6,
@@ -313,8 +322,11 @@ class RankRun {
   // Tokens and targets of `samples` as [B, T] tensors on the exec's device.
   // On GPUs the host→device copies are enqueued without waiting; two staging
   // slots alternate, and a slot is refilled only after its last copy ran.
+  // With `dst` (tokens, targets on the device) the copies land there instead
+  // of in new tensors: the fixed buffers a captured CUDA graph reads.
   absl::StatusOr<std::pair<Tensor, Tensor>> Batch(const data::GptDataset& ds,
-                                                  const std::vector<uint64_t>& samples) {
+                                                  const std::vector<uint64_t>& samples,
+                                                  const std::pair<Tensor, Tensor>* dst = nullptr) {
     const int64_t B = static_cast<int64_t>(samples.size()), T = r_.model().seq_len();
     Staging& slot = staging_slots_[next_slot_];
     next_slot_ = (next_slot_ + 1) % 2;
@@ -329,7 +341,8 @@ class RankRun {
     ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
     if (&ds == train_.get()) GTP_RETURN_IF_ERROR(dump_.Append(host_tok_.data<int32_t>(), host_tgt_.data<int32_t>(), B * T));
     if (!exec_.is_cuda()) return std::make_pair(host_tok_, host_tgt_);
-    Tensor tok = exec_.Empty({B, T}, DType::kI32), tgt = exec_.Empty({B, T}, DType::kI32);
+    Tensor tok = dst ? dst->first : exec_.Empty({B, T}, DType::kI32);
+    Tensor tgt = dst ? dst->second : exec_.Empty({B, T}, DType::kI32);
     GTP_RETURN_IF_ERROR(Copy(host_tok_, tok, exec_.stream, /*sync=*/false));
     GTP_RETURN_IF_ERROR(Copy(host_tgt_, tgt, exec_.stream, /*sync=*/false));
     if (!slot.copied) {
@@ -362,6 +375,63 @@ class RankRun {
       GTP_RETURN_IF_ERROR(model_->Backward());
     }
     return absl::OkStatus();
+  }
+
+  bool UseCudaGraphs() const {
+    return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
+           opt_->CanEnqueueSteps();
+  }
+
+  // One training step as a CUDA graph: the batches go into fixed device
+  // buffers and the step's lr into the optimizer's page-locked scalars (both
+  // outside the graph), then the graph — captured on the first call from the
+  // same code the eager step runs (every micro-batch's forward and backward,
+  // the optimizer's EnqueueStep) — is launched, and the optimizer's one read
+  // ends the step.
+  absl::StatusOr<optimizer::StepStats> GraphStep() {
+    const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
+    const int64_t M = sampler_->num_micro_batches();
+    if (graph_batches_.empty()) {
+      for (int64_t m = 0; m < M; ++m) {
+        graph_batches_.emplace_back(exec_.Empty({B, T}, DType::kI32), exec_.Empty({B, T}, DType::kI32));
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      GTP_RETURN_IF_ERROR(Batch(*train_, sampler_->MicroBatch(m), &graph_batches_[m]).status());
+    }
+    opt_->PrepareStep();
+    if (graph_exec_ == nullptr) {
+      model_->set_timeline(nullptr);  // event records do not belong in the graph
+      GTP_RETURN_IF_ERROR(CudaStatus(
+          cudaStreamBeginCapture(exec_.stream, cudaStreamCaptureModeRelaxed), "capturing the step"));
+      absl::Status st = [&]() -> absl::Status {
+        for (int64_t m = 0; m < M; ++m) {
+          grads_->StartMicrobatch(m == M - 1, B * T);
+          GTP_RETURN_IF_ERROR(
+              model_->ForwardAsync(graph_batches_[m].first, graph_batches_[m].second));
+          GTP_RETURN_IF_ERROR(model_->Backward());
+        }
+        return opt_->EnqueueStep();
+      }();
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(exec_.stream, &graph);
+      if (st.ok()) st = CudaStatus(end, "ending the capture of the step");
+      if (st.ok()) {
+        cudaGraphExec_t exec = nullptr;
+        st = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiating the step's CUDA graph");
+        graph_exec_.reset(exec);
+      }
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat(st.message(),
+                                                    " (train.cuda_graphs=off runs without graphs)"));
+      }
+      if (rank0()) std::printf("captured the training step as a CUDA graph\n");
+    }
+    Timeline::Scope span(tl_, "step (CUDA graph)", exec_.stream);
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(graph_exec_.get(), exec_.stream),
+                                   "launching the step's CUDA graph"));
+    return opt_->FinishStep();
   }
 
   // The global mean loss of the step TrainStep ran: one device read.
@@ -518,6 +588,13 @@ class RankRun {
   int64_t local_params_ = 0;
   Timeline timeline_{exec_.is_cuda()};
   Timeline* tl_ = nullptr;  // &timeline_ during traced steps
+  struct GraphExecDeleter {
+    void operator()(cudaGraphExec_t g) const {
+      if (g != nullptr) cudaGraphExecDestroy(g);
+    }
+  };
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter> graph_exec_;
+  std::vector<std::pair<Tensor, Tensor>> graph_batches_;  // fixed token buffers the graph reads
 };
 
 bool UnderLauncher() {

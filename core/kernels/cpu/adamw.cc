@@ -4,6 +4,7 @@
 //   p ← p − lr·(m̂/(√v̂ + eps) + wd·p),  m̂ = m/(1 − β1^t), v̂ = v/(1 − β2^t)
 // t = hp.step (1-based). The bias corrections are computed once, in double,
 // because β2^t for small t sits close to 1 and loses bits in f32.
+#include <algorithm>
 #include <cmath>
 
 #include "core/kernels/cpu.h"
@@ -18,10 +19,13 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
     if (hp.device_scalars[2] != 0.0f) return;  // skipped step
     hp.grad_scale = hp.device_scalars[1];
   }
+  float step_scalars[3];
+  AdamWStepScalars(hp, step_scalars);
+  if (hp.device_step != nullptr) std::copy(hp.device_step, hp.device_step + 3, step_scalars);
   GTP_CHECK(hp.step >= 1, "AdamW: step is 1-based, got ", hp.step);
   const double t = static_cast<double>(hp.step);
-  const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
-  const float bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
+  (void)t;
+  const float lr = step_scalars[0], bc1 = step_scalars[1], bc2 = step_scalars[2];
   const float b1 = hp.beta1, b2 = hp.beta2;
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * hp.grad_scale;
@@ -29,7 +33,7 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] -= hp.lr * ((mi / bc1) / (std::sqrt(vi / bc2) + hp.eps) + hp.weight_decay * p[i]);
+    p[i] -= lr * ((mi / bc1) / (std::sqrt(vi / bc2) + hp.eps) + hp.weight_decay * p[i]);
   }
 }
 

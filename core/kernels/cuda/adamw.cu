@@ -22,7 +22,8 @@ constexpr int kThreads = 256;
 
 struct AdamWScalars {
   float lr, b1, b2, one_minus_b1, one_minus_b2, bc1, bc2, eps, wd, gscale;
-  const float* dev;  // {norm, scale, skip} or null
+  const float* dev;   // {norm, scale, skip} or null
+  const float* step;  // {lr, bc1, bc2} or null
 };
 
 // The gradient scale, or a negative value when the step is skipped.
@@ -54,6 +55,11 @@ __global__ void AdamWMultiKernel(const AdamWSegment* __restrict__ segs,
                                  const AdamWChunk* __restrict__ chunks, AdamWScalars s) {
   const float gscale = GradScale(s);
   if (gscale < 0.0f) return;  // skipped step
+  if (s.step != nullptr) {
+    s.lr = s.step[0];
+    s.bc1 = s.step[1];
+    s.bc2 = s.step[2];
+  }
   const AdamWChunk c = chunks[blockIdx.x];
   const AdamWSegment seg = segs[c.segment];
   const int64_t end = c.begin + kAdamWChunk < seg.n ? c.begin + kAdamWChunk : seg.n;
@@ -88,6 +94,7 @@ AdamWScalars Scalars(const AdamWParams& hp) {
   s.wd = hp.weight_decay;
   s.gscale = hp.grad_scale;
   s.dev = hp.device_scalars;
+  s.step = hp.device_step;
   return s;
 }
 
@@ -112,6 +119,7 @@ void AdamWMulti(const AdamWSegment* segments, const AdamWChunk* chunks, int num_
 
 void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWParams& hp,
            cudaStream_t stream) {
+  GTP_CU_REQUIRE(hp.device_step == nullptr, "AdamW: device_step is AdamWMulti's");
   GTP_CU_REQUIRE(n >= 0, "AdamW: negative size");
   GTP_CU_REQUIRE(hp.step >= 1, "AdamW: step is 1-based, got %lld", static_cast<long long>(hp.step));
   if (n == 0) return;
@@ -128,6 +136,7 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
   s.wd = hp.weight_decay;
   s.gscale = hp.grad_scale;
   s.dev = hp.device_scalars;
+  s.step = nullptr;
   AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(p, g, m, v, n, s);
   GTP_CU_LAUNCH_CHECK();
 }
