@@ -97,6 +97,9 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   const DType dt = c.block.dtype;
   m->wte_ = std::make_unique<ShardedParam>("wte.weight", m->v_tp_, C, dt, gtp, m->chain_.get());
   m->wte_->set_gathered_in_backward(false);  // lookups' backward is a scatter-add
+  // Tied: the LM head uses wte again after the last block (forward) and
+  // before it (backward); the chain prefetches it there.
+  if (c.tied_embeddings) m->chain_->set_tail(m->wte_.get());
   const int64_t vstart = m->vocab_start_;
   const ShardedParam::GlobalLayout vocab_layout{v_pad, C, [vstart](int64_t r) { return vstart + r; }, 0};
   InitShardFromGlobal(*m->wte_, vocab_layout, c.block.seed, c.block.init_std);

@@ -69,9 +69,19 @@ void GtpChain::Register(ShardedParam* p) {
 }
 
 ShardedParam* GtpChain::Neighbour(const ShardedParam* p, Direction dir) const {
+  if (tail_ != nullptr && p == tail_ && dir == Direction::kBackward) {
+    // The tail's (head's) backward comes first: the chain's last param next.
+    for (size_t j = order_.size(); j-- > 0;) {
+      if (order_[j] != tail_ && order_[j]->gathered_in_backward()) return order_[j];
+    }
+    return nullptr;
+  }
   for (size_t i = 0; i < order_.size(); ++i) {
     if (order_[i] != p) continue;
-    if (dir == Direction::kForward) return i + 1 < order_.size() ? order_[i + 1] : nullptr;
+    if (dir == Direction::kForward) {
+      if (i + 1 < order_.size()) return order_[i + 1];
+      return tail_ != p ? tail_ : nullptr;  // the last param prefetches the tail
+    }
     if (dir == Direction::kRecompute) {
       const bool same = i + 1 < order_.size() && p->recompute_group() >= 0 &&
                         order_[i + 1]->recompute_group() == p->recompute_group();

@@ -131,6 +131,11 @@ class GtpChain {
   // Ends chain recording (called automatically by the first backward
   // materialisation, or explicitly after the first forward).
   void Freeze() { frozen_ = true; }
+  // A param used once more after the chain's last one in forward and first
+  // in backward — the tied LM head (the embedding table, the chain's first
+  // param): the last param prefetches it in forward, and its backward
+  // materialisation prefetches the last param gathered in backward.
+  void set_tail(ShardedParam* p) { tail_ = p; }
 
   // Where the layers of this chain's model record their spans (null: none).
   void set_timeline(Timeline* t) { timeline_ = t; }
@@ -153,6 +158,7 @@ class GtpChain {
   std::map<std::pair<int64_t, DType>, Tensor> ones_;
   std::vector<ShardedParam*> order_;
   bool frozen_ = false;
+  ShardedParam* tail_ = nullptr;
   // Params whose reduce-scatter was issued and awaits finalisation (FIFO).
   std::vector<ShardedParam*> pending_reduce_;
   bool tracing_ = false;
