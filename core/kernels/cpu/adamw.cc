@@ -19,12 +19,10 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
     if (hp.device_scalars[2] != 0.0f) return;  // skipped step
     hp.grad_scale = hp.device_scalars[1];
   }
-  float step_scalars[3];
+  GTP_CHECK(hp.step >= 1, "AdamW: step is 1-based, got ", hp.step);
+  float step_scalars[3];  // {lr, bc1, bc2}: the bias corrections in double
   AdamWStepScalars(hp, step_scalars);
   if (hp.device_step != nullptr) std::copy(hp.device_step, hp.device_step + 3, step_scalars);
-  GTP_CHECK(hp.step >= 1, "AdamW: step is 1-based, got ", hp.step);
-  const double t = static_cast<double>(hp.step);
-  (void)t;
   const float lr = step_scalars[0], bc1 = step_scalars[1], bc2 = step_scalars[2];
   const float b1 = hp.beta1, b2 = hp.beta2;
   for (int64_t i = 0; i < n; ++i) {

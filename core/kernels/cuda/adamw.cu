@@ -81,15 +81,16 @@ __global__ void AdamWMultiKernel(const AdamWSegment* __restrict__ segs,
 }
 
 AdamWScalars Scalars(const AdamWParams& hp) {
-  const double t = static_cast<double>(hp.step);
+  float step[3];  // {lr, bc1, bc2}: the bias corrections in double, as the CPU
+  AdamWStepScalars(hp, step);
   AdamWScalars s;
-  s.lr = hp.lr;
+  s.lr = step[0];
   s.b1 = hp.beta1;
   s.b2 = hp.beta2;
   s.one_minus_b1 = 1.0f - hp.beta1;
   s.one_minus_b2 = 1.0f - hp.beta2;
-  s.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
-  s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
+  s.bc1 = step[1];
+  s.bc2 = step[2];
   s.eps = hp.eps;
   s.wd = hp.weight_decay;
   s.gscale = hp.grad_scale;
@@ -123,20 +124,7 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
   GTP_CU_REQUIRE(n >= 0, "AdamW: negative size");
   GTP_CU_REQUIRE(hp.step >= 1, "AdamW: step is 1-based, got %lld", static_cast<long long>(hp.step));
   if (n == 0) return;
-  const double t = static_cast<double>(hp.step);
-  AdamWScalars s;
-  s.lr = hp.lr;
-  s.b1 = hp.beta1;
-  s.b2 = hp.beta2;
-  s.one_minus_b1 = 1.0f - hp.beta1;
-  s.one_minus_b2 = 1.0f - hp.beta2;
-  s.bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta1), t));
-  s.bc2 = static_cast<float>(1.0 - std::pow(static_cast<double>(hp.beta2), t));
-  s.eps = hp.eps;
-  s.wd = hp.weight_decay;
-  s.gscale = hp.grad_scale;
-  s.dev = hp.device_scalars;
-  s.step = nullptr;
+  const AdamWScalars s = Scalars(hp);
   AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(p, g, m, v, n, s);
   GTP_CU_LAUNCH_CHECK();
 }
