@@ -5,7 +5,8 @@
 #      (speed, memory, loss agreement);
 #   2. GPT-2 124M, B=16 and 3. 350M (24 layers, C=1024, 16 heads), B=8:
 #      gtp vs torch.compile, fewer steps (speed only);
-#   4. gtp f32 on case 1's data: its losses vs gtp bf16's.
+#   4. gtp f32 on case 1's data: its losses vs gtp bf16's;
+#   5. CUDA graphs on vs off (tools/bench/graphs_check.sh).
 # Each case's log and gtp metrics land in $ACC_DIR/<case>.{log,jsonl}
 # (default /tmp/gtp_acceptance); torch's per-step losses are in the logs.
 set -uo pipefail
@@ -48,3 +49,6 @@ if steps:
     print("gtp-bf16 vs gtp-f32: steps %d..%d: mean |Δ| %.5f, max |Δ| %.5f, final loss rel diff %.2e"
           % (steps[0], last, sum(d) / len(d), max(d), abs(a[last] - b[last]) / abs(b[last])))
 PY
+
+echo "=== cuda graphs on vs off"
+bash "$ROOT/tools/bench/graphs_check.sh"
