@@ -33,7 +33,7 @@ std::string NoGpuReason() {
   cudaError_t err = cudaGetDeviceCount(&n);
   (void)cudaGetLastError();
   return absl::StrCat("no CUDA device visible (cudaGetDeviceCount: ", cudaGetErrorString(err),
-                      "); run GPU tests on the GPU machine with tools/gpu_run.sh");
+                      "); run GPU tests on the GPU machine: tools/gpu.sh bundle here, bash tools/gpu.sh run there");
 }
 
 void CudaStreamDeleter::operator()(cudaStream_t s) const {

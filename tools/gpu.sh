@@ -69,20 +69,29 @@ run() {
     local bin="$1"; shift
     exec "$dir/bin/$bin" "$@"
   fi
-  local pass=0 fail=0 failed=() logs=/tmp/gtp_logs
+  local pass=0 fail=0 skip=0 failed=() skipped=() logs=/tmp/gtp_logs
   mkdir -p "$logs"
   while read -r t; do
     local log="$logs/$t.log"
     if "$dir/bin/$t" >"$log" 2>&1; then
+      local ok skipped_n
+      ok=$(grep -c '^\[       OK \]' "$log" || true)
+      skipped_n=$(grep -c '^\[  SKIPPED \] .* ms)$' "$log" || true)
+      if ((ok == 0)); then
+        # Every test skipped (no GPU, too few GPUs): nothing was checked.
+        skip=$((skip + 1)); skipped+=("$t")
+        echo "SKIP $t (all $skipped_n tests skipped: $(grep -m1 -A1 '^\[  SKIPPED \]\|Skipped' "$log" | tail -1))"
+        continue
+      fi
       pass=$((pass + 1))
-      echo "PASS $t ($(grep -c '^\[       OK \]' "$log") ok, $(grep -c '^\[  SKIPPED \]' "$log") skipped)"
+      echo "PASS $t ($ok ok, $skipped_n skipped)"
     else
       fail=$((fail + 1)); failed+=("$t")
       echo "FAIL $t"; grep -E 'Failure|FAILED|error|Error|check failed' "$log" | head -20
     fi
   done < "$dir/tests.txt"
   if [[ -n "${OUT:-}" ]]; then tar -C "$logs" -czf "$OUT/gpu_test_logs.tar.gz" .; fi
-  echo "gpu.sh: $pass passed, $fail failed ${failed[*]:-}"
+  echo "gpu.sh: $pass passed, $skip skipped entirely ${skipped[*]:-}, $fail failed ${failed[*]:-}"
   ((fail == 0))
 }
 
