@@ -87,7 +87,7 @@ class Communicator {
   virtual absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
                                             DType dtype) = 0;
   // recv (count elements) = op over ranks r of send[rank()·count, (rank()+1)·count).
-  // send holds size()·count.
+  // send holds size()·count; recv may be send + rank()·count (in place).
   virtual absl::StatusOr<WorkPtr> ReduceScatter(const void* send, void* recv, int64_t count,
                                                 DType dtype, ReduceOp op) = 0;
   // recv = op over ranks of send (count elements; send == recv allowed).

@@ -283,20 +283,32 @@ absl::Status CheckReduceScatter(Communicator& c, const ConformanceOptions& o) {
   for (const RedCase& rc : ReductionCases(o)) {
     for (int64_t count : Counts(o, rc.dtype)) {
       if (count > 1001 && !rc.large) continue;
-      std::string what = Label("reduce_scatter", rc.dtype, count, c,
-                               absl::StrCat(ReduceOpName(rc.op), rc.random ? " random" : ""));
-      Gen gen{Seed("rs", count, rc.dtype, static_cast<int>(rc.op)), rc.dtype, rc.random};
-      const size_t es = SizeOf(rc.dtype), bytes = count * es;
-      Buf send(Mem(o), n * bytes), recv(Mem(o), bytes);
-      send.Upload(gen.Make(me, 0, n * count));
-      recv.Upload(std::vector<char>(bytes, kSentinel));
-      absl::Status st = Done(c.ReduceScatter(send.data(), recv.data(), count, rc.dtype, rc.op));
-      if (!st.ok()) return absl::Status(st.code(), absl::StrCat(what, ": ", st.message()));
-      std::vector<char> got = recv.Download(), want(bytes);
-      for (int64_t i = 0; i < count; ++i) {
-        ReferenceReduce(gen, rc.op, n, me * count + i, want.data() + i * es);
+      // In place: the output is this rank's chunk of the input (what the
+      // optimizer's gradient buckets do).
+      for (bool in_place : {false, true}) {
+        std::string what = Label("reduce_scatter", rc.dtype, count, c,
+                                 absl::StrCat(ReduceOpName(rc.op), rc.random ? " random" : "",
+                                              in_place ? " in-place" : ""));
+        Gen gen{Seed("rs", count, rc.dtype, static_cast<int>(rc.op)), rc.dtype, rc.random};
+        const size_t es = SizeOf(rc.dtype), bytes = count * es;
+        Buf send(Mem(o), n * bytes), recv(Mem(o), bytes);
+        send.Upload(gen.Make(me, 0, n * count));
+        recv.Upload(std::vector<char>(bytes, kSentinel));
+        char* out = in_place ? send.data() + me * bytes : recv.data();
+        absl::Status st = Done(c.ReduceScatter(send.data(), out, count, rc.dtype, rc.op));
+        if (!st.ok()) return absl::Status(st.code(), absl::StrCat(what, ": ", st.message()));
+        std::vector<char> got(bytes), want(bytes);
+        if (in_place) {
+          const std::vector<char> all = send.Download();
+          std::copy(all.begin() + me * bytes, all.begin() + (me + 1) * bytes, got.begin());
+        } else {
+          got = recv.Download();
+        }
+        for (int64_t i = 0; i < count; ++i) {
+          ReferenceReduce(gen, rc.op, n, me * count + i, want.data() + i * es);
+        }
+        GTP_RETURN_IF_ERROR(Compare(what, rc.dtype, got.data(), want.data(), count));
       }
-      GTP_RETURN_IF_ERROR(Compare(what, rc.dtype, got.data(), want.data(), count));
     }
   }
   return absl::OkStatus();
