@@ -125,6 +125,44 @@ RunResult Train(const RunConfig& config) {
     }
     res.num_skipped[w.rank()] = opt->progress().num_skipped;
 
+    // Replica consistency: a 64-bit FNV-1a hash of each copy's bytes, gathered
+    // over the ranks that must agree.
+    {
+      auto hash = [](const Tensor& t) {
+        uint64_t h = 1469598103934665603ull;
+        const auto* b = static_cast<const unsigned char*>(t.raw_data());
+        for (int64_t i = 0; i < t.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
+        return static_cast<int64_t>(h);
+      };
+      struct Check {
+        std::string name;
+        comm::Communicator* group;
+        int64_t hash;
+      };
+      std::vector<Check> checks;
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * rep, pgs.Get("replicate"));
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp_g, pgs.Get("gtp"));
+      for (layers::ShardedParam* p : model->sharded_params()) checks.push_back({p->name(), rep, hash(p->shard())});
+      for (layers::ReplicatedParam* p : model->replicated_params()) {
+        if (p->tp_sharded) {
+          checks.push_back({p->name, gtp_g, hash(p->value)});
+          checks.push_back({p->name, rep, hash(p->value)});
+        } else {
+          checks.push_back({p->name, &w, hash(p->value)});
+        }
+      }
+      for (const Check& c : checks) {
+        std::vector<int64_t> all(c.group->size());
+        GTP_RETURN_IF_ERROR(comm::Run(c.group->AllGather(&c.hash, all.data(), 1, DType::kI64)));
+        for (int64_t h : all) {
+          if (h == all[0]) continue;
+          std::lock_guard<std::mutex> lock(mu);
+          res.replica_mismatches.push_back(absl::StrCat(c.name, " over ", c.group->name()));
+          break;
+        }
+      }
+    }
+
     // Reassemble the global parameters from replicate rank 0's pieces.
     GTP_ASSIGN_OR_RETURN(int rep_rank, pgs.RankIn("replicate"));
     GTP_ASSIGN_OR_RETURN(int gtp_rank, pgs.RankIn("gtp"));

@@ -68,6 +68,11 @@ struct RunResult {
   std::vector<int64_t> state_bytes;      // per world rank, DistributedOptimizer::state_bytes()
   std::vector<int64_t> allocator_bytes;  // per world rank: bytes held by the optimizer's allocator
   std::vector<int64_t> num_skipped;      // per world rank
+  // After training, tensors whose copies are not bit-identical across the
+  // ranks that should hold the same values ("<param> over <group>"): every
+  // replicated param over the whole world (TP-sharded ones over gtp and
+  // replicate), every GTP shard over replicate.
+  std::vector<std::string> replica_mismatches;
 };
 
 RunResult Train(const RunConfig& config);
