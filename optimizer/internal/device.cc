@@ -10,16 +10,6 @@
 
 namespace gtp::optimizer::internal {
 
-void AdamW(const kernels::Exec& e, float* p, const float* g, float* m, float* v, int64_t n,
-           const kernels::AdamWParams& hp) {
-  if (n == 0) return;
-  if (e.is_cuda()) {
-    kernels::cuda::AdamW(p, g, m, v, n, hp, e.stream);
-  } else {
-    kernels::cpu::AdamW(p, g, m, v, n, hp);
-  }
-}
-
 void NewtonSchulz(const kernels::Exec& e, const Tensor& G, const Tensor& X, int steps,
                   kernels::NsCoefficients coeffs) {
   GTP_CHECK(G.rank() == 2 && G.shape() == X.shape() && G.is_contiguous() && X.is_contiguous(),

@@ -1,5 +1,5 @@
 // optimizer/internal/device.h — small device-agnostic helpers the optimizer
-// needs beyond core/kernels/ops.h: raw-kernel dispatch (AdamW, Newton–Schulz,
+// needs beyond core/kernels/ops.h: raw-kernel dispatch (Newton–Schulz,
 // casts), 2-D strided copies and host-scalar collectives. Every function runs
 // on the CPU or enqueues on exec.stream, as ops:: does; those returning
 // Status block (they synchronise to read results on the host).
@@ -15,10 +15,6 @@
 #include "core/tensor.h"
 
 namespace gtp::optimizer::internal {
-
-// AdamW on n f32 elements (kernels::cpu/cuda::AdamW).
-void AdamW(const kernels::Exec& e, float* p, const float* g, float* m, float* v, int64_t n,
-           const kernels::AdamWParams& hp);
 
 // X[M, N] = NewtonSchulz(G[M, N]); scratch comes from e.alloc.
 void NewtonSchulz(const kernels::Exec& e, const Tensor& G, const Tensor& X, int steps,
