@@ -172,7 +172,8 @@ absl::Status GptModel::EmbedBackward(const Tensor& dx) {
   return wte_->ReduceGrad();
 }
 
-absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets) {
+absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets,
+                                    bool backward_follows) {
   const int64_t N = B_ * T_;
   if (tokens.numel() != N || targets.numel() != N) {
     return Bad(absl::StrCat("tokens/targets must have B·T = ", N, " elements, got ",
@@ -207,6 +208,22 @@ absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets)
   }
   head->Release(Direction::kForward);
   Timeline::Scope ce_span(timeline_, "cross-entropy", exec_.stream);
+  logits_are_grad_ = backward_follows && tp_->size() == 1;
+  if (logits_are_grad_) {
+    // Loss and its gradient in one pass; the gradient's scale (1 or
+    // 1 / valid targets) is known before the backward.
+    Tensor dloss = exec_.Empty({N}), loss = exec_.Empty({N});
+    if (config_.loss_reduction == LossReduction::kSum) {
+      ops::Fill(exec_, dloss, 1.0f);
+    } else {
+      ops::CountValid(exec_, targets_, count_);
+      ops::FillReciprocal(exec_, count_, dloss);
+    }
+    ops::CrossEntropyFused(exec_, logits_, targets_, dloss, loss, v_real_);
+    ops::MaskedMeanAccumulate(exec_, loss, targets_, loss_acc_, count_);
+    n_valid_ = -1;
+    return absl::OkStatus();
+  }
   // Vocab-parallel cross-entropy: max and target logit, then Σexp, over TP.
   row_max_ = exec_.Empty({N});
   sumexp_ = exec_.Empty({N});
@@ -246,21 +263,21 @@ absl::Status GptModel::Backward() {
   if (!logits_.defined()) return absl::FailedPreconditionError("Backward without Forward");
   std::optional<Timeline::Scope> head_span;
   head_span.emplace(timeline_, "head+loss bwd", exec_.stream);
-  Tensor dloss = exec_.Empty({N});
-  const bool sum = config_.loss_reduction == LossReduction::kSum;
-  if (sum) {
-    ops::Fill(exec_, dloss, 1.0f);
-  } else {
-    ops::FillReciprocal(exec_, count_, dloss);  // 1 / valid targets (0 if none)
-  }
   // In place over the logits (not needed after this): one [N, V] buffer
   // less at the memory peak. Pad columns become 0.
   Tensor dlogits = logits_;
-  {
+  if (!logits_are_grad_) {
+    Tensor dloss = exec_.Empty({N});
+    if (config_.loss_reduction == LossReduction::kSum) {
+      ops::Fill(exec_, dloss, 1.0f);
+    } else {
+      ops::FillReciprocal(exec_, count_, dloss);  // 1 / valid targets (0 if none)
+    }
     Timeline::Scope span(timeline_, "cross-entropy bwd", exec_.stream);
     ops::CrossEntropyBackward(exec_, logits_, row_max_, sumexp_, targets_, dloss, dlogits,
                               vocab_start_, v_real_);
   }
+  logits_are_grad_ = false;
   logits_ = row_max_ = sumexp_ = Tensor();
   ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
   GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(Direction::kBackward));

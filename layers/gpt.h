@@ -67,8 +67,12 @@ class GptModel {
   // tokens, targets: i32 [B, T] on the exec's device (targets < 0 are
   // ignored). Enqueues the forward and adds this lane's mean loss into a
   // device accumulator (TakeLossSum); keeps activations for Backward. No
-  // host synchronisation on the GPU.
-  absl::Status ForwardAsync(const Tensor& tokens, const Tensor& targets);
+  // host synchronisation on the GPU. With `backward_follows` (a training
+  // step: Backward is called next) and TP = 1 the loss gradient is computed
+  // with the loss, in one pass over the logits, which then hold it: logits()
+  // is not valid afterwards.
+  absl::Status ForwardAsync(const Tensor& tokens, const Tensor& targets,
+                            bool backward_follows = false);
   // ForwardAsync, then waits and returns this micro-batch's mean loss (the
   // accumulator is left as it was). Blocks: for tests and evaluation.
   absl::StatusOr<float> Forward(const Tensor& tokens, const Tensor& targets);
@@ -128,6 +132,7 @@ class GptModel {
   std::vector<ReplicatedParam*> replicated_;
   // Saved for backward.
   Tensor tokens_, targets_, pos_ids_, h_f_, logits_, row_max_, sumexp_;
+  bool logits_are_grad_ = false;  // the fused loss already turned logits_ into dlogits
   Tensor loss_acc_;  // f32 [1]: Σ of micro-batch mean losses (device)
   Tensor count_;     // f32 [1]: valid targets of the last forward (device)
   int64_t n_valid_ = 0;

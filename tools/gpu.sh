@@ -14,7 +14,7 @@
 # NCCL and cuBLAS come from the GPU machine; they are never bundled.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-BUNDLE="$ROOT/.bundle"
+BUNDLE="${GTP_BUNDLE_DIR:-$ROOT/.bundle}"  # another folder for a second, concurrent bundle
 
 bundle() {
   cd "$ROOT"

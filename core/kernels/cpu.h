@@ -190,6 +190,8 @@ void MaskedMeanAccumulate(const float* loss, const int32_t* targets, int64_t N, 
                           float* count);
 // out[0, n) = count[0] > 0 ? 1 / count[0] : 0.
 void FillReciprocal(const float* count, float* out, int64_t n);
+// count[0] = #{targets >= 0}.
+void CountValid(const int32_t* targets, int64_t N, float* count);
 
 // ---- Fused causal attention (the contract of cuda::FlashAttentionForward/Backward) ----
 // q[B, T, NH, HS], k/v[B, T, NKV, HS] (head h reads kv head h / (NH/NKV)), out

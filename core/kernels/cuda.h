@@ -189,6 +189,14 @@ void CrossEntropySumExp(const bf16* logits, const float* row_max, float* sumexp,
 void CrossEntropyBackward(const bf16* logits, const float* row_max, const float* sumexp,
                           const int32_t* targets, const float* dloss, bf16* dlogits, int64_t N,
                           int64_t V, int64_t vocab_start, cudaStream_t stream, int64_t ld = 0);
+// Unsharded cross-entropy forward and backward in one pass, in place over
+// bf16 logits[N, ld] (vocabulary V ≤ ld, the rest padding): loss[n] as
+// CrossEntropyLoss, then logits[n, :] ← dloss[n]·(softmax − onehot(t_n)),
+// 0 for t_n < 0 and in the pad columns. Requires CrossEntropyFusedSupported
+// (aborts otherwise).
+bool CrossEntropyFusedSupported(const void* logits, int64_t V, int64_t ld);
+void CrossEntropyFused(bf16* logits, const int32_t* targets, const float* dloss, float* loss,
+                       int64_t N, int64_t V, int64_t ld, cudaStream_t stream);
 void Axpby(float alpha, const bf16* x, float beta, bf16* y, int64_t n, cudaStream_t stream);
 // x ← bf16(value).
 void Fill(bf16* x, float value, int64_t n, cudaStream_t stream);
@@ -241,6 +249,8 @@ void GradNormFinalize(const float* words, int num_buffers, double max_norm, floa
 void MaskedMeanAccumulate(const float* loss, const int32_t* targets, int64_t N, float* acc,
                           float* count, cudaStream_t stream);
 void FillReciprocal(const float* count, float* out, int64_t n, cudaStream_t stream);
+// count f32 [1] ← #{n : targets[n] ≥ 0}.
+void CountValid(const int32_t* targets, int64_t N, float* count, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace gtp::kernels

@@ -596,6 +596,17 @@ void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, cons
                            const Tensor& out, const Tensor& lse) {
   CheckFlashShapes(e, "FlashAttentionForward", q, k, v, out, lse);
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
+  if (e.is_cuda() && e.attention != nullptr) {
+    const AttentionEngine::Shape s{B, T, NH, NKV, HS};
+    const int64_t bytes = e.attention->ForwardWorkspace(s);
+    if (bytes >= 0) {
+      Tensor ws = e.Empty({(bytes + 3) / 4 + 1});
+      GTP_CHECK_OK(e.attention->Forward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
+                                        out.data<bf16>(), M(lse), s, ws.raw_data(), bytes,
+                                        e.stream));
+      return;
+    }
+  }
   if (e.is_cuda()) {
     cuda::FlashAttentionForward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), out.data<bf16>(),
                                 M(lse), B, T, NH, NKV, HS, e.stream);
@@ -622,6 +633,18 @@ void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, 
               t->ToString(), " vs k ", k.ToString());
   }
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
+  if (e.is_cuda() && e.attention != nullptr) {
+    const AttentionEngine::Shape s{B, T, NH, NKV, HS};
+    const int64_t bytes = e.attention->BackwardWorkspace(s);
+    if (bytes >= 0) {
+      Tensor ws = e.Empty({(bytes + 3) / 4 + 1});
+      GTP_CHECK_OK(e.attention->Backward(dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(),
+                                         v.data<bf16>(), out.data<bf16>(), F(lse),
+                                         dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), s,
+                                         ws.raw_data(), bytes, e.stream));
+      return;
+    }
+  }
   if (e.is_cuda()) {
     const int64_t bytes = cuda::FlashAttentionBackwardScratchBytes(B, T, NH, NKV, HS);
     Tensor scratch = e.Empty({(bytes + 3) / 4});
@@ -843,6 +866,36 @@ void FillReciprocal(const Exec& e, const Tensor& count, const Tensor& out) {
   } else {
     cpu::FillReciprocal(F(count), M(out), out.numel());
   }
+}
+
+void CountValid(const Exec& e, const Tensor& targets, const Tensor& count) {
+  CheckOn(e, targets, "targets");
+  GTP_CHECK(count.numel() == 1, "CountValid: count ", count.ToString());
+  if (e.is_cuda()) {
+    cuda::CountValid(I(targets), targets.numel(), M(count), e.stream);
+  } else {
+    cpu::CountValid(I(targets), targets.numel(), M(count));
+  }
+}
+
+void CrossEntropyFused(const Exec& e, const Tensor& logits, const Tensor& targets,
+                       const Tensor& dloss, const Tensor& loss, int64_t valid_cols) {
+  CheckOn(e, logits, "logits");
+  const int64_t n = Rows(logits), ld = logits.dim(-1), v = valid_cols >= 0 ? valid_cols : ld;
+  GTP_CHECK(targets.numel() == n && dloss.numel() == n && loss.numel() == n,
+            "CrossEntropyFused: logits ", logits.ToString(), " targets ", targets.ToString(),
+            " dloss ", dloss.ToString(), " loss ", loss.ToString());
+  if (e.is_cuda() && logits.dtype() == DType::kBF16 &&
+      cuda::CrossEntropyFusedSupported(logits.raw_data(), v, ld)) {
+    cuda::CrossEntropyFused(MB(logits), I(targets), F(dloss), M(loss), n, v, ld, e.stream);
+    return;
+  }
+  // Every other case: the stages, in place.
+  Tensor row_max = e.Empty({n}), sumexp = e.Empty({n}), target_logit = e.Empty({n});
+  CrossEntropyStats(e, logits, targets, row_max, target_logit, /*vocab_start=*/0, v);
+  CrossEntropySumExp(e, logits, row_max, sumexp, v);
+  CrossEntropyLoss(e, row_max, sumexp, target_logit, targets, loss);
+  CrossEntropyBackward(e, logits, row_max, sumexp, targets, dloss, logits, /*vocab_start=*/0, v);
 }
 
 }  // namespace ops

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/kernels/kernels.h"
@@ -31,12 +32,40 @@ namespace cuda {
 class BlasContext;
 }
 
+// A fused causal attention on CUDA other than the built-in flash kernels
+// (cuDNN's: core/kernels/cudnn_engine.h), with their contract
+// (cuda::FlashAttentionForward/Backward: bf16 q[B, T, NH, HS], k/v[B, T, NKV,
+// HS], out like q, lse[B, NH, T] f32; backward writes dq, dk, dv). When an
+// Exec carries one, ops::FlashAttention* use it for every shape it supports.
+class AttentionEngine {
+ public:
+  struct Shape {
+    int64_t B, T, NH, NKV, HS;
+  };
+  virtual ~AttentionEngine() = default;
+  virtual const char* name() const = 0;
+  // Device bytes of workspace a pass needs, or -1 when the engine does not
+  // take the shape (the flash kernels run it). The first call for a shape
+  // may build plans and block: make it outside CUDA-graph capture.
+  virtual int64_t ForwardWorkspace(const Shape& s) = 0;
+  virtual int64_t BackwardWorkspace(const Shape& s) = 0;
+  // Enqueue on `stream`; never block for a shape already queried.
+  virtual absl::Status Forward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                               const Shape& s, void* workspace, int64_t workspace_bytes,
+                               cudaStream_t stream) = 0;
+  virtual absl::Status Backward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                                const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
+                                const Shape& s, void* workspace, int64_t workspace_bytes,
+                                cudaStream_t stream) = 0;
+};
+
 // Where kernels run and what they may use. Not owning.
 struct Exec {
   Device device = Device::Cpu();
   Allocator* alloc = nullptr;           // for outputs and scratch
   cudaStream_t stream = nullptr;        // CUDA only
   cuda::BlasContext* blas = nullptr;    // CUDA only
+  AttentionEngine* attention = nullptr; // CUDA only, optional (null: the flash kernels)
 
   static Exec Cpu(Allocator& a) { return Exec{Device::Cpu(), &a, nullptr, nullptr}; }
   bool is_cuda() const { return device.is_cuda(); }
@@ -146,6 +175,12 @@ void CrossEntropyBackward(const Exec& e, const Tensor& logits, const Tensor& row
                           const Tensor& sumexp, const Tensor& targets, const Tensor& dloss,
                           const Tensor& dlogits, int64_t vocab_start, int64_t valid_cols = -1);
 // (CrossEntropyBackward may run in place: dlogits may be logits.)
+// Unsharded (TP = 1) forward and backward in one call, in place: loss[n] as
+// CrossEntropyLoss, then logits ← dloss[n]·(softmax − onehot(target)) over
+// the first valid_cols columns, 0 in the rest. On CUDA bf16 one pass over
+// the logits (cuda::CrossEntropyFused); otherwise the four stages.
+void CrossEntropyFused(const Exec& e, const Tensor& logits, const Tensor& targets,
+                       const Tensor& dloss, const Tensor& loss, int64_t valid_cols = -1);
 
 // Σ x² of each tensor (f32), in one pass and — on CUDA — one stream
 // synchronisation for all of them.
@@ -165,6 +200,8 @@ void MaskedMeanAccumulate(const Exec& e, const Tensor& loss, const Tensor& targe
                           const Tensor& acc, const Tensor& count);
 // out f32 [n] ← 1 / count[0] (0 when count is 0).
 void FillReciprocal(const Exec& e, const Tensor& count, const Tensor& out);
+// count f32 [1] ← valid targets (targets[n] ≥ 0).
+void CountValid(const Exec& e, const Tensor& targets, const Tensor& count);
 
 }  // namespace ops
 }  // namespace gtp::kernels

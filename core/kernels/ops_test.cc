@@ -4,6 +4,7 @@
 // the dtypes. The kernels themselves are tested in cpu/*_test.cc.
 #include "core/kernels/ops.h"
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/allocator.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/testing/harness.h"
+#include "core/kernels/testing/reference.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -140,6 +142,42 @@ TEST_F(OpsBf16, EmbeddingElementwiseAndCrossEntropyDispatchToTheBf16Kernels) {
 }
 
 // The f32 path is unchanged: same bits as the f32 kernel.
+// The fused loss + gradient (on the CPU: the stages, in place) against the
+// double references, f32 and bf16, over padded rows with ignored targets;
+// CountValid counts the targets ≥ 0.
+TEST_F(OpsBf16, CrossEntropyFusedMatchesTheReference) {
+  constexpr int64_t kV = 37, kLd = 40, kN = 6;
+  std::vector<float> lg = rng_.Normal(kN * kLd, 0.0f, 3.0f), dloss = rng_.Uniform(kN, 0.5f, 2.0f);
+  for (int64_t i = 0; i < kN * kLd; ++i) lg[i] = i % kLd < kV ? lg[i] : 1e4f;
+  std::vector<int32_t> tg = {3, -1, 0, 36, 17, -1};
+  std::vector<float> count = NaNs(1);
+  ops::CountValid(e_, Wrap(tg, {kN}), Wrap(count, {1}));
+  EXPECT_EQ(count[0], 4.0f);
+  for (bool bf : {false, true}) {
+    SCOPED_TRACE(bf ? "bf16" : "f32");
+    std::vector<bf16> lg16 = ToBF16(lg);
+    std::vector<double> dense(kN * kV);
+    for (int64_t n = 0; n < kN; ++n)
+      for (int64_t v = 0; v < kV; ++v)
+        dense[n * kV + v] = bf ? ToF32(lg16[n * kLd + v]) : lg[n * kLd + v];
+    const std::vector<double> ref_loss = testing::RefCrossEntropy(dense, tg, kN, kV);
+    const std::vector<double> ref_dl = testing::RefCrossEntropyBackward(
+        dense, tg, std::vector<double>(dloss.begin(), dloss.end()), kN, kV);
+    std::vector<float> lg32 = lg, loss = NaNs(kN);
+    Tensor logits = bf ? Wrap(lg16, {kN, kLd}) : Wrap(lg32, {kN, kLd});
+    ops::CrossEntropyFused(e_, logits, Wrap(tg, {kN}), Wrap(dloss, {kN}), Wrap(loss, {kN}), kV);
+    const double tol = bf ? 1e-2 : 1e-5;
+    for (int64_t n = 0; n < kN; ++n) {
+      EXPECT_NEAR(loss[n], ref_loss[n], 1e-5 * (1 + std::abs(ref_loss[n]))) << n;
+      for (int64_t v = 0; v < kLd; ++v) {
+        const float got = bf ? ToF32(lg16[n * kLd + v]) : lg32[n * kLd + v];
+        const double want = v < kV ? ref_dl[n * kV + v] : 0.0;
+        ASSERT_NEAR(got, want, tol * (std::abs(want) + 1e-3)) << n << "," << v;
+      }
+    }
+  }
+}
+
 TEST_F(OpsBf16, F32StillDispatchesToTheF32Kernels) {
   std::vector<float> x = rng_.Normal(N * C), y = NaNs(N * C), y_ref = y;
   ops::GeluForward(e_, Wrap(x, {N, C}), Wrap(y, {N, C}));

@@ -146,6 +146,9 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (t->cuda_graphs().empty()) t->set_cuda_graphs("on");
   if (t->cuda_graphs() != "on" && t->cuda_graphs() != "off")
     return Bad(absl::StrCat("train.cuda_graphs must be on or off, got ", t->cuda_graphs()));
+  if (t->attention().empty()) t->set_attention("cudnn");
+  if (t->attention() != "cudnn" && t->attention() != "flash")
+    return Bad(absl::StrCat("train.attention must be cudnn or flash, got ", t->attention()));
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");
   if (c->keep_last() == 0) c->set_keep_last(2);

@@ -28,6 +28,7 @@
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
+#include "core/kernels/cudnn_engine.h"
 #include "core/status.h"
 #include "core/timeline.h"
 #include "data/corpus.h"
@@ -285,12 +286,21 @@ class RankRun {
     return absl::OkStatus();
   }
 
+  // " | attention cudnn 9.14.0" / " | attention flash" on cuda bf16.
+  std::string AttentionNote() const {
+    if (!exec_.is_cuda() || r_.train().precision() != "bf16") return "";
+    if (exec_.attention == nullptr) return " | attention flash";
+    const int64_t v = kernels::CudnnEngine::Version();
+    return absl::StrCat(" | attention ", exec_.attention->name(), " ", v / 10000, ".",
+                        (v / 100) % 100, ".", v % 100);
+  }
+
   void Banner() {
     const auto& m = r_.model();
     int64_t total = 0;
     for (auto* p : params_.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
     std::printf(
-        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s | %s on %s%s\n"
+        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s | %s on %s%s%s\n"
         "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
         "(%.2fM on this rank)\n"
         "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
@@ -300,7 +310,8 @@ class RankRun {
         r_.parallel().tp_num_weight_shards() / r_.parallel().tp(),
         world_.size() / r_.parallel().tp_num_weight_shards(), data_->size(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
-        r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "", m.n_layer(),
+        r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "",
+        AttentionNote().c_str(), m.n_layer(),
         static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
         static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
         m.norm().c_str(), m.activation().c_str(), total / 1e6, local_params_ / 1e6,
@@ -371,7 +382,8 @@ class RankRun {
       const std::vector<uint64_t> samples = sampler_->MicroBatch(m);
       GTP_ASSIGN_OR_RETURN(auto batch, Batch(*train_, samples));
       Timeline::Scope span(tl_, absl::StrCat("micro-batch ", m), exec_.stream);
-      GTP_RETURN_IF_ERROR(model_->ForwardAsync(batch.first, batch.second));
+      GTP_RETURN_IF_ERROR(
+          model_->ForwardAsync(batch.first, batch.second, /*backward_follows=*/true));
       GTP_RETURN_IF_ERROR(model_->Backward());
     }
     return absl::OkStatus();
@@ -408,7 +420,8 @@ class RankRun {
         for (int64_t m = 0; m < M; ++m) {
           grads_->StartMicrobatch(m == M - 1, B * T);
           GTP_RETURN_IF_ERROR(
-              model_->ForwardAsync(graph_batches_[m].first, graph_batches_[m].second));
+              model_->ForwardAsync(graph_batches_[m].first, graph_batches_[m].second,
+                                   /*backward_follows=*/true));
           GTP_RETURN_IF_ERROR(model_->Backward());
         }
         return opt_->EnqueueStep();
@@ -649,6 +662,17 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
     CudaCachingAllocator dev(device);
     kernels::cuda::BlasContext blas(device);
     kernels::Exec exec{Device::Cuda(device), &dev, stream.get(), &blas};
+    std::unique_ptr<kernels::CudnnEngine> cudnn;
+    if (recipe.train().attention() == "cudnn" && recipe.train().precision() == "bf16") {
+      absl::StatusOr<std::unique_ptr<kernels::CudnnEngine>> e = kernels::CudnnEngine::Create(device);
+      if (!e.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("train.attention=cudnn: ", e.status().message(),
+                         " (train.attention=flash runs gtp's own attention kernels)"));
+      }
+      cudnn = std::move(*e);
+      exec.attention = cudnn.get();
+    }
     if (under_launcher) {
       // One rendezvous store for two worlds: NCCL for tensors, UCX for
       // host-memory control traffic.

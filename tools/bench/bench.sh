@@ -54,9 +54,10 @@ echo "bench: work dir $WORK"
 # Binaries: the bundle's (tools/gpu.sh names //a/b:c as a_b_c), unpacked
 # and run the way `tools/gpu.sh run` does.
 if [[ -z "${GTP_TRAIN:-}" || -z "${GTP_CKPT:-}" ]]; then
-  [[ -f "$ROOT/.bundle/bundle.tar.xz" ]] || { echo "bench: no .bundle/bundle.tar.xz (run tools/gpu.sh bundle and carry .bundle)" >&2; exit 1; }
+  BUNDLE_TAR="${GTP_BUNDLE_DIR:-$ROOT/.bundle}/bundle.tar.xz"  # as tools/gpu.sh
+  [[ -f "$BUNDLE_TAR" ]] || { echo "bench: no $BUNDLE_TAR (run tools/gpu.sh bundle and carry .bundle)" >&2; exit 1; }
   mkdir -p "$WORK/bundle"
-  tar -C "$WORK/bundle" -xJf "$ROOT/.bundle/bundle.tar.xz"
+  tar -C "$WORK/bundle" -xJf "$BUNDLE_TAR"
   export LD_LIBRARY_PATH="$WORK/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export NCCL_NVLS_ENABLE=0
   export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-8}"

@@ -20,6 +20,8 @@
 // access, the columns past V masked.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/cuda/elem.cuh"
@@ -30,6 +32,7 @@ namespace {
 using internal::Aligned16;
 using internal::BlockMax;
 using internal::BlockSum;
+using internal::CeilDiv;
 using internal::GridFor;
 using internal::kBf16Vec;
 using internal::Load;
@@ -125,6 +128,78 @@ __global__ void __launch_bounds__(kThreads)
         lv[k] = v + k < V ? g * (expf(lv[k] - mx) * inv - (v + k == col ? 1.0f : 0.0f)) : 0.0f;
       }
       StoreVec<kVec>(dl + v, lv);
+    }
+  }
+}
+
+// Forward and backward of unsharded rows in one pass (the training step of
+// a TP = 1 model, where the loss gradient's scale is known before the
+// backward). A block takes a row: pass 1 reads it once, each thread keeping
+// an online (max, Σexp) over its 16-byte vectors; the block combines them,
+// writes the loss, and pass 2 reads the row again (from L2: the grid is a
+// few blocks per SM, so the rows in flight fit in it) and overwrites it with
+// the gradient. One HBM read and one write of [N, ld] instead of three reads
+// and a write. exp is exp2 of log2(e)-scaled values (one FFMA and one MUFU
+// per element); only a row's last vector is masked, and only the vector
+// holding the target subtracts the one-hot.
+constexpr int kFusedThreads = 512;
+constexpr int kFusedBlocksPerSm = 3;
+constexpr int kFusedUnroll = 4;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__global__ void __launch_bounds__(kFusedThreads)
+    FusedKernel(bf16* logits, const int32_t* __restrict__ targets,
+                const float* __restrict__ dloss, float* __restrict__ loss, int64_t N, int64_t V,
+                int64_t ld) {
+  constexpr int kV = kBf16Vec;
+  constexpr int64_t kStride = int64_t{kFusedThreads} * kV;
+  const int64_t v_full = V / kV * kV;  // vectors below are all vocabulary
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    bf16* row = logits + n * ld;
+    const int32_t t = targets[n];
+    float tl = 0.0f;
+    if (threadIdx.x == 0 && t >= 0 && t < V) tl = Load(row[t]);
+    float m = -INFINITY, se = 0.0f;  // se = Σ exp(x − m) of this thread's elements
+#pragma unroll kFusedUnroll
+    for (int64_t v = threadIdx.x * int64_t{kV}; v < ld; v += kStride) {
+      float f[kV];
+      LoadVec<kV>(row + v, f);
+      if (v >= v_full) {  // the partial vector and the padding: masked to −∞
+#pragma unroll
+        for (int k = 0; k < kV; ++k) f[k] = v + k < V ? f[k] : -INFINITY;
+      }
+      float vm = f[0];
+#pragma unroll
+      for (int k = 1; k < kV; ++k) vm = fmaxf(vm, f[k]);
+      if (vm > m) {
+        se *= exp2f((m - vm) * kLog2e);  // m = −∞ (nothing yet): se is 0
+        m = vm;
+      }
+      if (m == -INFINITY) continue;  // every element so far masked or −∞
+      const float ms = m * kLog2e;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) se += exp2f(fmaf(f[k], kLog2e, -ms));
+    }
+    const float mx = BlockMax<kFusedThreads>(m);
+    se = BlockSum<kFusedThreads>(m == -INFINITY ? 0.0f : se * exp2f((m - mx) * kLog2e));
+    // BlockSum's barriers order every pass-1 read (and tl) before the writes.
+    if (threadIdx.x == 0) loss[n] = t < 0 ? 0.0f : logf(se) + mx - tl;
+    const float g = t < 0 ? 0.0f : dloss[n], ginv = g / se, mxs = mx * kLog2e;
+#pragma unroll kFusedUnroll
+    for (int64_t v = threadIdx.x * int64_t{kV}; v < ld; v += kStride) {
+      float f[kV];
+      LoadVec<kV>(row + v, f);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) f[k] = ginv * exp2f(fmaf(f[k], kLog2e, -mxs));
+      if (v >= v_full) {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) f[k] = v + k < V ? f[k] : 0.0f;
+      }
+      if (t >= v && t < v + kV) {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) f[k] -= v + k == t ? g : 0.0f;
+      }
+      StoreVec<kV>(row + v, f);
     }
   }
 }
@@ -229,6 +304,26 @@ void CrossEntropyBackward(const bf16* logits, const float* row_max, const float*
                           const int32_t* targets, const float* dloss, bf16* dlogits, int64_t N,
                           int64_t V, int64_t vocab_start, cudaStream_t stream, int64_t ld) {
   BackwardT(logits, row_max, sumexp, targets, dloss, dlogits, N, V, vocab_start, stream, ld);
+}
+
+bool CrossEntropyFusedSupported(const void* logits, int64_t V, int64_t ld) {
+  return ld >= V && V > 0 && ld % kBf16Vec == 0 && Aligned16({logits});
+}
+
+void CrossEntropyFused(bf16* logits, const int32_t* targets, const float* dloss, float* loss,
+                       int64_t N, int64_t V, int64_t ld, cudaStream_t stream) {
+  CheckArgs("CrossEntropyFused", N, V, ld);
+  GTP_CU_REQUIRE(CrossEntropyFusedSupported(logits, V, ld),
+                 "CrossEntropyFused: unsupported V=%lld ld=%lld (see CrossEntropyFusedSupported)",
+                 static_cast<long long>(V), static_cast<long long>(ld));
+  if (N == 0) return;
+  int device = 0, sms = 0;
+  GTP_CU_CHECK(cudaGetDevice(&device));
+  GTP_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t grid = std::min<int64_t>(N, int64_t{kFusedBlocksPerSm} * (sms > 0 ? sms : 1));
+  FusedKernel<<<static_cast<unsigned>(grid), kFusedThreads, 0, stream>>>(logits, targets, dloss,
+                                                                         loss, N, V, ld);
+  GTP_CU_LAUNCH_CHECK();
 }
 
 void CrossEntropyForward(const float* logits, const int32_t* targets, float* loss, float* scratch,

@@ -1,5 +1,6 @@
-// GPU tests of the staged cross-entropy ops (vocab-sharded) and the
-// unsharded CrossEntropyForward against the CPU versions. Targets include
+// GPU tests of the staged cross-entropy ops (vocab-sharded), the unsharded
+// CrossEntropyForward and the fused forward + backward against the CPU
+// versions and the double references. Targets include
 // ignored rows (−1) and ids held by other shards.
 #include <cuda_runtime_api.h>
 
@@ -193,6 +194,68 @@ TEST(CrossEntropyGpu, Bf16StagesMatchReference) {
     EXPECT_TRUE(RelClose(d_dlogits.Download(), ref_dl, 5e-3));
     EXPECT_TRUE(RoundedOnce(d_dlogits.Download(), ref_dl));
   }
+}
+
+// The fused forward + backward (one pass, in place) against the double
+// references: padded rows (pad logits huge, must not count; gradient 0 there),
+// ignored targets, per-row dloss; vocabularies from one 16-byte vector per
+// row to rows longer than a few block strides; and the same bits on a
+// second run.
+TEST(CrossEntropyGpu, FusedMatchesReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(45);
+  struct FusedCase {
+    int64_t N, V, ld;
+  };
+  for (const FusedCase& c : {FusedCase{5, 8, 8}, FusedCase{37, 1001, 1024},
+                             FusedCase{19, 50257, 50304}, FusedCase{3, 65536, 65536},
+                             FusedCase{70, 8191, 8200}, FusedCase{2, 150001, 150008}}) {
+    SCOPED_TRACE(absl::StrCat("N=", c.N, " V=", c.V, " ld=", c.ld));
+    ASSERT_TRUE(cuda::CrossEntropyFusedSupported(reinterpret_cast<void*>(256), c.V, c.ld));
+    const std::vector<float> full = rng.Normal(c.N * c.ld, 0.0f, 3.0f);
+    std::vector<bf16> lg(c.N * c.ld);
+    for (int64_t i = 0; i < c.N * c.ld; ++i) lg[i] = gtp::ToBF16(i % c.ld < c.V ? full[i] : 1e4f);
+    std::vector<int32_t> tg(c.N);
+    for (int64_t n = 0; n < c.N; ++n) {
+      tg[n] = n % 5 == 4 ? -1 : static_cast<int32_t>((n * 7919 + 3) % c.V);
+    }
+    const std::vector<float> dloss = rng.Uniform(c.N, 0.5f, 2.0f);
+    std::vector<double> dense(c.N * c.V);
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t v = 0; v < c.V; ++v) dense[n * c.V + v] = gtp::ToF32(lg[n * c.ld + v]);
+    const std::vector<double> ref_loss = RefCrossEntropy(dense, tg, c.N, c.V);
+    const std::vector<double> ref_dl =
+        RefCrossEntropyBackward(dense, tg, std::vector<double>(dloss.begin(), dloss.end()), c.N, c.V);
+    std::vector<bf16> first;
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<bf16> d_lg(lg);
+      DeviceBuffer<int32_t> d_tg(tg);
+      DeviceBuffer<float> d_dloss(dloss), d_loss(c.N);
+      cuda::CrossEntropyFused(d_lg.get(), d_tg.get(), d_dloss.get(), d_loss.get(), c.N, c.V, c.ld,
+                              stream.get());
+      const std::vector<bf16> out = d_lg.Download();
+      if (run == 1) {
+        EXPECT_TRUE(BitEqual(out, first));
+        continue;
+      }
+      first = out;
+      EXPECT_TRUE(RelClose(d_loss.Download(), ref_loss, 1e-5));
+      std::vector<bf16> got(c.N * c.V);
+      for (int64_t n = 0; n < c.N; ++n) {
+        for (int64_t v = 0; v < c.ld; ++v) {
+          if (v < c.V) {
+            got[n * c.V + v] = out[n * c.ld + v];
+          } else {
+            ASSERT_EQ(out[n * c.ld + v].bits, 0) << n << "," << v;
+          }
+        }
+      }
+      EXPECT_TRUE(RelClose(got, ref_dl, 5e-3));
+    }
+  }
+  EXPECT_FALSE(cuda::CrossEntropyFusedSupported(reinterpret_cast<void*>(258), 64, 64));
+  EXPECT_FALSE(cuda::CrossEntropyFusedSupported(reinterpret_cast<void*>(256), 60, 60));
 }
 
 }  // namespace

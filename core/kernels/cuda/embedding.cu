@@ -7,7 +7,7 @@
 // The backward pass is deterministic without atomics: the (row, n) pairs are
 // radix-sorted by row (stably, so n increases within a row), and one block
 // per distinct row adds that row's dout rows in increasing n into a register
-// started from the table value, one column per thread. Every dtable element
+// started from the table value, one column (or 8) per thread. Every dtable element
 // therefore receives its updates one at a time in increasing n, the order of
 // the plain sequential loop (bit-identical to the CPU), and a frequent id
 // (real text is Zipfian) is one register chain, not a chain of
@@ -33,7 +33,7 @@ using internal::Aligned16;
 using internal::CeilDiv;
 using internal::kBf16Vec;
 using internal::kWarpSize;
-using internal::Load;
+using internal::LoadVec;
 using internal::WithVec;
 
 constexpr int kThreads = 256;
@@ -76,7 +76,9 @@ __global__ void SortKeysKernel(const int32_t* __restrict__ idx, int32_t* __restr
 // differs from entry i − 1's; that block adds the segment's dout rows into
 // the table row, one column per thread, starting from the table value and in
 // increasing n: the order of the plain sequential loop.
-template <typename T>
+// kVec columns per thread (8, as 16-byte loads of bf16 dout and two float4
+// of dtable, for bf16 rows with C % 8 == 0 and aligned buffers; else 1).
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
     SegmentAddKernel(const int32_t* __restrict__ rows, const int32_t* __restrict__ pos,
                      const T* __restrict__ dout, float* __restrict__ dtable, int64_t N, int64_t V,
@@ -86,11 +88,29 @@ __global__ void __launch_bounds__(kThreads)
     if (r >= V || (i > 0 && rows[i - 1] == r)) continue;  // uniform over the block
     int64_t end = i + 1;
     while (end < N && rows[end] == r) ++end;
-    for (int64_t c = threadIdx.x; c < C; c += kThreads) {
-      float acc = dtable[r * C + c];
-#pragma unroll 8
-      for (int64_t k = i; k < end; ++k) acc += Load(dout[static_cast<int64_t>(pos[k]) * C + c]);
-      dtable[r * C + c] = acc;
+    for (int64_t c = threadIdx.x * int64_t{kVec}; c < C; c += int64_t{blockDim.x} * kVec) {
+      float* d = dtable + r * C + c;
+      float acc[kVec];
+      if constexpr (kVec == 1) {
+        acc[0] = d[0];
+      } else {
+        const float4 a = reinterpret_cast<const float4*>(d)[0], b = reinterpret_cast<const float4*>(d)[1];
+        acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
+        acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
+      }
+#pragma unroll 4
+      for (int64_t k = i; k < end; ++k) {
+        float x[kVec];
+        LoadVec<kVec>(dout + static_cast<int64_t>(pos[k]) * C + c, x);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) acc[j] += x[j];
+      }
+      if constexpr (kVec == 1) {
+        d[0] = acc[0];
+      } else {
+        reinterpret_cast<float4*>(d)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        reinterpret_cast<float4*>(d)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      }
     }
   }
 }
@@ -157,8 +177,14 @@ void EmbeddingBackwardT(const int32_t* idx, const T* dout, float* dtable, int64_
   GTP_CU_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, pos, pos_sorted,
                                                static_cast<int>(N), 0, EndBit(V), stream));
   const unsigned seg_blocks = static_cast<unsigned>(N < (int64_t{1} << 20) ? N : (int64_t{1} << 20));
-  SegmentAddKernel<T><<<seg_blocks, kThreads, 0, stream>>>(keys_sorted, pos_sorted, dout, dtable,
-                                                           N, V, C);
+  WithVec<T>(C % kBf16Vec == 0 && Aligned16({dout, dtable}), [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    const int64_t chunks = C / kVec;
+    const int threads =
+        chunks >= kThreads ? kThreads : static_cast<int>(CeilDiv(chunks, kWarpSize) * kWarpSize);
+    SegmentAddKernel<T, kVec><<<seg_blocks, threads, 0, stream>>>(keys_sorted, pos_sorted, dout,
+                                                                   dtable, N, V, C);
+  });
   GTP_CU_LAUNCH_CHECK();
   if (own) GTP_CU_CHECK(cudaFreeAsync(scratch, stream));
 }

@@ -53,7 +53,26 @@ __global__ void FillReciprocalKernel(const float* __restrict__ count, float* __r
   }
 }
 
+__global__ void CountValidKernel(const int32_t* __restrict__ targets, int64_t N,
+                                 float* __restrict__ count) {
+  __shared__ long long s_cnt[kThreads];
+  long long c = 0;
+  for (int64_t n = threadIdx.x; n < N; n += kThreads) c += targets[n] >= 0 ? 1 : 0;
+  s_cnt[threadIdx.x] = c;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) s_cnt[threadIdx.x] += s_cnt[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *count = static_cast<float>(s_cnt[0]);
+}
+
 }  // namespace
+
+void CountValid(const int32_t* targets, int64_t N, float* count, cudaStream_t stream) {
+  CountValidKernel<<<1, kThreads, 0, stream>>>(targets, N, count);
+  GTP_CU_LAUNCH_CHECK();
+}
 
 void MaskedMeanAccumulate(const float* loss, const int32_t* targets, int64_t N, float* acc,
                           float* count, cudaStream_t stream) {

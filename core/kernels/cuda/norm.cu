@@ -10,7 +10,10 @@
 // Row statistics and dx: one warp per row. dw/db deterministically in two
 // passes: the rows are cut into P chunks (P depends on N only); pass 1 writes
 // each chunk's column sums to scratch[P, C], pass 2 adds the P partials of a
-// column in increasing chunk order and then adds the total into dw/db.
+// column in a fixed order (8 strided sums, then those in order) and then
+// adds the total into dw/db. For
+// bf16 rows with C a multiple of 256 up to 1536 (every GPU training shape we
+// run) pass 1 is fused into the dx kernel: one read of dy and x in all.
 //
 // x, w, b, y, dy, dx are f32 or bf16 (one type per call); mean, rstd, dw, db
 // and the scratch are f32; all math is f32 (cuda/elem.cuh). bf16 rows with
@@ -18,6 +21,8 @@
 // bytes) per lane access; that changes the f32 summation order of the row
 // statistics, not the determinism.
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
@@ -39,7 +44,7 @@ constexpr int kRowThreads = 256;  // 8 rows (warps) per block
 constexpr int kRowsPerBlock = kRowThreads / kWarpSize;
 constexpr int kColThreads = 256;
 constexpr int64_t kMinRowsPerChunk = 16;
-constexpr int64_t kMaxChunks = 256;
+constexpr int64_t kMaxChunks = 1024;
 
 // Number of row chunks of the dw/db reduction; a function of N only, so the
 // summation order (and the bits) never depend on the device.
@@ -184,19 +189,149 @@ __global__ void NormBackwardPartialKernel(const T* __restrict__ dy, const T* __r
   }
 }
 
-// Pass 2: dw[c] += Σ_p partial_w[p, c] in increasing p (and db likewise).
-__global__ void NormBackwardFinalKernel(const float* __restrict__ partial_w,
-                                        const float* __restrict__ partial_b, float* __restrict__ dw,
-                                        float* __restrict__ db, int64_t C, int64_t chunks) {
-  const int64_t c = blockIdx.x * int64_t{kColThreads} + threadIdx.x;
-  if (c >= C) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (int64_t p = 0; p < chunks; ++p) {
-    sw += partial_w[p * C + c];
-    if (partial_b != nullptr) sb += partial_b[p * C + c];
+// Pass 2: dw[c] += Σ_p partial_w[p, c] (and db likewise). A block takes 32
+// columns; its 8 warps each add the chunks p ≡ warp (mod 8) in increasing p
+// (coalesced rows of partials, several loads in flight), then warp 0 adds
+// the 8 sums in warp order: a fixed order for a given chunk count.
+constexpr int kFinalCols = 32;
+constexpr int kFinalGroups = kColThreads / kFinalCols;
+
+__global__ void __launch_bounds__(kColThreads)
+    NormBackwardFinalKernel(const float* __restrict__ partial_w,
+                            const float* __restrict__ partial_b, float* __restrict__ dw,
+                            float* __restrict__ db, int64_t C, int64_t chunks) {
+  __shared__ float sw[kFinalGroups][kFinalCols], sb[kFinalGroups][kFinalCols];
+  const int cx = threadIdx.x % kFinalCols, gy = threadIdx.x / kFinalCols;
+  const int64_t c = blockIdx.x * int64_t{kFinalCols} + cx;
+  float aw = 0.0f, ab = 0.0f;
+  if (c < C) {
+#pragma unroll 8
+    for (int64_t p = gy; p < chunks; p += kFinalGroups) {
+      aw += partial_w[p * C + c];
+      if (partial_b != nullptr) ab += partial_b[p * C + c];
+    }
   }
-  dw[c] += sw;
-  if (partial_b != nullptr) db[c] += sb;
+  sw[gy][cx] = aw;
+  sb[gy][cx] = ab;
+  __syncthreads();
+  if (gy != 0 || c >= C) return;
+  float tw = 0.0f, tb = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kFinalGroups; ++g) {
+    tw += sw[g][cx];
+    tb += sb[g][cx];
+  }
+  dw[c] += tw;
+  if (partial_b != nullptr) db[c] += tb;
+}
+
+// Fused backward for bf16 rows with C = kIters·32·8 (the GPU training path):
+// block p owns chunk p of the rows (as the two-pass reduction); its warp w
+// takes rows r0 + w, r0 + w + 8, …, writes dx from the registers it loaded
+// dy and x into, and accumulates its columns' dy·x̂ and dy. The 8 warps'
+// column sums meet in shared memory and are added in warp order into
+// partial[p, c]; NormBackwardFinalKernel then adds the chunks. dy and x are
+// read once instead of twice, and dw/db need no second kernel over [N, C].
+template <int kIters>
+__global__ void __launch_bounds__(kRowThreads)
+    NormBackwardFusedKernel(const bf16* __restrict__ dy, const bf16* __restrict__ x,
+                            const bf16* __restrict__ w, const float* __restrict__ mean,
+                            const float* __restrict__ rstd, bf16* __restrict__ dx,
+                            const bf16* __restrict__ dres, float* __restrict__ partial_w,
+                            float* __restrict__ partial_b, int64_t N, int64_t rows_per_chunk) {
+  constexpr int kV = kBf16Vec;
+  constexpr int64_t C = int64_t{kIters} * kWarpSize * kV;
+  extern __shared__ float colsum[];  // [kRowsPerBlock][C]
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int64_t p = blockIdx.x;
+  const int64_t r0 = p * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+  float aw[kIters][kV], ab[kIters][kV];
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) aw[i][k] = ab[i][k] = 0.0f;
+  }
+  for (int64_t row = r0 + warp; row < r1; row += kRowsPerBlock) {
+    const float m = mean != nullptr ? mean[row] : 0.0f;
+    const float r = rstd[row];
+    float dv[kIters][kV], xh[kIters][kV];
+    float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+      float wv[kV];
+      LoadVec<kV>(dy + row * C + c, dv[i]);
+      LoadVec<kV>(x + row * C + c, xh[i]);
+      LoadVec<kV>(w + c, wv);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        xh[i][k] = (xh[i][k] - m) * r;
+        const float g = dv[i][k] * wv[k];
+        sg += g;
+        sgx += g * xh[i][k];
+        aw[i][k] += dv[i][k] * xh[i][k];
+        ab[i][k] += dv[i][k];
+      }
+    }
+    const float mean_g = mean != nullptr ? WarpSum(sg) / static_cast<float>(C) : 0.0f;
+    const float mean_gx = WarpSum(sgx) / static_cast<float>(C);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+      float wv[kV], o[kV], rv[kV];
+      LoadVec<kV>(w + c, wv);
+      if (dres != nullptr) {
+        LoadVec<kV>(dres + row * C + c, rv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        o[k] = (dv[i][k] * wv[k] - mean_g - xh[i][k] * mean_gx) * r + rv[k];
+      }
+      StoreVec<kV>(dx + row * C + c, o);
+    }
+  }
+  // Column sums of the 8 warps, added in warp order: dw, then db.
+  for (int pass = 0; pass < (partial_b != nullptr ? 2 : 1); ++pass) {
+    if (pass == 1) __syncthreads();  // pass 0's readers are done with colsum
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) colsum[warp * C + c + k] = pass == 0 ? aw[i][k] : ab[i][k];
+    }
+    __syncthreads();
+    float* out = pass == 0 ? partial_w : partial_b;
+    for (int64_t c = threadIdx.x; c < C; c += kRowThreads) {
+      float s = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kRowsPerBlock; ++v) s += colsum[v * C + c];
+      out[p * C + c] = s;
+    }
+  }
+}
+
+// The fused backward's kIters for C (0: not supported, use the two passes).
+// The limit keeps the per-warp column sums in shared memory under 48 KiB.
+constexpr int kMaxFusedIters = 6;
+int FusedIters(int64_t C) {
+  constexpr int64_t kCols = int64_t{kWarpSize} * kBf16Vec;
+  if (C % kCols != 0) return 0;
+  const int64_t it = C / kCols;
+  return it >= 1 && it <= kMaxFusedIters ? static_cast<int>(it) : 0;
+}
+
+template <int kIters>
+void LaunchFused(const bf16* dy, const bf16* x, const bf16* w, const float* mean,
+                 const float* rstd, bf16* dx, const bf16* dres, float* partial_w,
+                 float* partial_b, int64_t N, int64_t chunks, int64_t rows_per_chunk,
+                 cudaStream_t stream) {
+  const size_t smem = sizeof(float) * kRowsPerBlock * kIters * kWarpSize * kBf16Vec;
+  NormBackwardFusedKernel<kIters><<<static_cast<unsigned>(chunks), kRowThreads, smem, stream>>>(
+      dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N, rows_per_chunk);
 }
 
 template <typename T, int kVec>
@@ -247,6 +382,33 @@ void NormBackward(const T* dy, const T* x, const T* w, const float* mean, const 
                   const T* dres) {
   if (N == 0 || C == 0) return;
   const bool vec = VecRows(C, {dy, x, w, dx, dres});
+  if constexpr (std::is_same_v<T, bf16>) {
+    const int iters = FusedIters(C);
+    if (vec && iters > 0 && dw != nullptr) {
+      GTP_CU_REQUIRE(scratch != nullptr, "norm backward: scratch is required for dw/db");
+      const int64_t chunks = NormChunks(N);
+      const int64_t rows_per_chunk = CeilDiv(N, chunks);
+      float* partial_w = scratch;
+      float* partial_b = db != nullptr ? scratch + chunks * C : nullptr;
+      auto launch = [&](auto it) {
+        LaunchFused<decltype(it)::value>(dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N,
+                                         chunks, rows_per_chunk, stream);
+      };
+      switch (iters) {
+        case 1: launch(std::integral_constant<int, 1>{}); break;
+        case 2: launch(std::integral_constant<int, 2>{}); break;
+        case 3: launch(std::integral_constant<int, 3>{}); break;
+        case 4: launch(std::integral_constant<int, 4>{}); break;
+        case 5: launch(std::integral_constant<int, 5>{}); break;
+        default: launch(std::integral_constant<int, 6>{}); break;
+      }
+      GTP_CU_LAUNCH_CHECK();
+      NormBackwardFinalKernel<<<static_cast<unsigned>(CeilDiv(C, kFinalCols)), kColThreads, 0,
+                                stream>>>(partial_w, partial_b, dw, db, C, chunks);
+      GTP_CU_LAUNCH_CHECK();
+      return;
+    }
+  }
   WithVec<T>(vec, [&](auto v) {
     constexpr int kVec = decltype(v)::value;
     NormBackwardDxKernel<T, kVec>
@@ -268,7 +430,7 @@ void NormBackward(const T* dy, const T* x, const T* w, const float* mean, const 
         dy, x, mean, rstd, partial_w, partial_b, N, C, rows_per_chunk);
   });
   GTP_CU_LAUNCH_CHECK();
-  NormBackwardFinalKernel<<<static_cast<unsigned>(CeilDiv(C, kColThreads)), kColThreads, 0,
+  NormBackwardFinalKernel<<<static_cast<unsigned>(CeilDiv(C, kFinalCols)), kColThreads, 0,
                             stream>>>(partial_w, partial_b, dw, db, C, chunks);
   GTP_CU_LAUNCH_CHECK();
 }
