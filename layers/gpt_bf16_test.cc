@@ -41,7 +41,8 @@ GptConfig Config(bool llama, DType dt) {
 }
 
 // 4 sequences in all, split over the data lanes (shards / tp of them).
-Result RunModel(bool llama, DType dt, int tp, int shards) {
+// training: the trainer's ForwardAsync(backward_follows) + TakeLossSum.
+Result RunModel(bool llama, DType dt, int tp, int shards, bool training = false) {
   const int64_t lanes = shards / tp, B = 4 / lanes, T = 32;
   Result out;
   absl::Mutex mu;
@@ -63,8 +64,15 @@ Result RunModel(bool llama, DType dt, int tp, int shards) {
     }
     Tensor ttok = Tensor::Wrap(tok.data(), {B, T}, DType::kI32, Device::Cpu());
     Tensor ttgt = Tensor::Wrap(tgt.data(), {B, T}, DType::kI32, Device::Cpu());
-    GTP_ASSIGN_OR_RETURN(float loss, model->Forward(ttok, ttgt));
-    GTP_RETURN_IF_ERROR(model->Backward());
+    float loss = 0;
+    if (training) {
+      GTP_RETURN_IF_ERROR(model->ForwardAsync(ttok, ttgt, /*backward_follows=*/true));
+      GTP_RETURN_IF_ERROR(model->Backward());
+      GTP_ASSIGN_OR_RETURN(loss, model->TakeLossSum());
+    } else {
+      GTP_ASSIGN_OR_RETURN(loss, model->Forward(ttok, ttgt));
+      GTP_RETURN_IF_ERROR(model->Backward());
+    }
     float mean = loss;
     GTP_RETURN_IF_ERROR(comm::Run(w.AllReduce(&mean, &mean, 1, DType::kF32, comm::ReduceOp::kMean)));
     // Replicated grads are local sums over this lane's rows: average them
@@ -145,6 +153,22 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GptBf16,
 
 namespace gtp::layers {
 namespace {
+
+// The training path (the loss gradient computed with the loss, in one call,
+// when TP = 1; the staged path when TP > 1) gives the Forward/Backward path's
+// loss and gradients bit for bit on the CPU, where both run the same stages.
+TEST(GptTrainingPath, FusedLossGradientIsForwardBackward) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
+      SCOPED_TRACE(absl::StrCat(dt == DType::kBF16 ? "bf16" : "f32", " tp", tp, " shards", shards));
+      const Result a = RunModel(/*llama=*/false, dt, tp, shards);
+      const Result b = RunModel(/*llama=*/false, dt, tp, shards, /*training=*/true);
+      EXPECT_EQ(a.loss, b.loss);
+      ASSERT_EQ(a.grads.size(), b.grads.size());
+      for (const auto& [name, want] : a.grads) EXPECT_EQ(b.grads.at(name), want) << name;
+    }
+  }
+}
 
 // The harness itself: the f32 model sharded the same way matches the
 // one-rank f32 model tightly (so a bf16 failure above is bf16's).

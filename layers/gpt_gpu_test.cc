@@ -6,9 +6,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "comm/local/local_communicator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cuda.h"
+#include "core/kernels/cudnn_engine.h"
 #include "core/philox.h"
 #include "gtest/gtest.h"
 #include "layers/gpt.h"
@@ -93,7 +95,10 @@ struct Grads {
   std::vector<std::pair<std::string, std::vector<float>>> grads;
 };
 
-Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T) {
+// training: the trainer's path (ForwardAsync with the loss gradient fused
+// into the loss, then TakeLossSum) instead of Forward.
+Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T,
+                      bool training = false) {
   GptConfig c = GptConfig::Gpt2(1000, T, 2, 128, 2);  // HS = 64: the flash kernel's size
   c.block.seed = 13;
   c.block.dtype = dt;
@@ -111,8 +116,14 @@ Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T
     Tensor dtok = exec.Empty({B, T}, DType::kI32), dtgt = exec.Empty({B, T}, DType::kI32);
     GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(tok.data(), {B, T}, DType::kI32, Device::Cpu()), dtok, exec.stream, true));
     GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(tgt.data(), {B, T}, DType::kI32, Device::Cpu()), dtgt, exec.stream, true));
-    GTP_ASSIGN_OR_RETURN(out.loss, model->Forward(dtok, dtgt));
-    GTP_RETURN_IF_ERROR(model->Backward());
+    if (training) {
+      GTP_RETURN_IF_ERROR(model->ForwardAsync(dtok, dtgt, /*backward_follows=*/true));
+      GTP_RETURN_IF_ERROR(model->Backward());
+      GTP_ASSIGN_OR_RETURN(out.loss, model->TakeLossSum());
+    } else {
+      GTP_ASSIGN_OR_RETURN(out.loss, model->Forward(dtok, dtgt));
+      GTP_RETURN_IF_ERROR(model->Backward());
+    }
     auto host = [&](const Tensor& t) {
       std::vector<float> v(t.numel());
       GTP_CHECK_OK(Copy(t, Tensor::Wrap(v.data(), t.shape(), DType::kF32, Device::Cpu()), exec.stream, true));
@@ -129,7 +140,8 @@ Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T
 class GptGpuBf16 : public ::testing::TestWithParam<bool> {};
 
 // bf16 on the GPU (flash attention, bf16 GEMMs and kernels) against the f32
-// model on the CPU (the reference).
+// model on the CPU (the reference); then the trainer's configuration: cuDNN
+// attention and the cross-entropy's gradient fused into its forward.
 TEST_P(GptGpuBf16, MatchesCpuF32) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   HeapAllocator host;
@@ -138,10 +150,16 @@ TEST_P(GptGpuBf16, MatchesCpuF32) {
   ASSERT_TRUE(stream.ok());
   kernels::cuda::BlasContext blas(0);
   kernels::Exec gpu{Device::Cuda(0), &dev, stream->get(), &blas};
-  for (int64_t T : {64, 200}) {
-    SCOPED_TRACE(T);
+  auto cudnn = kernels::CudnnEngine::Create(0);
+  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
+  kernels::Exec gpu_cudnn = gpu;
+  gpu_cudnn.attention = cudnn->get();
+  for (auto [T, training] : {std::pair{int64_t{64}, false}, std::pair{int64_t{200}, false},
+                             std::pair{int64_t{64}, true}, std::pair{int64_t{200}, true}}) {
+    SCOPED_TRACE(absl::StrCat("T=", T, training ? " cudnn + fused loss" : " flash"));
     const Grads ref = ForwardBackward(kernels::Exec::Cpu(host), GetParam(), DType::kF32, T);
-    const Grads got = ForwardBackward(gpu, GetParam(), DType::kBF16, T);
+    const Grads got =
+        ForwardBackward(training ? gpu_cudnn : gpu, GetParam(), DType::kBF16, T, training);
     ASSERT_TRUE(std::isfinite(got.loss));
     EXPECT_NEAR(got.loss, ref.loss, 1e-2 * ref.loss);
     ASSERT_EQ(got.grads.size(), ref.grads.size());

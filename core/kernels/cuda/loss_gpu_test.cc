@@ -1,4 +1,4 @@
-// cuda::MaskedMeanAccumulate / FillReciprocal against the closed form.
+// cuda::MaskedMeanAccumulate / FillReciprocal / CountValid against the closed form.
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -34,6 +34,10 @@ TEST(CudaLoss, MaskedMeanAndReciprocal) {
     acc.Upload({1.0f});
     cuda::MaskedMeanAccumulate(dl.get(), dt.get(), n, acc.get(), count.get(), nullptr);
     EXPECT_EQ(acc.Download()[0], a);
+    // CountValid alone: the same count, before any loss exists.
+    DeviceBuffer<float> count2(std::vector<float>{-7.0f});
+    cuda::CountValid(dt.get(), n, count2.get(), nullptr);
+    EXPECT_EQ(count2.Download()[0], static_cast<float>(valid));
   }
 }
 
