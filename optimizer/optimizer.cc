@@ -384,4 +384,12 @@ std::vector<MuonMatrixInfo> DistributedOptimizer::muon_matrices() const {
   return out;
 }
 
+int64_t DistributedOptimizer::muon_newton_schulz_calls() const {
+  int64_t n = 0;
+  for (const Part& part : parts_) {
+    if (part.muon) n += part.muon->newton_schulz_calls();
+  }
+  return n;
+}
+
 }  // namespace gtp::optimizer

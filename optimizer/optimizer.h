@@ -31,10 +31,12 @@
 // Each matrix is owned by one replicate rank (owners balanced by the cost
 // max(M, N)·min(M, N)², greedily); on the owner replica every TP×GTP rank
 // keeps the momentum of its own shard. kDuplicated (default): the owner
-// replica's TP×GTP ranks gather u over GTP (stripping the padding) and TP,
-// assemble the global [M, N] matrix through the params' global layouts, each
-// runs Newton–Schulz on all of it (duplicated work, no further traffic) and
-// keeps its own slice — so results do not depend on the layout. kBlockwise
+// replica's TP×GTP ranks gather u over GTP (stripping the padding) and TP;
+// one of them (ns_rank, the replica's matrices balanced over its TP×GTP
+// ranks by the same cost) assembles the global [M, N] matrix through the
+// params' global layouts and runs Newton–Schulz on it, and the result is
+// broadcast back over GTP and TP; each rank keeps its own slice — so results
+// do not depend on the layout, and each matrix is orthogonalised once. kBlockwise
 // orthogonalises each rank's shard alone (cheaper, but the update depends
 // on TP and GTP). The scale comes from the full matrix dims M×N: kSpectral
 // √max(M, N), kShape √max(1, M/N), kUnitRms √(M/N). Updated shards are then
@@ -151,6 +153,9 @@ struct MuonMatrixInfo {
   std::string name;
   int64_t rows = 0, cols = 0;  // full (global) dims M, N
   int owner = 0;               // replicate rank
+  // kDuplicated: the rank of the owner replica's TP×GTP grid (tp rank · GTP
+  // + gtp rank) that runs Newton–Schulz on the whole matrix.
+  int ns_rank = 0;
   double cost = 0.0;
 };
 
@@ -206,6 +211,8 @@ class DistributedOptimizer {
   int64_t state_bytes() const;
   // Muon matrices in a fixed order, with owners (empty under kAdamW).
   std::vector<MuonMatrixInfo> muon_matrices() const;
+  // Newton–Schulz runs on this rank since creation (0 under kAdamW).
+  int64_t muon_newton_schulz_calls() const;
 
  private:
   // A contiguous run of one AdamW param's elements that this rank updates.

@@ -168,6 +168,7 @@ TEST_P(OptimizerGpu, MatchesCpu) {
     const std::vector<float>& g = cuda.params.at(name);
     ASSERT_EQ(g.size(), v.size()) << name;
     for (size_t i = 0; i < v.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(g[i]) && std::isfinite(v[i])) << name << "[" << i << "]";
       const double d = std::abs(double(g[i]) - v[i]);
       ++total;
       loose += d > 1e-5 + 1e-4 * std::abs(v[i]);

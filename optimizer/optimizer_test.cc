@@ -369,6 +369,63 @@ TEST(DistributedOptimizer, MuonOwnersAreBalancedAndMomentumIsSharded) {
   }
 }
 
+// kDuplicated over TP2·GTP2 (DP1): every matrix is orthogonalised by exactly
+// one of the four ranks (its ns_rank), the ranks' Newton–Schulz work is
+// balanced, and the parameters still match the single-rank run.
+TEST(DistributedOptimizer, MuonOrthogonalisesEachMatrixOnceOverTpGtp) {
+  auto cfg = [](const testing::Layout& l) {
+    testing::RunConfig c;
+    c.model = testing::SmallModel(true);
+    c.layout = l;
+    c.steps = 3;
+    c.opt.matrices = MatrixOptimizer::kMuon;
+    c.opt.lr = {LrDecay::kConstant, 2e-2f};
+    c.buffer.reduce = ReduceMode::kAllReduce;
+    return c;
+  };
+  testing::RunConfig c = cfg({"TP2_GTP2", 2, 2, 1});
+  std::mutex mu;
+  std::vector<MuonMatrixInfo> mats;
+  std::vector<int64_t> calls(4, -1), grid_rank(4, -1);
+  c.on_setup = [&](testing::RankContext& ctx) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ctx.world_rank == 0) mats = ctx.opt->muon_matrices();
+    grid_rank[ctx.world_rank] =
+        ctx.pgs->RankIn("tp").value() * 2 + ctx.pgs->RankIn("gtp").value();
+  };
+  c.before_step = [&](testing::RankContext& ctx, int step) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (step == 2) calls[ctx.world_rank] = ctx.opt->muon_newton_schulz_calls();  // 2 steps done
+  };
+  const testing::RunResult got = testing::Train(c);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  ASSERT_FALSE(mats.empty());
+  std::vector<int64_t> owned(4, 0);
+  std::vector<double> load(4, 0.0);
+  double biggest = 0;
+  for (const MuonMatrixInfo& m : mats) {
+    ASSERT_GE(m.ns_rank, 0);
+    ASSERT_LT(m.ns_rank, 4);
+    ++owned[m.ns_rank];
+    load[m.ns_rank] += m.cost;
+    biggest = std::max(biggest, m.cost);
+  }
+  int64_t total = 0;
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(calls[r], 2 * owned[grid_rank[r]]) << "rank " << r << " (grid rank " << grid_rank[r] << ")";
+    EXPECT_GT(calls[r], 0) << "every rank orthogonalises something";
+    total += calls[r];
+  }
+  EXPECT_EQ(total, 2 * static_cast<int64_t>(mats.size())) << "each matrix once per step";
+  const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+  EXPECT_LE(*hi - *lo, biggest);
+  const testing::RunResult ref = testing::Train(cfg({"single"}));
+  ASSERT_TRUE(ref.status.ok()) << ref.status;
+  const auto d = testing::CompareParams(got.params, ref.params, 2e-5, 1e-4);
+  EXPECT_LE(d.worst, 1.0) << d.where;
+}
+
 TEST(DistributedOptimizer, MuonBlockwiseIsLayoutDependentDuplicatedIsNot) {
   auto cfg = [](MuonMode mode, const testing::Layout& l) {
     testing::RunConfig c;

@@ -163,6 +163,16 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
     u->matrices_[k].info.owner = owner;
     load[owner] += u->matrices_[k].info.cost;
   }
+  // Inside each owner replica (kDuplicated): the rank of its TP×GTP grid
+  // that orthogonalises the matrix, balanced the same way.
+  const int TG = T * gtp->size();
+  std::vector<std::vector<double>> ns_load(R, std::vector<double>(TG, 0.0));
+  for (size_t k : order) {
+    MuonMatrixInfo& info = u->matrices_[k].info;
+    std::vector<double>& l = ns_load[info.owner];
+    info.ns_rank = static_cast<int>(std::min_element(l.begin(), l.end()) - l.begin());
+    l[info.ns_rank] += info.cost;
+  }
 
   for (Matrix& m : u->matrices_) {
     if (m.info.owner != rep->rank()) continue;
@@ -182,10 +192,7 @@ absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, const Matrix& m
   const int64_t sr = p->shard_rows(), cols = m.cols, begin = p->shard_row_begin();
   if (config_.mode == MuonMode::kBlockwise) {
     const int64_t valid = std::clamp<int64_t>(m.rows - begin, 0, sr);
-    if (valid > 0) {
-      NewtonSchulz(exec_, u.Slice(0, valid), update.Slice(0, valid), config_.ns_steps,
-                   config_.coefficients);
-    }
+    if (valid > 0) RunNewtonSchulz(u.Slice(0, valid), update.Slice(0, valid));
     return absl::OkStatus();
   }
   // Gather over GTP: TP-local [padded_rows, cols], the pad at the tail.
@@ -207,15 +214,31 @@ absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, const Matrix& m
         absl::StrCat("Muon: gathering ", m.info.name), tp));
   }
   const int64_t M = m.info.rows, N = m.info.cols;
-  Tensor G = exec_.Empty({M, N}), X = exec_.Empty({M, N});
-  const float* src = blocks.data<float>();
-  for (int t = 0; t < tp->size(); ++t) {
-    for (const Run& r : m.runs[t]) {
-      Copy2D(exec_, src + (t * m.rows + r.local) * cols, cols,
-             G.data<float>() + r.global * N + m.col_offset[t], N, r.len, cols);
+  Tensor X = exec_.Empty({M, N});
+  // The NS rank (t0, g0) assembles and orthogonalises; X then travels over
+  // its GTP group (root g0) and every TP group (root t0).
+  const int G = gtp->size(), t0 = m.info.ns_rank / G, g0 = m.info.ns_rank % G;
+  if (tp->rank() == t0 && gtp->rank() == g0) {
+    Tensor Gm = exec_.Empty({M, N});
+    const float* src = blocks.data<float>();
+    for (int t = 0; t < tp->size(); ++t) {
+      for (const Run& r : m.runs[t]) {
+        Copy2D(exec_, src + (t * m.rows + r.local) * cols, cols,
+               Gm.data<float>() + r.global * N + m.col_offset[t], N, r.len, cols);
+      }
     }
+    RunNewtonSchulz(Gm, X);
   }
-  NewtonSchulz(exec_, G, X, config_.ns_steps, config_.coefficients);
+  if (G > 1 && tp->rank() == t0) {
+    GTP_RETURN_IF_ERROR(Annotate(
+        comm::Run(gtp->Broadcast(X.raw_data(), M * N, DType::kF32, g0)),
+        absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name), gtp));
+  }
+  if (tp->size() > 1) {
+    GTP_RETURN_IF_ERROR(Annotate(
+        comm::Run(tp->Broadcast(X.raw_data(), M * N, DType::kF32, t0)),
+        absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name), tp));
+  }
   // This rank's slice: TP-local rows [begin, min(begin + sr, rows)).
   const int t = tp->rank();
   const int64_t lo = begin, hi = std::min(begin + sr, m.rows);
@@ -226,6 +249,11 @@ absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, const Matrix& m
            update.data<float>() + (a - begin) * cols, cols, b - a, cols);
   }
   return absl::OkStatus();
+}
+
+void MuonUpdater::RunNewtonSchulz(const Tensor& G, const Tensor& X) {
+  NewtonSchulz(exec_, G, X, config_.ns_steps, config_.coefficients);
+  ++ns_calls_;
 }
 
 absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {

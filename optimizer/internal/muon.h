@@ -38,6 +38,7 @@ class MuonUpdater {
   absl::Status Step(const GradBuffer& grads, float lr);
 
   std::vector<MuonMatrixInfo> matrices() const;
+  int64_t newton_schulz_calls() const { return ns_calls_; }
   void AppendState(const GradBuffer& grads, std::vector<StateTensor>* out) const;
   int64_t state_bytes() const;
 
@@ -58,10 +59,13 @@ class MuonUpdater {
   };
   absl::Status Orthogonalize(const GradBuffer& grads, const Matrix& m, const Tensor& u,
                              const Tensor& update);
+  // Newton–Schulz, counted.
+  void RunNewtonSchulz(const Tensor& G, const Tensor& X);
 
   MuonConfig config_;
   kernels::Exec exec_;
   std::vector<Matrix> matrices_;
+  int64_t ns_calls_ = 0;
 };
 
 }  // namespace gtp::optimizer::internal

@@ -32,12 +32,12 @@ const int64_t kSizes[] = {1, 3, 31, 32, 33, 257, 100003};
     std::vector<float> g(got.size() / 4), w(want.size() / 4);
     std::memcpy(g.data(), got.data(), 4 * g.size());
     std::memcpy(w.data(), want.data(), 4 * w.size());
-    return BitEqual(g, w);
+    return BitEqualNaNsMatch(g, w);
   }
   std::vector<bf16> g(got.size() / 2), w(want.size() / 2);
   std::memcpy(g.data(), got.data(), 2 * g.size());
   std::memcpy(w.data(), want.data(), 2 * w.size());
-  return BitEqual(g, w);
+  return BitEqualNaNsMatch(g, w);
 }
 
 // Random values over many binades, with special values sprinkled in: zeros,
@@ -79,7 +79,7 @@ TEST(CastGpu, BitIdenticalToCpu) {
     DeviceBuffer<float> d_x(x);
     DeviceBuffer<bf16> d_y(n);
     cuda::CastF32ToBF16(d_x.get(), d_y.get(), n, stream.get());
-    EXPECT_TRUE(BitEqual(d_y.Download(), y));
+    EXPECT_TRUE(BitEqualNaNsMatch(d_y.Download(), y));
 
     const std::vector<bf16> b = BF16Values(rng, n);
     std::vector<float> z(n);
@@ -87,7 +87,7 @@ TEST(CastGpu, BitIdenticalToCpu) {
     DeviceBuffer<bf16> d_b(b);
     DeviceBuffer<float> d_z(n);
     cuda::CastBF16ToF32(d_b.get(), d_z.get(), n, stream.get());
-    EXPECT_TRUE(BitEqual(d_z.Download(), z));
+    EXPECT_TRUE(BitEqualNaNsMatch(d_z.Download(), z));
   }
 }
 
@@ -125,8 +125,8 @@ TEST(Fp8Gpu, QuantizeAndDequantizeBitIdenticalToCpu) {
           DeviceBuffer<float> d_scales(blocks);
           cuda::QuantizeFp8Blockwise(d_x.get(), data_type, d_q.get(), d_scales.get(), n, fmt,
                                      stream.get());
-          EXPECT_TRUE(BitEqual(d_q.Download(), q));
-          EXPECT_TRUE(BitEqual(d_scales.Download(), scales));
+          EXPECT_TRUE(BitEqualNaNsMatch(d_q.Download(), q));
+          EXPECT_TRUE(BitEqualNaNsMatch(d_scales.Download(), scales));
           // Dequantize from the CPU's codes, so this is tested on its own.
           DeviceBuffer<uint8_t> c_q(q);
           DeviceBuffer<float> c_scales(scales);

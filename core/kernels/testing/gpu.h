@@ -1,6 +1,7 @@
 // core/kernels/testing/gpu.h — helpers shared by the CUDA kernel tests:
-// device buffers poisoned with NaN bytes, a non-blocking test stream, and a
-// bitwise comparison in which NaNs of any payload match.
+// device buffers poisoned with NaN bytes, a non-blocking test stream, and
+// bitwise comparisons (BitEqual fails on any NaN; BitEqualNaNsMatch lets
+// NaNs of any payload match, for inputs that hold NaN on purpose).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -70,28 +71,32 @@ inline Stream TestStream() {
   return std::move(*s);
 }
 
-// Same bits, except that NaNs of any payload match (x86 and the GPU produce
-// different default NaNs).
 template <typename T>
-bool SameBits(const T& a, const T& b) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (a != a && b != b) return true;
-  }
-  if constexpr (std::is_same_v<T, bf16>) {
-    const auto nan = [](uint16_t u) { return (u & 0x7f80u) == 0x7f80u && (u & 0x7fu) != 0; };
-    if (nan(a.bits) && nan(b.bits)) return true;
-  }
+bool IsNaN(const T& a) {
+  if constexpr (std::is_same_v<T, float>) return a != a;
+  if constexpr (std::is_same_v<T, bf16>) return (a.bits & 0x7f80u) == 0x7f80u && (a.bits & 0x7fu) != 0;
+  return false;
+}
+
+// Same bits; with nans_match, NaNs of any payload match each other (x86 and
+// the GPU produce different default NaNs).
+template <typename T>
+bool SameBits(const T& a, const T& b, bool nans_match) {
+  if (nans_match && IsNaN(a) && IsNaN(b)) return true;
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
-// Passes when the two vectors hold the same bits (SameBits).
 template <typename T>
-::testing::AssertionResult BitEqual(const std::vector<T>& got, const std::vector<T>& want) {
+::testing::AssertionResult CompareBits(const std::vector<T>& got, const std::vector<T>& want,
+                                       bool nans_match) {
   if (got.size() != want.size()) {
     return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   }
   for (size_t i = 0; i < got.size(); ++i) {
-    if (!SameBits(got[i], want[i])) {
+    if (!nans_match && IsNaN(got[i])) {
+      return ::testing::AssertionFailure() << "NaN at element " << i << " of " << got.size();
+    }
+    if (!SameBits(got[i], want[i], nans_match)) {
       auto failure = ::testing::AssertionFailure()
                      << "first difference at element " << i << " of " << got.size();
       if constexpr (std::is_same_v<T, float>) failure << ": got " << got[i] << ", want " << want[i];
@@ -103,6 +108,21 @@ template <typename T>
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// Passes when the two vectors hold the same bits and `got` holds no NaN
+// (a NaN in both is a bug in both, never a match).
+template <typename T>
+::testing::AssertionResult BitEqual(const std::vector<T>& got, const std::vector<T>& want) {
+  return CompareBits(got, want, /*nans_match=*/false);
+}
+
+// The same bits, NaNs of any payload matching: for tests whose inputs hold
+// NaN on purpose (casts of NaN, NaN-poisoned gradients).
+template <typename T>
+::testing::AssertionResult BitEqualNaNsMatch(const std::vector<T>& got,
+                                             const std::vector<T>& want) {
+  return CompareBits(got, want, /*nans_match=*/true);
 }
 
 }  // namespace gtp::kernels::testing
