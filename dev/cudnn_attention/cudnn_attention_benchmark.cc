@@ -19,7 +19,7 @@
 #include "core/dtype.h"
 #include "core/kernels/cuda.h"
 #include "core/philox.h"
-#include "dev/cudnn_attention/cudnn_attention.h"
+#include "core/kernels/cuda/cudnn_attention.h"
 
 namespace gtp::kernels {
 namespace {
@@ -177,7 +177,7 @@ void Sweep(const AttentionShape& s, cudaStream_t stream) {
   float* lse = Alloc<float>(rows);
   for (bool det : {true, false}) {
     for (int choice = 0; choice < 8; ++choice) {
-      absl::StatusOr<std::unique_ptr<cuda::CudnnAttention>> a = cuda::CudnnAttention::Create();
+      absl::StatusOr<std::unique_ptr<cuda::CudnnAttention>> a = cuda::CudnnAttention::Create(0);
       GTP_CHECK_OK(a.status());
       (*a)->set_deterministic(det);
       (*a)->set_config_choice(choice);
@@ -227,9 +227,9 @@ int main() {
               CUDNN_PATCHLEVEL);
   absl::StatusOr<gtp::Stream> stream = gtp::Stream::Create(0);
   GTP_CHECK_OK(stream.status());
-  absl::StatusOr<std::unique_ptr<CudnnAttention>> det = CudnnAttention::Create();
+  absl::StatusOr<std::unique_ptr<CudnnAttention>> det = CudnnAttention::Create(0);
   GTP_CHECK_OK(det.status());
-  absl::StatusOr<std::unique_ptr<CudnnAttention>> nondet = CudnnAttention::Create();
+  absl::StatusOr<std::unique_ptr<CudnnAttention>> nondet = CudnnAttention::Create(0);
   GTP_CHECK_OK(nondet.status());
   (*nondet)->set_deterministic(false);
   const AttentionShape shapes[] = {{8, 1024, 12, 12, 64},

@@ -1,4 +1,4 @@
-// cuDNN graph-API attention; cudnn_attention.h describes the graphs built.
+// cuDNN graph-API attention; see cudnn_attention.h for the graphs built.
 #include "core/kernels/cuda/cudnn_attention.h"
 
 #include <cudnn.h>
@@ -48,6 +48,7 @@ enum Uid : int64_t {
   kDV,
   kSoftmaxSum,
   kOne,
+  kDQAccum,
   kVirtual = 100,
 };
 
@@ -142,7 +143,8 @@ class GraphBuilder {
   // Finalizes the graph, asks heuristics (mode A) for engine configs and
   // returns the first plan that finalizes (and, when deterministic, whose
   // engine is not marked NONDETERMINISTIC).
-  absl::Status Build(bool deterministic, Desc* plan, int64_t* workspace, int64_t* engine_index) {
+  absl::Status Build(bool deterministic, int choice, Desc* plan, int64_t* workspace,
+                     int64_t* engine_index) {
     GTP_RETURN_IF_ERROR(status_);
     void* graph = Make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     GTP_RETURN_IF_ERROR(status_);
@@ -206,6 +208,7 @@ class GraphBuilder {
         absl::StrAppend(&tried, ": ", cudnnGetErrorString(st));
         continue;
       }
+      if (choice-- > 0) continue;
       int64_t ws = 0;
       GTP_CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(
           p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
@@ -287,8 +290,8 @@ struct CudnnAttention::Plan {
   std::vector<Desc> descriptors;  // graph pieces the plan refers to
   Desc plan;
   int64_t plan_workspace = 0;   // cuDNN's own
-  int64_t extra_workspace = 0;  // ours, in front of cuDNN's (backward: D = rowsum(dO∘O))
-  int64_t softmax_sum_offset = 0;
+  int64_t extra_workspace = 0;  // ours, in front of cuDNN's (backward: D = rowsum(dO∘O), dQ accum)
+  int64_t softmax_sum_offset = 0, dq_accum_offset = -1;
   int64_t engine = -1;
   // By-value scalars; the variant pack points at them.
   float scale = 0, neg_inf = -1e10f, one = 1.0f;
@@ -317,7 +320,7 @@ CudnnAttention::~CudnnAttention() {
 
 absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionShape& s,
                                                               bool backward) {
-  const auto key = std::make_pair(s, backward);
+  const auto key = std::make_tuple(s, backward, backward && deterministic_, config_choice_);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   GTP_RETURN_IF_ERROR(CheckShape(s));
@@ -431,13 +434,25 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
       g.Matmul(dsT, q, dk_full);
       g.Reduction(CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
     }
-    // dQ = dS·K, written by the matmul itself (deterministic; see the header).
+    // dQ = dS·K: written by the matmul itself (deterministic), or
+    // accumulated in f32 in the workspace and copied out.
     void* k = g.Virtual(bf, kv_dims, kv_str);
     g.Reshape(kT, k);
-    g.Matmul(ds, k, dq);
+    plan->softmax_sum_offset = 0;
     plan->extra_workspace = AlignUp(B * NH * T * static_cast<int64_t>(sizeof(float)));
+    if (deterministic_) {
+      g.Matmul(ds, k, dq);
+    } else {
+      const Dims acc_str{NH * T * HS, T * HS, HS, 1};
+      void* acc = g.Tensor(kDQAccum, f32, q_dims, acc_str);
+      g.Matmul(ds, k, acc);
+      g.Pointwise(CUDNN_POINTWISE_IDENTITY, acc, nullptr, nullptr, dq);
+      plan->dq_accum_offset = plan->extra_workspace;
+      plan->extra_workspace += AlignUp(B * NH * T * HS * static_cast<int64_t>(sizeof(float)));
+    }
   }
-  GTP_RETURN_IF_ERROR(g.Build(backward, &plan->plan, &plan->plan_workspace, &plan->engine));
+  GTP_RETURN_IF_ERROR(g.Build(backward && deterministic_, config_choice_, &plan->plan,
+                              &plan->plan_workspace, &plan->engine));
   plan->descriptors = std::move(g.owned_);
   Plan* raw = plan.get();
   plans_.emplace(key, std::move(plan));
@@ -455,12 +470,12 @@ absl::StatusOr<int64_t> CudnnAttention::BackwardWorkspaceBytes(const AttentionSh
 }
 
 int64_t CudnnAttention::ForwardEngine(const AttentionShape& s) const {
-  auto it = plans_.find(std::make_pair(s, false));
+  auto it = plans_.find(std::make_tuple(s, false, false, config_choice_));
   return it == plans_.end() ? -1 : it->second->engine;
 }
 
 int64_t CudnnAttention::BackwardEngine(const AttentionShape& s) const {
-  auto it = plans_.find(std::make_pair(s, true));
+  auto it = plans_.find(std::make_tuple(s, true, deterministic_, config_choice_));
   return it == plans_.end() ? -1 : it->second->engine;
 }
 
@@ -518,21 +533,32 @@ absl::Status CudnnAttention::Backward(const bf16* dout, const bf16* q, const bf1
   GTP_ASSIGN_OR_RETURN(Plan * p, GetPlan(s, true));
   GTP_RETURN_IF_ERROR(CheckWorkspace(*p, workspace, workspace_bytes));
   char* ws = static_cast<char*>(workspace);
-  const std::vector<int64_t> uids{kQ,  kK,  kV,          kO,     kDO,     kStats, kDQ,
-                                  kDK, kDV, kSoftmaxSum, kScale, kNegInf, kOne};
-  const std::vector<void*> ptrs{const_cast<bf16*>(q),
-                                const_cast<bf16*>(k),
-                                const_cast<bf16*>(v),
-                                const_cast<bf16*>(out),
-                                const_cast<bf16*>(dout),
-                                const_cast<float*>(lse),
-                                dq,
-                                dk,
-                                dv,
-                                ws + p->softmax_sum_offset,
-                                &p->scale,
-                                &p->neg_inf,
-                                &p->one};
+  std::vector<int64_t> uids{kQ,  kK,  kV,          kO,     kDO,     kStats, kDQ,
+                            kDK, kDV, kSoftmaxSum, kScale, kNegInf, kOne};
+  std::vector<void*> ptrs{const_cast<bf16*>(q),
+                          const_cast<bf16*>(k),
+                          const_cast<bf16*>(v),
+                          const_cast<bf16*>(out),
+                          const_cast<bf16*>(dout),
+                          const_cast<float*>(lse),
+                          dq,
+                          dk,
+                          dv,
+                          ws + p->softmax_sum_offset,
+                          &p->scale,
+                          &p->neg_inf,
+                          &p->one};
+  if (p->dq_accum_offset >= 0) {
+    // cuDNN ≥ 9.6 zeroes the accumulator itself; older ones need it zeroed.
+    void* acc = ws + p->dq_accum_offset;
+    if (CudnnVersion() < 90600) {
+      const cudaError_t err =
+          cudaMemsetAsync(acc, 0, s.B * s.NH * s.T * s.HS * sizeof(float), stream);
+      if (err != cudaSuccess) return absl::InternalError(cudaGetErrorString(err));
+    }
+    uids.push_back(kDQAccum);
+    ptrs.push_back(acc);
+  }
   return Execute(handle_, *p, uids, ptrs, workspace, stream);
 }
 

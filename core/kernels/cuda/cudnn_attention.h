@@ -95,6 +95,14 @@ class CudnnAttention {
                         const AttentionShape& s, void* workspace, int64_t workspace_bytes,
                         cudaStream_t stream);
 
+  // Experiment knobs (dev/cudnn_attention): a backward that accumulates dQ in
+  // f32 with atomics (faster, not deterministic), and plans from the k-th
+  // engine config (heuristics order) that finalizes instead of the first
+  // (Unimplemented when there are fewer). Set before the first use of a
+  // shape; the trainer uses neither.
+  void set_deterministic(bool deterministic) { deterministic_ = deterministic; }
+  void set_config_choice(int k) { config_choice_ = k; }
+
   // Which cuDNN engine (global index) runs a built plan, for logs; -1 when
   // the shape has no plan yet.
   int64_t ForwardEngine(const AttentionShape& s) const;
@@ -107,8 +115,10 @@ class CudnnAttention {
   absl::StatusOr<Plan*> GetPlan(const AttentionShape& s, bool backward);
 
   cudnnContext* handle_;
-  // key: (shape, backward)
-  std::map<std::pair<AttentionShape, bool>, std::unique_ptr<Plan>> plans_;
+  bool deterministic_ = true;
+  int config_choice_ = 0;
+  // key: (shape, backward, deterministic, config choice)
+  std::map<std::tuple<AttentionShape, bool, bool, int>, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace gtp::kernels::cuda
