@@ -898,5 +898,41 @@ void CrossEntropyFused(const Exec& e, const Tensor& logits, const Tensor& target
   CrossEntropyBackward(e, logits, row_max, sumexp, targets, dloss, logits, /*vocab_start=*/0, v);
 }
 
+namespace {
+void CheckFp8(const Exec& e, const char* op, const Tensor& x, const Tensor& q,
+              const Tensor& scales) {
+  CheckOn(e, x, "x");
+  CheckOn(e, q, "q");
+  CheckOn(e, scales, "scales");
+  const int64_t n = x.numel();
+  GTP_CHECK((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && SizeOf(q.dtype()) == 1 &&
+                q.numel() == n && scales.dtype() == DType::kF32 &&
+                scales.numel() == (n + kFp8BlockSize - 1) / kFp8BlockSize,
+            op, ": x/y ", x.ToString(), " q ", q.ToString(), " scales ", scales.ToString());
+}
+}  // namespace
+
+void QuantizeFp8Blockwise(const Exec& e, const Tensor& x, const Tensor& q, const Tensor& scales,
+                          DType fmt) {
+  CheckFp8(e, "QuantizeFp8Blockwise", x, q, scales);
+  uint8_t* qp = static_cast<uint8_t*>(q.raw_data());
+  if (e.is_cuda()) {
+    cuda::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, M(scales), x.numel(), fmt, e.stream);
+  } else {
+    cpu::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, M(scales), x.numel(), fmt);
+  }
+}
+
+void DequantizeFp8Blockwise(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& y,
+                            DType fmt) {
+  CheckFp8(e, "DequantizeFp8Blockwise", y, q, scales);
+  const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
+  if (e.is_cuda()) {
+    cuda::DequantizeFp8Blockwise(qp, F(scales), y.raw_data(), y.dtype(), y.numel(), fmt, e.stream);
+  } else {
+    cpu::DequantizeFp8Blockwise(qp, F(scales), y.raw_data(), y.dtype(), y.numel(), fmt);
+  }
+}
+
 }  // namespace ops
 }  // namespace gtp::kernels

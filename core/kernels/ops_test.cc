@@ -178,6 +178,29 @@ TEST_F(OpsBf16, CrossEntropyFusedMatchesTheReference) {
   }
 }
 
+// fp8 blockwise quantisation through ops: the kernels' bytes, f32 and bf16.
+TEST_F(OpsBf16, Fp8BlockwiseDispatchesToTheKernels) {
+  constexpr int64_t kN = 70, kBlocks = (kN + kFp8BlockSize - 1) / kFp8BlockSize;
+  std::vector<float> x = rng_.Normal(kN, 0.0f, 3.0f);
+  std::vector<bf16> xb = ToBF16(x);
+  for (bool bf : {false, true}) {
+    SCOPED_TRACE(bf ? "bf16" : "f32");
+    const void* xp = bf ? static_cast<const void*>(xb.data()) : x.data();
+    const DType xt = bf ? DType::kBF16 : DType::kF32;
+    std::vector<uint8_t> q(kN), q_ref(kN);
+    std::vector<float> s = NaNs(kBlocks), s_ref(kBlocks);
+    Tensor xt_tensor = bf ? Wrap(xb, {kN}) : Wrap(x, {kN});
+    ops::QuantizeFp8Blockwise(e_, xt_tensor, Wrap(q, {kN}), Wrap(s, {kBlocks}));
+    cpu::QuantizeFp8Blockwise(xp, xt, q_ref.data(), s_ref.data(), kN, DType::kF8E4M3);
+    EXPECT_TRUE(SameBytes(q, q_ref) && SameBytes(s, s_ref));
+    std::vector<float> y = NaNs(kN), y_ref(kN);
+    ops::DequantizeFp8Blockwise(e_, Wrap(q, {kN}), Wrap(s, {kBlocks}), Wrap(y, {kN}));
+    cpu::DequantizeFp8Blockwise(q.data(), s.data(), y_ref.data(), DType::kF32, kN, DType::kF8E4M3);
+    EXPECT_TRUE(SameBytes(y, y_ref));
+    for (int64_t i = 0; i < kN; ++i) EXPECT_NEAR(y[i], x[i], 0.07 * std::abs(x[i]) + 1e-3) << i;
+  }
+}
+
 TEST_F(OpsBf16, F32StillDispatchesToTheF32Kernels) {
   std::vector<float> x = rng_.Normal(N * C), y = NaNs(N * C), y_ref = y;
   ops::GeluForward(e_, Wrap(x, {N, C}), Wrap(y, {N, C}));
