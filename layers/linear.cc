@@ -78,6 +78,7 @@ void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uin
     }
   });
   CopyRounded(h, p.shard(), p.exec());
+  p.MarkUpdated();
 }
 
 void LoadShardFromGlobal(ShardedParam& p, const float* global) {
@@ -90,6 +91,7 @@ void LoadShardFromGlobal(ShardedParam& p, const float* global) {
               global + gr * L.global_cols + L.col_offset + p.cols(), d + r * p.cols());
   });
   CopyRounded(h, p.shard(), p.exec());
+  p.MarkUpdated();
 }
 
 void StoreShardToGlobal(const ShardedParam& p, const Tensor& src, float* global) {

@@ -1,5 +1,7 @@
 #include "layers/sharded_param.h"
 
+#include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,19 @@ const char* DirectionName(Direction d) {
 int64_t PaddedRows(int64_t rows, int gtp, int64_t alignment) {
   const int64_t unit = static_cast<int64_t>(gtp) * alignment;
   return (rows + unit - 1) / unit * unit;
+}
+
+// ---- ExposedComm -------------------------------------------------------------------
+
+absl::Status ExposedComm::Wait(comm::Work& work, Timeline* timeline, const char* what,
+                               const std::string& param) {
+  if (work.Test()) return work.Wait();
+  std::optional<Timeline::Scope> span;
+  if (timeline != nullptr) span.emplace(timeline, absl::StrCat(what, " ", param), nullptr, "comm");
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status st = work.Wait();
+  Add(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return st;
 }
 
 // ---- BufferCache -------------------------------------------------------------------
@@ -105,6 +120,16 @@ absl::Status GtpChain::FinishBackward() {
 
 // ---- ShardedParam ------------------------------------------------------------------
 
+namespace {
+// The f32 scales of a packed fp8 shard (u8 [codes | scales], scales at byte
+// `at`), as a tensor over the same bytes.
+Tensor WireScales(const Tensor& wire, int64_t at, int64_t n) {
+  const int64_t blocks = (n + kernels::kFp8BlockSize - 1) / kernels::kFp8BlockSize;
+  return Tensor::Wrap(static_cast<uint8_t*>(wire.raw_data()) + at, {blocks}, DType::kF32,
+                      wire.device());
+}
+}  // namespace
+
 ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType dtype,
                            comm::Communicator* gtp, GtpChain* chain)
     : name_(std::move(name)), rows_(rows), cols_(cols), dtype_(dtype), gtp_(gtp), chain_(chain) {
@@ -116,6 +141,17 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
   shard_rows_ = padded_rows_ / gtp_size();
   shard_ = chain_->exec().Zeros({shard_rows_, cols_}, dtype_);
   main_grad_ = chain_->exec().Zeros({shard_rows_, cols_}, DType::kF32);
+  if (chain_->options().fp8_gather && gtp_size() > 1) {
+    const int64_t n = shard_rows_ * cols_;
+    wire_scales_at_ = (n + 3) / 4 * 4;
+    const int64_t blocks = (n + kernels::kFp8BlockSize - 1) / kernels::kFp8BlockSize;
+    wire_ = chain_->exec().Zeros({wire_scales_at_ + 4 * blocks}, DType::kU8);
+  }
+}
+
+int64_t ShardedParam::gather_wire_bytes() const {
+  if (gtp_size() == 1) return 0;
+  return fp8() ? wire_.numel() : shard_.nbytes();
 }
 
 const kernels::Exec& ShardedParam::exec() const { return chain_->exec(); }
@@ -136,8 +172,21 @@ absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
   GTP_CHECK(g.state == CommState::kNone, name_, ": gather issued twice in ", DirectionName(dir));
   g.buffer = chain_->cache().Acquire({padded_rows_, cols_}, dtype_,
                                      static_cast<BufferCache::Purpose>(dir));
-  GTP_ASSIGN_OR_RETURN(g.work,
-                       gtp_->AllGather(shard_.raw_data(), g.buffer.raw_data(), shard_.numel(), dtype_));
+  if (fp8()) {
+    const kernels::Exec& e = chain_->exec();
+    const int64_t n = shard_.numel(), w = wire_.numel();
+    if (!wire_fresh_) {  // once per weight update, not per micro-batch
+      kernels::ops::QuantizeFp8Blockwise(e, shard_.View({n}), wire_.Slice(0, n),
+                                         WireScales(wire_, wire_scales_at_, n));
+      wire_fresh_ = true;
+    }
+    g.wire = chain_->cache().Acquire({gtp_size() * w}, DType::kU8,
+                                     static_cast<BufferCache::Purpose>(dir));
+    GTP_ASSIGN_OR_RETURN(g.work, gtp_->AllGather(wire_.raw_data(), g.wire.raw_data(), w, DType::kU8));
+  } else {
+    GTP_ASSIGN_OR_RETURN(g.work, gtp_->AllGather(shard_.raw_data(), g.buffer.raw_data(),
+                                                 shard_.numel(), dtype_));
+  }
   g.state = CommState::kAsyncWait;
   chain_->Record(GtpTraceEvent::kGatherIssued, *this, dir, async);
   return absl::OkStatus();
@@ -146,12 +195,23 @@ absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
 absl::Status ShardedParam::WaitGather(Direction dir) {
   GatherSlot& g = gather_[static_cast<int>(dir)];
   if (g.state != CommState::kAsyncWait) return absl::OkStatus();
-  absl::Status st = g.work->Wait();
+  absl::Status st = chain_->exposed_.Wait(*g.work, chain_->comm_timeline(), "gather", name_);
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("gathering weight ", name_, " (",
                                                 DirectionName(dir), "): ", st.message()));
   }
   g.work.reset();
+  if (fp8()) {  // each rank's codes and scales → its rows of the gathered weight
+    const int64_t n = shard_.numel(), w = wire_.numel();
+    for (int r = 0; r < gtp_size(); ++r) {
+      Tensor wr = g.wire.Slice(r * w, (r + 1) * w);
+      kernels::ops::DequantizeFp8Blockwise(
+          chain_->exec(), wr.Slice(0, n), WireScales(wr, wire_scales_at_, n),
+          g.buffer.Slice(r * shard_rows_, (r + 1) * shard_rows_).View({n}));
+    }
+    chain_->cache().Release(g.wire, static_cast<BufferCache::Purpose>(dir));
+    g.wire = Tensor();
+  }
   g.state = CommState::kDataReady;
   chain_->Record(GtpTraceEvent::kGatherWaited, *this, dir, false);
   return absl::OkStatus();
@@ -245,7 +305,8 @@ absl::Status ShardedParam::FinalizeReduce(bool deferred) {
   if (reduce_.state != CommState::kAsyncWait) return absl::OkStatus();
   const kernels::Exec& e = chain_->exec();
   if (gtp_size() > 1) {
-    absl::Status st = reduce_.work->Wait();
+    absl::Status st =
+        chain_->exposed_.Wait(*reduce_.work, chain_->comm_timeline(), "reduce-scatter", name_);
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("reduce-scattering the gradient of ", name_,
                                                   ": ", st.message()));

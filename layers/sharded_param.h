@@ -24,6 +24,9 @@
 //   - Gather buffers come from the chain's BufferCache keyed by (shape,
 //     dtype, direction): addresses repeat from one iteration to the next.
 //   - The ready hook fires only after {reduce-scatter → add into main grad}.
+//   - Exposed communication: every gather / reduce-scatter Wait that blocks
+//     the host is timed into the chain's ExposedComm (and, on CPU, drawn as
+//     a span on the timeline's "comm" track).
 // With GTP = 1 every step degenerates to a no-op view of the shard, so the
 // numbers equal plain TP + DP exactly.
 //
@@ -59,6 +62,12 @@ struct GtpOptions {
   // kMean (the default loss normalisation: gradients averaged over the data
   // lanes) or kSum (per-token normalisation: one division at the end).
   comm::ReduceOp grad_reduce = comm::ReduceOp::kMean;
+  // FP8 gather: a shard travels as e4m3 with one f32 scale per 32 elements
+  // (kernels::kFp8BlockSize), quantised once after each weight update
+  // (ShardedParam::MarkUpdated) and dequantised to the param dtype after the
+  // gather, before the GEMM. Wire bytes per element 1 + 4/32 instead of 2
+  // (bf16) or 4 (f32). Gradients are unaffected (reduce-scatter as before).
+  bool fp8_gather = false;
 };
 
 // Which pass a materialisation serves. kRecompute is the forward re-run of an
@@ -81,6 +90,36 @@ struct GtpTraceEvent {
   // kConsumed: the weight handed to the GEMMs; kReduceIssued: the wgrad
   // buffer reduced (stable addresses are what CUDA-graph capture needs).
   const void* buffer = nullptr;
+};
+
+// Host time a training thread spent blocked in communication Waits: the
+// communication not hidden behind compute ("exposed"). On CUDA backends a
+// Wait only orders streams and rarely blocks the host, so this reads ~0
+// there. Not thread-safe: the training thread records.
+class ExposedComm {
+ public:
+  // Waits on `work`. If it has not completed yet (Test() is false), the wait
+  // counts: its host time is added and, with a timeline (a CPU one: spans
+  // use the host clock), a span "<what> <param>" is recorded on the "comm"
+  // track. Blocks like Wait; returns its status.
+  absl::Status Wait(comm::Work& work, Timeline* timeline, const char* what,
+                    const std::string& param);
+  // Adds a blocking call timed by the caller (e.g. a synchronous collective).
+  void Add(double ms) {
+    ms_ += ms;
+    ++waits_;
+  }
+  // Milliseconds and number of blocking waits since the last Reset.
+  double ms() const { return ms_; }
+  int64_t waits() const { return waits_; }
+  void Reset() {
+    ms_ = 0;
+    waits_ = 0;
+  }
+
+ private:
+  double ms_ = 0;
+  int64_t waits_ = 0;
 };
 
 // Free lists of buffers keyed by (shape, dtype, purpose). Purposes are the
@@ -141,6 +180,11 @@ class GtpChain {
   void set_timeline(Timeline* t) { timeline_ = t; }
   Timeline* timeline() const { return timeline_; }
 
+  // Host time this chain's gathers and reduce-scatters blocked the training
+  // thread (see ExposedComm); the caller resets it, e.g. once per step.
+  ExposedComm& exposed_comm() { return exposed_; }
+  const ExposedComm& exposed_comm() const { return exposed_; }
+
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<GtpTraceEvent>& trace() const { return trace_; }
   void ClearTrace() { trace_.clear(); }
@@ -151,6 +195,8 @@ class GtpChain {
               const void* buffer = nullptr);
   void Register(ShardedParam* p);
   ShardedParam* Neighbour(const ShardedParam* p, Direction dir) const;
+  // The timeline for comm spans: host-clock (CPU) timelines only.
+  Timeline* comm_timeline() const { return exec_.is_cuda() ? nullptr : timeline_; }
 
   kernels::Exec exec_;
   GtpOptions options_;
@@ -163,6 +209,7 @@ class GtpChain {
   std::vector<ShardedParam*> pending_reduce_;
   bool tracing_ = false;
   Timeline* timeline_ = nullptr;
+  ExposedComm exposed_;
   std::vector<GtpTraceEvent> trace_;
   int64_t seq_ = 0;
 };
@@ -191,7 +238,14 @@ class ShardedParam {
   const kernels::Exec& exec() const;
 
   // This rank's [shard_rows, cols] piece (rows past `rows` are padding: zero).
+  // Whoever writes it (optimizer, checkpoint restore, initialisation) calls
+  // MarkUpdated afterwards.
   const Tensor& shard() const { return shard_; }
+  // The shard's values changed: the FP8 gather re-quantises it before the
+  // next gather (a no-op without GtpOptions::fp8_gather).
+  void MarkUpdated() { wire_fresh_ = false; }
+  // Bytes this rank sends per gather of the weight.
+  int64_t gather_wire_bytes() const;
   // f32 [shard_rows, cols]; reduce-scattered gradients add (+=) into it.
   const Tensor& main_grad() const { return main_grad_; }
   // Makes the main grad live in `storage` (f32 [shard_rows, cols], contiguous,
@@ -251,8 +305,10 @@ class ShardedParam {
   struct GatherSlot {
     CommState state = CommState::kNone;
     Tensor buffer;  // [padded_rows, cols]
+    Tensor wire;    // fp8 gather: u8 [gtp · wire bytes], the ranks' packed shards
     comm::WorkPtr work;
   };
+  bool fp8() const { return wire_.defined(); }
   struct ReduceSlot {
     CommState state = CommState::kNone;
     bool open = false;  // wgrad acquired, not yet reduced
@@ -270,6 +326,11 @@ class ShardedParam {
   comm::Communicator* gtp_;
   GtpChain* chain_;
   Tensor shard_, main_grad_;
+  // fp8 gather: this shard packed as [e4m3 codes (shard numel bytes, padded
+  // to 4) | f32 scales], and whether it holds the current values.
+  Tensor wire_;
+  int64_t wire_scales_at_ = 0;
+  bool wire_fresh_ = false;
   GatherSlot gather_[3];
   ReduceSlot reduce_;
   std::function<void(ShardedParam&)> ready_hook_;

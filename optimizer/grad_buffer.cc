@@ -230,18 +230,25 @@ absl::Status GradBuffer::FinishGradSync() {
   }
   const int64_t end = data_.numel();
   float* base = data_.data<float>();
+  Timeline* tl = exec_.is_cuda() ? nullptr : timeline_;  // host-clock spans only
+  // A synchronous collective: all of it is exposed.
+  auto timed = [&](absl::StatusOr<comm::WorkPtr> w, const char* what) {
+    if (!w.ok()) return w.status();
+    return exposed_.Wait(**w, tl, "all-reduce", what);
+  };
   if (tp_sum_end_ > replicated_begin_ && tp_->size() > 1) {
     GTP_RETURN_IF_ERROR(internal::Annotate(
-        comm::Run(tp_->AllReduce(base + replicated_begin_, base + replicated_begin_,
-                                 tp_sum_end_ - replicated_begin_, DType::kF32,
-                                 comm::ReduceOp::kSum)),
+        timed(tp_->AllReduce(base + replicated_begin_, base + replicated_begin_,
+                             tp_sum_end_ - replicated_begin_, DType::kF32, comm::ReduceOp::kSum),
+              "sequence-parallel grads (tp)"),
         "summing sequence-parallel gradients", tp_));
   }
   if (end > replicated_begin_ && gtp_->size() > 1 && !buckets_.empty() && buckets_.back().replicated) {
     GTP_RETURN_IF_ERROR(internal::Annotate(
-        comm::Run(gtp_->AllReduce(base + replicated_begin_, base + replicated_begin_,
-                                  end - replicated_begin_, DType::kF32,
-                                  mean ? comm::ReduceOp::kMean : comm::ReduceOp::kSum)),
+        timed(gtp_->AllReduce(base + replicated_begin_, base + replicated_begin_,
+                              end - replicated_begin_, DType::kF32,
+                              mean ? comm::ReduceOp::kMean : comm::ReduceOp::kSum),
+              "replicated grads (gtp)"),
         "reducing replicated gradients", gtp_));
   }
   for (const Bucket& b : buckets_) {
@@ -250,9 +257,11 @@ absl::Status GradBuffer::FinishGradSync() {
   for (const Bucket& b : buckets_) {
     BucketState& s = state_[b.index];
     if (s.work != nullptr) {
-      GTP_RETURN_IF_ERROR(internal::Annotate(s.work->Wait(),
-                                             absl::StrCat("reducing gradient bucket ", b.index),
-                                             replicate_));
+      const char* what = options_.reduce == ReduceMode::kReduceScatter ? "reduce-scatter"
+                                                                        : "all-reduce";
+      GTP_RETURN_IF_ERROR(internal::Annotate(
+          exposed_.Wait(*s.work, tl, what, absl::StrCat("bucket ", b.index)),
+          absl::StrCat("reducing gradient bucket ", b.index), replicate_));
       s.work.reset();
     }
     Record(GradSyncEvent::kBucketDone, b.index, "");

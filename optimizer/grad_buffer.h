@@ -194,6 +194,14 @@ class GradBuffer {
   const std::vector<GradSyncEvent>& trace() const { return trace_; }
   void ClearTrace() { trace_.clear(); }
 
+  // Host time FinishGradSync blocked on communication: bucket Waits that had
+  // not completed and the synchronous TP / GTP all-reduces of replicated
+  // grads (layers::ExposedComm). The caller resets it, e.g. once per step.
+  layers::ExposedComm& exposed_comm() { return exposed_; }
+  const layers::ExposedComm& exposed_comm() const { return exposed_; }
+  // Where those waits are drawn ("comm" track; CPU timelines only). Not owned.
+  void set_timeline(Timeline* t) { timeline_ = t; }
+
  private:
   GradBuffer() = default;
   void OnParamReady(int param);
@@ -226,6 +234,8 @@ class GradBuffer {
   bool finished_ = false;
   absl::Status deferred_error_;
 
+  layers::ExposedComm exposed_;
+  Timeline* timeline_ = nullptr;
   bool tracing_ = false;
   std::vector<GradSyncEvent> trace_;
   int64_t seq_ = 0;

@@ -40,7 +40,10 @@ void ZeroGrads(const ParamSet& params, const kernels::Exec& exec) {
 }
 
 void SgdStep(const ParamSet& params, const kernels::Exec& exec, float lr) {
-  for (layers::ShardedParam* p : params.sharded) ops::Axpby(exec, -lr, p->main_grad(), 1.0f, p->shard());
+  for (layers::ShardedParam* p : params.sharded) {
+    ops::Axpby(exec, -lr, p->main_grad(), 1.0f, p->shard());
+    p->MarkUpdated();
+  }
   for (layers::ReplicatedParam* p : params.replicated) ops::Axpby(exec, -lr, p->grad, 1.0f, p->value);
 }
 

@@ -264,11 +264,18 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
       GTP_RETURN_IF_ERROR(part.muon->Step(*part.grads, stats.lr * config_.muon.lr_multiplier));
     }
     if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));
+    MarkShardsUpdated(part);
     part.grads->ZeroGrad();
   }
   progress_.step = t;
   stats.step = t;
   return stats;
+}
+
+void DistributedOptimizer::MarkShardsUpdated(const Part& part) {
+  for (const GradParam& gp : part.grads->params()) {
+    if (gp.sharded != nullptr) gp.sharded->MarkUpdated();  // re-quantise an fp8 gather
+  }
 }
 
 std::vector<const GradBuffer*> DistributedOptimizer::Buffers() const {
@@ -322,6 +329,7 @@ absl::Status DistributedOptimizer::EnqueueStep() {
     StepAdamW(part, pending_lr_, pending_t_, 1.0f, norm_scalars_.data<float>(),
               step_dev_.data<float>());
     if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));  // a skipped step regathers as is
+    MarkShardsUpdated(part);
     part.grads->ZeroGrad();
   }
   return absl::OkStatus();

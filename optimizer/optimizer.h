@@ -240,6 +240,8 @@ class DistributedOptimizer {
     int num_chunks = 0;
     std::unique_ptr<internal::MuonUpdater> muon;
   };
+  // The params' values changed (ShardedParam::MarkUpdated).
+  static void MarkShardsUpdated(const Part& part);
 
   DistributedOptimizer() = default;
   absl::Status CreatePart(GradBuffer* grads, Part* part);

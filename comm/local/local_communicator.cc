@@ -1,9 +1,11 @@
 #include "comm/local/local_communicator.h"
 
 #include <cstring>
-#include <exception>
-#include <map>
 #include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
 #include <thread>
 #include <tuple>
 
@@ -31,6 +33,63 @@ struct RankArgs {
 
 class Group;
 
+// The communication thread of one local world (shared by every sub-group
+// Split makes from it): runs posted tasks one at a time, in posting order.
+// Tasks only copy and reduce memory, so they never block and a single thread
+// cannot deadlock. The loop's state is shared with the thread, so the last
+// owner may drop the ProgressThread from inside a task (the thread then
+// detaches, drains what is queued and exits); elsewhere the destructor joins.
+class ProgressThread {
+ public:
+  ProgressThread() : state_(std::make_shared<State>()) {
+    thread_ = std::thread([s = state_]() { Loop(*s); });
+  }
+  ~ProgressThread() {
+    {
+      absl::MutexLock l(&state_->mu);
+      state_->stop = true;
+    }
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+  }
+  ProgressThread(const ProgressThread&) = delete;
+  ProgressThread& operator=(const ProgressThread&) = delete;
+
+  // Never blocks (beyond the queue's mutex); thread-safe.
+  void Post(std::function<void()> task) {
+    absl::MutexLock l(&state_->mu);
+    state_->queue.push_back(std::move(task));
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    std::deque<std::function<void()>> queue ABSL_GUARDED_BY(mu);
+    bool stop ABSL_GUARDED_BY(mu) = false;
+  };
+  static void Loop(State& s) {
+    for (;;) {
+      std::function<void()> task;
+      {
+        absl::MutexLock l(&s.mu);
+        s.mu.Await(absl::Condition(
+            +[](State* st) ABSL_NO_THREAD_SAFETY_ANALYSIS { return st->stop || !st->queue.empty(); },
+            &s));
+        if (s.queue.empty()) return;  // stopped and drained
+        task = std::move(s.queue.front());
+        s.queue.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
 // One collective call, shared by all ranks of the group.
 struct Slot {
   uint64_t seq = 0;
@@ -52,14 +111,21 @@ struct P2P {
   void* recv = nullptr;
   int64_t count = 0;
   DType dtype = DType::kU8;
+  bool matched = false;  // both sides posted: the copy is queued or done
   bool done = false;
   absl::Status status;
 };
 
-class Group {
+class Group : public std::enable_shared_from_this<Group> {
  public:
-  Group(std::string name, int size, absl::Duration timeout)
-      : name_(std::move(name)), size_(size), timeout_(timeout), departed_(size, 0) {}
+  Group(std::string name, int size, absl::Duration timeout,
+        std::shared_ptr<ProgressThread> progress)
+      : name_(std::move(name)),
+        size_(size),
+        timeout_(timeout),
+        progress_(std::move(progress)),
+        departed_(size, 0),
+        p2p_running_(size, 0) {}
 
   const std::string& name() const { return name_; }
   int size() const { return size_; }
@@ -102,7 +168,15 @@ class Group {
       if (++slot->arrived < size_) return slot;
       slot->state = Slot::State::kRunning;
     }
-    // Last arrival: every rank's buffers are valid until the slot is done.
+    // Last arrival: every rank's buffers are valid until the slot is done
+    // (Depart waits for running slots). The work happens on the world's
+    // communication thread; this call returns at once.
+    progress_->Post([self = shared_from_this(), slot]() { self->Complete(slot); });
+    return slot;
+  }
+
+  // On the communication thread.
+  void Complete(const std::shared_ptr<Slot>& slot) {
     absl::Status st = Execute(*slot);
     absl::MutexLock l(&mu_);
     slot->state = Slot::State::kDone;
@@ -110,7 +184,6 @@ class Group {
     slots_.erase(slot->seq);
     if (!st.ok()) FailLocked(st).IgnoreError();
     cv_.SignalAll();
-    return slot;
   }
 
   absl::Status WaitSlot(const Slot& slot, absl::Duration timeout) {
@@ -118,7 +191,7 @@ class Group {
     absl::MutexLock l(&mu_);
     while (slot.state != Slot::State::kDone) {
       if (slot.state == Slot::State::kRunning) {
-        cv_.Wait(&mu_);  // everyone arrived; the last rank is computing
+        cv_.Wait(&mu_);  // everyone arrived; the communication thread is on it
         continue;
       }
       if (cv_.WaitWithDeadline(&mu_, deadline) && slot.state == Slot::State::kPending) {
@@ -180,10 +253,22 @@ class Group {
       FailLocked(st).IgnoreError();
       return op;
     }
-    if (s.count > 0) std::memcpy(r.recv, s.send, s.count * SizeOf(s.dtype));
-    s.done = r.done = true;
-    cv_.SignalAll();
+    s.matched = r.matched = true;
+    ++p2p_running_[s.src];
+    ++p2p_running_[s.dst];
+    progress_->Post([self = shared_from_this(), send = is_send ? op : match,
+                     recv = is_send ? match : op]() { self->CompleteP2P(*send, *recv); });
     return op;
+  }
+
+  // On the communication thread: both buffers are valid until done.
+  void CompleteP2P(P2P& s, P2P& r) {
+    if (s.count > 0) std::memcpy(r.recv, s.send, s.count * SizeOf(s.dtype));
+    absl::MutexLock l(&mu_);
+    s.done = r.done = true;
+    --p2p_running_[s.src];
+    --p2p_running_[s.dst];
+    cv_.SignalAll();
   }
 
   absl::Status WaitP2P(const P2P& op, absl::Duration timeout) {
@@ -191,7 +276,11 @@ class Group {
     absl::Time deadline = absl::Now() + t;
     absl::MutexLock l(&mu_);
     while (!op.done) {
-      if (cv_.WaitWithDeadline(&mu_, deadline) && !op.done) {
+      if (op.matched) {
+        cv_.Wait(&mu_);  // both sides posted: the copy is queued
+        continue;
+      }
+      if (cv_.WaitWithDeadline(&mu_, deadline) && !op.done && !op.matched) {
         const bool is_send = op.is_send;
         return FailLocked(absl::DeadlineExceededError(absl::StrCat(
             "group ", name_, " (local): ", is_send ? "send" : "recv", "(count=", op.count,
@@ -218,7 +307,7 @@ class Group {
       for (auto& [seq, s] : slots_) {
         if (s->present[rank] && s->state == Slot::State::kRunning) return true;
       }
-      return false;
+      return p2p_running_[rank] > 0;
     };
     while (running()) cv_.Wait(&mu_);
     bool pending = !slots_.empty();
@@ -268,10 +357,12 @@ class Group {
   const std::string name_;
   const int size_;
   const absl::Duration timeout_;
+  const std::shared_ptr<ProgressThread> progress_;
   absl::Mutex mu_;
   absl::CondVar cv_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::vector<char> departed_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> p2p_running_ ABSL_GUARDED_BY(mu_);  // queued copies per rank
   std::map<uint64_t, std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   using Key = std::tuple<int, int, int>;
   std::map<Key, std::deque<std::shared_ptr<P2P>>> sends_ ABSL_GUARDED_BY(mu_);
@@ -362,7 +453,8 @@ absl::Status Group::Execute(Slot& slot) {
       GTP_RETURN_IF_ERROR(internal::CheckGroups(a[0].groups, n));
       for (const auto& g : a[0].groups) {
         slot.children.push_back(
-            std::make_shared<Group>(internal::SubGroupName(a[0].name, g), g.size(), timeout_));
+            std::make_shared<Group>(internal::SubGroupName(a[0].name, g), g.size(), timeout_,
+                                    progress_));
       }
       return absl::OkStatus();
     }
@@ -536,7 +628,8 @@ class LocalCommunicator : public Communicator {
 
 std::vector<std::unique_ptr<Communicator>> CreateLocalWorld(int size, const LocalOptions& options) {
   GTP_CHECK(size >= 1, "local world size must be >= 1, got ", size);
-  auto group = std::make_shared<Group>(options.name, size, options.timeout);
+  auto group = std::make_shared<Group>(options.name, size, options.timeout,
+                                       std::make_shared<ProgressThread>());
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r) out.push_back(std::make_unique<LocalCommunicator>(group, r));
   return out;

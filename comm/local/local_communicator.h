@@ -6,10 +6,13 @@
 //   - Determinism: reductions combine ranks in rank order 0, 1, ..., n-1
 //     (bf16/f16 in f32, rounded once), so results are bit-reproducible and
 //     equal the sequential reference.
-//   - A collective completes when the last rank issues it: that rank's thread
-//     performs the whole operation before its call returns, so progress never
-//     depends on anyone calling Wait. Send/Recv complete when both sides are
-//     posted (rendezvous; the later of the two copies).
+//   - Every call returns at once. When the last rank of a collective issues
+//     it (or both sides of a send/recv are posted), the operation is queued
+//     on the world's communication thread (one per CreateLocalWorld, shared
+//     by its sub-groups), which performs the copies and reductions, so
+//     communication overlaps the ranks' compute and progress never depends
+//     on anyone calling Wait. Wait blocks until that thread is done. The
+//     thread exits once the world's communicators and Works are all gone.
 //   - Ranks that disagree on a call (op, count, dtype, reduce op, root, split
 //     groups, all_to_allv counts) get InvalidArgument on every rank; a rank
 //     that does not arrive within the timeout makes every waiting rank fail

@@ -472,6 +472,54 @@ absl::Status CheckBarrier(Communicator& c, const ConformanceOptions&) {
   return absl::OkStatus();
 }
 
+// Several collectives in flight at once on one communicator (issued
+// back to back without waiting, then waited in reverse order): backends
+// that progress asynchronously must keep them apart.
+absl::Status CheckInFlight(Communicator& c, const ConformanceOptions& o) {
+  const int n = c.size(), me = c.rank();
+  const DType dt = DType::kF32;
+  const int64_t count = o.large ? 70001 : 1001;
+  const size_t bytes = count * SizeOf(dt);
+  std::string what = Label("in-flight all_gather+reduce_scatter(in-place)+all_reduce+broadcast",
+                           dt, count, c);
+  Gen gag{Seed("if-ag", count, dt), dt}, grs{Seed("if-rs", count, dt), dt};
+  Gen gar{Seed("if-ar", count, dt), dt}, gbc{Seed("if-bc", count, dt), dt};
+  Buf ag_send(Mem(o), bytes), ag_recv(Mem(o), n * bytes), rs(Mem(o), n * bytes);
+  Buf ar(Mem(o), bytes), bc(Mem(o), bytes);
+  ag_send.Upload(gag.Make(me, 0, count));
+  ag_recv.Upload(std::vector<char>(n * bytes, kSentinel));
+  rs.Upload(grs.Make(me, 0, n * count));
+  ar.Upload(gar.Make(me, 0, count));
+  const int root = n - 1;
+  bc.Upload(me == root ? gbc.Make(root, 0, count) : std::vector<char>(bytes, kSentinel));
+  std::vector<absl::StatusOr<WorkPtr>> works;
+  works.push_back(c.AllGather(ag_send.data(), ag_recv.data(), count, dt));
+  works.push_back(c.ReduceScatter(rs.data(), rs.data() + me * bytes, count, dt, ReduceOp::kSum));
+  works.push_back(c.AllReduce(ar.data(), ar.data(), count, dt, ReduceOp::kSum));
+  works.push_back(c.Broadcast(bc.data(), count, dt, root));
+  for (size_t i = works.size(); i-- > 0;) {
+    absl::Status st = Done(std::move(works[i]));
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat(what, ": op ", i, ": ", st.message()));
+  }
+  std::vector<char> got = ag_recv.Download();
+  for (int r = 0; r < n; ++r) {
+    GTP_RETURN_IF_ERROR(Compare(absl::StrCat(what, " all_gather chunk of rank ", r), dt,
+                                got.data() + r * bytes, gag.Make(r, 0, count).data(), count));
+  }
+  std::vector<char> want(bytes);
+  got = rs.Download();
+  for (int64_t i = 0; i < count; ++i) {
+    ReferenceReduce(grs, ReduceOp::kSum, n, me * count + i, want.data() + i * SizeOf(dt));
+  }
+  GTP_RETURN_IF_ERROR(Compare(what + " reduce_scatter", dt, got.data() + me * bytes, want.data(), count));
+  for (int64_t i = 0; i < count; ++i) {
+    ReferenceReduce(gar, ReduceOp::kSum, n, i, want.data() + i * SizeOf(dt));
+  }
+  GTP_RETURN_IF_ERROR(Compare(what + " all_reduce", dt, ar.Download().data(), want.data(), count));
+  return Compare(what + " broadcast", dt, bc.Download().data(), gbc.Make(root, 0, count).data(),
+                 count);
+}
+
 // Small checks of every collective on a sub-group.
 absl::Status CheckSubGroup(Communicator& sub, const ConformanceOptions& o) {
   ConformanceOptions small = o;
@@ -564,7 +612,7 @@ const std::vector<ConformanceCase>& ConformanceCases() {
       {"AllReduce", CheckAllReduce},   {"Broadcast", CheckBroadcast},
       {"AllToAll", CheckAllToAll},     {"AllToAllV", CheckAllToAllV},
       {"SendRecv", CheckSendRecv},     {"Barrier", CheckBarrier},
-      {"Split", CheckSplit},
+      {"InFlight", CheckInFlight},     {"Split", CheckSplit},
   };
   return *cases;
 }

@@ -50,9 +50,11 @@ struct ConformanceCase {
   std::function<absl::Status(Communicator&, const ConformanceOptions&)> run;
 };
 
-// All checks: AllGather, ReduceScatter, AllReduce, Broadcast, AllToAll,
-// AllToAllV, SendRecv, Barrier, Split (which reruns small checks of every
-// collective on sub-groups built from permuted rank lists).
+// All checks: AllGather, ReduceScatter, AllReduce (each also in place),
+// Broadcast, AllToAll, AllToAllV, SendRecv, Barrier, InFlight (several
+// collectives issued before any is waited on, waited in reverse order),
+// Split (which reruns small checks of every collective on sub-groups built
+// from permuted rank lists).
 const std::vector<ConformanceCase>& ConformanceCases();
 
 // Runs every case in order; the first failure is returned with the case

@@ -143,6 +143,13 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (t->precision().empty()) t->set_precision(t->device() == "cuda" ? "bf16" : "f32");
   if (t->precision() != "f32" && t->precision() != "bf16")
     return Bad(absl::StrCat("train.precision must be f32 or bf16, got ", t->precision()));
+  {
+    const std::string& g = r->parallel().gtp_gather_dtype();
+    if (!g.empty() && g != "fp8" && g != t->precision()) {
+      return Bad(absl::StrCat("parallel.gtp_gather_dtype must be fp8 or the params' dtype (",
+                              t->precision(), "), got ", g));
+    }
+  }
   if (t->cuda_graphs().empty()) t->set_cuda_graphs("on");
   if (t->cuda_graphs() != "on" && t->cuda_graphs() != "off")
     return Bad(absl::StrCat("train.cuda_graphs must be on or off, got ", t->cuda_graphs()));

@@ -184,6 +184,9 @@ class RankRun {
       auto t0 = std::chrono::steady_clock::now();
       tl_ = step_ >= trace_from && step_ < trace_to ? &timeline_ : nullptr;
       model_->set_timeline(tl_);
+      grads_->set_timeline(tl_);
+      model_->chain().exposed_comm().Reset();
+      grads_->exposed_comm().Reset();
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
       optimizer::StepStats st;
       if (graphs && step_ >= first_step + 2) {
@@ -214,7 +217,9 @@ class RankRun {
         GTP_RETURN_IF_ERROR(timeline_.Collect());
         if (step_ == trace_to || step_ == steps) GTP_RETURN_IF_ERROR(WriteTrace());
       }
-      StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3)};
+      const double comm_ms = model_->chain().exposed_comm().ms() + grads_->exposed_comm().ms();
+      StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3),
+                     comm_ms};
       if (rank0()) Report(rec, t_start, first_step);
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
         GTP_ASSIGN_OR_RETURN(float vl, Evaluate());
@@ -260,8 +265,11 @@ class RankRun {
     pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs_->Get("data"));
     data_ = data;
+    layers::GtpOptions gtp_options;
+    gtp_options.fp8_gather = r_.parallel().gtp_gather_dtype() == "fp8";
     GTP_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(ModelConfig(r_), r_.train().micro_batch(),
-                                                          r_.model().seq_len(), *pgs_, exec_));
+                                                          r_.model().seq_len(), *pgs_, exec_,
+                                                          gtp_options));
     params_ = {model_->sharded_params(), model_->replicated_params()};
     optimizer::OptimizerConfig oc = OptimConfig(r_);
     optimizer::GradBufferOptions go;
@@ -311,7 +319,9 @@ class RankRun {
         world_.size() / r_.parallel().tp_num_weight_shards(), data_->size(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
         r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "",
-        AttentionNote().c_str(), m.n_layer(),
+        (AttentionNote() + (r_.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : ""))
+            .c_str(),
+        m.n_layer(),
         static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
         static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
         m.norm().c_str(), m.activation().c_str(), total / 1e6, local_params_ / 1e6,
@@ -515,6 +525,7 @@ class RankRun {
     GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
     GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
                          checkpoint::Load(ckpt_root_, std::nullopt, pieces, host_));
+    for (layers::ShardedParam* p : params_.sharded) p->MarkUpdated();  // fp8 gathers re-quantise
     step_ = lr.iteration;
     data::SamplerState ss;
     ss.consumed_samples = std::stoull(lr.extra["consumed_samples"]);
@@ -551,10 +562,10 @@ class RankRun {
                   static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
                   rec.tokens_per_s, eta);
     } else if (rec.step % r_.train().log_every() == 0 || rec.step == steps || rec.step == 1) {
-      std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step%s"
-                  "  mem %s (peak %s)%s  ETA %.0fs\n",
+      std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step"
+                  "  comm %.1f ms%s  mem %s (peak %s)%s  ETA %.0fs\n",
                   static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
-                  rec.grad_norm, rec.tokens_per_s, rec.ms, mfu.c_str(),
+                  rec.grad_norm, rec.tokens_per_s, rec.ms, rec.comm_exposed_ms, mfu.c_str(),
                   FormatBytes(mem.bytes_in_use).c_str(), FormatBytes(mem.peak_bytes_in_use).c_str(),
                   rec.skipped ? "  SKIPPED (non-finite grad)" : "", eta);
     }
@@ -562,9 +573,10 @@ class RankRun {
     std::ofstream m(metrics_path_, std::ios::app);
     m << absl::StrFormat(
         "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"skipped\": %s, "
-        "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"mem_bytes\": %d, \"peak_mem_bytes\": %d}\n",
+        "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_exposed_ms\": %.3f, \"mem_bytes\": %d, "
+        "\"peak_mem_bytes\": %d}\n",
         rec.step, rec.loss, rec.lr, rec.grad_norm, rec.skipped ? "true" : "false", rec.ms,
-        rec.tokens_per_s, mem.bytes_in_use, mem.peak_bytes_in_use);
+        rec.tokens_per_s, rec.comm_exposed_ms, mem.bytes_in_use, mem.peak_bytes_in_use);
   }
 
   void ReportEval(float loss) {

@@ -36,6 +36,9 @@ struct StepRecord {
   bool skipped = false;
   double ms = 0;
   double tokens_per_s = 0;
+  // Host time the step blocked on GTP gathers / reduce-scatters and gradient
+  // reductions (communication not hidden behind compute).
+  double comm_exposed_ms = 0;
 };
 
 struct RunOptions {

@@ -1,0 +1,79 @@
+// comm/delaying.h — a Communicator decorator that makes every operation take
+// at least a fixed time, for tests of communication/compute overlap on
+// backends (local threads) whose collectives are otherwise near-instant.
+//
+//   comm::DelayingCommunicator world(inner_world, absl::Milliseconds(40));  // inner not owned
+//   ... build process groups from `world`: sub-communicators from Split are
+//   delayed too ...
+//
+// The delay is asynchronous, like a slow wire: an op is issued on the inner
+// communicator at once and its Work completes no earlier than (issue time +
+// delay) and no earlier than the inner Work. The caller computes meanwhile,
+// and ops in flight together overlap (two ops started together finish after
+// about one delay, not two). Split blocks as the inner Split does and then
+// until the delay has passed. Wait's timeout argument applies to the inner
+// Work; the remaining delay is slept afterwards. set_delay changes the delay
+// of the whole family of communicators split from one another.
+// Thread-safety and blocking follow the Communicator contract: only Wait,
+// Synchronize and Split block.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "comm/communicator.h"
+
+namespace gtp::comm {
+
+class DelayingCommunicator final : public Communicator {
+ public:
+  // Delays every op of `inner` (not owned; must outlive this) by `delay`.
+  DelayingCommunicator(Communicator* inner, absl::Duration delay);
+  // The same, owning the inner communicator (what Split returns).
+  DelayingCommunicator(std::unique_ptr<Communicator> inner, absl::Duration delay);
+
+  absl::Duration delay() const;
+  // Changes the delay of ops issued from now on, here and on every
+  // communicator split from this one (before or after). Thread-safe.
+  void set_delay(absl::Duration delay);
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return inner_->name(); }
+  std::string backend() const override { return inner_->backend(); }
+  absl::Duration timeout() const override { return inner_->timeout(); }
+  absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
+                                    DType dtype) override;
+  absl::StatusOr<WorkPtr> ReduceScatter(const void* send, void* recv, int64_t count, DType dtype,
+                                        ReduceOp op) override;
+  absl::StatusOr<WorkPtr> AllReduce(const void* send, void* recv, int64_t count, DType dtype,
+                                    ReduceOp op) override;
+  absl::StatusOr<WorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root) override;
+  absl::StatusOr<WorkPtr> AllToAll(const void* send, void* recv, int64_t count,
+                                   DType dtype) override;
+  absl::StatusOr<WorkPtr> AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                                    const std::vector<int64_t>& send_displs, void* recv,
+                                    const std::vector<int64_t>& recv_counts,
+                                    const std::vector<int64_t>& recv_displs, DType dtype) override;
+  absl::StatusOr<WorkPtr> Send(const void* buf, int64_t count, DType dtype, int peer,
+                               int tag) override;
+  absl::StatusOr<WorkPtr> Recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;
+  absl::StatusOr<WorkPtr> Barrier() override;
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(const std::vector<std::vector<int>>& groups,
+                                                      const std::string& name) override;
+
+ private:
+  using SharedDelay = std::shared_ptr<std::atomic<int64_t>>;  // nanoseconds
+  DelayingCommunicator(std::unique_ptr<Communicator> inner, SharedDelay delay);
+  absl::Time ReadyAt(absl::Time start) const;
+
+  std::unique_ptr<Communicator> owned_;
+  Communicator* inner_;
+  SharedDelay delay_;
+};
+
+}  // namespace gtp::comm
