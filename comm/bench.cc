@@ -12,11 +12,19 @@
 // where S is the size of the largest buffer of the call (all_gather's
 // output, reduce_scatter's input, all_reduce's buffer), as nccl-tests does.
 // A plain memcpy line gives the machine's copy bandwidth for comparison.
+// First, point-to-point through the same communicator (what ucx_perftest's
+// tag_bw measures): p2p = rank 0 sends one rank's chunk (size/n) to rank 1,
+// p2p_bidir = ranks 0 and 1 send each other one at the same time (what a
+// 2-rank ring step does); bandwidth = chunk bytes / time per direction. The
+// collectives' "vs p2p" column is their busbw ÷ p2p's bandwidth at the same
+// chunk size.
 // Only rank 0 prints. Every call is completed with Synchronize().
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -75,10 +83,13 @@ absl::Status Bench(Communicator& c, const std::string& backend, Memory mem) {
   const size_t es = SizeOf(dt);
   if (c.rank() == 0) {
     std::printf("# backend=%s ranks=%d dtype=%s\n", backend.c_str(), n, DTypeName(dt));
-    std::printf("%-15s %-26s %12s %12s %12s %12s\n", "op", "algorithm", "size(B)", "time(us)",
-                "algbw(GB/s)", "busbw(GB/s)");
+    std::printf("%-15s %-26s %12s %12s %12s %12s %8s\n", "op", "algorithm", "size(B)", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)", "vs p2p");
   }
-  for (const std::string op : {"all_gather", "reduce_scatter", "all_reduce"}) {
+  std::map<int64_t, double> p2p_bw;  // chunk bytes → GB/s
+  for (const std::string op : {"p2p", "p2p_bidir", "all_gather", "reduce_scatter", "all_reduce"}) {
+    const bool p2p = op == "p2p" || op == "p2p_bidir";
+    if (p2p && n < 2) continue;
     for (int64_t size = absl::GetFlag(FLAGS_min_bytes); size <= absl::GetFlag(FLAGS_max_bytes);
          size *= 4) {
       const int64_t count = size / es / n;  // per-rank chunk
@@ -86,7 +97,27 @@ absl::Status Bench(Communicator& c, const std::string& backend, Memory mem) {
       const int64_t bytes = count * n * es;
       void* a = mem.Alloc(bytes);
       void* b = mem.Alloc(bytes);
+      std::vector<WorkPtr> pending;  // p2p_bidir's second transfer
       auto call = [&]() -> absl::StatusOr<WorkPtr> {
+        if (p2p) {
+          const int me = c.rank();
+          const bool both = op == "p2p_bidir";
+          if (me == 0) {
+            if (both) {
+              GTP_ASSIGN_OR_RETURN(WorkPtr r, c.Recv(b, count, dt, 1, 7));
+              pending.push_back(std::move(r));
+            }
+            return c.Send(a, count, dt, 1, 7);
+          }
+          if (me == 1) {
+            if (both) {
+              GTP_ASSIGN_OR_RETURN(WorkPtr sw, c.Send(a, count, dt, 0, 7));
+              pending.push_back(std::move(sw));
+            }
+            return c.Recv(b, count, dt, 0, 7);
+          }
+          return c.Barrier();  // ranks ≥ 2 idle (a cheap completed op)
+        }
         if (op == "all_gather") {
           return c.AllGather(static_cast<char*>(b) + c.rank() * count * es, b, count, dt);
         }
@@ -102,6 +133,8 @@ absl::Status Bench(Communicator& c, const std::string& backend, Memory mem) {
         for (int i = 0; i < reps; ++i) {
           GTP_ASSIGN_OR_RETURN(last, call());
           GTP_RETURN_IF_ERROR(last->Wait());
+          for (WorkPtr& w : pending) GTP_RETURN_IF_ERROR(w->Wait());
+          pending.clear();
         }
         return last ? last->Synchronize() : absl::OkStatus();
       };
@@ -111,12 +144,18 @@ absl::Status Bench(Communicator& c, const std::string& backend, Memory mem) {
       absl::Time t0 = absl::Now();
       GTP_RETURN_IF_ERROR(timed(iters));
       double us = absl::ToDoubleMicroseconds(absl::Now() - t0) / iters;
-      double algbw = bytes / us / 1e3;
-      double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : 1.0 * (n - 1) / n;
+      const int64_t chunk = count * static_cast<int64_t>(es);
+      double algbw = (p2p ? chunk : bytes) / us / 1e3;
+      double factor = p2p ? 1.0 : op == "all_reduce" ? 2.0 * (n - 1) / n : 1.0 * (n - 1) / n;
+      if (op == "p2p") p2p_bw[chunk] = algbw;
+      std::string vs = "-";
+      if (!p2p && p2p_bw.count(chunk) && p2p_bw[chunk] > 0) {
+        vs = absl::StrFormat("%.2f", algbw * factor / p2p_bw[chunk]);
+      }
       if (c.rank() == 0) {
-        std::printf("%-15s %-26s %12lld %12.1f %12.3f %12.3f\n", op.c_str(),
-                    Algorithm(backend, op), static_cast<long long>(bytes), us, algbw,
-                    algbw * factor);
+        std::printf("%-15s %-26s %12lld %12.1f %12.3f %12.3f %8s\n", op.c_str(),
+                    p2p ? "send/recv, chunk = size/n" : Algorithm(backend, op),
+                    static_cast<long long>(bytes), us, algbw, algbw * factor, vs.c_str());
         std::fflush(stdout);
       }
       mem.Free(a);

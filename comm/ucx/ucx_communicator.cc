@@ -1,5 +1,6 @@
 #include "comm/ucx/ucx_communicator.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -378,6 +379,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValue
   cfg.prefix = options.store_prefix;
   cfg.timeout = options.timeout;
   cfg.connect_timeout = options.connect_timeout;
+  const char* shm = std::getenv("GTP_UCX_SHARED_MEMORY");
+  cfg.shared_memory = options.shared_memory || (shm != nullptr && std::string(shm) == "1");
   GTP_ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(store), std::move(server), cfg));
   auto g = std::make_shared<Group>();
   g->gid = 0;

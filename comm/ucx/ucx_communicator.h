@@ -42,6 +42,13 @@ struct UcxOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // Namespace of this world's keys in the store (several worlds may share one).
   std::string store_prefix = "gtp/ucx";
+  // Move data over shared memory and CMA between ranks on one host (6–10×
+  // the all-gather bandwidth of the default here, docs/PERFORMANCE.md). The
+  // price: UCX has no failure handling on those transports, so a rank that
+  // dies during a transfer aborts its peers inside UCX (a backtrace) instead
+  // of ending them with gtp's error naming the dead rank. Off by default; the
+  // environment variable GTP_UCX_SHARED_MEMORY=1 turns it on for every world.
+  bool shared_memory = false;
 };
 
 // Creates this rank's world communicator: publishes its worker address in

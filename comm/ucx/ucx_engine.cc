@@ -202,6 +202,13 @@ absl::Status Engine::Connect() {
     ep.err_handler.arg = p.get();
     GTP_RETURN_IF_ERROR(UcsStatus(ucp_ep_create(w, &ep, &p->ep),
                                   absl::StrCat(where, ": connecting to world rank ", r)));
+    ucp_ep_params_t data{};
+    data.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    data.address = ep.address;
+    data.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    if (config_.shared_memory && ucp_ep_create(w, &data, &p->data_ep) != UCS_OK) {
+      p->data_ep = nullptr;
+    }
     peers_.push_back(std::move(p));
   }
   return absl::OkStatus();
@@ -262,8 +269,11 @@ Engine::~Engine() {
       ucp_request_param_t prm{};
       prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       prm.flags = p->error != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      void* r = ucp_ep_close_nbx(p->ep, &prm);
-      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+      for (ucp_ep_h e : {p->data_ep, p->ep}) {
+        if (e == nullptr) continue;
+        void* r = ucp_ep_close_nbx(e, &prm);
+        if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+      }
     }
     until = absl::Now() + absl::Seconds(2);
     auto pending = [&] {
@@ -523,7 +533,8 @@ void Engine::Post(Op& op) {
     ucs_status_ptr_t r;
     if (x.is_send) {
       p.cb.send = &Engine::OnSend;
-      r = ucp_tag_send_nbx(peer.ep, x.buf, x.bytes, x.tag, &p);
+      r = ucp_tag_send_nbx(peer.data_ep != nullptr ? peer.data_ep : peer.ep, x.buf, x.bytes, x.tag,
+                           &p);
     } else {
       // Completion always through the callback, which carries the sender's tag.
       p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

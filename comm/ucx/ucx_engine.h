@@ -119,6 +119,7 @@ class Engine {
     int rank = 0, size = 1;
     std::string prefix;
     absl::Duration timeout, connect_timeout;
+    bool shared_memory = false;  // UcxOptions::shared_memory: make the data endpoints
   };
   // Creates the UCP worker, exchanges addresses through `store`, connects
   // to every rank and starts the communication thread. Blocks.
@@ -151,7 +152,13 @@ class Engine {
   struct Peer {
     Engine* engine = nullptr;
     int world_rank = 0;
+    // `ep` has peer-failure handling, which UCX grants only to transports
+    // that can notice a dead peer (TCP here): it carries the abort messages
+    // and reports a peer's death. `data_ep` (Config::shared_memory) has none,
+    // so UCX may use shared memory and CMA for a peer on this host: then
+    // every transfer goes through it. Null when off or not made (then `ep`).
     ucp_ep_h ep = nullptr;
+    ucp_ep_h data_ep = nullptr;
     ucs_status_t error = UCS_OK;  // set by the endpoint's error handler
     absl::Time error_time;        // when it was set
   };

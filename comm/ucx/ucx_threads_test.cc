@@ -20,13 +20,15 @@ using ::testing::HasSubstr;
 
 // Runs fn on `n` threads, each with its rank's UCX world communicator.
 std::vector<absl::Status> RunUcxThreads(int n, const std::function<absl::Status(Communicator&)>& fn,
-                                        absl::Duration timeout = absl::Seconds(60)) {
+                                        absl::Duration timeout = absl::Seconds(60),
+                                        bool shared_memory = false) {
   static int world_id = 0;  // distinct store prefixes per world
   auto store = std::make_shared<InMemoryStore>();
   UcxOptions o;
   o.timeout = timeout;
   o.connect_timeout = absl::Seconds(20);
   o.store_prefix = absl::StrCat("w", world_id++);
+  o.shared_memory = shared_memory;
   std::vector<absl::Status> results(n);
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r) {
@@ -55,6 +57,22 @@ TEST_P(UcxThreadsConformance, AllCases) {
 }
 
 INSTANTIATE_TEST_SUITE_P(World, UcxThreadsConformance, ::testing::Values(1, 2, 3, 4));
+
+// The shared-memory data endpoints (UcxOptions::shared_memory) give the same
+// results.
+TEST(UcxThreadsSharedMemory, ConformanceHolds) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    testing::ConformanceOptions o;
+    o.large = n == 3;
+    auto results = RunUcxThreads(
+        n, [&](Communicator& c) { return testing::RunConformance(c, o); }, absl::Seconds(60),
+        /*shared_memory=*/true);
+    for (size_t r = 0; r < results.size(); ++r) {
+      EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    }
+  }
+}
 
 // Every rank fails with `code` and a message holding each of `parts`.
 void ExpectAll(const std::vector<absl::Status>& results, absl::StatusCode code,
