@@ -283,10 +283,19 @@ absl::Status ShardedParam::ReduceGrad() {
   reduce_.open = false;
   if (gtp_size() > 1) {
     reduce_.scatter = chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
-    GTP_ASSIGN_OR_RETURN(reduce_.work, gtp_->ReduceScatter(reduce_.wgrad.raw_data(),
-                                                           reduce_.scatter.raw_data(),
-                                                           shard_rows_ * cols_, DType::kF32,
-                                                           chain_->options().grad_reduce));
+    if (chain_->options().bf16_reduce_scatter) {
+      reduce_.wire = chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
+      reduce_.pieces = chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
+      ops::Cast(chain_->exec(), reduce_.wgrad, reduce_.wire);
+      GTP_ASSIGN_OR_RETURN(reduce_.work,
+                           gtp_->AllToAll(reduce_.wire.raw_data(), reduce_.pieces.raw_data(),
+                                          shard_rows_ * cols_, DType::kBF16));
+    } else {
+      GTP_ASSIGN_OR_RETURN(reduce_.work, gtp_->ReduceScatter(reduce_.wgrad.raw_data(),
+                                                             reduce_.scatter.raw_data(),
+                                                             shard_rows_ * cols_, DType::kF32,
+                                                             chain_->options().grad_reduce));
+    }
   }
   reduce_.state = CommState::kAsyncWait;
   chain_->Record(GtpTraceEvent::kReduceIssued, *this, Direction::kBackward,
@@ -313,6 +322,22 @@ absl::Status ShardedParam::FinalizeReduce(bool deferred) {
     }
     reduce_.work.reset();
     reduce_.state = CommState::kDataReady;
+    if (reduce_.pieces.defined()) {
+      // Σ over the GTP ranks' pieces in rank order, in f32; then the mean.
+      Tensor piece = chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
+      for (int r = 0; r < gtp_size(); ++r) {
+        const Tensor src = reduce_.pieces.Slice(r * shard_rows_, (r + 1) * shard_rows_);
+        ops::Cast(e, src, r == 0 ? reduce_.scatter : piece);
+        if (r > 0) ops::Axpby(e, 1.0f, piece, 1.0f, reduce_.scatter);
+      }
+      if (chain_->options().grad_reduce == comm::ReduceOp::kMean) {
+        ops::Axpby(e, 0.0f, reduce_.scatter, 1.0f / static_cast<float>(gtp_size()), reduce_.scatter);
+      }
+      chain_->cache().Release(piece, BufferCache::kWgrad);
+      chain_->cache().Release(reduce_.wire, BufferCache::kWgrad);
+      chain_->cache().Release(reduce_.pieces, BufferCache::kWgrad);
+      reduce_.wire = reduce_.pieces = Tensor();
+    }
     ops::Axpby(e, 1.0f, reduce_.scatter, 1.0f, main_grad_);
     chain_->cache().Release(reduce_.scatter, BufferCache::kWgrad);
     reduce_.scatter = Tensor();

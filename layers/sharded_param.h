@@ -68,6 +68,12 @@ struct GtpOptions {
   // gather, before the GEMM. Wire bytes per element 1 + 4/32 instead of 2
   // (bf16) or 4 (f32). Gradients are unaffected (reduce-scatter as before).
   bool fp8_gather = false;
+  // Gradient reduce-scatter with bf16 on the wire and f32 accumulation (as
+  // Megatron's --gtp-remat-reduce-scatter-with-fp32-accumulation): the f32
+  // wgrad is rounded to bf16, exchanged by all-to-all, and each rank adds the
+  // GTP ranks' pieces of its shard in f32 in rank order. Half the bytes of
+  // the f32 reduce-scatter.
+  bool bf16_reduce_scatter = false;
 };
 
 // Which pass a materialisation serves. kRecompute is the forward re-run of an
@@ -314,6 +320,7 @@ class ShardedParam {
     bool open = false;  // wgrad acquired, not yet reduced
     Tensor wgrad;    // [padded_rows, cols] f32
     Tensor scatter;  // [shard_rows, cols] f32
+    Tensor wire, pieces;  // bf16 reduce-scatter: bf16 wgrad, the ranks' pieces of this shard
     comm::WorkPtr work;
   };
   absl::Status IssueGather(Direction dir, bool async);

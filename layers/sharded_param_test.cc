@@ -166,6 +166,53 @@ TEST(ShardedParamFp8, GatherIsTheBlockwiseRoundTripAtAQuarterOfTheBytes) {
   }
 }
 
+// bf16 reduce-scatter (f32 accumulation): the main grad is the mean of the
+// ranks' bf16-rounded wgrads, summed in f32 (the closed form, to bf16's
+// rounding), at half the bytes of the f32 reduce-scatter.
+TEST(ShardedParamBf16ReduceScatter, MeanOfRoundedContributionsAtHalfTheBytes) {
+  for (int gtp : {2, 4}) {
+    SCOPED_TRACE(gtp);
+    HeapAllocator host;
+    const int64_t rows = 37, cols = 24;
+    for (bool bf16_wire : {false, true}) {
+      auto counter = std::make_shared<comm::ByteCounter>();
+      absl::Status st = comm::RunRanks(gtp, [&](comm::Communicator& inner) {
+        comm::CountingCommunicator c(&inner, counter);
+        GtpOptions opt;
+        opt.bf16_reduce_scatter = bf16_wire;
+        GtpChain chain(kernels::Exec::Cpu(host), opt);
+        ShardedParam p("w", rows, cols, DType::kF32, &c, &chain);
+        bool fresh = false;
+        Tensor g = p.Wgrad(&fresh);
+        ASSERT_TRUE(fresh);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t col = 0; col < cols; ++col)
+            g.data<float>()[r * cols + col] = (c.rank() + 1) * W("g", r, col, cols);
+        ASSERT_TRUE(p.ReduceGrad().ok());
+        ASSERT_TRUE(chain.FinishBackward().ok());
+        const float* mg = p.main_grad().data<float>();
+        for (int64_t r = 0; r < p.shard_rows(); ++r) {
+          const int64_t gr = p.shard_row_begin() + r;
+          for (int64_t col = 0; col < cols; ++col) {
+            const double want = gr < rows ? (gtp + 1) / 2.0 * W("g", gr, col, cols) : 0.0;
+            const double tol = bf16_wire ? 4e-3 * std::abs(want) + 1e-6 : 1e-5 * (1 + std::abs(want));
+            ASSERT_NEAR(mg[r * cols + col], want, tol) << r << "," << col;
+          }
+        }
+      });
+      ASSERT_TRUE(st.ok()) << st;
+      const comm::ByteCounts b = counter->Snapshot();
+      const int64_t shard = PaddedRows(rows, gtp, 1) / gtp * cols;
+      if (bf16_wire) {
+        EXPECT_EQ(b[comm::OpKind::kAllToAll], gtp * gtp * shard * 2);  // every rank: G pieces
+        EXPECT_EQ(b[comm::OpKind::kReduceScatter], 0);
+      } else {
+        EXPECT_EQ(b[comm::OpKind::kReduceScatter], gtp * gtp * shard * 4);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, ShardedParamTest,
                          ::testing::Values(Case{1, 7, 5, 1}, Case{2, 8, 3, 1}, Case{4, 250, 3, 1},
                                            Case{4, 250, 2, 8}, Case{3, 10, 4, 2}));

@@ -868,6 +868,30 @@ void FillReciprocal(const Exec& e, const Tensor& count, const Tensor& out) {
   }
 }
 
+void Cast(const Exec& e, const Tensor& src, const Tensor& dst) {
+  CheckOn(e, src, "src");
+  CheckOn(e, dst, "dst");
+  GTP_CHECK(src.numel() == dst.numel(), "Cast: ", src.ToString(), " -> ", dst.ToString());
+  const int64_t n = src.numel();
+  if (src.dtype() == dst.dtype()) {
+    CopyInto(e, src, dst);
+  } else if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
+    if (e.is_cuda()) {
+      cuda::CastF32ToBF16(F(src), MB(dst), n, e.stream);
+    } else {
+      cpu::CastF32ToBF16(F(src), MB(dst), n);
+    }
+  } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
+    if (e.is_cuda()) {
+      cuda::CastBF16ToF32(FB(src), M(dst), n, e.stream);
+    } else {
+      cpu::CastBF16ToF32(FB(src), M(dst), n);
+    }
+  } else {
+    GTP_CHECK(false, "Cast: unsupported ", src.ToString(), " -> ", dst.ToString());
+  }
+}
+
 void CountValid(const Exec& e, const Tensor& targets, const Tensor& count) {
   CheckOn(e, targets, "targets");
   GTP_CHECK(count.numel() == 1, "CountValid: count ", count.ToString());

@@ -113,6 +113,9 @@ void Fill(const Exec& e, const Tensor& x, float value);
 double SumSquares(const Exec& e, const Tensor& x);
 // Copy between tensors of the same shape/dtype on e's stream (any devices).
 void CopyInto(const Exec& e, const Tensor& src, const Tensor& dst);
+// dst ← src converted (f32 → bf16 rounds to nearest even, bf16 → f32 is
+// exact); same element count, both on e's device.
+void Cast(const Exec& e, const Tensor& src, const Tensor& dst);
 
 void EmbeddingForward(const Exec& e, const Tensor& idx, const Tensor& table, const Tensor& out,
                       int64_t vocab_start);

@@ -201,6 +201,19 @@ TEST_F(OpsBf16, Fp8BlockwiseDispatchesToTheKernels) {
   }
 }
 
+// Cast: f32 → bf16 is the kernel's rounding, bf16 → f32 exact, same dtype a copy.
+TEST_F(OpsBf16, CastDispatchesToTheCastKernels) {
+  std::vector<float> x = rng_.Normal(N * C), back = NaNs(N * C), same = NaNs(N * C);
+  std::vector<bf16> y = Poison(N * C), y_ref(N * C);
+  ops::Cast(e_, Wrap(x, {N, C}), Wrap(y, {N * C}));
+  cpu::CastF32ToBF16(x.data(), y_ref.data(), N * C);
+  EXPECT_TRUE(SameBytes(y, y_ref));
+  ops::Cast(e_, Wrap(y, {N * C}), Wrap(back, {N, C}));
+  for (int64_t i = 0; i < N * C; ++i) ASSERT_EQ(back[i], ToF32(y[i])) << i;
+  ops::Cast(e_, Wrap(x, {N, C}), Wrap(same, {N, C}));
+  EXPECT_TRUE(SameBytes(same, x));
+}
+
 TEST_F(OpsBf16, F32StillDispatchesToTheF32Kernels) {
   std::vector<float> x = rng_.Normal(N * C), y = NaNs(N * C), y_ref = y;
   ops::GeluForward(e_, Wrap(x, {N, C}), Wrap(y, {N, C}));

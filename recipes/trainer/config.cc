@@ -150,6 +150,12 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
                               t->precision(), "), got ", g));
     }
   }
+  {
+    const std::string& g = r->parallel().gtp_reduce_scatter_dtype();
+    if (!g.empty() && g != "f32" && g != "bf16") {
+      return Bad(absl::StrCat("parallel.gtp_reduce_scatter_dtype must be f32 or bf16, got ", g));
+    }
+  }
   if (t->cuda_graphs().empty()) t->set_cuda_graphs("on");
   if (t->cuda_graphs() != "on" && t->cuda_graphs() != "off")
     return Bad(absl::StrCat("train.cuda_graphs must be on or off, got ", t->cuda_graphs()));

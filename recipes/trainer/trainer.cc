@@ -267,6 +267,7 @@ class RankRun {
     data_ = data;
     layers::GtpOptions gtp_options;
     gtp_options.fp8_gather = r_.parallel().gtp_gather_dtype() == "fp8";
+    gtp_options.bf16_reduce_scatter = r_.parallel().gtp_reduce_scatter_dtype() == "bf16";
     GTP_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(ModelConfig(r_), r_.train().micro_batch(),
                                                           r_.model().seq_len(), *pgs_, exec_,
                                                           gtp_options));
@@ -319,7 +320,8 @@ class RankRun {
         world_.size() / r_.parallel().tp_num_weight_shards(), data_->size(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
         r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "",
-        (AttentionNote() + (r_.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : ""))
+        (AttentionNote() + (r_.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
+         (r_.parallel().gtp_reduce_scatter_dtype() == "bf16" ? " | bf16 GTP reduce-scatter" : ""))
             .c_str(),
         m.n_layer(),
         static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
