@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -187,7 +188,7 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
 }
 
 absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, const Matrix& m, const Tensor& u,
-                                        const Tensor& update) {
+                                        const Tensor& update, Tensor full, comm::WorkPtr gather) {
   const layers::ShardedParam* p = grads.params()[m.param].sharded;
   const int64_t sr = p->shard_rows(), cols = m.cols, begin = p->shard_row_begin();
   if (config_.mode == MuonMode::kBlockwise) {
@@ -195,15 +196,13 @@ absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, const Matrix& m
     if (valid > 0) RunNewtonSchulz(u.Slice(0, valid), update.Slice(0, valid));
     return absl::OkStatus();
   }
-  // Gather over GTP: TP-local [padded_rows, cols], the pad at the tail.
+  // The GTP gather (issued by Begin): TP-local [padded_rows, cols], the pad at the tail.
   comm::Communicator* gtp = grads.gtp();
   comm::Communicator* tp = grads.tp();
-  Tensor full = u;
-  if (gtp->size() > 1) {
-    full = exec_.Empty({p->padded_rows(), cols});
-    GTP_RETURN_IF_ERROR(Annotate(
-        comm::Run(gtp->AllGather(u.raw_data(), full.raw_data(), sr * cols, DType::kF32)),
-        absl::StrCat("Muon: gathering ", m.info.name), gtp));
+  if (gather != nullptr) {
+    GTP_RETURN_IF_ERROR(Annotate(gather->Wait(), absl::StrCat("Muon: gathering ", m.info.name), gtp));
+  } else {
+    full = u;
   }
   Tensor local = full.Slice(0, m.rows);
   Tensor blocks = local;  // [TP·rows, cols]
@@ -256,27 +255,64 @@ void MuonUpdater::RunNewtonSchulz(const Tensor& G, const Tensor& X) {
   ++ns_calls_;
 }
 
+absl::StatusOr<MuonUpdater::InFlight> MuonUpdater::Begin(const GradBuffer& grads, const Matrix& m) {
+  const float beta = config_.momentum;
+  const GradParam& gp = grads.params()[m.param];
+  const layers::ShardedParam* p = gp.sharded;
+  const Shape shape{p->shard_rows(), p->cols()};
+  Tensor g = grads.data().Slice(gp.offset, gp.offset + gp.numel).View(shape);
+  ops::Axpby(exec_, 1.0f - beta, g, beta, m.momentum);
+  InFlight f;
+  f.m = &m;
+  f.u = m.momentum;
+  if (config_.nesterov) {
+    f.u = exec_.Empty(shape);
+    ops::Axpby(exec_, beta, m.momentum, 0.0f, f.u);
+    ops::Axpby(exec_, 1.0f - beta, g, 1.0f, f.u);
+  }
+  f.update = exec_.Zeros(shape);  // pad rows stay zero
+  comm::Communicator* gtp = grads.gtp();
+  if (config_.mode == MuonMode::kDuplicated && gtp->size() > 1) {
+    f.full = exec_.Empty({p->padded_rows(), p->cols()});
+    GTP_ASSIGN_OR_RETURN(f.gather, gtp->AllGather(f.u.raw_data(), f.full.raw_data(),
+                                                  shape[0] * shape[1], DType::kF32));
+  }
+  return f;
+}
+
+absl::Status MuonUpdater::Complete(const GradBuffer& grads, InFlight& f, float lr) {
+  const Matrix& m = *f.m;
+  const layers::ShardedParam* p = grads.params()[m.param].sharded;
+  GTP_RETURN_IF_ERROR(Orthogonalize(grads, m, f.u, f.update, f.full, std::move(f.gather)));
+  const Tensor& target = m.master.defined() ? m.master : p->shard();
+  ops::Axpby(exec_, -lr * m.scale, f.update, 1.0f - lr * config_.weight_decay, target);
+  if (m.master.defined()) CastInto(exec_, m.master, p->shard());
+  return absl::OkStatus();
+}
+
 absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
   comm::Communicator* rep = grads.replicate();
-  const float beta = config_.momentum;
+  // The owned matrices in order, the next one's GTP gather issued before
+  // this one is orthogonalised (so it overlaps Newton–Schulz): at most two
+  // matrices in flight. Every rank of a TP or GTP group issues its group's
+  // collectives in the same order.
+  std::vector<const Matrix*> owned;
   for (const Matrix& m : matrices_) {
-    if (m.info.owner != rep->rank()) continue;
-    const GradParam& gp = grads.params()[m.param];
-    const layers::ShardedParam* p = gp.sharded;
-    const Shape shape{p->shard_rows(), p->cols()};
-    Tensor g = grads.data().Slice(gp.offset, gp.offset + gp.numel).View(shape);
-    ops::Axpby(exec_, 1.0f - beta, g, beta, m.momentum);
-    Tensor u = m.momentum;
-    if (config_.nesterov) {
-      u = exec_.Empty(shape);
-      ops::Axpby(exec_, beta, m.momentum, 0.0f, u);
-      ops::Axpby(exec_, 1.0f - beta, g, 1.0f, u);
+    if (m.info.owner == rep->rank()) owned.push_back(&m);
+  }
+  std::optional<InFlight> next;
+  if (!owned.empty()) {
+    GTP_ASSIGN_OR_RETURN(InFlight f, Begin(grads, *owned[0]));
+    next = std::move(f);
+  }
+  for (size_t k = 0; k < owned.size(); ++k) {
+    InFlight cur = std::move(*next);
+    next.reset();
+    if (k + 1 < owned.size()) {
+      GTP_ASSIGN_OR_RETURN(InFlight f, Begin(grads, *owned[k + 1]));
+      next = std::move(f);
     }
-    Tensor update = exec_.Zeros(shape);  // pad rows stay zero
-    GTP_RETURN_IF_ERROR(Orthogonalize(grads, m, u, update));
-    const Tensor& target = m.master.defined() ? m.master : p->shard();
-    ops::Axpby(exec_, -lr * m.scale, update, 1.0f - lr * config_.weight_decay, target);
-    if (m.master.defined()) CastInto(exec_, m.master, p->shard());
+    GTP_RETURN_IF_ERROR(Complete(grads, cur, lr));
   }
   if (rep->size() == 1) return absl::OkStatus();
   std::vector<comm::WorkPtr> works;

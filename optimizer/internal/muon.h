@@ -57,8 +57,19 @@ class MuonUpdater {
     Tensor momentum;  // [shard_rows, cols], owner replica only
     Tensor master;    // f32 copy for non-f32 params, owner replica only
   };
+  // One owned matrix between its momentum update and its parameter update.
+  struct InFlight {
+    const Matrix* m = nullptr;
+    Tensor u, update;
+    Tensor full;            // kDuplicated with GTP > 1: the GTP gather's output
+    comm::WorkPtr gather;   // that gather, issued ahead (null when none)
+  };
+  // Momentum update and u; issues the GTP gather of u (asynchronous).
+  absl::StatusOr<InFlight> Begin(const GradBuffer& grads, const Matrix& m);
+  // Waits for the gather, orthogonalises, updates the parameter.
+  absl::Status Complete(const GradBuffer& grads, InFlight& f, float lr);
   absl::Status Orthogonalize(const GradBuffer& grads, const Matrix& m, const Tensor& u,
-                             const Tensor& update);
+                             const Tensor& update, Tensor full, comm::WorkPtr gather);
   // Newton–Schulz, counted.
   void RunNewtonSchulz(const Tensor& G, const Tensor& X);
 
