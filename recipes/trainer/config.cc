@@ -27,6 +27,40 @@ class Collector : public google::protobuf::io::ErrorCollector {
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
 
+// Copies the field at `path` from `delta` into `r`, default values included
+// (MergeFrom would skip a proto3 scalar that is 0, false or "", so
+// `--set optim.weight_decay=0` would keep the file's value).
+void SetLeaf(const google::protobuf::Message& delta, const std::vector<std::string>& path,
+             google::protobuf::Message* r) {
+  const google::protobuf::Message* src = &delta;
+  google::protobuf::Message* dst = r;
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    const google::protobuf::FieldDescriptor* f = src->GetDescriptor()->FindFieldByName(path[i]);
+    src = &src->GetReflection()->GetMessage(*src, f);
+    dst = dst->GetReflection()->MutableMessage(dst, f);
+  }
+  const google::protobuf::FieldDescriptor* f = src->GetDescriptor()->FindFieldByName(path.back());
+  const google::protobuf::Reflection* in = src->GetReflection();
+  const google::protobuf::Reflection* out = dst->GetReflection();
+  using FD = google::protobuf::FieldDescriptor;
+  GTP_CHECK(!f->is_repeated(), "override of the list ", f->full_name(),
+            ": the recipe has no lists; SetLeaf needs a rule for them");
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_INT32: out->SetInt32(dst, f, in->GetInt32(*src, f)); break;
+    case FD::CPPTYPE_INT64: out->SetInt64(dst, f, in->GetInt64(*src, f)); break;
+    case FD::CPPTYPE_UINT32: out->SetUInt32(dst, f, in->GetUInt32(*src, f)); break;
+    case FD::CPPTYPE_UINT64: out->SetUInt64(dst, f, in->GetUInt64(*src, f)); break;
+    case FD::CPPTYPE_DOUBLE: out->SetDouble(dst, f, in->GetDouble(*src, f)); break;
+    case FD::CPPTYPE_FLOAT: out->SetFloat(dst, f, in->GetFloat(*src, f)); break;
+    case FD::CPPTYPE_BOOL: out->SetBool(dst, f, in->GetBool(*src, f)); break;
+    case FD::CPPTYPE_ENUM: out->SetEnumValue(dst, f, in->GetEnumValue(*src, f)); break;
+    case FD::CPPTYPE_STRING: out->SetString(dst, f, in->GetString(*src, f)); break;
+    case FD::CPPTYPE_MESSAGE:
+      out->MutableMessage(dst, f)->CopyFrom(in->GetMessage(*src, f));
+      break;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<proto::Recipe> ParseRecipe(const std::string& text, const std::string& origin) {
@@ -73,7 +107,7 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
     if (!parser.ParseFromString(text, &delta)) {
       return Bad(absl::StrCat("override '", o, "': ", errors.first()));
     }
-    r->MergeFrom(delta);
+    SetLeaf(delta, path, r);
   }
   return absl::OkStatus();
 }
