@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/metadata.pb.h"
 #include "core/status.h"
@@ -124,10 +125,33 @@ std::string IterationDir(const std::string& root, int64_t iteration) {
 
 absl::StatusOr<int64_t> LatestIteration(const std::string& root) {
   std::ifstream in(root + "/latest");
-  if (!in) return absl::NotFoundError(absl::StrCat("no checkpoint in ", root, " (no 'latest')"));
+  if (!in) {
+    // No 'latest' next to finished iteration directories is damage, not a
+    // fresh start: starting over would let retention delete them.
+    std::vector<std::string> iters;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_directory() && name.rfind("iter_", 0) == 0 && name.find('.') == std::string::npos) {
+        iters.push_back(name);
+      }
+    }
+    if (iters.empty()) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint in ", root, " (no 'latest')"));
+    }
+    std::sort(iters.begin(), iters.end());
+    return absl::DataLossError(absl::StrCat(
+        root, " holds checkpoints (", absl::StrJoin(iters, ", "),
+        ") but no 'latest' file naming the one to resume: write the iteration number into ", root,
+        "/latest, or start over with checkpoint.no_resume=true"));
+  }
   int64_t it = -1;
   in >> it;
-  if (!in || it < 0) return absl::DataLossError(absl::StrCat(root, "/latest is unreadable"));
+  if (!in || it < 0) {
+    return absl::DataLossError(absl::StrCat(
+        root, "/latest is unreadable (it must hold an iteration number, e.g. 100 for iter_0000100): "
+              "fix it, or start over with checkpoint.no_resume=true"));
+  }
   return it;
 }
 

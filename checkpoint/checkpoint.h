@@ -89,8 +89,9 @@ struct LoadResult {
 absl::StatusOr<LoadResult> Load(const std::string& root, std::optional<int64_t> iteration,
                                 const std::vector<TensorPiece>& pieces, comm::Communicator& world);
 
-// The iteration `latest` names, NotFound when there is none. Does not block
-// on other ranks.
+// The iteration `latest` names; NotFound when the root holds no checkpoint;
+// DataLoss (naming the fix) when `latest` is unreadable, or missing next to
+// iteration directories. Does not block on other ranks.
 absl::StatusOr<int64_t> LatestIteration(const std::string& root);
 
 // Asynchronous save: Start copies this rank's pieces to host memory (the

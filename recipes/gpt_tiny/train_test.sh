@@ -5,6 +5,7 @@
 #  2. SIGTERM mid-run (with asynchronous periodic saves) writes a checkpoint
 #     and exits 0; the rerun resumes and its losses continue exactly as an
 #     uninterrupted run's;
+#  2c. a corrupted or missing `latest` beside checkpoints is an error naming the fix;
 #  3. bad configs give one line naming the problem, exit non-zero, write nothing.
 set -euo pipefail
 bin="$1"
@@ -58,6 +59,20 @@ bf_last=$(losses "$tmp/bf16_full/metrics.jsonl" | tail -1 | cut -d' ' -f2)
 awk -v f="$bf_first" -v l="$bf_last" 'BEGIN { exit !(l < 0.9 * f) }' || { echo "bf16 loss did not fall"; exit 1; }
 diff <(losses "$tmp/bf16_full/metrics.jsonl" | tail -6) <(losses "$tmp/bf16_cut/metrics.jsonl") \
   || { echo "bf16 resumed losses differ from the uninterrupted run"; exit 1; }
+
+echo "== 2c. a damaged 'latest' is an error, never a silent fresh start next to checkpoints"
+damaged() {  # name, pattern: the rerun fails naming the problem and the checkpoints stay
+  local name="$1" pattern="$2"
+  if "$bin" --run_dir "$tmp/bf16_cut" --set "$bf" > "$tmp/$name.out" 2> "$tmp/$name.err"; then
+    echo "$name: expected failure"; exit 1
+  fi
+  grep -q "$pattern" "$tmp/$name.err" || { echo "$name: message lacks '$pattern':"; cat "$tmp/$name.err"; exit 1; }
+  test -d "$tmp/bf16_cut/checkpoints/iter_0000006" || { echo "$name: a checkpoint is gone"; exit 1; }
+}
+echo abc > "$tmp/bf16_cut/checkpoints/latest"
+damaged corrupt_latest "latest is unreadable"
+rm "$tmp/bf16_cut/checkpoints/latest"
+damaged missing_latest "but no 'latest'"
 
 echo "== 3. bad configs"
 expect_error() {  # name, pattern, args...

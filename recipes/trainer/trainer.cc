@@ -523,7 +523,10 @@ class RankRun {
 
   absl::Status MaybeResume() {
     if (r_.checkpoint().no_resume()) return absl::OkStatus();
-    if (!checkpoint::LatestIteration(ckpt_root_).ok()) return absl::OkStatus();
+    if (absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(ckpt_root_); !latest.ok()) {
+      if (absl::IsNotFound(latest.status())) return absl::OkStatus();  // a fresh run
+      return latest.status();  // damaged: never silently start over next to checkpoints
+    }
     GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
     GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
                          checkpoint::Load(ckpt_root_, std::nullopt, pieces, host_));
