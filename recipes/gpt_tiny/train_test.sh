@@ -69,6 +69,11 @@ damaged() {  # name, pattern: the rerun fails naming the problem and the checkpo
   grep -q "$pattern" "$tmp/$name.err" || { echo "$name: message lacks '$pattern':"; cat "$tmp/$name.err"; exit 1; }
   test -d "$tmp/bf16_cut/checkpoints/iter_0000006" || { echo "$name: a checkpoint is gone"; exit 1; }
 }
+# Resuming a run that is already at train.steps trains and saves nothing, and says so.
+"$bin" --run_dir "$tmp/bf16_cut" --set "$bf" > "$tmp/again.log"
+grep -q "nothing to train: the checkpoint in .* is at step 12 and train.steps is 12" "$tmp/again.log" \
+  || { echo "resume at the last step:"; cat "$tmp/again.log"; exit 1; }
+! grep -q "^done:" "$tmp/again.log" || { echo "claims to be done with a checkpoint"; exit 1; }
 echo abc > "$tmp/bf16_cut/checkpoints/latest"
 damaged corrupt_latest "latest is unreadable"
 rm "$tmp/bf16_cut/checkpoints/latest"

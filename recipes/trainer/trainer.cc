@@ -242,8 +242,14 @@ class RankRun {
         return absl::OkStatus();
       }
     }
-    if (rank0() && o_.progress_bar) std::printf("\n");
-    if (rank0()) {
+    if (rank0() && o_.progress_bar && first_step < steps) std::printf("\n");
+    if (rank0() && first_step >= steps) {
+      // Resumed at (or past) the last step: nothing trained, nothing saved.
+      std::printf("nothing to train: the checkpoint in %s is at step %lld and train.steps is %lld "
+                  "(raise train.steps to continue); nothing was saved\n",
+                  ckpt_root_.c_str(), static_cast<long long>(first_step),
+                  static_cast<long long>(steps));
+    } else if (rank0()) {
       std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step_),
                   ckpt_root_.c_str(), metrics_path_.c_str());
     }
