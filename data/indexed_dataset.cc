@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -336,6 +337,18 @@ absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::Crea
   w->dtype_ = dtype;
   w->item_size_ = IndexDTypeSize(dtype);
   const std::string tmp = BinPath(prefix) + ".tmp";
+  // The output's directory is made, as `mkdir -p` would (a missing one used
+  // to fail with "cannot create ...").
+  const std::filesystem::path dir = std::filesystem::path(prefix).parent_path();
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("indexed dataset ", prefix, ": cannot create directory ", dir.string(), ": ",
+                       ec.message()));
+    }
+  }
   w->bin_ = std::fopen(tmp.c_str(), "wb");
   if (w->bin_ == nullptr) return ErrnoError(errno, absl::StrCat("cannot create ", tmp));
   return w;

@@ -14,6 +14,8 @@ echo "$out"
 grep -q "documents  3" <<<"$out" || fail "expected 3 line documents"
 grep -q 'doc 0 (11 tokens): "first line\\n"' <<<"$out" || fail "first document text"
 
+"$make_indexed" --output="$tmp/new/dir/val" --corpus=validation --dtype=u16 || fail "make_indexed into a new directory"
+test -f "$tmp/new/dir/val.idx" -a -f "$tmp/new/dir/val.bin" || fail "no output in the new directory"
 "$make_indexed" --output="$tmp/val" --corpus=validation --dtype=u16 || fail "make_indexed corpus"
 out=$("$inspect" "$tmp/val") || fail "inspect corpus"
 grep -q "dtype      uint16" <<<"$out" || fail "dtype"
