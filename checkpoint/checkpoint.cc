@@ -335,6 +335,12 @@ class PieceReader {
   absl::Status CheckHeader(const std::string& path) {
     if (checked_.count(path)) return absl::OkStatus();
     std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      std::error_code ec;
+      return absl::DataLossError(absl::StrCat(
+          path, fs::exists(path, ec) ? " cannot be read" : " is missing",
+          " (the checkpoint's metadata lists it: the checkpoint is incomplete)"));
+    }
     char h[kHeaderBytes] = {};
     in.read(h, kHeaderBytes);
     if (!in || std::memcmp(h, kMagic, 8) != 0) {

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -255,6 +256,24 @@ TEST(Checkpoint, FlippedByteIsDetectedAndNamed) {
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find("checksum mismatch"), std::string::npos) << st;
   EXPECT_NE(st.message().find("rank_00001.bin"), std::string::npos) << st;
+}
+
+// A rank's data file deleted after the save: "missing", naming it, not "not
+// a gtp checkpoint data file".
+TEST(Checkpoint, DeletedRankFileIsNamedAsMissing) {
+  const std::string dir = Tmp("deleted");
+  ASSERT_TRUE(WithModel(kGTP2, 3, [&](Ctx& c) -> absl::Status {
+                GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(c));
+                return checkpoint::Save(dir, pieces, *c.world, {});
+              }).ok());
+  const std::string file = checkpoint::IterationDir(dir, 0) + "/rank_00001.bin";
+  ASSERT_EQ(std::remove(file.c_str()), 0);
+  absl::Status st = WithModel(kSingle, 3, [&](Ctx& c) -> absl::Status {
+    GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(c));
+    return checkpoint::Load(dir, std::nullopt, pieces, *c.world).status();
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+  EXPECT_NE(st.message().find("rank_00001.bin is missing"), std::string::npos) << st;
 }
 
 TEST(Checkpoint, MissingCheckpointAndWrongModelAreClearErrors) {
