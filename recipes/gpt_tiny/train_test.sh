@@ -94,6 +94,10 @@ expect_error unknown_field "colour" --config "$tmp/unknown.pbtxt"
 expect_error layout "divisible" --set "parallel.tp=3"
 expect_error missing_data "nope" --set "data.source=indexed,data.path=$tmp/nope"
 expect_error override "no such setting" --set "train.stepz=3"
+# Fails after the start-up checks (the run directory was made): it is removed again.
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
+  expect_error no_gpu "train.device is cuda but" --set "train.device=cuda"
+fi
 expect_error gather_dtype "gtp_gather_dtype must be fp8 or the params' dtype (f32)" --set "parallel.gtp_gather_dtype=bf16"
 expect_error attention "train.attention must be cudnn or flash" --set "train.attention=sdpa"
 expect_error reduce_dtype "gtp_reduce_scatter_dtype must be f32 or bf16" --set "parallel.gtp_reduce_scatter_dtype=fp8"

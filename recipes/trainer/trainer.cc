@@ -641,7 +641,25 @@ bool UnderLauncher() {
 
 bool StoppedBySignal() { return g_stopped_by_signal.load(); }
 
+namespace {
+absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options);
+}  // namespace
+
 absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(options.run_dir, ec);
+  absl::Status st = TrainIn(recipe, options);
+  // A run that failed before writing anything leaves no empty run directory
+  // behind (one this process made; files in it, e.g. metrics, keep it).
+  if (!st.ok() && !existed && std::filesystem::is_directory(options.run_dir, ec) &&
+      std::filesystem::is_empty(options.run_dir, ec)) {
+    std::filesystem::remove(options.run_dir, ec);
+  }
+  return st;
+}
+
+namespace {
+absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options) {
   // Check what can be checked before anything is written.
   const bool under_launcher = UnderLauncher() && recipe.parallel().backend() != "local";
   {
@@ -748,5 +766,6 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
       },
       lo);
 }
+}  // namespace
 
 }  // namespace gtp::recipes
