@@ -19,3 +19,10 @@ for layout in "tp2gtp2sp:parallel.tp=2,parallel.tp_num_weight_shards=4,parallel.
                       END { if (c != 8) { print n ": " c " steps"; bad = 1 }; exit bad }'
   echo "$name: threads and UCX processes agree on 8 steps"
 done
+# A world size that disagrees with the launcher's process count is an error naming both.
+if "$gtprun" --nproc 2 -- "$bin" --run_dir "$tmp/mismatch" --set "$small" > "$tmp/mismatch.log" 2>&1; then
+  echo "world_size 4 under 2 processes: expected failure"; exit 1
+fi
+grep -q "parallel.world_size is 4 but the launcher started 2 processes" "$tmp/mismatch.log" \
+  || { echo "mismatch message:"; cat "$tmp/mismatch.log"; exit 1; }
+echo "world-size mismatch under the launcher is an error"

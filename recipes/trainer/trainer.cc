@@ -666,6 +666,13 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options) {
     int world = recipe.parallel().world_size();
     if (under_launcher) {
       GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+      // 1 (the default) means "as many ranks as the launcher started".
+      if (world != 1 && world != env.world_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parallel.world_size is ", world, " but the launcher started ", env.world_size,
+            " processes (WORLD_SIZE=", env.world_size, "): launch ", world,
+            " or set parallel.world_size=", env.world_size));
+      }
       world = env.world_size;
     }
     parallel::ParallelConfig pc;
