@@ -1,0 +1,29 @@
+// layers/moe/combine.h — the MoE unpermute-and-combine op, forward and
+// backward, CPU and CUDA.
+//
+// Each of n tokens was routed to k slots; slot s = t·k + j has the row pos[s]
+// of the expert outputs ye [M, C] that holds its result (pos < 0: dropped)
+// and its combine weight w[s]:
+//
+//   forward:   y[t, :]    = Σ_j w[t·k + j] · ye[pos[t·k + j], :]      (j ascending)
+//   backward:  dye[pos[s], :] = w[s] · dy[t, :]        (rows no slot names: 0)
+//              dw[s]          = Σ_c ye[pos[s], c] · dy[t, c]   (0 where dropped)
+//
+// Sums run in f32 in a fixed order (CPU and CUDA give the same bits for the
+// products and the j-sums; dw's c-sum is a tree on CUDA, so within rounding).
+// ye, y, dy, dye share one dtype (f32 or bf16); w, dw f32; pos i32. Every
+// row of ye is named by at most one slot.
+#pragma once
+
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+#include "layers/moe/cuda/combine_cuda.h"
+
+namespace gtp::layers::moe {
+
+void CombineForward(const kernels::Exec& e, const Tensor& ye, const Tensor& pos, const Tensor& w,
+                    const Tensor& y);
+void CombineBackward(const kernels::Exec& e, const Tensor& dy, const Tensor& ye, const Tensor& pos,
+                     const Tensor& w, const Tensor& dye, const Tensor& dw);
+
+}  // namespace gtp::layers::moe

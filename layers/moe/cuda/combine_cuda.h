@@ -1,0 +1,18 @@
+// layers/moe/cuda/combine_cuda.h — raw CUDA launchers of layers/moe/combine.h
+// (layers/moe/cuda/combine.cu); `bf16`: the row tensors are bf16, else f32.
+// Enqueued on `stream`; no synchronisation.
+#pragma once
+
+#include <cstdint>
+
+namespace gtp::layers::moe {
+namespace cuda {
+// Raw CUDA launchers (layers/moe/cuda/combine.cu); bf16 = whether the row
+// tensors are bf16 (else f32).
+void CombineForward(const void* ye, const int32_t* pos, const float* w, void* y, int64_t n, int k,
+                    int64_t C, bool bf16, void* stream);
+void CombineBackward(const void* dy, const void* ye, const int32_t* pos, const float* w, void* dye,
+                     float* dw, int64_t n, int k, int64_t M, int64_t C, bool bf16, void* stream);
+}  // namespace cuda
+
+}  // namespace gtp::layers::moe

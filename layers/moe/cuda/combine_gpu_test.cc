@@ -1,0 +1,84 @@
+// The CUDA combine op against the CPU one (layers/moe/combine.h): forward and
+// dye bit for bit (f32 and bf16), dw within f32 rounding of the column sum.
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/kernels/testing/gpu.h"
+#include "core/kernels/testing/harness.h"
+#include "gtest/gtest.h"
+#include "layers/moe/combine.h"
+
+namespace gtp::layers::moe {
+namespace {
+
+using kernels::testing::BitEqual;
+using kernels::testing::DeviceBuffer;
+using kernels::testing::Rng;
+
+template <typename T>
+std::vector<T> Round(const std::vector<float>& v) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      out[i] = v[i];
+    } else {
+      out[i] = ToBF16(v[i]);
+    }
+  }
+  return out;
+}
+
+template <typename T>
+void Check(int64_t n, int k, int64_t C, uint64_t seed) {
+  Rng rng(seed);
+  const int64_t M = n * k + 3;  // a few rows no slot names
+  // Each row named at most once; about one slot in five dropped.
+  std::vector<int32_t> rows(M);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::vector<int32_t> order = rng.Ints(M, 0, 1 << 30);
+  std::sort(rows.begin(), rows.end(), [&](int32_t a, int32_t b) { return order[a] < order[b]; });
+  std::vector<int32_t> drop = rng.Ints(n * k, 0, 4), pos(n * k);
+  for (int64_t s = 0; s < n * k; ++s) pos[s] = drop[s] == 0 ? -1 : rows[s];
+  std::vector<float> w = rng.Uniform(n * k, 0.0f, 1.0f);
+  std::vector<T> ye = Round<T>(rng.Normal(M * C)), dy = Round<T>(rng.Normal(n * C));
+  const bool bf16 = std::is_same_v<T, gtp::bf16>;
+  const DType dt = bf16 ? DType::kBF16 : DType::kF32;
+  // CPU.
+  HeapAllocator a;
+  kernels::Exec cpu = kernels::Exec::Cpu(a);
+  auto wrap = [](auto& v, Shape s, DType d) { return Tensor::Wrap(v.data(), s, d, Device::Cpu()); };
+  std::vector<T> y(n * C), dye(M * C);
+  std::vector<float> dw(n * k);
+  CombineForward(cpu, wrap(ye, {M, C}, dt), wrap(pos, {n * k}, DType::kI32),
+                 wrap(w, {n * k}, DType::kF32), wrap(y, {n, C}, dt));
+  CombineBackward(cpu, wrap(dy, {n, C}, dt), wrap(ye, {M, C}, dt), wrap(pos, {n * k}, DType::kI32),
+                  wrap(w, {n * k}, DType::kF32), wrap(dye, {M, C}, dt), wrap(dw, {n * k}, DType::kF32));
+  // CUDA.
+  auto stream = kernels::testing::TestStream();
+  DeviceBuffer<T> d_ye(ye), d_dy(dy), d_y(n * C), d_dye(M * C);
+  DeviceBuffer<int32_t> d_pos(pos);
+  DeviceBuffer<float> d_w(w), d_dw(n * k);
+  cuda::CombineForward(d_ye.get(), d_pos.get(), d_w.get(), d_y.get(), n, k, C, bf16, stream.get());
+  cuda::CombineBackward(d_dy.get(), d_ye.get(), d_pos.get(), d_w.get(), d_dye.get(), d_dw.get(), n,
+                        k, M, C, bf16, stream.get());
+  EXPECT_TRUE(BitEqual(d_y.Download(), y)) << "y n=" << n << " C=" << C;
+  EXPECT_TRUE(BitEqual(d_dye.Download(), dye)) << "dye n=" << n << " C=" << C;
+  std::vector<float> got = d_dw.Download();
+  for (int64_t s = 0; s < n * k; ++s) {
+    ASSERT_TRUE(std::isfinite(got[s]));
+    EXPECT_NEAR(got[s], dw[s], 1e-5f * (1.0f + std::abs(dw[s]))) << "dw slot " << s;
+  }
+}
+
+TEST(CudaMoeCombine, MatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Check<float>(5, 2, 6, 1);
+  Check<float>(300, 4, 768, 2);
+  Check<gtp::bf16>(7, 1, 40, 3);
+  Check<gtp::bf16>(257, 2, 1024, 4);
+}
+
+}  // namespace
+}  // namespace gtp::layers::moe

@@ -1,0 +1,339 @@
+#include "layers/moe/moe_layer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "layers/moe/combine.h"
+
+namespace gtp::layers::moe {
+
+namespace ops = kernels::ops;
+
+bool MoeConfig::IsMoeLayer(int layer) const {
+  if (!enabled()) return false;
+  if (!pattern.empty()) return layer < static_cast<int>(pattern.size()) && pattern[layer] == 'E';
+  return every_n > 0 && layer % every_n == 0;
+}
+
+absl::Status MoeConfig::Validate(int n_layer) const {
+  if (!enabled()) return absl::OkStatus();
+  GTP_RETURN_IF_ERROR(router.Validate());
+  if (!pattern.empty()) {
+    if (static_cast<int>(pattern.size()) != n_layer ||
+        pattern.find_first_not_of("E-") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moe layer pattern \"", pattern, "\" must have one character per layer (", n_layer,
+          "), 'E' for MoE and '-' for dense"));
+    }
+  } else if (every_n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("moe every_n must be ≥ 1 (got ", every_n, ")"));
+  }
+  if (ffn_hidden < 0 || shared_ffn_hidden < 0) {
+    return absl::InvalidArgumentError("moe ffn_hidden and shared_ffn_hidden must be ≥ 0");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+template <typename T>
+Tensor ToDevice(const kernels::Exec& e, const std::vector<T>& v) {
+  Tensor out = e.Empty({static_cast<int64_t>(v.size())}, DTypeOf<T>::value);
+  if (!v.empty()) {
+    Tensor h = Tensor::Wrap(const_cast<T*>(v.data()), out.shape(), DTypeOf<T>::value, Device::Cpu());
+    GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/true));
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T> ToHost(const kernels::Exec& e, const Tensor& t) {
+  std::vector<T> v(t.numel());
+  if (!v.empty()) {
+    Tensor h = Tensor::Wrap(v.data(), t.shape(), t.dtype(), Device::Cpu());
+    GTP_CHECK_OK(Copy(t, h, e.stream, /*sync=*/true));
+  }
+  return v;
+}
+
+std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> off(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) off[i + 1] = off[i] + counts[i];
+  return off;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& name,
+                                                           const MoeConfig& c, const MoeShape& s,
+                                                           const parallel::ProcessGroupCollection& pgs,
+                                                           GtpChain* chain) {
+  GTP_RETURN_IF_ERROR(c.router.Validate());
+  std::unique_ptr<MoeLayer> m(new MoeLayer());
+  m->shape_ = s;
+  m->exec_ = chain->exec();
+  m->chain_ = chain;
+  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(m->ep_, pgs.Get("ep"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * etp, pgs.Get("etp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * egtp, pgs.Get("egtp"));
+  if (etp->size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": expert tensor parallelism (ETP = ", etp->size(),
+        ") is not supported yet; set parallel.etp = 1 (experts are then sharded by EGTP only)"));
+  }
+  m->E_ = c.router.num_experts;
+  m->k_ = c.router.top_k;
+  m->ep_size_ = m->ep_->size();
+  m->ep_rank_ = m->ep_->rank();
+  if (m->E_ % m->ep_size_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", m->E_,
+                                                   " experts are not divisible by EP = ",
+                                                   m->ep_size_));
+  }
+  m->e_loc_ = m->E_ / m->ep_size_;
+  const int tp = m->tp_->size(), t = m->tp_->rank();
+  const int64_t N = s.B * s.T;
+  if (N % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": the micro-batch's ", N,
+                                                   " tokens are not divisible by TP = ", tp));
+  }
+  m->rows_ = tp > 1 ? N / tp : N;
+  m->row0_ = tp > 1 ? t * m->rows_ : 0;
+  m->slice_ = tp > 1 && !s.sequence_parallel;
+  // Expert wgrads: see the file comment. TP / (ETP·EP) with ETP = 1.
+  m->wgrad_scale_ = s.loss_sum ? 1.0f : static_cast<float>(tp) / static_cast<float>(m->ep_size_);
+  GTP_ASSIGN_OR_RETURN(m->router_,
+                       Router::Create(name + ".router", c.router, s.C, m->rows_, s.T, m->row0_, N,
+                                      s.init_std, s.seed, m->tp_, m->exec_));
+  const int64_t H = s.H, C = s.C, H1 = s.swiglu ? 2 * H : H;
+  m->H1_ = H1;
+  const int e_loc = m->e_loc_, e0 = m->ep_rank_ * e_loc;
+  m->fc1_ = std::make_unique<ShardedParam>(name + ".experts.fc1.weight", e_loc * H1, C, s.dtype,
+                                           egtp, chain);
+  m->fc2_ = std::make_unique<ShardedParam>(name + ".experts.fc2.weight", e_loc * C, H, s.dtype,
+                                           egtp, chain);
+  InitShardFromGlobal(*m->fc1_,
+                      {static_cast<int64_t>(m->E_) * H1, C,
+                       [H1, e0](int64_t r) { return (e0 + r / H1) * H1 + r % H1; }, 0},
+                      s.seed, s.init_std);
+  InitShardFromGlobal(*m->fc2_,
+                      {static_cast<int64_t>(m->E_) * C, H,
+                       [C, e0](int64_t r) { return (e0 + r / C) * C + r % C; }, 0},
+                      s.seed, s.out_std);
+  return m;
+}
+
+absl::Status MoeLayer::Plan(const Routing& r) {
+  const int64_t n = r.n;
+  const int k = k_, P = ep_size_, el = e_loc_;
+  pos_.assign(n * k, -1);
+  perm_tok_.clear();
+  std::vector<std::vector<int64_t>> slots(E_);
+  for (int64_t s = 0; s < n * k; ++s)
+    if (r.expert[s] >= 0) slots[r.expert[s]].push_back(s);
+  std::vector<int32_t> send_cnt(static_cast<size_t>(P) * el, 0);
+  send_rows_.assign(P, 0);
+  for (int e = 0; e < E_; ++e) {
+    for (int64_t s : slots[e]) {
+      pos_[s] = static_cast<int32_t>(perm_tok_.size());
+      perm_tok_.push_back(static_cast<int32_t>(s / k));
+    }
+    send_cnt[e] = static_cast<int32_t>(slots[e].size());
+    send_rows_[e / el] += static_cast<int64_t>(slots[e].size());
+  }
+  std::vector<int32_t> recv_cnt = send_cnt;
+  if (P > 1) {
+    Tensor sd = ToDevice(exec_, send_cnt);
+    Tensor rd = exec_.Empty(sd.shape(), DType::kI32);
+    GTP_RETURN_IF_ERROR(comm::Run(ep_->AllToAll(sd.raw_data(), rd.raw_data(), el, DType::kI32)));
+    recv_cnt = ToHost<int32_t>(exec_, rd);
+  }
+  recv_rows_.assign(P, 0);
+  for (int src = 0; src < P; ++src)
+    for (int i = 0; i < el; ++i) recv_rows_[src] += recv_cnt[src * el + i];
+  // Received rows are [src][local expert]; the experts want [local expert][src].
+  reorder_.clear();
+  inv_reorder_.clear();
+  ne_.assign(el, 0);
+  if (P > 1) {
+    std::vector<int64_t> block(static_cast<size_t>(P) * el + 1, 0);
+    for (int b = 0; b < P * el; ++b) block[b + 1] = block[b] + recv_cnt[b];
+    for (int i = 0; i < el; ++i) {
+      for (int src = 0; src < P; ++src) {
+        const int b = src * el + i;
+        for (int64_t q = block[b]; q < block[b + 1]; ++q) reorder_.push_back(static_cast<int32_t>(q));
+        ne_[i] += recv_cnt[b];
+      }
+    }
+    inv_reorder_.resize(reorder_.size());
+    for (size_t q = 0; q < reorder_.size(); ++q) inv_reorder_[reorder_[q]] = static_cast<int32_t>(q);
+  } else {
+    for (int i = 0; i < el; ++i) ne_[i] = recv_cnt[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> MoeLayer::Exchange(const Tensor& x, const std::vector<int64_t>& send_rows,
+                                          const std::vector<int64_t>& recv_rows) {
+  if (ep_size_ == 1) return x;
+  const int64_t C = x.dim(1);
+  std::vector<int64_t> sc(ep_size_), rc(ep_size_), sd(ep_size_), rd(ep_size_);
+  int64_t so = 0, ro = 0;
+  for (int p = 0; p < ep_size_; ++p) {
+    sc[p] = send_rows[p] * C;
+    rc[p] = recv_rows[p] * C;
+    sd[p] = so;
+    rd[p] = ro;
+    so += sc[p];
+    ro += rc[p];
+  }
+  Tensor out = exec_.Empty({ro / C, C}, x.dtype());
+  GTP_RETURN_IF_ERROR(
+      comm::Run(ep_->AllToAllV(x.raw_data(), sc, sd, out.raw_data(), rc, rd, x.dtype())));
+  return out;
+}
+
+Tensor MoeLayer::GatherRows(const Tensor& x, const std::vector<int32_t>& idx) {
+  if (idx.empty()) return x;
+  Tensor out = exec_.Empty({static_cast<int64_t>(idx.size()), x.dim(1)}, x.dtype());
+  ops::EmbeddingForward(exec_, ToDevice(exec_, idx), x, out, 0);
+  return out;
+}
+
+absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C, H = shape_.H;
+  Tensor x = slice_ ? h.Slice(row0_, row0_ + rows_) : h;
+  GTP_ASSIGN_OR_RETURN(const Routing* r, router_->Forward(x, dir != Direction::kRecompute));
+  GTP_RETURN_IF_ERROR(Plan(*r));
+  const int64_t M = static_cast<int64_t>(perm_tok_.size());
+  perm_d_ = ToDevice(e, perm_tok_);
+  pos_d_ = ToDevice(e, pos_);
+  w_d_ = ToDevice(e, r->weight);
+  Tensor xp = e.Empty({M, C}, x.dtype());
+  if (M > 0) ops::EmbeddingForward(e, perm_d_, x, xp, 0);
+  GTP_ASSIGN_OR_RETURN(Tensor recv, Exchange(xp, send_rows_, recv_rows_));
+  xe_ = GatherRows(recv, reorder_);
+  const int64_t Me = xe_.dim(0);
+  const std::vector<int64_t> off = Offsets(ne_);
+  // fc1 → act → fc2, one GEMM per local expert.
+  GTP_ASSIGN_OR_RETURN(Tensor w1, fc1_->Materialize(dir));
+  pre_ = e.Empty({Me, H1_}, x.dtype());
+  for (int i = 0; i < e_loc_; ++i) {
+    if (ne_[i] == 0) continue;
+    ops::Linear(e, xe_.Slice(off[i], off[i + 1]), w1.Slice(i * H1_, (i + 1) * H1_),
+                pre_.Slice(off[i], off[i + 1]));
+  }
+  fc1_->Release(dir);
+  act_ = e.Empty({Me, H}, x.dtype());
+  if (Me > 0) {
+    if (shape_.swiglu) {
+      ops::SwiGluForward(e, pre_, act_);
+    } else {
+      ops::GeluForward(e, pre_, act_);
+    }
+  }
+  GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(dir));
+  Tensor ye = e.Empty({Me, C}, x.dtype());
+  for (int i = 0; i < e_loc_; ++i) {
+    if (ne_[i] == 0) continue;
+    ops::Linear(e, act_.Slice(off[i], off[i + 1]), w2.Slice(i * C, (i + 1) * C),
+                ye.Slice(off[i], off[i + 1]));
+  }
+  fc2_->Release(dir);
+  GTP_ASSIGN_OR_RETURN(yp_, Exchange(GatherRows(ye, inv_reorder_), recv_rows_, send_rows_));
+  Tensor y = e.Empty({rows_, C}, x.dtype());
+  CombineForward(e, yp_, pos_d_, w_d_, y);
+  if (slice_) return AllGatherRows(e, *tp_, y);
+  return y;
+}
+
+absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C, H = shape_.H;
+  Tensor dy = slice_ ? dout.Slice(row0_, row0_ + rows_) : dout;
+  const int64_t M = static_cast<int64_t>(perm_tok_.size());
+  Tensor dyp = e.Empty({M, C}, dy.dtype());
+  Tensor dw = e.Empty({rows_ * k_}, DType::kF32);
+  CombineBackward(e, dy, yp_, pos_d_, w_d_, dyp, dw);
+  yp_ = Tensor();
+  GTP_ASSIGN_OR_RETURN(Tensor drecv, Exchange(dyp, send_rows_, recv_rows_));
+  Tensor dye = GatherRows(drecv, reorder_);
+  const int64_t Me = dye.dim(0);
+  const std::vector<int64_t> off = Offsets(ne_);
+  const DType dt = dye.dtype();
+  // Weight gradient of each local expert's rows of a stacked param.
+  auto wgrad = [&](ShardedParam& p, const Tensor& dyv, const Tensor& xv, int64_t rows_per) {
+    bool fresh = false;
+    Tensor g = p.Wgrad(&fresh);
+    for (int i = 0; i < e_loc_; ++i) {
+      Tensor gi = g.Slice(i * rows_per, (i + 1) * rows_per);
+      if (ne_[i] == 0) {
+        if (fresh) ops::Fill(e, gi, 0.0f);
+        continue;
+      }
+      kernels::GemmDesc d;
+      d.trans_a = true;
+      d.m = rows_per, d.n = xv.dim(1), d.k = ne_[i];
+      d.alpha = wgrad_scale_;
+      d.beta = fresh ? 0.0f : 1.0f;
+      d.ab_type = dt;
+      d.c_type = DType::kF32;
+      ops::Gemm(e, d, dyv.Slice(off[i], off[i + 1]), xv.Slice(off[i], off[i + 1]), gi);
+    }
+  };
+  GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(Direction::kBackward));
+  Tensor dact = e.Empty({Me, H}, dt);
+  for (int i = 0; i < e_loc_; ++i) {
+    if (ne_[i] == 0) continue;
+    ops::LinearBackwardData(e, dye.Slice(off[i], off[i + 1]), w2.Slice(i * C, (i + 1) * C),
+                            dact.Slice(off[i], off[i + 1]));
+  }
+  wgrad(*fc2_, dye, act_, C);
+  fc2_->Release(Direction::kBackward);
+  GTP_RETURN_IF_ERROR(fc2_->ReduceGrad());
+  act_ = Tensor();
+  Tensor dpre = e.Empty({Me, H1_}, dt);
+  if (Me > 0) {
+    if (shape_.swiglu) {
+      ops::SwiGluBackward(e, dact, pre_, dpre);
+    } else {
+      ops::GeluBackward(e, dact, pre_, dpre);
+    }
+  }
+  pre_ = Tensor();
+  GTP_ASSIGN_OR_RETURN(Tensor w1, fc1_->Materialize(Direction::kBackward));
+  Tensor dxe = e.Empty({Me, C}, dt);
+  for (int i = 0; i < e_loc_; ++i) {
+    if (ne_[i] == 0) continue;
+    ops::LinearBackwardData(e, dpre.Slice(off[i], off[i + 1]), w1.Slice(i * H1_, (i + 1) * H1_),
+                            dxe.Slice(off[i], off[i + 1]));
+  }
+  wgrad(*fc1_, dpre, xe_, H1_);
+  fc1_->Release(Direction::kBackward);
+  GTP_RETURN_IF_ERROR(fc1_->ReduceGrad());
+  xe_ = Tensor();
+  GTP_ASSIGN_OR_RETURN(Tensor dxp, Exchange(GatherRows(dxe, inv_reorder_), recv_rows_, send_rows_));
+  Tensor dx32 = e.Zeros({rows_, C}, DType::kF32);
+  if (M > 0) ops::EmbeddingBackward(e, perm_d_, dxp, dx32, 0);
+  const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T) : 1.0f;
+  GTP_ASSIGN_OR_RETURN(Tensor dxr, router_->Backward(ToHost<float>(e, dw), loss_scale));
+  ops::Axpby(e, 1.0f, dxr, 1.0f, dx32);
+  Tensor dx = dx32;
+  if (dt != DType::kF32) {
+    dx = e.Empty({rows_, C}, dt);
+    ops::Cast(e, dx32, dx);
+  }
+  if (slice_) return AllGatherRows(e, *tp_, dx);
+  return dx;
+}
+
+void MoeLayer::DropActivations() {
+  router_->DropActivations();
+  perm_d_ = pos_d_ = w_d_ = xe_ = pre_ = act_ = yp_ = Tensor();
+}
+
+}  // namespace gtp::layers::moe

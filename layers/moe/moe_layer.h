@@ -1,0 +1,130 @@
+// layers/moe/moe_layer.h — a mixture-of-experts MLP with expert parallelism
+// (EP) and expert GTP (EGTP).
+//
+//   y = Σ_j w_j · Expert_{e_j}(x)      (top-k routing, layers/moe/router.h)
+//   Expert_e(x) = W2_e · act(W1_e · x) (act: GELU, or SwiGLU with W1_e = [gate; up])
+//
+// Rows: the layer routes only the rows that are this rank's own. With
+// sequence parallelism those are the rank's N/TP rows already; without it
+// every TP rank of a lane holds the same N rows, so each routes its slice
+// [t·N/TP, (t+1)·N/TP), and the output (and, in backward, the input
+// gradient) is all-gathered over TP. Every token is processed exactly once.
+//
+// Experts: E experts, E/EP on each rank of the "ep" group (global expert
+// ep_rank·E/EP + i is local expert i). A rank's local experts' W1 are stacked
+// into one ShardedParam [E_loc·H1, C] (H1 = H or 2H) and their W2 into one
+// [E_loc·C, H], each sharded over "egtp" and gathered in one call before the
+// expert GEMMs — the prefetch chain treats them as any weight. Checkpoints
+// see the logical tensors "<name>.experts.fc1.weight" [E·H1, C] and
+// "<name>.experts.fc2.weight" [E·C, H] by global expert index, so they
+// reshard across EP and EGTP. No expert biases.
+//
+// Dispatch (dropless or capacity-dropped): this rank's kept (token, slot)
+// pairs sorted by global expert, then token; rows gathered in that order;
+// per-(rank, expert) counts exchanged by all-to-all over "ep", the rows by
+// all-to-all(v); received rows reordered expert-major; each local expert's
+// rows run through its GEMMs (one GEMM per expert and projection); the
+// results travel back the same way and are combined with the routing
+// weights (layers/moe/combine.h). Backward runs the same path in reverse.
+// Counts come to the host (the all-to-all sizes need them): one host
+// synchronisation per MoE layer and pass.
+//
+// Gradients: expert weight gradients are the sum over every token routed to
+// the expert. With mean-normalised losses the GTP reduce-scatter over egtp
+// and the expert buffer's reduction over edp average, so the expert GEMMs
+// scale their weight gradients by TP / (ETP·EP) = EGTP·EDP / (data lanes),
+// which makes them the gradient of the mean of the lanes' losses, like the
+// dense weights'. The gate is replicated; each TP rank's gradient covers its
+// own rows (summed over TP at finalisation).
+//
+// Not yet: expert tensor parallelism (ETP > 1 is an error), an all-gather
+// dispatcher, padding to capacity, CUDA top-k/permute kernels (routing runs
+// on the host).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "layers/linear.h"
+#include "layers/moe/router.h"
+#include "layers/sharded_param.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::layers::moe {
+
+struct MoeConfig {
+  RouterConfig router;          // router.num_experts = 0: a dense model
+  int64_t ffn_hidden = 0;        // each expert's hidden size (0: the block's)
+  int64_t shared_ffn_hidden = 0; // a shared expert (dense MLP beside the routed ones); 0: none
+  // Which layers are MoE: layer l when l % every_n == 0 (Megatron's
+  // moe_layer_freq), unless `pattern` is set: one character per layer, 'E'
+  // for MoE and '-' for a dense MLP (e.g. "-E-E").
+  int every_n = 1;
+  std::string pattern;
+
+  bool enabled() const { return router.num_experts > 0; }
+  bool IsMoeLayer(int layer) const;
+  absl::Status Validate(int n_layer) const;
+};
+
+// What the layer takes from its block.
+struct MoeShape {
+  int64_t C = 0, H = 0;  // model width; expert hidden (resolved)
+  int64_t B = 0, T = 0;  // micro-batch
+  bool swiglu = false;
+  bool sequence_parallel = false;
+  bool loss_sum = false;  // the lane's loss is a sum over tokens (not a mean)
+  DType dtype = DType::kF32;
+  float init_std = 0.02f, out_std = 0.02f;  // fc1, fc2
+  uint64_t seed = 0;
+};
+
+class MoeLayer {
+ public:
+  // Reads "tp", "ep", "etp", "egtp" from pgs. InvalidArgument naming the
+  // problem (experts not divisible by EP, ETP > 1, rows vs TP, router config).
+  static absl::StatusOr<std::unique_ptr<MoeLayer>> Create(const std::string& name,
+                                                          const MoeConfig& c, const MoeShape& s,
+                                                          const parallel::ProcessGroupCollection& pgs,
+                                                          GtpChain* chain);
+  // h [N or N_tp, C] (the normalised input) → [N or N_tp, C]. Collective over
+  // ep (and tp without SP); blocks on the counts.
+  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
+  // dout like Forward's output → dh like its input.
+  absl::StatusOr<Tensor> Backward(const Tensor& dout);
+  void DropActivations();
+
+  Router& router() { return *router_; }
+  ShardedParam& fc1() { return *fc1_; }
+  ShardedParam& fc2() { return *fc2_; }
+  int num_local_experts() const { return e_loc_; }
+
+ private:
+  MoeLayer() = default;
+  // Rows exchange over ep: x [Σ send, C] → [Σ recv, C].
+  absl::StatusOr<Tensor> Exchange(const Tensor& x, const std::vector<int64_t>& send_rows,
+                                  const std::vector<int64_t>& recv_rows);
+  // out[i] = x[idx[i]] (host index list); x itself when idx is empty.
+  Tensor GatherRows(const Tensor& x, const std::vector<int32_t>& idx);
+  absl::Status Plan(const Routing& r);
+
+  MoeShape shape_;
+  kernels::Exec exec_;
+  GtpChain* chain_ = nullptr;
+  comm::Communicator *tp_ = nullptr, *ep_ = nullptr;
+  int E_ = 0, k_ = 0, e_loc_ = 0, ep_size_ = 1, ep_rank_ = 0;
+  int64_t rows_ = 0, row0_ = 0, H1_ = 0;
+  bool slice_ = false;   // route a TP slice of replicated rows
+  float wgrad_scale_ = 1.0f;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<ShardedParam> fc1_, fc2_;
+  // Plan of the last forward (host).
+  std::vector<int32_t> perm_tok_, pos_, reorder_, inv_reorder_;
+  std::vector<int64_t> send_rows_, recv_rows_, ne_;
+  // Saved activations.
+  Tensor perm_d_, pos_d_, w_d_, xe_, pre_, act_, yp_;
+};
+
+}  // namespace gtp::layers::moe

@@ -1,0 +1,185 @@
+// layers/moe/router.h — the MoE router: a replicated f32 linear gate, scores,
+// top-k selection, capacity dropping and the load-balancing losses.
+//
+// For each token t with gate logits l[t, 0..E) (f32, from h·W_gᵀ, W_g f32
+// [E, C], never GTP-sharded):
+//
+//   selection scores  softmax, pre-top-k:  p = softmax(l), select on p (+ b)
+//                     softmax, post-top-k: select on l (+ b)
+//                     sigmoid:             σ = sigmoid(l), select on σ (+ b)
+//   group-limited     experts in G equal groups; a group's score is the sum of
+//                     its top (k / group_topk) selection scores; only the best
+//                     group_topk groups stay eligible
+//   top-k             the k largest; ties go to the lower expert index
+//   weights           pre: s·p[sel]; post: s·softmax(l[sel]); sigmoid:
+//                     s·σ[sel] / Σ σ[sel] (k > 1) or s·σ[sel] (k = 1);
+//                     s = topk_scaling
+//   expert bias b     (loss-free balancing, DeepSeek-V3) shifts selection only,
+//                     never the weights; after each optimizer step
+//                     b_e += rate · sign(mean_e' c_e' − c_e) from the step's
+//                     token counts c summed over every data lane
+//   capacity          cf > 0: each expert keeps at most ceil(cf · n · k / E) of
+//                     this rank's n tokens — the largest weights (kProbability;
+//                     ties: lower token) or the first tokens (kPosition); the
+//                     rest are dropped (they contribute nothing, get no grad)
+//
+// Losses, over "groups" of tokens (kLane: this data lane's micro-batch — the
+// rows of every TP rank of the lane together; kSequence: each sequence), with
+// c[g, e] the top-k selections of expert e in group g (before dropping),
+// N_g the group's tokens and q the aux probabilities (softmax(l) for softmax
+// scoring, σ / Σ_e σ for sigmoid):
+//
+//   aux = coeff · E / k · (1/G) Σ_g (1 / N_g²) Σ_e c[g, e] · Σ_{t∈g} q[t, e]
+//   z   = coeff_z · (1/N) Σ_t logsumexp(l[t])²       (N: the lane's tokens)
+//
+// (aux is Megatron's switch load-balancing loss; kSequence its seq_aux_loss.)
+// Both add into the backward of the lane's loss; their values are reported,
+// not added to the LM loss.
+//
+// The pure functions below work on host arrays (the layer copies the logits
+// to the host, where the counts are needed anyway for the token exchange).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "core/kernels/ops.h"
+#include "layers/linear.h"
+
+namespace gtp::layers::moe {
+
+enum class ScoreFunction { kSoftmax, kSigmoid };
+enum class DropPolicy { kProbability, kPosition };
+enum class AuxLossType { kLane, kSequence };
+
+struct RouterConfig {
+  int num_experts = 0;  // E
+  int top_k = 2;        // k, 1..8
+  ScoreFunction score = ScoreFunction::kSoftmax;
+  bool pre_softmax = true;  // softmax scoring: before top-k (else over the k selected)
+  float topk_scaling = 1.0f;
+  int num_groups = 0;  // group-limited routing: 0 = off
+  int group_topk = 0;  // groups kept per token
+  float aux_loss_coeff = 0.0f;
+  AuxLossType aux_loss_type = AuxLossType::kLane;
+  float z_loss_coeff = 0.0f;
+  bool expert_bias = false;
+  float bias_update_rate = 1e-3f;
+  float capacity_factor = 0.0f;  // ≤ 0: dropless
+  DropPolicy drop_policy = DropPolicy::kProbability;
+
+  // InvalidArgument naming the field for an unusable config.
+  absl::Status Validate() const;
+};
+
+// The routing of n tokens (host arrays, row-major).
+struct Routing {
+  int64_t n = 0;
+  int k = 0;
+  int num_experts = 0;
+  std::vector<int32_t> selected;  // [n·k] experts chosen by top-k (before dropping)
+  std::vector<int32_t> expert;    // [n·k] = selected, or −1 where dropped
+  std::vector<float> weight;      // [n·k] combine weights (kept as computed where dropped)
+  std::vector<float> scores;      // [n·E] p (pre-softmax) or σ (sigmoid); post-softmax: unused
+  std::vector<int64_t> counts;    // [E] kept tokens per expert
+  int64_t dropped = 0;
+};
+
+// Scores, top-k and weights of n tokens (logits [n, E]); `bias` [E] or null.
+// No dropping (expert = selected, counts of the selections).
+Routing Route(const RouterConfig& c, const float* logits, int64_t n, const float* bias);
+// Capacity dropping of r (no-op when capacity_factor ≤ 0): updates expert,
+// counts and dropped. Returns the capacity (0 when dropless).
+int64_t ApplyCapacity(const RouterConfig& c, Routing* r);
+
+// Aux-loss probabilities q [n, E] of logits (see the file comment).
+std::vector<float> AuxProbabilities(const RouterConfig& c, const float* logits, int64_t n);
+// Top-k selections per (group, expert): [G·E], the group of local token t
+// being group_of[t] (size n).
+std::vector<float> SelectionCounts(const Routing& r, const std::vector<int32_t>& group_of, int G);
+
+// d(aux)/dq for the local tokens: [n, E] = coeff·E/(k·G·N_g²)·c[g(t), e], with
+// `counts` [G·E] summed over the lane and `group_tokens` [G] the lane's tokens
+// per group. Also returns this rank's part of aux (Σ over the lane's ranks of
+// the parts is aux) in *aux_part.
+std::vector<float> AuxGradient(const RouterConfig& c, const std::vector<float>& q, int64_t n,
+                               const std::vector<int32_t>& group_of, const std::vector<float>& counts,
+                               const std::vector<int64_t>& group_tokens, double* aux_part);
+
+// dlogits [n, E] (=) from the weights' gradient dweight [n·k] (ignored where
+// dropped), the aux gradient daux [n, E] w.r.t. q (may be empty) and the
+// z-loss over a lane of z_tokens tokens (none when z_loss_coeff is 0); the
+// aux and z gradients are multiplied by loss_scale. This rank's part of the
+// lane's z value is added to *z_part when non-null.
+void RouteBackward(const RouterConfig& c, const Routing& r, const float* logits,
+                   const float* dweight, const std::vector<float>& daux, int64_t z_tokens,
+                   float loss_scale, float* dlogits, double* z_part);
+
+// One expert-bias update: b_e += rate · sign(mean(counts) − counts_e).
+void UpdateExpertBias(const RouterConfig& c, const std::vector<double>& counts, float* bias);
+
+// The router layer: gate weight, logits on the exec's device, routing on the
+// host. One per MoE layer; driven by the rank's training thread.
+class Router {
+ public:
+  // rows: tokens this rank routes per micro-batch (its TP slice of the lane);
+  // seq_len T and first_row (the global row of this rank's first token within
+  // the lane, for kSequence groups); lane_rows: the lane's tokens (B·T); tp:
+  // the lane's TP group (counts are summed over it; size 1 allowed).
+  static absl::StatusOr<std::unique_ptr<Router>> Create(const std::string& name,
+                                                        const RouterConfig& c, int64_t C,
+                                                        int64_t rows, int64_t seq_len,
+                                                        int64_t first_row, int64_t lane_rows,
+                                                        float init_std, uint64_t seed,
+                                                        comm::Communicator* tp,
+                                                        const kernels::Exec& e);
+  // x [rows, C] (model dtype) → the routing (valid until the next Forward).
+  // `record`: count the tokens and losses into the stats (false for the
+  // re-run of activation recompute). Blocks (logits to the host; the counts
+  // all-reduce over TP when aux is on).
+  absl::StatusOr<const Routing*> Forward(const Tensor& x, bool record = true);
+  // dweight [rows·k] (host) → dx [rows, C] f32 (=, the gate's input gradient);
+  // the gate's gradient accumulates (+=). loss_scale multiplies the aux and z
+  // gradients (1 for mean-normalised losses; the lane's tokens for summed).
+  absl::StatusOr<Tensor> Backward(const std::vector<float>& dweight, float loss_scale);
+  void DropActivations() { x32_ = Tensor(); }
+
+  ReplicatedParam* gate() { return &gate_; }
+  const RouterConfig& config() const { return config_; }
+  // Expert bias (host, [E]) and the kept-token counts accumulated since the
+  // last TakeCounts (this rank's tokens).
+  std::vector<float>& expert_bias() { return bias_; }
+  std::vector<double> TakeCounts();
+  // aux / z values of this rank's part of the lane, summed since the last
+  // call, and the number of forwards; dropped tokens likewise.
+  struct Stats {
+    double aux = 0, z = 0;
+    int64_t dropped = 0, forwards = 0;
+  };
+  Stats TakeStats();
+
+ private:
+  Router() = default;
+  RouterConfig config_;
+  kernels::Exec exec_;
+  comm::Communicator* tp_ = nullptr;
+  int64_t C_ = 0, rows_ = 0, lane_rows_ = 0;
+  int G_ = 1;
+  std::vector<int32_t> group_of_;
+  std::vector<int64_t> group_tokens_;
+  ReplicatedParam gate_;
+  std::vector<float> bias_;
+  std::vector<double> counts_;
+  Stats stats_;
+  // Saved by Forward.
+  Tensor x32_;
+  std::vector<float> logits_, daux_;
+  Routing routing_;
+  bool record_ = true;
+};
+
+}  // namespace gtp::layers::moe
