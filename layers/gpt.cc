@@ -63,6 +63,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   GptConfig& c = m->config_;
   c = config;
   c.block.n_layer = c.n_layer;
+  c.block.loss_sum = c.loss_reduction == LossReduction::kSum;
+  GTP_RETURN_IF_ERROR(c.block.moe.Validate(c.n_layer));
   m->exec_ = exec;
   m->B_ = B;
   m->T_ = T;
@@ -118,11 +120,15 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   }
   for (int l = 0; l < c.n_layer; ++l) {
     GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
-                                               m->chain_.get()));
-    const size_t first = m->sharded_.size();
-    b->CollectParams(&m->sharded_, &m->replicated_);
+                                               m->chain_.get(), c.block.moe.IsMoeLayer(l)));
+    const size_t first = m->sharded_.size(), first_expert = m->experts_.size();
+    b->CollectParams(&m->sharded_, &m->replicated_, &m->experts_);
+    if (b->moe()) m->moe_layers_.push_back(b->moe());
     if (c.block.recompute) {
       for (size_t i = first; i < m->sharded_.size(); ++i) m->sharded_[i]->set_recompute_group(l);
+      for (size_t i = first_expert; i < m->experts_.size(); ++i) {
+        m->experts_[i]->set_recompute_group(l);
+      }
     }
     m->blocks_.push_back(std::move(b));
   }
@@ -310,8 +316,62 @@ absl::Status GptModel::Backward() {
   return chain_->FinishBackward();
 }
 
+absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(comm::Communicator& world, int lanes,
+                                                            int micro_batches) {
+  MoeStats st;
+  if (moe_layers_.empty()) return st;
+  const int L = static_cast<int>(moe_layers_.size());
+  const int E = moe_layers_[0]->router().config().num_experts;
+  // [L·E counts | dropped | aux | z] summed over the world (f32 on the wire).
+  std::vector<double> v;
+  v.reserve(L * E + 3);
+  double dropped = 0, aux = 0, z = 0;
+  for (moe::MoeLayer* m : moe_layers_) {
+    std::vector<double> c = m->router().TakeCounts();
+    v.insert(v.end(), c.begin(), c.end());
+    moe::Router::Stats s = m->router().TakeStats();
+    dropped += static_cast<double>(s.dropped);
+    aux += s.aux;
+    z += s.z;
+  }
+  v.push_back(dropped);
+  v.push_back(aux);
+  v.push_back(z);
+  if (world.size() > 1) {
+    std::vector<float> f(v.begin(), v.end());
+    Tensor h = Tensor::Wrap(f.data(), {static_cast<int64_t>(f.size())}, DType::kF32, Device::Cpu());
+    Tensor d = exec_.Empty(h.shape(), DType::kF32);
+    GTP_RETURN_IF_ERROR(Copy(h, d, exec_.stream, true));
+    GTP_RETURN_IF_ERROR(comm::Run(
+        world.AllReduce(d.raw_data(), d.raw_data(), d.numel(), DType::kF32, comm::ReduceOp::kSum)));
+    GTP_RETURN_IF_ERROR(Copy(d, h, exec_.stream, true));
+    v.assign(f.begin(), f.end());
+  }
+  st.tokens_min = v[0];
+  double sum = 0;
+  for (int i = 0; i < L * E; ++i) {
+    st.tokens_min = std::min(st.tokens_min, v[i]);
+    st.tokens_max = std::max(st.tokens_max, v[i]);
+    sum += v[i];
+  }
+  st.tokens_mean = sum / (L * E);
+  st.dropped = v[L * E];
+  const double per = static_cast<double>(L) * std::max(1, lanes) * std::max(1, micro_batches);
+  st.aux_loss = v[L * E + 1] / per;
+  st.z_loss = v[L * E + 2] / per;
+  for (int l = 0; l < L; ++l) {
+    moe::Router& r = moe_layers_[l]->router();
+    if (!r.config().expert_bias) continue;
+    moe::UpdateExpertBias(r.config(), std::vector<double>(v.begin() + l * E, v.begin() + (l + 1) * E),
+                          r.expert_bias().data());
+  }
+  return st;
+}
+
 absl::Status GptModel::LoadGlobal(const std::string& name, const float* data, const Shape& shape) {
-  for (ShardedParam* p : sharded_) {
+  std::vector<ShardedParam*> all = sharded_;
+  all.insert(all.end(), experts_.begin(), experts_.end());
+  for (ShardedParam* p : all) {
     if (p->name() != name) continue;
     const auto& L = p->global_layout();
     const bool vocab = p == wte_.get() || p == lm_head_.get();

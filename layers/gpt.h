@@ -107,9 +107,24 @@ class GptModel {
     timeline_ = t;
     chain_->set_timeline(t);
   }
-  // Every parameter of this rank, in a fixed order.
+  // Every parameter of this rank, in a fixed order. Expert weights (MoE
+  // layers) are apart: they are reduced over the expert grid's groups.
   const std::vector<ShardedParam*>& sharded_params() const { return sharded_; }
   const std::vector<ReplicatedParam*>& replicated_params() const { return replicated_; }
+  const std::vector<ShardedParam*>& expert_params() const { return experts_; }
+  bool has_moe() const { return !moe_layers_.empty(); }
+
+  // MoE bookkeeping at the end of an optimizer step (collective over
+  // `world`, every rank; a no-op without MoE layers): sums every MoE layer's
+  // token counts and loss parts over the world, updates the expert biases
+  // (router.expert_bias), and returns the step's figures. `lanes`: the
+  // number of data lanes; `micro_batches`: forwards per lane in the step.
+  struct MoeStats {
+    double tokens_min = 0, tokens_mean = 0, tokens_max = 0;  // per expert and layer, per step
+    double dropped = 0;                                       // tokens dropped, per step
+    double aux_loss = 0, z_loss = 0;  // per layer, mean over lanes and micro-batches
+  };
+  absl::StatusOr<MoeStats> FinishMoeStep(comm::Communicator& world, int lanes, int micro_batches);
   const GptConfig& config() const { return config_; }
 
  private:
@@ -130,6 +145,8 @@ class GptModel {
   std::unique_ptr<Norm> ln_f_;
   std::vector<ShardedParam*> sharded_;
   std::vector<ReplicatedParam*> replicated_;
+  std::vector<ShardedParam*> experts_;
+  std::vector<moe::MoeLayer*> moe_layers_;
   // Saved for backward.
   Tensor tokens_, targets_, pos_ids_, h_f_, logits_, row_max_, sumexp_;
   bool logits_are_grad_ = false;  // the fused loss already turned logits_ into dlogits

@@ -120,16 +120,6 @@ absl::Status GtpChain::FinishBackward() {
 
 // ---- ShardedParam ------------------------------------------------------------------
 
-namespace {
-// The f32 scales of a packed fp8 shard (u8 [codes | scales], scales at byte
-// `at`), as a tensor over the same bytes.
-Tensor WireScales(const Tensor& wire, int64_t at, int64_t n) {
-  const int64_t blocks = (n + kernels::kFp8BlockSize - 1) / kernels::kFp8BlockSize;
-  return Tensor::Wrap(static_cast<uint8_t*>(wire.raw_data()) + at, {blocks}, DType::kF32,
-                      wire.device());
-}
-}  // namespace
-
 ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType dtype,
                            comm::Communicator* gtp, GtpChain* chain)
     : name_(std::move(name)), rows_(rows), cols_(cols), dtype_(dtype), gtp_(gtp), chain_(chain) {
@@ -142,10 +132,10 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
   shard_ = chain_->exec().Zeros({shard_rows_, cols_}, dtype_);
   main_grad_ = chain_->exec().Zeros({shard_rows_, cols_}, DType::kF32);
   if (chain_->options().fp8_gather && gtp_size() > 1) {
+    // [codes | one scale byte per block]: bytes throughout, so no padding.
     const int64_t n = shard_rows_ * cols_;
-    wire_scales_at_ = (n + 3) / 4 * 4;
     const int64_t blocks = (n + kernels::kFp8BlockSize - 1) / kernels::kFp8BlockSize;
-    wire_ = chain_->exec().Zeros({wire_scales_at_ + 4 * blocks}, DType::kU8);
+    wire_ = chain_->exec().Zeros({n + blocks}, DType::kU8);
   }
 }
 
@@ -177,7 +167,7 @@ absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
     const int64_t n = shard_.numel(), w = wire_.numel();
     if (!wire_fresh_) {  // once per weight update, not per micro-batch
       kernels::ops::QuantizeFp8Blockwise(e, shard_.View({n}), wire_.Slice(0, n),
-                                         WireScales(wire_, wire_scales_at_, n));
+                                         wire_.Slice(n, w));
       wire_fresh_ = true;
     }
     g.wire = chain_->cache().Acquire({gtp_size() * w}, DType::kU8,
@@ -206,7 +196,7 @@ absl::Status ShardedParam::WaitGather(Direction dir) {
     for (int r = 0; r < gtp_size(); ++r) {
       Tensor wr = g.wire.Slice(r * w, (r + 1) * w);
       kernels::ops::DequantizeFp8Blockwise(
-          chain_->exec(), wr.Slice(0, n), WireScales(wr, wire_scales_at_, n),
+          chain_->exec(), wr.Slice(0, n), wr.Slice(n, w),
           g.buffer.Slice(r * shard_rows_, (r + 1) * shard_rows_).View({n}));
     }
     chain_->cache().Release(g.wire, static_cast<BufferCache::Purpose>(dir));

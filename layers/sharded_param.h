@@ -62,11 +62,12 @@ struct GtpOptions {
   // kMean (the default loss normalisation: gradients averaged over the data
   // lanes) or kSum (per-token normalisation: one division at the end).
   comm::ReduceOp grad_reduce = comm::ReduceOp::kMean;
-  // FP8 gather: a shard travels as e4m3 with one f32 scale per 32 elements
-  // (kernels::kFp8BlockSize), quantised once after each weight update
-  // (ShardedParam::MarkUpdated) and dequantised to the param dtype after the
-  // gather, before the GEMM. Wire bytes per element 1 + 4/32 instead of 2
-  // (bf16) or 4 (f32). Gradients are unaffected (reduce-scatter as before).
+  // FP8 gather: a shard travels as MXFP8, e4m3 with one E8M0 (power-of-two)
+  // scale byte per 32 elements (kernels::kFp8BlockSize, ops::QuantizeFp8Blockwise),
+  // quantised once after each weight update (ShardedParam::MarkUpdated) and
+  // dequantised to the param dtype after the gather, before the GEMM. Wire
+  // bytes per element 1 + 1/32 (0.516× bf16) instead of 2 (bf16) or 4 (f32).
+  // Gradients are unaffected (reduce-scatter as before).
   bool fp8_gather = false;
   // Gradient reduce-scatter with bf16 on the wire and f32 accumulation (as
   // Megatron's --gtp-remat-reduce-scatter-with-fp32-accumulation): the f32
@@ -333,10 +334,9 @@ class ShardedParam {
   comm::Communicator* gtp_;
   GtpChain* chain_;
   Tensor shard_, main_grad_;
-  // fp8 gather: this shard packed as [e4m3 codes (shard numel bytes, padded
-  // to 4) | f32 scales], and whether it holds the current values.
+  // fp8 gather: this shard packed as u8 [e4m3 codes (shard numel n) | E8M0
+  // scales (ceil(n / 32))], no padding, and whether it holds the current values.
   Tensor wire_;
-  int64_t wire_scales_at_ = 0;
   bool wire_fresh_ = false;
   GatherSlot gather_[3];
   ReduceSlot reduce_;

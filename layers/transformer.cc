@@ -314,7 +314,7 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
                                                      const TransformerConfig& c, int64_t B,
                                                      int64_t T,
                                                      const parallel::ProcessGroupCollection& pgs,
-                                                     GtpChain* chain) {
+                                                     GtpChain* chain, bool moe_layer) {
   std::unique_ptr<Block> b(new Block());
   b->exec_ = chain->exec();
   b->chain_ = chain;
@@ -323,7 +323,28 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
   b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
   GTP_ASSIGN_OR_RETURN(b->attn_, Attention::Create(name + ".attn", c, B, T, pgs, chain));
   b->ln2_ = std::make_unique<Norm>(name + ".ln2", c, tp->size(), b->exec_);
-  GTP_ASSIGN_OR_RETURN(b->mlp_, Mlp::Create(name + ".mlp", c, pgs, chain));
+  if (!moe_layer) {
+    GTP_ASSIGN_OR_RETURN(b->mlp_, Mlp::Create(name + ".mlp", c, pgs, chain));
+    return b;
+  }
+  moe::MoeShape s;
+  s.C = c.n_embd;
+  s.H = c.moe.ffn_hidden > 0 ? c.moe.ffn_hidden : c.hidden();
+  s.B = B;
+  s.T = T;
+  s.swiglu = c.activation == Activation::kSwiGlu;
+  s.sequence_parallel = c.sequence_parallel;
+  s.loss_sum = c.loss_sum;
+  s.dtype = c.dtype;
+  s.init_std = c.init_std;
+  s.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
+  s.seed = c.seed;
+  GTP_ASSIGN_OR_RETURN(b->moe_, moe::MoeLayer::Create(name + ".moe", c.moe, s, pgs, chain));
+  if (c.moe.shared_ffn_hidden > 0) {
+    TransformerConfig shared = c;
+    shared.ffn_hidden = c.moe.shared_ffn_hidden;
+    GTP_ASSIGN_OR_RETURN(b->mlp_, Mlp::Create(name + ".moe.shared", shared, pgs, chain));
+  }
   return b;
 }
 
@@ -338,7 +359,18 @@ absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
   ops::Axpby(exec_, 1.0f, x, 1.0f, a);  // x1 = x + attn
   Tensor h2 = ln2_->Forward(a);
   span.reset();
-  GTP_ASSIGN_OR_RETURN(Tensor m, mlp_->Forward(h2, dir));
+  Tensor m;
+  if (moe_) {
+    span.emplace(tl, "moe", exec_.stream);
+    GTP_ASSIGN_OR_RETURN(m, moe_->Forward(h2, dir));
+    span.reset();
+    if (mlp_) {
+      GTP_ASSIGN_OR_RETURN(Tensor sh, mlp_->Forward(h2, dir));
+      ops::Axpby(exec_, 1.0f, sh, 1.0f, m);  // + shared expert
+    }
+  } else {
+    GTP_ASSIGN_OR_RETURN(m, mlp_->Forward(h2, dir));
+  }
   span.emplace(tl, "residual", exec_.stream);
   ops::Axpby(exec_, 1.0f, a, 1.0f, m);  // x2 = x1 + mlp
   return m;
@@ -348,7 +380,8 @@ void Block::DropActivations() {
   ln1_->DropActivations();
   attn_->DropActivations();
   ln2_->DropActivations();
-  mlp_->DropActivations();
+  if (mlp_) mlp_->DropActivations();
+  if (moe_) moe_->DropActivations();
 }
 
 absl::StatusOr<Tensor> Block::Forward(const Tensor& x) {
@@ -368,7 +401,16 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
     x_in_ = Tensor();
   }
   Timeline* tl = chain_->timeline();
-  GTP_ASSIGN_OR_RETURN(Tensor dm, mlp_->Backward(dx2));
+  Tensor dm;
+  if (moe_) {
+    GTP_ASSIGN_OR_RETURN(dm, moe_->Backward(dx2));
+    if (mlp_) {
+      GTP_ASSIGN_OR_RETURN(Tensor dsh, mlp_->Backward(dx2));
+      ops::Axpby(exec_, 1.0f, dsh, 1.0f, dm);
+    }
+  } else {
+    GTP_ASSIGN_OR_RETURN(dm, mlp_->Backward(dx2));
+  }
   std::optional<Timeline::Scope> span;
   span.emplace(tl, "ln2+residual bwd", exec_.stream);
   Tensor dx1 = ln2_->Backward(dm, /*dresidual=*/dx2);  // dx1 = LN2ᵀ(dm) + dx2
@@ -379,11 +421,18 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
 }
 
 void Block::CollectParams(std::vector<ShardedParam*>* sharded,
-                          std::vector<ReplicatedParam*>* repl) {
+                          std::vector<ReplicatedParam*>* repl,
+                          std::vector<ShardedParam*>* experts) {
   for (ReplicatedParam* p : ln1_->params()) repl->push_back(p);
   attn_->CollectParams(sharded, repl);
   for (ReplicatedParam* p : ln2_->params()) repl->push_back(p);
-  mlp_->CollectParams(sharded, repl);
+  if (moe_) {
+    GTP_CHECK(experts != nullptr, "Block::CollectParams: an MoE block needs the experts list");
+    repl->push_back(moe_->router().gate());
+    experts->push_back(&moe_->fc1());
+    experts->push_back(&moe_->fc2());
+  }
+  if (mlp_) mlp_->CollectParams(sharded, repl);
 }
 
 }  // namespace gtp::layers

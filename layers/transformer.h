@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "core/kernels/ops.h"
 #include "layers/linear.h"
+#include "layers/moe/moe_layer.h"
 #include "layers/sharded_param.h"
 #include "parallel/process_groups.h"
 
@@ -56,6 +57,12 @@ struct TransformerConfig {
   // statistic and the optimizer's master weights in f32. bf16 attention is
   // the fused flash kernel (no T×T probabilities kept).
   DType dtype = DType::kF32;
+  // Mixture of experts (layers/moe): in the layers moe.IsMoeLayer(l) picks,
+  // the MLP is a routed MoE (plus a shared expert of moe.shared_ffn_hidden).
+  moe::MoeConfig moe;
+  // The lane's loss is a sum over tokens (GptConfig::loss_reduction kSum;
+  // set by GptModel): the MoE scales its aux/z gradients and expert wgrads.
+  bool loss_sum = false;
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * n_embd; }
@@ -131,14 +138,20 @@ class Mlp {
 
 class Block {
  public:
+  // `moe_layer`: the MLP is c.moe's mixture of experts ("<name>.moe"), with
+  // the shared expert "<name>.moe.shared" when c.moe.shared_ffn_hidden > 0.
   static absl::StatusOr<std::unique_ptr<Block>> Create(const std::string& name,
                                                        const TransformerConfig& c, int64_t B,
                                                        int64_t T,
                                                        const parallel::ProcessGroupCollection& pgs,
-                                                       GtpChain* chain);
+                                                       GtpChain* chain, bool moe_layer = false);
   absl::StatusOr<Tensor> Forward(const Tensor& x);
   absl::StatusOr<Tensor> Backward(const Tensor& dx2);
-  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+  // Expert weights go to `experts` (required for MoE blocks); the router
+  // gate is a replicated param.
+  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl,
+                     std::vector<ShardedParam*>* experts = nullptr);
+  moe::MoeLayer* moe() { return moe_.get(); }
 
  private:
   Block() = default;
@@ -150,7 +163,8 @@ class Block {
   Tensor x_in_;  // recompute: the block input
   std::unique_ptr<Norm> ln1_, ln2_;
   std::unique_ptr<Attention> attn_;
-  std::unique_ptr<Mlp> mlp_;
+  std::unique_ptr<Mlp> mlp_;            // the dense MLP, or the MoE's shared expert (may be null)
+  std::unique_ptr<moe::MoeLayer> moe_;  // MoE blocks only
 };
 
 // The TP-region entry/exit used by Attention and Mlp (SP-aware):

@@ -4,7 +4,10 @@
 // element the rank holds against a single-rank run of the same model and
 // data (computed in this process), within 1e-5 relative. Ranks are threads
 // (comm/local) unless started by a launcher (gtprun → UCX processes).
-//   axes_check --tp=2 --gtp=2 --dp=1 [--sp] [--llama]
+//   axes_check --tp=2 --gtp=2 --dp=1 [--sp] [--llama] [--moe --ep=2 --egtp=2]
+// With --moe every second layer is a mixture of 8 experts (top-2, dropless,
+// z-loss on) whose experts live on the expert grid ETP1·EP·EGTP·EDP; their
+// gradients are averaged over EDP like the dense ones over the replicas.
 // Exit 0 on agreement; 1 with a line naming the layout and step otherwise.
 #include <cmath>
 #include <cstdio>
@@ -30,6 +33,9 @@ ABSL_FLAG(int, gtp, 1, "GTP size (weight shards per TP slice)");
 ABSL_FLAG(int, dp, 1, "data-parallel size");
 ABSL_FLAG(bool, sp, false, "sequence parallelism");
 ABSL_FLAG(bool, llama, false, "RMSNorm, SwiGLU, RoPE, GQA, untied, no bias (else GPT-2 style)");
+ABSL_FLAG(bool, moe, false, "MoE MLP in layer 0 (8 experts, top-2)");
+ABSL_FLAG(int, ep, 1, "expert-parallel size (--moe)");
+ABSL_FLAG(int, egtp, 1, "expert GTP size (--moe)");
 
 namespace gtp {
 namespace {
@@ -37,7 +43,13 @@ namespace {
 constexpr int kSteps = 4;
 constexpr int64_t kGlobalBatch = 8, kSeq = 8, kVocab = 97;
 
-layers::GptConfig Model(bool llama, bool sp) {
+struct Layout {
+  int tp = 1, gtp = 1, ep = 1, egtp = 1;
+  bool sp = false, llama = false, moe = false;
+};
+
+layers::GptConfig Model(const Layout& k) {
+  const bool llama = k.llama, sp = k.sp && k.tp > 1;
   layers::GptConfig c = layers::GptConfig::Gpt2(kVocab, 16, 2, 16, 4);
   c.block.seed = 21;
   c.block.init_std = 0.2f;
@@ -52,6 +64,13 @@ layers::GptConfig Model(bool llama, bool sp) {
     c.tied_embeddings = false;
   }
   c.block.sequence_parallel = sp;
+  if (k.moe) {
+    c.block.moe.router.num_experts = 8;
+    c.block.moe.router.top_k = 2;
+    c.block.moe.router.z_loss_coeff = 1e-3f;
+    c.block.moe.ffn_hidden = 12;
+    c.block.moe.every_n = 2;
+  }
   return c;
 }
 
@@ -71,7 +90,9 @@ struct RankResult {
 
 void StoreParams(const layers::GptModel& model, RankResult* out) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (layers::ShardedParam* p : model.sharded_params()) {
+  std::vector<layers::ShardedParam*> sharded = model.sharded_params();
+  sharded.insert(sharded.end(), model.expert_params().begin(), model.expert_params().end());
+  for (layers::ShardedParam* p : sharded) {
     const auto& L = p->global_layout();
     const size_t n = L.global_rows * L.global_cols;
     auto& v = out->values[p->name()];
@@ -96,21 +117,27 @@ void StoreParams(const layers::GptModel& model, RankResult* out) {
   }
 }
 
-// Trains under (tp, gtp, sp) on `w`; fills this rank's result.
-absl::Status Train(comm::Communicator& w, int tp, int gtp, bool sp, bool llama,
-                   RankResult* result) {
+// Trains under layout k on `w`; fills this rank's result.
+absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
   parallel::ParallelConfig pc;
-  pc.tp = tp;
-  pc.tp_num_weight_shards = tp * gtp;
-  pc.sequence_parallel = sp;
-  GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+  pc.tp = k.tp;
+  pc.tp_num_weight_shards = k.tp * k.gtp;
+  pc.sequence_parallel = k.sp;
+  parallel::ModelFacts facts;
+  if (k.moe) {
+    pc.ep = k.ep;
+    pc.etp = 1;
+    pc.expert_tp_num_weight_shards = k.egtp;
+    facts.num_experts = 8;
+  }
+  GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w, facts));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs.Get("data"));
   HeapAllocator host;
   const int64_t B = kGlobalBatch / data->size();
   kernels::Exec exec = kernels::Exec::Cpu(host);
-  GTP_ASSIGN_OR_RETURN(auto model,
-                       layers::GptModel::Create(Model(llama, sp && tp > 1), B, kSeq, pgs, exec));
+  GTP_ASSIGN_OR_RETURN(auto model, layers::GptModel::Create(Model(k), B, kSeq, pgs, exec));
   optimizer::ParamSet ps{model->sharded_params(), model->replicated_params()};
+  optimizer::ParamSet experts{model->expert_params(), {}};
   for (int step = 0; step < kSteps; ++step) {
     Tensor tok = Tensor::Empty({B, kSeq}, DType::kI32, host), tgt = Tensor::Empty({B, kSeq}, DType::kI32, host);
     for (int64_t b = 0; b < B; ++b)
@@ -121,6 +148,17 @@ absl::Status Train(comm::Communicator& w, int tp, int gtp, bool sp, bool llama,
     GTP_ASSIGN_OR_RETURN(float loss, model->Forward(tok, tgt));
     GTP_RETURN_IF_ERROR(model->Backward());
     GTP_RETURN_IF_ERROR(optimizer::FinalizeGrads(ps, pgs));
+    if (k.moe) {
+      // Expert grads: reduce-scattered over EGTP in backward; mean over EDP here.
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * edp, pgs.Get("edp"));
+      for (layers::ShardedParam* p : experts.sharded) {
+        const Tensor& g = p->main_grad();
+        GTP_RETURN_IF_ERROR(comm::Run(edp->AllReduce(g.raw_data(), g.raw_data(), g.numel(),
+                                                     DType::kF32, comm::ReduceOp::kMean)));
+      }
+      optimizer::SgdStep(experts, exec, 0.5f);
+      optimizer::ZeroGrads(experts, exec);
+    }
     optimizer::SgdStep(ps, exec, 0.5f);
     optimizer::ZeroGrads(ps, exec);
     GTP_RETURN_IF_ERROR(comm::Run(data->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
@@ -186,13 +224,22 @@ bool Check(const std::string& name, int rank, const RankResult& got, const RankR
 
 int Main() {
   const int tp = absl::GetFlag(FLAGS_tp), gtp = absl::GetFlag(FLAGS_gtp), dp = absl::GetFlag(FLAGS_dp);
-  const bool sp = absl::GetFlag(FLAGS_sp), llama = absl::GetFlag(FLAGS_llama);
-  const std::string name = "tp" + std::to_string(tp) + "_gtp" + std::to_string(gtp) + "_dp" +
-                           std::to_string(dp) + (sp ? "_sp" : "") + (llama ? "_llama" : "_gpt2");
+  Layout k;
+  k.tp = tp;
+  k.gtp = gtp;
+  k.sp = absl::GetFlag(FLAGS_sp);
+  k.llama = absl::GetFlag(FLAGS_llama);
+  k.moe = absl::GetFlag(FLAGS_moe);
+  k.ep = absl::GetFlag(FLAGS_ep);
+  k.egtp = absl::GetFlag(FLAGS_egtp);
+  std::string name = "tp" + std::to_string(tp) + "_gtp" + std::to_string(gtp) + "_dp" +
+                     std::to_string(dp) + (k.sp ? "_sp" : "") + (k.llama ? "_llama" : "_gpt2");
+  if (k.moe) name += "_moe_ep" + std::to_string(k.ep) + "_egtp" + std::to_string(k.egtp);
+  Layout one;
+  one.llama = k.llama;
+  one.moe = k.moe;
   RankResult ref;
-  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) {
-    return Train(w, 1, 1, false, llama, &ref);
-  });
+  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) { return Train(w, one, &ref); });
   if (!st.ok()) {
     std::fprintf(stderr, "%s: single rank: %s\n", name.c_str(), std::string(st.message()).c_str());
     return 1;
@@ -202,13 +249,13 @@ int Main() {
     auto world = comm::CreateUcxWorldFromEnv({});
     st = world.status();
     RankResult got;
-    if (st.ok()) st = Train(**world, tp, gtp, sp, llama, &got);
+    if (st.ok()) st = Train(**world, k, &got);
     if (st.ok()) ok = Check(name, (*world)->rank(), got, ref);
   } else {
     const int world = tp * gtp * dp;
     std::vector<RankResult> got(world);
     st = comm::RunRanks(world, [&](comm::Communicator& w) {
-      return Train(w, tp, gtp, sp, llama, &got[w.rank()]);
+      return Train(w, k, &got[w.rank()]);
     });
     if (st.ok()) {
       for (int r = 0; r < world; ++r) ok &= Check(name, r, got[r], ref);
