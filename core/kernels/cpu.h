@@ -91,14 +91,16 @@ void CrossEntropyForward(const float* logits, const int32_t* targets, float* los
 // ---- Casts and fp8 -----------------------------------------------------------------
 void CastF32ToBF16(const float* x, bf16* y, int64_t n);
 void CastBF16ToF32(const bf16* x, float* y, int64_t n);
-// One f32 scale per block of 32 elements: scale = amax(block) / fmt_max
-// (1 for an all-zero block); q = round(x / scale). fmt is kF8E4M3 or
-// kF8E5M2. x is f32 or bf16 (x_type). scales has ceil(n / 32) entries.
-void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, float* scales, int64_t n,
+// MXFP8 (cpu/cast.cc): one E8M0 scale byte e per block of 32 elements, the
+// smallest power of two 2^(e − 127) that brings the block's amax to at most
+// fmt_max (Fp8BlockExponent in kernels.h; 255 = NaN for a block holding NaN or
+// ±inf); q = round(x / 2^(e − 127)). fmt is kF8E4M3 or kF8E5M2. x is f32 or
+// bf16 (x_type). scales has ceil(n / 32) entries.
+void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, uint8_t* scales, int64_t n,
                           DType fmt);
-// y = q·scale, written as f32 or bf16 (y_type).
-void DequantizeFp8Blockwise(const uint8_t* q, const float* scales, void* y, DType y_type, int64_t n,
-                            DType fmt);
+// y = q·2^(e − 127) (exact in f32; NaN for e = 255), written as f32 or bf16 (y_type).
+void DequantizeFp8Blockwise(const uint8_t* q, const uint8_t* scales, void* y, DType y_type,
+                            int64_t n, DType fmt);
 // Backward of quantize→dequantize is the straight-through estimator: dx = dy.
 
 // ---- Optimizer math ------------------------------------------------------------------

@@ -108,10 +108,10 @@ void CrossEntropyForward(const float* logits, const int32_t* targets, float* los
 
 void CastF32ToBF16(const float* x, bf16* y, int64_t n, cudaStream_t stream);
 void CastBF16ToF32(const bf16* x, float* y, int64_t n, cudaStream_t stream);
-void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, float* scales, int64_t n,
+void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, uint8_t* scales, int64_t n,
                           DType fmt, cudaStream_t stream);
-void DequantizeFp8Blockwise(const uint8_t* q, const float* scales, void* y, DType y_type, int64_t n,
-                            DType fmt, cudaStream_t stream);
+void DequantizeFp8Blockwise(const uint8_t* q, const uint8_t* scales, void* y, DType y_type,
+                            int64_t n, DType fmt, cudaStream_t stream);
 
 // Multi-tensor AdamW in one launch (see cpu.h): `segments` is a device
 // array of num_segments entries; `chunks` a device array of num_chunks

@@ -126,7 +126,35 @@ struct AdamWSegment {
   float weight_decay = 0.0f;
 };
 
+// ---- Blockwise fp8 (MXFP8) -----------------------------------------------------------
 // Elements per fp8 scale block.
 inline constexpr int kFp8BlockSize = 32;
+// A block's scale is one OCP MX "E8M0" byte: e means 2^(e − 127), e in 0..254;
+// 255 is NaN (the block held a NaN or ±inf).
+inline constexpr uint8_t kE8M0NaN = 0xff;
+// The code QuantizeFp8Blockwise writes for every element of a NaN-scale block:
+// NaN in both formats (e4m3fn 0x7F; e5m2 0x7D–0x7F).
+inline constexpr uint8_t kFp8NaNCode = 0x7f;
+
+// The scale exponent of a block whose largest |x| has f32 bits amax_bits
+// (bits of a non-negative float, so their unsigned max orders NaN > inf >
+// finite): the smallest e in 0..254 with amax ≤ fmt_max·2^(e − 127), i.e.
+// 127 + ceil(log2(amax / fmt_max)) clamped below at 0 (so an all-zero or
+// tiny block gets 0), computed exactly from the bits; 255 when amax is not
+// finite. fmt_max is a normal f32 (kE4M3Max or kE5M2Max). Writing both as
+// m·2^k with m in [1, 2): amax ≤ fmt_max·2^d ⟺ d ≥ k_a − k_f + (m_a > m_f).
+// A finite amax never needs more than 247 (e4m3) or 240 (e5m2).
+GTP_HD uint8_t Fp8BlockExponent(uint32_t amax_bits, float fmt_max) {
+  const int ka = static_cast<int>(amax_bits >> 23);
+  if (ka >= 0xff) return kE8M0NaN;
+  const uint32_t f = FloatBits(fmt_max);
+  const int e = 127 + ka - static_cast<int>(f >> 23) + ((amax_bits & 0x7fffffu) > (f & 0x7fffffu));
+  return static_cast<uint8_t>(e < 0 ? 0 : e > 254 ? 254 : e);
+}
+
+// The scale 2^(e − 127) as f32, exact (e = 0 is the subnormal 2^-127); NaN for 255.
+GTP_HD float E8M0ToF32(uint8_t e) {
+  return BitsFloat(e == 0 ? 0x00400000u : e == kE8M0NaN ? 0x7fc00000u : uint32_t{e} << 23);
+}
 
 }  // namespace gtp::kernels

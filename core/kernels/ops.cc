@@ -930,7 +930,7 @@ void CheckFp8(const Exec& e, const char* op, const Tensor& x, const Tensor& q,
   CheckOn(e, scales, "scales");
   const int64_t n = x.numel();
   GTP_CHECK((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && SizeOf(q.dtype()) == 1 &&
-                q.numel() == n && scales.dtype() == DType::kF32 &&
+                q.numel() == n && scales.dtype() == DType::kU8 &&
                 scales.numel() == (n + kFp8BlockSize - 1) / kFp8BlockSize,
             op, ": x/y ", x.ToString(), " q ", q.ToString(), " scales ", scales.ToString());
 }
@@ -940,10 +940,11 @@ void QuantizeFp8Blockwise(const Exec& e, const Tensor& x, const Tensor& q, const
                           DType fmt) {
   CheckFp8(e, "QuantizeFp8Blockwise", x, q, scales);
   uint8_t* qp = static_cast<uint8_t*>(q.raw_data());
+  uint8_t* sp = static_cast<uint8_t*>(scales.raw_data());
   if (e.is_cuda()) {
-    cuda::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, M(scales), x.numel(), fmt, e.stream);
+    cuda::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, sp, x.numel(), fmt, e.stream);
   } else {
-    cpu::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, M(scales), x.numel(), fmt);
+    cpu::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, sp, x.numel(), fmt);
   }
 }
 
@@ -951,10 +952,11 @@ void DequantizeFp8Blockwise(const Exec& e, const Tensor& q, const Tensor& scales
                             DType fmt) {
   CheckFp8(e, "DequantizeFp8Blockwise", y, q, scales);
   const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
+  const uint8_t* sp = static_cast<const uint8_t*>(scales.raw_data());
   if (e.is_cuda()) {
-    cuda::DequantizeFp8Blockwise(qp, F(scales), y.raw_data(), y.dtype(), y.numel(), fmt, e.stream);
+    cuda::DequantizeFp8Blockwise(qp, sp, y.raw_data(), y.dtype(), y.numel(), fmt, e.stream);
   } else {
-    cpu::DequantizeFp8Blockwise(qp, F(scales), y.raw_data(), y.dtype(), y.numel(), fmt);
+    cpu::DequantizeFp8Blockwise(qp, sp, y.raw_data(), y.dtype(), y.numel(), fmt);
   }
 }
 

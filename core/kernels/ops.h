@@ -206,9 +206,12 @@ void FillReciprocal(const Exec& e, const Tensor& count, const Tensor& out);
 // count f32 [1] ← valid targets (targets[n] ≥ 0).
 void CountValid(const Exec& e, const Tensor& targets, const Tensor& count);
 
-// fp8 with one f32 scale per kFp8BlockSize elements (cpu.h): x f32 or bf16
-// [n] → q (n bytes, kU8 or the fp8 dtype) and scales f32 [ceil(n / 32)];
-// dequantize writes y (f32 or bf16, [n]). fmt: kF8E4M3 or kF8E5M2.
+// MXFP8: fp8 with one E8M0 scale byte per kFp8BlockSize elements (cpu.h,
+// cpu/cast.cc): x f32 or bf16 [n] → q (n bytes, kU8 or the fp8 dtype) and
+// scales kU8 [ceil(n / 32)], byte e meaning 2^(e − 127), the smallest power
+// of two that fits the block's amax under fmt_max (255 = NaN: the block held
+// NaN or ±inf and dequantises to NaN); dequantize writes y (f32 or bf16,
+// [n]) = q·2^(e − 127), bit-identical on CPU and CUDA. fmt: kF8E4M3 or kF8E5M2.
 void QuantizeFp8Blockwise(const Exec& e, const Tensor& x, const Tensor& q, const Tensor& scales,
                           DType fmt = DType::kF8E4M3);
 void DequantizeFp8Blockwise(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& y,

@@ -187,8 +187,7 @@ TEST_F(OpsBf16, Fp8BlockwiseDispatchesToTheKernels) {
     SCOPED_TRACE(bf ? "bf16" : "f32");
     const void* xp = bf ? static_cast<const void*>(xb.data()) : x.data();
     const DType xt = bf ? DType::kBF16 : DType::kF32;
-    std::vector<uint8_t> q(kN), q_ref(kN);
-    std::vector<float> s = NaNs(kBlocks), s_ref(kBlocks);
+    std::vector<uint8_t> q(kN), q_ref(kN), s(kBlocks, 0xa5), s_ref(kBlocks);
     Tensor xt_tensor = bf ? Wrap(xb, {kN}) : Wrap(x, {kN});
     ops::QuantizeFp8Blockwise(e_, xt_tensor, Wrap(q, {kN}), Wrap(s, {kBlocks}));
     cpu::QuantizeFp8Blockwise(xp, xt, q_ref.data(), s_ref.data(), kN, DType::kF8E4M3);
@@ -198,6 +197,17 @@ TEST_F(OpsBf16, Fp8BlockwiseDispatchesToTheKernels) {
     cpu::DequantizeFp8Blockwise(q.data(), s.data(), y_ref.data(), DType::kF32, kN, DType::kF8E4M3);
     EXPECT_TRUE(SameBytes(y, y_ref));
     for (int64_t i = 0; i < kN; ++i) EXPECT_NEAR(y[i], x[i], 0.07 * std::abs(x[i]) + 1e-3) << i;
+    // Each scale byte e is the smallest power of two 2^(e − 127) bringing
+    // the block's amax to at most 448 (e4m3's max).
+    for (int64_t b = 0; b < kBlocks; ++b) {
+      double amax = 0;
+      for (int64_t i = b * kFp8BlockSize; i < std::min(kN, (b + 1) * kFp8BlockSize); ++i) {
+        amax = std::max(amax, std::fabs(static_cast<double>(bf ? ToF32(xb[i]) : x[i])));
+      }
+      const double s_b = std::ldexp(1.0, s[b] - 127);
+      EXPECT_LE(amax / s_b, 448.0) << b;
+      EXPECT_GT(2 * amax / s_b, 448.0) << b;
+    }
   }
 }
 

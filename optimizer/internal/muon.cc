@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -187,69 +189,6 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
   return u;
 }
 
-absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, const Matrix& m, const Tensor& u,
-                                        const Tensor& update, Tensor full, comm::WorkPtr gather) {
-  const layers::ShardedParam* p = grads.params()[m.param].sharded;
-  const int64_t sr = p->shard_rows(), cols = m.cols, begin = p->shard_row_begin();
-  if (config_.mode == MuonMode::kBlockwise) {
-    const int64_t valid = std::clamp<int64_t>(m.rows - begin, 0, sr);
-    if (valid > 0) RunNewtonSchulz(u.Slice(0, valid), update.Slice(0, valid));
-    return absl::OkStatus();
-  }
-  // The GTP gather (issued by Begin): TP-local [padded_rows, cols], the pad at the tail.
-  comm::Communicator* gtp = grads.gtp();
-  comm::Communicator* tp = grads.tp();
-  if (gather != nullptr) {
-    GTP_RETURN_IF_ERROR(Annotate(gather->Wait(), absl::StrCat("Muon: gathering ", m.info.name), gtp));
-  } else {
-    full = u;
-  }
-  Tensor local = full.Slice(0, m.rows);
-  Tensor blocks = local;  // [TP·rows, cols]
-  if (tp->size() > 1) {
-    blocks = exec_.Empty({tp->size() * m.rows, cols});
-    GTP_RETURN_IF_ERROR(Annotate(
-        comm::Run(tp->AllGather(local.raw_data(), blocks.raw_data(), m.rows * cols, DType::kF32)),
-        absl::StrCat("Muon: gathering ", m.info.name), tp));
-  }
-  const int64_t M = m.info.rows, N = m.info.cols;
-  Tensor X = exec_.Empty({M, N});
-  // The NS rank (t0, g0) assembles and orthogonalises; X then travels over
-  // its GTP group (root g0) and every TP group (root t0).
-  const int G = gtp->size(), t0 = m.info.ns_rank / G, g0 = m.info.ns_rank % G;
-  if (tp->rank() == t0 && gtp->rank() == g0) {
-    Tensor Gm = exec_.Empty({M, N});
-    const float* src = blocks.data<float>();
-    for (int t = 0; t < tp->size(); ++t) {
-      for (const Run& r : m.runs[t]) {
-        Copy2D(exec_, src + (t * m.rows + r.local) * cols, cols,
-               Gm.data<float>() + r.global * N + m.col_offset[t], N, r.len, cols);
-      }
-    }
-    RunNewtonSchulz(Gm, X);
-  }
-  if (G > 1 && tp->rank() == t0) {
-    GTP_RETURN_IF_ERROR(Annotate(
-        comm::Run(gtp->Broadcast(X.raw_data(), M * N, DType::kF32, g0)),
-        absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name), gtp));
-  }
-  if (tp->size() > 1) {
-    GTP_RETURN_IF_ERROR(Annotate(
-        comm::Run(tp->Broadcast(X.raw_data(), M * N, DType::kF32, t0)),
-        absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name), tp));
-  }
-  // This rank's slice: TP-local rows [begin, min(begin + sr, rows)).
-  const int t = tp->rank();
-  const int64_t lo = begin, hi = std::min(begin + sr, m.rows);
-  for (const Run& r : m.runs[t]) {
-    const int64_t a = std::max(lo, r.local), b = std::min(hi, r.local + r.len);
-    if (a >= b) continue;
-    Copy2D(exec_, X.data<float>() + (r.global + (a - r.local)) * N + m.col_offset[t], N,
-           update.data<float>() + (a - begin) * cols, cols, b - a, cols);
-  }
-  return absl::OkStatus();
-}
-
 void MuonUpdater::RunNewtonSchulz(const Tensor& G, const Tensor& X) {
   NewtonSchulz(exec_, G, X, config_.ns_steps, config_.coefficients);
   ++ns_calls_;
@@ -271,19 +210,107 @@ absl::StatusOr<MuonUpdater::InFlight> MuonUpdater::Begin(const GradBuffer& grads
     ops::Axpby(exec_, 1.0f - beta, g, 1.0f, f.u);
   }
   f.update = exec_.Zeros(shape);  // pad rows stay zero
+  f.full = f.u;
   comm::Communicator* gtp = grads.gtp();
   if (config_.mode == MuonMode::kDuplicated && gtp->size() > 1) {
     f.full = exec_.Empty({p->padded_rows(), p->cols()});
-    GTP_ASSIGN_OR_RETURN(f.gather, gtp->AllGather(f.u.raw_data(), f.full.raw_data(),
-                                                  shape[0] * shape[1], DType::kF32));
+    GTP_ASSIGN_OR_RETURN(f.gtp_gather, gtp->AllGather(f.u.raw_data(), f.full.raw_data(),
+                                                      shape[0] * shape[1], DType::kF32));
   }
   return f;
 }
 
-absl::Status MuonUpdater::Complete(const GradBuffer& grads, InFlight& f, float lr) {
+absl::Status MuonUpdater::GatherTp(const GradBuffer& grads, InFlight& f) {
+  if (config_.mode == MuonMode::kBlockwise) return absl::OkStatus();
+  const Matrix& m = *f.m;
+  if (f.gtp_gather != nullptr) {
+    GTP_RETURN_IF_ERROR(
+        Annotate(f.gtp_gather->Wait(), absl::StrCat("Muon: gathering ", m.info.name), grads.gtp()));
+    f.gtp_gather.reset();
+  }
+  // The GTP gather is TP-local [padded_rows, cols], the pad at the tail.
+  Tensor local = f.full.Slice(0, m.rows);
+  f.blocks = local;
+  comm::Communicator* tp = grads.tp();
+  if (tp->size() > 1) {
+    f.blocks = exec_.Empty({tp->size() * m.rows, m.cols});
+    GTP_ASSIGN_OR_RETURN(f.tp_gather, tp->AllGather(local.raw_data(), f.blocks.raw_data(),
+                                                    m.rows * m.cols, DType::kF32));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, InFlight& f) {
+  const Matrix& m = *f.m;
+  if (config_.mode == MuonMode::kBlockwise) {
+    const layers::ShardedParam* p = grads.params()[m.param].sharded;
+    const int64_t valid = std::clamp<int64_t>(m.rows - p->shard_row_begin(), 0, p->shard_rows());
+    if (valid > 0) RunNewtonSchulz(f.u.Slice(0, valid), f.update.Slice(0, valid));
+    return absl::OkStatus();
+  }
+  comm::Communicator* gtp = grads.gtp();
+  comm::Communicator* tp = grads.tp();
+  if (f.tp_gather != nullptr) {
+    GTP_RETURN_IF_ERROR(
+        Annotate(f.tp_gather->Wait(), absl::StrCat("Muon: gathering ", m.info.name), tp));
+    f.tp_gather.reset();
+  }
+  const int64_t M = m.info.rows, N = m.info.cols, cols = m.cols;
+  f.X = exec_.Empty({M, N});
+  // The NS rank (t0, g0) assembles and orthogonalises; X then travels over
+  // its GTP group (root g0) and every TP group (root t0).
+  const int G = gtp->size(), t0 = m.info.ns_rank / G, g0 = m.info.ns_rank % G;
+  if (tp->rank() == t0 && gtp->rank() == g0) {
+    Tensor Gm = exec_.Empty({M, N});
+    const float* src = f.blocks.data<float>();
+    for (int t = 0; t < tp->size(); ++t) {
+      for (const Run& r : m.runs[t]) {
+        Copy2D(exec_, src + (t * m.rows + r.local) * cols, cols,
+               Gm.data<float>() + r.global * N + m.col_offset[t], N, r.len, cols);
+      }
+    }
+    RunNewtonSchulz(Gm, f.X);
+  }
+  f.blocks = Tensor();
+  f.full = Tensor();
+  const std::string what = absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name);
+  if (G > 1 && tp->rank() == t0) {
+    GTP_ASSIGN_OR_RETURN(f.gtp_bcast, gtp->Broadcast(f.X.raw_data(), M * N, DType::kF32, g0));
+    // This rank forwards X over TP: it must have arrived. (Issuing the TP
+    // broadcast later would break the TP group's collective order.)
+    if (tp->size() > 1 && gtp->rank() != g0) {
+      GTP_RETURN_IF_ERROR(Annotate(f.gtp_bcast->Wait(), what, gtp));
+      f.gtp_bcast.reset();
+    }
+  }
+  if (tp->size() > 1) {
+    GTP_ASSIGN_OR_RETURN(f.tp_bcast, tp->Broadcast(f.X.raw_data(), M * N, DType::kF32, t0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MuonUpdater::Finish(const GradBuffer& grads, InFlight& f, float lr) {
   const Matrix& m = *f.m;
   const layers::ShardedParam* p = grads.params()[m.param].sharded;
-  GTP_RETURN_IF_ERROR(Orthogonalize(grads, m, f.u, f.update, f.full, std::move(f.gather)));
+  if (config_.mode == MuonMode::kDuplicated) {
+    const std::string what = absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name);
+    if (f.gtp_bcast != nullptr)
+      GTP_RETURN_IF_ERROR(Annotate(f.gtp_bcast->Wait(), what, grads.gtp()));
+    if (f.tp_bcast != nullptr) GTP_RETURN_IF_ERROR(Annotate(f.tp_bcast->Wait(), what, grads.tp()));
+    f.gtp_bcast.reset();
+    f.tp_bcast.reset();
+    // This rank's slice: TP-local rows [begin, min(begin + sr, rows)).
+    const int t = grads.tp()->rank();
+    const int64_t begin = p->shard_row_begin(), N = m.info.cols, cols = m.cols;
+    const int64_t lo = begin, hi = std::min(begin + p->shard_rows(), m.rows);
+    for (const Run& r : m.runs[t]) {
+      const int64_t a = std::max(lo, r.local), b = std::min(hi, r.local + r.len);
+      if (a >= b) continue;
+      Copy2D(exec_, f.X.data<float>() + (r.global + (a - r.local)) * N + m.col_offset[t], N,
+             f.update.data<float>() + (a - begin) * cols, cols, b - a, cols);
+    }
+    f.X = Tensor();
+  }
   const Tensor& target = m.master.defined() ? m.master : p->shard();
   ops::Axpby(exec_, -lr * m.scale, f.update, 1.0f - lr * config_.weight_decay, target);
   if (m.master.defined()) CastInto(exec_, m.master, p->shard());
@@ -292,10 +319,16 @@ absl::Status MuonUpdater::Complete(const GradBuffer& grads, InFlight& f, float l
 
 absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
   comm::Communicator* rep = grads.replicate();
-  // The owned matrices in order, the next one's GTP gather issued before
-  // this one is orthogonalised (so it overlaps Newton–Schulz): at most two
-  // matrices in flight. Every rank of a TP or GTP group issues its group's
-  // collectives in the same order.
+  // The owned matrices in order, pipelined so that no collective is waited
+  // on right after it is issued: matrix k+1's GTP gather is issued before k
+  // is orthogonalised (overlapping Newton–Schulz) and its TP gather right
+  // after; k's result broadcasts stay in flight while the next kResultWindow
+  // matrices are orthogonalised, then k's parameter is updated. Every rank
+  // of a TP or GTP group issues its group's collectives in the same order
+  // (gtp: gather k+1, broadcast k, ...; tp: gather k, broadcast k, ...) and
+  // waits only for collectives its peers issue earlier in that order, so the
+  // pipeline cannot deadlock. Results are those of the one-at-a-time order.
+  constexpr size_t kResultWindow = 2;
   std::vector<const Matrix*> owned;
   for (const Matrix& m : matrices_) {
     if (m.info.owner == rep->rank()) owned.push_back(&m);
@@ -304,7 +337,9 @@ absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
   if (!owned.empty()) {
     GTP_ASSIGN_OR_RETURN(InFlight f, Begin(grads, *owned[0]));
     next = std::move(f);
+    GTP_RETURN_IF_ERROR(GatherTp(grads, *next));
   }
+  std::deque<InFlight> broadcasting;
   for (size_t k = 0; k < owned.size(); ++k) {
     InFlight cur = std::move(*next);
     next.reset();
@@ -312,7 +347,16 @@ absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
       GTP_ASSIGN_OR_RETURN(InFlight f, Begin(grads, *owned[k + 1]));
       next = std::move(f);
     }
-    GTP_RETURN_IF_ERROR(Complete(grads, cur, lr));
+    GTP_RETURN_IF_ERROR(Orthogonalize(grads, cur));
+    if (next.has_value()) GTP_RETURN_IF_ERROR(GatherTp(grads, *next));
+    broadcasting.push_back(std::move(cur));
+    if (broadcasting.size() > kResultWindow) {
+      GTP_RETURN_IF_ERROR(Finish(grads, broadcasting.front(), lr));
+      broadcasting.pop_front();
+    }
+  }
+  for (; !broadcasting.empty(); broadcasting.pop_front()) {
+    GTP_RETURN_IF_ERROR(Finish(grads, broadcasting.front(), lr));
   }
   if (rep->size() == 1) return absl::OkStatus();
   std::vector<comm::WorkPtr> works;

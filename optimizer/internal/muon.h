@@ -57,19 +57,28 @@ class MuonUpdater {
     Tensor momentum;  // [shard_rows, cols], owner replica only
     Tensor master;    // f32 copy for non-f32 params, owner replica only
   };
-  // One owned matrix between its momentum update and its parameter update.
+  // One owned matrix between its momentum update and its parameter update,
+  // with the collectives of kDuplicated mode in flight.
   struct InFlight {
     const Matrix* m = nullptr;
     Tensor u, update;
-    Tensor full;            // kDuplicated with GTP > 1: the GTP gather's output
-    comm::WorkPtr gather;   // that gather, issued ahead (null when none)
+    Tensor full;    // GTP > 1: the GTP gather's output, TP-local [padded_rows, cols]
+    Tensor blocks;  // TP > 1: the TP gather's output, [TP·rows, cols]
+    Tensor X;       // the orthogonalised global [M, N]
+    comm::WorkPtr gtp_gather, tp_gather;  // null when not issued (or one rank)
+    comm::WorkPtr gtp_bcast, tp_bcast;    // X's broadcasts; null likewise
   };
-  // Momentum update and u; issues the GTP gather of u (asynchronous).
+  // Momentum update and u; issues the GTP gather of u. Never waits.
   absl::StatusOr<InFlight> Begin(const GradBuffer& grads, const Matrix& m);
-  // Waits for the gather, orthogonalises, updates the parameter.
-  absl::Status Complete(const GradBuffer& grads, InFlight& f, float lr);
-  absl::Status Orthogonalize(const GradBuffer& grads, const Matrix& m, const Tensor& u,
-                             const Tensor& update, Tensor full, comm::WorkPtr gather);
+  // Waits for the GTP gather and issues the TP gather of the TP-local rows.
+  absl::Status GatherTp(const GradBuffer& grads, InFlight& f);
+  // Waits for the TP gather; the NS rank orthogonalises and the result's
+  // broadcasts are issued (over GTP from the NS rank, then over TP: a rank
+  // of the NS rank's TP row that is not the GTP root waits for the GTP
+  // broadcast before forwarding). kBlockwise: Newton–Schulz of the rows.
+  absl::Status Orthogonalize(const GradBuffer& grads, InFlight& f);
+  // Waits for the broadcasts, takes this rank's slice, updates the parameter.
+  absl::Status Finish(const GradBuffer& grads, InFlight& f, float lr);
   // Newton–Schulz, counted.
   void RunNewtonSchulz(const Tensor& G, const Tensor& X);
 

@@ -1,14 +1,24 @@
 // Casts and blockwise fp8.
 //   bf16 ↔ f32: round to nearest even (core/dtype.h), exact widening.
-//   fp8, one f32 scale per block of kFp8BlockSize = 32 elements (the last
-//   block may be shorter):
-//     scale_b = amax_b / fmt_max   (1 when the block is all zero)
-//     q_i     = fp8(x_i / scale_b)  (nearest even, saturating; core/dtype.h)
-//     y_i     = fp8⁻¹(q_i)·scale_b
-//   so each block's largest element maps to ±fmt_max and the relative error
-//   of a normal value is at most half an fp8 ulp (2⁻⁴ e4m3, 2⁻³ e5m2).
-//   We divide by the scale (rather than multiply by its reciprocal) so the
-//   codes are exactly those of the documented formula.
+//   MXFP8: fp8 codes with one E8M0 (power-of-two) scale byte per block of
+//   kFp8BlockSize = 32 elements (the last block may be shorter):
+//     e_b = Fp8BlockExponent(amax_b)  the smallest e in 0..254 with
+//                                     amax_b ≤ fmt_max·2^(e − 127) (kernels.h);
+//                                     0 for an all-zero block
+//     s_b = 2^(e_b − 127)
+//     q_i = fp8(x_i / s_b)            nearest even, saturating (core/dtype.h)
+//     y_i = fp8⁻¹(q_i)·s_b
+//   The division by a power of two is exact (a quotient below f32's normal
+//   range is far below fp8's smallest subnormal, so it encodes as 0 either
+//   way) and so is the multiply (q has at most 4 significant bits, none below
+//   2⁻¹⁴³; only magnitudes within half an fp8 ulp of 2¹²⁸ round up to ±inf),
+//   so the codes are those of x_i / s_b rounded once and any backend
+//   dequantises them to the same bits. The block's largest element lands in
+//   (fmt_max/2, fmt_max]: the relative error of an fp8-normal value is at
+//   most half an fp8 ulp (2⁻⁴ e4m3, 2⁻³ e5m2), as with an f32 scale, and
+//   small elements lose up to one more bit to the subnormal range.
+//   A NaN or ±inf anywhere in a block gives it the NaN scale (255) and
+//   kFp8NaNCode for every code: the whole block dequantises to NaN.
 #include <algorithm>
 #include <cmath>
 
@@ -42,32 +52,37 @@ void CastBF16ToF32(const bf16* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = BF16BitsToF32(x[i].bits);
 }
 
-void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, float* scales, int64_t n,
+void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, uint8_t* scales, int64_t n,
                           DType fmt) {
   GTP_CHECK(n >= 0, "QuantizeFp8Blockwise: negative size");
   CheckFp8Args(x_type, fmt, "QuantizeFp8Blockwise");
   const bool e4m3 = fmt == DType::kF8E4M3;
-  const float fmt_max = e4m3 ? kE4M3Max : kE5M2Max;
   for (int64_t start = 0; start < n; start += kFp8BlockSize) {
     const int64_t end = std::min<int64_t>(start + kFp8BlockSize, n);
-    float amax = 0;
-    for (int64_t i = start; i < end; ++i) amax = std::max(amax, std::fabs(LoadF32(x, x_type, i)));
-    const float scale = amax > 0 ? amax / fmt_max : 1.0f;
-    scales[start / kFp8BlockSize] = scale;
+    uint32_t amax_bits = 0;  // of |x|: NaN and inf compare above every finite value
     for (int64_t i = start; i < end; ++i) {
-      const float v = LoadF32(x, x_type, i) / scale;
-      q[i] = e4m3 ? F32ToE4M3Bits(v) : F32ToE5M2Bits(v);
+      amax_bits = std::max(amax_bits, FloatBits(LoadF32(x, x_type, i)) & 0x7fffffffu);
+    }
+    const uint8_t e = Fp8BlockExponent(amax_bits, e4m3 ? kE4M3Max : kE5M2Max);
+    scales[start / kFp8BlockSize] = e;
+    const float s = E8M0ToF32(e);
+    for (int64_t i = start; i < end; ++i) {
+      const float v = LoadF32(x, x_type, i) / s;
+      q[i] = e == kE8M0NaN ? kFp8NaNCode : e4m3 ? F32ToE4M3Bits(v) : F32ToE5M2Bits(v);
     }
   }
 }
 
-void DequantizeFp8Blockwise(const uint8_t* q, const float* scales, void* y, DType y_type, int64_t n,
-                            DType fmt) {
+void DequantizeFp8Blockwise(const uint8_t* q, const uint8_t* scales, void* y, DType y_type,
+                            int64_t n, DType fmt) {
   GTP_CHECK(n >= 0, "DequantizeFp8Blockwise: negative size");
   CheckFp8Args(y_type, fmt, "DequantizeFp8Blockwise");
   const bool e4m3 = fmt == DType::kF8E4M3;
   for (int64_t i = 0; i < n; ++i) {
-    const float v = (e4m3 ? E4M3BitsToF32(q[i]) : E5M2BitsToF32(q[i])) * scales[i / kFp8BlockSize];
+    const uint8_t e = scales[i / kFp8BlockSize];
+    const float v = e == kE8M0NaN
+                        ? BitsFloat(0x7fc00000u)
+                        : (e4m3 ? E4M3BitsToF32(q[i]) : E5M2BitsToF32(q[i])) * E8M0ToF32(e);
     if (y_type == DType::kF32) {
       static_cast<float*>(y)[i] = v;
     } else {

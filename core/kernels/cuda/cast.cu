@@ -1,15 +1,16 @@
 // core/kernels/cuda/cast.cu — casts and blockwise fp8, bit-identical to the
-// CPU versions (core/kernels/cpu/cast.cc):
+// CPU versions (core/kernels/cpu/cast.cc, which has the full math):
 //   bf16 ↔ f32: round to nearest even (core/dtype.h), exact widening.
-//   fp8 with one f32 scale per block of kFp8BlockSize = 32 elements (the last
-//   block may be shorter):
-//     scale_b = amax_b / fmt_max   (1 when amax_b is not > 0)
-//     q_i     = fp8(x_i / scale_b)
-//     y_i     = fp8⁻¹(q_i)·scale_b
-// Every float operation is a single correctly rounded one written with the
-// _rn intrinsics (no FMA contraction), and the encoders are core/dtype.h's
-// host/device functions, so the GPU produces the CPU's bits. One warp per
-// scale block: lane i holds element i of the block.
+//   MXFP8: one E8M0 scale byte per block of kFp8BlockSize = 32 elements (the
+//   last block may be shorter):
+//     e_b = Fp8BlockExponent(max_i bits(|x_i|))   (kernels.h; 255 on NaN/inf)
+//     q_i = fp8(x_i / 2^(e_b − 127))              (kFp8NaNCode when e_b = 255)
+//     y_i = fp8⁻¹(q_i)·2^(e_b − 127)              (NaN when e_b = 255)
+// The exponent comes from an integer max of the bits and the shared
+// host/device helper; the division and multiply by a power of two are exact
+// (written with the _rn intrinsics, no FMA contraction; subnormals are not
+// flushed); the encoders are core/dtype.h's host/device functions. So the GPU
+// produces the CPU's bits. One warp per scale block: lane i holds element i.
 #include <cuda_runtime.h>
 
 #include "core/kernels/cuda.h"
@@ -21,7 +22,6 @@ namespace {
 using internal::GridFor;
 using internal::kFullMask;
 using internal::kWarpSize;
-using internal::WarpMax;
 
 constexpr int kThreads = 256;
 static_assert(kFp8BlockSize == kWarpSize, "one warp per fp8 scale block");
@@ -49,10 +49,14 @@ __device__ __forceinline__ float LoadF32(const void* x, int64_t i) {
   }
 }
 
+__device__ __forceinline__ uint32_t WarpMaxU32(uint32_t v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
 template <bool kBF16In, bool kE4M3>
 __global__ void QuantizeKernel(const void* __restrict__ x, uint8_t* __restrict__ q,
-                               float* __restrict__ scales, int64_t n) {
-  const float fmt_max = kE4M3 ? kE4M3Max : kE5M2Max;
+                               uint8_t* __restrict__ scales, int64_t n) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warp = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarpSize;
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarpSize;
@@ -60,24 +64,25 @@ __global__ void QuantizeKernel(const void* __restrict__ x, uint8_t* __restrict__
   for (int64_t blk = warp; blk < blocks; blk += warps) {  // uniform over the warp
     const int64_t i = blk * kFp8BlockSize + lane;
     const float v = i < n ? LoadF32<kBF16In>(x, i) : 0.0f;
-    // fmaxf drops NaN like the CPU's std::max(amax, |x|) does.
-    const float amax = WarpMax(fabsf(v));
-    const float scale = amax > 0.0f ? __fdiv_rn(amax, fmt_max) : 1.0f;
+    // Bits of |v|: NaN and inf order above every finite value, as on the CPU.
+    const uint32_t amax_bits = WarpMaxU32(FloatBits(v) & 0x7fffffffu);
+    const uint8_t e = Fp8BlockExponent(amax_bits, kE4M3 ? kE4M3Max : kE5M2Max);
     if (i < n) {
-      const float s = __fdiv_rn(v, scale);
-      q[i] = kE4M3 ? F32ToE4M3Bits(s) : F32ToE5M2Bits(s);
+      const float scaled = __fdiv_rn(v, E8M0ToF32(e));
+      q[i] = e == kE8M0NaN ? kFp8NaNCode : kE4M3 ? F32ToE4M3Bits(scaled) : F32ToE5M2Bits(scaled);
     }
-    if (lane == 0) scales[blk] = scale;
+    if (lane == 0) scales[blk] = e;
   }
 }
 
 template <bool kBF16Out, bool kE4M3>
-__global__ void DequantizeKernel(const uint8_t* __restrict__ q, const float* __restrict__ scales,
+__global__ void DequantizeKernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ scales,
                                  void* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
+    const uint8_t e = scales[i / kFp8BlockSize];
     const float decoded = kE4M3 ? E4M3BitsToF32(q[i]) : E5M2BitsToF32(q[i]);
-    const float v = __fmul_rn(decoded, scales[i / kFp8BlockSize]);
+    const float v = e == kE8M0NaN ? BitsFloat(0x7fc00000u) : __fmul_rn(decoded, E8M0ToF32(e));
     if constexpr (kBF16Out) {
       static_cast<bf16*>(y)[i].bits = F32ToBF16Bits(v);
     } else {
@@ -95,7 +100,7 @@ void CheckFp8Args(const char* op, int64_t n, DType data_type, DType fmt) {
 }
 
 template <bool kBF16In, bool kE4M3>
-void LaunchQuantize(const void* x, uint8_t* q, float* scales, int64_t n, cudaStream_t stream) {
+void LaunchQuantize(const void* x, uint8_t* q, uint8_t* scales, int64_t n, cudaStream_t stream) {
   const int64_t blocks = (n + kFp8BlockSize - 1) / kFp8BlockSize;
   QuantizeKernel<kBF16In, kE4M3>
       <<<GridFor(blocks * kWarpSize, kThreads), kThreads, 0, stream>>>(x, q, scales, n);
@@ -103,7 +108,7 @@ void LaunchQuantize(const void* x, uint8_t* q, float* scales, int64_t n, cudaStr
 }
 
 template <bool kBF16Out, bool kE4M3>
-void LaunchDequantize(const uint8_t* q, const float* scales, void* y, int64_t n,
+void LaunchDequantize(const uint8_t* q, const uint8_t* scales, void* y, int64_t n,
                       cudaStream_t stream) {
   DequantizeKernel<kBF16Out, kE4M3><<<GridFor(n, kThreads), kThreads, 0, stream>>>(q, scales, y, n);
   GTP_CU_LAUNCH_CHECK();
@@ -125,7 +130,7 @@ void CastBF16ToF32(const bf16* x, float* y, int64_t n, cudaStream_t stream) {
   GTP_CU_LAUNCH_CHECK();
 }
 
-void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, float* scales, int64_t n,
+void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, uint8_t* scales, int64_t n,
                           DType fmt, cudaStream_t stream) {
   CheckFp8Args("QuantizeFp8Blockwise", n, x_type, fmt);
   if (n == 0) return;
@@ -139,8 +144,8 @@ void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, float* scales
   }
 }
 
-void DequantizeFp8Blockwise(const uint8_t* q, const float* scales, void* y, DType y_type, int64_t n,
-                            DType fmt, cudaStream_t stream) {
+void DequantizeFp8Blockwise(const uint8_t* q, const uint8_t* scales, void* y, DType y_type,
+                            int64_t n, DType fmt, cudaStream_t stream) {
   CheckFp8Args("DequantizeFp8Blockwise", n, y_type, fmt);
   if (n == 0) return;
   const bool bf16_out = y_type == DType::kBF16, e4m3 = fmt == DType::kF8E4M3;

@@ -1,6 +1,7 @@
-// GPU tests of the casts and blockwise fp8 (de)quantization: the GPU must
-// produce the CPU's bits exactly (both use core/dtype.h's encoders and
-// correctly rounded f32 division and multiplication).
+// GPU tests of the casts and blockwise fp8 (MXFP8) (de)quantization: the GPU
+// must produce the CPU's bits exactly (both use core/dtype.h's encoders,
+// kernels.h's E8M0 exponent and exact division and multiplication by a power
+// of two).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -91,6 +92,54 @@ TEST(CastGpu, BitIdenticalToCpu) {
   }
 }
 
+// Blocks that stress the exponent choice: each block's amax sits exactly on,
+// one f32 ulp below or one above fmt_max·2^k for k over the whole range, the
+// other elements spread below it; plus FLT_MAX and subnormal-only blocks.
+std::vector<float> BoundaryValues(Rng& rng, float fmt_max) {
+  std::vector<float> x;
+  for (int k = -140; k <= 112; k += 9) {
+    const float edge = std::ldexp(fmt_max, k);
+    if (edge == 0 || !std::isfinite(edge)) continue;
+    for (float amax : {edge, std::nextafter(edge, 0.0f), std::nextafter(edge, 2 * edge)}) {
+      const std::vector<float> u = rng.Uniform(kFp8BlockSize, -1.0f, 1.0f);
+      for (int i = 0; i < kFp8BlockSize; ++i) x.push_back(i == 7 ? -amax : amax * u[i]);
+    }
+  }
+  const float kMax = std::numeric_limits<float>::max();
+  for (int i = 0; i < kFp8BlockSize; ++i) x.push_back(i % 3 == 0 ? kMax : -kMax / (i + 1));
+  for (int i = 0; i < kFp8BlockSize; ++i) x.push_back(std::ldexp(1.0f + i, -140 - i % 5));
+  return x;
+}
+
+// CPU quantize/dequantize of x (given as f32, stored as data_type), then the
+// GPU's: codes, scales and outputs must be the CPU's bits.
+void ExpectGpuMatchesCpu(const std::vector<float>& xf, DType data_type, DType fmt,
+                         cudaStream_t stream) {
+  const int64_t n = xf.size(), blocks = (n + kFp8BlockSize - 1) / kFp8BlockSize;
+  std::vector<uint8_t> x(n * SizeOf(data_type));
+  if (data_type == DType::kF32) {
+    std::memcpy(x.data(), xf.data(), x.size());
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t bits = F32ToBF16Bits(xf[i]);
+      std::memcpy(x.data() + 2 * i, &bits, 2);
+    }
+  }
+  std::vector<uint8_t> q(n), scales(blocks);
+  cpu::QuantizeFp8Blockwise(x.data(), data_type, q.data(), scales.data(), n, fmt);
+  std::vector<uint8_t> y(n * SizeOf(data_type));
+  cpu::DequantizeFp8Blockwise(q.data(), scales.data(), y.data(), data_type, n, fmt);
+
+  DeviceBuffer<uint8_t> d_x(x), d_q(n), d_scales(blocks), d_y(y.size());
+  cuda::QuantizeFp8Blockwise(d_x.get(), data_type, d_q.get(), d_scales.get(), n, fmt, stream);
+  EXPECT_TRUE(BitEqualNaNsMatch(d_q.Download(), q));
+  EXPECT_TRUE(BitEqualNaNsMatch(d_scales.Download(), scales));
+  // Dequantize from the CPU's codes, so this is tested on its own.
+  DeviceBuffer<uint8_t> c_q(q), c_scales(scales);
+  cuda::DequantizeFp8Blockwise(c_q.get(), c_scales.get(), d_y.get(), data_type, n, fmt, stream);
+  EXPECT_TRUE(SameData(d_y.Download(), y, data_type));
+}
+
 TEST(Fp8Gpu, QuantizeAndDequantizeBitIdenticalToCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
@@ -101,39 +150,32 @@ TEST(Fp8Gpu, QuantizeAndDequantizeBitIdenticalToCpu) {
         for (bool specials : {false, true}) {
           SCOPED_TRACE(absl::StrCat("fmt=", DTypeName(fmt), " data=", DTypeName(data_type),
                                     " n=", n, " specials=", specials));
-          const int64_t blocks = (n + kFp8BlockSize - 1) / kFp8BlockSize;
-          // Input bytes in data_type; one all-zero block when there are several.
+          // One all-zero block when there are several; partial last blocks
+          // from the odd sizes; with specials, NaN/inf blocks (NaN scale).
           std::vector<float> xf = Values(rng, n, specials);
+          const int64_t blocks = (n + kFp8BlockSize - 1) / kFp8BlockSize;
           if (blocks > 2)
             std::fill(xf.begin() + kFp8BlockSize, xf.begin() + 2 * kFp8BlockSize, 0.0f);
-          std::vector<uint8_t> x(n * SizeOf(data_type));
-          if (data_type == DType::kF32) {
-            std::memcpy(x.data(), xf.data(), x.size());
-          } else {
-            for (int64_t i = 0; i < n; ++i) {
-              const uint16_t bits = F32ToBF16Bits(xf[i]);
-              std::memcpy(x.data() + 2 * i, &bits, 2);
-            }
-          }
-          std::vector<uint8_t> q(n);
-          std::vector<float> scales(blocks);
-          cpu::QuantizeFp8Blockwise(x.data(), data_type, q.data(), scales.data(), n, fmt);
-          std::vector<uint8_t> y(n * SizeOf(data_type));
-          cpu::DequantizeFp8Blockwise(q.data(), scales.data(), y.data(), data_type, n, fmt);
-
-          DeviceBuffer<uint8_t> d_x(x), d_q(n), d_y(y.size());
-          DeviceBuffer<float> d_scales(blocks);
-          cuda::QuantizeFp8Blockwise(d_x.get(), data_type, d_q.get(), d_scales.get(), n, fmt,
-                                     stream.get());
-          EXPECT_TRUE(BitEqualNaNsMatch(d_q.Download(), q));
-          EXPECT_TRUE(BitEqualNaNsMatch(d_scales.Download(), scales));
-          // Dequantize from the CPU's codes, so this is tested on its own.
-          DeviceBuffer<uint8_t> c_q(q);
-          DeviceBuffer<float> c_scales(scales);
-          cuda::DequantizeFp8Blockwise(c_q.get(), c_scales.get(), d_y.get(), data_type, n, fmt,
-                                       stream.get());
-          EXPECT_TRUE(SameData(d_y.Download(), y, data_type));
+          ExpectGpuMatchesCpu(xf, data_type, fmt, stream.get());
         }
+      }
+    }
+  }
+}
+
+TEST(Fp8Gpu, SaturationBoundaryAndExtremeScalesBitIdenticalToCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(73);
+  for (DType fmt : {DType::kF8E4M3, DType::kF8E5M2}) {
+    for (DType data_type : {DType::kF32, DType::kBF16}) {
+      for (int64_t tail : {0, 5}) {  // whole blocks, then a partial last block
+        SCOPED_TRACE(
+            absl::StrCat("fmt=", DTypeName(fmt), " data=", DTypeName(data_type), " tail=", tail));
+        std::vector<float> xf = BoundaryValues(rng, fmt == DType::kF8E4M3 ? kE4M3Max : kE5M2Max);
+        xf.resize(xf.size() + kFp8BlockSize, 0.0f);  // an all-zero block
+        for (int64_t i = 0; i < tail; ++i) xf.push_back(std::ldexp(1.0f, -3 * static_cast<int>(i)));
+        ExpectGpuMatchesCpu(xf, data_type, fmt, stream.get());
       }
     }
   }
