@@ -7,26 +7,38 @@
 
 namespace gtp::checkpoint {
 
+namespace {
+
+// A GTP-sharded (or expert) weight's real shard rows, replicated over `replicas`.
+TensorPiece ShardPiece(const layers::ShardedParam* p, const comm::Communicator& replicas) {
+  const auto& L = p->global_layout();
+  const int64_t begin = p->shard_row_begin();
+  const int64_t real = std::clamp<int64_t>(p->rows() - begin, 0, p->shard_rows());
+  TensorPiece piece;
+  piece.key = p->name();
+  piece.data = p->shard().Slice(0, real);
+  piece.global_shape = Shape{L.global_rows, L.global_cols};
+  auto map = L.row_map;
+  piece.row_map = [map, begin](int64_t r) { return map(begin + r); };
+  piece.col_offset = L.col_offset;
+  piece.replica_index = replicas.rank();
+  piece.replica_count = replicas.size();
+  return piece;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& params,
-                                                     const parallel::ProcessGroupCollection& pgs) {
+                                                     const parallel::ProcessGroupCollection& pgs,
+                                                     const optimizer::ParamSet* experts) {
   GTP_ASSIGN_OR_RETURN(comm::Communicator * replicate, pgs.Get("replicate"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get("data_cp"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   std::vector<TensorPiece> out;
-  for (layers::ShardedParam* p : params.sharded) {
-    const auto& L = p->global_layout();
-    const int64_t begin = p->shard_row_begin();
-    const int64_t real = std::clamp<int64_t>(p->rows() - begin, 0, p->shard_rows());
-    TensorPiece piece;
-    piece.key = p->name();
-    piece.data = p->shard().Slice(0, real);
-    piece.global_shape = Shape{L.global_rows, L.global_cols};
-    auto map = L.row_map;
-    piece.row_map = [map, begin](int64_t r) { return map(begin + r); };
-    piece.col_offset = L.col_offset;
-    piece.replica_index = replicate->rank();
-    piece.replica_count = replicate->size();
-    out.push_back(std::move(piece));
+  for (layers::ShardedParam* p : params.sharded) out.push_back(ShardPiece(p, *replicate));
+  if (experts != nullptr && !experts->sharded.empty()) {
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * edp, pgs.Get("edp"));
+    for (layers::ShardedParam* p : experts->sharded) out.push_back(ShardPiece(p, *edp));
   }
   for (layers::ReplicatedParam* p : params.replicated) {
     TensorPiece piece;
@@ -49,7 +61,7 @@ absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& 
 
 absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
-    const parallel::ProcessGroupCollection& pgs) {
+    const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts) {
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
   struct Info {
@@ -59,7 +71,9 @@ absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     int replica_index, replica_count;
   };
   std::map<std::string, Info> info;
-  for (layers::ShardedParam* p : params.sharded) {
+  std::vector<layers::ShardedParam*> sharded = params.sharded;
+  if (experts != nullptr) sharded.insert(sharded.end(), experts->sharded.begin(), experts->sharded.end());
+  for (layers::ShardedParam* p : sharded) {
     const auto& L = p->global_layout();
     info[p->name()] = Info{p->cols(), std::clamp<int64_t>(p->rows() - p->shard_row_begin(), 0, p->shard_rows()),
                            p->shard_row_begin(), L, Shape{L.global_rows, L.global_cols}, 0, 1};

@@ -5,7 +5,8 @@
 // of the "replicate" group (DP×CP), which split the rows for writing.
 // Replicated params: TP-sharded ones (column-parallel biases) are held by
 // every rank of "data_cp" with the same TP coordinate; the others by every
-// rank of "tp" × "data_cp". Keys are the parameter names.
+// rank of "tp" × "data_cp". Keys are the parameter names. Expert weights
+// (MoE, `experts`): like GTP-sharded ones, with the "edp" group as replicas.
 #pragma once
 
 #include <vector>
@@ -19,7 +20,8 @@
 namespace gtp::checkpoint {
 
 absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& params,
-                                                     const parallel::ProcessGroupCollection& pgs);
+                                                     const parallel::ProcessGroupCollection& pgs,
+                                                     const optimizer::ParamSet* experts = nullptr);
 
 // The optimizer's state (exp_avg, exp_avg_sq, momentum, master) as pieces
 // keyed "<param>/<kind>", shaped like the param's global tensor: each state
@@ -28,6 +30,6 @@ absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& 
 // every TP (unless TP-sharded) and GTP rank: those split the writing.
 absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
-    const parallel::ProcessGroupCollection& pgs);
+    const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts = nullptr);
 
 }  // namespace gtp::checkpoint

@@ -368,6 +368,13 @@ absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(comm::Communicator& w
   return st;
 }
 
+void GptModel::ResetMoeStats() {
+  for (moe::MoeLayer* m : moe_layers_) {
+    m->router().TakeCounts();
+    m->router().TakeStats();
+  }
+}
+
 absl::Status GptModel::LoadGlobal(const std::string& name, const float* data, const Shape& shape) {
   std::vector<ShardedParam*> all = sharded_;
   all.insert(all.end(), experts_.begin(), experts_.end());

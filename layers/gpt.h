@@ -125,6 +125,9 @@ class GptModel {
     double aux_loss = 0, z_loss = 0;  // per layer, mean over lanes and micro-batches
   };
   absl::StatusOr<MoeStats> FinishMoeStep(comm::Communicator& world, int lanes, int micro_batches);
+  // Forgets the counts and losses gathered since the last FinishMoeStep
+  // (e.g. of evaluation forwards). Local.
+  void ResetMoeStats();
   const GptConfig& config() const { return config_; }
 
  private:

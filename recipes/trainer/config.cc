@@ -141,11 +141,38 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (m->activation() != "gelu" && m->activation() != "swiglu")
     return Bad(absl::StrCat("model.activation must be gelu or swiglu, got ", m->activation()));
   if (m->init_std() == 0) m->set_init_std(0.02f);
+  if (m->moe().num_experts() > 0) {
+    auto* e = m->mutable_moe();
+    if (e->top_k() == 0) e->set_top_k(2);
+    if (e->every_n() == 0) e->set_every_n(1);
+    if (e->topk_scaling() == 0) e->set_topk_scaling(1.0f);
+    if (e->bias_update_rate() == 0) e->set_bias_update_rate(1e-3f);
+    if (e->score().empty()) e->set_score("softmax");
+    if (e->score() != "softmax" && e->score() != "sigmoid")
+      return Bad(absl::StrCat("model.moe.score must be softmax or sigmoid, got ", e->score()));
+    if (e->aux_loss_type().empty()) e->set_aux_loss_type("lane");
+    if (e->aux_loss_type() != "lane" && e->aux_loss_type() != "seq")
+      return Bad(absl::StrCat("model.moe.aux_loss_type must be lane or seq, got ", e->aux_loss_type()));
+    if (e->drop_policy().empty()) e->set_drop_policy("probability");
+    if (e->drop_policy() != "probability" && e->drop_policy() != "position") {
+      return Bad(absl::StrCat("model.moe.drop_policy must be probability or position, got ",
+                              e->drop_policy()));
+    }
+  } else if (m->moe().num_experts() < 0) {
+    return Bad(absl::StrCat("model.moe.num_experts must be ≥ 0, got ", m->moe().num_experts()));
+  }
   if (m->vocab_pad_multiple() == 0) m->set_vocab_pad_multiple(128);
   auto* p = r->mutable_parallel();
   if (p->world_size() == 0) p->set_world_size(1);
   if (p->tp() == 0) p->set_tp(1);
   if (p->tp_num_weight_shards() == 0) p->set_tp_num_weight_shards(p->tp());
+  if (p->ep() == 0) p->set_ep(1);
+  if (p->etp() == 0) p->set_etp(1);
+  if (p->expert_tp_num_weight_shards() == 0) p->set_expert_tp_num_weight_shards(p->etp());
+  if (m->moe().num_experts() == 0 && (p->ep() != 1 || p->expert_tp_num_weight_shards() != p->etp())) {
+    return Bad("parallel.ep and parallel.expert_tp_num_weight_shards need an MoE model "
+               "(model.moe.num_experts > 0)");
+  }
   if (!p->backend().empty() && p->backend() != "local" && p->backend() != "ucx")
     return Bad(absl::StrCat("parallel.backend must be local or ucx, got ", p->backend()));
   auto* d = r->mutable_data();

@@ -92,6 +92,32 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.tied_embeddings = !m.untied_embeddings();
   c.vocab_pad_multiple = m.vocab_pad_multiple();
   c.block.dtype = r.train().precision() == "bf16" ? DType::kBF16 : DType::kF32;
+  const auto& e = m.moe();
+  if (e.num_experts() > 0) {
+    layers::moe::MoeConfig& mc = c.block.moe;
+    layers::moe::RouterConfig& rc = mc.router;
+    rc.num_experts = e.num_experts();
+    rc.top_k = e.top_k();
+    rc.score = e.score() == "sigmoid" ? layers::moe::ScoreFunction::kSigmoid
+                                      : layers::moe::ScoreFunction::kSoftmax;
+    rc.pre_softmax = !e.post_softmax();
+    rc.topk_scaling = e.topk_scaling();
+    rc.num_groups = e.num_groups();
+    rc.group_topk = e.group_topk();
+    rc.aux_loss_coeff = e.aux_loss_coeff();
+    rc.aux_loss_type =
+        e.aux_loss_type() == "seq" ? layers::moe::AuxLossType::kSequence : layers::moe::AuxLossType::kLane;
+    rc.z_loss_coeff = e.z_loss_coeff();
+    rc.expert_bias = e.expert_bias();
+    rc.bias_update_rate = e.bias_update_rate();
+    rc.capacity_factor = e.capacity_factor();
+    rc.drop_policy = e.drop_policy() == "position" ? layers::moe::DropPolicy::kPosition
+                                                   : layers::moe::DropPolicy::kProbability;
+    mc.ffn_hidden = e.ffn_hidden();
+    mc.shared_ffn_hidden = e.shared_ffn_hidden();
+    mc.every_n = e.every_n();
+    mc.pattern = e.pattern();
+  }
   return c;
 }
 
@@ -187,6 +213,7 @@ class RankRun {
       grads_->set_timeline(tl_);
       model_->chain().exposed_comm().Reset();
       grads_->exposed_comm().Reset();
+      if (expert_grads_) expert_grads_->exposed_comm().Reset();
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
       optimizer::StepStats st;
       if (graphs && step_ >= first_step + 2) {
@@ -217,12 +244,18 @@ class RankRun {
         GTP_RETURN_IF_ERROR(timeline_.Collect());
         if (step_ == trace_to || step_ == steps) GTP_RETURN_IF_ERROR(WriteTrace());
       }
-      const double comm_ms = model_->chain().exposed_comm().ms() + grads_->exposed_comm().ms();
+      double comm_ms = model_->chain().exposed_comm().ms() + grads_->exposed_comm().ms();
+      if (expert_grads_) comm_ms += expert_grads_->exposed_comm().ms();
       StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3),
                      comm_ms};
+      if (model_->has_moe()) {
+        GTP_ASSIGN_OR_RETURN(rec.moe, model_->FinishMoeStep(world_, data_->size(),
+                                                            static_cast<int>(sampler_->num_micro_batches())));
+      }
       if (rank0()) Report(rec, t_start, first_step);
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
         GTP_ASSIGN_OR_RETURN(float vl, Evaluate());
+        model_->ResetMoeStats();  // evaluation forwards are not the step's routing
         if (rank0()) ReportEval(vl);
       }
       // Every rank must agree on stopping, or the next collective would hang.
@@ -264,9 +297,13 @@ class RankRun {
     pc.tp = r_.parallel().tp();
     pc.tp_num_weight_shards = r_.parallel().tp_num_weight_shards();
     pc.sequence_parallel = r_.parallel().sequence_parallel();
+    pc.ep = r_.parallel().ep();
+    pc.etp = r_.parallel().etp();
+    pc.expert_tp_num_weight_shards = r_.parallel().expert_tp_num_weight_shards();
     parallel::ModelFacts facts;
     facts.seq_length = r_.model().seq_len();
     facts.num_attention_heads = r_.model().n_head();
+    if (r_.model().moe().num_experts() > 0) facts.num_experts = r_.model().moe().num_experts();
     GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world_, facts));
     pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs_->Get("data"));
@@ -282,7 +319,16 @@ class RankRun {
     optimizer::GradBufferOptions go;
     if (oc.matrices == optimizer::MatrixOptimizer::kMuon) go.reduce = optimizer::ReduceMode::kAllReduce;
     GTP_ASSIGN_OR_RETURN(grads_, optimizer::GradBuffer::Create(params_, *pgs_, exec_, go));
-    GTP_ASSIGN_OR_RETURN(opt_, optimizer::DistributedOptimizer::Create(grads_.get(), *pgs_, exec_, oc));
+    std::vector<optimizer::GradBuffer*> buffers = {grads_.get()};
+    experts_ = {model_->expert_params(), {}};
+    if (!experts_.sharded.empty()) {
+      // Expert weights reduce over the expert grid's data-parallel group.
+      optimizer::GradBufferOptions eo = go;
+      eo.groups = {"edp", "etp", "egtp", "data_cp", {"ep", "pp"}};
+      GTP_ASSIGN_OR_RETURN(expert_grads_, optimizer::GradBuffer::Create(experts_, *pgs_, exec_, eo));
+      buffers.push_back(expert_grads_.get());
+    }
+    GTP_ASSIGN_OR_RETURN(opt_, optimizer::DistributedOptimizer::Create(buffers, *pgs_, exec_, oc));
     GTP_RETURN_IF_ERROR(MakeDatasets(r_, &train_, &valid_));
     data::SamplerConfig sc;
     sc.micro_batch_size = r_.train().micro_batch();
@@ -297,6 +343,7 @@ class RankRun {
     int64_t n = 0;
     for (auto* p : params_.sharded) n += p->shard().numel();
     for (auto* p : params_.replicated) n += p->value.numel();
+    for (auto* p : experts_.sharded) n += p->shard().numel();
     local_params_ = n;
     return absl::OkStatus();
   }
@@ -314,6 +361,12 @@ class RankRun {
     const auto& m = r_.model();
     int64_t total = 0;
     for (auto* p : params_.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
+    // Expert weights: each logical tensor once (every EP rank names the whole one).
+    for (auto* p : experts_.sharded) {
+      if (pgs_->RankIn("ep").value_or(0) == 0) {
+        total += p->global_layout().global_rows * p->global_layout().global_cols;
+      }
+    }
     std::printf(
         "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s | %s on %s%s%s\n"
         "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
@@ -397,6 +450,7 @@ class RankRun {
     const int64_t M = sampler_->num_micro_batches();
     for (int64_t m = 0; m < M; ++m) {
       grads_->StartMicrobatch(m == M - 1, B * T);
+      if (expert_grads_) expert_grads_->StartMicrobatch(m == M - 1, B * T);
       const std::vector<uint64_t> samples = sampler_->MicroBatch(m);
       GTP_ASSIGN_OR_RETURN(auto batch, Batch(*train_, samples));
       Timeline::Scope span(tl_, absl::StrCat("micro-batch ", m), exec_.stream);
@@ -408,8 +462,9 @@ class RankRun {
   }
 
   bool UseCudaGraphs() const {
+    // MoE layers read their token counts on the host: not capturable.
     return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
-           opt_->CanEnqueueSteps();
+           opt_->CanEnqueueSteps() && !model_->has_moe();
   }
 
   // One training step as a CUDA graph: the batches go into fixed device
@@ -499,8 +554,8 @@ class RankRun {
   }
 
   absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces() {
-    GTP_ASSIGN_OR_RETURN(auto pieces, checkpoint::ModelPieces(params_, *pgs_));
-    GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_));
+    GTP_ASSIGN_OR_RETURN(auto pieces, checkpoint::ModelPieces(params_, *pgs_, &experts_));
+    GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_, &experts_));
     for (auto& p : state) pieces.push_back(std::move(p));
     return pieces;
   }
@@ -537,6 +592,7 @@ class RankRun {
     GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
                          checkpoint::Load(ckpt_root_, std::nullopt, pieces, host_));
     for (layers::ShardedParam* p : params_.sharded) p->MarkUpdated();  // fp8 gathers re-quantise
+    for (layers::ShardedParam* p : experts_.sharded) p->MarkUpdated();
     step_ = lr.iteration;
     data::SamplerState ss;
     ss.consumed_samples = std::stoull(lr.extra["consumed_samples"]);
@@ -573,11 +629,18 @@ class RankRun {
                   static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
                   rec.tokens_per_s, eta);
     } else if (rec.step % r_.train().log_every() == 0 || rec.step == steps || rec.step == 1) {
+      std::string moe;
+      if (model_->has_moe()) {
+        moe = absl::StrFormat("  moe tokens/expert %.0f/%.0f/%.0f dropped %.0f aux %.4f z %.4f",
+                              rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
+                              rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss);
+      }
       std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step"
-                  "  comm %.1f ms%s  mem %s (peak %s)%s  ETA %.0fs\n",
+                  "  comm %.1f ms%s%s  mem %s (peak %s)%s  ETA %.0fs\n",
                   static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
                   rec.grad_norm, rec.tokens_per_s, rec.ms, rec.comm_exposed_ms, mfu.c_str(),
-                  FormatBytes(mem.bytes_in_use).c_str(), FormatBytes(mem.peak_bytes_in_use).c_str(),
+                  moe.c_str(), FormatBytes(mem.bytes_in_use).c_str(),
+                  FormatBytes(mem.peak_bytes_in_use).c_str(),
                   rec.skipped ? "  SKIPPED (non-finite grad)" : "", eta);
     }
     std::fflush(stdout);
@@ -585,9 +648,16 @@ class RankRun {
     m << absl::StrFormat(
         "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"skipped\": %s, "
         "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_exposed_ms\": %.3f, \"mem_bytes\": %d, "
-        "\"peak_mem_bytes\": %d}\n",
+        "\"peak_mem_bytes\": %d%s}\n",
         rec.step, rec.loss, rec.lr, rec.grad_norm, rec.skipped ? "true" : "false", rec.ms,
-        rec.tokens_per_s, rec.comm_exposed_ms, mem.bytes_in_use, mem.peak_bytes_in_use);
+        rec.tokens_per_s, rec.comm_exposed_ms, mem.bytes_in_use, mem.peak_bytes_in_use,
+        model_->has_moe()
+            ? absl::StrFormat(", \"moe_tokens_min\": %.0f, \"moe_tokens_mean\": %.1f, "
+                              "\"moe_tokens_max\": %.0f, \"moe_dropped\": %.0f, "
+                              "\"moe_aux_loss\": %.6g, \"moe_z_loss\": %.6g",
+                              rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
+                              rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss)
+            : std::string());
   }
 
   void ReportEval(float loss) {
@@ -613,7 +683,9 @@ class RankRun {
   comm::Communicator* data_ = nullptr;
   std::unique_ptr<layers::GptModel> model_;
   optimizer::ParamSet params_;
+  optimizer::ParamSet experts_;  // MoE expert weights (their own grad buffer)
   std::unique_ptr<optimizer::GradBuffer> grads_;
+  std::unique_ptr<optimizer::GradBuffer> expert_grads_;  // null without MoE
   std::unique_ptr<optimizer::DistributedOptimizer> opt_;
   std::unique_ptr<data::GptDataset> train_, valid_;
   std::unique_ptr<data::DistributedSampler> sampler_;

@@ -23,7 +23,9 @@
 #include <functional>
 #include <string>
 
+
 #include "absl/status/status.h"
+#include "layers/gpt.h"
 #include "recipes/trainer/config.pb.h"
 
 namespace gtp::recipes {
@@ -39,6 +41,8 @@ struct StepRecord {
   // Host time the step blocked on GTP gathers / reduce-scatters and gradient
   // reductions (communication not hidden behind compute).
   double comm_exposed_ms = 0;
+  // MoE models: the step's routing figures (layers::GptModel::FinishMoeStep).
+  layers::GptModel::MoeStats moe;
 };
 
 struct RunOptions {

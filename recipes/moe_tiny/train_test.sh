@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# moe_tiny end to end (issue 13): a short run learns, the step line shows the
+# routing figures, a resume from the step-10 checkpoint under another expert
+# layout (EP4, EGTP1; and a single rank) continues with the same losses, and
+# bad MoE settings are one-line errors naming the field.
+set -euo pipefail
+bin="$1"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+small="model.n_layer=2,model.seq_len=32,train.micro_batch=2,train.global_batch=8,train.log_every=1,optim.warmup_steps=3,train.eval_every=0,checkpoint.keep_last=5"
+losses() { grep -o '"step": [0-9]*, "loss": [0-9.]*' "$1" | sed 's/"step": \([0-9]*\), "loss": \(.*\)/\1 \2/'; }
+
+"$bin" --run_dir "$tmp/a" --set "$small,train.steps=16,checkpoint.every=10" > "$tmp/a.log"
+grep -q "moe tokens/expert" "$tmp/a.log" || { echo "no MoE figures in the step line"; cat "$tmp/a.log"; exit 1; }
+grep -q '"moe_aux_loss"' "$tmp/a/metrics.jsonl"
+first=$(losses "$tmp/a/metrics.jsonl" | awk '$1 == 1 { print $2 }')
+last=$(losses "$tmp/a/metrics.jsonl" | awk '$1 == 16 { print $2 }')
+awk -v f="$first" -v l="$last" 'BEGIN { if (!(l < f - 0.5)) { print "did not learn: " f " -> " l; exit 1 } }'
+# Each step line: tokens/expert min/mean/max; the mean is top_k·tokens / experts (2·256/8 = 64).
+grep -q "moe tokens/expert [0-9]*/64/" "$tmp/a.log" || { grep "moe" "$tmp/a.log" | head -3; exit 1; }
+
+for layout in "ep4:parallel.ep=4,parallel.expert_tp_num_weight_shards=1" \
+              "single:parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1"; do
+  name="${layout%%:*}"; over="${layout#*:}"
+  mkdir -p "$tmp/$name/checkpoints"
+  cp -r "$tmp/a/checkpoints/iter_0000010" "$tmp/$name/checkpoints/"
+  echo 10 > "$tmp/$name/checkpoints/latest"
+  "$bin" --run_dir "$tmp/$name" --set "$small,train.steps=16,$over" > "$tmp/$name.log"
+  grep -q "resumed from" "$tmp/$name.log"
+  paste <(losses "$tmp/a/metrics.jsonl" | awk '$1 > 10') <(losses "$tmp/$name/metrics.jsonl") |
+    awk -v n="$name" '{ d = $2 - $4; if (d < 0) d = -d;
+                        if ($1 != $3 || d > 2e-5 * $2) { print n ": step " $1 " " $2 " vs step " $3 " " $4; bad = 1 } }
+                      END { exit bad }'
+  echo "$name: steps 11..16 match"
+done
+
+expect_error() {  # overrides, text the error must contain
+  if "$bin" --run_dir "$tmp/bad" --set "$small,train.steps=2,$1" > "$tmp/bad.log" 2>&1; then
+    echo "accepted: $1"; exit 1
+  fi
+  grep -q "$2" "$tmp/bad.log" || { echo "error for $1 lacks '$2':"; cat "$tmp/bad.log"; exit 1; }
+}
+expect_error "parallel.ep=3" "not divisible"
+expect_error "model.moe.top_k=9" "top_k"
+expect_error "model.moe.score=relu" "model.moe.score"
+expect_error "parallel.etp=2" "ETP"
+echo "moe_tiny: ok"
