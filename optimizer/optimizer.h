@@ -119,7 +119,7 @@ struct OptimizerConfig {
 // Tensors of rank ≥ 2 (weights, embeddings); not norms or biases.
 bool DefaultWeightDecay(const GradParam& p);
 // GTP-sharded matrices except embeddings and the LM head (names containing
-// "wte", "wpe", "embed" or "lm_head").
+// "wte", "wpe", "embed" or "lm_head") and stacked MoE experts (".experts.").
 bool DefaultMuonParam(const GradParam& p);
 
 // Checkpointable counters (the LR schedule is a function of `step`).
