@@ -77,12 +77,13 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
   m->chain_ = chain;
   GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
   GTP_ASSIGN_OR_RETURN(m->ep_, pgs.Get("ep"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * etp, pgs.Get("etp"));
+  GTP_ASSIGN_OR_RETURN(m->etp_, pgs.Get("etp"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * egtp, pgs.Get("egtp"));
-  if (etp->size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": expert tensor parallelism (ETP = ", etp->size(),
-        ") is not supported yet; set parallel.etp = 1 (experts are then sharded by EGTP only)"));
+  m->etp_size_ = m->etp_->size();
+  const int etp_rank = m->etp_->rank();
+  if (s.H % m->etp_size_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expert hidden size ", s.H,
+                                                   " is not divisible by ETP = ", m->etp_size_));
   }
   m->E_ = c.router.num_experts;
   m->k_ = c.router.top_k;
@@ -103,25 +104,35 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
   m->rows_ = tp > 1 ? N / tp : N;
   m->row0_ = tp > 1 ? t * m->rows_ : 0;
   m->slice_ = tp > 1 && !s.sequence_parallel;
-  // Expert wgrads: see the file comment. TP / (ETP·EP) with ETP = 1.
-  m->wgrad_scale_ = s.loss_sum ? 1.0f : static_cast<float>(tp) / static_cast<float>(m->ep_size_);
+  // Expert wgrads: see the file comment.
+  m->wgrad_scale_ =
+      s.loss_sum ? 1.0f : static_cast<float>(tp) / static_cast<float>(m->etp_size_ * m->ep_size_);
   GTP_ASSIGN_OR_RETURN(m->router_,
                        Router::Create(name + ".router", c.router, s.C, m->rows_, s.T, m->row0_, N,
                                       s.init_std, s.seed, m->tp_, m->exec_));
-  const int64_t H = s.H, C = s.C, H1 = s.swiglu ? 2 * H : H;
-  m->H1_ = H1;
+  // This ETP rank's slice of each expert: hidden units [etp_rank·Hl, (etp_rank+1)·Hl)
+  // (of gate and of up for SwiGLU, stacked [gate_l; up_l] as the activation wants).
+  const int64_t C = s.C, H = s.H, Hl = H / m->etp_size_, H1 = s.swiglu ? 2 * H : H;
+  const int64_t H1l = s.swiglu ? 2 * Hl : Hl;
+  m->H_loc_ = Hl;
+  m->H1_ = H1l;
   const int e_loc = m->e_loc_, e0 = m->ep_rank_ * e_loc;
-  m->fc1_ = std::make_unique<ShardedParam>(name + ".experts.fc1.weight", e_loc * H1, C, s.dtype,
+  m->fc1_ = std::make_unique<ShardedParam>(name + ".experts.fc1.weight", e_loc * H1l, C, s.dtype,
                                            egtp, chain);
-  m->fc2_ = std::make_unique<ShardedParam>(name + ".experts.fc2.weight", e_loc * C, H, s.dtype,
+  m->fc2_ = std::make_unique<ShardedParam>(name + ".experts.fc2.weight", e_loc * C, Hl, s.dtype,
                                            egtp, chain);
   InitShardFromGlobal(*m->fc1_,
                       {static_cast<int64_t>(m->E_) * H1, C,
-                       [H1, e0](int64_t r) { return (e0 + r / H1) * H1 + r % H1; }, 0},
+                       [=](int64_t r) {
+                         const int64_t e = e0 + r / H1l, j = r % H1l;
+                         const int64_t part = j / Hl, i = j % Hl;  // 0 = gate (or GELU), 1 = up
+                         return e * H1 + part * H + etp_rank * Hl + i;
+                       },
+                       0},
                       s.seed, s.init_std);
   InitShardFromGlobal(*m->fc2_,
                       {static_cast<int64_t>(m->E_) * C, H,
-                       [C, e0](int64_t r) { return (e0 + r / C) * C + r % C; }, 0},
+                       [C, e0](int64_t r) { return (e0 + r / C) * C + r % C; }, etp_rank * Hl},
                       s.seed, s.out_std);
   return m;
 }
@@ -154,18 +165,31 @@ absl::Status MoeLayer::Plan(const Routing& r) {
   recv_rows_.assign(P, 0);
   for (int src = 0; src < P; ++src)
     for (int i = 0; i < el; ++i) recv_rows_[src] += recv_cnt[src * el + i];
-  // Received rows are [src][local expert]; the experts want [local expert][src].
+  // With ETP every rank of the ETP group computes its hidden slice for the
+  // group's tokens: the ETP ranks' received blocks are gathered, [r][src][el].
+  const int R = etp_size_;
+  std::vector<int32_t> all_cnt = recv_cnt;
+  if (R > 1) {
+    Tensor sd = ToDevice(exec_, recv_cnt);
+    Tensor rd = exec_.Empty({static_cast<int64_t>(R) * P * el}, DType::kI32);
+    GTP_RETURN_IF_ERROR(comm::Run(etp_->AllGather(sd.raw_data(), rd.raw_data(), P * el, DType::kI32)));
+    all_cnt = ToHost<int32_t>(exec_, rd);
+  }
+  etp_rows_.assign(R, 0);
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < P * el; ++b) etp_rows_[r] += all_cnt[r * P * el + b];
+  // The experts want the rows [local expert][r][src].
   reorder_.clear();
   inv_reorder_.clear();
   ne_.assign(el, 0);
-  if (P > 1) {
-    std::vector<int64_t> block(static_cast<size_t>(P) * el + 1, 0);
-    for (int b = 0; b < P * el; ++b) block[b + 1] = block[b] + recv_cnt[b];
+  if (P * R > 1) {
+    std::vector<int64_t> block(static_cast<size_t>(R) * P * el + 1, 0);
+    for (int b = 0; b < R * P * el; ++b) block[b + 1] = block[b] + all_cnt[b];
     for (int i = 0; i < el; ++i) {
-      for (int src = 0; src < P; ++src) {
-        const int b = src * el + i;
+      for (int rs = 0; rs < R * P; ++rs) {
+        const int b = rs * el + i;
         for (int64_t q = block[b]; q < block[b + 1]; ++q) reorder_.push_back(static_cast<int32_t>(q));
-        ne_[i] += recv_cnt[b];
+        ne_[i] += all_cnt[b];
       }
     }
     inv_reorder_.resize(reorder_.size());
@@ -196,6 +220,57 @@ absl::StatusOr<Tensor> MoeLayer::Exchange(const Tensor& x, const std::vector<int
   return out;
 }
 
+absl::StatusOr<Tensor> MoeLayer::EtpGather(const Tensor& x) {
+  if (etp_size_ == 1) return x;
+  const int64_t C = x.dim(1);
+  const int R = etp_size_, me = etp_->rank();
+  std::vector<int64_t> sc(R, etp_rows_[me] * C), sd(R, 0), rc(R), rd(R);
+  int64_t ro = 0;
+  for (int r = 0; r < R; ++r) {
+    rc[r] = etp_rows_[r] * C;
+    rd[r] = ro;
+    ro += rc[r];
+  }
+  Tensor out = exec_.Empty({ro / C, C}, x.dtype());
+  GTP_RETURN_IF_ERROR(
+      comm::Run(etp_->AllToAllV(x.raw_data(), sc, sd, out.raw_data(), rc, rd, x.dtype())));
+  return out;
+}
+
+absl::StatusOr<Tensor> MoeLayer::EtpReduceScatter(const Tensor& y) {
+  if (etp_size_ == 1) return y;
+  const int64_t C = y.dim(1);
+  const int R = etp_size_, me = etp_->rank();
+  const int64_t mine = etp_rows_[me];
+  std::vector<int64_t> sc(R), sd(R), rc(R, mine * C), rd(R);
+  int64_t so = 0;
+  for (int r = 0; r < R; ++r) {
+    sc[r] = etp_rows_[r] * C;
+    sd[r] = so;
+    so += sc[r];
+    rd[r] = r * mine * C;
+  }
+  Tensor parts = exec_.Empty({R * mine, C}, y.dtype());
+  GTP_RETURN_IF_ERROR(
+      comm::Run(etp_->AllToAllV(y.raw_data(), sc, sd, parts.raw_data(), rc, rd, y.dtype())));
+  // Σ over the ETP ranks' partial sums, in rank order, in f32.
+  Tensor acc = exec_.Zeros({mine, C}, DType::kF32);
+  if (mine == 0) return exec_.Empty({0, C}, y.dtype());
+  Tensor part32 = y.dtype() == DType::kF32 ? Tensor() : exec_.Empty({mine, C}, DType::kF32);
+  for (int r = 0; r < R; ++r) {
+    Tensor p = parts.Slice(r * mine, (r + 1) * mine);
+    if (part32.defined()) {
+      ops::Cast(exec_, p, part32);
+      p = part32;
+    }
+    ops::Axpby(exec_, 1.0f, p, 1.0f, acc);
+  }
+  if (y.dtype() == DType::kF32) return acc;
+  Tensor out = exec_.Empty({mine, C}, y.dtype());
+  ops::Cast(exec_, acc, out);
+  return out;
+}
+
 Tensor MoeLayer::GatherRows(const Tensor& x, const std::vector<int32_t>& idx) {
   if (idx.empty()) return x;
   Tensor out = exec_.Empty({static_cast<int64_t>(idx.size()), x.dim(1)}, x.dtype());
@@ -216,7 +291,8 @@ absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
   Tensor xp = e.Empty({M, C}, x.dtype());
   if (M > 0) ops::EmbeddingForward(e, perm_d_, x, xp, 0);
   GTP_ASSIGN_OR_RETURN(Tensor recv, Exchange(xp, send_rows_, recv_rows_));
-  xe_ = GatherRows(recv, reorder_);
+  GTP_ASSIGN_OR_RETURN(Tensor group, EtpGather(recv));
+  xe_ = GatherRows(group, reorder_);
   const int64_t Me = xe_.dim(0);
   const std::vector<int64_t> off = Offsets(ne_);
   // fc1 → act → fc2, one GEMM per local expert.
@@ -228,7 +304,7 @@ absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
                 pre_.Slice(off[i], off[i + 1]));
   }
   fc1_->Release(dir);
-  act_ = e.Empty({Me, H}, x.dtype());
+  act_ = e.Empty({Me, H_loc_}, x.dtype());
   if (Me > 0) {
     if (shape_.swiglu) {
       ops::SwiGluForward(e, pre_, act_);
@@ -244,7 +320,8 @@ absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
                 ye.Slice(off[i], off[i + 1]));
   }
   fc2_->Release(dir);
-  GTP_ASSIGN_OR_RETURN(yp_, Exchange(GatherRows(ye, inv_reorder_), recv_rows_, send_rows_));
+  GTP_ASSIGN_OR_RETURN(Tensor yr, EtpReduceScatter(GatherRows(ye, inv_reorder_)));
+  GTP_ASSIGN_OR_RETURN(yp_, Exchange(yr, recv_rows_, send_rows_));
   Tensor y = e.Empty({rows_, C}, x.dtype());
   CombineForward(e, yp_, pos_d_, w_d_, y);
   if (slice_) return AllGatherRows(e, *tp_, y);
@@ -261,7 +338,8 @@ absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   CombineBackward(e, dy, yp_, pos_d_, w_d_, dyp, dw);
   yp_ = Tensor();
   GTP_ASSIGN_OR_RETURN(Tensor drecv, Exchange(dyp, send_rows_, recv_rows_));
-  Tensor dye = GatherRows(drecv, reorder_);
+  GTP_ASSIGN_OR_RETURN(Tensor dgroup, EtpGather(drecv));
+  Tensor dye = GatherRows(dgroup, reorder_);
   const int64_t Me = dye.dim(0);
   const std::vector<int64_t> off = Offsets(ne_);
   const DType dt = dye.dtype();
@@ -286,7 +364,7 @@ absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
     }
   };
   GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(Direction::kBackward));
-  Tensor dact = e.Empty({Me, H}, dt);
+  Tensor dact = e.Empty({Me, H_loc_}, dt);
   for (int i = 0; i < e_loc_; ++i) {
     if (ne_[i] == 0) continue;
     ops::LinearBackwardData(e, dye.Slice(off[i], off[i + 1]), w2.Slice(i * C, (i + 1) * C),
@@ -316,7 +394,8 @@ absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   fc1_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(fc1_->ReduceGrad());
   xe_ = Tensor();
-  GTP_ASSIGN_OR_RETURN(Tensor dxp, Exchange(GatherRows(dxe, inv_reorder_), recv_rows_, send_rows_));
+  GTP_ASSIGN_OR_RETURN(Tensor dxr_etp, EtpReduceScatter(GatherRows(dxe, inv_reorder_)));
+  GTP_ASSIGN_OR_RETURN(Tensor dxp, Exchange(dxr_etp, recv_rows_, send_rows_));
   Tensor dx32 = e.Zeros({rows_, C}, DType::kF32);
   if (M > 0) ops::EmbeddingBackward(e, perm_d_, dxp, dx32, 0);
   const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T) : 1.0f;

@@ -11,21 +11,27 @@
 // gradient) is all-gathered over TP. Every token is processed exactly once.
 //
 // Experts: E experts, E/EP on each rank of the "ep" group (global expert
-// ep_rank·E/EP + i is local expert i). A rank's local experts' W1 are stacked
-// into one ShardedParam [E_loc·H1, C] (H1 = H or 2H) and their W2 into one
-// [E_loc·C, H], each sharded over "egtp" and gathered in one call before the
-// expert GEMMs — the prefetch chain treats them as any weight. Checkpoints
-// see the logical tensors "<name>.experts.fc1.weight" [E·H1, C] and
-// "<name>.experts.fc2.weight" [E·C, H] by global expert index, so they
-// reshard across EP and EGTP. No expert biases.
+// ep_rank·E/EP + i is local expert i); expert tensor parallelism splits each
+// expert's hidden units over "etp" (fc1 by rows, fc2 by columns: H_l = H/ETP
+// on each). A rank's local experts' W1 slices are stacked into one
+// ShardedParam [E_loc·H1_l, C] (H1_l = H_l, or 2·H_l as [gate_l; up_l]) and
+// their W2 slices into one [E_loc·C, H_l], each sharded over "egtp" and
+// gathered in one call before the expert GEMMs — the prefetch chain treats
+// them as any weight. Checkpoints see the logical tensors
+// "<name>.experts.fc1.weight" [E·H1, C] and "<name>.experts.fc2.weight"
+// [E·C, H] by global expert index, so they reshard across EP, ETP and EGTP.
+// No expert biases.
 //
 // Dispatch (dropless or capacity-dropped): this rank's kept (token, slot)
 // pairs sorted by global expert, then token; rows gathered in that order;
 // per-(rank, expert) counts exchanged by all-to-all over "ep", the rows by
-// all-to-all(v); received rows reordered expert-major; each local expert's
-// rows run through its GEMMs (one GEMM per expert and projection); the
-// results travel back the same way and are combined with the routing
-// weights (layers/moe/combine.h). Backward runs the same path in reverse.
+// all-to-all(v); with ETP the ETP group's received rows all-gathered (as
+// Megatron's all-to-all dispatcher does over its tensor-parallel group);
+// rows reordered expert-major; each local expert's rows run through its
+// GEMMs (one GEMM per expert and projection); the results travel back the
+// same way — the ETP ranks' partial fc2 outputs summed (reduce-scatter) —
+// and are combined with the routing weights (layers/moe/combine.h).
+// Backward runs the same path in reverse.
 // Counts come to the host (the all-to-all sizes need them): one host
 // synchronisation per MoE layer and pass.
 //
@@ -37,9 +43,8 @@
 // dense weights'. The gate is replicated; each TP rank's gradient covers its
 // own rows (summed over TP at finalisation).
 //
-// Not yet: expert tensor parallelism (ETP > 1 is an error), an all-gather
-// dispatcher, padding to capacity, CUDA top-k/permute kernels (routing runs
-// on the host).
+// Not yet: an all-gather dispatcher, padding to capacity, CUDA top-k /
+// permute kernels (routing runs on the host).
 #pragma once
 
 #include <memory>
@@ -84,7 +89,8 @@ struct MoeShape {
 class MoeLayer {
  public:
   // Reads "tp", "ep", "etp", "egtp" from pgs. InvalidArgument naming the
-  // problem (experts not divisible by EP, ETP > 1, rows vs TP, router config).
+  // problem (experts not divisible by EP, hidden not by ETP, rows vs TP,
+  // router config).
   static absl::StatusOr<std::unique_ptr<MoeLayer>> Create(const std::string& name,
                                                           const MoeConfig& c, const MoeShape& s,
                                                           const parallel::ProcessGroupCollection& pgs,
@@ -108,21 +114,26 @@ class MoeLayer {
                                   const std::vector<int64_t>& recv_rows);
   // out[i] = x[idx[i]] (host index list); x itself when idx is empty.
   Tensor GatherRows(const Tensor& x, const std::vector<int32_t>& idx);
+  // ETP: the group's received rows [r][…] from every ETP rank (all-gather-v),
+  // and its reverse — each rank's rows summed over the ETP ranks' partial
+  // results (reduce-scatter-v, f32 sums in rank order).
+  absl::StatusOr<Tensor> EtpGather(const Tensor& x);
+  absl::StatusOr<Tensor> EtpReduceScatter(const Tensor& y);
   absl::Status Plan(const Routing& r);
 
   MoeShape shape_;
   kernels::Exec exec_;
   GtpChain* chain_ = nullptr;
-  comm::Communicator *tp_ = nullptr, *ep_ = nullptr;
-  int E_ = 0, k_ = 0, e_loc_ = 0, ep_size_ = 1, ep_rank_ = 0;
-  int64_t rows_ = 0, row0_ = 0, H1_ = 0;
+  comm::Communicator *tp_ = nullptr, *ep_ = nullptr, *etp_ = nullptr;
+  int E_ = 0, k_ = 0, e_loc_ = 0, ep_size_ = 1, ep_rank_ = 0, etp_size_ = 1;
+  int64_t rows_ = 0, row0_ = 0, H_loc_ = 0, H1_ = 0;  // hidden per ETP rank (and of fc1's rows)
   bool slice_ = false;   // route a TP slice of replicated rows
   float wgrad_scale_ = 1.0f;
   std::unique_ptr<Router> router_;
   std::unique_ptr<ShardedParam> fc1_, fc2_;
   // Plan of the last forward (host).
   std::vector<int32_t> perm_tok_, pos_, reorder_, inv_reorder_;
-  std::vector<int64_t> send_rows_, recv_rows_, ne_;
+  std::vector<int64_t> send_rows_, recv_rows_, etp_rows_, ne_;
   // Saved activations.
   Tensor perm_d_, pos_d_, w_d_, xe_, pre_, act_, yp_;
 };

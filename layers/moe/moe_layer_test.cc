@@ -202,6 +202,7 @@ struct Layout {
   const char* name;
   int world, tp, tp_shards, ep, expert_shards;
   bool sp;
+  int etp = 1;
 };
 
 void RunLayout(const Dims& d, const Layout& k, const std::vector<LaneRef>& refs) {
@@ -212,7 +213,7 @@ void RunLayout(const Dims& d, const Layout& k, const std::vector<LaneRef>& refs)
     pc.tp_num_weight_shards = k.tp_shards;
     pc.sequence_parallel = k.sp;
     pc.ep = k.ep;
-    pc.etp = 1;
+    pc.etp = k.etp;
     pc.expert_tp_num_weight_shards = k.expert_shards;
     parallel::ModelFacts facts;
     facts.num_experts = d.E;
@@ -283,6 +284,20 @@ TEST(MoeLayer, ExpertAndDenseLayoutsMatchTheReference) {
   RunLayout(d, {"GTP2·DP2 | EP2·EGTP2", 4, 1, 2, 2, 2, false}, four);
   RunLayout(d, {"TP2·DP2 | EP2·EDP2", 4, 2, 2, 2, 1, false}, two);
   RunLayout(d, {"TP2·DP2 SP | EP4", 4, 2, 2, 4, 1, true}, two);
+  // Expert tensor parallelism: name, world, tp, tp·gtp, ep, etp·egtp, sp, etp.
+  RunLayout(d, {"DP4 | ETP2·EP2", 4, 1, 1, 2, 2, false, 2}, four);
+  RunLayout(d, {"TP2·DP2 SP | ETP2·EP2", 4, 2, 2, 2, 2, true, 2}, two);
+  RunLayout(d, {"DP4 | ETP2·EDP2", 4, 1, 1, 1, 2, false, 2}, four);
+  RunLayout(d, {"DP4 | ETP4", 4, 1, 1, 1, 4, false, 4}, four);
+}
+
+TEST(MoeLayer, ExpertTensorParallelSwiGlu) {
+  Dims d;
+  d.swiglu = true;
+  std::vector<LaneRef> four;
+  for (int g = 0; g < 4; ++g) four.push_back(ReferenceLane(d, g));
+  RunLayout(d, {"DP4 | ETP2·EP2 swiglu", 4, 1, 1, 2, 2, false, 2}, four);
+  RunLayout(d, {"DP4 | ETP2·EGTP2 swiglu", 4, 1, 1, 1, 4, false, 2}, four);
 }
 
 TEST(MoeCombine, MatchesADirectLoop) {

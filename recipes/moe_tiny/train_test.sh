@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # moe_tiny end to end (issue 13): a short run learns, the step line shows the
-# routing figures, a resume from the step-10 checkpoint under another expert
-# layout (EP4, EGTP1; and a single rank) continues with the same losses, and
+# routing figures, a resume from the step-10 checkpoint under other expert
+# layouts (EP4; ETP2·EP2; a single rank) continues with the same losses, and
 # bad MoE settings are one-line errors naming the field.
 set -euo pipefail
 bin="$1"
@@ -19,6 +19,7 @@ awk -v f="$first" -v l="$last" 'BEGIN { if (!(l < f - 0.5)) { print "did not lea
 grep -q "moe tokens/expert [0-9]*/64/" "$tmp/a.log" || { grep "moe" "$tmp/a.log" | head -3; exit 1; }
 
 for layout in "ep4:parallel.ep=4,parallel.expert_tp_num_weight_shards=1" \
+              "etp2:parallel.ep=2,parallel.etp=2,parallel.expert_tp_num_weight_shards=2" \
               "single:parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1"; do
   name="${layout%%:*}"; over="${layout#*:}"
   mkdir -p "$tmp/$name/checkpoints"
@@ -42,5 +43,5 @@ expect_error() {  # overrides, text the error must contain
 expect_error "parallel.ep=3" "not divisible"
 expect_error "model.moe.top_k=9" "top_k"
 expect_error "model.moe.score=relu" "model.moe.score"
-expect_error "parallel.etp=2" "ETP"
+expect_error "parallel.etp=3" "etp"
 echo "moe_tiny: ok"

@@ -4,9 +4,9 @@
 // element the rank holds against a single-rank run of the same model and
 // data (computed in this process), within 1e-5 relative. Ranks are threads
 // (comm/local) unless started by a launcher (gtprun → UCX processes).
-//   axes_check --tp=2 --gtp=2 --dp=1 [--sp] [--llama] [--moe --ep=2 --egtp=2]
+//   axes_check --tp=2 --gtp=2 --dp=1 [--sp] [--llama] [--moe --ep=2 --egtp=2 --etp=1]
 // With --moe every second layer is a mixture of 8 experts (top-2, dropless,
-// z-loss on) whose experts live on the expert grid ETP1·EP·EGTP·EDP; their
+// z-loss on) whose experts live on the expert grid ETP·EP·EGTP·EDP; their
 // gradients are averaged over EDP like the dense ones over the replicas.
 // Exit 0 on agreement; 1 with a line naming the layout and step otherwise.
 #include <cmath>
@@ -36,6 +36,7 @@ ABSL_FLAG(bool, llama, false, "RMSNorm, SwiGLU, RoPE, GQA, untied, no bias (else
 ABSL_FLAG(bool, moe, false, "MoE MLP in layer 0 (8 experts, top-2)");
 ABSL_FLAG(int, ep, 1, "expert-parallel size (--moe)");
 ABSL_FLAG(int, egtp, 1, "expert GTP size (--moe)");
+ABSL_FLAG(int, etp, 1, "expert tensor-parallel size (--moe)");
 
 namespace gtp {
 namespace {
@@ -44,7 +45,7 @@ constexpr int kSteps = 4;
 constexpr int64_t kGlobalBatch = 8, kSeq = 8, kVocab = 97;
 
 struct Layout {
-  int tp = 1, gtp = 1, ep = 1, egtp = 1;
+  int tp = 1, gtp = 1, ep = 1, egtp = 1, etp = 1;
   bool sp = false, llama = false, moe = false;
 };
 
@@ -126,8 +127,8 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
   parallel::ModelFacts facts;
   if (k.moe) {
     pc.ep = k.ep;
-    pc.etp = 1;
-    pc.expert_tp_num_weight_shards = k.egtp;
+    pc.etp = k.etp;
+    pc.expert_tp_num_weight_shards = k.etp * k.egtp;
     facts.num_experts = 8;
   }
   GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w, facts));
@@ -232,9 +233,13 @@ int Main() {
   k.moe = absl::GetFlag(FLAGS_moe);
   k.ep = absl::GetFlag(FLAGS_ep);
   k.egtp = absl::GetFlag(FLAGS_egtp);
+  k.etp = absl::GetFlag(FLAGS_etp);
   std::string name = "tp" + std::to_string(tp) + "_gtp" + std::to_string(gtp) + "_dp" +
                      std::to_string(dp) + (k.sp ? "_sp" : "") + (k.llama ? "_llama" : "_gpt2");
-  if (k.moe) name += "_moe_ep" + std::to_string(k.ep) + "_egtp" + std::to_string(k.egtp);
+  if (k.moe) {
+    name += "_moe_ep" + std::to_string(k.ep) + "_egtp" + std::to_string(k.egtp) + "_etp" +
+            std::to_string(k.etp);
+  }
   Layout one;
   one.llama = k.llama;
   one.moe = k.moe;
