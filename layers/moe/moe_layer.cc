@@ -38,12 +38,14 @@ absl::Status MoeConfig::Validate(int n_layer) const {
 
 namespace {
 
+// Host → device without waiting: a copy from pageable memory is staged
+// before cudaMemcpyAsync returns, so `v` may change right after.
 template <typename T>
 Tensor ToDevice(const kernels::Exec& e, const std::vector<T>& v) {
   Tensor out = e.Empty({static_cast<int64_t>(v.size())}, DTypeOf<T>::value);
   if (!v.empty()) {
     Tensor h = Tensor::Wrap(const_cast<T*>(v.data()), out.shape(), DTypeOf<T>::value, Device::Cpu());
-    GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/true));
+    GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/false));
   }
   return out;
 }

@@ -61,12 +61,18 @@ double LogSumExp(const float* v, int n) {
 }
 
 // Indices of the k largest of v[0, n): descending, ties to the lower index.
+// Insertion into the k kept so far (k ≤ 8): no allocation, O(n·k).
 void TopK(const float* v, int n, int k, int32_t* out) {
-  std::vector<int32_t> idx(n);
-  std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
-  std::copy(idx.begin(), idx.begin() + k, out);
+  int have = 0;
+  for (int32_t e = 0; e < n; ++e) {
+    // e beats a kept index when its value is larger (equal values keep the earlier index).
+    int at = have;
+    while (at > 0 && v[e] > v[out[at - 1]]) --at;
+    if (at >= k) continue;
+    for (int j = std::min(have, k - 1); j > at; --j) out[j] = out[j - 1];
+    out[at] = e;
+    if (have < k) ++have;
+  }
 }
 
 }  // namespace
@@ -374,12 +380,15 @@ absl::StatusOr<Tensor> Router::Backward(const std::vector<float>& dweight, float
   const kernels::Exec& e = exec_;
   const int E = config_.num_experts;
   const int64_t n = rows_;
-  std::vector<float> dl(n * E);
+  std::vector<float>& dl = dlogits_host_;  // kept: the copy below does not wait
+  dl.resize(n * E);
   double z = 0;
   RouteBackward(config_, routing_, logits_.data(), dweight.data(), daux_, lane_rows_, loss_scale,
                 dl.data(), &z);
   if (record_) stats_.z += z;
-  Tensor dlogits = TensorFromHost(e, dl.data(), {n, E}, DType::kF32);
+  Tensor dlogits = e.Empty({n, E}, DType::kF32);
+  GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(dl.data(), {n, E}, DType::kF32, Device::Cpu()), dlogits,
+                           e.stream, /*sync=*/false));
   Tensor dx = e.Empty({n, C_}, DType::kF32);
   ops::LinearBackwardData(e, dlogits, gate_.value, dx);
   ops::LinearBackwardWeight(e, dlogits, x32_, gate_.grad, /*beta=*/1.0f);

@@ -177,7 +177,7 @@ class Router {
   Stats stats_;
   // Saved by Forward.
   Tensor x32_;
-  std::vector<float> logits_, daux_;
+  std::vector<float> logits_, daux_, dlogits_host_;
   Routing routing_;
   bool record_ = true;
 };

@@ -34,12 +34,18 @@ struct ModelShape {
   bool rmsnorm = false;    // norms have a weight only
   bool bias = true;        // biases in the linears and LayerNorms
   bool tied_embeddings = true;
+  // MoE: layers whose MLP is routed, each token through top_k experts of
+  // hidden moe_hidden (no biases), plus a shared expert of shared_hidden
+  // (0: none) and the router's [E, C] gate.
+  int64_t moe_layers = 0;
+  int64_t num_experts = 0, top_k = 0, moe_hidden = 0, shared_hidden = 0;
 };
 
 // The shape of a (finalised) recipe's model.
 ModelShape ShapeOf(const proto::Model& m);
 
-// Parameters except position embeddings, the tied embedding counted once.
+// Parameters except position embeddings, the tied embedding counted once; in
+// MoE layers the parameters a token passes through (its top_k experts).
 // The embedding's share uses the real vocabulary V: pad rows
 // (vocab_pad_multiple) are storage that no lookup or logit touches.
 int64_t NonPositionParams(const ModelShape& m);

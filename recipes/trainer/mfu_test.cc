@@ -48,6 +48,22 @@ TEST(Mfu, LlamaStyleByHand) {
   EXPECT_DOUBLE_EQ(TrainingFlopPerToken(m), 6.0 * n + 12.0 * 2 * 256 * 2048);
 }
 
+TEST(Mfu, MoeCountsTheActiveExperts) {
+  // GPT-2 small with MoE in layers 0, 2, ..., 10 (every_n 2): 8 experts of
+  // hidden 1536, top-2, a shared expert of 768, no expert biases.
+  ModelShape m = Gpt2Small();
+  m.moe_layers = 6;
+  m.num_experts = 8;
+  m.top_k = 2;
+  m.moe_hidden = 1536;
+  m.shared_hidden = 768;
+  const int64_t dense_mlp = 768 * 3072 + 3072 + 3072 * 768 + 768;
+  const int64_t moe_mlp = 2 * (768 * 1536 + 1536 * 768) +        // two experts
+                          (768 * 768 + 768 + 768 * 768 + 768) +  // the shared expert (biases)
+                          8 * 768;                               // the router
+  EXPECT_EQ(NonPositionParams(m), NonPositionParams(Gpt2Small()) + 6 * (moe_mlp - dense_mlp));
+}
+
 TEST(Mfu, PeakAndRatio) {
   proto::Train t;
   EXPECT_EQ(PeakFlops(t), 0.0);
