@@ -20,7 +20,7 @@ def axes_matrix(name, layouts, backends = ["local", "ucx"]):
             ep, egtp = layout[5], layout[6]
             etp = layout[7] if len(layout) > 7 else 1
             base += "_ep%d_egtp%d" % (ep, egtp) + ("_etp%d" % etp if etp > 1 else "")
-            flags += ["--moe", "--ep=%d" % ep, "--egtp=%d" % egtp, "--etp=%d" % etp]
+            flags += ["--moe", "--ep=%d" % ep, "--egtp=%d" % egtp, "--etp=%d" % etp, "--steps=10"]
         for backend in backends:
             native.sh_test(
                 name = base + "_" + backend,
