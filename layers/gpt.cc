@@ -368,6 +368,19 @@ absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(comm::Communicator& w
   return st;
 }
 
+std::vector<std::pair<std::string, Tensor>> GptModel::moe_buffers() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (moe::MoeLayer* m : moe_layers_) {
+    moe::Router& r = m->router();
+    if (!r.config().expert_bias) continue;
+    out.emplace_back(r.name() + ".expert_bias",
+                     Tensor::Wrap(r.expert_bias().data(),
+                                  {static_cast<int64_t>(r.expert_bias().size())}, DType::kF32,
+                                  Device::Cpu()));
+  }
+  return out;
+}
+
 void GptModel::ResetMoeStats() {
   for (moe::MoeLayer* m : moe_layers_) {
     m->router().TakeCounts();

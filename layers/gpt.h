@@ -125,6 +125,10 @@ class GptModel {
     double aux_loss = 0, z_loss = 0;  // per layer, mean over lanes and micro-batches
   };
   absl::StatusOr<MoeStats> FinishMoeStep(comm::Communicator& world, int lanes, int micro_batches);
+  // MoE state that is not a parameter but belongs in checkpoints: each MoE
+  // layer's expert bias (when router.expert_bias), as a host f32 [E] view
+  // named "<layer>.moe.router.expert_bias". Identical on every rank.
+  std::vector<std::pair<std::string, Tensor>> moe_buffers();
   // Forgets the counts and losses gathered since the last FinishMoeStep
   // (e.g. of evaluation forwards). Local.
   void ResetMoeStats();

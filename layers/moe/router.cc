@@ -300,6 +300,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const std::string& name,
                                                        const kernels::Exec& e) {
   GTP_RETURN_IF_ERROR(c.Validate());
   std::unique_ptr<Router> r(new Router());
+  r->name_ = name;
   r->config_ = c;
   r->exec_ = e;
   r->tp_ = tp;

@@ -149,6 +149,7 @@ class Router {
   void DropActivations() { x32_ = Tensor(); }
 
   ReplicatedParam* gate() { return &gate_; }
+  const std::string& name() const { return name_; }  // e.g. "h.0.moe.router"
   const RouterConfig& config() const { return config_; }
   // Expert bias (host, [E]) and the kept-token counts accumulated since the
   // last TakeCounts (this rank's tokens).
@@ -164,6 +165,7 @@ class Router {
 
  private:
   Router() = default;
+  std::string name_;
   RouterConfig config_;
   kernels::Exec exec_;
   comm::Communicator* tp_ = nullptr;

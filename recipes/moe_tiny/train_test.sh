@@ -34,6 +34,16 @@ for layout in "ep4:parallel.ep=4,parallel.expert_tp_num_weight_shards=1" \
   echo "$name: steps 11..16 match"
 done
 
+# Loss-free balancing: the expert bias is checkpointed, so a resume is exact too.
+"$bin" --run_dir "$tmp/eb" --set "$small,train.steps=12,checkpoint.every=6,model.moe.expert_bias=true,model.moe.bias_update_rate=0.01" > "$tmp/eb.log"
+mkdir -p "$tmp/eb2/checkpoints"
+cp -r "$tmp/eb/checkpoints/iter_0000006" "$tmp/eb2/checkpoints/"
+echo 6 > "$tmp/eb2/checkpoints/latest"
+"$bin" --run_dir "$tmp/eb2" --set "$small,train.steps=12,model.moe.expert_bias=true,model.moe.bias_update_rate=0.01" > "$tmp/eb2.log"
+paste <(losses "$tmp/eb/metrics.jsonl" | awk '$1 > 6') <(losses "$tmp/eb2/metrics.jsonl") |
+  awk '{ if ($1 != $3 || $2 != $4) { print "expert bias resume: step " $1 " " $2 " vs " $4; bad = 1 } } END { exit bad }'
+echo "expert-bias resume: steps 7..12 identical"
+
 expect_error() {  # overrides, text the error must contain
   if "$bin" --run_dir "$tmp/bad" --set "$small,train.steps=2,$1" > "$tmp/bad.log" 2>&1; then
     echo "accepted: $1"; exit 1

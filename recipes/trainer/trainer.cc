@@ -556,6 +556,16 @@ class RankRun {
   absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces() {
     GTP_ASSIGN_OR_RETURN(auto pieces, checkpoint::ModelPieces(params_, *pgs_, &experts_));
     GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_, &experts_));
+    // MoE expert biases: the same on every rank, which split the writing.
+    for (auto& [name, t] : model_->moe_buffers()) {
+      checkpoint::TensorPiece piece;
+      piece.key = name;
+      piece.data = t;
+      piece.global_shape = t.shape();
+      piece.replica_index = world_.rank();
+      piece.replica_count = world_.size();
+      pieces.push_back(std::move(piece));
+    }
     for (auto& p : state) pieces.push_back(std::move(p));
     return pieces;
   }
