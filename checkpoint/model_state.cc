@@ -30,12 +30,16 @@ TensorPiece ShardPiece(const layers::ShardedParam* p, const comm::Communicator& 
 
 absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& params,
                                                      const parallel::ProcessGroupCollection& pgs,
-                                                     const optimizer::ParamSet* experts) {
+                                                     const optimizer::ParamSet* experts,
+                                                     bool with_tied_copies) {
   GTP_ASSIGN_OR_RETURN(comm::Communicator * replicate, pgs.Get("replicate"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get("data_cp"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   std::vector<TensorPiece> out;
-  for (layers::ShardedParam* p : params.sharded) out.push_back(ShardPiece(p, *replicate));
+  for (layers::ShardedParam* p : params.sharded) {
+    if (p->tied_copy() && !with_tied_copies) continue;
+    out.push_back(ShardPiece(p, *replicate));
+  }
   if (experts != nullptr && !experts->sharded.empty()) {
     GTP_ASSIGN_OR_RETURN(comm::Communicator * edp, pgs.Get("edp"));
     for (layers::ShardedParam* p : experts->sharded) out.push_back(ShardPiece(p, *edp));
@@ -61,7 +65,8 @@ absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& 
 
 absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
-    const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts) {
+    const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts,
+    bool with_tied_copies) {
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
   struct Info {
@@ -73,7 +78,9 @@ absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
   std::map<std::string, Info> info;
   std::vector<layers::ShardedParam*> sharded = params.sharded;
   if (experts != nullptr) sharded.insert(sharded.end(), experts->sharded.begin(), experts->sharded.end());
+  std::map<std::string, bool> skip;  // state of tied copies (same name as the original)
   for (layers::ShardedParam* p : sharded) {
+    if (p->tied_copy() && !with_tied_copies) skip[p->name()] = true;
     const auto& L = p->global_layout();
     info[p->name()] = Info{p->cols(), std::clamp<int64_t>(p->rows() - p->shard_row_begin(), 0, p->shard_rows()),
                            p->shard_row_begin(), L, Shape{L.global_rows, L.global_cols}, 0, 1};
@@ -94,6 +101,7 @@ absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
   }
   std::vector<TensorPiece> out;
   for (const optimizer::StateTensor& st : opt.state_tensors()) {
+    if (skip.count(st.param)) continue;
     auto it = info.find(st.param);
     if (it == info.end()) return absl::InternalError("optimizer state for unknown param " + st.param);
     const Info& in = it->second;

@@ -7,6 +7,9 @@
 // every rank of "data_cp" with the same TP coordinate; the others by every
 // rank of "tp" × "data_cp". Keys are the parameter names. Expert weights
 // (MoE, `experts`): like GTP-sharded ones, with the "edp" group as replicas.
+// A pipeline's tied LM-head copy (ShardedParam::tied_copy) holds what the
+// first stage's wte.weight holds: it is left out unless `with_tied_copies`
+// (for loading, so that both copies are filled).
 #pragma once
 
 #include <vector>
@@ -21,7 +24,8 @@ namespace gtp::checkpoint {
 
 absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& params,
                                                      const parallel::ProcessGroupCollection& pgs,
-                                                     const optimizer::ParamSet* experts = nullptr);
+                                                     const optimizer::ParamSet* experts = nullptr,
+                                                     bool with_tied_copies = false);
 
 // The optimizer's state (exp_avg, exp_avg_sq, momentum, master) as pieces
 // keyed "<param>/<kind>", shaped like the param's global tensor: each state
@@ -30,6 +34,7 @@ absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& 
 // every TP (unless TP-sharded) and GTP rank: those split the writing.
 absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
-    const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts = nullptr);
+    const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts = nullptr,
+    bool with_tied_copies = false);
 
 }  // namespace gtp::checkpoint

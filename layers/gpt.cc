@@ -95,18 +95,47 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   m->v_real_ = std::clamp<int64_t>(c.vocab_size - m->vocab_start_, 0, m->v_tp_);
   m->chain_ = std::make_unique<GtpChain>(exec, gtp_options);
   const int64_t C = c.block.n_embd;
+  // Pipeline part: layers [first, last) (see PipelinePart).
+  const PipelinePart& pp = c.pipeline;
+  if (pp.count < 1 || pp.index < 0 || pp.index >= pp.count) {
+    return Bad(absl::StrCat("pipeline part ", pp.index, " of ", pp.count));
+  }
+  int first = 0, last = c.n_layer;
+  if (!pp.boundaries.empty()) {
+    if (static_cast<int>(pp.boundaries.size()) != pp.count || pp.boundaries[0] != 0 ||
+        !std::is_sorted(pp.boundaries.begin(), pp.boundaries.end()) ||
+        pp.boundaries.back() >= c.n_layer ||
+        std::adjacent_find(pp.boundaries.begin(), pp.boundaries.end()) != pp.boundaries.end()) {
+      return Bad(absl::StrCat("pipeline boundaries must be ", pp.count,
+                              " increasing first layers starting at 0, below n_layer ", c.n_layer));
+    }
+    first = pp.boundaries[pp.index];
+    last = pp.index + 1 < pp.count ? pp.boundaries[pp.index + 1] : c.n_layer;
+  } else {
+    if (c.n_layer % pp.count != 0) {
+      return Bad(absl::StrCat("n_layer ", c.n_layer, " is not divisible by the ", pp.count,
+                              " pipeline stages (PP × VPP); set pipeline boundaries or change "
+                              "the layer count"));
+    }
+    first = pp.index * (c.n_layer / pp.count);
+    last = first + c.n_layer / pp.count;
+  }
+  const bool has_embed = pp.index == 0, has_head = pp.index == pp.count - 1;
+  m->first_layer_ = first;
 
   const DType dt = c.block.dtype;
-  m->wte_ = std::make_unique<ShardedParam>("wte.weight", m->v_tp_, C, dt, gtp, m->chain_.get());
-  m->wte_->set_gathered_in_backward(false);  // lookups' backward is a scatter-add
-  // Tied: the LM head uses wte again after the last block (forward) and
-  // before it (backward); the chain prefetches it there.
-  if (c.tied_embeddings) m->chain_->set_tail(m->wte_.get());
   const int64_t vstart = m->vocab_start_;
   const ShardedParam::GlobalLayout vocab_layout{v_pad, C, [vstart](int64_t r) { return vstart + r; }, 0};
-  InitShardFromGlobal(*m->wte_, vocab_layout, c.block.seed, c.block.init_std);
-  m->sharded_.push_back(m->wte_.get());
-  if (c.learned_positions) {
+  if (has_embed) {
+    m->wte_ = std::make_unique<ShardedParam>("wte.weight", m->v_tp_, C, dt, gtp, m->chain_.get());
+    m->wte_->set_gathered_in_backward(false);  // lookups' backward is a scatter-add
+    // Tied: the LM head uses wte again after the last block (forward) and
+    // before it (backward); the chain prefetches it there.
+    if (c.tied_embeddings && has_head) m->chain_->set_tail(m->wte_.get());
+    InitShardFromGlobal(*m->wte_, vocab_layout, c.block.seed, c.block.init_std);
+    m->sharded_.push_back(m->wte_.get());
+  }
+  if (has_embed && c.learned_positions) {
     std::vector<float> pe(c.max_seq_len * C);
     const uint64_t key = KeyFromName("wpe.weight", c.block.seed);
     for (size_t i = 0; i < pe.size(); ++i) pe[i] = 0.5f * c.block.init_std * PhiloxNormal(key, i);
@@ -118,39 +147,48 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     for (int64_t i = 0; i < m->rows_local_; ++i) pos[i] = static_cast<int32_t>((m->row0_ + i) % T);
     m->pos_ids_ = ToDevice(exec, pos, {m->rows_local_});
   }
-  for (int l = 0; l < c.n_layer; ++l) {
+  for (int l = first; l < last; ++l) {
     GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
                                                m->chain_.get(), c.block.moe.IsMoeLayer(l)));
-    const size_t first = m->sharded_.size(), first_expert = m->experts_.size();
+    const size_t first_sharded = m->sharded_.size(), first_expert = m->experts_.size();
     b->CollectParams(&m->sharded_, &m->replicated_, &m->experts_);
     if (b->moe()) m->moe_layers_.push_back(b->moe());
-    if (c.block.recompute) {
-      for (size_t i = first; i < m->sharded_.size(); ++i) m->sharded_[i]->set_recompute_group(l);
+    // Recompute groups: a block's weights prefetch among themselves when it
+    // is re-run (activation recompute, and the pipeline's stage recompute).
+    if (c.block.recompute || pp.count > 1) {
+      for (size_t i = first_sharded; i < m->sharded_.size(); ++i) m->sharded_[i]->set_recompute_group(l);
       for (size_t i = first_expert; i < m->experts_.size(); ++i) {
         m->experts_[i]->set_recompute_group(l);
       }
     }
     m->blocks_.push_back(std::move(b));
   }
-  m->ln_f_ = std::make_unique<Norm>("ln_f", c.block, tp, exec);
-  for (ReplicatedParam* p : m->ln_f_->params()) m->replicated_.push_back(p);
   m->loss_acc_ = exec.Zeros({1});
   m->count_ = exec.Zeros({1});
-  if (!c.tied_embeddings) {
-    m->lm_head_ = std::make_unique<ShardedParam>("lm_head.weight", m->v_tp_, C, dt, gtp,
-                                                 m->chain_.get());
+  if (!has_head) return m;
+  m->ln_f_ = std::make_unique<Norm>("ln_f", c.block, tp, exec);
+  for (ReplicatedParam* p : m->ln_f_->params()) m->replicated_.push_back(p);
+  if (!c.tied_embeddings || !has_embed) {
+    // Untied: lm_head.weight. Tied with the embedding on another stage: this
+    // stage's copy of wte.weight (same initial values, summed gradients).
+    const bool copy = c.tied_embeddings;
+    m->lm_head_ = std::make_unique<ShardedParam>(copy ? "wte.weight" : "lm_head.weight", m->v_tp_,
+                                                 C, dt, gtp, m->chain_.get());
+    m->lm_head_->set_tied_copy(copy);
     InitShardFromGlobal(*m->lm_head_, vocab_layout, c.block.seed, c.block.init_std);
     m->sharded_.push_back(m->lm_head_.get());
   }
   return m;
 }
 
-absl::StatusOr<Tensor> GptModel::EmbedForward(const Tensor& tokens) {
+absl::StatusOr<Tensor> GptModel::EmbedForward(const Tensor& tokens, Direction dir) {
   const int64_t N = B_ * T_, C = config_.block.n_embd;
-  GTP_ASSIGN_OR_RETURN(Tensor table, wte_->Materialize(Direction::kForward));
+  // A pipeline recompute gathers on its own slot: a forward-slot prefetch
+  // issued now would outlive this step's weights.
+  GTP_ASSIGN_OR_RETURN(Tensor table, wte_->Materialize(dir));
   Tensor x = exec_.Empty({N, C}, config_.block.dtype);
   ops::EmbeddingForward(exec_, tokens, table.Slice(0, v_real_), x, vocab_start_);
-  wte_->Release(Direction::kForward);
+  wte_->Release(dir);
   // Each TP rank looked up only its vocabulary slice: sum (SP: scatter rows).
   if (sp_) {
     GTP_ASSIGN_OR_RETURN(x, ReduceScatterRows(exec_, *tp_, x));
@@ -180,22 +218,43 @@ absl::Status GptModel::EmbedBackward(const Tensor& dx) {
 
 absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets,
                                     bool backward_follows) {
-  const int64_t N = B_ * T_;
-  if (tokens.numel() != N || targets.numel() != N) {
-    return Bad(absl::StrCat("tokens/targets must have B·T = ", N, " elements, got ",
-                            tokens.ToString(), " / ", targets.ToString()));
+  if (!has_embedding() || !has_head()) {
+    return absl::FailedPreconditionError("ForwardAsync on a pipeline part: use ForwardPart");
   }
-  tokens_ = tokens.View({N});
-  targets_ = targets.View({N});
+  return ForwardPart(tokens, Tensor(), targets, backward_follows).status();
+}
+
+absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor& input,
+                                             const Tensor& targets, bool backward_follows,
+                                             bool recompute) {
+  const int64_t N = B_ * T_;
+  const Direction dir = recompute ? Direction::kRecompute : Direction::kForward;
   Tensor x;
-  {
+  if (has_embedding()) {
+    if (tokens.numel() != N) {
+      return Bad(absl::StrCat("tokens must have B·T = ", N, " elements, got ", tokens.ToString()));
+    }
+    tokens_ = tokens.View({N});
     Timeline::Scope span(timeline_, "embed", exec_.stream);
-    GTP_ASSIGN_OR_RETURN(x, EmbedForward(tokens_));
+    GTP_ASSIGN_OR_RETURN(x, EmbedForward(tokens_, dir));
+  } else {
+    if (input.rank() != 2 || input.dim(0) != rows_local_ || input.dim(1) != config_.block.n_embd) {
+      return Bad(absl::StrCat("pipeline input must be [", rows_local_, ", ", config_.block.n_embd,
+                              "], got ", input.ToString()));
+    }
+    x = input;
   }
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    Timeline::Scope span(timeline_, absl::StrCat("h.", l, " fwd"), exec_.stream);
-    GTP_ASSIGN_OR_RETURN(x, blocks_[l]->Forward(x));
+    Timeline::Scope span(timeline_, absl::StrCat("h.", first_layer_ + l, " fwd"), exec_.stream);
+    GTP_ASSIGN_OR_RETURN(x, blocks_[l]->Forward(x, dir));
   }
+  if (!has_head()) return x;
+  if (targets.numel() != N) {
+    return Bad(absl::StrCat("targets must have B·T = ", N, " elements, got ", targets.ToString()));
+  }
+  targets_ = targets.View({N});
+  // A recomputed micro-batch's loss was counted by its first forward.
+  Tensor acc = recompute ? exec_.Zeros({1}) : loss_acc_;
   Timeline::Scope head_span(timeline_, "head+loss fwd", exec_.stream);
   Tensor h = ln_f_->Forward(x);
   if (sp_) {
@@ -204,7 +263,7 @@ absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets,
     h_f_ = h;
   }
   ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
-  GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(Direction::kForward, /*prefetch=*/lm_head_ != nullptr));
+  GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(dir, /*prefetch=*/lm_head_ != nullptr));
   // Over the padded vocabulary slice (v_tp_, a multiple of 128 / TP): aligned
   // rows for the GEMM and the loss kernels; the pad columns are masked there.
   logits_ = exec_.Empty({N, v_tp_}, config_.block.dtype);
@@ -212,7 +271,7 @@ absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets,
     Timeline::Scope span(timeline_, "lm_head gemm", exec_.stream);
     ops::Linear(exec_, h_f_, w.Slice(0, v_tp_), logits_);
   }
-  head->Release(Direction::kForward);
+  head->Release(dir);
   Timeline::Scope ce_span(timeline_, "cross-entropy", exec_.stream);
   logits_are_grad_ = backward_follows && tp_->size() == 1;
   if (logits_are_grad_) {
@@ -226,9 +285,9 @@ absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets,
       ops::FillReciprocal(exec_, count_, dloss);
     }
     ops::CrossEntropyFused(exec_, logits_, targets_, dloss, loss, v_real_);
-    ops::MaskedMeanAccumulate(exec_, loss, targets_, loss_acc_, count_);
+    ops::MaskedMeanAccumulate(exec_, loss, targets_, acc, count_);
     n_valid_ = -1;
-    return absl::OkStatus();
+    return Tensor();
   }
   // Vocab-parallel cross-entropy: max and target logit, then Σexp, over TP.
   row_max_ = exec_.Empty({N});
@@ -244,9 +303,24 @@ absl::Status GptModel::ForwardAsync(const Tensor& tokens, const Tensor& targets,
   GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, sumexp_));
   ops::CrossEntropyLoss(exec_, row_max_, sumexp_, target_logit, targets_, loss);
   // On the device: count_ = valid targets, loss_acc_ += this lane's mean.
-  ops::MaskedMeanAccumulate(exec_, loss, targets_, loss_acc_, count_);
+  ops::MaskedMeanAccumulate(exec_, loss, targets_, acc, count_);
   n_valid_ = -1;  // known on the device only
-  return absl::OkStatus();
+  return Tensor();
+}
+
+void GptModel::DropActivations() {
+  for (auto& b : blocks_) b->DropActivations();
+  if (ln_f_) ln_f_->DropActivations();
+  h_f_ = logits_ = row_max_ = sumexp_ = Tensor();
+  logits_are_grad_ = false;
+}
+
+absl::Status GptModel::SyncTiedEmbedding(comm::Communicator& embd) {
+  if (!tied_across_stages() || embd.size() == 1) return absl::OkStatus();
+  ShardedParam* w = has_embedding() ? wte_.get() : lm_head_.get();
+  if (w == nullptr) return absl::OkStatus();
+  const Tensor& g = w->main_grad();
+  return AllReduceSum(embd, g);
 }
 
 absl::StatusOr<float> GptModel::Forward(const Tensor& tokens, const Tensor& targets) {
@@ -265,6 +339,37 @@ absl::StatusOr<float> GptModel::TakeLossSum() {
 }
 
 absl::Status GptModel::Backward() {
+  if (!has_embedding() || !has_head()) {
+    return absl::FailedPreconditionError("Backward on a pipeline part: use BackwardPart");
+  }
+  return BackwardPart().status();
+}
+
+absl::StatusOr<Tensor> GptModel::BackwardPart(const Tensor& dout) {
+  Tensor dx;
+  if (has_head()) {
+    GTP_ASSIGN_OR_RETURN(dx, HeadBackward());
+  } else {
+    if (dout.rank() != 2 || dout.dim(0) != rows_local_) {
+      return Bad(absl::StrCat("pipeline output gradient must be [", rows_local_, ", C], got ",
+                              dout.ToString()));
+    }
+    dx = dout;
+  }
+  for (size_t l = blocks_.size(); l-- > 0;) {
+    Timeline::Scope span(timeline_, absl::StrCat("h.", first_layer_ + l, " bwd"), exec_.stream);
+    GTP_ASSIGN_OR_RETURN(dx, blocks_[l]->Backward(dx));
+  }
+  if (has_embedding()) {
+    Timeline::Scope span(timeline_, "embed bwd", exec_.stream);
+    GTP_RETURN_IF_ERROR(EmbedBackward(dx));
+    dx = Tensor();
+  }
+  GTP_RETURN_IF_ERROR(chain_->FinishBackward());
+  return dx;
+}
+
+absl::StatusOr<Tensor> GptModel::HeadBackward() {
   const int64_t N = B_ * T_, C = config_.block.n_embd;
   if (!logits_.defined()) return absl::FailedPreconditionError("Backward without Forward");
   std::optional<Timeline::Scope> head_span;
@@ -305,15 +410,7 @@ absl::Status GptModel::Backward() {
   } else {
     GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, dh));
   }
-  Tensor dx = ln_f_->Backward(dh);
-  head_span.reset();
-  for (size_t l = blocks_.size(); l-- > 0;) {
-    Timeline::Scope span(timeline_, absl::StrCat("h.", l, " bwd"), exec_.stream);
-    GTP_ASSIGN_OR_RETURN(dx, blocks_[l]->Backward(dx));
-  }
-  Timeline::Scope span(timeline_, "embed bwd", exec_.stream);
-  GTP_RETURN_IF_ERROR(EmbedBackward(dx));
-  return chain_->FinishBackward();
+  return ln_f_->Backward(dh);
 }
 
 absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(comm::Communicator& world, int lanes,
@@ -394,7 +491,7 @@ absl::Status GptModel::LoadGlobal(const std::string& name, const float* data, co
   for (ShardedParam* p : all) {
     if (p->name() != name) continue;
     const auto& L = p->global_layout();
-    const bool vocab = p == wte_.get() || p == lm_head_.get();
+    const bool vocab = (wte_ && p == wte_.get()) || (lm_head_ && p == lm_head_.get());
     const bool ok = shape.rank() == 2 && shape[1] == L.global_cols &&
                     (shape[0] == L.global_rows ||
                      (vocab && shape[0] == config_.vocab_size));

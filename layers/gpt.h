@@ -39,6 +39,21 @@ namespace gtp::layers {
 // the optimizer divides once by the global token count).
 enum class LossReduction { kMean, kSum };
 
+// Which part of the layer stack this model holds (pipeline parallelism):
+// part `index` of `count` virtual stages (PP · VPP). Part 0 has the
+// embedding, part count−1 the final norm and LM head; layers split evenly
+// (n_layer divisible by count), or at `boundaries` (count first-layer
+// indices, boundaries[0] = 0, increasing). Blocks keep their global names
+// ("h.<layer>"). With tied embeddings the last part holds its own copy of
+// "wte.weight" for the head (ShardedParam::tied_copy): its gradient is
+// summed with the first part's over the "embd" group (SyncTiedEmbedding)
+// and both copies take identical optimizer steps.
+struct PipelinePart {
+  int index = 0;
+  int count = 1;
+  std::vector<int> boundaries;
+};
+
 struct GptConfig {
   int64_t vocab_size = 0;
   int64_t max_seq_len = 0;
@@ -48,6 +63,7 @@ struct GptConfig {
   bool learned_positions = true;
   int64_t vocab_pad_multiple = 128;
   LossReduction loss_reduction = LossReduction::kMean;
+  PipelinePart pipeline;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
   static GptConfig Gpt2(int64_t vocab = 50257, int64_t seq = 1024, int layers = 12,
@@ -84,6 +100,38 @@ class GptModel {
   // over the lanes of a GTP group) and the replicated params' grads (local to
   // this lane). Finishes every pending reduction before returning.
   absl::Status Backward();
+  // Pipeline parts (config().pipeline): one micro-batch through this part.
+  // The first part reads `tokens` (`input` ignored); the others read
+  // `input`, the previous part's output [N or N_tp, C]. The last part reads
+  // `targets` and accumulates the loss like ForwardAsync, returning an empty
+  // tensor; the others return their output. `recompute`: a re-run of a
+  // micro-batch whose activations were dropped (DropActivations) —
+  // gathers on the recompute slot, nothing accumulated or counted again.
+  // A single-part model is ForwardPart + BackwardPart = ForwardAsync + Backward.
+  absl::StatusOr<Tensor> ForwardPart(const Tensor& tokens, const Tensor& input,
+                                     const Tensor& targets, bool backward_follows = false,
+                                     bool recompute = false);
+  // Backward of the last ForwardPart: the last part differentiates its loss
+  // (`dout` ignored), the others take the gradient of their output. Returns
+  // the gradient of `input` (empty on the first part). Finishes the
+  // pending GTP reductions like Backward.
+  absl::StatusOr<Tensor> BackwardPart(const Tensor& dout = Tensor());
+  // Forgets every saved activation (a pipeline stage keeps only inputs).
+  void DropActivations();
+  bool has_embedding() const { return wte_ != nullptr; }
+  bool has_head() const { return ln_f_ != nullptr; }
+  // Rows of this rank's activations [rows, C] between parts.
+  int64_t activation_rows() const { return rows_local_; }
+  // Tied embeddings split over pipeline stages: sums wte.weight's main grad
+  // (the embedding's part on the first stage, the head's on the last) over
+  // `embd` (the first and last stage). Call after the last micro-batch's
+  // backward, before the gradient buffer reduces (its overlap must be off).
+  // No-op unless this part holds a wte that another part shares. Blocks.
+  absl::Status SyncTiedEmbedding(comm::Communicator& embd);
+  bool tied_across_stages() const {
+    return config_.tied_embeddings && config_.pipeline.count > 1 && (has_embedding() || has_head());
+  }
+
   // Logits of the last Forward: [B·T, V_pad/TP] on this TP rank; its first
   // vocab_local() columns are columns [vocab_start(), vocab_start() +
   // vocab_local()) of the vocabulary, the rest vocabulary padding.
@@ -136,12 +184,15 @@ class GptModel {
 
  private:
   GptModel() = default;
-  absl::StatusOr<Tensor> EmbedForward(const Tensor& tokens);
+  absl::StatusOr<Tensor> EmbedForward(const Tensor& tokens, Direction dir);
   absl::Status EmbedBackward(const Tensor& dx);
+  // The loss's backward through the head and ln_f: the last block's output gradient.
+  absl::StatusOr<Tensor> HeadBackward();
 
   GptConfig config_;
   kernels::Exec exec_;
   int64_t B_ = 0, T_ = 0, rows_local_ = 0, row0_ = 0;
+  int first_layer_ = 0;  // global index of blocks_[0]
   int64_t v_tp_ = 0, v_real_ = 0, vocab_start_ = 0;
   comm::Communicator* tp_ = nullptr;
   bool sp_ = false;

@@ -284,6 +284,11 @@ class ShardedParam {
   // scatter-add) are skipped when choosing what to prefetch there.
   void set_gathered_in_backward(bool on) { gathered_in_backward_ = on; }
   bool gathered_in_backward() const { return gathered_in_backward_; }
+  // A copy of a weight another pipeline stage holds too (the tied LM head on
+  // the last stage): checkpoints save the first stage's copy only, and the
+  // global grad norm counts that one only.
+  void set_tied_copy(bool on) { tied_copy_ = on; }
+  bool tied_copy() const { return tied_copy_; }
   // Params of one recompute group (a block with activation recompute) are
   // prefetched among themselves during recomputation; -1: none.
   void set_recompute_group(int g) { recompute_group_ = g; }
@@ -343,6 +348,7 @@ class ShardedParam {
   std::function<void(ShardedParam&)> ready_hook_;
   bool registered_ = false;
   bool gathered_in_backward_ = true;
+  bool tied_copy_ = false;
   int recompute_group_ = -1;
   GlobalLayout layout_;
 };

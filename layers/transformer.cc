@@ -384,8 +384,8 @@ void Block::DropActivations() {
   if (moe_) moe_->DropActivations();
 }
 
-absl::StatusOr<Tensor> Block::Forward(const Tensor& x) {
-  GTP_ASSIGN_OR_RETURN(Tensor y, Run(x, Direction::kForward));
+absl::StatusOr<Tensor> Block::Forward(const Tensor& x, Direction dir) {
+  GTP_ASSIGN_OR_RETURN(Tensor y, Run(x, dir));
   if (recompute_) {
     x_in_ = x;
     DropActivations();

@@ -145,8 +145,11 @@ class Block {
                                                        int64_t T,
                                                        const parallel::ProcessGroupCollection& pgs,
                                                        GtpChain* chain, bool moe_layer = false);
-  absl::StatusOr<Tensor> Forward(const Tensor& x);
+  // dir kRecompute: a re-run whose gathers use the recompute slot (and MoE
+  // routing statistics are not counted again).
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
   absl::StatusOr<Tensor> Backward(const Tensor& dx2);
+  void DropActivations();
   // Expert weights go to `experts` (required for MoE blocks); the router
   // gate is a replicated param.
   void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl,
@@ -156,7 +159,6 @@ class Block {
  private:
   Block() = default;
   absl::StatusOr<Tensor> Run(const Tensor& x, Direction dir);
-  void DropActivations();
   kernels::Exec exec_;
   GtpChain* chain_ = nullptr;
   bool recompute_ = false;

@@ -44,7 +44,16 @@ Ranges LocalRanges(const GradBuffer& grads) {
   for (const Bucket& b : grads.buckets()) {
     auto [lo, hi] = grads.valid_range(b.index);
     if (!b.replicated) {
-      add(lo, hi, true);  // every sharded element counts; padding is zero
+      bool copies = false;  // a tied LM-head copy counts on the first stage only
+      for (int i : b.params) copies |= grads.params()[i].sharded->tied_copy();
+      if (!copies) {
+        add(lo, hi, true);  // every sharded element counts; padding is zero
+        continue;
+      }
+      for (int i : b.params) {
+        const GradParam& p = grads.params()[i];
+        add(std::max(lo, p.offset), std::min(hi, p.offset + p.numel), !p.sharded->tied_copy());
+      }
       continue;
     }
     for (int i : b.params) {

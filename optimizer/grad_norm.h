@@ -3,7 +3,9 @@
 // After GradBuffer::FinishGradSync every element of the model's gradient
 // lives, final, on one or more ranks. The global L2 norm counts each element
 // exactly once:
-//   - sharded params: once per (TP, GTP) shard — every rank counts its own;
+//   - sharded params: once per (TP, GTP) shard — every rank counts its own
+//     (a pipeline's tied LM-head copy, ShardedParam::tied_copy, not at all:
+//     the first stage counts that weight);
 //   - replicated params: once per GTP group (only GTP rank 0 counts), and
 //     TP-replicated ones (norms, row-parallel biases) once per TP group too
 //     (only TP rank 0), while TP-sharded ones (column-parallel biases) count

@@ -29,3 +29,32 @@ def axes_matrix(name, layouts, backends = ["local", "ucx"]):
                 data = [":axes_check", "//tools/gtprun"],
                 tags = ["axes", backend],
             )
+
+def pp_matrix(name, layouts, backends = ["local", "ucx"]):
+    """layouts: (tp, gtp, dp, pp, vpp, micro_batches, sp, llama) tuples; the
+    model has pp·vpp layers (at least 2) and every cell trains 10 steps.
+
+    GPT-2 cells (tied embeddings) compare parameters within 1e-3: the tied
+    weight's gradient is the sum of the first stage's embedding part and the
+    last stage's head part, added in another order than on one rank
+    ((h0 + e0) + (h1 + e1) there, (e0 + e1) + (h0 + h1) here), and SGD at
+    lr 0.5 amplifies that rounding over 10 steps (4 steps: within 1e-5).
+    Losses are compared within 1e-5 in every cell."""
+    for tp, gtp, dp, pp, vpp, mb, sp, llama in layouts:
+        base = "%s_tp%d_gtp%d_dp%d_pp%d_vpp%d_mb%d%s%s" % (name, tp, gtp, dp, pp, vpp, mb, "_sp" if sp else "", "_llama" if llama else "_gpt2")
+        flags = ["--tp=%d" % tp, "--gtp=%d" % gtp, "--dp=%d" % dp, "--pp=%d" % pp, "--vpp=%d" % vpp,
+                 "--micro_batches=%d" % mb, "--layers=%d" % max(2, pp * vpp), "--steps=10"]
+        if not llama:
+            flags.append("--param_tol=1e-3")
+        if sp:
+            flags.append("--sp")
+        if llama:
+            flags.append("--llama")
+        for backend in backends:
+            native.sh_test(
+                name = base + "_" + backend,
+                srcs = ["run_cell.sh"],
+                args = [backend, str(tp * gtp * dp * pp), "$(location :axes_check)", "$(location //tools/gtprun)"] + flags,
+                data = [":axes_check", "//tools/gtprun"],
+                tags = ["axes", backend],
+            )

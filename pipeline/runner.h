@@ -1,0 +1,64 @@
+// pipeline/runner.h — drives one rank's model parts through a pipeline
+// schedule (pipeline/schedule.h) for one training step.
+//
+//   PipelineRunner runner(chunks, pp_group, exec);   // chunks[c]: virtual stage c·P + stage
+//   GTP_ASSIGN_OR_RETURN(auto t, runner.Step(M, batch, before_backward));
+//
+// Activations between stages travel point-to-point over the "pp" group
+// (shape [rows, C] in the model dtype, known on both sides; tag from the
+// receiving virtual stage and the micro-batch); sends are asynchronous and
+// waited at the end of the step, receives block (that wait is the bubble).
+// Stage recompute: a part keeps only each in-flight micro-batch's input
+// and re-runs its forward (on the recompute gather slot) right before that
+// micro-batch's backward — except when the backward follows the forward at
+// once (the last stage in 1F1B), where the activations are used as they are.
+// The layers hold the activations of one micro-batch at a time; this is what
+// lets 1F1B keep several in flight.
+// Threading: the rank's training thread.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "core/kernels/ops.h"
+#include "layers/gpt.h"
+
+namespace gtp::pipeline {
+
+// One micro-batch's data: tokens and targets i32 [B, T] (read by the first
+// and the last part).
+struct MicroBatch {
+  Tensor tokens, targets;
+};
+
+struct StepTimes {
+  double total_ms = 0;
+  double wait_ms = 0;  // blocked receiving activations or gradients
+  double bubble() const { return total_ms > 0 ? wait_ms / total_ms : 0.0; }
+};
+
+class PipelineRunner {
+ public:
+  // chunks: this rank's parts in chunk order (vpp = chunks.size()); pp: the
+  // pipeline group (its rank is the stage). Not owned.
+  PipelineRunner(std::vector<layers::GptModel*> chunks, comm::Communicator* pp,
+                 const kernels::Exec& exec);
+
+  // One step of M micro-batches. batch(m) is asked for every micro-batch on
+  // every stage (only the first and last parts read it); before_backward(m)
+  // runs before this rank's first backward pass of micro-batch m (e.g.
+  // GradBuffer::StartMicrobatch). The last part's losses accumulate in its
+  // model (TakeLossSum). Collective over pp; blocks.
+  absl::StatusOr<StepTimes> Step(int M, const std::function<absl::StatusOr<MicroBatch>(int)>& batch,
+                                 const std::function<void(int)>& before_backward = nullptr);
+
+ private:
+  int vpp() const { return static_cast<int>(chunks_.size()); }
+  std::vector<layers::GptModel*> chunks_;
+  comm::Communicator* pp_;
+  kernels::Exec exec_;
+};
+
+}  // namespace gtp::pipeline
