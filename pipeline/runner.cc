@@ -62,6 +62,7 @@ absl::StatusOr<StepTimes> PipelineRunner::Step(
                            ops[i + 1].chunk == op.chunk && ops[i + 1].micro_batch == op.micro_batch;
       GTP_ASSIGN_OR_RETURN(Tensor out, part.ForwardPart(f.data.tokens, f.input, f.data.targets,
                                                         /*backward_follows=*/follows));
+      if (pass_hook_) pass_hook_(op);
       if (v < V - 1) GTP_RETURN_IF_ERROR(send(out, next, tag(v + 1, op.micro_batch, 0)));
       f.live = follows;
       if (!follows) part.DropActivations();
@@ -85,6 +86,7 @@ absl::StatusOr<StepTimes> PipelineRunner::Step(
                               .status());
     }
     GTP_ASSIGN_OR_RETURN(Tensor dx, part.BackwardPart(dout));
+    if (pass_hook_) pass_hook_(op);
     if (v > 0) GTP_RETURN_IF_ERROR(send(dx, prev, tag(v - 1, op.micro_batch, 1)));
     flight.erase(it);
   }

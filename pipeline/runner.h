@@ -24,11 +24,13 @@
 #include "comm/communicator.h"
 #include "core/kernels/ops.h"
 #include "layers/gpt.h"
+#include "pipeline/schedule.h"
 
 namespace gtp::pipeline {
 
 // One micro-batch's data: tokens and targets i32 [B, T] (read by the first
-// and the last part).
+// and the last part). They must stay valid until the step ends (a stage
+// re-reads them when it recomputes the micro-batch).
 struct MicroBatch {
   Tensor tokens, targets;
 };
@@ -54,11 +56,16 @@ class PipelineRunner {
   absl::StatusOr<StepTimes> Step(int M, const std::function<absl::StatusOr<MicroBatch>(int)>& batch,
                                  const std::function<void(int)>& before_backward = nullptr);
 
+  // Test hook: called after each pass's compute (e.g. to sleep, standing in
+  // for a compute-balanced model's passes).
+  void set_pass_hook(std::function<void(const PipelineOp&)> hook) { pass_hook_ = std::move(hook); }
+
  private:
   int vpp() const { return static_cast<int>(chunks_.size()); }
   std::vector<layers::GptModel*> chunks_;
   comm::Communicator* pp_;
   kernels::Exec exec_;
+  std::function<void(const PipelineOp&)> pass_hook_;
 };
 
 }  // namespace gtp::pipeline

@@ -166,6 +166,17 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (p->world_size() == 0) p->set_world_size(1);
   if (p->tp() == 0) p->set_tp(1);
   if (p->tp_num_weight_shards() == 0) p->set_tp_num_weight_shards(p->tp());
+  if (p->pp() == 0) p->set_pp(1);
+  if (p->vpp() == 0) p->set_vpp(1);
+  if (p->pp() < 1 || p->vpp() < 1) return Bad("parallel.pp and parallel.vpp must be ≥ 1");
+  if (p->vpp() > 1 && p->pp() == 1) return Bad("parallel.vpp > 1 needs parallel.pp > 1");
+  if (m->n_layer() % (p->pp() * p->vpp()) != 0) {
+    return Bad(absl::StrCat("model.n_layer (", m->n_layer(), ") must be divisible by parallel.pp × "
+                            "parallel.vpp = ", p->pp() * p->vpp()));
+  }
+  if (p->pp() > 1 && m->moe().num_experts() > 0) {
+    return Bad("MoE with pipeline parallelism is not built yet: set parallel.pp = 1");
+  }
   if (p->ep() == 0) p->set_ep(1);
   if (p->etp() == 0) p->set_etp(1);
   if (p->expert_tp_num_weight_shards() == 0) p->set_expert_tp_num_weight_shards(p->etp());

@@ -20,6 +20,8 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/model_state.h"
+#include "pipeline/runner.h"
+#include "pipeline/schedule.h"
 #include "comm/env/launch_env.h"
 #include "comm/local/local_communicator.h"
 #include "comm/nccl/nccl_communicator.h"
@@ -209,9 +211,11 @@ class RankRun {
     for (; step_ < steps;) {
       auto t0 = std::chrono::steady_clock::now();
       tl_ = step_ >= trace_from && step_ < trace_to ? &timeline_ : nullptr;
-      model_->set_timeline(tl_);
+      for (auto& part : parts_) {
+        part->set_timeline(tl_);
+        part->chain().exposed_comm().Reset();
+      }
       grads_->set_timeline(tl_);
-      model_->chain().exposed_comm().Reset();
       grads_->exposed_comm().Reset();
       if (expert_grads_) expert_grads_->exposed_comm().Reset();
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
@@ -244,10 +248,12 @@ class RankRun {
         GTP_RETURN_IF_ERROR(timeline_.Collect());
         if (step_ == trace_to || step_ == steps) GTP_RETURN_IF_ERROR(WriteTrace());
       }
-      double comm_ms = model_->chain().exposed_comm().ms() + grads_->exposed_comm().ms();
+      double comm_ms = grads_->exposed_comm().ms();
+      for (auto& part : parts_) comm_ms += part->chain().exposed_comm().ms();
       if (expert_grads_) comm_ms += expert_grads_->exposed_comm().ms();
       StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3),
                      comm_ms};
+      rec.bubble = runner_ ? bubble_ : -1.0;
       if (model_->has_moe()) {
         GTP_ASSIGN_OR_RETURN(rec.moe, model_->FinishMoeStep(world_, data_->size(),
                                                             static_cast<int>(sampler_->num_micro_batches())));
@@ -300,6 +306,7 @@ class RankRun {
     pc.ep = r_.parallel().ep();
     pc.etp = r_.parallel().etp();
     pc.expert_tp_num_weight_shards = r_.parallel().expert_tp_num_weight_shards();
+    pc.pp = r_.parallel().pp();
     parallel::ModelFacts facts;
     facts.seq_length = r_.model().seq_len();
     facts.num_attention_heads = r_.model().n_head();
@@ -311,13 +318,37 @@ class RankRun {
     layers::GtpOptions gtp_options;
     gtp_options.fp8_gather = r_.parallel().gtp_gather_dtype() == "fp8";
     gtp_options.bf16_reduce_scatter = r_.parallel().gtp_reduce_scatter_dtype() == "bf16";
-    GTP_ASSIGN_OR_RETURN(model_, layers::GptModel::Create(ModelConfig(r_), r_.train().micro_batch(),
-                                                          r_.model().seq_len(), *pgs_, exec_,
-                                                          gtp_options));
-    params_ = {model_->sharded_params(), model_->replicated_params()};
+    // Pipeline: this rank's model chunks, virtual stages c·PP + stage.
+    const int P = r_.parallel().pp(), vpp = r_.parallel().vpp();
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs_->Get("pp"));
+    pp_ = pp;
+    for (int c = 0; c < vpp; ++c) {
+      layers::GptConfig mc = ModelConfig(r_);
+      mc.pipeline.index = c * P + pp->rank();
+      mc.pipeline.count = P * vpp;
+      GTP_ASSIGN_OR_RETURN(auto part, layers::GptModel::Create(mc, r_.train().micro_batch(),
+                                                               r_.model().seq_len(), *pgs_, exec_,
+                                                               gtp_options));
+      parts_.push_back(std::move(part));
+    }
+    model_ = parts_.front().get();
+    for (auto& part : parts_) {
+      params_.sharded.insert(params_.sharded.end(), part->sharded_params().begin(),
+                             part->sharded_params().end());
+      params_.replicated.insert(params_.replicated.end(), part->replicated_params().begin(),
+                                part->replicated_params().end());
+    }
+    if (P > 1) {
+      std::vector<layers::GptModel*> raw;
+      for (auto& part : parts_) raw.push_back(part.get());
+      runner_ = std::make_unique<pipeline::PipelineRunner>(raw, pp, exec_);
+    }
     optimizer::OptimizerConfig oc = OptimConfig(r_);
     optimizer::GradBufferOptions go;
     if (oc.matrices == optimizer::MatrixOptimizer::kMuon) go.reduce = optimizer::ReduceMode::kAllReduce;
+    // A pipeline's tied embedding sums its stages' gradients before the
+    // data-parallel reduction (GptModel::SyncTiedEmbedding): no overlap.
+    if (P > 1) go.overlap = false;
     GTP_ASSIGN_OR_RETURN(grads_, optimizer::GradBuffer::Create(params_, *pgs_, exec_, go));
     std::vector<optimizer::GradBuffer*> buffers = {grads_.get()};
     experts_ = {model_->expert_params(), {}};
@@ -338,6 +369,16 @@ class RankRun {
     GTP_ASSIGN_OR_RETURN(data::DistributedSampler s,
                          data::DistributedSampler::Create(sc, data_->rank()));
     sampler_ = std::make_unique<data::DistributedSampler>(std::move(s));
+    if (P > 1) {
+      const int64_t M = sampler_->num_micro_batches();
+      if (M < P) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parallel.pp = ", P, " needs at least ", P, " micro-batches per step, got ", M,
+            " (train.global_batch / (train.micro_batch × ", data_->size(),
+            " data lanes)): raise train.global_batch"));
+      }
+      GTP_RETURN_IF_ERROR(pipeline::Schedule(P, pp->rank(), vpp, static_cast<int>(M)).status());
+    }
     ckpt_root_ = o_.run_dir + "/" + r_.checkpoint().dir();
     metrics_path_ = o_.run_dir + "/metrics.jsonl";
     int64_t n = 0;
@@ -368,7 +409,7 @@ class RankRun {
       }
     }
     std::printf(
-        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d (data lanes %d) | SP %s | %s on %s%s%s\n"
+        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d%s (data lanes %d) | SP %s | %s on %s%s%s\n"
         "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
         "(%.2fM on this rank)\n"
         "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
@@ -376,7 +417,13 @@ class RankRun {
         "run dir: %s\n",
         r_.name().c_str(), world_.size(), world_.backend().c_str(), r_.parallel().tp(),
         r_.parallel().tp_num_weight_shards() / r_.parallel().tp(),
-        world_.size() / r_.parallel().tp_num_weight_shards(), data_->size(),
+        world_.size() / r_.parallel().tp_num_weight_shards() / r_.parallel().pp(),
+        (r_.parallel().pp() > 1
+             ? absl::StrCat(" x PP ", r_.parallel().pp(),
+                            r_.parallel().vpp() > 1 ? absl::StrCat(" (VPP ", r_.parallel().vpp(), ")") : "")
+             : std::string())
+            .c_str(),
+        data_->size(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
         r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "",
         (AttentionNote() + (r_.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
@@ -448,6 +495,29 @@ class RankRun {
   absl::Status TrainStep() {
     const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
     const int64_t M = sampler_->num_micro_batches();
+    if (runner_) {
+      auto batch = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
+        GTP_ASSIGN_OR_RETURN(auto b, Batch(*train_, sampler_->MicroBatch(m)));
+        // The runner keeps every in-flight micro-batch's data until its
+        // backward; Batch's host tensors are a two-slot ring: copy them.
+        if (exec_.is_cuda()) return pipeline::MicroBatch{b.first, b.second};
+        pipeline::MicroBatch mb{exec_.Empty(b.first.shape(), DType::kI32),
+                                exec_.Empty(b.second.shape(), DType::kI32)};
+        GTP_RETURN_IF_ERROR(Copy(b.first, mb.tokens));
+        GTP_RETURN_IF_ERROR(Copy(b.second, mb.targets));
+        return mb;
+      };
+      // Never "last": an interleaved schedule finishes micro-batches out of
+      // order, and with the overlap off FinishGradSync reduces every bucket.
+      auto before = [&](int) { grads_->StartMicrobatch(/*last=*/false, B * T); };
+      GTP_ASSIGN_OR_RETURN(pipeline::StepTimes t, runner_->Step(static_cast<int>(M), batch, before));
+      bubble_ = t.bubble();
+      if (pgs_->Has("embd") && (*pgs_->Group("embd"))->is_member()) {
+        GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, pgs_->Get("embd"));
+        for (auto& part : parts_) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
+      }
+      return absl::OkStatus();
+    }
     for (int64_t m = 0; m < M; ++m) {
       grads_->StartMicrobatch(m == M - 1, B * T);
       if (expert_grads_) expert_grads_->StartMicrobatch(m == M - 1, B * T);
@@ -464,7 +534,7 @@ class RankRun {
   bool UseCudaGraphs() const {
     // MoE layers read their token counts on the host: not capturable.
     return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
-           opt_->CanEnqueueSteps() && !model_->has_moe();
+           opt_->CanEnqueueSteps() && !model_->has_moe() && runner_ == nullptr;
   }
 
   // One training step as a CUDA graph: the batches go into fixed device
@@ -523,7 +593,15 @@ class RankRun {
   // The global mean loss of the step TrainStep ran: one device read.
   absl::StatusOr<float> StepLoss() {
     const int64_t M = sampler_->num_micro_batches();
-    GTP_ASSIGN_OR_RETURN(const float sum, model_->TakeLossSum());
+    layers::GptModel& head = *parts_.back();
+    float sum = 0;
+    if (head.has_head()) {
+      GTP_ASSIGN_OR_RETURN(sum, head.TakeLossSum());
+    }
+    // The last pipeline stage holds the loss.
+    if (pp_->size() > 1) {
+      GTP_RETURN_IF_ERROR(comm::Run(pp_->Broadcast(&sum, 1, DType::kF32, pp_->size() - 1)));
+    }
     // Every rank of a data lane holds its lane's loss, and lanes have equal
     // ranks: the world mean is the mean over lanes.
     float loss = static_cast<float>(sum / M);
@@ -538,6 +616,7 @@ class RankRun {
     const int64_t B = r_.train().micro_batch();
     double sum = 0;
     const int64_t n = r_.train().eval_batches();
+    if (runner_) return EvaluatePipeline(B, n);
     for (int64_t i = 0; i < n; ++i) {
       std::vector<uint64_t> samples(B);
       for (int64_t b = 0; b < B; ++b) {
@@ -553,9 +632,54 @@ class RankRun {
     return loss;
   }
 
-  absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces() {
-    GTP_ASSIGN_OR_RETURN(auto pieces, checkpoint::ModelPieces(params_, *pgs_, &experts_));
-    GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_, &experts_));
+  // Forward-only pipeline over the validation micro-batches: each rank runs
+  // its chunks in virtual-stage order, every micro-batch per chunk.
+  absl::StatusOr<float> EvaluatePipeline(int64_t B, int64_t n) {
+    const int P = pp_->size(), s = pp_->rank(), V = P * static_cast<int>(parts_.size());
+    const int next = (s + 1) % P, prev = (s + P - 1) % P;
+    std::vector<std::pair<comm::WorkPtr, Tensor>> sends;
+    for (size_t c = 0; c < parts_.size(); ++c) {
+      layers::GptModel& part = *parts_[c];
+      const int v = static_cast<int>(c) * P + s;
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<uint64_t> samples(B);
+        for (int64_t b = 0; b < B; ++b) {
+          samples[b] = ((i * data_->size() + data_->rank()) * B + b) % valid_->samples_per_epoch();
+        }
+        GTP_ASSIGN_OR_RETURN(auto batch, Batch(*valid_, samples));
+        Tensor input;
+        if (v > 0) {
+          input = exec_.Empty({part.activation_rows(), r_.model().n_embd()}, part.config().block.dtype);
+          GTP_RETURN_IF_ERROR(comm::Run(pp_->Recv(input.raw_data(), input.numel(), input.dtype(),
+                                                  prev, static_cast<int>(v * n + i))));
+        }
+        GTP_ASSIGN_OR_RETURN(Tensor out, part.ForwardPart(batch.first, input, batch.second));
+        part.DropActivations();
+        if (v < V - 1) {
+          GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, pp_->Send(out.raw_data(), out.numel(), out.dtype(),
+                                                          next, static_cast<int>((v + 1) * n + i)));
+          sends.emplace_back(std::move(w), out);
+        }
+      }
+    }
+    for (auto& [w, t] : sends) GTP_RETURN_IF_ERROR(w->Wait());
+    float sum = 0;
+    if (parts_.back()->has_head()) {
+      GTP_ASSIGN_OR_RETURN(sum, parts_.back()->TakeLossSum());
+    }
+    GTP_RETURN_IF_ERROR(comm::Run(pp_->Broadcast(&sum, 1, DType::kF32, P - 1)));
+    float loss = static_cast<float>(sum / n);
+    GTP_RETURN_IF_ERROR(
+        comm::Run(host_.AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
+    return loss;
+  }
+
+  // with_tied_copies: a pipeline's head copy of wte is loaded, never saved.
+  absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(bool with_tied_copies = false) {
+    GTP_ASSIGN_OR_RETURN(auto pieces,
+                         checkpoint::ModelPieces(params_, *pgs_, &experts_, with_tied_copies));
+    GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_, &experts_,
+                                                                 with_tied_copies));
     // MoE expert biases: the same on every rank, which split the writing.
     for (auto& [name, t] : model_->moe_buffers()) {
       checkpoint::TensorPiece piece;
@@ -580,7 +704,8 @@ class RankRun {
     so.extra["optimizer_step"] = absl::StrCat(opt_->progress().step);
     so.extra["optimizer_skipped"] = absl::StrCat(opt_->progress().num_skipped);
     so.extra["layout"] = absl::StrCat("world=", world_.size(), " tp=", r_.parallel().tp(),
-                                      " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards());
+                                      " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards(),
+                                      " pp=", r_.parallel().pp(), " vpp=", r_.parallel().vpp());
     if (!r_.checkpoint().async_save()) return checkpoint::Save(ckpt_root_, pieces, host_, so);
     if (saver_ == nullptr) {
       std::vector<int> all(host_.size());
@@ -598,7 +723,7 @@ class RankRun {
       if (absl::IsNotFound(latest.status())) return absl::OkStatus();  // a fresh run
       return latest.status();  // damaged: never silently start over next to checkpoints
     }
-    GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
+    GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(/*with_tied_copies=*/true));
     GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
                          checkpoint::Load(ckpt_root_, std::nullopt, pieces, host_));
     for (layers::ShardedParam* p : params_.sharded) p->MarkUpdated();  // fp8 gathers re-quantise
@@ -645,6 +770,7 @@ class RankRun {
                               rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
                               rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss);
       }
+      if (rec.bubble >= 0) moe += absl::StrFormat("  bubble %.1f%%", 100 * rec.bubble);
       std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step"
                   "  comm %.1f ms%s%s  mem %s (peak %s)%s  ETA %.0fs\n",
                   static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
@@ -658,7 +784,7 @@ class RankRun {
     m << absl::StrFormat(
         "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"skipped\": %s, "
         "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_exposed_ms\": %.3f, \"mem_bytes\": %d, "
-        "\"peak_mem_bytes\": %d%s}\n",
+        "\"peak_mem_bytes\": %d%s%s}\n",
         rec.step, rec.loss, rec.lr, rec.grad_norm, rec.skipped ? "true" : "false", rec.ms,
         rec.tokens_per_s, rec.comm_exposed_ms, mem.bytes_in_use, mem.peak_bytes_in_use,
         model_->has_moe()
@@ -667,7 +793,8 @@ class RankRun {
                               "\"moe_aux_loss\": %.6g, \"moe_z_loss\": %.6g",
                               rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
                               rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss)
-            : std::string());
+            : std::string(),
+        rec.bubble >= 0 ? absl::StrFormat(", \"pipeline_bubble\": %.4f", rec.bubble) : std::string());
   }
 
   void ReportEval(float loss) {
@@ -691,7 +818,13 @@ class RankRun {
   TokenDump dump_{rank0() ? r_.train().dump_tokens() : std::string()};  // train.dump_tokens
   std::unique_ptr<parallel::ProcessGroupCollection> pgs_;
   comm::Communicator* data_ = nullptr;
-  std::unique_ptr<layers::GptModel> model_;
+  // This rank's model chunks (one unless parallel.vpp > 1) and the first;
+  // with pipeline stages the runner drives them.
+  std::vector<std::unique_ptr<layers::GptModel>> parts_;
+  layers::GptModel* model_ = nullptr;
+  std::unique_ptr<pipeline::PipelineRunner> runner_;
+  comm::Communicator* pp_ = nullptr;
+  double bubble_ = 0;  // the last step's pipeline bubble (time blocked receiving / step)
   optimizer::ParamSet params_;
   optimizer::ParamSet experts_;  // MoE expert weights (their own grad buffer)
   std::unique_ptr<optimizer::GradBuffer> grads_;

@@ -43,6 +43,9 @@ struct StepRecord {
   double comm_exposed_ms = 0;
   // MoE models: the step's routing figures (layers::GptModel::FinishMoeStep).
   layers::GptModel::MoeStats moe;
+  // Pipeline runs: the fraction of the step this rank blocked receiving
+  // activations or gradients (the bubble); −1 without pipeline stages.
+  double bubble = -1;
 };
 
 struct RunOptions {
