@@ -21,6 +21,7 @@
 // Only rank 0 prints. Every call is completed with Synchronize().
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -48,6 +49,9 @@ ABSL_FLAG(int64_t, max_bytes, 256 << 20, "Largest size.");
 ABSL_FLAG(int, iters, 0, "Timed calls per size; 0: 20 on GPUs, else 5 (2 above 64 MiB).");
 ABSL_FLAG(int, warmup, 2, "Untimed calls per size.");
 ABSL_FLAG(std::string, dtype, "f32", "f32 or bf16.");
+ABSL_FLAG(std::vector<std::string>, ops, {},
+          "Subset of p2p,p2p_bidir,all_gather,reduce_scatter,all_reduce to run (empty: all); "
+          "\"vs p2p\" needs p2p.");
 
 namespace gtp::comm {
 namespace {
@@ -90,6 +94,8 @@ absl::Status Bench(Communicator& c, const std::string& backend, Memory mem) {
   for (const std::string op : {"p2p", "p2p_bidir", "all_gather", "reduce_scatter", "all_reduce"}) {
     const bool p2p = op == "p2p" || op == "p2p_bidir";
     if (p2p && n < 2) continue;
+    const std::vector<std::string> only = absl::GetFlag(FLAGS_ops);
+    if (!only.empty() && std::find(only.begin(), only.end(), op) == only.end()) continue;
     for (int64_t size = absl::GetFlag(FLAGS_min_bytes); size <= absl::GetFlag(FLAGS_max_bytes);
          size *= 4) {
       const int64_t count = size / es / n;  // per-rank chunk

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -95,12 +96,15 @@ void Op::AddSend(Step& step, int peer, const void* buf, size_t bytes) {
   step.xfers.push_back(x);
 }
 
-void Op::AddRecv(Step& step, int peer, void* buf, size_t bytes) {
+void Op::AddRecv(Step& step, int peer, void* buf, size_t bytes, std::function<void()> task,
+                 int after) {
   Xfer x;
   x.op = this;
   x.peer = peer;
   x.buf = buf;
   x.bytes = bytes;
+  x.task = std::move(task);
+  x.after = after;
   const uint64_t src = static_cast<uint64_t>(peer);
   if (user_tag >= 0) {
     x.tag = Head(group->gid, kKindP2P) | (src << 32) | (static_cast<uint64_t>(user_tag) << 8) |
@@ -140,6 +144,7 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<KeyValueS
   std::shared_ptr<Engine> e(new Engine(std::move(store), std::move(server), config));
   GTP_RETURN_IF_ERROR(e->Connect());
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
+  e->task_thread_ = std::thread([p = e.get()] { p->TaskLoop(); });
   return e;
 }
 
@@ -249,6 +254,14 @@ Engine::~Engine() {
     (void)!write(wake_fd_, &one, sizeof(one));
     thread_.join();
   }
+  if (task_thread_.joinable()) {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+      cv_.SignalAll();
+    }
+    task_thread_.join();
+  }
   if (worker_) {
     ucp_worker_h w = worker_.get();
     if (abort_rx_.req != nullptr && !abort_rx_.done) ucp_request_cancel(w, abort_rx_.req);
@@ -341,6 +354,7 @@ absl::Status Engine::Wait(const std::shared_ptr<Op>& op, absl::Duration timeout)
   absl::MutexLock l(&mu_);
   absl::Time deadline = absl::Now() + timeout;
   while (!op->finished) {
+    if (RunTaskLocked()) continue;  // help: this thread would only sleep
     if (op->timeout_requested) {
       cv_.Wait(&mu_);
     } else if (cv_.WaitWithDeadline(&mu_, deadline) && !op->finished) {
@@ -372,6 +386,40 @@ void Engine::Register(const std::shared_ptr<Group>& group) {
 void Engine::Unregister(uint32_t gid) {
   absl::MutexLock l(&mu_);
   groups_.erase(gid);
+}
+
+// ---- tasks ------------------------------------------------------------------------------------
+
+void Engine::QueueTask(const std::shared_ptr<Op>& op, Xfer& x) {
+  x.task_queued = true;
+  op->tasks_pending.fetch_add(1, std::memory_order_relaxed);
+  absl::MutexLock l(&mu_);
+  tasks_.push_back({op, &x});
+  cv_.Signal();
+}
+
+bool Engine::RunTaskLocked() {
+  if (tasks_.empty()) return false;
+  Task t = std::move(tasks_.front());
+  tasks_.pop_front();
+  mu_.Unlock();
+  t.x->task();
+  // Release: the task's writes are visible to whoever sees the op finished
+  // or posts a receive into the same buffer.
+  t.x->task_done.v.store(true, std::memory_order_release);
+  t.op->tasks_pending.fetch_sub(1, std::memory_order_acq_rel);
+  uint64_t one = 1;  // the communication thread may post or finish now
+  (void)!write(wake_fd_, &one, sizeof(one));
+  t.op.reset();
+  mu_.Lock();
+  return true;
+}
+
+void Engine::TaskLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stop_) {
+    if (!RunTaskLocked()) cv_.Wait(&mu_);
+  }
 }
 
 // ---- communication thread -------------------------------------------------------------------
@@ -468,7 +516,10 @@ std::string Engine::Outstanding(const Op& op) const {
   if (op.cur < op.steps.size()) {
     for (const Xfer& x : op.steps[op.cur].xfers) {
       if (!x.done) {
-        who.push_back(absl::StrCat(op.group->Peer(x.peer), x.is_send ? " (not receiving)" : ""));
+        std::string w =
+            absl::StrCat(op.group->Peer(x.peer), x.is_send ? " (not receiving)" : "");
+        // A step's pieces all name the same few peers.
+        if (std::find(who.begin(), who.end(), w) == who.end()) who.push_back(std::move(w));
       }
     }
   }
@@ -517,10 +568,22 @@ void Engine::Start(const std::shared_ptr<Op>& op) {
 
 void Engine::Post(Op& op) {
   Step& st = op.steps[op.cur];
-  if (st.before) st.before();
+  if (!st.started) {
+    st.started = true;
+    st.unposted = st.xfers.size();
+    if (st.before) st.before();
+  }
   const Group& g = *op.group;
+  bool recv_blocked = false;  // receives are posted in order (they match in order)
   for (Xfer& x : st.xfers) {
+    if (x.posted) continue;
+    if (!x.is_send) {
+      recv_blocked = recv_blocked || (x.after >= 0 && !st.xfers[x.after].task_done.v.load(
+                                                          std::memory_order_acquire));
+      if (recv_blocked) continue;
+    }
     x.posted = true;
+    --st.unposted;
     Peer& peer = *peers_[g.world[x.peer]];
     if (peer.error != UCS_OK) {
       x.done = true;
@@ -606,14 +669,26 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
       bool recvs_pending = false;
       if (op->cur < op->steps.size()) {
         for (Xfer& x : op->steps[op->cur].xfers) {
-          if (x.posted && !x.done && !x.is_send) recvs_pending = true;
+          if (x.posted && !x.done && !x.is_send) {
+            // A receive UCX had matched before its sender died cannot be
+            // cancelled, and shared memory does not always fail it; once the
+            // peer is gone past the grace period nothing more can arrive
+            // for it, so it is left to the orphan list.
+            const Peer& peer = *peers_[op->group->world[x.peer]];
+            if (peer.error == UCS_OK || absl::Now() < peer.error_time + kPeerGoneGrace) {
+              recvs_pending = true;
+            }
+          }
           if (x.done && x.req != nullptr) {
             ucp_request_free(x.req);
             x.req = nullptr;
           }
         }
       }
-      if (!recvs_pending) Finish(op, GroupFailure(op->group->gid));
+      // Tasks write into the caller's buffers: they end before the op does.
+      if (!recvs_pending && op->tasks_pending.load(std::memory_order_acquire) == 0) {
+        Finish(op, GroupFailure(op->group->gid));
+      }
       return;
     }
     if (op->cur >= op->steps.size()) {
@@ -621,7 +696,7 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
       return;
     }
     Step& st = op->steps[op->cur];
-    if (st.xfers.empty() || !st.xfers[0].posted) Post(*op);
+    if (!st.started || st.unposted > 0) Post(*op);
     bool all_done = true;
     for (Xfer& x : st.xfers) {
       Peer& peer = *peers_[op->group->world[x.peer]];
@@ -654,9 +729,10 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
         FailGroup(op->group->gid, bad, true);
         break;
       }
+      if (x.task && !x.task_queued) QueueTask(op, x);
     }
     if (op->failed) continue;
-    if (!all_done) return;
+    if (!all_done || op->tasks_pending.load(std::memory_order_acquire) > 0) return;
     if (st.after) st.after();
     ++op->cur;
   }

@@ -3,9 +3,15 @@
 // collectives are compiled into. Not a public header.
 //
 // An Op is a list of Steps. A Step runs `before` (local work), posts its
-// transfers all at once, and when every transfer has completed (and was
-// checked: size, call signature) runs `after` and moves on. Everything in an
-// Op after Submit runs on the communication thread.
+// transfers (all at once, except receives that wait for an earlier
+// receive's task to free their buffer: Xfer::after), and when every
+// transfer has completed (and was
+// checked: size, call signature) and every task has run, runs `after` and
+// moves on. A receive may carry a task (e.g. reducing the piece it
+// received): it is queued as soon as that receive completed and was checked,
+// and runs off the communication thread — on the engine's task thread or on
+// a thread blocked in Wait — so it overlaps the step's other transfers.
+// Everything else in an Op after Submit runs on the communication thread.
 //
 // Tag layout (64 bits):
 //   collective: gid:14 | kind:2 (0) | seq:16 | src:16 | sig:16
@@ -17,6 +23,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -81,12 +88,31 @@ struct Xfer {
   bool posted = false, done = false;
   ucs_status_t status = UCS_OK;
   ucp_tag_recv_info_t info{};
+  // Receives only: runs once, after the receive completed and was checked,
+  // on the task thread or a waiting thread (not the communication thread).
+  std::function<void()> task;
+  bool task_queued = false;
+  // Set (release) by the thread that ran `task`.
+  struct Flag {
+    std::atomic<bool> v{false};
+    Flag() = default;
+    Flag(const Flag& o) : v(o.v.load()) {}
+    Flag& operator=(const Flag& o) {
+      v.store(o.v.load());
+      return *this;
+    }
+  } task_done;
+  // >= 0: posted only once the task of xfers[after] (same step) has run, so
+  // that this receive may reuse that one's buffer.
+  int after = -1;
 };
 
 struct Step {
   std::function<void()> before;
   std::vector<Xfer> xfers;
   std::function<void()> after;
+  bool started = false;  // `before` ran
+  size_t unposted = 0;   // xfers not posted yet (waiting for `after` ones)
 };
 
 struct Op {
@@ -99,13 +125,16 @@ struct Op {
 
   // Adds a transfer to `step`; tags follow the layout above.
   void AddSend(Step& step, int peer, const void* buf, size_t bytes);
-  void AddRecv(Step& step, int peer, void* buf, size_t bytes);
+  // `task` and `after`: see Xfer.
+  void AddRecv(Step& step, int peer, void* buf, size_t bytes,
+               std::function<void()> task = nullptr, int after = -1);
   // "group tp[0,1] (ucx): all_reduce(count=4, dtype=f32, op=sum) #7"
   std::string Label() const;
 
   // Engine state (communication thread only, except where noted).
   size_t cur = 0;
   int outstanding = 0;     // posted, not completed
+  std::atomic<int> tasks_pending{0};  // queued or running tasks
   bool failed = false;
   bool timeout_requested = false;  // guarded by Engine::mu_
   absl::Duration waited;           // guarded by Engine::mu_
@@ -122,7 +151,7 @@ class Engine {
     bool shared_memory = false;  // UcxOptions::shared_memory: make the data endpoints
   };
   // Creates the UCP worker, exchanges addresses through `store`, connects
-  // to every rank and starts the communication thread. Blocks.
+  // to every rank and starts the communication and task threads. Blocks.
   static absl::StatusOr<std::shared_ptr<Engine>> Create(std::shared_ptr<KeyValueStore> store,
                                                         std::unique_ptr<TcpStoreServer> server,
                                                         const Config& config);
@@ -157,6 +186,9 @@ class Engine {
     // and reports a peer's death. `data_ep` (Config::shared_memory) has none,
     // so UCX may use shared memory and CMA for a peer on this host: then
     // every transfer goes through it. Null when off or not made (then `ep`).
+    // (UCX_MM_ERROR_HANDLING=y with a short UCX_KEEPALIVE_INTERVAL would let
+    // `ep` use shared memory too, 3-4x faster, but UCX 1.13.1 then sometimes
+    // asserts in ucp_request_send_state_ff when a peer dies mid-transfer.)
     ucp_ep_h ep = nullptr;
     ucp_ep_h data_ep = nullptr;
     ucs_status_t error = UCS_OK;  // set by the endpoint's error handler
@@ -177,6 +209,10 @@ class Engine {
   absl::Status CheckXfer(const Op& op, const Xfer& x);
   void FailGroup(uint32_t gid, const absl::Status& st, bool tell_peers);
   void Finish(const std::shared_ptr<Op>& op, absl::Status st);
+  void QueueTask(const std::shared_ptr<Op>& op, Xfer& x);
+  // Runs the oldest queued task, if any, with mu_ released meanwhile.
+  bool RunTaskLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TaskLoop();
   void PostAbortRecv();
   void HandleAbort();
   void SendAborts(const Group& g, const absl::Status& st);
@@ -197,6 +233,7 @@ class Engine {
   std::vector<std::unique_ptr<Peer>> peers_;  // by world rank
   std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
   std::thread thread_;
+  std::thread task_thread_;  // runs tasks (so do threads blocked in Wait)
 
   // Communication thread only.
   std::vector<std::shared_ptr<Op>> active_;
@@ -210,6 +247,11 @@ class Engine {
   absl::CondVar cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::shared_ptr<Op>> incoming_ ABSL_GUARDED_BY(mu_);
+  struct Task {
+    std::shared_ptr<Op> op;
+    Xfer* x = nullptr;
+  };
+  std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, absl::Status> failures_ ABSL_GUARDED_BY(mu_);
 };

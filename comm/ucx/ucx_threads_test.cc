@@ -1,7 +1,9 @@
 // UCX worlds whose ranks are threads of this process (one UCP worker each,
 // sharing an InMemoryStore). The multi-process tests are in
 // ucx_multiprocess_test.cc.
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -70,6 +72,77 @@ TEST(UcxThreadsSharedMemory, ConformanceHolds) {
         /*shared_memory=*/true);
     for (size_t r = 0; r < results.size(); ++r) {
       EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+    }
+  }
+}
+
+// Reductions big enough for many pieces per ring step (more than the
+// piece-buffer window, odd tails): every element lands where it belongs.
+// Small integers, so any summation order is exact; bf16 checks the widened
+// partials. Shared memory on and off.
+absl::Status CheckPipelinedReductions(Communicator& c) {
+  const int n = c.size(), me = c.rank();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const int64_t count = (int64_t{9} << 20) / 4 + 333;  // per rank: 9 MiB of f32 partials
+    const size_t es = SizeOf(dt);
+    auto value = [](int rank, int64_t i) { return static_cast<float>((i * 7 + rank * 3) % 61); };
+    auto put = [&](std::vector<char>& buf, int64_t i, float v) {
+      if (dt == DType::kF32) {
+        std::memcpy(buf.data() + i * 4, &v, 4);
+      } else {
+        uint16_t b = F32ToBF16Bits(v);
+        std::memcpy(buf.data() + i * 2, &b, 2);
+      }
+    };
+    auto get = [&](const std::vector<char>& buf, int64_t i) {
+      if (dt == DType::kF32) {
+        float v;
+        std::memcpy(&v, buf.data() + i * 4, 4);
+        return v;
+      }
+      uint16_t b;
+      std::memcpy(&b, buf.data() + i * 2, 2);
+      return BF16BitsToF32(b);
+    };
+    std::vector<char> send(n * count * es), out(count * es);
+    for (int64_t i = 0; i < n * count; ++i) put(send, i, value(me, i));
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      GTP_RETURN_IF_ERROR(Run(c.ReduceScatter(send.data(), out.data(), count, dt, op)));
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t g = me * count + i;
+        float want = value(0, g);
+        for (int r = 1; r < n; ++r) {
+          want = op == ReduceOp::kSum ? want + value(r, g) : std::max(want, value(r, g));
+        }
+        if (get(out, i) != want) {
+          return absl::InternalError(absl::StrCat(DTypeName(dt), " ", ReduceOpName(op),
+                                                  " reduce_scatter: element ", i, " is ",
+                                                  get(out, i), ", want ", want));
+        }
+      }
+    }
+    std::vector<char> all = send;  // in place
+    GTP_RETURN_IF_ERROR(Run(c.AllReduce(all.data(), all.data(), n * count, dt, ReduceOp::kSum)));
+    for (int64_t i = 0; i < n * count; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += value(r, i);
+      if (get(all, i) != want) {
+        return absl::InternalError(absl::StrCat(DTypeName(dt), " all_reduce: element ", i, " is ",
+                                                get(all, i), ", want ", want));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+TEST(UcxThreads, PipelinedReductionsAreExact) {
+  for (bool shm : {false, true}) {
+    for (int n : {2, 3}) {
+      SCOPED_TRACE(absl::StrCat("n=", n, " shared_memory=", shm));
+      auto results = RunUcxThreads(n, CheckPipelinedReductions, absl::Seconds(60), shm);
+      for (size_t r = 0; r < results.size(); ++r) {
+        EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+      }
     }
   }
 }
