@@ -67,6 +67,26 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   GTP_RETURN_IF_ERROR(c.block.moe.Validate(c.n_layer));
   m->exec_ = exec;
   m->B_ = B;
+  m->T_full_ = T;
+  // Context parallelism: this rank holds 2 of the sequence's 2·CP chunks
+  // (layers/cp/ring_attention.h); its blocks see T/CP tokens per sequence.
+  if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * cpg, pgs.Get("cp"));
+    m->cp_ = cpg->size();
+    m->cp_rank_ = cpg->rank();
+  }
+  if (m->cp_ > 1) {
+    if (T % (2 * m->cp_) != 0) {
+      return Bad(absl::StrCat("context parallelism needs the sequence length ", T,
+                              " divisible by 2·CP = ", 2 * m->cp_));
+    }
+    if (c.block.rope) return Bad("RoPE with context parallelism is not built yet (use learned positions)");
+    if (exec.is_cuda() || c.block.dtype != DType::kF32) {
+      return Bad("context parallelism runs on the CPU in f32 only so far");
+    }
+    if (c.block.moe.enabled()) return Bad("MoE with context parallelism is not built yet");
+  }
+  T /= m->cp_;
   m->T_ = T;
   GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
@@ -144,7 +164,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
                               {c.max_seq_len, C, [](int64_t r) { return r; }, 0}};
     m->replicated_.push_back(&m->wpe_);
     std::vector<int32_t> pos(m->rows_local_);
-    for (int64_t i = 0; i < m->rows_local_; ++i) pos[i] = static_cast<int32_t>((m->row0_ + i) % T);
+    for (int64_t i = 0; i < m->rows_local_; ++i) {
+      pos[i] = static_cast<int32_t>(
+          cp::GlobalPosition(m->T_full_, m->cp_, m->cp_rank_, (m->row0_ + i) % T));
+    }
     m->pos_ids_ = ToDevice(exec, pos, {m->rows_local_});
   }
   for (int l = first; l < last; ++l) {
@@ -231,10 +254,11 @@ absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor&
   const Direction dir = recompute ? Direction::kRecompute : Direction::kForward;
   Tensor x;
   if (has_embedding()) {
-    if (tokens.numel() != N) {
+    const Tensor toks = LocalSequence(tokens);
+    if (toks.numel() != N) {
       return Bad(absl::StrCat("tokens must have B·T = ", N, " elements, got ", tokens.ToString()));
     }
-    tokens_ = tokens.View({N});
+    tokens_ = toks.View({N});
     Timeline::Scope span(timeline_, "embed", exec_.stream);
     GTP_ASSIGN_OR_RETURN(x, EmbedForward(tokens_, dir));
   } else {
@@ -249,10 +273,11 @@ absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor&
     GTP_ASSIGN_OR_RETURN(x, blocks_[l]->Forward(x, dir));
   }
   if (!has_head()) return x;
-  if (targets.numel() != N) {
+  const Tensor tgts = LocalSequence(targets);
+  if (tgts.numel() != N) {
     return Bad(absl::StrCat("targets must have B·T = ", N, " elements, got ", targets.ToString()));
   }
-  targets_ = targets.View({N});
+  targets_ = tgts.View({N});
   // A recomputed micro-batch's loss was counted by its first forward.
   Tensor acc = recompute ? exec_.Zeros({1}) : loss_acc_;
   Timeline::Scope head_span(timeline_, "head+loss fwd", exec_.stream);
@@ -306,6 +331,16 @@ absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor&
   ops::MaskedMeanAccumulate(exec_, loss, targets_, acc, count_);
   n_valid_ = -1;  // known on the device only
   return Tensor();
+}
+
+Tensor GptModel::LocalSequence(const Tensor& full) const {
+  if (cp_ == 1 || full.numel() != B_ * T_full_) return full;
+  Tensor out = exec_.Empty({B_, T_}, full.dtype());
+  const std::vector<int32_t> pos = cp::GlobalPositions(T_full_, cp_, cp_rank_);
+  for (int64_t b = 0; b < B_; ++b)
+    for (int64_t t = 0; t < T_; ++t)
+      out.data<int32_t>()[b * T_ + t] = full.data<int32_t>()[b * T_full_ + pos[t]];
+  return out;
 }
 
 void GptModel::DropActivations() {

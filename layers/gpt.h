@@ -17,7 +17,9 @@
 // untied embeddings.
 //
 // Data layout: each data lane (a (DP, GTP) coordinate) feeds its own B×T
-// tokens; all TP (and SP) ranks of a lane get the same tokens.
+// tokens; all TP (and SP) ranks of a lane get the same tokens. Under context
+// parallelism (CP) every CP rank of the lane is given the same [B, T] and
+// keeps its two load-balanced chunks of T/(2·CP) tokens (layers/cp).
 #pragma once
 
 #include <memory>
@@ -193,6 +195,11 @@ class GptModel {
   kernels::Exec exec_;
   int64_t B_ = 0, T_ = 0, rows_local_ = 0, row0_ = 0;
   int first_layer_ = 0;  // global index of blocks_[0]
+  int64_t T_full_ = 0;   // tokens per sequence (T_ is this rank's share under CP)
+  int cp_ = 1, cp_rank_ = 0;
+  // Under CP, this rank's 2 chunks of full [B, T] tokens/targets (host);
+  // anything else as it is.
+  Tensor LocalSequence(const Tensor& full) const;
   int64_t v_tp_ = 0, v_real_ = 0, vocab_start_ = 0;
   comm::Communicator* tp_ = nullptr;
   bool sp_ = false;

@@ -127,6 +127,14 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
                                   Lin(name + ".v", c, c.n_embd, kv, c.init_std, true), pgs, chain));
   GTP_ASSIGN_OR_RETURN(a->o_, RowParallelLinear::Create(
                                   Lin(name + ".o", c, c.n_embd, c.n_embd, ProjStd(c), false), pgs, chain));
+  // Context parallelism: T is this rank's share of the sequence.
+  if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get("cp"));
+    if (cp->size() > 1) {
+      a->ring_ = std::make_unique<cp::RingAttention>(cp, B, T * cp->size(), a->nh_tp_, a->nkv_tp_,
+                                                     a->hs_, chain->exec());
+    }
+  }
   return a;
 }
 
@@ -150,7 +158,9 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
     ops::RopeForward(e, k, k, config_.rope_theta);
   }
   Tensor y = e.Empty({B_, T_, nh_tp_, hs_}, config_.dtype);
-  if (config_.dtype == DType::kBF16) {
+  if (ring_) {
+    GTP_RETURN_IF_ERROR(ring_->Forward(q, k, v, y));
+  } else if (config_.dtype == DType::kBF16) {
     lse_ = e.Empty({B_, nh_tp_, T_});
     ops::FlashAttentionForward(e, q, k, v, y, lse_);
     y_ = y;
@@ -165,6 +175,7 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
 
 void Attention::DropActivations() {
   q_out_ = k_out_ = v_out_ = att_ = y_ = lse_ = Tensor();
+  if (ring_) ring_->DropActivations();
   q_->DropActivations();
   k_->DropActivations();
   v_->DropActivations();
@@ -186,7 +197,9 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   const Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
   const Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
   const Tensor dout4 = dy.View({B_, T_, nh_tp_, hs_});
-  if (dt == DType::kBF16) {
+  if (ring_) {
+    GTP_RETURN_IF_ERROR(ring_->Backward(dout4, dq, dk, dv));
+  } else if (dt == DType::kBF16) {
     ops::FlashAttentionBackward(e, dout4, q, k, v, y_, lse_, dq, dk, dv);
   } else {
     ops::AttentionBackward(e, dout4, q, k, v, att_, dq, dk, dv);

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/kernels/ops.h"
+#include "layers/cp/ring_attention.h"
 #include "layers/linear.h"
 #include "layers/moe/moe_layer.h"
 #include "layers/sharded_param.h"
@@ -108,6 +109,9 @@ class Attention {
   Tensor q_out_, k_out_, v_out_;
   Tensor att_;       // f32: probabilities [B, NH_tp, T, T]
   Tensor y_, lse_;   // bf16 (flash): output [B, T, NH_tp, HS], log-sum-exp [B, NH_tp, T]
+  // Context parallelism (the "cp" group > 1): T_ is this rank's share of the
+  // sequence and attention runs over the whole of it by ring exchange.
+  std::unique_ptr<cp::RingAttention> ring_;
 };
 
 class Mlp {

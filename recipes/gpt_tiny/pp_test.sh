@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline parallelism in the trainer (issue 14): gpt_tiny (4 layers, tied
+# Pipeline and context parallelism in the trainer (issue 14): gpt_tiny (4 layers, tied
 # embeddings, AdamW) for 12 steps on one rank, PP2, PP2·GTP2 and PP2·VPP2
 # (interleaved) gives the same losses (within 2e-4: the tied weight's two
 # gradient halves add in another order); the step line shows the bubble; a
@@ -43,6 +43,22 @@ for layout in "pp4:parallel.world_size=4,parallel.tp_num_weight_shards=1,paralle
   echo "$name: resumes the PP2·GTP2 checkpoint, steps 7..12 match"
 done
 
+# Context parallelism: CP2 (ring attention) and CP2·PP2 match one rank; a CP2 run resumes exactly.
+for layout in "cp2:parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,checkpoint.every=6" \
+              "cp2pp2:parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.cp=2,parallel.pp=2"; do
+  name="${layout%%:*}"
+  "$bin" --run_dir "$tmp/$name" --set "$small,${layout#*:}" > "$tmp/$name.log"
+  grep -q "CP 2" "$tmp/$name.log"
+  same one "$name" 1 2e-4
+  echo "$name: 12 steps match one rank"
+done
+mkdir -p "$tmp/r_cp2/checkpoints"
+cp -r "$tmp/cp2/checkpoints/iter_0000006" "$tmp/r_cp2/checkpoints/"
+echo 6 > "$tmp/r_cp2/checkpoints/latest"
+"$bin" --run_dir "$tmp/r_cp2" --set "$small,parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2" > "$tmp/r_cp2.log"
+same cp2 r_cp2 7 0
+echo "cp2: resumes exactly (steps 7..12 identical)"
+
 expect_error() {  # overrides, text the error must contain
   if "$bin" --run_dir "$tmp/bad" --set "$small,train.steps=2,$1" > "$tmp/bad.log" 2>&1; then
     echo "accepted: $1"; exit 1
@@ -53,4 +69,6 @@ expect_error "parallel.world_size=3,parallel.tp_num_weight_shards=1,parallel.pp=
 expect_error "parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.pp=4,train.global_batch=4" "needs at least 4 micro-batches"
 expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.vpp=2,train.global_batch=6" "multiple of the pipeline stages"
 expect_error "parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.vpp=2" "needs parallel.pp > 1"
-echo "pp: ok"
+expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,model.seq_len=30" "divisible by 2 × parallel.cp"
+expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,model.rope=true" "RoPE with context parallelism"
+echo "pp/cp: ok"

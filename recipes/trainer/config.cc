@@ -167,6 +167,11 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (p->tp() == 0) p->set_tp(1);
   if (p->tp_num_weight_shards() == 0) p->set_tp_num_weight_shards(p->tp());
   if (p->pp() == 0) p->set_pp(1);
+  if (p->cp() == 0) p->set_cp(1);
+  if (p->cp() > 1 && m->seq_len() % (2 * p->cp()) != 0) {
+    return Bad(absl::StrCat("model.seq_len (", m->seq_len(), ") must be divisible by 2 × parallel.cp = ",
+                            2 * p->cp(), " (each CP rank holds two load-balanced chunks)"));
+  }
   if (p->vpp() == 0) p->set_vpp(1);
   if (p->pp() < 1 || p->vpp() < 1) return Bad("parallel.pp and parallel.vpp must be ≥ 1");
   if (p->vpp() > 1 && p->pp() == 1) return Bad("parallel.vpp > 1 needs parallel.pp > 1");

@@ -307,6 +307,7 @@ class RankRun {
     pc.etp = r_.parallel().etp();
     pc.expert_tp_num_weight_shards = r_.parallel().expert_tp_num_weight_shards();
     pc.pp = r_.parallel().pp();
+    pc.cp = r_.parallel().cp();
     parallel::ModelFacts facts;
     facts.seq_length = r_.model().seq_len();
     facts.num_attention_heads = r_.model().n_head();
@@ -417,11 +418,12 @@ class RankRun {
         "run dir: %s\n",
         r_.name().c_str(), world_.size(), world_.backend().c_str(), r_.parallel().tp(),
         r_.parallel().tp_num_weight_shards() / r_.parallel().tp(),
-        world_.size() / r_.parallel().tp_num_weight_shards() / r_.parallel().pp(),
-        (r_.parallel().pp() > 1
+        world_.size() / r_.parallel().tp_num_weight_shards() / r_.parallel().pp() / r_.parallel().cp(),
+        (absl::StrCat(r_.parallel().cp() > 1 ? absl::StrCat(" x CP ", r_.parallel().cp()) : "") +
+         (r_.parallel().pp() > 1
              ? absl::StrCat(" x PP ", r_.parallel().pp(),
                             r_.parallel().vpp() > 1 ? absl::StrCat(" (VPP ", r_.parallel().vpp(), ")") : "")
-             : std::string())
+             : std::string()))
             .c_str(),
         data_->size(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
@@ -705,7 +707,8 @@ class RankRun {
     so.extra["optimizer_skipped"] = absl::StrCat(opt_->progress().num_skipped);
     so.extra["layout"] = absl::StrCat("world=", world_.size(), " tp=", r_.parallel().tp(),
                                       " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards(),
-                                      " pp=", r_.parallel().pp(), " vpp=", r_.parallel().vpp());
+                                      " pp=", r_.parallel().pp(), " vpp=", r_.parallel().vpp(),
+                                      " cp=", r_.parallel().cp());
     if (!r_.checkpoint().async_save()) return checkpoint::Save(ckpt_root_, pieces, host_, so);
     if (saver_ == nullptr) {
       std::vector<int> all(host_.size());

@@ -41,6 +41,7 @@ ABSL_FLAG(int, egtp, 1, "expert GTP size (--moe)");
 ABSL_FLAG(int, etp, 1, "expert tensor-parallel size (--moe)");
 ABSL_FLAG(int, steps, 4, "SGD steps");
 ABSL_FLAG(int, pp, 1, "pipeline stages");
+ABSL_FLAG(int, cp, 1, "context-parallel size (sequences split over CP ranks)");
 ABSL_FLAG(int, vpp, 1, "virtual stages (model chunks) per pipeline rank");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per step (the single-rank run takes the same)");
 ABSL_FLAG(int, layers, 2, "transformer layers");
@@ -52,7 +53,7 @@ namespace {
 constexpr int64_t kGlobalBatch = 8, kSeq = 8, kVocab = 97;
 
 struct Layout {
-  int tp = 1, gtp = 1, ep = 1, egtp = 1, etp = 1, pp = 1, vpp = 1;
+  int tp = 1, gtp = 1, ep = 1, egtp = 1, etp = 1, pp = 1, vpp = 1, cp = 1;
   int micro_batches = 1, layers = 2;
   bool sp = false, llama = false, moe = false;
 };
@@ -133,6 +134,7 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
   pc.tp_num_weight_shards = k.tp * k.gtp;
   pc.sequence_parallel = k.sp;
   pc.pp = k.pp;
+  pc.cp = k.cp;
   parallel::ModelFacts facts;
   if (k.moe) {
     pc.ep = k.ep;
@@ -206,7 +208,10 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
     }
     optimizer::SgdStep(ps, exec, 0.5f);
     optimizer::ZeroGrads(ps, exec);
-    GTP_RETURN_IF_ERROR(comm::Run(data->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
+      // The mean over the lanes and, under CP, over the sequence's CP shares.
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get("data_cp"));
+    GTP_RETURN_IF_ERROR(
+        comm::Run(data_cp->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
     result->losses.push_back(loss);
   }
   for (auto& m : chunks) StoreParams(*m, result);
@@ -282,12 +287,14 @@ int Main() {
   k.egtp = absl::GetFlag(FLAGS_egtp);
   k.etp = absl::GetFlag(FLAGS_etp);
   k.pp = absl::GetFlag(FLAGS_pp);
+  k.cp = absl::GetFlag(FLAGS_cp);
   k.vpp = absl::GetFlag(FLAGS_vpp);
   k.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   k.layers = absl::GetFlag(FLAGS_layers);
   std::string name = "tp" + std::to_string(tp) + "_gtp" + std::to_string(gtp) + "_dp" +
                      std::to_string(dp) + (k.sp ? "_sp" : "") + (k.llama ? "_llama" : "_gpt2");
   if (k.pp > 1) name += "_pp" + std::to_string(k.pp) + "_vpp" + std::to_string(k.vpp);
+  if (k.cp > 1) name += "_cp" + std::to_string(k.cp);
   if (k.moe) {
     name += "_moe_ep" + std::to_string(k.ep) + "_egtp" + std::to_string(k.egtp) + "_etp" +
             std::to_string(k.etp);
@@ -311,7 +318,7 @@ int Main() {
     if (st.ok()) st = Train(**world, k, &got);
     if (st.ok()) ok = Check(name, (*world)->rank(), got, ref, k.pp > 1);
   } else {
-    const int world = tp * gtp * dp * k.pp;
+    const int world = tp * gtp * dp * k.pp * k.cp;
     std::vector<RankResult> got(world);
     st = comm::RunRanks(world, [&](comm::Communicator& w) {
       return Train(w, k, &got[w.rank()]);
