@@ -139,50 +139,47 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
   return m;
 }
 
-absl::Status MoeLayer::Plan(const Routing& r) {
-  const int64_t n = r.n;
-  const int k = k_, P = ep_size_, el = e_loc_;
-  pos_.assign(n * k, -1);
-  perm_tok_.clear();
-  std::vector<std::vector<int64_t>> slots(E_);
-  for (int64_t s = 0; s < n * k; ++s)
-    if (r.expert[s] >= 0) slots[r.expert[s]].push_back(s);
-  std::vector<int32_t> send_cnt(static_cast<size_t>(P) * el, 0);
+absl::Status MoeLayer::Plan(const RouterOutput& r) {
+  const int P = ep_size_, el = e_loc_, R = etp_size_;
+  // One device buffer of the counts the host needs, read in one copy:
+  // [send: E per global expert | recv: P·el from each source | all: R·P·el,
+  // every ETP rank's recv (ETP: every rank of the group computes its hidden
+  // slice for the group's tokens)].
+  const int64_t nr = static_cast<int64_t>(P) * el, na = R * nr;
+  Tensor cnt = exec_.Empty({E_ + nr + na}, DType::kI32);
+  Tensor send = cnt.Slice(0, E_), recv = cnt.Slice(E_, E_ + nr),
+         all = cnt.Slice(E_ + nr, E_ + nr + na);
+  GTP_RETURN_IF_ERROR(Copy(r.counts, send, exec_.stream, /*sync=*/false));
+  if (P > 1) {
+    GTP_RETURN_IF_ERROR(
+        comm::Run(ep_->AllToAll(send.raw_data(), recv.raw_data(), el, DType::kI32)));
+  } else {
+    GTP_RETURN_IF_ERROR(Copy(send, recv, exec_.stream, /*sync=*/false));
+  }
+  if (R > 1) {
+    GTP_RETURN_IF_ERROR(
+        comm::Run(etp_->AllGather(recv.raw_data(), all.raw_data(), nr, DType::kI32)));
+  } else {
+    GTP_RETURN_IF_ERROR(Copy(recv, all, exec_.stream, /*sync=*/false));
+  }
+  const std::vector<int32_t> h = ToHost<int32_t>(exec_, cnt);  // the layer's one host sync
+  const int32_t* send_cnt = h.data();
+  const int32_t* recv_cnt = h.data() + E_;
+  const int32_t* all_cnt = h.data() + E_ + nr;
+  M_ = 0;
   send_rows_.assign(P, 0);
   for (int e = 0; e < E_; ++e) {
-    for (int64_t s : slots[e]) {
-      pos_[s] = static_cast<int32_t>(perm_tok_.size());
-      perm_tok_.push_back(static_cast<int32_t>(s / k));
-    }
-    send_cnt[e] = static_cast<int32_t>(slots[e].size());
-    send_rows_[e / el] += static_cast<int64_t>(slots[e].size());
-  }
-  std::vector<int32_t> recv_cnt = send_cnt;
-  if (P > 1) {
-    Tensor sd = ToDevice(exec_, send_cnt);
-    Tensor rd = exec_.Empty(sd.shape(), DType::kI32);
-    GTP_RETURN_IF_ERROR(comm::Run(ep_->AllToAll(sd.raw_data(), rd.raw_data(), el, DType::kI32)));
-    recv_cnt = ToHost<int32_t>(exec_, rd);
+    send_rows_[e / el] += send_cnt[e];
+    M_ += send_cnt[e];
   }
   recv_rows_.assign(P, 0);
   for (int src = 0; src < P; ++src)
     for (int i = 0; i < el; ++i) recv_rows_[src] += recv_cnt[src * el + i];
-  // With ETP every rank of the ETP group computes its hidden slice for the
-  // group's tokens: the ETP ranks' received blocks are gathered, [r][src][el].
-  const int R = etp_size_;
-  std::vector<int32_t> all_cnt = recv_cnt;
-  if (R > 1) {
-    Tensor sd = ToDevice(exec_, recv_cnt);
-    Tensor rd = exec_.Empty({static_cast<int64_t>(R) * P * el}, DType::kI32);
-    GTP_RETURN_IF_ERROR(comm::Run(etp_->AllGather(sd.raw_data(), rd.raw_data(), P * el, DType::kI32)));
-    all_cnt = ToHost<int32_t>(exec_, rd);
-  }
   etp_rows_.assign(R, 0);
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < P * el; ++b) etp_rows_[r] += all_cnt[r * P * el + b];
+  for (int q = 0; q < R; ++q)
+    for (int b = 0; b < P * el; ++b) etp_rows_[q] += all_cnt[q * P * el + b];
   // The experts want the rows [local expert][r][src].
-  reorder_.clear();
-  inv_reorder_.clear();
+  std::vector<int32_t> reorder, inv_reorder;
   ne_.assign(el, 0);
   if (P * R > 1) {
     std::vector<int64_t> block(static_cast<size_t>(R) * P * el + 1, 0);
@@ -190,15 +187,18 @@ absl::Status MoeLayer::Plan(const Routing& r) {
     for (int i = 0; i < el; ++i) {
       for (int rs = 0; rs < R * P; ++rs) {
         const int b = rs * el + i;
-        for (int64_t q = block[b]; q < block[b + 1]; ++q) reorder_.push_back(static_cast<int32_t>(q));
+        for (int64_t q = block[b]; q < block[b + 1]; ++q) reorder.push_back(static_cast<int32_t>(q));
         ne_[i] += all_cnt[b];
       }
     }
-    inv_reorder_.resize(reorder_.size());
-    for (size_t q = 0; q < reorder_.size(); ++q) inv_reorder_[reorder_[q]] = static_cast<int32_t>(q);
+    inv_reorder.resize(reorder.size());
+    for (size_t q = 0; q < reorder.size(); ++q) inv_reorder[reorder[q]] = static_cast<int32_t>(q);
   } else {
     for (int i = 0; i < el; ++i) ne_[i] = recv_cnt[i];
   }
+  // Uploaded once (no wait), for the forward's and the backward's gathers.
+  reorder_ = reorder.empty() ? Tensor() : ToDevice(exec_, reorder);
+  inv_reorder_ = inv_reorder.empty() ? Tensor() : ToDevice(exec_, inv_reorder);
   return absl::OkStatus();
 }
 
@@ -273,23 +273,23 @@ absl::StatusOr<Tensor> MoeLayer::EtpReduceScatter(const Tensor& y) {
   return out;
 }
 
-Tensor MoeLayer::GatherRows(const Tensor& x, const std::vector<int32_t>& idx) {
-  if (idx.empty()) return x;
-  Tensor out = exec_.Empty({static_cast<int64_t>(idx.size()), x.dim(1)}, x.dtype());
-  ops::EmbeddingForward(exec_, ToDevice(exec_, idx), x, out, 0);
+Tensor MoeLayer::GatherRows(const Tensor& x, const Tensor& idx) {
+  if (!idx.defined()) return x;
+  Tensor out = exec_.Empty({idx.numel(), x.dim(1)}, x.dtype());
+  ops::EmbeddingForward(exec_, idx, x, out, 0);
   return out;
 }
 
 absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = exec_;
-  const int64_t C = shape_.C, H = shape_.H;
+  const int64_t C = shape_.C;
   Tensor x = slice_ ? h.Slice(row0_, row0_ + rows_) : h;
-  GTP_ASSIGN_OR_RETURN(const Routing* r, router_->Forward(x, dir != Direction::kRecompute));
+  GTP_ASSIGN_OR_RETURN(const RouterOutput* r, router_->Forward(x, dir != Direction::kRecompute));
   GTP_RETURN_IF_ERROR(Plan(*r));
-  const int64_t M = static_cast<int64_t>(perm_tok_.size());
-  perm_d_ = ToDevice(e, perm_tok_);
-  pos_d_ = ToDevice(e, pos_);
-  w_d_ = ToDevice(e, r->weight);
+  const int64_t M = M_;
+  perm_d_ = r->row_tok.Slice(0, M);
+  pos_d_ = r->pos;
+  w_d_ = r->weight;
   Tensor xp = e.Empty({M, C}, x.dtype());
   if (M > 0) ops::EmbeddingForward(e, perm_d_, x, xp, 0);
   GTP_ASSIGN_OR_RETURN(Tensor recv, Exchange(xp, send_rows_, recv_rows_));
@@ -332,9 +332,9 @@ absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
 
 absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   const kernels::Exec& e = exec_;
-  const int64_t C = shape_.C, H = shape_.H;
+  const int64_t C = shape_.C;
   Tensor dy = slice_ ? dout.Slice(row0_, row0_ + rows_) : dout;
-  const int64_t M = static_cast<int64_t>(perm_tok_.size());
+  const int64_t M = M_;
   Tensor dyp = e.Empty({M, C}, dy.dtype());
   Tensor dw = e.Empty({rows_ * k_}, DType::kF32);
   CombineBackward(e, dy, yp_, pos_d_, w_d_, dyp, dw);
@@ -401,7 +401,7 @@ absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   Tensor dx32 = e.Zeros({rows_, C}, DType::kF32);
   if (M > 0) ops::EmbeddingBackward(e, perm_d_, dxp, dx32, 0);
   const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T) : 1.0f;
-  GTP_ASSIGN_OR_RETURN(Tensor dxr, router_->Backward(ToHost<float>(e, dw), loss_scale));
+  GTP_ASSIGN_OR_RETURN(Tensor dxr, router_->Backward(dw, loss_scale));
   ops::Axpby(e, 1.0f, dxr, 1.0f, dx32);
   Tensor dx = dx32;
   if (dt != DType::kF32) {

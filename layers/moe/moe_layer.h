@@ -32,8 +32,11 @@
 // same way — the ETP ranks' partial fc2 outputs summed (reduce-scatter) —
 // and are combined with the routing weights (layers/moe/combine.h).
 // Backward runs the same path in reverse.
-// Counts come to the host (the all-to-all sizes need them): one host
-// synchronisation per MoE layer and pass.
+// Routing runs on the exec's device (layers/moe/routing.h): scores, top-k,
+// dropping and the dispatch order never leave it. Only the per-expert counts
+// come to the host (the all-to-all sizes and the per-expert GEMMs need them),
+// after their exchange over ep / etp on the device: one host synchronisation
+// per MoE layer forward, none in backward.
 //
 // Gradients: expert weight gradients are the sum over every token routed to
 // the expert. With mean-normalised losses the GTP reduce-scatter over egtp
@@ -43,8 +46,7 @@
 // dense weights'. The gate is replicated; each TP rank's gradient covers its
 // own rows (summed over TP at finalisation).
 //
-// Not yet: an all-gather dispatcher, padding to capacity, CUDA top-k /
-// permute kernels (routing runs on the host).
+// Not yet: an all-gather dispatcher, padding to capacity.
 #pragma once
 
 #include <memory>
@@ -112,14 +114,14 @@ class MoeLayer {
   // Rows exchange over ep: x [Σ send, C] → [Σ recv, C].
   absl::StatusOr<Tensor> Exchange(const Tensor& x, const std::vector<int64_t>& send_rows,
                                   const std::vector<int64_t>& recv_rows);
-  // out[i] = x[idx[i]] (host index list); x itself when idx is empty.
-  Tensor GatherRows(const Tensor& x, const std::vector<int32_t>& idx);
+  // out[i] = x[idx[i]] (i32 on the device); x itself when idx is undefined.
+  Tensor GatherRows(const Tensor& x, const Tensor& idx);
   // ETP: the group's received rows [r][…] from every ETP rank (all-gather-v),
   // and its reverse — each rank's rows summed over the ETP ranks' partial
   // results (reduce-scatter-v, f32 sums in rank order).
   absl::StatusOr<Tensor> EtpGather(const Tensor& x);
   absl::StatusOr<Tensor> EtpReduceScatter(const Tensor& y);
-  absl::Status Plan(const Routing& r);
+  absl::Status Plan(const RouterOutput& r);
 
   MoeShape shape_;
   kernels::Exec exec_;
@@ -131,8 +133,11 @@ class MoeLayer {
   float wgrad_scale_ = 1.0f;
   std::unique_ptr<Router> router_;
   std::unique_ptr<ShardedParam> fc1_, fc2_;
-  // Plan of the last forward (host).
-  std::vector<int32_t> perm_tok_, pos_, reorder_, inv_reorder_;
+  // Plan of the last forward: M_ kept slots of this rank's tokens; the
+  // received rows' order for the experts and back (device; undefined when
+  // EP = ETP = 1 or no rows).
+  int64_t M_ = 0;
+  Tensor reorder_, inv_reorder_;
   std::vector<int64_t> send_rows_, recv_rows_, etp_rows_, ne_;
   // Saved activations.
   Tensor perm_d_, pos_d_, w_d_, xe_, pre_, act_, yp_;

@@ -306,7 +306,6 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const std::string& name,
   r->tp_ = tp;
   r->C_ = C;
   r->rows_ = rows;
-  r->lane_rows_ = lane_rows;
   const int E = c.num_experts;
   std::vector<float> w(E * C);
   const uint64_t key = KeyFromName(name + ".weight", seed);
@@ -314,29 +313,43 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const std::string& name,
   r->gate_ = ReplicatedParam{name + ".weight", TensorFromHost(e, w.data(), {E, C}, DType::kF32),
                              e.Zeros({E, C}), tp != nullptr && tp->size() > 1,
                              {E, C, [](int64_t i) { return i; }, 0}};
-  r->group_of_.resize(rows);
+  RouteParams& p = r->params_;
+  p.E = E;
+  p.k = c.top_k;
+  p.sigmoid = c.score == ScoreFunction::kSigmoid;
+  p.pre_softmax = c.pre_softmax;
+  p.scaling = c.topk_scaling;
+  p.num_groups = c.num_groups;
+  p.group_topk = c.group_topk;
+  // As ApplyCapacity: ceil(cf · n · k / E) of this rank's n tokens.
+  p.capacity = c.capacity_factor > 0
+                   ? static_cast<int64_t>(
+                         std::ceil(static_cast<double>(c.capacity_factor) * rows * c.top_k / E))
+                   : 0;
+  p.by_position = c.drop_policy == DropPolicy::kPosition;
+  p.aux_coeff = c.aux_loss_coeff;
+  p.z_coeff = c.z_loss_coeff;
+  p.lane_rows = lane_rows;
+  p.first_row = first_row;
   if (c.aux_loss_type == AuxLossType::kSequence) {
     if (seq_len <= 0 || lane_rows % seq_len != 0) {
       return absl::InvalidArgumentError(absl::StrCat("moe router: per-sequence aux loss needs the ",
                                                      lane_rows, " rows of a lane in whole sequences of ",
                                                      seq_len));
     }
-    r->G_ = static_cast<int>(lane_rows / seq_len);
-    r->group_tokens_.assign(r->G_, seq_len);
-    for (int64_t i = 0; i < rows; ++i) r->group_of_[i] = static_cast<int32_t>((first_row + i) / seq_len);
-  } else {
-    r->G_ = 1;
-    r->group_tokens_.assign(1, lane_rows);
+    p.G = static_cast<int>(lane_rows / seq_len);
+    p.seq_len = seq_len;
   }
   r->bias_.assign(E, 0.0f);
   r->counts_.assign(E, 0.0);
+  r->acc_ = e.Zeros({E + 3}, DType::kI64);
   return r;
 }
 
-absl::StatusOr<const Routing*> Router::Forward(const Tensor& x, bool record) {
+absl::StatusOr<const RouterOutput*> Router::Forward(const Tensor& x, bool record) {
   const kernels::Exec& e = exec_;
-  const int E = config_.num_experts;
-  const int64_t n = x.dim(0);
+  const int E = config_.num_experts, k = config_.top_k;
+  const int64_t n = x.dim(0), S = n * k;
   if (n != rows_) {
     return absl::InvalidArgumentError(absl::StrCat("moe router: ", n, " rows, built for ", rows_));
   }
@@ -346,50 +359,63 @@ absl::StatusOr<const Routing*> Router::Forward(const Tensor& x, bool record) {
     x32_ = e.Empty(x.shape(), DType::kF32);
     ops::Cast(e, x, x32_);
   }
-  Tensor logits = e.Empty({n, E}, DType::kF32);
-  ops::Linear(e, x32_, gate_.value, logits);
-  logits_.resize(n * E);
-  GTP_RETURN_IF_ERROR(Copy(logits, Tensor::Wrap(logits_.data(), {n, E}, DType::kF32, Device::Cpu()),
-                           e.stream, /*sync=*/true));
-  routing_ = Route(config_, logits_.data(), n, config_.expert_bias ? bias_.data() : nullptr);
-  ApplyCapacity(config_, &routing_);
-  daux_.clear();
-  if (config_.aux_loss_coeff > 0) {
-    std::vector<float> counts = SelectionCounts(routing_, group_of_, G_);
-    if (tp_ != nullptr && tp_->size() > 1) {
-      Tensor h = Tensor::Wrap(counts.data(), {static_cast<int64_t>(counts.size())}, DType::kF32,
-                              Device::Cpu());
-      Tensor d = e.Empty(h.shape(), DType::kF32);
-      GTP_RETURN_IF_ERROR(Copy(h, d, e.stream, true));
-      GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, d));
-      GTP_RETURN_IF_ERROR(Copy(d, h, e.stream, true));
+  logits_ = e.Empty({n, E}, DType::kF32);
+  ops::Linear(e, x32_, gate_.value, logits_);
+  Tensor bias;
+  if (config_.expert_bias) {
+    Tensor h = Tensor::Wrap(bias_.data(), {E}, DType::kF32, Device::Cpu());
+    if (e.is_cuda()) {
+      // From pageable memory: staged before the call returns, so bias_ may change after.
+      bias = e.Empty({E}, DType::kF32);
+      GTP_RETURN_IF_ERROR(Copy(h, bias, e.stream, /*sync=*/false));
+    } else {
+      bias = h;
     }
-    std::vector<float> q = AuxProbabilities(config_, logits_.data(), n);
-    double part = 0;
-    daux_ = AuxGradient(config_, q, n, group_of_, counts, group_tokens_, &part);
-    if (record) stats_.aux += part;
+  }
+  RouterOutput& o = out_;
+  o.selected = e.Empty({S}, DType::kI32);
+  o.weight = e.Empty({S}, DType::kF32);
+  o.pos = e.Empty({S}, DType::kI32);
+  o.row_tok = e.Empty({S}, DType::kI32);
+  Tensor row_slot = e.Empty({S}, DType::kI32);
+  Tensor sel_counts = e.Empty({E}, DType::kI32);
+  RouteTokens(e, params_, logits_, bias, o.selected, o.weight);
+  Dispatch(e, E, k, o.selected, sel_counts, o.pos, row_slot, o.row_tok);
+  if (params_.capacity > 0) {
+    o.expert = e.Empty({S}, DType::kI32);
+    DropOverCapacity(e, params_, o.selected, o.weight, sel_counts, o.pos, row_slot, o.expert);
+    o.counts = e.Empty({E}, DType::kI32);
+    Dispatch(e, E, k, o.expert, o.counts, o.pos, row_slot, o.row_tok);
+  } else {
+    o.expert = o.selected;
+    o.counts = sel_counts;
+  }
+  aux_counts_ = Tensor();
+  if (config_.aux_loss_coeff > 0) {
+    aux_counts_ = e.Empty({static_cast<int64_t>(params_.G) * E}, DType::kF32);
+    CountSelections(e, params_, o.selected, aux_counts_);
+    if (tp_ != nullptr && tp_->size() > 1) GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, aux_counts_));
+    if (record) AuxLoss(e, params_, logits_, aux_counts_, acc_.Slice(E + 1, E + 2));
   }
   record_ = record;
-  if (!record) return &routing_;
-  for (int64_t s = 0; s < n * config_.top_k; ++s) counts_[routing_.selected[s]] += 1;
-  stats_.dropped += routing_.dropped;
+  if (!record) return &out_;
+  AccumulateCounts(e, S, sel_counts, o.counts, acc_);
+  acc_dirty_ = true;
   ++stats_.forwards;
-  return &routing_;
+  return &out_;
 }
 
-absl::StatusOr<Tensor> Router::Backward(const std::vector<float>& dweight, float loss_scale) {
+absl::StatusOr<Tensor> Router::Backward(const Tensor& dweight, float loss_scale) {
   const kernels::Exec& e = exec_;
   const int E = config_.num_experts;
   const int64_t n = rows_;
-  std::vector<float>& dl = dlogits_host_;  // kept: the copy below does not wait
-  dl.resize(n * E);
-  double z = 0;
-  RouteBackward(config_, routing_, logits_.data(), dweight.data(), daux_, lane_rows_, loss_scale,
-                dl.data(), &z);
-  if (record_) stats_.z += z;
+  RouteParams p = params_;
+  p.loss_scale = loss_scale;
   Tensor dlogits = e.Empty({n, E}, DType::kF32);
-  GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(dl.data(), {n, E}, DType::kF32, Device::Cpu()), dlogits,
-                           e.stream, /*sync=*/false));
+  const bool z = record_ && config_.z_loss_coeff > 0;
+  RouteBackward(e, p, logits_, out_.selected, out_.expert, dweight, aux_counts_, dlogits,
+                z ? acc_.Slice(E + 2, E + 3) : Tensor());
+  if (z) acc_dirty_ = true;
   Tensor dx = e.Empty({n, C_}, DType::kF32);
   ops::LinearBackwardData(e, dlogits, gate_.value, dx);
   ops::LinearBackwardWeight(e, dlogits, x32_, gate_.grad, /*beta=*/1.0f);
@@ -397,13 +423,32 @@ absl::StatusOr<Tensor> Router::Backward(const std::vector<float>& dweight, float
   return dx;
 }
 
+void Router::DropActivations() { x32_ = Tensor(); }
+
+void Router::Drain() {
+  if (!acc_dirty_) return;
+  const int E = config_.num_experts;
+  std::vector<double> h(E + 3);
+  GTP_CHECK_OK(Copy(acc_, Tensor::Wrap(h.data(), {E + 3}, DType::kI64, Device::Cpu()), exec_.stream,
+                    /*sync=*/true));
+  for (int i = 0; i < E; ++i) counts_[i] += h[i];
+  stats_.dropped += static_cast<int64_t>(h[E]);
+  stats_.aux += h[E + 1];
+  stats_.z += h[E + 2];
+  acc_ = exec_.Zeros({E + 3}, DType::kI64);
+  acc_dirty_ = false;
+}
+
 std::vector<double> Router::TakeCounts() {
+  Drain();
   std::vector<double> c = counts_;
-  std::fill(counts_.begin(), counts_.end(), 0.0);
+  std::fill(c.begin(), c.end(), 0.0);
+  std::swap(c, counts_);
   return c;
 }
 
 Router::Stats Router::TakeStats() {
+  Drain();
   Stats s = stats_;
   stats_ = Stats();
   return s;

@@ -36,8 +36,9 @@
 // Both add into the backward of the lane's loss; their values are reported,
 // not added to the LM loss.
 //
-// The pure functions below work on host arrays (the layer copies the logits
-// to the host, where the counts are needed anyway for the token exchange).
+// The pure functions below work on host arrays in double precision: the
+// reference the device ops (layers/moe/routing.h, f32, CPU and CUDA) are
+// tested against. The Router runs the device ops on its exec.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,7 @@
 #include "comm/communicator.h"
 #include "core/kernels/ops.h"
 #include "layers/linear.h"
+#include "layers/moe/routing.h"
 
 namespace gtp::layers::moe {
 
@@ -122,8 +124,18 @@ void RouteBackward(const RouterConfig& c, const Routing& r, const float* logits,
 // One expert-bias update: b_e += rate · sign(mean(counts) − counts_e).
 void UpdateExpertBias(const RouterConfig& c, const std::vector<double>& counts, float* bias);
 
-// The router layer: gate weight, logits on the exec's device, routing on the
-// host. One per MoE layer; driven by the rank's training thread.
+// A Router::Forward's routing, on the exec's device (S = rows·k slots).
+struct RouterOutput {
+  Tensor selected;  // [S] i32 experts chosen by top-k (before dropping)
+  Tensor expert;    // [S] i32 = selected, or −1 where dropped
+  Tensor weight;    // [S] f32 combine weights
+  Tensor pos;       // [S] i32 row of each kept slot in the expert-sorted order, −1 dropped
+  Tensor row_tok;   // [S] i32 token of each sorted row (the first Σ counts are valid)
+  Tensor counts;    // [E] i32 kept slots per global expert
+};
+
+// The router layer: gate weight, logits and routing on the exec's device.
+// One per MoE layer; driven by the rank's training thread; not thread-safe.
 class Router {
  public:
   // rows: tokens this rank routes per micro-batch (its TP slice of the lane);
@@ -137,22 +149,26 @@ class Router {
                                                         float init_std, uint64_t seed,
                                                         comm::Communicator* tp,
                                                         const kernels::Exec& e);
-  // x [rows, C] (model dtype) → the routing (valid until the next Forward).
-  // `record`: count the tokens and losses into the stats (false for the
-  // re-run of activation recompute). Blocks (logits to the host; the counts
-  // all-reduce over TP when aux is on).
-  absl::StatusOr<const Routing*> Forward(const Tensor& x, bool record = true);
-  // dweight [rows·k] (host) → dx [rows, C] f32 (=, the gate's input gradient);
-  // the gate's gradient accumulates (+=). loss_scale multiplies the aux and z
-  // gradients (1 for mean-normalised losses; the lane's tokens for summed).
-  absl::StatusOr<Tensor> Backward(const std::vector<float>& dweight, float loss_scale);
-  void DropActivations() { x32_ = Tensor(); }
+  // x [rows, C] (model dtype) → the routing on the device (valid until the
+  // next Forward). `record`: count the tokens and losses into the stats
+  // (false for the re-run of activation recompute). Does not synchronise
+  // with the host; with aux loss and TP > 1 the selection counts are
+  // all-reduced over TP (collective).
+  absl::StatusOr<const RouterOutput*> Forward(const Tensor& x, bool record = true);
+  // dweight [rows·k] f32 on the device → dx [rows, C] f32 (=, the gate's
+  // input gradient); the gate's gradient accumulates (+=). loss_scale
+  // multiplies the aux and z gradients (1 for mean-normalised losses; the
+  // lane's tokens for summed). Does not synchronise.
+  absl::StatusOr<Tensor> Backward(const Tensor& dweight, float loss_scale);
+  void DropActivations();
 
   ReplicatedParam* gate() { return &gate_; }
   const std::string& name() const { return name_; }  // e.g. "h.0.moe.router"
   const RouterConfig& config() const { return config_; }
-  // Expert bias (host, [E]) and the kept-token counts accumulated since the
-  // last TakeCounts (this rank's tokens).
+  // Expert bias (host, [E]; copied to the device by each Forward) and the
+  // top-k selections per expert accumulated since the last TakeCounts (this
+  // rank's tokens). TakeCounts / TakeStats block: the figures accumulate on
+  // the device and the first of the two calls after a forward reads them.
   std::vector<float>& expert_bias() { return bias_; }
   std::vector<double> TakeCounts();
   // aux / z values of this rank's part of the lane, summed since the last
@@ -165,22 +181,25 @@ class Router {
 
  private:
   Router() = default;
+  // Adds the device accumulators into counts_ / stats_ and zeroes them.
+  void Drain();
+
   std::string name_;
   RouterConfig config_;
+  RouteParams params_;
   kernels::Exec exec_;
   comm::Communicator* tp_ = nullptr;
-  int64_t C_ = 0, rows_ = 0, lane_rows_ = 0;
-  int G_ = 1;
-  std::vector<int32_t> group_of_;
-  std::vector<int64_t> group_tokens_;
+  int64_t C_ = 0, rows_ = 0;
   ReplicatedParam gate_;
   std::vector<float> bias_;
+  // Device accumulators, f64 in i64: [E selections | dropped | aux | z].
+  Tensor acc_;
+  bool acc_dirty_ = false;
   std::vector<double> counts_;
   Stats stats_;
   // Saved by Forward.
-  Tensor x32_;
-  std::vector<float> logits_, daux_, dlogits_host_;
-  Routing routing_;
+  Tensor x32_, logits_, aux_counts_;
+  RouterOutput out_;
   bool record_ = true;
 };
 
