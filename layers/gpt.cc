@@ -80,10 +80,6 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
       return Bad(absl::StrCat("context parallelism needs the sequence length ", T,
                               " divisible by 2·CP = ", 2 * m->cp_));
     }
-    if (c.block.rope) return Bad("RoPE with context parallelism is not built yet (use learned positions)");
-    if (exec.is_cuda() || c.block.dtype != DType::kF32) {
-      return Bad("context parallelism runs on the CPU in f32 only so far");
-    }
     if (c.block.moe.enabled()) return Bad("MoE with context parallelism is not built yet");
   }
   T /= m->cp_;
@@ -335,12 +331,13 @@ absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor&
 
 Tensor GptModel::LocalSequence(const Tensor& full) const {
   if (cp_ == 1 || full.numel() != B_ * T_full_) return full;
-  Tensor out = exec_.Empty({B_, T_}, full.dtype());
+  // Token ids are few: pick this rank's columns on the host.
+  const std::vector<int32_t> host = ToHost<int32_t>(exec_, full);
+  std::vector<int32_t> local(B_ * T_);
   const std::vector<int32_t> pos = cp::GlobalPositions(T_full_, cp_, cp_rank_);
   for (int64_t b = 0; b < B_; ++b)
-    for (int64_t t = 0; t < T_; ++t)
-      out.data<int32_t>()[b * T_ + t] = full.data<int32_t>()[b * T_full_ + pos[t]];
-  return out;
+    for (int64_t t = 0; t < T_; ++t) local[b * T_ + t] = host[b * T_full_ + pos[t]];
+  return ToDevice(exec_, local, {B_, T_});
 }
 
 void GptModel::DropActivations() {

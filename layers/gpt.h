@@ -197,8 +197,8 @@ class GptModel {
   int first_layer_ = 0;  // global index of blocks_[0]
   int64_t T_full_ = 0;   // tokens per sequence (T_ is this rank's share under CP)
   int cp_ = 1, cp_rank_ = 0;
-  // Under CP, this rank's 2 chunks of full [B, T] tokens/targets (host);
-  // anything else as it is.
+  // Under CP, this rank's 2 chunks of full [B, T] tokens/targets (through
+  // the host: one small copy each way); anything else as it is.
   Tensor LocalSequence(const Tensor& full) const;
   int64_t v_tp_ = 0, v_real_ = 0, vocab_start_ = 0;
   comm::Communicator* tp_ = nullptr;

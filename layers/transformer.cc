@@ -153,13 +153,24 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
   Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
   Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
   Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
+  // Under CP the rows are two chunks of the sequence: rotate by their global positions.
+  const Tensor pos = ring_ ? ring_->positions() : Tensor();
   if (config_.rope) {  // in place: backward needs only the rotated q, k
-    ops::RopeForward(e, q, q, config_.rope_theta);
-    ops::RopeForward(e, k, k, config_.rope_theta);
+    ops::RopeForward(e, q, q, config_.rope_theta, pos);
+    ops::RopeForward(e, k, k, config_.rope_theta, pos);
   }
   Tensor y = e.Empty({B_, T_, nh_tp_, hs_}, config_.dtype);
   if (ring_) {
-    GTP_RETURN_IF_ERROR(ring_->Forward(q, k, v, y));
+    // The ring runs in f32 (bf16 activations are widened and y rounded once).
+    auto f32 = [&](const Tensor& t) {
+      if (t.dtype() == DType::kF32) return t;
+      Tensor w = e.Empty(t.shape(), DType::kF32);
+      ops::Cast(e, t, w);
+      return w;
+    };
+    Tensor y32 = config_.dtype == DType::kF32 ? y : e.Empty(y.shape(), DType::kF32);
+    GTP_RETURN_IF_ERROR(ring_->Forward(f32(q), f32(k), f32(v), y32));
+    if (config_.dtype != DType::kF32) ops::Cast(e, y32, y);
   } else if (config_.dtype == DType::kBF16) {
     lse_ = e.Empty({B_, nh_tp_, T_});
     ops::FlashAttentionForward(e, q, k, v, y, lse_);
@@ -197,8 +208,16 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   const Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
   const Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
   const Tensor dout4 = dy.View({B_, T_, nh_tp_, hs_});
-  if (ring_) {
+  if (ring_ && dt == DType::kF32) {
     GTP_RETURN_IF_ERROR(ring_->Backward(dout4, dq, dk, dv));
+  } else if (ring_) {
+    Tensor d32 = e.Empty(dout4.shape(), DType::kF32), dq32 = e.Empty(dq.shape(), DType::kF32),
+           dk32 = e.Empty(dk.shape(), DType::kF32), dv32 = e.Empty(dv.shape(), DType::kF32);
+    ops::Cast(e, dout4, d32);
+    GTP_RETURN_IF_ERROR(ring_->Backward(d32, dq32, dk32, dv32));
+    ops::Cast(e, dq32, dq);
+    ops::Cast(e, dk32, dk);
+    ops::Cast(e, dv32, dv);
   } else if (dt == DType::kBF16) {
     ops::FlashAttentionBackward(e, dout4, q, k, v, y_, lse_, dq, dk, dv);
   } else {
@@ -206,8 +225,9 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   }
   q_out_ = k_out_ = v_out_ = att_ = y_ = lse_ = Tensor();
   if (config_.rope) {
-    ops::RopeBackward(e, dq, dq, config_.rope_theta);
-    ops::RopeBackward(e, dk, dk, config_.rope_theta);
+    const Tensor pos = ring_ ? ring_->positions() : Tensor();
+    ops::RopeBackward(e, dq, dq, config_.rope_theta, pos);
+    ops::RopeBackward(e, dk, dk, config_.rope_theta, pos);
   }
   // Backward in reverse forward order (v, k, q) keeps the GTP chain's order.
   span.emplace(tl, "qkv bwd", e.stream);

@@ -134,9 +134,9 @@ void SumSquares(const float* x, int64_t n, double* out);
 //   y[d] = x[d]·cos a − x[d + HS/2]·sin a;  y[d + HS/2] = x[d + HS/2]·cos a + x[d]·sin a.
 // Backward rotates by −a. In place (y == x) is allowed.
 void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta);
+                 float theta, const int32_t* pos = nullptr);
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                  float theta);
+                 float theta, const int32_t* pos = nullptr);
 
 // ---- bf16 variants (mixed precision) -------------------------------------------
 // The same ops and contracts as above with activations and parameter values in
@@ -175,9 +175,9 @@ void Fill(bf16* x, float value, int64_t n);
 // Σ x² of the (exactly widened) bf16 values, in double.
 void SumSquares(const bf16* x, int64_t n, double* out);
 void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta);
+                 float theta, const int32_t* pos = nullptr);
 void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                  float theta);
+                 float theta, const int32_t* pos = nullptr);
 
 // ---- Grad-norm bookkeeping (see cpu/grad_norm.cc for the math) -------------
 // words[2] = this rank's Σ ss[0, n_count) (+ 0·ss[n_count, n)) as two f32 words.

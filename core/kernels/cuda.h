@@ -148,9 +148,9 @@ void SumSquares(const float* x, int64_t n, double* out, cudaStream_t stream);
 //   y[d] = x[d]·cos a − x[d + HS/2]·sin a;  y[d + HS/2] = x[d + HS/2]·cos a + x[d]·sin a.
 // Backward rotates by −a. In place (y == x) is allowed.
 void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, cudaStream_t stream);
+                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                  float theta, cudaStream_t stream);
+                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
 
 // ---- bf16 variants (mixed precision; contracts as in core/kernels/cpu.h) ------
 // Activations and parameter values bf16; statistics and parameter gradients
@@ -203,9 +203,9 @@ void Fill(bf16* x, float value, int64_t n, cudaStream_t stream);
 // Σ x² of the widened bf16 values, in double; *out is a device pointer.
 void SumSquares(const bf16* x, int64_t n, double* out, cudaStream_t stream);
 void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, cudaStream_t stream);
+                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
 void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                  float theta, cudaStream_t stream);
+                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
 
 
 // Causal attention through cuBLASLt GEMMs and fused causal-softmax row

@@ -662,42 +662,56 @@ void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, 
   }
 }
 
-void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta) {
+namespace {
+const int32_t* Positions(const Exec& e, const Tensor& positions, int64_t T) {
+  if (!positions.defined()) return nullptr;
+  CheckOn(e, positions, "positions");
+  GTP_CHECK(positions.dtype() == DType::kI32 && positions.numel() == T, "RoPE: positions ",
+            positions.ToString(), " for ", T, " rows");
+  return positions.data<int32_t>();
+}
+}  // namespace
+
+void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta,
+                 const Tensor& positions) {
   CheckOn(e, x, "x");
   CheckOn(e, y, "y");
   GTP_CHECK(x.rank() == 4 && x.shape() == y.shape(), "RoPE: ", x.ToString(), " -> ", y.ToString());
+  const int32_t* pos = Positions(e, positions, x.dim(1));
   if (ActDType("RopeForward", {{"x", &x}, {"y", &y}}) == DType::kBF16) {
     if (e.is_cuda()) {
-      cuda::RopeForward(FB(x), MB(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, e.stream);
+      cuda::RopeForward(FB(x), MB(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, e.stream, pos);
     } else {
-      cpu::RopeForward(FB(x), MB(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta);
+      cpu::RopeForward(FB(x), MB(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, pos);
     }
     return;
   }
   if (e.is_cuda()) {
-    cuda::RopeForward(F(x), M(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, e.stream);
+    cuda::RopeForward(F(x), M(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, e.stream, pos);
   } else {
-    cpu::RopeForward(F(x), M(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta);
+    cpu::RopeForward(F(x), M(y), x.dim(0), x.dim(1), x.dim(2), x.dim(3), theta, pos);
   }
 }
 
-void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta) {
+void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta,
+                  const Tensor& positions) {
   CheckOn(e, dy, "dy");
   CheckOn(e, dx, "dx");
   GTP_CHECK(dy.rank() == 4 && dy.shape() == dx.shape(), "RoPE: ", dy.ToString());
+  const int32_t* pos = Positions(e, positions, dy.dim(1));
   if (ActDType("RopeBackward", {{"dy", &dy}, {"dx", &dx}}) == DType::kBF16) {
     if (e.is_cuda()) {
       cuda::RopeBackward(FB(dy), MB(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta,
-                         e.stream);
+                         e.stream, pos);
     } else {
-      cpu::RopeBackward(FB(dy), MB(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta);
+      cpu::RopeBackward(FB(dy), MB(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta, pos);
     }
     return;
   }
   if (e.is_cuda()) {
-    cuda::RopeBackward(F(dy), M(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta, e.stream);
+    cuda::RopeBackward(F(dy), M(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta, e.stream, pos);
   } else {
-    cpu::RopeBackward(F(dy), M(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta);
+    cpu::RopeBackward(F(dy), M(dx), dy.dim(0), dy.dim(1), dy.dim(2), dy.dim(3), theta, pos);
   }
 }
 

@@ -160,9 +160,12 @@ void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, 
                             const Tensor& v, const Tensor& out, const Tensor& lse,
                             const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
-// RoPE on x[B, T, NH, HS] (y may be x).
-void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta);
-void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta);
+// RoPE on x[B, T, NH, HS] (y may be x). Row t is at position t, or at
+// positions[t] when given (i32 [T] on e's device; context parallelism).
+void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta,
+                 const Tensor& positions = Tensor());
+void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta,
+                  const Tensor& positions = Tensor());
 
 // Vocab-sharded cross-entropy stages (see cpu.h). logits[N, V_local]; with
 // valid_cols ≥ 0 only the first valid_cols columns are vocabulary, the rest

@@ -4,7 +4,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
 #include "core/status.h"
+#include "layers/cp/cuda/ring_attention_cuda.h"
 
 namespace gtp::layers::cp {
 
@@ -99,20 +101,26 @@ RingAttention::RingAttention(comm::Communicator* cp, int64_t B, int64_t T, int64
   size_ = cp ? cp->size() : 1;
   rank_ = cp ? cp->rank() : 0;
   Tl_ = T / size_;
-  for (int r = 0; r < size_; ++r) pos_.push_back(GlobalPositions(T, size_, r));
+  for (int r = 0; r < size_; ++r) {
+    std::vector<int32_t> p = GlobalPositions(T, size_, r);
+    Tensor t = e.Empty({Tl_}, DType::kI32);
+    GTP_CHECK_OK(Copy(Tensor::Wrap(p.data(), {Tl_}, DType::kI32, Device::Cpu()), t, e.stream, true));
+    pos_.push_back(t);
+  }
 }
 
-absl::Status RingAttention::Rotate(const std::vector<const float*>& out,
-                                   const std::vector<float*>& in, int64_t n_each, int tag) {
+absl::Status RingAttention::Rotate(const std::vector<Tensor>& out, const std::vector<Tensor>& in,
+                                   int tag) {
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   std::vector<comm::WorkPtr> sends;
   for (size_t i = 0; i < out.size(); ++i) {
-    GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, cp_->Send(out[i], n_each, DType::kF32, next,
-                                                    tag + static_cast<int>(i)));
+    GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, cp_->Send(out[i].raw_data(), out[i].numel(), DType::kF32,
+                                                    next, tag + static_cast<int>(i)));
     sends.push_back(std::move(w));
   }
   for (size_t i = 0; i < in.size(); ++i) {
-    GTP_RETURN_IF_ERROR(comm::Run(cp_->Recv(in[i], n_each, DType::kF32, prev, tag + static_cast<int>(i))));
+    GTP_RETURN_IF_ERROR(comm::Run(
+        cp_->Recv(in[i].raw_data(), in[i].numel(), DType::kF32, prev, tag + static_cast<int>(i))));
   }
   for (auto& w : sends) GTP_RETURN_IF_ERROR(w->Wait());
   return absl::OkStatus();
@@ -120,33 +128,49 @@ absl::Status RingAttention::Rotate(const std::vector<const float*>& out,
 
 absl::Status RingAttention::Forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& y) {
-  if (exec_.is_cuda() || q.dtype() != DType::kF32) {
-    return absl::UnimplementedError(
-        "context-parallel attention runs on the CPU in f32 only so far (train.device=cpu, "
-        "train.precision=f32)");
+  if (q.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError("RingAttention takes f32 q/k/v (cast bf16 first)");
   }
-  const int64_t nq = B_ * Tl_ * NH_, nkv = B_ * Tl_ * NKV_ * HS_;
-  std::vector<float> m(nq, -std::numeric_limits<float>::infinity()), l(nq, 0.0f),
-      acc(nq * HS_, 0.0f);
-  std::vector<float> kb(k.data<float>(), k.data<float>() + nkv), vb(v.data<float>(), v.data<float>() + nkv);
-  std::vector<float> kn(nkv), vn(nkv);
+  const kernels::Exec& e = exec_;
+  const bool gpu = e.is_cuda();
+  const int64_t nq = B_ * Tl_ * NH_;
+  Tensor m = e.Empty({nq}, DType::kF32), l = e.Zeros({nq}, DType::kF32),
+         acc = e.Zeros({nq * HS_}, DType::kF32);
+  kernels::ops::Fill(e, m, -std::numeric_limits<float>::infinity());
+  Tensor kb = e.Empty(k.shape(), DType::kF32), vb = e.Empty(v.shape(), DType::kF32);
+  kernels::ops::CopyInto(e, k, kb);
+  kernels::ops::CopyInto(e, v, vb);
+  Tensor kn = e.Empty(k.shape(), DType::kF32), vn = e.Empty(v.shape(), DType::kF32);
   const int tag = (calls_++ % 1024) * 16;
   int owner = rank_;
   for (int step = 0; step < size_; ++step) {
-    BlockForward(q.data<float>(), kb.data(), vb.data(), pos_[rank_].data(), pos_[owner].data(), B_,
-                 Tl_, Tl_, NH_, NKV_, HS_, m.data(), l.data(), acc.data());
+    const int32_t* qp = pos_[rank_].data<int32_t>();
+    const int32_t* kp = pos_[owner].data<int32_t>();
+    if (gpu) {
+      cuda::BlockForward(q.data<float>(), kb.data<float>(), vb.data<float>(), qp, kp, B_, Tl_, Tl_,
+                         NH_, NKV_, HS_, m.data<float>(), l.data<float>(), acc.data<float>(), e.stream);
+    } else {
+      BlockForward(q.data<float>(), kb.data<float>(), vb.data<float>(), qp, kp, B_, Tl_, Tl_, NH_,
+                   NKV_, HS_, m.data<float>(), l.data<float>(), acc.data<float>());
+    }
     if (step + 1 < size_) {
-      GTP_RETURN_IF_ERROR(Rotate({kb.data(), vb.data()}, {kn.data(), vn.data()}, nkv, tag));
-      kb.swap(kn);
-      vb.swap(vn);
+      if (gpu) GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(e.stream));  // p2p reads the blocks
+      GTP_RETURN_IF_ERROR(Rotate({kb, vb}, {kn, vn}, tag));
+      std::swap(kb, kn);
+      std::swap(vb, vn);
       owner = (owner + size_ - 1) % size_;
     }
   }
-  lse_.resize(nq);
-  float* out = y.data<float>();
-  for (int64_t r = 0; r < nq; ++r) {
-    lse_[r] = m[r] + std::log(l[r]);
-    for (int64_t x = 0; x < HS_; ++x) out[r * HS_ + x] = acc[r * HS_ + x] / l[r];
+  lse_ = e.Empty({nq}, DType::kF32);
+  if (gpu) {
+    cuda::Finalize(m.data<float>(), l.data<float>(), acc.data<float>(), y.data<float>(),
+                   lse_.data<float>(), nq, HS_, e.stream);
+  } else {
+    float* out = y.data<float>();
+    for (int64_t r = 0; r < nq; ++r) {
+      lse_.data<float>()[r] = m.data<float>()[r] + std::log(l.data<float>()[r]);
+      for (int64_t x = 0; x < HS_; ++x) out[r * HS_ + x] = acc.data<float>()[r * HS_ + x] / l.data<float>()[r];
+    }
   }
   q_ = q;
   k_ = k;
@@ -158,39 +182,55 @@ absl::Status RingAttention::Forward(const Tensor& q, const Tensor& k, const Tens
 absl::Status RingAttention::Backward(const Tensor& dy, const Tensor& dq, const Tensor& dk,
                                      const Tensor& dv) {
   if (!q_.defined()) return absl::FailedPreconditionError("RingAttention::Backward without Forward");
-  const int64_t nq = B_ * Tl_ * NH_, nkv = B_ * Tl_ * NKV_ * HS_;
-  std::vector<float> D(nq);
-  const float* g = dy.data<float>();
-  const float* yy = y_.data<float>();
-  for (int64_t r = 0; r < nq; ++r) {
-    float s = 0;
-    for (int64_t x = 0; x < HS_; ++x) s += g[r * HS_ + x] * yy[r * HS_ + x];
-    D[r] = s;
+  const kernels::Exec& e = exec_;
+  const bool gpu = e.is_cuda();
+  const int64_t nq = B_ * Tl_ * NH_;
+  Tensor D = e.Empty({nq}, DType::kF32);
+  if (gpu) {
+    cuda::RowDot(dy.data<float>(), y_.data<float>(), D.data<float>(), nq, HS_, e.stream);
+  } else {
+    for (int64_t r = 0; r < nq; ++r) {
+      float s = 0;
+      for (int64_t x = 0; x < HS_; ++x) s += dy.data<float>()[r * HS_ + x] * y_.data<float>()[r * HS_ + x];
+      D.data<float>()[r] = s;
+    }
   }
-  std::fill(dq.data<float>(), dq.data<float>() + dq.numel(), 0.0f);
-  std::vector<float> kb(k_.data<float>(), k_.data<float>() + nkv), vb(v_.data<float>(), v_.data<float>() + nkv);
-  std::vector<float> dkb(nkv, 0.0f), dvb(nkv, 0.0f), kn(nkv), vn(nkv), dkn(nkv), dvn(nkv);
+  kernels::ops::Fill(e, dq, 0.0f);
+  Tensor kb = e.Empty(k_.shape(), DType::kF32), vb = e.Empty(v_.shape(), DType::kF32);
+  kernels::ops::CopyInto(e, k_, kb);
+  kernels::ops::CopyInto(e, v_, vb);
+  Tensor dkb = e.Zeros(k_.shape(), DType::kF32), dvb = e.Zeros(v_.shape(), DType::kF32);
+  Tensor kn = e.Empty(k_.shape(), DType::kF32), vn = e.Empty(v_.shape(), DType::kF32),
+         dkn = e.Empty(k_.shape(), DType::kF32), dvn = e.Empty(v_.shape(), DType::kF32);
   const int tag = (calls_++ % 1024) * 16;
   int owner = rank_;
   for (int step = 0; step < size_; ++step) {
-    BlockBackward(q_.data<float>(), kb.data(), vb.data(), pos_[rank_].data(), pos_[owner].data(), g,
-                  lse_.data(), D.data(), B_, Tl_, Tl_, NH_, NKV_, HS_, dq.data<float>(), dkb.data(),
-                  dvb.data());
-    if (size_ == 1) break;
-    if (step + 1 < size_) {
-      GTP_RETURN_IF_ERROR(Rotate({kb.data(), vb.data(), dkb.data(), dvb.data()},
-                                 {kn.data(), vn.data(), dkn.data(), dvn.data()}, nkv, tag));
-      kb.swap(kn);
-      vb.swap(vn);
-    } else {  // the last hop: only the gradients, home to their owner
-      GTP_RETURN_IF_ERROR(Rotate({dkb.data(), dvb.data()}, {dkn.data(), dvn.data()}, nkv, tag + 8));
+    const int32_t* qp = pos_[rank_].data<int32_t>();
+    const int32_t* kp = pos_[owner].data<int32_t>();
+    if (gpu) {
+      cuda::BlockBackward(q_.data<float>(), kb.data<float>(), vb.data<float>(), qp, kp,
+                          dy.data<float>(), lse_.data<float>(), D.data<float>(), B_, Tl_, Tl_, NH_,
+                          NKV_, HS_, dq.data<float>(), dkb.data<float>(), dvb.data<float>(), e.stream);
+    } else {
+      BlockBackward(q_.data<float>(), kb.data<float>(), vb.data<float>(), qp, kp, dy.data<float>(),
+                    lse_.data<float>(), D.data<float>(), B_, Tl_, Tl_, NH_, NKV_, HS_,
+                    dq.data<float>(), dkb.data<float>(), dvb.data<float>());
     }
-    dkb.swap(dkn);
-    dvb.swap(dvn);
+    if (size_ == 1) break;
+    if (gpu) GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(e.stream));
+    if (step + 1 < size_) {
+      GTP_RETURN_IF_ERROR(Rotate({kb, vb, dkb, dvb}, {kn, vn, dkn, dvn}, tag));
+      std::swap(kb, kn);
+      std::swap(vb, vn);
+    } else {  // the last hop: only the gradients, home to their owner
+      GTP_RETURN_IF_ERROR(Rotate({dkb, dvb}, {dkn, dvn}, tag + 8));
+    }
+    std::swap(dkb, dkn);
+    std::swap(dvb, dvn);
     owner = (owner + size_ - 1) % size_;
   }
-  std::copy(dkb.begin(), dkb.end(), dk.data<float>());
-  std::copy(dvb.begin(), dvb.end(), dv.data<float>());
+  kernels::ops::CopyInto(e, dkb, dk);
+  kernels::ops::CopyInto(e, dvb, dv);
   DropActivations();
   return absl::OkStatus();
 }

@@ -14,7 +14,8 @@
 // gradient is back at its owner. dQ stays local. Per-row log-sum-exp and
 // D = rowsum(dy ∘ y) make each block's backward independent.
 //
-// Shapes: q [B, Tl, NH, HS], k/v [B, Tl, NKV, HS] (Tl = T/CP), f32, CPU;
+// Shapes: q [B, Tl, NH, HS], k/v [B, Tl, NKV, HS] (Tl = T/CP), f32, on the
+// exec's device (CPU loops, or CUDA kernels: layers/cp/cuda);
 // query head h reads kv head h / (NH/NKV); scale 1/√HS. Blocks on the ring's
 // point-to-point messages; every rank of the group calls in step.
 #pragma once
@@ -34,6 +35,7 @@ int64_t GlobalPosition(int64_t T, int cp, int rank, int64_t t);
 // All local rows' global positions, [T/CP].
 std::vector<int32_t> GlobalPositions(int64_t T, int cp, int rank);
 
+// The CPU block kernels (CUDA: layers/cp/cuda/ring_attention_cuda.h).
 // One block of causal attention, accumulated: for every (b, h, i) the keys j
 // of the block with kpos[j] ≤ qpos[i] update the running max m, sum l and
 // unnormalised output acc (all f32, [B, Tq, NH] and [B, Tq, NH, HS]).
@@ -50,27 +52,27 @@ void BlockBackward(const float* q, const float* k, const float* v, const int32_t
 class RingAttention {
  public:
   // cp: the group (size 1 allowed: plain causal attention); T: the full
-  // sequence length.
+  // sequence length. Blocks (the positions' copy to the device).
   RingAttention(comm::Communicator* cp, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
                 const kernels::Exec& e);
   // y (=) [B, Tl, NH, HS]. Keeps q, k, v, y and the lse for Backward.
   absl::Status Forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& y);
   // dq, dk, dv (=) from dy.
   absl::Status Backward(const Tensor& dy, const Tensor& dq, const Tensor& dk, const Tensor& dv);
-  void DropActivations() { q_ = k_ = v_ = y_ = Tensor(); lse_.clear(); }
+  void DropActivations() { q_ = k_ = v_ = y_ = lse_ = Tensor(); }
+  // This rank's rows' global positions, i32 [Tl] on the exec's device.
+  const Tensor& positions() const { return pos_[rank_]; }
 
  private:
   // Sends `out` blocks to the next rank and receives as many from the
   // previous one into `in` (same sizes), tag base `tag`.
-  absl::Status Rotate(const std::vector<const float*>& out, const std::vector<float*>& in,
-                      int64_t n_each, int tag);
+  absl::Status Rotate(const std::vector<Tensor>& out, const std::vector<Tensor>& in, int tag);
   comm::Communicator* cp_;
   int64_t B_, T_, Tl_, NH_, NKV_, HS_;
   int size_ = 1, rank_ = 0;
   kernels::Exec exec_;
-  std::vector<std::vector<int32_t>> pos_;  // every rank's positions
-  Tensor q_, k_, v_, y_;
-  std::vector<float> lse_;
+  std::vector<Tensor> pos_;  // every rank's positions, i32 [Tl] on the device
+  Tensor q_, k_, v_, y_, lse_;
   int calls_ = 0;  // tag disambiguation across calls
 };
 

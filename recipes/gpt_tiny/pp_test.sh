@@ -43,7 +43,12 @@ for layout in "pp4:parallel.world_size=4,parallel.tp_num_weight_shards=1,paralle
   echo "$name: resumes the PP2·GTP2 checkpoint, steps 7..12 match"
 done
 
-# Context parallelism: CP2 (ring attention) and CP2·PP2 match one rank; a CP2 run resumes exactly.
+# Context parallelism: CP2 (ring attention), CP2·PP2 and CP2 with RoPE (rotated by global
+# positions) match one rank; a CP2 run resumes exactly.
+"$bin" --run_dir "$tmp/one_rope" --set "$small,parallel.world_size=1,parallel.tp_num_weight_shards=1,model.rope=true" > "$tmp/one_rope.log"
+"$bin" --run_dir "$tmp/cp2rope" --set "$small,parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,model.rope=true" > "$tmp/cp2rope.log"
+same one_rope cp2rope 1 2e-4
+echo "cp2 rope: 12 steps match one rank"
 for layout in "cp2:parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,checkpoint.every=6" \
               "cp2pp2:parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.cp=2,parallel.pp=2"; do
   name="${layout%%:*}"
@@ -70,5 +75,4 @@ expect_error "parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.pp=
 expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.vpp=2,train.global_batch=6" "multiple of the pipeline stages"
 expect_error "parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.vpp=2" "needs parallel.pp > 1"
 expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,model.seq_len=30" "divisible by 2 × parallel.cp"
-expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,model.rope=true" "RoPE with context parallelism"
 echo "pp/cp: ok"

@@ -83,5 +83,28 @@ TEST_P(CpuRope, Bf16MatchesReferenceAndF32KernelRoundedOnce) {
   EXPECT_EQ(testing::ToFloat(dx), testing::RoundToBF16(dxf));
 }
 
+// Explicit positions (context parallelism): rows at positions pos[t] are
+// rotated exactly like the rows at those indices of a longer sequence.
+TEST(CpuRope, PositionsRotateLikeThoseRowsOfTheFullSequence) {
+  const Dims full{2, 8, 3, 16}, part{2, 4, 3, 16};
+  const std::vector<int32_t> pos = {0, 1, 6, 7};  // CP rank 0 of 2
+  Rng rng(9);
+  auto x = rng.Normal(full.B * full.T * full.NH * full.HS);
+  std::vector<double> want = RefRope(testing::ToDouble(x), full, 10000.0);
+  const int64_t row = full.NH * full.HS;
+  std::vector<float> xs(part.B * part.T * row), ys(xs.size()), back(xs.size());
+  for (int64_t b = 0; b < part.B; ++b)
+    for (int64_t t = 0; t < part.T; ++t)
+      for (int64_t i = 0; i < row; ++i) xs[(b * part.T + t) * row + i] = x[(b * full.T + pos[t]) * row + i];
+  cpu::RopeForward(xs.data(), ys.data(), part.B, part.T, part.NH, part.HS, 10000.0f, pos.data());
+  for (int64_t b = 0; b < part.B; ++b)
+    for (int64_t t = 0; t < part.T; ++t)
+      for (int64_t i = 0; i < row; ++i) {
+        EXPECT_NEAR(ys[(b * part.T + t) * row + i], want[(b * full.T + pos[t]) * row + i], 1e-5);
+      }
+  cpu::RopeBackward(ys.data(), back.data(), part.B, part.T, part.NH, part.HS, 10000.0f, pos.data());
+  for (size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(back[i], xs[i], 1e-5);  // a rotation's inverse
+}
+
 }  // namespace
 }  // namespace gtp::kernels

@@ -57,5 +57,23 @@ TEST(CudaRope, Bf16MatchesReference) {
   }
 }
 
+TEST(CudaRope, PositionsMatchCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(6);
+  const int64_t B = 2, T = 6, NH = 3, HS = 64, n = B * T * NH * HS;
+  const std::vector<int32_t> pos = {0, 5, 6, 11, 1, 10};
+  auto x = rng.Normal(n);
+  std::vector<float> want(n), want_back(n);
+  cpu::RopeForward(x.data(), want.data(), B, T, NH, HS, 10000.0f, pos.data());
+  cpu::RopeBackward(x.data(), want_back.data(), B, T, NH, HS, 10000.0f, pos.data());
+  DeviceBuffer<float> dx(x), dy(n);
+  DeviceBuffer<int32_t> dpos(pos);
+  cuda::RopeForward(dx.get(), dy.get(), B, T, NH, HS, 10000.0f, stream.get(), dpos.get());
+  EXPECT_TRUE(RelClose(dy.Download(), ToDouble(want), 1e-6));
+  cuda::RopeBackward(dx.get(), dx.get(), B, T, NH, HS, 10000.0f, stream.get(), dpos.get());
+  EXPECT_TRUE(RelClose(dx.Download(), ToDouble(want_back), 1e-6));
+}
+
 }  // namespace
 }  // namespace gtp::kernels::testing
