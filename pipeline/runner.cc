@@ -36,6 +36,8 @@ absl::StatusOr<StepTimes> PipelineRunner::Step(
     Tensor buf = exec_.Empty({part.activation_rows(), part.config().block.n_embd},
                              part.config().block.dtype);
     const auto w0 = Clock::now();
+    Timeline::Scope span(timeline_, absl::StrCat("wait ", t % 2 ? "grad" : "act"), exec_.stream,
+                         "pipeline");
     GTP_RETURN_IF_ERROR(comm::Run(pp_->Recv(buf.raw_data(), buf.numel(), buf.dtype(), peer, t)));
     times.wait_ms += std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
     return buf;
@@ -58,6 +60,7 @@ absl::StatusOr<StepTimes> PipelineRunner::Step(
       }
       // Keep the activations when this part's backward of the same
       // micro-batch is the next pass.
+      Timeline::Scope span(timeline_, OpName(op), exec_.stream, "pipeline");
       const bool follows = i + 1 < ops.size() && ops[i + 1].kind == PipelineOp::kBackward &&
                            ops[i + 1].chunk == op.chunk && ops[i + 1].micro_batch == op.micro_batch;
       GTP_ASSIGN_OR_RETURN(Tensor out, part.ForwardPart(f.data.tokens, f.input, f.data.targets,
@@ -80,6 +83,7 @@ absl::StatusOr<StepTimes> PipelineRunner::Step(
     if (v < V - 1) {
       GTP_ASSIGN_OR_RETURN(dout, recv(next, tag(v, op.micro_batch, 1), part));
     }
+    Timeline::Scope span(timeline_, OpName(op), exec_.stream, "pipeline");
     if (!f.live) {
       GTP_RETURN_IF_ERROR(part.ForwardPart(f.data.tokens, f.input, f.data.targets,
                                            /*backward_follows=*/true, /*recompute=*/true)

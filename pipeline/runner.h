@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
 #include "core/kernels/ops.h"
+#include "core/timeline.h"
 #include "layers/gpt.h"
 #include "pipeline/schedule.h"
 
@@ -56,6 +57,10 @@ class PipelineRunner {
   absl::StatusOr<StepTimes> Step(int M, const std::function<absl::StatusOr<MicroBatch>(int)>& batch,
                                  const std::function<void(int)>& before_backward = nullptr);
 
+  // Records each pass ("F c.m" / "B c.m") and each blocking receive
+  // ("wait …", the bubble) on `t`'s "pipeline" track (null: none). Not owned.
+  void set_timeline(Timeline* t) { timeline_ = t; }
+
   // Test hook: called after each pass's compute (e.g. to sleep, standing in
   // for a compute-balanced model's passes).
   void set_pass_hook(std::function<void(const PipelineOp&)> hook) { pass_hook_ = std::move(hook); }
@@ -66,6 +71,7 @@ class PipelineRunner {
   comm::Communicator* pp_;
   kernels::Exec exec_;
   std::function<void(const PipelineOp&)> pass_hook_;
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace gtp::pipeline

@@ -30,6 +30,12 @@ for layout in "pp2:parallel.world_size=2,parallel.tp_num_weight_shards=1,paralle
   echo "$name: 12 steps match one rank"
 done
 grep -q "(VPP 2)" "$tmp/pp2vpp2.log"
+# Explicit stage boundaries (3 layers, then 1) match too; the trace shows the pipeline's passes and waits.
+"$bin" --run_dir "$tmp/pp2b" --set "$small,parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.pp_boundaries=0:3,train.trace_steps=1" > "$tmp/pp2b.log"
+same one pp2b 1 2e-4
+trace=$(ls "$tmp"/pp2b/trace*.json | head -1)
+grep -q '"B0.3"' "$trace" && grep -q '"wait ' "$trace" || { echo "no pipeline spans in $trace"; exit 1; }
+echo "pp2 with boundaries 0,3: 12 steps match one rank; trace has the passes and the waits"
 
 for layout in "pp4:parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.pp=4" \
               "single:parallel.world_size=1,parallel.tp_num_weight_shards=1"; do
@@ -74,5 +80,6 @@ expect_error "parallel.world_size=3,parallel.tp_num_weight_shards=1,parallel.pp=
 expect_error "parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.pp=4,train.global_batch=4" "needs at least 4 micro-batches"
 expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.vpp=2,train.global_batch=6" "multiple of the pipeline stages"
 expect_error "parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.vpp=2" "needs parallel.pp > 1"
+expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.pp_boundaries=0:4" "pp_boundaries"
 expect_error "parallel.world_size=2,parallel.tp_num_weight_shards=1,parallel.cp=2,model.seq_len=30" "divisible by 2 × parallel.cp"
 echo "pp/cp: ok"

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -43,8 +44,13 @@ void SetLeaf(const google::protobuf::Message& delta, const std::vector<std::stri
   const google::protobuf::Reflection* in = src->GetReflection();
   const google::protobuf::Reflection* out = dst->GetReflection();
   using FD = google::protobuf::FieldDescriptor;
-  GTP_CHECK(!f->is_repeated(), "override of the list ", f->full_name(),
-            ": the recipe has no lists; SetLeaf needs a rule for them");
+  if (f->is_repeated()) {  // a list is replaced whole
+    GTP_CHECK(f->cpp_type() == FD::CPPTYPE_INT32, "override of the list ", f->full_name(),
+              ": only integer lists have a rule");
+    out->ClearField(dst, f);
+    for (int i = 0; i < in->FieldSize(*src, f); ++i) out->AddInt32(dst, f, in->GetRepeatedInt32(*src, f, i));
+    return;
+  }
   switch (f->cpp_type()) {
     case FD::CPPTYPE_INT32: out->SetInt32(dst, f, in->GetInt32(*src, f)); break;
     case FD::CPPTYPE_INT64: out->SetInt64(dst, f, in->GetInt64(*src, f)); break;
@@ -94,6 +100,8 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
       return f;
     }();
     if (field == nullptr) return Bad(absl::StrCat("override '", o, "': no such setting"));
+    // Lists: a=1:2:3 (',' separates overrides).
+    if (field->is_repeated()) value = absl::StrCat("[", absl::StrJoin(absl::StrSplit(value, ':'), ", "), "]");
     if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
         (value.empty() || value.front() != '"')) {
       value = absl::StrCat("\"", value, "\"");
@@ -175,9 +183,19 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (p->vpp() == 0) p->set_vpp(1);
   if (p->pp() < 1 || p->vpp() < 1) return Bad("parallel.pp and parallel.vpp must be ≥ 1");
   if (p->vpp() > 1 && p->pp() == 1) return Bad("parallel.vpp > 1 needs parallel.pp > 1");
-  if (m->n_layer() % (p->pp() * p->vpp()) != 0) {
+  if (p->pp_boundaries_size() > 0) {
+    bool ok = p->pp_boundaries_size() == p->pp() * p->vpp() && p->pp_boundaries(0) == 0;
+    for (int i = 1; ok && i < p->pp_boundaries_size(); ++i) {
+      ok = p->pp_boundaries(i) > p->pp_boundaries(i - 1) && p->pp_boundaries(i) < m->n_layer();
+    }
+    if (!ok) {
+      return Bad(absl::StrCat("parallel.pp_boundaries must be pp × vpp = ", p->pp() * p->vpp(),
+                              " increasing first layers, starting at 0, below model.n_layer (",
+                              m->n_layer(), ")"));
+    }
+  } else if (m->n_layer() % (p->pp() * p->vpp()) != 0) {
     return Bad(absl::StrCat("model.n_layer (", m->n_layer(), ") must be divisible by parallel.pp × "
-                            "parallel.vpp = ", p->pp() * p->vpp()));
+                            "parallel.vpp = ", p->pp() * p->vpp(), " (or set parallel.pp_boundaries)"));
   }
   if (p->pp() > 1 && m->moe().num_experts() > 0) {
     return Bad("MoE with pipeline parallelism is not built yet: set parallel.pp = 1");

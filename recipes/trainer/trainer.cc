@@ -216,6 +216,7 @@ class RankRun {
         part->chain().exposed_comm().Reset();
       }
       grads_->set_timeline(tl_);
+      if (runner_) runner_->set_timeline(tl_);
       grads_->exposed_comm().Reset();
       if (expert_grads_) expert_grads_->exposed_comm().Reset();
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
@@ -327,6 +328,8 @@ class RankRun {
       layers::GptConfig mc = ModelConfig(r_);
       mc.pipeline.index = c * P + pp->rank();
       mc.pipeline.count = P * vpp;
+      mc.pipeline.boundaries.assign(r_.parallel().pp_boundaries().begin(),
+                                    r_.parallel().pp_boundaries().end());
       GTP_ASSIGN_OR_RETURN(auto part, layers::GptModel::Create(mc, r_.train().micro_batch(),
                                                                r_.model().seq_len(), *pgs_, exec_,
                                                                gtp_options));
