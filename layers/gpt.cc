@@ -171,7 +171,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
                                                m->chain_.get(), c.block.moe.IsMoeLayer(l)));
     const size_t first_sharded = m->sharded_.size(), first_expert = m->experts_.size();
     b->CollectParams(&m->sharded_, &m->replicated_, &m->experts_);
-    if (b->moe()) m->moe_layers_.push_back(b->moe());
+    if (b->moe()) {
+      m->moe_layers_.push_back(b->moe());
+      m->moe_layer_index_.push_back(l);
+    }
     // Recompute groups: a block's weights prefetch among themselves when it
     // is re-run (activation recompute, and the pipeline's stage recompute).
     if (c.block.recompute || pp.count > 1) {
@@ -447,33 +450,45 @@ absl::StatusOr<Tensor> GptModel::HeadBackward() {
 
 absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(comm::Communicator& world, int lanes,
                                                             int micro_batches) {
+  return FinishMoeStep({this}, world, lanes, micro_batches);
+}
+
+absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(const std::vector<GptModel*>& parts,
+                                                            comm::Communicator& world, int lanes,
+                                                            int micro_batches) {
   MoeStats st;
-  if (moe_layers_.empty()) return st;
-  const int L = static_cast<int>(moe_layers_.size());
-  const int E = moe_layers_[0]->router().config().num_experts;
-  // [L·E counts | dropped | aux | z] summed over the world (f32 on the wire).
-  std::vector<double> v;
-  v.reserve(L * E + 3);
-  double dropped = 0, aux = 0, z = 0;
-  for (moe::MoeLayer* m : moe_layers_) {
-    std::vector<double> c = m->router().TakeCounts();
-    v.insert(v.end(), c.begin(), c.end());
-    moe::Router::Stats s = m->router().TakeStats();
-    dropped += static_cast<double>(s.dropped);
-    aux += s.aux;
-    z += s.z;
+  if (parts.empty() || !parts[0]->config_.block.moe.enabled()) return st;
+  const GptConfig& c = parts[0]->config_;
+  const int E = c.block.moe.router.num_experts;
+  // Every MoE layer of the whole model has a slot (pipeline stages hold
+  // different layers): [L·E counts | dropped | aux | z], summed over the world.
+  std::vector<int> slot(c.n_layer, -1);
+  int L = 0;
+  for (int l = 0; l < c.n_layer; ++l)
+    if (c.block.moe.IsMoeLayer(l)) slot[l] = L++;
+  if (L == 0) return st;
+  std::vector<double> v(static_cast<size_t>(L) * E + 3, 0.0);
+  for (GptModel* m : parts) {
+    for (size_t i = 0; i < m->moe_layers_.size(); ++i) {
+      moe::Router& r = m->moe_layers_[i]->router();
+      const int s = slot[m->moe_layer_index_[i]];
+      std::vector<double> counts = r.TakeCounts();
+      for (int e = 0; e < E; ++e) v[s * E + e] += counts[e];
+      moe::Router::Stats rs = r.TakeStats();
+      v[L * E] += static_cast<double>(rs.dropped);
+      v[L * E + 1] += rs.aux;
+      v[L * E + 2] += rs.z;
+    }
   }
-  v.push_back(dropped);
-  v.push_back(aux);
-  v.push_back(z);
   if (world.size() > 1) {
+    const kernels::Exec& ex = parts[0]->exec_;
     std::vector<float> f(v.begin(), v.end());
     Tensor h = Tensor::Wrap(f.data(), {static_cast<int64_t>(f.size())}, DType::kF32, Device::Cpu());
-    Tensor d = exec_.Empty(h.shape(), DType::kF32);
-    GTP_RETURN_IF_ERROR(Copy(h, d, exec_.stream, true));
+    Tensor d = ex.Empty(h.shape(), DType::kF32);
+    GTP_RETURN_IF_ERROR(Copy(h, d, ex.stream, true));
     GTP_RETURN_IF_ERROR(comm::Run(
         world.AllReduce(d.raw_data(), d.raw_data(), d.numel(), DType::kF32, comm::ReduceOp::kSum)));
-    GTP_RETURN_IF_ERROR(Copy(d, h, exec_.stream, true));
+    GTP_RETURN_IF_ERROR(Copy(d, h, ex.stream, true));
     v.assign(f.begin(), f.end());
   }
   st.tokens_min = v[0];
@@ -488,11 +503,14 @@ absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(comm::Communicator& w
   const double per = static_cast<double>(L) * std::max(1, lanes) * std::max(1, micro_batches);
   st.aux_loss = v[L * E + 1] / per;
   st.z_loss = v[L * E + 2] / per;
-  for (int l = 0; l < L; ++l) {
-    moe::Router& r = moe_layers_[l]->router();
-    if (!r.config().expert_bias) continue;
-    moe::UpdateExpertBias(r.config(), std::vector<double>(v.begin() + l * E, v.begin() + (l + 1) * E),
-                          r.expert_bias().data());
+  for (GptModel* m : parts) {
+    for (size_t i = 0; i < m->moe_layers_.size(); ++i) {
+      moe::Router& r = m->moe_layers_[i]->router();
+      if (!r.config().expert_bias) continue;
+      const int s = slot[m->moe_layer_index_[i]];
+      moe::UpdateExpertBias(r.config(), std::vector<double>(v.begin() + s * E, v.begin() + (s + 1) * E),
+                            r.expert_bias().data());
+    }
   }
   return st;
 }

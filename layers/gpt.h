@@ -175,6 +175,11 @@ class GptModel {
     double aux_loss = 0, z_loss = 0;  // per layer, mean over lanes and micro-batches
   };
   absl::StatusOr<MoeStats> FinishMoeStep(comm::Communicator& world, int lanes, int micro_batches);
+  // The same over all of this rank's pipeline parts (every rank calls it,
+  // whatever layers it holds).
+  static absl::StatusOr<MoeStats> FinishMoeStep(const std::vector<GptModel*>& parts,
+                                                comm::Communicator& world, int lanes,
+                                                int micro_batches);
   // MoE state that is not a parameter but belongs in checkpoints: each MoE
   // layer's expert bias (when router.expert_bias), as a host f32 [E] view
   // named "<layer>.moe.router.expert_bias". Identical on every rank.
@@ -212,6 +217,7 @@ class GptModel {
   std::vector<ReplicatedParam*> replicated_;
   std::vector<ShardedParam*> experts_;
   std::vector<moe::MoeLayer*> moe_layers_;
+  std::vector<int> moe_layer_index_;  // their global layer numbers
   // Saved for backward.
   Tensor tokens_, targets_, pos_ids_, h_f_, logits_, row_max_, sumexp_;
   bool logits_are_grad_ = false;  // the fused loss already turned logits_ into dlogits

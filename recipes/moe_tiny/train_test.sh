@@ -34,6 +34,18 @@ for layout in "ep4:parallel.ep=4,parallel.expert_tp_num_weight_shards=1" \
   echo "$name: steps 11..16 match"
 done
 
+# MoE with pipeline stages (aux loss off: it is per lane, and the lanes differ): PP2 with
+# experts EP2 matches one rank; the routing figures cover every stage's layers.
+noaux="$small,train.steps=12,model.moe.aux_loss_coeff=0"
+"$bin" --run_dir "$tmp/m1" --set "$noaux,parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1" > "$tmp/m1.log"
+"$bin" --run_dir "$tmp/mpp" --set "$noaux,parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.ep=2,parallel.expert_tp_num_weight_shards=1" > "$tmp/mpp.log"
+grep -q "PP 2" "$tmp/mpp.log"
+grep -q "moe tokens/expert [0-9]*/64/" "$tmp/mpp.log" || { grep moe "$tmp/mpp.log" | head -3; exit 1; }
+paste <(losses "$tmp/m1/metrics.jsonl") <(losses "$tmp/mpp/metrics.jsonl") |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) { print "moe pp2: step " $1 " " $2 " vs " $4; bad = 1 } ++n }
+       END { if (n != 12) bad = 1; exit bad }'
+echo "moe pp2 (EP2): 12 steps match one rank"
+
 # Loss-free balancing: the expert bias is checkpointed, so a resume is exact too.
 "$bin" --run_dir "$tmp/eb" --set "$small,train.steps=12,checkpoint.every=6,model.moe.expert_bias=true,model.moe.bias_update_rate=0.01" > "$tmp/eb.log"
 mkdir -p "$tmp/eb2/checkpoints"

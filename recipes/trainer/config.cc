@@ -197,9 +197,6 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
     return Bad(absl::StrCat("model.n_layer (", m->n_layer(), ") must be divisible by parallel.pp × "
                             "parallel.vpp = ", p->pp() * p->vpp(), " (or set parallel.pp_boundaries)"));
   }
-  if (p->pp() > 1 && m->moe().num_experts() > 0) {
-    return Bad("MoE with pipeline parallelism is not built yet: set parallel.pp = 1");
-  }
   if (p->ep() == 0) p->set_ep(1);
   if (p->etp() == 0) p->set_etp(1);
   if (p->expert_tp_num_weight_shards() == 0) p->set_expert_tp_num_weight_shards(p->etp());

@@ -255,14 +255,14 @@ class RankRun {
       StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3),
                      comm_ms};
       rec.bubble = runner_ ? bubble_ : -1.0;
-      if (model_->has_moe()) {
-        GTP_ASSIGN_OR_RETURN(rec.moe, model_->FinishMoeStep(world_, data_->size(),
+      if (has_moe()) {
+        GTP_ASSIGN_OR_RETURN(rec.moe, layers::GptModel::FinishMoeStep(RawParts(), world_, data_->size(),
                                                             static_cast<int>(sampler_->num_micro_batches())));
       }
       if (rank0()) Report(rec, t_start, first_step);
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
         GTP_ASSIGN_OR_RETURN(float vl, Evaluate());
-        model_->ResetMoeStats();  // evaluation forwards are not the step's routing
+        for (auto& part : parts_) part->ResetMoeStats();  // evaluation forwards are not the step's routing
         if (rank0()) ReportEval(vl);
       }
       // Every rank must agree on stopping, or the next collective would hang.
@@ -355,7 +355,10 @@ class RankRun {
     if (P > 1) go.overlap = false;
     GTP_ASSIGN_OR_RETURN(grads_, optimizer::GradBuffer::Create(params_, *pgs_, exec_, go));
     std::vector<optimizer::GradBuffer*> buffers = {grads_.get()};
-    experts_ = {model_->expert_params(), {}};
+    for (auto& part : parts_) {
+      experts_.sharded.insert(experts_.sharded.end(), part->expert_params().begin(),
+                              part->expert_params().end());
+    }
     if (!experts_.sharded.empty()) {
       // Expert weights reduce over the expert grid's data-parallel group.
       optimizer::GradBufferOptions eo = go;
@@ -514,7 +517,10 @@ class RankRun {
       };
       // Never "last": an interleaved schedule finishes micro-batches out of
       // order, and with the overlap off FinishGradSync reduces every bucket.
-      auto before = [&](int) { grads_->StartMicrobatch(/*last=*/false, B * T); };
+      auto before = [&](int) {
+        grads_->StartMicrobatch(/*last=*/false, B * T);
+        if (expert_grads_) expert_grads_->StartMicrobatch(/*last=*/false, B * T);
+      };
       GTP_ASSIGN_OR_RETURN(pipeline::StepTimes t, runner_->Step(static_cast<int>(M), batch, before));
       bubble_ = t.bubble();
       if (pgs_->Has("embd") && (*pgs_->Group("embd"))->is_member()) {
@@ -536,10 +542,18 @@ class RankRun {
     return absl::OkStatus();
   }
 
+  // The MoE figures come from the whole model, whatever layers this rank holds.
+  bool has_moe() const { return r_.model().moe().num_experts() > 0; }
+  std::vector<layers::GptModel*> RawParts() const {
+    std::vector<layers::GptModel*> raw;
+    for (const auto& part : parts_) raw.push_back(part.get());
+    return raw;
+  }
+
   bool UseCudaGraphs() const {
     // MoE layers read their token counts on the host: not capturable.
     return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
-           opt_->CanEnqueueSteps() && !model_->has_moe() && runner_ == nullptr;
+           opt_->CanEnqueueSteps() && !has_moe() && runner_ == nullptr;
   }
 
   // One training step as a CUDA graph: the batches go into fixed device
@@ -686,7 +700,11 @@ class RankRun {
     GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_, &experts_,
                                                                  with_tied_copies));
     // MoE expert biases: the same on every rank, which split the writing.
-    for (auto& [name, t] : model_->moe_buffers()) {
+    std::vector<std::pair<std::string, Tensor>> buffers;
+    for (auto& part : parts_) {
+      for (auto& b : part->moe_buffers()) buffers.push_back(b);
+    }
+    for (auto& [name, t] : buffers) {
       checkpoint::TensorPiece piece;
       piece.key = name;
       piece.data = t;
@@ -771,7 +789,7 @@ class RankRun {
                   rec.tokens_per_s, eta);
     } else if (rec.step % r_.train().log_every() == 0 || rec.step == steps || rec.step == 1) {
       std::string moe;
-      if (model_->has_moe()) {
+      if (has_moe()) {
         moe = absl::StrFormat("  moe tokens/expert %.0f/%.0f/%.0f dropped %.0f aux %.4f z %.4f",
                               rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
                               rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss);
@@ -793,7 +811,7 @@ class RankRun {
         "\"peak_mem_bytes\": %d%s%s}\n",
         rec.step, rec.loss, rec.lr, rec.grad_norm, rec.skipped ? "true" : "false", rec.ms,
         rec.tokens_per_s, rec.comm_exposed_ms, mem.bytes_in_use, mem.peak_bytes_in_use,
-        model_->has_moe()
+        has_moe()
             ? absl::StrFormat(", \"moe_tokens_min\": %.0f, \"moe_tokens_mean\": %.1f, "
                               "\"moe_tokens_max\": %.0f, \"moe_dropped\": %.0f, "
                               "\"moe_aux_loss\": %.6g, \"moe_z_loss\": %.6g",
