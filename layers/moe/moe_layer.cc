@@ -66,6 +66,41 @@ std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
   return off;
 }
 
+// parts [R·m, c] → Σ_r parts[r] [m, c] in f32, r ascending (deterministic).
+Tensor SumInRankOrder(const kernels::Exec& e, const Tensor& parts, int R) {
+  const int64_t m = parts.dim(0) / R, C = parts.dim(1);
+  Tensor acc = e.Zeros({m, C}, DType::kF32);
+  if (m == 0) return acc;
+  Tensor part32 = parts.dtype() == DType::kF32 ? Tensor() : e.Empty({m, C}, DType::kF32);
+  for (int r = 0; r < R; ++r) {
+    Tensor p = parts.Slice(r * m, (r + 1) * m);
+    if (part32.defined()) {
+      ops::Cast(e, p, part32);
+      p = part32;
+    }
+    ops::Axpby(e, 1.0f, p, 1.0f, acc);
+  }
+  return acc;
+}
+
+// The expert-major order of received rows [r][src][local expert] (all_cnt
+// [R·P·el] rows per block): reorder / inv_reorder and the rows per expert.
+void BuildReorder(const int32_t* all_cnt, int R, int P, int el, std::vector<int64_t>* ne,
+                  std::vector<int32_t>* reorder, std::vector<int32_t>* inv_reorder) {
+  std::vector<int64_t> block(static_cast<size_t>(R) * P * el + 1, 0);
+  for (int b = 0; b < R * P * el; ++b) block[b + 1] = block[b] + all_cnt[b];
+  for (int i = 0; i < el; ++i) {
+    for (int rs = 0; rs < R * P; ++rs) {
+      const int b = rs * el + i;
+      for (int64_t q = block[b]; q < block[b + 1]; ++q) reorder->push_back(static_cast<int32_t>(q));
+      (*ne)[i] += all_cnt[b];
+    }
+  }
+  inv_reorder->resize(reorder->size());
+  for (size_t q = 0; q < reorder->size(); ++q)
+    (*inv_reorder)[(*reorder)[q]] = static_cast<int32_t>(q);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& name,
@@ -106,6 +141,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
   m->rows_ = tp > 1 ? N / tp : N;
   m->row0_ = tp > 1 ? t * m->rows_ : 0;
   m->slice_ = tp > 1 && !s.sequence_parallel;
+  m->all_gather_ = c.dispatcher == Dispatcher::kAllGather;
+  m->pad_ = c.router.pad_to_capacity;
   // Expert wgrads: see the file comment.
   m->wgrad_scale_ =
       s.loss_sum ? 1.0f : static_cast<float>(tp) / static_cast<float>(m->etp_size_ * m->ep_size_);
@@ -141,6 +178,29 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
 
 absl::Status MoeLayer::Plan(const RouterOutput& r) {
   const int P = ep_size_, el = e_loc_, R = etp_size_;
+  if (pad_) {
+    // Static sizes: every (source, expert) block holds the capacity rows.
+    const int64_t cap = router_->capacity(), S = r.expert.numel();
+    pos_d_ = exec_.Empty({S}, DType::kI32);
+    perm_d_ = exec_.Empty({E_ * cap}, DType::kI32);
+    PadToCapacity(exec_, E_, cap, r.expert, r.counts, r.pos, r.row_tok, pos_d_, perm_d_);
+    M_ = E_ * cap;
+    send_rows_.assign(P, el * cap);
+    recv_rows_.assign(P, el * cap);
+    etp_rows_.assign(R, P * el * cap);
+    ne_.assign(el, static_cast<int64_t>(R) * P * cap);
+    if (P * R > 1 && !static_plan_) {
+      const std::vector<int32_t> all_cnt(static_cast<size_t>(R) * P * el,
+                                         static_cast<int32_t>(cap));
+      std::vector<int64_t> ne(el, 0);
+      std::vector<int32_t> reorder, inv_reorder;
+      BuildReorder(all_cnt.data(), R, P, el, &ne, &reorder, &inv_reorder);
+      reorder_ = ToDevice(exec_, reorder);
+      inv_reorder_ = ToDevice(exec_, inv_reorder);
+    }
+    static_plan_ = true;
+    return absl::OkStatus();
+  }
   // One device buffer of the counts the host needs, read in one copy:
   // [send: E per global expert | recv: P·el from each source | all: R·P·el,
   // every ETP rank's recv (ETP: every rank of the group computes its hidden
@@ -182,23 +242,15 @@ absl::Status MoeLayer::Plan(const RouterOutput& r) {
   std::vector<int32_t> reorder, inv_reorder;
   ne_.assign(el, 0);
   if (P * R > 1) {
-    std::vector<int64_t> block(static_cast<size_t>(R) * P * el + 1, 0);
-    for (int b = 0; b < R * P * el; ++b) block[b + 1] = block[b] + all_cnt[b];
-    for (int i = 0; i < el; ++i) {
-      for (int rs = 0; rs < R * P; ++rs) {
-        const int b = rs * el + i;
-        for (int64_t q = block[b]; q < block[b + 1]; ++q) reorder.push_back(static_cast<int32_t>(q));
-        ne_[i] += all_cnt[b];
-      }
-    }
-    inv_reorder.resize(reorder.size());
-    for (size_t q = 0; q < reorder.size(); ++q) inv_reorder[reorder[q]] = static_cast<int32_t>(q);
+    BuildReorder(all_cnt, R, P, el, &ne_, &reorder, &inv_reorder);
   } else {
     for (int i = 0; i < el; ++i) ne_[i] = recv_cnt[i];
   }
   // Uploaded once (no wait), for the forward's and the backward's gathers.
   reorder_ = reorder.empty() ? Tensor() : ToDevice(exec_, reorder);
   inv_reorder_ = inv_reorder.empty() ? Tensor() : ToDevice(exec_, inv_reorder);
+  pos_d_ = r.pos;
+  perm_d_ = r.row_tok.Slice(0, M_);
   return absl::OkStatus();
 }
 
@@ -256,20 +308,42 @@ absl::StatusOr<Tensor> MoeLayer::EtpReduceScatter(const Tensor& y) {
   GTP_RETURN_IF_ERROR(
       comm::Run(etp_->AllToAllV(y.raw_data(), sc, sd, parts.raw_data(), rc, rd, y.dtype())));
   // Σ over the ETP ranks' partial sums, in rank order, in f32.
-  Tensor acc = exec_.Zeros({mine, C}, DType::kF32);
   if (mine == 0) return exec_.Empty({0, C}, y.dtype());
-  Tensor part32 = y.dtype() == DType::kF32 ? Tensor() : exec_.Empty({mine, C}, DType::kF32);
-  for (int r = 0; r < R; ++r) {
-    Tensor p = parts.Slice(r * mine, (r + 1) * mine);
-    if (part32.defined()) {
-      ops::Cast(exec_, p, part32);
-      p = part32;
-    }
-    ops::Axpby(exec_, 1.0f, p, 1.0f, acc);
-  }
+  Tensor acc = SumInRankOrder(exec_, parts, R);
   if (y.dtype() == DType::kF32) return acc;
   Tensor out = exec_.Empty({mine, C}, y.dtype());
   ops::Cast(exec_, acc, out);
+  return out;
+}
+
+absl::StatusOr<Tensor> MoeLayer::GatherGroup(const Tensor& x) {
+  Tensor cur = x;
+  for (comm::Communicator* g : {ep_, etp_}) {
+    if (g->size() == 1) continue;
+    Tensor out = exec_.Empty({g->size() * cur.dim(0), cur.dim(1)}, cur.dtype());
+    GTP_RETURN_IF_ERROR(
+        comm::Run(g->AllGather(cur.raw_data(), out.raw_data(), cur.numel(), cur.dtype())));
+    cur = out;
+  }
+  return cur;
+}
+
+absl::StatusOr<Tensor> MoeLayer::ReduceScatterGroup(const Tensor& x) {
+  Tensor cur = x;
+  for (comm::Communicator* g : {etp_, ep_}) {
+    if (g->size() == 1) continue;
+    const int R = g->size();
+    const int64_t m = cur.dim(0) / R, C = cur.dim(1);
+    Tensor parts = exec_.Empty({R * m, C}, cur.dtype());
+    if (m > 0) {
+      GTP_RETURN_IF_ERROR(
+          comm::Run(g->AllToAll(cur.raw_data(), parts.raw_data(), m * C, cur.dtype())));
+    }
+    cur = SumInRankOrder(exec_, parts, R);
+  }
+  if (cur.dtype() == DType::kF32) return cur;
+  Tensor out = exec_.Empty(cur.shape(), DType::kF32);
+  ops::Cast(exec_, cur, out);
   return out;
 }
 
@@ -281,32 +355,95 @@ Tensor MoeLayer::GatherRows(const Tensor& x, const Tensor& idx) {
 }
 
 absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
-  const kernels::Exec& e = exec_;
-  const int64_t C = shape_.C;
   Tensor x = slice_ ? h.Slice(row0_, row0_ + rows_) : h;
   GTP_ASSIGN_OR_RETURN(const RouterOutput* r, router_->Forward(x, dir != Direction::kRecompute));
-  GTP_RETURN_IF_ERROR(Plan(*r));
+  Tensor y;
+  if (all_gather_) {
+    GTP_ASSIGN_OR_RETURN(y, ForwardAllGather(x, *r, dir));
+  } else {
+    GTP_ASSIGN_OR_RETURN(y, ForwardAllToAll(x, *r, dir));
+  }
+  if (slice_) return AllGatherRows(exec_, *tp_, y);
+  return y;
+}
+
+absl::StatusOr<Tensor> MoeLayer::ForwardAllToAll(const Tensor& x, const RouterOutput& r,
+                                                 Direction dir) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C;
+  GTP_RETURN_IF_ERROR(Plan(r));  // perm_d_, pos_d_
   const int64_t M = M_;
-  perm_d_ = r->row_tok.Slice(0, M);
-  pos_d_ = r->pos;
-  w_d_ = r->weight;
+  w_d_ = r.weight;
   Tensor xp = e.Empty({M, C}, x.dtype());
   if (M > 0) ops::EmbeddingForward(e, perm_d_, x, xp, 0);
   GTP_ASSIGN_OR_RETURN(Tensor recv, Exchange(xp, send_rows_, recv_rows_));
   GTP_ASSIGN_OR_RETURN(Tensor group, EtpGather(recv));
-  xe_ = GatherRows(group, reorder_);
+  GTP_ASSIGN_OR_RETURN(Tensor ye, Experts(GatherRows(group, reorder_), dir));
+  GTP_ASSIGN_OR_RETURN(Tensor yr, EtpReduceScatter(GatherRows(ye, inv_reorder_)));
+  GTP_ASSIGN_OR_RETURN(yp_, Exchange(yr, recv_rows_, send_rows_));
+  Tensor y = e.Empty({rows_, C}, x.dtype());
+  CombineForward(e, yp_, pos_d_, w_d_, y);
+  return y;
+}
+
+absl::StatusOr<Tensor> MoeLayer::ForwardAllGather(const Tensor& x, const RouterOutput& r,
+                                                  Direction dir) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C, S = rows_ * k_;
+  const int64_t G = static_cast<int64_t>(ep_size_) * etp_size_, GS = G * S;
+  GTP_ASSIGN_OR_RETURN(Tensor xg, GatherGroup(x));  // [G·rows, C]
+  GTP_ASSIGN_OR_RETURN(Tensor eg, GatherGroup(r.expert.View({S, 1})));
+  GTP_ASSIGN_OR_RETURN(Tensor wg, GatherGroup(r.weight.View({S, 1})));
+  w_d_ = wg.View({GS});
+  // The gathered slots of this rank's experts, in the all-to-all's order:
+  // local expert, then (etp rank, ep rank, token, j).
+  Tensor local = e.Empty({GS}, DType::kI32), cnt = e.Empty({e_loc_}, DType::kI32);
+  Tensor pos = e.Empty({GS}, DType::kI32), row_slot = e.Empty({GS}, DType::kI32),
+         tok = e.Empty({GS}, DType::kI32);
+  SelectLocalExperts(e, ep_rank_ * e_loc_, e_loc_, eg.View({GS}), local);
+  Dispatch(e, e_loc_, k_, local, cnt, pos, row_slot, tok);
+  if (pad_) {
+    // Each expert gets at most capacity rows from each of the G ranks.
+    const int64_t cap = G * router_->capacity();
+    pos_d_ = e.Empty({GS}, DType::kI32);
+    perm_d_ = e.Empty({e_loc_ * cap}, DType::kI32);
+    PadToCapacity(e, e_loc_, cap, local, cnt, pos, tok, pos_d_, perm_d_);
+    ne_.assign(e_loc_, cap);
+  } else {
+    const std::vector<int32_t> hc = ToHost<int32_t>(e, cnt);  // the layer's one host sync
+    ne_.assign(hc.begin(), hc.end());
+    pos_d_ = pos;
+    perm_d_ = tok.Slice(0, Offsets(ne_).back());
+  }
+  const int64_t Me = Offsets(ne_).back();
+  Tensor xe = e.Empty({Me, C}, x.dtype());
+  if (Me > 0) ops::EmbeddingForward(e, perm_d_, xg, xe, 0);
+  GTP_ASSIGN_OR_RETURN(yp_, Experts(xe, dir));
+  Tensor yg = e.Empty({G * rows_, C}, x.dtype());
+  CombineForward(e, yp_, pos_d_, w_d_, yg);
+  GTP_ASSIGN_OR_RETURN(Tensor y32, ReduceScatterGroup(yg));
+  if (x.dtype() == DType::kF32) return y32;
+  Tensor y = e.Empty({rows_, C}, x.dtype());
+  ops::Cast(e, y32, y);
+  return y;
+}
+
+absl::StatusOr<Tensor> MoeLayer::Experts(const Tensor& xe, Direction dir) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C;
+  xe_ = xe;
   const int64_t Me = xe_.dim(0);
   const std::vector<int64_t> off = Offsets(ne_);
   // fc1 → act → fc2, one GEMM per local expert.
   GTP_ASSIGN_OR_RETURN(Tensor w1, fc1_->Materialize(dir));
-  pre_ = e.Empty({Me, H1_}, x.dtype());
+  pre_ = e.Empty({Me, H1_}, xe.dtype());
   for (int i = 0; i < e_loc_; ++i) {
     if (ne_[i] == 0) continue;
     ops::Linear(e, xe_.Slice(off[i], off[i + 1]), w1.Slice(i * H1_, (i + 1) * H1_),
                 pre_.Slice(off[i], off[i + 1]));
   }
   fc1_->Release(dir);
-  act_ = e.Empty({Me, H_loc_}, x.dtype());
+  act_ = e.Empty({Me, H_loc_}, xe.dtype());
   if (Me > 0) {
     if (shape_.swiglu) {
       ops::SwiGluForward(e, pre_, act_);
@@ -315,33 +452,78 @@ absl::StatusOr<Tensor> MoeLayer::Forward(const Tensor& h, Direction dir) {
     }
   }
   GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(dir));
-  Tensor ye = e.Empty({Me, C}, x.dtype());
+  Tensor ye = e.Empty({Me, C}, xe.dtype());
   for (int i = 0; i < e_loc_; ++i) {
     if (ne_[i] == 0) continue;
     ops::Linear(e, act_.Slice(off[i], off[i + 1]), w2.Slice(i * C, (i + 1) * C),
                 ye.Slice(off[i], off[i + 1]));
   }
   fc2_->Release(dir);
-  GTP_ASSIGN_OR_RETURN(Tensor yr, EtpReduceScatter(GatherRows(ye, inv_reorder_)));
-  GTP_ASSIGN_OR_RETURN(yp_, Exchange(yr, recv_rows_, send_rows_));
-  Tensor y = e.Empty({rows_, C}, x.dtype());
-  CombineForward(e, yp_, pos_d_, w_d_, y);
-  if (slice_) return AllGatherRows(e, *tp_, y);
-  return y;
+  return ye;
 }
 
 absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   const kernels::Exec& e = exec_;
   const int64_t C = shape_.C;
   Tensor dy = slice_ ? dout.Slice(row0_, row0_ + rows_) : dout;
+  const DType dt = dy.dtype();
+  Tensor dw = e.Empty({rows_ * k_}, DType::kF32);
+  Tensor dx32;
+  if (all_gather_) {
+    GTP_ASSIGN_OR_RETURN(dx32, BackwardAllGather(dy, dw));
+  } else {
+    GTP_ASSIGN_OR_RETURN(dx32, BackwardAllToAll(dy, dw));
+  }
+  const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T) : 1.0f;
+  GTP_ASSIGN_OR_RETURN(Tensor dxr, router_->Backward(dw, loss_scale));
+  ops::Axpby(e, 1.0f, dxr, 1.0f, dx32);
+  Tensor dx = dx32;
+  if (dt != DType::kF32) {
+    dx = e.Empty({rows_, C}, dt);
+    ops::Cast(e, dx32, dx);
+  }
+  if (slice_) return AllGatherRows(e, *tp_, dx);
+  return dx;
+}
+
+absl::StatusOr<Tensor> MoeLayer::BackwardAllToAll(const Tensor& dy, const Tensor& dw) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C;
   const int64_t M = M_;
   Tensor dyp = e.Empty({M, C}, dy.dtype());
-  Tensor dw = e.Empty({rows_ * k_}, DType::kF32);
   CombineBackward(e, dy, yp_, pos_d_, w_d_, dyp, dw);
   yp_ = Tensor();
   GTP_ASSIGN_OR_RETURN(Tensor drecv, Exchange(dyp, send_rows_, recv_rows_));
   GTP_ASSIGN_OR_RETURN(Tensor dgroup, EtpGather(drecv));
-  Tensor dye = GatherRows(dgroup, reorder_);
+  GTP_ASSIGN_OR_RETURN(Tensor dxe, ExpertsBackward(GatherRows(dgroup, reorder_)));
+  GTP_ASSIGN_OR_RETURN(Tensor dxr_etp, EtpReduceScatter(GatherRows(dxe, inv_reorder_)));
+  GTP_ASSIGN_OR_RETURN(Tensor dxp, Exchange(dxr_etp, recv_rows_, send_rows_));
+  Tensor dx32 = e.Zeros({rows_, C}, DType::kF32);
+  if (M > 0) ops::EmbeddingBackward(e, perm_d_, dxp, dx32, 0);
+  return dx32;
+}
+
+absl::StatusOr<Tensor> MoeLayer::BackwardAllGather(const Tensor& dy, const Tensor& dw) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C, S = rows_ * k_;
+  const int64_t G = static_cast<int64_t>(ep_size_) * etp_size_;
+  GTP_ASSIGN_OR_RETURN(Tensor dyg, GatherGroup(dy));  // [G·rows, C]
+  const int64_t Me = yp_.dim(0);
+  Tensor dye = e.Empty({Me, C}, dy.dtype());
+  Tensor dwg = e.Empty({G * S, 1}, DType::kF32);  // 0 on the slots of others' experts
+  CombineBackward(e, dyg, yp_, pos_d_, w_d_, dye, dwg.View({G * S}));
+  yp_ = Tensor();
+  GTP_ASSIGN_OR_RETURN(Tensor dw_own, ReduceScatterGroup(dwg));
+  ops::CopyInto(e, dw_own.View({S}), dw);
+  GTP_ASSIGN_OR_RETURN(Tensor dxe, ExpertsBackward(dye));
+  Tensor dxg = e.Zeros({G * rows_, C}, DType::kF32);
+  if (Me > 0) ops::EmbeddingBackward(e, perm_d_, dxe, dxg, 0);
+  return ReduceScatterGroup(dxg);
+}
+
+absl::StatusOr<Tensor> MoeLayer::ExpertsBackward(const Tensor& dye) {
+  const kernels::Exec& e = exec_;
+  const int64_t C = shape_.C;
   const int64_t Me = dye.dim(0);
   const std::vector<int64_t> off = Offsets(ne_);
   const DType dt = dye.dtype();
@@ -396,20 +578,7 @@ absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   fc1_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(fc1_->ReduceGrad());
   xe_ = Tensor();
-  GTP_ASSIGN_OR_RETURN(Tensor dxr_etp, EtpReduceScatter(GatherRows(dxe, inv_reorder_)));
-  GTP_ASSIGN_OR_RETURN(Tensor dxp, Exchange(dxr_etp, recv_rows_, send_rows_));
-  Tensor dx32 = e.Zeros({rows_, C}, DType::kF32);
-  if (M > 0) ops::EmbeddingBackward(e, perm_d_, dxp, dx32, 0);
-  const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T) : 1.0f;
-  GTP_ASSIGN_OR_RETURN(Tensor dxr, router_->Backward(dw, loss_scale));
-  ops::Axpby(e, 1.0f, dxr, 1.0f, dx32);
-  Tensor dx = dx32;
-  if (dt != DType::kF32) {
-    dx = e.Empty({rows_, C}, dt);
-    ops::Cast(e, dx32, dx);
-  }
-  if (slice_) return AllGatherRows(e, *tp_, dx);
-  return dx;
+  return dxe;
 }
 
 void MoeLayer::DropActivations() {

@@ -38,6 +38,27 @@
 // after their exchange over ep / etp on the device: one host synchronisation
 // per MoE layer forward, none in backward.
 //
+// All-gather dispatcher (MoeConfig::dispatcher = kAllGather; Megatron's
+// MoEAllGatherTokenDispatcher): every rank all-gathers the rows and their
+// routing (expert or −1 where dropped, weight) of its EP group, then of its
+// ETP group — the rows laid out [etp rank][ep rank][token] — picks the slots
+// of its local experts in the all-to-all's expert-major order (so the expert
+// GEMMs see the same rows in the same order), combines its experts' weighted
+// (partial, with ETP) outputs into every gathered token (j ascending) and
+// reduce-scatters them over etp, then ep (f32 sums in rank order) so each
+// rank gets its own tokens' outputs. Backward all-gathers dy the same way and
+// reduce-scatters dx and the weights' gradient. More traffic than the
+// all-to-all (every token to every rank) but no count exchange; the one host
+// synchronisation reads the local experts' row counts.
+//
+// Padding (RouterConfig::pad_to_capacity): each (source rank, expert) block
+// holds exactly the capacity rows (zero rows after the kept ones), so every
+// exchange and GEMM has a static size: an expert runs on ETP·EP·capacity
+// rows. The padding rows are zeros, no slot names them (the combine skips
+// them, their gradient is 0) and they add exactly 0 to the weight gradients,
+// so results equal the unpadded dropped run's. No counts reach the host: no
+// synchronisation in forward.
+//
 // Gradients: expert weight gradients are the sum over every token routed to
 // the expert. With mean-normalised losses the GTP reduce-scatter over egtp
 // and the expert buffer's reduction over edp average, so the expert GEMMs
@@ -45,8 +66,6 @@
 // which makes them the gradient of the mean of the lanes' losses, like the
 // dense weights'. The gate is replicated; each TP rank's gradient covers its
 // own rows (summed over TP at finalisation).
-//
-// Not yet: an all-gather dispatcher, padding to capacity.
 #pragma once
 
 #include <memory>
@@ -61,8 +80,12 @@
 
 namespace gtp::layers::moe {
 
+// How tokens reach the ranks of their experts (see MoeLayer's file comment).
+enum class Dispatcher { kAllToAll, kAllGather };
+
 struct MoeConfig {
   RouterConfig router;          // router.num_experts = 0: a dense model
+  Dispatcher dispatcher = Dispatcher::kAllToAll;
   int64_t ffn_hidden = 0;        // each expert's hidden size (0: the block's)
   int64_t shared_ffn_hidden = 0; // a shared expert (dense MLP beside the routed ones); 0: none
   // Which layers are MoE: layer l when l % every_n == 0 (Megatron's
@@ -98,7 +121,8 @@ class MoeLayer {
                                                           const parallel::ProcessGroupCollection& pgs,
                                                           GtpChain* chain);
   // h [N or N_tp, C] (the normalised input) → [N or N_tp, C]. Collective over
-  // ep (and tp without SP); blocks on the counts.
+  // ep and etp (and tp without SP); blocks on the counts (not when padded to
+  // capacity).
   absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
   // dout like Forward's output → dh like its input.
   absl::StatusOr<Tensor> Backward(const Tensor& dout);
@@ -108,6 +132,9 @@ class MoeLayer {
   ShardedParam& fc1() { return *fc1_; }
   ShardedParam& fc2() { return *fc2_; }
   int num_local_experts() const { return e_loc_; }
+  // Rows each local expert ran on in the last forward [E/EP] (ETP·EP·capacity
+  // each when padded to capacity).
+  const std::vector<int64_t>& expert_rows() const { return ne_; }
 
  private:
   MoeLayer() = default;
@@ -122,6 +149,22 @@ class MoeLayer {
   absl::StatusOr<Tensor> EtpGather(const Tensor& x);
   absl::StatusOr<Tensor> EtpReduceScatter(const Tensor& y);
   absl::Status Plan(const RouterOutput& r);
+  // The dispatchers' forward (→ [rows, C] f32 or model dtype) and backward
+  // (dy [rows, C] → dx [rows, C] f32; dw [rows·k] (=) the weights' gradient).
+  absl::StatusOr<Tensor> ForwardAllToAll(const Tensor& x, const RouterOutput& r, Direction dir);
+  absl::StatusOr<Tensor> ForwardAllGather(const Tensor& x, const RouterOutput& r, Direction dir);
+  absl::StatusOr<Tensor> BackwardAllToAll(const Tensor& dy, const Tensor& dw);
+  absl::StatusOr<Tensor> BackwardAllGather(const Tensor& dy, const Tensor& dw);
+  // The local experts on xe [Σ ne_, C] (rows expert-major) → ye [Σ ne_, C];
+  // and back: dye → dxe (ETP: partial sums over the hidden slice), the
+  // weight gradients accumulated.
+  absl::StatusOr<Tensor> Experts(const Tensor& xe, Direction dir);
+  absl::StatusOr<Tensor> ExpertsBackward(const Tensor& dye);
+  // All-gather: x [m, c] → [ETP·EP·m, c] as [etp rank][ep rank][m]; and its
+  // reverse, x [ETP·EP·m, c] → f32 [m, c] summed over the group (over etp,
+  // then ep, each in rank order).
+  absl::StatusOr<Tensor> GatherGroup(const Tensor& x);
+  absl::StatusOr<Tensor> ReduceScatterGroup(const Tensor& x);
 
   MoeShape shape_;
   kernels::Exec exec_;
@@ -130,16 +173,21 @@ class MoeLayer {
   int E_ = 0, k_ = 0, e_loc_ = 0, ep_size_ = 1, ep_rank_ = 0, etp_size_ = 1;
   int64_t rows_ = 0, row0_ = 0, H_loc_ = 0, H1_ = 0;  // hidden per ETP rank (and of fc1's rows)
   bool slice_ = false;   // route a TP slice of replicated rows
+  bool all_gather_ = false, pad_ = false;
+  bool static_plan_ = false;  // padded all-to-all: reorder_ built once
   float wgrad_scale_ = 1.0f;
   std::unique_ptr<Router> router_;
   std::unique_ptr<ShardedParam> fc1_, fc2_;
-  // Plan of the last forward: M_ kept slots of this rank's tokens; the
-  // received rows' order for the experts and back (device; undefined when
-  // EP = ETP = 1 or no rows).
+  // Plan of the last forward: M_ kept slots of this rank's tokens (padded:
+  // E·capacity); the received rows' order for the experts and back (device;
+  // undefined when EP = ETP = 1 or no rows). All-gather: M_ unused.
   int64_t M_ = 0;
   Tensor reorder_, inv_reorder_;
   std::vector<int64_t> send_rows_, recv_rows_, etp_rows_, ne_;
-  // Saved activations.
+  // Saved activations. perm_d_: the token of each dispatched row (of x, or
+  // all-gather: of the gathered rows; −1: a padding row); pos_d_, w_d_: each
+  // slot's row in yp_ and its weight (all-gather: of the gathered slots);
+  // yp_: the rows the combine reads (all-to-all: returned; all-gather: ye).
   Tensor perm_d_, pos_d_, w_d_, xe_, pre_, act_, yp_;
 };
 

@@ -120,36 +120,45 @@ TEST(CudaMoeLayer, MatchesCpu) {
                       AuxLossType::kSequence, 4, 2, true},
                  Mode{"softmax post, capacity by position", ScoreFunction::kSoftmax, false, 0.6f,
                       DropPolicy::kPosition, AuxLossType::kLane, 0, 0, false}}) {
-    for (bool swiglu : {false, true}) {
-      MoeConfig mc;
-      RouterConfig& rc = mc.router;
-      rc.num_experts = 8;
-      rc.top_k = 2;
-      rc.score = m.score;
-      rc.pre_softmax = m.pre;
-      rc.capacity_factor = m.cf;
-      rc.drop_policy = m.drop;
-      rc.aux_loss_coeff = 0.01f;
-      rc.aux_loss_type = m.aux;
-      rc.z_loss_coeff = 0.001f;
-      rc.num_groups = m.groups;
-      rc.group_topk = m.group_topk;
-      rc.expert_bias = m.bias;
-      s.swiglu = swiglu;
-      const std::string what = std::string(m.name) + (swiglu ? " swiglu" : " gelu");
-      Result c = RunLayer(kernels::Exec::Cpu(host), mc, s), g = RunLayer(gpu, mc, s);
-      ExpectClose(g.y, c.y, what + " y");
-      ExpectClose(g.dx, c.dx, what + " dx");
-      ExpectClose(g.gate_grad, c.gate_grad, what + " gate grad");
-      ExpectClose(g.fc1_grad, c.fc1_grad, what + " fc1 grad");
-      ExpectClose(g.fc2_grad, c.fc2_grad, what + " fc2 grad");
-      EXPECT_EQ(g.counts, c.counts) << what;
-      EXPECT_EQ(g.stats.dropped, c.stats.dropped) << what;
-      EXPECT_EQ(g.stats.forwards, 1) << what;
-      EXPECT_NEAR(g.stats.aux, c.stats.aux, 1e-5 * c.stats.aux) << what;
-      EXPECT_NEAR(g.stats.z, c.stats.z, 1e-5 * c.stats.z) << what;
-      if (m.cf > 0) {
-        EXPECT_GT(c.stats.dropped, 0) << what;
+    for (int variant = 0; variant < 4; ++variant) {
+      for (bool swiglu : {false, true}) {
+        // Both dispatchers, each unpadded and (with a capacity) padded.
+        const bool pad = variant % 2 == 1;
+        if (pad && m.cf <= 0) continue;
+        MoeConfig mc;
+        mc.dispatcher = variant < 2 ? Dispatcher::kAllToAll : Dispatcher::kAllGather;
+        mc.router.pad_to_capacity = pad;
+        RouterConfig& rc = mc.router;
+        rc.num_experts = 8;
+        rc.top_k = 2;
+        rc.score = m.score;
+        rc.pre_softmax = m.pre;
+        rc.capacity_factor = m.cf;
+        rc.drop_policy = m.drop;
+        rc.aux_loss_coeff = 0.01f;
+        rc.aux_loss_type = m.aux;
+        rc.z_loss_coeff = 0.001f;
+        rc.num_groups = m.groups;
+        rc.group_topk = m.group_topk;
+        rc.expert_bias = m.bias;
+        s.swiglu = swiglu;
+        const std::string what = std::string(m.name) + (swiglu ? " swiglu" : " gelu") +
+                                 (variant < 2 ? " all-to-all" : " all-gather") +
+                                 (pad ? " padded" : "");
+        Result c = RunLayer(kernels::Exec::Cpu(host), mc, s), g = RunLayer(gpu, mc, s);
+        ExpectClose(g.y, c.y, what + " y");
+        ExpectClose(g.dx, c.dx, what + " dx");
+        ExpectClose(g.gate_grad, c.gate_grad, what + " gate grad");
+        ExpectClose(g.fc1_grad, c.fc1_grad, what + " fc1 grad");
+        ExpectClose(g.fc2_grad, c.fc2_grad, what + " fc2 grad");
+        EXPECT_EQ(g.counts, c.counts) << what;
+        EXPECT_EQ(g.stats.dropped, c.stats.dropped) << what;
+        EXPECT_EQ(g.stats.forwards, 1) << what;
+        EXPECT_NEAR(g.stats.aux, c.stats.aux, 1e-5 * c.stats.aux) << what;
+        EXPECT_NEAR(g.stats.z, c.stats.z, 1e-5 * c.stats.z) << what;
+        if (m.cf > 0) {
+          EXPECT_GT(c.stats.dropped, 0) << what;
+        }
       }
     }
   }

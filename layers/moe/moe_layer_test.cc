@@ -4,11 +4,15 @@
 // layouts of 4 threads, where outputs, input gradients, expert weight
 // gradients (averaged over the expert data-parallel group, as the expert
 // grad buffer does) and the gate gradient must match the reference's mean
-// over the data lanes. Also the combine op against a direct loop.
+// over the data lanes — with the all-to-all and the all-gather dispatcher
+// alike. Capacity-dropped runs (no dropless reference) compare the all-gather
+// dispatcher and padding to capacity with the unpadded all-to-all run. Also
+// the combine op against a direct loop.
 #include "layers/moe/moe_layer.h"
 
 #include <cmath>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/local/local_communicator.h"
@@ -176,8 +180,9 @@ double ParamErr(const ShardedParam& p, const Tensor& g, const Mat& ref) {
   return e / s;
 }
 
-MoeConfig Config(const Dims& d) {
+MoeConfig Config(const Dims& d, Dispatcher disp = Dispatcher::kAllToAll) {
   MoeConfig mc;
+  mc.dispatcher = disp;
   mc.router.num_experts = d.E;
   mc.router.top_k = d.k;
   mc.router.z_loss_coeff = d.z;
@@ -205,8 +210,16 @@ struct Layout {
   int etp = 1;
 };
 
-void RunLayout(const Dims& d, const Layout& k, const std::vector<LaneRef>& refs) {
+const char* DispatcherName(Dispatcher disp) {
+  return disp == Dispatcher::kAllGather ? "all-gather" : "all-to-all";
+}
+
+void RunLayout(const Dims& d, const Layout& layout, const std::vector<LaneRef>& refs,
+               Dispatcher disp = Dispatcher::kAllToAll) {
   HeapAllocator host;
+  const std::string name = std::string(layout.name) + " " + DispatcherName(disp);
+  Layout k = layout;
+  k.name = name.c_str();
   absl::Status st = comm::RunRanks(k.world, [&](comm::Communicator& world) {
     parallel::ParallelConfig pc;
     pc.tp = k.tp;
@@ -223,7 +236,7 @@ void RunLayout(const Dims& d, const Layout& k, const std::vector<LaneRef>& refs)
     const int lanes = (*pgs->Get("data"))->size();
     ASSERT_EQ(static_cast<size_t>(lanes), refs.size());
     GtpChain chain(kernels::Exec::Cpu(host), GtpOptions{});
-    auto layer = MoeLayer::Create("m", Config(d), Shape_(d, k.sp), *pgs, &chain);
+    auto layer = MoeLayer::Create("m", Config(d, disp), Shape_(d, k.sp), *pgs, &chain);
     ASSERT_TRUE(layer.ok()) << layer.status();
     const bool sp = k.sp && k.tp > 1;
     const int64_t rows = sp ? d.N() / k.tp : d.N(), row0 = sp ? t * rows : 0;
@@ -263,32 +276,39 @@ void RunLayout(const Dims& d, const Layout& k, const std::vector<LaneRef>& refs)
   ASSERT_TRUE(st.ok()) << st;
 }
 
+constexpr Dispatcher kDispatchers[] = {Dispatcher::kAllToAll, Dispatcher::kAllGather};
+
 TEST(MoeLayer, OneRankMatchesTheReference) {
   for (bool swiglu : {false, true}) {
     Dims d;
     d.swiglu = swiglu;
-    RunLayout(d, {swiglu ? "1 rank swiglu" : "1 rank gelu", 1, 1, 1, 1, 1, false},
-              {ReferenceLane(d, 0)});
+    const std::vector<LaneRef> one = {ReferenceLane(d, 0)};
+    for (Dispatcher disp : kDispatchers) {
+      RunLayout(d, {swiglu ? "1 rank swiglu" : "1 rank gelu", 1, 1, 1, 1, 1, false}, one, disp);
+    }
   }
 }
 
+// Both dispatchers on every layout, against the same reference.
 TEST(MoeLayer, ExpertAndDenseLayoutsMatchTheReference) {
   Dims d;
   std::vector<LaneRef> four, two;
   for (int g = 0; g < 4; ++g) four.push_back(ReferenceLane(d, g));
   for (int g = 0; g < 2; ++g) two.push_back(ReferenceLane(d, g));
-  // name, world, tp, tp·gtp, ep, egtp (etp = 1)
-  RunLayout(d, {"DP4 | EP2·EDP2", 4, 1, 1, 2, 1, false}, four);
-  RunLayout(d, {"DP4 | EP4", 4, 1, 1, 4, 1, false}, four);
-  RunLayout(d, {"DP4 | EP2·EGTP2", 4, 1, 1, 2, 2, false}, four);
-  RunLayout(d, {"GTP2·DP2 | EP2·EGTP2", 4, 1, 2, 2, 2, false}, four);
-  RunLayout(d, {"TP2·DP2 | EP2·EDP2", 4, 2, 2, 2, 1, false}, two);
-  RunLayout(d, {"TP2·DP2 SP | EP4", 4, 2, 2, 4, 1, true}, two);
-  // Expert tensor parallelism: name, world, tp, tp·gtp, ep, etp·egtp, sp, etp.
-  RunLayout(d, {"DP4 | ETP2·EP2", 4, 1, 1, 2, 2, false, 2}, four);
-  RunLayout(d, {"TP2·DP2 SP | ETP2·EP2", 4, 2, 2, 2, 2, true, 2}, two);
-  RunLayout(d, {"DP4 | ETP2·EDP2", 4, 1, 1, 1, 2, false, 2}, four);
-  RunLayout(d, {"DP4 | ETP4", 4, 1, 1, 1, 4, false, 4}, four);
+  for (Dispatcher disp : kDispatchers) {
+    // name, world, tp, tp·gtp, ep, egtp (etp = 1)
+    RunLayout(d, {"DP4 | EP2·EDP2", 4, 1, 1, 2, 1, false}, four, disp);
+    RunLayout(d, {"DP4 | EP4", 4, 1, 1, 4, 1, false}, four, disp);
+    RunLayout(d, {"DP4 | EP2·EGTP2", 4, 1, 1, 2, 2, false}, four, disp);
+    RunLayout(d, {"GTP2·DP2 | EP2·EGTP2", 4, 1, 2, 2, 2, false}, four, disp);
+    RunLayout(d, {"TP2·DP2 | EP2·EDP2", 4, 2, 2, 2, 1, false}, two, disp);
+    RunLayout(d, {"TP2·DP2 SP | EP4", 4, 2, 2, 4, 1, true}, two, disp);
+    // Expert tensor parallelism: name, world, tp, tp·gtp, ep, etp·egtp, sp, etp.
+    RunLayout(d, {"DP4 | ETP2·EP2", 4, 1, 1, 2, 2, false, 2}, four, disp);
+    RunLayout(d, {"TP2·DP2 SP | ETP2·EP2", 4, 2, 2, 2, 2, true, 2}, two, disp);
+    RunLayout(d, {"DP4 | ETP2·EDP2", 4, 1, 1, 1, 2, false, 2}, four, disp);
+    RunLayout(d, {"DP4 | ETP4", 4, 1, 1, 1, 4, false, 4}, four, disp);
+  }
 }
 
 TEST(MoeLayer, ExpertTensorParallelSwiGlu) {
@@ -296,8 +316,135 @@ TEST(MoeLayer, ExpertTensorParallelSwiGlu) {
   d.swiglu = true;
   std::vector<LaneRef> four;
   for (int g = 0; g < 4; ++g) four.push_back(ReferenceLane(d, g));
-  RunLayout(d, {"DP4 | ETP2·EP2 swiglu", 4, 1, 1, 2, 2, false, 2}, four);
-  RunLayout(d, {"DP4 | ETP2·EGTP2 swiglu", 4, 1, 1, 1, 4, false, 2}, four);
+  for (Dispatcher disp : kDispatchers) {
+    RunLayout(d, {"DP4 | ETP2·EP2 swiglu", 4, 1, 1, 2, 2, false, 2}, four, disp);
+    RunLayout(d, {"DP4 | ETP2·EGTP2 swiglu", 4, 1, 1, 1, 4, false, 2}, four, disp);
+  }
+}
+
+// One rank's results of a forward and backward (capacity runs, compared
+// between configs rather than against the dropless reference).
+struct RankRun {
+  std::vector<float> y, dx, fc1, fc2, gate;
+  std::vector<int64_t> expert_rows;
+  int64_t capacity = 0, dropped = 0;
+};
+
+std::vector<float> Values(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+std::vector<RankRun> RunConfig(const Dims& d, const Layout& k, const MoeConfig& mc) {
+  HeapAllocator host;
+  std::vector<RankRun> out(k.world);
+  absl::Status st = comm::RunRanks(k.world, [&](comm::Communicator& world) {
+    parallel::ParallelConfig pc;
+    pc.tp = k.tp;
+    pc.tp_num_weight_shards = k.tp_shards;
+    pc.sequence_parallel = k.sp;
+    pc.ep = k.ep;
+    pc.etp = k.etp;
+    pc.expert_tp_num_weight_shards = k.expert_shards;
+    parallel::ModelFacts facts;
+    facts.num_experts = d.E;
+    auto pgs = parallel::ProcessGroupCollection::Build(pc, world, facts);
+    ASSERT_TRUE(pgs.ok()) << pgs.status();
+    const int lane = (*pgs->Get("data"))->rank(), t = (*pgs->Get("tp"))->rank();
+    GtpChain chain(kernels::Exec::Cpu(host), GtpOptions{});
+    auto layer = MoeLayer::Create("m", mc, Shape_(d, k.sp), *pgs, &chain);
+    ASSERT_TRUE(layer.ok()) << layer.status();
+    const bool sp = k.sp && k.tp > 1;
+    const int64_t rows = sp ? d.N() / k.tp : d.N(), row0 = sp ? t * rows : 0;
+    auto y = (*layer)->Forward(Rows(host, LaneData("x", lane, d.N() * d.C), row0, rows, d.C));
+    ASSERT_TRUE(y.ok()) << y.status();
+    auto dx = (*layer)->Backward(Rows(host, LaneData("dy", lane, d.N() * d.C), row0, rows, d.C));
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    ASSERT_TRUE(chain.FinishBackward().ok());
+    RankRun& r = out[world.rank()];
+    r.y = Values(*y);
+    r.dx = Values(*dx);
+    r.fc1 = Values((*layer)->fc1().main_grad());
+    r.fc2 = Values((*layer)->fc2().main_grad());
+    r.gate = Values((*layer)->router().gate()->grad);
+    r.expert_rows = (*layer)->expert_rows();
+    r.capacity = (*layer)->router().capacity();
+    r.dropped = (*layer)->router().TakeStats().dropped;
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  return out;
+}
+
+// Max |a − b| / max(1, max |b|).
+double VecErr(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 1e30;
+  double e = 0, s = 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e = std::max(e, std::abs(static_cast<double>(a[i]) - b[i]));
+    s = std::max(s, std::abs(static_cast<double>(b[i])));
+  }
+  return e / s;
+}
+
+void ExpectSameRun(const std::vector<RankRun>& got, const std::vector<RankRun>& want,
+                   const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < got.size(); ++r) {
+    EXPECT_LT(VecErr(got[r].y, want[r].y), 1e-6) << what << " rank " << r << " y";
+    EXPECT_LT(VecErr(got[r].dx, want[r].dx), 1e-6) << what << " rank " << r << " dx";
+    EXPECT_LT(VecErr(got[r].fc1, want[r].fc1), 1e-6) << what << " rank " << r << " fc1 grad";
+    EXPECT_LT(VecErr(got[r].fc2, want[r].fc2), 1e-6) << what << " rank " << r << " fc2 grad";
+    EXPECT_LT(VecErr(got[r].gate, want[r].gate), 1e-6) << what << " rank " << r << " gate grad";
+    EXPECT_EQ(got[r].dropped, want[r].dropped) << what << " rank " << r << " dropped";
+  }
+}
+
+// Capacity-dropped runs: padding to capacity and the all-gather dispatcher
+// give the unpadded all-to-all run's outputs and gradients; padded experts
+// run on exactly ETP·EP·capacity rows each.
+TEST(MoeLayer, PaddingToCapacityMatchesTheUnpaddedRun) {
+  const Layout layouts[] = {
+      {"1 rank", 1, 1, 1, 1, 1, false},
+      {"DP4 | EP2·EDP2", 4, 1, 1, 2, 1, false},
+      {"DP4 | EP4", 4, 1, 1, 4, 1, false},
+      {"GTP2·DP2 | EP2·EGTP2", 4, 1, 2, 2, 2, false},
+      {"TP2·DP2 | EP2·EDP2", 4, 2, 2, 2, 1, false},
+      {"TP2·DP2 SP | EP4", 4, 2, 2, 4, 1, true},
+      {"DP4 | ETP2·EP2", 4, 1, 1, 2, 2, false, 2},
+      {"DP4 | ETP4", 4, 1, 1, 1, 4, false, 4},
+  };
+  for (bool swiglu : {false, true}) {
+    Dims d;
+    d.swiglu = swiglu;
+    for (const Layout& k : layouts) {
+      MoeConfig base = Config(d);
+      base.router.capacity_factor = 0.5f;
+      const std::vector<RankRun> want = RunConfig(d, k, base);
+      int64_t dropped = 0;
+      for (const RankRun& r : want) dropped += r.dropped;
+      EXPECT_GT(dropped, 0) << k.name << ": the capacity should drop tokens";
+      for (Dispatcher disp : kDispatchers) {
+        for (bool pad : {false, true}) {
+          if (disp == Dispatcher::kAllToAll && !pad) continue;
+          MoeConfig mc = base;
+          mc.dispatcher = disp;
+          mc.router.pad_to_capacity = pad;
+          const std::string what = std::string(k.name) + (swiglu ? " swiglu " : " gelu ") +
+                                   DispatcherName(disp) + (pad ? " padded" : "");
+          const std::vector<RankRun> got = RunConfig(d, k, mc);
+          ExpectSameRun(got, want, what);
+          if (!pad) continue;
+          const int64_t group = static_cast<int64_t>(k.ep) * k.etp;
+          for (const RankRun& r : got) {
+            ASSERT_GT(r.capacity, 0) << what;
+            for (int64_t rows : r.expert_rows) EXPECT_EQ(rows, group * r.capacity) << what;
+          }
+        }
+      }
+    }
+  }
+  MoeConfig bad = Config(Dims());
+  bad.router.pad_to_capacity = true;
+  EXPECT_EQ(bad.router.Validate().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MoeCombine, MatchesADirectLoop) {

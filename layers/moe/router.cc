@@ -36,6 +36,10 @@ absl::Status RouterConfig::Validate() const {
     return bad(absl::StrCat("topk_scaling must be > 0 (got ", topk_scaling, ")"));
   }
   if (aux_loss_coeff < 0 || z_loss_coeff < 0) return bad("loss coefficients must be ≥ 0");
+  if (pad_to_capacity && !(capacity_factor > 0)) {
+    return bad(
+        absl::StrCat("pad_to_capacity needs capacity_factor > 0 (got ", capacity_factor, ")"));
+  }
   return absl::OkStatus();
 }
 

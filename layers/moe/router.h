@@ -21,7 +21,9 @@
 //   capacity          cf > 0: each expert keeps at most ceil(cf · n · k / E) of
 //                     this rank's n tokens — the largest weights (kProbability;
 //                     ties: lower token) or the first tokens (kPosition); the
-//                     rest are dropped (they contribute nothing, get no grad)
+//                     rest are dropped (they contribute nothing, get no grad);
+//                     pad_to_capacity: the MoE layer then runs every expert
+//                     on exactly its capacity rows (zero rows fill the gap)
 //
 // Losses, over "groups" of tokens (kLane: this data lane's micro-batch — the
 // rows of every TP rank of the lane together; kSequence: each sequence), with
@@ -73,6 +75,11 @@ struct RouterConfig {
   float bias_update_rate = 1e-3f;
   float capacity_factor = 0.0f;  // ≤ 0: dropless
   DropPolicy drop_policy = DropPolicy::kProbability;
+  // Pad every expert's rows to the capacity (needs capacity_factor > 0): the
+  // per-expert GEMMs and the dispatch's exchanges get static sizes (CUDA
+  // graphs) at the cost of computing zero rows. Results equal the unpadded
+  // capacity-dropped run's (padding rows are zeros and get no gradient).
+  bool pad_to_capacity = false;
 
   // InvalidArgument naming the field for an unusable config.
   absl::Status Validate() const;
@@ -165,6 +172,8 @@ class Router {
   ReplicatedParam* gate() { return &gate_; }
   const std::string& name() const { return name_; }  // e.g. "h.0.moe.router"
   const RouterConfig& config() const { return config_; }
+  // Kept slots per expert of this rank's rows (0: dropless).
+  int64_t capacity() const { return params_.capacity; }
   // Expert bias (host, [E]; copied to the device by each Forward) and the
   // top-k selections per expert accumulated since the last TakeCounts (this
   // rank's tokens). TakeCounts / TakeStats block: the figures accumulate on

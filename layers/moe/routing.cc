@@ -1,6 +1,7 @@
 #include "layers/moe/routing.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "core/status.h"
@@ -127,6 +128,57 @@ void DropOverCapacity(const kernels::Exec& e, const RouteParams& p, const Tensor
             ? sel[s]
             : -1;
   }
+}
+
+void PadToCapacity(const kernels::Exec& e, int E, int64_t cap, const Tensor& expert,
+                   const Tensor& counts, const Tensor& pos, const Tensor& row_tok,
+                   const Tensor& padded_pos, const Tensor& padded_tok) {
+  OnDevice(e, "moe::PadToCapacity", {&expert, &counts, &pos, &row_tok, &padded_pos, &padded_tok});
+  const int64_t S = expert.numel();
+  GTP_CHECK(cap >= 0 && E * cap <= INT32_MAX, "moe::PadToCapacity: ", E, " experts × capacity ",
+            cap, " rows do not fit i32 positions");
+  CheckType(expert, DType::kI32, S, "moe::PadToCapacity expert");
+  CheckType(counts, DType::kI32, E, "moe::PadToCapacity counts");
+  CheckType(pos, DType::kI32, S, "moe::PadToCapacity pos");
+  CheckType(row_tok, DType::kI32, S, "moe::PadToCapacity row_tok");
+  CheckType(padded_pos, DType::kI32, S, "moe::PadToCapacity padded_pos");
+  CheckType(padded_tok, DType::kI32, E * cap, "moe::PadToCapacity padded_tok");
+  if (e.is_cuda()) {
+    cuda::PadToCapacity(expert.data<int32_t>(), counts.data<int32_t>(), pos.data<int32_t>(),
+                        row_tok.data<int32_t>(), S, E, cap, padded_pos.data<int32_t>(),
+                        padded_tok.data<int32_t>(), e.stream);
+    return;
+  }
+  const int32_t* c = counts.data<int32_t>();
+  std::vector<int32_t> off(E, 0);
+  for (int i = 1; i < E; ++i) off[i] = off[i - 1] + c[i - 1];
+  const int32_t *ex = expert.data<int32_t>(), *ps = pos.data<int32_t>();
+  int32_t *pp = padded_pos.data<int32_t>(), *pt = padded_tok.data<int32_t>();
+  for (int64_t s = 0; s < S; ++s) {
+    pp[s] = ex[s] < 0 ? -1 : static_cast<int32_t>(ps[s] - off[ex[s]] + ex[s] * cap);
+  }
+  for (int i = 0; i < E; ++i) {
+    GTP_CHECK(c[i] <= cap, "moe::PadToCapacity: expert ", i, " has ", c[i], " rows > capacity ",
+              cap);
+    for (int64_t r = 0; r < cap; ++r) {
+      pt[i * cap + r] = r < c[i] ? row_tok.data<int32_t>()[off[i] + r] : -1;
+    }
+  }
+}
+
+void SelectLocalExperts(const kernels::Exec& e, int e0, int el, const Tensor& expert,
+                        const Tensor& local) {
+  OnDevice(e, "moe::SelectLocalExperts", {&expert, &local});
+  const int64_t S = expert.numel();
+  CheckType(expert, DType::kI32, S, "moe::SelectLocalExperts expert");
+  CheckType(local, DType::kI32, S, "moe::SelectLocalExperts local");
+  if (e.is_cuda()) {
+    cuda::SelectLocalExperts(expert.data<int32_t>(), S, e0, el, local.data<int32_t>(), e.stream);
+    return;
+  }
+  const int32_t* ex = expert.data<int32_t>();
+  int32_t* lo = local.data<int32_t>();
+  for (int64_t s = 0; s < S; ++s) lo[s] = ex[s] >= e0 && ex[s] < e0 + el ? ex[s] - e0 : -1;
 }
 
 void AuxLoss(const kernels::Exec& e, const RouteParams& p, const Tensor& logits,

@@ -38,6 +38,20 @@ void CountSelections(const kernels::Exec& e, const RouteParams& p, const Tensor&
 // rest are left as they were).
 void Dispatch(const kernels::Exec& e, int E, int k, const Tensor& expert, const Tensor& counts,
               const Tensor& pos, const Tensor& row_slot, const Tensor& row_tok = Tensor());
+// Dispatch's order padded to `cap` rows per expert (static sizes, e.g. for
+// CUDA graphs), from Dispatch's expert / counts / pos / row_tok (counts[e] ≤
+// cap): padded_pos [S] (=) the row e·cap + (rank of the slot within e) of
+// each slot (−1 where expert < 0) and padded_tok [E·cap] (=) the token of
+// each padded row, −1 on the cap − counts[e] rows that end each expert's
+// block (EmbeddingForward reads them as zero rows; EmbeddingBackward skips
+// them).
+void PadToCapacity(const kernels::Exec& e, int E, int64_t cap, const Tensor& expert,
+                   const Tensor& counts, const Tensor& pos, const Tensor& row_tok,
+                   const Tensor& padded_pos, const Tensor& padded_tok);
+// local [S] (=): expert − e0 for the slots of experts [e0, e0 + el), else −1
+// (an EP rank's own experts, for Dispatch).
+void SelectLocalExperts(const kernels::Exec& e, int e0, int el, const Tensor& expert,
+                        const Tensor& local);
 // expert [S] (=): selected, or −1 where the slot is over its expert's
 // p.capacity; counts / pos / row_slot: the Dispatch of `selected`.
 void DropOverCapacity(const kernels::Exec& e, const RouteParams& p, const Tensor& selected,

@@ -210,6 +210,22 @@ TEST(RoutingOps, CapacityAndDispatchMatchApplyCapacity) {
   }
 }
 
+TEST(RoutingOps, PadToCapacityAndLocalExperts) {
+  HeapAllocator a;
+  const kernels::Exec cpu = kernels::Exec::Cpu(a);
+  // 4 tokens, k = 2, E = 3 (−1: dropped); capacity 3.
+  std::vector<int32_t> expert = {0, 2, 1, 0, -1, 2, 0, 1};
+  std::vector<int32_t> counts(3), pos(8), slot(8), tok(8), ppos(8), ptok(9), local(8);
+  Dispatch(cpu, 3, 2, Wrap(expert), Wrap(counts), Wrap(pos), Wrap(slot), Wrap(tok));
+  EXPECT_EQ(counts, (std::vector<int32_t>{3, 2, 2}));
+  PadToCapacity(cpu, 3, 3, Wrap(expert), Wrap(counts), Wrap(pos), Wrap(tok), Wrap(ppos),
+                Wrap(ptok));
+  EXPECT_EQ(ppos, (std::vector<int32_t>{0, 6, 3, 1, -1, 7, 2, 4}));
+  EXPECT_EQ(ptok, (std::vector<int32_t>{0, 1, 3, 1, 3, -1, 0, 2, -1}));
+  SelectLocalExperts(cpu, 1, 2, Wrap(expert), Wrap(local));
+  EXPECT_EQ(local, (std::vector<int32_t>{-1, 1, 0, -1, -1, 1, -1, 0}));
+}
+
 TEST(RoutingOps, AuxCountsValueAndBackwardMatchTheReference) {
   HeapAllocator a;
   const kernels::Exec e = kernels::Exec::Cpu(a);

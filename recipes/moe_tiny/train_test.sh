@@ -56,6 +56,19 @@ paste <(losses "$tmp/eb/metrics.jsonl" | awk '$1 > 6') <(losses "$tmp/eb2/metric
   awk '{ if ($1 != $3 || $2 != $4) { print "expert bias resume: step " $1 " " $2 " vs " $4; bad = 1 } } END { exit bad }'
 echo "expert-bias resume: steps 7..12 identical"
 
+# The all-gather dispatcher and padding to capacity give the all-to-all dispatcher's losses.
+"$bin" --run_dir "$tmp/ag" --set "$small,train.steps=6,model.moe.dispatcher=allgather" > "$tmp/ag.log"
+"$bin" --run_dir "$tmp/a6" --set "$small,train.steps=6" > "$tmp/a6.log"
+paste <(losses "$tmp/a6/metrics.jsonl") <(losses "$tmp/ag/metrics.jsonl") |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "allgather: step " $1 " " $2 " vs " $4; bad = 1 } } END { exit bad }'
+cap="model.moe.capacity_factor=1.0"
+"$bin" --run_dir "$tmp/c1" --set "$small,train.steps=6,$cap" > "$tmp/c1.log"
+"$bin" --run_dir "$tmp/c2" --set "$small,train.steps=6,$cap,model.moe.pad_to_capacity=true" > "$tmp/c2.log"
+paste <(losses "$tmp/c1/metrics.jsonl") <(losses "$tmp/c2/metrics.jsonl") |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "padded: step " $1 " " $2 " vs " $4; bad = 1 } } END { exit bad }'
+grep -q "dropped [1-9]" "$tmp/c1.log" || { echo "capacity 1.0 dropped nothing"; grep moe "$tmp/c1.log" | head -2; exit 1; }
+echo "allgather dispatcher and pad_to_capacity: same losses"
+
 expect_error() {  # overrides, text the error must contain
   if "$bin" --run_dir "$tmp/bad" --set "$small,train.steps=2,$1" > "$tmp/bad.log" 2>&1; then
     echo "accepted: $1"; exit 1
@@ -66,4 +79,6 @@ expect_error "parallel.ep=3" "not divisible"
 expect_error "model.moe.top_k=9" "top_k"
 expect_error "model.moe.score=relu" "model.moe.score"
 expect_error "parallel.etp=3" "etp"
+expect_error "model.moe.pad_to_capacity=true" "capacity_factor"
+expect_error "model.moe.dispatcher=ring" "model.moe.dispatcher"
 echo "moe_tiny: ok"

@@ -161,6 +161,13 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
     if (e->aux_loss_type().empty()) e->set_aux_loss_type("lane");
     if (e->aux_loss_type() != "lane" && e->aux_loss_type() != "seq")
       return Bad(absl::StrCat("model.moe.aux_loss_type must be lane or seq, got ", e->aux_loss_type()));
+    if (e->dispatcher().empty()) e->set_dispatcher("alltoall");
+    if (e->dispatcher() != "alltoall" && e->dispatcher() != "allgather") {
+      return Bad(absl::StrCat("model.moe.dispatcher must be alltoall or allgather, got ", e->dispatcher()));
+    }
+    if (e->pad_to_capacity() && e->capacity_factor() <= 0) {
+      return Bad("model.moe.pad_to_capacity needs model.moe.capacity_factor > 0");
+    }
     if (e->drop_policy().empty()) e->set_drop_policy("probability");
     if (e->drop_policy() != "probability" && e->drop_policy() != "position") {
       return Bad(absl::StrCat("model.moe.drop_policy must be probability or position, got ",

@@ -115,6 +115,9 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
     rc.capacity_factor = e.capacity_factor();
     rc.drop_policy = e.drop_policy() == "position" ? layers::moe::DropPolicy::kPosition
                                                    : layers::moe::DropPolicy::kProbability;
+    rc.pad_to_capacity = e.pad_to_capacity();
+    mc.dispatcher = e.dispatcher() == "allgather" ? layers::moe::Dispatcher::kAllGather
+                                                  : layers::moe::Dispatcher::kAllToAll;
     mc.ffn_hidden = e.ffn_hidden();
     mc.shared_ffn_hidden = e.shared_ffn_hidden();
     mc.every_n = e.every_n();

@@ -151,7 +151,58 @@ __global__ void AccumulateKernel(const int32_t* __restrict__ sel_counts,
   }
 }
 
+__global__ void LocalKernel(const int32_t* __restrict__ expert, int64_t S, int e0, int el,
+                            int32_t* __restrict__ local) {
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= S) return;
+  const int32_t x = expert[s];
+  local[s] = x >= e0 && x < e0 + el ? x - e0 : -1;
+}
+
+// Each block turns the counts into offsets in shared memory (E is small),
+// then thread i writes slot i's padded row and padded row i's token.
+__global__ void PadKernel(const int32_t* __restrict__ expert, const int32_t* __restrict__ counts,
+                          const int32_t* __restrict__ pos, const int32_t* __restrict__ row_tok,
+                          int64_t S, int E, int64_t cap, int32_t* __restrict__ padded_pos,
+                          int32_t* __restrict__ padded_tok) {
+  extern __shared__ int32_t off[];
+  if (threadIdx.x == 0) {
+    int32_t a = 0;
+    for (int e = 0; e < E; ++e) {
+      off[e] = a;
+      a += counts[e];
+    }
+  }
+  __syncthreads();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < S) {
+    const int32_t x = expert[i];
+    padded_pos[i] = x < 0 ? -1 : static_cast<int32_t>(pos[i] - off[x] + x * cap);
+  }
+  if (i < E * cap) {
+    const int e = static_cast<int>(i / cap);
+    const int64_t r = i % cap;
+    padded_tok[i] = r < counts[e] ? row_tok[off[e] + r] : -1;
+  }
+}
+
 }  // namespace
+
+void SelectLocalExperts(const int32_t* expert, int64_t S, int e0, int el, int32_t* local,
+                        void* stream) {
+  if (S == 0) return;
+  LocalKernel<<<Blocks(S), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(expert, S, e0, el,
+                                                                             local);
+}
+
+void PadToCapacity(const int32_t* expert, const int32_t* counts, const int32_t* pos,
+                   const int32_t* row_tok, int64_t S, int E, int64_t cap, int32_t* padded_pos,
+                   int32_t* padded_tok, void* stream) {
+  const int64_t n = S > E * cap ? S : E * cap;
+  if (n == 0) return;
+  PadKernel<<<Blocks(n), kThreads, sizeof(int32_t) * E, static_cast<cudaStream_t>(stream)>>>(
+      expert, counts, pos, row_tok, S, E, cap, padded_pos, padded_tok);
+}
 
 void RouteTokens(const RouteParams& p, const float* logits, const float* bias, int64_t n,
                  int32_t* selected, float* weight, void* stream) {

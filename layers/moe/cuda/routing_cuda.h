@@ -35,6 +35,13 @@ void AuxLoss(const RouteParams& p, const float* logits, const float* counts, int
 void RouteBackward(const RouteParams& p, const float* logits, const int32_t* selected,
                    const int32_t* expert, const float* dweight, const float* counts, int64_t n,
                    float* dlogits, float* zpart, double* acc, void* stream);
+// local[s] = expert[s] − e0 where e0 ≤ expert[s] < e0 + el, else −1.
+void SelectLocalExperts(const int32_t* expert, int64_t S, int e0, int el, int32_t* local,
+                        void* stream);
+// See routing.h's PadToCapacity.
+void PadToCapacity(const int32_t* expert, const int32_t* counts, const int32_t* pos,
+                   const int32_t* row_tok, int64_t S, int E, int64_t cap, int32_t* padded_pos,
+                   int32_t* padded_tok, void* stream);
 // acc[e] += selected_counts[e] (e < E); acc[E] += S − Σ kept_counts.
 void AccumulateCounts(const int32_t* selected_counts, const int32_t* kept_counts, int E, int64_t S,
                       double* acc, void* stream);

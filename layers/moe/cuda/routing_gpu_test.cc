@@ -1,9 +1,11 @@
 // The CUDA routing kernels (layers/moe/cuda/routing_cuda.h) against the CPU
 // ops (layers/moe/routing.h), which run the same f32 code: selections,
-// weights, selection counts, drops, the dispatch order and dlogits bit for
-// bit; the aux and z values (double sums over tokens, a tree on the GPU)
+// weights, selection counts, drops, the dispatch order, its padding to
+// capacity, the local-expert selection and dlogits bit for bit; the aux and
+// z values (double sums over tokens, a tree on the GPU)
 // within double rounding. Shapes include odd token counts, partial dispatch
 // chunks, 128 experts, and every token on one expert (capacity ranking).
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -81,6 +83,15 @@ void Check(Case cs, uint32_t seed) {
     expert = sel;
   }
   Dispatch(cpu, E, k, Wrap(expert), Wrap(counts), Wrap(pos), Wrap(slot), Wrap(tok));
+  // Padding to the capacity (dropless: to the largest count) and an EP
+  // rank's local experts.
+  int64_t cap = p.capacity;
+  for (int e = 0; e < E; ++e) cap = std::max<int64_t>(cap, counts[e]);
+  std::vector<int32_t> ppos(S), ptok(E * cap), local(S);
+  PadToCapacity(cpu, E, cap, Wrap(expert), Wrap(counts), Wrap(pos), Wrap(tok), Wrap(ppos),
+                Wrap(ptok));
+  const int e0 = E / 4, el = std::max(1, E / 2);
+  SelectLocalExperts(cpu, e0, el, Wrap(expert), Wrap(local));
   CountSelections(cpu, p, Wrap(sel), Wrap(aux_counts));
   Tensor acc_t =
       Tensor::Wrap(acc.data(), {static_cast<int64_t>(acc.size())}, DType::kI64, Device::Cpu());
@@ -116,6 +127,10 @@ void Check(Case cs, uint32_t seed) {
   }
   cuda::Dispatch(d_ex, S, k, E, d_counts.get(), d_pos.get(), d_slot.get(), d_tok.get(), d_ws.get(),
                  st);
+  DeviceBuffer<int32_t> d_ppos(S), d_ptok(E * cap), d_local(S);
+  cuda::PadToCapacity(d_ex, d_counts.get(), d_pos.get(), d_tok.get(), S, E, cap, d_ppos.get(),
+                      d_ptok.get(), st);
+  cuda::SelectLocalExperts(d_ex, S, e0, el, d_local.get(), st);
   cuda::CountSelections(p, d_sel.get(), n, d_aux.get(), st);
   cuda::AuxLoss(p, d_l.get(), d_aux.get(), n, d_part.get(), da + E + 1, st);
   p.loss_scale = 2.0f;
@@ -136,6 +151,9 @@ void Check(Case cs, uint32_t seed) {
   EXPECT_TRUE(BitEqual(d_pos.Download(), pos)) << what << " pos";
   EXPECT_TRUE(BitEqual(Head(d_slot.Download(), M), Head(slot, M))) << what << " row_slot";
   EXPECT_TRUE(BitEqual(Head(d_tok.Download(), M), Head(tok, M))) << what << " row_tok";
+  EXPECT_TRUE(BitEqual(d_ppos.Download(), ppos)) << what << " padded pos";
+  EXPECT_TRUE(BitEqual(d_ptok.Download(), ptok)) << what << " padded rows";
+  EXPECT_TRUE(BitEqual(d_local.Download(), local)) << what << " local experts";
   EXPECT_TRUE(BitEqual(d_aux.Download(), aux_counts)) << what << " aux counts";
   EXPECT_TRUE(BitEqual(d_dl.Download(), dl)) << what << " dlogits";
   const std::vector<double> got = d_acc.Download();
