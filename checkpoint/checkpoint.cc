@@ -157,6 +157,36 @@ absl::StatusOr<int64_t> LatestIteration(const std::string& root) {
 
 // ---- Save --------------------------------------------------------------------------
 
+namespace {
+// metadata.pb = serialised proto::Metadata, then an 8-byte trailer: CRC-32
+// of the proto bytes (little endian) and the magic "GTPM".
+constexpr char kMetaMagic[4] = {'G', 'T', 'P', 'M'};
+
+void AppendMetadataTrailer(std::string* bytes) {
+  const uint32_t crc = static_cast<uint32_t>(
+      ::crc32(0L, reinterpret_cast<const Bytef*>(bytes->data()), bytes->size()));
+  for (int i = 0; i < 4; ++i) bytes->push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
+  bytes->append(kMetaMagic, 4);
+}
+
+absl::Status CheckMetadataTrailer(const std::string& path, std::string* bytes) {
+  if (bytes->size() < 8 || bytes->compare(bytes->size() - 4, 4, kMetaMagic, 4) != 0) {
+    return absl::DataLossError(absl::StrCat(path, " is corrupted (no checksum trailer)"));
+  }
+  uint32_t want = 0;
+  for (int i = 0; i < 4; ++i) {
+    want |= static_cast<uint32_t>(static_cast<uint8_t>((*bytes)[bytes->size() - 8 + i])) << (8 * i);
+  }
+  bytes->resize(bytes->size() - 8);
+  const uint32_t got = static_cast<uint32_t>(
+      ::crc32(0L, reinterpret_cast<const Bytef*>(bytes->data()), bytes->size()));
+  if (got != want) {
+    return absl::DataLossError(absl::StrCat(path, " is corrupted (checksum ", got, ", stored ", want, ")"));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status Save(const std::string& root, const std::vector<TensorPiece>& pieces,
                   comm::Communicator& world, const SaveOptions& options) {
   const std::string final_dir = IterationDir(root, options.iteration);
@@ -258,6 +288,7 @@ absl::Status Save(const std::string& root, const std::vector<TensorPiece>& piece
       }
       std::string out;
       meta.SerializeToString(&out);
+      AppendMetadataTrailer(&out);
       GTP_RETURN_IF_ERROR(WriteFileAtomic(tmp_dir + "/metadata.pb", out));
       GTP_RETURN_IF_ERROR(FsyncPath(tmp_dir));
       std::error_code ec;
@@ -287,18 +318,29 @@ absl::Status Save(const std::string& root, const std::vector<TensorPiece>& piece
 
 namespace {
 
-absl::StatusOr<proto::Metadata> ReadMetadata(const std::string& dir) {
+}  // namespace
+
+absl::StatusOr<proto::Metadata> ReadCheckpointMetadata(const std::string& dir) {
   const std::string path = dir + "/metadata.pb";
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The trailer's CRC-32 covers the serialised metadata: a flipped byte is
+  // named here, never parsed into a plausible but wrong checkpoint.
+  GTP_RETURN_IF_ERROR(CheckMetadataTrailer(path, &bytes));
   proto::Metadata meta;
-  if (!meta.ParseFromIstream(&in)) return absl::DataLossError(absl::StrCat(path, " is corrupted"));
+  if (!meta.ParseFromString(bytes)) return absl::DataLossError(absl::StrCat(path, " is corrupted"));
   if (meta.format_version() > kFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat(path, " has format version ",
                                                       meta.format_version(), "; this build reads ",
                                                       kFormatVersion));
   }
   return meta;
+}
+
+namespace {
+absl::StatusOr<proto::Metadata> ReadMetadata(const std::string& dir) {
+  return ReadCheckpointMetadata(dir);
 }
 
 // Reads and verifies saved pieces, caching each piece's bytes.

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/metadata.pb.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 
@@ -122,6 +123,11 @@ class AsyncSaver {
 
 // Directory of one iteration: <root>/iter_%07d.
 std::string IterationDir(const std::string& root, int64_t iteration);
+
+// The metadata of one iteration directory (…/iter_0000010), its checksum
+// verified: DataLoss naming the file when it is damaged. metadata.pb is the
+// serialised proto::Metadata followed by its CRC-32 and the magic "GTPM".
+absl::StatusOr<proto::Metadata> ReadCheckpointMetadata(const std::string& iteration_dir);
 
 // Reads and assembles the full global tensor `key` (host, f32 or its saved
 // dtype as raw bytes) from a checkpoint directory, without any model: for

@@ -181,9 +181,9 @@ TEST(Checkpoint, ParallelSaveSpreadsBytesOverRanks) {
                 GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(c));
                 return checkpoint::Save(dir, pieces, *c.world, {});
               }).ok());
-  std::ifstream in(checkpoint::IterationDir(dir, 0) + "/metadata.pb", std::ios::binary);
-  checkpoint::proto::Metadata meta;
-  ASSERT_TRUE(meta.ParseFromIstream(&in));
+  auto read = checkpoint::ReadCheckpointMetadata(checkpoint::IterationDir(dir, 0));
+  ASSERT_TRUE(read.ok()) << read.status();
+  const checkpoint::proto::Metadata& meta = *read;
   std::map<int, int64_t> bytes;
   int64_t total = 0;
   for (const auto& e : meta.tensors())

@@ -24,6 +24,8 @@ ucp_tag_t Head(uint32_t gid, uint64_t kind) {
   return (static_cast<uint64_t>(gid) << 50) | (kind << 48);
 }
 constexpr ucp_tag_t kKindMask = 3ull << 48;
+// Abort tags: set when the receiver is not in the failed group.
+constexpr ucp_tag_t kNoticeBit = 1;
 
 // Iterations without progress before the thread sleeps on the event fd.
 constexpr int kSpinsBeforeSleep = 256;
@@ -451,8 +453,11 @@ void Engine::PostAbortRecv() {
   abort_rx_.buf = abort_buf_.data();
   abort_rx_.bytes = abort_buf_.size();
   ucp_request_param_t p{};
+  // Completion always through the callback: when an abort was already
+  // waiting, an immediate completion leaves recv_info zero (UCX 1.13), and
+  // the message would be taken for one from world rank 0 about gid 0.
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                   UCP_OP_ATTR_FIELD_RECV_INFO;
+                   UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.cb.recv = &Engine::OnRecv;
   p.user_data = &abort_rx_;
   p.recv_info.tag_info = &abort_rx_.info;
@@ -474,36 +479,45 @@ void Engine::HandleAbort() {
   if (abort_rx_.status == UCS_OK) {
     uint32_t gid = static_cast<uint32_t>(abort_rx_.info.sender_tag >> 50);
     int src_world = static_cast<int>((abort_rx_.info.sender_tag >> 32) & 0xffff);
+    const bool notice = (abort_rx_.info.sender_tag & kNoticeBit) != 0;
     std::string payload(abort_buf_.data(), abort_rx_.info.length);
     size_t nl = payload.find('\n');
     int code = static_cast<int>(absl::StatusCode::kUnknown);
     if (nl != std::string::npos) (void)absl::SimpleAtoi(payload.substr(0, nl), &code);
-    std::string name = absl::StrCat("gid ", gid);
-    {
-      absl::MutexLock l(&mu_);
-      auto it = groups_.find(gid);
-      if (it != groups_.end()) name = it->second->name;
+    std::string reason = nl == std::string::npos ? payload : payload.substr(nl + 1);
+    if (src_world >= 0 && src_world < static_cast<int>(peers_.size())) {
+      peers_[src_world]->last_words = reason;
     }
-    FailGroup(gid,
-              absl::Status(static_cast<absl::StatusCode>(code),
-                           absl::StrCat("group ", name, " (ucx): world rank ", src_world,
-                                        " failed: ",
-                                        nl == std::string::npos ? payload : payload.substr(nl + 1))),
-              /*tell_peers=*/false);
+    if (!notice) {
+      std::string name = absl::StrCat("gid ", gid);
+      {
+        absl::MutexLock l(&mu_);
+        auto it = groups_.find(gid);
+        if (it != groups_.end()) name = it->second->name;
+      }
+      FailGroup(gid,
+                absl::Status(static_cast<absl::StatusCode>(code),
+                             absl::StrCat("group ", name, " (ucx): world rank ", src_world,
+                                          " failed: ", reason)),
+                /*tell_peers=*/false);
+    }
   }
   if (abort_rx_.status != UCS_ERR_CANCELED) PostAbortRecv();
 }
 
 void Engine::SendAborts(const Group& g, const absl::Status& st) {
-  for (int r = 0; r < g.size(); ++r) {
-    int w = g.world[r];
-    if (r == g.rank || peers_[w]->error != UCS_OK) continue;
+  std::vector<bool> member(peers_.size(), false);
+  for (int w : g.world) member[w] = true;
+  for (int w = 0; w < static_cast<int>(peers_.size()); ++w) {
+    if (w == config_.rank || peers_[w]->error != UCS_OK) continue;
     auto a = std::make_unique<Abort>();
     a->payload = absl::StrCat(static_cast<int>(st.code()), "\n", st.message());
     ucp_request_param_t p{};
     ucs_status_ptr_t req = ucp_tag_send_nbx(
         peers_[w]->ep, a->payload.data(), a->payload.size(),
-        Head(g.gid, kKindAbort) | (static_cast<uint64_t>(config_.rank) << 32), &p);
+        Head(g.gid, kKindAbort) | (static_cast<uint64_t>(config_.rank) << 32) |
+            (member[w] ? 0 : kNoticeBit),
+        &p);
     if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
       a->req = req;
       aborts_out_.push_back(std::move(a));
@@ -525,6 +539,12 @@ std::string Engine::Outstanding(const Op& op) const {
   }
   if (who.empty()) return "no transfer outstanding";
   return absl::StrCat("waiting for ", absl::StrJoin(who, ", "));
+}
+
+std::string Engine::Gone(const Group& g, int peer) const {
+  const Peer& p = *peers_[g.world[peer]];
+  if (!p.last_words.empty()) return absl::StrCat(g.Peer(peer), " exited after it failed: ", p.last_words);
+  return absl::StrCat(g.Peer(peer), " is gone (", ucs_status_string(p.error), ")");
 }
 
 void Engine::FailGroup(uint32_t gid, const absl::Status& st, bool tell_peers) {
@@ -622,8 +642,7 @@ absl::Status Engine::CheckXfer(const Op& op, const Xfer& x) {
   if (x.is_send) {
     ucs_status_t ep_error = peers_[g.world[x.peer]]->error;
     if (x.status != UCS_OK && ep_error != UCS_OK) {
-      return absl::UnavailableError(absl::StrCat(op.Label(), ": ", g.Peer(x.peer),
-                                                 " is gone (", ucs_status_string(ep_error), ")"));
+      return absl::UnavailableError(absl::StrCat(op.Label(), ": ", Gone(g, x.peer)));
     }
     return UcsStatus(x.status, absl::StrCat(op.Label(), ": send to ", g.Peer(x.peer), " failed"));
   }
@@ -635,8 +654,7 @@ absl::Status Engine::CheckXfer(const Op& op, const Xfer& x) {
   if (x.status != UCS_OK) {
     ucs_status_t ep_error = peers_[g.world[x.peer]]->error;
     if (ep_error != UCS_OK) {
-      return absl::UnavailableError(absl::StrCat(op.Label(), ": ", g.Peer(x.peer),
-                                                 " is gone (", ucs_status_string(ep_error), ")"));
+      return absl::UnavailableError(absl::StrCat(op.Label(), ": ", Gone(g, x.peer)));
     }
     return UcsStatus(x.status, absl::StrCat(op.Label(), ": recv from ", g.Peer(x.peer), " failed"));
   }
@@ -711,9 +729,8 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
       if (!x.done) {
         if (peer.error != UCS_OK) {
           FailGroup(op->group->gid,
-                    absl::UnavailableError(absl::StrCat(op->Label(), ": ",
-                                                        op->group->Peer(x.peer), " is gone (",
-                                                        ucs_status_string(peer.error), ")")),
+                    absl::UnavailableError(
+                        absl::StrCat(op->Label(), ": ", Gone(*op->group, x.peer))),
                     true);
           break;
         }

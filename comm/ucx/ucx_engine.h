@@ -16,9 +16,13 @@
 // Tag layout (64 bits):
 //   collective: gid:14 | kind:2 (0) | seq:16 | src:16 | sig:16
 //   p2p:        gid:14 | kind:2 (1) | src:16 | tag:24 | sig:8
-//   abort:      gid:14 | kind:2 (2) | src:16 | 0:32
+//   abort:      gid:14 | kind:2 (2) | src:16 | 0:31 | notice:1
 // Receives mask out the signature bits and compare them after completion, so
 // a peer issuing a different call is reported instead of silently matching.
+// A rank that fails a group sends the reason to the group's members (abort)
+// and to every other rank (notice: it only records the reason), so that a
+// rank waiting on it in another group, which sees only its endpoint vanish
+// when it exits, names the rank that caused the failure instead of it.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -193,6 +197,7 @@ class Engine {
     ucp_ep_h data_ep = nullptr;
     ucs_status_t error = UCS_OK;  // set by the endpoint's error handler
     absl::Time error_time;        // when it was set
+    std::string last_words;       // the failure it last reported to this rank
   };
   struct Abort {  // an outgoing abort message and its request
     std::string payload;
@@ -217,6 +222,9 @@ class Engine {
   void HandleAbort();
   void SendAborts(const Group& g, const absl::Status& st);
   std::string Outstanding(const Op& op) const;
+  // "peer 1 (world rank 3) is gone (...)", or, when that peer reported a
+  // failure before it went, "... exited after it failed: <its reason>".
+  std::string Gone(const Group& g, int peer) const;
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static void OnSend(void* request, ucs_status_t status, void* user_data);
   static void OnRecv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,

@@ -16,11 +16,11 @@
 #
 #   checkpoint_fault_test.sh <train> [--kill_trials N] [--damage_trials N]
 #                            [--metadata_flips N] [--seed S]
-# --metadata_flips adds N trials flipping a byte of metadata.pb, which has no
-# checksum: a known failure (some train from it), so not in CI.
+# --metadata_flips adds N trials flipping a byte of metadata.pb (its CRC-32
+# trailer must catch every one; 4 by default).
 set -uo pipefail
 bin="$(realpath "$1")"; shift
-kill_trials=4 damage_trials=8 metadata_flips=0 seed=$(( $(date +%s) % 100000 ))
+kill_trials=4 damage_trials=8 metadata_flips=4 seed=$(( $(date +%s) % 100000 ))
 while (( $# )); do
   case "$1" in
     --kill_trials) kill_trials="$2"; shift 2 ;;
@@ -120,9 +120,8 @@ for (( t = 0; t < damage_trials + metadata_flips; ++t )); do
   cp -r "$good" "$dir/checkpoints/"; echo 12 > "$dir/checkpoints/latest"
   f="${files[$(( RANDOM % ${#files[@]} ))]}"
   trunc=$(( RANDOM % 2 ))
-  # metadata.pb carries no checksum (docs/RELIABILITY.md): byte flips in it
-  # are a known failure, tried only with --metadata_flips.
-  (( t < damage_trials )) && [ "$f" = metadata.pb ] && trunc=1
+  # The first damage_trials trials pick any file, then metadata_flips flip
+  # a byte of metadata.pb (checked by its CRC-32 trailer).
   (( t >= damage_trials )) && { f=metadata.pb; trunc=0; }
   path="$dir/checkpoints/iter_0000012/$f"
   size=$(stat -c %s "$path")

@@ -75,7 +75,7 @@ for (( i = 0; i < 400; ++i )); do grep -qs "step .*loss" "$tmp/rank0.log" && bre
 sleep 0.$(( RANDOM % 9 + 1 ))
 ip -n "$nsa" link set "$va" down
 t0=$(date +%s)
-echo "link cut after step $(grep -o 'step *[0-9]*' "$tmp/rank0.log" | tail -1 | grep -o '[0-9]*')"
+echo "link cut after step $(grep -o 'step *[0-9]*/' "$tmp/rank0.log" | tail -1 | grep -o '[0-9]*')"
 for (( ; ; )); do
   alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
   (( alive == 0 || $(date +%s) - t0 > limit )) && break

@@ -39,9 +39,7 @@ absl::StatusOr<std::string> ResolveDir(const std::string& path) {
 
 absl::Status Inspect(const std::string& path) {
   GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
-  std::ifstream in(dir + "/metadata.pb", std::ios::binary);
-  proto::Metadata meta;
-  if (!meta.ParseFromIstream(&in)) return absl::DataLossError(dir + "/metadata.pb is corrupted");
+  GTP_ASSIGN_OR_RETURN(proto::Metadata meta, ReadCheckpointMetadata(dir));
   std::printf("%s: iteration %lld, format %u, saved by %d ranks\n", dir.c_str(),
               static_cast<long long>(meta.iteration()), meta.format_version(), meta.world_size());
   for (const auto& [k, v] : meta.extra()) {
