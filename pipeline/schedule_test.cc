@@ -49,7 +49,9 @@ TEST(Schedule, EveryPassOnceAndForwardBeforeBackward) {
             }
           }
           EXPECT_EQ(seen.size(), static_cast<size_t>(2 * M * vpp));
-          if (vpp == 1) EXPECT_LE(max_in_flight, std::min(M, P - s));
+          if (vpp == 1) {
+            EXPECT_LE(max_in_flight, std::min(M, P - s));
+          }
         }
         // The simulation finishes (no stage waits forever) with a bubble in [0, 1).
         const double bubble = SimulatedBubble(P, vpp, M, 1.0, 2.0);

@@ -266,7 +266,9 @@ void RunLayout(const Dims& d, const Layout& layout, const std::vector<LaneRef>& 
           << k.name << " " << p->name();
     }
     const Tensor& gg = (*layer)->router().gate()->grad;
-    if (k.tp > 1) ASSERT_TRUE(AllReduceSum(**pgs->Get("tp"), gg).ok());
+    if (k.tp > 1) {
+      ASSERT_TRUE(AllReduceSum(**pgs->Get("tp"), gg).ok());
+    }
     comm::Communicator* data = *pgs->Get("data");
     ASSERT_TRUE(comm::Run(data->AllReduce(gg.raw_data(), gg.raw_data(), gg.numel(), DType::kF32,
                                           comm::ReduceOp::kMean))
