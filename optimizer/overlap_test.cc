@@ -174,10 +174,10 @@ void CheckOverlap(const Result& r, const char* backend) {
   const double floor = compute.exposed_ms;
   const double corrected = (on.exposed_ms - floor) / (off.exposed_ms - floor);
   std::printf("  exposed on/off %.2f (limit 0.7), above the compute-only floor %.2f (limit 0.5); "
-              "step_on - compute %.1f ms (limit 0.6 x exposed_off = %.1f ms); comm spans: %d "
+              "step_on - compute %.1f ms (limit 0.8 x exposed_off = %.1f ms); comm spans: %d "
               "gather, %d reduction\n",
               on.exposed_ms / off.exposed_ms, corrected, on.step_ms - compute.step_ms,
-              0.6 * off.exposed_ms, r.gather_spans, r.reduce_spans);
+              0.8 * off.exposed_ms, r.gather_spans, r.reduce_spans);
   // Without prefetch every gather is waited for in full.
   EXPECT_GT(off.exposed_ms, 10 * absl::ToDoubleMilliseconds(kDelay));
   // With it only the cold starts (first gather of each direction), the chain
@@ -187,8 +187,10 @@ void CheckOverlap(const Result& r, const char* backend) {
   // With prefetch a step costs about max(compute, comm) (here comm <
   // compute, and the cold-start gathers, the chain head's reduce-scatter and
   // the replicated all-reduce stay exposed): it adds well under the
-  // serialised communication (what prefetch-off exposes) to compute.
-  EXPECT_LT(on.step_ms - compute.step_ms, 0.6 * off.exposed_ms);
+  // serialised communication (what prefetch-off exposes) to compute. (Idle
+  // machine: about 0.1×; 0.8 leaves room for a heavily loaded 2-core one,
+  // where a CI run measured 0.62.)
+  EXPECT_LT(on.step_ms - compute.step_ms, 0.8 * off.exposed_ms);
   // Timed waits show up on the CPU timeline's "comm" track.
   EXPECT_GT(r.gather_spans, 10);
   EXPECT_GT(r.reduce_spans, 0);
