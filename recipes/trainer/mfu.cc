@@ -38,7 +38,6 @@ int64_t NonPositionParams(const ModelShape& m) {
   const int64_t NKV = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
   const int64_t C_kv = NKV * (C / m.n_head);  // k and v output channels
   const int64_t H = m.ffn_hidden > 0 ? m.ffn_hidden : 4 * C;
-  const int64_t H_fc = m.swiglu ? 2 * H : H;
   const int64_t b = m.bias ? 1 : 0;
   const int64_t norm = m.rmsnorm || !m.bias ? C : 2 * C;
   const int64_t attn = (C * C + b * C) + 2 * (C * C_kv + b * C_kv) + (C * C + b * C);  // q, k, v, o
