@@ -309,6 +309,17 @@ class ShardedParam {
   void set_global_layout(GlobalLayout layout) { layout_ = std::move(layout); }
   const GlobalLayout& global_layout() const { return layout_; }
 
+  // The matrices Muon orthogonalises, when they are not the global weight:
+  // `blocks` matrices stacked along rows in `layout` (MoE: a rank's local
+  // experts, each [H1, C] or [C, H], the layout covering this EP rank's
+  // experts only). Default: the global layout, one matrix.
+  void set_matrix_layout(GlobalLayout layout, int blocks) {
+    matrix_layout_ = std::move(layout);
+    matrix_blocks_ = blocks;
+  }
+  const GlobalLayout& matrix_layout() const { return matrix_layout_.row_map ? matrix_layout_ : layout_; }
+  int matrix_blocks() const { return matrix_blocks_; }
+
   // Called after each finalisation {reduce-scatter → add} (optimizer buckets).
   void set_ready_hook(std::function<void(ShardedParam&)> hook) { ready_hook_ = std::move(hook); }
 
@@ -351,6 +362,8 @@ class ShardedParam {
   bool tied_copy_ = false;
   int recompute_group_ = -1;
   GlobalLayout layout_;
+  GlobalLayout matrix_layout_;
+  int matrix_blocks_ = 1;
 };
 
 // round_up(rows, gtp·alignment).

@@ -24,9 +24,6 @@ bool DefaultMuonParam(const GradParam& p) {
   for (const char* s : {"wte", "wpe", "embed", "lm_head"}) {
     if (absl::StrContains(p.name, s)) return false;
   }
-  // Stacked MoE expert weights hold one matrix per local expert; Muon would
-  // orthogonalise the stack as one, so they stay with AdamW for now.
-  if (absl::StrContains(p.name, ".experts.")) return false;
   return true;
 }
 

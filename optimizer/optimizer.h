@@ -119,7 +119,8 @@ struct OptimizerConfig {
 // Tensors of rank ≥ 2 (weights, embeddings); not norms or biases.
 bool DefaultWeightDecay(const GradParam& p);
 // GTP-sharded matrices except embeddings and the LM head (names containing
-// "wte", "wpe", "embed" or "lm_head") and stacked MoE experts (".experts.").
+// "wte", "wpe", "embed" or "lm_head"). Stacked MoE experts are one matrix
+// per expert (ShardedParam::matrix_layout): each expert is orthogonalised alone.
 bool DefaultMuonParam(const GradParam& p);
 
 // Checkpointable counters (the LR schedule is a function of `step`).

@@ -173,6 +173,17 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
                       {static_cast<int64_t>(m->E_) * C, H,
                        [C, e0](int64_t r) { return (e0 + r / C) * C + r % C; }, etp_rank * Hl},
                       s.seed, s.out_std);
+  // Muon sees each local expert's matrices (the layout of this EP rank's experts only).
+  m->fc1_->set_matrix_layout({static_cast<int64_t>(e_loc) * H1, C,
+                              [=](int64_t r) {
+                                const int64_t e = r / H1l, j = r % H1l;
+                                return e * H1 + (j / Hl) * H + etp_rank * Hl + j % Hl;
+                              },
+                              0},
+                             e_loc);
+  m->fc2_->set_matrix_layout({static_cast<int64_t>(e_loc) * C, H, [](int64_t r) { return r; },
+                              etp_rank * Hl},
+                             e_loc);
   return m;
 }
 

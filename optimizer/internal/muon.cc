@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
     const GradParam& gp = grads.params()[i];
     const layers::ShardedParam* p = gp.sharded;
     if (p == nullptr) return Bad(absl::StrCat("Muon: ", gp.name, " is not a GTP-sharded matrix"));
-    const auto& L = p->global_layout();
+    const auto& L = p->matrix_layout();
     if (!L.row_map || L.global_rows <= 0 || L.global_cols <= 0) {
       return Bad(absl::StrCat("Muon: ", gp.name, " has no global layout"));
     }
@@ -95,11 +95,16 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
     m.param = i;
     m.rows = p->rows();
     m.cols = p->cols();
-    const int64_t M = p->global_layout().global_rows, N = p->global_layout().global_cols;
+    const int64_t M = p->matrix_layout().global_rows, N = p->matrix_layout().global_cols;
     m.info.name = gp.name;
     m.info.rows = M;
     m.info.cols = N;
-    m.scale = ScaleFor(config.scale, M, N);
+    m.blocks = p->matrix_blocks();
+    if (m.blocks < 1 || M % m.blocks != 0) {
+      return Bad(absl::StrCat("Muon: ", gp.name, ": ", m.blocks, " stacked matrices of ", M, " rows"));
+    }
+    // Stacked matrices (MoE experts): each one's own dims give its scale.
+    m.scale = ScaleFor(config.scale, M / m.blocks, N);
     m.runs.resize(T);
     m.col_offset.resize(T);
     int64_t area = 0;
@@ -143,9 +148,10 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
                               " do not tile its global [", M, ", ", N, "] matrix"));
     }
     pos += 3 + m.rows;
-    const double big = static_cast<double>(std::max(M, N)), small = static_cast<double>(std::min(M, N));
+    const int64_t Mb = M / m.blocks;
+    const double big = static_cast<double>(std::max(Mb, N)), small = static_cast<double>(std::min(Mb, N));
     if (config.mode == MuonMode::kDuplicated) {
-      m.info.cost = big * small * small;
+      m.info.cost = m.blocks * big * small * small;
     } else {
       const double lb = static_cast<double>(std::max(m.rows, m.cols));
       const double ls = static_cast<double>(std::min(m.rows, m.cols));
@@ -269,7 +275,10 @@ absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, InFlight& f) {
                Gm.data<float>() + r.global * N + m.col_offset[t], N, r.len, cols);
       }
     }
-    RunNewtonSchulz(Gm, f.X);
+    const int64_t Mb = M / m.blocks;  // each stacked matrix alone
+    for (int b = 0; b < m.blocks; ++b) {
+      RunNewtonSchulz(Gm.Slice(b * Mb, (b + 1) * Mb), f.X.Slice(b * Mb, (b + 1) * Mb));
+    }
   }
   f.blocks = Tensor();
   f.full = Tensor();

@@ -52,6 +52,7 @@ class MuonUpdater {
     MuonMatrixInfo info;
     int64_t rows, cols;  // TP-local
     float scale;
+    int blocks = 1;  // matrices stacked along rows, orthogonalised one by one
     std::vector<std::vector<Run>> runs;  // per TP rank
     std::vector<int64_t> col_offset;     // per TP rank
     Tensor momentum;  // [shard_rows, cols], owner replica only

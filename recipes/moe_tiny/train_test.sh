@@ -46,6 +46,17 @@ paste <(losses "$tmp/m1/metrics.jsonl") <(losses "$tmp/mpp/metrics.jsonl") |
        END { if (n != 12) bad = 1; exit bad }'
 echo "moe pp2 (EP2): 12 steps match one rank"
 
+# Muon over the experts (each expert matrix orthogonalised alone, by one rank of its
+# EP rank's ETP×EGTP grid): EP2·EGTP2 matches one rank (aux off, as above).
+"$bin" --run_dir "$tmp/mu1" --set "$noaux,train.steps=8,optim.matrices=muon,optim.lr=2e-2,parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1" > "$tmp/mu1.log"
+"$bin" --run_dir "$tmp/mu4" --set "$noaux,train.steps=8,optim.matrices=muon,optim.lr=2e-2" > "$tmp/mu4.log"
+paste <(losses "$tmp/mu1/metrics.jsonl") <(losses "$tmp/mu4/metrics.jsonl") |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) { print "muon: step " $1 " " $2 " vs " $4; bad = 1 } ++n }
+       END { if (n != 8) bad = 1; exit bad }'
+first=$(losses "$tmp/mu4/metrics.jsonl" | awk '$1 == 1 { print $2 }'); last=$(losses "$tmp/mu4/metrics.jsonl" | awk '$1 == 8 { print $2 }')
+awk -v f="$first" -v l="$last" 'BEGIN { if (!(l < f - 0.3)) { print "muon did not learn: " f " -> " l; exit 1 } }'
+echo "muon with experts (EP2·EGTP2): 8 steps match one rank"
+
 # Loss-free balancing: the expert bias is checkpointed, so a resume is exact too.
 "$bin" --run_dir "$tmp/eb" --set "$small,train.steps=12,checkpoint.every=6,model.moe.expert_bias=true,model.moe.bias_update_rate=0.01" > "$tmp/eb.log"
 mkdir -p "$tmp/eb2/checkpoints"
