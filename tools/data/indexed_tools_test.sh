@@ -4,6 +4,8 @@
 set -u
 make_indexed="$1"
 inspect="$2"
+vocab="$3"
+merges="$4"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -31,4 +33,31 @@ printf 'XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX' > "$tmp/bad.idx"; : > "$tmp/ba
 
 "$make_indexed" --output="$tmp/x" 2>/dev/null; rc=$?
 [ "$rc" = 2 ] || fail "no inputs: exit $rc, want 2"
+
+# GPT-2 BPE with the miniature vocabulary of data/tokenizer/testdata:
+# "Hello world\n" = H e l l o, " world" (264), "\n" (198), then <|endoftext|> (281).
+printf 'Hello world\n the!\n' > "$tmp/bpe.txt"
+"$make_indexed" --output="$tmp/bpe" --vocab="$vocab" --merges="$merges" --documents=line \
+  --append_eod "$tmp/bpe.txt" || fail "make_indexed bpe"
+out=$("$inspect" "$tmp/bpe") || fail "inspect bpe"
+echo "$out"
+grep -q "dtype      uint16" <<<"$out" || fail "bpe dtype"
+grep -q 'doc 0 (8 tokens): \[39 68 75 75 78 264 198 281\]' <<<"$out" || fail "bpe doc 0"
+grep -q 'doc 1 (4 tokens): \[258 0 198 281\]' <<<"$out" || fail "bpe doc 1"
+
+printf '{"id": 1, "text": "a  b"}\n\n{"text": "caf\\u00e9", "x": [1, {"y": null}]}\n' > "$tmp/in.jsonl"
+"$make_indexed" --output="$tmp/jsonl" --vocab="$vocab" --merges="$merges" --json_key=text \
+  "$tmp/in.jsonl" || fail "make_indexed jsonl"
+out=$("$inspect" "$tmp/jsonl") || fail "inspect jsonl"
+echo "$out"
+grep -q "documents  2" <<<"$out" || fail "jsonl documents"
+grep -q 'doc 0 (3 tokens): \[64 220 280\]' <<<"$out" || fail "jsonl doc 0"
+grep -q 'doc 1 (1 tokens): \[271\]' <<<"$out" || fail "jsonl doc 1"
+
+printf '{"title": "x"}\n' > "$tmp/nokey.jsonl"
+"$make_indexed" --output="$tmp/y" --vocab="$vocab" --merges="$merges" --json_key=text \
+  "$tmp/nokey.jsonl" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "nokey.jsonl line 1" "$tmp/err" || fail "missing key: $(cat "$tmp/err")"
+"$make_indexed" --output="$tmp/y" --vocab="$vocab" "$tmp/bpe.txt" 2>/dev/null; rc=$?
+[ "$rc" = 2 ] || fail "--vocab without --merges: exit $rc, want 2"
 echo PASS

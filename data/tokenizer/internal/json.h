@@ -1,0 +1,34 @@
+// data/tokenizer/internal/json.h — the one JSON shape a BPE vocab.json has:
+// a flat object of string keys and integer values, {"!": 0, "\u0120the": 262}.
+//
+// Strict RFC 8259 for that subset: all string escapes (\" \\ \/ \b \f \n \r
+// \t \uXXXX, surrogate pairs joined into one code point; a lone surrogate is
+// an error), whitespace between tokens, nothing after the closing brace.
+// Values must be integers (no fraction or exponent) within int32.
+// FindStringField reads any JSON object (nesting up to depth 64).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gtp::data::tokenizer_internal {
+
+// Parses `json`; the pairs come back in file order (duplicates kept; the
+// caller decides). InvalidArgumentError with the byte offset otherwise.
+absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> ParseStringIntObject(
+    absl::string_view json);
+
+// For JSONL datasets: the string value of `key` in the object `json` (one
+// line of a .jsonl file), std::nullopt when the key is absent. Other values
+// of any JSON type are validated and skipped. InvalidArgumentError for
+// malformed JSON or a non-string value under `key`.
+absl::StatusOr<std::optional<std::string>> FindStringField(absl::string_view json,
+                                                           absl::string_view key);
+
+}  // namespace gtp::data::tokenizer_internal
