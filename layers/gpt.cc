@@ -37,21 +37,14 @@ namespace {
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
-// Copies host values into a new tensor on exec's device.
 template <typename T>
 Tensor ToDevice(const kernels::Exec& e, const std::vector<T>& v, const Shape& s) {
-  Tensor out = e.Empty(s, DTypeOf<T>::value);
-  Tensor h = Tensor::Wrap(const_cast<T*>(v.data()), s, DTypeOf<T>::value, Device::Cpu());
-  GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/true));
-  return out;
+  return HostToDevice(e, v, s, /*wait=*/true);
 }
 
 template <typename T>
 std::vector<T> ToHost(const kernels::Exec& e, const Tensor& t) {
-  std::vector<T> v(t.numel());
-  Tensor h = Tensor::Wrap(v.data(), t.shape(), t.dtype(), Device::Cpu());
-  GTP_CHECK_OK(Copy(t, h, e.stream, /*sync=*/true));
-  return v;
+  return DeviceToHost<T>(e, t);
 }
 
 }  // namespace

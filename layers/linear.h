@@ -31,10 +31,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
 #include "core/kernels/ops.h"
+#include "core/status.h"
 #include "core/tensor.h"
 #include "layers/sharded_param.h"
 #include "parallel/process_groups.h"
@@ -173,6 +175,29 @@ void StoreShardToGlobal(const ShardedParam& p, const Tensor& src, float* global)
 // A new tensor on e's device holding host f32 `values` (shape `s`) rounded
 // to `dtype`. Blocks (host copy).
 Tensor TensorFromHost(const kernels::Exec& e, const float* values, const Shape& s, DType dtype);
+// Host vector → a new tensor of shape `s` on e's device. A copy from pageable
+// memory is staged before the call returns, so `v` may change afterwards;
+// `wait` also waits for the copy to land.
+template <typename T>
+Tensor HostToDevice(const kernels::Exec& e, const std::vector<T>& v, const Shape& s,
+                    bool wait = false) {
+  Tensor out = e.Empty(s, DTypeOf<T>::value);
+  if (!v.empty()) {
+    Tensor h = Tensor::Wrap(const_cast<T*>(v.data()), s, DTypeOf<T>::value, Device::Cpu());
+    GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/wait));
+  }
+  return out;
+}
+// Device tensor → host vector. Blocks (the stream, up to the copy).
+template <typename T>
+std::vector<T> DeviceToHost(const kernels::Exec& e, const Tensor& t) {
+  std::vector<T> v(t.numel());
+  if (!v.empty()) {
+    Tensor h = Tensor::Wrap(v.data(), t.shape(), t.dtype(), Device::Cpu());
+    GTP_CHECK_OK(Copy(t, h, e.stream, /*sync=*/true));
+  }
+  return v;
+}
 // Writes host f32 `values` (dst.numel() of them) into `dst` (f32 or bf16,
 // any device), rounding to dst's dtype. Blocks (host copy).
 void CopyFromHostF32(const kernels::Exec& e, const float* values, const Tensor& dst);

@@ -38,26 +38,14 @@ absl::Status MoeConfig::Validate(int n_layer) const {
 
 namespace {
 
-// Host → device without waiting: a copy from pageable memory is staged
-// before cudaMemcpyAsync returns, so `v` may change right after.
 template <typename T>
 Tensor ToDevice(const kernels::Exec& e, const std::vector<T>& v) {
-  Tensor out = e.Empty({static_cast<int64_t>(v.size())}, DTypeOf<T>::value);
-  if (!v.empty()) {
-    Tensor h = Tensor::Wrap(const_cast<T*>(v.data()), out.shape(), DTypeOf<T>::value, Device::Cpu());
-    GTP_CHECK_OK(Copy(h, out, e.stream, /*sync=*/false));
-  }
-  return out;
+  return HostToDevice(e, v, {static_cast<int64_t>(v.size())});
 }
 
 template <typename T>
 std::vector<T> ToHost(const kernels::Exec& e, const Tensor& t) {
-  std::vector<T> v(t.numel());
-  if (!v.empty()) {
-    Tensor h = Tensor::Wrap(v.data(), t.shape(), t.dtype(), Device::Cpu());
-    GTP_CHECK_OK(Copy(t, h, e.stream, /*sync=*/true));
-  }
-  return v;
+  return DeviceToHost<T>(e, t);
 }
 
 std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
