@@ -168,6 +168,9 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
       m->moe_layers_.push_back(b->moe());
       m->moe_layer_index_.push_back(l);
     }
+    // A MoE layer's expert stacks (fc1, fc2) are gathered together, the
+    // whole layer one param ahead (ShardedParam::set_prefetch_group).
+    for (size_t i = first_expert; i < m->experts_.size(); ++i) m->experts_[i]->set_prefetch_group(l);
     // Recompute groups: a block's weights prefetch among themselves when it
     // is re-run (activation recompute, and the pipeline's stage recompute).
     if (c.block.recompute || pp.count > 1) {

@@ -225,9 +225,15 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
   // Prefetch the neighbour so its gather overlaps this param's GEMMs.
   if (prefetch && chain_->options().weight_prefetch) {
     ShardedParam* next = chain_->Neighbour(this, dir);
-    if (next != nullptr && next->gtp_size() > 1 &&
-        next->gather_[static_cast<int>(dir)].state == CommState::kNone) {
-      GTP_RETURN_IF_ERROR(next->IssueGather(dir, /*async=*/true));
+    // The next param, and with it the rest of its prefetch group.
+    const int group = next != nullptr ? next->prefetch_group() : -1;
+    while (next != nullptr) {
+      if (next->gtp_size() > 1 && next->gather_[static_cast<int>(dir)].state == CommState::kNone) {
+        GTP_RETURN_IF_ERROR(next->IssueGather(dir, /*async=*/true));
+      }
+      if (group < 0) break;
+      next = chain_->Neighbour(next, dir);
+      if (next == nullptr || next->prefetch_group() != group) break;
     }
   }
   chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, g.buffer.raw_data());

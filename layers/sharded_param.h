@@ -293,6 +293,13 @@ class ShardedParam {
   // prefetched among themselves during recomputation; -1: none.
   void set_recompute_group(int g) { recompute_group_ = g; }
   int recompute_group() const { return recompute_group_; }
+  // Params of one prefetch group (a MoE layer's stacked expert weights, fc1
+  // and fc2) are prefetched together: when the param before the group
+  // prefetches the group's first member, every member of the group that
+  // follows it in the chain's order (for this direction) is issued at once,
+  // so the whole group's gathers hide behind the previous layer. -1: none.
+  void set_prefetch_group(int g) { prefetch_group_ = g; }
+  int prefetch_group() const { return prefetch_group_; }
 
   CommState gather_state(Direction dir) const { return gather_[static_cast<int>(dir)].state; }
   CommState reduce_state() const { return reduce_.state; }
@@ -361,6 +368,7 @@ class ShardedParam {
   bool gathered_in_backward_ = true;
   bool tied_copy_ = false;
   int recompute_group_ = -1;
+  int prefetch_group_ = -1;
   GlobalLayout layout_;
   GlobalLayout matrix_layout_;
   int matrix_blocks_ = 1;

@@ -219,8 +219,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ShardedParamTest,
                                            Case{4, 250, 2, 8}, Case{3, 10, 4, 2}));
 
 // Runs `layers` params through one forward and one backward pass in chain
-// order, as a model would, and returns rank 0's trace.
-std::vector<GtpTraceEvent> RunChain(int gtp, int layers, bool prefetch, std::vector<float>* grads) {
+// order, as a model would, and returns rank 0's trace. `groups`: each
+// param's prefetch group (empty: none).
+std::vector<GtpTraceEvent> RunChain(int gtp, int layers, bool prefetch, std::vector<float>* grads,
+                                    const std::vector<int>& groups = {}) {
   HeapAllocator host;
   std::vector<GtpTraceEvent> trace;
   absl::Status st = comm::RunRanks(gtp, [&](comm::Communicator& c) {
@@ -233,6 +235,7 @@ std::vector<GtpTraceEvent> RunChain(int gtp, int layers, bool prefetch, std::vec
       ps.push_back(std::make_unique<ShardedParam>("layer" + std::to_string(i), 6, 4, DType::kF32,
                                                   &c, &chain));
       FillShard(*ps.back());
+      if (!groups.empty()) ps.back()->set_prefetch_group(groups[i]);
     }
     for (int iter = 0; iter < 2; ++iter) {
       for (auto& p : ps) {
@@ -302,6 +305,39 @@ TEST(GtpChain, PrefetchIssuesNextGatherBeforeCurrentGemm) {
       EXPECT_FALSE(e.async) << e.param;
     }
   // Both schedules compute identical gradients.
+  ASSERT_EQ(g_on.size(), g_off.size());
+  for (size_t i = 0; i < g_on.size(); ++i) ASSERT_EQ(g_on[i], g_off[i]);
+}
+
+TEST(GtpChain, PrefetchGroupIsIssuedTogetherOneParamAhead) {
+  // layer2 and layer3 form a group (a MoE layer's fc1 and fc2).
+  const int L = 5;
+  const std::vector<int> groups = {-1, -1, 7, 7, -1};
+  std::vector<float> g_on, g_off;
+  auto on = RunChain(2, L, /*prefetch=*/true, &g_on, groups);
+  // Forward (second iteration): layer1 prefetches layer2 and layer3 both,
+  // before its own GEMM; backward (both iterations): layer4 prefetches
+  // layer3 and layer2.
+  const int64_t l1_used = Seq(on, GtpTraceEvent::kConsumed, "layer1", Direction::kForward, 1);
+  for (const char* p : {"layer2", "layer3"}) {
+    const int64_t issued = Seq(on, GtpTraceEvent::kGatherIssued, p, Direction::kForward, 1);
+    ASSERT_GE(issued, 0) << p;
+    EXPECT_TRUE(on[issued].async) << p;
+    EXPECT_LT(issued, l1_used) << p;
+  }
+  for (int iter = 0; iter < 2; ++iter) {
+    const int64_t l4_used = Seq(on, GtpTraceEvent::kConsumed, "layer4", Direction::kBackward, iter);
+    for (const char* p : {"layer3", "layer2"}) {
+      const int64_t issued = Seq(on, GtpTraceEvent::kGatherIssued, p, Direction::kBackward, iter);
+      ASSERT_GE(issued, 0) << p;
+      EXPECT_TRUE(on[issued].async) << p;
+      EXPECT_LT(issued, l4_used) << p << " iter " << iter;
+    }
+    // Outside the group prefetching stays one ahead: layer1 after layer3's use.
+    EXPECT_GT(Seq(on, GtpTraceEvent::kGatherIssued, "layer1", Direction::kBackward, iter),
+              Seq(on, GtpTraceEvent::kConsumed, "layer3", Direction::kBackward, iter));
+  }
+  RunChain(2, L, /*prefetch=*/false, &g_off);
   ASSERT_EQ(g_on.size(), g_off.size());
   for (size_t i = 0; i < g_on.size(); ++i) ASSERT_EQ(g_on[i], g_off[i]);
 }

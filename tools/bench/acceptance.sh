@@ -6,7 +6,9 @@
 #   2. GPT-2 124M, B=16 and 3. 350M (24 layers, C=1024, 16 heads), B=8:
 #      gtp vs torch.compile, fewer steps (speed only);
 #   4. gtp f32 on case 1's data: its losses vs gtp bf16's;
-#   5. CUDA graphs on vs off (tools/bench/graphs_check.sh).
+#   5. CUDA graphs on vs off (tools/bench/graphs_check.sh);
+#   6. the MoE issue's GPU shape (GPT-2 small, every MLP 8 experts of hidden
+#      1536, top-2) vs PyTorch's MoE of the same shape (speed only).
 # Each case's log and gtp metrics land in $ACC_DIR/<case>.{log,jsonl}
 # (default /tmp/gtp_acceptance); torch's per-step losses are in the logs.
 set -uo pipefail
@@ -31,6 +33,7 @@ run_case gpt124m_b8 STEPS="${STEPS:-200}" MODES="eager compile"
 run_case gpt124m_b16 STEPS="${STEPS_SHORT:-40}" B=16 MODES="compile"
 run_case gpt350m_b8 STEPS="${STEPS_SHORT:-40}" N_LAYER=24 N_EMBD=1024 N_HEAD=16 MODES="compile"
 run_case gpt124m_b8_f32 STEPS="${STEPS:-200}" PRECISION=f32 MODES=" "
+run_case moe124m_b8 STEPS="${STEPS_SHORT:-40}" MOE_EXPERTS=8 MOE_FFN=1536 MODES="eager compile"
 
 # gtp bf16 vs gtp f32 on the same weights and batches (steps 21..N).
 python3 - "$ACC_DIR/gpt124m_b8.jsonl" "$ACC_DIR/gpt124m_b8_f32.jsonl" <<'PY'

@@ -31,6 +31,11 @@
 #   AGREE_FROM=21           PEAK_TFLOPS=989 (H200 dense bf16, per GPU)
 #   GTP_SET="k=v,..."       extra gtp --set overrides (applied last)
 #   DEVICE=cuda             gtp train.device (cpu: gtp side only, for a smoke test)
+#   MOE_EXPERTS=0           > 0: every MLP a mixture of this many experts (gtp
+#                           model.moe; torch_gpt.py's MoE, torch._grouped_mm
+#                           where torch has it), with MOE_TOP_K=2 MOE_FFN=0 (4·C)
+#                           AUX=0.01 ZLOSS=0.001. Speed only: torch starts from
+#                           its own random weights, so losses are not compared.
 #   GTP_TRAIN=, GTP_CKPT=   binaries to use instead of the bundle's
 #   PYTHON=python3
 # Everything goes under a fresh temp dir (printed); the table and the logs are
@@ -47,6 +52,8 @@ LR="${LR:-6e-4}" MIN_LR="${MIN_LR:-6e-5}" WARMUP="${WARMUP:-10}" DECAY="${DECAY:
 WD="${WD:-0.1}" BETA1="${BETA1:-0.9}" BETA2="${BETA2:-0.95}" CLIP="${CLIP:-1.0}" SEED="${SEED:-1234}"
 MODES="${MODES:-eager compile}" SKIP="${SKIP:-10}" AGREE_FROM="${AGREE_FROM:-21}"
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}" GTP_SET="${GTP_SET:-}" PYTHON="${PYTHON:-python3}"
+MOE_EXPERTS="${MOE_EXPERTS:-0}" MOE_TOP_K="${MOE_TOP_K:-2}" MOE_FFN="${MOE_FFN:-0}"
+AUX="${AUX:-0.01}" ZLOSS="${ZLOSS:-0.001}"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gtp_bench.XXXXXX")"
 echo "bench: work dir $WORK"
@@ -75,6 +82,13 @@ SET+=",optim.beta1=$BETA1,optim.beta2=$BETA2,optim.clip_grad=$CLIP"
 SET+=",train.steps=$STEPS,train.micro_batch=$B,train.global_batch=$GLOBAL_BATCH,train.seed=$SEED"
 SET+=",train.log_every=10,train.eval_every=0,train.device=$DEVICE,train.peak_tflops=$PEAK_TFLOPS"
 [[ -n "$PRECISION" ]] && SET+=",train.precision=$PRECISION"
+TORCH_MODEL=(--weights "$WORK/init.safetensors")
+if [[ "$MOE_EXPERTS" -gt 0 ]]; then
+  SET+=",model.moe.num_experts=$MOE_EXPERTS,model.moe.top_k=$MOE_TOP_K,model.moe.aux_loss_coeff=$AUX,model.moe.z_loss_coeff=$ZLOSS"
+  [[ "$MOE_FFN" -gt 0 ]] && SET+=",model.moe.ffn_hidden=$MOE_FFN"
+  TORCH_MODEL=(--moe_experts "$MOE_EXPERTS" --moe_top_k "$MOE_TOP_K" --moe_ffn "$MOE_FFN"
+               --aux_coeff "$AUX" --z_coeff "$ZLOSS")
+fi
 SET+=",train.dump_tokens=$WORK/tokens.bin,checkpoint.save_initial=true,checkpoint.every=0,checkpoint.no_resume=true"
 [[ -n "$GTP_SET" ]] && SET+=",$GTP_SET"
 echo "bench: gtp --set $SET"
@@ -85,14 +99,14 @@ want=$((STEPS * GLOBAL_BATCH * 2 * SEQ * 4))
 have=$(stat -c %s "$WORK/tokens.bin")
 [[ "$have" == "$want" ]] || { echo "bench: tokens.bin has $have bytes, expected $want" >&2; exit 1; }
 
-# 2. Initial weights → safetensors.
-"$CKPT" export --format safetensors --names hf-gpt2 --vocab "$VOCAB" "$WORK/gtp/checkpoints/iter_0000000" "$WORK/init.safetensors"
+# 2. Initial weights → safetensors (the dense GPT-2 family only).
+[[ "$MOE_EXPERTS" -gt 0 ]] || "$CKPT" export --format safetensors --names hf-gpt2 --vocab "$VOCAB" "$WORK/gtp/checkpoints/iter_0000000" "$WORK/init.safetensors"
 
 # 3. PyTorch on the same weights and batches.
 torch_json=()
 if [[ "$DEVICE" == cuda ]]; then
   for mode in $MODES; do
-    "$PYTHON" tools/bench/torch_gpt.py --weights "$WORK/init.safetensors" --tokens "$WORK/tokens.bin" \
+    "$PYTHON" tools/bench/torch_gpt.py "${TORCH_MODEL[@]}" --tokens "$WORK/tokens.bin" \
       --n_layer "$N_LAYER" --n_embd "$N_EMBD" --n_head "$N_HEAD" --vocab "$VOCAB" --seq_len "$SEQ" \
       --micro_batch "$B" --global_batch "$GLOBAL_BATCH" --steps "$STEPS" \
       --lr "$LR" --min_lr "$MIN_LR" --warmup_steps "$WARMUP" --decay "$DECAY" --weight_decay "$WD" \

@@ -25,4 +25,9 @@ for case in "f32 1e-5" "bf16 1e-3"; do
   python3 -c 'import sys; a, b, t = map(float, sys.argv[1:]); sys.exit(abs(a - b) > t * abs(b))' "$gtp" "$ours" "$tol"
   grep -q "| gtp-$PRECISION |" "$log"
 done
+# The MoE case: gtp trains the MoE shape; no export (torch starts from its own weights).
+log="$TMPDIR/bench_moe.log"
+PRECISION=f32 MOE_EXPERTS=4 MOE_FFN=32 bash "$bench" > "$log" 2>&1 || { cat "$log"; exit 1; }
+grep -q "model.moe.num_experts=4" "$log" || { echo "MoE settings not passed"; exit 1; }
+grep -q "| gtp-f32 |" "$log" || { cat "$log"; exit 1; }
 echo ok

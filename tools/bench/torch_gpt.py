@@ -47,36 +47,97 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mirror import f32, flop_per_token, lr_at  # noqa: E402  (stdlib-only sibling)
 
 
+class MoE(nn.Module):
+    """gtp's default MoE MLP (layers/moe): an f32 linear gate without bias,
+    softmax scores before top-k, the k selected probabilities as combine
+    weights (not renormalised), dropless; E experts of GELU-tanh MLPs without
+    biases; the Switch aux loss (coeff·E·Σ f_e·P_e over the micro-batch) and
+    the router z-loss (coeff·mean logsumexp²) added to the loss. Experts run
+    as torch._grouped_mm (bf16 on Hopper, where this torch has it) or one
+    matmul per expert (impl "loop": a host sync for the counts, as gtp)."""
+
+    def __init__(self, C, E, k, H, impl):
+        super().__init__()
+        self.E, self.k, self.impl = E, k, impl
+        self.gate = nn.Linear(C, E, bias=False)
+        self.w1 = nn.Parameter(torch.randn(E, H, C) * 0.02)
+        self.w2 = nn.Parameter(torch.randn(E, C, H) * 0.02)
+        self.aux = None
+
+    def forward(self, x, aux_coeff, z_coeff):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        n = x.shape[0]
+        logits = F.linear(x.float(), self.gate.weight.float())
+        probs = logits.softmax(-1)
+        w, sel = probs.topk(self.k, dim=-1)
+        flat = sel.reshape(-1)
+        order = flat.argsort(stable=True)
+        counts = torch.bincount(flat, minlength=self.E)
+        xs = x[order // self.k]
+        if self.impl == "grouped":
+            offs = counts.cumsum(0).to(torch.int32)
+            xs = xs.to(torch.bfloat16)
+            h = torch._grouped_mm(xs, self.w1.to(torch.bfloat16).transpose(-2, -1), offs=offs)
+            h = F.gelu(h, approximate="tanh")
+            ys = torch._grouped_mm(h, self.w2.to(torch.bfloat16).transpose(-2, -1), offs=offs)
+        else:
+            parts, start = [], 0
+            for e, c in enumerate(counts.tolist()):
+                xe = xs[start:start + c]
+                parts.append(F.linear(F.gelu(F.linear(xe, self.w1[e]), approximate="tanh"), self.w2[e]))
+                start += c
+            ys = torch.cat(parts)
+        y = torch.zeros(n * self.k, shape[-1], device=x.device, dtype=ys.dtype)
+        y[order] = ys
+        y = (y.view(n, self.k, -1) * w.unsqueeze(-1).to(ys.dtype)).sum(1)
+        f = counts.float() / (n * self.k)
+        self.aux = aux_coeff * self.E * (f * probs.mean(0)).sum() + \
+            z_coeff * torch.logsumexp(logits, -1).pow(2).mean()
+        return y.view(shape).to(x.dtype)
+
+
 class Block(nn.Module):
-    def __init__(self, C, H):
+    def __init__(self, C, H, moe=None):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(C, eps=1e-5), nn.LayerNorm(C, eps=1e-5)
         self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        if moe is None:
+            self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.moe = None
+        else:
+            self.moe = MoE(C, *moe)
         self.H = H
 
-    def forward(self, x):
+    def forward(self, x, aux_coeff=0.0, z_coeff=0.0):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=-1)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
+        if self.moe is not None:
+            return x + self.moe(self.ln_2(x), aux_coeff, z_coeff)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
-    def __init__(self, V, T, L, C, H):
+    def __init__(self, V, T, L, C, H, moe=None, aux_coeff=0.0, z_coeff=0.0):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
+        self.h = nn.ModuleList(Block(C, H, moe) for _ in range(L))
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
+        self.aux_coeff, self.z_coeff = aux_coeff, z_coeff
 
     def forward(self, idx, tgt):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for b in self.h:
-            x = b(x)
+            x = b(x, self.aux_coeff, self.z_coeff)
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.reshape(-1))  # f32 under autocast
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.reshape(-1))  # f32 under autocast
+        for b in self.h:
+            if b.moe is not None:
+                loss = loss + b.moe.aux
+        return loss
 
 
 def read_safetensors(path):
@@ -123,7 +184,8 @@ def load_hf_gpt2(model, w, L):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--weights", required=True, help="hf-gpt2 safetensors of gtp's iteration 0")
+    ap.add_argument("--weights", help="hf-gpt2 safetensors of gtp's iteration 0 (not with --moe_experts: "
+                    "the MoE model starts from its own random weights, for speed only)")
     ap.add_argument("--tokens", required=True, help="gtp's train.dump_tokens file")
     ap.add_argument("--n_layer", type=int, default=12)
     ap.add_argument("--n_embd", type=int, default=768)
@@ -148,6 +210,13 @@ def main():
     ap.add_argument("--peak_tflops", type=float, default=989.0, help="per GPU (H200 dense bf16)")
     ap.add_argument("--skip", type=int, default=10, help="first steps left out of the median")
     ap.add_argument("--json", help="also write the summary JSON here")
+    ap.add_argument("--moe_experts", type=int, default=0, help="> 0: every MLP a MoE of this many experts")
+    ap.add_argument("--moe_top_k", type=int, default=2)
+    ap.add_argument("--moe_ffn", type=int, default=0, help="expert hidden size (0: 4·C)")
+    ap.add_argument("--aux_coeff", type=float, default=0.0)
+    ap.add_argument("--z_coeff", type=float, default=0.0)
+    ap.add_argument("--moe_impl", choices=["auto", "grouped", "loop"], default="auto",
+                    help="auto: torch._grouped_mm where this torch has it and the run is bf16 on CUDA")
     a = ap.parse_args()
 
     B, T, V, L, C = a.micro_batch, a.seq_len, a.vocab, a.n_layer, a.n_embd
@@ -173,8 +242,18 @@ def main():
     if int(data.max()) >= V or int(data.min()) < 0:
         raise SystemExit(f"torch_gpt: token ids outside [0, {V})")
 
-    model = GPT(V, T, L, C, a.n_head)
-    load_hf_gpt2(model, read_safetensors(a.weights), L)
+    moe = None
+    if a.moe_experts > 0:
+        impl = a.moe_impl
+        if impl == "auto":
+            impl = "grouped" if cuda and a.precision == "bf16" and hasattr(torch, "_grouped_mm") else "loop"
+        moe = (a.moe_experts, a.moe_top_k, a.moe_ffn or 4 * C, impl)
+        torch.manual_seed(1234)
+    model = GPT(V, T, L, C, a.n_head, moe, a.aux_coeff, a.z_coeff)
+    if moe is None:
+        if not a.weights:
+            raise SystemExit("torch_gpt: --weights is required (gtp's iteration-0 export)")
+        load_hf_gpt2(model, read_safetensors(a.weights), L)
     model.to(dev)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": a.weight_decay},
@@ -184,7 +263,7 @@ def main():
                             fused=True)
     fwd = torch.compile(model) if a.mode == "compile" else model
     amp = a.precision == "bf16"
-    name = f"torch-{a.mode}"
+    name = f"torch-{a.mode}" + (f"-moe-{moe[3]}" if moe else "")
     print(f"{name}: torch {torch.__version__} on {device_name}, {a.precision}, "
           f"L={L} C={C} NH={a.n_head} V={V} T={T}, B={B} x {M} micro-batches, {a.steps} steps",
           flush=True)
