@@ -99,16 +99,31 @@ struct GtpTraceEvent {
   const void* buffer = nullptr;
 };
 
-// Host time a training thread spent blocked in communication Waits: the
-// communication not hidden behind compute ("exposed"). On CUDA backends a
-// Wait only orders streams and rarely blocks the host, so this reads ~0
-// there. Not thread-safe: the training thread records.
+// Communication not hidden behind compute ("exposed"), summed over the
+// Waits that had to wait (Test() false). Not thread-safe: the training
+// thread records.
+//  - Host backends (no stream set): the host time the training thread
+//    spent blocked in Wait.
+//  - CUDA (set_stream: the compute stream): a Wait only orders the compute
+//    stream after the communication and rarely blocks the host, so the
+//    stall is measured on the device: an event recorded on the compute
+//    stream just before the Wait and one just after; the time between them
+//    is how long the stream sat idle for the communication (0 when the
+//    compute before the Wait took longer). Resolved when ms() is read
+//    (waiting for the second event), e.g. after the step's synchronisation.
+//    Not recorded while the stream is being captured into a CUDA graph.
 class ExposedComm {
  public:
-  // Waits on `work`. If it has not completed yet (Test() is false), the wait
-  // counts: its host time is added and, with a timeline (a CPU one: spans
-  // use the host clock), a span "<what> <param>" is recorded on the "comm"
-  // track. Blocks like Wait; returns its status.
+  ExposedComm() = default;
+  ExposedComm(ExposedComm&&) = default;
+  ExposedComm& operator=(ExposedComm&&) = default;
+  ~ExposedComm();
+
+  void set_stream(cudaStream_t stream) { stream_ = stream; }
+  // Waits on `work`. If it has not completed yet, the wait counts (see the
+  // class comment) and, with a timeline (a CPU one: spans use the host
+  // clock), a span "<what> <param>" is recorded on the "comm" track. Blocks
+  // like Wait; returns its status.
   absl::Status Wait(comm::Work& work, Timeline* timeline, const char* what,
                     const std::string& param);
   // Adds a blocking call timed by the caller (e.g. a synchronous collective).
@@ -116,17 +131,21 @@ class ExposedComm {
     ms_ += ms;
     ++waits_;
   }
-  // Milliseconds and number of blocking waits since the last Reset.
-  double ms() const { return ms_; }
+  // Milliseconds and number of counted waits since the last Reset (ms()
+  // first resolves the device-timed waits: it may block until they ended).
+  double ms() const;
   int64_t waits() const { return waits_; }
-  void Reset() {
-    ms_ = 0;
-    waits_ = 0;
-  }
+  void Reset();
 
  private:
-  double ms_ = 0;
+  struct EventPair {
+    cudaEvent_t before = nullptr, after = nullptr;
+  };
+  cudaStream_t stream_ = nullptr;
+  mutable double ms_ = 0;
   int64_t waits_ = 0;
+  // Device-timed waits not yet resolved, and resolved pairs for reuse.
+  mutable std::vector<EventPair> pending_, free_;
 };
 
 // Free lists of buffers keyed by (shape, dtype, purpose). Purposes are the

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
   std::unique_ptr<GradBuffer> g(new GradBuffer());
   g->options_ = options;
   g->exec_ = exec;
+  if (exec.is_cuda()) g->exposed_.set_stream(exec.stream);
   const GradGroups& names = options.groups;
   GTP_ASSIGN_OR_RETURN(g->replicate_, pgs.Get(names.replicate));
   GTP_ASSIGN_OR_RETURN(g->tp_, pgs.Get(names.tp));
