@@ -11,6 +11,9 @@ namespace cpu {
 
 // ---- GEMM ------------------------------------------------------------------
 void Gemm(const GemmDesc& d, const void* A, const void* B, void* C);
+// G = count independent GEMMs sharing d's transposes, scalars and types (see
+// GemmGroup in kernels.h), one cpu::Gemm after another.
+void GroupedGemm(const GemmDesc& d, const GemmGroup* groups, int count);
 // Threads the BLAS may use per GEMM call (process-wide). Ranks running as
 // threads of one process should share the cores: n = cores / ranks.
 void SetGemmThreads(int n);

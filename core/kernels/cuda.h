@@ -16,7 +16,12 @@ namespace gtp::kernels {
 namespace cuda {
 
 // cuBLASLt handle + workspace for one device; create once per (device,
-// thread) and pass to GEMM calls. Not thread-safe.
+// thread) and pass to GEMM calls. Not thread-safe. Also holds a cuBLAS handle
+// and a small device array of pointers for GroupedGemm (both created here,
+// so that no GEMM call allocates and all of them may be graph-captured). The
+// workspace and that pointer array are reused by every call in stream order:
+// calls on different streams through one context must be ordered by the
+// caller (as for the workspace).
 class BlasContext {
  public:
   // Aborts (GTP_CHECK) if cuBLASLt cannot be initialised; check
@@ -28,6 +33,25 @@ class BlasContext {
   void* lt_handle() const { return lt_; }
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // cuBLAS (not Lt) handle, for cublasGemmGroupedBatchedEx; its stream is set
+  // by SetBlasStream.
+  void* blas_handle() const { return blas_; }
+  // Binds the cuBLAS handle to `stream` (and to the shared workspace, which
+  // cublasSetStream resets); a no-op when already bound to it.
+  void SetBlasStream(cudaStream_t stream);
+  // Device array of 3·kGroupedPtrCapacity pointers: the A, B and C arrays of
+  // one cublasGemmGroupedBatchedEx call (cuBLAS reads them on the device).
+  static constexpr int kGroupedPtrCapacity = 1024;
+  void** grouped_ptrs() const { return grouped_ptrs_; }
+  // GroupedGemm's bookkeeping: cublasGemmGroupedBatchedEx calls made through
+  // this context (tests check which path ran), and whether cuBLAS refused a
+  // call for ab_type == c_type f32 ([0]) or bf16 ([1]): that type then loops
+  // over Gemm without asking again.
+  struct GroupedStats {
+    int64_t batched_calls = 0;
+    bool refused[2] = {false, false};
+  };
+  GroupedStats& grouped_stats() { return grouped_stats_; }
 
   // cuBLASLt's algorithm choice per GEMM shape (types, transposes, sizes,
   // leading dimensions, operand alignments), remembered after the first
@@ -39,11 +63,30 @@ class BlasContext {
   void* lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  void* blas_ = nullptr;
+  cudaStream_t blas_stream_ = nullptr;
+  bool blas_stream_set_ = false;
+  void** grouped_ptrs_ = nullptr;
+  GroupedStats grouped_stats_;
   std::unique_ptr<AlgoCache> cache_;
 };
 
 void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, void* C,
           cudaStream_t stream);
+
+// G = count independent GEMMs sharing d's transposes, scalars and types (see
+// GemmGroup in kernels.h; `groups` is a host array of device pointers).
+// When ab_type == c_type the non-empty groups go to cublasGemmGroupedBatchedEx
+// (one problem per group, CUBLAS_COMPUTE_32F: never TF32) in calls of up to
+// BlasContext::kGroupedPtrCapacity groups, their pointer arrays written into
+// the context's array by a small kernel on `stream`; bf16 A/B with an f32 C
+// (the weight-gradient case, which cuBLAS does not group), groups whose sizes
+// exceed int, and a type cuBLAS refuses (said once on stderr; see
+// BlasContext::GroupedStats) run one cuda::Gemm per group instead. k == 0
+// groups: C = beta·C by a scale kernel.
+// Enqueued on `stream`; never blocks and never allocates (graph-capture safe).
+void GroupedGemm(BlasContext& ctx, const GemmDesc& d, const GemmGroup* groups, int count,
+                 cudaStream_t stream);
 
 void EmbeddingForward(const int32_t* idx, const float* table, float* out, int64_t N, int64_t V,
                       int64_t C, int64_t vocab_start, cudaStream_t stream);

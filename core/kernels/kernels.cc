@@ -70,6 +70,37 @@ void CheckGemmEpilogue(const GemmDesc& d) {
             d.ld_aux, " < n=", d.n);
 }
 
+void CheckGroupedGemm(const GemmDesc& d, const GemmGroup* groups, int count) {
+  GTP_CHECK(count >= 0, "GroupedGemm: negative group count ", count);
+  GTP_CHECK(count == 0 || groups != nullptr, "GroupedGemm: null groups for count ", count);
+  GTP_CHECK(d.m == 0 && d.n == 0 && d.k == 0,
+            "GroupedGemm: sizes come from each GemmGroup; the shared GemmDesc must have "
+            "m = n = k = 0 (got m=", d.m, " n=", d.n, " k=", d.k, ")");
+  GTP_CHECK(d.lda == 0 && d.ldb == 0 && d.ldc == 0,
+            "GroupedGemm: groups are packed; the shared GemmDesc must have lda = ldb = ldc = 0 "
+            "(got lda=", d.lda, " ldb=", d.ldb, " ldc=", d.ldc, ")");
+  GTP_CHECK(d.epilogue == GemmEpilogue::kNone && d.bias == nullptr && d.aux == nullptr &&
+                d.bias_grad == nullptr,
+            "GroupedGemm: no epilogue, bias, aux or bias_grad (epilogue=",
+            GemmEpilogueName(d.epilogue), " bias=", d.bias != nullptr, " aux=", d.aux != nullptr,
+            " bias_grad=", d.bias_grad != nullptr, ")");
+  GTP_CHECK(d.ab_type == DType::kF32 || d.ab_type == DType::kBF16,
+            "GroupedGemm: ab_type must be f32 or bf16, got ", DTypeName(d.ab_type));
+  GTP_CHECK(d.c_type == DType::kF32 || d.c_type == DType::kBF16,
+            "GroupedGemm: c_type must be f32 or bf16, got ", DTypeName(d.c_type));
+  GTP_CHECK(!(d.ab_type == DType::kF32 && d.c_type == DType::kBF16),
+            "GroupedGemm: f32 A/B with a bf16 C is not supported; use bf16 operands or an f32 C");
+  for (int g = 0; g < count; ++g) {
+    const GemmGroup& p = groups[g];
+    GTP_CHECK(p.m >= 0 && p.n >= 0 && p.k >= 0, "GroupedGemm: group ", g, " has a negative size m=",
+              p.m, " n=", p.n, " k=", p.k);
+    if (p.m == 0 || p.n == 0) continue;
+    GTP_CHECK(p.c != nullptr, "GroupedGemm: group ", g, " has a null C (m=", p.m, " n=", p.n, ")");
+    GTP_CHECK(p.k == 0 || (p.a != nullptr && p.b != nullptr), "GroupedGemm: group ", g,
+              " has a null A or B (m=", p.m, " n=", p.n, " k=", p.k, ")");
+  }
+}
+
 void AdamWStepScalars(const AdamWParams& hp, float out[3]) {
   const double t = static_cast<double>(hp.step);
   out[0] = hp.lr;

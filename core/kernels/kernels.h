@@ -80,6 +80,28 @@ const char* GemmEpilogueName(GemmEpilogue e);
 // backends call it. m == 0 or n == 0 writes nothing, bias_grad included.
 void CheckGemmEpilogue(const GemmDesc& d);
 
+// One product of a grouped GEMM (cpu::GroupedGemm, cuda::GroupedGemm): G
+// independent GEMMs in one call, as a mixture of experts runs one per expert.
+// For each group, C = alpha·op(A)·op(B) + beta·C exactly as GemmDesc documents
+// for a single GEMM (row-major, packed: lda/ldb/ldc are the packed row
+// lengths of this group's m, n, k). The shared GemmDesc supplies trans_a,
+// trans_b, alpha, beta, ab_type and c_type; its m/n/k/lda/ldb/ldc must be 0,
+// bias/aux/bias_grad null and epilogue kNone. A group with m == 0 or n == 0
+// writes nothing; one with k == 0 sets C = beta·C (beta 0: zeros, C not read;
+// A and B not read). Types as for Gemm: f32 accumulation, A/B f32 or bf16, C
+// f32 or bf16, but not f32 A/B with a bf16 C.
+struct GemmGroup {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;  // op(A) [m, k]: stored [m, k], or [k, m] when trans_a
+  const void* b = nullptr;  // op(B) [k, n]: stored [k, n], or [n, k] when trans_b
+  void* c = nullptr;        // [m, n]
+};
+
+// Aborts (GTP_CHECK) unless d and groups[0, count) fit the GemmGroup contract
+// above (shared fields only in d, no epilogue, supported types, sizes ≥ 0);
+// both backends call it.
+void CheckGroupedGemm(const GemmDesc& d, const GemmGroup* groups, int count);
+
 // Newton–Schulz coefficient sets (issue 2):
 //   kSimple:  (a, b, c) = (3.4445, −4.7750, 2.0315) every step.
 //   kQuintic: the 5-step cycle (4.0848, −6.8946, 2.9270), (3.9505, −6.3029, 2.6377),

@@ -106,6 +106,28 @@ void LinearBackwardWeightBGrad(const Exec& e, const Tensor& dy, const Tensor& x,
 // Raw GEMM on tensors (row-major; see GemmDesc).
 void Gemm(const Exec& e, const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c);
 
+// ---- Grouped GEMM (mixture of experts) -------------------------------------------
+// G independent GEMMs in one call (GemmGroup in kernels.h: d holds the shared
+// transposes, scalars and types, each group its sizes and pointers, which
+// must point into memory on e's device). CUDA: cuda::GroupedGemm.
+void GroupedGemm(const Exec& e, const GemmDesc& d, const std::vector<GemmGroup>& groups);
+// Stacked expert weights w[G·N, K] (expert g owns rows [g·N, (g+1)·N)) over
+// rows of x split by host offsets off (G + 1 entries, off[0] = 0,
+// nondecreasing, off[G] = M): expert g owns rows [off[g], off[g+1]) of x, y,
+// dx and dy. An expert with no rows computes nothing (its y/dx rows are none)
+// — except in the weight gradient, where dw_g = beta·dw_g.
+// y_g[M_g, N] = x_g[M_g, K]·w_gᵀ (=). x/w f32 or bf16 (same), y f32 or bf16.
+void GroupedLinear(const Exec& e, const Tensor& x, const Tensor& w, const std::vector<int64_t>& off,
+                   const Tensor& y);
+// dx_g[M_g, K] = dy_g[M_g, N]·w_g[N, K] (=). dy/w f32 or bf16 (same).
+void GroupedLinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w,
+                               const std::vector<int64_t>& off, const Tensor& dx);
+// dw_g[N, K] = alpha·dy_gᵀ·x_g + beta·dw_g; dw f32 [G·N, K], dy [M, N] and
+// x [M, K] f32 or bf16 (same). beta = 1 accumulates (micro-batches).
+void GroupedLinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x,
+                                 const std::vector<int64_t>& off, float alpha, float beta,
+                                 const Tensor& dw);
+
 // y ← alpha·x + beta·y (same numel).
 void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor& y);
 void Fill(const Exec& e, const Tensor& x, float value);

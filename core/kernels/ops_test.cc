@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/allocator.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/testing/harness.h"
@@ -336,6 +337,143 @@ TEST_F(OpsBf16DeathTest, UnsupportedDTypesAbortNamingTheOpAndDTypes) {
   EXPECT_DEATH(ops::RMSNormBackward(e_, Wrap(xb, {N, C}), Wrap(xb, {N, C}), Wrap(wb, {C}),
                                     Wrap(stats, {N}), Wrap(yb, {N, C}), Wrap(wb, {C})),
                "RMSNormBackward: unsupported dtypes .* dw=bf16");
+}
+
+// ---- Grouped linear ops (mixture of experts) --------------------------------------
+// G = 4 experts over M = 13 rows, expert 1 with none; stacked w[G·EN, EK].
+// References are double loops over each expert's rows.
+constexpr int64_t kEN = 6, kEK = 7;
+const std::vector<int64_t> kOff = {0, 5, 5, 12, 13};
+
+template <typename T>
+std::vector<double> Doubles(const std::vector<T>& v) {
+  std::vector<double> out;
+  for (const T& x : v) out.push_back(Widen(x));
+  return out;
+}
+template <typename T>
+std::vector<T> Values(std::vector<float> v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return ToBF16(v);
+  } else {
+    return v;
+  }
+}
+// The expert owning row r.
+int64_t ExpertOf(int64_t r) {
+  int64_t g = 0;
+  while (kOff[g + 1] <= r) ++g;
+  return g;
+}
+
+template <typename T, typename TY>
+void CheckGroupedLinearOps(const Exec& e, Rng& rng) {
+  SCOPED_TRACE(absl::StrCat("ab=", DTypeName(DTypeOf<T>::value), " y=",
+                            DTypeName(DTypeOf<TY>::value)));
+  const int64_t G = static_cast<int64_t>(kOff.size()) - 1, M = kOff.back();
+  const double tol = std::is_same_v<TY, bf16> ? 1e-2 : 1e-5;
+  std::vector<T> x = Values<T>(rng.Normal(M * kEK)), w = Values<T>(rng.Normal(G * kEN * kEK)),
+                 dy = Values<T>(rng.Normal(M * kEN));
+  const std::vector<double> xd = Doubles(x), wd = Doubles(w), dyd = Doubles(dy);
+
+  // y[r, n] = Σ_k x[r, k]·w[g·N + n, k].
+  std::vector<TY> y = Values<TY>(NaNs(M * kEN));
+  ops::GroupedLinear(e, Wrap(x, {M, kEK}), Wrap(w, {G * kEN, kEK}), kOff, Wrap(y, {M, kEN}));
+  std::vector<double> y_ref(M * kEN, 0.0);
+  for (int64_t r = 0; r < M; ++r) {
+    for (int64_t n = 0; n < kEN; ++n) {
+      for (int64_t k = 0; k < kEK; ++k) {
+        y_ref[r * kEN + n] += xd[r * kEK + k] * wd[(ExpertOf(r) * kEN + n) * kEK + k];
+      }
+    }
+  }
+  const std::vector<double> yd = Doubles(y);
+  EXPECT_TRUE(testing::RelClose(std::vector<float>(yd.begin(), yd.end()), y_ref, tol));
+
+  // dx[r, k] = Σ_n dy[r, n]·w[g·N + n, k].
+  std::vector<TY> dx = Values<TY>(NaNs(M * kEK));
+  ops::GroupedLinearBackwardData(e, Wrap(dy, {M, kEN}), Wrap(w, {G * kEN, kEK}), kOff,
+                                 Wrap(dx, {M, kEK}));
+  std::vector<double> dx_ref(M * kEK, 0.0);
+  for (int64_t r = 0; r < M; ++r) {
+    for (int64_t k = 0; k < kEK; ++k) {
+      for (int64_t n = 0; n < kEN; ++n) {
+        dx_ref[r * kEK + k] += dyd[r * kEN + n] * wd[(ExpertOf(r) * kEN + n) * kEK + k];
+      }
+    }
+  }
+  const std::vector<double> dxd = Doubles(dx);
+  EXPECT_TRUE(testing::RelClose(std::vector<float>(dxd.begin(), dxd.end()), dx_ref, tol));
+
+  // dw[g·N + n, k] = alpha·Σ_{r of g} dy[r, n]·x[r, k] + beta·dw (expert 1: beta·dw).
+  for (float beta : {0.0f, 1.0f}) {
+    const float alpha = 0.5f;
+    std::vector<float> dw0 = beta == 0.0f ? NaNs(G * kEN * kEK) : rng.Normal(G * kEN * kEK);
+    std::vector<float> dw = dw0;
+    ops::GroupedLinearBackwardWeight(e, Wrap(dy, {M, kEN}), Wrap(x, {M, kEK}), kOff, alpha, beta,
+                                     Wrap(dw, {G * kEN, kEK}));
+    std::vector<double> dw_ref(G * kEN * kEK, 0.0);
+    for (int64_t r = 0; r < M; ++r) {
+      for (int64_t n = 0; n < kEN; ++n) {
+        for (int64_t k = 0; k < kEK; ++k) {
+          dw_ref[(ExpertOf(r) * kEN + n) * kEK + k] += alpha * dyd[r * kEN + n] * xd[r * kEK + k];
+        }
+      }
+    }
+    if (beta != 0.0f) {
+      for (size_t i = 0; i < dw_ref.size(); ++i) dw_ref[i] += beta * dw0[i];
+    }
+    EXPECT_TRUE(testing::RelClose(dw, dw_ref, 1e-5)) << "beta=" << beta;
+  }
+}
+
+TEST_F(OpsBf16, GroupedLinearOpsMatchTheReference) {
+  CheckGroupedLinearOps<float, float>(e_, rng_);
+  CheckGroupedLinearOps<bf16, float>(e_, rng_);
+  CheckGroupedLinearOps<bf16, bf16>(e_, rng_);
+}
+
+TEST_F(OpsBf16, GroupedGemmRunsEachGroup) {
+  // Two groups of different sizes through ops::GroupedGemm, against ops::Gemm.
+  std::vector<float> a0 = rng_.Normal(3 * 4), b0 = rng_.Normal(5 * 4), a1 = rng_.Normal(2 * 6),
+                     b1 = rng_.Normal(1 * 6);
+  std::vector<float> c0 = NaNs(3 * 5), c1 = NaNs(2 * 1), c0_ref = c0, c1_ref = c1;
+  GemmDesc d;
+  d.trans_b = true;
+  d.alpha = 2.0f;
+  ops::GroupedGemm(e_, d, {GemmGroup{3, 5, 4, a0.data(), b0.data(), c0.data()},
+                           GemmGroup{2, 1, 6, a1.data(), b1.data(), c1.data()}});
+  GemmDesc one = d;
+  one.m = 3, one.n = 5, one.k = 4;
+  cpu::Gemm(one, a0.data(), b0.data(), c0_ref.data());
+  one.m = 2, one.n = 1, one.k = 6;
+  cpu::Gemm(one, a1.data(), b1.data(), c1_ref.data());
+  EXPECT_TRUE(SameBytes(c0, c0_ref) && SameBytes(c1, c1_ref));
+}
+
+TEST_F(OpsBf16DeathTest, GroupedLinearOpsCheckShapesAndOffsets) {
+  const int64_t G = 4, M = 13;
+  std::vector<float> x = rng_.Normal(M * kEK), w = rng_.Normal(G * kEN * kEK),
+                     y = NaNs(M * kEN), dw = NaNs(G * kEN * kEK);
+  std::vector<bf16> dw_b = Poison(G * kEN * kEK);
+  EXPECT_DEATH(ops::GroupedLinear(e_, Wrap(x, {M, kEK}), Wrap(w, {G * kEN, kEK}), {0, 5, 12},
+                                  Wrap(y, {M, kEN})),
+               "GroupedLinear: off must run from 0 to the 13 rows");
+  EXPECT_DEATH(ops::GroupedLinear(e_, Wrap(x, {M, kEK}), Wrap(w, {G * kEN, kEK}),
+                                  {0, 6, 5, 12, 13}, Wrap(y, {M, kEN})),
+               "GroupedLinear: off must be nondecreasing");
+  EXPECT_DEATH(ops::GroupedLinear(e_, Wrap(x, {M, kEK}), Wrap(w, {G * kEN, kEK}), {0, 13},
+                                  Wrap(y, {M, kEN})),
+               "GroupedLinear: want x \\[M, K\\], w \\[1·N, K\\]");
+  EXPECT_DEATH(ops::GroupedLinearBackwardData(e_, Wrap(y, {M, kEN}), Wrap(w, {G * kEN, kEK}),
+                                              kOff, Wrap(x, {M - 1, kEK})),
+               "GroupedLinearBackwardData: want dy");
+  EXPECT_DEATH(ops::GroupedLinearBackwardWeight(e_, Wrap(y, {M, kEN}), Wrap(x, {M, kEK}), kOff,
+                                                1.0f, 0.0f, Wrap(dw_b, {G * kEN, kEK})),
+               "GroupedLinearBackwardWeight: dw must be f32");
+  EXPECT_DEATH(ops::GroupedLinearBackwardWeight(e_, Wrap(y, {M, kEN}), Wrap(x, {M, kEK}), kOff,
+                                                1.0f, 0.0f, Wrap(dw, {G * kEN - 1, kEK})),
+               "GroupedLinearBackwardWeight: want dy");
 }
 
 }  // namespace

@@ -1,14 +1,29 @@
 // GEMM throughput: C[m,n] = A[m,k]·B[n,k]ᵀ (the Linear layout), square sizes.
 //   bazel run -c opt //core/kernels/bench:gemm_benchmark
+//   bazel run -c opt //core/kernels/bench:gemm_benchmark -- --benchmark_filter=Grouped
 // CPU: f32 through OpenBLAS. CUDA (when a GPU is visible): cuBLASLt with f32
 // and bf16 inputs (f32 accumulate), timed with CUDA events.
+//
+// Grouped (mixture of experts, CUDA, bf16): ops::GroupedLinear, its
+// BackwardData and BackwardWeight (f32 dw, beta 1) over G = 8 stacked experts
+// against a loop of per-expert ops::Linear / LinearBackwardData /
+// LinearBackwardWeight on the same tensors, for the expert MLP's fc1 (K = 768
+// → N = 3072) and fc2 (K = 3072 → N = 768), with 2048 rows per expert
+// (balanced) or 8192 rows split 4000/2000/1000/500/300/200/100/92 (skewed).
+// Names: BM_CudaGroupedLinear/<fc>/<split>/<pass>/<grouped|loop>; the time
+// column is ms per call.
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
+#include "core/kernels/ops.h"
 #include "core/philox.h"
+#include "core/tensor.h"
 
 namespace gtp::kernels {
 namespace {
@@ -84,6 +99,111 @@ void BM_CudaGemm(benchmark::State& state, DType ab, DType c_type) {
   cudaFree(c);
 }
 
+enum class Pass { kFwd, kDgrad, kWgrad };
+
+// A bf16 tensor of normal random values (never zeros: zeros run faster than
+// real data on tensor cores).
+Tensor RandomBF16(const Exec& e, const Shape& s, uint64_t seed) {
+  Tensor t = e.Empty(s, DType::kBF16);
+  std::vector<uint16_t> host(t.numel());
+  for (size_t i = 0; i < host.size(); ++i) host[i] = F32ToBF16Bits(PhiloxNormal(seed, i));
+  GTP_CUDA_CHECK(cudaMemcpy(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
+  return t;
+}
+
+void BM_CudaGroupedLinear(benchmark::State& state, int64_t N, int64_t K,
+                          std::vector<int64_t> rows, Pass pass, bool grouped) {
+  GTP_CUDA_CHECK(cudaSetDevice(0));
+  CudaCachingAllocator alloc(0);
+  cuda::BlasContext ctx(0);
+  cudaStream_t stream;
+  GTP_CUDA_CHECK(cudaStreamCreate(&stream));
+  const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
+  const int64_t G = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> off = {0};
+  for (int64_t r : rows) off.push_back(off.back() + r);
+  const int64_t M = off.back();
+  const Tensor x = RandomBF16(e, {M, K}, 1), w = RandomBF16(e, {G * N, K}, 2),
+               dy = RandomBF16(e, {M, N}, 3);
+  const Tensor y = e.Empty({M, N}, DType::kBF16), dx = e.Empty({M, K}, DType::kBF16),
+               dw = e.Zeros({G * N, K}, DType::kF32);
+  auto run = [&] {
+    if (grouped) {
+      switch (pass) {
+        case Pass::kFwd:
+          return ops::GroupedLinear(e, x, w, off, y);
+        case Pass::kDgrad:
+          return ops::GroupedLinearBackwardData(e, dy, w, off, dx);
+        case Pass::kWgrad:
+          return ops::GroupedLinearBackwardWeight(e, dy, x, off, 1.0f, 1.0f, dw);
+      }
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      const Tensor wg = w.Slice(g * N, (g + 1) * N);
+      switch (pass) {
+        case Pass::kFwd:
+          ops::Linear(e, x.Slice(off[g], off[g + 1]), wg, y.Slice(off[g], off[g + 1]));
+          break;
+        case Pass::kDgrad:
+          ops::LinearBackwardData(e, dy.Slice(off[g], off[g + 1]), wg,
+                                  dx.Slice(off[g], off[g + 1]));
+          break;
+        case Pass::kWgrad:
+          ops::LinearBackwardWeight(e, dy.Slice(off[g], off[g + 1]), x.Slice(off[g], off[g + 1]),
+                                    dw.Slice(g * N, (g + 1) * N), 1.0f);
+          break;
+      }
+    }
+  };
+  cudaEvent_t start, stop;
+  GTP_CUDA_CHECK(cudaEventCreate(&start));
+  GTP_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) run();  // warm-up (algorithm choice, allocator)
+  const int reps = 10;
+  for (auto _ : state) {
+    GTP_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < reps; ++i) run();
+    GTP_CUDA_CHECK(cudaEventRecord(stop, stream));
+    GTP_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    GTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms / 1000.0 / reps);
+  }
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * M * N * K * 1e-12,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["grouped_calls"] = static_cast<double>(ctx.grouped_stats().batched_calls);
+  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+}
+
+void RegisterGroupedLinear() {
+  const std::vector<int64_t> balanced(8, 2048);
+  const std::vector<int64_t> skewed = {4000, 2000, 1000, 500, 300, 200, 100, 92};
+  for (auto [fc, N, K] : {std::make_tuple("fc1", int64_t{3072}, int64_t{768}),
+                          std::make_tuple("fc2", int64_t{768}, int64_t{3072})}) {
+    for (auto [split, rows] : {std::make_pair("balanced", balanced),
+                               std::make_pair("skewed", skewed)}) {
+      for (auto [pass_name, pass] : {std::make_pair("fwd", Pass::kFwd),
+                                     std::make_pair("dgrad", Pass::kDgrad),
+                                     std::make_pair("wgrad", Pass::kWgrad)}) {
+        for (bool grouped : {true, false}) {
+          const std::string name = std::string("BM_CudaGroupedLinear/") + fc + "/" + split + "/" +
+                                   pass_name + (grouped ? "/grouped" : "/loop");
+          benchmark::RegisterBenchmark(
+              name.c_str(),
+              [N = N, K = K, rows = rows, pass = pass, grouped](benchmark::State& s) {
+                BM_CudaGroupedLinear(s, N, K, rows, pass, grouped);
+              })
+              ->UseManualTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gtp::kernels
 
@@ -97,6 +217,7 @@ int main(int argc, char** argv) {
         gtp::kernels::BM_CudaGemm(s, ab, c);
       })->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
     }
+    gtp::kernels::RegisterGroupedLinear();
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

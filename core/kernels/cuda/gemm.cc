@@ -1,4 +1,5 @@
-// core/kernels/cuda/gemm.cc — BlasContext and Gemm through cuBLASLt.
+// core/kernels/cuda/gemm.cc — BlasContext and Gemm through cuBLASLt (GroupedGemm,
+// which also uses the context's cuBLAS handle, is in grouped_gemm.cc).
 //
 // Row-major C[m, n] = op(A)·op(B) is the column-major product
 // Cᵀ[n, m] = op(B)ᵀ·op(A)ᵀ, and a row-major buffer read as column-major is
@@ -39,6 +40,7 @@
 // afterwards: the documented combination, same results up to f32 rounding),
 // and says so once on stderr.
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include <array>
 #include <cstdio>
@@ -156,12 +158,32 @@ BlasContext::BlasContext(int device) : cache_(std::make_unique<AlgoCache>()) {
   lt_ = handle;
   workspace_bytes_ = kWorkspaceBytes;
   GTP_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  // GroupedGemm's cuBLAS handle and pointer arrays, made here so that no
+  // GEMM call allocates (cuBLAS is bound to our workspace, never its pool).
+  cublasHandle_t blas = nullptr;
+  GTP_CUBLAS_CHECK(cublasCreate(&blas));
+  blas_ = blas;
+  GTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&grouped_ptrs_),
+                            3 * static_cast<size_t>(kGroupedPtrCapacity) * sizeof(void*)));
   GTP_CUDA_CHECK(cudaSetDevice(previous));
 }
 
 BlasContext::~BlasContext() {
+  if (grouped_ptrs_ != nullptr) cudaFree(grouped_ptrs_);
+  if (blas_ != nullptr) cublasDestroy(static_cast<cublasHandle_t>(blas_));
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (lt_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
+}
+
+void BlasContext::SetBlasStream(cudaStream_t stream) {
+  if (blas_stream_set_ && stream == blas_stream_) return;
+  cublasHandle_t blas = static_cast<cublasHandle_t>(blas_);
+  GTP_CUBLAS_CHECK(cublasSetStream(blas, stream));
+  // cublasSetStream resets the workspace to cuBLAS' own pool, which would
+  // allocate (and break graph capture).
+  GTP_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace_, workspace_bytes_));
+  blas_stream_ = stream;
+  blas_stream_set_ = true;
 }
 
 namespace {

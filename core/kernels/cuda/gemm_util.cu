@@ -2,7 +2,11 @@
 // corners of Gemm (gemm.cc) that cuBLASLt does not cover:
 //   - k == 0: C = beta·C (C not read when beta == 0);
 //   - f32 A/B with a bf16 C: cuBLASLt has no such type combination, so the
-//     product goes through an f32 temporary and is converted here.
+//     product goes through an f32 temporary and is converted here;
+//   - GroupedGemm (grouped_gemm.cc): cublasGemmGroupedBatchedEx reads its
+//     A/B/C pointer arrays from device memory, written here stream-ordered
+//     from kernel parameters (no host→device copy, no host synchronisation,
+//     and a captured graph replays the same pointers).
 // Matrices are row-major [rows, cols] with a leading dimension (row stride).
 #include <cuda_runtime.h>
 
@@ -48,6 +52,26 @@ __global__ void ConvertMatrixKernel(const void* __restrict__ src, bool src_bf16,
   }
 }
 
+// Pointers per WritePointersKernel launch: 3·64 of them, 1.5 KiB of
+// parameters (well under the 4 KiB limit).
+constexpr int kPtrChunk = 64;
+
+struct PtrChunk {
+  const void* first[kPtrChunk];
+  const void* second[kPtrChunk];
+  void* c[kPtrChunk];
+  int count;
+};
+
+__global__ void WritePointersKernel(PtrChunk chunk, const void** __restrict__ first,
+                                    const void** __restrict__ second, void** __restrict__ c) {
+  const int i = threadIdx.x;
+  if (i >= chunk.count) return;
+  first[i] = chunk.first[i];
+  second[i] = chunk.second[i];
+  c[i] = chunk.c[i];
+}
+
 bool IsBF16(DType t) {
   GTP_CU_REQUIRE(t == DType::kF32 || t == DType::kBF16, "matrix dtype must be f32 or bf16, got %d",
                  static_cast<int>(t));
@@ -74,6 +98,25 @@ void ConvertMatrix(const void* src, DType src_type, int64_t lds, void* dst, DTyp
   ConvertMatrixKernel<<<GridFor(rows * cols, kThreads), kThreads, 0, stream>>>(src, sb, lds, dst,
                                                                                db, ldd, rows, cols);
   GTP_CU_LAUNCH_CHECK();
+}
+
+// dst_first/dst_second/dst_c[0, count) (device arrays) = the host arrays
+// first/second/c, by kernels on `stream` that carry the values as parameters.
+void WritePointers(const void* const* first, const void* const* second, void* const* c,
+                   int count, const void** dst_first, const void** dst_second, void** dst_c,
+                   cudaStream_t stream) {
+  for (int base = 0; base < count; base += kPtrChunk) {
+    PtrChunk chunk;
+    chunk.count = count - base < kPtrChunk ? count - base : kPtrChunk;
+    for (int i = 0; i < chunk.count; ++i) {
+      chunk.first[i] = first[base + i];
+      chunk.second[i] = second[base + i];
+      chunk.c[i] = c[base + i];
+    }
+    WritePointersKernel<<<1, kPtrChunk, 0, stream>>>(chunk, dst_first + base, dst_second + base,
+                                                     dst_c + base);
+    GTP_CU_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace gtp::kernels::cuda::internal
