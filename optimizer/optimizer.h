@@ -28,19 +28,24 @@
 // GTP-sharded matrix except the embedding and the LM head):
 //   m ← β·m + (1 − β)·g;  u = m, or (1 − β)·g + β·m with Nesterov;
 //   p ← p·(1 − lr·wd) − lr·scale·NS(u)
-// Each matrix is owned by one replicate rank (owners balanced by the cost
-// max(M, N)·min(M, N)², greedily); on the owner replica every TP×GTP rank
-// keeps the momentum of its own shard. kDuplicated (default): the owner
-// replica's TP×GTP ranks gather u over GTP (stripping the padding) and TP;
-// one of them (ns_rank, the replica's matrices balanced over its TP×GTP
-// ranks by the same cost) assembles the global [M, N] matrix through the
-// params' global layouts and runs Newton–Schulz on it, and the result is
-// broadcast back over GTP and TP; each rank keeps its own slice — so results
-// do not depend on the layout, and each matrix is orthogonalised once. kBlockwise
-// orthogonalises each rank's shard alone (cheaper, but the update depends
-// on TP and GTP). The scale comes from the full matrix dims M×N: kSpectral
+// The unit of ownership is one matrix Newton–Schulz sees: a param, or each
+// block of a stacked param (ShardedParam::matrix_blocks: MoE experts).
+// Each unit is owned by one replicate rank (owners balanced by the cost
+// max(M, N)·min(M, N)² of the unit's dims, greedily, all units of all params
+// together); on the owner replica every TP×GTP rank keeps the momentum of
+// its shard's rows of that unit. kDuplicated (default): a replica owning any
+// unit of a param gathers u over GTP (stripping the padding) and TP once for
+// all of them; for each owned unit one of its TP×GTP ranks (ns_rank, the
+// replica's units balanced over its TP×GTP ranks by the same cost)
+// assembles the unit's rows of the global matrix through the params' matrix
+// layouts and runs Newton–Schulz on them, and the result is broadcast from
+// that rank over GTP and TP; each rank keeps its own slice — so results do
+// not depend on the layout, and each unit is orthogonalised once (a stack's
+// experts on different ranks). kBlockwise orthogonalises each rank's shard
+// alone (cheaper, but the update depends on TP and GTP; a stack is one unit
+// there). The scale comes from the full matrix dims M×N: kSpectral
 // √max(M, N), kShape √max(1, M/N), kUnitRms √(M/N). Updated shards are then
-// broadcast from the owner over the replicate group. Muon needs the
+// broadcast, unit by unit, from the owner over the replicate group. Muon needs the
 // gradients all-reduced (ReduceMode::kAllReduce): a matrix's owner needs its
 // whole reduced gradient.
 //
@@ -120,7 +125,8 @@ struct OptimizerConfig {
 bool DefaultWeightDecay(const GradParam& p);
 // GTP-sharded matrices except embeddings and the LM head (names containing
 // "wte", "wpe", "embed" or "lm_head"). Stacked MoE experts are one matrix
-// per expert (ShardedParam::matrix_layout): each expert is orthogonalised alone.
+// per expert (ShardedParam::matrix_layout): each expert is orthogonalised
+// alone, with an owner of its own.
 bool DefaultMuonParam(const GradParam& p);
 
 // Checkpointable counters (the LR schedule is a function of `step`).
@@ -149,10 +155,11 @@ struct StateTensor {
   Tensor tensor;
 };
 
-// A Muon-managed matrix and its owner.
+// A Muon-managed matrix (a unit of ownership) and its owner.
 struct MuonMatrixInfo {
-  std::string name;
-  int64_t rows = 0, cols = 0;  // full (global) dims M, N
+  std::string name;  // the param's; "<param>[b]" for block b of a stack
+  int block = 0;     // index in the param's stack (ShardedParam::matrix_blocks)
+  int64_t rows = 0, cols = 0;  // full (global) dims M, N of this matrix
   int owner = 0;               // replicate rank
   // kDuplicated: the rank of the owner replica's TP×GTP grid (tp rank · GTP
   // + gtp rank) that runs Newton–Schulz on the whole matrix.
@@ -210,7 +217,8 @@ class DistributedOptimizer {
   std::vector<StateTensor> state_tensors() const;
   // Bytes of optimizer state held by this rank.
   int64_t state_bytes() const;
-  // Muon matrices in a fixed order, with owners (empty under kAdamW).
+  // Muon matrices (one per stacked block) in a fixed order, with owners
+  // (empty under kAdamW).
   std::vector<MuonMatrixInfo> muon_matrices() const;
   // Newton–Schulz runs on this rank since creation (0 under kAdamW).
   int64_t muon_newton_schulz_calls() const;

@@ -1,13 +1,16 @@
 // DistributedOptimizer: the AdamW and Muon update rules against hand-computed
 // references, weight-decay masks, bf16 params with f32 masters, the memory
 // test (per-rank state = total / (TP·GTP·DP) ± padding, from allocator
-// statistics), Muon ownership balance, blockwise mode, the non-distributed
-// all-reduce path and configuration errors.
+// statistics), Muon ownership balance (stacked expert blocks each owned
+// alone), blockwise mode, the non-distributed all-reduce path and
+// configuration errors.
 #include "optimizer/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -424,6 +427,190 @@ TEST(DistributedOptimizer, MuonOrthogonalisesEachMatrixOnceOverTpGtp) {
   ASSERT_TRUE(ref.status.ok()) << ref.status;
   const auto d = testing::CompareParams(got.params, ref.params, 2e-5, 1e-4);
   EXPECT_LE(d.worst, 1.0) << d.where;
+}
+
+
+// Stacked matrices (MoE experts, ShardedParam::set_matrix_layout with 4
+// blocks) built by hand on comm/local ranks: a column-parallel f32 stack
+// "moe.fc.weight" (4 × [16, 8], padded over GTP so shards straddle experts),
+// a row-parallel bf16 stack "moe.proj.weight" (4 × [8, 16]) and one dense
+// [8, 8] matrix "attn.q.weight". Gradients are a fixed function of the
+// global element and the step, so every layout sees the same ones.
+struct StackedRun {
+  absl::Status status;
+  std::map<std::string, std::vector<float>> params;  // global values after training
+  std::vector<int64_t> calls;  // Newton–Schulz runs per (replicate rank · TP·GTP + tp · GTP + gtp)
+  std::vector<MuonMatrixInfo> mats;
+  int replica_mismatches = 0;
+};
+
+StackedRun RunStacked(const testing::Layout& l, bool nesterov, int steps) {
+  constexpr int kE = 4;
+  struct Spec {
+    const char* name;
+    int64_t M, N;  // global, the whole stack
+    bool column_parallel;
+    DType dtype;
+    int blocks;
+  };
+  const std::vector<Spec> specs = {{"moe.fc.weight", kE * 16, 8, true, DType::kF32, kE},
+                                   {"moe.proj.weight", kE * 8, 16, false, DType::kBF16, kE},
+                                   {"attn.q.weight", 8, 8, true, DType::kF32, 1}};
+  const int T = l.tp, G = l.gtp, R = l.dp, P = T * G * R;
+  StackedRun out;
+  out.calls.assign(P, -1);
+  for (const Spec& s : specs) out.params[s.name].assign(s.M * s.N, NAN);
+  std::vector<std::map<std::string, std::vector<float>>> per_rank(P);
+  std::mutex mu;
+  HeapAllocator host;
+  auto value = [](int which, int64_t r, int64_t c, int step) {
+    return static_cast<float>(std::sin(0.37 * r + 1.3 * c + 0.71 * step + 2.1 * which) *
+                              (step < 0 ? 0.2 : 1.0 + 0.1 * r));
+  };
+  out.status = comm::RunRanks(P, [&](comm::Communicator& w) -> absl::Status {
+    parallel::ParallelConfig pc;
+    pc.tp = T;
+    pc.tp_num_weight_shards = T * G;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
+    GTP_ASSIGN_OR_RETURN(const int t, pgs.RankIn("tp"));
+    GTP_ASSIGN_OR_RETURN(const int g, pgs.RankIn("gtp"));
+    GTP_ASSIGN_OR_RETURN(const int rep, pgs.RankIn("replicate"));
+    const kernels::Exec exec = kernels::Exec::Cpu(host);
+    layers::GtpOptions go;
+    go.alignment = 3;
+    layers::GtpChain chain(exec, go);
+    std::vector<std::unique_ptr<layers::ShardedParam>> ps;
+    std::vector<layers::ShardedParam::GlobalLayout> layouts;
+    for (const Spec& s : specs) {
+      const int64_t Mb = s.M / s.blocks;
+      const int64_t rows = s.column_parallel ? s.M / T : s.M, cols = s.column_parallel ? s.N : s.N / T;
+      // Column-parallel: TP rank t holds rows [t·Mb/T, (t+1)·Mb/T) of every block.
+      const int64_t rb = Mb / T;
+      std::function<int64_t(int64_t)> map = [=](int64_t r) {
+        return s.column_parallel ? (r / rb) * Mb + t * rb + r % rb : r;
+      };
+      layers::ShardedParam::GlobalLayout L{s.M, s.N, map, s.column_parallel ? 0 : t * cols};
+      ps.push_back(std::make_unique<layers::ShardedParam>(s.name, rows, cols, s.dtype, gtp, &chain));
+      ps.back()->set_global_layout(L);
+      if (s.blocks > 1) ps.back()->set_matrix_layout(L, s.blocks);
+      layouts.push_back(L);
+    }
+    // Fills every shard's valid rows from f(global row, global col); pad rows 0.
+    auto fill = [&](size_t k, const Tensor& dst, const std::function<float(int64_t, int64_t)>& f) {
+      const layers::ShardedParam& p = *ps[k];
+      std::vector<float> v(p.shard_rows() * p.cols(), 0.0f);
+      for (int64_t sr = 0; sr < p.shard_rows(); ++sr) {
+        const int64_t r = p.shard_row_begin() + sr;
+        if (r >= p.rows()) continue;
+        for (int64_t c = 0; c < p.cols(); ++c) {
+          v[sr * p.cols() + c] = f(layouts[k].row_map(r), layouts[k].col_offset + c);
+        }
+      }
+      if (dst.dtype() == DType::kBF16) {
+        kernels::cpu::CastF32ToBF16(v.data(), dst.data<bf16>(), v.size());
+      } else {
+        std::copy(v.begin(), v.end(), dst.data<float>());
+      }
+    };
+    ParamSet set;
+    for (size_t k = 0; k < ps.size(); ++k) {
+      fill(k, ps[k]->shard(), [&](int64_t r, int64_t c) { return value(k, r, c, -1); });
+      set.sharded.push_back(ps[k].get());
+    }
+    GradBufferOptions bo;
+    bo.reduce = ReduceMode::kAllReduce;
+    GTP_ASSIGN_OR_RETURN(auto grads, GradBuffer::Create(set, pgs, exec, bo));
+    OptimizerConfig oc;
+    oc.matrices = MatrixOptimizer::kMuon;
+    oc.lr = {LrDecay::kConstant, 2e-2f};
+    oc.muon.nesterov = nesterov;
+    oc.muon.weight_decay = 0.1f;
+    GTP_ASSIGN_OR_RETURN(auto opt, DistributedOptimizer::Create(grads.get(), pgs, exec, oc));
+    for (int step = 0; step < steps; ++step) {
+      // Replicate rank 0 carries R·g, the others 0: the mean over DP is g exactly.
+      for (size_t k = 0; k < ps.size(); ++k) {
+        fill(k, ps[k]->main_grad(), [&](int64_t r, int64_t c) {
+          return rep == 0 ? static_cast<float>(R) * value(k + 7, r, c, step) : 0.0f;
+        });
+      }
+      GTP_ASSIGN_OR_RETURN(StepStats st, opt->Step());
+      if (st.skipped) return absl::InternalError("step skipped");
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (w.rank() == 0) out.mats = opt->muon_matrices();
+    out.calls[rep * T * G + t * G + g] = opt->muon_newton_schulz_calls();
+    for (size_t k = 0; k < ps.size(); ++k) {
+      const layers::ShardedParam& p = *ps[k];
+      std::vector<float> v(p.shard().numel());
+      if (p.dtype() == DType::kBF16) {
+        kernels::cpu::CastBF16ToF32(p.shard().data<bf16>(), v.data(), v.size());
+      } else {
+        std::copy(p.shard().data<float>(), p.shard().data<float>() + v.size(), v.data());
+      }
+      std::vector<float>& dst = out.params[specs[k].name];
+      for (int64_t sr = 0; sr < p.shard_rows(); ++sr) {
+        const int64_t r = p.shard_row_begin() + sr;
+        if (r >= p.rows()) continue;
+        for (int64_t c = 0; c < p.cols(); ++c) {
+          float& d = dst[layouts[k].row_map(r) * specs[k].N + layouts[k].col_offset + c];
+          const float x = v[sr * p.cols() + c];
+          if (!std::isnan(d) && std::memcmp(&d, &x, sizeof(float)) != 0) ++out.replica_mismatches;
+          d = x;
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  return out;
+}
+
+// One owner per stacked matrix: the 8 expert blocks (cost 16·8² = 8·16² =
+// 1024 each) and the dense matrix (8·8² = 512) are 9 units balanced over the
+// DP × TP × GTP ranks, so each rank's Newton–Schulz count is its share, and
+// the parameters are the single rank's.
+TEST(DistributedOptimizer, MuonBalancesStackedExpertBlocksOverAllRanks) {
+  constexpr int kSteps = 3;
+  for (bool nesterov : {false, true}) {
+    SCOPED_TRACE(nesterov ? "nesterov" : "plain");
+    const StackedRun ref = RunStacked({"single"}, nesterov, kSteps);
+    ASSERT_TRUE(ref.status.ok()) << ref.status;
+    EXPECT_EQ(ref.calls, std::vector<int64_t>{kSteps * 9});
+    ASSERT_EQ(ref.mats.size(), 9u);
+    std::map<std::string, MuonMatrixInfo> by_name;
+    for (const MuonMatrixInfo& m : ref.mats) by_name[m.name] = m;
+    for (int b = 0; b < 4; ++b) {
+      const MuonMatrixInfo& fc = by_name["moe.fc.weight[" + std::to_string(b) + "]"];
+      EXPECT_EQ(fc.block, b);
+      EXPECT_EQ(fc.rows, 16);
+      EXPECT_DOUBLE_EQ(fc.cost, 1024.0);
+      EXPECT_EQ(by_name["moe.proj.weight[" + std::to_string(b) + "]"].rows, 8);
+    }
+    EXPECT_DOUBLE_EQ(by_name["attn.q.weight"].cost, 512.0);
+    EXPECT_EQ(by_name.size(), 9u);
+    for (const testing::Layout& l :
+         {testing::Layout{"TP2", 2, 1, 1}, testing::Layout{"GTP2", 1, 2, 1}, testing::Layout{"DP2", 1, 1, 2},
+          testing::Layout{"TP2_GTP2", 2, 2, 1}, testing::Layout{"DP2_GTP2", 1, 2, 2},
+          testing::Layout{"TP2_DP2", 2, 1, 2}}) {
+      SCOPED_TRACE(l.name);
+      const StackedRun got = RunStacked(l, nesterov, kSteps);
+      ASSERT_TRUE(got.status.ok()) << got.status;
+      // Greedy by cost: the 8 blocks go round-robin over the P ranks, the
+      // dense matrix (cheapest, last) to the first: P = 2 → {5, 4}; P = 4 → {3, 2, 2, 2}.
+      const std::vector<int64_t> share =
+          l.tp * l.gtp * l.dp == 2 ? std::vector<int64_t>{5, 4} : std::vector<int64_t>{3, 2, 2, 2};
+      std::vector<int64_t> want;
+      for (int64_t s : share) want.push_back(kSteps * s);
+      EXPECT_EQ(got.calls, want);
+      EXPECT_EQ(got.replica_mismatches, 0);
+      const auto d = testing::CompareParams(got.params, ref.params, 2e-5, 1e-4);
+      EXPECT_LE(d.worst, 1.0) << d.where;
+      // Same Newton–Schulz inputs wherever it runs: the single rank's bits.
+      for (const auto& [name, v] : ref.params) {
+        EXPECT_EQ(std::memcmp(v.data(), got.params.at(name).data(), v.size() * sizeof(float)), 0) << name;
+      }
+    }
+  }
 }
 
 TEST(DistributedOptimizer, MuonBlockwiseIsLayoutDependentDuplicatedIsNot) {

@@ -96,13 +96,14 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
     m.rows = p->rows();
     m.cols = p->cols();
     const int64_t M = p->matrix_layout().global_rows, N = p->matrix_layout().global_cols;
-    m.info.name = gp.name;
-    m.info.rows = M;
-    m.info.cols = N;
+    m.name = gp.name;
+    m.M = M;
+    m.N = N;
     m.blocks = p->matrix_blocks();
     if (m.blocks < 1 || M % m.blocks != 0) {
       return Bad(absl::StrCat("Muon: ", gp.name, ": ", m.blocks, " stacked matrices of ", M, " rows"));
     }
+    m.block_rows = M / m.blocks;
     // Stacked matrices (MoE experts): each one's own dims give its scale.
     m.scale = ScaleFor(config.scale, M / m.blocks, N);
     m.runs.resize(T);
@@ -122,7 +123,7 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
         if (g < 0 || g >= M) return Bad(absl::StrCat("Muon: ", gp.name, ": row map out of range"));
         std::vector<Run>& runs = m.runs[t];
         if (!runs.empty() && runs.back().local + runs.back().len == r &&
-            runs.back().global + runs.back().len == g) {
+            runs.back().global + runs.back().len == g && g % m.block_rows != 0) {
           ++runs.back().len;
         } else {
           runs.push_back(Run{r, g, 1});
@@ -148,48 +149,81 @@ absl::StatusOr<std::unique_ptr<MuonUpdater>> MuonUpdater::Create(const GradBuffe
                               " do not tile its global [", M, ", ", N, "] matrix"));
     }
     pos += 3 + m.rows;
-    const int64_t Mb = M / m.blocks;
-    const double big = static_cast<double>(std::max(Mb, N)), small = static_cast<double>(std::min(Mb, N));
     if (config.mode == MuonMode::kDuplicated) {
-      m.info.cost = m.blocks * big * small * small;
+      // One unit per stacked matrix, each costed by its own dims.
+      const int64_t Mb = m.block_rows;
+      const double big = static_cast<double>(std::max(Mb, N)), small = static_cast<double>(std::min(Mb, N));
+      for (int b = 0; b < m.blocks; ++b) {
+        MuonMatrixInfo info;
+        info.name = m.blocks > 1 ? absl::StrCat(gp.name, "[", b, "]") : gp.name;
+        info.block = b;
+        info.rows = Mb;
+        info.cols = N;
+        info.cost = big * small * small;
+        m.units.push_back(std::move(info));
+      }
     } else {
+      // The shard is orthogonalised whole: a stack stays one unit.
+      MuonMatrixInfo info;
+      info.name = gp.name;
+      info.rows = M;
+      info.cols = N;
       const double lb = static_cast<double>(std::max(m.rows, m.cols));
       const double ls = static_cast<double>(std::min(m.rows, m.cols));
-      m.info.cost = lb * ls * ls;
+      info.cost = lb * ls * ls;
+      m.units.push_back(std::move(info));
     }
     u->matrices_.push_back(std::move(m));
   }
 
-  // Owners: largest cost first onto the least-loaded replicate rank.
-  std::vector<size_t> order(u->matrices_.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return u->matrices_[a].info.cost > u->matrices_[b].info.cost;
-  });
+  // Owners: every unit (matrices and stacked blocks alike), largest cost
+  // first, onto the least-loaded replicate rank.
+  std::vector<MuonMatrixInfo*> order;
+  for (Matrix& m : u->matrices_) {
+    for (MuonMatrixInfo& info : m.units) order.push_back(&info);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const MuonMatrixInfo* a, const MuonMatrixInfo* b) { return a->cost > b->cost; });
   std::vector<double> load(R, 0.0);
-  for (size_t k : order) {
-    const int owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    u->matrices_[k].info.owner = owner;
-    load[owner] += u->matrices_[k].info.cost;
+  for (MuonMatrixInfo* info : order) {
+    info->owner = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[info->owner] += info->cost;
   }
   // Inside each owner replica (kDuplicated): the rank of its TP×GTP grid
-  // that orthogonalises the matrix, balanced the same way.
+  // that orthogonalises the unit, balanced the same way.
   const int TG = T * gtp->size();
   std::vector<std::vector<double>> ns_load(R, std::vector<double>(TG, 0.0));
-  for (size_t k : order) {
-    MuonMatrixInfo& info = u->matrices_[k].info;
-    std::vector<double>& l = ns_load[info.owner];
-    info.ns_rank = static_cast<int>(std::min_element(l.begin(), l.end()) - l.begin());
-    l[info.ns_rank] += info.cost;
+  for (MuonMatrixInfo* info : order) {
+    std::vector<double>& l = ns_load[info->owner];
+    info->ns_rank = static_cast<int>(std::min_element(l.begin(), l.end()) - l.begin());
+    l[info->ns_rank] += info->cost;
   }
 
+  // This rank's shard cut into runs of rows with one owner replica.
   for (Matrix& m : u->matrices_) {
-    if (m.info.owner != rep->rank()) continue;
     const layers::ShardedParam* p = grads.params()[m.param].sharded;
-    m.momentum = exec.Zeros({p->shard_rows(), p->cols()});
+    const auto& row_map = p->matrix_layout().row_map;
+    for (const MuonMatrixInfo& info : m.units) m.owned |= info.owner == rep->rank();
+    int64_t state_rows = 0;
+    for (int64_t sr = 0; sr < p->shard_rows(); ++sr) {
+      const int64_t r = std::min(p->shard_row_begin() + sr, m.rows - 1);  // pad: the last row's
+      const int owner = m.unit_of_row(row_map(r)).owner;
+      if (m.segments.empty() || m.segments.back().owner != owner) {
+        m.segments.push_back(Segment{sr, 0, owner, owner == rep->rank() ? state_rows : -1});
+      }
+      ++m.segments.back().len;
+      if (owner == rep->rank()) ++state_rows;
+    }
+    m.whole = m.segments.size() == 1 && m.segments[0].state_row == 0;
+    if (state_rows == 0) continue;
+    m.momentum = exec.Zeros({state_rows, p->cols()});
     if (p->dtype() != DType::kF32) {
-      m.master = exec.Empty({p->shard_rows(), p->cols()});
-      CastInto(exec, p->shard(), m.master);
+      m.master = exec.Empty({state_rows, p->cols()});
+      for (const Segment& s : m.segments) {
+        if (s.state_row < 0) continue;
+        CastInto(exec, p->shard().Slice(s.row, s.row + s.len),
+                 m.master.Slice(s.state_row, s.state_row + s.len));
+      }
     }
   }
   return u;
@@ -206,14 +240,31 @@ absl::StatusOr<MuonUpdater::InFlight> MuonUpdater::Begin(const GradBuffer& grads
   const layers::ShardedParam* p = gp.sharded;
   const Shape shape{p->shard_rows(), p->cols()};
   Tensor g = grads.data().Slice(gp.offset, gp.offset + gp.numel).View(shape);
-  ops::Axpby(exec_, 1.0f - beta, g, beta, m.momentum);
   InFlight f;
   f.m = &m;
-  f.u = m.momentum;
-  if (config_.nesterov) {
-    f.u = exec_.Empty(shape);
-    ops::Axpby(exec_, beta, m.momentum, 0.0f, f.u);
-    ops::Axpby(exec_, 1.0f - beta, g, 1.0f, f.u);
+  if (m.whole) {
+    ops::Axpby(exec_, 1.0f - beta, g, beta, m.momentum);
+    f.u = m.momentum;
+    if (config_.nesterov) {
+      f.u = exec_.Empty(shape);
+      ops::Axpby(exec_, beta, m.momentum, 0.0f, f.u);
+      ops::Axpby(exec_, 1.0f - beta, g, 1.0f, f.u);
+    }
+  } else {
+    // Rows of units other replicas own stay zero (they are gathered, never used).
+    f.u = exec_.Zeros(shape);
+    for (const Segment& s : m.segments) {
+      if (s.state_row < 0) continue;
+      const Tensor gs = g.Slice(s.row, s.row + s.len), us = f.u.Slice(s.row, s.row + s.len);
+      const Tensor ms = m.momentum.Slice(s.state_row, s.state_row + s.len);
+      ops::Axpby(exec_, 1.0f - beta, gs, beta, ms);
+      if (config_.nesterov) {
+        ops::Axpby(exec_, beta, ms, 0.0f, us);
+        ops::Axpby(exec_, 1.0f - beta, gs, 1.0f, us);
+      } else {
+        Copy2D(exec_, ms.data<float>(), m.cols, us.data<float>(), m.cols, s.len, m.cols);
+      }
+    }
   }
   f.update = exec_.Zeros(shape);  // pad rows stay zero
   f.full = f.u;
@@ -231,7 +282,7 @@ absl::Status MuonUpdater::GatherTp(const GradBuffer& grads, InFlight& f) {
   const Matrix& m = *f.m;
   if (f.gtp_gather != nullptr) {
     GTP_RETURN_IF_ERROR(
-        Annotate(f.gtp_gather->Wait(), absl::StrCat("Muon: gathering ", m.info.name), grads.gtp()));
+        Annotate(f.gtp_gather->Wait(), absl::StrCat("Muon: gathering ", m.name), grads.gtp()));
     f.gtp_gather.reset();
   }
   // The GTP gather is TP-local [padded_rows, cols], the pad at the tail.
@@ -256,44 +307,59 @@ absl::Status MuonUpdater::Orthogonalize(const GradBuffer& grads, InFlight& f) {
   }
   comm::Communicator* gtp = grads.gtp();
   comm::Communicator* tp = grads.tp();
+  comm::Communicator* rep = grads.replicate();
   if (f.tp_gather != nullptr) {
-    GTP_RETURN_IF_ERROR(
-        Annotate(f.tp_gather->Wait(), absl::StrCat("Muon: gathering ", m.info.name), tp));
+    GTP_RETURN_IF_ERROR(Annotate(f.tp_gather->Wait(), absl::StrCat("Muon: gathering ", m.name), tp));
     f.tp_gather.reset();
   }
-  const int64_t M = m.info.rows, N = m.info.cols, cols = m.cols;
+  const int64_t M = m.M, N = m.N, Mb = m.block_rows, cols = m.cols;
+  const int G = gtp->size();
   f.X = exec_.Empty({M, N});
-  // The NS rank (t0, g0) assembles and orthogonalises; X then travels over
-  // its GTP group (root g0) and every TP group (root t0).
-  const int G = gtp->size(), t0 = m.info.ns_rank / G, g0 = m.info.ns_rank % G;
-  if (tp->rank() == t0 && gtp->rank() == g0) {
-    Tensor Gm = exec_.Empty({M, N});
+  // The units (blocks of M / blocks rows) this rank orthogonalises: their
+  // rows of the global matrix, assembled from every TP rank's block.
+  auto mine = [&](const MuonMatrixInfo& info) {
+    return info.owner == rep->rank() && tp->rank() == info.ns_rank / G && gtp->rank() == info.ns_rank % G;
+  };
+  Tensor Gm;
+  for (const MuonMatrixInfo& info : m.units) {
+    if (!mine(info)) continue;
+    if (!Gm.defined()) Gm = exec_.Empty({M, N});
+    const int64_t lo = info.block * Mb, hi = lo + Mb;
     const float* src = f.blocks.data<float>();
     for (int t = 0; t < tp->size(); ++t) {
       for (const Run& r : m.runs[t]) {
+        if (r.global < lo || r.global >= hi) continue;  // runs never cross a block
         Copy2D(exec_, src + (t * m.rows + r.local) * cols, cols,
                Gm.data<float>() + r.global * N + m.col_offset[t], N, r.len, cols);
       }
     }
-    const int64_t Mb = M / m.blocks;  // each stacked matrix alone
-    for (int b = 0; b < m.blocks; ++b) {
-      RunNewtonSchulz(Gm.Slice(b * Mb, (b + 1) * Mb), f.X.Slice(b * Mb, (b + 1) * Mb));
-    }
   }
   f.blocks = Tensor();
   f.full = Tensor();
-  const std::string what = absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name);
-  if (G > 1 && tp->rank() == t0) {
-    GTP_ASSIGN_OR_RETURN(f.gtp_bcast, gtp->Broadcast(f.X.raw_data(), M * N, DType::kF32, g0));
-    // This rank forwards X over TP: it must have arrived. (Issuing the TP
-    // broadcast later would break the TP group's collective order.)
-    if (tp->size() > 1 && gtp->rank() != g0) {
-      GTP_RETURN_IF_ERROR(Annotate(f.gtp_bcast->Wait(), what, gtp));
-      f.gtp_bcast.reset();
+  // Unit by unit, in order: its NS rank (t0, g0) orthogonalises it, then its
+  // rows of X travel over that rank's GTP group (root g0) and every TP group
+  // (root t0). Every rank of a group issues these in the same order.
+  for (const MuonMatrixInfo& info : m.units) {
+    if (info.owner != rep->rank()) continue;
+    const int64_t lo = info.block * Mb, n = Mb;
+    const int t0 = info.ns_rank / G, g0 = info.ns_rank % G;
+    Tensor Xb = f.X.Slice(lo, lo + n);
+    if (mine(info)) RunNewtonSchulz(Gm.Slice(lo, lo + n), Xb);
+    const std::string what = absl::StrCat("Muon: broadcasting the orthogonalised ", info.name);
+    if (G > 1 && tp->rank() == t0) {
+      GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, gtp->Broadcast(Xb.raw_data(), n * N, DType::kF32, g0));
+      // This rank forwards Xb over TP: it must have arrived. (Issuing the TP
+      // broadcast later would break the TP group's collective order.)
+      if (tp->size() > 1 && gtp->rank() != g0) {
+        GTP_RETURN_IF_ERROR(Annotate(w->Wait(), what, gtp));
+      } else {
+        f.bcasts.emplace_back(std::move(w), gtp);
+      }
     }
-  }
-  if (tp->size() > 1) {
-    GTP_ASSIGN_OR_RETURN(f.tp_bcast, tp->Broadcast(f.X.raw_data(), M * N, DType::kF32, t0));
+    if (tp->size() > 1) {
+      GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, tp->Broadcast(Xb.raw_data(), n * N, DType::kF32, t0));
+      f.bcasts.emplace_back(std::move(w), tp);
+    }
   }
   return absl::OkStatus();
 }
@@ -302,45 +368,58 @@ absl::Status MuonUpdater::Finish(const GradBuffer& grads, InFlight& f, float lr)
   const Matrix& m = *f.m;
   const layers::ShardedParam* p = grads.params()[m.param].sharded;
   if (config_.mode == MuonMode::kDuplicated) {
-    const std::string what = absl::StrCat("Muon: broadcasting the orthogonalised ", m.info.name);
-    if (f.gtp_bcast != nullptr)
-      GTP_RETURN_IF_ERROR(Annotate(f.gtp_bcast->Wait(), what, grads.gtp()));
-    if (f.tp_bcast != nullptr) GTP_RETURN_IF_ERROR(Annotate(f.tp_bcast->Wait(), what, grads.tp()));
-    f.gtp_bcast.reset();
-    f.tp_bcast.reset();
-    // This rank's slice: TP-local rows [begin, min(begin + sr, rows)).
-    const int t = grads.tp()->rank();
-    const int64_t begin = p->shard_row_begin(), N = m.info.cols, cols = m.cols;
+    const std::string what = absl::StrCat("Muon: broadcasting the orthogonalised ", m.name);
+    for (auto& [w, c] : f.bcasts) GTP_RETURN_IF_ERROR(Annotate(w->Wait(), what, c));
+    f.bcasts.clear();
+    // This rank's slice of the units its replica owns: TP-local rows
+    // [begin, min(begin + sr, rows)).
+    const int t = grads.tp()->rank(), rep = grads.replicate()->rank();
+    const int64_t begin = p->shard_row_begin(), N = m.N, cols = m.cols;
     const int64_t lo = begin, hi = std::min(begin + p->shard_rows(), m.rows);
     for (const Run& r : m.runs[t]) {
       const int64_t a = std::max(lo, r.local), b = std::min(hi, r.local + r.len);
-      if (a >= b) continue;
+      if (a >= b || m.unit_of_row(r.global).owner != rep) continue;
       Copy2D(exec_, f.X.data<float>() + (r.global + (a - r.local)) * N + m.col_offset[t], N,
              f.update.data<float>() + (a - begin) * cols, cols, b - a, cols);
     }
     f.X = Tensor();
   }
-  const Tensor& target = m.master.defined() ? m.master : p->shard();
-  ops::Axpby(exec_, -lr * m.scale, f.update, 1.0f - lr * config_.weight_decay, target);
-  if (m.master.defined()) CastInto(exec_, m.master, p->shard());
+  const float decay = 1.0f - lr * config_.weight_decay;
+  if (m.whole) {
+    const Tensor& target = m.master.defined() ? m.master : p->shard();
+    ops::Axpby(exec_, -lr * m.scale, f.update, decay, target);
+    if (m.master.defined()) CastInto(exec_, m.master, p->shard());
+    return absl::OkStatus();
+  }
+  for (const Segment& s : m.segments) {  // only the rows of owned units
+    if (s.state_row < 0) continue;
+    const Tensor shard = p->shard().Slice(s.row, s.row + s.len);
+    const Tensor target =
+        m.master.defined() ? m.master.Slice(s.state_row, s.state_row + s.len) : shard;
+    ops::Axpby(exec_, -lr * m.scale, f.update.Slice(s.row, s.row + s.len), decay, target);
+    if (m.master.defined()) CastInto(exec_, target, shard);
+  }
   return absl::OkStatus();
 }
 
 absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
   comm::Communicator* rep = grads.replicate();
-  // The owned matrices in order, pipelined so that no collective is waited
-  // on right after it is issued: matrix k+1's GTP gather is issued before k
-  // is orthogonalised (overlapping Newton–Schulz) and its TP gather right
-  // after; k's result broadcasts stay in flight while the next kResultWindow
-  // matrices are orthogonalised, then k's parameter is updated. Every rank
-  // of a TP or GTP group issues its group's collectives in the same order
-  // (gtp: gather k+1, broadcast k, ...; tp: gather k, broadcast k, ...) and
-  // waits only for collectives its peers issue earlier in that order, so the
-  // pipeline cannot deadlock. Results are those of the one-at-a-time order.
+  // The matrices with an owned unit in order (a stack is gathered once for
+  // all of its owned blocks), pipelined so that no collective is waited on
+  // right after it is issued: matrix k+1's GTP gather is issued before k is
+  // orthogonalised (overlapping Newton–Schulz) and its TP gather right
+  // after; k's result broadcasts (one pair per owned unit, each from its NS
+  // rank) stay in flight while the next kResultWindow matrices are
+  // orthogonalised, then k's parameter is updated. Every rank of a TP or
+  // GTP group issues its group's collectives in the same order (gtp: gather
+  // k+1, broadcasts of k's units, ...; tp: gather k, broadcasts of k's
+  // units, ...) and waits only for collectives its peers issue earlier in
+  // that order, so the pipeline cannot deadlock. Results are those of the
+  // one-at-a-time order.
   constexpr size_t kResultWindow = 2;
   std::vector<const Matrix*> owned;
   for (const Matrix& m : matrices_) {
-    if (m.info.owner == rep->rank()) owned.push_back(&m);
+    if (m.owned) owned.push_back(&m);
   }
   std::optional<InFlight> next;
   if (!owned.empty()) {
@@ -371,9 +450,12 @@ absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
   std::vector<comm::WorkPtr> works;
   for (const Matrix& m : matrices_) {
     const layers::ShardedParam* p = grads.params()[m.param].sharded;
-    GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, rep->Broadcast(p->shard().raw_data(), p->shard().numel(),
-                                                         p->dtype(), m.info.owner));
-    works.push_back(std::move(w));
+    for (const Segment& s : m.segments) {  // the same cut on every replica
+      GTP_ASSIGN_OR_RETURN(comm::WorkPtr w,
+                           rep->Broadcast(p->shard().Slice(s.row, s.row + s.len).raw_data(),
+                                          s.len * m.cols, p->dtype(), s.owner));
+      works.push_back(std::move(w));
+    }
   }
   for (comm::WorkPtr& w : works) {
     GTP_RETURN_IF_ERROR(Annotate(w->Wait(), "Muon: broadcasting updated matrices", rep));
@@ -383,7 +465,7 @@ absl::Status MuonUpdater::Step(const GradBuffer& grads, float lr) {
 
 std::vector<MuonMatrixInfo> MuonUpdater::matrices() const {
   std::vector<MuonMatrixInfo> out;
-  for (const Matrix& m : matrices_) out.push_back(m.info);
+  for (const Matrix& m : matrices_) out.insert(out.end(), m.units.begin(), m.units.end());
   return out;
 }
 
@@ -391,9 +473,14 @@ void MuonUpdater::AppendState(const GradBuffer& grads, std::vector<StateTensor>*
   for (const Matrix& m : matrices_) {
     if (!m.momentum.defined()) continue;
     const std::string& name = grads.params()[m.param].name;
-    out->push_back(StateTensor{name, "momentum", 0, m.momentum.View({m.momentum.numel()})});
-    if (m.master.defined()) {
-      out->push_back(StateTensor{name, "master", 0, m.master.View({m.master.numel()})});
+    for (const Segment& s : m.segments) {  // a piece per run of owned rows
+      if (s.state_row < 0) continue;
+      const int64_t begin = s.row * m.cols, n = s.len * m.cols;
+      for (const Tensor* t : {&m.momentum, &m.master}) {
+        if (!t->defined()) continue;
+        out->push_back(StateTensor{name, t == &m.momentum ? "momentum" : "master", begin,
+                                   t->Slice(s.state_row, s.state_row + s.len).View({n})});
+      }
     }
   }
 }
