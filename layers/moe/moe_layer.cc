@@ -433,14 +433,10 @@ absl::StatusOr<Tensor> MoeLayer::Experts(const Tensor& xe, Direction dir) {
   xe_ = xe;
   const int64_t Me = xe_.dim(0);
   const std::vector<int64_t> off = Offsets(ne_);
-  // fc1 → act → fc2, one GEMM per local expert.
+  // fc1 → act → fc2, one grouped GEMM over the local experts each.
   GTP_ASSIGN_OR_RETURN(Tensor w1, fc1_->Materialize(dir));
   pre_ = e.Empty({Me, H1_}, xe.dtype());
-  for (int i = 0; i < e_loc_; ++i) {
-    if (ne_[i] == 0) continue;
-    ops::Linear(e, xe_.Slice(off[i], off[i + 1]), w1.Slice(i * H1_, (i + 1) * H1_),
-                pre_.Slice(off[i], off[i + 1]));
-  }
+  if (Me > 0) ops::GroupedLinear(e, xe_, w1, off, pre_);
   fc1_->Release(dir);
   act_ = e.Empty({Me, H_loc_}, xe.dtype());
   if (Me > 0) {
@@ -452,11 +448,7 @@ absl::StatusOr<Tensor> MoeLayer::Experts(const Tensor& xe, Direction dir) {
   }
   GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(dir));
   Tensor ye = e.Empty({Me, C}, xe.dtype());
-  for (int i = 0; i < e_loc_; ++i) {
-    if (ne_[i] == 0) continue;
-    ops::Linear(e, act_.Slice(off[i], off[i + 1]), w2.Slice(i * C, (i + 1) * C),
-                ye.Slice(off[i], off[i + 1]));
-  }
+  if (Me > 0) ops::GroupedLinear(e, act_, w2, off, ye);
   fc2_->Release(dir);
   return ye;
 }
@@ -522,38 +514,20 @@ absl::StatusOr<Tensor> MoeLayer::BackwardAllGather(const Tensor& dy, const Tenso
 
 absl::StatusOr<Tensor> MoeLayer::ExpertsBackward(const Tensor& dye) {
   const kernels::Exec& e = exec_;
-  const int64_t C = shape_.C;
   const int64_t Me = dye.dim(0);
   const std::vector<int64_t> off = Offsets(ne_);
   const DType dt = dye.dtype();
-  // Weight gradient of each local expert's rows of a stacked param.
-  auto wgrad = [&](ShardedParam& p, const Tensor& dyv, const Tensor& xv, int64_t rows_per) {
+  // The stacked weight gradient of every local expert (one grouped GEMM;
+  // an expert without rows adds nothing, or zeroes a fresh buffer).
+  auto wgrad = [&](ShardedParam& p, const Tensor& dyv, const Tensor& xv) {
     bool fresh = false;
     Tensor g = p.Wgrad(&fresh);
-    for (int i = 0; i < e_loc_; ++i) {
-      Tensor gi = g.Slice(i * rows_per, (i + 1) * rows_per);
-      if (ne_[i] == 0) {
-        if (fresh) ops::Fill(e, gi, 0.0f);
-        continue;
-      }
-      kernels::GemmDesc d;
-      d.trans_a = true;
-      d.m = rows_per, d.n = xv.dim(1), d.k = ne_[i];
-      d.alpha = wgrad_scale_;
-      d.beta = fresh ? 0.0f : 1.0f;
-      d.ab_type = dt;
-      d.c_type = DType::kF32;
-      ops::Gemm(e, d, dyv.Slice(off[i], off[i + 1]), xv.Slice(off[i], off[i + 1]), gi);
-    }
+    ops::GroupedLinearBackwardWeight(e, dyv, xv, off, wgrad_scale_, fresh ? 0.0f : 1.0f, g);
   };
   GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(Direction::kBackward));
   Tensor dact = e.Empty({Me, H_loc_}, dt);
-  for (int i = 0; i < e_loc_; ++i) {
-    if (ne_[i] == 0) continue;
-    ops::LinearBackwardData(e, dye.Slice(off[i], off[i + 1]), w2.Slice(i * C, (i + 1) * C),
-                            dact.Slice(off[i], off[i + 1]));
-  }
-  wgrad(*fc2_, dye, act_, C);
+  if (Me > 0) ops::GroupedLinearBackwardData(e, dye, w2, off, dact);
+  wgrad(*fc2_, dye, act_);
   fc2_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(fc2_->ReduceGrad());
   act_ = Tensor();
@@ -567,13 +541,9 @@ absl::StatusOr<Tensor> MoeLayer::ExpertsBackward(const Tensor& dye) {
   }
   pre_ = Tensor();
   GTP_ASSIGN_OR_RETURN(Tensor w1, fc1_->Materialize(Direction::kBackward));
-  Tensor dxe = e.Empty({Me, C}, dt);
-  for (int i = 0; i < e_loc_; ++i) {
-    if (ne_[i] == 0) continue;
-    ops::LinearBackwardData(e, dpre.Slice(off[i], off[i + 1]), w1.Slice(i * H1_, (i + 1) * H1_),
-                            dxe.Slice(off[i], off[i + 1]));
-  }
-  wgrad(*fc1_, dpre, xe_, H1_);
+  Tensor dxe = e.Empty({Me, shape_.C}, dt);
+  if (Me > 0) ops::GroupedLinearBackwardData(e, dpre, w1, off, dxe);
+  wgrad(*fc1_, dpre, xe_);
   fc1_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(fc1_->ReduceGrad());
   xe_ = Tensor();

@@ -16,8 +16,9 @@
 // on each). A rank's local experts' W1 slices are stacked into one
 // ShardedParam [E_loc·H1_l, C] (H1_l = H_l, or 2·H_l as [gate_l; up_l]) and
 // their W2 slices into one [E_loc·C, H_l], each sharded over "egtp" and
-// gathered in one call before the expert GEMMs — the prefetch chain treats
-// them as any weight. Checkpoints see the logical tensors
+// gathered in one call before the expert GEMMs; the two stacks form one
+// prefetch group (ShardedParam::set_prefetch_group), so the layer before
+// prefetches both: the whole MoE layer's experts one param ahead. Checkpoints see the logical tensors
 // "<name>.experts.fc1.weight" [E·H1, C] and "<name>.experts.fc2.weight"
 // [E·C, H] by global expert index, so they reshard across EP, ETP and EGTP.
 // No expert biases.
@@ -28,7 +29,7 @@
 // all-to-all(v); with ETP the ETP group's received rows all-gathered (as
 // Megatron's all-to-all dispatcher does over its tensor-parallel group);
 // rows reordered expert-major; each local expert's rows run through its
-// GEMMs (one GEMM per expert and projection); the results travel back the
+// GEMMs (one grouped GEMM per projection, ops::GroupedLinear); the results travel back the
 // same way — the ETP ranks' partial fc2 outputs summed (reduce-scatter) —
 // and are combined with the routing weights (layers/moe/combine.h).
 // Backward runs the same path in reverse.
