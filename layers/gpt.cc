@@ -159,6 +159,18 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     }
     m->pos_ids_ = ToDevice(exec, pos, {m->rows_local_});
   }
+  if (c.prefix_len != 0 && has_embed) {
+    if (c.prefix_len < 0 || c.prefix_len > T) {
+      return Bad(absl::StrCat("prefix_len ", c.prefix_len, " must be in [0, T = ", T, "]"));
+    }
+    if (m->cp_ > 1) return Bad("prefix embeddings with context parallelism are not supported");
+    std::vector<int32_t> map(m->rows_local_);
+    for (int64_t i = 0; i < m->rows_local_; ++i) {
+      const int64_t g = m->row0_ + i, b = g / T, t = g % T;
+      map[i] = static_cast<int32_t>(t < c.prefix_len ? m->rows_local_ + b * c.prefix_len + t : i);
+    }
+    m->prefix_map_ = ToDevice(exec, map, {m->rows_local_});
+  }
   for (int l = first; l < last; ++l) {
     GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
                                                m->chain_.get(), c.block.moe.IsMoeLayer(l)));
@@ -218,10 +230,49 @@ absl::StatusOr<Tensor> GptModel::EmbedForward(const Tensor& tokens, Direction di
     ops::EmbeddingForward(exec_, pos_ids_, wpe_.value, pe, 0);
     ops::Axpby(exec_, 1.0f, pe, 1.0f, x);
   }
+  if (prefix_map_.defined()) {
+    // x ← rows of [x; prefix] (prefix positions from the prefix).
+    if (!prefix_.defined()) {
+      return absl::FailedPreconditionError("a prefix model's forward needs SetPrefix first");
+    }
+    Tensor cat = exec_.Empty({rows_local_ + prefix_.dim(0), C}, x.dtype());
+    ops::CopyInto(exec_, x, cat.Slice(0, rows_local_));
+    ops::CopyInto(exec_, prefix_, cat.Slice(rows_local_, cat.dim(0)));
+    ops::EmbeddingForward(exec_, prefix_map_, cat, x, 0);
+  }
   return x;
 }
 
-absl::Status GptModel::EmbedBackward(const Tensor& dx) {
+absl::Status GptModel::SetPrefix(const Tensor& prefix) {
+  if (!prefix_map_.defined()) {
+    return absl::FailedPreconditionError("SetPrefix on a model without prefix_len (or not its first part)");
+  }
+  const int64_t P = B_ * config_.prefix_len, C = config_.block.n_embd;
+  if (prefix.rank() != 2 || prefix.dim(0) != P || prefix.dim(1) != C) {
+    return Bad(absl::StrCat("prefix must be [B·prefix_len = ", P, ", ", C, "], got ",
+                            prefix.ToString()));
+  }
+  if (prefix.dtype() == config_.block.dtype) {
+    prefix_ = prefix;
+  } else {
+    prefix_ = exec_.Empty({P, C}, config_.block.dtype);
+    ops::Cast(exec_, prefix, prefix_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::EmbedBackward(const Tensor& dx_in) {
+  Tensor dx = dx_in;
+  if (prefix_map_.defined()) {
+    // The gradient of [x; prefix]: the embeddings' rows (0 at prefix
+    // positions) and the prefix's.
+    const int64_t P = B_ * config_.prefix_len, C = config_.block.n_embd;
+    Tensor dcat = exec_.Zeros({rows_local_ + P, C}, DType::kF32);
+    ops::EmbeddingBackward(exec_, prefix_map_, dx_in, dcat, 0);
+    dx = dcat.Slice(0, rows_local_);
+    prefix_grad_ = dcat.Slice(rows_local_, rows_local_ + P);
+    if (sp_) GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, prefix_grad_));
+  }
   if (config_.learned_positions) ops::EmbeddingBackward(exec_, pos_ids_, dx, wpe_.grad, 0);
   Tensor dfull = dx;
   if (sp_) {

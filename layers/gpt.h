@@ -66,6 +66,12 @@ struct GptConfig {
   int64_t vocab_pad_multiple = 128;
   LossReduction loss_reduction = LossReduction::kMean;
   PipelinePart pipeline;
+  // Prefix embeddings (vision-language / MIMO models): the first prefix_len
+  // positions of every sequence take their input rows from SetPrefix (e.g.
+  // projected image features) instead of the token and position
+  // embeddings; their token ids are not looked up and get no gradient. 0:
+  // none. Not with context parallelism.
+  int64_t prefix_len = 0;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
   static GptConfig Gpt2(int64_t vocab = 50257, int64_t seq = 1024, int layers = 12,
@@ -118,6 +124,16 @@ class GptModel {
   // the gradient of `input` (empty on the first part). Finishes the
   // pending GTP reductions like Backward.
   absl::StatusOr<Tensor> BackwardPart(const Tensor& dout = Tensor());
+  // Prefix embeddings (GptConfig::prefix_len > 0, first pipeline part): the
+  // next forward's prefix rows, [B·prefix_len, C] in the model dtype (f32 is
+  // cast), sample b's positions 0..prefix_len−1 at rows b·prefix_len + t;
+  // every TP rank of the lane passes the same tensor. Kept until the next
+  // SetPrefix. InvalidArgument for a wrong shape, FailedPrecondition without
+  // a prefix in the config.
+  absl::Status SetPrefix(const Tensor& prefix);
+  // After the backward: the loss's gradient with respect to the prefix, f32
+  // [B·prefix_len, C], complete on every TP rank (summed over TP under SP).
+  const Tensor& prefix_grad() const { return prefix_grad_; }
   // Forgets every saved activation (a pipeline stage keeps only inputs).
   void DropActivations();
   bool has_embedding() const { return wte_ != nullptr; }
@@ -218,6 +234,9 @@ class GptModel {
   std::vector<ShardedParam*> experts_;
   std::vector<moe::MoeLayer*> moe_layers_;
   std::vector<int> moe_layer_index_;  // their global layer numbers
+  // Prefix embeddings: each local row's row in [embeddings; prefix] (device
+  // i32 [rows_local_]), the prefix of the next forward and its gradient.
+  Tensor prefix_map_, prefix_, prefix_grad_;
   // Saved for backward.
   Tensor tokens_, targets_, pos_ids_, h_f_, logits_, row_max_, sumexp_;
   bool logits_are_grad_ = false;  // the fused loss already turned logits_ into dlogits
