@@ -225,6 +225,21 @@ absl::Status DistributedOptimizer::GatherParams(const Part& part) {
 }
 
 absl::StatusOr<StepStats> DistributedOptimizer::Step() {
+  if (CanEnqueueSteps()) {
+    PrepareStep();
+    GTP_RETURN_IF_ERROR(EnqueueStep());
+    return FinishStep();
+  }
+  GTP_ASSIGN_OR_RETURN(const double norm, GradNorm());
+  return Step(norm);
+}
+
+absl::StatusOr<double> DistributedOptimizer::GradNorm() {
+  for (Part& part : parts_) GTP_RETURN_IF_ERROR(part.grads->FinishGradSync());
+  return GlobalGradNorm(Buffers());
+}
+
+absl::StatusOr<StepStats> DistributedOptimizer::Step(double grad_norm) {
   std::vector<const GradBuffer*> buffers;
   for (Part& part : parts_) {
     GTP_RETURN_IF_ERROR(part.grads->FinishGradSync());
@@ -232,13 +247,8 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step() {
   }
   bool muon = false;
   for (const Part& part : parts_) muon |= part.muon != nullptr;
-  if (CanEnqueueSteps()) {
-    PrepareStep();
-    GTP_RETURN_IF_ERROR(EnqueueStep());
-    return FinishStep();
-  }
   StepStats stats;
-  GTP_ASSIGN_OR_RETURN(stats.grad_norm, GlobalGradNorm(buffers));
+  stats.grad_norm = grad_norm;
   stats.lr = LrAt(config_.lr, progress_.step);
   if (!std::isfinite(stats.grad_norm)) {
     ++progress_.num_skipped;

@@ -192,6 +192,14 @@ class DistributedOptimizer {
 
   // One optimizer step (see the file comment). Collective; blocks.
   absl::StatusOr<StepStats> Step();
+  // Several optimizers under one global grad norm (MIMO: one per module,
+  // on their own groups): GradNorm finishes the gradient sync and returns
+  // this optimizer's norm (collective like Step); the caller combines the
+  // modules' norms (√Σ norm²) and passes the result to every optimizer's
+  // Step(grad_norm), which clips and skips by it (NaN/Inf: every module
+  // skips) instead of its own. Host path (not the device-enqueued one).
+  absl::StatusOr<double> GradNorm();
+  absl::StatusOr<StepStats> Step(double grad_norm);
 
   // The same step in three parts, for a caller that captures the whole
   // training step in a CUDA graph. Only when CanEnqueueSteps() (AdamW, and
