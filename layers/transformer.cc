@@ -131,6 +131,13 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
   if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
     GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get("cp"));
     if (cp->size() > 1) {
+      if (!c.causal) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name,
+                         ": bidirectional attention (causal = false) is not supported with context "
+                         "parallelism (cp = ",
+                         cp->size(), "): ring attention is causal only"));
+      }
       a->ring_ = std::make_unique<cp::RingAttention>(cp, B, T * cp->size(), a->nh_tp_, a->nkv_tp_,
                                                      a->hs_, chain->exec());
     }
@@ -173,11 +180,11 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
     if (config_.dtype != DType::kF32) ops::Cast(e, y32, y);
   } else if (config_.dtype == DType::kBF16) {
     lse_ = e.Empty({B_, nh_tp_, T_});
-    ops::FlashAttentionForward(e, q, k, v, y, lse_);
+    ops::FlashAttentionForward(e, q, k, v, y, lse_, config_.causal);
     y_ = y;
   } else {
     att_ = e.Empty({B_, nh_tp_, T_, T_});
-    ops::AttentionForward(e, q, k, v, y, att_);
+    ops::AttentionForward(e, q, k, v, y, att_, config_.causal);
   }
   core_span.reset();
   Timeline::Scope span(tl, "o", e.stream);
@@ -219,9 +226,9 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
     ops::Cast(e, dk32, dk);
     ops::Cast(e, dv32, dv);
   } else if (dt == DType::kBF16) {
-    ops::FlashAttentionBackward(e, dout4, q, k, v, y_, lse_, dq, dk, dv);
+    ops::FlashAttentionBackward(e, dout4, q, k, v, y_, lse_, dq, dk, dv, config_.causal);
   } else {
-    ops::AttentionBackward(e, dout4, q, k, v, att_, dq, dk, dv);
+    ops::AttentionBackward(e, dout4, q, k, v, att_, dq, dk, dv, config_.causal);
   }
   q_out_ = k_out_ = v_out_ = att_ = y_ = lse_ = Tensor();
   if (config_.rope) {

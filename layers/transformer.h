@@ -1,4 +1,5 @@
-// layers/transformer.h — norms, causal self-attention, MLP and the pre-norm
+// layers/transformer.h — norms, self-attention (causal, or bidirectional for
+// encoders), MLP and the pre-norm
 // transformer block, tensor-parallel with GTP-sharded weights.
 //
 // Shapes (one data lane): B sequences of T tokens, N = B·T rows, C channels,
@@ -42,6 +43,10 @@ struct TransformerConfig {
   Activation activation = Activation::kGelu;
   bool bias = true;           // biases in the linears (and LayerNorm)
   bool rope = false;          // rotary position embedding on q and k
+  // Causal self-attention (a decoder: token t sees tokens ≤ t); false for a
+  // bidirectional encoder (e.g. a ViT), where every token sees every token.
+  // Context parallelism (ring attention) supports causal only.
+  bool causal = true;
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
   float init_std = 0.02f;

@@ -55,16 +55,18 @@ void SoftmaxForward(const float* x, float* y, int64_t N, int64_t C);
 // dx = y ⊙ (dy − Σ dy·y).
 void SoftmaxBackward(const float* dy, const float* y, float* dx, int64_t N, int64_t C);
 
-// ---- Causal self-attention (naive; materialises probabilities) -------------------
+// ---- Self-attention (naive; materialises probabilities) ---------------------------
 // q[B, T, NH, HS], k/v[B, T, NKV, HS] (GQA: NH % NKV == 0, head h reads kv head
-// h / (NH/NKV)); out[B, T, NH, HS]; att[B, NH, T, T] saves the probabilities
-// (upper triangle written as 0). scale = 1/√HS.
+// h / (NH/NKV)); out[B, T, NH, HS]; att[B, NH, T, T] saves the probabilities.
+// scale = 1/√HS. causal: query t sees keys s ≤ t (upper triangle of att
+// written as 0); otherwise every key (bidirectional, e.g. a vision encoder).
 void AttentionForward(const float* q, const float* k, const float* v, float* out, float* att,
-                      int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
-// dq, dk, dv written (=). scratch: B·NH·T·T floats.
+                      int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                      bool causal = true);
+// dq, dk, dv written (=). scratch: B·NH·T·T floats. causal as in the forward.
 void AttentionBackward(const float* dout, const float* q, const float* k, const float* v,
-                       const float* att, float* dq, float* dk, float* dv, float* scratch,
-                       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+                       const float* att, float* dq, float* dk, float* dv, float* scratch, int64_t B,
+                       int64_t T, int64_t NH, int64_t NKV, int64_t HS, bool causal = true);
 
 // ---- Softmax cross-entropy over (possibly vocab-sharded) logits[N, V] -------------
 // This rank holds vocab columns [vocab_start, vocab_start + V). Targets are
@@ -198,22 +200,28 @@ void FillReciprocal(const float* count, float* out, int64_t n);
 // count[0] = #{targets >= 0}.
 void CountValid(const int32_t* targets, int64_t N, float* count);
 
-// ---- Fused causal attention (the contract of cuda::FlashAttentionForward/Backward) ----
+// ---- Fused attention (the contract of cuda::FlashAttentionForward/Backward) -------
 // q[B, T, NH, HS], k/v[B, T, NKV, HS] (head h reads kv head h / (NH/NKV)), out
-// like q; lse[B, NH, T] f32 = log Σ_{j≤i} exp(scale·q_i·k_j), scale = 1/√HS.
+// like q; lse[B, NH, T] f32 = log Σ_j exp(scale·q_i·k_j), scale = 1/√HS, over
+// j ≤ i when causal, over all j < T when not (bidirectional).
 // No T×T buffer. Computed in double (the CPU fallback and a shape-for-shape
 // reference of the CUDA kernels; slow). Any HS ≥ 1.
 void FlashAttentionForward(const float* q, const float* k, const float* v, float* out, float* lse,
-                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                           bool causal = true);
 void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
-                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
-// dq, dk, dv written (=); out and lse are the forward's (D = rowsum(dout∘out)).
+                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                           bool causal = true);
+// dq, dk, dv written (=); out and lse are the forward's (D = rowsum(dout∘out)),
+// causal the forward's.
 void FlashAttentionBackward(const float* dout, const float* q, const float* k, const float* v,
                             const float* out, const float* lse, float* dq, float* dk, float* dv,
-                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                            bool causal = true);
 void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                             const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
-                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                            bool causal = true);
 
 }  // namespace cpu
 

@@ -126,13 +126,14 @@ void SoftmaxForward(const float* x, float* y, int64_t N, int64_t C, cudaStream_t
 void SoftmaxBackward(const float* dy, const float* y, float* dx, int64_t N, int64_t C,
                      cudaStream_t stream);
 
+// causal (as in cpu.h): query t sees keys s ≤ t; otherwise every key.
 void AttentionForward(const float* q, const float* k, const float* v, float* out, float* att,
                       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                      cudaStream_t stream);
+                      cudaStream_t stream, bool causal = true);
 void AttentionBackward(const float* dout, const float* q, const float* k, const float* v,
-                       const float* att, float* dq, float* dk, float* dv, float* scratch,
-                       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                       cudaStream_t stream);
+                       const float* att, float* dq, float* dk, float* dv, float* scratch, int64_t B,
+                       int64_t T, int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream,
+                       bool causal = true);
 
 // ld: row stride of logits/dlogits (0: V); columns [V, ld) are padding, left
 // out of the statistics and written 0 in dlogits.
@@ -250,38 +251,38 @@ void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64
 void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
                  float theta, cudaStream_t stream, const int32_t* pos = nullptr);
 
-
-// Causal attention through cuBLASLt GEMMs and fused causal-softmax row
+// Attention through cuBLASLt GEMMs and fused (optionally causal) softmax row
 // kernels: the same contract and outputs as AttentionForward/Backward above
-// (att saved, upper triangle 0; dq, dk, dv written), much faster for
-// T ≥ 128. scratch: B·NH·T·T floats.
+// (att saved, upper triangle 0 when causal; dq, dk, dv written), much faster
+// for T ≥ 128. scratch: B·NH·T·T floats.
 void AttentionForwardGemm(BlasContext& ctx, const float* q, const float* k, const float* v,
                           float* out, float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                          int64_t HS, cudaStream_t stream);
+                          int64_t HS, cudaStream_t stream, bool causal = true);
 void AttentionBackwardGemm(BlasContext& ctx, const float* dout, const float* q, const float* k,
                            const float* v, const float* att, float* dq, float* dk, float* dv,
                            float* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                           int64_t HS, cudaStream_t stream);
+                           int64_t HS, cudaStream_t stream, bool causal = true);
 
-// ---- Fused causal attention (FlashAttention-2 on the tensor cores), bf16 ----
+// ---- Fused attention (FlashAttention-2 on the tensor cores), bf16 ----------
 // q[B, T, NH, HS], k/v[B, T, NKV, HS] (head h reads kv head h / (NH/NKV)),
-// out like q, all bf16; lse[B, NH, T] f32 = log Σ_{j≤i} exp(scale·q_i·k_j),
-// scale = 1/√HS. No T×T buffer. HS must be 64 or 128 (aborts otherwise); any
-// T ≥ 0; bf16 pointers 16-byte aligned. Deterministic (no atomics).
+// out like q, all bf16; lse[B, NH, T] f32 = log Σ_j exp(scale·q_i·k_j),
+// scale = 1/√HS, over j ≤ i when causal, all j < T when not. No T×T buffer.
+// HS must be 64 or 128 (aborts otherwise); any T ≥ 0; bf16 pointers 16-byte
+// aligned. Deterministic (no atomics).
 void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                           cudaStream_t stream);
+                           cudaStream_t stream, bool causal = true);
 // Device bytes of scratch FlashAttentionBackward needs (D = rowsum(dout∘out), B·NH·T f32).
 int64_t FlashAttentionBackwardScratchBytes(int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                            int64_t HS);
 // dq, dk, dv written (=), bf16; out and lse are the forward's. dk/dv sum over
 // the query heads of their kv head inside one block; dq blocks own query tiles
 // (no atomics). HS 64 runs the dk/dv and dq blocks in one launch, HS 128 as two
-// kernels.
+// kernels. causal: the forward's.
 void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                             const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
                             void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t HS, cudaStream_t stream);
+                            int64_t HS, cudaStream_t stream, bool causal = true);
 
 // ---- Grad-norm bookkeeping (see cpu.h); device pointers, never blocks ----
 void GradNormWords(const double* ss, int n_count, int n, float* words, cudaStream_t stream);

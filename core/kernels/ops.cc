@@ -661,32 +661,32 @@ void SwiGluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tens
 }
 
 void AttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const Tensor& out, const Tensor& att) {
+                      const Tensor& out, const Tensor& att, bool causal) {
   CheckOn(e, q, "q");
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
   GTP_CHECK(att.numel() == B * NH * T * T, "AttentionForward: att ", att.ToString());
   if (e.is_cuda()) {
     GTP_CHECK(e.blas != nullptr, "CUDA Exec without a BlasContext");
     cuda::AttentionForwardGemm(*e.blas, F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS,
-                               e.stream);
+                               e.stream, causal);
   } else {
-    cpu::AttentionForward(F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS);
+    cpu::AttentionForward(F(q), F(k), F(v), M(out), M(att), B, T, NH, NKV, HS, causal);
   }
 }
 
 void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
-                       const Tensor& dv) {
+                       const Tensor& dv, bool causal) {
   CheckOn(e, dout, "dout");
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
   Tensor scratch = e.Empty({B * NH * T * T});
   if (e.is_cuda()) {
     GTP_CHECK(e.blas != nullptr, "CUDA Exec without a BlasContext");
     cuda::AttentionBackwardGemm(*e.blas, F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv),
-                                M(scratch), B, T, NH, NKV, HS, e.stream);
+                                M(scratch), B, T, NH, NKV, HS, e.stream, causal);
   } else {
-    cpu::AttentionBackward(F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv), M(scratch), B,
-                           T, NH, NKV, HS);
+    cpu::AttentionBackward(F(dout), F(q), F(k), F(v), F(att), M(dq), M(dk), M(dv), M(scratch), B, T,
+                           NH, NKV, HS, causal);
   }
 }
 
@@ -721,11 +721,11 @@ void CheckFlashShapes(const Exec& e, const char* what, const Tensor& q, const Te
 }  // namespace
 
 void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
-                           const Tensor& out, const Tensor& lse) {
+                           const Tensor& out, const Tensor& lse, bool causal) {
   CheckFlashShapes(e, "FlashAttentionForward", q, k, v, out, lse);
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
   if (e.is_cuda() && e.attention != nullptr) {
-    const AttentionEngine::Shape s{B, T, NH, NKV, HS};
+    const AttentionEngine::Shape s{B, T, NH, NKV, HS, causal};
     const int64_t bytes = e.attention->ForwardWorkspace(s);
     if (bytes >= 0) {
       Tensor ws = e.Empty({(bytes + 3) / 4 + 1});
@@ -737,18 +737,18 @@ void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, cons
   }
   if (e.is_cuda()) {
     cuda::FlashAttentionForward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), out.data<bf16>(),
-                                M(lse), B, T, NH, NKV, HS, e.stream);
+                                M(lse), B, T, NH, NKV, HS, e.stream, causal);
   } else if (q.dtype() == DType::kBF16) {
     cpu::FlashAttentionForward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), out.data<bf16>(),
-                               M(lse), B, T, NH, NKV, HS);
+                               M(lse), B, T, NH, NKV, HS, causal);
   } else {
-    cpu::FlashAttentionForward(F(q), F(k), F(v), M(out), M(lse), B, T, NH, NKV, HS);
+    cpu::FlashAttentionForward(F(q), F(k), F(v), M(out), M(lse), B, T, NH, NKV, HS, causal);
   }
 }
 
 void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
-                            const Tensor& v, const Tensor& out, const Tensor& lse,
-                            const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                            const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, bool causal) {
   CheckFlashShapes(e, "FlashAttentionBackward", q, k, v, out, lse);
   for (const Tensor* t : {&dout, &dq}) {
     CheckOn(e, *t, "dout/dq");
@@ -762,7 +762,7 @@ void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, 
   }
   const int64_t B = q.dim(0), T = q.dim(1), NH = q.dim(2), HS = q.dim(3), NKV = k.dim(2);
   if (e.is_cuda() && e.attention != nullptr) {
-    const AttentionEngine::Shape s{B, T, NH, NKV, HS};
+    const AttentionEngine::Shape s{B, T, NH, NKV, HS, causal};
     const int64_t bytes = e.attention->BackwardWorkspace(s);
     if (bytes >= 0) {
       Tensor ws = e.Empty({(bytes + 3) / 4 + 1});
@@ -778,15 +778,15 @@ void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, 
     Tensor scratch = e.Empty({(bytes + 3) / 4});
     cuda::FlashAttentionBackward(dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
                                  out.data<bf16>(), F(lse), dq.data<bf16>(), dk.data<bf16>(),
-                                 dv.data<bf16>(), scratch.raw_data(), B, T, NH, NKV, HS,
-                                 e.stream);
+                                 dv.data<bf16>(), scratch.raw_data(), B, T, NH, NKV, HS, e.stream,
+                                 causal);
   } else if (q.dtype() == DType::kBF16) {
     cpu::FlashAttentionBackward(dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
                                 out.data<bf16>(), F(lse), dq.data<bf16>(), dk.data<bf16>(),
-                                dv.data<bf16>(), B, T, NH, NKV, HS);
+                                dv.data<bf16>(), B, T, NH, NKV, HS, causal);
   } else {
     cpu::FlashAttentionBackward(F(dout), F(q), F(k), F(v), F(out), F(lse), M(dq), M(dk), M(dv), B,
-                                T, NH, NKV, HS);
+                                T, NH, NKV, HS, causal);
   }
 }
 

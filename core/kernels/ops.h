@@ -32,15 +32,19 @@ namespace cuda {
 class BlasContext;
 }
 
-// A fused causal attention on CUDA other than the built-in flash kernels
-// (cuDNN's: core/kernels/cudnn_engine.h), with their contract
+// A fused attention on CUDA other than the built-in flash kernels (cuDNN's:
+// core/kernels/cudnn_engine.h), with their contract
 // (cuda::FlashAttentionForward/Backward: bf16 q[B, T, NH, HS], k/v[B, T, NKV,
 // HS], out like q, lse[B, NH, T] f32; backward writes dq, dk, dv). When an
 // Exec carries one, ops::FlashAttention* use it for every shape it supports.
 class AttentionEngine {
  public:
+  // The problem: sizes, and whether query t sees only keys ≤ t (causal) or
+  // every key. An engine must key its plans on all of it (a causal plan never
+  // serves a bidirectional call).
   struct Shape {
     int64_t B, T, NH, NKV, HS;
+    bool causal = true;
   };
   virtual ~AttentionEngine() = default;
   virtual const char* name() const = 0;
@@ -164,23 +168,26 @@ void GeluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor
 void SwiGluForward(const Exec& e, const Tensor& x, const Tensor& y);
 void SwiGluBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dx);
 
-// q[B, T, NH, HS], k/v[B, T, NKV, HS], out like q, att[B, NH, T, T].
+// q[B, T, NH, HS], k/v[B, T, NKV, HS], out like q, att[B, NH, T, T]. causal:
+// query t sees keys s ≤ t (the decoder); otherwise every key (bidirectional,
+// e.g. a vision encoder). The backward takes the forward's causal.
 void AttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
-                      const Tensor& out, const Tensor& att);
+                      const Tensor& out, const Tensor& att, bool causal = true);
 void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
                        const Tensor& v, const Tensor& att, const Tensor& dq, const Tensor& dk,
-                       const Tensor& dv);
+                       const Tensor& dv, bool causal = true);
 
-// Fused causal attention (FlashAttention contract, no T×T buffer): q[B, T, NH, HS],
+// Fused attention (FlashAttention contract, no T×T buffer), causal or not as
+// above: q[B, T, NH, HS],
 // k/v[B, T, NKV, HS], out like q, lse[B, NH, T] f32 (saved for the backward).
 // q/k/v/out (and dout/dq/dk/dv) share one dtype: CUDA bf16 only (HS 64 or 128),
 // CPU f32 or bf16 (any HS). The backward writes dq, dk, dv (=); its CUDA scratch
 // comes from e.alloc.
 void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
-                           const Tensor& out, const Tensor& lse);
+                           const Tensor& out, const Tensor& lse, bool causal = true);
 void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
-                            const Tensor& v, const Tensor& out, const Tensor& lse,
-                            const Tensor& dq, const Tensor& dk, const Tensor& dv);
+                            const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, bool causal = true);
 
 // RoPE on x[B, T, NH, HS] (y may be x). Row t is at position t, or at
 // positions[t] when given (i32 [T] on e's device; context parallelism).

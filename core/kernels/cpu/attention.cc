@@ -1,8 +1,9 @@
-// Naive causal self-attention with grouped-query heads.
+// Naive self-attention with grouped-query heads, causal or bidirectional.
 //   q[B, T, NH, HS], k/v[B, T, NKV, HS]; query head h reads kv head
-//   h / (NH/NKV); scale = 1/√HS.
-//   forward:  P[t, s] = softmax_{s ≤ t}(scale·q_t·k_s)   (P[t, s] = 0 for s > t)
-//             out_t   = Σ_{s ≤ t} P[t, s]·v_s
+//   h / (NH/NKV); scale = 1/√HS. Row t sees keys s < end(t): t + 1 when
+//   causal, T otherwise.
+//   forward:  P[t, s] = softmax_{s < end}(scale·q_t·k_s)   (P[t, s] = 0 for s ≥ end)
+//             out_t   = Σ_{s < end} P[t, s]·v_s
 //   backward: dP[t, s] = dout_t·v_s
 //             dS[t, s] = P[t, s]·(dP[t, s] − Σ_j P[t, j]·dP[t, j])
 //             dq_t = scale·Σ_s dS[t, s]·k_s,  dk_s = scale·Σ_t dS[t, s]·q_t,
@@ -39,7 +40,7 @@ void CheckShapes(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
 }  // namespace
 
 void AttentionForward(const float* q, const float* k, const float* v, float* out, float* att,
-                      int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+                      int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, bool causal) {
   CheckShapes(B, T, NH, NKV, HS);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int64_t group = NH / NKV;
@@ -47,22 +48,23 @@ void AttentionForward(const float* q, const float* k, const float* v, float* out
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kvh = h / group;
       for (int64_t t = 0; t < T; ++t) {
+        const int64_t end = causal ? t + 1 : T;
         const float* qt = q + ((b * T + t) * NH + h) * HS;
         float* p = att + ((b * NH + h) * T + t) * T;
         float mx = -INFINITY;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           p[s] = scale * Dot(qt, k + ((b * T + s) * NKV + kvh) * HS, HS);
           mx = std::max(mx, p[s]);
         }
         float sum = 0;
-        for (int64_t s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+        for (int64_t s = 0; s < end; ++s) sum += (p[s] = std::exp(p[s] - mx));
         const float inv = 1.0f / sum;
-        for (int64_t s = 0; s <= t; ++s) p[s] *= inv;
-        std::fill(p + t + 1, p + T, 0.0f);
+        for (int64_t s = 0; s < end; ++s) p[s] *= inv;
+        std::fill(p + end, p + T, 0.0f);
 
         float* ot = out + ((b * T + t) * NH + h) * HS;
         std::fill(ot, ot + HS, 0.0f);
-        for (int64_t s = 0; s <= t; ++s) Axpy(p[s], v + ((b * T + s) * NKV + kvh) * HS, ot, HS);
+        for (int64_t s = 0; s < end; ++s) Axpy(p[s], v + ((b * T + s) * NKV + kvh) * HS, ot, HS);
       }
     }
   }
@@ -70,7 +72,7 @@ void AttentionForward(const float* q, const float* k, const float* v, float* out
 
 void AttentionBackward(const float* dout, const float* q, const float* k, const float* v,
                        const float* att, float* dq, float* dk, float* dv, float* scratch, int64_t B,
-                       int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+                       int64_t T, int64_t NH, int64_t NKV, int64_t HS, bool causal) {
   CheckShapes(B, T, NH, NKV, HS);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const int64_t group = NH / NKV;
@@ -82,23 +84,24 @@ void AttentionBackward(const float* dout, const float* q, const float* k, const 
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kvh = h / group;
       for (int64_t t = 0; t < T; ++t) {
+        const int64_t end = causal ? t + 1 : T;
         const size_t row = ((b * NH + h) * T + t) * T;
         const float* p = att + row;
         float* ds = scratch + row;  // dP, then dS in place
         const float* dout_t = dout + ((b * T + t) * NH + h) * HS;
         float pdp = 0;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           const size_t kv = ((b * T + s) * NKV + kvh) * HS;
           ds[s] = Dot(dout_t, v + kv, HS);
           pdp += p[s] * ds[s];
           Axpy(p[s], dout_t, dv + kv, HS);
         }
-        for (int64_t s = 0; s <= t; ++s) ds[s] = p[s] * (ds[s] - pdp);
-        std::fill(ds + t + 1, ds + T, 0.0f);
+        for (int64_t s = 0; s < end; ++s) ds[s] = p[s] * (ds[s] - pdp);
+        std::fill(ds + end, ds + T, 0.0f);
 
         const float* qt = q + ((b * T + t) * NH + h) * HS;
         float* dqt = dq + ((b * T + t) * NH + h) * HS;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           const size_t kv = ((b * T + s) * NKV + kvh) * HS;
           Axpy(scale * ds[s], k + kv, dqt, HS);
           Axpy(scale * ds[s], qt, dk + kv, HS);

@@ -1,6 +1,7 @@
-// core/kernels/cpu/flash_attention.cc — the fused causal attention contract of
+// core/kernels/cpu/flash_attention.cc — the fused attention contract of
 // cuda::FlashAttentionForward/Backward on the host (no T×T buffer is kept):
-//   s_ij = scale·q_i·k_j (j ≤ i), lse_i = log Σ_j exp(s_ij), p_ij = exp(s_ij − lse_i),
+//   s_ij = scale·q_i·k_j (j ≤ i when causal, every j < T when not),
+//   lse_i = log Σ_j exp(s_ij), p_ij = exp(s_ij − lse_i),
 //   out_i = Σ_j p_ij·v_j;  backward with D_i = Σ dout_i·out_i, ds_ij = p_ij·(dout_i·v_j − D_i):
 //   dq_i = scale·Σ_j ds_ij·k_j, dk_j = scale·Σ_{h,i} ds_ij·q_i, dv_j = Σ_{h,i} p_ij·dout_i.
 // Everything is computed in double, one row at a time; the CPU fallback and a
@@ -25,13 +26,13 @@ void CheckShape(const char* what, int64_t B, int64_t T, int64_t NH, int64_t NKV,
             " T=", T, " NH=", NH, " NKV=", NKV, " HS=", HS);
 }
 
-// Row i of (b, h): raw scaled scores s[0..i].
+// Row i of (b, h): raw scaled scores s[0, end).
 template <typename T>
-void Scores(const T* q, const T* k, int64_t b, int64_t h, int64_t i, int64_t Tn, int64_t NH,
-            int64_t NKV, int64_t HS, double scale, std::vector<double>& s) {
+void Scores(const T* q, const T* k, int64_t b, int64_t h, int64_t i, int64_t end, int64_t Tn,
+            int64_t NH, int64_t NKV, int64_t HS, double scale, std::vector<double>& s) {
   const int64_t hk = h / (NH / NKV);
   const int64_t qo = ((b * Tn + i) * NH + h) * HS;
-  for (int64_t j = 0; j <= i; ++j) {
+  for (int64_t j = 0; j < end; ++j) {
     const int64_t ko = ((b * Tn + j) * NKV + hk) * HS;
     double dot = 0;
     for (int64_t d = 0; d < HS; ++d) dot += Load(q, qo + d) * Load(k, ko + d);
@@ -41,7 +42,7 @@ void Scores(const T* q, const T* k, int64_t b, int64_t h, int64_t i, int64_t Tn,
 
 template <typename T>
 void Forward(const T* q, const T* k, const T* v, T* out, float* lse, int64_t B, int64_t Tn,
-             int64_t NH, int64_t NKV, int64_t HS) {
+             int64_t NH, int64_t NKV, int64_t HS, bool causal) {
   CheckShape("FlashAttentionForward", B, Tn, NH, NKV, HS);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> s(Tn), acc(HS);
@@ -49,12 +50,13 @@ void Forward(const T* q, const T* k, const T* v, T* out, float* lse, int64_t B, 
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t hk = h / (NH / NKV);
       for (int64_t i = 0; i < Tn; ++i) {
-        Scores(q, k, b, h, i, Tn, NH, NKV, HS, scale, s);
+        const int64_t end = causal ? i + 1 : Tn;
+        Scores(q, k, b, h, i, end, Tn, NH, NKV, HS, scale, s);
         double mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, s[j]);
+        for (int64_t j = 0; j < end; ++j) mx = std::max(mx, s[j]);
         double sum = 0;
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j < end; ++j) {
           const double p = std::exp(s[j] - mx);
           sum += p;
           const int64_t vo = ((b * Tn + j) * NKV + hk) * HS;
@@ -70,7 +72,8 @@ void Forward(const T* q, const T* k, const T* v, T* out, float* lse, int64_t B, 
 
 template <typename T>
 void Backward(const T* dout, const T* q, const T* k, const T* v, const T* out, const float* lse,
-              T* dq, T* dk, T* dv, int64_t B, int64_t Tn, int64_t NH, int64_t NKV, int64_t HS) {
+              T* dq, T* dk, T* dv, int64_t B, int64_t Tn, int64_t NH, int64_t NKV, int64_t HS,
+              bool causal) {
   CheckShape("FlashAttentionBackward", B, Tn, NH, NKV, HS);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> dka(B * Tn * NKV * HS, 0.0), dva(dka.size(), 0.0), dqa(HS);
@@ -79,13 +82,14 @@ void Backward(const T* dout, const T* q, const T* k, const T* v, const T* out, c
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t hk = h / (NH / NKV);
       for (int64_t i = 0; i < Tn; ++i) {
+        const int64_t end = causal ? i + 1 : Tn;
         const int64_t qo = ((b * Tn + i) * NH + h) * HS;
         double D = 0;
         for (int64_t d = 0; d < HS; ++d) D += Load(dout, qo + d) * Load(out, qo + d);
         const double l = lse[(b * NH + h) * Tn + i];
-        Scores(q, k, b, h, i, Tn, NH, NKV, HS, scale, s);
+        Scores(q, k, b, h, i, end, Tn, NH, NKV, HS, scale, s);
         std::fill(dqa.begin(), dqa.end(), 0.0);
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j < end; ++j) {
           const int64_t ko = ((b * Tn + j) * NKV + hk) * HS;
           const double p = std::exp(s[j] - l);
           double dp = 0;
@@ -110,22 +114,24 @@ void Backward(const T* dout, const T* q, const T* k, const T* v, const T* out, c
 }  // namespace
 
 void FlashAttentionForward(const float* q, const float* k, const float* v, float* out, float* lse,
-                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  Forward(q, k, v, out, lse, B, T, NH, NKV, HS);
+                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, bool causal) {
+  Forward(q, k, v, out, lse, B, T, NH, NKV, HS, causal);
 }
 void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
-                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  Forward(q, k, v, out, lse, B, T, NH, NKV, HS);
+                           int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, bool causal) {
+  Forward(q, k, v, out, lse, B, T, NH, NKV, HS, causal);
 }
 void FlashAttentionBackward(const float* dout, const float* q, const float* k, const float* v,
                             const float* out, const float* lse, float* dq, float* dk, float* dv,
-                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  Backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, NH, NKV, HS);
+                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                            bool causal) {
+  Backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, NH, NKV, HS, causal);
 }
 void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                             const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
-                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  Backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, NH, NKV, HS);
+                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                            bool causal) {
+  Backward(dout, q, k, v, out, lse, dq, dk, dv, B, T, NH, NKV, HS, causal);
 }
 
 }  // namespace gtp::kernels::cpu

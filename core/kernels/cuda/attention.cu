@@ -1,10 +1,11 @@
-// core/kernels/cuda/attention.cu — naive causal self-attention with
-// grouped-query heads (materialises the probabilities).
+// core/kernels/cuda/attention.cu — naive self-attention with grouped-query
+// heads (materialises the probabilities), causal or bidirectional.
 //
 //   q[B, T, NH, HS], k/v[B, T, NKV, HS]; query head h reads kv head h / G,
-//   G = NH / NKV; scale = 1/√HS.
-//   forward:  P[t, s] = softmax_{s ≤ t}(scale·q_t·k_s)   (P[t, s] = 0 for s > t)
-//             out_t   = Σ_{s ≤ t} P[t, s]·v_s
+//   G = NH / NKV; scale = 1/√HS. Row t sees keys s < end(t) = t + 1 when
+//   causal, T when not.
+//   forward:  P[t, s] = softmax_{s < end}(scale·q_t·k_s)   (P[t, s] = 0 for s ≥ end)
+//             out_t   = Σ_{s < end} P[t, s]·v_s
 //   backward: dP[t, s] = dout_t·v_s
 //             dS[t, s] = P[t, s]·(dP[t, s] − Σ_j P[t, j]·dP[t, j])
 //             dq_t = scale·Σ_s dS[t, s]·k_s,  dk_s = scale·Σ_t dS[t, s]·q_t,
@@ -17,7 +18,8 @@
 //             P[t, s]·v_s over s.
 //   backward: one warp per row writes dS into scratch[B, NH, T, T]; one thread
 //             per dq element; one thread per (b, s, kv head, d) element of dk and
-//             dv, looping over the heads of its group and over t ≥ s.
+//             dv, looping over the heads of its group and over the t that
+//             see key s (t ≥ s when causal, all t when not).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -40,6 +42,9 @@ constexpr int kThreads = 256;
 
 struct Dims {
   int64_t B, T, NH, NKV, HS, G;
+  bool causal;
+  // One past the last key query row t sees.
+  __device__ int64_t End(int64_t t) const { return causal ? t + 1 : T; }
 };
 
 // Scores and softmax: row r = (b·NH + h)·T + t of att.
@@ -59,8 +64,9 @@ __global__ void AttentionScoresKernel(const float* __restrict__ q, const float* 
   float* p = att + r * d.T;
   const int64_t kv_stride = d.NKV * d.HS;
   const float* kb = k + (b * d.T * d.NKV + kvh) * d.HS;  // k[b, 0, kvh, :]
+  const int64_t end = d.End(t);
   float mx = -INFINITY;
-  for (int64_t s = lane; s <= t; s += kWarpSize) {
+  for (int64_t s = lane; s < end; s += kWarpSize) {
     const float* ks = kb + s * kv_stride;
     float acc = 0.0f;
     for (int64_t i = 0; i < d.HS; ++i) acc += sq[i] * ks[i];
@@ -70,17 +76,17 @@ __global__ void AttentionScoresKernel(const float* __restrict__ q, const float* 
   }
   mx = WarpMax(mx);
   float sum = 0.0f;
-  for (int64_t s = lane; s <= t; s += kWarpSize) {
+  for (int64_t s = lane; s < end; s += kWarpSize) {
     const float e = expf(p[s] - mx);
     p[s] = e;
     sum += e;
   }
   const float inv = 1.0f / WarpSum(sum);
   // Each lane touches only the entries it wrote itself.
-  for (int64_t s = lane; s < d.T; s += kWarpSize) p[s] = s <= t ? p[s] * inv : 0.0f;
+  for (int64_t s = lane; s < d.T; s += kWarpSize) p[s] = s < end ? p[s] * inv : 0.0f;
 }
 
-// out[b, t, h, i] = Σ_{s ≤ t} P[b, h, t, s]·v[b, s, kvh, i].
+// out[b, t, h, i] = Σ_{s < end} P[b, h, t, s]·v[b, s, kvh, i].
 __global__ void AttentionValuesKernel(const float* __restrict__ att, const float* __restrict__ v,
                                       float* __restrict__ out, Dims d) {
   const int64_t total = d.B * d.T * d.NH * d.HS;
@@ -93,12 +99,12 @@ __global__ void AttentionValuesKernel(const float* __restrict__ att, const float
     const float* vb = v + (b * d.T * d.NKV + kvh) * d.HS + i;
     const int64_t kv_stride = d.NKV * d.HS;
     float acc = 0.0f;
-    for (int64_t s = 0; s <= t; ++s) acc += p[s] * vb[s * kv_stride];
+    for (int64_t s = 0, end = d.End(t); s < end; ++s) acc += p[s] * vb[s * kv_stride];
     out[e] = acc;
   }
 }
 
-// dS row r = (b·NH + h)·T + t into ds (full row, zeros above the diagonal).
+// dS row r = (b·NH + h)·T + t into ds (full row, zeros past end).
 __global__ void AttentionDScoresKernel(const float* __restrict__ dout, const float* __restrict__ v,
                                        const float* __restrict__ att, float* __restrict__ ds,
                                        Dims d) {
@@ -117,8 +123,9 @@ __global__ void AttentionDScoresKernel(const float* __restrict__ dout, const flo
   float* dsr = ds + r * d.T;
   const int64_t kv_stride = d.NKV * d.HS;
   const float* vb = v + (b * d.T * d.NKV + kvh) * d.HS;
+  const int64_t end = d.End(t);
   float pdp = 0.0f;
-  for (int64_t s = lane; s <= t; s += kWarpSize) {
+  for (int64_t s = lane; s < end; s += kWarpSize) {
     const float* vs = vb + s * kv_stride;
     float acc = 0.0f;
     for (int64_t i = 0; i < d.HS; ++i) acc += sdo[i] * vs[i];
@@ -126,10 +133,10 @@ __global__ void AttentionDScoresKernel(const float* __restrict__ dout, const flo
     pdp += p[s] * acc;
   }
   pdp = WarpSum(pdp);
-  for (int64_t s = lane; s < d.T; s += kWarpSize) dsr[s] = s <= t ? p[s] * (dsr[s] - pdp) : 0.0f;
+  for (int64_t s = lane; s < d.T; s += kWarpSize) dsr[s] = s < end ? p[s] * (dsr[s] - pdp) : 0.0f;
 }
 
-// dq[b, t, h, i] = scale·Σ_{s ≤ t} dS[b, h, t, s]·k[b, s, kvh, i].
+// dq[b, t, h, i] = scale·Σ_{s < end} dS[b, h, t, s]·k[b, s, kvh, i].
 __global__ void AttentionDqKernel(const float* __restrict__ ds, const float* __restrict__ k,
                                   float* __restrict__ dq, Dims d, float scale) {
   const int64_t total = d.B * d.T * d.NH * d.HS;
@@ -142,13 +149,14 @@ __global__ void AttentionDqKernel(const float* __restrict__ ds, const float* __r
     const float* kb = k + (b * d.T * d.NKV + kvh) * d.HS + i;
     const int64_t kv_stride = d.NKV * d.HS;
     float acc = 0.0f;
-    for (int64_t s = 0; s <= t; ++s) acc += dsr[s] * kb[s * kv_stride];
+    for (int64_t s = 0, end = d.End(t); s < end; ++s) acc += dsr[s] * kb[s * kv_stride];
     dq[e] = scale * acc;
   }
 }
 
 // dk[b, s, kvh, i] = scale·Σ_{h ∈ group} Σ_{t ≥ s} dS[b, h, t, s]·q[b, t, h, i]
 // dv[b, s, kvh, i] =       Σ_{h ∈ group} Σ_{t ≥ s} P[b, h, t, s]·dout[b, t, h, i]
+// (over every t when not causal).
 __global__ void AttentionDkvKernel(const float* __restrict__ ds, const float* __restrict__ att,
                                    const float* __restrict__ q, const float* __restrict__ dout,
                                    float* __restrict__ dk, float* __restrict__ dv, Dims d,
@@ -166,7 +174,7 @@ __global__ void AttentionDkvKernel(const float* __restrict__ ds, const float* __
       const float* pc = att + (b * d.NH + h) * d.T * d.T + s;
       const float* qb = q + (b * d.T * d.NH + h) * d.HS + i;  // q[b, 0, h, i]
       const float* db = dout + (b * d.T * d.NH + h) * d.HS + i;
-      for (int64_t t = s; t < d.T; ++t) {
+      for (int64_t t = d.causal ? s : 0; t < d.T; ++t) {
         acc_k += dsc[t * d.T] * qb[t * q_stride];
         acc_v += pc[t * d.T] * db[t * q_stride];
       }
@@ -176,7 +184,8 @@ __global__ void AttentionDkvKernel(const float* __restrict__ ds, const float* __
   }
 }
 
-Dims CheckDims(const char* op, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+Dims CheckDims(const char* op, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+               bool causal) {
   GTP_CU_REQUIRE(B >= 0 && T >= 0 && HS > 0 && NH > 0 && NKV > 0,
                  "%s: bad size B=%lld T=%lld NH=%lld NKV=%lld HS=%lld", op,
                  static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(NH),
@@ -185,7 +194,7 @@ Dims CheckDims(const char* op, int64_t B, int64_t T, int64_t NH, int64_t NKV, in
                  static_cast<long long>(NH), static_cast<long long>(NKV));
   GTP_CU_REQUIRE(HS <= 1024, "%s: HS=%lld above the 1024 this kernel stages in shared memory", op,
                  static_cast<long long>(HS));
-  return Dims{B, T, NH, NKV, HS, NH / NKV};
+  return Dims{B, T, NH, NKV, HS, NH / NKV, causal};
 }
 
 float Scale(int64_t HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
@@ -194,8 +203,8 @@ float Scale(int64_t HS) { return 1.0f / std::sqrt(static_cast<float>(HS)); }
 
 void AttentionForward(const float* q, const float* k, const float* v, float* out, float* att,
                       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                      cudaStream_t stream) {
-  const Dims d = CheckDims("AttentionForward", B, T, NH, NKV, HS);
+                      cudaStream_t stream, bool causal) {
+  const Dims d = CheckDims("AttentionForward", B, T, NH, NKV, HS, causal);
   if (B == 0 || T == 0) return;
   const int64_t rows = B * NH * T;
   const size_t smem = sizeof(float) * kRowsPerBlock * HS;
@@ -209,8 +218,9 @@ void AttentionForward(const float* q, const float* k, const float* v, float* out
 
 void AttentionBackward(const float* dout, const float* q, const float* k, const float* v,
                        const float* att, float* dq, float* dk, float* dv, float* scratch, int64_t B,
-                       int64_t T, int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream) {
-  const Dims d = CheckDims("AttentionBackward", B, T, NH, NKV, HS);
+                       int64_t T, int64_t NH, int64_t NKV, int64_t HS, cudaStream_t stream,
+                       bool causal) {
+  const Dims d = CheckDims("AttentionBackward", B, T, NH, NKV, HS, causal);
   if (B == 0 || T == 0) return;
   const int64_t rows = B * NH * T;
   const size_t smem = sizeof(float) * kRowsPerBlock * HS;

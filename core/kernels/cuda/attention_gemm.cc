@@ -1,8 +1,9 @@
-// Causal self-attention through cuBLASLt GEMMs (attention_softmax.cu has the
+// Self-attention (causal or bidirectional) through cuBLASLt GEMMs (attention_softmax.cu has the
 // row kernels). Same contract as AttentionForward/Backward (cuda.h): q[B, T,
 // NH, HS], k/v[B, T, NKV, HS], att[B, NH, T, T] saved probabilities. Per
 // (b, h), with G = NH/NKV and kv head h/G:
-//   forward : S = scale·Q Kᵀ;  P = causal_softmax(S) (into att);  O = P V
+//   forward : S = scale·Q Kᵀ;  P = softmax(S), causally masked when causal
+//             (into att);  O = P V
 //   backward: dP = dO Vᵀ;  dS = scale·P ⊙ (dP − rowsum(dP ⊙ P));
 //             dQ = dS K;  dK += dSᵀ Q;  dV += Pᵀ dO  (summed over the G heads
 //             of a kv group in head order: deterministic)
@@ -15,9 +16,9 @@
 
 namespace gtp::kernels::cuda {
 namespace internal {
-void LaunchCausalSoftmax(float* s, int64_t rows, int64_t T, cudaStream_t stream);
-void LaunchCausalSoftmaxBackward(const float* p, float* dp, int64_t rows, int64_t T, float scale,
-                                 cudaStream_t stream);
+void LaunchAttentionSoftmax(float* s, int64_t rows, int64_t T, cudaStream_t stream, bool causal);
+void LaunchAttentionSoftmaxBackward(const float* p, float* dp, int64_t rows, int64_t T, float scale,
+                                    cudaStream_t stream, bool causal);
 }  // namespace internal
 
 namespace {
@@ -35,7 +36,7 @@ GemmDesc Desc(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, in
 
 void AttentionForwardGemm(BlasContext& ctx, const float* q, const float* k, const float* v,
                           float* out, float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                          int64_t HS, cudaStream_t stream) {
+                          int64_t HS, cudaStream_t stream, bool causal) {
   GTP_CHECK(NKV > 0 && NH % NKV == 0, "attention: NH ", NH, " not a multiple of NKV ", NKV);
   const int64_t G = NH / NKV, ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -47,7 +48,7 @@ void AttentionForwardGemm(BlasContext& ctx, const float* q, const float* k, cons
       Gemm(ctx, Desc(false, true, T, T, HS, ldq, ldk, T, scale, 0.0f), qb, kb, s, stream);
     }
   }
-  internal::LaunchCausalSoftmax(att, B * NH * T, T, stream);
+  internal::LaunchAttentionSoftmax(att, B * NH * T, T, stream, causal);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       const float* p = att + (b * NH + h) * T * T;
@@ -61,7 +62,7 @@ void AttentionForwardGemm(BlasContext& ctx, const float* q, const float* k, cons
 void AttentionBackwardGemm(BlasContext& ctx, const float* dout, const float* q, const float* k,
                            const float* v, const float* att, float* dq, float* dk, float* dv,
                            float* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                           int64_t HS, cudaStream_t stream) {
+                           int64_t HS, cudaStream_t stream, bool causal) {
   GTP_CHECK(NKV > 0 && NH % NKV == 0, "attention: NH ", NH, " not a multiple of NKV ", NKV);
   const int64_t G = NH / NKV, ldq = NH * HS, ldk = NKV * HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -74,7 +75,7 @@ void AttentionBackwardGemm(BlasContext& ctx, const float* dout, const float* q, 
       Gemm(ctx, Desc(false, true, T, T, HS, ldq, ldk, T, 1.0f, 0.0f), dob, vb, dp, stream);
     }
   }
-  internal::LaunchCausalSoftmaxBackward(att, scratch, B * NH * T, T, scale, stream);
+  internal::LaunchAttentionSoftmaxBackward(att, scratch, B * NH * T, T, scale, stream, causal);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       const float* ds = scratch + (b * NH + h) * T * T;

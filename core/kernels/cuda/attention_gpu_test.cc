@@ -1,5 +1,6 @@
 // GPU tests of cuda::AttentionForward/Backward (causal, GQA) against the CPU
-// versions, plus run-to-run determinism.
+// versions, bidirectional (causal = false) against the double reference, plus
+// run-to-run determinism.
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "core/kernels/cuda.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
+#include "core/kernels/testing/reference.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -29,21 +31,22 @@ const Shape kShapes[] = {{1, 1, 1, 1, 1},   {2, 3, 4, 2, 5},   {1, 33, 3, 1, 16}
 
 // The naive kernels and the GEMM-based ones share one contract.
 void Forward(bool gemm, cuda::BlasContext& ctx, const float* q, const float* k, const float* v,
-             float* out, float* att, const Shape& s, cudaStream_t st) {
+             float* out, float* att, const Shape& s, cudaStream_t st, bool causal = true) {
   if (gemm) {
-    cuda::AttentionForwardGemm(ctx, q, k, v, out, att, s.B, s.T, s.NH, s.NKV, s.HS, st);
+    cuda::AttentionForwardGemm(ctx, q, k, v, out, att, s.B, s.T, s.NH, s.NKV, s.HS, st, causal);
   } else {
-    cuda::AttentionForward(q, k, v, out, att, s.B, s.T, s.NH, s.NKV, s.HS, st);
+    cuda::AttentionForward(q, k, v, out, att, s.B, s.T, s.NH, s.NKV, s.HS, st, causal);
   }
 }
 void Backward(bool gemm, cuda::BlasContext& ctx, const float* dout, const float* q, const float* k,
               const float* v, const float* att, float* dq, float* dk, float* dv, float* scratch,
-              const Shape& s, cudaStream_t st) {
+              const Shape& s, cudaStream_t st, bool causal = true) {
   if (gemm) {
     cuda::AttentionBackwardGemm(ctx, dout, q, k, v, att, dq, dk, dv, scratch, s.B, s.T, s.NH, s.NKV,
-                                s.HS, st);
+                                s.HS, st, causal);
   } else {
-    cuda::AttentionBackward(dout, q, k, v, att, dq, dk, dv, scratch, s.B, s.T, s.NH, s.NKV, s.HS, st);
+    cuda::AttentionBackward(dout, q, k, v, att, dq, dk, dv, scratch, s.B, s.T, s.NH, s.NKV, s.HS,
+                            st, causal);
   }
 }
 
@@ -108,6 +111,41 @@ TEST_P(AttentionGpu, IsDeterministic) {
         EXPECT_TRUE(BitEqual(now[j], first[j])) << "output " << j;
       }
     }
+  }
+}
+
+// Bidirectional: the GPU forward (probabilities included) and its backward,
+// fed the GPU's own probabilities, against the double reference. Outputs are
+// NaN-poisoned first: every element must be written.
+TEST_P(AttentionGpu, BidirectionalMatchesDoubleReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(53);
+  for (const Shape& s : kShapes) {
+    SCOPED_TRACE(Describe(s));
+    const int64_t nq = s.B * s.T * s.NH * s.HS, nkv = s.B * s.T * s.NKV * s.HS;
+    const int64_t natt = s.B * s.NH * s.T * s.T;
+    const std::vector<float> q = rng.Normal(nq), k = rng.Normal(nkv), v = rng.Normal(nkv);
+    const std::vector<float> dout = rng.Normal(nq);
+    DeviceBuffer<float> d_q(q), d_k(k), d_v(v), d_out(NaNs(nq)), d_att(NaNs(natt)), d_dout(dout),
+        d_dq(NaNs(nq)), d_dk(NaNs(nkv)), d_dv(NaNs(nkv)), d_scratch(natt);
+    Forward(GetParam(), ctx, d_q.get(), d_k.get(), d_v.get(), d_out.get(), d_att.get(), s,
+            stream.get(), /*causal=*/false);
+    Backward(GetParam(), ctx, d_dout.get(), d_q.get(), d_k.get(), d_v.get(), d_att.get(),
+             d_dq.get(), d_dk.get(), d_dv.get(), d_scratch.get(), s, stream.get(),
+             /*causal=*/false);
+    const std::vector<double> qd = ToDouble(q), kd = ToDouble(k), vd = ToDouble(v);
+    std::vector<double> att, dq, dk, dv;
+    const std::vector<double> out =
+        RefAttention(qd, kd, vd, s.B, s.T, s.NH, s.NKV, s.HS, &att, /*causal=*/false);
+    RefAttentionBackward(qd, kd, vd, ToDouble(dout), s.B, s.T, s.NH, s.NKV, s.HS, &dq, &dk, &dv,
+                         /*causal=*/false);
+    EXPECT_TRUE(RelClose(d_out.Download(), out, 1e-5)) << "out";
+    EXPECT_TRUE(RelClose(d_att.Download(), att, 1e-5)) << "att";
+    EXPECT_TRUE(RelClose(d_dq.Download(), dq, 1e-4)) << "dq";
+    EXPECT_TRUE(RelClose(d_dk.Download(), dk, 1e-4)) << "dk";
+    EXPECT_TRUE(RelClose(d_dv.Download(), dv, 1e-4)) << "dv";
   }
 }
 

@@ -293,6 +293,7 @@ struct CudnnAttention::Plan {
   int64_t extra_workspace = 0;  // ours, in front of cuDNN's (backward: D = rowsum(dO∘O), dQ accum)
   int64_t softmax_sum_offset = 0, dq_accum_offset = -1;
   int64_t engine = -1;
+  bool causal = true;  // the graph has the mask (and so the kNegInf scalar)
   // By-value scalars; the variant pack points at them.
   float scale = 0, neg_inf = -1e10f, one = 1.0f;
   int64_t total_workspace() const { return extra_workspace + plan_workspace; }
@@ -337,10 +338,12 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
 
   auto plan = std::make_unique<Plan>();
   plan->scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  plan->causal = s.causal;
   GraphBuilder g(handle_);
 
-  // Causal mask: select(row ≥ col, x, −inf).
-  auto causal = [&](void* x) {
+  // Causal mask: select(row ≥ col, x, −inf); bidirectional: x itself (no mask ops).
+  auto mask = [&](void* x) {
+    if (!s.causal) return x;
     void* row = g.Virtual(CUDNN_DATA_INT32, s_dims, s_str);
     void* col = g.Virtual(CUDNN_DATA_INT32, s_dims, s_str);
     void* keep = g.Virtual(CUDNN_DATA_BOOLEAN, s_dims, s_str);
@@ -363,7 +366,7 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
     g.Matmul(q, kT, sc);
     void* scaled = g.Virtual(f32, s_dims, s_str);
     g.Pointwise(CUDNN_POINTWISE_MUL, sc, scale, nullptr, scaled);
-    void* masked = causal(scaled);
+    void* masked = mask(scaled);
     void* mx = g.Virtual(f32, row_dims, row_str);
     g.Reduction(CUDNN_REDUCE_TENSOR_MAX, masked, mx);
     void* sub = g.Virtual(f32, s_dims, s_str);
@@ -400,7 +403,7 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
     g.Pointwise(CUDNN_POINTWISE_MUL, sc, scale, nullptr, scaled);
     void* sub = g.Virtual(f32, s_dims, s_str);
     g.Pointwise(CUDNN_POINTWISE_SUB, scaled, stats, nullptr, sub);
-    void* masked = causal(sub);
+    void* masked = mask(sub);
     void* p = g.Virtual(f32, s_dims, s_str);
     g.Pointwise(CUDNN_POINTWISE_EXP, masked, nullptr, nullptr, p);
     // dV = Pᵀ·dO (per query head, then summed over the group for GQA)
@@ -519,10 +522,13 @@ absl::Status CudnnAttention::Forward(const bf16* q, const bf16* k, const bf16* v
                                      int64_t workspace_bytes, cudaStream_t stream) {
   GTP_ASSIGN_OR_RETURN(Plan * p, GetPlan(s, false));
   GTP_RETURN_IF_ERROR(CheckWorkspace(*p, workspace, workspace_bytes));
-  const std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  const std::vector<void*> ptrs{
-      const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), out, lse, &p->scale,
-      &p->neg_inf};
+  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale};
+  std::vector<void*> ptrs{
+      const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), out, lse, &p->scale};
+  if (p->causal) {
+    uids.push_back(kNegInf);
+    ptrs.push_back(&p->neg_inf);
+  }
   return Execute(handle_, *p, uids, ptrs, workspace, stream);
 }
 
@@ -533,8 +539,7 @@ absl::Status CudnnAttention::Backward(const bf16* dout, const bf16* q, const bf1
   GTP_ASSIGN_OR_RETURN(Plan * p, GetPlan(s, true));
   GTP_RETURN_IF_ERROR(CheckWorkspace(*p, workspace, workspace_bytes));
   char* ws = static_cast<char*>(workspace);
-  std::vector<int64_t> uids{kQ,  kK,  kV,          kO,     kDO,     kStats, kDQ,
-                            kDK, kDV, kSoftmaxSum, kScale, kNegInf, kOne};
+  std::vector<int64_t> uids{kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kSoftmaxSum, kScale, kOne};
   std::vector<void*> ptrs{const_cast<bf16*>(q),
                           const_cast<bf16*>(k),
                           const_cast<bf16*>(v),
@@ -546,8 +551,11 @@ absl::Status CudnnAttention::Backward(const bf16* dout, const bf16* q, const bf1
                           dv,
                           ws + p->softmax_sum_offset,
                           &p->scale,
-                          &p->neg_inf,
                           &p->one};
+  if (p->causal) {
+    uids.push_back(kNegInf);
+    ptrs.push_back(&p->neg_inf);
+  }
   if (p->dq_accum_offset >= 0) {
     // cuDNN ≥ 9.6 zeroes the accumulator itself; older ones need it zeroed.
     void* acc = ws + p->dq_accum_offset;

@@ -1,17 +1,19 @@
-// core/kernels/cuda/cudnn_attention.h — fused causal attention (bf16) through
+// core/kernels/cuda/cudnn_attention.h — fused attention (bf16) through
 // cuDNN 9's graph (backend descriptor) API: the same contract as
 // cuda::FlashAttentionForward/Backward (core/kernels/cuda.h), 1.15–1.9× faster
 // on an H200 (dev/cudnn_attention/NOTES.md).
 //
 //   q[B, T, NH, HS], k/v[B, T, NKV, HS] bf16 (NH a multiple of NKV: head h
 //   reads kv head h / (NH/NKV)); out like q; lse[B, NH, T] f32 =
-//   ln Σ_{j≤i} exp(scale·q_i·k_j), scale = 1/√HS (cuDNN's softmax "stats").
+//   ln Σ_j exp(scale·q_i·k_j), scale = 1/√HS (cuDNN's softmax "stats"), over
+//   j ≤ i when s.causal (the default), over every j < T when not.
 //   Backward writes (=) dq like q and dk/dv like k/v, bf16. HS 64 or 128.
 //   Pointers 16-byte aligned.
 //
 // Each pass is the operation graph cuDNN's fused-attention engines recognise
 // (no cudnn-frontend here):
-//   fwd: S = Q·Kᵀ, ·scale, causal select(row ≥ col, S, −inf), softmax with
+//   fwd: S = Q·Kᵀ, ·scale, causal select(row ≥ col, S, −inf) (only when
+//        s.causal), softmax with
 //        stats (max, sub, exp, sum, log, add, div), O = P·V.
 //   bwd: D = rowsum(dO∘O) (into the workspace), P = exp(mask(S·scale − lse))
 //        recomputed, dV = Pᵀ·dO, dS = P∘(dO·Vᵀ − D)·scale, dK = dSᵀ·Q,
@@ -59,10 +61,14 @@ struct cudnnContext;
 
 namespace gtp::kernels::cuda {
 
+// The problem a plan is built for: sizes and the mask (causal: query i sees
+// keys j ≤ i; otherwise every key). Plans are cached per whole AttentionShape,
+// so a causal plan never serves a bidirectional call.
 struct AttentionShape {
   int64_t B = 0, T = 0, NH = 0, NKV = 0, HS = 0;
+  bool causal = true;
   bool operator<(const AttentionShape& o) const {
-    return std::tie(B, T, NH, NKV, HS) < std::tie(o.B, o.T, o.NH, o.NKV, o.HS);
+    return std::tie(B, T, NH, NKV, HS, causal) < std::tie(o.B, o.T, o.NH, o.NKV, o.HS, o.causal);
   }
 };
 

@@ -1,4 +1,4 @@
-// GPU tests of cuda::CudnnAttention (bf16, causal, GQA) against the double
+// GPU tests of cuda::CudnnAttention (bf16, causal and bidirectional, GQA) against the double
 // references on bf16-rounded inputs, plus run-to-run determinism, CUDA-graph
 // capture and the argument checks.
 #include <cuda_runtime_api.h>
@@ -27,7 +27,8 @@ size_t Nq(const AttentionShape& s) { return s.B * s.T * s.NH * s.HS; }
 size_t Nkv(const AttentionShape& s) { return s.B * s.T * s.NKV * s.HS; }
 
 std::string Describe(const AttentionShape& s) {
-  return absl::StrCat("B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS);
+  return absl::StrCat("B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS,
+                      s.causal ? "" : " bidirectional");
 }
 
 std::unique_ptr<cuda::CudnnAttention> MakeAttention() {
@@ -117,6 +118,45 @@ TEST(CudnnAttentionGpu, MatchesDoubleReference) {
     EXPECT_TRUE(RelClose(g_dq, dq, 1e-2)) << "dq";
     EXPECT_TRUE(RelClose(g_dk, dk, 1e-2)) << "dk";
     EXPECT_TRUE(RelClose(g_dv, dv, 1e-2)) << "dv";
+  }
+}
+
+// Causal and bidirectional plans for the same sizes on one object: each call
+// must get its own plan (the cache key includes the mask), checked by
+// alternating them and comparing each against its own reference.
+TEST(CudnnAttentionGpu, BidirectionalMatchesDoubleReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  auto attn = MakeAttention();
+  Rng rng(94);
+  const AttentionShape sizes[] = {{1, 1, 1, 1, 64},   {2, 17, 3, 3, 64},   {2, 64, 4, 4, 64},
+                                  {1, 129, 8, 2, 64}, {1, 1000, 2, 1, 64}, {2, 129, 4, 2, 128},
+                                  {1, 200, 8, 2, 128}};
+  for (AttentionShape s : sizes) {
+    for (const bool causal : {true, false, true}) {
+      s.causal = causal;
+      SCOPED_TRACE(Describe(s));
+      const std::vector<float> q = RoundToBF16(rng.Normal(Nq(s))),
+                               k = RoundToBF16(rng.Normal(Nkv(s))),
+                               v = RoundToBF16(rng.Normal(Nkv(s))),
+                               dout = RoundToBF16(rng.Normal(Nq(s)));
+      Buffers d(s, ToBF16(q), ToBF16(k), ToBF16(v), ToBF16(dout), Workspace(*attn, s));
+      d.Poison();
+      GTP_CHECK_OK(d.Run(*attn, s, stream.get()));
+      GTP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      const std::vector<double> qd = ToDouble(q), kd = ToDouble(k), vd = ToDouble(v);
+      const std::vector<double> out =
+          RefAttention(qd, kd, vd, s.B, s.T, s.NH, s.NKV, s.HS, nullptr, causal);
+      const std::vector<double> lse = RefAttentionLse(qd, kd, s.B, s.T, s.NH, s.NKV, s.HS, causal);
+      std::vector<double> dq, dk, dv;
+      RefAttentionBackward(qd, kd, vd, ToDouble(dout), s.B, s.T, s.NH, s.NKV, s.HS, &dq, &dk, &dv,
+                           causal);
+      EXPECT_TRUE(RelClose(ToFloat(d.out.Download()), out, 1e-2)) << "out";
+      EXPECT_TRUE(RelClose(d.lse.Download(), lse, 1e-3)) << "lse";
+      EXPECT_TRUE(RelClose(ToFloat(d.dq.Download()), dq, 1e-2)) << "dq";
+      EXPECT_TRUE(RelClose(ToFloat(d.dk.Download()), dk, 1e-2)) << "dk";
+      EXPECT_TRUE(RelClose(ToFloat(d.dv.Download()), dv, 1e-2)) << "dv";
+    }
   }
 }
 

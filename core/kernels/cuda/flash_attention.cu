@@ -1,9 +1,11 @@
-// core/kernels/cuda/flash_attention.cu — fused causal attention in the
-// FlashAttention-2 scheme, bf16 in and out, f32 accumulation on the tensor
-// cores (mma.sync m16n8k16, operands through ldmatrix).
+// core/kernels/cuda/flash_attention.cu — fused attention (causal or
+// bidirectional) in the FlashAttention-2 scheme, bf16 in and out, f32
+// accumulation on the tensor cores (mma.sync m16n8k16, operands through
+// ldmatrix).
 //
 // Math, per batch b, query head h, kv head g = h / (NH/NKV), scale = 1/√HS:
-//   s_ij = scale·q_i·k_j (j ≤ i)   lse_i = log Σ_j exp(s_ij)   p_ij = exp(s_ij − lse_i)
+//   s_ij = scale·q_i·k_j (j ≤ i when causal, every j < T when not)
+//   lse_i = log Σ_j exp(s_ij)   p_ij = exp(s_ij − lse_i)
 //   out_i = Σ_j p_ij·v_j
 // Backward, with D_i = Σ_d dout_id·out_id (computed first, FlashBwdDotKernel):
 //   dp_ij = dout_i·v_j   ds_ij = p_ij·(dp_ij − D_i)
@@ -14,7 +16,10 @@
 // D scratch [B, NH, T] (f32). Gradients are written (=).
 //
 // Work split (every output element has exactly one owner, so there are no
-// atomics and the results are bit-identical run to run):
+// atomics and the results are bit-identical run to run). Causality is a
+// template parameter (kCausal), so the causal kernels are unchanged by the
+// bidirectional ones; "up to / from the diagonal" below reads "all tiles"
+// when !kCausal:
 //   forward   one block per (b·NH + h, 64-query tile); loops over the key
 //             tiles up to the diagonal (fully masked tiles are never touched).
 //   dk/dv     one block per (b·NKV + g, 64-key tile); loops over the query
@@ -192,7 +197,7 @@ struct FwdCfg {
   static constexpr size_t kSmem = size_t(kBlockM + 4 * kBlockN) * kS * sizeof(uint16_t);
 };
 
-template <int HS, int kBlockM, int kBlockN>
+template <int HS, int kBlockM, int kBlockN, bool kCausal>
 __global__ void __launch_bounds__(FwdCfg<HS, kBlockM, kBlockN>::kThreads)
     FlashFwdKernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                    const uint16_t* __restrict__ v, uint16_t* __restrict__ out,
@@ -213,7 +218,7 @@ __global__ void __launch_bounds__(FwdCfg<HS, kBlockM, kBlockN>::kThreads)
   const uint16_t* qg = q + (int64_t{b} * T + q0) * ldq + int64_t{h} * HS;
   const uint16_t* kg = k + int64_t{b} * T * ldk + int64_t{hk} * HS;
   const uint16_t* vg = v + int64_t{b} * T * ldk + int64_t{hk} * HS;
-  const int n_tiles = (min(q0 + kBlockM, T) + kBlockN - 1) / kBlockN;
+  const int n_tiles = ((kCausal ? min(q0 + kBlockM, T) : T) + kBlockN - 1) / kBlockN;
 
   LoadTile<HS, kBlockM, kThreads>(sQ, qg, ldq, T - q0);
   LoadTile<HS, kBlockN, kThreads>(sK, kg, ldk, T);
@@ -262,13 +267,14 @@ __global__ void __launch_bounds__(FwdCfg<HS, kBlockM, kBlockN>::kThreads)
       }
     }
     const int k0 = j * kBlockN;
-    if (k0 + kBlockN - 1 > wrow || k0 + kBlockN > T) {  // diagonal or tail tile (warp-uniform)
+    // Diagonal or tail tile (warp-uniform).
+    if ((kCausal && k0 + kBlockN - 1 > wrow) || k0 + kBlockN > T) {
 #pragma unroll
       for (int n = 0; n < kBlockN / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = k0 + n * 8 + 2 * t + (e & 1), row = wrow + g + (e >> 1) * 8;
-          if (key > row || key >= T) s[n][e] = -INFINITY;
+          if ((kCausal && key > row) || key >= T) s[n][e] = -INFINITY;
         }
       }
     }
@@ -374,15 +380,12 @@ struct DkDvCfg {
 
 // One block per (b·NKV + g, kBlockN-key tile) = (bx, by); each warp owns 16
 // keys and computes the transposed tiles Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (16 × kBlockM).
-template <int HS, int kBlockN, int kBlockM>
-__device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
-                                         const uint16_t* __restrict__ q,
-                                         const uint16_t* __restrict__ k,
-                                         const uint16_t* __restrict__ v,
-                                         const float* __restrict__ lse,
-                                         const float* __restrict__ Dsum, uint16_t* __restrict__ dk,
-                                         uint16_t* __restrict__ dv, int T, int NH, int NKV,
-                                         float scale, int bx, int by) {
+template <int HS, int kBlockN, int kBlockM, bool kCausal>
+__device__ __forceinline__ void DkDvBody(
+    const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
+    const uint16_t* __restrict__ k, const uint16_t* __restrict__ v, const float* __restrict__ lse,
+    const float* __restrict__ Dsum, uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, int T,
+    int NH, int NKV, float scale, int bx, int by) {
   using Cfg = DkDvCfg<HS, kBlockN, kBlockM>;
   constexpr int kS = Cfg::kS, kThreads = Cfg::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -399,7 +402,7 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
   const int k0 = by * kBlockN;
   const int64_t ldq = int64_t{NH} * HS, ldk = int64_t{NKV} * HS;
   const int64_t kv_off = (int64_t{b} * T + k0) * ldk + int64_t{hk} * HS;
-  const int qt0 = k0 / kBlockM;  // first query tile holding a query ≥ k0
+  const int qt0 = kCausal ? k0 / kBlockM : 0;  // first query tile holding a query ≥ k0
   const int per_head = (T + kBlockM - 1) / kBlockM - qt0;
   const int n_iter = G * per_head;
 
@@ -490,8 +493,9 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
         Mma(dpt[2 * nn + 1], va, bo[2], bo[3]);
       }
     }
-    // Pᵀ = exp(scale·s − lse), 0 where query < key or query ≥ T; dSᵀ = Pᵀ·(dPᵀ − D).
-    const bool need_mask = q0 < wkey + 15 || q0 + kBlockM > T;  // warp-uniform
+    // Pᵀ = exp(scale·s − lse), 0 where query < key (causal) or query ≥ T;
+    // dSᵀ = Pᵀ·(dPᵀ − D).
+    const bool need_mask = (kCausal && q0 < wkey + 15) || q0 + kBlockM > T;  // warp-uniform
 #pragma unroll
     for (int n = 0; n < kBlockM / 8; ++n) {
 #pragma unroll
@@ -500,7 +504,7 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
         float p = Exp2(fmaf(st[n][e], sl2, -cL[qi]));
         if (need_mask) {
           const int query = q0 + qi, key = wkey + g + (e >> 1) * 8;
-          if (query < key || query >= T) p = 0.0f;
+          if ((kCausal && query < key) || query >= T) p = 0.0f;
         }
         st[n][e] = p;
         dpt[n][e] = p * (dpt[n][e] - cD[qi]);
@@ -543,15 +547,15 @@ __device__ __forceinline__ void DkDvBody(const uint16_t* __restrict__ dout,
   StoreRows<HS>(sdv, dv + base, ldk, wkey, T, lane);
 }
 
-template <int HS, int kBlockN, int kBlockM>
+template <int HS, int kBlockN, int kBlockM, bool kCausal>
 __global__ void __launch_bounds__(DkDvCfg<HS, kBlockN, kBlockM>::kThreads, 1)
     FlashBwdDkDvKernel(const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
                        const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
                        const float* __restrict__ lse, const float* __restrict__ Dsum,
-                       uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, int T, int NH,
-                       int NKV, float scale) {
-  DkDvBody<HS, kBlockN, kBlockM>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale, blockIdx.x,
-                                 blockIdx.y);
+                       uint16_t* __restrict__ dk, uint16_t* __restrict__ dv, int T, int NH, int NKV,
+                       float scale) {
+  DkDvBody<HS, kBlockN, kBlockM, kCausal>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale,
+                                          blockIdx.x, blockIdx.y);
 }
 
 template <int HS, int kBlockM, int kBlockN>
@@ -563,7 +567,7 @@ struct DqCfg {
 
 // One block per (b·NH + h, kBlockM-query tile): dQ = scale·Σ_j dS·K over the
 // key tiles up to the diagonal.
-template <int HS, int kBlockM, int kBlockN>
+template <int HS, int kBlockM, int kBlockN, bool kCausal>
 __device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
                                        const uint16_t* __restrict__ q,
                                        const uint16_t* __restrict__ k,
@@ -587,7 +591,7 @@ __device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
   const int64_t q_off = (int64_t{b} * T + q0) * ldq + int64_t{h} * HS;
   const uint16_t* kg = k + int64_t{b} * T * ldk + int64_t{hk} * HS;
   const uint16_t* vg = v + int64_t{b} * T * ldk + int64_t{hk} * HS;
-  const int n_tiles = (min(q0 + kBlockM, T) + kBlockN - 1) / kBlockN;
+  const int n_tiles = ((kCausal ? min(q0 + kBlockM, T) : T) + kBlockN - 1) / kBlockN;
 
   LoadTile<HS, kBlockM, kThreads>(sQ, q + q_off, ldq, T - q0);
   LoadTile<HS, kBlockM, kThreads>(sdO, dout + q_off, ldq, T - q0);
@@ -651,7 +655,8 @@ __device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
       }
     }
     const int k0 = j * kBlockN;
-    const bool need_mask = k0 + kBlockN - 1 > wrow || k0 + kBlockN > T;  // warp-uniform
+    const bool need_mask =
+        (kCausal && k0 + kBlockN - 1 > wrow) || k0 + kBlockN > T;  // warp-uniform
 #pragma unroll
     for (int n = 0; n < kBlockN / 8; ++n) {
 #pragma unroll
@@ -660,7 +665,7 @@ __device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
         float p = Exp2(fmaf(s[n][e], sl2, -lse2[r]));
         if (need_mask) {
           const int key = k0 + n * 8 + 2 * t + (e & 1), row = wrow + g + 8 * r;
-          if (key > row || key >= T) p = 0.0f;
+          if ((kCausal && key > row) || key >= T) p = 0.0f;
         }
         dp[n][e] = p * (dp[n][e] - Dr[r]);
       }
@@ -689,22 +694,22 @@ __device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
   StoreRows<HS>(sdq, dq + int64_t{b} * T * ldq + int64_t{h} * HS, ldq, wrow, T, lane);
 }
 
-template <int HS, int kBlockM, int kBlockN>
+template <int HS, int kBlockM, int kBlockN, bool kCausal>
 __global__ void __launch_bounds__(DqCfg<HS, kBlockM, kBlockN>::kThreads)
     FlashBwdDqKernel(const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
                      const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
                      const float* __restrict__ lse, const float* __restrict__ Dsum,
                      uint16_t* __restrict__ dq, int T, int NH, int NKV, float scale) {
   // Longest rows first: the last query tiles see the most keys.
-  DqBody<HS, kBlockM, kBlockN>(dout, q, k, v, lse, Dsum, dq, T, NH, NKV, scale, blockIdx.x,
-                               gridDim.y - 1 - blockIdx.y);
+  DqBody<HS, kBlockM, kBlockN, kCausal>(dout, q, k, v, lse, Dsum, dq, T, NH, NKV, scale, blockIdx.x,
+                                        gridDim.y - 1 - blockIdx.y);
 }
 
 // dk/dv and dq blocks in one launch (1-D grid), in rounds of decreasing work:
 // round r = the dk/dv blocks of key tile r (B·NKV of them) then the dq blocks
 // of query tile n − 1 − r (B·NH), so the dq blocks fill the dk/dv tail. Both
 // roles are the separate kernels' bodies (no inter-block dependences).
-template <int HS, int kDkDvN, int kDkDvM, int kDqM, int kDqN, int kMinBlocks>
+template <int HS, int kDkDvN, int kDkDvM, int kDqM, int kDqN, int kMinBlocks, bool kCausal>
 __global__ void __launch_bounds__(DkDvCfg<HS, kDkDvN, kDkDvM>::kThreads, kMinBlocks)
     FlashBwdMergedKernel(const uint16_t* __restrict__ dout, const uint16_t* __restrict__ q,
                          const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
@@ -718,9 +723,11 @@ __global__ void __launch_bounds__(DkDvCfg<HS, kDkDvN, kDkDvM>::kThreads, kMinBlo
   const int r = blockIdx.x / per_round, rem = blockIdx.x % per_round;
   const int n = (T + kDqM - 1) / kDqM;
   if (rem < nkv) {
-    DkDvBody<HS, kDkDvN, kDkDvM>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale, rem, r);
+    DkDvBody<HS, kDkDvN, kDkDvM, kCausal>(dout, q, k, v, lse, Dsum, dk, dv, T, NH, NKV, scale, rem,
+                                          r);
   } else {
-    DqBody<HS, kDqM, kDqN>(dout, q, k, v, lse, Dsum, dq, T, NH, NKV, scale, rem - nkv, n - 1 - r);
+    DqBody<HS, kDqM, kDqN, kCausal>(dout, q, k, v, lse, Dsum, dq, T, NH, NKV, scale, rem - nkv,
+                                    n - 1 - r);
   }
 }
 
@@ -769,12 +776,11 @@ void AllowSmem(Kernel kernel, size_t bytes) {
                                     static_cast<int>(bytes)));
 }
 
-template <int HS>
+template <int HS, bool kCausal>
 void LaunchForward(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* out,
-                   float* lse, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                   cudaStream_t stream) {
+                   float* lse, int64_t B, int64_t T, int64_t NH, int64_t NKV, cudaStream_t stream) {
   using Cfg = FwdCfg<HS, kFwdBlockM, kFwdBlockN>;
-  auto kernel = FlashFwdKernel<HS, kFwdBlockM, kFwdBlockN>;
+  auto kernel = FlashFwdKernel<HS, kFwdBlockM, kFwdBlockN, kCausal>;
   AllowSmem(kernel, Cfg::kSmem);
   const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>(CeilDiv(T, kFwdBlockM)));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
@@ -785,10 +791,10 @@ void LaunchForward(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint
 
 // kMerged: D, then the dk/dv and dq blocks in one launch (≤168 registers, 3
 // blocks/SM); otherwise three kernels (D, dk/dv, dq).
-template <int HS, bool kMerged>
+template <int HS, bool kMerged, bool kCausal>
 void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                    const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk,
-                    uint16_t* dv, void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                    const uint16_t* out, const float* lse, uint16_t* dq, uint16_t* dk, uint16_t* dv,
+                    void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                     cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   const int Ti = static_cast<int>(T), NHi = static_cast<int>(NH), NKVi = static_cast<int>(NKV);
@@ -804,7 +810,7 @@ void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, 
   if constexpr (kMerged) {
     constexpr int kM = DkDvBlockM<HS>(), kN = DqBlockN<HS>();
     using DkDv = DkDvCfg<HS, kDkDvBlockN, kM>;
-    auto kernel = FlashBwdMergedKernel<HS, kDkDvBlockN, kM, kDqBlockM, kN, 3>;
+    auto kernel = FlashBwdMergedKernel<HS, kDkDvBlockN, kM, kDqBlockM, kN, 3, kCausal>;
     constexpr size_t smem = std::max(DkDv::kSmem, DqCfg<HS, kDqBlockM, kN>::kSmem);
     AllowSmem(kernel, smem);
     const int64_t blocks = CeilDiv(T, int64_t{kDkDvBlockN}) * (B * NKV + B * NH);
@@ -815,7 +821,7 @@ void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, 
     {
       constexpr int kBlockM = DkDvBlockM<HS>();
       using Cfg = DkDvCfg<HS, kDkDvBlockN, kBlockM>;
-      auto kernel = FlashBwdDkDvKernel<HS, kDkDvBlockN, kBlockM>;
+      auto kernel = FlashBwdDkDvKernel<HS, kDkDvBlockN, kBlockM, kCausal>;
       AllowSmem(kernel, Cfg::kSmem);
       const dim3 grid(static_cast<unsigned>(B * NKV),
                       static_cast<unsigned>(CeilDiv(T, kDkDvBlockN)));
@@ -826,7 +832,7 @@ void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, 
     {
       constexpr int kBlockN = DqBlockN<HS>();
       using Cfg = DqCfg<HS, kDqBlockM, kBlockN>;
-      auto kernel = FlashBwdDqKernel<HS, kDqBlockM, kBlockN>;
+      auto kernel = FlashBwdDqKernel<HS, kDqBlockM, kBlockN, kCausal>;
       AllowSmem(kernel, Cfg::kSmem);
       const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>(CeilDiv(T, kDqBlockM)));
       kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dq, Ti, NHi,
@@ -843,16 +849,14 @@ uint16_t* U(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
 
 void FlashAttentionForward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bool causal) {
   if (B == 0 || T == 0) return;
   const void* bf[] = {q, k, v, out};
   const void* f32[] = {lse};
   CheckArgs("FlashAttentionForward", bf, 4, f32, 1, B, T, NH, NKV, HS);
-  if (HS == 64) {
-    LaunchForward<64>(U(q), U(k), U(v), U(out), lse, B, T, NH, NKV, stream);
-  } else {
-    LaunchForward<128>(U(q), U(k), U(v), U(out), lse, B, T, NH, NKV, stream);
-  }
+  auto launch = HS == 64 ? (causal ? LaunchForward<64, true> : LaunchForward<64, false>)
+                         : (causal ? LaunchForward<128, true> : LaunchForward<128, false>);
+  launch(U(q), U(k), U(v), U(out), lse, B, T, NH, NKV, stream);
 }
 
 // D[B, NH, T] f32.
@@ -864,24 +868,24 @@ int64_t FlashAttentionBackwardScratchBytes(int64_t B, int64_t T, int64_t NH, int
 void FlashAttentionBackward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                             const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
                             void* scratch, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t HS, cudaStream_t stream) {
+                            int64_t HS, cudaStream_t stream, bool causal) {
   if (B == 0 || T == 0) return;
   const void* bf[] = {dout, q, k, v, out, dq, dk, dv};
   const void* f32[] = {lse, scratch};
   CheckArgs("FlashAttentionBackward", bf, 8, f32, 2, B, T, NH, NKV, HS);
-  if (HS == 64) {  // dk/dv and dq blocks in one launch, ≤168 registers (3 blocks/SM)
-    LaunchBackward<64, true>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv), scratch,
-                             B, T, NH, NKV, stream);
-  } else {  // dk/dv kernel, then the dq kernel
-    LaunchBackward<128, false>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                               scratch, B, T, NH, NKV, stream);
-  }
+  // HS 64: dk/dv and dq blocks in one launch, ≤168 registers (3 blocks/SM);
+  // HS 128: the dk/dv kernel, then the dq kernel.
+  auto launch =
+      HS == 64 ? (causal ? LaunchBackward<64, true, true> : LaunchBackward<64, true, false>)
+               : (causal ? LaunchBackward<128, false, true> : LaunchBackward<128, false, false>);
+  launch(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv), scratch, B, T, NH, NKV,
+         stream);
 }
 
 // The previous backward (separate dq pass, three kernels) for any supported HS,
 // kept for side-by-side timing in dev/flash_attention (declared in
 // dev/flash_attention/variants.h, not in cuda.h). Needs
-// FlashAttentionBackwardScratchBytes.
+// FlashAttentionBackwardScratchBytes. Causal only.
 void FlashAttentionBackwardSeparateDq(const bf16* dout, const bf16* q, const bf16* k,
                                       const bf16* v, const bf16* out, const float* lse, bf16* dq,
                                       bf16* dk, bf16* dv, void* scratch, int64_t B, int64_t T,
@@ -891,11 +895,11 @@ void FlashAttentionBackwardSeparateDq(const bf16* dout, const bf16* q, const bf1
   const void* f32[] = {lse, scratch};
   CheckArgs("FlashAttentionBackwardSeparateDq", bf, 8, f32, 2, B, T, NH, NKV, HS);
   if (HS == 64) {
-    LaunchBackward<64, false>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv), scratch,
-                              B, T, NH, NKV, stream);
+    LaunchBackward<64, false, true>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
+                                    scratch, B, T, NH, NKV, stream);
   } else {
-    LaunchBackward<128, false>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
-                               scratch, B, T, NH, NKV, stream);
+    LaunchBackward<128, false, true>(U(dout), U(q), U(k), U(v), U(out), lse, U(dq), U(dk), U(dv),
+                                     scratch, B, T, NH, NKV, stream);
   }
 }
 

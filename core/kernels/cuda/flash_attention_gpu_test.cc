@@ -1,4 +1,5 @@
-// GPU tests of cuda::FlashAttentionForward/Backward (bf16, causal, GQA)
+// GPU tests of cuda::FlashAttentionForward/Backward (bf16, causal and
+// bidirectional, GQA)
 // against the double references on bf16-rounded inputs, plus run-to-run
 // determinism and the argument checks.
 #include <cuda_runtime_api.h>
@@ -46,39 +47,44 @@ struct Buffers {
         lse(s.rows()),
         scratch(static_cast<size_t>(
             cuda::FlashAttentionBackwardScratchBytes(s.B, s.T, s.NH, s.NKV, s.HS))) {}
-  void Run(const Shape& s, cudaStream_t st) {
+  void Run(const Shape& s, cudaStream_t st, bool causal = true) {
     cuda::FlashAttentionForward(q.get(), k.get(), v.get(), out.get(), lse.get(), s.B, s.T, s.NH,
-                                s.NKV, s.HS, st);
+                                s.NKV, s.HS, st, causal);
     cuda::FlashAttentionBackward(dout.get(), q.get(), k.get(), v.get(), out.get(), lse.get(),
-                                 dq.get(), dk.get(), dv.get(), scratch.get(), s.B, s.T, s.NH,
-                                 s.NKV, s.HS, st);
+                                 dq.get(), dk.get(), dv.get(), scratch.get(), s.B, s.T, s.NH, s.NKV,
+                                 s.HS, st, causal);
     GTP_CUDA_CHECK(cudaStreamSynchronize(st));
   }
 };
 
-TEST(FlashAttentionGpu, MatchesDoubleReference) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+// The shapes above, forward and backward, against the double references.
+// Outputs start poisoned (NaN): every element must be written.
+void CheckAgainstReference(bool causal, uint64_t seed) {
   Stream stream = TestStream();
-  Rng rng(71);
+  Rng rng(seed);
   for (const Shape& s : kShapes) {
     SCOPED_TRACE(Describe(s));
     const std::vector<float> q = RoundToBF16(rng.Normal(s.q())), k = RoundToBF16(rng.Normal(s.kv())),
                              v = RoundToBF16(rng.Normal(s.kv())),
                              dout = RoundToBF16(rng.Normal(s.q()));
     Buffers d(s, ToBF16(q), ToBF16(k), ToBF16(v), ToBF16(dout));
-    d.Run(s, stream.get());
+    for (auto* b : {&d.out, &d.dq, &d.dk, &d.dv}) b->Poison();
+    d.lse.Poison();
+    d.Run(s, stream.get(), causal);
 
     const std::vector<double> qd = ToDouble(q), kd = ToDouble(k), vd = ToDouble(v),
                               gd = ToDouble(dout);
-    const std::vector<double> out = RefAttention(qd, kd, vd, s.B, s.T, s.NH, s.NKV, s.HS);
-    const std::vector<double> lse = RefAttentionLse(qd, kd, s.B, s.T, s.NH, s.NKV, s.HS);
+    const std::vector<double> out =
+        RefAttention(qd, kd, vd, s.B, s.T, s.NH, s.NKV, s.HS, nullptr, causal);
+    const std::vector<double> lse = RefAttentionLse(qd, kd, s.B, s.T, s.NH, s.NKV, s.HS, causal);
     std::vector<double> dq, dk, dv;
-    RefAttentionBackward(qd, kd, vd, gd, s.B, s.T, s.NH, s.NKV, s.HS, &dq, &dk, &dv);
+    RefAttentionBackward(qd, kd, vd, gd, s.B, s.T, s.NH, s.NKV, s.HS, &dq, &dk, &dv, causal);
 
     const std::vector<float> g_out = ToFloat(d.out.Download()), g_lse = d.lse.Download(),
                              g_dq = ToFloat(d.dq.Download()), g_dk = ToFloat(d.dk.Download()),
                              g_dv = ToFloat(d.dv.Download());
-    std::printf("%-34s rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", Describe(s).c_str(),
+    std::printf("%s %-34s rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
+                causal ? "causal" : "bidir ", Describe(s).c_str(),
                 RelativeError(g_out.data(), out.data(), out.size()),
                 RelativeError(g_lse.data(), lse.data(), lse.size()),
                 RelativeError(g_dq.data(), dq.data(), dq.size()),
@@ -92,29 +98,41 @@ TEST(FlashAttentionGpu, MatchesDoubleReference) {
   }
 }
 
+TEST(FlashAttentionGpu, MatchesDoubleReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  CheckAgainstReference(/*causal=*/true, 71);
+}
+
+TEST(FlashAttentionGpu, BidirectionalMatchesDoubleReference) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  CheckAgainstReference(/*causal=*/false, 73);
+}
+
 TEST(FlashAttentionGpu, IsDeterministic) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
   Rng rng(72);
   // {4, 1024, 12, 12, 64}: many rounds of dk/dv and dq blocks in the HS 64
   // merged launch.
-  for (const Shape& s : {Shape{2, 300, 8, 2, 64}, Shape{1, 260, 4, 1, 128},
-                         Shape{4, 1024, 12, 12, 64}}) {
-    SCOPED_TRACE(Describe(s));
-    Buffers d(s, ToBF16(rng.Normal(s.q())), ToBF16(rng.Normal(s.kv())), ToBF16(rng.Normal(s.kv())),
-              ToBF16(rng.Normal(s.q())));
-    d.Run(s, stream.get());
-    const std::vector<bf16> out = d.out.Download(), dq = d.dq.Download(), dk = d.dk.Download(),
-                            dv = d.dv.Download();
-    const std::vector<float> lse = d.lse.Download();
-    for (auto* b : {&d.out, &d.dq, &d.dk, &d.dv}) b->Poison();
-    d.lse.Poison();
-    d.Run(s, stream.get());
-    EXPECT_TRUE(BitEqual(d.out.Download(), out)) << "out";
-    EXPECT_TRUE(BitEqual(d.lse.Download(), lse)) << "lse";
-    EXPECT_TRUE(BitEqual(d.dq.Download(), dq)) << "dq";
-    EXPECT_TRUE(BitEqual(d.dk.Download(), dk)) << "dk";
-    EXPECT_TRUE(BitEqual(d.dv.Download(), dv)) << "dv";
+  for (const bool causal : {true, false}) {
+    for (const Shape& s :
+         {Shape{2, 300, 8, 2, 64}, Shape{1, 260, 4, 1, 128}, Shape{4, 1024, 12, 12, 64}}) {
+      SCOPED_TRACE(Describe(s) + (causal ? " causal" : " bidirectional"));
+      Buffers d(s, ToBF16(rng.Normal(s.q())), ToBF16(rng.Normal(s.kv())),
+                ToBF16(rng.Normal(s.kv())), ToBF16(rng.Normal(s.q())));
+      d.Run(s, stream.get(), causal);
+      const std::vector<bf16> out = d.out.Download(), dq = d.dq.Download(), dk = d.dk.Download(),
+                              dv = d.dv.Download();
+      const std::vector<float> lse = d.lse.Download();
+      for (auto* b : {&d.out, &d.dq, &d.dk, &d.dv}) b->Poison();
+      d.lse.Poison();
+      d.Run(s, stream.get(), causal);
+      EXPECT_TRUE(BitEqual(d.out.Download(), out)) << "out";
+      EXPECT_TRUE(BitEqual(d.lse.Download(), lse)) << "lse";
+      EXPECT_TRUE(BitEqual(d.dq.Download(), dq)) << "dq";
+      EXPECT_TRUE(BitEqual(d.dk.Download(), dk)) << "dk";
+      EXPECT_TRUE(BitEqual(d.dv.Download(), dv)) << "dv";
+    }
   }
 }
 

@@ -108,7 +108,7 @@ std::vector<double> RefSoftmax(const std::vector<double>& x, int64_t N, int64_t 
 
 std::vector<double> RefAttention(const std::vector<double>& q, const std::vector<double>& k,
                                  const std::vector<double>& v, int64_t B, int64_t T, int64_t NH,
-                                 int64_t NKV, int64_t HS, std::vector<double>* att) {
+                                 int64_t NKV, int64_t HS, std::vector<double>* att, bool causal) {
   std::vector<double> out(B * T * NH * HS, 0.0);
   if (att) att->assign(B * NH * T * T, 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
@@ -117,9 +117,10 @@ std::vector<double> RefAttention(const std::vector<double>& q, const std::vector
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kvh = h / (NH / NKV);
       for (int64_t t = 0; t < T; ++t) {
+        const int64_t end = causal ? t + 1 : T;
         const double* qt = &q[((b * T + t) * NH + h) * HS];
         double mx = -INFINITY;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           const double* ks = &k[((b * T + s) * NKV + kvh) * HS];
           double dot = 0;
           for (int64_t d = 0; d < HS; ++d) dot += qt[d] * ks[d];
@@ -127,9 +128,9 @@ std::vector<double> RefAttention(const std::vector<double>& q, const std::vector
           mx = std::max(mx, p[s]);
         }
         double sum = 0;
-        for (int64_t s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+        for (int64_t s = 0; s < end; ++s) sum += (p[s] = std::exp(p[s] - mx));
         double* ot = &out[((b * T + t) * NH + h) * HS];
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           p[s] /= sum;
           if (att) (*att)[((b * NH + h) * T + t) * T + s] = p[s];
           const double* vs = &v[((b * T + s) * NKV + kvh) * HS];
@@ -142,7 +143,8 @@ std::vector<double> RefAttention(const std::vector<double>& q, const std::vector
 }
 
 std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vector<double>& k,
-                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                    bool causal) {
   std::vector<double> lse(B * NH * T);
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
   std::vector<double> sc(T);
@@ -150,8 +152,9 @@ std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vec
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kvh = h / (NH / NKV);
       for (int64_t t = 0; t < T; ++t) {
+        const int64_t end = causal ? t + 1 : T;
         double mx = -INFINITY;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           double dot = 0;
           for (int64_t d = 0; d < HS; ++d) {
             dot += q[((b * T + t) * NH + h) * HS + d] * k[((b * T + s) * NKV + kvh) * HS + d];
@@ -160,7 +163,7 @@ std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vec
           mx = std::max(mx, sc[s]);
         }
         double sum = 0;
-        for (int64_t s = 0; s <= t; ++s) sum += std::exp(sc[s] - mx);
+        for (int64_t s = 0; s < end; ++s) sum += std::exp(sc[s] - mx);
         lse[(b * NH + h) * T + t] = mx + std::log(sum);
       }
     }
@@ -171,7 +174,7 @@ std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vec
 void RefAttentionBackward(const std::vector<double>& q, const std::vector<double>& k,
                           const std::vector<double>& v, const std::vector<double>& dout, int64_t B,
                           int64_t T, int64_t NH, int64_t NKV, int64_t HS, std::vector<double>* dq,
-                          std::vector<double>* dk, std::vector<double>* dv) {
+                          std::vector<double>* dk, std::vector<double>* dv, bool causal) {
   dq->assign(q.size(), 0.0);
   dk->assign(k.size(), 0.0);
   dv->assign(v.size(), 0.0);
@@ -181,10 +184,11 @@ void RefAttentionBackward(const std::vector<double>& q, const std::vector<double
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kvh = h / (NH / NKV);
       for (int64_t t = 0; t < T; ++t) {
+        const int64_t end = causal ? t + 1 : T;
         const double* qt = &q[((b * T + t) * NH + h) * HS];
         const double* gt = &dout[((b * T + t) * NH + h) * HS];
         double mx = -INFINITY;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           const double* ks = &k[((b * T + s) * NKV + kvh) * HS];
           const double* vs = &v[((b * T + s) * NKV + kvh) * HS];
           double dot = 0, dpv = 0;
@@ -197,14 +201,14 @@ void RefAttentionBackward(const std::vector<double>& q, const std::vector<double
           mx = std::max(mx, p[s]);
         }
         double sum = 0;
-        for (int64_t s = 0; s <= t; ++s) sum += (p[s] = std::exp(p[s] - mx));
+        for (int64_t s = 0; s < end; ++s) sum += (p[s] = std::exp(p[s] - mx));
         double pdp = 0;
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           p[s] /= sum;
           pdp += p[s] * dp[s];
         }
         double* dqt = &(*dq)[((b * T + t) * NH + h) * HS];
-        for (int64_t s = 0; s <= t; ++s) {
+        for (int64_t s = 0; s < end; ++s) {
           const double ds = p[s] * (dp[s] - pdp) * scale;
           const int64_t o = ((b * T + s) * NKV + kvh) * HS;
           for (int64_t d = 0; d < HS; ++d) {

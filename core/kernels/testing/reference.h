@@ -46,15 +46,19 @@ std::vector<double> RefSwiGlu(const std::vector<double>& x, int64_t N, int64_t H
 // Row softmax of x[N, C].
 std::vector<double> RefSoftmax(const std::vector<double>& x, int64_t N, int64_t C);
 
-// Causal GQA attention: returns out[B, T, NH, HS]; att[B, NH, T, T] if non-null
-// (zeros above the diagonal).
+// GQA attention, causal (query t sees keys s ≤ t) or bidirectional (every
+// key): returns out[B, T, NH, HS]; att[B, NH, T, T] if non-null (zeros above
+// the diagonal when causal).
 std::vector<double> RefAttention(const std::vector<double>& q, const std::vector<double>& k,
                                  const std::vector<double>& v, int64_t B, int64_t T, int64_t NH,
-                                 int64_t NKV, int64_t HS, std::vector<double>* att = nullptr);
+                                 int64_t NKV, int64_t HS, std::vector<double>* att = nullptr,
+                                 bool causal = true);
 
-// lse[B, NH, T] of causal GQA attention: log Σ_{s≤t} exp(q_t·k_s/√HS).
+// lse[B, NH, T] of GQA attention: log Σ_s exp(q_t·k_s/√HS) over s ≤ t (causal)
+// or every s.
 std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vector<double>& k,
-                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS,
+                                    bool causal = true);
 
 // Analytic gradients of Σ dout·RefAttention(q, k, v) (softmax backward written
 // as ds = p·(dp − Σ_s p·dp), independent of the flash D = dout·out form), for
@@ -62,7 +66,7 @@ std::vector<double> RefAttentionLse(const std::vector<double>& q, const std::vec
 void RefAttentionBackward(const std::vector<double>& q, const std::vector<double>& k,
                           const std::vector<double>& v, const std::vector<double>& dout, int64_t B,
                           int64_t T, int64_t NH, int64_t NKV, int64_t HS, std::vector<double>* dq,
-                          std::vector<double>* dk, std::vector<double>* dv);
+                          std::vector<double>* dk, std::vector<double>* dv, bool causal = true);
 
 // loss[N] = logsumexp(logits[n, :]) − logits[n, target] over the full vocabulary
 // V; 0 where target < 0.
