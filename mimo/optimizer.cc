@@ -1,0 +1,88 @@
+#include "mimo/optimizer.h"
+
+#include <cmath>
+
+#include "core/status.h"
+
+namespace gtp::mimo {
+
+namespace {
+
+optimizer::GradBufferOptions BufferOptions(const optimizer::OptimizerConfig& c) {
+  optimizer::GradBufferOptions o;
+  if (c.matrices == optimizer::MatrixOptimizer::kMuon) o.reduce = optimizer::ReduceMode::kAllReduce;
+  return o;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MimoOptimizer>> MimoOptimizer::Create(
+    MimoModel& model, comm::Communicator& world, const kernels::Exec& exec,
+    const optimizer::OptimizerConfig& encoder, const optimizer::OptimizerConfig& language) {
+  std::unique_ptr<MimoOptimizer> m(new MimoOptimizer());
+  m->world_ = &world;
+  m->exec_ = exec;
+  if (model.has_encoder()) {
+    layers::vision::VisionEncoder& enc = *model.encoder();
+    m->enc_params_ = {enc.sharded_params(), enc.replicated_params()};
+    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.encoder_grid().groups());
+    GTP_ASSIGN_OR_RETURN(m->enc_grads_, optimizer::GradBuffer::Create(m->enc_params_, *pgs, exec,
+                                                                      BufferOptions(encoder)));
+    GTP_ASSIGN_OR_RETURN(m->enc_opt_, optimizer::DistributedOptimizer::Create(m->enc_grads_.get(),
+                                                                              *pgs, exec, encoder));
+    m->enc_leader_ = world.rank() == model.encoder_grid().offset();
+  }
+  if (model.has_language()) {
+    layers::GptModel& lm = *model.language();
+    m->lang_params_ = {lm.sharded_params(), lm.replicated_params()};
+    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.language_grid().groups());
+    const optimizer::GradBufferOptions go = BufferOptions(language);
+    GTP_ASSIGN_OR_RETURN(m->lang_grads_, optimizer::GradBuffer::Create(m->lang_params_, *pgs, exec, go));
+    std::vector<optimizer::GradBuffer*> buffers = {m->lang_grads_.get()};
+    if (!lm.expert_params().empty()) {
+      m->experts_.sharded = lm.expert_params();
+      optimizer::GradBufferOptions eo = go;
+      eo.groups = {"edp", "etp", "egtp", "data_cp", {"ep", "pp"}};
+      GTP_ASSIGN_OR_RETURN(m->expert_grads_, optimizer::GradBuffer::Create(m->experts_, *pgs, exec, eo));
+      buffers.push_back(m->expert_grads_.get());
+    }
+    GTP_ASSIGN_OR_RETURN(m->lang_opt_,
+                         optimizer::DistributedOptimizer::Create(buffers, *pgs, exec, language));
+    m->lang_leader_ = world.rank() == model.language_grid().offset();
+  }
+  return m;
+}
+
+void MimoOptimizer::StartMicrobatch(bool last) {
+  for (optimizer::GradBuffer* g : {enc_grads_.get(), lang_grads_.get(), expert_grads_.get()}) {
+    if (g != nullptr) g->StartMicrobatch(last);
+  }
+}
+
+absl::StatusOr<optimizer::StepStats> MimoOptimizer::Step() {
+  // [encoder norm², language norm²], each from its grid's first rank.
+  HeapAllocator host;
+  Tensor sq = Tensor::Empty({2}, DType::kF32, host);
+  sq.data<float>()[0] = sq.data<float>()[1] = 0.0f;
+  if (enc_opt_) {
+    GTP_ASSIGN_OR_RETURN(const double n, enc_opt_->GradNorm());
+    if (enc_leader_) sq.data<float>()[0] = static_cast<float>(n * n);
+  }
+  if (lang_opt_) {
+    GTP_ASSIGN_OR_RETURN(const double n, lang_opt_->GradNorm());
+    if (lang_leader_) sq.data<float>()[1] = static_cast<float>(n * n);
+  }
+  GTP_RETURN_IF_ERROR(comm::Run(
+      world_->AllReduce(sq.raw_data(), sq.raw_data(), 2, DType::kF32, comm::ReduceOp::kSum)));
+  const double norm =
+      std::sqrt(static_cast<double>(sq.data<float>()[0]) + static_cast<double>(sq.data<float>()[1]));
+  optimizer::StepStats stats;
+  for (optimizer::DistributedOptimizer* o : {enc_opt_.get(), lang_opt_.get()}) {
+    if (o == nullptr) continue;
+    GTP_ASSIGN_OR_RETURN(stats, o->Step(norm));
+  }
+  stats.grad_norm = norm;
+  return stats;
+}
+
+}  // namespace gtp::mimo
