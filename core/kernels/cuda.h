@@ -52,6 +52,13 @@ class BlasContext {
     bool refused[2] = {false, false};
   };
   GroupedStats& grouped_stats() { return grouped_stats_; }
+  // Whether GroupedGemm hands same-type groups to cublasGemmGroupedBatchedEx
+  // (true) or runs one cuBLASLt GEMM per group (false, the default: on the
+  // H200 with CUDA 13.0 the loop is faster for MoE-sized experts — 8 × [2048
+  // rows, 768 → 3072] bf16: 0.154 ms vs 0.283 ms forward, 0.149 vs 0.256 ms
+  // data gradient; core/kernels/bench:gemm_benchmark, docs/PERFORMANCE.md).
+  void set_grouped_batched(bool on) { grouped_batched_ = on; }
+  bool grouped_batched() const { return grouped_batched_; }
 
   // cuBLASLt's algorithm choice per GEMM shape (types, transposes, sizes,
   // leading dimensions, operand alignments), remembered after the first
@@ -68,6 +75,7 @@ class BlasContext {
   bool blas_stream_set_ = false;
   void** grouped_ptrs_ = nullptr;
   GroupedStats grouped_stats_;
+  bool grouped_batched_ = false;
   std::unique_ptr<AlgoCache> cache_;
 };
 
@@ -76,13 +84,14 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
 
 // G = count independent GEMMs sharing d's transposes, scalars and types (see
 // GemmGroup in kernels.h; `groups` is a host array of device pointers).
-// When ab_type == c_type the non-empty groups go to cublasGemmGroupedBatchedEx
+// With ctx.grouped_batched() and ab_type == c_type the non-empty groups go to cublasGemmGroupedBatchedEx
 // (one problem per group, CUBLAS_COMPUTE_32F: never TF32) in calls of up to
 // BlasContext::kGroupedPtrCapacity groups, their pointer arrays written into
 // the context's array by a small kernel on `stream`; bf16 A/B with an f32 C
 // (the weight-gradient case, which cuBLAS does not group), groups whose sizes
 // exceed int, and a type cuBLAS refuses (said once on stderr; see
-// BlasContext::GroupedStats) run one cuda::Gemm per group instead. k == 0
+// BlasContext::GroupedStats) — and every group by default — run one
+// cuda::Gemm (cuBLASLt) per group instead. k == 0
 // groups: C = beta·C by a scale kernel.
 // Enqueued on `stream`; never blocks and never allocates (graph-capture safe).
 void GroupedGemm(BlasContext& ctx, const GemmDesc& d, const GemmGroup* groups, int count,

@@ -250,6 +250,12 @@ def main():
         moe = (a.moe_experts, a.moe_top_k, a.moe_ffn or 4 * C, impl)
         torch.manual_seed(1234)
     model = GPT(V, T, L, C, a.n_head, moe, a.aux_coeff, a.z_coeff)
+    if moe is not None:  # GPT-2's init (N(0, 0.02), zero biases), not PyTorch's defaults
+        for mod in model.modules():
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(mod.weight, std=0.02)
+            if isinstance(mod, nn.Linear) and mod.bias is not None:
+                nn.init.zeros_(mod.bias)
     if moe is None:
         if not a.weights:
             raise SystemExit("torch_gpt: --weights is required (gtp's iteration-0 export)")

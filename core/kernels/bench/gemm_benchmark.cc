@@ -101,12 +101,18 @@ void BM_CudaGemm(benchmark::State& state, DType ab, DType c_type) {
 
 enum class Pass { kFwd, kDgrad, kWgrad };
 
-// A bf16 tensor of normal random values (never zeros: zeros run faster than
-// real data on tensor cores).
+// A bf16 tensor of random values in ±[0.5, 1) (never zeros: zeros run
+// faster than real data on tensor cores). A cheap LCG, not Philox: the
+// tensors have tens of millions of elements and are made per benchmark run.
 Tensor RandomBF16(const Exec& e, const Shape& s, uint64_t seed) {
   Tensor t = e.Empty(s, DType::kBF16);
   std::vector<uint16_t> host(t.numel());
-  for (size_t i = 0; i < host.size(); ++i) host[i] = F32ToBF16Bits(PhiloxNormal(seed, i));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < host.size(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = 0.5f + static_cast<float>(x >> 41) / static_cast<float>(1 << 24);  // [0.5, 1)
+    host[i] = F32ToBF16Bits((x >> 40) & 1 ? u : -u);
+  }
   GTP_CUDA_CHECK(cudaMemcpy(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
   return t;
 }
@@ -116,6 +122,7 @@ void BM_CudaGroupedLinear(benchmark::State& state, int64_t N, int64_t K,
   GTP_CUDA_CHECK(cudaSetDevice(0));
   CudaCachingAllocator alloc(0);
   cuda::BlasContext ctx(0);
+  ctx.set_grouped_batched(grouped);  // grouped: cuBLAS' grouped GEMM; loop: ops' default
   cudaStream_t stream;
   GTP_CUDA_CHECK(cudaStreamCreate(&stream));
   const Exec e{Device::Cuda(0), &alloc, stream, &ctx};

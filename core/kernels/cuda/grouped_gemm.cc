@@ -1,7 +1,10 @@
 // core/kernels/cuda/grouped_gemm.cc — GroupedGemm: G independent row-major
 // GEMMs C_g = alpha·op(A_g)·op(B_g) + beta·C_g (GemmGroup in kernels.h).
 //
-// Same-type groups (ab_type == c_type) go to cublasGemmGroupedBatchedEx, one
+// By default every group runs as its own cuBLASLt GEMM (cuda::Gemm), which
+// the H200 runs faster than cuBLAS' grouped GEMM at MoE sizes (see
+// BlasContext::set_grouped_batched). With grouped_batched, same-type groups
+// (ab_type == c_type) go to cublasGemmGroupedBatchedEx, one
 // problem per cuBLAS "group" (group_size 1), with the row-major → column-major
 // swap of cuda::Gemm (gemm.cc): row-major C[m, n] = op(A)·op(B) is the
 // column-major Cᵀ[n, m] = op(B)ᵀ·op(A)ᵀ, so cuBLAS gets
@@ -120,7 +123,7 @@ void GroupedGemm(BlasContext& ctx, const GemmDesc& d, const GemmGroup* groups, i
                  cudaStream_t stream) {
   CheckGroupedGemm(d, groups, count);
   bool& refused = ctx.grouped_stats().refused[d.ab_type == DType::kBF16 ? 1 : 0];
-  const bool grouped = d.ab_type == d.c_type && !refused;
+  const bool grouped = ctx.grouped_batched() && d.ab_type == d.c_type && !refused;
   std::vector<int> batched;  // indices of the groups for cublasGemmGroupedBatchedEx
   for (int g = 0; g < count; ++g) {
     const GemmGroup& p = groups[g];

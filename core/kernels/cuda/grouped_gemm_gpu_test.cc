@@ -116,7 +116,10 @@ struct Problem {
         EXPECT_TRUE(RelClose(got, ref[i], 1e-5));
       } else {
         EXPECT_TRUE(RelClose(got, ref[i], 1e-2));
-        EXPECT_TRUE(RoundedOnce(AsBF16(bytes), ref[i]));
+        // With beta ≠ 0 and a bf16 C, cuBLAS (Lt and grouped alike: the H200
+        // showed it on both paths) rounds α·A·B before adding β·C: up to one
+        // bf16 step from the once-rounded value, which RelClose covers.
+        if (d.beta == 0.0f) EXPECT_TRUE(RoundedOnce(AsBF16(bytes), ref[i]));
       }
     }
   }
@@ -135,6 +138,7 @@ int TypeSlot(DType t) { return t == DType::kBF16 ? 1 : 0; }
 void CheckAllCases(const Types& ty, bool loop) {
   Stream stream = TestStream();
   cuda::BlasContext ctx(0);
+  ctx.set_grouped_batched(true);
   ctx.grouped_stats().refused[TypeSlot(ty.ab)] = loop;
   Rng rng(1);
   const std::vector<Size> sizes(std::begin(kSizes), std::end(kSizes));
@@ -179,6 +183,7 @@ TEST(GroupedGemmGpu, ManyGroupsSpanSeveralPointerBatches) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
   cuda::BlasContext ctx(0);
+  ctx.set_grouped_batched(true);
   Rng rng(2);
   // More groups than one call's pointer arrays hold, and not a multiple of
   // the 64-pointer chunks; a k == 0 and an empty group among them.
@@ -201,6 +206,7 @@ TEST(GroupedGemmGpu, CapturesIntoACudaGraph) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
   cuda::BlasContext ctx(0);
+  ctx.set_grouped_batched(true);
   Rng rng(3);
   for (const Types& ty : kTypes) {
     SCOPED_TRACE(absl::StrCat("ab=", DTypeName(ty.ab), " c=", DTypeName(ty.c)));
@@ -240,6 +246,7 @@ TEST(GroupedGemmGpu, GroupedLinearOpsMatchReference) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
   cuda::BlasContext ctx(0);
+  ctx.set_grouped_batched(true);
   CudaCachingAllocator alloc(0);
   const Exec e{Device::Cuda(0), &alloc, stream.get(), &ctx};
   Rng rng(4);
