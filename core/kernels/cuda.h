@@ -53,10 +53,13 @@ class BlasContext {
   };
   GroupedStats& grouped_stats() { return grouped_stats_; }
   // Whether GroupedGemm hands same-type groups to cublasGemmGroupedBatchedEx
-  // (true) or runs one cuBLASLt GEMM per group (false, the default: on the
-  // H200 with CUDA 13.0 the loop is faster for MoE-sized experts — 8 × [2048
-  // rows, 768 → 3072] bf16: 0.154 ms vs 0.283 ms forward, 0.149 vs 0.256 ms
-  // data gradient; core/kernels/bench:gemm_benchmark, docs/PERFORMANCE.md).
+  // (true, the default) or runs one cuBLASLt GEMM per group (false). With
+  // fixed shapes the loop is faster on the H200 (8 × [2048 rows, 768 → 3072]
+  // bf16: 0.148 vs 0.274 ms forward; core/kernels/bench:gemm_benchmark), but
+  // a dropless MoE's per-expert row counts change every step and each new
+  // shape costs the loop a cuBLASLt algorithm search: recipes/moe_gpu ran
+  // 104 ms/step with the loop, 36.7 ms with the grouped call
+  // (docs/PERFORMANCE.md).
   void set_grouped_batched(bool on) { grouped_batched_ = on; }
   bool grouped_batched() const { return grouped_batched_; }
 
@@ -75,7 +78,7 @@ class BlasContext {
   bool blas_stream_set_ = false;
   void** grouped_ptrs_ = nullptr;
   GroupedStats grouped_stats_;
-  bool grouped_batched_ = false;
+  bool grouped_batched_ = true;
   std::unique_ptr<AlgoCache> cache_;
 };
 
@@ -90,8 +93,8 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
 // the context's array by a small kernel on `stream`; bf16 A/B with an f32 C
 // (the weight-gradient case, which cuBLAS does not group), groups whose sizes
 // exceed int, and a type cuBLAS refuses (said once on stderr; see
-// BlasContext::GroupedStats) — and every group by default — run one
-// cuda::Gemm (cuBLASLt) per group instead. k == 0
+// BlasContext::GroupedStats) — and every group without grouped_batched —
+// run one cuda::Gemm (cuBLASLt) per group instead. k == 0
 // groups: C = beta·C by a scale kernel.
 // Enqueued on `stream`; never blocks and never allocates (graph-capture safe).
 void GroupedGemm(BlasContext& ctx, const GemmDesc& d, const GemmGroup* groups, int count,

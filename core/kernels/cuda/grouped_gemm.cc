@@ -1,9 +1,7 @@
 // core/kernels/cuda/grouped_gemm.cc — GroupedGemm: G independent row-major
 // GEMMs C_g = alpha·op(A_g)·op(B_g) + beta·C_g (GemmGroup in kernels.h).
 //
-// By default every group runs as its own cuBLASLt GEMM (cuda::Gemm), which
-// the H200 runs faster than cuBLAS' grouped GEMM at MoE sizes (see
-// BlasContext::set_grouped_batched). With grouped_batched, same-type groups
+// With BlasContext::grouped_batched (the default; see there why) same-type groups
 // (ab_type == c_type) go to cublasGemmGroupedBatchedEx, one
 // problem per cuBLAS "group" (group_size 1), with the row-major → column-major
 // swap of cuda::Gemm (gemm.cc): row-major C[m, n] = op(A)·op(B) is the
