@@ -6,6 +6,8 @@
 #include "mimo/model.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "data/shapes/shapes.h"
 #include "gtest/gtest.h"
 #include "layers/linear.h"
+#include "mimo/checkpoint.h"
 #include "mimo/optimizer.h"
 #include "parallel/hyper_comm_grid.h"
 #include "parallel/parallel_config.h"
@@ -72,7 +75,15 @@ parallel::ParallelConfig Pc(const Module& m) {
   return pc;
 }
 
-Outcome Train(const Layout& l) {
+// Checkpointing: save after step `save_after` (1-based) into `save_root`;
+// or start from the checkpoint in `load_root` and run the remaining steps.
+struct Ckpt {
+  std::string save_root;
+  int save_after = 0;
+  std::string load_root;
+};
+
+Outcome Train(const Layout& l, const Ckpt& ck = {}, const optimizer::OptimizerConfig& oc = Adam()) {
   Outcome out;
   std::mutex mu;
   std::map<int, std::map<int, double>> lane_loss;  // step → lane → loss
@@ -87,8 +98,14 @@ Outcome Train(const Layout& l) {
     const int D = lg.num_data_lanes();
     GTP_ASSIGN_OR_RETURN(auto model, MimoModel::Create(Config(task), eg, lg, w, kG / D,
                                                        task.sequence_length(), e, host));
-    GTP_ASSIGN_OR_RETURN(auto opt, MimoOptimizer::Create(*model, w, e, Adam(), Adam()));
-    for (int step = 0; step < kSteps; ++step) {
+    GTP_ASSIGN_OR_RETURN(auto opt, MimoOptimizer::Create(*model, w, e, oc, oc));
+    int first = 0;
+    if (!ck.load_root.empty()) {
+      GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
+                           LoadMimoCheckpoint(ck.load_root, std::nullopt, *model, *opt, w));
+      first = static_cast<int>(lr.iteration);
+    }
+    for (int step = first; step < kSteps; ++step) {
       const int64_t base = step * kG;
       Tensor patches, tokens, targets;
       std::vector<int64_t> enc_ids, lang_ids;
@@ -118,6 +135,9 @@ Outcome Train(const Layout& l) {
       GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());
       if (s.skipped || !std::isfinite(s.grad_norm)) return absl::InternalError("bad step");
       if (w.rank() == 0) out.norms.push_back(s.grad_norm);
+      if (!ck.save_root.empty() && step + 1 == ck.save_after) {
+        GTP_RETURN_IF_ERROR(SaveMimoCheckpoint(ck.save_root, step + 1, *model, *opt, w));
+      }
     }
     // Every rank writes its pieces of every global tensor.
     std::lock_guard<std::mutex> g(mu);
@@ -195,6 +215,87 @@ TEST(MimoModel, LayoutsTrainLikeOneRank) {
       }
     }
   }
+}
+
+TEST(MimoModel, MuonTrainsLikeOneRank) {
+  // Muon on both modules (Megatron-LM does not support Muon with MIMO).
+  optimizer::OptimizerConfig muon = Adam();
+  muon.matrices = optimizer::MatrixOptimizer::kMuon;
+  muon.lr.max_lr = muon.lr.min_lr = 1e-2f;
+  const Outcome one = Train({"one rank", 1, {0, 1}, {0, 1}}, {}, muon);
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(one.losses.back(), one.losses.front());
+  for (const Layout& l : {Layout{"fan-in", 8, {0, 4, 1, 1}, {4, 4, 2, 2}},
+                          Layout{"colocated", 4, {0, 4, 1, 1}, {0, 4, 2, 1}},
+                          Layout{"encoder-gtp", 4, {0, 2, 1, 2}, {2, 2, 2, 1}}}) {
+    const Outcome r = Train(l, {}, muon);
+    ASSERT_EQ(r.losses.size(), one.losses.size()) << l.name;
+    for (size_t s = 0; s < one.losses.size(); ++s) {
+      EXPECT_NEAR(r.losses[s], one.losses[s], 1e-5 * one.losses[s]) << l.name << " step " << s;
+    }
+    for (const auto& [name, v] : one.params) {
+      const auto& o = r.params.at(name);
+      for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(o[i], v[i], 5e-5) << l.name << " " << name << "[" << i << "]";
+    }
+  }
+}
+
+std::string FreshDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(MimoCheckpoint, RestoresUnderAnotherLayoutAndContinuesExactly) {
+  const Layout a = {"fan-in", 8, {0, 4, 1, 1}, {4, 4, 2, 2}};
+  const Layout b = {"fan-out", 4, {0, 2, 2, 1}, {2, 2, 1, 1}};
+  const std::string root = FreshDir("mimo_ckpt");
+  const Outcome whole = Train(a, {root, 2, ""});
+  ASSERT_EQ(whole.losses.size(), static_cast<size_t>(kSteps));
+  // The same layout, fresh: step 3 is bit-identical.
+  const Outcome again = Train(a, {"", 0, root});
+  ASSERT_EQ(again.losses.size(), 1u);
+  EXPECT_EQ(again.losses[0], whole.losses[2]);
+  EXPECT_EQ(again.params, whole.params);
+  // Another layout: the same within f32 tolerance (different reduction orders).
+  const Outcome other = Train(b, {"", 0, root});
+  ASSERT_EQ(other.losses.size(), 1u);
+  EXPECT_NEAR(other.losses[0], whole.losses[2], 1e-5 * whole.losses[2]);
+  for (const auto& [name, v] : whole.params) {
+    const auto& o = other.params.at(name);
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_NEAR(o[i], v[i], 2e-5) << name << "[" << i << "]";
+  }
+  // The metadata names each module's grid.
+  auto md = checkpoint::ReadCheckpointMetadata(checkpoint::IterationDir(root, 2));
+  ASSERT_TRUE(md.ok()) << md.status();
+  EXPECT_NE(md->extra().at("mimo.language.grid").find("tp=2"), std::string::npos);
+  EXPECT_NE(md->extra().at("mimo.vision.groups").find("replicate"), std::string::npos);
+}
+
+TEST(MimoCheckpoint, PlainCheckpointIsRefused) {
+  // A checkpoint without the "mimo" entry (any other job's) is named.
+  const std::string root = FreshDir("not_mimo");
+  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
+    HeapAllocator host;
+    checkpoint::TensorPiece p;
+    p.key = "x";
+    p.data = Tensor::Empty({1}, DType::kF32, host);
+    p.data.data<float>()[0] = 1;
+    p.global_shape = {1};
+    GTP_RETURN_IF_ERROR(checkpoint::Save(root, {p}, w, {}));
+    const ShapesTask task = *ShapesTask::Create({.image_size = 8, .patch = 4, .seed = 3});
+    const kernels::Exec e = kernels::Exec::Cpu(host);
+    GTP_ASSIGN_OR_RETURN(auto g, parallel::HyperCommGrid::Create("vision", {}, 0, 1, w));
+    GTP_ASSIGN_OR_RETURN(auto l, parallel::HyperCommGrid::Create("language", {}, 0, 1, w));
+    GTP_ASSIGN_OR_RETURN(auto model, MimoModel::Create(Config(task), g, l, w, 2,
+                                                       task.sequence_length(), e, host));
+    GTP_ASSIGN_OR_RETURN(auto opt, MimoOptimizer::Create(*model, w, e, Adam(), Adam()));
+    auto lr = LoadMimoCheckpoint(root, std::nullopt, *model, *opt, w);
+    EXPECT_FALSE(lr.ok());
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
 }
 
 }  // namespace

@@ -33,8 +33,13 @@ class MimoOptimizer {
   // The step's stats are the same on every rank. Collective; blocks.
   absl::StatusOr<optimizer::StepStats> Step();
 
+  // Null on ranks outside the module's grid.
   optimizer::DistributedOptimizer* encoder() { return enc_opt_.get(); }
   optimizer::DistributedOptimizer* language() { return lang_opt_.get(); }
+  // The params each optimizer updates (empty outside the module's grid).
+  const optimizer::ParamSet& encoder_params() const { return enc_params_; }
+  const optimizer::ParamSet& language_params() const { return lang_params_; }
+  const optimizer::ParamSet& language_experts() const { return experts_; }
 
  private:
   MimoOptimizer() = default;

@@ -1,0 +1,110 @@
+#include "mimo/checkpoint.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/model_state.h"
+#include "core/status.h"
+
+namespace gtp::mimo {
+
+namespace {
+
+void Prefix(const std::string& prefix, std::vector<checkpoint::TensorPiece>* pieces) {
+  for (checkpoint::TensorPiece& p : *pieces) p.key = prefix + p.key;
+}
+
+absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(MimoModel& model, MimoOptimizer& opt) {
+  std::vector<checkpoint::TensorPiece> all;
+  auto add = [&](std::vector<checkpoint::TensorPiece> v) {
+    for (auto& p : v) all.push_back(std::move(p));
+  };
+  if (model.has_encoder()) {
+    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.encoder_grid().groups());
+    GTP_ASSIGN_OR_RETURN(auto w, checkpoint::ModelPieces(opt.encoder_params(), *pgs));
+    GTP_ASSIGN_OR_RETURN(auto s, checkpoint::OptimizerPieces(*opt.encoder(), opt.encoder_params(), *pgs));
+    Prefix("mimo.", &w);
+    Prefix("mimo.", &s);
+    add(std::move(w));
+    add(std::move(s));
+  }
+  if (model.has_language()) {
+    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.language_grid().groups());
+    const optimizer::ParamSet* experts =
+        opt.language_experts().sharded.empty() ? nullptr : &opt.language_experts();
+    GTP_ASSIGN_OR_RETURN(auto w, checkpoint::ModelPieces(opt.language_params(), *pgs, experts));
+    GTP_ASSIGN_OR_RETURN(auto s, checkpoint::OptimizerPieces(*opt.language(), opt.language_params(),
+                                                             *pgs, experts));
+    // MoE expert biases: the same on every language rank, which split the writing.
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * grid, pgs->Get("grid"));
+    for (auto& [name, t] : model.language()->moe_buffers()) {
+      checkpoint::TensorPiece piece;
+      piece.key = name;
+      piece.data = t;
+      piece.global_shape = t.shape();
+      piece.replica_index = grid->rank();
+      piece.replica_count = grid->size();
+      w.push_back(std::move(piece));
+    }
+    Prefix("mimo.language.", &w);
+    Prefix("mimo.language.", &s);
+    add(std::move(w));
+    add(std::move(s));
+  }
+  return all;
+}
+
+std::string GroupsNote(bool experts) {
+  return experts ? "data lanes: data (dp×gtp); dense replicas: replicate (dp×cp); expert replicas: edp"
+                 : "data lanes: data (dp×gtp); dense replicas: replicate (dp×cp)";
+}
+
+}  // namespace
+
+absl::Status SaveMimoCheckpoint(const std::string& root, int64_t iteration, MimoModel& model,
+                                MimoOptimizer& opt, comm::Communicator& world,
+                                std::map<std::string, std::string> extra) {
+  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt));
+  checkpoint::SaveOptions so;
+  so.iteration = iteration;
+  so.extra = std::move(extra);
+  so.extra["mimo"] = "1";
+  so.extra["mimo.vision.grid"] = model.encoder_grid().config().ToString();
+  so.extra["mimo.language.grid"] = model.language_grid().config().ToString();
+  so.extra["mimo.vision.groups"] = GroupsNote(false);
+  so.extra["mimo.language.groups"] = GroupsNote(model.config().language.block.moe.enabled());
+  so.extra["mimo.vision.grid_ranks"] = absl::StrCat(model.encoder_grid().offset(), "+",
+                                                    model.encoder_grid().size());
+  so.extra["mimo.language.grid_ranks"] = absl::StrCat(model.language_grid().offset(), "+",
+                                                      model.language_grid().size());
+  // Progress: the same on every rank of a module (one global step decision).
+  optimizer::DistributedOptimizer* o = opt.language() ? opt.language() : opt.encoder();
+  so.extra["optimizer_step"] = absl::StrCat(o->progress().step);
+  so.extra["optimizer_skipped"] = absl::StrCat(o->progress().num_skipped);
+  return checkpoint::Save(root, pieces, world, so);
+}
+
+absl::StatusOr<checkpoint::LoadResult> LoadMimoCheckpoint(const std::string& root,
+                                                          std::optional<int64_t> iteration,
+                                                          MimoModel& model, MimoOptimizer& opt,
+                                                          comm::Communicator& world) {
+  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt));
+  GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::Load(root, iteration, pieces, world));
+  if (lr.extra["mimo"] != "1") {
+    return absl::InvalidArgumentError(absl::StrCat(root, ": not a MIMO checkpoint (no \"mimo\" entry)"));
+  }
+  optimizer::OptimizerProgress pr;
+  pr.step = std::stoll(lr.extra["optimizer_step"]);
+  pr.num_skipped = std::stoll(lr.extra["optimizer_skipped"]);
+  for (optimizer::DistributedOptimizer* o : {opt.encoder(), opt.language()}) {
+    if (o != nullptr) o->set_progress(pr);
+  }
+  for (const optimizer::ParamSet* ps :
+       {&opt.encoder_params(), &opt.language_params(), &opt.language_experts()}) {
+    for (layers::ShardedParam* p : ps->sharded) p->MarkUpdated();
+  }
+  return lr;
+}
+
+}  // namespace gtp::mimo
