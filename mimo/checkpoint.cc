@@ -89,11 +89,20 @@ absl::StatusOr<checkpoint::LoadResult> LoadMimoCheckpoint(const std::string& roo
                                                           std::optional<int64_t> iteration,
                                                           MimoModel& model, MimoOptimizer& opt,
                                                           comm::Communicator& world) {
-  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt));
-  GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::Load(root, iteration, pieces, world));
-  if (lr.extra["mimo"] != "1") {
-    return absl::InvalidArgumentError(absl::StrCat(root, ": not a MIMO checkpoint (no \"mimo\" entry)"));
+  // A MIMO checkpoint? (Before any tensor is read: another job's keys differ.)
+  int64_t it = 0;
+  if (iteration.has_value()) {
+    it = *iteration;
+  } else {
+    GTP_ASSIGN_OR_RETURN(it, checkpoint::LatestIteration(root));
   }
+  const std::string dir = checkpoint::IterationDir(root, it);
+  GTP_ASSIGN_OR_RETURN(checkpoint::proto::Metadata md, checkpoint::ReadCheckpointMetadata(dir));
+  if (md.extra().count("mimo") == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": not a MIMO checkpoint (no \"mimo\" entry)"));
+  }
+  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt));
+  GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::Load(root, it, pieces, world));
   optimizer::OptimizerProgress pr;
   pr.step = std::stoll(lr.extra["optimizer_step"]);
   pr.num_skipped = std::stoll(lr.extra["optimizer_skipped"]);

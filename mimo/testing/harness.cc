@@ -1,0 +1,173 @@
+#include "mimo/testing/harness.h"
+
+#include <cmath>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "comm/local/local_communicator.h"
+#include "core/status.h"
+#include "layers/linear.h"
+#include "mimo/checkpoint.h"
+#include "mimo/optimizer.h"
+#include "parallel/hyper_comm_grid.h"
+
+namespace gtp::mimo::testing {
+
+using data::shapes::ShapesTask;
+
+ModuleLayout Dense(int offset, int size, int tp, int gtp) {
+  ModuleLayout m;
+  m.offset = offset;
+  m.size = size;
+  m.config.tp = tp;
+  m.config.tp_num_weight_shards = tp * gtp;
+  return m;
+}
+
+MimoConfig SmallModel(const ShapesTask& task) {
+  MimoConfig c;
+  c.encoder.patch_dim = task.patch_dim();
+  c.encoder.num_patches = task.num_patches();
+  c.encoder.n_layer = 1;
+  c.encoder.block.n_embd = 16;
+  c.encoder.block.n_head = 2;
+  c.encoder.block.seed = 5;
+  c.encoder.projector_hidden = 16;
+  c.language = layers::GptConfig::Gpt2(ShapesTask::vocab_size(), task.sequence_length(), 2, 16, 2);
+  c.language.block.seed = 6;
+  return c;
+}
+
+optimizer::OptimizerConfig Adam() {
+  optimizer::OptimizerConfig o;
+  o.lr.max_lr = 3e-3f;
+  o.lr.min_lr = 3e-3f;
+  o.lr.warmup_steps = 0;
+  o.clip_grad = 1.0;
+  o.adamw.weight_decay = 0.01f;
+  return o;
+}
+
+namespace {
+
+// Every rank writes its pieces of every global tensor into `out`.
+void CollectParams(MimoModel& model, std::map<std::string, std::vector<float>>* out) {
+  auto sharded = [&](const std::vector<layers::ShardedParam*>& ps) {
+    for (layers::ShardedParam* p : ps) {
+      auto& v = (*out)[p->name()];
+      v.resize(p->global_layout().global_rows * p->global_layout().global_cols);
+      layers::StoreShardToGlobal(*p, p->shard(), v.data());
+    }
+  };
+  auto replicated = [&](const std::vector<layers::ReplicatedParam*>& ps) {
+    for (layers::ReplicatedParam* p : ps) {  // rows through the layout (column-parallel biases)
+      const auto& lay = p->layout;
+      auto& v = (*out)[p->name];
+      v.resize(lay.global_rows * lay.global_cols);
+      const int64_t rows = p->value.numel() / lay.global_cols;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < lay.global_cols; ++c)
+          v[lay.row_map(r) * lay.global_cols + c] = p->value.data<float>()[r * lay.global_cols + c];
+    }
+  };
+  if (model.has_encoder()) {
+    sharded(model.encoder()->sharded_params());
+    replicated(model.encoder()->replicated_params());
+  }
+  if (model.has_language()) {
+    sharded(model.language()->sharded_params());
+    sharded(model.language()->expert_params());
+    replicated(model.language()->replicated_params());
+  }
+}
+
+}  // namespace
+
+Outcome Train(const Layout& l, const RunSpec& spec) {
+  Outcome out;
+  std::mutex mu;
+  std::map<int, std::map<int, double>> lane_loss;  // step → lane → loss
+  absl::StatusOr<ShapesTask> made = ShapesTask::Create(spec.data);
+  if (!made.ok()) {
+    out.status = made.status();
+    return out;
+  }
+  const ShapesTask task = *made;
+  const int64_t G = spec.global_batch;
+  out.status = comm::RunRanks(l.world, [&](comm::Communicator& w) -> absl::Status {
+    HeapAllocator host;
+    const kernels::Exec e = kernels::Exec::Cpu(host);
+    GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create("vision", l.encoder.config,
+                                                                  l.encoder.offset, l.encoder.size, w));
+    GTP_ASSIGN_OR_RETURN(auto lg, parallel::HyperCommGrid::Create(
+                                      "language", l.language.config, l.language.offset,
+                                      l.language.size, w));
+    const int D = lg.num_data_lanes();
+    if (G % D != 0) return absl::InvalidArgumentError("global batch vs language lanes");
+    GTP_ASSIGN_OR_RETURN(auto model, MimoModel::Create(spec.model, eg, lg, w, G / D,
+                                                       task.sequence_length(), e, host));
+    GTP_ASSIGN_OR_RETURN(auto opt, MimoOptimizer::Create(*model, w, e, spec.optimizer, spec.optimizer));
+    comm::Communicator* lang_grid = nullptr;
+    if (model->has_language()) {
+      GTP_ASSIGN_OR_RETURN(lang_grid, lg.Get("grid"));
+    }
+    int first = 0;
+    if (!spec.load_root.empty()) {
+      GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
+                           LoadMimoCheckpoint(spec.load_root, std::nullopt, *model, *opt, w));
+      first = static_cast<int>(lr.iteration);
+    }
+    for (int step = first; step < spec.steps; ++step) {
+      const int64_t base = step * G;
+      Tensor patches, tokens, targets;
+      std::vector<int64_t> enc_ids, lang_ids;
+      if (model->has_encoder()) {
+        const auto r = model->EncoderSamples();
+        const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
+        patches = layers::TensorFromHost(e, b.patches.data(),
+                                         {r.count * task.num_patches(), task.patch_dim()}, DType::kF32);
+        enc_ids = b.ids;
+      }
+      if (model->has_language()) {
+        const auto r = model->LanguageSamples();
+        const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
+        tokens = layers::HostToDevice(e, b.tokens, {r.count, task.sequence_length()});
+        targets = layers::HostToDevice(e, b.targets, {r.count, task.sequence_length()});
+        lang_ids = b.ids;
+      }
+      GTP_RETURN_IF_ERROR(model->Forward(patches, tokens, targets, enc_ids, lang_ids));
+      opt->StartMicrobatch(true);
+      GTP_RETURN_IF_ERROR(model->Backward());
+      if (model->has_language()) {
+        GTP_ASSIGN_OR_RETURN(float loss, model->language()->TakeLossSum());
+        GTP_ASSIGN_OR_RETURN(int lane, lg.DataLane(w.rank()));
+        if (model->language()->has_moe()) {
+          GTP_RETURN_IF_ERROR(model->language()->FinishMoeStep(*lang_grid, D, 1).status());
+        }
+        std::lock_guard<std::mutex> g(mu);
+        lane_loss[step][lane] = loss;
+      }
+      GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());
+      if (w.rank() == 0) {
+        out.norms.push_back(s.grad_norm);
+        if (s.skipped) ++out.skipped;
+      }
+      if (!spec.save_root.empty() && step + 1 == spec.save_after) {
+        GTP_RETURN_IF_ERROR(SaveMimoCheckpoint(spec.save_root, step + 1, *model, *opt, w));
+      }
+    }
+    if (spec.collect_params) {
+      std::lock_guard<std::mutex> g(mu);
+      CollectParams(*model, &out.params);
+    }
+    return absl::OkStatus();
+  });
+  for (auto& [step, lanes] : lane_loss) {
+    double sum = 0;
+    for (auto& [lane, loss] : lanes) sum += loss;
+    out.losses.push_back(sum / lanes.size());
+  }
+  return out;
+}
+
+}  // namespace gtp::mimo::testing
