@@ -93,7 +93,7 @@ MimoModel::Range MimoModel::LanguageSamples() const {
 
 absl::Status MimoModel::Forward(const Tensor& patches, const Tensor& tokens, const Tensor& targets,
                                 const std::vector<int64_t>& encoder_ids,
-                                const std::vector<int64_t>& language_ids) {
+                                const std::vector<int64_t>& language_ids, bool train) {
   LaneBatch out, ids;
   if (has_encoder()) {
     if (static_cast<int64_t>(encoder_ids.size()) != B_enc_) {
@@ -119,7 +119,7 @@ absl::Status MimoModel::Forward(const Tensor& patches, const Tensor& tokens, con
         "]: the loaders disagree (see MimoModel::EncoderSamples / LanguageSamples)"));
   }
   GTP_RETURN_IF_ERROR(language_->SetPrefix(received_.data));
-  return language_->ForwardAsync(tokens, targets, /*backward_follows=*/true);
+  return language_->ForwardAsync(tokens, targets, /*backward_follows=*/train);
 }
 
 absl::Status MimoModel::Backward() {

@@ -73,9 +73,11 @@ class MimoModel {
   // ranks) and of its language samples (language ranks; on a colocated rank
   // both, concatenated encoder first). Adds the language lane's mean loss
   // to the language model's accumulator.
+  // `train` false: an evaluation forward (no Backward follows; the language
+  // model's logits() stay valid).
   absl::Status Forward(const Tensor& patches, const Tensor& tokens, const Tensor& targets,
                        const std::vector<int64_t>& encoder_ids,
-                       const std::vector<int64_t>& language_ids);
+                       const std::vector<int64_t>& language_ids, bool train = true);
   // Backward of the last Forward: language, bridge, encoder.
   absl::Status Backward();
 
