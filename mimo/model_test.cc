@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/local/local_communicator.h"
 #include "gtest/gtest.h"
+#include "layers/linear.h"
 #include "mimo/checkpoint.h"
 #include "mimo/optimizer.h"
 #include "mimo/testing/harness.h"
@@ -117,6 +118,38 @@ TEST(MimoModel, BadLayoutsAreNamed) {
     EXPECT_NE(r.status.message().find(b.message), std::string::npos)
         << b.layout.name << ": " << r.status;
   }
+}
+
+TEST(MimoModel, LoadersThatDisagreeAreAnError) {
+  // The encoder lane encodes samples {0, 1}; the language lane reads {2, 3}.
+  const auto task = *ShapesTask::Create({.image_size = 8, .patch = 4, .seed = 3});
+  std::vector<absl::Status> seen(2);
+  absl::Status st = comm::RunRanks(2, [&](comm::Communicator& w) -> absl::Status {
+    HeapAllocator host;
+    const kernels::Exec e = kernels::Exec::Cpu(host);
+    GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create("vision", {}, 0, 1, w));
+    GTP_ASSIGN_OR_RETURN(auto lg, parallel::HyperCommGrid::Create("language", {}, 1, 1, w));
+    GTP_ASSIGN_OR_RETURN(auto model, MimoModel::Create(testing::SmallModel(task), eg, lg, w, 2,
+                                                       task.sequence_length(), e, host));
+    const auto enc = task.MakeBatch(data::shapes::kTrain, 0, 2);
+    const auto lang = task.MakeBatch(data::shapes::kTrain, 2, 2);
+    Tensor patches, tokens, targets;
+    if (model->has_encoder()) {
+      patches = layers::TensorFromHost(e, enc.patches.data(), {2 * task.num_patches(), task.patch_dim()},
+                                       DType::kF32);
+    } else {
+      tokens = layers::HostToDevice(e, lang.tokens, {2, task.sequence_length()});
+      targets = layers::HostToDevice(e, lang.targets, {2, task.sequence_length()});
+    }
+    seen[w.rank()] = model->Forward(patches, tokens, targets, enc.ids, lang.ids);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(seen[0].ok()) << seen[0];
+  EXPECT_EQ(seen[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(seen[1].message().find("reads samples [2,3] but the encoder lanes feeding it encoded [0,1]"),
+            std::string::npos)
+      << seen[1];
 }
 
 std::string FreshDir(const std::string& name) {

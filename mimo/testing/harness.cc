@@ -1,7 +1,6 @@
 #include "mimo/testing/harness.h"
 
 #include <cmath>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "comm/local/local_communicator.h"
@@ -55,7 +54,7 @@ void CollectParams(MimoModel& model, std::map<std::string, std::vector<float>>* 
   auto sharded = [&](const std::vector<layers::ShardedParam*>& ps) {
     for (layers::ShardedParam* p : ps) {
       auto& v = (*out)[p->name()];
-      v.resize(p->global_layout().global_rows * p->global_layout().global_cols);
+      v.assign(p->global_layout().global_rows * p->global_layout().global_cols, std::nanf(""));
       layers::StoreShardToGlobal(*p, p->shard(), v.data());
     }
   };
@@ -63,7 +62,7 @@ void CollectParams(MimoModel& model, std::map<std::string, std::vector<float>>* 
     for (layers::ReplicatedParam* p : ps) {  // rows through the layout (column-parallel biases)
       const auto& lay = p->layout;
       auto& v = (*out)[p->name];
-      v.resize(lay.global_rows * lay.global_cols);
+      v.assign(lay.global_rows * lay.global_cols, std::nanf(""));
       const int64_t rows = p->value.numel() / lay.global_cols;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < lay.global_cols; ++c)
@@ -83,89 +82,99 @@ void CollectParams(MimoModel& model, std::map<std::string, std::vector<float>>* 
 
 }  // namespace
 
+absl::Status TrainRank(comm::Communicator& w, const Layout& l, const RunSpec& spec, RankLog* log) {
+  GTP_ASSIGN_OR_RETURN(const ShapesTask task, ShapesTask::Create(spec.data));
+  const int64_t G = spec.global_batch;
+  HeapAllocator host;
+  const kernels::Exec e = kernels::Exec::Cpu(host);
+  GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create("vision", l.encoder.config,
+                                                                l.encoder.offset, l.encoder.size, w));
+  GTP_ASSIGN_OR_RETURN(auto lg, parallel::HyperCommGrid::Create("language", l.language.config,
+                                                                l.language.offset, l.language.size, w));
+  const int D = lg.num_data_lanes();
+  if (G % D != 0) return absl::InvalidArgumentError("global batch vs language lanes");
+  GTP_ASSIGN_OR_RETURN(auto model, MimoModel::Create(spec.model, eg, lg, w, G / D,
+                                                     task.sequence_length(), e, host));
+  GTP_ASSIGN_OR_RETURN(auto opt, MimoOptimizer::Create(*model, w, e, spec.optimizer, spec.optimizer));
+  comm::Communicator* lang_grid = nullptr;
+  if (model->has_language()) {
+    GTP_ASSIGN_OR_RETURN(lang_grid, lg.Get("grid"));
+  }
+  int first = 0;
+  if (!spec.load_root.empty()) {
+    GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
+                         LoadMimoCheckpoint(spec.load_root, std::nullopt, *model, *opt, w));
+    first = static_cast<int>(lr.iteration);
+  }
+  for (int step = first; step < spec.steps; ++step) {
+    const int64_t base = step * G;
+    Tensor patches, tokens, targets;
+    std::vector<int64_t> enc_ids, lang_ids;
+    if (model->has_encoder()) {
+      const auto r = model->EncoderSamples();
+      const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
+      patches = layers::TensorFromHost(e, b.patches.data(),
+                                       {r.count * task.num_patches(), task.patch_dim()}, DType::kF32);
+      enc_ids = b.ids;
+    }
+    if (model->has_language()) {
+      const auto r = model->LanguageSamples();
+      const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
+      tokens = layers::HostToDevice(e, b.tokens, {r.count, task.sequence_length()});
+      targets = layers::HostToDevice(e, b.targets, {r.count, task.sequence_length()});
+      lang_ids = b.ids;
+    }
+    GTP_RETURN_IF_ERROR(model->Forward(patches, tokens, targets, enc_ids, lang_ids));
+    opt->StartMicrobatch(true);
+    GTP_RETURN_IF_ERROR(model->Backward());
+    std::pair<int, double> lane_loss = {-1, 0.0};
+    if (model->has_language()) {
+      GTP_ASSIGN_OR_RETURN(float loss, model->language()->TakeLossSum());
+      GTP_ASSIGN_OR_RETURN(int lane, lg.DataLane(w.rank()));
+      if (model->language()->has_moe()) {
+        GTP_RETURN_IF_ERROR(model->language()->FinishMoeStep(*lang_grid, D, 1).status());
+      }
+      lane_loss = {lane, loss};
+    }
+    log->lane_losses.push_back(lane_loss);
+    GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());
+    log->norms.push_back(s.grad_norm);
+    if (s.skipped) ++log->skipped;
+    if (!spec.save_root.empty() && step + 1 == spec.save_after) {
+      GTP_RETURN_IF_ERROR(SaveMimoCheckpoint(spec.save_root, step + 1, *model, *opt, w));
+    }
+  }
+  if (spec.collect_params) CollectParams(*model, &log->params);
+  return absl::OkStatus();
+}
+
 Outcome Train(const Layout& l, const RunSpec& spec) {
   Outcome out;
-  std::mutex mu;
-  std::map<int, std::map<int, double>> lane_loss;  // step → lane → loss
-  absl::StatusOr<ShapesTask> made = ShapesTask::Create(spec.data);
-  if (!made.ok()) {
-    out.status = made.status();
-    return out;
-  }
-  const ShapesTask task = *made;
-  const int64_t G = spec.global_batch;
+  std::vector<RankLog> logs(l.world);
   out.status = comm::RunRanks(l.world, [&](comm::Communicator& w) -> absl::Status {
-    HeapAllocator host;
-    const kernels::Exec e = kernels::Exec::Cpu(host);
-    GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create("vision", l.encoder.config,
-                                                                  l.encoder.offset, l.encoder.size, w));
-    GTP_ASSIGN_OR_RETURN(auto lg, parallel::HyperCommGrid::Create(
-                                      "language", l.language.config, l.language.offset,
-                                      l.language.size, w));
-    const int D = lg.num_data_lanes();
-    if (G % D != 0) return absl::InvalidArgumentError("global batch vs language lanes");
-    GTP_ASSIGN_OR_RETURN(auto model, MimoModel::Create(spec.model, eg, lg, w, G / D,
-                                                       task.sequence_length(), e, host));
-    GTP_ASSIGN_OR_RETURN(auto opt, MimoOptimizer::Create(*model, w, e, spec.optimizer, spec.optimizer));
-    comm::Communicator* lang_grid = nullptr;
-    if (model->has_language()) {
-      GTP_ASSIGN_OR_RETURN(lang_grid, lg.Get("grid"));
-    }
-    int first = 0;
-    if (!spec.load_root.empty()) {
-      GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
-                           LoadMimoCheckpoint(spec.load_root, std::nullopt, *model, *opt, w));
-      first = static_cast<int>(lr.iteration);
-    }
-    for (int step = first; step < spec.steps; ++step) {
-      const int64_t base = step * G;
-      Tensor patches, tokens, targets;
-      std::vector<int64_t> enc_ids, lang_ids;
-      if (model->has_encoder()) {
-        const auto r = model->EncoderSamples();
-        const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
-        patches = layers::TensorFromHost(e, b.patches.data(),
-                                         {r.count * task.num_patches(), task.patch_dim()}, DType::kF32);
-        enc_ids = b.ids;
-      }
-      if (model->has_language()) {
-        const auto r = model->LanguageSamples();
-        const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
-        tokens = layers::HostToDevice(e, b.tokens, {r.count, task.sequence_length()});
-        targets = layers::HostToDevice(e, b.targets, {r.count, task.sequence_length()});
-        lang_ids = b.ids;
-      }
-      GTP_RETURN_IF_ERROR(model->Forward(patches, tokens, targets, enc_ids, lang_ids));
-      opt->StartMicrobatch(true);
-      GTP_RETURN_IF_ERROR(model->Backward());
-      if (model->has_language()) {
-        GTP_ASSIGN_OR_RETURN(float loss, model->language()->TakeLossSum());
-        GTP_ASSIGN_OR_RETURN(int lane, lg.DataLane(w.rank()));
-        if (model->language()->has_moe()) {
-          GTP_RETURN_IF_ERROR(model->language()->FinishMoeStep(*lang_grid, D, 1).status());
-        }
-        std::lock_guard<std::mutex> g(mu);
-        lane_loss[step][lane] = loss;
-      }
-      GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());
-      if (w.rank() == 0) {
-        out.norms.push_back(s.grad_norm);
-        if (s.skipped) ++out.skipped;
-      }
-      if (!spec.save_root.empty() && step + 1 == spec.save_after) {
-        GTP_RETURN_IF_ERROR(SaveMimoCheckpoint(spec.save_root, step + 1, *model, *opt, w));
-      }
-    }
-    if (spec.collect_params) {
-      std::lock_guard<std::mutex> g(mu);
-      CollectParams(*model, &out.params);
-    }
-    return absl::OkStatus();
+    return TrainRank(w, l, spec, &logs[w.rank()]);
   });
-  for (auto& [step, lanes] : lane_loss) {
+  if (!out.status.ok()) return out;
+  const RankLog& r0 = logs[0];
+  out.norms = r0.norms;
+  out.skipped = r0.skipped;
+  for (size_t s = 0; s < r0.norms.size(); ++s) {
+    std::map<int, double> lanes;
+    for (const RankLog& g : logs) {
+      if (g.lane_losses[s].first >= 0) lanes[g.lane_losses[s].first] = g.lane_losses[s].second;
+    }
     double sum = 0;
     for (auto& [lane, loss] : lanes) sum += loss;
-    out.losses.push_back(sum / lanes.size());
+    out.losses.push_back(lanes.empty() ? 0.0 : sum / lanes.size());
+  }
+  for (const RankLog& g : logs) {
+    for (const auto& [name, v] : g.params) {
+      auto& o = out.params[name];
+      if (o.empty()) o.assign(v.size(), std::nanf(""));
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!std::isnan(v[i])) o[i] = v[i];
+      }
+    }
   }
   return out;
 }

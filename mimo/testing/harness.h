@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "data/shapes/shapes.h"
 #include "mimo/model.h"
 #include "optimizer/optimizer.h"
@@ -55,6 +56,21 @@ MimoConfig SmallModel(const data::shapes::ShapesTask& task);
 // AdamW, constant lr 3e-3, clip 1, weight decay 0.01.
 optimizer::OptimizerConfig Adam();
 
+// Threads: every world rank of `layout` in this process (comm/local).
 Outcome Train(const Layout& layout, const RunSpec& spec);
+
+// One rank's view of a run: its language lane's loss per step (lane −1 on
+// ranks outside the language grid), the global grad norm per step, and its
+// pieces of every global tensor (NaN where it holds nothing).
+struct RankLog {
+  std::vector<std::pair<int, double>> lane_losses;
+  std::vector<double> norms;
+  int skipped = 0;
+  std::map<std::string, std::vector<float>> params;
+};
+// This rank's part of the run on `world` (any backend: threads or UCX
+// processes). Collective over world.
+absl::Status TrainRank(comm::Communicator& world, const Layout& layout, const RunSpec& spec,
+                       RankLog* log);
 
 }  // namespace gtp::mimo::testing
