@@ -47,6 +47,9 @@ absl::StatusOr<std::unique_ptr<MimoModel>> MimoModel::Create(
   m->config_.language.prefix_len = config.encoder.num_patches;
   m->exec_ = exec;
   m->host_ = &host;
+  layers::GtpOptions g = gtp;
+  const bool per_token = config.language.loss_reduction == layers::LossReduction::kSum;
+  g.grad_reduce = per_token ? comm::ReduceOp::kSum : comm::ReduceOp::kMean;
   m->enc_grid_ = &encoder;
   m->lang_grid_ = &language;
   m->B_ = B;
@@ -70,13 +73,13 @@ absl::StatusOr<std::unique_ptr<MimoModel>> MimoModel::Create(
     GTP_ASSIGN_OR_RETURN(m->encoder_lane_, encoder.DataLane(world.rank()));
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, encoder.groups());
     GTP_ASSIGN_OR_RETURN(m->encoder_, layers::vision::VisionEncoder::Create(m->config_.encoder,
-                                                                            m->B_enc_, *pgs, exec, gtp));
+                                                                            m->B_enc_, *pgs, exec, g));
   }
   if (language.is_member()) {
     GTP_ASSIGN_OR_RETURN(m->language_lane_, language.DataLane(world.rank()));
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, language.groups());
     GTP_ASSIGN_OR_RETURN(m->language_,
-                         layers::GptModel::Create(m->config_.language, B, T, *pgs, exec, gtp));
+                         layers::GptModel::Create(m->config_.language, B, T, *pgs, exec, g));
   }
   return m;
 }
@@ -129,8 +132,10 @@ absl::Status MimoModel::Backward() {
     // Scaled so the encoder's lane mean is the language lanes' mean (see
     // the file comment).
     grad.data = language_->prefix_grad();
-    const float scale =
-        static_cast<float>(num_encoder_lanes_) / static_cast<float>(num_language_lanes_);
+    const bool per_token = config_.language.loss_reduction == layers::LossReduction::kSum;
+    const float scale = per_token ? 1.0f
+                                  : static_cast<float>(num_encoder_lanes_) /
+                                        static_cast<float>(num_language_lanes_);
     if (scale != 1.0f) {
       Tensor scaled = exec_.Empty(grad.data.shape(), DType::kF32);
       ops::Axpby(exec_, scale, grad.data, 0.0f, scaled);

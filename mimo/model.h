@@ -16,11 +16,18 @@
 // reads (the bridge carries them), so a loader that disagrees is an error,
 // not silently wrong training.
 //
-// Gradient scale: the language grid's gradient sync averages over its D
-// lanes (the mean of lane losses), the encoder's over its S lanes; the
-// prefix gradient each encoder lane receives is scaled by S/D so the
-// encoder's gradient is that of the same mean (a fan-in lane would
-// otherwise get k times too little).
+// Loss normalisation (config.language.loss_reduction):
+//  - kMean (default): each language lane's mean loss; the language grid's
+//    gradient sync averages over its D lanes, the encoder's over its S
+//    lanes, so the prefix gradient each encoder lane receives is scaled by
+//    S/D — the encoder's gradient is that of the same mean (a fan-in lane
+//    would otherwise get k times too little).
+//  - kSum (per-token): each lane differentiates its summed loss and both
+//    modules' gradient buffers sum and divide once by the global number of
+//    valid targets (MimoOptimizer with LossNormalization::kPerToken; the
+//    encoder lanes count the targets of the samples they encode, which add
+//    up to the language grid's count). No scale; the GTP chains reduce by
+//    sum (set here).
 //
 // Every method is collective over `world` (every rank calls it, in the same
 // order) and blocks. Either grid may be a single rank; the grids may be

@@ -97,6 +97,26 @@ TEST(MimoModel, MuonTrainsLikeOneRank) {
   }
 }
 
+TEST(MimoModel, PerTokenLossTrainsLikeOneRank) {
+  // Lanes with different numbers of valid targets: the mean over every
+  // target (per-token) differs from the mean of lane means, and both
+  // modules' gradients are divided by the one global count.
+  RunSpec spec = Spec();
+  spec.drop_every = 4;  // fan-in lanes: 7 and 8 valid targets at every step
+  spec.model.language.loss_reduction = layers::LossReduction::kSum;
+  const Outcome one = testing::Train(kOne, spec);
+  ASSERT_TRUE(one.status.ok()) << one.status;
+  RunSpec mean = spec;
+  mean.model.language.loss_reduction = layers::LossReduction::kMean;
+  const Outcome fan_in_mean = testing::Train(kFanIn, mean);
+  ASSERT_TRUE(fan_in_mean.status.ok()) << fan_in_mean.status;
+  // (The normalisation matters here: the lane-mean run's norms differ.)
+  EXPECT_GT(std::fabs(fan_in_mean.norms[0] - one.norms[0]), 1e-4 * one.norms[0]);
+  for (const Layout& l : {kFanIn, kFanOut, kColocated, kEncoderGtp}) {
+    ExpectSameRun(testing::Train(l, spec), one, l.name, 2e-5);
+  }
+}
+
 TEST(MimoModel, BadLayoutsAreNamed) {
   // Overlapping grids, a gap, lanes that do not divide, a batch that does not split.
   struct Bad {

@@ -8,9 +8,10 @@ namespace gtp::mimo {
 
 namespace {
 
-optimizer::GradBufferOptions BufferOptions(const optimizer::OptimizerConfig& c) {
+optimizer::GradBufferOptions BufferOptions(const optimizer::OptimizerConfig& c, bool per_token) {
   optimizer::GradBufferOptions o;
   if (c.matrices == optimizer::MatrixOptimizer::kMuon) o.reduce = optimizer::ReduceMode::kAllReduce;
+  if (per_token) o.normalization = optimizer::LossNormalization::kPerToken;
   return o;
 }
 
@@ -22,12 +23,13 @@ absl::StatusOr<std::unique_ptr<MimoOptimizer>> MimoOptimizer::Create(
   std::unique_ptr<MimoOptimizer> m(new MimoOptimizer());
   m->world_ = &world;
   m->exec_ = exec;
+  const bool per_token = model.config().language.loss_reduction == layers::LossReduction::kSum;
   if (model.has_encoder()) {
     layers::vision::VisionEncoder& enc = *model.encoder();
     m->enc_params_ = {enc.sharded_params(), enc.replicated_params()};
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.encoder_grid().groups());
     GTP_ASSIGN_OR_RETURN(m->enc_grads_, optimizer::GradBuffer::Create(m->enc_params_, *pgs, exec,
-                                                                      BufferOptions(encoder)));
+                                                                      BufferOptions(encoder, per_token)));
     GTP_ASSIGN_OR_RETURN(m->enc_opt_, optimizer::DistributedOptimizer::Create(m->enc_grads_.get(),
                                                                               *pgs, exec, encoder));
     m->enc_leader_ = world.rank() == model.encoder_grid().offset();
@@ -36,7 +38,7 @@ absl::StatusOr<std::unique_ptr<MimoOptimizer>> MimoOptimizer::Create(
     layers::GptModel& lm = *model.language();
     m->lang_params_ = {lm.sharded_params(), lm.replicated_params()};
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.language_grid().groups());
-    const optimizer::GradBufferOptions go = BufferOptions(language);
+    const optimizer::GradBufferOptions go = BufferOptions(language, per_token);
     GTP_ASSIGN_OR_RETURN(m->lang_grads_, optimizer::GradBuffer::Create(m->lang_params_, *pgs, exec, go));
     std::vector<optimizer::GradBuffer*> buffers = {m->lang_grads_.get()};
     if (!lm.expert_params().empty()) {
@@ -53,9 +55,10 @@ absl::StatusOr<std::unique_ptr<MimoOptimizer>> MimoOptimizer::Create(
   return m;
 }
 
-void MimoOptimizer::StartMicrobatch(bool last) {
-  for (optimizer::GradBuffer* g : {enc_grads_.get(), lang_grads_.get(), expert_grads_.get()}) {
-    if (g != nullptr) g->StartMicrobatch(last);
+void MimoOptimizer::StartMicrobatch(bool last, int64_t encoder_tokens, int64_t language_tokens) {
+  if (enc_grads_) enc_grads_->StartMicrobatch(last, encoder_tokens);
+  for (optimizer::GradBuffer* g : {lang_grads_.get(), expert_grads_.get()}) {
+    if (g != nullptr) g->StartMicrobatch(last, language_tokens);
   }
 }
 

@@ -29,7 +29,11 @@ class MimoOptimizer {
       const optimizer::OptimizerConfig& encoder, const optimizer::OptimizerConfig& language);
 
   // Before each micro-batch's backward (see GradBuffer::StartMicrobatch).
-  void StartMicrobatch(bool last);
+  // Per-token normalisation (the language model's loss_reduction kSum):
+  // `encoder_tokens` the valid targets of the samples this rank's encoder
+  // lane encodes, `language_tokens` those of its language lane (each
+  // ignored outside its grid); their sums over each grid's lanes agree.
+  void StartMicrobatch(bool last, int64_t encoder_tokens = 0, int64_t language_tokens = 0);
   // The step's stats are the same on every rank. Collective; blocks.
   absl::StatusOr<optimizer::StepStats> Step();
 

@@ -106,35 +106,50 @@ absl::Status TrainRank(comm::Communicator& w, const Layout& l, const RunSpec& sp
                          LoadMimoCheckpoint(spec.load_root, std::nullopt, *model, *opt, w));
     first = static_cast<int>(lr.iteration);
   }
+  const int L = task.sequence_length();
+  // A batch with the spec's dropped targets, and its count of valid ones.
+  auto batch = [&](int64_t first_sample, int64_t n, int64_t* valid) {
+    ShapesTask::Batch b = task.MakeBatch(data::shapes::kTrain, first_sample, n);
+    *valid = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int j = 0; j < L; ++j) {
+        int32_t& t = b.targets[i * L + j];
+        if (spec.drop_every > 0 && (b.ids[i] * 31 + j) % spec.drop_every == 0) t = -1;
+        *valid += t >= 0;
+      }
+    }
+    return b;
+  };
   for (int step = first; step < spec.steps; ++step) {
     const int64_t base = step * G;
     Tensor patches, tokens, targets;
     std::vector<int64_t> enc_ids, lang_ids;
+    int64_t enc_valid = 0, lang_valid = 0;
     if (model->has_encoder()) {
       const auto r = model->EncoderSamples();
-      const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
+      const auto b = batch(base + r.first, r.count, &enc_valid);
       patches = layers::TensorFromHost(e, b.patches.data(),
                                        {r.count * task.num_patches(), task.patch_dim()}, DType::kF32);
       enc_ids = b.ids;
     }
     if (model->has_language()) {
       const auto r = model->LanguageSamples();
-      const auto b = task.MakeBatch(data::shapes::kTrain, base + r.first, r.count);
-      tokens = layers::HostToDevice(e, b.tokens, {r.count, task.sequence_length()});
-      targets = layers::HostToDevice(e, b.targets, {r.count, task.sequence_length()});
+      const auto b = batch(base + r.first, r.count, &lang_valid);
+      tokens = layers::HostToDevice(e, b.tokens, {r.count, L});
+      targets = layers::HostToDevice(e, b.targets, {r.count, L});
       lang_ids = b.ids;
     }
     GTP_RETURN_IF_ERROR(model->Forward(patches, tokens, targets, enc_ids, lang_ids));
-    opt->StartMicrobatch(true);
+    opt->StartMicrobatch(true, enc_valid, lang_valid);
     GTP_RETURN_IF_ERROR(model->Backward());
-    std::pair<int, double> lane_loss = {-1, 0.0};
+    RankLog::LaneLoss lane_loss;
     if (model->has_language()) {
       GTP_ASSIGN_OR_RETURN(float loss, model->language()->TakeLossSum());
       GTP_ASSIGN_OR_RETURN(int lane, lg.DataLane(w.rank()));
       if (model->language()->has_moe()) {
         GTP_RETURN_IF_ERROR(model->language()->FinishMoeStep(*lang_grid, D, 1).status());
       }
-      lane_loss = {lane, loss};
+      lane_loss = {lane, loss, lang_valid};
     }
     log->lane_losses.push_back(lane_loss);
     GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());
@@ -159,13 +174,16 @@ Outcome Train(const Layout& l, const RunSpec& spec) {
   out.norms = r0.norms;
   out.skipped = r0.skipped;
   for (size_t s = 0; s < r0.norms.size(); ++s) {
-    std::map<int, double> lanes;
+    std::map<int, RankLog::LaneLoss> lanes;
     for (const RankLog& g : logs) {
-      if (g.lane_losses[s].first >= 0) lanes[g.lane_losses[s].first] = g.lane_losses[s].second;
+      if (g.lane_losses[s].lane >= 0) lanes[g.lane_losses[s].lane] = g.lane_losses[s];
     }
-    double sum = 0;
-    for (auto& [lane, loss] : lanes) sum += loss;
-    out.losses.push_back(lanes.empty() ? 0.0 : sum / lanes.size());
+    double sum = 0, tokens = 0;
+    for (auto& [lane, ll] : lanes) {
+      sum += ll.loss * ll.tokens;
+      tokens += ll.tokens;
+    }
+    out.losses.push_back(tokens > 0 ? sum / tokens : 0.0);
   }
   for (const RankLog& g : logs) {
     for (const auto& [name, v] : g.params) {

@@ -40,11 +40,15 @@ struct RunSpec {
   int save_after = 0;
   std::string load_root;
   bool collect_params = true;
+  // Drop caption targets (−1) where (sample id · 31 + position) % drop_every
+  // == 0, so lanes hold different numbers of valid targets (0: none). With
+  // model.language.loss_reduction kSum the run is per-token normalised.
+  int drop_every = 0;
 };
 
 struct Outcome {
   absl::Status status;
-  std::vector<double> losses;  // per step run, the mean over language lanes
+  std::vector<double> losses;  // per step run, the mean over every valid target
   std::vector<double> norms;   // per step run, the global grad norm
   int skipped = 0;             // steps skipped (a non-finite norm)
   std::map<std::string, std::vector<float>> params;  // global tensors after the run
@@ -63,7 +67,12 @@ Outcome Train(const Layout& layout, const RunSpec& spec);
 // ranks outside the language grid), the global grad norm per step, and its
 // pieces of every global tensor (NaN where it holds nothing).
 struct RankLog {
-  std::vector<std::pair<int, double>> lane_losses;
+  struct LaneLoss {
+    int lane = -1;
+    double loss = 0;      // the lane's mean
+    int64_t tokens = 0;   // its valid targets
+  };
+  std::vector<LaneLoss> lane_losses;
   std::vector<double> norms;
   int skipped = 0;
   std::map<std::string, std::vector<float>> params;

@@ -80,11 +80,11 @@ int Main() {
                   one.norms[s]);
       ++bad;
     }
-    const auto& [lane, loss] = mine.lane_losses[s];
-    if (lane != same.lane_losses[s].first ||
-        std::fabs(loss - same.lane_losses[s].second) > 1e-6 * std::fabs(loss)) {
-      std::printf("rank %d step %zu: lane %d loss %.9g, threads lane %d %.9g\n", rank, s, lane, loss,
-                  same.lane_losses[s].first, same.lane_losses[s].second);
+    const RankLog::LaneLoss& a = mine.lane_losses[s];
+    const RankLog::LaneLoss& b = same.lane_losses[s];
+    if (a.lane != b.lane || std::fabs(a.loss - b.loss) > 1e-6 * std::fabs(a.loss)) {
+      std::printf("rank %d step %zu: lane %d loss %.9g, threads lane %d %.9g\n", rank, s, a.lane,
+                  a.loss, b.lane, b.loss);
       ++bad;
     }
   }
