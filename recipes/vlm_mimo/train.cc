@@ -11,11 +11,15 @@
 // steps; at the end greedily captions --eval_batches batches of unseen
 // (validation-split) images and prints the caption accuracy and examples.
 // Flags only for now (no recipe .pbtxt: the GPT trainer's config does not
-// describe two modules yet); CPU only (the bridge moves host tensors).
+// describe two modules yet). --device=cuda trains on one GPU with both
+// modules on one rank (several GPUs need the bridge to move device memory:
+// planned).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "comm/local/local_communicator.h"
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/cuda.h"
 #include "core/status.h"
 #include "data/shapes/shapes.h"
 #include "layers/linear.h"
@@ -52,6 +59,9 @@ ABSL_FLAG(int, width, 64, "model width of both modules");
 ABSL_FLAG(int, layers, 2, "transformer layers of each module");
 ABSL_FLAG(uint64_t, seed, 1234, "data and init seed");
 ABSL_FLAG(std::string, checkpoint_dir, "", "save a checkpoint here at the end (and resume from it)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda: one GPU, both modules on one rank (--colocated --encoder_ranks=1 "
+          "--language_ranks=1 --language_tp=1 --language_gtp=1 --encoder_tp=1)");
 
 namespace gtp::recipes {
 namespace {
@@ -81,15 +91,16 @@ optimizer::OptimizerConfig Optim(int steps) {
 
 // Per row of the language model's last logits: the argmax over the real
 // vocabulary across the TP group (every TP rank gets the same answer).
-absl::StatusOr<std::vector<int32_t>> Argmax(layers::GptModel& lm, comm::Communicator& tp) {
-  const Tensor& logits = lm.logits();
-  const int64_t rows = logits.dim(0), cols = logits.dim(1);
+absl::StatusOr<std::vector<int32_t>> Argmax(const kernels::Exec& e, layers::GptModel& lm,
+                                            comm::Communicator& tp) {
+  const int64_t rows = lm.logits().dim(0), cols = lm.logits().dim(1);
+  const std::vector<float> logits = layers::DeviceToHost<float>(e, lm.logits());
   std::vector<float> mine(rows * 2), all(rows * 2 * tp.size());
   for (int64_t r = 0; r < rows; ++r) {
     float best = -INFINITY;
     int64_t arg = -1;
     for (int64_t c = 0; c < lm.vocab_local(); ++c) {
-      const float v = logits.data<float>()[r * cols + c];
+      const float v = logits[r * cols + c];
       if (v > best) best = v, arg = lm.vocab_start() + c;
     }
     mine[2 * r] = best;
@@ -140,9 +151,31 @@ absl::Status Run() {
               colocated ? "(colocated with)" : "|", absl::GetFlag(FLAGS_language_tp),
               absl::GetFlag(FLAGS_language_gtp), nl, static_cast<long long>(G), steps,
               absl::GetFlag(FLAGS_muon) ? "Muon" : "AdamW");
+  // One GPU: the single rank's exec.
+  const bool cuda = absl::GetFlag(FLAGS_device) == "cuda";
+  if (!cuda && absl::GetFlag(FLAGS_device) != "cpu") {
+    return absl::InvalidArgumentError("--device must be cpu or cuda");
+  }
+  if (cuda && world != 1) {
+    return absl::InvalidArgumentError(
+        "--device=cuda runs both modules on one GPU: --colocated --encoder_ranks=1 "
+        "--language_ranks=1 --encoder_tp=1 --language_tp=1 --language_gtp=1 (the bridge moves host "
+        "tensors between ranks)");
+  }
+  std::optional<Stream> stream;
+  std::unique_ptr<CudaCachingAllocator> dev;
+  std::unique_ptr<kernels::cuda::BlasContext> blas;
+  if (cuda) {
+    if (CudaDeviceCount() == 0) return absl::FailedPreconditionError("--device=cuda: " + NoGpuReason());
+    GTP_ASSIGN_OR_RETURN(Stream s, Stream::Create(0));
+    stream.emplace(std::move(s));
+    dev = std::make_unique<CudaCachingAllocator>(0);
+    blas = std::make_unique<kernels::cuda::BlasContext>(0);
+  }
   return comm::RunRanks(world, [&](comm::Communicator& w) -> absl::Status {
     HeapAllocator host;
-    const kernels::Exec e = kernels::Exec::Cpu(host);
+    const kernels::Exec e = cuda ? kernels::Exec{Device::Cuda(0), dev.get(), stream->get(), blas.get()}
+                                 : kernels::Exec::Cpu(host);
     GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create(
                                       "vision", Dense(absl::GetFlag(FLAGS_encoder_tp),
                                                       absl::GetFlag(FLAGS_encoder_gtp)),
@@ -227,7 +260,7 @@ absl::Status Run() {
       for (int j = 1; j <= ShapesTask::kCaptionLength - 2; ++j) {
         GTP_RETURN_IF_ERROR(forward(data::shapes::kValid, int64_t{bi} * G, false, &tokens));
         if (!model->has_language()) continue;
-        GTP_ASSIGN_OR_RETURN(pred, Argmax(*model->language(), *tp));
+        GTP_ASSIGN_OR_RETURN(pred, Argmax(e, *model->language(), *tp));
         if (j < ShapesTask::kCaptionLength - 2) {
           for (int64_t b = 0; b * seq < static_cast<int64_t>(tokens.size()); ++b) {
             tokens[b * seq + np + j + 1] = pred[b * seq + np + j];
