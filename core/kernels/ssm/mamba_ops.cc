@@ -1,0 +1,173 @@
+#include "core/kernels/ssm/mamba_ops.h"
+
+#include <cmath>
+
+#include "core/status.h"
+
+namespace gtp::kernels::ssm {
+
+namespace {
+
+float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+float Silu(float v) { return v * Sigmoid(v); }
+// d silu(v) / dv.
+float SiluGrad(float v) {
+  const float s = Sigmoid(v);
+  return s * (1.0f + v * (1.0f - s));
+}
+
+void CheckCpuF32(const Exec& e, const char* op, std::initializer_list<const Tensor*> ts) {
+  GTP_CHECK(!e.is_cuda(), op, ": CUDA is not built yet (CPU only)");
+  for (const Tensor* t : ts) {
+    GTP_CHECK(t->defined() && t->dtype() == DType::kF32, op, ": f32 tensors only, got ",
+              t->defined() ? t->ToString() : std::string("undefined"));
+  }
+}
+
+// The conv's pre-activation at (b, t, c).
+float ConvAt(const float* x, const float* w, const float* bias, int64_t T, int64_t Ch, int64_t K,
+             int64_t b, int64_t t, int64_t c) {
+  float acc = bias[c];
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t s = t - (K - 1) + k;
+    if (s >= 0) acc += w[c * K + k] * x[(b * T + s) * Ch + c];
+  }
+  return acc;
+}
+
+}  // namespace
+
+void CausalConv1dForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& bias,
+                         const Tensor& y, bool silu) {
+  CheckCpuF32(e, "CausalConv1dForward", {&x, &w, &bias, &y});
+  GTP_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(0) == x.dim(2) && bias.numel() == x.dim(2) &&
+                y.shape() == x.shape(),
+            "CausalConv1dForward: x ", x.ToString(), " w ", w.ToString(), " bias ",
+            bias.ToString(), " y ", y.ToString());
+  const int64_t B = x.dim(0), T = x.dim(1), Ch = x.dim(2), K = w.dim(1);
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = bias.data<float>();
+  float* py = y.data<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < Ch; ++c) {
+        const float v = ConvAt(px, pw, pb, T, Ch, K, b, t, c);
+        py[(b * T + t) * Ch + c] = silu ? Silu(v) : v;
+      }
+}
+
+void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
+                          const Tensor& bias, bool silu, const Tensor& dx, const Tensor& dw,
+                          const Tensor& dbias) {
+  CheckCpuF32(e, "CausalConv1dBackward", {&dy, &x, &w, &bias, &dx, &dw, &dbias});
+  GTP_CHECK(dy.shape() == x.shape() && dx.shape() == x.shape() && dw.shape() == w.shape() &&
+                dbias.numel() == bias.numel() && x.rank() == 3 && w.dim(0) == x.dim(2),
+            "CausalConv1dBackward: dy ", dy.ToString(), " x ", x.ToString(), " w ", w.ToString());
+  const int64_t B = x.dim(0), T = x.dim(1), Ch = x.dim(2), K = w.dim(1);
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = bias.data<float>(),
+              *pdy = dy.data<float>();
+  float *pdx = dx.data<float>(), *pdw = dw.data<float>(), *pdb = dbias.data<float>();
+  for (int64_t i = 0; i < dx.numel(); ++i) pdx[i] = 0.0f;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < Ch; ++c) {
+        float g = pdy[(b * T + t) * Ch + c];
+        if (silu) g *= SiluGrad(ConvAt(px, pw, pb, T, Ch, K, b, t, c));
+        pdb[c] += g;
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t s = t - (K - 1) + k;
+          if (s < 0) continue;
+          pdw[c * K + k] += g * px[(b * T + s) * Ch + c];
+          pdx[(b * T + s) * Ch + c] += g * pw[c * K + k];
+        }
+      }
+}
+
+void SoftplusBiasForward(const Exec& e, const Tensor& raw, const Tensor& bias, const Tensor& dt) {
+  CheckCpuF32(e, "SoftplusBiasForward", {&raw, &bias, &dt});
+  GTP_CHECK(raw.rank() == 2 && bias.numel() == raw.dim(1) && dt.shape() == raw.shape(),
+            "SoftplusBiasForward: raw ", raw.ToString(), " bias ", bias.ToString(), " dt ",
+            dt.ToString());
+  const int64_t N = raw.dim(0), H = raw.dim(1);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      const float u = raw.data<float>()[n * H + h] + bias.data<float>()[h];
+      dt.data<float>()[n * H + h] = u > 20.0f ? u : std::log1p(std::exp(u));
+    }
+}
+
+void SoftplusBiasBackward(const Exec& e, const Tensor& ddt, const Tensor& raw, const Tensor& bias,
+                          const Tensor& draw, const Tensor& dbias) {
+  CheckCpuF32(e, "SoftplusBiasBackward", {&ddt, &raw, &bias, &draw, &dbias});
+  GTP_CHECK(ddt.shape() == raw.shape() && draw.shape() == raw.shape() &&
+                dbias.numel() == bias.numel() && bias.numel() == raw.dim(1),
+            "SoftplusBiasBackward: ddt ", ddt.ToString(), " raw ", raw.ToString());
+  const int64_t N = raw.dim(0), H = raw.dim(1);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      const float u = raw.data<float>()[n * H + h] + bias.data<float>()[h];
+      const float g = ddt.data<float>()[n * H + h] * (u > 20.0f ? 1.0f : Sigmoid(u));
+      draw.data<float>()[n * H + h] = g;
+      dbias.data<float>()[h] += g;
+    }
+}
+
+void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
+                         const Tensor& y, const Tensor& rstd, int64_t group, float eps) {
+  CheckCpuF32(e, "GatedRmsNormForward", {&x, &z, &w, &y, &rstd});
+  GTP_CHECK(x.rank() == 2 && z.shape() == x.shape() && y.shape() == x.shape() &&
+                w.numel() == x.dim(1) && group > 0 && x.dim(1) % group == 0 &&
+                rstd.numel() == x.dim(0) * (x.dim(1) / group),
+            "GatedRmsNormForward: x ", x.ToString(), " z ", z.ToString(), " w ", w.ToString(),
+            " rstd ", rstd.ToString(), " group ", group);
+  const int64_t N = x.dim(0), Ch = x.dim(1), Gs = Ch / group;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t gi = 0; gi < Gs; ++gi) {
+      double ss = 0;
+      for (int64_t j = 0; j < group; ++j) {
+        const int64_t i = n * Ch + gi * group + j;
+        const float g = x.data<float>()[i] * Silu(z.data<float>()[i]);
+        ss += static_cast<double>(g) * g;
+      }
+      const float r = 1.0f / std::sqrt(static_cast<float>(ss / group) + eps);
+      rstd.data<float>()[n * Gs + gi] = r;
+      for (int64_t j = 0; j < group; ++j) {
+        const int64_t c = gi * group + j, i = n * Ch + c;
+        const float g = x.data<float>()[i] * Silu(z.data<float>()[i]);
+        y.data<float>()[i] = g * r * w.data<float>()[c];
+      }
+    }
+}
+
+void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& z,
+                          const Tensor& w, const Tensor& rstd, int64_t group, const Tensor& dx,
+                          const Tensor& dz, const Tensor& dw) {
+  CheckCpuF32(e, "GatedRmsNormBackward", {&dy, &x, &z, &w, &rstd, &dx, &dz, &dw});
+  GTP_CHECK(dy.shape() == x.shape() && z.shape() == x.shape() && dx.shape() == x.shape() &&
+                dz.shape() == x.shape() && dw.numel() == w.numel() && w.numel() == x.dim(1) &&
+                group > 0 && x.dim(1) % group == 0,
+            "GatedRmsNormBackward: dy ", dy.ToString(), " x ", x.ToString(), " group ", group);
+  const int64_t N = x.dim(0), Ch = x.dim(1), Gs = Ch / group;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t gi = 0; gi < Gs; ++gi) {
+      const float r = rstd.data<float>()[n * Gs + gi];
+      // y = g·r·w: dg = r·(w·dy) − g·r³·mean(w·dy·g).
+      double dot = 0;
+      for (int64_t j = 0; j < group; ++j) {
+        const int64_t c = gi * group + j, i = n * Ch + c;
+        const float g = x.data<float>()[i] * Silu(z.data<float>()[i]);
+        dot += static_cast<double>(w.data<float>()[c]) * dy.data<float>()[i] * g;
+        dw.data<float>()[c] += dy.data<float>()[i] * g * r;
+      }
+      const float m = static_cast<float>(dot / group);
+      for (int64_t j = 0; j < group; ++j) {
+        const int64_t c = gi * group + j, i = n * Ch + c;
+        const float zi = z.data<float>()[i], xi = x.data<float>()[i];
+        const float g = xi * Silu(zi);
+        const float dg = r * w.data<float>()[c] * dy.data<float>()[i] - g * r * r * r * m;
+        dx.data<float>()[i] = dg * Silu(zi);
+        dz.data<float>()[i] = dg * xi * SiluGrad(zi);
+      }
+    }
+}
+
+}  // namespace gtp::kernels::ssm

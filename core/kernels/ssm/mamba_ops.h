@@ -1,0 +1,42 @@
+// core/kernels/ssm/mamba_ops.h — the Mamba-2 mixer's small ops around the
+// SSD scan (ssd_scan.h): the depthwise causal conv1d, dt's softplus with its
+// bias, and the gated RMSNorm before out_proj. Tensor-level, f32, CPU (CUDA:
+// planned; the calls abort on a CUDA Exec). Activation gradients are written
+// (=), parameter gradients accumulate (+=).
+#pragma once
+
+#include <cstdint>
+
+#include "core/kernels/ops.h"
+
+namespace gtp::kernels::ssm {
+
+// y[b, t, c] = act(bias[c] + Σ_{k<K} w[c, k]·x[b, t − (K−1) + k, c]), x = 0
+// before t = 0 (causal, depthwise). x, y [B, T, Ch]; w [Ch, K]; bias [Ch];
+// act = SiLU when `silu`, else identity.
+void CausalConv1dForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& bias,
+                         const Tensor& y, bool silu);
+// dx (=), dw and dbias (+=). The pre-activation is recomputed from x.
+void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
+                          const Tensor& bias, bool silu, const Tensor& dx, const Tensor& dw,
+                          const Tensor& dbias);
+
+// dt[n, h] = softplus(raw[n, h] + bias[h]) (softplus(u) = log(1 + e^u); u
+// above 20 passes through). raw, dt [N, H]; bias [H].
+void SoftplusBiasForward(const Exec& e, const Tensor& raw, const Tensor& bias, const Tensor& dt);
+// draw (=) = ddt·σ(raw + bias); dbias (+=) Σ_n of it.
+void SoftplusBiasBackward(const Exec& e, const Tensor& ddt, const Tensor& raw, const Tensor& bias,
+                          const Tensor& draw, const Tensor& dbias);
+
+// Gated RMSNorm (Mamba-2's RMSNormGated, norm before the gate's product is
+// not applied: g = x·silu(z) is normalised): for each row and each group of
+// `group` channels, y = g·rstd·w with rstd = 1/√(mean(g²) + eps).
+// x, z, y [N, Ch]; w [Ch]; rstd [N, Ch/group] (written, for the backward).
+void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
+                         const Tensor& y, const Tensor& rstd, int64_t group, float eps);
+// dx, dz (=); dw (+=).
+void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& z,
+                          const Tensor& w, const Tensor& rstd, int64_t group, const Tensor& dx,
+                          const Tensor& dz, const Tensor& dw);
+
+}  // namespace gtp::kernels::ssm

@@ -1,0 +1,72 @@
+// core/kernels/ssm/ssd_scan.h — the Mamba-2 selective state-space scan (SSD,
+// "state-space duality"), forward and backward, as Tensor-level ops.
+//
+// Math, per batch b and head h (a scalar A per head, as Mamba-2):
+//   x  [B, T, H, P]   inputs (P = head dim)
+//   dt [B, T, H]      step sizes, already positive (the caller applies softplus
+//                     and dt_bias)
+//   A  [H]            decay rates (negative reals; A = −exp(A_log))
+//   Bm [B, T, G, N]   input projections, G groups, H % G == 0: head h uses
+//   Cm [B, T, G, N]   output projections  group g = h / (H/G)
+//   D  [H]            skip weights
+//   y  [B, T, H, P]   outputs
+// State S_t [P, N], S_{−1} = 0:
+//   S_t = exp(dt_t·A_h)·S_{t−1} + dt_t · x_t ⊗ B_t      (x_t ∈ R^P, B_t ∈ R^N)
+//   y_t = S_t · C_t + D_h · x_t                          (S_t·C_t ∈ R^P)
+//
+// Computed by the chunked SSD algorithm ("minimal SSD" of the Mamba-2 paper,
+// mamba_ssm's ssd_minimal): the sequence is cut into chunks of `chunk` steps
+// (the last may be shorter). With a_t = dt_t·A_h and cs_i = Σ_{k ≤ i} a_k
+// inside the chunk,
+//   1. diagonal blocks: y_i += Σ_{j ≤ i} (C_i·B_j)·exp(cs_i − cs_j)·dt_j·x_j
+//      (the quadratic, attention-like form with the segment-sum decay);
+//   2. chunk states:    S_c = Σ_j exp(cs_last − cs_j)·dt_j·x_j ⊗ B_j;
+//   3. inter-chunk recurrence: S_in[c+1] = exp(cs_last)·S_in[c] + S_c;
+//   4. state to output: y_i += exp(cs_i)·S_in[c]·C_i.
+// Every exponent is ≤ 0, so nothing overflows. Cost O(T·L·(N + P) + T·N·P)
+// per head. The backward runs the same chunks in reverse, recomputing the
+// chunk-entry states from the inputs (nothing is saved by the forward).
+//
+// Conventions (core/kernels/kernels.h): row-major contiguous f32 tensors on
+// exec's device; activation gradients (dx, ddt, dBm, dCm) are written (=);
+// parameter gradients (dA, dD) accumulate (+=). f32 data with f32
+// accumulation of vector products; cumulative decays and the per-head scalar
+// reductions (dA, dD, ddt) in double. Deterministic: bit-identical run to
+// run. Outputs must not alias inputs. Bad shapes, dtypes or devices abort
+// (GTP_CHECK); nothing returns Status.
+//
+// CPU calls run on the calling thread (blocking); CUDA is not built yet (a
+// CUDA Exec aborts). Thread-safe for distinct output tensors.
+//
+//   Exec e = Exec::Cpu(host);
+//   ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y);
+//   ssm::SsdScanBackward(e, dy, x, dt, A, Bm, Cm, D, dx, ddt, dA, dBm, dCm, dD);
+#pragma once
+
+#include <cstdint>
+
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels::ssm {
+
+// The default chunk length L (Mamba-2's).
+inline constexpr int64_t kSsdDefaultChunk = 128;
+
+// y[B, T, H, P] = the scan of x, dt, A, Bm, Cm, D above (=). chunk ≥ 1; T
+// need not be a multiple of it. The result does not depend on chunk beyond
+// f32 rounding.
+void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
+                    const Tensor& Bm, const Tensor& Cm, const Tensor& D, const Tensor& y,
+                    int64_t chunk = kSsdDefaultChunk);
+
+// Gradients of a loss L given dy = ∂L/∂y [B, T, H, P]:
+//   dx [B, T, H, P], ddt [B, T, H], dBm, dCm [B, T, G, N]   written (=);
+//   dA [H], dD [H]                                          accumulated (+=).
+// Shapes as the forward's; the same chunk as the forward is not required.
+void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dt,
+                     const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
+                     const Tensor& dx, const Tensor& ddt, const Tensor& dA, const Tensor& dBm,
+                     const Tensor& dCm, const Tensor& dD, int64_t chunk = kSsdDefaultChunk);
+
+}  // namespace gtp::kernels::ssm
