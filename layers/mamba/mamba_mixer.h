@@ -1,0 +1,81 @@
+// layers/mamba/mamba_mixer.h — the Mamba-2 mixer, tensor-parallel by head,
+// with GTP-sharded projections (issue 16).
+//
+//   z, x, B, C, dt = in_proj(h)        five column-parallel linears, GTP-sharded
+//   x, B, C = silu(conv1d(x, B, C))     depthwise causal conv, kernel d_conv
+//   dt = softplus(dt + dt_bias);  A = −exp(A_log)
+//   y = SSD(x, dt, A, B, C, D)          core/kernels/ssm/ssd_scan.h, by chunks
+//   out = out_proj(GatedRmsNorm(y, z))  row-parallel linear, GTP-sharded
+//
+// d_inner = expand·d_model, H = d_inner / head_dim heads, G groups of B/C
+// (H % G == 0). TP splits heads and groups (H % TP == 0, G % TP == 0): each
+// TP rank holds its heads' z, x, dt rows, its groups' B, C rows, their conv
+// filters, dt_bias, A_log, D and norm weights (TP-sharded, replicated across
+// GTP: their gradients are all-reduced over GTP like any replicated param).
+// The gated norm is per group of d_inner / G channels, so a TP shard's norm
+// is local. Input and output [B·T, d_model], replicated over TP (no
+// sequence parallelism yet). f32, CPU (the SSM ops' CUDA versions are
+// planned). The in_proj is stored as its five parts
+// ("<name>.in_proj_{z,x,B,C,dt}.weight"), each a topology-independent global
+// tensor.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "layers/linear.h"
+#include "layers/sharded_param.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::layers::mamba {
+
+struct MambaConfig {
+  int64_t d_model = 0;
+  int64_t d_state = 16;  // N
+  int64_t d_conv = 4;
+  int64_t expand = 2;
+  int64_t head_dim = 16;  // P
+  int64_t n_groups = 1;   // G
+  int64_t chunk = 128;
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+  float out_std = 0.02f;
+  uint64_t seed = 0;
+
+  int64_t d_inner() const { return expand * d_model; }
+  int64_t n_heads() const { return d_inner() / head_dim; }
+};
+
+class MambaMixer {
+ public:
+  // B sequences of T tokens. InvalidArgument naming the field (heads vs head
+  // dim, groups vs heads or TP, ...).
+  static absl::StatusOr<std::unique_ptr<MambaMixer>> Create(const std::string& name,
+                                                            const MambaConfig& c, int64_t B,
+                                                            int64_t T,
+                                                            const parallel::ProcessGroupCollection& pgs,
+                                                            GtpChain* chain);
+  // h [B·T, d_model] → [B·T, d_model]. Keeps activations for Backward.
+  absl::StatusOr<Tensor> Forward(const Tensor& h);
+  // dout → dh (=); parameter gradients accumulate.
+  absl::StatusOr<Tensor> Backward(const Tensor& dout);
+  void DropActivations();
+  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+
+ private:
+  MambaMixer() = default;
+  MambaConfig c_;
+  kernels::Exec exec_;
+  comm::Communicator* tp_ = nullptr;
+  int64_t B_ = 0, T_ = 0, di_ = 0, h_ = 0, g_ = 0;  // TP-local d_inner, heads, groups
+  std::unique_ptr<ColumnParallelLinear> in_z_, in_x_, in_b_, in_c_, in_dt_;
+  std::unique_ptr<RowParallelLinear> out_;
+  ReplicatedParam conv_x_w_, conv_x_b_, conv_b_w_, conv_b_b_, conv_c_w_, conv_c_b_;
+  ReplicatedParam dt_bias_, a_log_, d_, norm_w_;
+  // Saved: projections, conv outputs, dt, A, scan output, norm rstd.
+  Tensor z_, xr_, br_, cr_, dtr_, xc_, bc_, cc_, dt_, a_, y_, rstd_;
+};
+
+}  // namespace gtp::layers::mamba

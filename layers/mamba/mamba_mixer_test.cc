@@ -1,0 +1,189 @@
+// The Mamba-2 mixer: every parameter's gradient and the input gradient
+// against central finite differences of a linear loss on one rank, and
+// TP / GTP layouts equal to one rank (outputs, input gradients, every
+// parameter gradient).
+#include "layers/mamba/mamba_mixer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "comm/local/local_communicator.h"
+#include "core/philox.h"
+#include "gtest/gtest.h"
+#include "parallel/parallel_config.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::layers::mamba {
+namespace {
+
+constexpr int64_t kB = 2, kT = 10, kC = 16;
+
+MambaConfig Config() {
+  MambaConfig c;
+  c.d_model = kC;
+  c.d_state = 8;
+  c.head_dim = 8;  // d_inner 32: 4 heads
+  c.n_groups = 2;
+  c.chunk = 4;     // T = 10: chunks of 4, 4, 2
+  c.init_std = 0.3f;
+  c.out_std = 0.3f;
+  c.seed = 17;
+  return c;
+}
+
+struct Result {
+  double loss = 0;
+  std::vector<float> out, dh;
+  std::map<std::string, std::vector<float>> grads;  // global tensors
+};
+
+using Perturb = std::function<void(std::vector<ShardedParam*>&, std::vector<ReplicatedParam*>&)>;
+
+Result RunMixer(int tp, int gtp, const std::vector<float>& h, const Perturb& perturb = {}) {
+  Result res;
+  std::mutex mu;
+  absl::Status st = comm::RunRanks(tp * gtp, [&](comm::Communicator& w) -> absl::Status {
+    HeapAllocator host;
+    parallel::ParallelConfig pc;
+    pc.tp = tp;
+    pc.tp_num_weight_shards = tp * gtp;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    const kernels::Exec e = kernels::Exec::Cpu(host);
+    GtpChain chain(e, {});
+    GTP_ASSIGN_OR_RETURN(auto m, MambaMixer::Create("m", Config(), kB, kT, pgs, &chain));
+    std::vector<ShardedParam*> sharded;
+    std::vector<ReplicatedParam*> repl;
+    m->CollectParams(&sharded, &repl);
+    if (perturb) perturb(sharded, repl);
+    Tensor x = TensorFromHost(e, h.data(), {kB * kT, kC}, DType::kF32);
+    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x));
+    Tensor r = e.Empty(out.shape());
+    double loss = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      r.data<float>()[i] = PhiloxNormal(123, i);
+      loss += static_cast<double>(out.data<float>()[i]) * r.data<float>()[i];
+    }
+    GTP_ASSIGN_OR_RETURN(Tensor dh, m->Backward(r));
+    GTP_RETURN_IF_ERROR(chain.FinishBackward());
+    std::lock_guard<std::mutex> g(mu);
+    if (w.rank() == 0) {
+      res.loss = loss;
+      res.out.assign(out.data<float>(), out.data<float>() + out.numel());
+      res.dh.assign(dh.data<float>(), dh.data<float>() + dh.numel());
+    }
+    // GTP lanes see the same input here: every rank's pieces agree where they overlap.
+    for (ShardedParam* p : sharded) {
+      auto& v = res.grads[p->name()];
+      v.resize(p->global_layout().global_rows * p->global_layout().global_cols);
+      StoreShardToGlobal(*p, p->main_grad(), v.data());
+    }
+    for (ReplicatedParam* p : repl) {
+      auto& v = res.grads[p->name];
+      const auto& l = p->layout;
+      v.resize(l.global_rows * l.global_cols);
+      for (int64_t row = 0; row < p->grad.numel() / l.global_cols; ++row)
+        for (int64_t c = 0; c < l.global_cols; ++c)
+          v[l.row_map(row) * l.global_cols + c] = p->grad.data<float>()[row * l.global_cols + c];
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  return res;
+}
+
+std::vector<float> Input() {
+  std::vector<float> h(kB * kT * kC);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = PhiloxNormal(5, i);
+  return h;
+}
+
+// The value tensor holding global element `i` of param `name` on one rank.
+float* At(std::vector<ShardedParam*>& s, std::vector<ReplicatedParam*>& r, const std::string& name,
+          int64_t i) {
+  for (ShardedParam* p : s)
+    if (p->name() == name) return &p->shard().data<float>()[i];
+  for (ReplicatedParam* p : r)
+    if (p->name == name) return &p->value.data<float>()[i];
+  return nullptr;
+}
+
+TEST(MambaMixer, GradientsMatchFiniteDifferences) {
+  const std::vector<float> h = Input();
+  const Result base = RunMixer(1, 1, h);
+  ASSERT_TRUE(std::isfinite(base.loss));
+  const float eps = 3e-3f;
+  int checked = 0;
+  for (const auto& [name, g] : base.grads) {
+    std::vector<int64_t> idx(g.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i);
+    std::partial_sort(idx.begin(), idx.begin() + 2, idx.end(),
+                      [&](int64_t a, int64_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
+    for (int k = 0; k < 2; ++k) {
+      const int64_t i = idx[k];
+      auto at = [&](float d) {
+        return RunMixer(1, 1, h, [&](auto& s, auto& r) {
+                 float* v = At(s, r, name, i);
+                 ASSERT_NE(v, nullptr) << name;
+                 *v += d;
+               }).loss;
+      };
+      const double fd = (at(eps) - at(-eps)) / (2 * eps);
+      EXPECT_NEAR(g[i], fd, 2e-3 + 0.02 * std::fabs(fd)) << name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * 16);  // 6 projections + 10 per-head params
+  // The input gradient.
+  for (int64_t i : {0L, 17L, 100L, 300L}) {
+    std::vector<float> hi = h, lo = h;
+    hi[i] += eps;
+    lo[i] -= eps;
+    const double fd = (RunMixer(1, 1, hi).loss - RunMixer(1, 1, lo).loss) / (2 * eps);
+    EXPECT_NEAR(base.dh[i], fd, 2e-3 + 0.02 * std::fabs(fd)) << "dh[" << i << "]";
+  }
+}
+
+TEST(MambaMixer, LayoutsMatchOneRank) {
+  const std::vector<float> h = Input();
+  const Result one = RunMixer(1, 1, h);
+  for (auto [tp, gtp] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    const Result r = RunMixer(tp, gtp, h);
+    for (size_t i = 0; i < one.out.size(); ++i) ASSERT_NEAR(r.out[i], one.out[i], 1e-5) << i;
+    for (size_t i = 0; i < one.dh.size(); ++i) ASSERT_NEAR(r.dh[i], one.dh[i], 1e-5) << i;
+    for (const auto& [name, g1] : one.grads) {
+      const auto& g = r.grads.at(name);
+      ASSERT_EQ(g.size(), g1.size()) << name;
+      for (size_t i = 0; i < g1.size(); ++i) {
+        ASSERT_NEAR(g[i], g1[i], 1e-4 * (1 + std::fabs(g1[i]))) << name << "[" << i << "] tp " << tp << " gtp " << gtp;
+      }
+    }
+  }
+}
+
+TEST(MambaMixer, BadConfigsAreNamed) {
+  absl::Status st = comm::RunRanks(2, [&](comm::Communicator& w) -> absl::Status {
+    HeapAllocator host;
+    parallel::ParallelConfig pc;
+    pc.tp = 2;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    GtpChain chain(kernels::Exec::Cpu(host), {});
+    MambaConfig c = Config();
+    c.n_groups = 1;  // 1 group over TP 2
+    auto m = MambaMixer::Create("m", c, kB, kT, pgs, &chain);
+    EXPECT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find("divisible by TP = 2"), std::string::npos) << m.status();
+    c = Config();
+    c.n_groups = 3;
+    m = MambaMixer::Create("m", c, kB, kT, pgs, &chain);
+    EXPECT_NE(m.status().message().find("4 heads are not divisible by 3 groups"), std::string::npos);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+}  // namespace
+}  // namespace gtp::layers::mamba
