@@ -55,6 +55,43 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   std::unique_ptr<GptModel> m(new GptModel());
   GptConfig& c = m->config_;
   c = config;
+  // Hybrid pattern: the kinds of the layers and the '|' boundaries.
+  std::vector<BlockKind> kinds;
+  std::vector<int> bars;  // first layer after each '|'
+  if (!c.layer_pattern.empty()) {
+    for (char ch : c.layer_pattern) {
+      if (ch == '|') {
+        bars.push_back(static_cast<int>(kinds.size()));
+        continue;
+      }
+      GTP_ASSIGN_OR_RETURN(BlockKind k, BlockKindOf(ch));
+      kinds.push_back(k);
+    }
+    const int n = static_cast<int>(kinds.size());
+    if (c.n_layer != 0 && c.n_layer != n) {
+      return Bad(absl::StrCat("layer_pattern \"", c.layer_pattern, "\" has ", n,
+                              " layers but n_layer is ", c.n_layer, " (0 lets the pattern decide)"));
+    }
+    c.n_layer = n;
+    if (c.pipeline.count > 1 && c.pipeline.boundaries.empty() && !bars.empty()) {
+      if (static_cast<int>(bars.size()) + 1 != c.pipeline.count) {
+        return Bad(absl::StrCat("layer_pattern \"", c.layer_pattern, "\" has ", bars.size() + 1,
+                                " pipeline segments for ", c.pipeline.count, " parts (PP × VPP)"));
+      }
+      c.pipeline.boundaries = {0};
+      for (int b : bars) c.pipeline.boundaries.push_back(b);
+    }
+    bool has_moe = false;
+    for (BlockKind k : kinds) has_moe |= k == BlockKind::kMoe;
+    if (has_moe && !c.block.moe.enabled()) {
+      return Bad("layer_pattern has MoE layers ('E') but block.moe has no experts");
+    }
+    // The MoE bookkeeping reads the layers from the MoE config's pattern.
+    if (c.block.moe.enabled()) {
+      c.block.moe.pattern.clear();
+      for (BlockKind k : kinds) c.block.moe.pattern += k == BlockKind::kMoe ? 'E' : '-';
+    }
+  }
   c.block.n_layer = c.n_layer;
   c.block.loss_sum = c.loss_reduction == LossReduction::kSum;
   GTP_RETURN_IF_ERROR(c.block.moe.Validate(c.n_layer));
@@ -172,8 +209,9 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     m->prefix_map_ = ToDevice(exec, map, {m->rows_local_});
   }
   for (int l = first; l < last; ++l) {
+    const BlockKind kind = kinds.empty() ? BlockKind::kTransformer : kinds[l];
     GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
-                                               m->chain_.get(), c.block.moe.IsMoeLayer(l)));
+                                               m->chain_.get(), c.block.moe.IsMoeLayer(l), kind));
     const size_t first_sharded = m->sharded_.size(), first_expert = m->experts_.size();
     b->CollectParams(&m->sharded_, &m->replicated_, &m->experts_);
     if (b->moe()) {

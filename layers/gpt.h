@@ -72,6 +72,13 @@ struct GptConfig {
   // embeddings; their token ids are not looked up and get no gradient. 0:
   // none. Not with context parallelism.
   int64_t prefix_len = 0;
+  // Hybrid stacks (Megatron's hybrid layer pattern): one symbol per layer —
+  // 'M' Mamba-2 mixer, '*' attention, '-' MLP, 'E' MoE (block.moe), each with
+  // its own pre-norm and residual (BlockKind) — and '|' a pipeline boundary,
+  // e.g. "M-M*-ME|M-M*-ME". n_layer follows from the pattern (0, or the
+  // count of layer symbols); with PP·VPP parts and no explicit boundaries,
+  // the parts split at the '|'s. Empty: every layer attention + MLP.
+  std::string layer_pattern;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
   static GptConfig Gpt2(int64_t vocab = 50257, int64_t seq = 1024, int layers = 12,

@@ -354,14 +354,33 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
                                                      const TransformerConfig& c, int64_t B,
                                                      int64_t T,
                                                      const parallel::ProcessGroupCollection& pgs,
-                                                     GtpChain* chain, bool moe_layer) {
+                                                     GtpChain* chain, bool moe_layer,
+                                                     BlockKind kind) {
   std::unique_ptr<Block> b(new Block());
   b->exec_ = chain->exec();
   b->chain_ = chain;
   b->recompute_ = c.recompute;
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
-  b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
-  GTP_ASSIGN_OR_RETURN(b->attn_, Attention::Create(name + ".attn", c, B, T, pgs, chain));
+  if (kind == BlockKind::kMamba) {
+    if (c.sequence_parallel || c.recompute) {
+      return absl::InvalidArgumentError(
+          name + ": Mamba layers with sequence parallelism or activation recompute are not built yet");
+    }
+    b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
+    mamba::MambaConfig mc = c.mamba;
+    mc.d_model = c.n_embd;
+    mc.seed = c.seed;
+    mc.init_std = c.init_std;
+    mc.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
+    GTP_ASSIGN_OR_RETURN(b->mamba_, mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain));
+    return b;
+  }
+  if (kind == BlockKind::kTransformer || kind == BlockKind::kAttention) {
+    b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
+    GTP_ASSIGN_OR_RETURN(b->attn_, Attention::Create(name + ".attn", c, B, T, pgs, chain));
+    if (kind == BlockKind::kAttention) return b;
+  }
+  if (kind == BlockKind::kMoe) moe_layer = true;
   b->ln2_ = std::make_unique<Norm>(name + ".ln2", c, tp->size(), b->exec_);
   if (!moe_layer) {
     GTP_ASSIGN_OR_RETURN(b->mlp_, Mlp::Create(name + ".mlp", c, pgs, chain));
@@ -388,15 +407,38 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
   return b;
 }
 
+absl::StatusOr<BlockKind> BlockKindOf(char symbol) {
+  switch (symbol) {
+    case 'M': return BlockKind::kMamba;
+    case '*': return BlockKind::kAttention;
+    case '-': return BlockKind::kMlp;
+    case 'E': return BlockKind::kMoe;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("layer pattern symbol '", std::string(1, symbol),
+                                                 "' is none of M (Mamba), * (attention), - (MLP), "
+                                                 "E (MoE), | (pipeline boundary)"));
+}
+
 absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
   Timeline* tl = chain_->timeline();
   std::optional<Timeline::Scope> span;
-  span.emplace(tl, "ln1", exec_.stream);
-  Tensor h1 = ln1_->Forward(x);
-  span.reset();
-  GTP_ASSIGN_OR_RETURN(Tensor a, attn_->Forward(h1, dir));
+  Tensor a = x;
+  if (ln1_) {  // the mixer half: x1 = x + mixer(ln1(x))
+    span.emplace(tl, "ln1", exec_.stream);
+    Tensor h1 = ln1_->Forward(x);
+    span.reset();
+    if (mamba_) {
+      if (dir == Direction::kRecompute) {
+        return absl::UnimplementedError("activation recompute of Mamba layers is not built yet");
+      }
+      GTP_ASSIGN_OR_RETURN(a, mamba_->Forward(h1));
+    } else {
+      GTP_ASSIGN_OR_RETURN(a, attn_->Forward(h1, dir));
+    }
+    ops::Axpby(exec_, 1.0f, x, 1.0f, a);
+  }
+  if (!ln2_) return a;
   span.emplace(tl, "residual+ln2", exec_.stream);
-  ops::Axpby(exec_, 1.0f, x, 1.0f, a);  // x1 = x + attn
   Tensor h2 = ln2_->Forward(a);
   span.reset();
   Tensor m;
@@ -417,9 +459,10 @@ absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
 }
 
 void Block::DropActivations() {
-  ln1_->DropActivations();
-  attn_->DropActivations();
-  ln2_->DropActivations();
+  if (ln1_) ln1_->DropActivations();
+  if (attn_) attn_->DropActivations();
+  if (mamba_) mamba_->DropActivations();
+  if (ln2_) ln2_->DropActivations();
   if (mlp_) mlp_->DropActivations();
   if (moe_) moe_->DropActivations();
 }
@@ -441,21 +484,30 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
     x_in_ = Tensor();
   }
   Timeline* tl = chain_->timeline();
-  Tensor dm;
-  if (moe_) {
-    GTP_ASSIGN_OR_RETURN(dm, moe_->Backward(dx2));
-    if (mlp_) {
-      GTP_ASSIGN_OR_RETURN(Tensor dsh, mlp_->Backward(dx2));
-      ops::Axpby(exec_, 1.0f, dsh, 1.0f, dm);
-    }
-  } else {
-    GTP_ASSIGN_OR_RETURN(dm, mlp_->Backward(dx2));
-  }
   std::optional<Timeline::Scope> span;
-  span.emplace(tl, "ln2+residual bwd", exec_.stream);
-  Tensor dx1 = ln2_->Backward(dm, /*dresidual=*/dx2);  // dx1 = LN2ᵀ(dm) + dx2
-  span.reset();
-  GTP_ASSIGN_OR_RETURN(Tensor da, attn_->Backward(dx1));
+  Tensor dx1 = dx2;
+  if (ln2_) {
+    Tensor dm;
+    if (moe_) {
+      GTP_ASSIGN_OR_RETURN(dm, moe_->Backward(dx2));
+      if (mlp_) {
+        GTP_ASSIGN_OR_RETURN(Tensor dsh, mlp_->Backward(dx2));
+        ops::Axpby(exec_, 1.0f, dsh, 1.0f, dm);
+      }
+    } else {
+      GTP_ASSIGN_OR_RETURN(dm, mlp_->Backward(dx2));
+    }
+    span.emplace(tl, "ln2+residual bwd", exec_.stream);
+    dx1 = ln2_->Backward(dm, /*dresidual=*/dx2);  // dx1 = LN2ᵀ(dm) + dx2
+    span.reset();
+  }
+  if (!ln1_) return dx1;
+  Tensor da;
+  if (mamba_) {
+    GTP_ASSIGN_OR_RETURN(da, mamba_->Backward(dx1));
+  } else {
+    GTP_ASSIGN_OR_RETURN(da, attn_->Backward(dx1));
+  }
   span.emplace(tl, "ln1+residual bwd", exec_.stream);
   return ln1_->Backward(da, /*dresidual=*/dx1);  // dx = LN1ᵀ(da) + dx1
 }
@@ -463,9 +515,14 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
 void Block::CollectParams(std::vector<ShardedParam*>* sharded,
                           std::vector<ReplicatedParam*>* repl,
                           std::vector<ShardedParam*>* experts) {
-  for (ReplicatedParam* p : ln1_->params()) repl->push_back(p);
-  attn_->CollectParams(sharded, repl);
-  for (ReplicatedParam* p : ln2_->params()) repl->push_back(p);
+  if (ln1_) {
+    for (ReplicatedParam* p : ln1_->params()) repl->push_back(p);
+  }
+  if (attn_) attn_->CollectParams(sharded, repl);
+  if (mamba_) mamba_->CollectParams(sharded, repl);
+  if (ln2_) {
+    for (ReplicatedParam* p : ln2_->params()) repl->push_back(p);
+  }
   if (moe_) {
     GTP_CHECK(experts != nullptr, "Block::CollectParams: an MoE block needs the experts list");
     repl->push_back(moe_->router().gate());

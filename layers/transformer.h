@@ -25,6 +25,7 @@
 #include "core/kernels/ops.h"
 #include "layers/cp/ring_attention.h"
 #include "layers/linear.h"
+#include "layers/mamba/mamba_mixer.h"
 #include "layers/moe/moe_layer.h"
 #include "layers/sharded_param.h"
 #include "parallel/process_groups.h"
@@ -69,6 +70,9 @@ struct TransformerConfig {
   // The lane's loss is a sum over tokens (GptConfig::loss_reduction kSum;
   // set by GptModel): the MoE scales its aux/z gradients and expert wgrads.
   bool loss_sum = false;
+  // The Mamba-2 mixer of hybrid stacks' 'M' layers (d_model, seed and
+  // init_std are taken from here).
+  mamba::MambaConfig mamba;
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t hidden() const { return ffn_hidden > 0 ? ffn_hidden : 4 * n_embd; }
@@ -145,6 +149,15 @@ class Mlp {
   Tensor pre_act_;  // GELU: fc out [N, H_tp]; SwiGLU: [N, 2·H_tp] = [gate | up]
 };
 
+// What a block holds. kTransformer: x1 = x + Attn(Norm1(x)), x2 = x1 +
+// MLP(Norm2(x1)) (the MLP a MoE when the block is a MoE layer). Hybrid
+// stacks (Megatron's layer pattern symbols) have one sublayer per block,
+// each with its own pre-norm and residual: kMamba 'M' (x + Mamba(Norm1(x))),
+// kAttention '*', kMlp '-', kMoe 'E'.
+enum class BlockKind { kTransformer, kMamba, kAttention, kMlp, kMoe };
+// The kind of a pattern symbol ('M', '*', '-', 'E'); InvalidArgument otherwise.
+absl::StatusOr<BlockKind> BlockKindOf(char symbol);
+
 class Block {
  public:
   // `moe_layer`: the MLP is c.moe's mixture of experts ("<name>.moe"), with
@@ -153,7 +166,8 @@ class Block {
                                                        const TransformerConfig& c, int64_t B,
                                                        int64_t T,
                                                        const parallel::ProcessGroupCollection& pgs,
-                                                       GtpChain* chain, bool moe_layer = false);
+                                                       GtpChain* chain, bool moe_layer = false,
+                                                       BlockKind kind = BlockKind::kTransformer);
   // dir kRecompute: a re-run whose gathers use the recompute slot (and MoE
   // routing statistics are not counted again).
   absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
@@ -172,8 +186,9 @@ class Block {
   GtpChain* chain_ = nullptr;
   bool recompute_ = false;
   Tensor x_in_;  // recompute: the block input
-  std::unique_ptr<Norm> ln1_, ln2_;
-  std::unique_ptr<Attention> attn_;
+  std::unique_ptr<Norm> ln1_, ln2_;      // ln1_: before the mixer; ln2_: before the MLP / MoE
+  std::unique_ptr<Attention> attn_;       // null in Mamba / MLP / MoE blocks
+  std::unique_ptr<mamba::MambaMixer> mamba_;
   std::unique_ptr<Mlp> mlp_;            // the dense MLP, or the MoE's shared expert (may be null)
   std::unique_ptr<moe::MoeLayer> moe_;  // MoE blocks only
 };

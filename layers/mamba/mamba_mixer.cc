@@ -7,7 +7,6 @@
 #include "core/kernels/ssm/ssd_scan.h"
 #include "core/philox.h"
 #include "core/status.h"
-#include "layers/transformer.h"
 
 namespace gtp::layers::mamba {
 
@@ -187,7 +186,8 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   GTP_RETURN_IF_ERROR(in_x_->Backward(dxr.View({N, di_}), dh).status());
   GTP_RETURN_IF_ERROR(in_z_->Backward(dz, dh).status());
   DropActivations();
-  return ExitTpRegionGrad(e, *tp_, /*sp=*/false, dh);
+  GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, dh));  // the TP ranks' partial input gradients
+  return dh;
 }
 
 void MambaMixer::DropActivations() {

@@ -77,3 +77,26 @@ def cp_matrix(name, layouts, backends = ["local", "ucx"]):
                 data = [":axes_check", "//tools/gtprun"],
                 tags = ["axes", backend],
             )
+
+def hybrid_matrix(name, layouts, backends = ["local", "ucx"]):
+    """layouts: (tag, tp, gtp, dp, pp, pattern[, ep, egtp]) tuples: a hybrid
+    Mamba / attention / MLP (/ MoE with ep, egtp) stack of Megatron's layer
+    pattern (`|` splits the pipeline stages), 4 SGD steps; losses within
+    1e-5 of one rank, parameters within 5e-5 (the scan's exponential decays
+    amplify TP's other summation order: TP2 cells land 1.1e-5 – 3e-5 off
+    after 4 steps at lr 0.5, GTP-only cells within 1e-5)."""
+    for layout in layouts:
+        tag, tp, gtp, dp, pp, pattern = layout[:6]
+        base = "%s_%s_tp%d_gtp%d_dp%d_pp%d" % (name, tag, tp, gtp, dp, pp)
+        flags = ["--tp=%d" % tp, "--gtp=%d" % gtp, "--dp=%d" % dp, "--pp=%d" % pp,
+                 "--pattern=" + pattern, "--steps=4", "--param_tol=5e-5"]
+        if len(layout) > 6:
+            flags += ["--moe", "--ep=%d" % layout[6], "--egtp=%d" % layout[7]]
+        for backend in backends:
+            native.sh_test(
+                name = base + "_" + backend,
+                srcs = ["run_cell.sh"],
+                args = [backend, str(tp * gtp * dp * pp), "$(location :axes_check)", "$(location //tools/gtprun)"] + flags,
+                data = [":axes_check", "//tools/gtprun"],
+                tags = ["axes", backend],
+            )

@@ -46,6 +46,9 @@ ABSL_FLAG(int, vpp, 1, "virtual stages (model chunks) per pipeline rank");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per step (the single-rank run takes the same)");
 ABSL_FLAG(int, layers, 2, "transformer layers");
 ABSL_FLAG(double, param_tol, 1e-5, "relative tolerance of the parameters after the steps");
+ABSL_FLAG(std::string, pattern, "",
+          "hybrid layer pattern (M Mamba, * attention, - MLP, E MoE with --moe, | pipeline "
+          "boundary); sets the layer count");
 
 namespace gtp {
 namespace {
@@ -56,6 +59,7 @@ struct Layout {
   int tp = 1, gtp = 1, ep = 1, egtp = 1, etp = 1, pp = 1, vpp = 1, cp = 1;
   int micro_batches = 1, layers = 2;
   bool sp = false, llama = false, moe = false;
+  std::string pattern;
 };
 
 layers::GptConfig Model(const Layout& k) {
@@ -80,6 +84,14 @@ layers::GptConfig Model(const Layout& k) {
     c.block.moe.router.z_loss_coeff = 1e-3f;
     c.block.moe.ffn_hidden = 12;
     c.block.moe.every_n = 2;
+  }
+  if (!k.pattern.empty()) {  // hybrid: 4 Mamba heads of 8 in 2 groups, chunks of 8 (T = 16)
+    c.layer_pattern = k.pattern;
+    c.n_layer = 0;
+    c.block.mamba.head_dim = 8;
+    c.block.mamba.n_groups = 2;
+    c.block.mamba.d_state = 8;
+    c.block.mamba.chunk = 8;
   }
   return c;
 }
@@ -291,6 +303,7 @@ int Main() {
   k.vpp = absl::GetFlag(FLAGS_vpp);
   k.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   k.layers = absl::GetFlag(FLAGS_layers);
+  k.pattern = absl::GetFlag(FLAGS_pattern);
   std::string name = "tp" + std::to_string(tp) + "_gtp" + std::to_string(gtp) + "_dp" +
                      std::to_string(dp) + (k.sp ? "_sp" : "") + (k.llama ? "_llama" : "_gpt2");
   if (k.pp > 1) name += "_pp" + std::to_string(k.pp) + "_vpp" + std::to_string(k.vpp);
@@ -304,6 +317,7 @@ int Main() {
   one.moe = k.moe;
   one.micro_batches = k.micro_batches;
   one.layers = k.layers;
+  one.pattern = k.pattern;
   RankResult ref;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) { return Train(w, one, &ref); });
   if (!st.ok()) {
