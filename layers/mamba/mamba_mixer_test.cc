@@ -147,6 +147,25 @@ TEST(MambaMixer, GradientsMatchFiniteDifferences) {
   }
 }
 
+TEST(MambaMixer, IsCausal) {
+  // Changing token t = 6 of sequence 1 leaves every output before it (and
+  // all of sequence 0) bit-identical, and moves the outputs from t on.
+  const std::vector<float> h = Input();
+  std::vector<float> h2 = h;
+  for (int64_t c = 0; c < kC; ++c) h2[(1 * kT + 6) * kC + c] += 1.0f;
+  const Result a = RunMixer(1, 1, h), b = RunMixer(1, 1, h2);
+  for (int64_t s = 0; s < kB; ++s)
+    for (int64_t t = 0; t < kT; ++t) {
+      double d = 0;
+      for (int64_t c = 0; c < kC; ++c) d += std::fabs(a.out[(s * kT + t) * kC + c] - b.out[(s * kT + t) * kC + c]);
+      if (s == 0 || t < 6) {
+        EXPECT_EQ(d, 0.0) << "sequence " << s << " position " << t;
+      } else {
+        EXPECT_GT(d, 1e-6) << "sequence " << s << " position " << t;
+      }
+    }
+}
+
 TEST(MambaMixer, LayoutsMatchOneRank) {
   const std::vector<float> h = Input();
   const Result one = RunMixer(1, 1, h);

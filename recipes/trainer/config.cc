@@ -136,6 +136,46 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   auto* m = r->mutable_model();
   if (m->vocab_size() <= 0) return Bad("model.vocab_size must be > 0");
   if (m->seq_len() <= 0) return Bad("model.seq_len must be > 0");
+  if (!m->layer_pattern().empty()) {
+    int layers = 0, segments = 1;
+    std::vector<int> bars;
+    for (char ch : m->layer_pattern()) {
+      if (ch == '|') {
+        ++segments;
+        bars.push_back(layers);
+      } else if (ch == 'M' || ch == '*' || ch == '-' || ch == 'E') {
+        ++layers;
+      } else {
+        return Bad(absl::StrCat("model.layer_pattern \"", m->layer_pattern(), "\": '", std::string(1, ch),
+                                "' is none of M (Mamba), * (attention), - (MLP), E (MoE), | (pipeline boundary)"));
+      }
+      if (ch == 'E' && m->moe().num_experts() <= 0) {
+        return Bad("model.layer_pattern has MoE layers ('E'): set model.moe.num_experts");
+      }
+    }
+    if (m->n_layer() != 0 && m->n_layer() != layers) {
+      return Bad(absl::StrCat("model.layer_pattern has ", layers, " layers but model.n_layer is ",
+                              m->n_layer(), " (0 lets the pattern decide)"));
+    }
+    m->set_n_layer(layers);
+    auto* p = r->mutable_parallel();
+    const int parts = std::max(1, p->pp()) * std::max(1, p->vpp());
+    if (!bars.empty() && parts > 1 && p->pp_boundaries_size() == 0) {
+      if (segments != parts) {
+        return Bad(absl::StrCat("model.layer_pattern has ", segments, " pipeline segments ('|') for ",
+                                parts, " stages (parallel.pp × parallel.vpp)"));
+      }
+      p->add_pp_boundaries(0);
+      for (int b : bars) p->add_pp_boundaries(b);
+    }
+    auto* mb = m->mutable_mamba();
+    if (mb->d_state() == 0) mb->set_d_state(16);
+    if (mb->d_conv() == 0) mb->set_d_conv(4);
+    if (mb->expand() == 0) mb->set_expand(2);
+    if (mb->head_dim() == 0) mb->set_head_dim(16);
+    if (mb->n_groups() == 0) mb->set_n_groups(1);
+    if (mb->chunk() == 0) mb->set_chunk(128);
+  }
   if (m->n_layer() <= 0) return Bad("model.n_layer must be > 0");
   if (m->n_embd() <= 0 || m->n_head() <= 0) return Bad("model.n_embd and model.n_head must be > 0");
   if (m->n_embd() % m->n_head() != 0) {

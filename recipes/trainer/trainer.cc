@@ -123,6 +123,16 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
     mc.every_n = e.every_n();
     mc.pattern = e.pattern();
   }
+  if (!m.layer_pattern().empty()) {
+    c.layer_pattern = m.layer_pattern();
+    const auto& mb = m.mamba();
+    c.block.mamba.d_state = mb.d_state();
+    c.block.mamba.d_conv = mb.d_conv();
+    c.block.mamba.expand = mb.expand();
+    c.block.mamba.head_dim = mb.head_dim();
+    c.block.mamba.n_groups = mb.n_groups();
+    c.block.mamba.chunk = mb.chunk();
+  }
   return c;
 }
 
