@@ -25,35 +25,6 @@ struct Size {
 const Size kSizes[] = {{3, 5, 7}, {0, 4, 6}, {17, 9, 33},  {4, 0, 3},
                        {5, 6, 0}, {1, 1, 1}, {64, 48, 32}, {2, 257, 5}};
 
-// f32 values stored as `t` (f32 or bf16) bytes, and back.
-std::vector<uint8_t> Store(const std::vector<float>& v, DType t) {
-  std::vector<uint8_t> out(v.size() * SizeOf(t));
-  if (t == DType::kF32) {
-    if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
-  } else {
-    std::vector<bf16> b = ToBF16(v);
-    if (!b.empty()) std::memcpy(out.data(), b.data(), out.size());
-  }
-  return out;
-}
-std::vector<float> Load(const std::vector<uint8_t>& bytes, DType t) {
-  std::vector<float> out(bytes.size() / SizeOf(t));
-  if (t == DType::kF32) {
-    if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  } else {
-    for (size_t i = 0; i < out.size(); ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, bytes.data() + 2 * i, 2);
-      out[i] = BF16BitsToF32(bits);
-    }
-  }
-  return out;
-}
-std::vector<bf16> AsBF16(const std::vector<uint8_t>& bytes) {
-  std::vector<bf16> out(bytes.size() / 2);
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
 
 // A group's host data: A, B, C as stored bytes, and the double reference of
 // the result (C's initial value where the group writes nothing).
@@ -75,9 +46,9 @@ std::vector<Data> MakeData(const GemmDesc& d, const std::vector<Size>& sizes, Rn
     std::vector<float> c = RoundToBF16(rng.Uniform(s.m * s.n));
     if (d.beta == 0.0f) c = NaNs(c.size());
     if (s.m == 0 || s.n == 0) c = {7.0f};
-    g.a = Store(a, d.ab_type);
-    g.b = Store(b, d.ab_type);
-    g.c = Store(c, d.c_type);
+    g.a = StoreAs(a, d.ab_type);
+    g.b = StoreAs(b, d.ab_type);
+    g.c = StoreAs(c, d.c_type);
     g.ref = ToDouble(c);
     if (s.m > 0 && s.n > 0) {
       RefGemm(d.trans_a, d.trans_b, s.m, s.n, s.k, d.alpha, ToDouble(a), 0, ToDouble(b), 0, d.beta,
@@ -107,14 +78,14 @@ void ExpectMatches(const GemmDesc& d, const std::vector<Size>& sizes,
   for (size_t i = 0; i < sizes.size(); ++i) {
     SCOPED_TRACE(
         absl::StrCat("group ", i, " m=", sizes[i].m, " n=", sizes[i].n, " k=", sizes[i].k));
-    const std::vector<float> got = Load(data[i].c, d.c_type);
+    const std::vector<float> got = LoadAs(data[i].c, d.c_type);
     if (sizes[i].m == 0 || sizes[i].n == 0) {
       EXPECT_EQ(got, std::vector<float>{7.0f}) << "an empty group wrote C";
     } else if (d.c_type == DType::kF32) {
       EXPECT_TRUE(RelClose(got, data[i].ref, 1e-5));
     } else {
       EXPECT_TRUE(RelClose(got, data[i].ref, 1e-2));
-      EXPECT_TRUE(RoundedOnce(AsBF16(data[i].c), data[i].ref));
+      EXPECT_TRUE(RoundedOnce(BytesAsBF16(data[i].c), data[i].ref));
     }
   }
 }
@@ -155,17 +126,17 @@ TEST(GroupedGemm, KZeroScalesCByBeta) {
     d.ab_type = DType::kBF16;
     d.c_type = c_type;
     d.beta = 0.5f;
-    std::vector<uint8_t> c = Store({1.0f, -2.0f, 4.0f, 3.0f, 0.25f, 8.0f}, c_type);
+    std::vector<uint8_t> c = StoreAs({1.0f, -2.0f, 4.0f, 3.0f, 0.25f, 8.0f}, c_type);
     GemmGroup p;
     p.m = 2, p.n = 3, p.k = 0;
     p.c = c.data();
     cpu::GroupedGemm(d, &p, 1);
-    EXPECT_EQ(Load(c, c_type), (std::vector<float>{0.5f, -1.0f, 2.0f, 1.5f, 0.125f, 4.0f}));
+    EXPECT_EQ(LoadAs(c, c_type), (std::vector<float>{0.5f, -1.0f, 2.0f, 1.5f, 0.125f, 4.0f}));
     d.beta = 0.0f;
-    c = Store(NaNs(6), c_type);
+    c = StoreAs(NaNs(6), c_type);
     p.c = c.data();
     cpu::GroupedGemm(d, &p, 1);
-    EXPECT_EQ(Load(c, c_type), std::vector<float>(6, 0.0f));
+    EXPECT_EQ(LoadAs(c, c_type), std::vector<float>(6, 0.0f));
   }
 }
 

@@ -37,34 +37,6 @@ struct Size {
 const Size kSizes[] = {{3, 5, 7}, {0, 4, 6},    {17, 9, 33},    {4, 0, 3},   {5, 6, 0},
                        {1, 1, 1}, {64, 48, 32}, {257, 129, 65}, {2, 257, 5}, {300, 200, 1000}};
 
-std::vector<uint8_t> Store(const std::vector<float>& v, DType t) {
-  std::vector<uint8_t> out(v.size() * SizeOf(t));
-  if (t == DType::kF32) {
-    if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
-  } else {
-    std::vector<bf16> b = ToBF16(v);
-    if (!b.empty()) std::memcpy(out.data(), b.data(), out.size());
-  }
-  return out;
-}
-std::vector<float> Load(const std::vector<uint8_t>& bytes, DType t) {
-  std::vector<float> out(bytes.size() / SizeOf(t));
-  if (t == DType::kF32) {
-    if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  } else {
-    for (size_t i = 0; i < out.size(); ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, bytes.data() + 2 * i, 2);
-      out[i] = BF16BitsToF32(bits);
-    }
-  }
-  return out;
-}
-std::vector<bf16> AsBF16(const std::vector<uint8_t>& bytes) {
-  std::vector<bf16> out(bytes.size() / 2);
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
 
 // One grouped call's device buffers and the double reference of each C (its
 // initial value where the group writes nothing: one sentinel element for an
@@ -88,9 +60,9 @@ struct Problem {
         RefGemm(d.trans_a, d.trans_b, z.m, z.n, z.k, d.alpha, ToDouble(av), 0, ToDouble(bv), 0,
                 d.beta, &r, 0);
       }
-      a.push_back(std::make_unique<DeviceBuffer<uint8_t>>(Store(av, d.ab_type)));
-      b.push_back(std::make_unique<DeviceBuffer<uint8_t>>(Store(bv, d.ab_type)));
-      c0.push_back(Store(cv, d.c_type));
+      a.push_back(std::make_unique<DeviceBuffer<uint8_t>>(StoreAs(av, d.ab_type)));
+      b.push_back(std::make_unique<DeviceBuffer<uint8_t>>(StoreAs(bv, d.ab_type)));
+      c0.push_back(StoreAs(cv, d.c_type));
       c.push_back(std::make_unique<DeviceBuffer<uint8_t>>(c0.back()));
       ref.push_back(std::move(r));
       GemmGroup p;
@@ -109,7 +81,7 @@ struct Problem {
       SCOPED_TRACE(
           absl::StrCat("group ", i, " m=", sizes[i].m, " n=", sizes[i].n, " k=", sizes[i].k));
       const std::vector<uint8_t> bytes = c[i]->Download();
-      const std::vector<float> got = Load(bytes, d.c_type);
+      const std::vector<float> got = LoadAs(bytes, d.c_type);
       if (sizes[i].m == 0 || sizes[i].n == 0) {
         EXPECT_EQ(got, std::vector<float>{7.0f}) << "an empty group wrote C";
       } else if (d.c_type == DType::kF32) {
@@ -122,7 +94,7 @@ struct Problem {
         // transposed cuBLASLt's kernel at k = 1000 lands up to 2 bf16 steps
         // off (a layout the model never uses).
         if (d.beta == 0.0f && !(d.trans_a && d.trans_b)) {
-          EXPECT_TRUE(RoundedOnce(AsBF16(bytes), ref[i]));
+          EXPECT_TRUE(RoundedOnce(BytesAsBF16(bytes), ref[i]));
         }
       }
     }
@@ -267,7 +239,7 @@ TEST(GroupedGemmGpu, GroupedLinearOpsMatchReference) {
     const std::vector<float> x = RoundToBF16(rng.Normal(M * K)),
                              w = RoundToBF16(rng.Normal(G * N * K)),
                              dy = RoundToBF16(rng.Normal(M * N));
-    DeviceBuffer<uint8_t> dx_in(Store(x, ty.ab)), dw_in(Store(w, ty.ab)), ddy(Store(dy, ty.ab));
+    DeviceBuffer<uint8_t> dx_in(StoreAs(x, ty.ab)), dw_in(StoreAs(w, ty.ab)), ddy(StoreAs(dy, ty.ab));
     DeviceBuffer<uint8_t> dy_out(M * N * SizeOf(ty.c)), dx_out(M * K * SizeOf(ty.c));  // NaN
     const Device dev = Device::Cuda(0);
     const Tensor tx = Tensor::Wrap(dx_in.get(), {M, K}, ty.ab, dev);
@@ -283,7 +255,7 @@ TEST(GroupedGemmGpu, GroupedLinearOpsMatchReference) {
         }
       }
     }
-    EXPECT_TRUE(RelClose(Load(dy_out.Download(), ty.c), y_ref, tol)) << "GroupedLinear";
+    EXPECT_TRUE(RelClose(LoadAs(dy_out.Download(), ty.c), y_ref, tol)) << "GroupedLinear";
 
     ops::GroupedLinearBackwardData(e, tdy, tw, off, Tensor::Wrap(dx_out.get(), {M, K}, ty.c, dev));
     std::vector<double> dx_ref(M * K, 0.0);
@@ -294,7 +266,7 @@ TEST(GroupedGemmGpu, GroupedLinearOpsMatchReference) {
         }
       }
     }
-    EXPECT_TRUE(RelClose(Load(dx_out.Download(), ty.c), dx_ref, tol))
+    EXPECT_TRUE(RelClose(LoadAs(dx_out.Download(), ty.c), dx_ref, tol))
         << "GroupedLinearBackwardData";
 
     for (float beta : {0.0f, 1.0f}) {

@@ -52,6 +52,37 @@ std::vector<bf16> ToBF16(const std::vector<float>& x) {
 
 std::vector<float> RoundToBF16(const std::vector<float>& x) { return ToFloat(ToBF16(x)); }
 
+std::vector<uint8_t> StoreAs(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> out(v.size() * SizeOf(t));
+  if (t == DType::kF32) {
+    if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+  } else {
+    std::vector<bf16> b = ToBF16(v);
+    if (!b.empty()) std::memcpy(out.data(), b.data(), out.size());
+  }
+  return out;
+}
+
+std::vector<float> LoadAs(const std::vector<uint8_t>& bytes, DType t) {
+  std::vector<float> out(bytes.size() / SizeOf(t));
+  if (t == DType::kF32) {
+    if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);
+      out[i] = BF16BitsToF32(bits);
+    }
+  }
+  return out;
+}
+
+std::vector<bf16> BytesAsBF16(const std::vector<uint8_t>& bytes) {
+  std::vector<bf16> out(bytes.size() / 2);
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
 std::vector<float> NaNs(size_t n) {
   return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
 }

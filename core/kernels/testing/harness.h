@@ -57,6 +57,11 @@ std::vector<bf16> ToBF16(const std::vector<float>& x);
 std::vector<float> RoundToBF16(const std::vector<float>& x);
 // n quiet NaNs: fill outputs with these to prove an op writes (=) every element.
 std::vector<float> NaNs(size_t n);
+// f32 values stored as the bytes of dtype `t` (f32, or bf16 rounded to
+// nearest even), and bytes of `t` read back as f32; bf16 bytes as bf16.
+std::vector<uint8_t> StoreAs(const std::vector<float>& v, DType t);
+std::vector<float> LoadAs(const std::vector<uint8_t>& bytes, DType t);
+std::vector<bf16> BytesAsBF16(const std::vector<uint8_t>& bytes);
 
 // ‖out − ref‖₂ / ‖ref‖₂, or ‖out − ref‖₂ when ref is all zero. NaN when any
 // element of out or ref is NaN or infinite (so NaN never passes a `<= tol`).
