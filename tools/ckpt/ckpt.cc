@@ -10,6 +10,10 @@
 //       vocabulary padding. Weights are f32: a mixed-precision (bf16) run's f32
 //       master copies (`<name>/master`, the optimizer's), else the saved
 //       values widened
+//   ckpt export --format hf <ckpt dir> <out dir>
+//       a Hugging Face model directory: model.safetensors (GPT-2 or Llama names,
+//       chosen by the run's recipe in the metadata: RMSNorm → Llama) and
+//       config.json, so AutoModelForCausalLM.from_pretrained(<out dir>) loads it
 //
 // Errors print one line naming the problem and exit non-zero.
 #include <cstdio>
@@ -26,6 +30,8 @@
 #include "checkpoint/safetensors.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "google/protobuf/text_format.h"
+#include "recipes/trainer/config.pb.h"
 
 namespace gtp::checkpoint {
 namespace {
@@ -290,11 +296,91 @@ absl::Status Export(const std::string& path, const std::string& out, const std::
   return absl::OkStatus();
 }
 
+// config.json for the exported names, from the run's recipe.
+std::string HfConfig(const recipes::proto::Recipe& r, bool llama) {
+  const auto& m = r.model();
+  const int64_t ffn = m.ffn_hidden() > 0 ? m.ffn_hidden() : 4 * m.n_embd();
+  const float init = m.init_std() > 0 ? m.init_std() : 0.02f;
+  if (!llama) {
+    return absl::StrCat(
+        "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n",
+        "  \"vocab_size\": ", m.vocab_size(), ",\n  \"n_positions\": ", m.seq_len(),
+        ",\n  \"n_ctx\": ", m.seq_len(), ",\n  \"n_embd\": ", m.n_embd(), ",\n  \"n_layer\": ",
+        m.n_layer(), ",\n  \"n_head\": ", m.n_head(), ",\n  \"n_inner\": ", ffn,
+        ",\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n",
+        "  \"initializer_range\": ", init, ",\n",
+        "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n",
+        "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n");
+  }
+  const int64_t kv = m.n_kv_head() > 0 ? m.n_kv_head() : m.n_head();
+  return absl::StrCat(
+      "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n",
+      "  \"vocab_size\": ", m.vocab_size(), ",\n  \"hidden_size\": ", m.n_embd(),
+      ",\n  \"intermediate_size\": ", ffn, ",\n  \"num_hidden_layers\": ", m.n_layer(),
+      ",\n  \"num_attention_heads\": ", m.n_head(), ",\n  \"num_key_value_heads\": ", kv,
+      ",\n  \"head_dim\": ", m.n_embd() / m.n_head(),
+      ",\n  \"max_position_embeddings\": ", m.seq_len(), ",\n  \"rms_norm_eps\": 1e-05,\n",
+      "  \"rope_theta\": ", m.rope_theta() > 0 ? m.rope_theta() : 10000.0f, ",\n",
+      "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
+      "  \"initializer_range\": ", init, ",\n",
+      "  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"float32\"\n}\n");
+}
+
+// A Hugging Face model directory from a trainer checkpoint (its recipe in
+// the metadata says which family and gives the config).
+absl::Status ExportHf(const std::string& path, const std::string& out_dir) {
+  GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
+  GTP_ASSIGN_OR_RETURN(proto::Metadata meta, ReadCheckpointMetadata(dir));
+  const auto it = meta.extra().find("recipe");
+  if (it == meta.extra().end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " has no recipe in its metadata (not written by the trainer): use --format "
+             "safetensors --names hf-gpt2|hf-llama and write config.json yourself"));
+  }
+  recipes::proto::Recipe r;
+  if (!google::protobuf::TextFormat::ParseFromString(it->second, &r)) {
+    return absl::DataLossError(absl::StrCat(dir, ": the recipe in its metadata does not parse"));
+  }
+  const auto& m = r.model();
+  if (!m.layer_pattern().empty() || m.moe().num_experts() > 0) {
+    return absl::UnimplementedError(
+        "Hugging Face export covers dense GPT-2 and Llama-style models (no MoE, no hybrid pattern)");
+  }
+  const bool llama = m.norm() == "rmsnorm";
+  if (llama && (m.activation() != "swiglu" || !m.rope() || !m.no_bias() || !m.untied_embeddings())) {
+    return absl::InvalidArgumentError(
+        "a Llama export needs rmsnorm, swiglu, rope, no_bias and untied_embeddings");
+  }
+  if (!llama && (m.activation() == "swiglu" || m.rope() || m.no_bias() || m.untied_embeddings())) {
+    return absl::InvalidArgumentError(
+        "a GPT-2 export needs layernorm, gelu, learned positions, biases and tied embeddings");
+  }
+  GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> read, ReadAllGlobal(dir));
+  GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> all, F32Weights(std::move(read)));
+  SafeTensorsFile f;
+  if (llama) {
+    GTP_ASSIGN_OR_RETURN(f, ToHfLlama(all, m.vocab_size()));
+  } else {
+    GTP_ASSIGN_OR_RETURN(f, ToHfGpt2(all, m.vocab_size()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
+  GTP_RETURN_IF_ERROR(WriteSafeTensors(out_dir + "/model.safetensors", f));
+  std::ofstream cfg(out_dir + "/config.json");
+  cfg << HfConfig(r, llama);
+  if (!cfg) return absl::InternalError(absl::StrCat("cannot write ", out_dir, "/config.json"));
+  std::printf("wrote %s (%s: %zu tensors, config.json)\n", out_dir.c_str(),
+              llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", f.tensors.size());
+  return absl::OkStatus();
+}
+
 int Usage() {
   std::fprintf(stderr,
                "usage: ckpt inspect <checkpoint>\n"
                "       ckpt export --format safetensors [--names gtp|hf-gpt2|hf-llama] [--vocab V] "
-               "<checkpoint> <out.safetensors>\n");
+               "<checkpoint> <out.safetensors>\n"
+               "       ckpt export --format hf <checkpoint> <out dir>\n");
   return 2;
 }
 
@@ -315,8 +401,8 @@ int Main(int argc, char** argv) {
       else if (a == "--vocab" && i + 1 < argc) vocab = std::stoll(argv[++i]);
       else pos.push_back(a);
     }
-    if (format != "safetensors" || pos.size() != 2) return Usage();
-    st = Export(pos[0], pos[1], names, vocab);
+    if ((format != "safetensors" && format != "hf") || pos.size() != 2) return Usage();
+    st = format == "hf" ? ExportHf(pos[0], pos[1]) : Export(pos[0], pos[1], names, vocab);
   } else {
     return Usage();
   }
