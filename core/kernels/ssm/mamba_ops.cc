@@ -1,7 +1,9 @@
 #include "core/kernels/ssm/mamba_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/kernels/ssm/ssm_cuda.h"
 #include "core/status.h"
 
 namespace gtp::kernels::ssm {
@@ -16,13 +18,18 @@ float SiluGrad(float v) {
   return s * (1.0f + v * (1.0f - s));
 }
 
-void CheckCpuF32(const Exec& e, const char* op, std::initializer_list<const Tensor*> ts) {
-  GTP_CHECK(!e.is_cuda(), op, ": CUDA is not built yet (CPU only)");
+// f32, contiguous, on the exec's device.
+void CheckF32(const Exec& e, const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) {
     GTP_CHECK(t->defined() && t->dtype() == DType::kF32, op, ": f32 tensors only, got ",
               t->defined() ? t->ToString() : std::string("undefined"));
+    GTP_CHECK(t->device() == e.device && t->is_contiguous(), op, ": ", t->ToString(),
+              " must be contiguous on ", e.device.ToString());
   }
 }
+
+const float* F(const Tensor& t) { return t.data<float>(); }
+float* M(const Tensor& t) { return t.data<float>(); }
 
 // The conv's pre-activation at (b, t, c).
 float ConvAt(const float* x, const float* w, const float* bias, int64_t T, int64_t Ch, int64_t K,
@@ -39,12 +46,16 @@ float ConvAt(const float* x, const float* w, const float* bias, int64_t T, int64
 
 void CausalConv1dForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& bias,
                          const Tensor& y, bool silu) {
-  CheckCpuF32(e, "CausalConv1dForward", {&x, &w, &bias, &y});
+  CheckF32(e, "CausalConv1dForward", {&x, &w, &bias, &y});
   GTP_CHECK(x.rank() == 3 && w.rank() == 2 && w.dim(0) == x.dim(2) && bias.numel() == x.dim(2) &&
                 y.shape() == x.shape(),
             "CausalConv1dForward: x ", x.ToString(), " w ", w.ToString(), " bias ",
             bias.ToString(), " y ", y.ToString());
   const int64_t B = x.dim(0), T = x.dim(1), Ch = x.dim(2), K = w.dim(1);
+  if (e.is_cuda()) {
+    cuda::CausalConv1dForward(F(x), F(w), F(bias), M(y), B, T, Ch, K, silu, e.stream);
+    return;
+  }
   const float *px = x.data<float>(), *pw = w.data<float>(), *pb = bias.data<float>();
   float* py = y.data<float>();
   for (int64_t b = 0; b < B; ++b)
@@ -58,11 +69,19 @@ void CausalConv1dForward(const Exec& e, const Tensor& x, const Tensor& w, const 
 void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
                           const Tensor& bias, bool silu, const Tensor& dx, const Tensor& dw,
                           const Tensor& dbias) {
-  CheckCpuF32(e, "CausalConv1dBackward", {&dy, &x, &w, &bias, &dx, &dw, &dbias});
+  CheckF32(e, "CausalConv1dBackward", {&dy, &x, &w, &bias, &dx, &dw, &dbias});
   GTP_CHECK(dy.shape() == x.shape() && dx.shape() == x.shape() && dw.shape() == w.shape() &&
                 dbias.numel() == bias.numel() && x.rank() == 3 && w.dim(0) == x.dim(2),
             "CausalConv1dBackward: dy ", dy.ToString(), " x ", x.ToString(), " w ", w.ToString());
   const int64_t B = x.dim(0), T = x.dim(1), Ch = x.dim(2), K = w.dim(1);
+  if (e.is_cuda()) {
+    // Freed on return without a sync: reused only by later work on the stream.
+    Tensor scratch =
+        e.Empty({std::max<int64_t>(cuda::CausalConv1dBackwardScratchFloats(B, T, Ch), 1)});
+    cuda::CausalConv1dBackward(F(dy), F(x), F(w), F(bias), silu, M(dx), M(dw), M(dbias),
+                               M(scratch), B, T, Ch, K, e.stream);
+    return;
+  }
   const float *px = x.data<float>(), *pw = w.data<float>(), *pb = bias.data<float>(),
               *pdy = dy.data<float>();
   float *pdx = dx.data<float>(), *pdw = dw.data<float>(), *pdb = dbias.data<float>();
@@ -83,11 +102,15 @@ void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
 }
 
 void SoftplusBiasForward(const Exec& e, const Tensor& raw, const Tensor& bias, const Tensor& dt) {
-  CheckCpuF32(e, "SoftplusBiasForward", {&raw, &bias, &dt});
+  CheckF32(e, "SoftplusBiasForward", {&raw, &bias, &dt});
   GTP_CHECK(raw.rank() == 2 && bias.numel() == raw.dim(1) && dt.shape() == raw.shape(),
             "SoftplusBiasForward: raw ", raw.ToString(), " bias ", bias.ToString(), " dt ",
             dt.ToString());
   const int64_t N = raw.dim(0), H = raw.dim(1);
+  if (e.is_cuda()) {
+    cuda::SoftplusBiasForward(F(raw), F(bias), M(dt), N, H, e.stream);
+    return;
+  }
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < H; ++h) {
       const float u = raw.data<float>()[n * H + h] + bias.data<float>()[h];
@@ -97,11 +120,15 @@ void SoftplusBiasForward(const Exec& e, const Tensor& raw, const Tensor& bias, c
 
 void SoftplusBiasBackward(const Exec& e, const Tensor& ddt, const Tensor& raw, const Tensor& bias,
                           const Tensor& draw, const Tensor& dbias) {
-  CheckCpuF32(e, "SoftplusBiasBackward", {&ddt, &raw, &bias, &draw, &dbias});
+  CheckF32(e, "SoftplusBiasBackward", {&ddt, &raw, &bias, &draw, &dbias});
   GTP_CHECK(ddt.shape() == raw.shape() && draw.shape() == raw.shape() &&
                 dbias.numel() == bias.numel() && bias.numel() == raw.dim(1),
             "SoftplusBiasBackward: ddt ", ddt.ToString(), " raw ", raw.ToString());
   const int64_t N = raw.dim(0), H = raw.dim(1);
+  if (e.is_cuda()) {
+    cuda::SoftplusBiasBackward(F(ddt), F(raw), F(bias), M(draw), M(dbias), N, H, e.stream);
+    return;
+  }
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < H; ++h) {
       const float u = raw.data<float>()[n * H + h] + bias.data<float>()[h];
@@ -113,13 +140,17 @@ void SoftplusBiasBackward(const Exec& e, const Tensor& ddt, const Tensor& raw, c
 
 void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
                          const Tensor& y, const Tensor& rstd, int64_t group, float eps) {
-  CheckCpuF32(e, "GatedRmsNormForward", {&x, &z, &w, &y, &rstd});
+  CheckF32(e, "GatedRmsNormForward", {&x, &z, &w, &y, &rstd});
   GTP_CHECK(x.rank() == 2 && z.shape() == x.shape() && y.shape() == x.shape() &&
                 w.numel() == x.dim(1) && group > 0 && x.dim(1) % group == 0 &&
                 rstd.numel() == x.dim(0) * (x.dim(1) / group),
             "GatedRmsNormForward: x ", x.ToString(), " z ", z.ToString(), " w ", w.ToString(),
             " rstd ", rstd.ToString(), " group ", group);
   const int64_t N = x.dim(0), Ch = x.dim(1), Gs = Ch / group;
+  if (e.is_cuda()) {
+    cuda::GatedRmsNormForward(F(x), F(z), F(w), M(y), M(rstd), N, Ch, group, eps, e.stream);
+    return;
+  }
   for (int64_t n = 0; n < N; ++n)
     for (int64_t gi = 0; gi < Gs; ++gi) {
       double ss = 0;
@@ -141,12 +172,18 @@ void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const 
 void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& z,
                           const Tensor& w, const Tensor& rstd, int64_t group, const Tensor& dx,
                           const Tensor& dz, const Tensor& dw) {
-  CheckCpuF32(e, "GatedRmsNormBackward", {&dy, &x, &z, &w, &rstd, &dx, &dz, &dw});
+  CheckF32(e, "GatedRmsNormBackward", {&dy, &x, &z, &w, &rstd, &dx, &dz, &dw});
   GTP_CHECK(dy.shape() == x.shape() && z.shape() == x.shape() && dx.shape() == x.shape() &&
                 dz.shape() == x.shape() && dw.numel() == w.numel() && w.numel() == x.dim(1) &&
                 group > 0 && x.dim(1) % group == 0,
             "GatedRmsNormBackward: dy ", dy.ToString(), " x ", x.ToString(), " group ", group);
   const int64_t N = x.dim(0), Ch = x.dim(1), Gs = Ch / group;
+  GTP_CHECK(rstd.numel() == N * Gs, "GatedRmsNormBackward: rstd ", rstd.ToString());
+  if (e.is_cuda()) {
+    cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), M(dz), M(dw), N, Ch,
+                               group, e.stream);
+    return;
+  }
   for (int64_t n = 0; n < N; ++n)
     for (int64_t gi = 0; gi < Gs; ++gi) {
       const float r = rstd.data<float>()[n * Gs + gi];

@@ -1,8 +1,10 @@
 // core/kernels/ssm/mamba_ops.h — the Mamba-2 mixer's small ops around the
 // SSD scan (ssd_scan.h): the depthwise causal conv1d, dt's softplus with its
-// bias, and the gated RMSNorm before out_proj. Tensor-level, f32, CPU (CUDA:
-// planned; the calls abort on a CUDA Exec). Activation gradients are written
-// (=), parameter gradients accumulate (+=).
+// bias, and the gated RMSNorm before out_proj. Tensor-level, f32, contiguous
+// on exec's device. CPU calls block the calling thread; CUDA calls (ssm.cu)
+// only enqueue on exec.stream (the conv backward takes B·T·Ch floats of
+// scratch from exec.alloc). Activation gradients are written (=), parameter
+// gradients accumulate (+=); deterministic (bit-identical run to run).
 #pragma once
 
 #include <cstdint>

@@ -25,6 +25,7 @@
 #include <initializer_list>
 #include <vector>
 
+#include "core/kernels/ssm/ssm_cuda.h"
 #include "core/status.h"
 
 namespace gtp::kernels::ssm {
@@ -301,7 +302,11 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
   const Dims d = CheckInputs(op, e, x, dt, A, Bm, Cm, D, chunk);
   CheckLike(e, y, x, op, "y", "x");
   if (e.is_cuda()) {
-    GTP_CHECK(false, "SsdScan: CUDA not built yet");
+    GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
+    GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
+    cuda::SsdScanForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
+                         Cm.data<float>(), D.data<float>(), y.data<float>(), d.B, d.T, d.H, d.P,
+                         d.G, d.N, e.stream);
     return;
   }
   ForwardCpu(d, x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
@@ -322,7 +327,17 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
   CheckLike(e, dCm, Cm, op, "dCm", "Cm");
   CheckLike(e, dD, D, op, "dD", "D");
   if (e.is_cuda()) {
-    GTP_CHECK(false, "SsdScan: CUDA not built yet");
+    GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
+    GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
+    // Freed on return without a sync: the caching allocator hands it out
+    // again only to work ordered after ours on the same stream (as ops.cc).
+    Tensor scratch =
+        e.Empty({std::max<int64_t>(cuda::SsdScanBackwardScratchFloats(d.B, d.T, d.H, d.P, d.N, chunk), 1)});
+    cuda::SsdScanBackward(dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),
+                          Bm.data<float>(), Cm.data<float>(), D.data<float>(), dx.data<float>(),
+                          ddt.data<float>(), dA.data<float>(), dBm.data<float>(),
+                          dCm.data<float>(), dD.data<float>(), scratch.data<float>(), d.B, d.T,
+                          d.H, d.P, d.G, d.N, chunk, e.stream);
     return;
   }
   BackwardCpu(d, dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),

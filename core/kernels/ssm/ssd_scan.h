@@ -35,8 +35,12 @@
 // run. Outputs must not alias inputs. Bad shapes, dtypes or devices abort
 // (GTP_CHECK); nothing returns Status.
 //
-// CPU calls run on the calling thread (blocking); CUDA is not built yet (a
-// CUDA Exec aborts). Thread-safe for distinct output tensors.
+// CPU calls run on the calling thread (blocking). CUDA calls (ssm.cu) only
+// enqueue on exec.stream (never block the host) and run the plain sequential
+// recurrence per (b, h, p) instead of the chunks (same math; chunk sets the
+// backward's checkpoint spacing); they need N ≤ 256, P ≤ 1024, and the
+// backward takes scratch from exec.alloc (about B·H·P·N·(T/L + L) floats).
+// Thread-safe for distinct output tensors.
 //
 //   Exec e = Exec::Cpu(host);
 //   ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y);

@@ -375,9 +375,10 @@ TEST(SsdScanDeathTest, BadShapesAbortWithAMessage) {
       "dBm must be shaped like Bm");
 }
 
-// Tensors tagged as CUDA (never dereferenced): the CUDA path is not built yet.
-TEST(SsdScanDeathTest, CudaAbortsUntilBuilt) {
-  const Case c{1, 2, 2, 4, 1, 4, 16};
+// Tensors tagged as CUDA (never dereferenced): the CUDA path checks its
+// limits (N ≤ 256) before it launches anything. The numerics: ssm_gpu_test.
+TEST(SsdScanDeathTest, CudaRejectsTooLargeAState) {
+  const Case c{1, 2, 2, 4, 1, 300, 16};
   Inputs<float> in = MakeInputs(c, 8);
   std::vector<float> y(Numel(c, c.P, c.H));
   const Device gpu = Device::Cuda(0);
@@ -390,7 +391,7 @@ TEST(SsdScanDeathTest, CudaAbortsUntilBuilt) {
                               on_gpu(in.A, {c.H}), on_gpu(in.Bm, {c.B, c.T, c.G, c.N}),
                               on_gpu(in.Cm, {c.B, c.T, c.G, c.N}), on_gpu(in.D, {c.H}),
                               on_gpu(y, {c.B, c.T, c.H, c.P})),
-               "SsdScan: CUDA not built yet");
+               "CUDA takes N ≤ 256");
 }
 
 }  // namespace

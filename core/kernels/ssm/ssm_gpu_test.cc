@@ -1,0 +1,292 @@
+// The CUDA Mamba-2 ops (ssm.cu, behind ssd_scan.h and mamba_ops.h) against
+// their CPU implementations (which the CPU tests check against double
+// references): forward values and every gradient on random inputs, relative
+// to the largest reference value; outputs NaN-poisoned before each call;
+// two runs bit-identical; parameter gradients accumulate into random initial
+// values. Skips without a GPU.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/ops.h"
+#include "core/kernels/ssm/mamba_ops.h"
+#include "core/kernels/ssm/ssd_scan.h"
+#include "core/kernels/testing/gpu.h"
+#include "core/philox.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::ssm {
+namespace {
+
+using testing::BitEqual;
+using testing::DeviceBuffer;
+using Vec = std::vector<float>;
+
+Vec Random(int64_t n, uint64_t key, float scale = 1.0f, float offset = 0.0f) {
+  Vec v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = offset + scale * PhiloxNormal(key, i);
+  return v;
+}
+
+int64_t Numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// Host tensors for the CPU path, device buffers (NaN-poisoned unless
+// uploaded) for the CUDA path.
+class Env {
+ public:
+  Env() : stream_(testing::TestStream()), gpu_alloc_(0) {
+    cpu = Exec::Cpu(heap_);
+    gpu = Exec{Device::Cuda(0), &gpu_alloc_, stream_.get(), nullptr, nullptr};
+  }
+  Tensor Host(Vec& v, const Shape& s) {
+    return Tensor::Wrap(v.data(), s, DType::kF32, Device::Cpu());
+  }
+  Tensor Up(const Vec& v, const Shape& s) {
+    bufs_.push_back(std::make_unique<DeviceBuffer<float>>(v));
+    return Tensor::Wrap(bufs_.back()->get(), s, DType::kF32, Device::Cuda(0));
+  }
+  Tensor Poisoned(const Shape& s) {
+    bufs_.push_back(std::make_unique<DeviceBuffer<float>>(static_cast<size_t>(Numel(s))));
+    return Tensor::Wrap(bufs_.back()->get(), s, DType::kF32, Device::Cuda(0));
+  }
+  Vec Down(const Tensor& t) {
+    GTP_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    Vec v(static_cast<size_t>(t.numel()));
+    if (!v.empty())
+      GTP_CUDA_CHECK(cudaMemcpy(v.data(), t.data<float>(), v.size() * sizeof(float),
+                                cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+  Exec cpu, gpu;
+
+ private:
+  HeapAllocator heap_;
+  Stream stream_;
+  CudaCachingAllocator gpu_alloc_;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> bufs_;
+};
+
+// Every element of got within tol·max|want| of want (and finite).
+void ExpectClose(const Vec& got, const Vec& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double m = 1e-12;
+  for (float v : want) m = std::max(m, std::fabs(static_cast<double>(v)));
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "] = " << got[i];
+    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << want.size();
+  }
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason()
+
+constexpr double kTol = 1e-4;
+// The CUDA scan runs the plain recurrence, the CPU one the chunked form: the
+// same math, rounded differently over T steps.
+constexpr double kScanTol = 2e-4;
+
+// ---------------------------------------------------------------- conv1d
+
+struct ConvCase {
+  int64_t B, T, Ch, K;
+  bool silu;
+};
+
+class CausalConv1dGpuTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(CausalConv1dGpuTest, MatchesCpuDeterministicAndAccumulates) {
+  SKIP_WITHOUT_GPU();
+  const ConvCase c = GetParam();
+  Env env;
+  const Shape xs{c.B, c.T, c.Ch}, ws{c.Ch, c.K}, bs{c.Ch};
+  Vec x = Random(Numel(xs), 1), w = Random(Numel(ws), 2, 0.5f), bias = Random(c.Ch, 3, 0.3f),
+      dy = Random(Numel(xs), 4), dw0 = Random(Numel(ws), 5), db0 = Random(c.Ch, 6);
+  // CPU.
+  Vec y(Numel(xs)), dx(Numel(xs)), dw = dw0, db = db0;
+  CausalConv1dForward(env.cpu, env.Host(x, xs), env.Host(w, ws), env.Host(bias, bs),
+                      env.Host(y, xs), c.silu);
+  CausalConv1dBackward(env.cpu, env.Host(dy, xs), env.Host(x, xs), env.Host(w, ws),
+                       env.Host(bias, bs), c.silu, env.Host(dx, xs), env.Host(dw, ws),
+                       env.Host(db, bs));
+  // CUDA, twice.
+  Tensor gx = env.Up(x, xs), gw = env.Up(w, ws), gb = env.Up(bias, bs), gdy = env.Up(dy, xs);
+  Vec run[2][4];
+  for (int r = 0; r < 2; ++r) {
+    Tensor gy = env.Poisoned(xs), gdx = env.Poisoned(xs), gdw = env.Up(dw0, ws),
+           gdb = env.Up(db0, bs);
+    CausalConv1dForward(env.gpu, gx, gw, gb, gy, c.silu);
+    CausalConv1dBackward(env.gpu, gdy, gx, gw, gb, c.silu, gdx, gdw, gdb);
+    run[r][0] = env.Down(gy);
+    run[r][1] = env.Down(gdx);
+    run[r][2] = env.Down(gdw);
+    run[r][3] = env.Down(gdb);
+  }
+  ExpectClose(run[0][0], y, kTol, "y");
+  ExpectClose(run[0][1], dx, kTol, "dx");
+  ExpectClose(run[0][2], dw, kTol, "dw");
+  ExpectClose(run[0][3], db, kTol, "dbias");
+  for (int k = 0; k < 4; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1dGpuTest,
+                         ::testing::Values(ConvCase{2, 37, 24, 4, true},
+                                           ConvCase{3, 5, 7, 3, false},
+                                           ConvCase{1, 2, 300, 4, true},
+                                           ConvCase{4, 129, 64, 1, false}));
+
+// ---------------------------------------------------------------- softplus
+
+TEST(SoftplusBiasGpuTest, MatchesCpuDeterministicAndAccumulates) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  for (const auto& [N, H] : std::vector<std::pair<int64_t, int64_t>>{{333, 24}, {5, 3}}) {
+    const Shape rs{N, H}, bs{H};
+    // Scale 12: some u above the pass-through threshold 20.
+    Vec raw = Random(N * H, 11, 12.0f), bias = Random(H, 12, 2.0f), ddt = Random(N * H, 13),
+        db0 = Random(H, 14);
+    Vec dt(N * H), draw(N * H), db = db0;
+    SoftplusBiasForward(env.cpu, env.Host(raw, rs), env.Host(bias, bs), env.Host(dt, rs));
+    SoftplusBiasBackward(env.cpu, env.Host(ddt, rs), env.Host(raw, rs), env.Host(bias, bs),
+                         env.Host(draw, rs), env.Host(db, bs));
+    Tensor graw = env.Up(raw, rs), gbias = env.Up(bias, bs), gddt = env.Up(ddt, rs);
+    Vec run[2][3];
+    for (int r = 0; r < 2; ++r) {
+      Tensor gdt = env.Poisoned(rs), gdraw = env.Poisoned(rs), gdb = env.Up(db0, bs);
+      SoftplusBiasForward(env.gpu, graw, gbias, gdt);
+      SoftplusBiasBackward(env.gpu, gddt, graw, gbias, gdraw, gdb);
+      run[r][0] = env.Down(gdt);
+      run[r][1] = env.Down(gdraw);
+      run[r][2] = env.Down(gdb);
+    }
+    ExpectClose(run[0][0], dt, kTol, "dt");
+    ExpectClose(run[0][1], draw, kTol, "draw");
+    ExpectClose(run[0][2], db, kTol, "dbias");
+    for (int k = 0; k < 3; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+  }
+}
+
+// ---------------------------------------------------------------- gated RMSNorm
+
+struct NormCase {
+  int64_t N, Ch, group;
+};
+
+class GatedRmsNormGpuTest : public ::testing::TestWithParam<NormCase> {};
+
+TEST_P(GatedRmsNormGpuTest, MatchesCpuDeterministicAndAccumulates) {
+  SKIP_WITHOUT_GPU();
+  const NormCase c = GetParam();
+  Env env;
+  const Shape xs{c.N, c.Ch}, ws{c.Ch}, rs{c.N, c.Ch / c.group};
+  const float eps = 1e-5f;
+  Vec x = Random(Numel(xs), 21), z = Random(Numel(xs), 22), w = Random(c.Ch, 23, 0.5f, 1.0f),
+      dy = Random(Numel(xs), 24), dw0 = Random(c.Ch, 25);
+  Vec y(Numel(xs)), rstd(Numel(rs)), dx(Numel(xs)), dz(Numel(xs)), dw = dw0;
+  GatedRmsNormForward(env.cpu, env.Host(x, xs), env.Host(z, xs), env.Host(w, ws), env.Host(y, xs),
+                      env.Host(rstd, rs), c.group, eps);
+  GatedRmsNormBackward(env.cpu, env.Host(dy, xs), env.Host(x, xs), env.Host(z, xs),
+                       env.Host(w, ws), env.Host(rstd, rs), c.group, env.Host(dx, xs),
+                       env.Host(dz, xs), env.Host(dw, ws));
+  Tensor gx = env.Up(x, xs), gz = env.Up(z, xs), gw = env.Up(w, ws), gdy = env.Up(dy, xs);
+  Vec run[2][5];
+  for (int r = 0; r < 2; ++r) {
+    Tensor gy = env.Poisoned(xs), grstd = env.Poisoned(rs), gdx = env.Poisoned(xs),
+           gdz = env.Poisoned(xs), gdw = env.Up(dw0, ws);
+    GatedRmsNormForward(env.gpu, gx, gz, gw, gy, grstd, c.group, eps);
+    GatedRmsNormBackward(env.gpu, gdy, gx, gz, gw, grstd, c.group, gdx, gdz, gdw);
+    run[r][0] = env.Down(gy);
+    run[r][1] = env.Down(grstd);
+    run[r][2] = env.Down(gdx);
+    run[r][3] = env.Down(gdz);
+    run[r][4] = env.Down(gdw);
+  }
+  ExpectClose(run[0][0], y, kTol, "y");
+  ExpectClose(run[0][1], rstd, kTol, "rstd");
+  ExpectClose(run[0][2], dx, kTol, "dx");
+  ExpectClose(run[0][3], dz, kTol, "dz");
+  ExpectClose(run[0][4], dw, kTol, "dw");
+  for (int k = 0; k < 5; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormGpuTest,
+                         ::testing::Values(NormCase{37, 96, 32}, NormCase{37, 96, 48},
+                                           NormCase{5, 96, 96}, NormCase{64, 256, 256},
+                                           NormCase{3, 12, 4}));
+
+// ---------------------------------------------------------------- SSD scan
+
+struct ScanCase {
+  int64_t B, T, H, P, G, N, chunk;
+};
+
+class SsdScanGpuTest : public ::testing::TestWithParam<ScanCase> {};
+
+TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
+  SKIP_WITHOUT_GPU();
+  const ScanCase c = GetParam();
+  Env env;
+  const Shape xs{c.B, c.T, c.H, c.P}, ts{c.B, c.T, c.H}, hs{c.H}, bs{c.B, c.T, c.G, c.N};
+  Vec x = Random(Numel(xs), 31), Bm = Random(Numel(bs), 32), Cm = Random(Numel(bs), 33),
+      D = Random(c.H, 34), dy = Random(Numel(xs), 35), dA0 = Random(c.H, 36),
+      dD0 = Random(c.H, 37);
+  Vec dt = Random(Numel(ts), 38, 0.2f), A = Random(c.H, 39, 0.5f);
+  for (float& v : dt) v = 0.05f + std::fabs(v);  // positive step sizes
+  for (float& v : A) v = -std::exp(v);           // negative decay rates
+  // CPU.
+  Vec y(Numel(xs)), dx(Numel(xs)), ddt(Numel(ts)), dBm(Numel(bs)), dCm(Numel(bs)), dA = dA0,
+                                                                                   dD = dD0;
+  SsdScanForward(env.cpu, env.Host(x, xs), env.Host(dt, ts), env.Host(A, hs), env.Host(Bm, bs),
+                 env.Host(Cm, bs), env.Host(D, hs), env.Host(y, xs), c.chunk);
+  SsdScanBackward(env.cpu, env.Host(dy, xs), env.Host(x, xs), env.Host(dt, ts), env.Host(A, hs),
+                  env.Host(Bm, bs), env.Host(Cm, bs), env.Host(D, hs), env.Host(dx, xs),
+                  env.Host(ddt, ts), env.Host(dA, hs), env.Host(dBm, bs), env.Host(dCm, bs),
+                  env.Host(dD, hs), c.chunk);
+  // CUDA, twice.
+  Tensor gx = env.Up(x, xs), gdt = env.Up(dt, ts), gA = env.Up(A, hs), gB = env.Up(Bm, bs),
+         gC = env.Up(Cm, bs), gD = env.Up(D, hs), gdy = env.Up(dy, xs);
+  Vec run[2][7];
+  for (int r = 0; r < 2; ++r) {
+    Tensor gy = env.Poisoned(xs), gdx = env.Poisoned(xs), gddt = env.Poisoned(ts),
+           gdB = env.Poisoned(bs), gdC = env.Poisoned(bs), gdA = env.Up(dA0, hs),
+           gdD = env.Up(dD0, hs);
+    SsdScanForward(env.gpu, gx, gdt, gA, gB, gC, gD, gy, c.chunk);
+    SsdScanBackward(env.gpu, gdy, gx, gdt, gA, gB, gC, gD, gdx, gddt, gdA, gdB, gdC, gdD,
+                    c.chunk);
+    run[r][0] = env.Down(gy);
+    run[r][1] = env.Down(gdx);
+    run[r][2] = env.Down(gddt);
+    run[r][3] = env.Down(gdB);
+    run[r][4] = env.Down(gdC);
+    run[r][5] = env.Down(gdA);
+    run[r][6] = env.Down(gdD);
+  }
+  ExpectClose(run[0][0], y, kScanTol, "y");
+  ExpectClose(run[0][1], dx, kScanTol, "dx");
+  ExpectClose(run[0][2], ddt, kScanTol, "ddt");
+  ExpectClose(run[0][3], dBm, kScanTol, "dBm");
+  ExpectClose(run[0][4], dCm, kScanTol, "dCm");
+  ExpectClose(run[0][5], dA, kScanTol, "dA");
+  ExpectClose(run[0][6], dD, kScanTol, "dD");
+  for (int k = 0; k < 7; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+}
+
+// T not a multiple of the chunk, G < H and G == H, several B, chunk ≥ T, chunk 1.
+INSTANTIATE_TEST_SUITE_P(Shapes, SsdScanGpuTest,
+                         ::testing::Values(ScanCase{2, 37, 4, 8, 2, 16, 16},
+                                           ScanCase{3, 20, 2, 5, 1, 7, 8},
+                                           ScanCase{1, 50, 6, 32, 3, 64, 128},
+                                           ScanCase{2, 19, 2, 4, 2, 8, 1},
+                                           ScanCase{2, 70, 4, 16, 1, 128, 32},
+                                           ScanCase{1, 9, 2, 3, 2, 256, 4}));
+
+}  // namespace
+}  // namespace gtp::kernels::ssm
