@@ -11,9 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
@@ -126,6 +128,19 @@ std::string IterationDir(const std::string& root, int64_t iteration) {
 absl::StatusOr<int64_t> LatestIteration(const std::string& root) {
   std::ifstream in(root + "/latest");
   if (!in) {
+    // A save killed after publishing its directory but before renaming
+    // latest.tmp over latest: the directory is complete (renamed from
+    // iter_N.tmp after its metadata) and latest.tmp, fsynced before the
+    // rename, names it. Resume from it (read-only: other ranks may be
+    // looking too; the next save rewrites latest).
+    std::ifstream t(root + "/latest.tmp");
+    const std::string text((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
+    int64_t pending = -1;
+    if (text.size() > 1 && text.back() == '\n' &&
+        absl::SimpleAtoi(absl::string_view(text).substr(0, text.size() - 1), &pending) &&
+        pending >= 0 && fs::exists(IterationDir(root, pending) + "/metadata.pb")) {
+      return pending;
+    }
     // No 'latest' next to finished iteration directories is damage, not a
     // fresh start: starting over would let retention delete them.
     std::vector<std::string> iters;

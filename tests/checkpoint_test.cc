@@ -232,6 +232,34 @@ TEST(Checkpoint, KilledSaverLeavesThePreviousCheckpointLoadable) {
               }).ok());
 }
 
+TEST(Checkpoint, KilledBeforeLatestWasRenamedResumesFromTheFinishedDirectory) {
+  // The first save published iter_0000004 and died before renaming
+  // latest.tmp: the pointer is pending, the data complete.
+  const std::string dir = Tmp("pending_latest");
+  ASSERT_TRUE(WithModel(kGTP2, 3, [&](Ctx& c) -> absl::Status {
+                GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(c));
+                checkpoint::SaveOptions opt;
+                opt.iteration = 4;
+                return checkpoint::Save(dir, pieces, *c.world, opt);
+              }).ok());
+  ASSERT_EQ(std::rename((dir + "/latest").c_str(), (dir + "/latest.tmp").c_str()), 0);
+  auto latest = checkpoint::LatestIteration(dir);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, 4);
+  EXPECT_TRUE(WithModel(kGTP2, 99, [&](Ctx& c) -> absl::Status {
+                GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(c));
+                return checkpoint::Load(dir, std::nullopt, pieces, *c.world).status();
+              }).ok());
+  // A latest.tmp cut short (no newline) or naming no finished directory is
+  // not trusted: the directories are named instead.
+  for (const char* text : {"4", "7\n"}) {
+    std::ofstream(dir + "/latest.tmp", std::ios::trunc) << text;
+    auto bad = checkpoint::LatestIteration(dir);
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_NE(bad.status().message().find("iter_0000004"), std::string::npos) << bad.status();
+  }
+}
+
 TEST(Checkpoint, FlippedByteIsDetectedAndNamed) {
   const std::string dir = Tmp("flip");
   ASSERT_TRUE(WithModel(kGTP2, 3, [&](Ctx& c) -> absl::Status {

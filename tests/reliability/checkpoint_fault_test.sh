@@ -80,6 +80,13 @@ for (( t = 0; t < kill_trials; ++t )); do
   fi
   ck="$dir/checkpoints"
   n=$(cat "$ck/latest" 2>/dev/null | tr -d '\n')
+  # Killed between publishing the directory and renaming latest.tmp: the
+  # directory is complete and latest.tmp names it (checkpoint::LatestIteration
+  # resumes from it).
+  if [ -z "$n" ] && [ -f "$ck/latest.tmp" ] && [ "$(tail -c1 "$ck/latest.tmp" | od -An -c | tr -d ' ')" = '\n' ]; then
+    pending=$(tr -d '\n' < "$ck/latest.tmp")
+    [ -f "$ck/$(printf 'iter_%07d' "$pending")/metadata.pb" ] && n="$pending"
+  fi
   tmps=$(ls -d "$ck"/*.tmp 2>/dev/null | wc -l)
   (( tmps > 0 )) && mid_save=$((mid_save + 1))
   if [ -z "$n" ] && ! ls -d "$ck"/iter_* 2>/dev/null | grep -qv '\.tmp$'; then
