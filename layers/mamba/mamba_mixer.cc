@@ -158,7 +158,7 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   const kernels::Exec& e = exec_;
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
   if (!y_.defined()) return absl::FailedPreconditionError("mamba mixer: Backward without Forward");
-  // out_proj's input is recomputed from the saved scan output and gate.
+  // out_proj keeps its own input (the normalised, gated scan output).
   GTP_ASSIGN_OR_RETURN(Tensor dyn, out_->Backward(dout));
   Tensor dy = e.Empty({N, di_}), dz = e.Empty({N, di_});
   ssm::GatedRmsNormBackward(e, dyn, y_.View({N, di_}), z_, norm_w_.value, rstd_,
