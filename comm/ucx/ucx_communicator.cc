@@ -1,8 +1,10 @@
 #include "comm/ucx/ucx_communicator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "comm/env/launch_env.h"
@@ -22,27 +24,74 @@ using ucx_internal::Group;
 using ucx_internal::Op;
 using ucx_internal::Step;
 
+// One lane's part of a call.
+struct LanePart {
+  std::shared_ptr<Engine> e;
+  std::shared_ptr<Op> op;
+};
+
 class UcxWork : public Work {
  public:
-  UcxWork(std::shared_ptr<Engine> e, std::shared_ptr<Op> op, absl::Duration default_timeout)
-      : e_(std::move(e)), op_(std::move(op)), default_timeout_(default_timeout) {}
+  UcxWork(std::vector<LanePart> parts, absl::Duration default_timeout)
+      : parts_(std::move(parts)), default_timeout_(default_timeout) {}
   absl::Status Wait(absl::Duration timeout) override {
-    return e_->Wait(op_, timeout == absl::InfiniteDuration() ? default_timeout_ : timeout);
+    const absl::Duration t = timeout == absl::InfiniteDuration() ? default_timeout_ : timeout;
+    absl::Status first;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      absl::Status st = parts_[i].e->Wait(parts_[i].op, t);
+      if (st.ok() || !first.ok()) continue;
+      first = st;
+      // The other lanes' parts end too (their peers may never send them),
+      // before the caller may touch the buffers again.
+      for (size_t j = 0; j < parts_.size(); ++j) {
+        if (j != i) parts_[j].e->Cancel(parts_[j].op, st);
+      }
+    }
+    return first;
   }
-  bool Test() override { return e_->Finished(*op_); }
+  bool Test() override {
+    for (const LanePart& p : parts_) {
+      if (!p.e->Finished(*p.op)) return false;
+    }
+    return true;
+  }
 
  private:
-  std::shared_ptr<Engine> e_;
-  std::shared_ptr<Op> op_;
+  std::vector<LanePart> parts_;
   absl::Duration default_timeout_;
 };
 
-// A ring step's transfer is cut into pieces of at most this many bytes, each
-// its own message, all posted at once: a piece is reduced (off the
-// communication thread) while the next ones are still arriving. Both ends
-// cut the same count the same way, and UCX matches messages of one sender
-// and tag in order.
-constexpr int64_t kPieceBytes = int64_t{1} << 20;
+// A world's engines (UcxOptions::lanes), shared by its sub-communicators.
+// Lane 0 carries every call; a large all-gather, reduce-scatter or
+// all-reduce is cut into one part per lane (each lane its own UCP worker and
+// communication thread, so copies and reductions run on that many threads).
+struct Lanes {
+  std::vector<std::shared_ptr<Engine>> e;
+  int64_t piece_bytes = 0;  // ring steps' pieces (UcxOptions::piece_bytes)
+  // Lane 0 last: it may serve the store the others say goodbye through.
+  ~Lanes() {
+    while (!e.empty()) e.pop_back();
+  }
+};
+
+// A call is cut across lanes only when every part gets at least this many
+// bytes: below, per-message costs outweigh the extra threads.
+constexpr int64_t kMinLaneBytes = int64_t{512} << 10;
+
+// Part `l` of `count` elements cut `parts` ways (multiples of 16 elements,
+// the rest to the last part).
+std::pair<int64_t, int64_t> LaneRange(int64_t count, int parts, int l) {
+  const int64_t base = count / parts / 16 * 16;
+  const int64_t lo = l * base;
+  return {lo, l + 1 == parts ? count : lo + base};
+}
+
+// A ring step's transfer is cut into pieces of at most
+// UcxOptions::piece_bytes, each its own message, all posted at once: a
+// piece is reduced (off the communication thread) while the next ones are
+// still arriving. Both ends cut the same count the same way (the setting
+// must agree across ranks), and UCX matches messages of one sender and tag
+// in order.
 // The last ring step receives into this many piece buffers in turn (a
 // piece's receive is posted once the reduction of the piece kPieceWindow
 // earlier has emptied its buffer): they stay in cache. 1 MiB × 8 measured
@@ -71,8 +120,8 @@ void RingAllGather(Op& op, char* buf, size_t es, const std::vector<int64_t>& off
 // after the first step, which sends src as it is); the last step writes
 // this rank's chunk, finished (rounded, divided for kMean), into `dst`
 // (cnt[me] elements of dtype; may be src's own chunk, in place).
-void RingReduce(Op& op, ucx_internal::ScratchPool& pool, const char* src, DType dtype, ReduceOp rop,
-                const std::vector<int64_t>& off, const std::vector<int64_t>& cnt, void* dst) {
+void RingReduce(Op& op, ucx_internal::ScratchPool& pool, int64_t piece_bytes, const char* src,
+                DType dtype, ReduceOp rop, const std::vector<int64_t>& off, const std::vector<int64_t>& cnt, void* dst) {
   const int n = op.group->size(), me = op.group->rank;
   const int right = (me + 1) % n, left = (me + n - 1) % n;
   const size_t es = SizeOf(dtype);
@@ -98,7 +147,7 @@ void RingReduce(Op& op, ucx_internal::ScratchPool& pool, const char* src, DType 
     };
     return;
   }
-  const int64_t piece = std::max<int64_t>(1, kPieceBytes / static_cast<int64_t>(ws));
+  const int64_t piece = std::max<int64_t>(1, piece_bytes / static_cast<int64_t>(ws));
   const int64_t window = kPieceWindow;
   op.scratch.push_back(pool.Get(std::min(window * piece, max_cnt) * ws));
   char* ring = op.scratch.back().get();
@@ -165,11 +214,13 @@ void Chunks(int64_t count, int n, std::vector<int64_t>* off, std::vector<int64_t
 
 class UcxCommunicator : public Communicator {
  public:
-  UcxCommunicator(std::shared_ptr<Engine> e, std::shared_ptr<Group> g, absl::Duration timeout)
-      : e_(std::move(e)), g_(std::move(g)), timeout_(timeout) {
-    e_->Register(g_);
+  UcxCommunicator(std::shared_ptr<Lanes> lanes, std::shared_ptr<Group> g, absl::Duration timeout)
+      : lanes_(std::move(lanes)), e_(lanes_->e[0]), g_(std::move(g)), timeout_(timeout) {
+    for (auto& e : lanes_->e) e->Register(g_);
   }
-  ~UcxCommunicator() override { e_->Unregister(g_->gid); }
+  ~UcxCommunicator() override {
+    for (auto& e : lanes_->e) e->Unregister(g_->gid);
+  }
 
   int rank() const override { return g_->rank; }
   int size() const override { return g_->size(); }
@@ -184,17 +235,26 @@ class UcxCommunicator : public Communicator {
                                          internal::CheckBuffer(count, send, "send"),
                                          internal::CheckBuffer(count, recv, "recv")}));
     const int n = size();
-    const size_t bytes = count * SizeOf(dtype);
+    const size_t es = SizeOf(dtype), bytes = count * es;
     char* out = static_cast<char*>(recv);
     char* mine = out + rank() * bytes;
-    op->steps.emplace_back();
-    op->steps.back().after = [=] {
-      if (bytes > 0 && mine != send) std::memmove(mine, send, bytes);
-    };
-    std::vector<int64_t> off(n), cnt(n, count);
-    for (int k = 0; k < n; ++k) off[k] = k * count;
-    RingAllGather(*op, out, SizeOf(dtype), off, cnt);
-    return Submit(op);
+    const char* from = static_cast<const char*>(send);
+    // Parts may not copy this rank's block one piece each when the caller's
+    // send buffer overlaps it without being it.
+    const bool overlaps = from != mine && from < mine + bytes && mine < from + bytes;
+    std::vector<std::shared_ptr<Op>> ops = LaneOps(op, overlaps ? 1 : LanesFor(n * bytes));
+    for (size_t l = 0; l < ops.size(); ++l) {
+      auto [lo, hi] = LaneRange(count, static_cast<int>(ops.size()), static_cast<int>(l));
+      Op& o = *ops[l];
+      o.steps.emplace_back();
+      o.steps.back().after = [=] {
+        if (hi > lo && mine != from) std::memmove(mine + lo * es, from + lo * es, (hi - lo) * es);
+      };
+      std::vector<int64_t> off(n), cnt(n, hi - lo);
+      for (int k = 0; k < n; ++k) off[k] = k * count + lo;
+      RingAllGather(o, out, es, off, cnt);
+    }
+    return Submit(ops);
   }
 
   absl::StatusOr<WorkPtr> ReduceScatter(const void* send, void* recv, int64_t count, DType dtype,
@@ -205,10 +265,17 @@ class UcxCommunicator : public Communicator {
                                          internal::CheckBuffer(count, send, "send"),
                                          internal::CheckBuffer(count, recv, "recv")}));
     const int n = size();
-    std::vector<int64_t> off(n), cnt(n, count);
-    for (int k = 0; k < n; ++k) off[k] = k * count;
-    RingReduce(*op, e_->scratch(), static_cast<const char*>(send), dtype, rop, off, cnt, recv);
-    return Submit(op);
+    const size_t es = SizeOf(dtype);
+    std::vector<std::shared_ptr<Op>> ops = LaneOps(op, LanesFor(n * count * es));
+    for (size_t l = 0; l < ops.size(); ++l) {
+      auto [lo, hi] = LaneRange(count, static_cast<int>(ops.size()), static_cast<int>(l));
+      std::vector<int64_t> off(n), cnt(n, hi - lo);
+      for (int k = 0; k < n; ++k) off[k] = k * count + lo;
+      Engine& e = *lanes_->e[l];
+      RingReduce(*ops[l], e.scratch(), lanes_->piece_bytes, static_cast<const char*>(send),
+                 dtype, rop, off, cnt, static_cast<char*>(recv) + lo * es);
+    }
+    return Submit(ops);
   }
 
   absl::StatusOr<WorkPtr> AllReduce(const void* send, void* recv, int64_t count, DType dtype,
@@ -223,10 +290,23 @@ class UcxCommunicator : public Communicator {
     std::vector<int64_t> off, cnt;
     Chunks(count, n, &off, &cnt);
     char* out = static_cast<char*>(recv);
-    RingReduce(*op, e_->scratch(), static_cast<const char*>(send), dtype, rop, off, cnt,
-               out + off[me] * es);
-    RingAllGather(*op, out, es, off, cnt);
-    return Submit(op);
+    // Each lane takes a part of every rank's chunk: an element is reduced in
+    // the same order whatever the lanes.
+    std::vector<std::shared_ptr<Op>> ops = LaneOps(op, LanesFor(count * es));
+    const int parts = static_cast<int>(ops.size());
+    for (int l = 0; l < parts; ++l) {
+      std::vector<int64_t> loff(n), lcnt(n);
+      for (int k = 0; k < n; ++k) {
+        auto [lo, hi] = LaneRange(cnt[k], parts, l);
+        loff[k] = off[k] + lo;
+        lcnt[k] = hi - lo;
+      }
+      Engine& e = *lanes_->e[l];
+      RingReduce(*ops[l], e.scratch(), lanes_->piece_bytes, static_cast<const char*>(send),
+                 dtype, rop, loff, lcnt, out + loff[me] * es);
+      RingAllGather(*ops[l], out, es, loff, lcnt);
+    }
+    return Submit(ops);
   }
 
   absl::StatusOr<WorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root) override {
@@ -358,7 +438,7 @@ class UcxCommunicator : public Communicator {
     g->name = internal::SubGroupName(name, groups[my_group]);
     g->rank = my_pos;
     for (int r : groups[my_group]) g->world.push_back(g_->world[r]);
-    return std::unique_ptr<Communicator>(std::make_unique<UcxCommunicator>(e_, g, timeout_));
+    return std::unique_ptr<Communicator>(std::make_unique<UcxCommunicator>(lanes_, g, timeout_));
   }
 
  private:
@@ -372,7 +452,7 @@ class UcxCommunicator : public Communicator {
                                                     ": ", st.message()));
       }
     }
-    GTP_RETURN_IF_ERROR(e_->GroupFailure(g_->gid));
+    for (auto& e : lanes_->e) GTP_RETURN_IF_ERROR(e->GroupFailure(g_->gid));
     auto op = std::make_shared<Op>();
     op->group = g_;
     op->desc = d;
@@ -408,16 +488,83 @@ class UcxCommunicator : public Communicator {
     }
   }
 
-  absl::StatusOr<WorkPtr> Submit(const std::shared_ptr<Op>& op) {
-    GTP_RETURN_IF_ERROR(e_->Submit(op));
-    return WorkPtr(std::make_unique<UcxWork>(e_, op, timeout_));
+  // How many lanes a call moving `bytes` through each rank is cut across.
+  int LanesFor(int64_t bytes) const {
+    const int64_t l = std::min<int64_t>(static_cast<int64_t>(lanes_->e.size()), bytes / kMinLaneBytes);
+    return static_cast<int>(std::max<int64_t>(1, l));
   }
 
-  std::shared_ptr<Engine> e_;
+  // `op` and parts - 1 more with its identity (group, call, sequence number:
+  // each lane matches its own messages).
+  static std::vector<std::shared_ptr<Op>> LaneOps(const std::shared_ptr<Op>& op, int parts) {
+    std::vector<std::shared_ptr<Op>> ops = {op};
+    for (int l = 1; l < parts; ++l) {
+      auto o = std::make_shared<Op>();
+      o->group = op->group;
+      o->desc = op->desc;
+      o->seq = op->seq;
+      o->user_tag = op->user_tag;
+      ops.push_back(std::move(o));
+    }
+    return ops;
+  }
+
+  absl::StatusOr<WorkPtr> Submit(const std::shared_ptr<Op>& op) {
+    return Submit(std::vector<std::shared_ptr<Op>>{op});
+  }
+  // Part l to lane l.
+  absl::StatusOr<WorkPtr> Submit(const std::vector<std::shared_ptr<Op>>& ops) {
+    std::vector<LanePart> parts;
+    for (size_t l = 0; l < ops.size(); ++l) {
+      absl::Status st = lanes_->e[l]->Submit(ops[l]);
+      if (!st.ok()) {
+        // The parts already handed over end before the caller's buffers are
+        // given back.
+        for (LanePart& p : parts) p.e->Cancel(p.op, st);
+        UcxWork(std::move(parts), timeout_).Wait(absl::InfiniteDuration()).IgnoreError();
+        return st;
+      }
+      parts.push_back({lanes_->e[l], ops[l]});
+    }
+    return WorkPtr(std::make_unique<UcxWork>(std::move(parts), timeout_));
+  }
+
+  std::shared_ptr<Lanes> lanes_;
+  std::shared_ptr<Engine> e_;  // lane 0
   std::shared_ptr<Group> g_;
   absl::Duration timeout_;
   uint16_t next_seq_ = 0;
 };
+
+// A tuning setting: `value` when set (non-zero), else the environment
+// variable, else `def`; it must be in [lo, hi].
+absl::StatusOr<int64_t> Knob(int64_t value, const char* env, int64_t def, int64_t lo, int64_t hi) {
+  if (value == 0) {
+    const char* v = std::getenv(env);
+    if (v == nullptr) return def;
+    char* end = nullptr;
+    value = std::strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0') {
+      return absl::InvalidArgumentError(absl::StrCat(env, "='", v, "' is not an integer"));
+    }
+  }
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ucx: ", env, " must be in [", lo, ", ", hi, "], got ", value));
+  }
+  return value;
+}
+
+// Two threads per lane (communication and reduction) out of this process's
+// share of the host's cores (LOCAL_WORLD_SIZE processes), at most 4: the
+// lanes that measured fastest on a 16-core host with 2 ranks
+// (docs/PERFORMANCE.md); one lane on a 2-core machine.
+int64_t DefaultLanes() {
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int64_t procs = std::max<int64_t>(1, local != nullptr ? std::atoll(local) : 1);
+  const int64_t cores = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  return std::clamp<int64_t>(cores / (2 * procs), 1, 4);
+}
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValueStore> store,
                                                         std::unique_ptr<TcpStoreServer> server,
@@ -431,14 +578,43 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValue
   cfg.connect_timeout = options.connect_timeout;
   const char* shm = std::getenv("GTP_UCX_SHARED_MEMORY");
   cfg.shared_memory = options.shared_memory || (shm != nullptr && std::string(shm) == "1");
-  GTP_ASSIGN_OR_RETURN(auto engine, Engine::Create(std::move(store), std::move(server), cfg));
+  GTP_ASSIGN_OR_RETURN(int64_t threads,
+                       Knob(options.reduce_threads, "GTP_UCX_REDUCE_THREADS", 1, 1, 64));
+  GTP_ASSIGN_OR_RETURN(int64_t kib,
+                       Knob(options.piece_bytes / 1024, "GTP_UCX_PIECE_KIB", 1024, 4, 1 << 20));
+  cfg.reduce_threads = static_cast<int>(threads);
+  const int64_t piece_bytes = kib * 1024;
+  GTP_ASSIGN_OR_RETURN(int64_t lanes,
+                       Knob(options.lanes, "GTP_UCX_LANES", DefaultLanes(), 1, 16));
+  auto all = std::make_shared<Lanes>();
+  GTP_ASSIGN_OR_RETURN(auto first, Engine::Create(store, std::move(server), cfg));
+  all->e.push_back(std::move(first));
+  // Every rank must cut calls the same way: rank 0's lanes and piece size
+  // hold for all (hosts may differ in cores or settings).
+  const std::string key = cfg.prefix + "/cut";
+  if (rank == 0) {
+    GTP_RETURN_IF_ERROR(store->Set(key, absl::StrCat(lanes, " ", piece_bytes), cfg.connect_timeout));
+  }
+  GTP_ASSIGN_OR_RETURN(std::string cut, store->Get(key, cfg.connect_timeout));
+  long long l0 = 0, p0 = 0;
+  if (std::sscanf(cut.c_str(), "%lld %lld", &l0, &p0) != 2 || l0 < 1 || p0 < 1) {
+    return absl::InternalError(absl::StrCat("ucx: bad '", key, "' in the store: '", cut, "'"));
+  }
+  lanes = l0;
+  all->piece_bytes = p0;
+  for (int l = 1; l < lanes; ++l) {
+    Engine::Config lc = cfg;
+    lc.prefix = absl::StrCat(cfg.prefix, "/lane", l);
+    GTP_ASSIGN_OR_RETURN(auto engine, Engine::Create(store, nullptr, lc));
+    all->e.push_back(std::move(engine));
+  }
   auto g = std::make_shared<Group>();
   g->gid = 0;
   g->name = options.name;
   g->rank = rank;
   for (int r = 0; r < size; ++r) g->world.push_back(r);
   return std::unique_ptr<Communicator>(
-      std::make_unique<UcxCommunicator>(std::move(engine), std::move(g), options.timeout));
+      std::make_unique<UcxCommunicator>(std::move(all), std::move(g), options.timeout));
 }
 
 }  // namespace

@@ -49,6 +49,20 @@ struct UcxOptions {
   // of ending them with gtp's error naming the dead rank. Off by default; the
   // environment variable GTP_UCX_SHARED_MEMORY=1 turns it on for every world.
   bool shared_memory = false;
+  // Tuning (0: the default, or the environment variable named). Threads
+  // that reduce reduce-scatter pieces besides a thread blocked in Wait
+  // (GTP_UCX_REDUCE_THREADS, default 1); the largest piece a ring step is cut
+  // into (GTP_UCX_PIECE_KIB, default 1024).
+  int reduce_threads = 0;
+  int64_t piece_bytes = 0;
+  // UCP workers, each with its own communication thread (GTP_UCX_LANES;
+  // default: cores / (2 × LOCAL_WORLD_SIZE), between 1 and 4). A large
+  // all-gather, reduce-scatter or all-reduce is cut into one part per lane,
+  // so more than one thread per process copies and reduces: one thread
+  // doing both directions of a ring step gets half of point-to-point
+  // bandwidth. Results are the same bits whatever the lanes. Every rank
+  // must use the same number.
+  int lanes = 0;
 };
 
 // Creates this rank's world communicator: publishes its worker address in

@@ -146,7 +146,9 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(std::shared_ptr<KeyValueS
   std::shared_ptr<Engine> e(new Engine(std::move(store), std::move(server), config));
   GTP_RETURN_IF_ERROR(e->Connect());
   e->thread_ = std::thread([p = e.get()] { p->Loop(); });
-  e->task_thread_ = std::thread([p = e.get()] { p->TaskLoop(); });
+  for (int i = 0; i < std::max(1, config.reduce_threads); ++i) {
+    e->task_threads_.emplace_back([p = e.get()] { p->TaskLoop(); });
+  }
   return e;
 }
 
@@ -256,13 +258,13 @@ Engine::~Engine() {
     (void)!write(wake_fd_, &one, sizeof(one));
     thread_.join();
   }
-  if (task_thread_.joinable()) {
+  if (!task_threads_.empty()) {
     {
       absl::MutexLock l(&mu_);
       stop_ = true;
       cv_.SignalAll();
     }
-    task_thread_.join();
+    for (std::thread& t : task_threads_) t.join();
   }
   if (worker_) {
     ucp_worker_h w = worker_.get();
@@ -367,6 +369,17 @@ absl::Status Engine::Wait(const std::shared_ptr<Op>& op, absl::Duration timeout)
     }
   }
   return op->status;
+}
+
+void Engine::Cancel(const std::shared_ptr<Op>& op, const absl::Status& why) {
+  {
+    absl::MutexLock l(&mu_);
+    if (op->finished || !op->cancel.ok()) return;
+    op->cancel = why;
+    cancels_.push_back(op);
+  }
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
 }
 
 bool Engine::Finished(const Op& op) {
@@ -716,6 +729,8 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
     Step& st = op->steps[op->cur];
     if (!st.started || st.unposted > 0) Post(*op);
     bool all_done = true;
+    std::vector<Xfer*>& ready = ready_;  // tasks whose transfer completed
+    ready.clear();
     for (Xfer& x : st.xfers) {
       Peer& peer = *peers_[op->group->world[x.peer]];
       if ((!x.done || x.status != UCS_OK) && peer.error != UCS_OK) {
@@ -746,9 +761,20 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
         FailGroup(op->group->gid, bad, true);
         break;
       }
-      if (x.task && !x.task_queued) QueueTask(op, x);
+      if (x.task && !x.task_queued) ready.push_back(&x);
     }
     if (op->failed) continue;
+    if (all_done && ready.size() == 1 && op->tasks_pending.load(std::memory_order_acquire) == 0) {
+      // The step's last task, nothing left to overlap it with: handing it to
+      // another thread would only add two wake-ups (measured: a 4 MiB
+      // reduce-scatter over TCP 0.88 → 1.19 × point-to-point).
+      Xfer& x = *ready[0];
+      x.task_queued = true;
+      x.task();
+      x.task_done.v.store(true, std::memory_order_release);
+    } else {
+      for (Xfer* x : ready) QueueTask(op, *x);
+    }
     if (!all_done || op->tasks_pending.load(std::memory_order_acquire) > 0) return;
     if (st.after) st.after();
     ++op->cur;
@@ -758,10 +784,11 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
 void Engine::Loop() {
   PostAbortRecv();
   int idle = 0;
-  std::vector<std::shared_ptr<Op>> fresh, timed_out;
+  std::vector<std::shared_ptr<Op>> fresh, timed_out, cancelled;
   for (;;) {
     fresh.clear();
     timed_out.clear();
+    cancelled.clear();
     {
       absl::MutexLock l(&mu_);
       if (stop_) break;
@@ -772,8 +799,17 @@ void Engine::Loop() {
       for (auto& op : active_) {
         if (op->timeout_requested && !op->failed) timed_out.push_back(op);
       }
+      cancelled.swap(cancels_);
     }
     for (auto& op : fresh) Start(op);
+    for (auto& op : cancelled) {
+      absl::Status why;
+      {
+        absl::MutexLock l(&mu_);
+        why = op->cancel;
+      }
+      FailGroup(op->group->gid, why, true);
+    }
     for (auto& op : timed_out) {
       absl::Duration waited;
       {

@@ -1,6 +1,7 @@
-// comm/ucx/ucx_engine.h — internals of the UCX backend: one UCP worker per
-// process, its communication thread, and the schedule ("Op") format the
-// collectives are compiled into. Not a public header.
+// comm/ucx/ucx_engine.h — internals of the UCX backend: one UCP worker, its
+// communication thread and task threads (an Engine: one per lane, see
+// UcxOptions::lanes), and the schedule ("Op") format the collectives are
+// compiled into. Not a public header.
 //
 // An Op is a list of Steps. A Step runs `before` (local work), posts its
 // transfers (all at once, except receives that wait for an earlier
@@ -9,8 +10,10 @@
 // checked: size, call signature) and every task has run, runs `after` and
 // moves on. A receive may carry a task (e.g. reducing the piece it
 // received): it is queued as soon as that receive completed and was checked,
-// and runs off the communication thread — on the engine's task thread or on
-// a thread blocked in Wait — so it overlaps the step's other transfers.
+// and runs off the communication thread — on the engine's task threads or on
+// a thread blocked in Wait — so it overlaps the step's other transfers; the
+// step's last one, with nothing left to overlap, runs on the communication
+// thread.
 // Everything else in an Op after Submit runs on the communication thread.
 //
 // Tag layout (64 bits):
@@ -141,6 +144,7 @@ struct Op {
   std::atomic<int> tasks_pending{0};  // queued or running tasks
   bool failed = false;
   bool timeout_requested = false;  // guarded by Engine::mu_
+  absl::Status cancel;             // guarded by Engine::mu_: see Engine::Cancel
   absl::Duration waited;           // guarded by Engine::mu_
   bool finished = false;           // guarded by Engine::mu_
   absl::Status status;             // guarded by Engine::mu_ once finished
@@ -153,6 +157,7 @@ class Engine {
     std::string prefix;
     absl::Duration timeout, connect_timeout;
     bool shared_memory = false;  // UcxOptions::shared_memory: make the data endpoints
+    int reduce_threads = 1;      // task threads (UcxOptions::reduce_threads)
   };
   // Creates the UCP worker, exchanges addresses through `store`, connects
   // to every rank and starts the communication and task threads. Blocks.
@@ -173,6 +178,10 @@ class Engine {
   // Blocks until `op` finished; after `timeout` fails its group with
   // DeadlineExceeded naming the peers not heard from. Thread-safe.
   absl::Status Wait(const std::shared_ptr<Op>& op, absl::Duration timeout);
+  // Fails `op`'s group with `why` (telling the peers), as if this engine had
+  // found the error itself: used when another lane of the same call failed,
+  // so that this lane's part ends too. Non-blocking; thread-safe.
+  void Cancel(const std::shared_ptr<Op>& op, const absl::Status& why);
   // Non-blocking; thread-safe.
   bool Finished(const Op& op);
   // The group's failure (OK while healthy). Thread-safe.
@@ -241,9 +250,10 @@ class Engine {
   std::vector<std::unique_ptr<Peer>> peers_;  // by world rank
   std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
   std::thread thread_;
-  std::thread task_thread_;  // runs tasks (so do threads blocked in Wait)
+  std::vector<std::thread> task_threads_;  // run tasks (so do threads blocked in Wait)
 
   // Communication thread only.
+  std::vector<Xfer*> ready_;  // Advance's scratch
   std::vector<std::shared_ptr<Op>> active_;
   std::vector<std::shared_ptr<Op>> orphans_;  // failed ops with sends still in flight
   std::vector<std::unique_ptr<Abort>> aborts_out_;
@@ -255,6 +265,7 @@ class Engine {
   absl::CondVar cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::shared_ptr<Op>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Op>> cancels_ ABSL_GUARDED_BY(mu_);  // Cancel, for the loop
   struct Task {
     std::shared_ptr<Op> op;
     Xfer* x = nullptr;

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,17 @@ int RunRank(const std::string& scenario) {
     Report(st, absl::Now() - t0);
     return 0;
   }
+  if (scenario == "mismatch_large") {
+    auto world = CreateUcxWorldFromEnv(Opts(absl::Seconds(10)));
+    GTP_CHECK_OK(world.status());
+    const int64_t count = (int64_t{3} << 20) + (rank == 1 ? 64 : 0);
+    std::vector<float> x(count, 1.0f);
+    absl::Time t0 = absl::Now();
+    absl::Status st =
+        Run((*world)->AllReduce(x.data(), x.data(), count, DType::kF32, ReduceOp::kSum));
+    Report(st, absl::Now() - t0);
+    return 0;
+  }
   if (scenario == "wrong_port") {
     absl::Time t0 = absl::Now();
     auto world = CreateUcxWorldFromEnv(Opts(absl::Seconds(5), absl::Seconds(1)));
@@ -144,10 +156,15 @@ std::map<int, RankResult> Results(const std::string& out) {
   return m;
 }
 
-CommandResult Launch(int n, const std::string& scenario, bool stop_on_failure = true) {
+// `lanes` > 0 sets GTP_UCX_LANES for every rank (else the host's default).
+CommandResult Launch(int n, const std::string& scenario, bool stop_on_failure = true,
+                     int lanes = 0) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (lanes > 0) env.push_back({"GTP_UCX_LANES", absl::StrCat(lanes)});
   return RunCommand({GtprunPath(), absl::StrCat("--nproc=", n),
                      absl::StrCat("--stop_on_failure=", stop_on_failure ? "true" : "false"),
-                     "--grace_period=2s", "--", SelfPath(), scenario});
+                     "--grace_period=2s", "--", SelfPath(), scenario},
+                    env);
 }
 
 class UcxMultiprocess : public ::testing::TestWithParam<int> {};
@@ -164,19 +181,24 @@ TEST_P(UcxMultiprocess, Conformance) {
 INSTANTIATE_TEST_SUITE_P(World, UcxMultiprocess, ::testing::Values(2, 3, 4));
 
 TEST(UcxFaults, RankThatExitsMidCollective) {
-  CommandResult r = Launch(3, "exit_mid_collective", /*stop_on_failure=*/false);
-  EXPECT_THAT(r.output, HasSubstr("rank 1 (pid"));
-  EXPECT_THAT(r.output, HasSubstr("exit status 3"));
-  auto res = Results(r.output);
-  for (int k : {0, 2}) {
-    ASSERT_TRUE(res.count(k)) << r.output;
-    EXPECT_NE(res[k].code, "OK") << r.output;
-    EXPECT_THAT(res[k].msg, HasSubstr("group world (ucx)"));
-    EXPECT_THAT(res[k].msg, HasSubstr("all_reduce"));
-    EXPECT_THAT(res[k].msg, HasSubstr("world rank 1"));
-    EXPECT_LT(res[k].ms, 9000) << res[k].msg;  // bounded by the 8 s timeout
+  // One lane, and three (the 16 MiB all-reduce is cut across them: every
+  // lane's part must end, with the dead rank named).
+  for (int lanes : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat(lanes, " lane(s)"));
+    CommandResult r = Launch(3, "exit_mid_collective", /*stop_on_failure=*/false, lanes);
+    EXPECT_THAT(r.output, HasSubstr("rank 1 (pid"));
+    EXPECT_THAT(r.output, HasSubstr("exit status 3"));
+    auto res = Results(r.output);
+    for (int k : {0, 2}) {
+      ASSERT_TRUE(res.count(k)) << r.output;
+      EXPECT_NE(res[k].code, "OK") << r.output;
+      EXPECT_THAT(res[k].msg, HasSubstr("group world (ucx)"));
+      EXPECT_THAT(res[k].msg, HasSubstr("all_reduce"));
+      EXPECT_THAT(res[k].msg, HasSubstr("world rank 1"));
+      EXPECT_LT(res[k].ms, 9000) << res[k].msg;  // bounded by the 8 s timeout
+    }
+    EXPECT_LT(r.elapsed, absl::Seconds(20));
   }
-  EXPECT_LT(r.elapsed, absl::Seconds(20));
 }
 
 TEST(UcxFaults, RankThatNeverJoins) {
@@ -210,13 +232,17 @@ TEST(UcxFaults, RankThatSkipsACollective) {
 }
 
 TEST(UcxFaults, MismatchedCountsFailEveryRank) {
-  CommandResult r = Launch(3, "mismatch");
-  auto res = Results(r.output);
-  for (int k : {0, 1, 2}) {
-    ASSERT_TRUE(res.count(k)) << r.output;
-    EXPECT_EQ(res[k].code, "INVALID_ARGUMENT") << r.output;
-    EXPECT_THAT(res[k].msg, HasSubstr("group world (ucx)"));
-    EXPECT_LT(res[k].ms, 5000);
+  // A small call (one lane) and a large one cut across three lanes.
+  for (const char* scenario : {"mismatch", "mismatch_large"}) {
+    SCOPED_TRACE(scenario);
+    CommandResult r = Launch(3, scenario, true, 3);
+    auto res = Results(r.output);
+    for (int k : {0, 1, 2}) {
+      ASSERT_TRUE(res.count(k)) << r.output;
+      EXPECT_EQ(res[k].code, "INVALID_ARGUMENT") << r.output;
+      EXPECT_THAT(res[k].msg, HasSubstr("group world (ucx)"));
+      EXPECT_LT(res[k].ms, 5000);
+    }
   }
 }
 

@@ -23,7 +23,7 @@ using ::testing::HasSubstr;
 // Runs fn on `n` threads, each with its rank's UCX world communicator.
 std::vector<absl::Status> RunUcxThreads(int n, const std::function<absl::Status(Communicator&)>& fn,
                                         absl::Duration timeout = absl::Seconds(60),
-                                        bool shared_memory = false) {
+                                        bool shared_memory = false, int lanes = 0) {
   static int world_id = 0;  // distinct store prefixes per world
   auto store = std::make_shared<InMemoryStore>();
   UcxOptions o;
@@ -31,6 +31,7 @@ std::vector<absl::Status> RunUcxThreads(int n, const std::function<absl::Status(
   o.connect_timeout = absl::Seconds(20);
   o.store_prefix = absl::StrCat("w", world_id++);
   o.shared_memory = shared_memory;
+  o.lanes = lanes;
   std::vector<absl::Status> results(n);
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r) {
@@ -133,6 +134,69 @@ absl::Status CheckPipelinedReductions(Communicator& c) {
     }
   }
   return absl::OkStatus();
+}
+
+// Large calls cut across lanes (UcxOptions::lanes) give the same bits as one
+// lane: random f32 (where summation order shows), odd counts, in place and
+// not; and the conformance suite holds with three lanes.
+TEST(UcxThreadsLanes, SameBitsWhateverTheLanes) {
+  const int n = 3;
+  const int64_t count = (int64_t{3} << 20) / 4 + 37;  // per rank; 3 lanes of >= 512 KiB each
+  auto input = [&](int rank, int64_t len) {
+    std::vector<float> v(len);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (rank + 1);
+    for (float& f : v) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      f = static_cast<float>(static_cast<int64_t>(x % 2000001) - 1000000) * 1.37e-3f;
+    }
+    return v;
+  };
+  // outputs[lanes][rank]: reduce-scatter, in-place reduce-scatter, all-reduce, all-gather.
+  std::vector<std::vector<std::vector<float>>> outputs(2, std::vector<std::vector<float>>(n));
+  for (int which : {0, 1}) {
+    auto results = RunUcxThreads(
+        n,
+        [&](Communicator& c) -> absl::Status {
+          std::vector<float>& got = outputs[which][c.rank()];
+          std::vector<float> in = input(c.rank(), n * count), rs(count);
+          GTP_RETURN_IF_ERROR(comm::Run(c.ReduceScatter(in.data(), rs.data(), count, DType::kF32,
+                                                  ReduceOp::kSum)));
+          got.insert(got.end(), rs.begin(), rs.end());
+          std::vector<float> ip = in;
+          GTP_RETURN_IF_ERROR(comm::Run(c.ReduceScatter(ip.data(), ip.data() + c.rank() * count, count,
+                                                  DType::kF32, ReduceOp::kMean)));
+          got.insert(got.end(), ip.begin() + c.rank() * count, ip.begin() + (c.rank() + 1) * count);
+          std::vector<float> ar = in;
+          GTP_RETURN_IF_ERROR(
+              comm::Run(c.AllReduce(ar.data(), ar.data(), n * count, DType::kF32, ReduceOp::kSum)));
+          got.insert(got.end(), ar.begin(), ar.end());
+          std::vector<float> ag(n * count);
+          GTP_RETURN_IF_ERROR(comm::Run(c.AllGather(in.data(), ag.data(), count, DType::kF32)));
+          got.insert(got.end(), ag.begin(), ag.end());
+          return absl::OkStatus();
+        },
+        absl::Seconds(60), false, which == 0 ? 1 : 3);
+    for (int r = 0; r < n; ++r) ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  }
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(outputs[0][r].size(), outputs[1][r].size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < outputs[0][r].size(); ++i) {
+      differ += std::memcmp(&outputs[0][r][i], &outputs[1][r][i], 4) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "rank " << r << ": elements that differ between 1 and 3 lanes";
+  }
+  // The reduce-scatter really is the sum (a reference in double, loose).
+  std::vector<float> a = input(0, n * count), b = input(1, n * count), c = input(2, n * count);
+  for (int64_t i = 0; i < count; i += 4099) {
+    const double want = double(a[i]) + b[i] + c[i];
+    EXPECT_NEAR(outputs[1][0][i], want, 1e-3) << i;
+  }
+  testing::ConformanceOptions o;
+  o.large = true;
+  auto results = RunUcxThreads(
+      n, [&](Communicator& c) { return testing::RunConformance(c, o); }, absl::Seconds(60), false, 3);
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }
 
 TEST(UcxThreads, PipelinedReductionsAreExact) {
