@@ -372,6 +372,7 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
     mc.seed = c.seed;
     mc.init_std = c.init_std;
     mc.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
+    mc.dtype = c.dtype;
     GTP_ASSIGN_OR_RETURN(b->mamba_, mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain));
     return b;
   }

@@ -70,8 +70,8 @@ struct TransformerConfig {
   // The lane's loss is a sum over tokens (GptConfig::loss_reduction kSum;
   // set by GptModel): the MoE scales its aux/z gradients and expert wgrads.
   bool loss_sum = false;
-  // The Mamba-2 mixer of hybrid stacks' 'M' layers (d_model, seed and
-  // init_std are taken from here).
+  // The Mamba-2 mixer of hybrid stacks' 'M' layers (d_model, seed, init_std
+  // and dtype are taken from here).
   mamba::MambaConfig mamba;
 
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

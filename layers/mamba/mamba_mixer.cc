@@ -22,27 +22,37 @@ absl::Status Bad(const std::string& name, const std::string& what) {
 // A TP-sharded, GTP-replicated param of `rows_tp` rows × `cols` (this TP
 // rank's rows [t·rows_tp, (t+1)·rows_tp) of the global [tp·rows_tp, cols]),
 // element (R, C) of the global tensor = init(R, C).
+// Its value in `dtype`, its gradient f32.
 template <typename Init>
 ReplicatedParam ByHead(const kernels::Exec& e, const std::string& name, int64_t rows_tp,
-                       int64_t cols, int tp, int t, Init init) {
+                       int64_t cols, int tp, int t, DType dtype, Init init) {
   std::vector<float> v(rows_tp * cols);
   for (int64_t r = 0; r < rows_tp; ++r)
     for (int64_t c = 0; c < cols; ++c) v[r * cols + c] = init(t * rows_tp + r, c);
   const Shape s = cols == 1 ? Shape{rows_tp} : Shape{rows_tp, cols};
-  ReplicatedParam p{name, TensorFromHost(e, v.data(), s, DType::kF32), e.Zeros(s), false,
+  ReplicatedParam p{name, TensorFromHost(e, v.data(), s, dtype), e.Zeros(s), false,
                     {tp * rows_tp, cols, [=](int64_t r) { return t * rows_tp + r; }, 0}};
   p.tp_sharded = tp > 1;
   return p;
 }
 
 LinearConfig Lin(const std::string& name, int64_t in, int64_t out, float std, uint64_t seed,
-                 bool caller_reduces) {
+                 bool caller_reduces, DType dtype) {
   LinearConfig l{name, in, out};
   l.bias = false;
   l.init_std = std;
   l.seed = seed;
   l.caller_reduces_input_grad = caller_reduces;
+  l.dtype = dtype;
   return l;
+}
+
+// t converted to `dtype` on e's device (t itself when it already is).
+Tensor As(const kernels::Exec& e, const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = e.Empty(t.shape(), dtype);
+  ops::Cast(e, t, out);
+  return out;
 }
 
 }  // namespace
@@ -59,10 +69,12 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
     return Bad(name, absl::StrCat("d_inner ", Di, " is not divisible by head_dim ", c.head_dim));
   }
   if (H % G != 0) return Bad(name, absl::StrCat(H, " heads are not divisible by ", G, " groups"));
+  if (c.dtype != DType::kF32 && c.dtype != DType::kBF16) {
+    return Bad(name, absl::StrCat("dtype must be f32 or bf16, got ", DTypeName(c.dtype)));
+  }
   std::unique_ptr<MambaMixer> m(new MambaMixer());
   m->c_ = c;
   m->exec_ = chain->exec();
-  if (m->exec_.is_cuda()) return Bad(name, "the Mamba mixer runs on the CPU only for now");
   GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
   const int tp = m->tp_->size(), t = m->tp_->rank();
   if (H % tp != 0 || G % tp != 0) {
@@ -74,84 +86,95 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   m->h_ = H / tp;
   m->g_ = G / tp;
   const int64_t Ns = c.d_state, K = c.d_conv;
-  GTP_ASSIGN_OR_RETURN(m->in_z_, ColumnParallelLinear::Create(
-                                     Lin(name + ".in_proj_z", c.d_model, Di, c.init_std, c.seed, true),
-                                     pgs, chain));
-  GTP_ASSIGN_OR_RETURN(m->in_x_, ColumnParallelLinear::Create(
-                                     Lin(name + ".in_proj_x", c.d_model, Di, c.init_std, c.seed, true),
-                                     pgs, chain));
-  GTP_ASSIGN_OR_RETURN(m->in_b_, ColumnParallelLinear::Create(Lin(name + ".in_proj_B", c.d_model, G * Ns,
-                                                                  c.init_std, c.seed, true),
-                                                              pgs, chain));
-  GTP_ASSIGN_OR_RETURN(m->in_c_, ColumnParallelLinear::Create(Lin(name + ".in_proj_C", c.d_model, G * Ns,
-                                                                  c.init_std, c.seed, true),
-                                                              pgs, chain));
-  GTP_ASSIGN_OR_RETURN(m->in_dt_, ColumnParallelLinear::Create(Lin(name + ".in_proj_dt", c.d_model, H,
-                                                                   c.init_std, c.seed, true),
-                                                               pgs, chain));
-  GTP_ASSIGN_OR_RETURN(m->out_, RowParallelLinear::Create(
-                                    Lin(name + ".out_proj", Di, c.d_model, c.out_std, c.seed, false),
-                                    pgs, chain));
+  auto in_proj = [&](const std::string& part, int64_t out) {
+    return ColumnParallelLinear::Create(
+        Lin(name + ".in_proj_" + part, c.d_model, out, c.init_std, c.seed, true, c.dtype), pgs,
+        chain);
+  };
+  GTP_ASSIGN_OR_RETURN(m->in_z_, in_proj("z", Di));
+  GTP_ASSIGN_OR_RETURN(m->in_x_, in_proj("x", Di));
+  GTP_ASSIGN_OR_RETURN(m->in_b_, in_proj("B", G * Ns));
+  GTP_ASSIGN_OR_RETURN(m->in_c_, in_proj("C", G * Ns));
+  GTP_ASSIGN_OR_RETURN(m->in_dt_, in_proj("dt", H));
+  GTP_ASSIGN_OR_RETURN(m->out_, RowParallelLinear::Create(Lin(name + ".out_proj", Di, c.d_model,
+                                                              c.out_std, c.seed, false, c.dtype),
+                                                          pgs, chain));
   const kernels::Exec& e = m->exec_;
   // Conv filters ~ U(−1/√K, 1/√K), zero biases; by global channel.
   auto conv = [&](const std::string& n, int64_t rows_tp) {
     const uint64_t key = KeyFromName(n, c.seed);
     const float bound = 1.0f / std::sqrt(static_cast<float>(K));
-    return ByHead(e, n, rows_tp, K, tp, t, [=](int64_t r, int64_t k) {
+    return ByHead(e, n, rows_tp, K, tp, t, c.dtype, [=](int64_t r, int64_t k) {
       return bound * (2.0f * PhiloxUniform(key, r * K + k) - 1.0f);
     });
   };
   auto zero = [](int64_t, int64_t) { return 0.0f; };
   m->conv_x_w_ = conv(name + ".conv_x.weight", m->di_);
-  m->conv_x_b_ = ByHead(e, name + ".conv_x.bias", m->di_, 1, tp, t, zero);
+  m->conv_x_b_ = ByHead(e, name + ".conv_x.bias", m->di_, 1, tp, t, c.dtype, zero);
   m->conv_b_w_ = conv(name + ".conv_B.weight", m->g_ * Ns);
-  m->conv_b_b_ = ByHead(e, name + ".conv_B.bias", m->g_ * Ns, 1, tp, t, zero);
+  m->conv_b_b_ = ByHead(e, name + ".conv_B.bias", m->g_ * Ns, 1, tp, t, c.dtype, zero);
   m->conv_c_w_ = conv(name + ".conv_C.weight", m->g_ * Ns);
-  m->conv_c_b_ = ByHead(e, name + ".conv_C.bias", m->g_ * Ns, 1, tp, t, zero);
+  m->conv_c_b_ = ByHead(e, name + ".conv_C.bias", m->g_ * Ns, 1, tp, t, c.dtype, zero);
   // Mamba-2's inits: dt = exp(U(log 1e-3, log 1e-1)) through an inverse
   // softplus; A = −U(1, 16) (A_log its log); D = 1; the norm weight 1.
   const uint64_t kdt = KeyFromName(name + ".dt_bias", c.seed), ka = KeyFromName(name + ".A_log", c.seed);
-  m->dt_bias_ = ByHead(e, name + ".dt_bias", m->h_, 1, tp, t, [=](int64_t r, int64_t) {
+  m->dt_bias_ = ByHead(e, name + ".dt_bias", m->h_, 1, tp, t, c.dtype, [=](int64_t r, int64_t) {
     const float dt = std::exp(std::log(1e-3f) + (std::log(1e-1f) - std::log(1e-3f)) * PhiloxUniform(kdt, r));
     return dt + std::log(-std::expm1(-dt));
   });
-  m->a_log_ = ByHead(e, name + ".A_log", m->h_, 1, tp, t,
+  m->a_log_ = ByHead(e, name + ".A_log", m->h_, 1, tp, t, c.dtype,
                      [=](int64_t r, int64_t) { return std::log(1.0f + 15.0f * PhiloxUniform(ka, r)); });
-  m->d_ = ByHead(e, name + ".D", m->h_, 1, tp, t, [](int64_t, int64_t) { return 1.0f; });
-  m->norm_w_ = ByHead(e, name + ".norm.weight", m->di_, 1, tp, t, [](int64_t, int64_t) { return 1.0f; });
+  m->d_ = ByHead(e, name + ".D", m->h_, 1, tp, t, c.dtype, [](int64_t, int64_t) { return 1.0f; });
+  m->norm_w_ = ByHead(e, name + ".norm.weight", m->di_, 1, tp, t, c.dtype,
+                      [](int64_t, int64_t) { return 1.0f; });
   return m;
 }
 
 absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h) {
   const kernels::Exec& e = exec_;
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
-  if (h.rank() != 2 || h.dim(0) != N || h.dim(1) != c_.d_model) {
+  if (h.rank() != 2 || h.dim(0) != N || h.dim(1) != c_.d_model || h.dtype() != c_.dtype) {
     return absl::InvalidArgumentError(absl::StrCat("mamba mixer input must be [", N, ", ",
-                                                   c_.d_model, "], got ", h.ToString()));
+                                                   c_.d_model, "] ", DTypeName(c_.dtype),
+                                                   ", got ", h.ToString()));
   }
-  GTP_ASSIGN_OR_RETURN(z_, in_z_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(xr_, in_x_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(br_, in_b_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(cr_, in_c_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(dtr_, in_dt_->Forward(h));
+  // The projections in the model dtype; everything up to out_proj in f32.
+  const DType f32 = DType::kF32;
+  GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(h));
+  GTP_ASSIGN_OR_RETURN(Tensor xr, in_x_->Forward(h));
+  GTP_ASSIGN_OR_RETURN(Tensor br, in_b_->Forward(h));
+  GTP_ASSIGN_OR_RETURN(Tensor cr, in_c_->Forward(h));
+  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(h));
+  z_ = As(e, z, f32);
+  xr_ = As(e, xr, f32);
+  br_ = As(e, br, f32);
+  cr_ = As(e, cr, f32);
+  dtr_ = As(e, dtr, f32);
+  // The params as they are now (the optimizer steps after Backward).
+  v32_ = F32Values{As(e, conv_x_w_.value, f32), As(e, conv_x_b_.value, f32),
+                   As(e, conv_b_w_.value, f32), As(e, conv_b_b_.value, f32),
+                   As(e, conv_c_w_.value, f32), As(e, conv_c_b_.value, f32),
+                   As(e, dt_bias_.value, f32),  As(e, a_log_.value, f32),
+                   As(e, d_.value, f32),        As(e, norm_w_.value, f32)};
+  const F32Values& v = v32_;
   xc_ = e.Empty({B_, T_, di_});
   bc_ = e.Empty({B_, T_, g_ * Ns});
   cc_ = e.Empty({B_, T_, g_ * Ns});
-  ssm::CausalConv1dForward(e, xr_.View({B_, T_, di_}), conv_x_w_.value, conv_x_b_.value, xc_, true);
-  ssm::CausalConv1dForward(e, br_.View({B_, T_, g_ * Ns}), conv_b_w_.value, conv_b_b_.value, bc_, true);
-  ssm::CausalConv1dForward(e, cr_.View({B_, T_, g_ * Ns}), conv_c_w_.value, conv_c_b_.value, cc_, true);
+  ssm::CausalConv1dForward(e, xr_.View({B_, T_, di_}), v.conv_x_w, v.conv_x_b, xc_, true);
+  ssm::CausalConv1dForward(e, br_.View({B_, T_, g_ * Ns}), v.conv_b_w, v.conv_b_b, bc_, true);
+  ssm::CausalConv1dForward(e, cr_.View({B_, T_, g_ * Ns}), v.conv_c_w, v.conv_c_b, cc_, true);
   dt_ = e.Empty({N, h_});
-  ssm::SoftplusBiasForward(e, dtr_, dt_bias_.value, dt_);
+  ssm::SoftplusBiasForward(e, dtr_, v.dt_bias, dt_);
   a_ = e.Empty({h_});
-  for (int64_t i = 0; i < h_; ++i) a_.data<float>()[i] = -std::exp(a_log_.value.data<float>()[i]);
+  ssm::NegExpForward(e, v.a_log, a_);
   y_ = e.Empty({B_, T_, h_, P});
   ssm::SsdScanForward(e, xc_.View({B_, T_, h_, P}), dt_.View({B_, T_, h_}), a_,
-                      bc_.View({B_, T_, g_, Ns}), cc_.View({B_, T_, g_, Ns}), d_.value, y_, c_.chunk);
+                      bc_.View({B_, T_, g_, Ns}), cc_.View({B_, T_, g_, Ns}), v.d, y_, c_.chunk);
   Tensor yn = e.Empty({N, di_});
   rstd_ = e.Empty({N, di_ / (c_.d_inner() / c_.n_groups)});
-  ssm::GatedRmsNormForward(e, y_.View({N, di_}), z_, norm_w_.value, yn, rstd_,
+  ssm::GatedRmsNormForward(e, y_.View({N, di_}), z_, v.norm_w, yn, rstd_,
                            c_.d_inner() / c_.n_groups, c_.norm_eps);
-  return out_->Forward(yn);
+  return out_->Forward(As(e, yn, c_.dtype));
 }
 
 absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
@@ -159,32 +182,35 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
   if (!y_.defined()) return absl::FailedPreconditionError("mamba mixer: Backward without Forward");
   // out_proj keeps its own input (the normalised, gated scan output).
+  const DType f32 = DType::kF32;
+  const F32Values& v = v32_;
   GTP_ASSIGN_OR_RETURN(Tensor dyn, out_->Backward(dout));
   Tensor dy = e.Empty({N, di_}), dz = e.Empty({N, di_});
-  ssm::GatedRmsNormBackward(e, dyn, y_.View({N, di_}), z_, norm_w_.value, rstd_,
+  ssm::GatedRmsNormBackward(e, As(e, dyn, f32), y_.View({N, di_}), z_, v.norm_w, rstd_,
                             c_.d_inner() / c_.n_groups, dy, dz, norm_w_.grad);
   Tensor dxc = e.Empty({B_, T_, h_, P}), ddt = e.Empty({B_, T_, h_}), dbc = e.Empty({B_, T_, g_, Ns}),
          dcc = e.Empty({B_, T_, g_, Ns}), da = e.Zeros({h_});
   ssm::SsdScanBackward(e, dy.View({B_, T_, h_, P}), xc_.View({B_, T_, h_, P}), dt_.View({B_, T_, h_}), a_,
-                       bc_.View({B_, T_, g_, Ns}), cc_.View({B_, T_, g_, Ns}), d_.value, dxc, ddt, da,
+                       bc_.View({B_, T_, g_, Ns}), cc_.View({B_, T_, g_, Ns}), v.d, dxc, ddt, da,
                        dbc, dcc, d_.grad, c_.chunk);
-  // A = −exp(A_log): dA_log = dA·A.
-  for (int64_t i = 0; i < h_; ++i) a_log_.grad.data<float>()[i] += da.data<float>()[i] * a_.data<float>()[i];
+  ssm::NegExpBackwardAccumulate(e, da, a_, a_log_.grad);
   Tensor ddtr = e.Empty({N, h_});
-  ssm::SoftplusBiasBackward(e, ddt.View({N, h_}), dtr_, dt_bias_.value, ddtr, dt_bias_.grad);
+  ssm::SoftplusBiasBackward(e, ddt.View({N, h_}), dtr_, v.dt_bias, ddtr, dt_bias_.grad);
   Tensor dxr = e.Empty({B_, T_, di_}), dbr = e.Empty({B_, T_, g_ * Ns}), dcr = e.Empty({B_, T_, g_ * Ns});
-  ssm::CausalConv1dBackward(e, dxc.View({B_, T_, di_}), xr_.View({B_, T_, di_}), conv_x_w_.value,
-                            conv_x_b_.value, true, dxr, conv_x_w_.grad, conv_x_b_.grad);
+  ssm::CausalConv1dBackward(e, dxc.View({B_, T_, di_}), xr_.View({B_, T_, di_}), v.conv_x_w,
+                            v.conv_x_b, true, dxr, conv_x_w_.grad, conv_x_b_.grad);
   ssm::CausalConv1dBackward(e, dbc.View({B_, T_, g_ * Ns}), br_.View({B_, T_, g_ * Ns}),
-                            conv_b_w_.value, conv_b_b_.value, true, dbr, conv_b_w_.grad, conv_b_b_.grad);
+                            v.conv_b_w, v.conv_b_b, true, dbr, conv_b_w_.grad, conv_b_b_.grad);
   ssm::CausalConv1dBackward(e, dcc.View({B_, T_, g_ * Ns}), cr_.View({B_, T_, g_ * Ns}),
-                            conv_c_w_.value, conv_c_b_.value, true, dcr, conv_c_w_.grad, conv_c_b_.grad);
-  // The in_proj parts in reverse forward order (the GTP chain's backward order); one TP reduction.
-  GTP_ASSIGN_OR_RETURN(Tensor dh, in_dt_->Backward(ddtr));
-  GTP_RETURN_IF_ERROR(in_c_->Backward(dcr.View({N, g_ * Ns}), dh).status());
-  GTP_RETURN_IF_ERROR(in_b_->Backward(dbr.View({N, g_ * Ns}), dh).status());
-  GTP_RETURN_IF_ERROR(in_x_->Backward(dxr.View({N, di_}), dh).status());
-  GTP_RETURN_IF_ERROR(in_z_->Backward(dz, dh).status());
+                            v.conv_c_w, v.conv_c_b, true, dcr, conv_c_w_.grad, conv_c_b_.grad);
+  // The in_proj parts in reverse forward order (the GTP chain's backward order), their
+  // output gradients back in the model dtype; one TP reduction.
+  const DType dt = c_.dtype;
+  GTP_ASSIGN_OR_RETURN(Tensor dh, in_dt_->Backward(As(e, ddtr, dt)));
+  GTP_RETURN_IF_ERROR(in_c_->Backward(As(e, dcr.View({N, g_ * Ns}), dt), dh).status());
+  GTP_RETURN_IF_ERROR(in_b_->Backward(As(e, dbr.View({N, g_ * Ns}), dt), dh).status());
+  GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh).status());
+  GTP_RETURN_IF_ERROR(in_z_->Backward(As(e, dz, dt), dh).status());
   DropActivations();
   GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, dh));  // the TP ranks' partial input gradients
   return dh;
@@ -192,6 +218,7 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
 
 void MambaMixer::DropActivations() {
   z_ = xr_ = br_ = cr_ = dtr_ = xc_ = bc_ = cc_ = dt_ = a_ = y_ = rstd_ = Tensor();
+  v32_ = F32Values{};
   for (ColumnParallelLinear* l : {in_z_.get(), in_x_.get(), in_b_.get(), in_c_.get(), in_dt_.get()}) {
     l->DropActivations();
   }

@@ -14,10 +14,16 @@
 // GTP: their gradients are all-reduced over GTP like any replicated param).
 // The gated norm is per group of d_inner / G channels, so a TP shard's norm
 // is local. Input and output [B·T, d_model], replicated over TP (no
-// sequence parallelism yet). f32, CPU (the SSM ops' CUDA versions are
-// planned). The in_proj is stored as its five parts
-// ("<name>.in_proj_{z,x,B,C,dt}.weight"), each a topology-independent global
-// tensor.
+// sequence parallelism yet). CPU or CUDA (the exec of the chain). The in_proj
+// is stored as its five parts ("<name>.in_proj_{z,x,B,C,dt}.weight"), each a
+// topology-independent global tensor.
+//
+// Mixed precision (dtype bf16): the projections, their gathers and the
+// mixer's input and output are bf16, and so are the SSM params' values (like
+// the norms' weights: the optimizer keeps their f32 masters); everything
+// between in_proj and out_proj (conv, softplus, A, the scan, the gated norm)
+// runs in f32 on f32 copies, as Mamba implementations keep the scan in f32.
+// Every gradient is f32 until it re-enters a projection's backward.
 #pragma once
 
 #include <memory>
@@ -43,6 +49,7 @@ struct MambaConfig {
   float init_std = 0.02f;
   float out_std = 0.02f;
   uint64_t seed = 0;
+  DType dtype = DType::kF32;  // f32, or bf16 (mixed precision, above)
 
   int64_t d_inner() const { return expand * d_model; }
   int64_t n_heads() const { return d_inner() / head_dim; }
@@ -57,9 +64,12 @@ class MambaMixer {
                                                             int64_t T,
                                                             const parallel::ProcessGroupCollection& pgs,
                                                             GtpChain* chain);
-  // h [B·T, d_model] → [B·T, d_model]. Keeps activations for Backward.
+  // h [B·T, d_model] (dtype) → [B·T, d_model] (dtype). Keeps activations
+  // for Backward. Only enqueues on a CUDA exec (no host synchronisation,
+  // so a CUDA graph can capture it), apart from the projections' and the
+  // TP collectives' own waits.
   absl::StatusOr<Tensor> Forward(const Tensor& h);
-  // dout → dh (=); parameter gradients accumulate.
+  // dout (dtype) → dh (=, dtype); parameter gradients (f32) accumulate.
   absl::StatusOr<Tensor> Backward(const Tensor& dout);
   void DropActivations();
   void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
@@ -74,7 +84,13 @@ class MambaMixer {
   std::unique_ptr<RowParallelLinear> out_;
   ReplicatedParam conv_x_w_, conv_x_b_, conv_b_w_, conv_b_b_, conv_c_w_, conv_c_b_;
   ReplicatedParam dt_bias_, a_log_, d_, norm_w_;
-  // Saved: projections, conv outputs, dt, A, scan output, norm rstd.
+  // The SSM params' values in f32, for one forward and its backward: the
+  // values themselves in f32 models, copies made by Forward in bf16 ones.
+  struct F32Values {
+    Tensor conv_x_w, conv_x_b, conv_b_w, conv_b_b, conv_c_w, conv_c_b, dt_bias, a_log, d, norm_w;
+  };
+  F32Values v32_;
+  // Saved, all f32: projections, conv outputs, dt, A, scan output, norm rstd.
   Tensor z_, xr_, br_, cr_, dtr_, xc_, bc_, cc_, dt_, a_, y_, rstd_;
 };
 

@@ -1,7 +1,7 @@
 // The Mamba-2 mixer: every parameter's gradient and the input gradient
 // against central finite differences of a linear loss on one rank, and
 // TP / GTP layouts equal to one rank (outputs, input gradients, every
-// parameter gradient).
+// parameter gradient); the bf16 mixer against the f32 one.
 #include "layers/mamba/mamba_mixer.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "comm/local/local_communicator.h"
 #include "core/philox.h"
 #include "gtest/gtest.h"
+#include "layers/mamba/mixer_testing.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
 
@@ -181,6 +182,29 @@ TEST(MambaMixer, LayoutsMatchOneRank) {
       }
     }
   }
+}
+
+// Mixed precision: bf16 projections, values and activations with the SSM in
+// f32 compute the f32 mixer's output and gradients to bf16 accuracy (the f32
+// mixer is the reference: it matches finite differences above).
+TEST(MambaMixer, Bf16MatchesF32) {
+  HeapAllocator host;
+  const kernels::Exec e = kernels::Exec::Cpu(host);
+  MambaConfig c = Config();
+  const testing::MixerRun ref = testing::RunMixer(e, c, kB, kT);
+  c.dtype = DType::kBF16;
+  const testing::MixerRun got = testing::RunMixer(e, c, kB, kT);
+  EXPECT_LT(testing::RelErr(got.out, ref.out), 2e-2);
+  EXPECT_LT(testing::RelErr(got.dh, ref.dh), 2e-2);
+  ASSERT_EQ(got.grads.size(), ref.grads.size());
+  ASSERT_EQ(ref.grads.size(), 16u);  // 6 projections + 10 per-head params
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    ASSERT_EQ(got.grads[i].first, ref.grads[i].first);
+    EXPECT_LT(testing::RelErr(got.grads[i].second, ref.grads[i].second), 3e-2)
+        << ref.grads[i].first;
+  }
+  // And not trivially: bf16 rounding moved the output.
+  EXPECT_GT(testing::RelErr(got.out, ref.out), 1e-5);
 }
 
 TEST(MambaMixer, BadConfigsAreNamed) {

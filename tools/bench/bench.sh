@@ -36,6 +36,14 @@
 #                           where torch has it), with MOE_TOP_K=2 MOE_FFN=0 (4·C)
 #                           AUX=0.01 ZLOSS=0.001. Speed only: torch starts from
 #                           its own random weights, so losses are not compared.
+#   HYBRID_PATTERN=         a hybrid Mamba-2 stack instead (gtp model.layer_pattern,
+#                           e.g. "M*-M*-M*-M*-M*-M*-": 'M' Mamba-2, '*' attention,
+#                           '-' MLP; N_LAYER follows the pattern), with
+#                           MAMBA_D_STATE MAMBA_HEAD_DIM MAMBA_N_GROUPS MAMBA_EXPAND
+#                           MAMBA_CHUNK (unset: the trainer's defaults, 16 16 1 2
+#                           128). gtp only: no export, no torch runs; the table
+#                           has ms/step and tokens/s (its MFU column is "—": the
+#                           dense FLOP count does not fit the pattern).
 #   GTP_TRAIN=, GTP_CKPT=   binaries to use instead of the bundle's
 #   PYTHON=python3
 # Everything goes under a fresh temp dir (printed); the table and the logs are
@@ -54,6 +62,10 @@ MODES="${MODES:-eager compile}" SKIP="${SKIP:-10}" AGREE_FROM="${AGREE_FROM:-21}
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}" GTP_SET="${GTP_SET:-}" PYTHON="${PYTHON:-python3}"
 MOE_EXPERTS="${MOE_EXPERTS:-0}" MOE_TOP_K="${MOE_TOP_K:-2}" MOE_FFN="${MOE_FFN:-0}"
 AUX="${AUX:-0.01}" ZLOSS="${ZLOSS:-0.001}"
+HYBRID_PATTERN="${HYBRID_PATTERN:-}"
+if [[ -n "$HYBRID_PATTERN" ]]; then
+  N_LAYER="$(printf '%s' "$HYBRID_PATTERN" | tr -cd 'M*E-' | wc -c)"  # '|' is no layer
+fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gtp_bench.XXXXXX")"
 echo "bench: work dir $WORK"
@@ -89,7 +101,18 @@ if [[ "$MOE_EXPERTS" -gt 0 ]]; then
   TORCH_MODEL=(--moe_experts "$MOE_EXPERTS" --moe_top_k "$MOE_TOP_K" --moe_ffn "$MOE_FFN"
                --aux_coeff "$AUX" --z_coeff "$ZLOSS")
 fi
-SET+=",train.dump_tokens=$WORK/tokens.bin,checkpoint.save_initial=true,checkpoint.every=0,checkpoint.no_resume=true"
+HYBRID_ARGS=()
+if [[ -n "$HYBRID_PATTERN" ]]; then
+  SET+=",model.layer_pattern=$HYBRID_PATTERN"
+  for kv in d_state=MAMBA_D_STATE head_dim=MAMBA_HEAD_DIM n_groups=MAMBA_N_GROUPS expand=MAMBA_EXPAND chunk=MAMBA_CHUNK; do
+    var="${kv#*=}"
+    if [[ -n "${!var:-}" ]]; then SET+=",model.mamba.${kv%%=*}=${!var}"; fi
+  done
+  HYBRID_ARGS=(--layer_pattern "$HYBRID_PATTERN")
+  SET+=",train.dump_tokens=$WORK/tokens.bin,checkpoint.every=0,checkpoint.no_resume=true"
+else
+  SET+=",train.dump_tokens=$WORK/tokens.bin,checkpoint.save_initial=true,checkpoint.every=0,checkpoint.no_resume=true"
+fi
 [[ -n "$GTP_SET" ]] && SET+=",$GTP_SET"
 echo "bench: gtp --set $SET"
 "$TRAIN" --config "$ROOT/recipes/gpt_124m/gpt_124m.pbtxt" --run_dir "$WORK/gtp" --noprogress --set "$SET" 2>&1 | tee "$WORK/gtp.log"
@@ -100,11 +123,11 @@ have=$(stat -c %s "$WORK/tokens.bin")
 [[ "$have" == "$want" ]] || { echo "bench: tokens.bin has $have bytes, expected $want" >&2; exit 1; }
 
 # 2. Initial weights → safetensors (the dense GPT-2 family only).
-[[ "$MOE_EXPERTS" -gt 0 ]] || "$CKPT" export --format safetensors --names hf-gpt2 --vocab "$VOCAB" "$WORK/gtp/checkpoints/iter_0000000" "$WORK/init.safetensors"
+[[ "$MOE_EXPERTS" -gt 0 || -n "$HYBRID_PATTERN" ]] || "$CKPT" export --format safetensors --names hf-gpt2 --vocab "$VOCAB" "$WORK/gtp/checkpoints/iter_0000000" "$WORK/init.safetensors"
 
 # 3. PyTorch on the same weights and batches.
 torch_json=()
-if [[ "$DEVICE" == cuda ]]; then
+if [[ "$DEVICE" == cuda && -z "$HYBRID_PATTERN" ]]; then
   for mode in $MODES; do
     "$PYTHON" tools/bench/torch_gpt.py "${TORCH_MODEL[@]}" --tokens "$WORK/tokens.bin" \
       --n_layer "$N_LAYER" --n_embd "$N_EMBD" --n_head "$N_HEAD" --vocab "$VOCAB" --seq_len "$SEQ" \
@@ -119,7 +142,7 @@ fi
 
 # 4. The table.
 "$PYTHON" tools/bench/compare.py --gtp "$WORK/gtp/metrics.jsonl" --gtp_name "gtp-${PRECISION:-default}" \
-  "${torch_json[@]}" --vocab "$VOCAB" --seq_len "$SEQ" --n_layer "$N_LAYER" --n_embd "$N_EMBD" \
+  "${torch_json[@]}" "${HYBRID_ARGS[@]}" --vocab "$VOCAB" --seq_len "$SEQ" --n_layer "$N_LAYER" --n_embd "$N_EMBD" \
   --peak_tflops "$PEAK_TFLOPS" --skip "$SKIP" --agree_from "$AGREE_FROM" | tee "$WORK/table.txt"
 
 if [[ -n "${OUT:-}" ]]; then

@@ -30,4 +30,10 @@ log="$TMPDIR/bench_moe.log"
 PRECISION=f32 MOE_EXPERTS=4 MOE_FFN=32 bash "$bench" > "$log" 2>&1 || { cat "$log"; exit 1; }
 grep -q "model.moe.num_experts=4" "$log" || { echo "MoE settings not passed"; exit 1; }
 grep -q "| gtp-f32 |" "$log" || { cat "$log"; exit 1; }
+# The hybrid case: gtp trains a Mamba-2 / attention / MLP stack; no export, no torch.
+log="$TMPDIR/bench_hybrid.log"
+PRECISION=f32 HYBRID_PATTERN="M*-" MAMBA_HEAD_DIM=8 MAMBA_CHUNK=4 bash "$bench" > "$log" 2>&1 || { cat "$log"; exit 1; }
+grep -q "model.layer_pattern=M\*-,model.mamba.head_dim=8,model.mamba.chunk=4" "$log" || { cat "$log"; echo "hybrid settings not passed"; exit 1; }
+grep -q 'model: hybrid "M\*-" L=3' "$log" || { cat "$log"; exit 1; }
+grep -q "| gtp-f32 |" "$log" || { cat "$log"; exit 1; }
 echo ok

@@ -16,7 +16,9 @@ tools/bench/torch_gpt.py run, and prints
 against --peak_tflops; the last column is torch-compile's ms ÷ the run's ms,
 > 1: faster), the per-step losses side by side, and loss agreement of each
 pair over steps --agree_from..N: mean |Δ|, max |Δ| and the final loss's
-relative difference.
+relative difference. With --layer_pattern (a hybrid Mamba-2 stack) the
+model line names the pattern and MFU is "—": mirror's FLOP count is the dense
+GPT-2 one.
 """
 import argparse
 import json
@@ -98,12 +100,13 @@ def main(argv=None):
     ap.add_argument("--peak_tflops", type=float, default=989.0)
     ap.add_argument("--skip", type=int, default=10)
     ap.add_argument("--agree_from", type=int, default=21)
+    ap.add_argument("--layer_pattern", default="", help="gtp's hybrid layer pattern (no MFU)")
     ap.add_argument("--losses", choices=["all", "none"], default="all", help="print the per-step losses")
     a = ap.parse_args(argv)
 
     fpt = flop_per_token(a.vocab, a.seq_len, a.n_layer, a.n_embd)
     g = read_gtp(a.gtp, a.gtp_name, a.skip)
-    g["mfu"] = fpt * g["tokens_per_s"] / a.world / (a.peak_tflops * 1e12)
+    g["mfu"] = None if a.layer_pattern else fpt * g["tokens_per_s"] / a.world / (a.peak_tflops * 1e12)
     runs = [g]
     for p in a.torch:
         try:
@@ -112,14 +115,19 @@ def main(argv=None):
             print(f"compare: skipping {p}: {e}", file=sys.stderr)
     ref = next((r for r in runs if r["run"] == "torch-compile"), None) or (runs[1] if len(runs) > 1 else None)
 
-    print(f"model: L={a.n_layer} C={a.n_embd} V={a.vocab} T={a.seq_len}; {fpt:.4e} FLOP/token; "
-          f"MFU per GPU vs {a.peak_tflops:g} TFLOP/s; median over steps > {a.skip}")
+    if a.layer_pattern:
+        print(f"model: hybrid \"{a.layer_pattern}\" L={a.n_layer} C={a.n_embd} V={a.vocab} T={a.seq_len}; "
+              f"no MFU (the dense FLOP count does not fit); median over steps > {a.skip}")
+    else:
+        print(f"model: L={a.n_layer} C={a.n_embd} V={a.vocab} T={a.seq_len}; {fpt:.4e} FLOP/token; "
+              f"MFU per GPU vs {a.peak_tflops:g} TFLOP/s; median over steps > {a.skip}")
     ref_col = f"vs {ref['run']} (ms ratio)" if ref else "ratio"
     print(f"| run | median ms/step | tokens/s | MFU | peak mem | {ref_col} |")
     print("|---|---|---|---|---|---|")
     for r in runs:
         ratio = f"{ref['median_ms'] / r['median_ms']:.3f}" if ref else "—"
-        print(f"| {r['run']} | {r['median_ms']:.2f} | {r['tokens_per_s']:.0f} | {100 * r['mfu']:.1f}% | "
+        mfu = "—" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"
+        print(f"| {r['run']} | {r['median_ms']:.2f} | {r['tokens_per_s']:.0f} | {mfu} | "
               f"{fmt_bytes(r['peak_mem_bytes'])} | {ratio} |")
     for r in runs[1:]:
         print(f"{g['run']} / {r['run']}: {r['median_ms'] / g['median_ms']:.3f}x the throughput "

@@ -33,6 +33,11 @@ expect "gtp vs torch-compile: steps 21..30: mean |Δ| 0.02"
 expect "grad-norm mean rel diff 0.0909"
 expect "torch-eager vs torch-compile: steps 21..30: mean |Δ| 0.03"
 grep -qE "^ +30 +7\.000000 +7\.010000 +6\.980000$" "$tmp/out.txt" || { echo "missing step 30 losses"; exit 1; }
+# A hybrid run: no torch, no MFU.
+python3 "$compare" --gtp "$tmp/metrics.jsonl" --gtp_name gtp-bf16 --layer_pattern "M*-M-" --n_layer 5 \
+  | tee "$tmp/hybrid.txt"
+grep -qF 'model: hybrid "M*-M-" L=5' "$tmp/hybrid.txt" || { echo "missing the hybrid model line"; exit 1; }
+grep -qF "| gtp-bf16 | 100.00 | 81920 | — | 3.00 GiB | — |" "$tmp/hybrid.txt" || { echo "missing the hybrid row"; exit 1; }
 # mirror.lr_at = optimizer/lr_schedule_test.cc's values, warmup clamped to the run's steps.
 PYTHONPATH="$dir" python3 - <<'PY'
 from mirror import lr_at, flop_per_token

@@ -138,6 +138,32 @@ void SoftplusBiasBackward(const Exec& e, const Tensor& ddt, const Tensor& raw, c
     }
 }
 
+void NegExpForward(const Exec& e, const Tensor& a_log, const Tensor& a) {
+  CheckF32(e, "NegExpForward", {&a_log, &a});
+  GTP_CHECK(a.numel() == a_log.numel(), "NegExpForward: a_log ", a_log.ToString(), " a ",
+            a.ToString());
+  const int64_t H = a.numel();
+  if (e.is_cuda()) {
+    cuda::NegExpForward(F(a_log), M(a), H, e.stream);
+    return;
+  }
+  for (int64_t h = 0; h < H; ++h) M(a)[h] = -std::exp(F(a_log)[h]);
+}
+
+void NegExpBackwardAccumulate(const Exec& e, const Tensor& da, const Tensor& a,
+                              const Tensor& a_log_grad) {
+  CheckF32(e, "NegExpBackwardAccumulate", {&da, &a, &a_log_grad});
+  GTP_CHECK(da.numel() == a.numel() && a_log_grad.numel() == a.numel(),
+            "NegExpBackwardAccumulate: da ", da.ToString(), " a ", a.ToString(), " a_log_grad ",
+            a_log_grad.ToString());
+  const int64_t H = a.numel();
+  if (e.is_cuda()) {
+    cuda::NegExpBackwardAccumulate(F(da), F(a), M(a_log_grad), H, e.stream);
+    return;
+  }
+  for (int64_t h = 0; h < H; ++h) M(a_log_grad)[h] += F(da)[h] * F(a)[h];
+}
+
 void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
                          const Tensor& y, const Tensor& rstd, int64_t group, float eps) {
   CheckF32(e, "GatedRmsNormForward", {&x, &z, &w, &y, &rstd});

@@ -1,9 +1,9 @@
 // core/kernels/ssm/mamba_ops.h — the Mamba-2 mixer's small ops around the
 // SSD scan (ssd_scan.h): the depthwise causal conv1d, dt's softplus with its
-// bias, and the gated RMSNorm before out_proj. Tensor-level, f32, contiguous
-// on exec's device. CPU calls block the calling thread; CUDA calls (ssm.cu)
-// only enqueue on exec.stream (the conv backward takes B·T·Ch floats of
-// scratch from exec.alloc). Activation gradients are written (=), parameter
+// bias, the decay rates A = −exp(A_log) and the gated RMSNorm before
+// out_proj. Tensor-level, f32, contiguous on exec's device. CPU calls block
+// the calling thread; CUDA calls (ssm.cu) only enqueue on exec.stream (the
+// conv backward takes B·T·Ch floats of scratch from exec.alloc). Activation gradients are written (=), parameter
 // gradients accumulate (+=); deterministic (bit-identical run to run).
 #pragma once
 
@@ -29,6 +29,13 @@ void SoftplusBiasForward(const Exec& e, const Tensor& raw, const Tensor& bias, c
 // draw (=) = ddt·σ(raw + bias); dbias (+=) Σ_n of it.
 void SoftplusBiasBackward(const Exec& e, const Tensor& ddt, const Tensor& raw, const Tensor& bias,
                           const Tensor& draw, const Tensor& dbias);
+
+// a[h] = −exp(a_log[h]) (=): the scan's decay rates from their log
+// parameter, so that A stays negative. a_log, a [H].
+void NegExpForward(const Exec& e, const Tensor& a_log, const Tensor& a);
+// a_log_grad[h] += da[h]·a[h] (d(−e^u)/du = −e^u = a, the forward's output).
+void NegExpBackwardAccumulate(const Exec& e, const Tensor& da, const Tensor& a,
+                              const Tensor& a_log_grad);
 
 // Gated RMSNorm (Mamba-2's RMSNormGated, norm before the gate's product is
 // not applied: g = x·silu(z) is normalised): for each row and each group of

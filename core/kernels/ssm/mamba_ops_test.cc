@@ -182,6 +182,40 @@ TEST(GatedRmsNorm, ForwardAndBackwardMatchTheReference) {
   }
 }
 
+// ---- A = −exp(A_log) -------------------------------------------------------------------
+TEST(NegExp, ForwardAndBackwardMatchTheClosedForm) {
+  HeapAllocator a;
+  const Exec e = Exec::Cpu(a);
+  const int64_t H = 7;
+  Vec a_log = Random(H, 12, 1.5);
+  a_log[0] = 0.0;                  // A = −1 exactly
+  a_log[1] = std::log(16.0);       // the top of Mamba-2's init range
+  const Vec da = Random(H, 13), g0 = Random(H, 14);
+  Tensor A = NaNs(a, {H});
+  NegExpForward(e, T(a, a_log, {H}), A);
+  Vec want(H);
+  for (int64_t h = 0; h < H; ++h) want[h] = -std::exp(static_cast<double>(static_cast<float>(a_log[h])));
+  ExpectClose(A, want, 1e-6, "A");
+  for (int64_t h = 0; h < H; ++h) ASSERT_LT(A.data<float>()[h], 0.0f) << h;
+  // dA_log = dA·(−e^{A_log}), added to what the gradient held.
+  Tensor grad = T(a, g0, {H});
+  NegExpBackwardAccumulate(e, T(a, da, {H}), A, grad);
+  Vec wg(H);
+  for (int64_t h = 0; h < H; ++h) {
+    wg[h] = static_cast<float>(g0[h]) - static_cast<float>(da[h]) * std::exp(static_cast<float>(a_log[h]));
+  }
+  ExpectClose(grad, wg, 1e-6, "A_log grad");
+  // And against finite differences of Σ A·dA.
+  Tensor g = Zeros(a, {H});
+  NegExpBackwardAccumulate(e, T(a, da, {H}), A, g);
+  ExpectClose(g, FiniteDiff(a_log, [&](const Vec& v) {
+                double s = 0;
+                for (int64_t h = 0; h < H; ++h) s += -std::exp(v[h]) * da[h];
+                return s;
+              }),
+              1e-5, "A_log grad (finite differences)");
+}
+
 TEST(MambaOpsDeathTest, BadShapesAreNamed) {
   HeapAllocator a;
   const Exec e = Exec::Cpu(a);
@@ -191,6 +225,7 @@ TEST(MambaOpsDeathTest, BadShapesAreNamed) {
   EXPECT_DEATH(GatedRmsNormForward(e, Zeros(a, {2, 6}), Zeros(a, {2, 6}), Zeros(a, {6}),
                                    Zeros(a, {2, 6}), Zeros(a, {2, 1}), 4, 1e-5f),
                "GatedRmsNormForward");
+  EXPECT_DEATH(NegExpForward(e, Zeros(a, {4}), Zeros(a, {3})), "NegExpForward");
 }
 
 }  // namespace

@@ -319,6 +319,20 @@ __global__ void SoftplusBackwardKernel(const float* __restrict__ ddt,
   }
 }
 
+// ---------------------------------------------------------------- A = −exp(A_log)
+
+__global__ void NegExpForwardKernel(const float* __restrict__ a_log, float* __restrict__ a,
+                                    int64_t H) {
+  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (h < H) a[h] = -expf(a_log[h]);
+}
+
+__global__ void NegExpBackwardKernel(const float* __restrict__ da, const float* __restrict__ a,
+                                     float* __restrict__ a_log_grad, int64_t H) {
+  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (h < H) a_log_grad[h] += da[h] * a[h];
+}
+
 // ---------------------------------------------------------------- gated RMSNorm
 
 // One warp per (row, group); lanes stride over the group's channels.
@@ -500,6 +514,19 @@ void SoftplusBiasBackward(const float* ddt, const float* raw, const float* bias,
                                                                             N, H);
   GTP_CU_LAUNCH_CHECK();
   ColumnSumAddKernel<<<Blocks(H), kThreads, 0, stream>>>(draw, dbias, N, H);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+void NegExpForward(const float* a_log, float* a, int64_t H, cudaStream_t stream) {
+  if (H == 0) return;
+  NegExpForwardKernel<<<Blocks(H), kThreads, 0, stream>>>(a_log, a, H);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+void NegExpBackwardAccumulate(const float* da, const float* a, float* a_log_grad, int64_t H,
+                              cudaStream_t stream) {
+  if (H == 0) return;
+  NegExpBackwardKernel<<<Blocks(H), kThreads, 0, stream>>>(da, a, a_log_grad, H);
   GTP_CU_LAUNCH_CHECK();
 }
 

@@ -50,6 +50,12 @@ void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t
 void SoftplusBiasBackward(const float* ddt, const float* raw, const float* bias, float* draw,
                           float* dbias, int64_t N, int64_t H, cudaStream_t stream);
 
+// a[h] = −exp(a_log[h]) (=), H elements.
+void NegExpForward(const float* a_log, float* a, int64_t H, cudaStream_t stream);
+// a_log_grad[h] += da[h]·a[h].
+void NegExpBackwardAccumulate(const float* da, const float* a, float* a_log_grad, int64_t H,
+                              cudaStream_t stream);
+
 // x, z, y [N, Ch]; w [Ch]; rstd [N, Ch/group].
 void GatedRmsNormForward(const float* x, const float* z, const float* w, float* y, float* rstd,
                          int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream);

@@ -174,6 +174,32 @@ TEST(SoftplusBiasGpuTest, MatchesCpuDeterministicAndAccumulates) {
   }
 }
 
+// ---------------------------------------------------------------- A = −exp(A_log)
+
+TEST(NegExpGpuTest, MatchesCpuDeterministicAndAccumulates) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  for (int64_t H : {int64_t{1}, int64_t{24}, int64_t{300}}) {
+    const Shape hs{H};
+    Vec a_log = Random(H, 41, 1.5f), da = Random(H, 42), g0 = Random(H, 43);
+    Vec A(H), g = g0;
+    NegExpForward(env.cpu, env.Host(a_log, hs), env.Host(A, hs));
+    NegExpBackwardAccumulate(env.cpu, env.Host(da, hs), env.Host(A, hs), env.Host(g, hs));
+    Tensor ga_log = env.Up(a_log, hs), gda = env.Up(da, hs);
+    Vec run[2][2];
+    for (int r = 0; r < 2; ++r) {
+      Tensor gA = env.Poisoned(hs), gg = env.Up(g0, hs);
+      NegExpForward(env.gpu, ga_log, gA);
+      NegExpBackwardAccumulate(env.gpu, gda, gA, gg);
+      run[r][0] = env.Down(gA);
+      run[r][1] = env.Down(gg);
+    }
+    ExpectClose(run[0][0], A, kTol, "A");
+    ExpectClose(run[0][1], g, kTol, "A_log grad");
+    for (int k = 0; k < 2; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+  }
+}
+
 // ---------------------------------------------------------------- gated RMSNorm
 
 struct NormCase {
