@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,7 @@
 #include "parallel/process_groups.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/mfu.h"
+#include "recipes/trainer/tensorboard/event_writer.h"
 #include "recipes/trainer/token_dump.h"
 
 namespace gtp::recipes {
@@ -272,11 +274,11 @@ class RankRun {
         GTP_ASSIGN_OR_RETURN(rec.moe, layers::GptModel::FinishMoeStep(RawParts(), world_, data_->size(),
                                                             static_cast<int>(sampler_->num_micro_batches())));
       }
-      if (rank0()) Report(rec, t_start, first_step);
+      if (rank0()) GTP_RETURN_IF_ERROR(Report(rec, t_start, first_step));
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
         GTP_ASSIGN_OR_RETURN(float vl, Evaluate());
         for (auto& part : parts_) part->ResetMoeStats();  // evaluation forwards are not the step's routing
-        if (rank0()) ReportEval(vl);
+        if (rank0()) GTP_RETURN_IF_ERROR(ReportEval(vl));
       }
       // Every rank must agree on stopping, or the next collective would hang.
       int32_t stop = g_stop_signal.load() != 0, any = 0;
@@ -401,6 +403,13 @@ class RankRun {
     }
     ckpt_root_ = o_.run_dir + "/" + r_.checkpoint().dir();
     metrics_path_ = o_.run_dir + "/metrics.jsonl";
+    if (rank0() && !r_.train().tensorboard_dir().empty()) {
+      std::filesystem::path dir(r_.train().tensorboard_dir());
+      if (dir.is_relative()) dir = std::filesystem::path(o_.run_dir) / dir;
+      GTP_ASSIGN_OR_RETURN(tensorboard::EventWriter w,
+                           tensorboard::EventWriter::Open(dir.string()));
+      tb_ = std::move(w);
+    }
     int64_t n = 0;
     for (auto* p : params_.sharded) n += p->shard().numel();
     for (auto* p : params_.replicated) n += p->value.numel();
@@ -459,6 +468,7 @@ class RankRun {
         static_cast<long long>(m.seq_len()), static_cast<long long>(r_.train().micro_batch()),
         r_.optim().matrices().c_str(), r_.optim().lr(), r_.data().source().c_str(),
         static_cast<unsigned long long>(r_.train().seed()), o_.run_dir.c_str());
+    if (tb_) std::printf("tensorboard: %s\n", tb_->path().c_str());
     std::fflush(stdout);
   }
 
@@ -755,10 +765,17 @@ class RankRun {
   }
 
   absl::Status MaybeResume() {
-    if (r_.checkpoint().no_resume()) return absl::OkStatus();
+    const bool init_from = !r_.checkpoint().init_from().empty();
+    if (r_.checkpoint().no_resume()) return init_from ? InitFrom() : absl::OkStatus();
     if (absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(ckpt_root_); !latest.ok()) {
-      if (absl::IsNotFound(latest.status())) return absl::OkStatus();  // a fresh run
+      if (absl::IsNotFound(latest.status()))
+        return init_from ? InitFrom() : absl::OkStatus();  // a fresh run
       return latest.status();  // damaged: never silently start over next to checkpoints
+    }
+    if (init_from && rank0()) {
+      // A restarted fine-tune must continue itself, not start over from its base.
+      std::printf("checkpoint.init_from %s ignored: resuming this run's own checkpoint in %s\n",
+                  r_.checkpoint().init_from().c_str(), ckpt_root_.c_str());
     }
     GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(/*with_tied_copies=*/true));
     GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
@@ -780,16 +797,159 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  void Report(const StepRecord& rec, std::chrono::steady_clock::time_point t_start,
-              int64_t first_step) {
+  // checkpoint.init_from: another checkpoint's model weights (and MoE
+  // buffers), resharded to this layout by checkpoint::Load; the step, the
+  // optimizer's moments and the data position stay fresh. A bf16 run's f32
+  // masters are filled too (from `<param>/master`, else the f32 weight), so
+  // its first update starts from the checkpoint's values rather than from
+  // the initial weights the optimizer copied at creation.
+  absl::Status InitFrom() {
+    const std::string& from = r_.checkpoint().init_from();
+    auto bad = [&](const absl::Status& st) {
+      return absl::Status(st.code(),
+                          absl::StrCat("checkpoint.init_from ", from, ": ", st.message()));
+    };
+    // A checkpoint root (its `latest`) or one iter_ directory.
+    std::string root = from;
+    int64_t iteration = 0;
+    if (std::filesystem::exists(from + "/metadata.pb")) {
+      absl::StatusOr<checkpoint::proto::Metadata> m = checkpoint::ReadCheckpointMetadata(from);
+      if (!m.ok()) return bad(m.status());
+      iteration = m->iteration();
+      std::filesystem::path it_dir = std::filesystem::path(from).lexically_normal();
+      if (!it_dir.has_filename()) it_dir = it_dir.parent_path();  // a trailing '/'
+      root = it_dir.parent_path().string();
+      std::error_code ec;
+      if (!std::filesystem::equivalent(checkpoint::IterationDir(root, iteration), from, ec)) {
+        return bad(absl::InvalidArgumentError(
+            absl::StrCat("holds iteration ", iteration, " but is not named ",
+                         checkpoint::IterationDir(root, iteration), ": give the checkpoint root")));
+      }
+    } else {
+      absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(from);
+      if (!latest.ok()) return bad(latest.status());
+      iteration = *latest;
+    }
+    const std::string dir = checkpoint::IterationDir(root, iteration);
+    absl::StatusOr<checkpoint::proto::Metadata> meta = checkpoint::ReadCheckpointMetadata(dir);
+    if (!meta.ok()) return bad(meta.status());
+    std::map<std::string, DType> saved;  // the dtypes a cast below handles
+    for (const auto& e : meta->tensors()) {
+      for (DType d : {DType::kF32, DType::kBF16}) {
+        if (e.dtype() == DTypeName(d)) saved[e.key()] = d;
+      }
+      if (!saved.count(e.key())) saved[e.key()] = DType::kU8;  // other: Load names any mismatch
+    }
+    HeapAllocator host;  // cast staging; declared before the pieces that may hold it
+    // Destinations: the weights (both copies of a pipeline's tied wte), MoE
+    // buffers, and the optimizer's masters where it keeps them.
+    GTP_ASSIGN_OR_RETURN(std::vector<checkpoint::TensorPiece> dst,
+                         Pieces(/*with_tied_copies=*/true));
+    std::vector<checkpoint::TensorPiece> want;
+    for (checkpoint::TensorPiece& p : dst) {
+      const size_t slash = p.key.find('/');
+      if (slash != std::string::npos && p.key.substr(slash + 1) != "master")
+        continue;  // moments: fresh
+      const std::string param = p.key.substr(0, slash);
+      // The source: exact values first (an f32 master over its bf16 weight).
+      std::string src = p.key;
+      if (slash == std::string::npos) {
+        if (p.data.dtype() == DType::kF32 && saved.count(param + "/master"))
+          src = param + "/master";
+      } else if (!saved.count(p.key)) {
+        src = param;
+      }
+      p.key = src;
+      want.push_back(std::move(p));
+    }
+    // Load checks dtypes: a piece whose saved dtype differs (an f32 import
+    // into a bf16 run, say) is read into host staging and cast here.
+    std::vector<std::pair<Tensor, Tensor>> casts;  // staging (saved dtype) → destination
+    for (checkpoint::TensorPiece& p : want) {
+      auto it = saved.find(p.key);
+      if (it == saved.end() || it->second == p.data.dtype()) continue;
+      const bool castable = (it->second == DType::kF32 || it->second == DType::kBF16) &&
+                            (p.data.dtype() == DType::kF32 || p.data.dtype() == DType::kBF16);
+      if (!castable) continue;  // Load names the mismatch
+      Tensor staging = Tensor::Empty(p.data.shape(), it->second, host);
+      casts.emplace_back(staging, p.data);
+      p.data = staging;
+    }
+    absl::StatusOr<checkpoint::LoadResult> lr = checkpoint::Load(root, iteration, want, host_);
+    if (!lr.ok()) return bad(lr.status());
+    for (auto& [staging, out] : casts) {
+      Tensor cast = Tensor::Empty(out.shape(), out.dtype(), host);
+      const int64_t n = staging.numel();
+      if (staging.dtype() == DType::kF32) {
+        for (int64_t i = 0; i < n; ++i) cast.data<bf16>()[i] = ToBF16(staging.data<float>()[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) cast.data<float>()[i] = ToF32(staging.data<bf16>()[i]);
+      }
+      GTP_RETURN_IF_ERROR(Copy(cast, out, exec_.stream));
+    }
+    for (layers::ShardedParam* p : params_.sharded) p->MarkUpdated();  // fp8 gathers re-quantise
+    for (layers::ShardedParam* p : experts_.sharded) p->MarkUpdated();
+    // What the shapes cannot tell: the same tensors computing something else.
+    if (auto it = lr->extra.find("recipe"); it != lr->extra.end()) {
+      absl::StatusOr<proto::Recipe> theirs = ParseRecipe(it->second, dir + " (its recipe)");
+      if (!theirs.ok()) return bad(theirs.status());
+      GTP_RETURN_IF_ERROR(SameFunction(theirs->model(), r_.model(), dir));
+    }
+    if (rank0()) {
+      std::printf(
+          "initialised the model from %s (checkpoint.init_from; weights only: step 0, fresh "
+          "optimizer state and data order)\n",
+          dir.c_str());
+    }
+    return absl::OkStatus();
+  }
+
+  // InvalidArgument naming the first model setting in which `theirs`
+  // (init_from's recipe) and `ours` differ, defaults resolved.
+  static absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,
+                                   const std::string& dir) {
+    auto text = [](const proto::Model& m, const std::string& f) -> std::string {
+      const int64_t kv = m.n_kv_head() > 0 ? m.n_kv_head() : m.n_head();
+      if (f == "n_layer") return absl::StrCat(m.n_layer());
+      if (f == "n_embd") return absl::StrCat(m.n_embd());
+      if (f == "n_head") return absl::StrCat(m.n_head());
+      if (f == "n_kv_head") return absl::StrCat(kv);
+      if (f == "ffn_hidden")
+        return absl::StrCat(m.ffn_hidden() > 0 ? m.ffn_hidden() : 4 * m.n_embd());
+      if (f == "norm") return m.norm().empty() ? "layernorm" : m.norm();
+      if (f == "activation") return m.activation().empty() ? "gelu" : m.activation();
+      if (f == "no_bias") return m.no_bias() ? "true" : "false";
+      if (f == "untied_embeddings") return m.untied_embeddings() ? "true" : "false";
+      if (f == "rope") return m.rope() ? "true" : "false";
+      if (f == "rope_theta")
+        return m.rope() ? absl::StrCat(m.rope_theta() > 0 ? m.rope_theta() : 10000.0f) : "-";
+      if (f == "layer_pattern") return m.layer_pattern();
+      return absl::StrCat(m.moe().num_experts());  // moe.num_experts
+    };
+    for (const char* f :
+         {"n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "norm", "activation", "no_bias",
+          "untied_embeddings", "rope", "rope_theta", "layer_pattern", "moe.num_experts"}) {
+      const std::string a = text(theirs, f), b = text(ours, f);
+      if (a != b) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint.init_from: model.", f, " is ", a,
+                                                       " in ", dir, " but ", b, " in this run"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Report(const StepRecord& rec, std::chrono::steady_clock::time_point t_start,
+                      int64_t first_step) {
     if (o_.on_step) o_.on_step(rec);
     const int64_t steps = r_.train().steps();
     const AllocatorStats mem = alloc_.stats();
     // MFU per GPU by the PaLM/nanoGPT convention (recipes/trainer/mfu.h).
     std::string mfu;
+    double mfu_fraction = -1;  // none without a peak
     if (const double peak = PeakFlops(r_.train()); peak > 0) {
       const double flop_per_token = TrainingFlopPerToken(ShapeOf(r_.model()));
-      mfu = absl::StrFormat("  MFU %.1f%%", 100 * Mfu(flop_per_token, rec.tokens_per_s / world_.size(), peak));
+      mfu_fraction = Mfu(flop_per_token, rec.tokens_per_s / world_.size(), peak);
+      mfu = absl::StrFormat("  MFU %.1f%%", 100 * mfu_fraction);
     }
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -821,7 +981,7 @@ class RankRun {
     m << absl::StrFormat(
         "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"skipped\": %s, "
         "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_exposed_ms\": %.3f, \"mem_bytes\": %d, "
-        "\"peak_mem_bytes\": %d%s%s}\n",
+        "\"peak_mem_bytes\": %d%s%s%s}\n",
         rec.step, rec.loss, rec.lr, rec.grad_norm, rec.skipped ? "true" : "false", rec.ms,
         rec.tokens_per_s, rec.comm_exposed_ms, mem.bytes_in_use, mem.peak_bytes_in_use,
         has_moe()
@@ -831,14 +991,41 @@ class RankRun {
                               rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
                               rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss)
             : std::string(),
-        rec.bubble >= 0 ? absl::StrFormat(", \"pipeline_bubble\": %.4f", rec.bubble) : std::string());
+        rec.bubble >= 0 ? absl::StrFormat(", \"pipeline_bubble\": %.4f", rec.bubble) : std::string(),
+        mfu_fraction >= 0 ? absl::StrFormat(", \"mfu\": %.6g", mfu_fraction) : std::string());
+    if (!tb_) return absl::OkStatus();
+    // The JSON line's scalars again as TensorBoard tags (listed in recipes/README.md).
+    constexpr double kGiB = 1 << 30;
+    std::vector<tensorboard::Scalar> s = {
+        {"train/loss", rec.loss},
+        {"train/lr", rec.lr},
+        {"train/grad_norm", static_cast<float>(rec.grad_norm)},
+        {"train/skipped", rec.skipped ? 1.0f : 0.0f},
+        {"perf/step_ms", static_cast<float>(rec.ms)},
+        {"perf/tokens_per_s", static_cast<float>(rec.tokens_per_s)},
+        {"comm/exposed_ms", static_cast<float>(rec.comm_exposed_ms)},
+        {"mem/in_use_gib", static_cast<float>(mem.bytes_in_use / kGiB)},
+        {"mem/peak_gib", static_cast<float>(mem.peak_bytes_in_use / kGiB)},
+    };
+    if (has_moe()) {
+      s.insert(s.end(), {{"moe/tokens_min", static_cast<float>(rec.moe.tokens_min)},
+                         {"moe/tokens_mean", static_cast<float>(rec.moe.tokens_mean)},
+                         {"moe/tokens_max", static_cast<float>(rec.moe.tokens_max)},
+                         {"moe/dropped", static_cast<float>(rec.moe.dropped)},
+                         {"moe/aux_loss", static_cast<float>(rec.moe.aux_loss)},
+                         {"moe/z_loss", static_cast<float>(rec.moe.z_loss)}});
+    }
+    if (rec.bubble >= 0) s.push_back({"perf/pipeline_bubble", static_cast<float>(rec.bubble)});
+    if (mfu_fraction >= 0) s.push_back({"perf/mfu", static_cast<float>(mfu_fraction)});
+    return tb_->WriteScalars(rec.step, s);
   }
 
-  void ReportEval(float loss) {
+  absl::Status ReportEval(float loss) {
     std::printf("%sstep %5lld  validation loss %.4f\n", o_.progress_bar ? "\n" : "",
                 static_cast<long long>(step_), loss);
     std::ofstream m(metrics_path_, std::ios::app);
     m << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step_, loss);
+    return tb_ ? tb_->WriteScalars(step_, {{"val/loss", loss}}) : absl::OkStatus();
   }
 
   const proto::Recipe& r_;
@@ -853,6 +1040,7 @@ class RankRun {
   int next_slot_ = 0;
   Tensor host_tok_, host_tgt_;  // the slot Batch filled last
   TokenDump dump_{rank0() ? r_.train().dump_tokens() : std::string()};  // train.dump_tokens
+  std::optional<tensorboard::EventWriter> tb_;  // train.tensorboard_dir (rank 0)
   std::unique_ptr<parallel::ProcessGroupCollection> pgs_;
   comm::Communicator* data_ = nullptr;
   // This rank's model chunks (one unless parallel.vpp > 1) and the first;
@@ -937,6 +1125,17 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options) {
     GTP_RETURN_IF_ERROR(pc.Resolve(world, facts).status());
     std::unique_ptr<data::GptDataset> t, v;
     GTP_RETURN_IF_ERROR(MakeDatasets(recipe, &t, &v));
+    // An init_from that is not there fails before the run directory exists
+    // (unless the run resumes its own checkpoint and never reads it).
+    const std::string& from = recipe.checkpoint().init_from();
+    const std::string own = options.run_dir + "/" + recipe.checkpoint().dir();
+    if (!from.empty() && !std::filesystem::exists(from + "/metadata.pb") &&
+        (recipe.checkpoint().no_resume() || !std::filesystem::exists(own + "/latest"))) {
+      if (absl::Status st = checkpoint::LatestIteration(from).status(); !st.ok()) {
+        return absl::Status(st.code(),
+                            absl::StrCat("checkpoint.init_from ", from, ": ", st.message()));
+      }
+    }
   }
   std::error_code ec;
   std::filesystem::create_directories(options.run_dir, ec);

@@ -11,7 +11,8 @@
 //     (NaN/Inf steps are skipped and counted; too many aborts), a log line
 //     (loss, lr, grad norm, tokens/s, ms/step, MFU on cuda or with peak_tflops,
 //     memory) or a progress bar with ETA on a terminal, and a JSON line in
-//     <run_dir>/metrics.jsonl;
+//     <run_dir>/metrics.jsonl (with train.tensorboard_dir, TensorBoard
+//     scalars too: recipes/trainer/tensorboard/event_writer.h);
 //   - periodic evaluation on the validation split;
 //   - checkpoints every checkpoint.every steps, at the end, and when
 //     SIGTERM/SIGINT arrives (then a clean exit); resume from `latest`.

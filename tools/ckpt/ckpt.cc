@@ -14,6 +14,17 @@
 //       a Hugging Face model directory: model.safetensors (GPT-2 or Llama names,
 //       chosen by the run's recipe in the metadata: RMSNorm → Llama) and
 //       config.json, so AutoModelForCausalLM.from_pretrained(<out dir>) loads it
+//   ckpt import --format hf <hf model dir> <out checkpoint dir>
+//       the inverse: config.json + model.safetensors (or its sharded index) of
+//       a GPT2LMHeadModel or LlamaForCausalLM → a one-rank gtp checkpoint at
+//       iteration 0 (f32 weights, recipe model section in the metadata), which
+//       any layout loads: start a run from it with checkpoint.init_from, or
+//       export it again (import → export gives back the same tensors, byte for
+//       byte). Conventions and limits: tools/ckpt/hf_import.h. E.g.
+//         ckpt import --format hf models/gpt2 runs/gpt2_base
+//         train --set checkpoint.init_from=$PWD/runs/gpt2_base,model.n_layer=12,...
+//       (the run's model settings must match the imported recipe: ckpt inspect
+//       shows it; a mismatch is refused naming the tensor or setting)
 //
 // Errors print one line naming the problem and exit non-zero.
 #include <cstdio>
@@ -32,6 +43,7 @@
 #include "core/status.h"
 #include "google/protobuf/text_format.h"
 #include "recipes/trainer/config.pb.h"
+#include "tools/ckpt/hf_import.h"
 
 namespace gtp::checkpoint {
 namespace {
@@ -375,12 +387,25 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir) {
   return absl::OkStatus();
 }
 
+// A Hugging Face model directory → a checkpoint under `out_root`.
+absl::Status ImportHf(const std::string& hf_dir, const std::string& out_root) {
+  GTP_ASSIGN_OR_RETURN(tools::HfModel m, tools::ReadHfModel(hf_dir));
+  GTP_RETURN_IF_ERROR(tools::WriteCheckpoint(m, out_root, hf_dir));
+  const auto& md = m.model;
+  std::printf("wrote %s (%s: %zu tensors; %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld)\n",
+              IterationDir(out_root, 0).c_str(), m.architecture.c_str(), m.tensors.size(), md.n_layer(),
+              static_cast<long long>(md.n_embd()), static_cast<long long>(md.n_head()),
+              static_cast<long long>(md.vocab_size()), static_cast<long long>(md.seq_len()));
+  return absl::OkStatus();
+}
+
 int Usage() {
   std::fprintf(stderr,
                "usage: ckpt inspect <checkpoint>\n"
                "       ckpt export --format safetensors [--names gtp|hf-gpt2|hf-llama] [--vocab V] "
                "<checkpoint> <out.safetensors>\n"
-               "       ckpt export --format hf <checkpoint> <out dir>\n");
+               "       ckpt export --format hf <checkpoint> <out dir>\n"
+               "       ckpt import --format hf <hf model dir> <out checkpoint dir>\n");
   return 2;
 }
 
@@ -403,6 +428,9 @@ int Main(int argc, char** argv) {
     }
     if ((format != "safetensors" && format != "hf") || pos.size() != 2) return Usage();
     st = format == "hf" ? ExportHf(pos[0], pos[1]) : Export(pos[0], pos[1], names, vocab);
+  } else if (cmd == "import") {
+    if (argc != 6 || std::string(argv[2]) != "--format" || std::string(argv[3]) != "hf") return Usage();
+    st = ImportHf(argv[4], argv[5]);
   } else {
     return Usage();
   }
