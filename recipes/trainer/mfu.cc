@@ -18,8 +18,23 @@ ModelShape ShapeOf(const proto::Model& m) {
   s.bias = !m.no_bias();
   s.tied_embeddings = !m.untied_embeddings();
   const auto& e = m.moe();
+  if (!m.layer_pattern().empty()) {
+    s.hybrid = true;
+    for (char ch : m.layer_pattern()) {
+      s.attn_blocks += ch == '*';
+      s.mlp_blocks += ch == '-';
+      s.mamba_blocks += ch == 'M';
+      s.moe_layers += ch == 'E';
+    }
+    const auto& mb = m.mamba();  // 0: the defaults config.proto names
+    if (mb.d_state() > 0) s.mamba_d_state = mb.d_state();
+    if (mb.d_conv() > 0) s.mamba_d_conv = mb.d_conv();
+    if (mb.expand() > 0) s.mamba_expand = mb.expand();
+    if (mb.head_dim() > 0) s.mamba_head_dim = mb.head_dim();
+    if (mb.n_groups() > 0) s.mamba_groups = mb.n_groups();
+  }
   if (e.num_experts() > 0) {
-    for (int l = 0; l < m.n_layer(); ++l) {
+    for (int l = 0; l < m.n_layer() && !s.hybrid; ++l) {
       const bool moe = !e.pattern().empty()
                            ? l < static_cast<int>(e.pattern().size()) && e.pattern()[l] == 'E'
                            : l % std::max(1, e.every_n()) == 0;
@@ -47,13 +62,25 @@ int64_t NonPositionParams(const ModelShape& m) {
   const int64_t moe = m.top_k * (C * (m.swiglu ? 2 * He : He) + He * C) +
                       (m.shared_hidden > 0 ? dense(m.shared_hidden) : 0) + m.num_experts * C;
   const int64_t embeddings = (m.tied_embeddings ? 1 : 2) * V * C;
-  return embeddings + m.n_layer * (2 * norm + attn) + (m.n_layer - m.moe_layers) * mlp +
-         m.moe_layers * moe + norm;  // + final norm
+  if (!m.hybrid) {
+    return embeddings + m.n_layer * (2 * norm + attn) + (m.n_layer - m.moe_layers) * mlp +
+           m.moe_layers * moe + norm;  // + final norm
+  }
+  // layers/mamba/mamba_mixer.h: in_proj z, x [Di, C], B, C [G·N, C], dt [H, C]
+  // (no biases); depthwise conv (kernel K, with bias) over x, B, C; dt_bias,
+  // A_log, D per head; the gated norm's weight [Di]; out_proj [C, Di].
+  const int64_t Di = m.mamba_expand * C, Hm = Di / m.mamba_head_dim,
+                GN = m.mamba_groups * m.mamba_d_state, K = m.mamba_d_conv;
+  const int64_t mamba = C * (2 * Di + 2 * GN + Hm) + (Di + 2 * GN) * (K + 1) + 3 * Hm + Di + Di * C;
+  return embeddings + m.attn_blocks * (norm + attn) + m.mlp_blocks * (norm + mlp) +
+         m.moe_layers * (norm + moe) + m.mamba_blocks * (norm + mamba) + norm;  // + final norm
 }
 
 double TrainingFlopPerToken(const ModelShape& m) {
+  const double attn_layers = m.hybrid ? m.attn_blocks : m.n_layer;
+  const double scan = 21.0 * m.mamba_blocks * (m.mamba_expand * m.n_embd) * m.mamba_d_state;
   return 6.0 * static_cast<double>(NonPositionParams(m)) +
-         12.0 * static_cast<double>(m.n_layer) * m.n_embd * m.seq_len;
+         12.0 * attn_layers * m.n_embd * m.seq_len + scan;
 }
 
 double PeakFlops(const proto::Train& t) {

@@ -1,12 +1,16 @@
 // recipes/trainer/mfu.h — model FLOPs utilisation by the usual convention.
 //
 // Training FLOP per token (PaLM appendix B, nanoGPT's estimate_mfu):
-//   6·N + 12·L·C·T
+//   6·N + 12·L_attn·C·T + 21·L_mamba·d_inner·d_state
 // where N counts every parameter except position embeddings (a tied
-// embedding once), 6·N is forward + backward of every weight GEMM, and
-// 12·L·C·T is the attention score and value products (2·2·T·C per token and
-// layer forward, ×3 with backward), counted as if not causal. MFU is then,
-// per GPU,
+// embedding once), 6·N is forward + backward of every weight GEMM,
+// 12·L_attn·C·T is the attention score and value products (2·2·T·C per token
+// and attention layer forward, ×3 with backward), counted as if not causal,
+// and 21·d_inner·d_state per Mamba layer is its scan (Megatron's estimate:
+// 7·d_inner·d_state forward, ×3). Without a layer pattern every layer is
+// attention + MLP; with one (model.layer_pattern) each symbol is one block:
+// 'M' Mamba-2, '*' attention, '-' MLP, 'E' MoE, each with its pre-norm.
+// MFU is then, per GPU,
 //   flop_per_token · tokens_per_s_per_gpu ÷ peak_flop_per_s.
 //
 //   ModelShape m = ShapeOf(recipe.model());
@@ -39,6 +43,14 @@ struct ModelShape {
   // (0: none) and the router's [E, C] gate.
   int64_t moe_layers = 0;
   int64_t num_experts = 0, top_k = 0, moe_hidden = 0, shared_hidden = 0;
+  // Hybrid stacks (layer_pattern set): blocks of each kind. Without a
+  // pattern: n_layer attention blocks and n_layer MLP blocks (moe_layers of
+  // them routed), two norms per layer.
+  bool hybrid = false;
+  int64_t attn_blocks = 0, mlp_blocks = 0, mamba_blocks = 0;  // moe_layers: 'E' blocks
+  // Mamba-2 mixer: d_inner = expand·C, heads = d_inner / head_dim.
+  int64_t mamba_d_state = 16, mamba_d_conv = 4, mamba_expand = 2, mamba_head_dim = 16,
+          mamba_groups = 1;
 };
 
 // The shape of a (finalised) recipe's model.

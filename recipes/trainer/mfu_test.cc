@@ -76,6 +76,33 @@ TEST(Mfu, PeakAndRatio) {
   EXPECT_EQ(Mfu(1, 1, 0), 0.0);
 }
 
+// A hybrid "M*-" stack (one Mamba, one attention, one MLP block, each with
+// its LayerNorm), GPT-2 style, C = 64, T = 32, the Mamba defaults (N 16,
+// conv 4, expand 2, head dim 16, 1 group: Di 128, 8 heads). By hand:
+//   embedding 256·64 = 16384; norms 4 × 128 (3 blocks + final);
+//   attention 4 × (64·64 + 64) = 16640; MLP (64·256 + 256) + (256·64 + 64) = 33088;
+//   Mamba in_proj 64·(128 + 128 + 16 + 16 + 8) = 18944, conv (128 + 32)·(4 + 1) = 800,
+//   dt_bias/A_log/D 3·8 = 24, norm 128, out_proj 128·64 = 8192: 28088.
+// FLOP: 6·94712 + 12·1·64·32 (one attention block) + 21·1·128·16 (the scan).
+TEST(Mfu, HybridCountsEachBlockKind) {
+  proto::Model p;
+  p.set_vocab_size(256);
+  p.set_seq_len(32);
+  p.set_n_layer(3);
+  p.set_n_embd(64);
+  p.set_n_head(4);
+  p.set_layer_pattern("M*-");
+  const ModelShape m = ShapeOf(p);
+  EXPECT_EQ(m.mamba_blocks, 1);
+  EXPECT_EQ(m.attn_blocks, 1);
+  EXPECT_EQ(m.mlp_blocks, 1);
+  EXPECT_EQ(NonPositionParams(m), 94712);
+  EXPECT_DOUBLE_EQ(TrainingFlopPerToken(m), 6.0 * 94712 + 12.0 * 64 * 32 + 21.0 * 128 * 16);
+  // Without the pattern the same three layers count as 3 × (2 norms + attention + MLP).
+  p.clear_layer_pattern();
+  EXPECT_EQ(NonPositionParams(ShapeOf(p)), 16384 + 3 * (256 + 16640 + 33088) + 128);
+}
+
 TEST(Mfu, ShapeOfRecipe) {
   proto::Model p;
   p.set_vocab_size(256);
