@@ -159,7 +159,7 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
     }
     m->set_n_layer(layers);
     auto* p = r->mutable_parallel();
-    const int parts = std::max(1, p->pp()) * std::max(1, p->vpp());
+    const int64_t parts = int64_t{std::max(1, p->pp())} * std::max(1, p->vpp());  // no int overflow
     if (!bars.empty() && parts > 1 && p->pp_boundaries_size() == 0) {
       if (segments != parts) {
         return Bad(absl::StrCat("model.layer_pattern has ", segments, " pipeline segments ('|') for ",
@@ -223,26 +223,28 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (p->tp_num_weight_shards() == 0) p->set_tp_num_weight_shards(p->tp());
   if (p->pp() == 0) p->set_pp(1);
   if (p->cp() == 0) p->set_cp(1);
-  if (p->cp() > 1 && m->seq_len() % (2 * p->cp()) != 0) {
+  if (p->cp() > 1 && m->seq_len() % (2 * int64_t{p->cp()}) != 0) {
     return Bad(absl::StrCat("model.seq_len (", m->seq_len(), ") must be divisible by 2 × parallel.cp = ",
-                            2 * p->cp(), " (each CP rank holds two load-balanced chunks)"));
+                            2 * int64_t{p->cp()}, " (each CP rank holds two load-balanced chunks)"));
   }
   if (p->vpp() == 0) p->set_vpp(1);
   if (p->pp() < 1 || p->vpp() < 1) return Bad("parallel.pp and parallel.vpp must be ≥ 1");
   if (p->vpp() > 1 && p->pp() == 1) return Bad("parallel.vpp > 1 needs parallel.pp > 1");
+  // pp × vpp in 64 bits: two large settings overflowed int (tools/fuzz/config_fuzzer).
+  const int64_t stages = int64_t{p->pp()} * p->vpp();
   if (p->pp_boundaries_size() > 0) {
-    bool ok = p->pp_boundaries_size() == p->pp() * p->vpp() && p->pp_boundaries(0) == 0;
+    bool ok = p->pp_boundaries_size() == stages && p->pp_boundaries(0) == 0;
     for (int i = 1; ok && i < p->pp_boundaries_size(); ++i) {
       ok = p->pp_boundaries(i) > p->pp_boundaries(i - 1) && p->pp_boundaries(i) < m->n_layer();
     }
     if (!ok) {
-      return Bad(absl::StrCat("parallel.pp_boundaries must be pp × vpp = ", p->pp() * p->vpp(),
+      return Bad(absl::StrCat("parallel.pp_boundaries must be pp × vpp = ", stages,
                               " increasing first layers, starting at 0, below model.n_layer (",
                               m->n_layer(), ")"));
     }
-  } else if (m->n_layer() % (p->pp() * p->vpp()) != 0) {
+  } else if (m->n_layer() % stages != 0) {
     return Bad(absl::StrCat("model.n_layer (", m->n_layer(), ") must be divisible by parallel.pp × "
-                            "parallel.vpp = ", p->pp() * p->vpp(), " (or set parallel.pp_boundaries)"));
+                            "parallel.vpp = ", stages, " (or set parallel.pp_boundaries)"));
   }
   if (p->ep() == 0) p->set_ep(1);
   if (p->etp() == 0) p->set_etp(1);
@@ -250,6 +252,10 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (m->moe().num_experts() == 0 && (p->ep() != 1 || p->expert_tp_num_weight_shards() != p->etp())) {
     return Bad("parallel.ep and parallel.expert_tp_num_weight_shards need an MoE model "
                "(model.moe.num_experts > 0)");
+  }
+  if (!(p->comm_timeout_s() >= 0) || p->comm_timeout_s() > 86400) {  // NaN too
+    return Bad(absl::StrCat("parallel.comm_timeout_s must be between 0 (the backend's default) and "
+                            "86400 seconds, got ", p->comm_timeout_s()));
   }
   if (!p->backend().empty() && p->backend() != "local" && p->backend() != "ucx")
     return Bad(absl::StrCat("parallel.backend must be local or ucx, got ", p->backend()));
@@ -260,6 +266,10 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (d->source() == "indexed" && d->path().empty()) return Bad("data.source indexed needs data.path");
   if (d->source() == "corpus" && m->vocab_size() < 256)
     return Bad("data.source corpus is byte-level: model.vocab_size must be >= 256");
+  if (d->tokenizer_vocab().empty() != d->tokenizer_merges().empty())
+    return Bad("data.tokenizer_vocab and data.tokenizer_merges go together");
+  if (!d->tokenizer_vocab().empty() && d->source() != "indexed")
+    return Bad("data.tokenizer_vocab/merges describe an indexed dataset (data.source indexed)");
   auto* o = r->mutable_optim();
   if (o->matrices().empty()) o->set_matrices("adamw");
   if (o->matrices() != "adamw" && o->matrices() != "muon")

@@ -60,5 +60,58 @@ TEST(RecipeOverrides, ZeroWhereZeroIsInvalidIsAnErrorNamingTheSetting) {
   EXPECT_EQ(s->data().source(), "corpus");
 }
 
+TEST(RecipeData, TokenizerFilesGoTogetherWithAnIndexedDataset) {
+  const std::string path = WriteRecipe();
+  const std::string indexed = "data.source=indexed", at = "data.path=/d/owt";
+  auto r = LoadRecipe(path, {indexed, at, "data.tokenizer_vocab=/d/vocab.json",
+                             "data.tokenizer_merges=/d/merges.txt"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->data().tokenizer_vocab(), "/d/vocab.json");
+  EXPECT_EQ(r->data().tokenizer_merges(), "/d/merges.txt");
+  auto half = LoadRecipe(path, {indexed, at, "data.tokenizer_vocab=/d/vocab.json"});
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(std::string(half.status().message()).find("go together"), std::string::npos);
+  auto corpus = LoadRecipe(path, {"data.tokenizer_vocab=v", "data.tokenizer_merges=m"});
+  ASSERT_FALSE(corpus.ok());
+  EXPECT_NE(std::string(corpus.status().message()).find("indexed"), std::string::npos);
+}
+
+TEST(RecipeParallel, CommTimeoutIsSecondsAndZeroKeepsTheBackendDefault) {
+  const std::string path = WriteRecipe();
+  auto r = LoadRecipe(path, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->parallel().comm_timeout_s(), 0);
+  auto ten = LoadRecipe(path, {"parallel.comm_timeout_s=10"});
+  ASSERT_TRUE(ten.ok()) << ten.status();
+  EXPECT_EQ(ten->parallel().comm_timeout_s(), 10);
+  for (const char* bad : {"parallel.comm_timeout_s=-1", "parallel.comm_timeout_s=nan",
+                          "parallel.comm_timeout_s=1e9"}) {
+    auto b = LoadRecipe(path, {bad});
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(std::string(b.status().message()).find("parallel.comm_timeout_s"), std::string::npos)
+        << b.status();
+  }
+}
+
+// Inputs of tools/fuzz/config_fuzzer (docs/RELIABILITY.md): 2 × parallel.cp
+// and parallel.pp × parallel.vpp overflowed int (UBSan: signed integer
+// overflow in FinalizeRecipe); they are now errors with the true product.
+TEST(RecipeParallel, LargeSettingsDoNotOverflow) {
+  const std::string path = WriteRecipe();
+  auto cp = LoadRecipe(path, {"parallel.cp=1873951409"});
+  ASSERT_FALSE(cp.ok());
+  EXPECT_NE(std::string(cp.status().message()).find("2 × parallel.cp = 3747902818"), std::string::npos)
+      << cp.status();
+  auto pp = LoadRecipe(path, {"parallel.pp=65536", "parallel.vpp=65536"});
+  ASSERT_FALSE(pp.ok());
+  EXPECT_NE(std::string(pp.status().message()).find("parallel.vpp = 4294967296"), std::string::npos)
+      << pp.status();
+  auto pattern = LoadRecipe(path, {"model.n_layer=0", "model.layer_pattern=*|*", "parallel.pp=65536",
+                                   "parallel.vpp=65536"});
+  ASSERT_FALSE(pattern.ok());
+  EXPECT_NE(std::string(pattern.status().message()).find("for 4294967296 stages"), std::string::npos)
+      << pattern.status();
+}
+
 }  // namespace
 }  // namespace gtp::recipes

@@ -3,12 +3,15 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -40,6 +43,8 @@
 #include "data/mock.h"
 #include "data/sampler.h"
 #include "layers/gpt.h"
+#include "layers/inference/inference_session.h"
+#include "layers/inference/sampling.h"
 #include "optimizer/grad_buffer.h"
 #include "optimizer/optimizer.h"
 #include "parallel/parallel_config.h"
@@ -75,6 +80,8 @@ struct SignalGuard {
 };
 
 std::atomic<bool> g_stopped_by_signal{false};
+
+}  // namespace
 
 layers::GptConfig ModelConfig(const proto::Recipe& r) {
   const auto& m = r.model();
@@ -137,6 +144,8 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   }
   return c;
 }
+
+namespace {
 
 optimizer::OptimizerConfig OptimConfig(const proto::Recipe& r) {
   const auto& o = r.optim();
@@ -276,9 +285,12 @@ class RankRun {
       }
       if (rank0()) GTP_RETURN_IF_ERROR(Report(rec, t_start, first_step));
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
-        GTP_ASSIGN_OR_RETURN(float vl, Evaluate());
+        GTP_ASSIGN_OR_RETURN(float vl, Evaluate(r_.train().eval_batches()));
         for (auto& part : parts_) part->ResetMoeStats();  // evaluation forwards are not the step's routing
         if (rank0()) GTP_RETURN_IF_ERROR(ReportEval(vl));
+      }
+      if (r_.train().sample_every() > 0 && step_ % r_.train().sample_every() == 0) {
+        GTP_RETURN_IF_ERROR(PrintSample());
       }
       // Every rank must agree on stopping, or the next collective would hang.
       int32_t stop = g_stop_signal.load() != 0, any = 0;
@@ -652,12 +664,125 @@ class RankRun {
     return loss;
   }
 
-  // Mean loss over eval_batches micro-batches of the validation split (no
-  // gradient; the same samples on every layout).
-  absl::StatusOr<float> Evaluate() {
+  // train.sample_every: every rank puts its pieces of each global tensor
+  // into a host buffer holding −inf elsewhere; a max all-reduce over the
+  // world assembles the exact values (replicas are identical), which fill a
+  // single-rank f32 copy of the model; rank 0 decodes from it with the KV
+  // cache and prints. Collective; blocks.
+  absl::Status PrintSample() {
+    const auto& t = r_.train();
+    if (sample_model_ == nullptr) {
+      if (has_moe() || r_.model().layer_pattern().find('M') != std::string::npos) {
+        return absl::InvalidArgumentError(
+            "train.sample_every: MoE and Mamba models cannot be sampled yet");
+      }
+      sample_world_ = comm::CreateLocalWorld(1);
+      GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(
+                                         parallel::ParallelConfig{}, *sample_world_[0]));
+      sample_pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
+      layers::GptConfig mc = ModelConfig(r_);
+      mc.block.dtype = DType::kF32;
+      mc.block.sequence_parallel = false;
+      mc.block.recompute = false;
+      GTP_ASSIGN_OR_RETURN(sample_model_, layers::GptModel::Create(mc, 1, 1, *sample_pgs_,
+                                                                   kernels::Exec::Cpu(staging_)));
+    }
+    std::vector<std::pair<std::string, Shape>> names;
+    for (const layers::ShardedParam* p : sample_model_->sharded_params()) {
+      const auto& L = p->global_layout();
+      names.emplace_back(p->name(), Shape{L.global_rows, L.global_cols});
+    }
+    for (const layers::ReplicatedParam* p : sample_model_->replicated_params()) {
+      names.emplace_back(p->name, p->value.shape());
+    }
+    for (const auto& [name, shape] : names) {
+      std::vector<float> g(shape.numel(), -INFINITY);
+      for (const layers::ShardedParam* p : params_.sharded) {
+        if (p->name() == name) layers::StoreShardToGlobal(*p, p->shard(), g.data());
+      }
+      for (const layers::ReplicatedParam* p : params_.replicated) {
+        if (p->name != name) continue;
+        Tensor host = Tensor::Empty(p->value.shape(), p->value.dtype(), staging_);
+        GTP_RETURN_IF_ERROR(Copy(p->value, host, exec_.stream, /*sync=*/true));
+        const int64_t rows = p->value.dim(0), cols = p->value.numel() / std::max<int64_t>(1, rows);
+        const int64_t gcols = std::max<int64_t>(1, p->layout.global_cols);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t gr = p->layout.row_map ? p->layout.row_map(r) : r;
+          for (int64_t c = 0; c < cols; ++c) {
+            const int64_t i = r * cols + c;
+            g[gr * gcols + p->layout.col_offset + c] = host.dtype() == DType::kF32
+                                                           ? host.data<float>()[i]
+                                                           : ToF32(host.data<bf16>()[i]);
+          }
+        }
+      }
+      GTP_RETURN_IF_ERROR(comm::Run(host_.AllReduce(g.data(), g.data(),
+                                                    static_cast<int64_t>(g.size()), DType::kF32,
+                                                    comm::ReduceOp::kMax)));
+      if (!rank0()) continue;
+      if (std::find(g.begin(), g.end(), -INFINITY) != g.end()) {
+        return absl::InternalError(absl::StrCat("train.sample_every: no rank holds all of ", name));
+      }
+      GTP_RETURN_IF_ERROR(sample_model_->LoadGlobal(name, g.data(), shape));
+    }
+    if (!rank0()) return absl::OkStatus();
+    GTP_ASSIGN_OR_RETURN(auto session, layers::inference::InferenceSession::Create(
+                                           *sample_model_, sample_model_->config().max_seq_len));
+    std::vector<int32_t> ids;
+    for (unsigned char ch : t.sample_prompt()) ids.push_back(ch);
+    if (ids.empty()) ids.push_back('\n');
+    if (static_cast<int64_t>(ids.size()) > session->max_len()) ids.resize(session->max_len());
+    layers::inference::SamplingOptions so;
+    so.seed = t.seed();
+    std::string text = t.sample_prompt();
+    GTP_ASSIGN_OR_RETURN(std::vector<float> logits, session->Append(ids));
+    logits.erase(logits.begin(), logits.end() - session->vocab_size());
+    const int64_t n = t.sample_tokens() > 0 ? t.sample_tokens() : 64;
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t next = layers::inference::SampleToken(logits, so, i);
+      text += next < 256 ? std::string(1, static_cast<char>(next)) : absl::StrCat("<", next, ">");
+      if (i + 1 == n || session->length() == session->max_len()) break;
+      GTP_ASSIGN_OR_RETURN(logits, session->Append({next}));
+    }
+    std::printf("%sstep %5lld  sample: %s\n", o_.progress_bar ? "\n" : "",
+                static_cast<long long>(step_), text.c_str());
+    return absl::OkStatus();
+  }
+
+  // (public) EvaluateCheckpoint's run: the weights of the recipe's
+  // checkpoint.init_from, then Evaluate over `samples` validation samples
+  // (0: what the training run's evaluation covers on this layout). Rank 0
+  // fills *out.
+ public:
+  absl::Status RunEvaluation(int64_t samples, EvalResult* out) {
+    eval_only_ = true;
+    GTP_RETURN_IF_ERROR(Setup());
+    GTP_RETURN_IF_ERROR(InitFrom());
+    const int64_t per_batch = r_.train().micro_batch() * data_->size();
+    if (samples <= 0) samples = r_.train().eval_batches() * per_batch;
+    if (samples % per_batch != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          samples, " validation samples do not split into whole micro-batches of ",
+          r_.train().micro_batch(), " × ", data_->size(), " data lanes: give a multiple of ",
+          per_batch));
+    }
+    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(samples / per_batch));
+    if (rank0()) {
+      out->loss = loss;
+      out->samples = samples;
+      out->tokens = samples * r_.model().seq_len();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Mean loss over n micro-batches per lane of the validation split (no
+  // gradient): validation samples 0 .. n·lanes·B − 1, the same samples on
+  // every layout with as many of them.
+  absl::StatusOr<float> Evaluate(int64_t n) {
     const int64_t B = r_.train().micro_batch();
     double sum = 0;
-    const int64_t n = r_.train().eval_batches();
+    if (n <= 0) return absl::InvalidArgumentError("evaluation needs at least one micro-batch");
     if (runner_) return EvaluatePipeline(B, n);
     for (int64_t i = 0; i < n; ++i) {
       std::vector<uint64_t> samples(B);
@@ -895,7 +1020,7 @@ class RankRun {
       if (!theirs.ok()) return bad(theirs.status());
       GTP_RETURN_IF_ERROR(SameFunction(theirs->model(), r_.model(), dir));
     }
-    if (rank0()) {
+    if (rank0() && !eval_only_) {
       std::printf(
           "initialised the model from %s (checkpoint.init_from; weights only: step 0, fresh "
           "optimizer state and data order)\n",
@@ -1047,6 +1172,11 @@ class RankRun {
   // with pipeline stages the runner drives them.
   std::vector<std::unique_ptr<layers::GptModel>> parts_;
   layers::GptModel* model_ = nullptr;
+  // train.sample_every: a single-rank f32 copy of the model (its own
+  // one-rank world), filled before each sample.
+  std::vector<std::unique_ptr<comm::Communicator>> sample_world_;
+  std::unique_ptr<parallel::ProcessGroupCollection> sample_pgs_;
+  std::unique_ptr<layers::GptModel> sample_model_;
   std::unique_ptr<pipeline::PipelineRunner> runner_;
   comm::Communicator* pp_ = nullptr;
   double bubble_ = 0;  // the last step's pipeline bubble (time blocked receiving / step)
@@ -1062,6 +1192,7 @@ class RankRun {
   std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
   int64_t step_ = 0;
   int64_t local_params_ = 0;
+  bool eval_only_ = false;  // RunEvaluation
   Timeline timeline_{exec_.is_cuda()};
   Timeline* tl_ = nullptr;  // &timeline_ during traced steps
   struct GraphExecDeleter {
@@ -1082,13 +1213,17 @@ bool UnderLauncher() {
 bool StoppedBySignal() { return g_stopped_by_signal.load(); }
 
 namespace {
-absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options);
+// Runs `body` on every rank of the recipe's world (threads, a launcher's
+// processes, or one GPU); `create_run_dir` makes options.run_dir first.
+absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
+                     const std::function<absl::Status(RankRun&)>& body, bool create_run_dir);
 }  // namespace
 
 absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
   std::error_code ec;
   const bool existed = std::filesystem::exists(options.run_dir, ec);
-  absl::Status st = TrainIn(recipe, options);
+  absl::Status st = TrainIn(
+      recipe, options, [](RankRun& run) { return run.Run(); }, /*create_run_dir=*/true);
   // A run that failed before writing anything leaves no empty run directory
   // behind (one this process made; files in it, e.g. metrics, keep it).
   if (!st.ok() && !existed && std::filesystem::is_directory(options.run_dir, ec) &&
@@ -1098,8 +1233,30 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
   return st;
 }
 
+absl::StatusOr<EvalResult> EvaluateCheckpoint(const proto::Recipe& recipe,
+                                              const std::string& checkpoint, int64_t samples) {
+  proto::Recipe r = recipe;
+  r.mutable_checkpoint()->set_init_from(checkpoint);
+  r.mutable_checkpoint()->set_no_resume(true);
+  r.mutable_train()->clear_tensorboard_dir();
+  r.mutable_train()->clear_dump_tokens();
+  RunOptions options;
+  options.run_dir = "";  // nothing is written
+  EvalResult result;
+  GTP_RETURN_IF_ERROR(TrainIn(
+      r, options, [&](RankRun& run) { return run.RunEvaluation(samples, &result); },
+      /*create_run_dir=*/false));
+  return result;
+}
+
 namespace {
-absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options) {
+// parallel.comm_timeout_s as a duration (0: keep the backend's default).
+absl::Duration CommTimeout(const proto::Recipe& recipe) {
+  return absl::Seconds(recipe.parallel().comm_timeout_s());
+}
+
+absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
+                     const std::function<absl::Status(RankRun&)>& body, bool create_run_dir) {
   // Check what can be checked before anything is written.
   const bool under_launcher = UnderLauncher() && recipe.parallel().backend() != "local";
   {
@@ -1138,7 +1295,7 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options) {
     }
   }
   std::error_code ec;
-  std::filesystem::create_directories(options.run_dir, ec);
+  if (create_run_dir) std::filesystem::create_directories(options.run_dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
   g_stopped_by_signal.store(false);
   SignalGuard guard;
@@ -1185,15 +1342,21 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options) {
                            comm::TcpStoreClient::Connect(env.master_addr, env.master_port,
                                                          absl::Seconds(60)));
       std::shared_ptr<comm::KeyValueStore> store(std::move(client));
+      comm::NcclOptions nccl_options;
+      comm::UcxOptions ucx_options;
+      if (const absl::Duration t = CommTimeout(recipe); t > absl::ZeroDuration()) {
+        nccl_options.timeout = ucx_options.timeout = t;
+      }
       GTP_ASSIGN_OR_RETURN(auto world, comm::CreateNcclWorld(store, env.rank, env.world_size,
-                                                             device, stream.get()));
-      GTP_ASSIGN_OR_RETURN(auto host, comm::CreateUcxWorld(store, env.rank, env.world_size));
+                                                             device, stream.get(), nccl_options));
+      GTP_ASSIGN_OR_RETURN(auto host,
+                           comm::CreateUcxWorld(store, env.rank, env.world_size, ucx_options));
       RankRun run(recipe, options, *world, *host, exec);
-      return run.Run();
+      return body(run);
     }
     return comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
       RankRun run(recipe, options, w, w, exec);
-      return run.Run();
+      return body(run);
     });
   }
   HeapAllocator host;
@@ -1210,17 +1373,20 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options) {
     kernels::cpu::SetGemmThreads(std::max(1, cores / std::max(1, ranks_here)));
   }
   if (under_launcher) {
-    GTP_ASSIGN_OR_RETURN(auto world, comm::CreateUcxWorldFromEnv({}));
+    comm::UcxOptions ucx_options;
+    if (const absl::Duration t = CommTimeout(recipe); t > absl::ZeroDuration()) ucx_options.timeout = t;
+    GTP_ASSIGN_OR_RETURN(auto world, comm::CreateUcxWorldFromEnv(ucx_options));
     RankRun run(recipe, options, *world, *world, kernels::Exec::Cpu(host));
-    return run.Run();
+    return body(run);
   }
   comm::LocalOptions lo;
   lo.timeout = absl::Minutes(10);  // a slow 2-core machine with many ranks
+  if (const absl::Duration t = CommTimeout(recipe); t > absl::ZeroDuration()) lo.timeout = t;
   return comm::RunRanks(
       recipe.parallel().world_size(),
       [&](comm::Communicator& w) -> absl::Status {
         RankRun run(recipe, options, w, w, kernels::Exec::Cpu(host));
-        return run.Run();
+        return body(run);
       },
       lo);
 }

@@ -14,6 +14,7 @@
 //     <run_dir>/metrics.jsonl (with train.tensorboard_dir, TensorBoard
 //     scalars too: recipes/trainer/tensorboard/event_writer.h);
 //   - periodic evaluation on the validation split;
+//   - with train.sample_every, a text sample from rank 0 (layers/inference);
 //   - checkpoints every checkpoint.every steps, at the end, and when
 //     SIGTERM/SIGINT arrives (then a clean exit); resume from `latest`.
 // The same recipe and seed give the same losses, on any layout that should
@@ -65,5 +66,27 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options);
 
 // True once SIGTERM/SIGINT was received during Train (for the exit code).
 bool StoppedBySignal();
+
+// The model a recipe builds (its model section, train.seed, precision and
+// sequence parallelism), for tools that rebuild it (tools/generate). Pure.
+layers::GptConfig ModelConfig(const proto::Recipe& r);
+
+struct EvalResult {
+  double loss = 0;      // mean cross-entropy (nats per token)
+  int64_t samples = 0;  // validation samples scored
+  int64_t tokens = 0;   // targets scored: samples × seq_len
+};
+// The trainer's own validation (periodic evaluation) of a checkpoint's
+// weights: builds the recipe's model on its layout (world, TP, GTP, PP...;
+// any layout loads any saved one), loads `checkpoint` (a root with `latest`
+// or an iter_ directory, as checkpoint.init_from) and returns the mean loss
+// over validation samples 0 .. samples − 1 (0: train.eval_batches ×
+// micro_batch × data lanes, what a training step's evaluation covers).
+// The same samples give the loss the training run reported for that step.
+// InvalidArgument when `samples` does not split into whole micro-batches
+// over the lanes; the checkpoint's model must match the recipe's (as
+// init_from checks). Writes nothing; blocks.
+absl::StatusOr<EvalResult> EvaluateCheckpoint(const proto::Recipe& recipe,
+                                              const std::string& checkpoint, int64_t samples = 0);
 
 }  // namespace gtp::recipes

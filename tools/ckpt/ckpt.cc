@@ -10,10 +10,18 @@
 //       vocabulary padding. Weights are f32: a mixed-precision (bf16) run's f32
 //       master copies (`<name>/master`, the optimizer's), else the saved
 //       values widened
-//   ckpt export --format hf <ckpt dir> <out dir>
+//   ckpt export --format hf [--vocab_json V --merges M] <ckpt dir> <out dir>
 //       a Hugging Face model directory: model.safetensors (GPT-2 or Llama names,
 //       chosen by the run's recipe in the metadata: RMSNorm → Llama) and
-//       config.json, so AutoModelForCausalLM.from_pretrained(<out dir>) loads it
+//       config.json, so AutoModelForCausalLM.from_pretrained(<out dir>) loads it.
+//       A run with a GPT-2 BPE tokenizer (--vocab_json/--merges, else the
+//       recipe's data.tokenizer_vocab/merges) also gets vocab.json and
+//       merges.txt (copied byte for byte), tokenizer_config.json (GPT2Tokenizer,
+//       bos/eos/unk <|endoftext|>, model_max_length = seq_len) and
+//       special_tokens_map.json, so AutoTokenizer.from_pretrained(<out dir>)
+//       works too, and config.json gets bos/eos_token_id. The tokenizer's ids
+//       must fit model.vocab_size. Byte-level runs get no tokenizer files
+//       (the output line says so).
 //   ckpt import --format hf <hf model dir> <out checkpoint dir>
 //       the inverse: config.json + model.safetensors (or its sharded index) of
 //       a GPT2LMHeadModel or LlamaForCausalLM → a one-rank gtp checkpoint at
@@ -32,6 +40,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +50,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "data/tokenizer/gpt2_tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "recipes/trainer/config.pb.h"
 #include "tools/ckpt/hf_import.h"
@@ -338,9 +348,66 @@ std::string HfConfig(const recipes::proto::Recipe& r, bool llama) {
       "  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"float32\"\n}\n");
 }
 
+// The GPT-2 BPE files of an export, checked against the model: the ids must
+// fit model.vocab_size and <|endoftext|> (eos/bos) must be a token.
+struct HfTokenizer {
+  std::string vocab_json, merges_txt;  // paths
+  int32_t eos_id = -1;
+};
+
+absl::StatusOr<HfTokenizer> CheckTokenizer(const std::string& vocab_json,
+                                           const std::string& merges_txt,
+                                           const recipes::proto::Recipe& r) {
+  GTP_ASSIGN_OR_RETURN(data::Gpt2Tokenizer tok, data::Gpt2Tokenizer::Load(vocab_json, merges_txt));
+  if (tok.vocab_size() > r.model().vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(vocab_json, " has ", tok.vocab_size(),
+                                                   " token ids but model.vocab_size is ",
+                                                   r.model().vocab_size()));
+  }
+  std::optional<int32_t> eos = tok.TokenId("<|endoftext|>");
+  if (!eos) return absl::InvalidArgumentError(absl::StrCat(vocab_json, " has no <|endoftext|>"));
+  return HfTokenizer{vocab_json, merges_txt, *eos};
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+// vocab.json and merges.txt copied byte for byte, and the two files
+// transformers' AutoTokenizer reads beside them (GPT2Tokenizer, the
+// <|endoftext|> specials, model_max_length = T).
+absl::Status WriteHfTokenizer(const HfTokenizer& t, int64_t seq_len, const std::string& out_dir) {
+  const std::pair<const std::string*, const char*> copies[] = {{&t.vocab_json, "vocab.json"},
+                                                               {&t.merges_txt, "merges.txt"}};
+  for (const auto& [from, name] : copies) {
+    std::error_code ec;
+    std::filesystem::copy_file(*from, out_dir + "/" + name,
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot copy ", *from, ": ", ec.message()));
+  }
+  const std::string eot = "\"<|endoftext|>\"";
+  GTP_RETURN_IF_ERROR(WriteText(
+      out_dir + "/tokenizer_config.json",
+      absl::StrCat(
+          "{\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n  \"model_max_length\": ", seq_len,
+          ",\n  \"bos_token\": ", eot, ",\n  \"eos_token\": ", eot, ",\n  \"unk_token\": ", eot,
+          ",\n  \"add_prefix_space\": false,\n  \"add_bos_token\": false,\n"
+          "  \"clean_up_tokenization_spaces\": false,\n  \"errors\": \"replace\"\n}\n")));
+  return WriteText(out_dir + "/special_tokens_map.json",
+                   absl::StrCat("{\n  \"bos_token\": ", eot, ",\n  \"eos_token\": ", eot,
+                                ",\n  \"unk_token\": ", eot, "\n}\n"));
+}
+
 // A Hugging Face model directory from a trainer checkpoint (its recipe in
-// the metadata says which family and gives the config).
-absl::Status ExportHf(const std::string& path, const std::string& out_dir) {
+// the metadata says which family and gives the config), with the run's
+// tokenizer when it had a BPE one: `vocab_json`/`merges_txt` if given, else
+// the recipe's data.tokenizer_vocab/merges; byte-level runs get none.
+absl::Status ExportHf(const std::string& path, const std::string& out_dir,
+                      const std::string& vocab_json, const std::string& merges_txt) {
   GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
   GTP_ASSIGN_OR_RETURN(proto::Metadata meta, ReadCheckpointMetadata(dir));
   const auto it = meta.extra().find("recipe");
@@ -367,6 +434,20 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir) {
     return absl::InvalidArgumentError(
         "a GPT-2 export needs layernorm, gelu, learned positions, biases and tied embeddings");
   }
+  std::optional<HfTokenizer> tok;
+  if (!vocab_json.empty()) {
+    GTP_ASSIGN_OR_RETURN(tok, CheckTokenizer(vocab_json, merges_txt, r));
+  } else if (!r.data().tokenizer_vocab().empty()) {
+    absl::StatusOr<HfTokenizer> t =
+        CheckTokenizer(r.data().tokenizer_vocab(), r.data().tokenizer_merges(), r);
+    if (!t.ok()) {
+      return absl::Status(
+          t.status().code(),
+          absl::StrCat("the run's tokenizer (data.tokenizer_vocab/merges): ", t.status().message(),
+                       "; name the files with --vocab_json and --merges"));
+    }
+    tok = *std::move(t);
+  }
   GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> read, ReadAllGlobal(dir));
   GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> all, F32Weights(std::move(read)));
   SafeTensorsFile f;
@@ -379,11 +460,26 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir) {
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
   GTP_RETURN_IF_ERROR(WriteSafeTensors(out_dir + "/model.safetensors", f));
+  std::string config = HfConfig(r, llama);
+  if (tok) {
+    // Generation's bos/eos ids, as in GPT-2's config.json: replace the closing "\n}\n".
+    config.resize(config.size() - 3);
+    absl::StrAppend(&config, ",\n  \"bos_token_id\": ", tok->eos_id,
+                    ",\n  \"eos_token_id\": ", tok->eos_id, "\n}\n");
+  }
   std::ofstream cfg(out_dir + "/config.json");
-  cfg << HfConfig(r, llama);
+  cfg << config;
+  cfg.close();
   if (!cfg) return absl::InternalError(absl::StrCat("cannot write ", out_dir, "/config.json"));
-  std::printf("wrote %s (%s: %zu tensors, config.json)\n", out_dir.c_str(),
-              llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", f.tensors.size());
+  if (tok) GTP_RETURN_IF_ERROR(WriteHfTokenizer(*tok, m.seq_len(), out_dir));
+  std::printf("wrote %s (%s: %zu tensors, config.json; %s)\n", out_dir.c_str(),
+              llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", f.tensors.size(),
+              tok ? absl::StrCat("tokenizer: vocab.json, merges.txt, tokenizer_config.json, "
+                                 "special_tokens_map.json from ",
+                                 tok->vocab_json)
+                        .c_str()
+                  : "no tokenizer files: the recipe names no BPE files (a byte-level run); "
+                    "--vocab_json and --merges add them");
   return absl::OkStatus();
 }
 
@@ -404,7 +500,7 @@ int Usage() {
                "usage: ckpt inspect <checkpoint>\n"
                "       ckpt export --format safetensors [--names gtp|hf-gpt2|hf-llama] [--vocab V] "
                "<checkpoint> <out.safetensors>\n"
-               "       ckpt export --format hf <checkpoint> <out dir>\n"
+               "       ckpt export --format hf [--vocab_json V --merges M] <checkpoint> <out dir>\n"
                "       ckpt import --format hf <hf model dir> <out checkpoint dir>\n");
   return 2;
 }
@@ -416,7 +512,7 @@ int Main(int argc, char** argv) {
   if (cmd == "inspect") {
     st = Inspect(argv[2]);
   } else if (cmd == "export") {
-    std::string format, names = "gtp";
+    std::string format, names = "gtp", vocab_json, merges;
     int64_t vocab = 0;
     std::vector<std::string> pos;
     for (int i = 2; i < argc; ++i) {
@@ -424,10 +520,18 @@ int Main(int argc, char** argv) {
       if (a == "--format" && i + 1 < argc) format = argv[++i];
       else if (a == "--names" && i + 1 < argc) names = argv[++i];
       else if (a == "--vocab" && i + 1 < argc) vocab = std::stoll(argv[++i]);
+      else if (a == "--vocab_json" && i + 1 < argc)
+        vocab_json = argv[++i];
+      else if (a == "--merges" && i + 1 < argc)
+        merges = argv[++i];
       else pos.push_back(a);
     }
-    if ((format != "safetensors" && format != "hf") || pos.size() != 2) return Usage();
-    st = format == "hf" ? ExportHf(pos[0], pos[1]) : Export(pos[0], pos[1], names, vocab);
+    if ((format != "safetensors" && format != "hf") || pos.size() != 2 ||
+        vocab_json.empty() != merges.empty() || (format != "hf" && !vocab_json.empty())) {
+      return Usage();
+    }
+    st = format == "hf" ? ExportHf(pos[0], pos[1], vocab_json, merges)
+                        : Export(pos[0], pos[1], names, vocab);
   } else if (cmd == "import") {
     if (argc != 6 || std::string(argv[2]) != "--format" || std::string(argv[3]) != "hf") return Usage();
     st = ImportHf(argv[4], argv[5]);

@@ -6,21 +6,68 @@ torch_gpt.py's own GPT (which shares no code with transformers) built from the
 same safetensors; for Llama, finite logits of the right shape. Needs torch and
 transformers (the GPU machine has both).
 
-  python3 tools/ckpt/hf_check.py <hf dir> [<hf dir> ...]
+A directory with a tokenizer (a BPE run's export: vocab.json, merges.txt,
+tokenizer_config.json) is also loaded with AutoTokenizer.from_pretrained, and
+every line of --text must encode to the ids gtp's //data/tokenizer:tokenize
+gives with the directory's vocab.json/merges.txt (and decode back to the line).
+
+  bazel build //data/tokenizer:tokenize
+  python3 tools/ckpt/hf_check.py [--tokenize bazel-bin/data/tokenizer/tokenize]
+      [--text data/tokenizer/testdata/hf_text.txt] <hf dir> [<hf dir> ...]
 """
+import argparse
 import json
 import os
+import subprocess
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
+
+
+def check_tokenizer(d, tokenize, text):
+    """AutoTokenizer on `d` against gtp's tokenize binary, line by line."""
+    from transformers import AutoTokenizer
+    if not os.path.exists(tokenize):
+        print(f"{d}: no {tokenize}: run `bazel build //data/tokenizer:tokenize` or pass --tokenize")
+        return False
+    hf = AutoTokenizer.from_pretrained(d)
+    data = open(text, "rb").read()
+    out = subprocess.run([tokenize, f"--vocab={d}/vocab.json", f"--merges={d}/merges.txt"],
+                         input=data, capture_output=True, check=True).stdout.decode()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    ours = [[int(x) for x in row.split()] for row in out.split("\n")[:len(lines)]]
+    bad = 0
+    for i, (raw, want) in enumerate(zip(lines, ours)):
+        line = raw.decode("utf-8")
+        got = hf(line, add_special_tokens=False)["input_ids"]
+        back = hf.decode(got)
+        if got != want or back != line:
+            bad += 1
+            if bad <= 3:
+                print(f"{d}: line {i + 1}: AutoTokenizer {got[:12]}... vs gtp {want[:12]}...; "
+                      f"decodes back: {back == line}")
+    eos = hf.eos_token_id
+    print(f"{d}: AutoTokenizer ({type(hf).__name__}, vocab {len(hf)}, eos {eos}): "
+          f"{len(lines) - bad}/{len(lines)} lines of {text} encode as gtp's tokenize and decode back")
+    return bad == 0 and len(lines) > 0 and hf.convert_ids_to_tokens(eos) == "<|endoftext|>"
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokenize", default=os.path.join(ROOT, "bazel-bin", "data", "tokenizer", "tokenize"))
+    ap.add_argument("--text", default=os.path.join(ROOT, "data", "tokenizer", "testdata", "hf_text.txt"))
+    ap.add_argument("dirs", nargs="+")
+    args = ap.parse_args()
     from transformers import AutoModelForCausalLM
     ok = True
-    for d in sys.argv[1:]:
+    for d in args.dirs:
+        if os.path.exists(os.path.join(d, "vocab.json")):
+            ok &= check_tokenizer(d, args.tokenize, args.text)
         cfg = json.load(open(os.path.join(d, "config.json")))
         hf = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
         V = cfg["vocab_size"]

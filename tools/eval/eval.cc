@@ -1,0 +1,81 @@
+// tools/eval — loss and perplexity of a trainer checkpoint on the
+// validation split of its recipe's data.
+//
+//   eval --checkpoint runs/gpt_tiny/checkpoints [--samples N] [--set a.b=v,...]
+//
+// Runs the trainer's own validation (recipes::EvaluateCheckpoint: the same
+// data source, samples and loss code as the periodic evaluation) with the
+// recipe stored in the checkpoint, on its saved layout unless --set changes
+// it (e.g. --set parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1:
+// the checkpoint reshards on load) or the data (data.source, data.path).
+// --samples: validation samples 0 .. N − 1 (0: train.eval_batches ×
+// micro_batch × data lanes of the saved layout, what the run's evaluation
+// scored), so another layout scores the same samples.
+//
+// Stdout, one line: "loss X  perplexity Y  tokens N". Errors: one line on
+// stderr, exit status 1.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "core/status.h"
+#include "recipes/trainer/config.h"
+#include "recipes/trainer/trainer.h"
+#include "tools/generate/checkpoint_model.h"
+
+ABSL_FLAG(std::string, checkpoint, "", "checkpoint root (with `latest`) or an iter_ directory");
+ABSL_FLAG(int64_t, samples, 0, "validation samples to score; 0: as many as the run's evaluation");
+ABSL_FLAG(std::vector<std::string>, set, {},
+          "overrides of the checkpoint's recipe, comma-separated (layout, data, train.device...)");
+
+namespace gtp::tools {
+namespace {
+
+// Data lanes of a recipe's layout (world / (TP · PP · CP), as the trainer's "data" group).
+absl::StatusOr<int64_t> Lanes(const recipes::proto::Recipe& r) {
+  const int64_t world = r.parallel().world_size();
+  const int64_t per_lane = static_cast<int64_t>(std::max(1, r.parallel().tp())) *
+                           std::max(1, r.parallel().pp()) * std::max(1, r.parallel().cp());
+  if (world <= 0 || world % per_lane != 0) {
+    return absl::InvalidArgumentError("the saved layout does not divide its world size");
+  }
+  return world / per_lane;
+}
+
+absl::Status Eval() {
+  const std::string path = absl::GetFlag(FLAGS_checkpoint);
+  if (path.empty()) return absl::InvalidArgumentError("--checkpoint is required");
+  GTP_ASSIGN_OR_RETURN(CheckpointRecipe ck, ReadCheckpointRecipe(path));
+  int64_t samples = absl::GetFlag(FLAGS_samples);
+  if (samples < 0) return absl::InvalidArgumentError("--samples must be >= 0");
+  if (samples == 0) {
+    GTP_ASSIGN_OR_RETURN(int64_t lanes, Lanes(ck.recipe));
+    samples = ck.recipe.train().eval_batches() * ck.recipe.train().micro_batch() * lanes;
+  }
+  recipes::proto::Recipe r = ck.recipe;
+  GTP_RETURN_IF_ERROR(recipes::ApplyOverrides(absl::GetFlag(FLAGS_set), &r));
+  GTP_RETURN_IF_ERROR(recipes::FinalizeRecipe(&r));
+  GTP_ASSIGN_OR_RETURN(recipes::EvalResult e, recipes::EvaluateCheckpoint(r, ck.dir, samples));
+  std::printf("loss %.6f  perplexity %.4f  tokens %lld\n", e.loss, std::exp(e.loss),
+              static_cast<long long>(e.tokens));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace gtp::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("loss and perplexity of a gtp checkpoint; see tools/eval/README.md");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status st = gtp::tools::Eval();
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,179 @@
+// tools/generate — sample text from a trainer checkpoint.
+//
+//   generate --checkpoint runs/gpt_tiny/checkpoints --prompt "The " --max_tokens 100
+//            [--temperature 0.8] [--top_k 40] [--top_p 0.95] [--seed 1]
+//            [--vocab vocab.json --merges merges.txt]
+//
+// The model comes from the recipe in the checkpoint's metadata and is built
+// on one CPU rank in f32; the weights are the checkpoint's global tensors
+// (f32 masters of bf16 runs), so any saved layout loads. Decoding feeds one
+// token at a time through a KV cache (layers/inference). Text: GPT-2 BPE
+// with --vocab/--merges, else bytes (token id = byte, as the byte-level
+// recipes' corpus). An empty prompt starts from "<|endoftext|>" (BPE) or a
+// newline (bytes: documents end with an empty line). Sampling: temperature 0
+// is greedy; the same seed gives the same text (layers/inference/sampling.h).
+//
+// Stdout: the prompt, then each new token's text as it is produced, then
+// one line "generated N tokens in S s (R tokens/s)" (the prompt's prefill
+// included in S). Generation stops after --max_tokens or at the model's
+// context length (seq_len), noted on stderr. Models it cannot run (Mamba,
+// MoE, prefix embeddings) and --device=cuda are refused with one line on
+// stderr and exit status 1.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "comm/local/local_communicator.h"
+#include "core/kernels/cpu.h"
+#include "core/status.h"
+#include "data/tokenizer/gpt2_tokenizer.h"
+#include "layers/gpt.h"
+#include "layers/inference/inference_session.h"
+#include "layers/inference/sampling.h"
+#include "parallel/parallel_config.h"
+#include "parallel/process_groups.h"
+#include "recipes/trainer/trainer.h"
+#include "tools/generate/checkpoint_model.h"
+
+ABSL_FLAG(std::string, checkpoint, "", "checkpoint root (with `latest`) or an iter_ directory");
+ABSL_FLAG(std::string, prompt, "", "text to continue");
+ABSL_FLAG(std::string, vocab, "", "GPT-2 vocab.json (with --merges); default: byte tokens");
+ABSL_FLAG(std::string, merges, "", "GPT-2 merges.txt (with --vocab)");
+ABSL_FLAG(int, max_tokens, 64, "tokens to generate");
+ABSL_FLAG(float, temperature, 1.0f, "softmax temperature; 0: greedy (argmax)");
+ABSL_FLAG(int, top_k, 0, "sample among the k most likely tokens; 0: all");
+ABSL_FLAG(float, top_p, 1.0f, "nucleus: the most likely tokens holding this much probability");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed (Philox): the same seed gives the same text");
+ABSL_FLAG(std::string, device, "cpu", "cpu (cuda is not supported yet)");
+
+namespace gtp::tools {
+namespace {
+
+absl::Status Generate() {
+  const std::string path = absl::GetFlag(FLAGS_checkpoint);
+  if (path.empty()) return absl::InvalidArgumentError("--checkpoint is required");
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    return absl::UnimplementedError(
+        absl::StrCat("--device=", absl::GetFlag(FLAGS_device),
+                     " is not supported: the KV-cache decoder runs on the CPU (--device=cpu)"));
+  }
+  const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  if (max_tokens < 0) return absl::InvalidArgumentError("--max_tokens must be >= 0");
+  layers::inference::SamplingOptions so;
+  so.temperature = absl::GetFlag(FLAGS_temperature);
+  so.top_k = absl::GetFlag(FLAGS_top_k);
+  so.top_p = absl::GetFlag(FLAGS_top_p);
+  so.seed = absl::GetFlag(FLAGS_seed);
+  if (so.temperature < 0 || so.top_k < 0 || !(so.top_p > 0 && so.top_p <= 1)) {
+    return absl::InvalidArgumentError("need --temperature >= 0, --top_k >= 0, 0 < --top_p <= 1");
+  }
+  GTP_ASSIGN_OR_RETURN(CheckpointRecipe ck, ReadCheckpointRecipe(path));
+  const auto& m = ck.recipe.model();
+  if (m.moe().num_experts() > 0) {
+    return absl::UnimplementedError("generate: mixture-of-experts models are not supported");
+  }
+  if (m.layer_pattern().find_first_of("ME") != std::string::npos) {
+    return absl::UnimplementedError(
+        absl::StrCat("generate: hybrid models with Mamba or MoE layers (", "layer_pattern \"",
+                     m.layer_pattern(), "\") are not supported"));
+  }
+  // Tokens.
+  std::optional<data::Gpt2Tokenizer> bpe;
+  const std::string vocab = absl::GetFlag(FLAGS_vocab), merges = absl::GetFlag(FLAGS_merges);
+  if (vocab.empty() != merges.empty()) {
+    return absl::InvalidArgumentError("give both --vocab and --merges, or neither (byte tokens)");
+  }
+  std::vector<int32_t> prompt;
+  const std::string text = absl::GetFlag(FLAGS_prompt);
+  if (!vocab.empty()) {
+    GTP_ASSIGN_OR_RETURN(data::Gpt2Tokenizer t, data::Gpt2Tokenizer::Load(vocab, merges));
+    bpe.emplace(std::move(t));
+    prompt = bpe->Encode(text);
+    if (prompt.empty()) {
+      const std::optional<int32_t> eot = bpe->TokenId("<|endoftext|>");
+      if (!eot)
+        return absl::InvalidArgumentError("an empty prompt needs <|endoftext|> in the vocabulary");
+      prompt.push_back(*eot);
+    }
+  } else {
+    for (unsigned char ch : text) prompt.push_back(ch);
+    if (prompt.empty()) prompt.push_back('\n');
+  }
+  for (int32_t id : prompt) {
+    if (id >= m.vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt token ", id, " is outside the model's vocabulary of ", m.vocab_size()));
+    }
+  }
+  auto piece = [&](int32_t id) -> std::string {
+    if (bpe) {
+      absl::StatusOr<std::string> s = bpe->Decode({id});
+      return s.ok() ? *s : absl::StrCat("<", id, ">");
+    }
+    return id < 256 ? std::string(1, static_cast<char>(id)) : absl::StrCat("<", id, ">");
+  };
+  kernels::cpu::SetGemmThreads(1);  // one token's GEMMs are too small to split
+  return comm::RunRanks(1, [&](comm::Communicator& world) -> absl::Status {
+    HeapAllocator host;
+    parallel::ParallelConfig pc;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world));
+    layers::GptConfig mc = recipes::ModelConfig(ck.recipe);
+    mc.block.dtype = DType::kF32;  // bf16 runs: their f32 masters
+    mc.block.sequence_parallel = false;
+    mc.block.recompute = false;
+    mc.pipeline = layers::PipelinePart{};
+    GTP_ASSIGN_OR_RETURN(auto model,
+                         layers::GptModel::Create(mc, 1, 1, pgs, kernels::Exec::Cpu(host)));
+    GTP_RETURN_IF_ERROR(LoadGlobalWeights(ck.dir, *model));
+    GTP_ASSIGN_OR_RETURN(auto session,
+                         layers::inference::InferenceSession::Create(*model, mc.max_seq_len));
+    if (static_cast<int64_t>(prompt.size()) > session->max_len()) {
+      return absl::InvalidArgumentError(absl::StrCat("the prompt has ", prompt.size(),
+                                                     " tokens; the model's context is ",
+                                                     session->max_len()));
+    }
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    const auto t0 = std::chrono::steady_clock::now();
+    GTP_ASSIGN_OR_RETURN(std::vector<float> logits, session->Append(prompt));
+    const int64_t V = session->vocab_size();
+    logits.erase(logits.begin(), logits.end() - V);
+    int n = 0;
+    while (n < max_tokens) {
+      const int32_t next = layers::inference::SampleToken(logits, so, n);
+      const std::string s = piece(next);
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+      if (++n == max_tokens) break;
+      if (session->length() == session->max_len()) {
+        std::fprintf(stderr, "\n(stopped after %d tokens: the model's context is %lld tokens)\n", n,
+                     static_cast<long long>(session->max_len()));
+        break;
+      }
+      GTP_ASSIGN_OR_RETURN(logits, session->Append({next}));
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("\ngenerated %d tokens in %.3f s (%.1f tokens/s)\n", n, s, s > 0 ? n / s : 0.0);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+}  // namespace gtp::tools
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("samples text from a gtp checkpoint; see tools/generate/README.md");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status st = gtp::tools::Generate();
+  if (!st.ok()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
