@@ -77,7 +77,7 @@ void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
   if (e.is_cuda()) {
     // Freed on return without a sync: reused only by later work on the stream.
     Tensor scratch =
-        e.Empty({std::max<int64_t>(cuda::CausalConv1dBackwardScratchFloats(B, T, Ch), 1)});
+        e.Empty({std::max<int64_t>(cuda::CausalConv1dBackwardScratchFloats(B, T, Ch, K), 1)});
     cuda::CausalConv1dBackward(F(dy), F(x), F(w), F(bias), silu, M(dx), M(dw), M(dbias),
                                M(scratch), B, T, Ch, K, e.stream);
     return;
@@ -126,7 +126,10 @@ void SoftplusBiasBackward(const Exec& e, const Tensor& ddt, const Tensor& raw, c
             "SoftplusBiasBackward: ddt ", ddt.ToString(), " raw ", raw.ToString());
   const int64_t N = raw.dim(0), H = raw.dim(1);
   if (e.is_cuda()) {
-    cuda::SoftplusBiasBackward(F(ddt), F(raw), F(bias), M(draw), M(dbias), N, H, e.stream);
+    Tensor scratch =
+        e.Empty({std::max<int64_t>(cuda::SoftplusBiasBackwardScratchFloats(N, H), 1)});
+    cuda::SoftplusBiasBackward(F(ddt), F(raw), F(bias), M(draw), M(dbias), M(scratch), N, H,
+                               e.stream);
     return;
   }
   for (int64_t n = 0; n < N; ++n)
@@ -206,8 +209,10 @@ void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
   const int64_t N = x.dim(0), Ch = x.dim(1), Gs = Ch / group;
   GTP_CHECK(rstd.numel() == N * Gs, "GatedRmsNormBackward: rstd ", rstd.ToString());
   if (e.is_cuda()) {
-    cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), M(dz), M(dw), N, Ch,
-                               group, e.stream);
+    Tensor scratch =
+        e.Empty({std::max<int64_t>(cuda::GatedRmsNormBackwardScratchFloats(N, Ch), 1)});
+    cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), M(dz), M(dw), M(scratch),
+                               N, Ch, group, e.stream);
     return;
   }
   for (int64_t n = 0; n < N; ++n)

@@ -3,8 +3,10 @@
 // bias, the decay rates A = −exp(A_log) and the gated RMSNorm before
 // out_proj. Tensor-level, f32, contiguous on exec's device. CPU calls block
 // the calling thread; CUDA calls (ssm.cu) only enqueue on exec.stream (the
-// conv backward takes B·T·Ch floats of scratch from exec.alloc). Activation gradients are written (=), parameter
-// gradients accumulate (+=); deterministic (bit-identical run to run).
+// backwards take scratch from exec.alloc: B·T·Ch floats for the conv, plus
+// ⌈rows/256⌉ floats per column of each parameter-gradient column sum).
+// Activation gradients are written (=), parameter gradients accumulate (+=);
+// deterministic (bit-identical run to run).
 #pragma once
 
 #include <cstdint>

@@ -331,8 +331,9 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     // Freed on return without a sync: the caching allocator hands it out
     // again only to work ordered after ours on the same stream (as ops.cc).
-    Tensor scratch =
-        e.Empty({std::max<int64_t>(cuda::SsdScanBackwardScratchFloats(d.B, d.T, d.H, d.P, d.N, chunk), 1)});
+    const int64_t floats =
+        cuda::SsdScanBackwardScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk);
+    Tensor scratch = e.Empty({std::max<int64_t>(floats, 1)});
     cuda::SsdScanBackward(dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),
                           Bm.data<float>(), Cm.data<float>(), D.data<float>(), dx.data<float>(),
                           ddt.data<float>(), dA.data<float>(), dBm.data<float>(),

@@ -36,10 +36,14 @@
 // (GTP_CHECK); nothing returns Status.
 //
 // CPU calls run on the calling thread (blocking). CUDA calls (ssm.cu) only
-// enqueue on exec.stream (never block the host) and run the plain sequential
-// recurrence per (b, h, p) instead of the chunks (same math; chunk sets the
-// backward's checkpoint spacing); they need N ≤ 256, P ≤ 1024, and the
-// backward takes scratch from exec.alloc (about B·H·P·N·(T/L + L) floats).
+// enqueue on exec.stream (never block the host) and run the recurrence
+// itself, parallel over (b, h, p, n) (same math); the backward is a forward
+// and a reverse sweep plus a suffix sum of per-step scalars that restarts
+// from an exact value every min(chunk, T) steps (chunk sets only that
+// spacing). They need N ≤ 256, P ≤ 1024; the backward takes scratch from
+// exec.alloc: O(B·T·H) floats, the states at the chunk boundaries
+// (2·B·H·(⌈T/chunk⌉ − 1)·P·N), and 2·B·T·H·⌈P/rows⌉·N more when G < H or P
+// is split over blocks (e.g. P = 64 with N = 128: 2 blocks per head).
 // Thread-safe for distinct output tensors.
 //
 //   Exec e = Exec::Cpu(host);

@@ -3,23 +3,13 @@
 // reduction is done by one thread in a fixed order or by a warp's xor
 // shuffles; no atomics.
 //
-// SSD scan, one block per (b, h), one thread per p, the state row S[p, :] in
-// local memory, the plain recurrence (not the chunked form):
-//   a_t = exp(dt_t·A_h),  S_t = a_t·S_{t−1} + dt_t·x_t[p]·B_t,
-//   y_t[p] = S_t·C_t + D_h·x_t[p].
-// Backward, with dS the gradient of S_t (from y_t and S_{t+1}):
-//   dS_t   = a_{t+1}·dS_{t+1} + dy_t[p]·C_t
-//   dx_t[p] = dt_t·(dS_t·B_t) + D_h·dy_t[p]
-//   ddt_t  = Σ_p x_t[p]·(dS_t·B_t) + A_h·a_t·(dS_t·S_{t−1})
-//   dB_t  += Σ_{h in g} Σ_p dt_t·x_t[p]·dS_t,   dC_t += Σ_{h in g} Σ_p dy_t[p]·S_t
-//   dA_h  += Σ_{b,t,p} dt_t·a_t·(dS_t·S_{t−1}),  dD_h += Σ_{b,t,p} dy_t[p]·x_t[p]
-// The forward checkpoints S every L steps into scratch; the backward walks
-// the chunks in reverse, recomputes a chunk's states from its checkpoint into
-// scratch and runs the reverse recurrence over them. Sums over p go through
-// shared memory (thread n adds the P partials in order) into per-head rows;
-// a second kernel adds the heads of a group, and one more the batches of dA
-// and dD, each in a fixed order.
+// SSD scan: the recurrence parallel over (b, h, p, n), no state in global
+// memory; the backward as two independent sweeps plus a suffix sum of
+// per-step scalars (derivation at the scan kernels below). Column sums (conv
+// and norm weight grads, biases) in two fixed-order passes over row slabs.
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/ssm/ssm_cuda.h"
@@ -29,12 +19,12 @@ namespace {
 
 using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::GridFor;
+using ::gtp::kernels::cuda::internal::kFullMask;
 using ::gtp::kernels::cuda::internal::kWarpSize;
 using ::gtp::kernels::cuda::internal::WarpSum;
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
-constexpr int kMaxN = static_cast<int>(kSsdMaxN);
 constexpr size_t kMaxSharedBytes = 227 * 1024;
 
 __device__ __forceinline__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
@@ -45,131 +35,403 @@ __device__ __forceinline__ float SiluGrad(float v) {
 }
 
 // ---------------------------------------------------------------- SSD scan
+//
+// The recurrence S_t = α_t·S_{t−1} + dt_t·x_t ⊗ B_t (α_t = exp(dt_t·A_h)) run
+// with one thread per (p, a few n): every state element of every (b, h) is
+// live at once, so the serial dependence is one FMA per step per thread and
+// the GPU is filled by B·H·P·N/kR threads. (In f32 the chunked quadratic
+// form costs ~7× the FLOPs of this at P = N = 16 without tensor cores, and
+// TF32 would not meet the f32 tolerance.)
+//
+// Layout. A block owns `rows` consecutive p of one (b, h) (a p-tile; pt =
+// ⌈P / rows⌉ tiles per head) and every n. Thread tid: row = tid / kNL,
+// nl = tid % kNL; it holds S[p0 + row, nl + kNL·r] for r < kR (n strided by
+// kNL, so the kNL lanes of a row read consecutive floats of B_t and C_t in
+// shared memory, conflict-free, and the 32/kNL rows of a warp read the same
+// floats, a broadcast). N ≤ NP = kNL·kR; the padding n ≥ N reads B = C = 0,
+// so those states stay 0. Rows ≥ P read x = dy = 0 and write nothing; they
+// still take part in every shuffle and barrier.
+// Worked example, the training shape P = N = 16: kNL = 16, kR = 1, rows =
+// 16, 256 threads, pt = 1. Warp 3 = rows 6 and 7: lanes 0–15 hold p = 6,
+// n = lane; lanes 16–31 hold p = 7, n = lane − 16. Σ_n (y, dx) = xor shuffles
+// 8, 4, 2, 1 (inside each half-warp); Σ_p over the warp's two rows = xor 16;
+// over the 8 warps = a loop in warp order over a shared buffer. An xor
+// butterfly gives every lane of the group the same bits (a + b = b + a), so
+// the results do not depend on which lane writes them.
+//
+// Time goes in tiles of ts steps: the block stages dt, α, its rows of x (and
+// dy) and the tile's B, C rows in shared memory, one barrier, runs ts steps
+// with no barrier (per-step results into shared buffers), one barrier, then
+// reduces the buffers and writes them out coalesced. Two barriers per tile.
+//
+// Backward without stored states. With dS_t = ∂L/∂S_t = dy_t ⊗ C_t +
+// α_{t+1}·dS_{t+1}, gb_t[p] = Σ_n dS_t[p, n]·B_t[n], g_t = Σ_p x_t[p]·gb_t[p]
+// and f_t = Σ_p dy_t[p]·(S_t·C_t)[p]:
+//   dx_t = dt_t·gb_t + D·dy_t,   dB_t = dt_t·dS_tᵀ·x_t,   dC_t = S_tᵀ·dy_t,
+// and the decay terms need r_t = α_t·⟨dS_t, S_{t−1}⟩ (ddt_t = g_t + A·r_t,
+// dA = Σ_t dt_t·r_t). Since S_t − dt_t·x_t ⊗ B_t = α_t·S_{t−1}:
+//   r_t = ⟨dS_t, S_t⟩ − dt_t·g_t,  and ⟨dS_t, S_t⟩ = f_t + r_{t+1},
+// so r_t = u_t + r_{t+1}, u_t = f_t − dt_t·g_t, r_T = 0: a suffix sum of
+// per-step scalars. Hence two independent sweeps, run as the two halves of
+// one grid:
+//   forward  (blockIdx.y = 0): S from 0; dC_t and f_t, reduced over p;
+//   reverse  (blockIdx.y = 1): dS from 0 at T; dx_t, dB_t and g_t, and dD;
+// then one warp per (b, h) takes the suffix sums in double (SsdScalarKernel),
+// and fixed-order kernels add the p-tiles and heads of a group (dB, dC) and
+// the batches (dA, dD).
+// In f32 the identity holds only up to each step's rounding of S and dS, so
+// a suffix sum over all of T would let dA's error grow like T (seen in an
+// f32 emulation: 4e-4 relative at T = 1024). So r restarts from its exact
+// value at every chunk boundary t = c·L (L = min(chunk, T)):
+//   r_{cL} = ⟨α_{cL}·dS_{cL}, S_{cL−1}⟩,
+// the forward sweep saving S_{cL−1} and the reverse sweep its carry
+// α_{cL}·dS_{cL} (B·H·(⌈T/L⌉ − 1)·P·N floats each, the only states written),
+// one warp per boundary taking the dot product (SsdBoundaryKernel).
 
-// State slot `slot` of block bh, element n of thread p: [B·H, slots, N, P],
-// so that the P threads of a block touch consecutive floats.
-__device__ __forceinline__ size_t StateIndex(int64_t bh, int64_t slots, int64_t slot, int64_t n,
-                                             int64_t N, int64_t P, int64_t p) {
-  return static_cast<size_t>(((bh * slots + slot) * N + n) * P + p);
-}
+constexpr int kScanMaxThreads = 512;
+constexpr int kScanMaxWarps = kScanMaxThreads / kWarpSize;
+// Dynamic shared memory a scan block aims at: two blocks per SM.
+constexpr size_t kScanSmemTarget = 96 * 1024;
 
-// y may be null (checkpoints only); ckpt may be null (y only). ckpt slot c
-// holds the state entering step c·L.
-__global__ void SsdForwardKernel(const float* __restrict__ x, const float* __restrict__ dt,
-                                 const float* __restrict__ A, const float* __restrict__ Bm,
-                                 const float* __restrict__ Cm, const float* __restrict__ D,
-                                 float* __restrict__ y, float* __restrict__ ckpt, int64_t T,
-                                 int64_t H, int64_t P, int64_t G, int64_t N, int64_t L,
-                                 int64_t slots) {
-  const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / G), p = threadIdx.x;
-  if (p >= P) return;
-  float S[kMaxN];
-  for (int64_t n = 0; n < N; ++n) S[n] = 0.0f;
-  const float Ah = A[h], Dh = D[h];
-  for (int64_t t = 0; t < T; ++t) {
-    if (ckpt != nullptr && t % L == 0) {
-      for (int64_t n = 0; n < N; ++n) ckpt[StateIndex(bh, slots, t / L, n, N, P, p)] = S[n];
-    }
-    const int64_t row = (b * T + t) * H + h, grow = (b * T + t) * G + g;
-    const float dtv = dt[row], a = expf(dtv * Ah), xv = x[row * P + p], w = dtv * xv;
-    const float* bt = Bm + grow * N;
-    const float* ct = Cm + grow * N;
-    float acc = 0.0f;
-    for (int64_t n = 0; n < N; ++n) {
-      S[n] = a * S[n] + w * bt[n];
-      acc += S[n] * ct[n];
-    }
-    if (y != nullptr) y[row * P + p] = acc + Dh * xv;
+// Stages `steps` rows [t0, t0 + steps) of head (b, h) of a [B, T, H, P]
+// tensor, p in [p0, p0 + prow), as dst[s][rows] (zero for r ≥ prow).
+__device__ __forceinline__ void StageHeadRows(const float* __restrict__ src, float* dst,
+                                              int64_t b, int64_t h, int64_t t0, int steps,
+                                              int64_t T, int64_t H, int64_t P, int64_t p0,
+                                              int rows, int prow) {
+  for (int i = threadIdx.x; i < steps * rows; i += blockDim.x) {
+    const int s = i / rows, r = i % rows;
+    dst[i] = r < prow ? src[((b * T + t0 + s) * H + h) * P + p0 + r] : 0.0f;
   }
 }
 
-// One block per (b, h), P threads. states: the forward's checkpoints in slots
-// [0, chunks), then L slots for one chunk's recomputed states. dBh, dCh
-// [B, T, H, N] per-head rows; dad[B·H, 2] the block's (dA, dD) in double.
-__global__ void SsdBackwardKernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                  const float* __restrict__ dt, const float* __restrict__ A,
-                                  const float* __restrict__ Bm, const float* __restrict__ Cm,
-                                  const float* __restrict__ D, float* __restrict__ dx,
-                                  float* __restrict__ ddt, float* __restrict__ dBh,
-                                  float* __restrict__ dCh, double* __restrict__ dad,
-                                  float* __restrict__ states, int64_t T, int64_t H, int64_t P,
-                                  int64_t G, int64_t N, int64_t L, int64_t chunks) {
-  extern __shared__ double smem[];
-  double* dad_part = smem;                               // [2, P]
-  float* red = reinterpret_cast<float*>(smem + 2 * P);  // [P, N]
-  float* part = red + P * N;                             // [P]
-  const int64_t bh = blockIdx.x, b = bh / H, h = bh % H, g = h / (H / G), p = threadIdx.x;
-  const int64_t slots = chunks + L;
+// The inverse of StageHeadRows for r < prow.
+__device__ __forceinline__ void StoreHeadRows(const float* src, float* __restrict__ dst,
+                                              int64_t b, int64_t h, int64_t t0, int steps,
+                                              int64_t T, int64_t H, int64_t P, int64_t p0,
+                                              int rows, int prow) {
+  for (int i = threadIdx.x; i < steps * rows; i += blockDim.x) {
+    const int s = i / rows, r = i % rows;
+    if (r < prow) dst[((b * T + t0 + s) * H + h) * P + p0 + r] = src[i];
+  }
+}
+
+// Group g's rows of a [B, T, G, N] tensor as dst[s][np], zero for n ≥ N.
+__device__ __forceinline__ void StageGroupRows(const float* __restrict__ src, float* dst,
+                                               int64_t b, int64_t g, int64_t t0, int steps,
+                                               int64_t T, int64_t G, int64_t N, int np) {
+  for (int i = threadIdx.x; i < steps * np; i += blockDim.x) {
+    const int s = i / np, n = i % np;
+    dst[i] = n < N ? src[((b * T + t0 + s) * G + g) * N + n] : 0.0f;
+  }
+}
+
+// sDt[s] = dt_t, sA[s] = α_t = exp(dt_t·A_h).
+__device__ __forceinline__ void StageDecay(const float* __restrict__ dt, float Ah, float* sDt,
+                                           float* sA, int64_t b, int64_t h, int64_t t0, int steps,
+                                           int64_t T, int64_t H) {
+  for (int i = threadIdx.x; i < steps; i += blockDim.x) {
+    const float d = dt[(b * T + t0 + i) * H + h];
+    sDt[i] = d;
+    sA[i] = expf(d * Ah);
+  }
+}
+
+// Floats of dynamic shared memory of a scan block (the kernels carve it in
+// this order).
+__host__ __device__ __forceinline__ int64_t ScanSmemFloats(bool backward, int rows, int np,
+                                                           int warps, int ts) {
+  // forward:  α, dt [ts]; x, y [ts][rows]; B, C [ts][np]
+  // backward: α, dt [ts]; x, dy, dx [ts][rows]; B, C [ts][np];
+  //           buf [ts][warps][np + 1] (per-warp Σ_p partials, column np: the scalar)
+  return backward ? int64_t{ts} * (2 + 3 * rows + 2 * np + warps * (np + 1))
+                  : int64_t{ts} * (2 + 2 * rows + 2 * np);
+}
+
+// Grid B·H·pt blocks (block = (b·H + h)·pt + tile), rows·kNL threads.
+template <int kNL, int kR>
+__global__ void __launch_bounds__(kScanMaxThreads)
+    SsdScanForwardKernel(const float* __restrict__ x, const float* __restrict__ dt,
+                         const float* __restrict__ A, const float* __restrict__ Bm,
+                         const float* __restrict__ Cm, const float* __restrict__ D,
+                         float* __restrict__ y, int64_t T, int64_t H, int64_t P, int64_t G,
+                         int64_t N, int rows, int pt, int ts) {
+  constexpr int NP = kNL * kR;
+  extern __shared__ float smem[];
+  float* sA = smem;
+  float* sDt = sA + ts;
+  float* sX = sDt + ts;
+  float* sY = sX + ts * rows;
+  float* sB = sY + ts * rows;
+  float* sC = sB + ts * NP;
+  const int64_t tile = blockIdx.x % pt, bh = blockIdx.x / pt, b = bh / H, h = bh % H;
+  const int64_t g = h / (H / G), p0 = tile * rows;
+  const int prow = static_cast<int>(P - p0 < rows ? P - p0 : rows);
+  const int tid = threadIdx.x, nl = tid % kNL, row = tid / kNL;
   const float Ah = A[h], Dh = D[h];
-  float dS[kMaxN], S[kMaxN];
-  for (int64_t n = 0; n < N; ++n) dS[n] = 0.0f;
-  double dA_acc = 0.0, dD_acc = 0.0;
-  for (int64_t c = chunks - 1; c >= 0; --c) {
-    const int64_t c0 = c * L, Lc = L < T - c0 ? L : T - c0;
-    // Recompute the chunk's states S_{c0}, …, S_{c0+Lc−1} from its checkpoint.
-    for (int64_t n = 0; n < N; ++n) S[n] = states[StateIndex(bh, slots, c, n, N, P, p)];
-    for (int64_t j = 0; j < Lc; ++j) {
-      const int64_t row = (b * T + c0 + j) * H + h, grow = (b * T + c0 + j) * G + g;
-      const float dtv = dt[row], a = expf(dtv * Ah), w = dtv * x[row * P + p];
-      const float* bt = Bm + grow * N;
-      for (int64_t n = 0; n < N; ++n) {
-        S[n] = a * S[n] + w * bt[n];
-        states[StateIndex(bh, slots, chunks + j, n, N, P, p)] = S[n];
+  float S[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) S[r] = 0.0f;
+  for (int64_t t0 = 0; t0 < T; t0 += ts) {
+    const int steps = static_cast<int>(T - t0 < ts ? T - t0 : ts);
+    StageDecay(dt, Ah, sDt, sA, b, h, t0, steps, T, H);
+    StageHeadRows(x, sX, b, h, t0, steps, T, H, P, p0, rows, prow);
+    StageGroupRows(Bm, sB, b, g, t0, steps, T, G, N, NP);
+    StageGroupRows(Cm, sC, b, g, t0, steps, T, G, N, NP);
+    __syncthreads();
+    for (int s = 0; s < steps; ++s) {
+      const float xv = sX[s * rows + row], a = sA[s], w = sDt[s] * xv;
+      const float* bs = sB + s * NP + nl;
+      const float* cs = sC + s * NP + nl;
+      float acc = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        S[r] = fmaf(a, S[r], w * bs[r * kNL]);
+        acc = fmaf(S[r], cs[r * kNL], acc);
+      }
+#pragma unroll
+      for (int o = kNL / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(kFullMask, acc, o);
+      if (nl == 0) sY[s * rows + row] = fmaf(Dh, xv, acc);
+    }
+    __syncthreads();
+    // The next tile's staging touches neither sY nor anything read here.
+    StoreHeadRows(sY, y, b, h, t0, steps, T, H, P, p0, rows, prow);
+  }
+}
+
+// Grid (B·H·pt, 2): y = 0 the forward sweep, y = 1 the reverse sweep (see
+// above). Partials per p-tile: dC_part / dB_part [B, T, H, pt, N] (block
+// writes index ((b·T + t)·H + h)·pt + tile; with pt = 1 and H = G that is
+// dCm / dBm itself), f_part / g_part [B·H·pt, T], dD_part [B·H·pt] (double).
+template <int kNL, int kR>
+__global__ void __launch_bounds__(kScanMaxThreads)
+    SsdScanBackwardSweepKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                               const float* __restrict__ dt, const float* __restrict__ A,
+                               const float* __restrict__ Bm, const float* __restrict__ Cm,
+                               const float* __restrict__ D, float* __restrict__ dx,
+                               float* __restrict__ dB_part, float* __restrict__ dC_part,
+                               float* __restrict__ f_part, float* __restrict__ g_part,
+                               double* __restrict__ dD_part, float* __restrict__ ck_S,
+                               float* __restrict__ ck_G, int64_t T, int64_t H, int64_t P,
+                               int64_t G, int64_t N, int64_t L, int64_t nb, int rows, int pt,
+                               int ts) {
+  constexpr int NP = kNL * kR, kCols = NP + 1;
+  extern __shared__ float smem[];
+  __shared__ double sDD[kScanMaxWarps];
+  const int W = static_cast<int>(blockDim.x) / kWarpSize;
+  float* sA = smem;
+  float* sDt = sA + ts;
+  float* sX = sDt + ts;
+  float* sDy = sX + ts * rows;
+  float* sDx = sDy + ts * rows;
+  float* sB = sDx + ts * rows;
+  float* sC = sB + ts * NP;
+  float* buf = sC + ts * NP;  // [ts][W][kCols]
+  const bool reverse = blockIdx.y == 1;
+  const int64_t tile = blockIdx.x % pt, bh = blockIdx.x / pt, b = bh / H, h = bh % H;
+  const int64_t g = h / (H / G), p0 = tile * rows;
+  const int prow = static_cast<int>(P - p0 < rows ? P - p0 : rows);
+  const int tid = threadIdx.x, nl = tid % kNL, row = tid / kNL;
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const float Ah = A[h], Dh = D[h];
+  float* part = reverse ? dB_part : dC_part;
+  float* scal = reverse ? g_part : f_part;
+  float St[kR];  // S_t (forward) or the carry α_{t+1}·dS_{t+1} (reverse)
+#pragma unroll
+  for (int r = 0; r < kR; ++r) St[r] = 0.0f;
+  double dd = 0.0;  // Σ dy·x of this thread's row (lanes nl = 0 only)
+  const int64_t tiles = (T + ts - 1) / ts;
+  for (int64_t k = 0; k < tiles; ++k) {
+    const int64_t t0 = (reverse ? tiles - 1 - k : k) * ts;
+    const int steps = static_cast<int>(T - t0 < ts ? T - t0 : ts);
+    StageDecay(dt, Ah, sDt, sA, b, h, t0, steps, T, H);
+    StageHeadRows(x, sX, b, h, t0, steps, T, H, P, p0, rows, prow);
+    StageHeadRows(dy, sDy, b, h, t0, steps, T, H, P, p0, rows, prow);
+    StageGroupRows(Bm, sB, b, g, t0, steps, T, G, N, NP);
+    StageGroupRows(Cm, sC, b, g, t0, steps, T, G, N, NP);
+    __syncthreads();
+    for (int i = 0; i < steps; ++i) {
+      const int s = reverse ? steps - 1 - i : i;
+      const float xv = sX[s * rows + row], dyv = sDy[s * rows + row];
+      const float a = sA[s], dtv = sDt[s], w = dtv * xv;
+      const float* bs = sB + s * NP + nl;
+      const float* cs = sC + s * NP + nl;
+      float v[kR];
+      float sc;
+      if (!reverse) {
+        // S_t; v = dy_t[p]·S_t[p, n] (→ dC_t); sc = Σ_{p, n} of v·C_t (→ f_t).
+        float f = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          St[r] = fmaf(a, St[r], w * bs[r * kNL]);
+          v[r] = dyv * St[r];
+          f = fmaf(v[r], cs[r * kNL], f);
+        }
+#pragma unroll
+        for (int o = kWarpSize / 2; o > 0; o >>= 1) f += __shfl_xor_sync(kFullMask, f, o);
+        sc = f;
+      } else {
+        // dS_t = carry + dy_t[p]·C_t; gb = Σ_n dS_t·B_t; v = dt·x[p]·dS_t (→ dB_t);
+        // sc = Σ_p x[p]·gb[p] (→ g_t); carry ← α_t·dS_t.
+        float gb = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          St[r] = fmaf(dyv, cs[r * kNL], St[r]);
+          gb = fmaf(St[r], bs[r * kNL], gb);
+        }
+#pragma unroll
+        for (int o = kNL / 2; o > 0; o >>= 1) gb += __shfl_xor_sync(kFullMask, gb, o);
+        if (nl == 0) {
+          sDx[s * rows + row] = fmaf(dtv, gb, Dh * dyv);
+          dd = fma(static_cast<double>(dyv), static_cast<double>(xv), dd);
+        }
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          v[r] = w * St[r];
+          St[r] *= a;
+        }
+        sc = xv * gb;  // the same in every lane of the row
+#pragma unroll
+        for (int o = kNL; o < kWarpSize; o <<= 1) sc += __shfl_xor_sync(kFullMask, sc, o);
+      }
+      // Σ over the warp's rows (none when kNL = 32).
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+#pragma unroll
+        for (int o = kNL; o < kWarpSize; o <<= 1) v[r] += __shfl_xor_sync(kFullMask, v[r], o);
+      }
+      if (lane < kNL) {
+        float* out = buf + (s * W + warp) * kCols;
+#pragma unroll
+        for (int r = 0; r < kR; ++r) out[nl + r * kNL] = v[r];
+        if (lane == 0) out[NP] = sc;
+      }
+      // Boundary c: the forward sweep saves S_{cL−1} after step cL − 1, the
+      // reverse sweep the carry α_{cL}·dS_{cL} after step cL (0 < cL < T).
+      // E.g. T = 300, L = 128: c = 1, 2 at t = 127, 255 (forward) and
+      // t = 128, 256 (reverse); slot c − 1 of nb = 2.
+      const int64_t t = t0 + s;
+      const int64_t c = reverse ? (t % L == 0 ? t / L : 0) : ((t + 1) % L == 0 ? (t + 1) / L : 0);
+      if (c > 0 && c <= nb && row < prow) {
+        float* ck = (reverse ? ck_G : ck_S) + ((bh * nb + c - 1) * P + p0 + row) * N;
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          const int n = nl + r * kNL;
+          if (n < N) ck[n] = St[r];
+        }
       }
     }
-    for (int64_t j = Lc - 1; j >= 0; --j) {
-      const int64_t t = c0 + j, row = (b * T + t) * H + h, grow = (b * T + t) * G + g;
-      const float dtv = dt[row], a = expf(dtv * Ah), xv = x[row * P + p], dyv = dy[row * P + p];
-      const int64_t prev = j > 0 ? chunks + j - 1 : c, cur = chunks + j;
-      const float* bt = Bm + grow * N;
-      const float* ct = Cm + grow * N;
-      float gb = 0.0f, gs = 0.0f;
-      for (int64_t n = 0; n < N; ++n) {
-        dS[n] += dyv * ct[n];
-        gb += dS[n] * bt[n];
-        gs += dS[n] * states[StateIndex(bh, slots, prev, n, N, P, p)];
+    __syncthreads();
+    // Σ over the warps in order; the next tile's staging touches neither buf
+    // nor sDx, and its compute starts after its barrier.
+    for (int i = tid; i < steps * kCols; i += blockDim.x) {
+      const int s = i / kCols, j = i % kCols;
+      if (j >= N && j < NP) continue;  // padding columns
+      float acc = 0.0f;
+      for (int q = 0; q < W; ++q) acc += buf[(s * W + q) * kCols + j];
+      const int64_t t = t0 + s;
+      if (j < NP) {
+        part[(((b * T + t) * H + h) * pt + tile) * N + j] = acc;
+      } else {
+        scal[(bh * pt + tile) * T + t] = acc;
       }
-      dx[row * P + p] = dtv * gb + Dh * dyv;
-      part[p] = xv * gb + Ah * a * gs;
-      dA_acc += static_cast<double>(dtv) * a * gs;
-      dD_acc += static_cast<double>(dyv) * xv;
-      for (int64_t n = 0; n < N; ++n)
-        red[p * N + n] = dyv * states[StateIndex(bh, slots, cur, n, N, P, p)];
-      __syncthreads();
-      for (int64_t n = p; n < N; n += P) {
-        float s = 0.0f;
-        for (int64_t q = 0; q < P; ++q) s += red[q * N + n];
-        dCh[row * N + n] = s;
-      }
-      if (p == 0) {
-        float s = 0.0f;
-        for (int64_t q = 0; q < P; ++q) s += part[q];
-        ddt[row] = s;
-      }
-      __syncthreads();
-      const float w = dtv * xv;
-      for (int64_t n = 0; n < N; ++n) red[p * N + n] = w * dS[n];
-      __syncthreads();
-      for (int64_t n = p; n < N; n += P) {
-        float s = 0.0f;
-        for (int64_t q = 0; q < P; ++q) s += red[q * N + n];
-        dBh[row * N + n] = s;
-      }
-      __syncthreads();
-      for (int64_t n = 0; n < N; ++n) dS[n] *= a;
+    }
+    if (reverse) StoreHeadRows(sDx, dx, b, h, t0, steps, T, H, P, p0, rows, prow);
+  }
+  if (reverse) {
+#pragma unroll
+    for (int o = kWarpSize / 2; o > 0; o >>= 1) dd += __shfl_xor_sync(kFullMask, dd, o);
+    if (lane == 0) sDD[warp] = dd;
+    __syncthreads();
+    if (tid == 0) {
+      double s = 0.0;
+      for (int q = 0; q < W; ++q) s += sDD[q];
+      dD_part[bh * pt + tile] = s;
     }
   }
-  dad_part[p] = dA_acc;
-  dad_part[P + p] = dD_acc;
-  __syncthreads();
-  if (p == 0) {
-    double sa = 0.0, sd = 0.0;
-    for (int64_t q = 0; q < P; ++q) {
-      sa += dad_part[q];
-      sd += dad_part[P + q];
+}
+
+constexpr int kScalarThreads = 256;
+constexpr int kScalarWarps = kScalarThreads / kWarpSize;
+
+// One warp per boundary item = (b·H + h)·nb + c − 1: R[item] = Σ_{p, n}
+// ck_G·ck_S in double, lanes strided over the P·N floats, then xor shuffles.
+__global__ void SsdBoundaryKernel(const float* __restrict__ ck_S, const float* __restrict__ ck_G,
+                                  double* __restrict__ R, int64_t items, int64_t PN) {
+  const int64_t item = blockIdx.x * int64_t{kScalarWarps} + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (item >= items) return;  // whole warps only
+  double s = 0.0;
+  for (int64_t i = lane; i < PN; i += kWarpSize)
+    s = fma(static_cast<double>(ck_G[item * PN + i]), static_cast<double>(ck_S[item * PN + i]), s);
+#pragma unroll
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
+  if (lane == 0) R[item] = s;
+}
+
+// One warp per (b, h): r_t = u_t + m_t·r_{t+1} + (1 − m_t)·R_{(t+1)/L}, with
+// m_t = 0 where t + 1 is a boundary (restart from the exact value), else 1;
+// u_t = f_t − dt_t·g_t (f, g summed over the p-tiles in order). By 32-step
+// slabs from the end: each lane starts with (m_t, v_t) (v_t = u_t plus the
+// restart value), a suffix scan over the lanes composes
+//   (M, V)_i ∘ (M, V)_{i+o} = (M_i·M_{i+o}, V_i + M_i·V_{i+o})
+// in double, and then r_t = V + M·r_{base+32}. ddt_t = g_t + A·r_t (=);
+// dad[bh] = (Σ_t dt_t·r_t, Σ_tiles dD_part).
+// Example, T = 40, L = 16: slab base 32 has lanes 0–7 live (t = 32..39) and
+// lanes 8–31 hold the identity (1, 0); lane 15 of slab 0 (t = 15) and lane
+// 31 (t = 31) have m = 0 and add R for boundaries 1 and 2.
+__global__ void SsdScalarKernel(const float* __restrict__ f_part, const float* __restrict__ g_part,
+                                const double* __restrict__ dD_part,
+                                const double* __restrict__ R, const float* __restrict__ dt,
+                                const float* __restrict__ A, float* __restrict__ ddt,
+                                double* __restrict__ dad, int64_t B, int64_t T, int64_t H,
+                                int64_t L, int64_t nb, int pt) {
+  const int64_t bh = blockIdx.x * int64_t{kScalarWarps} + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (bh >= B * H) return;  // whole warps only
+  const int64_t b = bh / H, h = bh % H;
+  const double Ah = A[h];
+  double carry = 0.0, da = 0.0;  // carry = r_{base+32}
+  for (int64_t base = ((T - 1) / kWarpSize) * kWarpSize; base >= 0; base -= kWarpSize) {
+    const int64_t t = base + lane;
+    double M = 1.0, V = 0.0;
+    float gs = 0.0f, dtv = 0.0f;
+    if (t < T) {
+      float fs = 0.0f;
+      for (int k = 0; k < pt; ++k) {
+        fs += f_part[(bh * pt + k) * T + t];
+        gs += g_part[(bh * pt + k) * T + t];
+      }
+      dtv = dt[(b * T + t) * H + h];
+      V = static_cast<double>(fs) - static_cast<double>(dtv) * gs;
+      if ((t + 1) % L == 0 && t + 1 < T) {
+        M = 0.0;
+        V += R[bh * nb + (t + 1) / L - 1];
+      }
     }
-    dad[bh * 2] = sa;
-    dad[bh * 2 + 1] = sd;
+#pragma unroll
+    for (int o = 1; o < kWarpSize; o <<= 1) {
+      const double Mn = __shfl_down_sync(kFullMask, M, o);
+      const double Vn = __shfl_down_sync(kFullMask, V, o);
+      if (lane + o < kWarpSize) {
+        V = fma(M, Vn, V);
+        M *= Mn;
+      }
+    }
+    const double r = fma(M, carry, V);
+    if (t < T) {
+      ddt[(b * T + t) * H + h] = static_cast<float>(static_cast<double>(gs) + Ah * r);
+      da = fma(static_cast<double>(dtv), r, da);
+    }
+    carry = __shfl_sync(kFullMask, r, 0);  // r_base
+  }
+#pragma unroll
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) da += __shfl_xor_sync(kFullMask, da, o);
+  if (lane == 0) {
+    double s = 0.0;
+    for (int k = 0; k < pt; ++k) s += dD_part[bh * pt + k];
+    dad[bh * 2] = da;
+    dad[bh * 2 + 1] = s;
   }
 }
 
@@ -200,17 +462,124 @@ __global__ void AddHeadParamsKernel(const double* __restrict__ dad, float* __res
   dD[h] += static_cast<float>(sd);
 }
 
-int64_t Spacing(int64_t T, int64_t chunk) { return chunk < T ? chunk : (T > 0 ? T : 1); }
+// How a scan is cut: lanes per row and states per lane by N, rows per block
+// (all of P when it fits in kScanMaxThreads), tiles of P, steps per shared
+// tile (the most, up to 32, that keeps the block within kScanSmemTarget).
+struct ScanPlan {
+  int nl, r, rows, threads, warps, pt, ts;
+  size_t smem;  // bytes of dynamic shared memory
+};
+
+ScanPlan MakeScanPlan(int64_t P, int64_t N, bool backward) {
+  ScanPlan s{};
+  if (N <= 4) {
+    s.nl = 4, s.r = 1;
+  } else if (N <= 8) {
+    s.nl = 8, s.r = 1;
+  } else if (N <= 16) {
+    s.nl = 16, s.r = 1;
+  } else if (N <= 32) {
+    s.nl = 16, s.r = 2;
+  } else if (N <= 64) {
+    s.nl = 16, s.r = 4;
+  } else if (N <= 128) {
+    s.nl = 16, s.r = 8;
+  } else {
+    s.nl = 32, s.r = 8;  // N ≤ kSsdMaxN = 256
+  }
+  const int per_warp = kWarpSize / s.nl, max_rows = kScanMaxThreads / s.nl;
+  const int64_t want = CeilDiv(P, per_warp) * per_warp;
+  s.rows = static_cast<int>(want < max_rows ? want : max_rows);
+  s.threads = s.rows * s.nl;  // a multiple of 32: rows is a multiple of per_warp
+  s.warps = s.threads / kWarpSize;
+  s.pt = static_cast<int>(CeilDiv(P, s.rows));
+  const int np = s.nl * s.r;
+  s.ts = 32;
+  while (s.ts > 1 &&
+         ScanSmemFloats(backward, s.rows, np, s.warps, s.ts) * sizeof(float) > kScanSmemTarget)
+    s.ts /= 2;
+  s.smem = static_cast<size_t>(ScanSmemFloats(backward, s.rows, np, s.warps, s.ts)) *
+           sizeof(float);
+  return s;
+}
+
+// Calls f(integral_constant<kNL>, integral_constant<kR>) for the plan's pair.
+template <int V>
+using Int = std::integral_constant<int, V>;
+template <class F>
+void DispatchLanes(const ScanPlan& s, F&& f) {
+  switch (s.nl * 100 + s.r) {
+    case 401: return f(Int<4>{}, Int<1>{});
+    case 801: return f(Int<8>{}, Int<1>{});
+    case 1601: return f(Int<16>{}, Int<1>{});
+    case 1602: return f(Int<16>{}, Int<2>{});
+    case 1604: return f(Int<16>{}, Int<4>{});
+    case 1608: return f(Int<16>{}, Int<8>{});
+    case 3208: return f(Int<32>{}, Int<8>{});
+  }
+  GTP_CU_REQUIRE(false, "SsdScan (CUDA): no kernel for %d lanes × %d states", s.nl, s.r);
+}
+
+// Raises a kernel's dynamic shared-memory limit when the plan needs > 48 KB.
+template <class K>
+void AllowSmem(K kernel, size_t bytes) {
+  GTP_CU_REQUIRE(bytes + sizeof(double) * kScanMaxWarps <= kMaxSharedBytes,
+                 "SsdScan (CUDA): %zu bytes of shared memory", bytes);
+  if (bytes > 48 * 1024) {
+    GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)));
+  }
+}
 
 void CheckScanSizes(int64_t H, int64_t P, int64_t G, int64_t N) {
   GTP_CU_REQUIRE(P >= 1 && P <= 1024, "SsdScan (CUDA): head dim P = %lld must be in [1, 1024]",
                  static_cast<long long>(P));
-  GTP_CU_REQUIRE(N <= kSsdMaxN, "SsdScan (CUDA): state size N = %lld exceeds %lld",
+  GTP_CU_REQUIRE(N >= 0 && N <= kSsdMaxN, "SsdScan (CUDA): state size N = %lld not in [0, %lld]",
                  static_cast<long long>(N), static_cast<long long>(kSsdMaxN));
   GTP_CU_REQUIRE(G >= 1 && H % G == 0, "SsdScan (CUDA): H = %lld, G = %lld",
                  static_cast<long long>(H), static_cast<long long>(G));
 }
 
+// Scratch of the backward, in this order (doubles first, for alignment).
+struct BackwardScratch {
+  double* dad;      // [B·H, 2]
+  double* R;        // [B·H·nb] r at the chunk boundaries
+  double* dD_part;  // [B·H·pt]
+  float* f_part;    // [B·H·pt, T]
+  float* g_part;    // [B·H·pt, T]
+  float* dB_part;   // [B, T, H, pt, N], or null when H = G and pt = 1 (written in place)
+  float* dC_part;
+  float* ck_S;      // [B·H·nb, P, N] S_{cL−1}
+  float* ck_G;      // [B·H·nb, P, N] α_{cL}·dS_{cL}
+};
+
+// Boundary spacing and the number of interior boundaries c·L < T.
+int64_t Spacing(int64_t T, int64_t chunk) { return chunk < T ? chunk : (T > 0 ? T : 1); }
+int64_t Boundaries(int64_t T, int64_t chunk) {
+  return T > 0 ? CeilDiv(T, Spacing(T, chunk)) - 1 : 0;
+}
+
+bool PartialsInPlace(int64_t H, int64_t G, int pt) { return H == G && pt == 1; }
+
+int64_t BackwardScratchLayout(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
+                              int64_t chunk, float* base, BackwardScratch* out) {
+  const ScanPlan s = MakeScanPlan(P, N, /*backward=*/true);
+  const int64_t BHp = B * H * s.pt, nb = Boundaries(T, chunk);
+  const int64_t parts = PartialsInPlace(H, G, s.pt) ? 0 : B * T * H * s.pt * N;
+  const int64_t cks = B * H * nb * P * N;
+  if (out != nullptr) {
+    out->dad = reinterpret_cast<double*>(base);
+    out->R = out->dad + 2 * B * H;
+    out->dD_part = out->R + B * H * nb;
+    out->f_part = reinterpret_cast<float*>(out->dD_part + BHp);
+    out->g_part = out->f_part + BHp * T;
+    out->dB_part = parts > 0 ? out->g_part + BHp * T : nullptr;
+    out->dC_part = parts > 0 ? out->dB_part + parts : nullptr;
+    out->ck_S = out->g_part + BHp * T + 2 * parts;
+    out->ck_G = out->ck_S + cks;
+  }
+  return 4 * B * H + 2 * B * H * nb + 2 * BHp + 2 * BHp * T + 2 * parts + 2 * cks;
+}
 // ---------------------------------------------------------------- conv1d
 
 __device__ __forceinline__ float ConvAt(const float* __restrict__ x, const float* __restrict__ w,
@@ -268,31 +637,104 @@ __global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __rest
   }
 }
 
-// Thread (k, c): dw[c, k] += Σ_{b, t} g[b, t, c]·x[b, t − (K−1) + k, c],
-// (b, t) in order.
-__global__ void ConvDwKernel(const float* __restrict__ gpre, const float* __restrict__ x,
-                             float* __restrict__ dw, int64_t B, int64_t T, int64_t Ch,
-                             int64_t K) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i >= Ch * K) return;
-  const int64_t c = i % Ch, k = i / Ch;
+// Column sums of a [rows, cols] matrix of values in two fixed-order passes
+// (one block per column over 8192 rows is serial and starves the GPU):
+//   1. blocks of 32 columns × 8 row-threads each add a slab of `slab_rows`
+//      rows (thread (cx, ry) takes rows ry, ry + 8, …; then the 8 in order)
+//      into partial[slab, col];
+//   2. out(col, Σ_slab partial[slab, col]) with the slabs in order.
+// The slab size depends on rows only, so reruns give the same bits.
+constexpr int kColWidth = 32, kColRowThreads = 8;
+
+int64_t ColumnSlabRows(int64_t rows) {
+  const int64_t min_rows = 256, max_slabs = 4096;
+  const int64_t r = CeilDiv(rows, max_slabs);
+  return r > min_rows ? r : min_rows;
+}
+int64_t ColumnSlabs(int64_t rows) { return rows > 0 ? CeilDiv(rows, ColumnSlabRows(rows)) : 0; }
+
+template <class V>
+__global__ void ColumnPartialKernel(V value, float* __restrict__ partial, int64_t rows,
+                                    int64_t cols, int64_t slab_rows) {
+  __shared__ float red[kColRowThreads][kColWidth + 1];
+  const int cx = threadIdx.x, ry = threadIdx.y;
+  const int64_t col = blockIdx.x * int64_t{kColWidth} + cx, slab = blockIdx.y;
+  const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < rows ? r0 + slab_rows : rows;
   float acc = 0.0f;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t s = t - (K - 1) + k;
-      if (s >= 0) acc += gpre[(b * T + t) * Ch + c] * x[(b * T + s) * Ch + c];
-    }
-  dw[c * K + k] += acc;
+  if (col < cols)
+    for (int64_t r = r0 + ry; r < r1; r += kColRowThreads) acc += value(r, col);
+  red[ry][cx] = acc;
+  __syncthreads();
+  if (ry == 0 && col < cols) {
+    float s = 0.0f;
+    for (int q = 0; q < kColRowThreads; ++q) s += red[q][cx];
+    partial[slab * cols + col] = s;
+  }
 }
 
-// out[c] += Σ_r in[r, c] over `rows` rows in order.
-__global__ void ColumnSumAddKernel(const float* __restrict__ in, float* __restrict__ out,
-                                   int64_t rows, int64_t cols) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= cols) return;
-  float acc = 0.0f;
-  for (int64_t r = 0; r < rows; ++r) acc += in[r * cols + c];
-  out[c] += acc;
+template <class O>
+__global__ void ColumnFinishKernel(const float* __restrict__ partial, int64_t slabs, int64_t cols,
+                                   O out) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < slabs; ++k) s += partial[k * cols + c];
+    out(c, s);
+  }
+}
+
+// in[r, c].
+struct PlainValue {
+  const float* __restrict__ in;
+  int64_t cols;
+  __device__ float operator()(int64_t r, int64_t c) const { return in[r * cols + c]; }
+};
+// out[c] += s.
+struct AddOut {
+  float* __restrict__ out;
+  __device__ void operator()(int64_t c, float s) const { out[c] += s; }
+};
+
+// Conv weight and bias grads as (K + 1)·Ch columns over the B·T rows, column
+// k·Ch + c (k < K: g[b, t, c]·x[b, t − (K−1) + k, c]; k = K: g[b, t, c]).
+// Row r = b·T + t, so x's row is r − (K−1) + k whenever t − (K−1) + k ≥ 0.
+struct ConvGradValue {
+  const float* __restrict__ gpre;
+  const float* __restrict__ x;
+  int64_t T, Ch, K;
+  __device__ float operator()(int64_t r, int64_t col) const {
+    const int64_t k = col / Ch, c = col % Ch;
+    const float g = gpre[r * Ch + c];
+    if (k == K) return g;
+    const int64_t s = r % T - (K - 1) + k;
+    return s >= 0 ? g * x[(r - (K - 1) + k) * Ch + c] : 0.0f;
+  }
+};
+struct ConvGradOut {
+  float* __restrict__ dw;
+  float* __restrict__ dbias;
+  int64_t Ch, K;
+  __device__ void operator()(int64_t col, float s) const {
+    const int64_t k = col / Ch, c = col % Ch;
+    if (k == K) {
+      dbias[c] += s;
+    } else {
+      dw[c * K + k] += s;
+    }
+  }
+};
+
+template <class V, class O>
+void ColumnReduce(V value, O out, float* partial, int64_t rows, int64_t cols,
+                  cudaStream_t stream) {
+  const int64_t slabs = ColumnSlabs(rows);
+  if (cols == 0 || slabs == 0) return;  // adding nothing
+  const dim3 grid(static_cast<unsigned>(CeilDiv(cols, kColWidth)), static_cast<unsigned>(slabs));
+  ColumnPartialKernel<<<grid, dim3(kColWidth, kColRowThreads), 0, stream>>>(
+      value, partial, rows, cols, ColumnSlabRows(rows));
+  GTP_CU_LAUNCH_CHECK();
+  ColumnFinishKernel<<<GridFor(cols, kThreads), kThreads, 0, stream>>>(partial, slabs, cols, out);
+  GTP_CU_LAUNCH_CHECK();
 }
 
 // ---------------------------------------------------------------- softplus
@@ -388,21 +830,18 @@ __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
   }
 }
 
-// dw[c] += Σ_n dy[n, c]·g[n, c]·rstd[n, c / group], n in order.
-__global__ void GatedRmsNormDwKernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                     const float* __restrict__ z, const float* __restrict__ rstd,
-                                     float* __restrict__ dw, int64_t N, int64_t Ch,
-                                     int64_t group) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= Ch) return;
-  const int64_t Gs = Ch / group, gi = c / group;
-  float acc = 0.0f;
-  for (int64_t n = 0; n < N; ++n) {
+// dw's terms: dy[n, c]·g[n, c]·rstd[n, c / group], column c, row n.
+struct RmsDwValue {
+  const float* __restrict__ dy;
+  const float* __restrict__ x;
+  const float* __restrict__ z;
+  const float* __restrict__ rstd;
+  int64_t Ch, group;
+  __device__ float operator()(int64_t n, int64_t c) const {
     const int64_t i = n * Ch + c;
-    acc += dy[i] * (x[i] * Silu(z[i])) * rstd[n * Gs + gi];
+    return dy[i] * (x[i] * Silu(z[i])) * rstd[n * (Ch / group) + c / group];
   }
-  dw[c] += acc;
-}
+};
 
 unsigned Blocks(int64_t n) { return static_cast<unsigned>(CeilDiv(n, kThreads)); }
 
@@ -413,16 +852,20 @@ void SsdScanForward(const float* x, const float* dt, const float* A, const float
                     int64_t P, int64_t G, int64_t N, cudaStream_t stream) {
   if (B * T * H == 0) return;
   CheckScanSizes(H, P, G, N);
-  SsdForwardKernel<<<static_cast<unsigned>(B * H), static_cast<unsigned>(P), 0, stream>>>(
-      x, dt, A, Bm, Cm, D, y, nullptr, T, H, P, G, N, /*L=*/1, /*slots=*/0);
+  const ScanPlan s = MakeScanPlan(P, N, /*backward=*/false);
+  DispatchLanes(s, [&](auto nl, auto r) {
+    constexpr int kNL = decltype(nl)::value, kR = decltype(r)::value;
+    AllowSmem(SsdScanForwardKernel<kNL, kR>, s.smem);
+    SsdScanForwardKernel<kNL, kR>
+        <<<static_cast<unsigned>(B * H * s.pt), static_cast<unsigned>(s.threads), s.smem,
+           stream>>>(x, dt, A, Bm, Cm, D, y, T, H, P, G, N, s.rows, s.pt, s.ts);
+  });
   GTP_CU_LAUNCH_CHECK();
 }
 
-int64_t SsdScanBackwardScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t N,
-                                     int64_t chunk) {
-  const int64_t L = Spacing(T, chunk), chunks = CeilDiv(T, L);
-  // (dA, dD) partials as doubles, dBh, dCh, the states.
-  return 4 * B * H + 2 * B * T * H * N + B * H * (chunks + L) * N * P;
+int64_t SsdScanBackwardScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G,
+                                     int64_t N, int64_t chunk) {
+  return BackwardScratchLayout(B, T, H, P, G, N, chunk, nullptr, nullptr);
 }
 
 void SsdScanBackward(const float* dy, const float* x, const float* dt, const float* A,
@@ -439,35 +882,42 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
   }
   CheckScanSizes(H, P, G, N);
   GTP_CU_REQUIRE(chunk >= 1, "SsdScanBackward (CUDA): chunk = %lld", static_cast<long long>(chunk));
-  const int64_t L = Spacing(T, chunk), chunks = CeilDiv(T, L), slots = chunks + L;
-  double* dad = reinterpret_cast<double*>(scratch);
-  float* dBh = scratch + 4 * B * H;
-  float* dCh = dBh + B * T * H * N;
-  float* states = dCh + B * T * H * N;
-  const unsigned blocks = static_cast<unsigned>(B * H), threads = static_cast<unsigned>(P);
-  SsdForwardKernel<<<blocks, threads, 0, stream>>>(x, dt, A, Bm, Cm, D, nullptr, states, T, H, P,
-                                                   G, N, L, slots);
+  const ScanPlan s = MakeScanPlan(P, N, /*backward=*/true);
+  const int64_t L = Spacing(T, chunk), nb = Boundaries(T, chunk);
+  BackwardScratch sc;
+  BackwardScratchLayout(B, T, H, P, G, N, chunk, scratch, &sc);
+  const bool in_place = PartialsInPlace(H, G, s.pt);
+  float* dB_part = in_place ? dBm : sc.dB_part;
+  float* dC_part = in_place ? dCm : sc.dC_part;
+  DispatchLanes(s, [&](auto nl, auto r) {
+    constexpr int kNL = decltype(nl)::value, kR = decltype(r)::value;
+    AllowSmem(SsdScanBackwardSweepKernel<kNL, kR>, s.smem);
+    SsdScanBackwardSweepKernel<kNL, kR>
+        <<<dim3(static_cast<unsigned>(B * H * s.pt), 2), static_cast<unsigned>(s.threads), s.smem,
+           stream>>>(dy, x, dt, A, Bm, Cm, D, dx, dB_part, dC_part, sc.f_part, sc.g_part,
+                     sc.dD_part, sc.ck_S, sc.ck_G, T, H, P, G, N, L, nb, s.rows, s.pt, s.ts);
+  });
   GTP_CU_LAUNCH_CHECK();
-  const size_t smem = sizeof(double) * 2 * P + sizeof(float) * (P * N + P);
-  GTP_CU_REQUIRE(smem <= kMaxSharedBytes,
-                 "SsdScanBackward (CUDA): P·N = %lld needs %zu bytes of shared memory",
-                 static_cast<long long>(P * N), smem);
-  if (smem > 48 * 1024) {
-    GTP_CU_CHECK(cudaFuncSetAttribute(SsdBackwardKernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem)));
+  if (nb > 0) {
+    SsdBoundaryKernel<<<static_cast<unsigned>(CeilDiv(B * H * nb, kScalarWarps)), kScalarThreads,
+                        0, stream>>>(sc.ck_S, sc.ck_G, sc.R, B * H * nb, P * N);
+    GTP_CU_LAUNCH_CHECK();
   }
-  SsdBackwardKernel<<<blocks, threads, smem, stream>>>(dy, x, dt, A, Bm, Cm, D, dx, ddt, dBh, dCh,
-                                                       dad, states, T, H, P, G, N, L, chunks);
+  SsdScalarKernel<<<static_cast<unsigned>(CeilDiv(B * H, kScalarWarps)), kScalarThreads, 0,
+                    stream>>>(sc.f_part, sc.g_part, sc.dD_part, sc.R, dt, A, ddt, sc.dad, B, T,
+                              H, L, nb, s.pt);
   GTP_CU_LAUNCH_CHECK();
   const int64_t out = B * T * G * N;
-  if (out > 0) {
-    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(dBh, dBm, B * T, H, G, N);
+  if (!in_place && out > 0) {
+    // The [H·pt] partial rows of a group are consecutive: a group sum over H·pt "heads".
+    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dB_part, dBm, B * T,
+                                                                         H * s.pt, G, N);
     GTP_CU_LAUNCH_CHECK();
-    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(dCh, dCm, B * T, H, G, N);
+    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dC_part, dCm, B * T,
+                                                                         H * s.pt, G, N);
     GTP_CU_LAUNCH_CHECK();
   }
-  AddHeadParamsKernel<<<Blocks(H), kThreads, 0, stream>>>(dad, dA, dD, B, H);
+  AddHeadParamsKernel<<<Blocks(H), kThreads, 0, stream>>>(sc.dad, dA, dD, B, H);
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -480,24 +930,25 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
   GTP_CU_LAUNCH_CHECK();
 }
 
-int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch) { return B * T * Ch; }
+int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int64_t K) {
+  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;
+}
 
 void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
                           bool silu, float* dx, float* dw, float* dbias, float* scratch,
                           int64_t B, int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
   const int64_t total = B * T * Ch;
   if (total == 0) return;
-  ConvPreGradKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(dy, x, w, bias, scratch, B,
-                                                                       T, Ch, K, silu);
+  float* gpre = scratch;
+  float* partial = scratch + total;
+  ConvPreGradKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(dy, x, w, bias, gpre, B, T,
+                                                                       Ch, K, silu);
   GTP_CU_LAUNCH_CHECK();
-  ConvDxKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(scratch, w, dx, B, T, Ch, K);
+  ConvDxKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(gpre, w, dx, B, T, Ch, K);
   GTP_CU_LAUNCH_CHECK();
-  if (Ch * K > 0) {
-    ConvDwKernel<<<Blocks(Ch * K), kThreads, 0, stream>>>(scratch, x, dw, B, T, Ch, K);
-    GTP_CU_LAUNCH_CHECK();
-  }
-  ColumnSumAddKernel<<<Blocks(Ch), kThreads, 0, stream>>>(scratch, dbias, B * T, Ch);
-  GTP_CU_LAUNCH_CHECK();
+  // dw and dbias together: (K + 1)·Ch columns.
+  ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, B * T,
+               (K + 1) * Ch, stream);
 }
 
 void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t N, int64_t H,
@@ -507,14 +958,16 @@ void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t
   GTP_CU_LAUNCH_CHECK();
 }
 
+int64_t SoftplusBiasBackwardScratchFloats(int64_t N, int64_t H) { return ColumnSlabs(N) * H; }
+
 void SoftplusBiasBackward(const float* ddt, const float* raw, const float* bias, float* draw,
-                          float* dbias, int64_t N, int64_t H, cudaStream_t stream) {
+                          float* dbias, float* scratch, int64_t N, int64_t H,
+                          cudaStream_t stream) {
   if (N * H == 0) return;
   SoftplusBackwardKernel<<<GridFor(N * H, kThreads), kThreads, 0, stream>>>(ddt, raw, bias, draw,
                                                                             N, H);
   GTP_CU_LAUNCH_CHECK();
-  ColumnSumAddKernel<<<Blocks(H), kThreads, 0, stream>>>(draw, dbias, N, H);
-  GTP_CU_LAUNCH_CHECK();
+  ColumnReduce(PlainValue{draw, H}, AddOut{dbias}, scratch, N, H, stream);
 }
 
 void NegExpForward(const float* a_log, float* a, int64_t H, cudaStream_t stream) {
@@ -539,16 +992,17 @@ void GatedRmsNormForward(const float* x, const float* z, const float* w, float* 
   GTP_CU_LAUNCH_CHECK();
 }
 
+int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) { return ColumnSlabs(N) * Ch; }
+
 void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
-                          const float* rstd, float* dx, float* dz, float* dw, int64_t N,
-                          int64_t Ch, int64_t group, cudaStream_t stream) {
+                          const float* rstd, float* dx, float* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
   GatedRmsNormBackwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
                                stream>>>(dy, x, z, w, rstd, dx, dz, N, Ch, group);
   GTP_CU_LAUNCH_CHECK();
-  GatedRmsNormDwKernel<<<Blocks(Ch), kThreads, 0, stream>>>(dy, x, z, rstd, dw, N, Ch, group);
-  GTP_CU_LAUNCH_CHECK();
+  ColumnReduce(RmsDwValue{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);
 }
 
 }  // namespace gtp::kernels::ssm::cuda

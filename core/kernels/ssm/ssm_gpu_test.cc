@@ -86,13 +86,31 @@ void ExpectClose(const Vec& got, const Vec& want, double tol, const std::string&
   }
 }
 
+// ‖got − want‖₂ ≤ tol·‖want‖₂ (in double).
+void ExpectRelL2(const Vec& got, const Vec& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    num += d * d;
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+  EXPECT_LE(rel, tol) << what << ": relative L2 error over " << want.size() << " elements";
+}
+
 #define SKIP_WITHOUT_GPU() \
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason()
 
 constexpr double kTol = 1e-4;
 // The CUDA scan runs the plain recurrence, the CPU one the chunked form: the
-// same math, rounded differently over T steps.
+// same math, rounded differently over T steps. kScanTol (per element, relative
+// to the largest reference value) is the old kernel's bound; the relative L2
+// bounds are estimates for f32 (not yet measured on a GPU): ~1e-6 expected
+// for y, a few 1e-6 for the gradients (ddt and dA go through a suffix sum over T).
 constexpr double kScanTol = 2e-4;
+constexpr double kScanFwdL2 = 1e-5;
+constexpr double kScanBwdL2 = 1e-4;
 
 // ---------------------------------------------------------------- conv1d
 
@@ -141,14 +159,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1dGpuTest,
                          ::testing::Values(ConvCase{2, 37, 24, 4, true},
                                            ConvCase{3, 5, 7, 3, false},
                                            ConvCase{1, 2, 300, 4, true},
-                                           ConvCase{4, 129, 64, 1, false}));
+                                           ConvCase{4, 129, 64, 1, false},
+                                           // B·T = 1200 rows: 5 slabs of the column sums.
+                                           ConvCase{4, 300, 40, 4, true}));
 
 // ---------------------------------------------------------------- softplus
 
 TEST(SoftplusBiasGpuTest, MatchesCpuDeterministicAndAccumulates) {
   SKIP_WITHOUT_GPU();
   Env env;
-  for (const auto& [N, H] : std::vector<std::pair<int64_t, int64_t>>{{333, 24}, {5, 3}}) {
+  for (const auto& [N, H] :
+       std::vector<std::pair<int64_t, int64_t>>{{333, 24}, {5, 3}, {1100, 96}}) {
     const Shape rs{N, H}, bs{H};
     // Scale 12: some u above the pass-through threshold 20.
     Vec raw = Random(N * H, 11, 12.0f), bias = Random(H, 12, 2.0f), ddt = Random(N * H, 13),
@@ -246,7 +267,8 @@ TEST_P(GatedRmsNormGpuTest, MatchesCpuDeterministicAndAccumulates) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormGpuTest,
                          ::testing::Values(NormCase{37, 96, 32}, NormCase{37, 96, 48},
                                            NormCase{5, 96, 96}, NormCase{64, 256, 256},
-                                           NormCase{3, 12, 4}));
+                                           NormCase{3, 12, 4},
+                                           NormCase{600, 64, 32}));  // 3 column slabs
 
 // ---------------------------------------------------------------- SSD scan
 
@@ -302,6 +324,13 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
   ExpectClose(run[0][4], dCm, kScanTol, "dCm");
   ExpectClose(run[0][5], dA, kScanTol, "dA");
   ExpectClose(run[0][6], dD, kScanTol, "dD");
+  ExpectRelL2(run[0][0], y, kScanFwdL2, "y");
+  ExpectRelL2(run[0][1], dx, kScanBwdL2, "dx");
+  ExpectRelL2(run[0][2], ddt, kScanBwdL2, "ddt");
+  ExpectRelL2(run[0][3], dBm, kScanBwdL2, "dBm");
+  ExpectRelL2(run[0][4], dCm, kScanBwdL2, "dCm");
+  ExpectRelL2(run[0][5], dA, kScanBwdL2, "dA");
+  ExpectRelL2(run[0][6], dD, kScanBwdL2, "dD");
   for (int k = 0; k < 7; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
 }
 
@@ -313,6 +342,24 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdScanGpuTest,
                                            ScanCase{2, 19, 2, 4, 2, 8, 1},
                                            ScanCase{2, 70, 4, 16, 1, 128, 32},
                                            ScanCase{1, 9, 2, 3, 2, 256, 4}));
+
+// The edges of the CUDA kernels' cuts (ssm.cu MakeScanPlan: lanes per row and
+// states per lane by N, rows per block, p-tiles, ts-step shared tiles):
+INSTANTIATE_TEST_SUITE_P(
+    KernelEdges, SsdScanGpuTest,
+    ::testing::Values(
+        ScanCase{2, 300, 4, 16, 2, 16, 128},  // T % chunk ≠ 0, T % 32 ≠ 0, G < H
+        ScanCase{2, 100, 3, 8, 1, 16, 128},   // T < chunk
+        ScanCase{3, 1, 4, 16, 2, 16, 128},    // T = 1
+        ScanCase{1, 1024, 2, 16, 1, 16, 128}, // the training T: the long suffix sums
+        ScanCase{1, 150, 2, 64, 1, 128, 64},  // P = 64, N = 128: 2 p-tiles, 8-step tiles
+        ScanCase{2, 45, 4, 64, 4, 64, 128},   // P = 64, N = 64, H = G but 2 p-tiles
+        ScanCase{2, 33, 3, 1, 3, 16, 16},     // P = 1 (one of two rows idle), H = G in place
+        ScanCase{1, 40, 96, 16, 1, 16, 128},  // large H, the training heads
+        ScanCase{1, 64, 2, 100, 1, 16, 32},   // P = 100: 4 p-tiles, the last one 4 rows
+        ScanCase{2, 50, 2, 4, 1, 3, 16},      // N = 3: 4 lanes a row, 1 padding state
+        ScanCase{1, 70, 2, 16, 2, 32, 16},    // N = 32: 2 states a lane
+        ScanCase{1, 50, 2, 8, 1, 100, 16}));  // N = 100: 8 states a lane, 28 padding
 
 }  // namespace
 }  // namespace gtp::kernels::ssm

@@ -1,0 +1,232 @@
+// The Mamba-2 mixer's SSM ops on the CUDA exec (core/kernels/ssm), forward
+// and backward, one benchmark per op and pass, so that a layer's time can be
+// split by op:
+//   bazel run -c opt //core/kernels/bench:ssm_benchmark
+//   bazel run -c opt //core/kernels/bench:ssm_benchmark -- --benchmark_filter=Scan
+// Shapes: batch 8 × 1024 tokens (B·T = 8192 rows), d_inner 1536.
+//   Scan/<shape>/<fwd|bwd>: ssm::SsdScanForward / SsdScanBackward, f32, chunk
+//     128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
+//     "h24p64n128" and "h24p64n64" (Mamba-2's usual head dim and states, G = 1).
+//   Conv1d/<fwd|bwd>: CausalConv1d on [8, 1024, 1536], K = 4, SiLU.
+//   GatedRmsNorm/<fwd|bwd>: [8192, 1536], one group of 1536 (ngroups = 1).
+//   SoftplusBias/<fwd|bwd>: dt [8192, 96].
+// Timed with CUDA events around `reps` back-to-back calls on one stream
+// (after warm-up calls, which also fill the caching allocator that the ops'
+// scratch comes from); the time column is ms per call. GB/s counts the
+// bytes each call must move at least (inputs read once, outputs written
+// once), so it says how far from memory-bound an op is. Registers only when a
+// GPU is visible.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/ops.h"
+#include "core/kernels/ssm/mamba_ops.h"
+#include "core/kernels/ssm/ssd_scan.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels {
+namespace {
+
+constexpr int64_t kB = 8, kT = 1024, kDInner = 1536, kChunk = 128;
+
+// A cheap LCG (tensors of tens of millions of elements, made per run):
+// uniform in [lo, hi).
+Tensor Uniform(const Exec& e, const Shape& s, uint64_t seed, float lo, float hi) {
+  Tensor t = e.Empty(s);
+  std::vector<float> host(t.numel());
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& v : host) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = lo + (hi - lo) * (static_cast<float>(x >> 40) / static_cast<float>(1 << 24));
+  }
+  GTP_CUDA_CHECK(cudaMemcpy(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
+  return t;
+}
+
+// ms per call of `run` into state; `bytes` per call for the GB/s counter.
+void TimeCalls(benchmark::State& state, cudaStream_t stream, const std::function<void()>& run,
+               double bytes) {
+  cudaEvent_t start, stop;
+  GTP_CUDA_CHECK(cudaEventCreate(&start));
+  GTP_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) run();  // warm-up
+  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const int reps = 10;
+  for (auto _ : state) {
+    GTP_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < reps; ++i) run();
+    GTP_CUDA_CHECK(cudaEventRecord(stop, stream));
+    GTP_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    GTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms / 1000.0 / reps);
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+// One stream, a caching allocator and the exec over them, per benchmark.
+struct CudaEnv {
+  CudaEnv() : alloc(0) {
+    GTP_CUDA_CHECK(cudaSetDevice(0));
+    GTP_CUDA_CHECK(cudaStreamCreate(&stream));
+    e = Exec{Device::Cuda(0), &alloc, stream, nullptr, nullptr};
+  }
+  ~CudaEnv() {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+  CudaCachingAllocator alloc;
+  cudaStream_t stream = nullptr;
+  Exec e;
+};
+
+struct ScanShape {
+  const char* name;
+  int64_t H, P, N, G;
+};
+
+void BM_Scan(benchmark::State& state, ScanShape s, bool backward) {
+  CudaEnv env;
+  const Exec& e = env.e;
+  {
+    const Shape xs{kB, kT, s.H, s.P}, ts{kB, kT, s.H}, hs{s.H}, bs{kB, kT, s.G, s.N};
+    // dt in the range softplus(dt_bias) starts at (Mamba-2: [0.001, 0.1]);
+    // A = −exp(A_log) with A_log in [0, log 16].
+    const Tensor x = Uniform(e, xs, 1, -1, 1), dt = Uniform(e, ts, 2, 0.001f, 0.1f),
+                 A = Uniform(e, hs, 3, -16, -1), Bm = Uniform(e, bs, 4, -1, 1),
+                 Cm = Uniform(e, bs, 5, -1, 1), D = Uniform(e, hs, 6, -1, 1),
+                 dy = Uniform(e, xs, 7, -1, 1);
+    const Tensor y = e.Empty(xs), dx = e.Empty(xs), ddt = e.Empty(ts), dBm = e.Empty(bs),
+                 dCm = e.Empty(bs), dA = e.Zeros(hs), dD = e.Zeros(hs);
+    const double xb = 4.0 * x.numel(), tb = 4.0 * dt.numel(), bb = 4.0 * Bm.numel();
+    if (!backward) {
+      TimeCalls(
+          state, env.stream, [&] { ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y, kChunk); },
+          2 * xb + tb + 2 * bb);
+    } else {
+      TimeCalls(
+          state, env.stream,
+          [&] {
+            ssm::SsdScanBackward(e, dy, x, dt, A, Bm, Cm, D, dx, ddt, dA, dBm, dCm, dD, kChunk);
+          },
+          3 * xb + 2 * tb + 4 * bb);
+    }
+    // State-update FLOPs: 2 per (b, t, h, p, n) for the recurrence and 2 for
+    // each product with C or B (forward 4, backward about 10).
+    state.counters["GFLOP/s"] =
+        benchmark::Counter((backward ? 10.0 : 4.0) * kB * kT * s.H * s.P * s.N * 1e-9,
+                           benchmark::Counter::kIsIterationInvariantRate);
+  }
+}
+
+void BM_Conv1d(benchmark::State& state, bool backward) {
+  CudaEnv env;
+  const Exec& e = env.e;
+  {
+    const int64_t K = 4;
+    const Shape xs{kB, kT, kDInner};
+    const Tensor x = Uniform(e, xs, 1, -1, 1), w = Uniform(e, {kDInner, K}, 2, -0.5f, 0.5f),
+                 bias = Uniform(e, {kDInner}, 3, -0.1f, 0.1f), dy = Uniform(e, xs, 4, -1, 1);
+    const Tensor y = e.Empty(xs), dx = e.Empty(xs), dw = e.Zeros({kDInner, K}),
+                 db = e.Zeros({kDInner});
+    const double xb = 4.0 * x.numel();
+    if (!backward) {
+      TimeCalls(
+          state, env.stream, [&] { ssm::CausalConv1dForward(e, x, w, bias, y, true); }, 2 * xb);
+    } else {
+      TimeCalls(
+          state, env.stream,
+          [&] { ssm::CausalConv1dBackward(e, dy, x, w, bias, true, dx, dw, db); }, 3 * xb);
+    }
+  }
+}
+
+void BM_GatedRmsNorm(benchmark::State& state, bool backward) {
+  CudaEnv env;
+  const Exec& e = env.e;
+  {
+    const int64_t rows = kB * kT, group = kDInner;
+    const Shape xs{rows, kDInner}, rs{rows, kDInner / group};
+    const Tensor x = Uniform(e, xs, 1, -1, 1), z = Uniform(e, xs, 2, -1, 1),
+                 w = Uniform(e, {kDInner}, 3, 0.5f, 1.5f), dy = Uniform(e, xs, 4, -1, 1);
+    const Tensor y = e.Empty(xs), rstd = e.Empty(rs), dx = e.Empty(xs), dz = e.Empty(xs),
+                 dw = e.Zeros({kDInner});
+    ssm::GatedRmsNormForward(e, x, z, w, y, rstd, group, 1e-5f);  // rstd for the backward
+    const double xb = 4.0 * x.numel();
+    if (!backward) {
+      TimeCalls(
+          state, env.stream, [&] { ssm::GatedRmsNormForward(e, x, z, w, y, rstd, group, 1e-5f); },
+          3 * xb);
+    } else {
+      TimeCalls(
+          state, env.stream,
+          [&] { ssm::GatedRmsNormBackward(e, dy, x, z, w, rstd, group, dx, dz, dw); }, 5 * xb);
+    }
+  }
+}
+
+void BM_SoftplusBias(benchmark::State& state, bool backward) {
+  CudaEnv env;
+  const Exec& e = env.e;
+  {
+    const int64_t rows = kB * kT, H = 96;
+    const Shape rs{rows, H};
+    const Tensor raw = Uniform(e, rs, 1, -4, 4), bias = Uniform(e, {H}, 2, -5, -2),
+                 ddt = Uniform(e, rs, 3, -1, 1);
+    const Tensor dt = e.Empty(rs), draw = e.Empty(rs), db = e.Zeros({H});
+    const double rb = 4.0 * raw.numel();
+    if (!backward) {
+      TimeCalls(
+          state, env.stream, [&] { ssm::SoftplusBiasForward(e, raw, bias, dt); }, 2 * rb);
+    } else {
+      TimeCalls(
+          state, env.stream, [&] { ssm::SoftplusBiasBackward(e, ddt, raw, bias, draw, db); },
+          3 * rb);
+    }
+  }
+}
+
+void Register(const std::string& name, std::function<void(benchmark::State&)> f) {
+  benchmark::RegisterBenchmark(name.c_str(), std::move(f))
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+void RegisterAll() {
+  for (const ScanShape& s :
+       {ScanShape{"h96p16n16", 96, 16, 16, 1}, ScanShape{"h24p64n128", 24, 64, 128, 1},
+        ScanShape{"h24p64n64", 24, 64, 64, 1}}) {
+    for (bool bwd : {false, true}) {
+      Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd"),
+               [s, bwd](benchmark::State& st) { BM_Scan(st, s, bwd); });
+    }
+  }
+  for (bool bwd : {false, true}) {
+    const std::string pass = bwd ? "/bwd" : "/fwd";
+    Register("BM_CudaSsm/Conv1d" + pass, [bwd](benchmark::State& st) { BM_Conv1d(st, bwd); });
+    Register("BM_CudaSsm/GatedRmsNorm" + pass,
+             [bwd](benchmark::State& st) { BM_GatedRmsNorm(st, bwd); });
+    Register("BM_CudaSsm/SoftplusBias" + pass,
+             [bwd](benchmark::State& st) { BM_SoftplusBias(st, bwd); });
+  }
+}
+
+}  // namespace
+}  // namespace gtp::kernels
+
+int main(int argc, char** argv) {
+  if (gtp::CudaDeviceCount() > 0) gtp::kernels::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
