@@ -333,6 +333,60 @@ absl::Status Save(const std::string& root, const std::vector<TensorPiece>& piece
 
 namespace {
 
+// What the readers rely on, checked once: shapes the Shape class accepts,
+// pieces inside their tensor, and each piece's byte count equal to its rows
+// × cols × element size, so assembling never reads or writes out of bounds
+// (tools/fuzz/checkpoint_data_fuzzer found a piece with fewer bytes than
+// rows × cols). A metadata.pb whose CRC matches can still say this if it was
+// written wrong or crafted.
+absl::Status CheckMetadataGeometry(const std::string& path, const proto::Metadata& meta) {
+  constexpr int64_t kMaxBytes = int64_t{1} << 50;  // bounds every product below
+  for (const proto::TensorEntry& e : meta.tensors()) {
+    auto bad = [&](const std::string& why) {
+      return absl::DataLossError(absl::StrCat(path, " is inconsistent: tensor ", e.key(), " ", why));
+    };
+    absl::StatusOr<DType> dtype = DTypeFromName(e.dtype());
+    if (!dtype.ok()) return bad(std::string(dtype.status().message()));
+    const int64_t es = static_cast<int64_t>(SizeOf(*dtype));
+    if (e.global_shape_size() < 1 || e.global_shape_size() > 2) {
+      return bad(absl::StrCat("has ", e.global_shape_size(), " dims (1 or 2 expected)"));
+    }
+    const int64_t rows = e.global_shape(0), cols = e.global_shape_size() == 2 ? e.global_shape(1) : 1;
+    if (rows < 0 || cols < 0 || rows > kMaxBytes || cols > kMaxBytes ||
+        (cols > 0 && rows > kMaxBytes / es / cols)) {
+      return bad(absl::StrCat("has an impossible shape [", absl::StrJoin(e.global_shape(), ", "), "]"));
+    }
+    int64_t total = 0;
+    for (const proto::Piece& p : e.pieces()) {
+      if (p.col_offset() < 0 || p.cols() < (cols > 0 ? 1 : 0) || p.col_offset() > cols ||
+          p.cols() > cols - p.col_offset()) {
+        return bad(absl::StrCat("has a piece of columns [", p.col_offset(), ", +", p.cols(),
+                                ") outside its ", cols));
+      }
+      int64_t piece_rows = 0;
+      for (const proto::RowRun& run : p.runs()) {
+        if (run.global_row() < 0 || run.rows() < 0 || run.global_row() > rows ||
+            run.rows() > rows - run.global_row()) {
+          return bad(absl::StrCat("has a piece of rows [", run.global_row(), ", +", run.rows(),
+                                  ") outside its ", rows));
+        }
+        piece_rows += run.rows();
+        if (piece_rows > rows) return bad("has a piece with more rows than the tensor");
+      }
+      if (p.offset() < 0 || p.bytes() != piece_rows * p.cols() * es) {
+        return bad(absl::StrCat("has a piece of ", piece_rows, " × ", p.cols(), " elements in ",
+                                p.bytes(), " bytes at offset ", p.offset()));
+      }
+      if (p.file().empty() || p.file().find('/') != std::string::npos || p.file() == "." ||
+          p.file() == "..") {
+        return bad(absl::StrCat("names the data file \"", p.file(), "\" (a file name expected)"));
+      }
+      total += p.bytes();
+      if (total > kMaxBytes) return bad("has pieces of more than 2^50 bytes");
+    }
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 absl::StatusOr<proto::Metadata> ReadCheckpointMetadata(const std::string& dir) {
@@ -350,6 +404,7 @@ absl::StatusOr<proto::Metadata> ReadCheckpointMetadata(const std::string& dir) {
                                                       meta.format_version(), "; this build reads ",
                                                       kFormatVersion));
   }
+  GTP_RETURN_IF_ERROR(CheckMetadataGeometry(path, meta));
   return meta;
 }
 
@@ -368,7 +423,7 @@ class PieceReader {
     auto it = cache_.find(id);
     if (it != cache_.end()) return &it->second;
     const std::string path = dir_ + "/" + p.file();
-    GTP_RETURN_IF_ERROR(CheckHeader(path));
+    GTP_RETURN_IF_ERROR(CheckRange(key, p));
     std::ifstream in(path, std::ios::binary);
     if (!in) return absl::DataLossError(absl::StrCat("cannot open ", path, " (tensor ", key, ")"));
     std::string buf(p.bytes(), '\0');
@@ -386,6 +441,20 @@ class PieceReader {
                                               p.offset() + p.bytes(), "))"));
     }
     return &cache_.emplace(id, std::move(buf)).first->second;
+  }
+
+  // The piece lies in its file (checked before its bytes are allocated: a
+  // piece's size comes from the metadata, not from the file).
+  absl::Status CheckRange(const std::string& key, const proto::Piece& p) {
+    const std::string path = dir_ + "/" + p.file();
+    GTP_RETURN_IF_ERROR(CheckHeader(path));
+    const int64_t size = checked_[path];
+    if (p.offset() < static_cast<int64_t>(kHeaderBytes) || p.offset() > size ||
+        p.bytes() > size - p.offset()) {
+      return absl::DataLossError(absl::StrCat(path, " is truncated: tensor ", key, " needs bytes [",
+                                              p.offset(), ", ", p.offset() + p.bytes(), ")"));
+    }
+    return absl::OkStatus();
   }
 
  private:
@@ -408,12 +477,15 @@ class PieceReader {
     if (v > kFormatVersion) {
       return absl::FailedPreconditionError(absl::StrCat(path, " has format version ", v));
     }
-    checked_.insert({path, true});
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(path, ec);
+    if (ec) return absl::DataLossError(absl::StrCat(path, " cannot be read"));
+    checked_.insert({path, static_cast<int64_t>(size)});
     return absl::OkStatus();
   }
   std::string dir_;
   std::map<std::string, std::string> cache_;
-  std::map<std::string, bool> checked_;
+  std::map<std::string, int64_t> checked_;  // file → size, header verified
 };
 
 // Copies every element of `dst_piece` (host staging `out`) from the saved pieces.
@@ -512,6 +584,16 @@ absl::StatusOr<std::vector<GlobalTensor>> ReadAllGlobal(const std::string& dir) 
     GTP_ASSIGN_OR_RETURN(g.dtype, DTypeFromName(e.dtype()));
     std::vector<int64_t> shape(e.global_shape().begin(), e.global_shape().end());
     g.shape = Shape(shape);
+    // Sizes from the metadata: allocate only what the files can hold.
+    int64_t stored = 0;
+    for (const proto::Piece& p : e.pieces()) {
+      GTP_RETURN_IF_ERROR(reader.CheckRange(e.key(), p));
+      stored += p.bytes();
+    }
+    if (stored < g.shape.numel() * static_cast<int64_t>(SizeOf(g.dtype))) {
+      return absl::DataLossError(absl::StrCat("checkpoint has no data for all of ", e.key(), " (",
+                                              stored, " bytes stored for ", g.shape.ToString(), ")"));
+    }
     g.bytes.resize(g.shape.numel() * SizeOf(g.dtype));
     TensorPiece whole;
     whole.key = e.key();

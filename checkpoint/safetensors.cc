@@ -10,6 +10,7 @@
 #include <utility>
 #include <variant>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace gtp::checkpoint {
@@ -46,8 +47,14 @@ class Parser {
     Skip();
     if (i_ >= s_.size()) return Error("unexpected end");
     char c = s_[i_];
-    if (c == '{') return Object();
-    if (c == '[') return Array();
+    if (c == '{' || c == '[') {
+      // Real headers nest 3 deep; a deep one would overflow the stack.
+      if (depth_ >= kMaxDepth) return Error("nested too deeply");
+      ++depth_;
+      auto v = c == '{' ? Object() : Array();
+      --depth_;
+      return v;
+    }
     if (c == '"') {
       auto str = String();
       if (!str.ok()) return str.status();
@@ -81,7 +88,10 @@ class Parser {
     while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
     if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E'))
       return Error("only integers are expected");
-    return Json{static_cast<int64_t>(std::stoll(s_.substr(start, i_ - start)))};
+    int64_t v = 0;  // (std::stoll threw on "-" and on overflow)
+    if (!absl::SimpleAtoi(absl::string_view(s_).substr(start, i_ - start), &v))
+      return Error("not a 64-bit integer");
+    return Json{v};
   }
   absl::StatusOr<Json> Array() {
     ++i_;
@@ -119,8 +129,10 @@ class Parser {
       return Error("expected ',' or '}'");
     }
   }
+  static constexpr int kMaxDepth = 64;
   const std::string& s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 const Json* Find(const JsonObject& o, const std::string& key) {
@@ -213,14 +225,20 @@ absl::StatusOr<SafeTensorsFile> ReadSafeTensors(const std::string& path) {
       if (!n || *n < 0) return bad(absl::StrCat("tensor ", name, ": bad shape"));
       dims.push_back(*n);
     }
+    // numel · element size without overflow (huge dims used to wrap around
+    // to a plausible byte count, and Shape::numel overflowed).
+    int64_t want = static_cast<int64_t>(SizeOf(t.dtype));
+    for (int64_t n : dims) {
+      if (__builtin_mul_overflow(want, n, &want))
+        return bad(absl::StrCat("tensor ", name, ": shape too large"));
+    }
     const Shape s(dims);
     t.shape = s;
     const auto* b = std::get_if<int64_t>(&(*offa)[0].v);
     const auto* e = std::get_if<int64_t>(&(*offa)[1].v);
     if (!b || !e || *b < 0 || *e < *b || static_cast<uint64_t>(*e) > data_len)
       return bad(absl::StrCat("tensor ", name, ": data_offsets out of range"));
-    const uint64_t want = static_cast<uint64_t>(s.numel()) * SizeOf(t.dtype);
-    if (static_cast<uint64_t>(*e - *b) != want)
+    if (*e - *b != want)
       return bad(absl::StrCat("tensor ", name, ": ", *e - *b, " bytes for ", s.ToString(), " ",
                               *dts, " (", want, " expected)"));
     t.bytes.assign(all.begin() + data0 + *b, all.begin() + data0 + *e);

@@ -82,5 +82,45 @@ TEST(SafeTensors, CorruptFilesAreRejectedWithTheirName) {
             absl::StatusCode::kNotFound);
 }
 
+// A file of `header` (padded to 8 bytes) followed by `data`.
+std::string WriteRaw(const std::string& name, std::string header, const std::string& data = "") {
+  while (header.size() % 8) header += ' ';
+  std::string all(8, '\0');
+  for (int i = 0; i < 8; ++i) all[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  const std::string path = TmpPath(name);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << all << header << data;
+  return path;
+}
+
+// Inputs found by tools/fuzz/safetensors_fuzzer (docs/RELIABILITY.md): each
+// used to abort (an uncaught std::stoll exception, a stack overflow) or to
+// pass a wrapped-around size check; each is now a DataLoss naming the file.
+TEST(SafeTensors, RefusesMalformedNumbers) {
+  for (const char* num : {"-", "99999999999999999999", "-99999999999999999999"}) {
+    const std::string path = WriteRaw(
+        "num.safetensors", std::string("{\"a\":{\"dtype\":\"F32\",\"shape\":[") + num + "],\"data_offsets\":[0,0]}}");
+    auto r = ReadSafeTensors(path);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << num;
+    EXPECT_NE(r.status().message().find("num.safetensors"), std::string::npos) << r.status();
+  }
+}
+
+TEST(SafeTensors, RefusesDeepNesting) {
+  const std::string path = WriteRaw("deep.safetensors", std::string(100000, '['));
+  auto r = ReadSafeTensors(path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("nested too deeply"), std::string::npos) << r.status();
+}
+
+TEST(SafeTensors, RefusesShapesWhoseSizeOverflows) {
+  // 2^62 × 4 elements × 4 bytes wrapped around to 0 bytes = [0, 0).
+  const std::string path = WriteRaw(
+      "huge.safetensors",
+      "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,0]}}");
+  auto r = ReadSafeTensors(path);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("too large"), std::string::npos) << r.status();
+}
+
 }  // namespace
 }  // namespace gtp::checkpoint

@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev                                    # CPU BLAS
   libgtest-dev libgmock-dev libbenchmark-dev         # tests and benchmarks
   zlib1g-dev python3
+  clang lld libclang-rt-14-dev                       # fuzzing (tools/fuzz/run.sh): libFuzzer + sanitizers
 )
 
 missing=()

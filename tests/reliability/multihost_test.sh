@@ -10,18 +10,20 @@
 #   default: 12 steps across the two namespaces give the same losses as 4
 #            UCX processes on one host (gtprun);
 #   --cut:   cutting the link mid-run (the veth down) ends every rank with an
-#            error (the collective timeout, 60 s, names the unreachable
-#            peer) within --limit seconds; no rank left running.
+#            error (the collective timeout, parallel.comm_timeout_s =
+#            --comm_timeout, default 10 s, names the unreachable peer) within
+#            --limit seconds; no rank left running.
 # Skipped (exit 0, with the reason) without root or `ip netns`.
 #
-#   multihost_test.sh <train> <gtprun> [--cut] [--limit SEC]
+#   multihost_test.sh <train> <gtprun> [--cut] [--limit SEC] [--comm_timeout SEC]
 set -uo pipefail
 bin="$(realpath "$1")" gtprun="$(realpath "$2")"; shift 2
-cut=0 limit=100
+cut=0 limit=100 comm_timeout=10
 while (( $# )); do
   case "$1" in
     --cut) cut=1; shift ;;
     --limit) limit="$2"; shift 2 ;;
+    --comm_timeout) comm_timeout="$2"; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
@@ -45,6 +47,7 @@ ip link set "$va" netns "$nsa" && ip link set "$vb" netns "$nsb" &&
 
 steps=12; (( cut )) && steps=5000
 small="model.n_layer=2,model.seq_len=32,train.micro_batch=2,train.global_batch=8,train.log_every=1,train.steps=$steps,train.eval_every=0,checkpoint.no_resume=true,checkpoint.every=0"
+(( cut )) && small="$small,parallel.comm_timeout_s=$comm_timeout"
 losses() { grep -o '"step": [0-9]*, "loss": [0-9.]*' "$1" | sed 's/"step": \([0-9]*\), "loss": \(.*\)/\1 \2/'; }
 port=$(( 20000 + id % 20000 ))
 pids=()
