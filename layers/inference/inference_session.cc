@@ -1,11 +1,11 @@
 #include "layers/inference/inference_session.h"
 
-#include <algorithm>
-#include <cmath>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels/decode_attention.h"
 #include "core/status.h"
 
 namespace gtp::layers::inference {
@@ -22,6 +22,11 @@ absl::Status Unsupported(const std::string& what) {
 
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::Create(const GptModel& model,
                                                                            int64_t max_len) {
+  return Create(model, max_len, kernels::Exec{});
+}
+
+absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::Create(
+    const GptModel& model, int64_t max_len, const kernels::Exec& exec) {
   const GptConfig& c = model.config();
   if (c.block.moe.enabled()) return Unsupported("a mixture-of-experts model");
   if (c.prefix_len > 0) return Unsupported("a model with prefix embeddings");
@@ -36,7 +41,15 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::Create(const
   }
   std::unique_ptr<InferenceSession> s(new InferenceSession());
   s->config_ = c;
-  s->exec_ = kernels::Exec::Cpu(s->host_);
+  s->exec_ = exec;
+  if (exec.is_cuda()) {
+    if (exec.alloc == nullptr || exec.blas == nullptr || exec.alloc->device() != exec.device) {
+      return absl::InvalidArgumentError(
+          "inference on CUDA needs an Exec with an allocator on its device and a BLAS context");
+    }
+  } else if (exec.alloc == nullptr) {
+    s->exec_ = kernels::Exec::Cpu(s->host_);
+  }
   s->C_ = c.block.n_embd;
   s->NH_ = c.block.n_head;
   s->NKV_ = c.block.kv_heads();
@@ -69,8 +82,11 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::Create(const
     return Tensor();
   };
   GTP_ASSIGN_OR_RETURN(Tensor wte, get("wte.weight", true));
-  if (!wte.device().is_cpu())
-    return Unsupported("a model on CUDA (the cached attention is CPU-only)");
+  if (wte.device() != s->exec_.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inference: the model is on ", wte.device().ToString(), ", the session's Exec on ",
+        s->exec_.device.ToString(), " (pass the Exec the model was built on)"));
+  }
   s->wte_ = wte.Slice(0, c.vocab_size);
   if (c.learned_positions) {
     GTP_ASSIGN_OR_RETURN(s->wpe_, get("wpe.weight", true));
@@ -97,8 +113,10 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::Create(const
         GTP_ASSIGN_OR_RETURN(*w, get(absl::StrCat(h, "attn.", n, ".weight"), true));
         GTP_ASSIGN_OR_RETURN(*b, get(absl::StrCat(h, "attn.", n, ".bias"), false));
       }
-      L.cache.k = Tensor::Zeros({max_len, s->NKV_, s->HS_}, DType::kF32, s->host_);
-      L.cache.v = Tensor::Zeros({max_len, s->NKV_, s->HS_}, DType::kF32, s->host_);
+      GTP_ASSIGN_OR_RETURN(
+          L.cache.k, Tensor::TryEmpty({max_len, s->NKV_, s->HS_}, DType::kF32, *s->exec_.alloc));
+      GTP_ASSIGN_OR_RETURN(
+          L.cache.v, Tensor::TryEmpty({max_len, s->NKV_, s->HS_}, DType::kF32, *s->exec_.alloc));
     }
     if (L.mlp) {
       GTP_ASSIGN_OR_RETURN(L.ln2_w, get(h + "ln2.weight", true));
@@ -132,38 +150,11 @@ Tensor InferenceSession::Linear(const Tensor& x, const Tensor& w, const Tensor& 
   return y;
 }
 
-void InferenceSession::CachedAttention(const Tensor& q, const KvCache& cache, int64_t pos0,
-                                       int64_t n, const Tensor& y) const {
-  const int64_t group = NH_ / NKV_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HS_));
-  const float* K = cache.k.data<float>();
-  const float* V = cache.v.data<float>();
-  std::vector<float> p(pos0 + n);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t end = pos0 + i + 1;  // causal: keys 0 .. pos0 + i
-    for (int64_t h = 0; h < NH_; ++h) {
-      const int64_t g = h / group;
-      const float* qi = q.data<float>() + (i * NH_ + h) * HS_;
-      float mx = -INFINITY;
-      for (int64_t s = 0; s < end; ++s) {
-        const float* ks = K + (s * NKV_ + g) * HS_;
-        float dot = 0;
-        for (int64_t d = 0; d < HS_; ++d) dot += qi[d] * ks[d];
-        p[s] = scale * dot;
-        mx = std::max(mx, p[s]);
-      }
-      float sum = 0;
-      for (int64_t s = 0; s < end; ++s) sum += (p[s] = std::exp(p[s] - mx));
-      const float inv = 1.0f / sum;
-      float* yi = y.data<float>() + (i * NH_ + h) * HS_;
-      std::fill(yi, yi + HS_, 0.0f);
-      for (int64_t s = 0; s < end; ++s) {
-        const float* vs = V + (s * NKV_ + g) * HS_;
-        const float w = p[s] * inv;
-        for (int64_t d = 0; d < HS_; ++d) yi[d] += w * vs[d];
-      }
-    }
-  }
+absl::StatusOr<Tensor> InferenceSession::ToDevice(const Tensor& host_i32) const {
+  if (!exec_.is_cuda()) return host_i32;
+  Tensor d = exec_.Empty(host_i32.shape(), DType::kI32);
+  GTP_RETURN_IF_ERROR(Copy(host_i32, d, exec_.stream, /*sync=*/false));
+  return d;
 }
 
 absl::StatusOr<std::vector<float>> InferenceSession::Append(absl::Span<const int32_t> tokens) {
@@ -180,11 +171,15 @@ absl::StatusOr<std::vector<float>> InferenceSession::Append(absl::Span<const int
     }
   }
   const int64_t C = C_, kv = NKV_ * HS_;
-  Tensor ids = exec_.Empty({n}, DType::kI32), pos = exec_.Empty({n}, DType::kI32);
+  // Host ids and positions (alive until the logits' synchronising copy).
+  Tensor ids_h = Tensor::Empty({n}, DType::kI32, host_);
+  Tensor pos_h = Tensor::Empty({n}, DType::kI32, host_);
   for (int64_t i = 0; i < n; ++i) {
-    ids.data<int32_t>()[i] = tokens[i];
-    pos.data<int32_t>()[i] = static_cast<int32_t>(pos0 + i);
+    ids_h.data<int32_t>()[i] = tokens[i];
+    pos_h.data<int32_t>()[i] = static_cast<int32_t>(pos0 + i);
   }
+  GTP_ASSIGN_OR_RETURN(Tensor ids, ToDevice(ids_h));
+  GTP_ASSIGN_OR_RETURN(Tensor pos, ToDevice(pos_h));
   Tensor x = exec_.Empty({n, C});
   ops::EmbeddingForward(exec_, ids, wte_, x, 0);
   if (wpe_.defined()) {
@@ -204,7 +199,8 @@ absl::StatusOr<std::vector<float>> InferenceSession::Append(absl::Span<const int
       ops::CopyInto(exec_, k, L.cache.k.Slice(pos0, pos0 + n).View({n, kv}));
       ops::CopyInto(exec_, v, L.cache.v.Slice(pos0, pos0 + n).View({n, kv}));
       Tensor y = exec_.Empty({n, C});
-      CachedAttention(q, L.cache, pos0, n, y);
+      ops::DecodeAttention(exec_, q.View({n, NH_, HS_}), L.cache.k, L.cache.v, pos0,
+                           y.View({n, NH_, HS_}));
       Tensor o = Linear(y, L.o_w, L.o_b);
       ops::Axpby(exec_, 1.0f, o, 1.0f, x);
     }
@@ -224,9 +220,12 @@ absl::StatusOr<std::vector<float>> InferenceSession::Append(absl::Span<const int
   }
   Tensor hf = Norm(x, lnf_w_, lnf_b_);
   Tensor logits = Linear(hf, head_, Tensor());
+  std::vector<float> out(n * config_.vocab_size);
+  GTP_RETURN_IF_ERROR(Copy(logits,
+                           Tensor::Wrap(out.data(), logits.shape(), DType::kF32, Device::Cpu()),
+                           exec_.stream, /*sync=*/true));
   length_ = pos0 + n;
-  const float* l = logits.data<float>();
-  return std::vector<float>(l, l + n * config_.vocab_size);
+  return out;
 }
 
 }  // namespace gtp::layers::inference

@@ -2,25 +2,30 @@
 //
 //   generate --checkpoint runs/gpt_tiny/checkpoints --prompt "The " --max_tokens 100
 //            [--temperature 0.8] [--top_k 40] [--top_p 0.95] [--seed 1]
-//            [--vocab vocab.json --merges merges.txt]
+//            [--vocab vocab.json --merges merges.txt] [--device cuda]
 //
 // The model comes from the recipe in the checkpoint's metadata and is built
-// on one CPU rank in f32; the weights are the checkpoint's global tensors
-// (f32 masters of bf16 runs), so any saved layout loads. Decoding feeds one
-// token at a time through a KV cache (layers/inference). Text: GPT-2 BPE
-// with --vocab/--merges, else bytes (token id = byte, as the byte-level
-// recipes' corpus). An empty prompt starts from "<|endoftext|>" (BPE) or a
-// newline (bytes: documents end with an empty line). Sampling: temperature 0
-// is greedy; the same seed gives the same text (layers/inference/sampling.h).
+// on one rank in f32 — on the CPU, or with --device=cuda on GPU 0; the
+// weights are the checkpoint's global tensors (f32 masters of bf16 runs),
+// read on the host and uploaded, so any saved layout loads. Decoding feeds
+// one token at a time through a KV cache (layers/inference; on CUDA the
+// cache and every op stay on the GPU, only each step's logits come back).
+// Text: GPT-2 BPE with --vocab/--merges, else bytes (token id = byte, as
+// the byte-level recipes' corpus). An empty prompt starts from
+// "<|endoftext|>" (BPE) or a newline (bytes: documents end with an empty
+// line). Sampling: temperature 0 is greedy; the same seed gives the same
+// text (layers/inference/sampling.h).
 //
 // Stdout: the prompt, then each new token's text as it is produced, then
 // one line "generated N tokens in S s (R tokens/s)" (the prompt's prefill
 // included in S). Generation stops after --max_tokens or at the model's
 // context length (seq_len), noted on stderr. Models it cannot run (Mamba,
-// MoE, prefix embeddings) and --device=cuda are refused with one line on
-// stderr and exit status 1.
+// MoE, prefix embeddings), and --device=cuda where no GPU is visible, are
+// refused with one line on stderr and exit status 1.
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +34,10 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "comm/local/local_communicator.h"
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
 #include "core/status.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "layers/gpt.h"
@@ -49,7 +57,7 @@ ABSL_FLAG(float, temperature, 1.0f, "softmax temperature; 0: greedy (argmax)");
 ABSL_FLAG(int, top_k, 0, "sample among the k most likely tokens; 0: all");
 ABSL_FLAG(float, top_p, 1.0f, "nucleus: the most likely tokens holding this much probability");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed (Philox): the same seed gives the same text");
-ABSL_FLAG(std::string, device, "cpu", "cpu (cuda is not supported yet)");
+ABSL_FLAG(std::string, device, "cpu", "cpu, or cuda (GPU 0; the model in f32)");
 
 namespace gtp::tools {
 namespace {
@@ -57,10 +65,15 @@ namespace {
 absl::Status Generate() {
   const std::string path = absl::GetFlag(FLAGS_checkpoint);
   if (path.empty()) return absl::InvalidArgumentError("--checkpoint is required");
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
-    return absl::UnimplementedError(
-        absl::StrCat("--device=", absl::GetFlag(FLAGS_device),
-                     " is not supported: the KV-cache decoder runs on the CPU (--device=cpu)"));
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device=", device, " is not supported: cpu or cuda"));
+  }
+  const bool cuda = device == "cuda";
+  if (cuda && CudaDeviceCount() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device=cuda: no CUDA device is visible (", NoGpuReason(), ")"));
   }
   const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
   if (max_tokens < 0) return absl::InvalidArgumentError("--max_tokens must be >= 0");
@@ -120,6 +133,18 @@ absl::Status Generate() {
   kernels::cpu::SetGemmThreads(1);  // one token's GEMMs are too small to split
   return comm::RunRanks(1, [&](comm::Communicator& world) -> absl::Status {
     HeapAllocator host;
+    kernels::Exec exec = kernels::Exec::Cpu(host);
+    // On CUDA: outlive the model and the session (declared first).
+    std::unique_ptr<CudaCachingAllocator> dev;
+    std::optional<Stream> stream;
+    std::unique_ptr<kernels::cuda::BlasContext> blas;
+    if (cuda) {
+      dev = std::make_unique<CudaCachingAllocator>(0);
+      GTP_ASSIGN_OR_RETURN(Stream s, Stream::Create(0));
+      stream.emplace(std::move(s));
+      blas = std::make_unique<kernels::cuda::BlasContext>(0);
+      exec = kernels::Exec{Device::Cuda(0), dev.get(), stream->get(), blas.get()};
+    }
     parallel::ParallelConfig pc;
     GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world));
     layers::GptConfig mc = recipes::ModelConfig(ck.recipe);
@@ -127,11 +152,10 @@ absl::Status Generate() {
     mc.block.sequence_parallel = false;
     mc.block.recompute = false;
     mc.pipeline = layers::PipelinePart{};
-    GTP_ASSIGN_OR_RETURN(auto model,
-                         layers::GptModel::Create(mc, 1, 1, pgs, kernels::Exec::Cpu(host)));
-    GTP_RETURN_IF_ERROR(LoadGlobalWeights(ck.dir, *model));
+    GTP_ASSIGN_OR_RETURN(auto model, layers::GptModel::Create(mc, 1, 1, pgs, exec));
+    GTP_RETURN_IF_ERROR(LoadGlobalWeights(ck.dir, *model));  // host reads, uploaded on CUDA
     GTP_ASSIGN_OR_RETURN(auto session,
-                         layers::inference::InferenceSession::Create(*model, mc.max_seq_len));
+                         layers::inference::InferenceSession::Create(*model, mc.max_seq_len, exec));
     if (static_cast<int64_t>(prompt.size()) > session->max_len()) {
       return absl::InvalidArgumentError(absl::StrCat("the prompt has ", prompt.size(),
                                                      " tokens; the model's context is ",

@@ -4,7 +4,8 @@
 # the requested number of tokens (byte tokens: one byte each) and the
 # tokens/s line; the same seed reproduces the text, another seed changes
 # it; the root and the iter_ directory give the same; greedy is
-# deterministic; an unsupported device is refused. The trainer's own samples
+# deterministic; --device cuda runs where a GPU is visible (the same output
+# format) and is refused cleanly where none is. The trainer's own samples
 # (train.sample_every, from its live sharded weights) equal generate's on the
 # checkpoint of the same step with the same seed (train.seed 1234).
 set -euo pipefail
@@ -51,8 +52,19 @@ for step, name in ((3, "s3.txt"), (6, "s6.txt")):
 assert parts("s3.txt") != parts("s6.txt")
 print("ok:", a, d)
 PY
-if "$gen" --checkpoint "$ck" --device cuda > /dev/null 2> "$tmp/err.txt"; then
-  echo "--device cuda was accepted"; exit 1
+if run "$ck" --seed 7 --top_k 20 --device cuda > "$tmp/cuda.txt" 2> "$tmp/err.txt"; then
+  python3 - "$tmp/cuda.txt" <<'PY'
+import re, sys
+data = open(sys.argv[1], "rb").read()
+i = data.rindex(b"\ngenerated ")
+assert re.fullmatch(rb"generated 24 tokens in [0-9.]+ s \([0-9.]+ tokens/s\)\n", data[i + 1:]), data
+assert data[:i].startswith(b"The cat ") and len(data[:i]) == len(b"The cat ") + 24, data
+PY
+else
+  grep -q "no CUDA device is visible" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+fi
+if "$gen" --checkpoint "$ck" --device tpu > /dev/null 2> "$tmp/err.txt"; then
+  echo "--device tpu was accepted"; exit 1
 fi
 grep -q "not supported" "$tmp/err.txt"
 echo PASS
