@@ -48,6 +48,7 @@
 #   PYTHON=python3
 # Everything goes under a fresh temp dir (printed); the table and the logs are
 # copied to $OUT when it is set.
+# Several GPUs: nccl_parity.sh, two_gpu.sh, scaling.sh (tools/bench/README.md).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"

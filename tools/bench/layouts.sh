@@ -1,0 +1,112 @@
+# shellcheck shell=bash
+# tools/bench/layouts.sh — layout names → trainer overrides, sourced by
+# nccl_parity.sh and scaling.sh (bash).
+#
+#   source tools/bench/layouts.sh
+#   layout_parse gtp2dp4 || exit 1
+#   echo "$LAYOUT_WORLD $LAYOUT_SET"   # 8 parallel.world_size=8,parallel.tp=1,...
+#
+# A name is axis sizes written one after another, then options:
+#   tpN gtpN dpN ppN vppN cpN epN egtpN   (any order, each at most once, 1 when absent)
+#   _sp (sequence parallelism)  _llama  _moe   (model variants, see nccl_parity.sh)
+# e.g. "tp2gtp4", "gtp2dp4", "pp2gtp2", "tp2gtp2dp2ep4egtp2_moe", "tp2gtp2_sp_llama".
+# World = tp·gtp·dp·pp·cp (experts live on the same ranks: ep·egtp must divide it);
+# data lanes = gtp·dp (parallel/process_groups.cc "data": ranks reading
+# different samples), so at a fixed micro-batch and global batch a layout
+# accumulates global / (micro · lanes) micro-batches.
+
+# Sets LAYOUT_TP LAYOUT_GTP LAYOUT_DP LAYOUT_PP LAYOUT_VPP LAYOUT_CP LAYOUT_EP
+# LAYOUT_EGTP LAYOUT_SP (0/1) LAYOUT_MODEL (gpt2|llama|moe) LAYOUT_WORLD
+# LAYOUT_LANES and LAYOUT_SET (the --set overrides, parallel.* only).
+# Returns 1 with a message on stderr for a name it cannot read.
+layout_parse() {
+  local name="$1" s axes opt
+  LAYOUT_TP=1 LAYOUT_GTP=1 LAYOUT_DP=1 LAYOUT_PP=1 LAYOUT_VPP=1 LAYOUT_CP=1 LAYOUT_EP=1 LAYOUT_EGTP=1
+  LAYOUT_SP=0 LAYOUT_MODEL=gpt2
+  axes="${name%%_*}"
+  s="$axes"
+  local seen=" "
+  while [[ -n "$s" ]]; do
+    if [[ "$s" =~ ^(egtp|gtp|tp|dp|pp|vpp|cp|ep)([0-9]+)(.*)$ ]]; then
+      local ax="${BASH_REMATCH[1]}" n="${BASH_REMATCH[2]}"
+      s="${BASH_REMATCH[3]}"
+      if [[ "$seen" == *" $ax "* ]]; then echo "layouts: '$name' names $ax twice" >&2; return 1; fi
+      if ((n < 1)); then echo "layouts: '$name': $ax$n" >&2; return 1; fi
+      seen+="$ax "
+      case "$ax" in
+        tp) LAYOUT_TP=$n ;; gtp) LAYOUT_GTP=$n ;; dp) LAYOUT_DP=$n ;; pp) LAYOUT_PP=$n ;;
+        vpp) LAYOUT_VPP=$n ;; cp) LAYOUT_CP=$n ;; ep) LAYOUT_EP=$n ;; egtp) LAYOUT_EGTP=$n ;;
+      esac
+    else
+      echo "layouts: cannot read '$name' at '$s' (axes tpN gtpN dpN ppN vppN cpN epN egtpN, options _sp _llama _moe)" >&2
+      return 1
+    fi
+  done
+  if [[ "$name" == *_* ]]; then
+    local rest="${name#*_}"
+    local IFS=_
+    for opt in $rest; do
+      case "$opt" in
+        sp) LAYOUT_SP=1 ;;
+        llama|moe) LAYOUT_MODEL="$opt" ;;
+        *) echo "layouts: '$name': unknown option '_$opt' (_sp _llama _moe)" >&2; return 1 ;;
+      esac
+    done
+  fi
+  LAYOUT_WORLD=$((LAYOUT_TP * LAYOUT_GTP * LAYOUT_DP * LAYOUT_PP * LAYOUT_CP))
+  LAYOUT_LANES=$((LAYOUT_GTP * LAYOUT_DP))
+  if (( LAYOUT_EP > 1 || LAYOUT_EGTP > 1 )) && [[ "$LAYOUT_MODEL" != moe ]]; then
+    echo "layouts: '$name': ep/egtp need the _moe model" >&2; return 1
+  fi
+  if ((LAYOUT_WORLD % (LAYOUT_EP * LAYOUT_EGTP) != 0)); then
+    echo "layouts: '$name': ep·egtp = $((LAYOUT_EP * LAYOUT_EGTP)) does not divide the world $LAYOUT_WORLD" >&2; return 1
+  fi
+  LAYOUT_SET="parallel.world_size=$LAYOUT_WORLD,parallel.tp=$LAYOUT_TP"
+  LAYOUT_SET+=",parallel.tp_num_weight_shards=$((LAYOUT_TP * LAYOUT_GTP))"
+  ((LAYOUT_PP > 1)) && LAYOUT_SET+=",parallel.pp=$LAYOUT_PP"
+  ((LAYOUT_VPP > 1)) && LAYOUT_SET+=",parallel.vpp=$LAYOUT_VPP"
+  ((LAYOUT_CP > 1)) && LAYOUT_SET+=",parallel.cp=$LAYOUT_CP"
+  ((LAYOUT_EP > 1)) && LAYOUT_SET+=",parallel.ep=$LAYOUT_EP"
+  ((LAYOUT_EGTP > 1)) && LAYOUT_SET+=",parallel.expert_tp_num_weight_shards=$LAYOUT_EGTP"
+  ((LAYOUT_SP)) && LAYOUT_SET+=",parallel.sequence_parallel=true"
+  return 0
+}
+
+# "TP2·GTP4" style label of the parsed layout (axes of size > 1; "1 rank" when none).
+layout_label() {
+  local out="" ax v
+  for ax in TP GTP DP PP VPP CP EP EGTP; do
+    v="LAYOUT_$ax"
+    if ((${!v} > 1)); then out+="${out:+·}$ax${!v}"; fi
+  done
+  ((LAYOUT_SP)) && out+=" SP"
+  [[ "$LAYOUT_MODEL" != gpt2 ]] && out+=" ($LAYOUT_MODEL)"
+  printf '%s' "${out:-1 rank}"
+}
+
+# Number of GPUs on this machine (0 without nvidia-smi or a driver).
+count_gpus() {
+  local n
+  n="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  echo "${n:-0}"
+}
+
+# Unpacks the bundle (tools/gpu.sh bundle) into $1 unless GTP_TRAIN and
+# GTPRUN are set, and sets GTP_TRAIN, GTPRUN, LD_LIBRARY_PATH the way
+# `tools/gpu.sh run` does. Returns 1 with a message when a binary is missing.
+unpack_bundle() {
+  local work="$1" root="$2"
+  if [[ -z "${GTP_TRAIN:-}" || -z "${GTPRUN:-}" ]]; then
+    local tar="${GTP_BUNDLE_DIR:-$root/.bundle}/bundle.tar.xz"
+    [[ -f "$tar" ]] || { echo "no $tar (run tools/gpu.sh bundle here and carry .bundle)" >&2; return 1; }
+    mkdir -p "$work/bundle"
+    tar -C "$work/bundle" -xJf "$tar"
+    export LD_LIBRARY_PATH="$work/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    export NCCL_NVLS_ENABLE=0
+    export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-8}"
+  fi
+  GTP_TRAIN="${GTP_TRAIN:-$work/bundle/bin/recipes_gpt_124m_train}"
+  GTPRUN="${GTPRUN:-$work/bundle/bin/tools_gtprun_gtprun}"
+  local b
+  for b in "$GTP_TRAIN" "$GTPRUN"; do [[ -x "$b" ]] || { echo "no binary $b" >&2; return 1; }; done
+}

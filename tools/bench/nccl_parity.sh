@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# tools/bench/nccl_parity.sh — NCCL model parity (issue 19): the trainer
+# (recipes_gpt_124m_train with a small model set by --set) under each layout
+# that fits the GPUs, as `gtprun --nproc W` processes (one GPU each, NCCL
+# for tensors), against the same model, data and global batch on one rank;
+# every step's loss compared. On the GPU machine, from the repository root,
+# after `tools/gpu.sh bundle` here:
+#
+#   run(command="bash tools/bench/nccl_parity.sh", carry=[".bundle"])           all GPUs found
+#   run(command="bash tools/bench/nccl_parity.sh 2 --precision f32", ...)       2 of them, f32 only
+#   bash tools/bench/nccl_parity.sh 8 --dry_run                                 the commands, nothing run
+#
+# Usage: nccl_parity.sh [N] [--dry_run] [--precision f32|bf16|both]
+#                       [--cells "SPEC..."] [--min_ranks M]
+#   N            GPUs to use (default: all nvidia-smi lists; with DEVICE=cpu
+#                required: N processes on the CPU, UCX instead of NCCL)
+#   --precision  both (default): f32 over F32_STEPS=8 steps, every step's
+#                loss within F32_TOL=1e-5 relative of one rank (tests/axes'
+#                tolerance; the tied-embedding PP cells 2e-4 as
+#                recipes/gpt_tiny/pp_test.sh: the tied weight's two gradient
+#                halves add in another order, and AdamW carries that on), and
+#                bf16 over BF16_STEPS=50 steps, every step within BF16_TOL=2e-2
+#                relative and the mean over the steps within BF16_MEAN_TOL=5e-3
+#                (bf16 keeps 8 bits of mantissa, 3.9e-3 relative: other
+#                reduction orders move a step's loss by a few of those and the
+#                50 steps carry that on)
+#   --cells      layout specs to consider (tools/bench/layouts.sh names); default: the list below
+#   --min_ranks  leave out cells of fewer ranks (to split an -x8 run in two calls)
+#   --dry_run    print the layout selection and the commands; run nothing
+#
+# The cells (tests/axes' layouts, as processes of the real trainer):
+#   2 ranks  GTP2, TP2, DP2, PP2 (tied), PP2 (llama), CP2, EP2 (MoE, dense DP2)
+#   4 ranks  GTP4, TP2·GTP2, GTP2·DP2, TP2·DP2, TP2·GTP2 SP (llama), PP2·GTP2, PP4 (llama),
+#            CP2·GTP2, GTP2·DP2 with EP2·EGTP2 (MoE: moe_tiny's layout)
+#   8 ranks  GTP8, DP8, TP2·GTP2·DP2 (llama), GTP4·DP2 (llama), TP4·GTP2 SP,
+#            PP2·TP2·GTP2, TP2·GTP2·DP2 with EP4·EGTP2 (MoE: issue 20's layout)
+#   1 rank   under gtprun (an NCCL world of one) — the one-GPU smoke test of the path
+# A cell needing more than N ranks is a SKIP row naming why.
+#
+# The model (every cell and its reference): GPT-2 style, 4 layers, C=256, 4
+# heads (head size 64: the CUDA attention kernels take 64 or 128, so not
+# tests/axes' C=16), T=64, byte vocabulary 256 on the embedded corpus;
+# micro-batch 2, global batch 16 (data lanes gtp·dp: 1..8 lanes accumulate
+# 8..1 micro-batches), AdamW lr 3e-3, clip 1, seed 1234. "llama": RMSNorm,
+# SwiGLU, RoPE, 2 KV heads, untied, no bias. "moe": every MLP 8 experts
+# (hidden 128, top-2, dropless), aux 0.01, z-loss 1e-3. Environment overrides:
+# N_LAYER N_EMBD N_HEAD SEQ VOCAB MICRO GLOBAL DATA=corpus|mock SEED LR,
+# DEVICE=cuda|cpu, GTP_SET (extra --set, applied last), CELL_TIMEOUT=300 s,
+# GTP_TRAIN and GTPRUN (binaries instead of the bundle's).
+#
+# Prints the PASS/FAIL/SKIP table (tools/bench/parity.py); exits 1 when a
+# cell failed. Logs and metrics under a fresh temp dir (printed); the table
+# and the logs go to $OUT/nccl_parity when OUT is set.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+source "$ROOT/tools/bench/layouts.sh"
+
+N="" DRY=0 PRECISIONS="f32 bf16" MIN_RANKS=1
+CELLS="gtp2 tp2 dp2 pp2 pp2_llama cp2 dp2ep2_moe
+gtp4 tp2gtp2 gtp2dp2 tp2dp2 tp2gtp2_sp_llama pp2gtp2 pp4_llama cp2gtp2 gtp2dp2ep2egtp2_moe
+gtp8 dp8 tp2gtp2dp2_llama gtp4dp2_llama tp4gtp2_sp pp2tp2gtp2 tp2gtp2dp2ep4egtp2_moe
+dp1"
+usage() { sed -n '/^# Usage:/,/^#   --dry_run/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while (($#)); do
+  case "$1" in
+    --dry_run) DRY=1 ;;
+    --precision) shift; case "${1:-}" in f32|bf16) PRECISIONS="$1" ;; both) PRECISIONS="f32 bf16" ;; *) usage ;; esac ;;
+    --cells) shift; CELLS="${1:-}" ;;
+    --min_ranks) shift; [[ "${1:-}" =~ ^[0-9]+$ ]] || usage; MIN_RANKS="$1" ;;
+    -h|--help) usage ;;
+    *) [[ "$1" =~ ^[0-9]+$ && -z "$N" ]] || { echo "nccl_parity: unexpected argument '$1'" >&2; usage; }; N="$1" ;;
+  esac
+  shift
+done
+DEVICE="${DEVICE:-cuda}"
+if [[ -z "$N" ]]; then
+  [[ "$DEVICE" == cuda ]] || { echo "nccl_parity: DEVICE=$DEVICE needs N (processes)" >&2; exit 2; }
+  N="$(count_gpus)"
+fi
+BACKEND=nccl
+[[ "$DEVICE" == cuda ]] || BACKEND=ucx
+
+N_LAYER="${N_LAYER:-4}" N_EMBD="${N_EMBD:-256}" N_HEAD="${N_HEAD:-4}" SEQ="${SEQ:-64}" VOCAB="${VOCAB:-256}"
+MICRO="${MICRO:-2}" GLOBAL="${GLOBAL:-16}" DATA="${DATA:-corpus}" SEED="${SEED:-1234}" LR="${LR:-3e-3}"
+F32_STEPS="${F32_STEPS:-8}" F32_TOL="${F32_TOL:-1e-5}" PP_TIED_TOL="${PP_TIED_TOL:-2e-4}"
+BF16_STEPS="${BF16_STEPS:-50}" BF16_TOL="${BF16_TOL:-2e-2}" BF16_MEAN_TOL="${BF16_MEAN_TOL:-5e-3}"
+CELL_TIMEOUT="${CELL_TIMEOUT:-300}" GTP_SET="${GTP_SET:-}" PYTHON="${PYTHON:-python3}"
+
+model_set() {  # gpt2 | llama | moe
+  case "$1" in
+    gpt2) ;;
+    llama) printf ',model.norm=rmsnorm,model.activation=swiglu,model.no_bias=true,model.rope=true,model.n_kv_head=2,model.untied_embeddings=true' ;;
+    moe) printf ',model.moe.num_experts=8,model.moe.top_k=2,model.moe.ffn_hidden=128,model.moe.aux_loss_coeff=0.01,model.moe.z_loss_coeff=0.001' ;;
+  esac
+}
+base_set() {  # precision
+  local steps="$F32_STEPS"
+  [[ "$1" == bf16 ]] && steps="$BF16_STEPS"
+  printf '%s' "model.vocab_size=$VOCAB,model.seq_len=$SEQ,model.n_layer=$N_LAYER,model.n_embd=$N_EMBD,model.n_head=$N_HEAD"
+  printf '%s' ",data.source=$DATA,data.seed=$SEED,optim.lr=$LR,optim.min_lr=3e-4,optim.warmup_steps=2,optim.decay=cosine"
+  printf '%s' ",optim.weight_decay=0.1,optim.clip_grad=1.0,train.steps=$steps,train.micro_batch=$MICRO"
+  printf '%s' ",train.global_batch=$GLOBAL,train.seed=$SEED,train.log_every=1,train.eval_every=0,train.device=$DEVICE"
+  printf '%s' ",train.precision=$1,checkpoint.every=0,checkpoint.no_resume=true"
+}
+
+if ((DRY)); then
+  WORK="${TMPDIR:-/tmp}/gtp_parity.DRYRUN"
+  GTP_TRAIN="${GTP_TRAIN:-recipes_gpt_124m_train}" GTPRUN="${GTPRUN:-tools_gtprun_gtprun}"
+  echo "nccl_parity: dry run, N=$N ($DEVICE, $BACKEND), precisions: $PRECISIONS"
+else
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/gtp_parity.XXXXXX")"
+  echo "nccl_parity: work dir $WORK, N=$N ($DEVICE, $BACKEND), precisions: $PRECISIONS"
+  unpack_bundle "$WORK" "$ROOT" || exit 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+fi
+CONFIG="$ROOT/recipes/gpt_124m/gpt_124m.pbtxt"
+TSV="$WORK/cells.tsv"
+((DRY)) || : > "$TSV"
+
+# Runs (or prints) one trainer invocation; $1: log, $2: ranks (0: no launcher), rest: trainer args.
+launch() {
+  local log="$1" ranks="$2"; shift 2
+  local cmd=()
+  ((ranks > 0)) && cmd=("$GTPRUN" --nproc "$ranks" --)
+  cmd+=("$GTP_TRAIN" --config "$CONFIG" --noprogress "$@")
+  if ((DRY)); then echo "RUN ${cmd[*]}"; return 0; fi
+  timeout -k 10 "$CELL_TIMEOUT" "${cmd[@]}" > "$log" 2>&1
+}
+tail_reason() { grep -E 'error|Error|failed|FAILED' "$1" 2>/dev/null | tail -1 | tr '\t|' '  ' | cut -c1-160; }
+
+declare -A REF_DONE=()
+for prec in $PRECISIONS; do
+  base="$(base_set "$prec")"
+  tol="$F32_TOL" mean_tol="-"
+  [[ "$prec" == bf16 ]] && tol="$BF16_TOL" mean_tol="$BF16_MEAN_TOL"
+  mkdir -p "$WORK/$prec"
+  for spec in $CELLS; do
+    layout_parse "$spec" || exit 2
+    label="$(layout_label)"
+    [[ "$spec" == dp1 ]] && label="1 rank under gtprun"
+    world="$LAYOUT_WORLD" model="$LAYOUT_MODEL"
+    if ((world < MIN_RANKS)); then continue; fi
+    cell_tol="$tol"
+    if [[ "$prec" == f32 && "$LAYOUT_PP" -gt 1 && "$model" != llama ]]; then cell_tol="$PP_TIED_TOL"; fi
+    if ((world > N)); then
+      ((DRY)) && echo "SKIP $label: needs $world GPUs, $N found"
+      ((DRY)) || printf '%s\t%s\t%s\tskip\t-\t-\t%s\t%s\tneeds %s GPUs, %s found\n' \
+        "$label" "$world" "$prec" "$cell_tol" "$mean_tol" "$world" "$N" >> "$TSV"
+      continue
+    fi
+    mset="$(model_set "$model")"
+    ref="$WORK/$prec/ref_$model"
+    if [[ -z "${REF_DONE[$prec.$model]:-}" ]]; then
+      REF_DONE[$prec.$model]=ok
+      ((DRY)) && echo "# reference: $prec, model $model, 1 rank, no launcher"
+      if ! launch "$ref.log" 0 --run_dir "$ref" --set "$base$mset,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1${GTP_SET:+,$GTP_SET}"; then
+        REF_DONE[$prec.$model]="reference failed: $(tail_reason "$ref.log")"
+        echo "nccl_parity: $prec $model reference failed (log $ref.log)" >&2
+        tail -5 "$ref.log" >&2 || true
+      fi
+    fi
+    run="$WORK/$prec/$spec"
+    ((DRY)) && echo "# $label ($world ranks, $prec, $model; tolerance $cell_tol)"
+    if [[ "${REF_DONE[$prec.$model]}" != ok ]]; then
+      printf '%s\t%s\t%s\terror\t-\t-\t%s\t%s\t%s\n' "$label" "$world" "$prec" "$cell_tol" "$mean_tol" "${REF_DONE[$prec.$model]}" >> "$TSV"
+      continue
+    fi
+    status=ran note="" lrc=0
+    launch "$run.log" "$world" --run_dir "$run" --set "$base$mset,$LAYOUT_SET${GTP_SET:+,$GTP_SET}" || lrc=$?
+    if ((lrc != 0)); then
+      status=error note="rc $lrc$( ((lrc == 124)) && echo " (timed out after ${CELL_TIMEOUT}s)"): $(tail_reason "$run.log")"
+      echo "nccl_parity: $label ($prec) failed (log $run.log)" >&2
+      tail -5 "$run.log" >&2 || true
+    elif ! ((DRY)) && ! grep -q "world $world ($BACKEND)" "$run.log"; then
+      status=error note="the log has no 'world $world ($BACKEND)' banner"
+    fi
+    ((DRY)) || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$world" "$prec" "$status" \
+      "$ref/metrics.jsonl" "$run/metrics.jsonl" "$cell_tol" "$mean_tol" "$note" >> "$TSV"
+  done
+done
+((DRY)) && exit 0
+
+rc=0
+"$PYTHON" "$ROOT/tools/bench/parity.py" "$TSV" | tee "$WORK/table.md" || rc=$?
+echo "nccl_parity: $N GPUs ($DEVICE); model L=$N_LAYER C=$N_EMBD NH=$N_HEAD T=$SEQ V=$VOCAB, micro-batch $MICRO, global batch $GLOBAL, data $DATA"
+if [[ -n "${OUT:-}" ]]; then
+  mkdir -p "$OUT/nccl_parity"
+  cp "$WORK/table.md" "$TSV" "$OUT/nccl_parity/"
+  (cd "$WORK" && find . -name '*.log' -o -name metrics.jsonl | tar -czf "$OUT/nccl_parity/logs.tar.gz" -T -)
+  echo "nccl_parity: table and logs in \$OUT/nccl_parity"
+fi
+exit "$rc"
