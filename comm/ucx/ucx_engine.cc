@@ -31,6 +31,15 @@ constexpr ucp_tag_t kNoticeBit = 1;
 constexpr int kSpinsBeforeSleep = 256;
 // How long a failed endpoint's peer gets to deliver its abort message.
 constexpr absl::Duration kPeerGoneGrace = absl::Milliseconds(200);
+// A failed op still waits this long for its posted sends to a live peer: a
+// rendezvous send whose receive the peer had already matched reads the
+// caller's buffer when the peer's ready-to-receive arrives, so returning at
+// once would let the caller free memory UCX is about to read (ASan found it:
+// UcxFaults.MismatchedCountsFailEveryRank with calls cut across lanes). A
+// send the peer never matched (it cancelled its receives when it failed)
+// never completes; after this it is left to the orphan list, and nothing can
+// read it any more.
+constexpr absl::Duration kSendDrainGrace = absl::Seconds(1);
 
 }  // namespace
 
@@ -574,6 +583,7 @@ void Engine::FailGroup(uint32_t gid, const absl::Status& st, bool tell_peers) {
     if (op->group->gid != gid || op->failed) continue;
     if (!group) group = op->group;
     op->failed = true;
+    op->failed_at = absl::Now();
     if (op->cur < op->steps.size()) {
       for (Xfer& x : op->steps[op->cur].xfers) {
         if (!x.done && !x.is_send && x.req != nullptr) ucp_request_cancel(worker_.get(), x.req);
@@ -697,9 +707,14 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
   for (;;) {
     if (op->finished) return;
     if (op->failed) {
-      bool recvs_pending = false;
+      bool transfers_pending = false;
+      const bool draining = absl::Now() < op->failed_at + kSendDrainGrace;
       if (op->cur < op->steps.size()) {
         for (Xfer& x : op->steps[op->cur].xfers) {
+          if (x.is_send && x.posted && !x.done && draining &&
+              peers_[op->group->world[x.peer]]->error == UCS_OK) {
+            transfers_pending = true;  // a send that may still read the caller's buffer
+          }
           if (x.posted && !x.done && !x.is_send) {
             // A receive UCX had matched before its sender died cannot be
             // cancelled, and shared memory does not always fail it; once the
@@ -707,7 +722,7 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
             // for it, so it is left to the orphan list.
             const Peer& peer = *peers_[op->group->world[x.peer]];
             if (peer.error == UCS_OK || absl::Now() < peer.error_time + kPeerGoneGrace) {
-              recvs_pending = true;
+              transfers_pending = true;
             }
           }
           if (x.done && x.req != nullptr) {
@@ -717,7 +732,7 @@ void Engine::Advance(const std::shared_ptr<Op>& op) {
         }
       }
       // Tasks write into the caller's buffers: they end before the op does.
-      if (!recvs_pending && op->tasks_pending.load(std::memory_order_acquire) == 0) {
+      if (!transfers_pending && op->tasks_pending.load(std::memory_order_acquire) == 0) {
         Finish(op, GroupFailure(op->group->gid));
       }
       return;

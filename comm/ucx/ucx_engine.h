@@ -143,6 +143,7 @@ struct Op {
   int outstanding = 0;     // posted, not completed
   std::atomic<int> tasks_pending{0};  // queued or running tasks
   bool failed = false;
+  absl::Time failed_at;            // when `failed` was set
   bool timeout_requested = false;  // guarded by Engine::mu_
   absl::Status cancel;             // guarded by Engine::mu_: see Engine::Cancel
   absl::Duration waited;           // guarded by Engine::mu_
