@@ -28,14 +28,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/model_state.h"
 #include "checkpoint/safetensors.h"
 #include "comm/local/local_communicator.h"
 #include "gtest/gtest.h"
+#include "tests/gtpfix.h"
 #include "layers/gpt.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
@@ -45,69 +44,11 @@ namespace {
 
 constexpr double kTol = 1e-5;
 
-// ---- GTPFIX1 (format: tools/reference/torch_fixture.py) ---------------------------------
+// The fixtures (tests/gtpfix.h).
 
-struct Entry {
-  int dtype = 0;  // 1 f32, 2 f64, 3 i32, 4 text
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
-  template <typename T>
-  std::vector<T> as() const {
-    std::vector<T> v(bytes.size() / sizeof(T));
-    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
-    return v;
-  }
-};
-
-struct Fixture {
-  std::map<std::string, Entry> entries;
-  std::map<std::string, std::string> meta;
-  int64_t Int(const std::string& k) const {
-    int64_t v = 0;
-    EXPECT_TRUE(absl::SimpleAtoi(meta.at(k), &v)) << k;
-    return v;
-  }
-};
-
-absl::StatusOr<Fixture> ReadFixture(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  auto get = [&](void* p, size_t n) { return static_cast<bool>(f.read(static_cast<char*>(p), n)); };
-  char magic[8];
-  uint32_t count = 0;
-  if (!get(magic, 8) || std::memcmp(magic, "GTPFIX1\0", 8) != 0 || !get(&count, 4)) {
-    return absl::DataLossError(absl::StrCat(path, ": not a GTPFIX1 file"));
-  }
-  Fixture fx;
-  for (uint32_t i = 0; i < count; ++i) {
-    uint16_t len = 0;
-    uint8_t dtype = 0, rank = 0;
-    if (!get(&len, 2)) return absl::DataLossError(absl::StrCat(path, ": truncated"));
-    std::string name(len, '\0');
-    Entry e;
-    if (!get(name.data(), len) || !get(&dtype, 1) || !get(&rank, 1) || dtype < 1 || dtype > 4) {
-      return absl::DataLossError(absl::StrCat(path, ": bad entry ", i));
-    }
-    e.dtype = dtype;
-    e.shape.resize(rank);
-    int64_t numel = 1;
-    for (auto& d : e.shape) {
-      if (!get(&d, 8)) return absl::DataLossError(absl::StrCat(path, ": bad shape of ", name));
-      numel *= d;
-    }
-    e.bytes.resize(numel * (dtype == 2 ? 8 : dtype == 4 ? 1 : 4));
-    if (!get(e.bytes.data(), e.bytes.size()))
-      return absl::DataLossError(absl::StrCat(path, ": truncated"));
-    fx.entries[name] = std::move(e);
-  }
-  const Entry& m = fx.entries.at("meta");
-  for (absl::string_view line :
-       absl::StrSplit(std::string(m.bytes.begin(), m.bytes.end()), '\n', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
-    fx.meta[kv.first] = kv.second;
-  }
-  return fx;
-}
+using testing::Fixture;
+using testing::ReadFixture;
+using Entry = testing::FixtureEntry;
 
 // ---- The fixture as a Hugging Face directory ----------------------------------------
 
