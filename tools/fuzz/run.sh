@@ -56,6 +56,9 @@ printf '"%s"\n' '\x0a%%\x0a' '=' '.' ' { ' ' }' ': ' '2147483647' '-2147483648' 
 fuzz_one() {
   local t="$1" name="${1%_fuzzer}"
   local corpus="$out/$name/corpus" art="$out/$name/crashes/"
+  # Crash inputs of earlier runs are not this run's findings (a reused --out
+  # keeps its corpus; past crashes live on in tools/fuzz/corpus as regression inputs).
+  rm -rf "$art"
   mkdir -p "$corpus" "$art"
   cp -n "tools/fuzz/corpus/$name/"* "$corpus/"
   [ "$name" = config ] && cp -n recipes/*/*.pbtxt "$corpus/" 2>/dev/null
@@ -77,8 +80,8 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t: ${time_s} s, ${execs:-?} execs, ${cov:-cov: ?}, corpus $(ls "$out/$name/corpus" | wc -l), crashes $crashes"
   if (( crashes )) || grep -qE 'ERROR: (AddressSanitizer|libFuzzer)|runtime error:' "$log"; then
     status=1
-    grep -E -A25 'ERROR: |runtime error:' "$log" | head -40
-    ls "$out/$name/crashes/"* | sed 's/^/  input: /'
+    { grep -E -A25 'ERROR: |runtime error:' "$log" || true; } | head -40
+    { ls "$out/$name/crashes/"* 2>/dev/null || true; } | sed 's/^/  input: /'
   fi
 done
 echo "fuzz: done in $(( $(date +%s) - start )) s"
