@@ -19,6 +19,7 @@
 #include "layers/gpt.h"
 #include "layers/inference/inference_session.h"
 #include "layers/inference/sampling.h"
+#include "layers/inference/testing.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
 
@@ -54,21 +55,7 @@ GptConfig LlamaStyle(int64_t kv_heads, int64_t embd, int64_t heads) {
   return c;
 }
 
-// Non-trivial norm weights and biases (they start at 1 and 0).
-absl::Status PerturbReplicated(GptModel& m) {
-  uint64_t k = 0;
-  for (ReplicatedParam* p : m.replicated_params()) {
-    if (p->name == "wpe.weight") continue;
-    const bool weight =
-        p->name.find("ln") != std::string::npos && p->name.find(".weight") != std::string::npos;
-    std::vector<float> v(p->layout.global_rows);
-    for (size_t i = 0; i < v.size(); ++i)
-      v[i] = (weight ? 1.0f : 0.0f) + 0.2f * PhiloxNormal(77 + k, i);
-    ++k;
-    GTP_RETURN_IF_ERROR(m.LoadGlobal(p->name, v.data(), {static_cast<int64_t>(v.size())}));
-  }
-  return absl::OkStatus();
-}
+absl::Status PerturbReplicated(GptModel& m) { return testing::PerturbReplicated(m, 77); }
 
 // Every parameter of the single-rank CPU model `src` into `dst` (tools/generate's path:
 // host values through LoadGlobal).

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "layers/gpt.h"
 #include "layers/inference/sampling.h"
+#include "layers/inference/testing.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
 
@@ -46,21 +47,7 @@ GptConfig LlamaStyle() {
   return c;
 }
 
-// Non-trivial norm weights and biases (they start at 1 and 0).
-absl::Status PerturbReplicated(GptModel& m) {
-  uint64_t k = 0;
-  for (ReplicatedParam* p : m.replicated_params()) {
-    if (p->name == "wpe.weight") continue;
-    const bool weight =
-        p->name.find("ln") != std::string::npos && p->name.find(".weight") != std::string::npos;
-    std::vector<float> v(p->layout.global_rows);
-    for (size_t i = 0; i < v.size(); ++i)
-      v[i] = (weight ? 1.0f : 0.0f) + 0.2f * PhiloxNormal(99 + k, i);
-    ++k;
-    GTP_RETURN_IF_ERROR(m.LoadGlobal(p->name, v.data(), {static_cast<int64_t>(v.size())}));
-  }
-  return absl::OkStatus();
-}
+absl::Status PerturbReplicated(GptModel& m) { return testing::PerturbReplicated(m, 99); }
 
 struct Trace {
   std::vector<int32_t> tokens;
