@@ -113,6 +113,20 @@ class Communicator {
                                        int tag = 0) = 0;
   virtual absl::StatusOr<WorkPtr> Barrier() = 0;
 
+  // Sets up the point-to-point connections with `peers` (both directions)
+  // before their first Send/Recv. Blocking; collective over the ranks named:
+  // when rank a names b, b names a and both call it at the same point of
+  // their programs. Call it once, before any Send/Recv, wherever the two
+  // sides' first batches of point-to-point calls differ (a pipeline stage
+  // that sends two micro-batches and receives one gradient in one batch
+  // while its neighbour receives one micro-batch): NCCL connects a pair
+  // lazily inside the first grouped call that uses it and pairs the two
+  // sides' connection messages by count, so such first batches fail
+  // ("Message truncated") or deadlock. Host backends connect eagerly: the
+  // default checks the peers and returns. InvalidArgument for a peer out of
+  // range, this rank, or a repeated peer.
+  virtual absl::Status ConnectPeers(const std::vector<int>& peers);
+
   // Collective over this communicator: every rank passes the same `groups`
   // (lists of ranks of this communicator; disjoint; order within a list gives
   // the new ranks) and the same `name` prefix. Returns this rank's

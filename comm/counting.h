@@ -89,6 +89,9 @@ class CountingCommunicator final : public Communicator {
                                int tag) override;
   absl::StatusOr<WorkPtr> Recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;
   absl::StatusOr<WorkPtr> Barrier() override;
+  absl::Status ConnectPeers(const std::vector<int>& peers) override {
+    return inner_->ConnectPeers(peers);
+  }
   absl::StatusOr<std::unique_ptr<Communicator>> Split(const std::vector<std::vector<int>>& groups,
                                                       const std::string& name) override;
 

@@ -14,6 +14,18 @@ PipelineRunner::PipelineRunner(std::vector<layers::GptModel*> chunks, comm::Comm
                                const kernels::Exec& exec)
     : chunks_(std::move(chunks)), pp_(pp), exec_(exec) {}
 
+absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(
+    std::vector<layers::GptModel*> chunks, comm::Communicator* pp, const kernels::Exec& exec) {
+  if (chunks.empty()) return absl::InvalidArgumentError("pipeline: no model parts");
+  const int P = pp->size(), s = pp->rank();
+  std::vector<int> peers;
+  for (int peer : {(s + P - 1) % P, (s + 1) % P}) {
+    if (peer != s && (peers.empty() || peers.front() != peer)) peers.push_back(peer);
+  }
+  GTP_RETURN_IF_ERROR(pp->ConnectPeers(peers));
+  return std::unique_ptr<PipelineRunner>(new PipelineRunner(std::move(chunks), pp, exec));
+}
+
 absl::StatusOr<StepTimes> PipelineRunner::Step(
     int M, const std::function<absl::StatusOr<MicroBatch>(int)>& batch,
     const std::function<void(int)>& before_backward) {

@@ -1,8 +1,8 @@
 // pipeline/runner.h — drives one rank's model parts through a pipeline
 // schedule (pipeline/schedule.h) for one training step.
 //
-//   PipelineRunner runner(chunks, pp_group, exec);   // chunks[c]: virtual stage c·P + stage
-//   GTP_ASSIGN_OR_RETURN(auto t, runner.Step(M, batch, before_backward));
+//   GTP_ASSIGN_OR_RETURN(auto runner, PipelineRunner::Create(chunks, pp_group, exec));
+//   GTP_ASSIGN_OR_RETURN(auto t, runner->Step(M, batch, before_backward));  // chunks[c]: virtual stage c·P + stage
 //
 // Activations between stages travel point-to-point over the "pp" group
 // (shape [rows, C] in the model dtype, known on both sides; tag from the
@@ -18,6 +18,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,9 +46,14 @@ struct StepTimes {
 class PipelineRunner {
  public:
   // chunks: this rank's parts in chunk order (vpp = chunks.size()); pp: the
-  // pipeline group (its rank is the stage). Not owned.
-  PipelineRunner(std::vector<layers::GptModel*> chunks, comm::Communicator* pp,
-                 const kernels::Exec& exec);
+  // pipeline group (its rank is the stage). Not owned. Connects this stage
+  // with its neighbours (the previous and next stage, which for interleaved
+  // schedules include the wrap from the last stage to the first) before the
+  // first step: the stages' first batches of sends and receives differ, and
+  // NCCL needs the connections made alike on both sides
+  // (Communicator::ConnectPeers). Collective over pp; blocks.
+  static absl::StatusOr<std::unique_ptr<PipelineRunner>> Create(
+      std::vector<layers::GptModel*> chunks, comm::Communicator* pp, const kernels::Exec& exec);
 
   // One step of M micro-batches. batch(m) is asked for every micro-batch on
   // every stage (only the first and last parts read it); before_backward(m)
@@ -66,6 +72,8 @@ class PipelineRunner {
   void set_pass_hook(std::function<void(const PipelineOp&)> hook) { pass_hook_ = std::move(hook); }
 
  private:
+  PipelineRunner(std::vector<layers::GptModel*> chunks, comm::Communicator* pp,
+                 const kernels::Exec& exec);
   int vpp() const { return static_cast<int>(chunks_.size()); }
   std::vector<layers::GptModel*> chunks_;
   comm::Communicator* pp_;

@@ -40,7 +40,9 @@ double MeasuredBubble(int P, int vpp, int M, double f_ms) {
       raw.push_back(m.get());
       parts.push_back(std::move(m));
     }
-    PipelineRunner runner(raw, pp, exec);
+    GTP_ASSIGN_OR_RETURN(std::unique_ptr<PipelineRunner> runner_ptr,
+                         PipelineRunner::Create(raw, pp, exec));
+    PipelineRunner& runner = *runner_ptr;
     const double chunk_f = f_ms / vpp;
     runner.set_pass_hook([chunk_f](const PipelineOp& op) {
       const double ms = op.kind == PipelineOp::kForward ? chunk_f : 2 * chunk_f;

@@ -57,7 +57,8 @@ absl::StatusOr<float> Step(Ctx& c, int step) {
   std::vector<layers::GptModel*> raw;
   for (auto& p : *c.parts) raw.push_back(p.get());
   kernels::Exec exec = kernels::Exec::Cpu(*c.host);
-  pipeline::PipelineRunner runner(raw, pp, exec);
+  GTP_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::PipelineRunner> runner,
+                       pipeline::PipelineRunner::Create(raw, pp, exec));
   auto micro = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
     pipeline::MicroBatch mb{Tensor::Empty({B, kSeq}, DType::kI32, *c.host),
                             Tensor::Empty({B, kSeq}, DType::kI32, *c.host)};
@@ -69,7 +70,7 @@ absl::StatusOr<float> Step(Ctx& c, int step) {
       }
     return mb;
   };
-  GTP_RETURN_IF_ERROR(runner.Step(kMicro, micro).status());
+  GTP_RETURN_IF_ERROR(runner->Step(kMicro, micro).status());
   float loss = 0;
   if (c.parts->back()->has_head()) {
     GTP_ASSIGN_OR_RETURN(loss, c.parts->back()->TakeLossSum());

@@ -584,6 +584,40 @@ class NcclCommunicator : public Communicator {
     });
   }
 
+  // One byte each way with every peer, in one group: NCCL sets up the send
+  // and the receive connections of every pair here, the same on both sides,
+  // so later batches of any shape find them made (communicator.h).
+  absl::Status ConnectPeers(const std::vector<int>& peers) override {
+    GTP_RETURN_IF_ERROR(Communicator::ConnectPeers(peers));
+    if (peers.empty()) return absl::OkStatus();
+    std::string label = absl::StrCat(s_->Prefix(), "connect peers");
+    for (int p : peers) absl::StrAppend(&label, " ", p);
+    const std::vector<int> ps = peers;
+    GTP_ASSIGN_OR_RETURN(
+        std::shared_ptr<Done> done,
+        s_->Enqueue(label, [ps](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
+          const size_t n = ps.size();
+          char* buf = nullptr;
+          GTP_RETURN_IF_ERROR(Cuda(cudaMallocAsync(reinterpret_cast<void**>(&buf), 2 * n, s),
+                                   "cudaMallocAsync"));
+          absl::Status st = Cuda(cudaMemsetAsync(buf, 0, 2 * n, s), "cudaMemsetAsync");
+          if (st.ok()) st = NcclStatus(ncclGroupStart(), "ncclGroupStart");
+          if (st.ok()) {
+            for (size_t i = 0; i < n && st.ok(); ++i) {
+              for (ncclResult_t r : {ncclSend(buf + 2 * i, 1, ncclUint8, ps[i], c, s),
+                                     ncclRecv(buf + 2 * i + 1, 1, ncclUint8, ps[i], c, s)}) {
+                if (r != ncclSuccess && r != ncclInProgress) st = NcclStatus(r, "ncclSend/ncclRecv");
+              }
+            }
+            absl::Status end = Settle(c, ncclGroupEnd(), dl, "connect group");
+            if (st.ok()) st = end;
+          }
+          absl::Status freed = Cuda(cudaFreeAsync(buf, s), "cudaFreeAsync");
+          return st.ok() ? freed : st;
+        }));
+    return s_->Block(*done, label, s_->options().timeout);
+  }
+
   absl::StatusOr<std::unique_ptr<Communicator>> Split(const std::vector<std::vector<int>>& groups,
                                                       const std::string& name) override {
     const std::string what = absl::StrCat(s_->Prefix(), "split '", name, "'");

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -43,13 +45,64 @@ class CudaMemory : public testing::TestMemory {
   }
 };
 
+// A pipeline's first steps on two stages: stage 0 sends two micro-batches
+// and receives the first gradient in one batch of three; stage 1 receives
+// one micro-batch, sends its gradient, receives the second. NCCL makes a
+// pair's connections inside the first group that uses it and pairs the two
+// sides' connection messages by count: without ConnectPeers first, stage 0
+// connects both directions where stage 1 connects one ("Message truncated",
+// then a hang until the timeout). Values are checked on arrival.
+absl::Status FirstBatchesDiffer(Communicator& w, bool connect, cudaStream_t compute) {
+  if (w.size() != 2) return absl::InvalidArgumentError("needs 2 ranks");
+  if (connect) GTP_RETURN_IF_ERROR(w.ConnectPeers({1 - w.rank()}));
+  constexpr int64_t n = 1 << 16;
+  std::vector<float> host(3 * n);
+  for (int64_t i = 0; i < 3 * n; ++i) host[i] = static_cast<float>(i % 1000) * 0.5f + 1.0f;
+  float* dev = nullptr;
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&dev), 3 * n * 4), "cudaMalloc"));
+  std::unique_ptr<float, void (*)(float*)> free_dev(dev, [](float* p) { cudaFree(p); });
+  std::vector<float> out(3 * n, -1.0f);
+  if (w.rank() == 0) {
+    // a0 = host[0, n), a1 = host[n, 2n); g0 lands in [2n, 3n).
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(dev, host.data(), 2 * n * 4, cudaMemcpyHostToDevice), "copy"));
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaMemset(dev + 2 * n, 0, n * 4), "memset"));
+    GTP_ASSIGN_OR_RETURN(WorkPtr s0, w.Send(dev, n, DType::kF32, 1, 0));
+    GTP_ASSIGN_OR_RETURN(WorkPtr s1, w.Send(dev + n, n, DType::kF32, 1, 1));
+    GTP_ASSIGN_OR_RETURN(WorkPtr r0, w.Recv(dev + 2 * n, n, DType::kF32, 1, 100));
+    for (WorkPtr* x : {&r0, &s0, &s1}) GTP_RETURN_IF_ERROR((*x)->Synchronize());
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(out.data(), dev, 3 * n * 4, cudaMemcpyDeviceToHost), "copy"));
+    for (int64_t i = 0; i < n; ++i) {
+      if (out[2 * n + i] != 2.0f * host[i]) {
+        return absl::InternalError(absl::StrCat("g0[", i, "] = ", out[2 * n + i], ", want ", 2.0f * host[i]));
+      }
+    }
+    return absl::OkStatus();
+  }
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaMemset(dev, 0, 3 * n * 4), "memset"));
+  GTP_ASSIGN_OR_RETURN(WorkPtr r0, w.Recv(dev, n, DType::kF32, 0, 0));
+  GTP_RETURN_IF_ERROR(r0->Synchronize());
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(out.data(), dev, n * 4, cudaMemcpyDeviceToHost), "copy"));
+  for (float& v : out) v *= 2.0f;  // the "gradient": 2 · a0
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(dev + 2 * n, out.data(), n * 4, cudaMemcpyHostToDevice), "copy"));
+  GTP_ASSIGN_OR_RETURN(WorkPtr s0, w.Send(dev + 2 * n, n, DType::kF32, 0, 100));
+  GTP_ASSIGN_OR_RETURN(WorkPtr r1, w.Recv(dev + n, n, DType::kF32, 0, 1));
+  for (WorkPtr* x : {&s0, &r1}) GTP_RETURN_IF_ERROR((*x)->Synchronize());
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(out.data(), dev, 2 * n * 4, cudaMemcpyDeviceToHost), "copy"));
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    if (out[i] != host[i]) return absl::InternalError(absl::StrCat("a[", i, "] = ", out[i], ", want ", host[i]));
+  }
+  (void)compute;
+  return absl::OkStatus();
+}
+
 int RunRank(const std::string& scenario) {
-  const int local = std::atoi(std::getenv("LOCAL_RANK"));
+  // Ranks may share GPUs (gtprun's one-GPU mode).
+  const int local = std::atoi(std::getenv("LOCAL_RANK")) % std::max(1, CudaDeviceCount());
   GTP_CUDA_CHECK(cudaSetDevice(local));
   auto compute = Stream::Create(local);
   GTP_CHECK_OK(compute.status());
   NcclOptions o;
-  o.timeout = absl::Seconds(60);
+  o.timeout = absl::Seconds(scenario == "first_batches_unconnected" ? 15 : 60);
   auto world = CreateNcclWorldFromEnv(compute->get(), o);
   if (!world.ok()) {
     std::printf("RESULT %s\n", world.status().ToString().c_str());
@@ -58,8 +111,11 @@ int RunRank(const std::string& scenario) {
   CudaMemory mem;
   testing::ConformanceOptions co;
   co.memory = &mem;
-  absl::Status st = scenario == "conformance" ? testing::RunConformance(**world, co)
-                                              : absl::InvalidArgumentError("unknown scenario");
+  absl::Status st =
+      scenario == "conformance"                 ? testing::RunConformance(**world, co)
+      : scenario == "first_batches"             ? FirstBatchesDiffer(**world, true, compute->get())
+      : scenario == "first_batches_unconnected" ? FirstBatchesDiffer(**world, false, compute->get())
+                                                : absl::InvalidArgumentError("unknown scenario");
   std::printf("RESULT %s\n", st.ToString().c_str());
   return st.ok() ? 0 : 1;
 }
@@ -84,15 +140,32 @@ TEST(NcclCommunicator, ConformanceOnOneRank) {
   EXPECT_TRUE(st.ok()) << st;
 }
 
+// Two NCCL processes: on one GPU, gtprun shares it (each rank its own NCCL
+// host, socket transport on loopback); on two, one each.
+#define REQUIRE_GTPRUN()                                                                    \
+  do {                                                                                      \
+    REQUIRE_GPUS(1);                                                                        \
+    if (access(testing::GtprunPath().c_str(), X_OK) != 0) {                                 \
+      GTEST_SKIP() << "gtprun not found (" << testing::GtprunPath()                         \
+                   << "); bundle //tools/gtprun:gtprun beside this test or set GTPRUN";     \
+    }                                                                                       \
+  } while (0)
+
 TEST(NcclCommunicator, ConformanceOnTwoProcesses) {
-  REQUIRE_GPUS(2);
-  if (access(testing::GtprunPath().c_str(), X_OK) != 0) {
-    GTEST_SKIP() << "gtprun not found (" << testing::GtprunPath()
-                 << "); bundle //tools/gtprun:gtprun beside this test or set GTPRUN";
-  }
+  REQUIRE_GTPRUN();
   auto r = testing::RunCommand({testing::GtprunPath(), "--nproc=2", "--", testing::SelfPath(),
                                 "conformance"},
                                {{"NCCL_NVLS_ENABLE", "0"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[rank 0] RESULT OK"));
+  EXPECT_THAT(r.output, HasSubstr("[rank 1] RESULT OK"));
+}
+
+TEST(NcclCommunicator, PipelineShapedFirstBatchesAfterConnectPeers) {
+  REQUIRE_GTPRUN();
+  auto r = testing::RunCommand({testing::GtprunPath(), "--nproc=2", "--", testing::SelfPath(),
+                                "first_batches"},
+                               {{"NCCL_NVLS_ENABLE", "0"}}, absl::Seconds(120));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("[rank 0] RESULT OK"));
   EXPECT_THAT(r.output, HasSubstr("[rank 1] RESULT OK"));

@@ -372,7 +372,7 @@ class RankRun {
     if (P > 1) {
       std::vector<layers::GptModel*> raw;
       for (auto& part : parts_) raw.push_back(part.get());
-      runner_ = std::make_unique<pipeline::PipelineRunner>(raw, pp, exec_);
+      GTP_ASSIGN_OR_RETURN(runner_, pipeline::PipelineRunner::Create(raw, pp, exec_));
     }
     optimizer::OptimizerConfig oc = OptimConfig(r_);
     optimizer::GradBufferOptions go;

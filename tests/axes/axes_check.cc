@@ -179,7 +179,8 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
                          m->replicated_params().end());
     experts.sharded.insert(experts.sharded.end(), m->expert_params().begin(), m->expert_params().end());
   }
-  pipeline::PipelineRunner runner(parts, pp, exec);
+  GTP_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::PipelineRunner> runner,
+                       pipeline::PipelineRunner::Create(parts, pp, exec));
   for (int step = 0, steps = absl::GetFlag(FLAGS_steps); step < steps; ++step) {
     auto micro = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
       pipeline::MicroBatch mb{Tensor::Empty({B, kSeq}, DType::kI32, host),
@@ -192,7 +193,7 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
         }
       return mb;
     };
-    GTP_RETURN_IF_ERROR(runner.Step(M, micro).status());
+    GTP_RETURN_IF_ERROR(runner->Step(M, micro).status());
     layers::GptModel& last = *chunks.back();
     float loss = 0;
     if (last.has_head()) {

@@ -8,7 +8,7 @@
 #
 # A name is axis sizes written one after another, then options:
 #   tpN gtpN dpN ppN vppN cpN epN egtpN   (any order, each at most once, 1 when absent)
-#   _sp (sequence parallelism)  _llama  _moe   (model variants, see nccl_parity.sh)
+#   _sp (sequence parallelism)  _llama  _moe  _hybrid   (model variants, see nccl_parity.sh)
 # e.g. "tp2gtp4", "gtp2dp4", "pp2gtp2", "tp2gtp2dp2ep4egtp2_moe", "tp2gtp2_sp_llama".
 # World = tp·gtp·dp·pp·cp (experts live on the same ranks: ep·egtp must divide it);
 # data lanes = gtp·dp (parallel/process_groups.cc "data": ranks reading
@@ -16,7 +16,7 @@
 # accumulates global / (micro · lanes) micro-batches.
 
 # Sets LAYOUT_TP LAYOUT_GTP LAYOUT_DP LAYOUT_PP LAYOUT_VPP LAYOUT_CP LAYOUT_EP
-# LAYOUT_EGTP LAYOUT_SP (0/1) LAYOUT_MODEL (gpt2|llama|moe) LAYOUT_WORLD
+# LAYOUT_EGTP LAYOUT_SP (0/1) LAYOUT_MODEL (gpt2|llama|moe|hybrid) LAYOUT_WORLD
 # LAYOUT_LANES and LAYOUT_SET (the --set overrides, parallel.* only).
 # Returns 1 with a message on stderr for a name it cannot read.
 layout_parse() {
@@ -38,7 +38,7 @@ layout_parse() {
         vpp) LAYOUT_VPP=$n ;; cp) LAYOUT_CP=$n ;; ep) LAYOUT_EP=$n ;; egtp) LAYOUT_EGTP=$n ;;
       esac
     else
-      echo "layouts: cannot read '$name' at '$s' (axes tpN gtpN dpN ppN vppN cpN epN egtpN, options _sp _llama _moe)" >&2
+      echo "layouts: cannot read '$name' at '$s' (axes tpN gtpN dpN ppN vppN cpN epN egtpN, options _sp _llama _moe _hybrid)" >&2
       return 1
     fi
   done
@@ -48,8 +48,8 @@ layout_parse() {
     for opt in $rest; do
       case "$opt" in
         sp) LAYOUT_SP=1 ;;
-        llama|moe) LAYOUT_MODEL="$opt" ;;
-        *) echo "layouts: '$name': unknown option '_$opt' (_sp _llama _moe)" >&2; return 1 ;;
+        llama|moe|hybrid) LAYOUT_MODEL="$opt" ;;
+        *) echo "layouts: '$name': unknown option '_$opt' (_sp _llama _moe _hybrid)" >&2; return 1 ;;
       esac
     done
   fi

@@ -11,9 +11,14 @@
 #   bash tools/bench/nccl_parity.sh 8 --dry_run                                 the commands, nothing run
 #
 # Usage: nccl_parity.sh [N] [--dry_run] [--precision f32|bf16|both]
-#                       [--cells "SPEC..."] [--min_ranks M]
+#                       [--cells "SPEC..."] [--min_ranks M] [--max_ranks M]
 #   N            GPUs to use (default: all nvidia-smi lists; with DEVICE=cpu
 #                required: N processes on the CPU, UCX instead of NCCL)
+#   --max_ranks  run cells of up to M ranks (default N). With M > N the ranks
+#                share the GPUs: gtprun gives each rank its own NCCL host id
+#                and NCCL's socket transport on loopback (tools/gtprun), so
+#                `nccl_parity.sh 1 --max_ranks 8` runs every cell on one GPU —
+#                a correctness run through the real NCCL; its speed means nothing
 #   --precision  both (default): f32 over F32_STEPS=8 steps, every step's
 #                loss within F32_TOL=1e-5 relative of one rank (tests/axes'
 #                tolerance; the tied-embedding PP cells 2e-4 as
@@ -26,6 +31,14 @@
 #                50 steps carry that on)
 #   --cells      layout specs to consider (tools/bench/layouts.sh names); default: the list below
 #   --min_ranks  leave out cells of fewer ranks (to split an -x8 run in two calls)
+#   bf16 tolerance from measured noise: for each model, the one-rank bf16 run
+#                is repeated with micro-batch MICRO/2 (twice the accumulation
+#                steps: the same sums in another order, other GEMM shapes and
+#                algorithms) and compared with the reference; a bf16 cell's
+#                tolerance is BF16_NOISE_FACTOR=3 times that noise (max and mean
+#                over the steps; never below BF16_FLOOR=4e-3, one bf16 rounding),
+#                printed as its own row "1 rank, micro-batch MICRO/2 (noise)".
+#                BF16_NOISE_FACTOR=0 keeps the fixed BF16_TOL / BF16_MEAN_TOL.
 #   --dry_run    print the layout selection and the commands; run nothing
 #
 # The cells (tests/axes' layouts, as processes of the real trainer):
@@ -34,6 +47,7 @@
 #            CP2·GTP2, GTP2·DP2 with EP2·EGTP2 (MoE: moe_tiny's layout)
 #   8 ranks  GTP8, DP8, TP2·GTP2·DP2 (llama), GTP4·DP2 (llama), TP4·GTP2 SP,
 #            PP2·TP2·GTP2, TP2·GTP2·DP2 with EP4·EGTP2 (MoE: issue 20's layout)
+#   more     PP2·VPP2, GTP2 and TP2·GTP2 of the hybrid Mamba model (_hybrid: pattern M*-M)
 #   1 rank   under gtprun (an NCCL world of one) — the one-GPU smoke test of the path
 # A cell needing more than N ranks is a SKIP row naming why.
 #
@@ -56,8 +70,9 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
 source "$ROOT/tools/bench/layouts.sh"
 
-N="" DRY=0 PRECISIONS="f32 bf16" MIN_RANKS=1
-CELLS="gtp2 tp2 dp2 pp2 pp2_llama cp2 dp2ep2_moe
+N="" DRY=0 PRECISIONS="f32 bf16" MIN_RANKS=1 MAX_RANKS=
+CELLS="gtp2 tp2 dp2 pp2 pp2_llama pp2vpp2 cp2 dp2ep2_moe gtp2_hybrid
+tp2gtp2_hybrid
 gtp4 tp2gtp2 gtp2dp2 tp2dp2 tp2gtp2_sp_llama pp2gtp2 pp4_llama cp2gtp2 gtp2dp2ep2egtp2_moe
 gtp8 dp8 tp2gtp2dp2_llama gtp4dp2_llama tp4gtp2_sp pp2tp2gtp2 tp2gtp2dp2ep4egtp2_moe
 dp1"
@@ -68,6 +83,7 @@ while (($#)); do
     --precision) shift; case "${1:-}" in f32|bf16) PRECISIONS="$1" ;; both) PRECISIONS="f32 bf16" ;; *) usage ;; esac ;;
     --cells) shift; CELLS="${1:-}" ;;
     --min_ranks) shift; [[ "${1:-}" =~ ^[0-9]+$ ]] || usage; MIN_RANKS="$1" ;;
+    --max_ranks) shift; [[ "${1:-}" =~ ^[0-9]+$ ]] || usage; MAX_RANKS="$1" ;;
     -h|--help) usage ;;
     *) [[ "$1" =~ ^[0-9]+$ && -z "$N" ]] || { echo "nccl_parity: unexpected argument '$1'" >&2; usage; }; N="$1" ;;
   esac
@@ -80,11 +96,17 @@ if [[ -z "$N" ]]; then
 fi
 BACKEND=nccl
 [[ "$DEVICE" == cuda ]] || BACKEND=ucx
+MAX_RANKS="${MAX_RANKS:-$N}"
+if [[ "$DEVICE" == cuda ]] && ((MAX_RANKS > N && N >= 1)); then
+  echo "nccl_parity: up to $MAX_RANKS ranks on $N GPU(s): ranks share GPUs through NCCL's socket transport"
+  echo "nccl_parity: (gtprun's shared-GPU mode) — a CORRECTNESS run through the real NCCL; speed means nothing"
+fi
 
 N_LAYER="${N_LAYER:-4}" N_EMBD="${N_EMBD:-256}" N_HEAD="${N_HEAD:-4}" SEQ="${SEQ:-64}" VOCAB="${VOCAB:-256}"
 MICRO="${MICRO:-2}" GLOBAL="${GLOBAL:-16}" DATA="${DATA:-corpus}" SEED="${SEED:-1234}" LR="${LR:-3e-3}"
 F32_STEPS="${F32_STEPS:-8}" F32_TOL="${F32_TOL:-1e-5}" PP_TIED_TOL="${PP_TIED_TOL:-2e-4}"
 BF16_STEPS="${BF16_STEPS:-50}" BF16_TOL="${BF16_TOL:-2e-2}" BF16_MEAN_TOL="${BF16_MEAN_TOL:-5e-3}"
+BF16_NOISE_FACTOR="${BF16_NOISE_FACTOR:-3}" BF16_FLOOR="${BF16_FLOOR:-4e-3}"
 CELL_TIMEOUT="${CELL_TIMEOUT:-300}" GTP_SET="${GTP_SET:-}" PYTHON="${PYTHON:-python3}"
 
 model_set() {  # gpt2 | llama | moe
@@ -92,6 +114,7 @@ model_set() {  # gpt2 | llama | moe
     gpt2) ;;
     llama) printf ',model.norm=rmsnorm,model.activation=swiglu,model.no_bias=true,model.rope=true,model.n_kv_head=2,model.untied_embeddings=true' ;;
     moe) printf ',model.moe.num_experts=8,model.moe.top_k=2,model.moe.ffn_hidden=128,model.moe.aux_loss_coeff=0.01,model.moe.z_loss_coeff=0.001' ;;
+    hybrid) printf ',model.layer_pattern=M*-M,model.mamba.d_state=16,model.mamba.head_dim=32,model.mamba.n_groups=2,model.mamba.chunk=32' ;;
   esac
 }
 base_set() {  # precision
@@ -129,7 +152,7 @@ launch() {
 }
 tail_reason() { grep -E 'error|Error|failed|FAILED' "$1" 2>/dev/null | tail -1 | tr '\t|' '  ' | cut -c1-160; }
 
-declare -A REF_DONE=()
+declare -A REF_DONE=() NOISE_TOL=() NOISE_MEAN_TOL=()
 for prec in $PRECISIONS; do
   base="$(base_set "$prec")"
   tol="$F32_TOL" mean_tol="-"
@@ -141,12 +164,12 @@ for prec in $PRECISIONS; do
     [[ "$spec" == dp1 ]] && label="1 rank under gtprun"
     world="$LAYOUT_WORLD" model="$LAYOUT_MODEL"
     if ((world < MIN_RANKS)); then continue; fi
-    cell_tol="$tol"
+    cell_tol="$tol" cell_mean_tol="$mean_tol"
     if [[ "$prec" == f32 && "$LAYOUT_PP" -gt 1 && "$model" != llama ]]; then cell_tol="$PP_TIED_TOL"; fi
-    if ((world > N)); then
-      ((DRY)) && echo "SKIP $label: needs $world GPUs, $N found"
-      ((DRY)) || printf '%s\t%s\t%s\tskip\t-\t-\t%s\t%s\tneeds %s GPUs, %s found\n' \
-        "$label" "$world" "$prec" "$cell_tol" "$mean_tol" "$world" "$N" >> "$TSV"
+    if ((world > MAX_RANKS)); then
+      ((DRY)) && echo "SKIP $label: needs $world ranks, at most $MAX_RANKS here"
+      ((DRY)) || printf '%s\t%s\t%s\tskip\t-\t-\t%s\t%s\tneeds %s ranks, at most %s here (--max_ranks)\n' \
+        "$label" "$world" "$prec" "$cell_tol" "$cell_mean_tol" "$world" "$MAX_RANKS" >> "$TSV"
       continue
     fi
     mset="$(model_set "$model")"
@@ -158,12 +181,30 @@ for prec in $PRECISIONS; do
         REF_DONE[$prec.$model]="reference failed: $(tail_reason "$ref.log")"
         echo "nccl_parity: $prec $model reference failed (log $ref.log)" >&2
         tail -5 "$ref.log" >&2 || true
+      elif [[ "$prec" == bf16 ]] && ((MICRO > 1)) && [[ "$BF16_NOISE_FACTOR" != 0 ]]; then
+        # The noise: the same one-rank run, micro-batch halved (sums in another order).
+        noise="$WORK/$prec/noise_$model"
+        nlabel="1 rank, micro-batch $((MICRO / 2)) (noise, $model)"
+        if launch "$noise.log" 0 --run_dir "$noise" --set "$base$mset,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1,train.micro_batch=$((MICRO / 2))${GTP_SET:+,$GTP_SET}"; then
+          if ! ((DRY)); then
+            read -r nmax nmean < <("$PYTHON" "$ROOT/tools/bench/parity.py" --noise "$ref/metrics.jsonl" "$noise/metrics.jsonl")
+            NOISE_TOL[$model]="$("$PYTHON" -c "print('%.2e' % max($BF16_NOISE_FACTOR * $nmax, $BF16_FLOOR))")"
+            NOISE_MEAN_TOL[$model]="$("$PYTHON" -c "print('%.2e' % max($BF16_NOISE_FACTOR * $nmean, $BF16_FLOOR / 4))")"
+            printf '%s\t1\t%s\tran\t%s\t%s\tinf\t-\tmeasured noise: max %s, mean %s\n' "$nlabel" "$prec" \
+              "$ref/metrics.jsonl" "$noise/metrics.jsonl" "$nmax" "$nmean" >> "$TSV"
+          fi
+        else
+          printf '%s\t1\t%s\terror\t-\t-\t-\t-\tnoise run failed: %s\n' "$nlabel" "$prec" "$(tail_reason "$noise.log")" >> "$TSV"
+        fi
       fi
+    fi
+    if [[ "$prec" == bf16 && -n "${NOISE_TOL[$model]:-}" ]]; then
+      cell_tol="${NOISE_TOL[$model]}" cell_mean_tol="${NOISE_MEAN_TOL[$model]}"
     fi
     run="$WORK/$prec/$spec"
     ((DRY)) && echo "# $label ($world ranks, $prec, $model; tolerance $cell_tol)"
     if [[ "${REF_DONE[$prec.$model]}" != ok ]]; then
-      printf '%s\t%s\t%s\terror\t-\t-\t%s\t%s\t%s\n' "$label" "$world" "$prec" "$cell_tol" "$mean_tol" "${REF_DONE[$prec.$model]}" >> "$TSV"
+      printf '%s\t%s\t%s\terror\t-\t-\t%s\t%s\t%s\n' "$label" "$world" "$prec" "$cell_tol" "$cell_mean_tol" "${REF_DONE[$prec.$model]}" >> "$TSV"
       continue
     fi
     status=ran note="" lrc=0
@@ -176,7 +217,7 @@ for prec in $PRECISIONS; do
       status=error note="the log has no 'world $world ($BACKEND)' banner"
     fi
     ((DRY)) || printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$world" "$prec" "$status" \
-      "$ref/metrics.jsonl" "$run/metrics.jsonl" "$cell_tol" "$mean_tol" "$note" >> "$TSV"
+      "$ref/metrics.jsonl" "$run/metrics.jsonl" "$cell_tol" "$cell_mean_tol" "$note" >> "$TSV"
   done
 done
 ((DRY)) && exit 0

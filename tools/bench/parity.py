@@ -2,6 +2,7 @@
 """PASS/FAIL/SKIP table of tools/bench/nccl_parity.sh's cells (stdlib only).
 
   python3 tools/bench/parity.py CELLS.tsv
+  python3 tools/bench/parity.py --noise REF.jsonl OTHER.jsonl   -> "max mean" rel Δloss
 
 CELLS.tsv has one tab-separated line per cell:
 
@@ -52,6 +53,12 @@ def compare(ref_path, run_path, tol, mean_tol):
 
 
 def main(argv):
+    if len(argv) == 4 and argv[1] == "--noise":
+        ok, _, mx, mean, _, why = compare(argv[2], argv[3], float("inf"), None)
+        if mx is None:
+            raise SystemExit(f"parity --noise: {why}")
+        print(f"{mx:.3e} {mean:.3e}")
+        return 0
     if len(argv) != 2:
         raise SystemExit("usage: parity.py CELLS.tsv")
     rows, fails, passes, skips = [], 0, 0, 0

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -18,6 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -95,6 +99,34 @@ int LaunchResult::exit_code() const {
   return r.signaled ? 128 + r.status : r.status;
 }
 
+int CountGpus() {
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    int n = 0;
+    for (absl::string_view d : absl::StrSplit(v, ',')) n += !absl::StripAsciiWhitespace(d).empty();
+    return n;
+  }
+  int n = 0;
+  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+std::vector<std::pair<std::string, std::string>> SharedGpuEnv(
+    const std::map<std::string, std::string>& env, int rank, const std::string& run_id) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto it = env.find("NCCL_HOSTID");
+  out.emplace_back("NCCL_HOSTID", absl::StrCat(it != env.end() ? it->second : "gtprun-" + run_id,
+                                               "-rank", rank));
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"NCCL_P2P_DISABLE", "1"}, {"NCCL_SHM_DISABLE", "1"}, {"NCCL_IB_DISABLE", "1"},
+           {"NCCL_NET", "Socket"}, {"NCCL_SOCKET_IFNAME", "lo"}, {"NCCL_NVLS_ENABLE", "0"}}) {
+    if (env.find(k) == env.end()) out.emplace_back(k, v);
+  }
+  return out;
+}
+
 absl::StatusOr<int> PickFreePort(const std::string& addr) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("gtprun: socket: ", std::strerror(errno)));
@@ -137,6 +169,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   base["MASTER_ADDR"] = o.master_addr;
   base["MASTER_PORT"] = absl::StrCat(result.master_port);
   for (const auto& [k, v] : o.extra_env) base[k] = v;
+  const int gpus = o.gpus >= 0 ? o.gpus : CountGpus();
 
   std::vector<char*> argv;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -160,6 +193,9 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     std::map<std::string, std::string> env = base;
     env["RANK"] = absl::StrCat(r);
     env["LOCAL_RANK"] = absl::StrCat(r);
+    if (SharesGpus(o.nproc, gpus)) {
+      for (const auto& [k, v] : SharedGpuEnv(base, r, absl::StrCat(result.master_port))) env[k] = v;
+    }
     std::vector<std::string> env_strings;
     for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
     std::vector<char*> envp;

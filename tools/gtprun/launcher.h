@@ -9,6 +9,18 @@
 // passed; each rank runs in its own process group, so its children go too.
 // The result names the first rank that failed and how.
 //
+// Ranks sharing GPUs (a correctness run of several NCCL ranks on fewer GPUs):
+// when `gpus` (detected by CountGpus unless given) is at least 1 and fewer
+// than nproc, each rank also gets the environment under which NCCL treats it
+// as a host of its own and connects the ranks through its socket transport
+// on loopback (NCCL refuses two ranks on one device of one host): a
+// per-rank NCCL_HOSTID, NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1,
+// NCCL_IB_DISABLE=1, NCCL_NET=Socket, NCCL_SOCKET_IFNAME=lo and
+// NCCL_NVLS_ENABLE=0 (a variable already in the environment is kept, except
+// NCCL_HOSTID, which gets the rank appended). The kernels, streams and
+// failure paths are NCCL's own; the speed is a socket's. Off where every rank
+// has a GPU of its own.
+//
 // Launch blocks until every rank has exited. It is thread-safe as far as
 // fork() is: it builds each rank's argv and environment before forking and
 // only calls async-signal-safe functions in the child. It does not change
@@ -17,6 +29,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,7 +51,22 @@ struct LaunchOptions {
   int out_fd = 1;      // where prefixed stdout lines go
   int err_fd = 2;      // where prefixed stderr lines and gtprun's own messages go
   int signal_fd = -1;  // optional signalfd; a signal read from it is forwarded
+  int gpus = -1;       // GPUs on this host; -1: CountGpus()
 };
+
+// GPUs the ranks can see: the entries of CUDA_VISIBLE_DEVICES when it is
+// set, else the devices under /proc/driver/nvidia/gpus (0 without a driver).
+// Needs no CUDA library.
+int CountGpus();
+
+// True when `nproc` ranks on `gpus` GPUs share them (1 ≤ gpus < nproc).
+inline bool SharesGpus(int nproc, int gpus) { return gpus >= 1 && gpus < nproc; }
+
+// The NCCL settings a rank gets when ranks share GPUs (see the file comment),
+// given the inherited environment `env`; `run_id` tells this launch's host ids
+// from another's.
+std::vector<std::pair<std::string, std::string>> SharedGpuEnv(
+    const std::map<std::string, std::string>& env, int rank, const std::string& run_id);
 
 struct RankExit {
   int rank = 0;

@@ -90,6 +90,56 @@ TEST(Launch, UsesTheGivenPortAndExtraEnv) {
   EXPECT_THAT(out.Read(), HasSubstr("[rank 0] 23456 bar\n"));
 }
 
+// Fewer GPUs than ranks: every rank gets its own NCCL host id and the socket
+// transport on loopback; a variable the user set is kept (the host id gets the
+// rank appended). As many GPUs as ranks: nothing NCCL is set.
+TEST(Launch, RanksSharingAGpuLookLikeHostsOfTheirOwn) {
+  for (const char* v : {"NCCL_HOSTID", "NCCL_NET", "NCCL_SOCKET_IFNAME", "NCCL_P2P_DISABLE",
+                        "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_NVLS_ENABLE"}) {
+    unsetenv(v);
+  }
+  Capture out, err;
+  const char* script =
+      "echo \"nccl ${NCCL_HOSTID:-none} ${NCCL_NET:-none} ${NCCL_SOCKET_IFNAME:-none} "
+      "${NCCL_P2P_DISABLE:-none} ${NCCL_SHM_DISABLE:-none} ${NCCL_IB_DISABLE:-none} "
+      "${NCCL_NVLS_ENABLE:-none}\"";
+  LaunchOptions o = Sh(3, script, out, err);
+  o.master_port = 23457;
+  o.gpus = 1;
+  o.extra_env = {{"NCCL_SOCKET_IFNAME", "eth0"}};
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code(), 0);
+  std::string got = out.Read();
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_THAT(got, HasSubstr(absl::StrCat("[rank ", k, "] nccl gtprun-23457-rank", k,
+                                            " Socket eth0 1 1 1 0\n")));
+  }
+
+  Capture out2, err2;
+  o = Sh(2, script, out2, err2);
+  o.gpus = 2;
+  r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_THAT(out2.Read(), HasSubstr(absl::StrCat("[rank ", k, "] nccl none none none none none none none\n")));
+  }
+  EXPECT_TRUE(SharesGpus(4, 1));
+  EXPECT_TRUE(SharesGpus(8, 2));
+  EXPECT_FALSE(SharesGpus(2, 2));
+  EXPECT_FALSE(SharesGpus(4, 0));  // no GPU: CPU ranks, nothing to share
+}
+
+TEST(CountGpus, ReadsCudaVisibleDevices) {
+  const char* old = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::string keep = old ? old : "";
+  setenv("CUDA_VISIBLE_DEVICES", "0,3, 5", 1);
+  EXPECT_EQ(CountGpus(), 3);
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  EXPECT_EQ(CountGpus(), 0);
+  if (old) setenv("CUDA_VISIBLE_DEVICES", keep.c_str(), 1); else unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
 TEST(Launch, FailedRankStopsTheOthers) {
   Capture out, err;
   absl::Time t0 = absl::Now();

@@ -29,6 +29,10 @@ ABSL_FLAG(std::string, master_addr, "127.0.0.1", "Address of the rendezvous stor
 ABSL_FLAG(int, master_port, 0, "Port of the rendezvous store; 0 picks a free one.");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(5),
           "After a rank fails, how long the others get between SIGTERM and SIGKILL.");
+ABSL_FLAG(int, gpus, -1,
+          "GPUs on this machine (-1: CUDA_VISIBLE_DEVICES, else /proc/driver/nvidia/gpus). With "
+          "fewer GPUs than ranks the ranks share them: NCCL runs each rank as its own host over "
+          "its socket transport on loopback (a correctness run; its speed means nothing).");
 ABSL_FLAG(bool, stop_on_failure, true,
           "Stop the other ranks when one fails (else let them finish or fail on their own).");
 
@@ -41,6 +45,12 @@ int main(int argc, char** argv) {
   o.master_port = absl::GetFlag(FLAGS_master_port);
   o.grace_period = absl::GetFlag(FLAGS_grace_period);
   o.stop_on_failure = absl::GetFlag(FLAGS_stop_on_failure);
+  o.gpus = absl::GetFlag(FLAGS_gpus);
+  if (o.gpus < -1) {
+    std::fprintf(stderr, "gtprun: --gpus must be -1 (detect) or >= 0, got %d\n", o.gpus);
+    return 2;
+  }
+  if (o.gpus < 0) o.gpus = gtp::gtprun::CountGpus();
   for (size_t i = 1; i < rest.size(); ++i) o.command.push_back(rest[i]);
   if (o.command.empty()) {
     std::fprintf(stderr, "gtprun: no program given\nusage: %s\n",
@@ -61,6 +71,14 @@ int main(int argc, char** argv) {
                o.nproc, absl::StrJoin(o.command, " ").c_str(), o.master_addr.c_str(),
                o.master_port ? std::to_string(o.master_port).c_str() : "auto",
                absl::FormatDuration(o.grace_period).c_str(), o.stop_on_failure ? 1 : 0);
+  if (gtp::gtprun::SharesGpus(o.nproc, o.gpus)) {
+    std::fprintf(stderr,
+                 "gtprun: %d ranks share %d GPU(s): NCCL runs each rank as its own host over its "
+                 "socket transport on loopback (per-rank NCCL_HOSTID; P2P, SHM, IB off). This is a "
+                 "CORRECTNESS run: the kernels, streams and failure paths are NCCL's, the speed is "
+                 "a socket's and means nothing.\n",
+                 o.nproc, o.gpus);
+  }
   auto result = gtp::gtprun::Launch(o);
   if (!result.ok()) {
     std::fprintf(stderr, "%s\n", std::string(result.status().message()).c_str());
