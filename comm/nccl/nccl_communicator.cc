@@ -12,6 +12,7 @@
 #include "comm/env/launch_env.h"
 #include "comm/internal/ops.h"
 #include "comm/nccl/accumulate_kernels.h"
+#include "comm/store/liveness.h"
 #include "comm/store/tcp_store.h"
 #include "core/cuda_runtime.h"
 #include "core/status.h"
@@ -105,6 +106,23 @@ absl::Status F32Accumulate(bool reduce_scatter, ncclComm_t comm, int nranks, con
   return st.ok() ? freed : st;
 }
 
+// internal::CheckBuffer, and the memory must be the device's: NCCL reads and
+// writes through the GPU, so a host pointer (a scalar on the stack, say) is
+// refused here, by name, instead of failing or hanging inside a kernel.
+absl::Status CheckDeviceBuffer(int64_t count, const void* p, const char* what) {
+  GTP_RETURN_IF_ERROR(internal::CheckBuffer(count, p, what));
+  if (count == 0 || p == nullptr) return absl::OkStatus();
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // clear it: an unknown pointer is host memory
+    a.type = cudaMemoryTypeUnregistered;
+  }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " is host memory; the NCCL backend moves device memory (send host values through a "
+            "host backend, e.g. the trainer's UCX world)"));
+}
+
 // A completion event, shared by a Work and the watchdog.
 struct Done {
   CudaEventPtr event;
@@ -177,10 +195,12 @@ class State {
  public:
   State(ncclComm_t comm, int rank, int size, int device, std::string name, cudaStream_t compute,
         Stream comm_stream, Event ready, const NcclOptions& options,
-        std::shared_ptr<KeyValueStore> store, std::shared_ptr<void> keepalive)
+        std::shared_ptr<KeyValueStore> store, std::shared_ptr<void> keepalive,
+        std::shared_ptr<Liveness> liveness)
       : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)),
         compute_(compute), comm_stream_(std::move(comm_stream)), ready_(std::move(ready)),
-        options_(options), store_(std::move(store)), keepalive_(std::move(keepalive)) {
+        options_(options), store_(std::move(store)), keepalive_(std::move(keepalive)),
+        liveness_(std::move(liveness)) {
     watchdog_ = std::thread([this] { Watch(); });
   }
 
@@ -190,6 +210,7 @@ class State {
       stop_ = true;
     }
     watchdog_.join();
+    if (diagnosis_.joinable()) diagnosis_.join();
     if (aborted_) return;
     // Let queued work finish (bounded), then free the communicator.
     cudaSetDevice(device_);
@@ -212,6 +233,7 @@ class State {
   cudaStream_t compute() const { return compute_; }
   std::shared_ptr<KeyValueStore> store() const { return store_; }
   std::shared_ptr<void> keepalive() const { return keepalive_; }
+  std::shared_ptr<Liveness> liveness() const { return liveness_; }
 
   std::string Prefix() const { return absl::StrCat("group ", name_, " (nccl): "); }
 
@@ -268,8 +290,12 @@ class State {
     return absl::OkStatus();
   }
 
+  // The communicator's failure (OK while it works). Once it failed, waits
+  // for the diagnosis of who is gone (a few heartbeat periods) first.
   absl::Status Failure() {
     absl::MutexLock l(&wd_mu_);
+    wd_mu_.Await(absl::Condition(
+        +[](bool* diagnosing) { return !*diagnosing; }, &diagnosing_));
     return failure_;
   }
 
@@ -332,8 +358,11 @@ class State {
   // Fails the communicator for good (the first error wins) and aborts the
   // NCCL communicator so that its kernels and blocked calls return.
   absl::Status Fail(absl::Status st) {
-    absl::MutexLock l(&wd_mu_);
-    return FailLocked(std::move(st));
+    {
+      absl::MutexLock l(&wd_mu_);
+      FailLocked(std::move(st)).IgnoreError();
+    }
+    return Failure();
   }
 
  private:
@@ -364,8 +393,22 @@ class State {
     return d;
   }
 
+  // The first failure wins; NCCL never says which peer is gone, so the
+  // liveness heartbeats name it (appended to the message by a helper thread
+  // within a few heartbeat periods; Failure waits for it).
   absl::Status FailLocked(absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wd_mu_) {
-    if (failure_.ok()) failure_ = st;
+    if (failure_.ok()) {
+      failure_ = st;
+      if (liveness_ && !diagnosis_.joinable()) {
+        diagnosing_ = true;
+        diagnosis_ = std::thread([this] {
+          std::string who = liveness_->Diagnose();
+          absl::MutexLock l(&wd_mu_);
+          failure_ = absl::Status(failure_.code(), absl::StrCat(failure_.message(), "; ", who));
+          diagnosing_ = false;
+        });
+      }
+    }
     if (!aborted_.exchange(true)) ncclCommAbort(comm_);
     return failure_;
   }
@@ -414,6 +457,7 @@ class State {
   const NcclOptions options_;
   std::shared_ptr<KeyValueStore> store_;
   std::shared_ptr<void> keepalive_;  // e.g. the TCP store server on rank 0
+  std::shared_ptr<Liveness> liveness_;  // the world's heartbeats (null: no diagnosis)
   std::atomic<bool> aborted_{false};
 
   absl::Mutex mu_;
@@ -424,7 +468,9 @@ class State {
   bool stop_ ABSL_GUARDED_BY(wd_mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(wd_mu_);
   std::deque<Pending> pending_ ABSL_GUARDED_BY(wd_mu_);
+  bool diagnosing_ ABSL_GUARDED_BY(wd_mu_) = false;
   std::thread watchdog_;
+  std::thread diagnosis_;
 };
 
 class NcclWork : public Work {
@@ -476,8 +522,8 @@ class NcclCommunicator : public Communicator {
                                     DType dtype) override {
     OpDesc d{OpKind::kAllGather, count, dtype};
     GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count),
-                                  internal::CheckBuffer(count, send, "send"),
-                                  internal::CheckBuffer(count, recv, "recv")}));
+                                  CheckDeviceBuffer(count, send, "send"),
+                                  CheckDeviceBuffer(count, recv, "recv")}));
     const int n = size();
     return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
       if (n == 1) return CopyAsync(recv, send, count * Bytes(dtype), s);
@@ -490,8 +536,8 @@ class NcclCommunicator : public Communicator {
                                         ReduceOp op) override {
     OpDesc d{OpKind::kReduceScatter, count, dtype, op};
     GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckReducible(dtype, op),
-                                  internal::CheckBuffer(count, send, "send"),
-                                  internal::CheckBuffer(count, recv, "recv")}));
+                                  CheckDeviceBuffer(count, send, "send"),
+                                  CheckDeviceBuffer(count, recv, "recv")}));
     const int n = size();
     return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
       // One rank: a copy, no NCCL launch.
@@ -511,8 +557,8 @@ class NcclCommunicator : public Communicator {
                                     ReduceOp op) override {
     OpDesc d{OpKind::kAllReduce, count, dtype, op};
     GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckReducible(dtype, op),
-                                  internal::CheckBuffer(count, send, "send"),
-                                  internal::CheckBuffer(count, recv, "recv")}));
+                                  CheckDeviceBuffer(count, send, "send"),
+                                  CheckDeviceBuffer(count, recv, "recv")}));
     const int n = size();
     return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
       // One rank: a copy, no NCCL launch.
@@ -531,7 +577,7 @@ class NcclCommunicator : public Communicator {
   absl::StatusOr<WorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root) override {
     OpDesc d{OpKind::kBroadcast, count, dtype, ReduceOp::kSum, root};
     GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckRoot(root, size()),
-                                  internal::CheckBuffer(count, buf, "buf")}));
+                                  CheckDeviceBuffer(count, buf, "buf")}));
     return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) {
       return Settle(c, ncclBroadcast(buf, buf, count * Bytes(dtype), ncclUint8, root, c, s), dl,
                     "ncclBroadcast");
@@ -543,8 +589,8 @@ class NcclCommunicator : public Communicator {
     OpDesc d{OpKind::kAllToAll, count, dtype};
     const int64_t total = count * size() * Bytes(dtype);
     GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count),
-                                  internal::CheckBuffer(count, send, "send"),
-                                  internal::CheckBuffer(count, recv, "recv"),
+                                  CheckDeviceBuffer(count, send, "send"),
+                                  CheckDeviceBuffer(count, recv, "recv"),
                                   internal::CheckNoOverlap(send, total, recv, total, "all_to_all")}));
     std::vector<int64_t> c(size(), count), disp(size());
     for (int r = 0; r < size(); ++r) disp[r] = r * count;
@@ -665,7 +711,7 @@ class NcclCommunicator : public Communicator {
     auto st = std::make_shared<State>(child, key, static_cast<int>(groups[color].size()),
                                       s_->device(), internal::SubGroupName(name, groups[color]),
                                       s_->compute(), std::move(stream), std::move(ready),
-                                      s_->options(), s_->store(), s_->keepalive());
+                                      s_->options(), s_->store(), s_->keepalive(), s_->liveness());
     return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(st)));
   }
 
@@ -732,7 +778,7 @@ class NcclCommunicator : public Communicator {
                               int tag) {
     OpDesc d{is_send ? OpKind::kSend : OpKind::kRecv, count, dtype};
     GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckPeer(peer, size()),
-                                  internal::CheckTag(tag), internal::CheckBuffer(count, buf, "buf")}));
+                                  internal::CheckTag(tag), CheckDeviceBuffer(count, buf, "buf")}));
     GTP_ASSIGN_OR_RETURN(std::shared_ptr<Batch> b,
                          s_->QueueP2P(P2PItem{is_send, buf, count, dtype, peer, tag, 0}));
     return WorkPtr(std::make_unique<NcclWork>(
@@ -791,9 +837,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValue
   ncclComm_t comm = *comm_box;
   GTP_ASSIGN_OR_RETURN(Stream stream, Stream::Create(device));
   GTP_ASSIGN_OR_RETURN(Event ready, Event::Create());
+  // Heartbeats through the store, so that a failure can name the rank that
+  // is gone (NCCL cannot).
+  std::shared_ptr<Liveness> liveness =
+      Liveness::Start(store, options.store_prefix, rank, size, absl::Milliseconds(500));
   auto state = std::make_shared<State>(comm, rank, size, device, options.name, compute,
                                        std::move(stream), std::move(ready), options,
-                                       std::move(store), std::move(keepalive));
+                                       std::move(store), std::move(keepalive), std::move(liveness));
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(state)));
 }
 
@@ -833,8 +883,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclWorldFromEnv(cudaStream_
   GTP_ASSIGN_OR_RETURN(
       std::unique_ptr<TcpStoreClient> client,
       TcpStoreClient::Connect(env.master_addr, env.master_port, options.connect_timeout));
+  // Ranks may outnumber the GPUs (gtprun's shared-GPU mode): LOCAL_RANK
+  // modulo the devices, as the trainer picks.
+  const int gpus = CudaDeviceCount();
   return MakeWorld(std::shared_ptr<KeyValueStore>(std::move(client)), server, env.rank,
-                   env.world_size, env.local_rank, compute_stream, options);
+                   env.world_size, gpus > 0 ? env.local_rank % gpus : env.local_rank,
+                   compute_stream, options);
 }
 
 }  // namespace gtp::comm

@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclWorld(std::shared_ptr<Ke
                                                               const NcclOptions& options = {});
 
 // From the launch environment (comm/env): rank 0 serves the TCP store;
-// device = LOCAL_RANK. Blocks.
+// device = LOCAL_RANK modulo the visible devices. Blocks.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclWorldFromEnv(cudaStream_t compute_stream,
                                                                      const NcclOptions& options = {});
 

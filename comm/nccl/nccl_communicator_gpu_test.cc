@@ -228,6 +228,31 @@ TEST(NcclFaults, RankThatNeverJoinsTimesOut) {
   EXPECT_LT(took, absl::Seconds(10));
 }
 
+// A host scalar handed to the device communicator (the trainer once
+// broadcast its loss that way: NCCL ran on a stack address) is refused by
+// name before anything is enqueued.
+TEST(NcclCommunicator, RefusesHostMemory) {
+  REQUIRE_GPUS(1);
+  auto compute = Stream::Create(0);
+  ASSERT_TRUE(compute.ok()) << compute.status();
+  auto world = CreateNcclWorld(std::make_shared<InMemoryStore>(), 0, 1, 0, compute->get());
+  ASSERT_TRUE(world.ok()) << world.status();
+  float x = 1.0f;
+  auto w = (*world)->Broadcast(&x, 1, DType::kF32, 0);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(w.status().message()), HasSubstr("buf is host memory"));
+  std::vector<float> v(4, 1.0f);
+  auto r = (*world)->AllReduce(v.data(), v.data(), 4, DType::kF32, ReduceOp::kSum);
+  EXPECT_FALSE(r.ok());
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev), 16), cudaSuccess);
+  auto ok = (*world)->AllReduce(dev, dev, 4, DType::kF32, ReduceOp::kSum);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+  if (ok.ok()) EXPECT_TRUE((*ok)->Synchronize().ok());
+  cudaFree(dev);
+}
+
 TEST(NcclCommunicator, FailsCleanlyWithoutAGpu) {
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "a GPU is visible";
   auto world = CreateNcclWorld(std::make_shared<InMemoryStore>(), 0, 1, 0, nullptr);

@@ -154,7 +154,10 @@ absl::Status RingAttention::Forward(const Tensor& q, const Tensor& k, const Tens
                    NKV_, HS_, m.data<float>(), l.data<float>(), acc.data<float>());
     }
     if (step + 1 < size_) {
-      if (gpu) GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(e.stream));  // p2p reads the blocks
+      // NCCL orders its sends after the compute stream and the compute
+      // stream after its receives (no host wait); a host backend reads the
+      // blocks from the host, so the kernels must have finished.
+      if (HostWaits()) GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(e.stream));
       GTP_RETURN_IF_ERROR(Rotate({kb, vb}, {kn, vn}, tag));
       std::swap(kb, kn);
       std::swap(vb, vn);
@@ -217,7 +220,7 @@ absl::Status RingAttention::Backward(const Tensor& dy, const Tensor& dq, const T
                     dq.data<float>(), dkb.data<float>(), dvb.data<float>());
     }
     if (size_ == 1) break;
-    if (gpu) GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(e.stream));
+    if (HostWaits()) GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(e.stream));
     if (step + 1 < size_) {
       GTP_RETURN_IF_ERROR(Rotate({kb, vb, dkb, dvb}, {kn, vn, dkn, dvn}, tag));
       std::swap(kb, kn);

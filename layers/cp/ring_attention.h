@@ -16,8 +16,10 @@
 //
 // Shapes: q [B, Tl, NH, HS], k/v [B, Tl, NKV, HS] (Tl = T/CP), f32, on the
 // exec's device (CPU loops, or CUDA kernels: layers/cp/cuda);
-// query head h reads kv head h / (NH/NKV); scale 1/√HS. Blocks on the ring's
-// point-to-point messages; every rank of the group calls in step.
+// query head h reads kv head h / (NH/NKV); scale 1/√HS. Every rank of the
+// group calls in step. On CUDA over NCCL nothing waits on the host: the ring's
+// sends are ordered after the compute stream and the compute stream after
+// its receives (comm/nccl); host backends block on each ring step.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,9 @@ class RingAttention {
   // Sends `out` blocks to the next rank and receives as many from the
   // previous one into `in` (same sizes), tag base `tag`.
   absl::Status Rotate(const std::vector<Tensor>& out, const std::vector<Tensor>& in, int tag);
+  // A ring step must wait on the host for the stream: device blocks carried
+  // by a backend that does not order streams itself (every one but NCCL).
+  bool HostWaits() const { return exec_.is_cuda() && cp_ != nullptr && cp_->backend() != "nccl"; }
   comm::Communicator* cp_;
   int64_t B_, T_, Tl_, NH_, NKV_, HS_;
   int size_ = 1, rank_ = 0;

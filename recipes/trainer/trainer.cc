@@ -652,16 +652,20 @@ class RankRun {
     if (head.has_head()) {
       GTP_ASSIGN_OR_RETURN(sum, head.TakeLossSum());
     }
-    // The last pipeline stage holds the loss.
-    if (pp_->size() > 1) {
-      GTP_RETURN_IF_ERROR(comm::Run(pp_->Broadcast(&sum, 1, DType::kF32, pp_->size() - 1)));
+    return MeanOverHeadRanks(head.has_head(), sum, M);
+  }
+
+  // The world mean of a loss that only the ranks holding the LM head (the
+  // last pipeline stage) computed, as `sum` over `count` micro-batches: they
+  // add sum / count, the others 0, over the host world (host memory: the
+  // loss is a host scalar, never a buffer for the device communicators), and
+  // every data lane has world / PP of them.
+  absl::StatusOr<float> MeanOverHeadRanks(bool holds_head, float sum, int64_t count) {
+    float x = holds_head ? static_cast<float>(sum / count) : 0.0f;
+    if (host_.size() > 1) {
+      GTP_RETURN_IF_ERROR(comm::Run(host_.AllReduce(&x, &x, 1, DType::kF32, comm::ReduceOp::kSum)));
     }
-    // Every rank of a data lane holds its lane's loss, and lanes have equal
-    // ranks: the world mean is the mean over lanes.
-    float loss = static_cast<float>(sum / M);
-    GTP_RETURN_IF_ERROR(
-        comm::Run(host_.AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
-    return loss;
+    return x / static_cast<float>(host_.size() / pp_->size());
   }
 
   // train.sample_every: every rank puts its pieces of each global tensor
@@ -834,11 +838,7 @@ class RankRun {
     if (parts_.back()->has_head()) {
       GTP_ASSIGN_OR_RETURN(sum, parts_.back()->TakeLossSum());
     }
-    GTP_RETURN_IF_ERROR(comm::Run(pp_->Broadcast(&sum, 1, DType::kF32, P - 1)));
-    float loss = static_cast<float>(sum / n);
-    GTP_RETURN_IF_ERROR(
-        comm::Run(host_.AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
-    return loss;
+    return MeanOverHeadRanks(parts_.back()->has_head(), sum, n);
   }
 
   // with_tied_copies: a pipeline's head copy of wte is loaded, never saved.

@@ -12,16 +12,22 @@
 #   - everything ends within --limit seconds of the kill (no hang) and no
 #     process of the run is left behind.
 #
-#   rank_death_test.sh <train> <gtprun> [--trials N] [--seed S] [--limit SEC]
+#   rank_death_test.sh <train> <gtprun> [--trials N] [--seed S] [--limit SEC] [--set K=V,...]
 # The issue's 20 trials: bazel run ... -- --trials 20 (docs/RELIABILITY.md).
+# --set adds trainer overrides, e.g. the NCCL trial on the GPU machine (4 ranks
+# sharing one GPU through gtprun; NCCL names no dead peer, so the survivors
+# name it from the store's heartbeats, comm/store/liveness.h):
+#   rank_death_test.sh recipes_gpt_124m_train tools_gtprun_gtprun --trials 5 --limit 60 \
+#     --set train.device=cuda,model.n_embd=128,model.n_head=2,model.vocab_size=256,parallel.comm_timeout_s=30
 set -uo pipefail
 bin="$1" gtprun="$2"; shift 2
-trials=6 seed=$(( $(date +%s) % 100000 )) limit=20
+trials=6 seed=$(( $(date +%s) % 100000 )) limit=20 extra=""
 while (( $# )); do
   case "$1" in
     --trials) trials="$2"; shift 2 ;;
     --seed) seed="$2"; shift 2 ;;
     --limit) limit="$2"; shift 2 ;;
+    --set) extra=",$2"; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
@@ -29,7 +35,7 @@ tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 bin="$(realpath "$bin")" gtprun="$(realpath "$gtprun")"
 RANDOM=$seed
 echo "rank death: $trials trials, seed $seed, limit ${limit}s"
-small="model.n_layer=2,model.seq_len=32,train.micro_batch=2,train.global_batch=8,train.log_every=1,train.steps=400,train.eval_every=0,checkpoint.no_resume=true,checkpoint.every=0"
+small="model.n_layer=2,model.seq_len=32,train.micro_batch=2,train.global_batch=8,train.log_every=1,train.steps=400,train.eval_every=0,checkpoint.no_resume=true,checkpoint.every=0$extra"
 
 # pid of rank $2 among the children of gtprun (child of timeout $1), from
 # their environment.

@@ -148,8 +148,20 @@ launch() {
   ((ranks > 0)) && cmd=("$GTPRUN" --nproc "$ranks" --)
   cmd+=("$GTP_TRAIN" --config "$CONFIG" --noprogress "$@")
   if ((DRY)); then echo "RUN ${cmd[*]}"; return 0; fi
-  timeout -k 10 "$CELL_TIMEOUT" "${cmd[@]}" > "$log" 2>&1
+  local t0=$SECONDS rc=0
+  timeout -k 10 "$CELL_TIMEOUT" "${cmd[@]}" > "$log" 2>&1 || rc=$?
+  echo "nccl_parity: $(basename "$log" .log) ($prec) rc $rc in $((SECONDS - t0)) s"
+  return "$rc"
 }
+# Logs reach $OUT even when the script is stopped (a cell hung past the call's limit).
+save_logs() {
+  [[ -n "${OUT:-}" && -d "${WORK:-}" ]] || return 0
+  mkdir -p "$OUT/nccl_parity"
+  [[ -f "$WORK/table.md" ]] && cp "$WORK/table.md" "$OUT/nccl_parity/"
+  [[ -f "$TSV" ]] && cp "$TSV" "$OUT/nccl_parity/"
+  (cd "$WORK" && find . -name '*.log' -o -name metrics.jsonl | tar -czf "$OUT/nccl_parity/logs.tar.gz" -T -) || true
+}
+((DRY)) || trap 'save_logs' EXIT
 tail_reason() { grep -E 'error|Error|failed|FAILED' "$1" 2>/dev/null | tail -1 | tr '\t|' '  ' | cut -c1-160; }
 
 declare -A REF_DONE=() NOISE_TOL=() NOISE_MEAN_TOL=()
@@ -225,10 +237,5 @@ done
 rc=0
 "$PYTHON" "$ROOT/tools/bench/parity.py" "$TSV" | tee "$WORK/table.md" || rc=$?
 echo "nccl_parity: $N GPUs ($DEVICE); model L=$N_LAYER C=$N_EMBD NH=$N_HEAD T=$SEQ V=$VOCAB, micro-batch $MICRO, global batch $GLOBAL, data $DATA"
-if [[ -n "${OUT:-}" ]]; then
-  mkdir -p "$OUT/nccl_parity"
-  cp "$WORK/table.md" "$TSV" "$OUT/nccl_parity/"
-  (cd "$WORK" && find . -name '*.log' -o -name metrics.jsonl | tar -czf "$OUT/nccl_parity/logs.tar.gz" -T -)
-  echo "nccl_parity: table and logs in \$OUT/nccl_parity"
-fi
+[[ -n "${OUT:-}" ]] && echo "nccl_parity: table and logs in \$OUT/nccl_parity"
 exit "$rc"
