@@ -362,9 +362,22 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
   b->recompute_ = c.recompute;
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   if (kind == BlockKind::kMamba) {
-    if (c.sequence_parallel || c.recompute) {
+    if (c.sequence_parallel) {
       return absl::InvalidArgumentError(
-          name + ": Mamba layers with sequence parallelism or activation recompute are not built yet");
+          name + ": Mamba layers with sequence parallelism are not built yet "
+                 "(parallel.sequence_parallel=false)");
+    }
+    // Under CP each rank holds two non-contiguous chunks of every sequence;
+    // the scan and the causal conv would need the state and the halo passed
+    // between ranks in sequence order, which is not built: refused, not
+    // computed wrong.
+    if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get("cp"));
+      if (cp->size() > 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": Mamba layers under context parallelism (parallel.cp = ", cp->size(),
+            ") are not built yet: use parallel.cp=1 for a layer_pattern with M"));
+      }
     }
     b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
     mamba::MambaConfig mc = c.mamba;
@@ -429,10 +442,7 @@ absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
     Tensor h1 = ln1_->Forward(x);
     span.reset();
     if (mamba_) {
-      if (dir == Direction::kRecompute) {
-        return absl::UnimplementedError("activation recompute of Mamba layers is not built yet");
-      }
-      GTP_ASSIGN_OR_RETURN(a, mamba_->Forward(h1));
+      GTP_ASSIGN_OR_RETURN(a, mamba_->Forward(h1, dir));
     } else {
       GTP_ASSIGN_OR_RETURN(a, attn_->Forward(h1, dir));
     }

@@ -130,7 +130,7 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   return m;
 }
 
-absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h) {
+absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = exec_;
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
   if (h.rank() != 2 || h.dim(0) != N || h.dim(1) != c_.d_model || h.dtype() != c_.dtype) {
@@ -140,11 +140,11 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h) {
   }
   // The projections in the model dtype; everything up to out_proj in f32.
   const DType f32 = DType::kF32;
-  GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(Tensor xr, in_x_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(Tensor br, in_b_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(Tensor cr, in_c_->Forward(h));
-  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(h));
+  GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(h, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor xr, in_x_->Forward(h, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor br, in_b_->Forward(h, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor cr, in_c_->Forward(h, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(h, dir));
   z_ = As(e, z, f32);
   xr_ = As(e, xr, f32);
   br_ = As(e, br, f32);
@@ -174,7 +174,7 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h) {
   rstd_ = e.Empty({N, di_ / (c_.d_inner() / c_.n_groups)});
   ssm::GatedRmsNormForward(e, y_.View({N, di_}), z_, v.norm_w, yn, rstd_,
                            c_.d_inner() / c_.n_groups, c_.norm_eps);
-  return out_->Forward(As(e, yn, c_.dtype));
+  return out_->Forward(As(e, yn, c_.dtype), dir);
 }
 
 absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {

@@ -67,8 +67,11 @@ class MambaMixer {
   // h [B·T, d_model] (dtype) → [B·T, d_model] (dtype). Keeps activations
   // for Backward. Only enqueues on a CUDA exec (no host synchronisation,
   // so a CUDA graph can capture it), apart from the projections' and the
-  // TP collectives' own waits.
-  absl::StatusOr<Tensor> Forward(const Tensor& h);
+  // TP collectives' own waits. `dir` kRecompute: the same forward again
+  // right before Backward (activation recompute), its weights gathered on
+  // the chain's recompute slot; the kernels are deterministic, so the
+  // activations are bit-identical to the first forward's.
+  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
   // dout (dtype) → dh (=, dtype); parameter gradients (f32) accumulate.
   absl::StatusOr<Tensor> Backward(const Tensor& dout);
   void DropActivations();

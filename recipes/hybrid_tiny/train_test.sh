@@ -23,4 +23,17 @@ grep -q "resumed" "$tmp/resume.log" || { cat "$tmp/resume.log"; echo "did not re
 paste <(losses "$tmp/full/metrics.jsonl" | tail -6) <(losses "$tmp/cut/metrics.jsonl" | tail -6) |
   awk '{ d = $2 - $4; if (d < 0) d = -d; print; if ($1 != $3 || d > 1e-4 * $2) bad = 1 } END { exit bad }' ||
   { echo "resumed losses differ"; exit 1; }
+echo "== 3. layouts not built for Mamba layers are refused before the first step, by name"
+refused() {  # $1: what the error must say, rest: --set overrides
+  local want="$1"; shift
+  if "$bin" --run_dir "$tmp/refused" --set "$small,train.steps=2,checkpoint.no_resume=true,$1" > "$tmp/refused.log" 2>&1; then
+    cat "$tmp/refused.log"; echo "accepted: $1"; exit 1
+  fi
+  grep -q "$want" "$tmp/refused.log" || { cat "$tmp/refused.log"; echo "the error does not say '$want'"; exit 1; }
+  grep -q "step .*loss" "$tmp/refused.log" && { echo "trained a step before refusing: $1"; exit 1; }
+  return 0
+}
+refused "Mamba layers under context parallelism (parallel.cp = 2) are not built yet" \
+  "parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=1,parallel.cp=2"
+refused "Mamba layers with sequence parallelism are not built yet" "parallel.sequence_parallel=true"
 echo ok

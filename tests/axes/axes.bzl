@@ -79,19 +79,28 @@ def cp_matrix(name, layouts, backends = ["local", "ucx"]):
             )
 
 def hybrid_matrix(name, layouts, backends = ["local", "ucx"]):
-    """layouts: (tag, tp, gtp, dp, pp, pattern[, ep, egtp]) tuples: a hybrid
-    Mamba / attention / MLP (/ MoE with ep, egtp) stack of Megatron's layer
-    pattern (`|` splits the pipeline stages), 4 SGD steps; losses within
-    1e-5 of one rank, parameters within 5e-5 (the scan's exponential decays
-    amplify TP's other summation order: TP2 cells land 1.1e-5 – 3e-5 off
-    after 4 steps at lr 0.5, GTP-only cells within 1e-5)."""
+    """layouts: (tag, tp, gtp, dp, pp, pattern[, ep, egtp[, vpp, micro_batches]])
+    tuples: a hybrid Mamba / attention / MLP (/ MoE when ep·egtp > 1) stack
+    of Megatron's layer pattern (`|` splits the pipeline's virtual stages:
+    pp·vpp parts), 4 SGD steps; losses within 1e-5 of one rank, parameters
+    within 5e-5 (the scan's exponential decays amplify TP's other summation
+    order: TP2 cells land 1.1e-5 – 3e-5 off after 4 steps at lr 0.5, GTP-only
+    cells within 1e-5). Stages recompute their Mamba layers once a step has
+    several micro-batches."""
     for layout in layouts:
         tag, tp, gtp, dp, pp, pattern = layout[:6]
+        ep, egtp = (layout[6], layout[7]) if len(layout) > 6 else (1, 1)
+        vpp, mb = (layout[8], layout[9]) if len(layout) > 8 else (1, 1)
         base = "%s_%s_tp%d_gtp%d_dp%d_pp%d" % (name, tag, tp, gtp, dp, pp)
+        if vpp > 1:
+            base += "_vpp%d" % vpp
+        if mb > 1:
+            base += "_mb%d" % mb
         flags = ["--tp=%d" % tp, "--gtp=%d" % gtp, "--dp=%d" % dp, "--pp=%d" % pp,
+                 "--vpp=%d" % vpp, "--micro_batches=%d" % mb,
                  "--pattern=" + pattern, "--steps=4", "--param_tol=5e-5"]
-        if len(layout) > 6:
-            flags += ["--moe", "--ep=%d" % layout[6], "--egtp=%d" % layout[7]]
+        if ep * egtp > 1:
+            flags += ["--moe", "--ep=%d" % ep, "--egtp=%d" % egtp]
         for backend in backends:
             native.sh_test(
                 name = base + "_" + backend,
