@@ -336,12 +336,16 @@ class RankRun {
     pc.expert_tp_num_weight_shards = r_.parallel().expert_tp_num_weight_shards();
     pc.pp = r_.parallel().pp();
     pc.cp = r_.parallel().cp();
+    if (!r_.parallel().order().empty()) pc.order = r_.parallel().order();
+    if (!r_.parallel().expert_order().empty()) pc.expert_order = r_.parallel().expert_order();
     parallel::ModelFacts facts;
     facts.seq_length = r_.model().seq_len();
     facts.num_attention_heads = r_.model().n_head();
     if (r_.model().moe().num_experts() > 0) facts.num_experts = r_.model().moe().num_experts();
     GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world_, facts));
     pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
+    order_ = pc.order;  // as the groups were built (the banner shows it)
+    expert_order_ = pc.expert_order;
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs_->Get("data"));
     data_ = data;
     layers::GtpOptions gtp_options;
@@ -439,6 +443,12 @@ class RankRun {
                         (v / 100) % 100, ".", v % 100);
   }
 
+  // The dense grid's rank order as resolved (and the expert grid's, when
+  // the model has experts).
+  std::string RankOrder() const {
+    return has_moe() ? absl::StrCat(order_, ", experts ", expert_order_) : order_;
+  }
+
   void Banner() {
     const auto& m = r_.model();
     int64_t total = 0;
@@ -450,7 +460,8 @@ class RankRun {
       }
     }
     std::printf(
-        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d%s (data lanes %d) | SP %s | %s on %s%s%s\n"
+        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d%s (data lanes %d) | order %s | SP %s | "
+        "%s on %s%s%s\n"
         "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
         "(%.2fM on this rank)\n"
         "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
@@ -465,7 +476,7 @@ class RankRun {
                             r_.parallel().vpp() > 1 ? absl::StrCat(" (VPP ", r_.parallel().vpp(), ")") : "")
              : std::string()))
             .c_str(),
-        data_->size(),
+        data_->size(), RankOrder().c_str(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
         r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "",
         (AttentionNote() + (r_.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
@@ -1178,6 +1189,7 @@ class RankRun {
   std::unique_ptr<parallel::ProcessGroupCollection> sample_pgs_;
   std::unique_ptr<layers::GptModel> sample_model_;
   std::unique_ptr<pipeline::PipelineRunner> runner_;
+  std::string order_, expert_order_;  // the rank orders the groups were built with
   comm::Communicator* pp_ = nullptr;
   double bubble_ = 0;  // the last step's pipeline bubble (time blocked receiving / step)
   optimizer::ParamSet params_;
@@ -1276,9 +1288,17 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
     pc.tp = recipe.parallel().tp();
     pc.tp_num_weight_shards = recipe.parallel().tp_num_weight_shards();
     pc.sequence_parallel = recipe.parallel().sequence_parallel();
+    pc.ep = recipe.parallel().ep();
+    pc.etp = recipe.parallel().etp();
+    pc.expert_tp_num_weight_shards = recipe.parallel().expert_tp_num_weight_shards();
+    pc.pp = recipe.parallel().pp();
+    pc.cp = recipe.parallel().cp();
+    if (!recipe.parallel().order().empty()) pc.order = recipe.parallel().order();
+    if (!recipe.parallel().expert_order().empty()) pc.expert_order = recipe.parallel().expert_order();
     parallel::ModelFacts facts;
     facts.seq_length = recipe.model().seq_len();
     facts.num_attention_heads = recipe.model().n_head();
+    if (recipe.model().moe().num_experts() > 0) facts.num_experts = recipe.model().moe().num_experts();
     GTP_RETURN_IF_ERROR(pc.Resolve(world, facts).status());
     std::unique_ptr<data::GptDataset> t, v;
     GTP_RETURN_IF_ERROR(MakeDatasets(recipe, &t, &v));
