@@ -362,11 +362,6 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
   b->recompute_ = c.recompute;
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   if (kind == BlockKind::kMamba) {
-    if (c.sequence_parallel) {
-      return absl::InvalidArgumentError(
-          name + ": Mamba layers with sequence parallelism are not built yet "
-                 "(parallel.sequence_parallel=false)");
-    }
     // Under CP each rank holds two non-contiguous chunks of every sequence;
     // the scan and the causal conv would need the state and the halo passed
     // between ranks in sequence order, which is not built: refused, not
@@ -386,6 +381,7 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
     mc.init_std = c.init_std;
     mc.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
     mc.dtype = c.dtype;
+    mc.sequence_parallel = c.sequence_parallel;
     GTP_ASSIGN_OR_RETURN(b->mamba_, mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain));
     return b;
   }

@@ -37,9 +37,10 @@ ReplicatedParam ByHead(const kernels::Exec& e, const std::string& name, int64_t 
 }
 
 LinearConfig Lin(const std::string& name, int64_t in, int64_t out, float std, uint64_t seed,
-                 bool caller_reduces, DType dtype) {
+                 bool caller_reduces, DType dtype, bool sequence_parallel = false) {
   LinearConfig l{name, in, out};
   l.bias = false;
+  l.sequence_parallel = sequence_parallel;
   l.init_std = std;
   l.seed = seed;
   l.caller_reduces_input_grad = caller_reduces;
@@ -82,6 +83,11 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   }
   m->B_ = B;
   m->T_ = T;
+  m->sp_ = c.sequence_parallel && tp > 1;
+  if (m->sp_ && (B * T) % tp != 0) {
+    return Bad(name, absl::StrCat("sequence parallelism needs B·T = ", B * T,
+                                  " rows divisible by TP = ", tp));
+  }
   m->di_ = Di / tp;
   m->h_ = H / tp;
   m->g_ = G / tp;
@@ -96,8 +102,10 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   GTP_ASSIGN_OR_RETURN(m->in_b_, in_proj("B", G * Ns));
   GTP_ASSIGN_OR_RETURN(m->in_c_, in_proj("C", G * Ns));
   GTP_ASSIGN_OR_RETURN(m->in_dt_, in_proj("dt", H));
+  // Under SP out_proj reduce-scatters its output rows (and gathers dout back).
   GTP_ASSIGN_OR_RETURN(m->out_, RowParallelLinear::Create(Lin(name + ".out_proj", Di, c.d_model,
-                                                              c.out_std, c.seed, false, c.dtype),
+                                                              c.out_std, c.seed, false, c.dtype,
+                                                              m->sp_),
                                                           pgs, chain));
   const kernels::Exec& e = m->exec_;
   // Conv filters ~ U(−1/√K, 1/√K), zero biases; by global channel.
@@ -133,18 +141,24 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
 absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = exec_;
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
-  if (h.rank() != 2 || h.dim(0) != N || h.dim(1) != c_.d_model || h.dtype() != c_.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("mamba mixer input must be [", N, ", ",
+  const int64_t rows = sp_ ? N / tp_->size() : N;
+  if (h.rank() != 2 || h.dim(0) != rows || h.dim(1) != c_.d_model || h.dtype() != c_.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("mamba mixer input must be [", rows, ", ",
                                                    c_.d_model, "] ", DTypeName(c_.dtype),
                                                    ", got ", h.ToString()));
   }
+  // Sequence parallelism: every TP rank's rows, in order (whole sequences).
+  Tensor hin = h;
+  if (sp_) {
+    GTP_ASSIGN_OR_RETURN(hin, AllGatherRows(e, *tp_, h));
+  }
   // The projections in the model dtype; everything up to out_proj in f32.
   const DType f32 = DType::kF32;
-  GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(h, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor xr, in_x_->Forward(h, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor br, in_b_->Forward(h, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor cr, in_c_->Forward(h, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(h, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor xr, in_x_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor br, in_b_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor cr, in_c_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(hin, dir));
   z_ = As(e, z, f32);
   xr_ = As(e, xr, f32);
   br_ = As(e, br, f32);
@@ -212,7 +226,10 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh).status());
   GTP_RETURN_IF_ERROR(in_z_->Backward(As(e, dz, dt), dh).status());
   DropActivations();
-  GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, dh));  // the TP ranks' partial input gradients
+  // The TP ranks' partial input gradients: summed, or under SP summed and
+  // scattered back to each rank's rows.
+  if (sp_) return ReduceScatterRows(e, *tp_, dh);
+  GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, dh));
   return dh;
 }
 

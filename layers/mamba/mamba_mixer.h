@@ -50,6 +50,11 @@ struct MambaConfig {
   float out_std = 0.02f;
   uint64_t seed = 0;
   DType dtype = DType::kF32;  // f32, or bf16 (mixed precision, above)
+  // Sequence parallelism: the mixer's input and output are this TP rank's
+  // rows of [B·T] ([B·T/TP, d_model]); the rows are gathered before in_proj
+  // and out_proj reduce-scatters them back (the scan runs on whole sequences,
+  // its heads split over TP as without SP).
+  bool sequence_parallel = false;
 
   int64_t d_inner() const { return expand * d_model; }
   int64_t n_heads() const { return d_inner() / head_dim; }
@@ -64,7 +69,8 @@ class MambaMixer {
                                                             int64_t T,
                                                             const parallel::ProcessGroupCollection& pgs,
                                                             GtpChain* chain);
-  // h [B·T, d_model] (dtype) → [B·T, d_model] (dtype). Keeps activations
+  // h [B·T, d_model] (dtype) → [B·T, d_model] (dtype) ([B·T/TP, d_model]
+  // each under sequence parallelism). Keeps activations
   // for Backward. Only enqueues on a CUDA exec (no host synchronisation,
   // so a CUDA graph can capture it), apart from the projections' and the
   // TP collectives' own waits. `dir` kRecompute: the same forward again
@@ -83,6 +89,7 @@ class MambaMixer {
   kernels::Exec exec_;
   comm::Communicator* tp_ = nullptr;
   int64_t B_ = 0, T_ = 0, di_ = 0, h_ = 0, g_ = 0;  // TP-local d_inner, heads, groups
+  bool sp_ = false;  // sequence parallel (TP > 1)
   std::unique_ptr<ColumnParallelLinear> in_z_, in_x_, in_b_, in_c_, in_dt_;
   std::unique_ptr<RowParallelLinear> out_;
   ReplicatedParam conv_x_w_, conv_x_b_, conv_b_w_, conv_b_b_, conv_c_w_, conv_c_b_;

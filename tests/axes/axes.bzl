@@ -101,6 +101,8 @@ def hybrid_matrix(name, layouts, backends = ["local", "ucx"]):
                  "--pattern=" + pattern, "--steps=4", "--param_tol=5e-5"]
         if ep * egtp > 1:
             flags += ["--moe", "--ep=%d" % ep, "--egtp=%d" % egtp]
+        if tag == "sp":  # sequence parallelism (Mamba layers gather rows before in_proj)
+            flags.append("--sp")
         for backend in backends:
             native.sh_test(
                 name = base + "_" + backend,
