@@ -83,6 +83,31 @@ std::atomic<bool> g_stopped_by_signal{false};
 
 }  // namespace
 
+// The recipe's layout as the process-group builder takes it (the one
+// translation: start-up checks and the run use it alike).
+parallel::ParallelConfig ParallelConfigOf(const proto::Recipe& r) {
+  parallel::ParallelConfig pc;
+  pc.tp = r.parallel().tp();
+  pc.tp_num_weight_shards = r.parallel().tp_num_weight_shards();
+  pc.sequence_parallel = r.parallel().sequence_parallel();
+  pc.ep = r.parallel().ep();
+  pc.etp = r.parallel().etp();
+  pc.expert_tp_num_weight_shards = r.parallel().expert_tp_num_weight_shards();
+  pc.pp = r.parallel().pp();
+  pc.cp = r.parallel().cp();
+  if (!r.parallel().order().empty()) pc.order = r.parallel().order();
+  if (!r.parallel().expert_order().empty()) pc.expert_order = r.parallel().expert_order();
+  return pc;
+}
+
+parallel::ModelFacts ModelFactsOf(const proto::Recipe& r) {
+  parallel::ModelFacts facts;
+  facts.seq_length = r.model().seq_len();
+  facts.num_attention_heads = r.model().n_head();
+  if (r.model().moe().num_experts() > 0) facts.num_experts = r.model().moe().num_experts();
+  return facts;
+}
+
 layers::GptConfig ModelConfig(const proto::Recipe& r) {
   const auto& m = r.model();
   layers::GptConfig c = layers::GptConfig::Gpt2(m.vocab_size(), m.seq_len(), m.n_layer(),
@@ -327,22 +352,8 @@ class RankRun {
   bool rank0() const { return world_.rank() == 0; }
 
   absl::Status Setup() {
-    parallel::ParallelConfig pc;
-    pc.tp = r_.parallel().tp();
-    pc.tp_num_weight_shards = r_.parallel().tp_num_weight_shards();
-    pc.sequence_parallel = r_.parallel().sequence_parallel();
-    pc.ep = r_.parallel().ep();
-    pc.etp = r_.parallel().etp();
-    pc.expert_tp_num_weight_shards = r_.parallel().expert_tp_num_weight_shards();
-    pc.pp = r_.parallel().pp();
-    pc.cp = r_.parallel().cp();
-    if (!r_.parallel().order().empty()) pc.order = r_.parallel().order();
-    if (!r_.parallel().expert_order().empty()) pc.expert_order = r_.parallel().expert_order();
-    parallel::ModelFacts facts;
-    facts.seq_length = r_.model().seq_len();
-    facts.num_attention_heads = r_.model().n_head();
-    if (r_.model().moe().num_experts() > 0) facts.num_experts = r_.model().moe().num_experts();
-    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world_, facts));
+    const parallel::ParallelConfig pc = ParallelConfigOf(r_);
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world_, ModelFactsOf(r_)));
     pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
     order_ = pc.order;  // as the groups were built (the banner shows it)
     expert_order_ = pc.expert_order;
@@ -1284,22 +1295,8 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
       }
       world = env.world_size;
     }
-    parallel::ParallelConfig pc;
-    pc.tp = recipe.parallel().tp();
-    pc.tp_num_weight_shards = recipe.parallel().tp_num_weight_shards();
-    pc.sequence_parallel = recipe.parallel().sequence_parallel();
-    pc.ep = recipe.parallel().ep();
-    pc.etp = recipe.parallel().etp();
-    pc.expert_tp_num_weight_shards = recipe.parallel().expert_tp_num_weight_shards();
-    pc.pp = recipe.parallel().pp();
-    pc.cp = recipe.parallel().cp();
-    if (!recipe.parallel().order().empty()) pc.order = recipe.parallel().order();
-    if (!recipe.parallel().expert_order().empty()) pc.expert_order = recipe.parallel().expert_order();
-    parallel::ModelFacts facts;
-    facts.seq_length = recipe.model().seq_len();
-    facts.num_attention_heads = recipe.model().n_head();
-    if (recipe.model().moe().num_experts() > 0) facts.num_experts = recipe.model().moe().num_experts();
-    GTP_RETURN_IF_ERROR(pc.Resolve(world, facts).status());
+    // The whole layout, checked before the run directory exists.
+    GTP_RETURN_IF_ERROR(ParallelConfigOf(recipe).Resolve(world, ModelFactsOf(recipe)).status());
     std::unique_ptr<data::GptDataset> t, v;
     GTP_RETURN_IF_ERROR(MakeDatasets(recipe, &t, &v));
     // An init_from that is not there fails before the run directory exists
