@@ -274,7 +274,10 @@ bool Check(const std::string& name, int rank, const RankResult& got, const RankR
     }
     held_total += held;
     const double rel = std::sqrt(num / std::max(den, 1e-30));
-    if (!finite || held == 0 || rel > absl::GetFlag(FLAGS_param_tol)) {
+    // A rank may hold none of a small tensor (its GTP shard is all padding:
+    // a 4-row dt projection over TP2·GTP4); that every element is held by
+    // some rank is checked across ranks below ("held by no rank").
+    if (!finite || rel > absl::GetFlag(FLAGS_param_tol)) {
       std::printf("%s rank %d: parameter %s after %zu steps: %lld elements held, rel. error %.3g%s\n",
                   name.c_str(), rank, pname.c_str(), ref.losses.size(),
                   static_cast<long long>(held), rel, finite ? "" : " (not finite)");
