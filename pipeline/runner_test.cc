@@ -66,6 +66,15 @@ double MeasuredBubble(int P, int vpp, int M, double f_ms) {
   return sum / P;
 }
 
+TEST(PipelineRunner, InterleavingOverNcclIsRefusedByName) {
+  EXPECT_TRUE(CheckPointToPointOrder("nccl", 1).ok());
+  EXPECT_TRUE(CheckPointToPointOrder("ucx", 2).ok());
+  EXPECT_TRUE(CheckPointToPointOrder("local", 3).ok());
+  const absl::Status st = CheckPointToPointOrder("nccl", 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("parallel.vpp = 2"), absl::string_view::npos) << st;
+}
+
 TEST(PipelineRunner, OneF1BBubbleIsTheClosedForm) {
   for (auto [P, M] : {std::pair{2, 4}, std::pair{4, 8}}) {
     const double want = (P - 1.0) / (M + P - 1.0);
