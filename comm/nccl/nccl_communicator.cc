@@ -1,6 +1,8 @@
 #include "comm/nccl/nccl_communicator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -211,6 +213,11 @@ class State {
     }
     watchdog_.join();
     if (diagnosis_.joinable()) diagnosis_.join();
+    {
+      absl::MutexLock l(&reaper_mu_);
+      reaper_stop_ = true;
+    }
+    if (reaper_.joinable()) reaper_.join();
     if (aborted_) return;
     // Let queued work finish (bounded), then free the communicator.
     cudaSetDevice(device_);
@@ -399,6 +406,11 @@ class State {
   absl::Status FailLocked(absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wd_mu_) {
     if (failure_.ok()) {
       failure_ = st;
+      if (options_.exit_after_failure > absl::ZeroDuration() && !reaper_.joinable()) {
+        // Its own lock and a copy of the message: it must act even when the
+        // abort below never returns.
+        reaper_ = std::thread([this, what = st.ToString()] { Reap(what); });
+      }
       if (liveness_ && !diagnosis_.joinable()) {
         diagnosing_ = true;
         diagnosis_ = std::thread([this] {
@@ -441,6 +453,24 @@ class State {
     }
   }
 
+  // The exit_after_failure guard (NcclOptions): unless the communicator is
+  // destroyed first, ends the process once the grace period has passed.
+  void Reap(const std::string& what) {
+    {
+      absl::MutexLock l(&reaper_mu_);
+      if (reaper_mu_.AwaitWithTimeout(absl::Condition(&reaper_stop_), options_.exit_after_failure)) {
+        return;
+      }
+    }
+    std::string who = liveness_ ? liveness_->Diagnose() : std::string("no heartbeats to tell who");
+    std::fprintf(stderr,
+                 "error: %s; %s (this rank was still blocked %s after the failure: exiting)\n",
+                 what.c_str(), who.c_str(), absl::FormatDuration(options_.exit_after_failure).c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+
   struct Pending {
     std::shared_ptr<Done> done;
     absl::Time start;
@@ -471,6 +501,9 @@ class State {
   bool diagnosing_ ABSL_GUARDED_BY(wd_mu_) = false;
   std::thread watchdog_;
   std::thread diagnosis_;
+  absl::Mutex reaper_mu_;
+  bool reaper_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  std::thread reaper_;
 };
 
 class NcclWork : public Work {

@@ -43,6 +43,15 @@ struct NcclOptions {
   // Limit for the unique-id exchange and ncclCommInitRank.
   absl::Duration connect_timeout = absl::Seconds(60);
   std::string store_prefix = "gtp/nccl";
+  // After a failure a rank is expected to end (the trainer reports the error
+  // and exits), but a thread that waits in CUDA for a collective whose peer
+  // died may stay blocked even after the abort (seen on one H200: survivors
+  // of a SIGKILLed rank hung past the timeout). When set (> 0), a rank still
+  // alive this long after its communicator failed prints the error, with the
+  // rank the heartbeats name as gone, and exits with status 1 (as PyTorch's
+  // NCCL watchdog tears a process down). 0: never (tests that go on after a
+  // failure).
+  absl::Duration exit_after_failure = absl::ZeroDuration();
 };
 
 // Creates this rank's communicator on CUDA `device`. Rank 0 makes the NCCL

@@ -1364,6 +1364,8 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
       if (const absl::Duration t = CommTimeout(recipe); t > absl::ZeroDuration()) {
         nccl_options.timeout = ucx_options.timeout = t;
       }
+      // A rank whose collectives failed must not hang in CUDA behind them.
+      nccl_options.exit_after_failure = absl::Seconds(10);
       GTP_ASSIGN_OR_RETURN(auto world, comm::CreateNcclWorld(store, env.rank, env.world_size,
                                                              device, stream.get(), nccl_options));
       GTP_ASSIGN_OR_RETURN(auto host,
