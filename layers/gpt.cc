@@ -110,7 +110,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
       return Bad(absl::StrCat("context parallelism needs the sequence length ", T,
                               " divisible by 2·CP = ", 2 * m->cp_));
     }
-    if (c.block.moe.enabled()) return Bad("MoE with context parallelism is not built yet");
+    if (c.block.moe.enabled()) {
+      return Bad(absl::StrCat("MoE layers under context parallelism (parallel.cp = ", m->cp_,
+                              ") are not built yet: use parallel.cp=1 with model.moe"));
+    }
   }
   T /= m->cp_;
   m->T_ = T;
