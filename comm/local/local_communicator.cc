@@ -119,10 +119,11 @@ struct P2P {
 class Group : public std::enable_shared_from_this<Group> {
  public:
   Group(std::string name, int size, absl::Duration timeout,
-        std::shared_ptr<ProgressThread> progress)
+        std::shared_ptr<ProgressThread> progress, bool pair_by_order = false)
       : name_(std::move(name)),
         size_(size),
         timeout_(timeout),
+        pair_by_order_(pair_by_order),
         progress_(std::move(progress)),
         departed_(size, 0),
         p2p_running_(size, 0) {}
@@ -233,7 +234,7 @@ class Group : public std::enable_shared_from_this<Group> {
           "group ", name_, " (local): ", is_send ? "send to" : "recv from", " rank ", peer,
           ": that rank has left the group")));
     }
-    auto key = std::make_tuple(op->src, op->dst, tag);
+    auto key = std::make_tuple(op->src, op->dst, pair_by_order_ ? 0 : tag);
     auto& other = is_send ? recvs_[key] : sends_[key];
     if (other.empty()) {
       (is_send ? sends_[key] : recvs_[key]).push_back(op);
@@ -357,6 +358,7 @@ class Group : public std::enable_shared_from_this<Group> {
   const std::string name_;
   const int size_;
   const absl::Duration timeout_;
+  const bool pair_by_order_;  // LocalOptions::p2p_pair_by_order
   const std::shared_ptr<ProgressThread> progress_;
   absl::Mutex mu_;
   absl::CondVar cv_;
@@ -454,7 +456,7 @@ absl::Status Group::Execute(Slot& slot) {
       for (const auto& g : a[0].groups) {
         slot.children.push_back(
             std::make_shared<Group>(internal::SubGroupName(a[0].name, g), g.size(), timeout_,
-                                    progress_));
+                                    progress_, pair_by_order_));
       }
       return absl::OkStatus();
     }
@@ -629,7 +631,7 @@ class LocalCommunicator : public Communicator {
 std::vector<std::unique_ptr<Communicator>> CreateLocalWorld(int size, const LocalOptions& options) {
   GTP_CHECK(size >= 1, "local world size must be >= 1, got ", size);
   auto group = std::make_shared<Group>(options.name, size, options.timeout,
-                                       std::make_shared<ProgressThread>());
+                                       std::make_shared<ProgressThread>(), options.p2p_pair_by_order);
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < size; ++r) out.push_back(std::make_unique<LocalCommunicator>(group, r));
   return out;

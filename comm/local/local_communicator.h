@@ -43,6 +43,11 @@ struct LocalOptions {
   std::string name = "world";
   // Default wait for peers (Communicator::timeout()).
   absl::Duration timeout = absl::Seconds(30);
+  // Pair point-to-point messages the way NCCL does: per (sender, receiver)
+  // in the order posted, tags ignored (counts and dtypes still checked). A
+  // CPU model for code that must also run over NCCL; off: by tag (the
+  // Communicator contract). Sub-groups inherit it.
+  bool p2p_pair_by_order = false;
 };
 
 // Creates `size` communicators sharing one group; element r is rank r. Each

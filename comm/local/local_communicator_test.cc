@@ -64,6 +64,34 @@ LocalOptions Short(absl::Duration t = absl::Milliseconds(300)) {
   return o;
 }
 
+// By tag (the contract) a receive gets the send with its tag; with
+// p2p_pair_by_order (NCCL's rule) it gets the sender's next message whatever
+// its tag. Rank 0 sends tag 1 then tag 2; rank 1 receives tag 2 first.
+TEST(LocalCommunicator, PairsPointToPointByTagOrByOrder) {
+  for (bool by_order : {false, true}) {
+    LocalOptions o;
+    o.p2p_pair_by_order = by_order;
+    float got_first = 0, got_second = 0;
+    absl::Status st = RunRanks(
+        2,
+        [&](Communicator& c) -> absl::Status {
+          if (c.rank() == 0) {
+            float a = 1.0f, b = 2.0f;
+            GTP_ASSIGN_OR_RETURN(WorkPtr w1, c.Send(&a, 1, DType::kF32, 1, /*tag=*/1));
+            GTP_ASSIGN_OR_RETURN(WorkPtr w2, c.Send(&b, 1, DType::kF32, 1, /*tag=*/2));
+            GTP_RETURN_IF_ERROR(w1->Wait());
+            return w2->Wait();
+          }
+          GTP_RETURN_IF_ERROR(comm::Run(c.Recv(&got_first, 1, DType::kF32, 0, /*tag=*/2)));
+          return comm::Run(c.Recv(&got_second, 1, DType::kF32, 0, /*tag=*/1));
+        },
+        o);
+    ASSERT_TRUE(st.ok()) << st;
+    EXPECT_EQ(got_first, by_order ? 1.0f : 2.0f) << "by_order " << by_order;
+    EXPECT_EQ(got_second, by_order ? 2.0f : 1.0f) << "by_order " << by_order;
+  }
+}
+
 TEST(LocalCommunicator, ReportsIdentity) {
   auto comms = CreateLocalWorld(3, Short());
   ASSERT_EQ(comms.size(), 3u);

@@ -44,6 +44,9 @@ ABSL_FLAG(int, pp, 1, "pipeline stages");
 ABSL_FLAG(int, cp, 1, "context-parallel size (sequences split over CP ranks)");
 ABSL_FLAG(int, vpp, 1, "virtual stages (model chunks) per pipeline rank");
 ABSL_FLAG(int, micro_batches, 1, "micro-batches per step (the single-rank run takes the same)");
+ABSL_FLAG(bool, p2p_pair_by_order, false,
+          "threads only: pair point-to-point messages by order, not tag, as NCCL does "
+          "(comm/local LocalOptions::p2p_pair_by_order)");
 ABSL_FLAG(int, layers, 2, "transformer layers");
 ABSL_FLAG(double, param_tol, 1e-5, "relative tolerance of the parameters after the steps");
 ABSL_FLAG(std::string, pattern, "",
@@ -338,9 +341,10 @@ int Main() {
   } else {
     const int world = tp * gtp * dp * k.pp * k.cp;
     std::vector<RankResult> got(world);
-    st = comm::RunRanks(world, [&](comm::Communicator& w) {
-      return Train(w, k, &got[w.rank()]);
-    });
+    comm::LocalOptions lo;
+    lo.p2p_pair_by_order = absl::GetFlag(FLAGS_p2p_pair_by_order);
+    st = comm::RunRanks(
+        world, [&](comm::Communicator& w) { return Train(w, k, &got[w.rank()]); }, lo);
     if (st.ok()) {
       for (int r = 0; r < world; ++r) ok &= Check(name, r, got[r], ref, k.pp > 1);
       // Every parameter is held (and so checked) somewhere.
