@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build here, run on the GPU machine (../shared/TOOLCHAIN.md).
+# Build here, run on the GPU machine (CUDA 13, NCCL 2.28 and the GPU there; nothing of ours installed).
 #
 #   tools/gpu.sh bundle [TARGET...]   (here) build the targets (default: every
 #                                     test tagged `gpu` plus //tools/bench/...

@@ -34,7 +34,7 @@ fi
 
 if [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "setup: WARNING: /usr/local/cuda/bin/nvcc not found; CUDA sources will not build." >&2
-  echo "setup: install CUDA 13.0 under /usr/local/cuda (see ../shared/TOOLCHAIN.md)." >&2
+  echo "setup: install CUDA 13.0 under /usr/local/cuda (the CUDA 13.0 toolkit: nvcc, cuBLAS, cuDNN 9, NCCL 2.28)." >&2
   exit 1
 fi
 echo "setup: ok ($(bazel --version 2>/dev/null || echo bazel), $(/usr/local/cuda/bin/nvcc --version | tail -1))"
