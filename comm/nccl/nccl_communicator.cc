@@ -14,6 +14,7 @@
 #include "comm/env/launch_env.h"
 #include "comm/internal/ops.h"
 #include "comm/nccl/accumulate_kernels.h"
+#include "comm/nccl/internal/nccl_calls.h"
 #include "comm/store/liveness.h"
 #include "comm/store/tcp_store.h"
 #include "core/cuda_runtime.h"
@@ -21,109 +22,17 @@
 
 namespace gtp::comm {
 
-absl::Status NcclStatus(ncclResult_t r, const std::string& what) {
-  if (r == ncclSuccess) return absl::OkStatus();
-  std::string msg = absl::StrCat(what, ": NCCL error ", static_cast<int>(r), " (",
-                                 ncclGetErrorString(r), ")");
-  switch (r) {
-    case ncclInvalidArgument: case ncclInvalidUsage: return absl::InvalidArgumentError(msg);
-    case ncclRemoteError: return absl::UnavailableError(msg);
-    case ncclInProgress: return absl::UnavailableError(msg + " still in progress");
-    default: return absl::InternalError(msg);
-  }
-}
-
 namespace {
 
 using internal::OpDesc;
 using internal::OpKind;
-
-ncclDataType_t NcclType(DType d) {
-  switch (d) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    default: return ncclUint8;  // fp8 and raw bytes travel as bytes
-  }
-}
-
-ncclRedOp_t NcclOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
-    default: return ncclSum;
-  }
-}
-
-// Polls a non-blocking communicator until the last call settled.
-absl::Status Settle(ncclComm_t comm, ncclResult_t r, absl::Time deadline, const std::string& what) {
-  if (r == ncclSuccess) return absl::OkStatus();  // blocking communicators
-  if (r != ncclInProgress) return NcclStatus(r, what);
-  for (;;) {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t q = ncclCommGetAsyncError(comm, &state);
-    if (q != ncclSuccess) return NcclStatus(q, what);
-    if (state == ncclSuccess) return absl::OkStatus();
-    if (state != ncclInProgress) return NcclStatus(state, what);
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, ": did not settle in time"));
-    }
-    std::this_thread::yield();
-  }
-}
-
-absl::Status Cuda(cudaError_t e, const char* what) { return CudaStatus(e, what); }
-
-// Widen -> NCCL in f32 -> narrow, on `stream`; `settle` settles NCCL calls.
-absl::Status F32Accumulate(bool reduce_scatter, ncclComm_t comm, int nranks, const void* send,
-                           void* recv, int64_t count, DType dtype, ReduceOp op, cudaStream_t stream,
-                           const std::function<absl::Status(ncclResult_t)>& settle) {
-  if (dtype != DType::kBF16 && dtype != DType::kF16) {
-    return absl::InvalidArgumentError("f32 accumulation is for bf16 and f16");
-  }
-  if (op != ReduceOp::kSum && op != ReduceOp::kMean) {
-    return absl::InvalidArgumentError("f32 accumulation is for sum and mean");
-  }
-  if (count == 0) return absl::OkStatus();
-  const int64_t in = reduce_scatter ? nranks * count : count;
-  float* scratch = nullptr;
-  GTP_RETURN_IF_ERROR(Cuda(cudaMallocAsync(reinterpret_cast<void**>(&scratch),
-                                           (in + count) * sizeof(float), stream),
-                           "cudaMallocAsync"));
-  float* out = scratch + in;
-  absl::Status st = Cuda(nccl_internal::LaunchWiden(dtype, send, scratch, in, stream), "widen");
-  if (st.ok()) {
-    st = settle(reduce_scatter
-                    ? ncclReduceScatter(scratch, out, count, ncclFloat32, ncclSum, comm, stream)
-                    : ncclAllReduce(scratch, out, count, ncclFloat32, ncclSum, comm, stream));
-  }
-  if (st.ok()) {
-    st = Cuda(nccl_internal::LaunchNarrow(dtype, out, recv, count,
-                                          op == ReduceOp::kMean ? nranks : 1, stream),
-              "narrow");
-  }
-  absl::Status freed = Cuda(cudaFreeAsync(scratch, stream), "cudaFreeAsync");
-  return st.ok() ? freed : st;
-}
-
-// internal::CheckBuffer, and the memory must be the device's: NCCL reads and
-// writes through the GPU, so a host pointer (a scalar on the stack, say) is
-// refused here, by name, instead of failing or hanging inside a kernel.
-absl::Status CheckDeviceBuffer(int64_t count, const void* p, const char* what) {
-  GTP_RETURN_IF_ERROR(internal::CheckBuffer(count, p, what));
-  if (count == 0 || p == nullptr) return absl::OkStatus();
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();  // clear it: an unknown pointer is host memory
-    a.type = cudaMemoryTypeUnregistered;
-  }
-  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " is host memory; the NCCL backend moves device memory (send host values through a "
-            "host backend, e.g. the trainer's UCX world)"));
-}
+using nccl_internal::CheckDeviceBuffer;
+using nccl_internal::Cuda;
+using nccl_internal::F32Accumulate;
+using nccl_internal::NcclOp;
+using nccl_internal::NcclType;
+using nccl_internal::Settle;
+using nccl_internal::WithTimeout;
 
 // A completion event, shared by a Work and the watchdog.
 struct Done {
@@ -151,41 +60,6 @@ struct Batch {
   std::vector<P2PItem> items;
   std::shared_ptr<Done> done;  // set once launched
 };
-
-// Runs `fn` on a helper thread and waits at most `timeout` for it. On
-// timeout `on_timeout` runs (it should unblock fn, e.g. by aborting the
-// communicator fn uses) and the helper is waited for another second, then
-// left behind (detached) if still stuck.
-absl::Status WithTimeout(const std::function<absl::Status()>& fn, absl::Duration timeout,
-                         const std::function<void()>& on_timeout, const std::string& what) {
-  struct Shared {
-    absl::Mutex mu;
-    bool done = false;
-    absl::Status status;
-  };
-  auto sh = std::make_shared<Shared>();
-  std::thread t([sh, fn] {
-    absl::Status st = fn();
-    absl::MutexLock l(&sh->mu);
-    sh->status = st;
-    sh->done = true;
-  });
-  absl::MutexLock l(&sh->mu);
-  if (sh->mu.AwaitWithTimeout(absl::Condition(&sh->done), timeout)) {
-    t.join();
-    return sh->status;
-  }
-  sh->mu.Unlock();
-  if (on_timeout) on_timeout();
-  sh->mu.Lock();
-  if (sh->mu.AwaitWithTimeout(absl::Condition(&sh->done), absl::Seconds(1))) {
-    t.join();
-  } else {
-    t.detach();
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat(what, " did not complete within ", absl::FormatDuration(timeout)));
-}
 
 // Everything a communicator, its Works and its watchdog share.
 //
@@ -881,21 +755,6 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValue
 }
 
 }  // namespace
-
-absl::Status ReduceScatterF32Accumulate(ncclComm_t comm, int nranks, const void* send, void* recv,
-                                        int64_t count, DType dtype, ReduceOp op,
-                                        cudaStream_t stream) {
-  return F32Accumulate(true, comm, nranks, send, recv, count, dtype, op, stream, [&](ncclResult_t r) {
-    return Settle(comm, r, absl::Now() + absl::Seconds(60), "ncclReduceScatter");
-  });
-}
-
-absl::Status AllReduceF32Accumulate(ncclComm_t comm, int nranks, const void* send, void* recv,
-                                    int64_t count, DType dtype, ReduceOp op, cudaStream_t stream) {
-  return F32Accumulate(false, comm, nranks, send, recv, count, dtype, op, stream, [&](ncclResult_t r) {
-    return Settle(comm, r, absl::Now() + absl::Seconds(60), "ncclAllReduce");
-  });
-}
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclWorld(std::shared_ptr<KeyValueStore> store,
                                                               int rank, int size, int device,
