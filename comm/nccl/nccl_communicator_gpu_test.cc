@@ -126,17 +126,28 @@ int RunRank(const std::string& scenario) {
     if (CudaDeviceCount() < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs";   \
   } while (0)
 
+// An NCCL world of one rank on GPU 0 (the stream outlives the communicator).
+struct OneRank {
+  Stream compute;
+  std::unique_ptr<Communicator> world;
+};
+absl::StatusOr<OneRank> OneRankWorld() {
+  GTP_ASSIGN_OR_RETURN(Stream compute, Stream::Create(0));
+  GTP_ASSIGN_OR_RETURN(auto world,
+                       CreateNcclWorld(std::make_shared<InMemoryStore>(), 0, 1, 0, compute.get()));
+  return OneRank{std::move(compute), std::move(world)};
+}
+
 TEST(NcclCommunicator, ConformanceOnOneRank) {
   REQUIRE_GPUS(1);
-  auto compute = Stream::Create(0);
-  ASSERT_TRUE(compute.ok()) << compute.status();
-  auto world = CreateNcclWorld(std::make_shared<InMemoryStore>(), 0, 1, 0, compute->get());
-  ASSERT_TRUE(world.ok()) << world.status();
-  EXPECT_EQ((*world)->backend(), "nccl");
+  auto one = OneRankWorld();
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto& world = one->world;
+  EXPECT_EQ(world->backend(), "nccl");
   CudaMemory mem;
   testing::ConformanceOptions o;
   o.memory = &mem;
-  absl::Status st = testing::RunConformance(**world, o);
+  absl::Status st = testing::RunConformance(*world, o);
   EXPECT_TRUE(st.ok()) << st;
 }
 
@@ -233,21 +244,20 @@ TEST(NcclFaults, RankThatNeverJoinsTimesOut) {
 // name before anything is enqueued.
 TEST(NcclCommunicator, RefusesHostMemory) {
   REQUIRE_GPUS(1);
-  auto compute = Stream::Create(0);
-  ASSERT_TRUE(compute.ok()) << compute.status();
-  auto world = CreateNcclWorld(std::make_shared<InMemoryStore>(), 0, 1, 0, compute->get());
-  ASSERT_TRUE(world.ok()) << world.status();
+  auto one = OneRankWorld();
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto& world = one->world;
   float x = 1.0f;
-  auto w = (*world)->Broadcast(&x, 1, DType::kF32, 0);
+  auto w = world->Broadcast(&x, 1, DType::kF32, 0);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(w.status().message()), HasSubstr("buf is host memory"));
   std::vector<float> v(4, 1.0f);
-  auto r = (*world)->AllReduce(v.data(), v.data(), 4, DType::kF32, ReduceOp::kSum);
+  auto r = world->AllReduce(v.data(), v.data(), 4, DType::kF32, ReduceOp::kSum);
   EXPECT_FALSE(r.ok());
   float* dev = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev), 16), cudaSuccess);
-  auto ok = (*world)->AllReduce(dev, dev, 4, DType::kF32, ReduceOp::kSum);
+  auto ok = world->AllReduce(dev, dev, 4, DType::kF32, ReduceOp::kSum);
   EXPECT_TRUE(ok.ok()) << ok.status();
   if (ok.ok()) EXPECT_TRUE((*ok)->Synchronize().ok());
   cudaFree(dev);
