@@ -16,7 +16,9 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr absl::Duration kPeriod = absl::Milliseconds(50);
+// Diagnose waits 3 periods for a beat: 600 ms, far beyond a thread's scheduling delay on a
+// loaded 2-core machine, so a beating rank is never taken for dead.
+constexpr absl::Duration kPeriod = absl::Milliseconds(200);
 
 TEST(Liveness, NamesTheRankWhoseHeartbeatStopped) {
   auto store = std::make_shared<InMemoryStore>();
