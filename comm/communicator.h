@@ -105,13 +105,20 @@ class Communicator {
                                             const std::vector<int64_t>& recv_counts,
                                             const std::vector<int64_t>& recv_displs,
                                             DType dtype) = 0;
-  // Point-to-point. A send matches the recv on `peer` with the same tag;
-  // messages with one (peer, tag) arrive in order.
+  // Point-to-point. When p2p_pairs_by_tag(), a send matches the recv on
+  // `peer` with the same tag and messages with one (peer, tag) arrive in
+  // order. Otherwise (NCCL) the tag is only checked for range: the k-th send
+  // from a to b matches b's k-th recv from a, in the order posted, so code
+  // that runs on every backend posts each (sender, receiver) pair's sends and
+  // recvs in the same order on both sides (tests model it on threads:
+  // comm/local LocalOptions::p2p_pair_by_order).
   virtual absl::StatusOr<WorkPtr> Send(const void* buf, int64_t count, DType dtype, int peer,
                                        int tag = 0) = 0;
   virtual absl::StatusOr<WorkPtr> Recv(void* buf, int64_t count, DType dtype, int peer,
                                        int tag = 0) = 0;
   virtual absl::StatusOr<WorkPtr> Barrier() = 0;
+  // Whether Send/Recv pair by tag (above); false: by order per peer pair.
+  virtual bool p2p_pairs_by_tag() const { return true; }
 
   // Sets up the point-to-point connections with `peers` (both directions)
   // before their first Send/Recv. Blocking; collective over the ranks named:

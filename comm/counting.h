@@ -71,6 +71,7 @@ class CountingCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
   std::string name() const override { return inner_->name(); }
   std::string backend() const override { return inner_->backend(); }
+  bool p2p_pairs_by_tag() const override { return inner_->p2p_pairs_by_tag(); }
   absl::Duration timeout() const override { return inner_->timeout(); }
   absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
                                     DType dtype) override;

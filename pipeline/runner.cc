@@ -14,20 +14,9 @@ PipelineRunner::PipelineRunner(std::vector<layers::GptModel*> chunks, comm::Comm
                                const kernels::Exec& exec)
     : chunks_(std::move(chunks)), pp_(pp), exec_(exec) {}
 
-absl::Status CheckPointToPointOrder(const std::string& backend, int vpp) {
-  if (backend == "nccl" && vpp > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallel.vpp = ", vpp, " (an interleaved pipeline) over NCCL is not built yet: NCCL pairs "
-        "point-to-point messages by order, not tag, and interleaved stages send and receive in "
-        "different orders; use parallel.vpp=1 on GPUs (interleaving runs on the CPU backends)"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(
     std::vector<layers::GptModel*> chunks, comm::Communicator* pp, const kernels::Exec& exec) {
   if (chunks.empty()) return absl::InvalidArgumentError("pipeline: no model parts");
-  GTP_RETURN_IF_ERROR(CheckPointToPointOrder(pp->backend(), static_cast<int>(chunks.size())));
   const int P = pp->size(), s = pp->rank();
   std::vector<int> peers;
   for (int peer : {(s + P - 1) % P, (s + 1) % P}) {

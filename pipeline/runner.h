@@ -44,14 +44,6 @@ struct StepTimes {
   double bubble() const { return total_ms > 0 ? wait_ms / total_ms : 0.0; }
 };
 
-// Interleaved schedules (vpp > 1) over NCCL are refused (InvalidArgument
-// naming parallel.vpp): the runner sends as soon as a part's output is ready
-// and receives when the schedule needs it, relying on tags to pair them, and
-// NCCL pairs a peer's messages by order alone. With one chunk per stage the
-// two orders agree (micro-batch order both ways, checked over NCCL on 2 and 4
-// stages); interleaved, they do not (PP2·VPP2 trained on mismatched
-// activations, 1.7e-2 off from step 1). OK otherwise.
-absl::Status CheckPointToPointOrder(const std::string& backend, int vpp);
 
 class PipelineRunner {
  public:
@@ -61,7 +53,10 @@ class PipelineRunner {
   // schedules include the wrap from the last stage to the first) before the
   // first step: the stages' first batches of sends and receives differ, and
   // NCCL needs the connections made alike on both sides
-  // (Communicator::ConnectPeers). Collective over pp; blocks.
+  // (Communicator::ConnectPeers). Every stage posts its sends and receives
+  // to a neighbour in the order the neighbour posts the other side (NCCL
+  // pairs by order, not tag; runner_test checks it for 1F1B and interleaved
+  // schedules). Collective over pp; blocks.
   static absl::StatusOr<std::unique_ptr<PipelineRunner>> Create(
       std::vector<layers::GptModel*> chunks, comm::Communicator* pp, const kernels::Exec& exec);
 

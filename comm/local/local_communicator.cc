@@ -131,6 +131,7 @@ class Group : public std::enable_shared_from_this<Group> {
   const std::string& name() const { return name_; }
   int size() const { return size_; }
   absl::Duration timeout() const { return timeout_; }
+  bool pair_by_order() const { return pair_by_order_; }
 
   std::string Prefix(const OpDesc& d, uint64_t seq) const {
     return absl::StrCat("group ", name_, " (local): ", d.ToString(), " #", seq, ": ");
@@ -244,11 +245,15 @@ class Group : public std::enable_shared_from_this<Group> {
     other.pop_front();
     P2P& s = is_send ? *op : *match;
     P2P& r = is_send ? *match : *op;
-    if (s.count != r.count || s.dtype != r.dtype) {
+    // Paired by order, the tags must still agree: code that would pair
+    // differently by tag posts its two sides in different orders, which NCCL
+    // (tags unseen) would deliver to the wrong buffers without an error.
+    if (s.count != r.count || s.dtype != r.dtype || s.tag != r.tag) {
       absl::Status st = absl::InvalidArgumentError(absl::StrCat(
-          "group ", name_, " (local): send from rank ", s.src, " to rank ", s.dst, " tag ", tag,
-          " has count=", s.count, ", dtype=", DTypeName(s.dtype), " but the recv has count=",
-          r.count, ", dtype=", DTypeName(r.dtype)));
+          "group ", name_, " (local): send from rank ", s.src, " to rank ", s.dst, " tag ", s.tag,
+          " has count=", s.count, ", dtype=", DTypeName(s.dtype), " but the recv",
+          pair_by_order_ ? " it pairs with by order (NCCL's rule)" : "", " has tag ", r.tag,
+          ", count=", r.count, ", dtype=", DTypeName(r.dtype)));
       s.status = r.status = st;
       s.done = r.done = true;
       FailLocked(st).IgnoreError();
@@ -498,6 +503,7 @@ class LocalCommunicator : public Communicator {
   std::string name() const override { return g_->name(); }
   std::string backend() const override { return "local"; }
   absl::Duration timeout() const override { return g_->timeout(); }
+  bool p2p_pairs_by_tag() const override { return !g_->pair_by_order(); }
 
   absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
                                     DType dtype) override {

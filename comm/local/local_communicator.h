@@ -44,9 +44,12 @@ struct LocalOptions {
   // Default wait for peers (Communicator::timeout()).
   absl::Duration timeout = absl::Seconds(30);
   // Pair point-to-point messages the way NCCL does: per (sender, receiver)
-  // in the order posted, tags ignored (counts and dtypes still checked). A
-  // CPU model for code that must also run over NCCL; off: by tag (the
-  // Communicator contract). Sub-groups inherit it.
+  // in the order posted. A CPU model for code that must also run over NCCL:
+  // the paired send and recv must agree on count, dtype AND tag, or both
+  // fail (InvalidArgument naming both tags) — code whose two sides post in
+  // different orders is caught here, where NCCL would deliver into the
+  // wrong buffer. Off: by tag (Communicator::p2p_pairs_by_tag). Sub-groups
+  // inherit it.
   bool p2p_pair_by_order = false;
 };
 

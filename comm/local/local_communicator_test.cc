@@ -65,12 +65,15 @@ LocalOptions Short(absl::Duration t = absl::Milliseconds(300)) {
 }
 
 // By tag (the contract) a receive gets the send with its tag; with
-// p2p_pair_by_order (NCCL's rule) it gets the sender's next message whatever
-// its tag. Rank 0 sends tag 1 then tag 2; rank 1 receives tag 2 first.
+// p2p_pair_by_order (NCCL's rule) it pairs with the sender's next message,
+// and a tag that differs fails both sides by name (over NCCL it would land
+// in the wrong buffer). Rank 0 sends tag 1 then tag 2; rank 1 receives tag
+// 2 first.
 TEST(LocalCommunicator, PairsPointToPointByTagOrByOrder) {
   for (bool by_order : {false, true}) {
     LocalOptions o;
     o.p2p_pair_by_order = by_order;
+    o.timeout = absl::Seconds(5);
     float got_first = 0, got_second = 0;
     absl::Status st = RunRanks(
         2,
@@ -86,9 +89,38 @@ TEST(LocalCommunicator, PairsPointToPointByTagOrByOrder) {
           return comm::Run(c.Recv(&got_second, 1, DType::kF32, 0, /*tag=*/1));
         },
         o);
+    if (by_order) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      EXPECT_NE(st.message().find("tag 1"), std::string::npos) << st;
+      EXPECT_NE(st.message().find("has tag 2"), std::string::npos) << st;
+      continue;
+    }
     ASSERT_TRUE(st.ok()) << st;
-    EXPECT_EQ(got_first, by_order ? 1.0f : 2.0f) << "by_order " << by_order;
-    EXPECT_EQ(got_second, by_order ? 2.0f : 1.0f) << "by_order " << by_order;
+    EXPECT_EQ(got_first, 2.0f);
+    EXPECT_EQ(got_second, 1.0f);
+  }
+}
+
+// The conformance send/recv case posts by order where the backend pairs by
+// order (p2p_pairs_by_tag false): it must pass both ways.
+TEST(LocalCommunicator, SendRecvConformanceUnderPairByOrder) {
+  const testing::ConformanceCase* c = nullptr;
+  for (const auto& x : testing::ConformanceCases()) {
+    if (x.name == "SendRecv") c = &x;
+  }
+  ASSERT_NE(c, nullptr);
+  LocalOptions lo;
+  lo.timeout = absl::Seconds(60);
+  lo.p2p_pair_by_order = true;
+  for (int world : {2, 3}) {
+    absl::Status st = RunRanks(
+        world,
+        [&](Communicator& comm) -> absl::Status {
+          if (comm.p2p_pairs_by_tag()) return absl::InternalError("pairs by tag");
+          return c->run(comm, testing::ConformanceOptions{});
+        },
+        lo);
+    EXPECT_TRUE(st.ok()) << "world " << world << ": " << st;
   }
 }
 

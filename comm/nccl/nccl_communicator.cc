@@ -54,7 +54,6 @@ struct P2PItem {
   int64_t count;
   DType dtype;
   int peer, tag;
-  uint64_t order;
 };
 struct Batch {
   std::vector<P2PItem> items;
@@ -134,9 +133,7 @@ class State {
     GTP_RETURN_IF_ERROR(Failure());
     absl::MutexLock l(&mu_);
     if (!batch_) batch_ = std::make_shared<Batch>();
-    P2PItem it = item;
-    it.order = next_order_++;
-    batch_->items.push_back(it);
+    batch_->items.push_back(item);
     return batch_;
   }
 
@@ -146,11 +143,11 @@ class State {
     if (!batch_) return Failure();
     std::shared_ptr<Batch> b = std::move(batch_);
     batch_.reset();
-    std::vector<P2PItem> items = b->items;
-    // Per peer and direction: ordered by (tag, issue order) on both sides.
-    std::stable_sort(items.begin(), items.end(), [](const P2PItem& a, const P2PItem& c) {
-      return std::tie(a.tag, a.order) < std::tie(c.tag, c.order);
-    });
+    // In the order posted: NCCL pairs a peer pair's messages by order, and
+    // the two sides' batches need not end at the same call, so a sort
+    // within a batch (by tag, say) would reorder one side only
+    // (Communicator::p2p_pairs_by_tag).
+    const std::vector<P2PItem>& items = b->items;
     auto done = EnqueueLocked(
         absl::StrCat(Prefix(), "send/recv batch of ", items.size()),
         [&](ncclComm_t comm, cudaStream_t s, absl::Time deadline) -> absl::Status {
@@ -366,7 +363,6 @@ class State {
 
   absl::Mutex mu_;
   std::shared_ptr<Batch> batch_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
 
   absl::Mutex wd_mu_ ABSL_ACQUIRED_AFTER(mu_);
   bool stop_ ABSL_GUARDED_BY(wd_mu_) = false;
@@ -423,6 +419,7 @@ class NcclCommunicator : public Communicator {
   int size() const override { return s_->size(); }
   std::string name() const override { return s_->name(); }
   std::string backend() const override { return "nccl"; }
+  bool p2p_pairs_by_tag() const override { return false; }
   absl::Duration timeout() const override { return s_->options().timeout; }
 
   absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
@@ -687,7 +684,7 @@ class NcclCommunicator : public Communicator {
     GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckPeer(peer, size()),
                                   internal::CheckTag(tag), CheckDeviceBuffer(count, buf, "buf")}));
     GTP_ASSIGN_OR_RETURN(std::shared_ptr<Batch> b,
-                         s_->QueueP2P(P2PItem{is_send, buf, count, dtype, peer, tag, 0}));
+                         s_->QueueP2P(P2PItem{is_send, buf, count, dtype, peer, tag}));
     return WorkPtr(std::make_unique<NcclWork>(
         s_, std::move(b), absl::StrCat(s_->Prefix(), d.ToString(), " peer ", peer, " tag ", tag)));
   }
