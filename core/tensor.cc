@@ -138,6 +138,25 @@ void CopyStridedCpu(const Tensor& src, const Tensor& dst) {
     }
   }
 }
+// Rows of `width` elements `pitch` apart: a view whose dims after the first
+// are packed (each stride the product of the later sizes) — a column block
+// of a row-major matrix, or one chunk of every sequence of a batch. A
+// contiguous view is the case rows = 1.
+struct Pitched {
+  int64_t rows = 1, width = 0, pitch = 0;
+};
+bool AsPitched(const Tensor& t, Pitched* p) {
+  if (t.rank() == 0) return false;
+  int64_t packed = 1;
+  for (int k = t.rank() - 1; k >= 1; --k) {
+    if (t.shape()[k] != 1 && t.strides()[k] != packed) return false;
+    packed *= t.shape()[k];
+  }
+  const int64_t pitch = t.shape()[0] == 1 ? packed : t.strides()[0];
+  if (pitch < packed) return false;
+  *p = Pitched{t.shape()[0], packed, pitch};
+  return true;
+}
 }  // namespace
 
 absl::Status Copy(const Tensor& src, const Tensor& dst, void* cuda_stream, bool sync) {
@@ -146,20 +165,38 @@ absl::Status Copy(const Tensor& src, const Tensor& dst, void* cuda_stream, bool 
         absl::StrCat("Copy: ", src.ToString(), " into ", dst.ToString()));
   }
   if (src.numel() == 0) return absl::OkStatus();
+  const size_t es = SizeOf(src.dtype());
+  Pitched ps, pd;
+  // Pitched both sides (the same shape gives the same rows and width): a
+  // row copy, or one 2-D copy on a GPU.
+  const bool pitched = AsPitched(src, &ps) && AsPitched(dst, &pd);
   if (src.device().is_cpu() && dst.device().is_cpu()) {
     if (src.is_contiguous() && dst.is_contiguous()) {
       std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
+    } else if (pitched) {
+      const char* s = static_cast<const char*>(src.raw_data());
+      char* d = static_cast<char*>(dst.raw_data());
+      for (int64_t r = 0; r < ps.rows; ++r) {
+        std::memmove(d + r * pd.pitch * es, s + r * ps.pitch * es, ps.width * es);
+      }
     } else {
       CopyStridedCpu(src, dst);
     }
     return absl::OkStatus();
   }
-  if (!src.is_contiguous() || !dst.is_contiguous()) {
-    return absl::UnimplementedError("Copy to/from a GPU needs contiguous tensors");
-  }
   auto stream = static_cast<cudaStream_t>(cuda_stream);
-  GTP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(),
-                                           cudaMemcpyDefault, stream));
+  if (src.is_contiguous() && dst.is_contiguous()) {
+    GTP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(),
+                                             cudaMemcpyDefault, stream));
+  } else if (pitched) {
+    GTP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst.raw_data(), pd.pitch * es, src.raw_data(),
+                                               ps.pitch * es, ps.width * es, ps.rows,
+                                               cudaMemcpyDefault, stream));
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "Copy to/from a GPU needs contiguous or row-pitched tensors (dims after the first "
+        "packed): ", src.ToString(), " into ", dst.ToString()));
+  }
   if (sync) {
     internal::CountHostSync();
     GTP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));

@@ -106,8 +106,10 @@ class Tensor {
   Device device_;
 };
 
-// Copies src into dst (same shape and dtype; any device pair). Both must be
-// contiguous unless both are on the CPU. When either is on a GPU the copy is
+// Copies src into dst (same shape and dtype; any device pair). Unless both
+// are on the CPU, each must be contiguous or row-pitched: its dims after the
+// first packed, dim 0 with any stride at least a row (a column block of a
+// matrix, or one chunk of each sequence of a batch: one 2-D copy). When either is on a GPU the copy is
 // enqueued on `stream` (nullptr: legacy default stream) and synchronised when
 // `sync` is true. Returns Status: CUDA failures are external.
 absl::Status Copy(const Tensor& src, const Tensor& dst, void* cuda_stream = nullptr,

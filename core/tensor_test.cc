@@ -56,6 +56,39 @@ TEST(Tensor, TransposeAndStridedCopy) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(b.data<float>()[i], expect[i]);
 }
 
+// Row-pitched views (a column block; one chunk of each sequence) copy row
+// by row, both ways, and match the element-wise reference.
+TEST(Tensor, PitchedCopies) {
+  HeapAllocator host;
+  Tensor m = Tensor::Empty({4, 6}, DType::kF32, host);
+  std::iota(m.data<float>(), m.data<float>() + 24, 0.0f);
+  Tensor cols = m.Strided({4, 2}, {6, 1}, /*offset=*/3);  // columns 3, 4
+  Tensor block = Tensor::Empty({4, 2}, DType::kF32, host);
+  ASSERT_TRUE(Copy(cols, block).ok());
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(block.data<float>()[2 * r], 6 * r + 3);
+    EXPECT_EQ(block.data<float>()[2 * r + 1], 6 * r + 4);
+  }
+  // Back into columns 0, 1 of a zeroed matrix; the rest stays zero.
+  Tensor z = Tensor::Zeros({4, 6}, DType::kF32, host);
+  ASSERT_TRUE(Copy(block, z.Strided({4, 2}, {6, 1})).ok());
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 6; ++c) {
+      const float want = c == 0 ? 6 * r + 3 : c == 1 ? 6 * r + 4 : 0;
+      EXPECT_EQ(z.data<float>()[6 * r + c], want) << r << "," << c;
+    }
+  }
+  // 3-D: chunk 1 of 2 (2 steps × 3 channels) of each of 2 sequences.
+  Tensor seq = Tensor::Empty({2, 4, 3}, DType::kF32, host);
+  std::iota(seq.data<float>(), seq.data<float>() + 24, 0.0f);
+  Tensor chunk = seq.Strided({2, 2, 3}, {12, 3, 1}, /*offset=*/6);
+  Tensor out = Tensor::Empty({2, 2, 3}, DType::kF32, host);
+  ASSERT_TRUE(Copy(chunk, out).ok());
+  for (int b = 0; b < 2; ++b) {
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(out.data<float>()[6 * b + i], 12 * b + 6 + i);
+  }
+}
+
 TEST(Tensor, ViewAndErrors) {
   HeapAllocator host;
   Tensor a = Tensor::Empty({2, 6}, DType::kF32, host);
