@@ -362,18 +362,6 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
   b->recompute_ = c.recompute;
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
   if (kind == BlockKind::kMamba) {
-    // Under CP each rank holds two non-contiguous chunks of every sequence;
-    // the scan and the causal conv would need the state and the halo passed
-    // between ranks in sequence order, which is not built: refused, not
-    // computed wrong.
-    if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
-      GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get("cp"));
-      if (cp->size() > 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, ": Mamba layers under context parallelism (parallel.cp = ", cp->size(),
-            ") are not built yet: use parallel.cp=1 for a layer_pattern with M"));
-      }
-    }
     b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
     mamba::MambaConfig mc = c.mamba;
     mc.d_model = c.n_embd;

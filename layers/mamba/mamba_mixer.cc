@@ -92,6 +92,7 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   m->h_ = H / tp;
   m->g_ = G / tp;
   const int64_t Ns = c.d_state, K = c.d_conv;
+  GTP_RETURN_IF_ERROR(m->SetUpContextParallel(name, pgs));
   auto in_proj = [&](const std::string& part, int64_t out) {
     return ColumnParallelLinear::Create(
         Lin(name + ".in_proj_" + part, c.d_model, out, c.init_std, c.seed, true, c.dtype), pgs,
@@ -138,6 +139,71 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   return m;
 }
 
+absl::Status MambaMixer::SetUpContextParallel(const std::string& name,
+                                              const parallel::ProcessGroupCollection& pgs) {
+  const int64_t P = c_.head_dim, Ns = c_.d_state;
+  int n = 1;
+  comm::Communicator* cp = nullptr;
+  if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
+    GTP_ASSIGN_OR_RETURN(cp, pgs.Get("cp"));
+    n = cp->size();
+  }
+  // Without CP: one part, all of this TP rank's channels.
+  hs_ = h_ / n;
+  x_split_ = ChannelSplit{di_, di_, {}};
+  dt_split_ = ChannelSplit{h_, h_, {}};
+  bc_split_ = ChannelSplit{g_ * Ns, g_ * Ns, {}};
+  if (n == 1) {
+    x_split_.offset = dt_split_.offset = bc_split_.offset = {0};
+    return absl::OkStatus();
+  }
+  if (h_ % n != 0 || T_ % 2 != 0) {
+    return Bad(name, absl::StrCat(
+        "context parallelism splits each TP rank's ", h_, " Mamba heads (d_inner / "
+        "model.mamba.head_dim / parallel.tp) by head over parallel.cp = ", n,
+        ": they must be divisible by it (e.g. parallel.cp=", h_ % 2 == 0 ? 2 : 1,
+        ", or a model.mamba.head_dim giving a multiple of ", n, " heads)"));
+  }
+  // The B/C groups a part's heads read: whole groups per part, or one
+  // group shared by several parts.
+  const int64_t per_group = h_ / g_;
+  int64_t gs = 0;
+  std::vector<int64_t> group_of_part(n);
+  if (hs_ % per_group == 0) {
+    gs = hs_ / per_group;
+    for (int q = 0; q < n; ++q) group_of_part[q] = q * gs;
+  } else if (per_group % hs_ == 0) {
+    gs = 1;
+    for (int q = 0; q < n; ++q) group_of_part[q] = q * hs_ / per_group;
+  } else {
+    return Bad(name, absl::StrCat(
+        "context parallelism gives each of parallel.cp = ", n, " parts ", hs_,
+        " Mamba heads, which neither hold whole B/C groups nor fit in one (", per_group,
+        " heads per group of model.mamba.n_groups): choose n_groups so that heads per group "
+        "divides or is a multiple of ", hs_));
+  }
+  cp_ = std::make_unique<HeadExchange>(exec_, cp, B_, T_);
+  for (int q = 0; q < n; ++q) {
+    x_split_.offset.push_back(q * hs_ * P);
+    dt_split_.offset.push_back(q * hs_);
+    bc_split_.offset.push_back(group_of_part[q] * Ns);
+  }
+  x_split_.part = hs_ * P;
+  dt_split_.part = hs_;
+  bc_split_.part = gs * Ns;
+  return absl::OkStatus();
+}
+
+MambaMixer::PartSlices MambaMixer::Slices(const F32Values& v) const {
+  const int j = cp_ ? cp_->part() : 0;
+  const int64_t ox = x_split_.offset[j], ob = bc_split_.offset[j], oh = dt_split_.offset[j];
+  const int64_t cx = x_split_.part, cb = bc_split_.part;
+  return PartSlices{v.conv_x_w.Slice(ox, ox + cx), v.conv_x_b.Slice(ox, ox + cx),
+                    v.conv_b_w.Slice(ob, ob + cb), v.conv_b_b.Slice(ob, ob + cb),
+                    v.conv_c_w.Slice(ob, ob + cb), v.conv_c_b.Slice(ob, ob + cb),
+                    a_.Slice(oh, oh + hs_),        v.d.Slice(oh, oh + hs_)};
+}
+
 absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   const kernels::Exec& e = exec_;
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
@@ -155,14 +221,12 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   // The projections in the model dtype; everything up to out_proj in f32.
   const DType f32 = DType::kF32;
   GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor xr, in_x_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor br, in_b_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor cr, in_c_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor xr_in, in_x_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor br_in, in_b_->Forward(hin, dir));
+  GTP_ASSIGN_OR_RETURN(Tensor cr_in, in_c_->Forward(hin, dir));
   GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(hin, dir));
   z_ = As(e, z, f32);
-  xr_ = As(e, xr, f32);
-  br_ = As(e, br, f32);
-  cr_ = As(e, cr, f32);
+  const Tensor xr = As(e, xr_in, f32), br = As(e, br_in, f32), cr = As(e, cr_in, f32);
   dtr_ = As(e, dtr, f32);
   // The params as they are now (the optimizer steps after Backward).
   v32_ = F32Values{As(e, conv_x_w_.value, f32), As(e, conv_x_b_.value, f32),
@@ -171,19 +235,38 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
                    As(e, dt_bias_.value, f32),  As(e, a_log_.value, f32),
                    As(e, d_.value, f32),        As(e, norm_w_.value, f32)};
   const F32Values& v = v32_;
-  xc_ = e.Empty({B_, T_, di_});
-  bc_ = e.Empty({B_, T_, g_ * Ns});
-  cc_ = e.Empty({B_, T_, g_ * Ns});
-  ssm::CausalConv1dForward(e, xr_.View({B_, T_, di_}), v.conv_x_w, v.conv_x_b, xc_, true);
-  ssm::CausalConv1dForward(e, br_.View({B_, T_, g_ * Ns}), v.conv_b_w, v.conv_b_b, bc_, true);
-  ssm::CausalConv1dForward(e, cr_.View({B_, T_, g_ * Ns}), v.conv_c_w, v.conv_c_b, cc_, true);
-  dt_ = e.Empty({N, h_});
-  ssm::SoftplusBiasForward(e, dtr_, v.dt_bias, dt_);
+  Tensor dt = e.Empty({N, h_});
+  ssm::SoftplusBiasForward(e, dtr_, v.dt_bias, dt);
   a_ = e.Empty({h_});
   ssm::NegExpForward(e, v.a_log, a_);
-  y_ = e.Empty({B_, T_, h_, P});
-  ssm::SsdScanForward(e, xc_.View({B_, T_, h_, P}), dt_.View({B_, T_, h_}), a_,
-                      bc_.View({B_, T_, g_, Ns}), cc_.View({B_, T_, g_, Ns}), v.d, y_, c_.chunk);
+  // The conv and the scan see whole sequences: this rank's own without CP;
+  // under CP this part's heads of every rank's chunks (cp_exchange.h).
+  if (cp_) {
+    GTP_ASSIGN_OR_RETURN(std::vector<Tensor> t,
+                         cp_->ToHeads({xr, br, cr, dt}, {x_split_, bc_split_, bc_split_, dt_split_}));
+    xs_ = t[0], bs_ = t[1], cs_ = t[2], dts_ = t[3];
+  } else {
+    xs_ = xr.View({B_, T_, di_}), bs_ = br.View({B_, T_, g_ * Ns}), cs_ = cr.View({B_, T_, g_ * Ns});
+    dts_ = dt.View({B_, T_, h_});
+  }
+  const int64_t Ts = xs_.dim(1), cx = x_split_.part, cb = bc_split_.part;
+  const PartSlices w = Slices(v);
+  xc_ = e.Empty({B_, Ts, cx});
+  bc_ = e.Empty({B_, Ts, cb});
+  cc_ = e.Empty({B_, Ts, cb});
+  ssm::CausalConv1dForward(e, xs_, w.conv_x_w, w.conv_x_b, xc_, true);
+  ssm::CausalConv1dForward(e, bs_, w.conv_b_w, w.conv_b_b, bc_, true);
+  ssm::CausalConv1dForward(e, cs_, w.conv_c_w, w.conv_c_b, cc_, true);
+  Tensor ys = e.Empty({B_, Ts, hs_, P});
+  ssm::SsdScanForward(e, xc_.View({B_, Ts, hs_, P}), dts_.View({B_, Ts, hs_}), w.a,
+                      bc_.View({B_, Ts, cb / Ns, Ns}), cc_.View({B_, Ts, cb / Ns, Ns}), w.d, ys,
+                      c_.chunk);
+  if (cp_) {
+    GTP_ASSIGN_OR_RETURN(std::vector<Tensor> t, cp_->FromHeads({ys.View({B_, Ts, cx})}, {x_split_}));
+    y_ = t[0];
+  } else {
+    y_ = ys;
+  }
   Tensor yn = e.Empty({N, di_});
   rstd_ = e.Empty({N, di_ / (c_.d_inner() / c_.n_groups)});
   ssm::GatedRmsNormForward(e, y_.View({N, di_}), z_, v.norm_w, yn, rstd_,
@@ -202,21 +285,43 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   Tensor dy = e.Empty({N, di_}), dz = e.Empty({N, di_});
   ssm::GatedRmsNormBackward(e, As(e, dyn, f32), y_.View({N, di_}), z_, v.norm_w, rstd_,
                             c_.d_inner() / c_.n_groups, dy, dz, norm_w_.grad);
-  Tensor dxc = e.Empty({B_, T_, h_, P}), ddt = e.Empty({B_, T_, h_}), dbc = e.Empty({B_, T_, g_, Ns}),
-         dcc = e.Empty({B_, T_, g_, Ns}), da = e.Zeros({h_});
-  ssm::SsdScanBackward(e, dy.View({B_, T_, h_, P}), xc_.View({B_, T_, h_, P}), dt_.View({B_, T_, h_}), a_,
-                       bc_.View({B_, T_, g_, Ns}), cc_.View({B_, T_, g_, Ns}), v.d, dxc, ddt, da,
-                       dbc, dcc, d_.grad, c_.chunk);
+  Tensor dys;
+  if (cp_) {
+    GTP_ASSIGN_OR_RETURN(std::vector<Tensor> t, cp_->ToHeads({dy}, {x_split_}));
+    dys = t[0];
+  } else {
+    dys = dy.View({B_, T_, di_});
+  }
+  const int64_t Ts = xs_.dim(1), cx = x_split_.part, cb = bc_split_.part;
+  const int64_t oh = dt_split_.offset[cp_ ? cp_->part() : 0];
+  const PartSlices w = Slices(v);
+  Tensor dxc = e.Empty({B_, Ts, hs_, P}), ddts = e.Empty({B_, Ts, hs_}),
+         dbc = e.Empty({B_, Ts, cb / Ns, Ns}), dcc = e.Empty({B_, Ts, cb / Ns, Ns}), da = e.Zeros({h_});
+  ssm::SsdScanBackward(e, dys.View({B_, Ts, hs_, P}), xc_.View({B_, Ts, hs_, P}),
+                       dts_.View({B_, Ts, hs_}), w.a, bc_.View({B_, Ts, cb / Ns, Ns}),
+                       cc_.View({B_, Ts, cb / Ns, Ns}), w.d, dxc, ddts, da.Slice(oh, oh + hs_),
+                       dbc, dcc, d_.grad.Slice(oh, oh + hs_), c_.chunk);
   ssm::NegExpBackwardAccumulate(e, da, a_, a_log_.grad);
+  // The conv params' gradients land in this part's rows (the other parts'
+  // rows come from their CP ranks through the dp_cp gradient reduction).
+  Tensor dxs = e.Empty({B_, Ts, cx}), dbs = e.Empty({B_, Ts, cb}), dcs = e.Empty({B_, Ts, cb});
+  const int64_t ox = x_split_.offset[cp_ ? cp_->part() : 0];
+  const int64_t ob = bc_split_.offset[cp_ ? cp_->part() : 0];
+  ssm::CausalConv1dBackward(e, dxc.View({B_, Ts, cx}), xs_, w.conv_x_w, w.conv_x_b, true, dxs,
+                            conv_x_w_.grad.Slice(ox, ox + cx), conv_x_b_.grad.Slice(ox, ox + cx));
+  ssm::CausalConv1dBackward(e, dbc.View({B_, Ts, cb}), bs_, w.conv_b_w, w.conv_b_b, true, dbs,
+                            conv_b_w_.grad.Slice(ob, ob + cb), conv_b_b_.grad.Slice(ob, ob + cb));
+  ssm::CausalConv1dBackward(e, dcc.View({B_, Ts, cb}), cs_, w.conv_c_w, w.conv_c_b, true, dcs,
+                            conv_c_w_.grad.Slice(ob, ob + cb), conv_c_b_.grad.Slice(ob, ob + cb));
+  Tensor dxr = dxs, dbr = dbs, dcr = dcs, ddt = ddts;
+  if (cp_) {
+    GTP_ASSIGN_OR_RETURN(std::vector<Tensor> t,
+                         cp_->FromHeads({dxs, dbs, dcs, ddts},
+                                        {x_split_, bc_split_, bc_split_, dt_split_}));
+    dxr = t[0], dbr = t[1], dcr = t[2], ddt = t[3];
+  }
   Tensor ddtr = e.Empty({N, h_});
   ssm::SoftplusBiasBackward(e, ddt.View({N, h_}), dtr_, v.dt_bias, ddtr, dt_bias_.grad);
-  Tensor dxr = e.Empty({B_, T_, di_}), dbr = e.Empty({B_, T_, g_ * Ns}), dcr = e.Empty({B_, T_, g_ * Ns});
-  ssm::CausalConv1dBackward(e, dxc.View({B_, T_, di_}), xr_.View({B_, T_, di_}), v.conv_x_w,
-                            v.conv_x_b, true, dxr, conv_x_w_.grad, conv_x_b_.grad);
-  ssm::CausalConv1dBackward(e, dbc.View({B_, T_, g_ * Ns}), br_.View({B_, T_, g_ * Ns}),
-                            v.conv_b_w, v.conv_b_b, true, dbr, conv_b_w_.grad, conv_b_b_.grad);
-  ssm::CausalConv1dBackward(e, dcc.View({B_, T_, g_ * Ns}), cr_.View({B_, T_, g_ * Ns}),
-                            v.conv_c_w, v.conv_c_b, true, dcr, conv_c_w_.grad, conv_c_b_.grad);
   // The in_proj parts in reverse forward order (the GTP chain's backward order), their
   // output gradients back in the model dtype; one TP reduction.
   const DType dt = c_.dtype;
@@ -234,7 +339,7 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
 }
 
 void MambaMixer::DropActivations() {
-  z_ = xr_ = br_ = cr_ = dtr_ = xc_ = bc_ = cc_ = dt_ = a_ = y_ = rstd_ = Tensor();
+  z_ = dtr_ = xs_ = bs_ = cs_ = dts_ = xc_ = bc_ = cc_ = a_ = y_ = rstd_ = Tensor();
   v32_ = F32Values{};
   for (ColumnParallelLinear* l : {in_z_.get(), in_x_.get(), in_b_.get(), in_c_.get(), in_dt_.get()}) {
     l->DropActivations();

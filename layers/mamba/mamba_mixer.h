@@ -13,8 +13,17 @@
 // filters, dt_bias, A_log, D and norm weights (TP-sharded, replicated across
 // GTP: their gradients are all-reduced over GTP like any replicated param).
 // The gated norm is per group of d_inner / G channels, so a TP shard's norm
-// is local. Input and output [B·T, d_model], replicated over TP (no
-// sequence parallelism yet). CPU or CUDA (the exec of the chain). The in_proj
+// is local. Input and output [B·T, d_model], replicated over TP (or split by
+// rows under sequence parallelism, below). CPU or CUDA (the exec of the chain).
+//
+// Context parallelism (the "cp" group > 1; T is then this rank's T/CP
+// tokens, its two load-balanced chunks of each sequence): the projections,
+// softplus and the gated norm run on the rank's own tokens; the conv and the
+// scan run on whole sequences of 1/CP of the TP rank's heads, the inputs
+// exchanged by one all-to-all and the output by another (cp_exchange.h).
+// Exact; needs the TP rank's heads divisible by CP, and each part's heads
+// to hold whole B/C groups or lie in one. The conv/scan params' gradients
+// land in this part's rows; the dp_cp reduction adds the other parts'. The in_proj
 // is stored as its five parts ("<name>.in_proj_{z,x,B,C,dt}.weight"), each a
 // topology-independent global tensor.
 //
@@ -32,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "layers/linear.h"
+#include "layers/mamba/cp_exchange.h"
 #include "layers/sharded_param.h"
 #include "parallel/process_groups.h"
 
@@ -100,8 +110,22 @@ class MambaMixer {
     Tensor conv_x_w, conv_x_b, conv_b_w, conv_b_b, conv_c_w, conv_c_b, dt_bias, a_log, d, norm_w;
   };
   F32Values v32_;
-  // Saved, all f32: projections, conv outputs, dt, A, scan output, norm rstd.
-  Tensor z_, xr_, br_, cr_, dtr_, xc_, bc_, cc_, dt_, a_, y_, rstd_;
+  // This CP part's rows of the conv/scan params (all rows without CP).
+  struct PartSlices {
+    Tensor conv_x_w, conv_x_b, conv_b_w, conv_b_b, conv_c_w, conv_c_b, a, d;
+  };
+  PartSlices Slices(const F32Values& v) const;
+  absl::Status SetUpContextParallel(const std::string& name,
+                                    const parallel::ProcessGroupCollection& pgs);
+  // Context parallelism: null without it. The channels each CP part takes
+  // of x (and y), of B and C, and of dt; hs_ heads per part.
+  std::unique_ptr<HeadExchange> cp_;
+  ChannelSplit x_split_, bc_split_, dt_split_;
+  int64_t hs_ = 0;
+  // Saved, all f32: z, raw dt (this rank's tokens); in the scan's layout
+  // (whole sequences under CP, [B, T_scan, channels]) the conv inputs and
+  // outputs and dt; A; the scan output and norm rstd (this rank's tokens).
+  Tensor z_, dtr_, xs_, bs_, cs_, dts_, xc_, bc_, cc_, a_, y_, rstd_;
 };
 
 }  // namespace gtp::layers::mamba

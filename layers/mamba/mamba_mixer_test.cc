@@ -9,8 +9,11 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "comm/local/local_communicator.h"
 #include "core/philox.h"
 #include "gtest/gtest.h"
@@ -181,6 +184,143 @@ TEST(MambaMixer, LayoutsMatchOneRank) {
         ASSERT_NEAR(g[i], g1[i], 1e-4 * (1 + std::fabs(g1[i]))) << name << "[" << i << "] tp " << tp << " gtp " << gtp;
       }
     }
+  }
+}
+
+// Context parallelism: CP rank r holds chunks r and 2·CP−1−r of each
+// sequence (layers/cp). The mixer on CP ranks (× TP) against one rank on the
+// whole sequences: outputs and input gradients row for row, and every
+// parameter gradient summed over the CP ranks (what the dp_cp reduction
+// does). The conv and the scan run on whole sequences in both, so the only
+// differences are sums over tokens split in two (weight gradients) and
+// GEMMs over fewer rows: f32 rounding, the tolerances of LayoutsMatchOneRank.
+struct CpCase {
+  int tp, cp;
+  int64_t expand, n_groups;
+};
+
+Result RunMixerCp(const CpCase& k, int64_t T, const std::vector<float>& h) {
+  Result res;
+  std::mutex mu;
+  MambaConfig c = Config();
+  c.expand = k.expand;
+  c.n_groups = k.n_groups;
+  const int64_t Tl = T / k.cp, Tc = Tl / 2;
+  res.out.assign(kB * T * kC, 0.0f);
+  res.dh.assign(kB * T * kC, 0.0f);
+  absl::Status st = comm::RunRanks(k.tp * k.cp, [&](comm::Communicator& w) -> absl::Status {
+    HeapAllocator host;
+    parallel::ParallelConfig pc;
+    pc.tp = k.tp;
+    pc.tp_num_weight_shards = k.tp;
+    pc.cp = k.cp;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get("cp"));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
+    const int r = k.cp > 1 ? cp->rank() : 0;
+    // Local row (b, t) is global row b·T + g(t).
+    auto global_t = [&](int64_t t) { return t < Tc ? r * Tc + t : (2 * k.cp - 1 - r) * Tc + t - Tc; };
+    const kernels::Exec e = kernels::Exec::Cpu(host);
+    GtpChain chain(e, {});
+    GTP_ASSIGN_OR_RETURN(auto m, MambaMixer::Create("m", c, kB, Tl, pgs, &chain));
+    std::vector<ShardedParam*> sharded;
+    std::vector<ReplicatedParam*> repl;
+    m->CollectParams(&sharded, &repl);
+    std::vector<float> hl(kB * Tl * kC), rl(kB * Tl * kC);
+    for (int64_t b = 0; b < kB; ++b)
+      for (int64_t t = 0; t < Tl; ++t)
+        for (int64_t i = 0; i < kC; ++i) {
+          const int64_t g = (b * T + global_t(t)) * kC + i, l = (b * Tl + t) * kC + i;
+          hl[l] = h[g];
+          rl[l] = PhiloxNormal(123, g);
+        }
+    Tensor x = TensorFromHost(e, hl.data(), {kB * Tl, kC}, DType::kF32);
+    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x));
+    GTP_ASSIGN_OR_RETURN(Tensor dh, m->Backward(TensorFromHost(e, rl.data(), {kB * Tl, kC}, DType::kF32)));
+    GTP_RETURN_IF_ERROR(chain.FinishBackward());
+    std::lock_guard<std::mutex> g(mu);
+    if (tp->rank() == 0) {
+      for (int64_t b = 0; b < kB; ++b)
+        for (int64_t t = 0; t < Tl; ++t)
+          for (int64_t i = 0; i < kC; ++i) {
+            const int64_t gi = (b * T + global_t(t)) * kC + i, l = (b * Tl + t) * kC + i;
+            res.out[gi] = out.data<float>()[l];
+            res.dh[gi] = dh.data<float>()[l];
+          }
+    }
+    // Each rank's pieces (TP rows) summed over the ranks: Σ over CP.
+    for (ShardedParam* p : sharded) {
+      std::vector<float> piece(p->global_layout().global_rows * p->global_layout().global_cols, 0.0f);
+      StoreShardToGlobal(*p, p->main_grad(), piece.data());
+      auto& v = res.grads[p->name()];
+      v.resize(piece.size(), 0.0f);
+      for (size_t i = 0; i < piece.size(); ++i) v[i] += piece[i];
+    }
+    for (ReplicatedParam* p : repl) {
+      const auto& l = p->layout;
+      auto& v = res.grads[p->name];
+      v.resize(l.global_rows * l.global_cols, 0.0f);
+      for (int64_t row = 0; row < p->grad.numel() / l.global_cols; ++row)
+        for (int64_t col = 0; col < l.global_cols; ++col)
+          v[l.row_map(row) * l.global_cols + col] += p->grad.data<float>()[row * l.global_cols + col];
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  return res;
+}
+
+TEST(MambaMixer, ContextParallelMatchesOneRank) {
+  // T = 24: 2·CP chunks of 6 (CP2), 4 (CP3), 3 (CP4), scan chunks of 4
+  // across them. Heads: 4 (expand 2) or 6 (expand 3) of head_dim 8.
+  constexpr int64_t T = 24;
+  std::vector<float> h(kB * T * kC);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = PhiloxNormal(5, i);
+  for (const CpCase& k : {CpCase{1, 2, 2, 2},    // 2 heads per part: one whole group each
+                          CpCase{1, 4, 2, 2},    // 1 head per part: two parts per group
+                          CpCase{1, 3, 3, 3},    // 6 heads, 3 groups: one group per part
+                          CpCase{1, 3, 3, 1},    // 6 heads, 1 group shared by all parts
+                          CpCase{2, 2, 2, 2}}) { // TP2·CP2: 2 heads, 1 group per TP rank
+    const Result one = RunMixerCp(CpCase{1, 1, k.expand, k.n_groups}, T, h);
+    const Result r = RunMixerCp(k, T, h);
+    const std::string what = absl::StrCat("tp ", k.tp, " cp ", k.cp, " expand ", k.expand,
+                                          " groups ", k.n_groups);
+    for (size_t i = 0; i < one.out.size(); ++i) ASSERT_NEAR(r.out[i], one.out[i], 1e-5) << what << " out " << i;
+    for (size_t i = 0; i < one.dh.size(); ++i) ASSERT_NEAR(r.dh[i], one.dh[i], 1e-5) << what << " dh " << i;
+    ASSERT_EQ(r.grads.size(), one.grads.size()) << what;
+    for (const auto& [name, g1] : one.grads) {
+      const auto& g = r.grads.at(name);
+      ASSERT_EQ(g.size(), g1.size()) << name;
+      for (size_t i = 0; i < g1.size(); ++i) {
+        ASSERT_NEAR(g[i], g1[i], 1e-4 * (1 + std::fabs(g1[i]))) << what << " " << name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+// Splits the mixer cannot make exactly are refused by name: 4 heads over
+// CP3; 6 heads in 2 groups (3 per group) over CP3 (2 heads per part).
+TEST(MambaMixer, ContextParallelSplitsItCannotMakeAreNamed) {
+  for (auto [expand, groups, want] :
+       {std::tuple{int64_t{2}, int64_t{2}, "4 Mamba heads"}, std::tuple{int64_t{3}, int64_t{2}, "model.mamba.n_groups"}}) {
+    absl::Status st = comm::RunRanks(3, [&](comm::Communicator& w) -> absl::Status {
+      HeapAllocator host;
+      parallel::ParallelConfig pc;
+      pc.cp = 3;
+      GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+      GtpChain chain(kernels::Exec::Cpu(host), {});
+      MambaConfig c = Config();
+      c.expand = expand;
+      c.n_groups = groups;
+      auto m = MambaMixer::Create("m", c, kB, 8, pgs, &chain);
+      if (m.ok()) return absl::InternalError("accepted");
+      if (m.status().message().find(want) == std::string::npos ||
+          m.status().message().find("parallel.cp = 3") == std::string::npos) {
+        return absl::InternalError(std::string(m.status().message()));
+      }
+      return absl::OkStatus();
+    });
+    EXPECT_TRUE(st.ok()) << st;
   }
 }
 
