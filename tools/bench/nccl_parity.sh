@@ -47,7 +47,9 @@
 #            CP2·GTP2, GTP2·DP2 with EP2·EGTP2 (MoE: moe_tiny's layout)
 #   8 ranks  GTP8, DP8, TP2·GTP2·DP2 (llama), GTP4·DP2 (llama), TP4·GTP2 SP,
 #            PP2·TP2·GTP2, TP2·GTP2·DP2 with EP4·EGTP2 (MoE: issue 20's layout)
-#   more     PP2·VPP2, GTP2 and TP2·GTP2 of the hybrid Mamba model (_hybrid: pattern M*-M)
+#   more     PP2·VPP2 (tied and llama); of the hybrid Mamba model (_hybrid: pattern M*-M)
+#            GTP2, TP2·GTP2, CP2, CP2·GTP2, PP2 and PP2·VPP2; of the MoE model CP2 and
+#            DP2·CP2 with EP2·EGTP2
 #   1 rank   under gtprun (an NCCL world of one) — the one-GPU smoke test of the path
 # A cell needing more than N ranks is a SKIP row naming why.
 #
@@ -72,7 +74,8 @@ source "$ROOT/tools/bench/layouts.sh"
 
 N="" DRY=0 PRECISIONS="f32 bf16" MIN_RANKS=1 MAX_RANKS=
 CELLS="gtp2 tp2 dp2 pp2 pp2_llama pp2vpp2 cp2 dp2ep2_moe gtp2_hybrid
-tp2gtp2_hybrid
+tp2gtp2_hybrid cp2_hybrid pp2_hybrid cp2_moe
+cp2gtp2_hybrid pp2vpp2_hybrid pp2vpp2_llama dp2cp2ep2egtp2_moe
 gtp4 tp2gtp2 gtp2dp2 tp2dp2 tp2gtp2_sp_llama pp2gtp2 pp4_llama cp2gtp2 gtp2dp2ep2egtp2_moe
 gtp8 dp8 tp2gtp2dp2_llama gtp4dp2_llama tp4gtp2_sp pp2tp2gtp2 tp2gtp2dp2ep4egtp2_moe
 dp1"
