@@ -99,7 +99,9 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   m->B_ = B;
   m->T_full_ = T;
   // Context parallelism: this rank holds 2 of the sequence's 2·CP chunks
-  // (layers/cp/ring_attention.h); its blocks see T/CP tokens per sequence.
+  // (layers/cp/ring_attention.h); its blocks see T/CP tokens per sequence
+  // (MoE layers too: routing is per token; the router reduces its aux-loss
+  // statistics over the lane's TP × CP ranks, layers/moe/router.h).
   if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
     GTP_ASSIGN_OR_RETURN(comm::Communicator * cpg, pgs.Get("cp"));
     m->cp_ = cpg->size();
@@ -109,10 +111,6 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     if (T % (2 * m->cp_) != 0) {
       return Bad(absl::StrCat("context parallelism needs the sequence length ", T,
                               " divisible by 2·CP = ", 2 * m->cp_));
-    }
-    if (c.block.moe.enabled()) {
-      return Bad(absl::StrCat("MoE layers under context parallelism (parallel.cp = ", m->cp_,
-                              ") are not built yet: use parallel.cp=1 with model.moe"));
     }
   }
   T /= m->cp_;

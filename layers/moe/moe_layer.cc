@@ -120,6 +120,27 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
                                                    m->ep_size_));
   }
   m->e_loc_ = m->E_ / m->ep_size_;
+  // Context parallelism: the block's T is this CP rank's share of each
+  // sequence; the router sums its aux-loss counts over the lane's TP × CP
+  // ranks (router.h).
+  RouterCp rcp;
+  if (pgs.Has("cp")) {
+    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroup* cpg, pgs.Group("cp"));
+    if (cpg->is_member() && cpg->size() > 1) {
+      rcp.size = cpg->size();
+      GTP_ASSIGN_OR_RETURN(rcp.tp_cp, pgs.Get("tp_cp"));
+    }
+  }
+  if (rcp.size > 1 && c.router.capacity_factor > 0) {
+    // Dropping picks among a rank's own tokens: under CP those are 2 of each
+    // sequence's 2·CP chunks, so the kept tokens would differ from CP = 1's.
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": capacity dropping (moe.capacity_factor = ", c.router.capacity_factor,
+        ") is not supported under context parallelism (CP = ", rcp.size,
+        "): each rank would drop among its own chunks of the sequences, not among the whole "
+        "sequences' tokens; use moe.capacity_factor=0 (dropless) with parallel.cp > 1"));
+  }
+  m->cp_ = rcp.size;
   const int tp = m->tp_->size(), t = m->tp_->rank();
   const int64_t N = s.B * s.T;
   if (N % tp != 0) {
@@ -136,7 +157,7 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
       s.loss_sum ? 1.0f : static_cast<float>(tp) / static_cast<float>(m->etp_size_ * m->ep_size_);
   GTP_ASSIGN_OR_RETURN(m->router_,
                        Router::Create(name + ".router", c.router, s.C, m->rows_, s.T, m->row0_, N,
-                                      s.init_std, s.seed, m->tp_, m->exec_));
+                                      s.init_std, s.seed, m->tp_, m->exec_, rcp));
   // This ETP rank's slice of each expert: hidden units [etp_rank·Hl, (etp_rank+1)·Hl)
   // (of gate and of up for SwiGLU, stacked [gate_l; up_l] as the activation wants).
   const int64_t C = s.C, H = s.H, Hl = H / m->etp_size_, H1 = s.swiglu ? 2 * H : H;
@@ -465,7 +486,11 @@ absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   } else {
     GTP_ASSIGN_OR_RETURN(dx32, BackwardAllToAll(dy, dw));
   }
-  const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T) : 1.0f;
+  // The aux / z gradients' scale (Router::Backward): under CP the gradient
+  // reduction averages the CP ranks' parts (mean) or divides by the tokens of
+  // every CP rank (sum), so each part is scaled by CP or by the whole lane's tokens.
+  const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T * cp_)
+                                           : static_cast<float>(cp_);
   GTP_ASSIGN_OR_RETURN(Tensor dxr, router_->Backward(dw, loss_scale));
   ops::Axpby(e, 1.0f, dxr, 1.0f, dx32);
   Tensor dx = dx32;

@@ -67,6 +67,16 @@
 // which makes them the gradient of the mean of the lanes' losses, like the
 // dense weights'. The gate is replicated; each TP rank's gradient covers its
 // own rows (summed over TP at finalisation).
+//
+// Context parallelism (the "cp" group has more than one rank): the block's T
+// is this CP rank's T/CP tokens of each sequence. Routing is per token, so
+// dispatch and experts are unchanged — the expert grid carves EP / EGTP / EDP
+// from every rank (CP ranks included, as Megatron's expert data parallelism),
+// and TP / (ETP·EP) is still EGTP·EDP / (GTP·DP·CP): the expert buffer's
+// EDP average covers the CP ranks as the dense buffer's dp_cp average does.
+// The router sums its aux-loss counts over "tp_cp" and scales its aux / z
+// gradients by CP (router.h). Capacity dropping is refused (it would drop
+// among a rank's own chunks).
 #pragma once
 
 #include <memory>
@@ -114,9 +124,10 @@ struct MoeShape {
 
 class MoeLayer {
  public:
-  // Reads "tp", "ep", "etp", "egtp" from pgs. InvalidArgument naming the
-  // problem (experts not divisible by EP, hidden not by ETP, rows vs TP,
-  // router config).
+  // Reads "tp", "ep", "etp", "egtp" from pgs ("cp" and "tp_cp" too when
+  // present with CP > 1). InvalidArgument naming the problem (experts not
+  // divisible by EP, hidden not by ETP, rows vs TP, router config, capacity
+  // dropping under CP).
   static absl::StatusOr<std::unique_ptr<MoeLayer>> Create(const std::string& name,
                                                           const MoeConfig& c, const MoeShape& s,
                                                           const parallel::ProcessGroupCollection& pgs,
@@ -172,6 +183,7 @@ class MoeLayer {
   GtpChain* chain_ = nullptr;
   comm::Communicator *tp_ = nullptr, *ep_ = nullptr, *etp_ = nullptr;
   int E_ = 0, k_ = 0, e_loc_ = 0, ep_size_ = 1, ep_rank_ = 0, etp_size_ = 1;
+  int cp_ = 1;  // context-parallel ranks sharing each sequence
   int64_t rows_ = 0, row0_ = 0, H_loc_ = 0, H1_ = 0;  // hidden per ETP rank (and of fc1's rows)
   bool slice_ = false;   // route a TP slice of replicated rows
   bool all_gather_ = false, pad_ = false;

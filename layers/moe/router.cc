@@ -301,13 +301,23 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const std::string& name,
                                                        int64_t first_row, int64_t lane_rows,
                                                        float init_std, uint64_t seed,
                                                        comm::Communicator* tp,
-                                                       const kernels::Exec& e) {
+                                                       const kernels::Exec& e,
+                                                       const RouterCp& cp) {
   GTP_RETURN_IF_ERROR(c.Validate());
+  const int tp_size = tp != nullptr ? tp->size() : 1;
+  if (cp.size < 1 ||
+      (cp.size > 1 && (cp.tp_cp == nullptr || cp.tp_cp->size() != tp_size * cp.size))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": context parallelism over ", cp.size, " ranks needs the lane's TP × CP group "
+        "(\"tp_cp\") of ", tp_size, " × ", cp.size, " ranks, got ",
+        cp.tp_cp != nullptr ? absl::StrCat(cp.tp_cp->size(), " ranks") : "none"));
+  }
   std::unique_ptr<Router> r(new Router());
   r->name_ = name;
   r->config_ = c;
   r->exec_ = e;
   r->tp_ = tp;
+  r->counts_group_ = cp.size > 1 ? cp.tp_cp : tp;
   r->C_ = C;
   r->rows_ = rows;
   const int E = c.num_experts;
@@ -335,6 +345,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const std::string& name,
   p.z_coeff = c.z_loss_coeff;
   p.lane_rows = lane_rows;
   p.first_row = first_row;
+  p.cp = cp.size;
   if (c.aux_loss_type == AuxLossType::kSequence) {
     if (seq_len <= 0 || lane_rows % seq_len != 0) {
       return absl::InvalidArgumentError(absl::StrCat("moe router: per-sequence aux loss needs the ",
@@ -398,7 +409,10 @@ absl::StatusOr<const RouterOutput*> Router::Forward(const Tensor& x, bool record
   if (config_.aux_loss_coeff > 0) {
     aux_counts_ = e.Empty({static_cast<int64_t>(params_.G) * E}, DType::kF32);
     CountSelections(e, params_, o.selected, aux_counts_);
-    if (tp_ != nullptr && tp_->size() > 1) GTP_RETURN_IF_ERROR(AllReduceSum(*tp_, aux_counts_));
+    // The lane's counts: its tokens are spread over TP (and CP) ranks.
+    if (counts_group_ != nullptr && counts_group_->size() > 1) {
+      GTP_RETURN_IF_ERROR(AllReduceSum(*counts_group_, aux_counts_));
+    }
     if (record) AuxLoss(e, params_, logits_, aux_counts_, acc_.Slice(E + 1, E + 2));
   }
   record_ = record;

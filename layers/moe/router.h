@@ -38,6 +38,18 @@
 // Both add into the backward of the lane's loss; their values are reported,
 // not added to the LM loss.
 //
+// Context parallelism (CP ranks each hold 2 of every sequence's 2·CP
+// chunks): a lane's tokens are spread over its TP × CP ranks, so the counts
+// c are summed over that group ("tp_cp", as Megatron reduces its aux-loss
+// statistics over tp-cp) and N_g, N are the whole sequences' and lane's
+// token counts; each rank adds its tokens' part of aux and z, and the
+// parts sum to one rank's values. The gradient reduction averages over CP
+// (the "dp_cp" group) what each CP rank computes, so a CP rank scales its
+// aux and z gradients by CP (mean-normalised losses) or by the whole lane's
+// tokens, every CP rank's (summed losses): the reduced gradient is one rank's.
+// Capacity dropping picks among a rank's own tokens, so it would not match
+// one rank under CP: refused there (MoeLayer::Create).
+//
 // The pure functions below work on host arrays in double precision: the
 // reference the device ops (layers/moe/routing.h, f32, CPU and CUDA) are
 // tested against. The Router runs the device ops on its exec.
@@ -141,6 +153,14 @@ struct RouterOutput {
   Tensor counts;    // [E] i32 kept slots per global expert
 };
 
+// Context parallelism for a Router (see the file comment): the CP group's
+// size and the lane's TP × CP group ("tp_cp"), over which the aux-loss counts
+// are summed. size 1: no CP (tp_cp unused).
+struct RouterCp {
+  int size = 1;
+  comm::Communicator* tp_cp = nullptr;
+};
+
 // The router layer: gate weight, logits and routing on the exec's device.
 // One per MoE layer; driven by the rank's training thread; not thread-safe.
 class Router {
@@ -148,24 +168,28 @@ class Router {
   // rows: tokens this rank routes per micro-batch (its TP slice of the lane);
   // seq_len T and first_row (the global row of this rank's first token within
   // the lane, for kSequence groups); lane_rows: the lane's tokens (B·T); tp:
-  // the lane's TP group (counts are summed over it; size 1 allowed).
+  // the lane's TP group (counts are summed over it; size 1 allowed). Under
+  // CP (cp.size > 1) seq_len, first_row and lane_rows count this CP rank's
+  // rows (T/CP per sequence) and the counts are summed over cp.tp_cp instead.
   static absl::StatusOr<std::unique_ptr<Router>> Create(const std::string& name,
                                                         const RouterConfig& c, int64_t C,
                                                         int64_t rows, int64_t seq_len,
                                                         int64_t first_row, int64_t lane_rows,
                                                         float init_std, uint64_t seed,
                                                         comm::Communicator* tp,
-                                                        const kernels::Exec& e);
+                                                        const kernels::Exec& e,
+                                                        const RouterCp& cp = {});
   // x [rows, C] (model dtype) → the routing on the device (valid until the
   // next Forward). `record`: count the tokens and losses into the stats
   // (false for the re-run of activation recompute). Does not synchronise
-  // with the host; with aux loss and TP > 1 the selection counts are
-  // all-reduced over TP (collective).
+  // with the host; with aux loss and TP > 1 (CP > 1) the selection counts are
+  // all-reduced over TP (TP × CP) (collective).
   absl::StatusOr<const RouterOutput*> Forward(const Tensor& x, bool record = true);
   // dweight [rows·k] f32 on the device → dx [rows, C] f32 (=, the gate's
   // input gradient); the gate's gradient accumulates (+=). loss_scale
   // multiplies the aux and z gradients (1 for mean-normalised losses; the
-  // lane's tokens for summed). Does not synchronise.
+  // lane's tokens for summed; under CP: CP, or the lane's tokens over every
+  // CP rank — see the file comment). Does not synchronise.
   absl::StatusOr<Tensor> Backward(const Tensor& dweight, float loss_scale);
   void DropActivations();
 
@@ -198,6 +222,7 @@ class Router {
   RouteParams params_;
   kernels::Exec exec_;
   comm::Communicator* tp_ = nullptr;
+  comm::Communicator* counts_group_ = nullptr;  // aux counts: tp, or tp_cp under CP
   int64_t C_ = 0, rows_ = 0;
   ReplicatedParam gate_;
   std::vector<float> bias_;

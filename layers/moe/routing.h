@@ -62,7 +62,7 @@ void AuxLoss(const kernels::Exec& e, const RouteParams& p, const Tensor& logits,
              const Tensor& counts, const Tensor& acc);
 // dlogits [n, E] (=) from dweight [S] (ignored where expert < 0), the aux
 // gradient of the lane's counts [G·E] (undefined: no aux loss) and the z-loss
-// (p.z_coeff > 0, over p.lane_rows tokens), the aux and z parts times
+// (p.z_coeff > 0, over p.lane_rows · p.cp tokens), the aux and z parts times
 // p.loss_scale; acc (optional) [0] += this rank's part of z.
 void RouteBackward(const kernels::Exec& e, const RouteParams& p, const Tensor& logits,
                    const Tensor& selected, const Tensor& expert, const Tensor& dweight,

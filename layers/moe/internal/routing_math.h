@@ -39,6 +39,10 @@ struct RouteParams {
   float aux_coeff = 0.0f;
   int G = 1;
   int64_t seq_len = 0, first_row = 0, lane_rows = 1;
+  // Context parallelism: seq_len and lane_rows count this CP rank's tokens,
+  // 1/cp of each sequence (2 of its 2·cp chunks); the groups' and the
+  // lane's token counts N_g, N (aux factor, z-loss) are cp times those.
+  int cp = 1;
   float z_coeff = 0.0f;
   float loss_scale = 1.0f;  // backward: multiplies the aux and z gradients
 };
@@ -271,9 +275,11 @@ GTP_MOE_HD int64_t GroupOf(const RouteParams& p, int64_t t) {
   return p.seq_len > 0 ? (p.first_row + t) / p.seq_len : 0;
 }
 
-// d(aux)/dq = AuxFactor · c[g, e]: coeff·E / (k·G·N_g²).
+// d(aux)/dq = AuxFactor · c[g, e]: coeff·E / (k·G·N_g²), N_g the whole
+// group's tokens (over the CP ranks: the product is exact in integers, so
+// CP gives one rank's bits).
 GTP_MOE_HD float AuxFactor(const RouteParams& p) {
-  const float ng = static_cast<float>(p.seq_len > 0 ? p.seq_len : p.lane_rows);
+  const float ng = static_cast<float>((p.seq_len > 0 ? p.seq_len : p.lane_rows) * p.cp);
   return Div(Mul(p.aux_coeff, static_cast<float>(p.E)),
              Mul(Mul(static_cast<float>(p.k * p.G), ng), ng));
 }
@@ -312,7 +318,7 @@ GTP_MOE_HD float BackwardToken(const RouteParams& p, const float* l, int64_t t, 
   MaxSum(l, E, &m, &s);
   float zf = 0.0f, zpart = 0.0f;
   if (p.z_coeff > 0.0f) {
-    const float lse = Add(m, Log(s)), n = static_cast<float>(p.lane_rows);
+    const float lse = Add(m, Log(s)), n = static_cast<float>(p.lane_rows * p.cp);
     zpart = Div(Mul(Mul(p.z_coeff, lse), lse), n);
     zf = Div(Mul(Mul(ls, 2.0f), Mul(p.z_coeff, lse)), n);
   }
