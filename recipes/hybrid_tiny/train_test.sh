@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hybrid_tiny (Mamba / attention / MLP, TP2 x GTP2) learns, and its
 # checkpoint reshards: saved under GTP2, resumed under GTP4 (and TP1) it
-# continues within f32 tolerance of the uninterrupted run.
+# continues within f32 tolerance of the uninterrupted run; SP and CP give its
+# losses, and a CP split the mixer cannot make is refused by name.
 set -euo pipefail
 bin="$1"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -23,7 +24,7 @@ grep -q "resumed" "$tmp/resume.log" || { cat "$tmp/resume.log"; echo "did not re
 paste <(losses "$tmp/full/metrics.jsonl" | tail -6) <(losses "$tmp/cut/metrics.jsonl" | tail -6) |
   awk '{ d = $2 - $4; if (d < 0) d = -d; print; if ($1 != $3 || d > 1e-4 * $2) bad = 1 } END { exit bad }' ||
   { echo "resumed losses differ"; exit 1; }
-echo "== 3. layouts not built for Mamba layers are refused before the first step, by name"
+echo "== 3. splits the Mamba mixer cannot make are refused before the first step, by name"
 refused() {  # $1: what the error must say, rest: --set overrides
   local want="$1"; shift
   if "$bin" --run_dir "$tmp/refused" --set "$small,train.steps=2,checkpoint.no_resume=true,$1" > "$tmp/refused.log" 2>&1; then
@@ -33,8 +34,9 @@ refused() {  # $1: what the error must say, rest: --set overrides
   grep -q "step .*loss" "$tmp/refused.log" && { echo "trained a step before refusing: $1"; exit 1; }
   return 0
 }
-refused "Mamba layers under context parallelism (parallel.cp = 2) are not built yet" \
-  "parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=1,parallel.cp=2"
+# 4 heads (head_dim 32) cannot split by head over CP8 (layers/mamba/cp_exchange.h).
+refused "Mamba heads (d_inner / model.mamba.head_dim / parallel.tp) by head over parallel.cp = 8" \
+  "parallel.world_size=8,parallel.tp=1,parallel.tp_num_weight_shards=1,parallel.cp=8,model.mamba.head_dim=32"
 
 echo "== 4. sequence parallelism (Mamba rows gathered before in_proj, scattered after out_proj)"
 "$bin" --run_dir "$tmp/sp" --set "$small,train.steps=6,checkpoint.every=0,parallel.sequence_parallel=true" > "$tmp/sp.log"
@@ -43,4 +45,12 @@ grep -q "SP on" "$tmp/sp.log" || { cat "$tmp/sp.log"; echo "SP not on"; exit 1; 
 paste <(losses "$tmp/nosp/metrics.jsonl") <(losses "$tmp/sp/metrics.jsonl") |
   awk '{ d = $2 - $4; if (d < 0) d = -d; print; if ($1 != $3 || d > 1e-5 * $2) bad = 1 } END { exit bad || NR != 6 }' ||
   { echo "SP losses differ"; exit 1; }
+
+echo "== 5. context parallelism (CP2 on top of TP2 x GTP2: the conv and scan on whole sequences by head)"
+"$bin" --run_dir "$tmp/cp" --set "$small,train.steps=6,checkpoint.every=0,parallel.world_size=8,parallel.cp=2" > "$tmp/cp.log"
+# Same tolerance as SP: the scan runs on the same whole sequences; only
+# sums over tokens split between the CP ranks add in another order.
+paste <(losses "$tmp/nosp/metrics.jsonl") <(losses "$tmp/cp/metrics.jsonl") |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; print; if ($1 != $3 || d > 1e-5 * $2) bad = 1 } END { exit bad || NR != 6 }' ||
+  { echo "CP losses differ"; exit 1; }
 echo ok
