@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "parallel/testing/fake_communicator.h"
 
@@ -212,6 +214,116 @@ TEST(ProcessGroupCollection, AddSplitRejectsBadLists) {
   EXPECT_TRUE(world.splits().empty());  // rejected before the collective
   ProcessGroupCollection other(1);
   EXPECT_EQ(other.AddSplit(world, "x", {{0, 1}}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The groups of one grid computed from the order string alone, without
+// RankGenerator: rank = offset + Σ c_a · Π(sizes listed before a), a group
+// over `axes` holds the ranks agreeing on every other coordinate, ordered by
+// its axes' coordinates with the first listed fastest, and the groups are
+// listed the same way over the other axes (rank_generator.h's contract).
+Groups ReferenceGroups(const AxisValues& sizes, const std::vector<std::string>& order,
+                       const std::vector<std::string>& axes, int offset) {
+  const std::vector<std::string> names = {"tp", "gtp", "cp", "ep", "dp", "pp"};
+  const std::vector<int> size = {sizes.tp, sizes.gtp, sizes.cp, sizes.ep, sizes.dp, sizes.pp};
+  auto index_of = [&](const std::string& n) {
+    return static_cast<int>(std::find(names.begin(), names.end(), n) - names.begin());
+  };
+  std::vector<int> stride(6), listed;  // listed: axis indices in order
+  int world = 1;
+  for (const std::string& n : order) {
+    listed.push_back(index_of(n));
+    stride[listed.back()] = world;
+    world *= size[listed.back()];
+  }
+  std::vector<bool> in(6, false);
+  for (const std::string& n : axes) in[index_of(n)] = true;
+  int members = 1;
+  for (int a = 0; a < 6; ++a) members *= in[a] ? size[a] : 1;
+  Groups groups(world / members, std::vector<int>(members));
+  for (int r = 0; r < world; ++r) {
+    int inner = 0, outer = 0, inner_radix = 1, outer_radix = 1;
+    for (int a : listed) {
+      const int c = (r / stride[a]) % size[a];
+      if (in[a]) {
+        inner += c * inner_radix;
+        inner_radix *= size[a];
+      } else {
+        outer += c * outer_radix;
+        outer_radix *= size[a];
+      }
+    }
+    groups[outer][inner] = offset + r;
+  }
+  return groups;
+}
+
+// Every standard group follows the configured orders. For all 720 dense
+// orders of a grid where every axis matters (dense TP2·GTP2·CP2·DP2·PP2,
+// expert ETP2·EP2·EGTP2·EDP2·PP2 on 32 ranks), each paired with the expert
+// order that has cp and ep swapped (so both grids put the same ranks on one
+// pipeline stage), the collection Build gives equals the groups computed
+// from the order strings alone. A kind of group built in a fixed order — the
+// reference system's all-gather groups under a custom order — fails here.
+TEST(ProcessGroupCollection, EveryGroupFollowsTheConfiguredOrders) {
+  std::vector<std::string> order = {"cp", "dp", "ep", "gtp", "pp", "tp"};  // sorted
+  ParallelConfig c = Config(/*tp=*/2, /*shards=*/4, /*pp=*/2, /*cp=*/2);
+  c.ep = 2;
+  c.etp = 2;
+  c.expert_tp_num_weight_shards = 4;
+  const int world = 32;
+  int cases = 0;
+  do {
+    std::vector<std::string> expert_order = order;
+    for (std::string& n : expert_order) n = n == "cp" ? "ep" : n == "ep" ? "cp" : n;
+    c.order = absl::StrJoin(order, "-");
+    c.expert_order = absl::StrJoin(expert_order, "-");
+    SCOPED_TRACE(absl::StrCat("order ", c.order, ", expert order ", c.expert_order));
+    auto resolved = c.Resolve(world);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    const AxisValues dense = resolved->DenseSizes(), expert = resolved->ExpertSizes();
+    ASSERT_EQ(expert.Product(), world);
+    const int rank = cases % world;  // a different rank's view each time
+    FakeCommunicator comm(rank, world);
+    auto pgs = ProcessGroupCollection::Build(c, comm);
+    ASSERT_TRUE(pgs.ok()) << pgs.status();
+    for (const GroupSpec& spec : StandardGroupSpecs()) {
+      SCOPED_TRACE(spec.name);
+      const std::vector<std::string> axes = absl::StrSplit(spec.axes, '-');
+      Groups want;
+      if (spec.grid == GridKind::kExpert) {
+        want = ReferenceGroups(expert, expert_order, axes, 0);
+      } else {
+        want = ReferenceGroups(dense, order, axes, 0);
+      }
+      if (spec.grid == GridKind::kEmbedding) {
+        for (std::vector<int>& g : want) g = {g.front(), g.back()};
+      }
+      const ProcessGroup* got = *pgs->Group(spec.name);
+      ASSERT_EQ(got->all_ranks, want);
+      // This rank's communicator is its own group, at its place in it.
+      for (const std::vector<int>& g : want) {
+        auto at = std::find(g.begin(), g.end(), rank);
+        if (at == g.end()) continue;
+        EXPECT_EQ(got->ranks, g);
+        EXPECT_EQ(got->rank(), static_cast<int>(at - g.begin()));
+      }
+    }
+    // Grids on a range of a larger world shift every rank by the offset.
+    if (cases % 97 == 0) {
+      auto shifted = StandardGroupRanks(*resolved, /*offset=*/5);
+      ASSERT_TRUE(shifted.ok()) << shifted.status();
+      for (const auto& [name, groups] : *shifted) {
+        if (name != "tp" && name != "gtp" && name != "egtp") continue;
+        const bool on_expert = name == "egtp";
+        EXPECT_EQ(groups,
+                  ReferenceGroups(on_expert ? expert : dense, on_expert ? expert_order : order,
+                                  {name == "tp" ? "tp" : "gtp"}, 5))
+            << name;
+      }
+    }
+    ++cases;
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(cases, 720);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "recipes/trainer/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -9,6 +10,8 @@
 #include "core/status.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "parallel/parallel_config.h"
+#include "parallel/rank_generator.h"
 
 namespace gtp::recipes {
 
@@ -27,6 +30,28 @@ class Collector : public google::protobuf::io::ErrorCollector {
 };
 
 absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+// parallel.order / parallel.expert_order: "" (the default) or a permutation
+// of the six axes. The rank generator itself lets size-1 axes be left out;
+// a recipe names them all, so the order means the same on every layout.
+absl::Status CheckOrder(const char* setting, const std::string& order, const char* fallback) {
+  if (order.empty()) return absl::OkStatus();
+  const std::string fix =
+      absl::StrCat(" (", setting, " lists each of tp, gtp, cp, ep, dp, pp once, fastest-varying "
+                   "first; the default \"", fallback, "\" works)");
+  absl::StatusOr<std::vector<parallel::Axis>> axes = parallel::ParseAxisList(order, setting);
+  if (!axes.ok()) return Bad(absl::StrCat(axes.status().message(), fix));
+  std::vector<std::string> missing;
+  for (parallel::Axis a : parallel::kAllAxes) {
+    if (std::find(axes->begin(), axes->end(), a) == axes->end()) {
+      missing.push_back(parallel::AxisName(a));
+    }
+  }
+  if (!missing.empty()) {
+    return Bad(absl::StrCat(setting, " '", order, "' lacks ", absl::StrJoin(missing, ", "), fix));
+  }
+  return absl::OkStatus();
+}
 
 // Copies the field at `path` from `delta` into `r`, default values included
 // (MergeFrom would skip a proto3 scalar that is 0, false or "", so
@@ -259,6 +284,9 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   }
   if (!p->backend().empty() && p->backend() != "local" && p->backend() != "ucx")
     return Bad(absl::StrCat("parallel.backend must be local or ucx, got ", p->backend()));
+  GTP_RETURN_IF_ERROR(CheckOrder("parallel.order", p->order(), parallel::kDefaultOrder));
+  GTP_RETURN_IF_ERROR(
+      CheckOrder("parallel.expert_order", p->expert_order(), parallel::kDefaultExpertOrder));
   auto* d = r->mutable_data();
   if (d->source().empty()) d->set_source("corpus");
   if (d->source() != "corpus" && d->source() != "mock" && d->source() != "indexed")

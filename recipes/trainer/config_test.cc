@@ -113,5 +113,45 @@ TEST(RecipeParallel, LargeSettingsDoNotOverflow) {
       << pattern.status();
 }
 
+// parallel.order / parallel.expert_order (issue 28): "" is the default, any
+// permutation of the six axes is taken as given, anything else is refused
+// naming the setting and a value that works.
+TEST(RecipeParallel, RankOrdersArePermutationsOfTheAxes) {
+  const std::string path = WriteRecipe();
+  auto r = LoadRecipe(path, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->parallel().order(), "");  // the trainer's default, tp-gtp-cp-ep-dp-pp
+  auto moved = LoadRecipe(
+      path, {"parallel.order=tp-dp-gtp-cp-ep-pp", "parallel.expert_order=gtp-ep-tp-cp-dp-pp"});
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->parallel().order(), "tp-dp-gtp-cp-ep-pp");
+  EXPECT_EQ(moved->parallel().expert_order(), "gtp-ep-tp-cp-dp-pp");
+  struct Bad {
+    const char* set;
+    const char* why;
+    const char* works;
+  };
+  for (const Bad& b : {
+           Bad{"parallel.order=tp-tp-gtp-cp-ep-dp-pp", "axis 'tp' appears more than once",
+               "the default \"tp-gtp-cp-ep-dp-pp\" works"},
+           Bad{"parallel.order=tp-gtp-xp-ep-dp-pp", "unknown axis 'xp'", "tp-gtp-cp-ep-dp-pp"},
+           Bad{"parallel.order=tp-gtp-dp", "lacks cp, ep, pp", "tp-gtp-cp-ep-dp-pp"},
+           Bad{"parallel.order=tp--gtp-cp-ep-dp-pp", "stray '-'", "tp-gtp-cp-ep-dp-pp"},
+           Bad{"parallel.expert_order=tp-cp-ep-gtp-dp", "lacks pp",
+               "the default \"tp-cp-ep-gtp-dp-pp\" works"},
+           Bad{"parallel.expert_order=TP-cp-ep-gtp-dp-pp", "unknown axis 'TP'",
+               "tp-cp-ep-gtp-dp-pp"},
+       }) {
+    auto bad = LoadRecipe(path, {b.set});
+    ASSERT_FALSE(bad.ok()) << b.set;
+    const std::string m(bad.status().message());
+    const std::string setting(b.set, std::string(b.set).find('='));
+    EXPECT_NE(m.find(setting + " '"), std::string::npos) << m;
+    EXPECT_NE(m.find(b.why), std::string::npos) << m;
+    EXPECT_NE(m.find(b.works), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace gtp::recipes

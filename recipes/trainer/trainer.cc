@@ -108,6 +108,27 @@ parallel::ModelFacts ModelFactsOf(const proto::Recipe& r) {
   return facts;
 }
 
+// The whole layout on `world` ranks, checked before anything is written.
+// FinalizeRecipe has checked each order string alone; an error that only
+// the orders cause (their pipeline stages disagree, say: the defaults would
+// resolve) names both settings and the defaults.
+absl::Status CheckLayout(const proto::Recipe& r, int world) {
+  const parallel::ParallelConfig pc = ParallelConfigOf(r);
+  const absl::Status st = pc.Resolve(world, ModelFactsOf(r)).status();
+  parallel::ParallelConfig defaults = pc;
+  defaults.order = parallel::kDefaultOrder;
+  defaults.expert_order = parallel::kDefaultExpertOrder;
+  if (st.ok() || (pc.order == defaults.order && pc.expert_order == defaults.expert_order) ||
+      !defaults.Resolve(world, ModelFactsOf(r)).ok()) {
+    return st;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("parallel.order '", pc.order, "' with parallel.expert_order '", pc.expert_order,
+                   "' does not fit this layout: ", st.message(),
+                   " (the defaults parallel.order=", parallel::kDefaultOrder,
+                   " and parallel.expert_order=", parallel::kDefaultExpertOrder, " work)"));
+}
+
 layers::GptConfig ModelConfig(const proto::Recipe& r) {
   const auto& m = r.model();
   layers::GptConfig c = layers::GptConfig::Gpt2(m.vocab_size(), m.seq_len(), m.n_layer(),
@@ -900,6 +921,10 @@ class RankRun {
                                       " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards(),
                                       " pp=", r_.parallel().pp(), " vpp=", r_.parallel().vpp(),
                                       " cp=", r_.parallel().cp());
+    // The rank orders the groups were built with (any order loads any: the
+    // tensors are global; MaybeResume notes a change).
+    so.extra["order"] = order_;
+    if (has_moe()) so.extra["expert_order"] = expert_order_;
     if (!r_.checkpoint().async_save()) return checkpoint::Save(ckpt_root_, pieces, host_, so);
     if (saver_ == nullptr) {
       std::vector<int> all(host_.size());
@@ -938,8 +963,18 @@ class RankRun {
     pr.num_skipped = std::stoll(lr.extra["optimizer_skipped"]);
     opt_->set_progress(pr);
     if (rank0()) {
-      std::printf("resumed from %s at step %lld\n", checkpoint::IterationDir(ckpt_root_, step_).c_str(),
-                  static_cast<long long>(step_));
+      std::string moved;  // checkpoints of another rank order reshard like any other layout
+      for (const auto& [key, now] : {std::pair<std::string, std::string>{"order", order_},
+                                     {"expert_order", expert_order_}}) {
+        auto it = lr.extra.find(key);
+        if (it != lr.extra.end() && it->second != now) {
+          absl::StrAppend(&moved, " (saved under parallel.", key, " ", it->second, ", now ", now,
+                          ")");
+        }
+      }
+      std::printf("resumed from %s at step %lld%s\n",
+                  checkpoint::IterationDir(ckpt_root_, step_).c_str(),
+                  static_cast<long long>(step_), moved.c_str());
     }
     return absl::OkStatus();
   }
@@ -1296,7 +1331,7 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
       world = env.world_size;
     }
     // The whole layout, checked before the run directory exists.
-    GTP_RETURN_IF_ERROR(ParallelConfigOf(recipe).Resolve(world, ModelFactsOf(recipe)).status());
+    GTP_RETURN_IF_ERROR(CheckLayout(recipe, world));
     std::unique_ptr<data::GptDataset> t, v;
     GTP_RETURN_IF_ERROR(MakeDatasets(recipe, &t, &v));
     // An init_from that is not there fails before the run directory exists
