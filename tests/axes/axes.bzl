@@ -60,15 +60,25 @@ def pp_matrix(name, layouts, backends = ["local", "ucx"]):
             )
 
 def cp_matrix(name, layouts, backends = ["local", "ucx"]):
-    """layouts: (tp, gtp, dp, pp, cp, micro_batches) tuples, GPT-2 style (learned
-    positions), 10 steps. Losses within 1e-5; parameters within 1e-4 (ring
-    attention sums the key blocks in another order than one rank: CP2 after 10
-    steps is 2.8e-5 off, after 4 within 1e-5), 1e-3 with PP (see pp_matrix)."""
-    for tp, gtp, dp, pp, cp, mb in layouts:
+    """layouts: (tp, gtp, dp, pp, cp, micro_batches[, ep, egtp, aux]) tuples,
+    GPT-2 style (learned positions), 10 steps. Losses within 1e-5; parameters
+    within 1e-4 (ring attention sums the key blocks in another order than one
+    rank: CP2 after 10 steps is 2.8e-5 off, after 4 within 1e-5), 1e-3 with PP
+    (see pp_matrix). With ep, egtp: the MoE model (--moe: layer 0 of 8 experts,
+    top-2) with its experts on the expert grid EP·EGTP (ETP 1); aux: its
+    load-balancing loss, "lane", "seq" or "" for none (--moe_aux)."""
+    for layout in layouts:
+        tp, gtp, dp, pp, cp, mb = layout[:6]
         base = "%s_tp%d_gtp%d_dp%d_pp%d_cp%d_mb%d" % (name, tp, gtp, dp, pp, cp, mb)
         flags = ["--tp=%d" % tp, "--gtp=%d" % gtp, "--dp=%d" % dp, "--pp=%d" % pp, "--cp=%d" % cp,
                  "--micro_batches=%d" % mb, "--layers=%d" % max(2, pp), "--steps=10",
                  "--param_tol=%s" % ("1e-3" if pp > 1 else "1e-4")]
+        if len(layout) > 6:
+            ep, egtp, aux = layout[6:9]
+            base += "_ep%d_egtp%d%s" % (ep, egtp, "_aux_" + aux if aux else "")
+            flags += ["--moe", "--ep=%d" % ep, "--egtp=%d" % egtp]
+            if aux:
+                flags.append("--moe_aux=" + aux)
         for backend in backends:
             native.sh_test(
                 name = base + "_" + backend,
@@ -79,8 +89,10 @@ def cp_matrix(name, layouts, backends = ["local", "ucx"]):
             )
 
 def hybrid_matrix(name, layouts, backends = ["local", "ucx"]):
-    """layouts: (tag, tp, gtp, dp, pp, pattern[, ep, egtp[, vpp, micro_batches]])
-    tuples: a hybrid Mamba / attention / MLP (/ MoE when ep·egtp > 1) stack
+    """layouts: (tag, tp, gtp, dp, pp, pattern[, ep, egtp[, vpp, micro_batches[,
+    cp, model_flags]]]) tuples: model_flags, a list of axes_check's model
+    flags (--heads, --seq, ...) for the sizes CP needs (T a multiple of 2·CP,
+    Mamba heads per TP rank of CP); a hybrid Mamba / attention / MLP (/ MoE when ep·egtp > 1) stack
     of Megatron's layer pattern (`|` splits the pipeline's virtual stages:
     pp·vpp parts), 4 SGD steps (2 with several micro-batches, below); losses
     within 1e-5 of one rank, parameters
@@ -92,7 +104,10 @@ def hybrid_matrix(name, layouts, backends = ["local", "ucx"]):
         tag, tp, gtp, dp, pp, pattern = layout[:6]
         ep, egtp = (layout[6], layout[7]) if len(layout) > 6 else (1, 1)
         vpp, mb = (layout[8], layout[9]) if len(layout) > 8 else (1, 1)
+        cp, model_flags = (layout[10], layout[11]) if len(layout) > 10 else (1, [])
         base = "%s_%s_tp%d_gtp%d_dp%d_pp%d" % (name, tag, tp, gtp, dp, pp)
+        if cp > 1:
+            base += "_cp%d" % cp
         if vpp > 1:
             base += "_vpp%d" % vpp
         if mb > 1:
@@ -104,8 +119,8 @@ def hybrid_matrix(name, layouts, backends = ["local", "ucx"]):
         # drift over 450 layouts after 2 steps: 1.3e-5; fuzz_layouts.py).
         steps, param_tol = ("4", "5e-5") if mb == 1 else ("2", "1e-4")
         flags = ["--tp=%d" % tp, "--gtp=%d" % gtp, "--dp=%d" % dp, "--pp=%d" % pp,
-                 "--vpp=%d" % vpp, "--micro_batches=%d" % mb,
-                 "--pattern=" + pattern, "--steps=" + steps, "--param_tol=" + param_tol]
+                 "--vpp=%d" % vpp, "--micro_batches=%d" % mb, "--cp=%d" % cp,
+                 "--pattern=" + pattern, "--steps=" + steps, "--param_tol=" + param_tol] + model_flags
         if ep * egtp > 1:
             flags += ["--moe", "--ep=%d" % ep, "--egtp=%d" % egtp]
         if tag == "sp":  # sequence parallelism (Mamba layers gather rows before in_proj)
@@ -114,7 +129,7 @@ def hybrid_matrix(name, layouts, backends = ["local", "ucx"]):
             native.sh_test(
                 name = base + "_" + backend,
                 srcs = ["run_cell.sh"],
-                args = [backend, str(tp * gtp * dp * pp), "$(location :axes_check)", "$(location //tools/gtprun)"] + flags,
+                args = [backend, str(tp * gtp * dp * pp * cp), "$(location :axes_check)", "$(location //tools/gtprun)"] + flags,
                 data = [":axes_check", "//tools/gtprun"],
                 tags = ["axes", backend],
             )
