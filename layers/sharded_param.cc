@@ -164,6 +164,18 @@ absl::Status GtpChain::FinishBackward() {
   std::vector<ShardedParam*> pending = std::move(pending_reduce_);
   pending_reduce_.clear();
   for (ShardedParam* p : pending) GTP_RETURN_IF_ERROR(p->FinalizeReduce(/*deferred=*/false));
+  // A backward prefetch that no backward consumed — a param whose backward
+  // ran before its chain neighbour's, out of the forward's reverse order —
+  // holds weights from before the optimizer's update: left in place, the
+  // next step's backward would compute its gradients with them. Dropped.
+  for (ShardedParam* p : order_) {
+    for (Direction dir : {Direction::kBackward, Direction::kRecompute}) {
+      CommState st = p->gather_state(dir);
+      if (st != CommState::kAsyncWait) continue;
+      GTP_RETURN_IF_ERROR(p->WaitGather(dir));
+      p->Release(dir);
+    }
+  }
   return absl::OkStatus();
 }
 

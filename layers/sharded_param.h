@@ -186,8 +186,10 @@ class GtpChain {
   // A vector of n ones in `dtype` (bias GEMMs), made once per (n, dtype).
   const Tensor& Ones(int64_t n, DType dtype);
 
-  // Finalises every pending reduce-scatter (waits; synchronous). Call at the
-  // end of each backward pass, before the optimizer reads main grads.
+  // Finalises every pending reduce-scatter (waits; synchronous) and drops
+  // any backward prefetch no backward consumed (its weights would be stale
+  // after the update). Call at the end of each backward pass, before the
+  // optimizer reads main grads.
   absl::Status FinishBackward();
 
   // Params in forward order, as recorded on the first forward.

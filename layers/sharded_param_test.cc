@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "comm/counting.h"
 #include "comm/local/local_communicator.h"
 #include "core/kernels/ops.h"
@@ -307,6 +308,58 @@ TEST(GtpChain, PrefetchIssuesNextGatherBeforeCurrentGemm) {
   // Both schedules compute identical gradients.
   ASSERT_EQ(g_on.size(), g_off.size());
   for (size_t i = 0; i < g_on.size(); ++i) ASSERT_EQ(g_on[i], g_off[i]);
+}
+
+// A layer whose backward runs out of the chain's reverse order (a, then b,
+// with b recorded after a in forward) makes b's backward prefetch a, which
+// no backward then consumes. That gather holds a's weights from before the
+// update; FinishBackward drops it, so the next step's backward of a gathers
+// the updated weights. (A MoE block's shared expert once ran its backward
+// after the routed experts: with expert GTP the next step's gradients came
+// from the old expert weights, 0.8 % off in grad norm.)
+TEST(GtpChain, UnconsumedBackwardPrefetchDoesNotOutliveTheStep) {
+  HeapAllocator host;
+  absl::Status st = comm::RunRanks(2, [&](comm::Communicator& c) -> absl::Status {
+    const kernels::Exec e = kernels::Exec::Cpu(host);
+    GtpChain chain(e, {});
+    ShardedParam a("a", 4, 3, DType::kF32, &c, &chain), b("b", 4, 3, DType::kF32, &c, &chain);
+    auto fill = [&](ShardedParam& p, float base) {
+      for (int64_t i = 0; i < p.shard().numel(); ++i) {
+        p.shard().data<float>()[i] = base + 100.0f * c.rank() + static_cast<float>(i);
+      }
+      p.MarkUpdated();
+    };
+    fill(a, 1.0f);
+    fill(b, 1.0f);
+    for (ShardedParam* p : {&a, &b}) {
+      GTP_RETURN_IF_ERROR(p->Materialize(Direction::kForward).status());
+      p->Release(Direction::kForward);
+    }
+    // Backward out of order: a first, then b (whose neighbour before it is a).
+    for (ShardedParam* p : {&a, &b}) {
+      GTP_RETURN_IF_ERROR(p->Materialize(Direction::kBackward).status());
+      p->Release(Direction::kBackward);
+    }
+    GTP_RETURN_IF_ERROR(chain.FinishBackward());
+    if (a.gather_state(Direction::kBackward) != CommState::kNone) {
+      return absl::InternalError("a backward gather outlived FinishBackward");
+    }
+    fill(a, 1000.0f);  // the optimizer's update
+    GTP_ASSIGN_OR_RETURN(Tensor w, a.Materialize(Direction::kBackward));
+    // Row r of the gathered weight: rank r / 2's shard row r % 2.
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t col = 0; col < 3; ++col) {
+        const float want = 1000.0f + 100.0f * static_cast<float>(r / 2) + static_cast<float>((r % 2) * 3 + col);
+        if (w.data<float>()[r * 3 + col] != want) {
+          return absl::InternalError(absl::StrCat("a[", r, ", ", col, "] = ", w.data<float>()[r * 3 + col],
+                                                  ", want the updated ", want));
+        }
+      }
+    }
+    a.Release(Direction::kBackward);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
 }
 
 TEST(GtpChain, PrefetchGroupIsIssuedTogetherOneParamAhead) {

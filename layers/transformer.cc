@@ -484,11 +484,14 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
   if (ln2_) {
     Tensor dm;
     if (moe_) {
-      GTP_ASSIGN_OR_RETURN(dm, moe_->Backward(dx2));
+      // The reverse of the forward's order (routed experts, then the shared
+      // expert): the GTP chain gathers and reduce-scatters in that order.
+      Tensor dsh;
       if (mlp_) {
-        GTP_ASSIGN_OR_RETURN(Tensor dsh, mlp_->Backward(dx2));
-        ops::Axpby(exec_, 1.0f, dsh, 1.0f, dm);
+        GTP_ASSIGN_OR_RETURN(dsh, mlp_->Backward(dx2));
       }
+      GTP_ASSIGN_OR_RETURN(dm, moe_->Backward(dx2));
+      if (mlp_) ops::Axpby(exec_, 1.0f, dsh, 1.0f, dm);
     } else {
       GTP_ASSIGN_OR_RETURN(dm, mlp_->Backward(dx2));
     }

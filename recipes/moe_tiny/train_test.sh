@@ -71,6 +71,18 @@ paste <(losses "$tmp/cp1/metrics.jsonl") <(losses "$tmp/cp2/metrics.jsonl") |
        END { if (n != 6) bad = 1; exit bad }'
 echo "moe cp2 (EP2, aux loss on): 6 steps match one rank"
 
+# A shared expert beside the routed ones under the default layout (GTP2·DP2, EP2·EGTP2) matches
+# one rank. Its backward once ran after the routed experts' (not in the reverse of the forward's
+# order), so one expert weight's backward gather was prefetched and never consumed, and the next
+# step's gradients used the weights from before the update (grad norm 0.8 % off from step 2).
+# 1e-5 relative: the f32 loss tolerance above (observed: identical to metrics.jsonl's 6 decimals).
+"$bin" --run_dir "$tmp/sh1" --set "$small,train.steps=6,model.moe.shared_ffn_hidden=32,$single" > "$tmp/sh1.log"
+"$bin" --run_dir "$tmp/sh4" --set "$small,train.steps=6,model.moe.shared_ffn_hidden=32" > "$tmp/sh4.log"
+paste <(losses "$tmp/sh1/metrics.jsonl") <(losses "$tmp/sh4/metrics.jsonl") |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) { print "shared expert: step " $1 " " $2 " vs " $4; bad = 1 } ++n }
+       END { if (n != 6) bad = 1; exit bad }'
+echo "shared expert (EP2·EGTP2): 6 steps match one rank"
+
 # Loss-free balancing: the expert bias is checkpointed, so a resume is exact too.
 "$bin" --run_dir "$tmp/eb" --set "$small,train.steps=12,checkpoint.every=6,model.moe.expert_bias=true,model.moe.bias_update_rate=0.01" > "$tmp/eb.log"
 mkdir -p "$tmp/eb2/checkpoints"
