@@ -116,6 +116,11 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
   GTP_RETURN_IF_ERROR(Divisible("n_head", c.n_head, c.kv_heads(), "n_kv_head"));
   GTP_RETURN_IF_ERROR(Divisible("n_kv_head", c.kv_heads(), tp, "the tensor-parallel size"));
   a->hs_ = c.n_embd / c.n_head;
+  if (c.rope && a->hs_ % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RoPE rotates channel pairs: the head size n_embd / n_head = ", c.n_embd, " / ", c.n_head,
+        " = ", a->hs_, " must be even (model.n_embd, model.n_head; or model.rope=false)"));
+  }
   a->nh_tp_ = c.n_head / tp;
   a->nkv_tp_ = c.kv_heads() / tp;
   const int64_t kv = c.kv_heads() * a->hs_;

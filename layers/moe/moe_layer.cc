@@ -546,7 +546,9 @@ absl::StatusOr<Tensor> MoeLayer::ExpertsBackward(const Tensor& dye) {
   // an expert without rows adds nothing, or zeroes a fresh buffer).
   auto wgrad = [&](ShardedParam& p, const Tensor& dyv, const Tensor& xv) {
     bool fresh = false;
-    Tensor g = p.Wgrad(&fresh);
+    // The stacked weight's rows: under an uneven EGTP split the buffer has
+    // pad rows past them (zero, never written).
+    Tensor g = p.Wgrad(&fresh).Slice(0, p.rows());
     ops::GroupedLinearBackwardWeight(e, dyv, xv, off, wgrad_scale_, fresh ? 0.0f : 1.0f, g);
   };
   GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(Direction::kBackward));

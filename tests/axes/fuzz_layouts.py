@@ -99,9 +99,8 @@ import time
 #   EP   any size that divides the expert count (6, 9, 21, ... experts);
 #        ETP the expert FFN; the expert grid ETP·EP·EGTP·PP must divide the
 #        world;
-#   EGTP pads like GTP, but uneven expert shards abort in the backward (a
-#        library bug, see problems(): "egtp_uneven"), so only sizes that
-#        divide the expert weights' rows are drawn.
+#   EGTP pads like GTP (uneven expert shards: they aborted in the backward
+#        until the fuzzer found it).
 KINDS = ["gpt2", "llama", "moe", "hybrid", "hybmoe"]   # hybmoe: Mamba + MoE ('E') pattern
 # Axis menus; repeated entries weight the draw. World sizes above --max_world
 # (8) are redrawn, so 5 and 7 come with 1 elsewhere and 3 with at most 2.
@@ -149,6 +148,7 @@ EXPECT = {
     "top_k": ("top-k vs experts", r"top_k must be in 1\.\.min\(8, num_experts"),
     "mamba_cp": ("Mamba heads vs CP", r"Mamba heads \(d_inner / model\.mamba\.head_dim / "
                                       r"parallel\.tp\) by head over parallel\.cp = \d+"),
+    "rope_odd": ("RoPE head size", r"RoPE rotates channel pairs: the head size"),
 }
 
 
@@ -250,13 +250,10 @@ def problems(l, max_world):
             p.append(("gqa", "heads %d %% kv_heads %d" % (l.heads, kv)))
         if kv % l.tp:
             p.append(("kv_tp", "kv heads %d %% tp %d" % (kv, l.tp)))
-        # FOUND (issue 28 fuzzing): RoPE with an odd head size is accepted by
-        # GptModel::Create and aborts in the first forward (GTP_CHECK in
-        # core/kernels/cpu/rope.cc: "RoPE needs an even head size") instead of
-        # being refused at start-up. A library gap; never drawn (not even as
-        # an invalid draw, whose refusal must be clean).
+        # Found by this fuzzer (issue 28): RoPE with an odd head size aborted
+        # in the first forward; Attention::Create now refuses it by name.
         if l.llama and l.head_dim % 2:
-            p.append(("rope_odd", "llama head_dim %d odd (RoPE aborts)" % l.head_dim))
+            p.append(("rope_odd", "llama head_dim %d odd (RoPE pairs channels)" % l.head_dim))
     # layers/linear.cc ColumnParallelLinear / RowParallelLinear: the MLP's fc
     # (SwiGLU: per fused part) and proj split the FFN over TP.
     if "-" in sym and l.ffn % l.tp:
@@ -324,18 +321,10 @@ def problems(l, max_world):
             p.append(("expert_ffn_etp", "expert ffn %d %% etp %d" % (l.expert_ffn, l.etp)))
         if (B * T) % l.tp:
             p.append(("moe_tokens", "moe tokens %d %% tp %d" % (B * T, l.tp)))
-        # FOUND (issue 28 fuzzing): expert weights whose rows do not split
-        # evenly over EGTP abort in the first backward: MoeLayer's wgrad
-        # passes ShardedParam::Wgrad()'s padded [padded_rows, cols] buffer to
-        # ops::GroupedLinearBackwardWeight, which wants exactly [E_loc·N, K]
-        # ("check failed: ... dw.dim(0) == G * N", core/kernels/ops.cc). The
-        # rows: fc1 E/EP · H/ETP (x2 with SwiGLU), fc2 E/EP · n_embd
-        # (layers/moe/moe_layer.cc). Dense GTP pads fine. Not drawn.
-        e_loc = l.experts // l.ep if l.experts % l.ep == 0 else 0
-        h1 = (2 if l.llama else 1) * (l.expert_ffn // l.etp)
-        if l.egtp > 1 and ((e_loc * h1) % l.egtp or (e_loc * l.embd()) % l.egtp):
-            p.append(("egtp_uneven", "expert rows %d / %d %% egtp %d (library abort)"
-                      % (e_loc * h1, e_loc * l.embd(), l.egtp)))
+        # Found by this fuzzer (issue 28): expert weights whose rows do not
+        # split evenly over EGTP aborted in the first backward (MoeLayer passed
+        # the padded wgrad buffer to the grouped GEMM); fixed, so uneven
+        # expert shards are drawn like dense GTP's.
         if world % (l.etp * l.ep * l.egtp * l.pp):
             p.append(("expert_grid", "expert grid does not fit the world"))
     return p
@@ -395,9 +384,9 @@ def fit_dims(rng, l):
     l.batch = lanes * (rng.choice([1, 1, 2]) if lanes <= 8 else 1)
     if l.moe:
         l.experts = rng.choice([l.ep, 2 * l.ep, 3 * l.ep] + ([6] if 6 % l.ep == 0 else []))
-        if l.egtp > 1 and rng.random() < 0.8:
-            # EGTP rows that split evenly (E/EP a multiple of EGTP): uneven
-            # expert shards are not drawn (see problems(), "egtp_uneven").
+        if l.egtp > 1 and rng.random() < 0.5:
+            # Half the EGTP draws with rows that split evenly (E/EP a
+            # multiple of EGTP), half padded.
             l.experts = l.ep * l.egtp * rng.choice([1, 1, 2])
         l.experts = max(l.experts, 2)   # (ep 1: at least 2 experts)
         l.top_k = min(rng.choice([1, 2, 2, 3]), l.experts)
@@ -485,6 +474,7 @@ def break_one(rng, l, max_world, tags):
         "expert_ffn_etp": lambda c: setattr(c, "expert_ffn", off(c.expert_ffn, c.etp)),
         "top_k": lambda c: setattr(c, "top_k", c.experts + 1),
         "mamba_cp": lambda c: (setattr(c, "cp", 2), setattr(c, "seq", 4 * rng.choice([1, 2]))),
+        "rope_odd": lambda c: setattr(c, "head_dim", 3 if c.llama else c.head_dim),
     }
     assert set(muts) == set(EXPECT), "a mutation per EXPECT tag"
     for tag in tags:
