@@ -33,11 +33,32 @@ absl::Status HeadExchange::Check(const std::vector<Tensor>& ts,
   return absl::OkStatus();
 }
 
+void HeadExchange::MoveChunks(const Tensor& wire, const std::vector<Tensor>& seqs,
+                              const std::vector<ChannelSplit>& splits, int64_t per,
+                              bool to_sequences) const {
+  const int n = cp_->size();
+  const int64_t Nl = B_ * Tl_, Tc = Tl_ / 2, T = Tl_ * n;
+  for (int r = 0; r < n; ++r) {
+    int64_t at = r * per;
+    for (size_t k = 0; k < seqs.size(); ++k) {
+      const int64_t w = splits[k].part, row = Tc * w;
+      const Tensor blk = wire.Slice(at, at + Nl * w);
+      const Tensor seq = seqs[k].View({B_ * T * w});
+      for (int c = 0; c < 2; ++c) {
+        const Tensor held = blk.Strided({B_, row}, {2 * row, 1}, c * row);
+        const Tensor placed = seq.Strided({B_, row}, {T * w, 1}, ChunkOf(r, c) * row);
+        ops::CopyInto(e_, to_sequences ? held : placed, to_sequences ? placed : held);
+      }
+      at += Nl * w;
+    }
+  }
+}
+
 absl::StatusOr<std::vector<Tensor>> HeadExchange::ToHeads(
     const std::vector<Tensor>& xs, const std::vector<ChannelSplit>& splits) const {
   GTP_RETURN_IF_ERROR(Check(xs, splits, false));
   const int n = cp_->size();
-  const int64_t Nl = B_ * Tl_, Tc = Tl_ / 2, T = Tl_ * n;
+  const int64_t Nl = B_ * Tl_, T = Tl_ * n;
   int64_t per = 0;  // elements sent to each part
   for (const ChannelSplit& s : splits) per += Nl * s.part;
   Tensor send = e_.Empty({n * per}), recv = e_.Empty({n * per});
@@ -56,19 +77,7 @@ absl::StatusOr<std::vector<Tensor>> HeadExchange::ToHeads(
   // From rank r: its two chunks of each sequence, into their places.
   std::vector<Tensor> out;
   for (const ChannelSplit& s : splits) out.push_back(e_.Empty({B_, T, s.part}));
-  for (int r = 0; r < n; ++r) {
-    int64_t at = r * per;
-    for (size_t k = 0; k < xs.size(); ++k) {
-      const int64_t w = splits[k].part, row = Tc * w;
-      const Tensor blk = recv.Slice(at, at + Nl * w);
-      const Tensor dst = out[k].View({B_ * T * w});
-      for (int c = 0; c < 2; ++c) {
-        ops::CopyInto(e_, blk.Strided({B_, row}, {2 * row, 1}, c * row),
-                      dst.Strided({B_, row}, {T * w, 1}, ChunkOf(r, c) * row));
-      }
-      at += Nl * w;
-    }
-  }
+  MoveChunks(recv, out, splits, per, /*to_sequences=*/true);
   return out;
 }
 
@@ -76,24 +85,12 @@ absl::StatusOr<std::vector<Tensor>> HeadExchange::FromHeads(
     const std::vector<Tensor>& ys, const std::vector<ChannelSplit>& splits) const {
   GTP_RETURN_IF_ERROR(Check(ys, splits, true));
   const int n = cp_->size();
-  const int64_t Nl = B_ * Tl_, Tc = Tl_ / 2, T = Tl_ * n;
+  const int64_t Nl = B_ * Tl_;
   int64_t per = 0;
   for (const ChannelSplit& s : splits) per += Nl * s.part;
   Tensor send = e_.Empty({n * per}), recv = e_.Empty({n * per});
   // To rank r: its two chunks of each sequence, in its row order.
-  for (int r = 0; r < n; ++r) {
-    int64_t at = r * per;
-    for (size_t k = 0; k < ys.size(); ++k) {
-      const int64_t w = splits[k].part, row = Tc * w;
-      const Tensor blk = send.Slice(at, at + Nl * w);
-      const Tensor src = ys[k].View({B_ * T * w});
-      for (int c = 0; c < 2; ++c) {
-        ops::CopyInto(e_, src.Strided({B_, row}, {T * w, 1}, ChunkOf(r, c) * row),
-                      blk.Strided({B_, row}, {2 * row, 1}, c * row));
-      }
-      at += Nl * w;
-    }
-  }
+  MoveChunks(send, ys, splits, per, /*to_sequences=*/false);
   GTP_RETURN_IF_ERROR(
       comm::Run(cp_->AllToAll(send.raw_data(), recv.raw_data(), per, DType::kF32)));
   // From part j: its columns. A column block that another part also holds

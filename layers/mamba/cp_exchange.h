@@ -63,6 +63,11 @@ class HeadExchange {
   int64_t ChunkOf(int s, int c) const { return c == 0 ? s : 2 * cp_->size() - 1 - s; }
   absl::Status Check(const std::vector<Tensor>& ts, const std::vector<ChannelSplit>& splits,
                      bool heads) const;
+  // Between an all-to-all buffer (per rank r, `per` elements: each tensor's
+  // [B, 2 chunks, T/(2·CP), part] rows as rank r holds them) and the whole
+  // sequences [B, T, part]: into the sequences, or out of them.
+  void MoveChunks(const Tensor& wire, const std::vector<Tensor>& seqs,
+                  const std::vector<ChannelSplit>& splits, int64_t per, bool to_sequences) const;
 
   kernels::Exec e_;
   comm::Communicator* cp_;

@@ -8,6 +8,14 @@ bin="$1"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 small="model.n_layer=2,model.seq_len=32,train.micro_batch=2,train.global_batch=8,train.log_every=1,optim.warmup_steps=3,train.eval_every=0,checkpoint.keep_last=5"
 losses() { grep -o '"step": [0-9]*, "loss": [0-9.]*' "$1" | sed 's/"step": \([0-9]*\), "loss": \(.*\)/\1 \2/'; }
+# same_losses LABEL N TOL A B: runs A and B (metrics.jsonl) have N steps (0: any number), the same
+# step numbers, and every step's losses within TOL relative.
+same_losses() {
+  paste <(losses "$4") <(losses "$5") |
+    awk -v label="$1" -v want="$2" -v tol="$3" '{ d = $2 - $4; if (d < 0) d = -d;
+         if ($1 != $3 || d > tol * $2) { print label ": step " $1 " " $2 " vs " $4; bad = 1 } ++n }
+         END { if (want > 0 && n != want) bad = 1; exit bad }'
+}
 
 "$bin" --run_dir "$tmp/a" --set "$small,train.steps=16,checkpoint.every=10" > "$tmp/a.log"
 grep -q "moe tokens/expert" "$tmp/a.log" || { echo "no MoE figures in the step line"; cat "$tmp/a.log"; exit 1; }
@@ -41,18 +49,14 @@ noaux="$small,train.steps=12,model.moe.aux_loss_coeff=0"
 "$bin" --run_dir "$tmp/mpp" --set "$noaux,parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.ep=2,parallel.expert_tp_num_weight_shards=1" > "$tmp/mpp.log"
 grep -q "PP 2" "$tmp/mpp.log"
 grep -q "moe tokens/expert [0-9]*/64/" "$tmp/mpp.log" || { grep moe "$tmp/mpp.log" | head -3; exit 1; }
-paste <(losses "$tmp/m1/metrics.jsonl") <(losses "$tmp/mpp/metrics.jsonl") |
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) { print "moe pp2: step " $1 " " $2 " vs " $4; bad = 1 } ++n }
-       END { if (n != 12) bad = 1; exit bad }'
+same_losses "moe pp2" 12 2e-4 "$tmp/m1/metrics.jsonl" "$tmp/mpp/metrics.jsonl"
 echo "moe pp2 (EP2): 12 steps match one rank"
 
 # Muon over the experts (each expert matrix orthogonalised alone, by one rank of its
 # EP rank's ETP×EGTP grid): EP2·EGTP2 matches one rank (aux off, as above).
 "$bin" --run_dir "$tmp/mu1" --set "$noaux,train.steps=8,optim.matrices=muon,optim.lr=2e-2,parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1" > "$tmp/mu1.log"
 "$bin" --run_dir "$tmp/mu4" --set "$noaux,train.steps=8,optim.matrices=muon,optim.lr=2e-2" > "$tmp/mu4.log"
-paste <(losses "$tmp/mu1/metrics.jsonl") <(losses "$tmp/mu4/metrics.jsonl") |
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 2e-4 * $2) { print "muon: step " $1 " " $2 " vs " $4; bad = 1 } ++n }
-       END { if (n != 8) bad = 1; exit bad }'
+same_losses "muon" 8 2e-4 "$tmp/mu1/metrics.jsonl" "$tmp/mu4/metrics.jsonl"
 first=$(losses "$tmp/mu4/metrics.jsonl" | awk '$1 == 1 { print $2 }'); last=$(losses "$tmp/mu4/metrics.jsonl" | awk '$1 == 8 { print $2 }')
 awk -v f="$first" -v l="$last" 'BEGIN { if (!(l < f - 0.3)) { print "muon did not learn: " f " -> " l; exit 1 } }'
 echo "muon with experts (EP2·EGTP2): 8 steps match one rank"
@@ -66,9 +70,7 @@ single="parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,para
 "$bin" --run_dir "$tmp/cp2" --set "$small,train.steps=6,parallel.world_size=2,parallel.cp=2,parallel.tp_num_weight_shards=1,parallel.ep=2,parallel.expert_tp_num_weight_shards=1" > "$tmp/cp2.log"
 grep -q "CP 2" "$tmp/cp2.log"
 grep -q "moe tokens/expert [0-9]*/64/" "$tmp/cp2.log" || { grep moe "$tmp/cp2.log" | head -3; exit 1; }
-paste <(losses "$tmp/cp1/metrics.jsonl") <(losses "$tmp/cp2/metrics.jsonl") |
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) { print "moe cp2: step " $1 " " $2 " vs " $4; bad = 1 } ++n }
-       END { if (n != 6) bad = 1; exit bad }'
+same_losses "moe cp2" 6 1e-5 "$tmp/cp1/metrics.jsonl" "$tmp/cp2/metrics.jsonl"
 echo "moe cp2 (EP2, aux loss on): 6 steps match one rank"
 
 # A shared expert beside the routed ones under the default layout (GTP2·DP2, EP2·EGTP2) matches
@@ -78,9 +80,7 @@ echo "moe cp2 (EP2, aux loss on): 6 steps match one rank"
 # 1e-5 relative: the f32 loss tolerance above (observed: identical to metrics.jsonl's 6 decimals).
 "$bin" --run_dir "$tmp/sh1" --set "$small,train.steps=6,model.moe.shared_ffn_hidden=32,$single" > "$tmp/sh1.log"
 "$bin" --run_dir "$tmp/sh4" --set "$small,train.steps=6,model.moe.shared_ffn_hidden=32" > "$tmp/sh4.log"
-paste <(losses "$tmp/sh1/metrics.jsonl") <(losses "$tmp/sh4/metrics.jsonl") |
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) { print "shared expert: step " $1 " " $2 " vs " $4; bad = 1 } ++n }
-       END { if (n != 6) bad = 1; exit bad }'
+same_losses "shared expert" 6 1e-5 "$tmp/sh1/metrics.jsonl" "$tmp/sh4/metrics.jsonl"
 echo "shared expert (EP2·EGTP2): 6 steps match one rank"
 
 # Loss-free balancing: the expert bias is checkpointed, so a resume is exact too.
@@ -96,13 +96,11 @@ echo "expert-bias resume: steps 7..12 identical"
 # The all-gather dispatcher and padding to capacity give the all-to-all dispatcher's losses.
 "$bin" --run_dir "$tmp/ag" --set "$small,train.steps=6,model.moe.dispatcher=allgather" > "$tmp/ag.log"
 "$bin" --run_dir "$tmp/a6" --set "$small,train.steps=6" > "$tmp/a6.log"
-paste <(losses "$tmp/a6/metrics.jsonl") <(losses "$tmp/ag/metrics.jsonl") |
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "allgather: step " $1 " " $2 " vs " $4; bad = 1 } } END { exit bad }'
+same_losses "allgather" 0 1e-5 "$tmp/a6/metrics.jsonl" "$tmp/ag/metrics.jsonl"
 cap="model.moe.capacity_factor=1.0"
 "$bin" --run_dir "$tmp/c1" --set "$small,train.steps=6,$cap" > "$tmp/c1.log"
 "$bin" --run_dir "$tmp/c2" --set "$small,train.steps=6,$cap,model.moe.pad_to_capacity=true" > "$tmp/c2.log"
-paste <(losses "$tmp/c1/metrics.jsonl") <(losses "$tmp/c2/metrics.jsonl") |
-  awk '{ d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5 * $2) { print "padded: step " $1 " " $2 " vs " $4; bad = 1 } } END { exit bad }'
+same_losses "padded" 0 1e-5 "$tmp/c1/metrics.jsonl" "$tmp/c2/metrics.jsonl"
 grep -q "dropped [1-9]" "$tmp/c1.log" || { echo "capacity 1.0 dropped nothing"; grep moe "$tmp/c1.log" | head -2; exit 1; }
 echo "allgather dispatcher and pad_to_capacity: same losses"
 
