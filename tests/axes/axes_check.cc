@@ -81,6 +81,8 @@ ABSL_FLAG(int, vocab_pad, 128, "vocab_pad_multiple: the vocabulary is padded to 
 ABSL_FLAG(int, experts, 8, "--moe: routed experts (EP splits them)");
 ABSL_FLAG(int, top_k, 2, "--moe: experts per token");
 ABSL_FLAG(int, expert_ffn, 12, "--moe: expert hidden size (ETP splits it)");
+ABSL_FLAG(int, shared_ffn, 0,
+          "--moe: a shared expert beside the routed ones of this hidden size (TP splits it); 0: none");
 ABSL_FLAG(int, mamba_head_dim, 8, "--pattern with M: Mamba head size (d_inner = 2·n_embd)");
 ABSL_FLAG(int, mamba_groups, 2, "--pattern with M: Mamba B/C groups (must divide its heads)");
 ABSL_FLAG(int, noise_probe, 0,
@@ -97,7 +99,7 @@ namespace {
 struct Dims {
   int64_t heads = 4, kv_heads = 2, head_dim = 4, ffn = 24, batch = 8, seq = 8, vocab = 97,
           vocab_pad = 128, experts = 8, top_k = 2, expert_ffn = 12, mamba_head_dim = 8,
-          mamba_groups = 2;
+          mamba_groups = 2, shared_ffn = 0;
 };
 
 struct Layout {
@@ -134,6 +136,7 @@ layers::GptConfig Model(const Layout& k) {
     c.block.moe.router.top_k = static_cast<int>(d.top_k);
     c.block.moe.router.z_loss_coeff = 1e-3f;
     c.block.moe.ffn_hidden = d.expert_ffn;
+    c.block.moe.shared_ffn_hidden = d.shared_ffn;
     c.block.moe.every_n = 2;
     if (!k.moe_aux.empty()) {
       c.block.moe.router.aux_loss_coeff = 0.1f;
@@ -548,6 +551,7 @@ int Main() {
   k.d.experts = absl::GetFlag(FLAGS_experts);
   k.d.top_k = absl::GetFlag(FLAGS_top_k);
   k.d.expert_ffn = absl::GetFlag(FLAGS_expert_ffn);
+  k.d.shared_ffn = absl::GetFlag(FLAGS_shared_ffn);
   k.d.mamba_head_dim = absl::GetFlag(FLAGS_mamba_head_dim);
   k.d.mamba_groups = absl::GetFlag(FLAGS_mamba_groups);
   std::string name = "tp" + std::to_string(tp) + "_gtp" + std::to_string(gtp) + "_dp" +

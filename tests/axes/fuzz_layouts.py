@@ -164,6 +164,7 @@ class Layout(object):
         self.heads, self.kv_heads, self.head_dim, self.ffn = 4, 2, 4, 24
         self.batch, self.seq, self.vocab, self.vocab_pad = 8, 8, 97, 128
         self.experts, self.top_k, self.expert_ffn = 8, 2, 12
+        self.shared_ffn = 0   # axes_check --shared_ffn: a shared expert (0: none)
         self.mamba_head_dim, self.mamba_groups = 8, 2
         self.moe_aux = ""     # axes_check --moe_aux: "", "seq" or "lane"
         self.invalid = None   # the EXPECT tag of a deliberately broken layout
@@ -213,6 +214,8 @@ class Layout(object):
             f += ["--moe", "--ep=%d" % self.ep, "--egtp=%d" % self.egtp, "--etp=%d" % self.etp,
                   "--experts=%d" % self.experts, "--top_k=%d" % self.top_k,
                   "--expert_ffn=%d" % self.expert_ffn]
+            if self.shared_ffn:
+                f.append("--shared_ffn=%d" % self.shared_ffn)
             if self.moe_aux:
                 f.append("--moe_aux=" + self.moe_aux)
         if "M" in self.symbols():
@@ -391,6 +394,9 @@ def fit_dims(rng, l):
         l.experts = max(l.experts, 2)   # (ep 1: at least 2 experts)
         l.top_k = min(rng.choice([1, 2, 2, 3]), l.experts)
         l.expert_ffn = l.etp * rng.choice([2, 3, 5])
+        # A shared expert in a third of the MoE draws (TP splits it like the
+        # dense MLP); its backward order once left a stale prefetch behind.
+        l.shared_ffn = tp * rng.choice([2, 3]) if rng.random() < 0.33 else 0
         l.moe_aux = rng.choice(["", "", "seq", "lane" if l.gtp * l.dp == 1 else "seq"])
     if "M" in l.symbols():
         di = 2 * l.embd()
