@@ -298,29 +298,39 @@ TEST(MambaMixer, ContextParallelMatchesOneRank) {
   }
 }
 
+// Creates the mixer of `c` for B sequences of T tokens on `world`
+// threads; rank 0's error ("" when it was created). Every rank must agree.
+std::string CreateError(const parallel::ParallelConfig& pc, int world, const MambaConfig& c,
+                        int64_t T) {
+  std::mutex mu;
+  std::vector<std::string> errors(world);
+  absl::Status st = comm::RunRanks(world, [&](comm::Communicator& w) -> absl::Status {
+    HeapAllocator host;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    GtpChain chain(kernels::Exec::Cpu(host), {});
+    auto m = MambaMixer::Create("m", c, kB, T, pgs, &chain);
+    std::lock_guard<std::mutex> g(mu);
+    errors[w.rank()] = m.ok() ? "" : std::string(m.status().message());
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  for (const std::string& e : errors) EXPECT_EQ(e, errors[0]);
+  return errors[0];
+}
+
 // Splits the mixer cannot make exactly are refused by name: 4 heads over
 // CP3; 6 heads in 2 groups (3 per group) over CP3 (2 heads per part).
 TEST(MambaMixer, ContextParallelSplitsItCannotMakeAreNamed) {
+  parallel::ParallelConfig pc;
+  pc.cp = 3;
   for (auto [expand, groups, want] :
        {std::tuple{int64_t{2}, int64_t{2}, "4 Mamba heads"}, std::tuple{int64_t{3}, int64_t{2}, "model.mamba.n_groups"}}) {
-    absl::Status st = comm::RunRanks(3, [&](comm::Communicator& w) -> absl::Status {
-      HeapAllocator host;
-      parallel::ParallelConfig pc;
-      pc.cp = 3;
-      GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
-      GtpChain chain(kernels::Exec::Cpu(host), {});
-      MambaConfig c = Config();
-      c.expand = expand;
-      c.n_groups = groups;
-      auto m = MambaMixer::Create("m", c, kB, 8, pgs, &chain);
-      if (m.ok()) return absl::InternalError("accepted");
-      if (m.status().message().find(want) == std::string::npos ||
-          m.status().message().find("parallel.cp = 3") == std::string::npos) {
-        return absl::InternalError(std::string(m.status().message()));
-      }
-      return absl::OkStatus();
-    });
-    EXPECT_TRUE(st.ok()) << st;
+    MambaConfig c = Config();
+    c.expand = expand;
+    c.n_groups = groups;
+    const std::string e = CreateError(pc, 3, c, 8);
+    EXPECT_NE(e.find(want), std::string::npos) << e;
+    EXPECT_NE(e.find("parallel.cp = 3"), std::string::npos) << e;
   }
 }
 
@@ -348,24 +358,16 @@ TEST(MambaMixer, Bf16MatchesF32) {
 }
 
 TEST(MambaMixer, BadConfigsAreNamed) {
-  absl::Status st = comm::RunRanks(2, [&](comm::Communicator& w) -> absl::Status {
-    HeapAllocator host;
-    parallel::ParallelConfig pc;
-    pc.tp = 2;
-    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
-    GtpChain chain(kernels::Exec::Cpu(host), {});
-    MambaConfig c = Config();
-    c.n_groups = 1;  // 1 group over TP 2
-    auto m = MambaMixer::Create("m", c, kB, kT, pgs, &chain);
-    EXPECT_FALSE(m.ok());
-    EXPECT_NE(m.status().message().find("divisible by TP = 2"), std::string::npos) << m.status();
-    c = Config();
-    c.n_groups = 3;
-    m = MambaMixer::Create("m", c, kB, kT, pgs, &chain);
-    EXPECT_NE(m.status().message().find("4 heads are not divisible by 3 groups"), std::string::npos);
-    return absl::OkStatus();
-  });
-  EXPECT_TRUE(st.ok()) << st;
+  parallel::ParallelConfig pc;
+  pc.tp = 2;
+  MambaConfig c = Config();
+  c.n_groups = 1;  // 1 group over TP 2
+  std::string e = CreateError(pc, 2, c, kT);
+  EXPECT_NE(e.find("divisible by TP = 2"), std::string::npos) << e;
+  c = Config();
+  c.n_groups = 3;
+  e = CreateError(pc, 2, c, kT);
+  EXPECT_NE(e.find("4 heads are not divisible by 3 groups"), std::string::npos) << e;
 }
 
 }  // namespace
