@@ -15,7 +15,24 @@ void Prefix(const std::string& prefix, std::vector<checkpoint::TensorPiece>* pie
   for (checkpoint::TensorPiece& p : *pieces) p.key = prefix + p.key;
 }
 
-absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(MimoModel& model, MimoOptimizer& opt) {
+// This rank's place among the language ranks of its pipeline stage (which
+// hold the same layers' MoE buffers and split their writing).
+absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::HyperCommGrid& g, int rank) {
+  GTP_ASSIGN_OR_RETURN(const auto mine, g.dense().Coordinates(rank));
+  int index = -1, count = 0;
+  for (int r = g.offset(); r < g.offset() + g.size(); ++r) {
+    GTP_ASSIGN_OR_RETURN(const auto c, g.dense().Coordinates(r));
+    if (c.pp != mine.pp) continue;
+    if (r == rank) index = count;
+    ++count;
+  }
+  return std::make_pair(index, count);
+}
+
+// with_tied_copies: a language pipeline's head copy of wte is loaded, never
+// saved (as in the trainer).
+absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(MimoModel& model, MimoOptimizer& opt,
+                                                            int rank, bool with_tied_copies) {
   std::vector<checkpoint::TensorPiece> all;
   auto add = [&](std::vector<checkpoint::TensorPiece> v) {
     for (auto& p : v) all.push_back(std::move(p));
@@ -33,19 +50,24 @@ absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(MimoModel& model, Mi
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.language_grid().groups());
     const optimizer::ParamSet* experts =
         opt.language_experts().sharded.empty() ? nullptr : &opt.language_experts();
-    GTP_ASSIGN_OR_RETURN(auto w, checkpoint::ModelPieces(opt.language_params(), *pgs, experts));
+    GTP_ASSIGN_OR_RETURN(auto w, checkpoint::ModelPieces(opt.language_params(), *pgs, experts,
+                                                         with_tied_copies));
     GTP_ASSIGN_OR_RETURN(auto s, checkpoint::OptimizerPieces(*opt.language(), opt.language_params(),
-                                                             *pgs, experts));
-    // MoE expert biases: the same on every language rank, which split the writing.
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * grid, pgs->Get("grid"));
-    for (auto& [name, t] : model.language()->moe_buffers()) {
-      checkpoint::TensorPiece piece;
-      piece.key = name;
-      piece.data = t;
-      piece.global_shape = t.shape();
-      piece.replica_index = grid->rank();
-      piece.replica_count = grid->size();
-      w.push_back(std::move(piece));
+                                                             *pgs, experts, with_tied_copies));
+    // MoE expert biases: the same on every language rank of the stage
+    // holding the layer, which split the writing.
+    GTP_ASSIGN_OR_RETURN(const auto replica,
+                         StageReplica(model.language_grid(), rank));
+    for (layers::GptModel* part : model.language_parts()) {
+      for (auto& [name, t] : part->moe_buffers()) {
+        checkpoint::TensorPiece piece;
+        piece.key = name;
+        piece.data = t;
+        piece.global_shape = t.shape();
+        piece.replica_index = replica.first;
+        piece.replica_count = replica.second;
+        w.push_back(std::move(piece));
+      }
     }
     Prefix("mimo.language.", &w);
     Prefix("mimo.language.", &s);
@@ -65,7 +87,7 @@ std::string GroupsNote(bool experts) {
 absl::Status SaveMimoCheckpoint(const std::string& root, int64_t iteration, MimoModel& model,
                                 MimoOptimizer& opt, comm::Communicator& world,
                                 std::map<std::string, std::string> extra) {
-  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt));
+  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt, world.rank(), /*with_tied_copies=*/false));
   checkpoint::SaveOptions so;
   so.iteration = iteration;
   so.extra = std::move(extra);
@@ -101,7 +123,7 @@ absl::StatusOr<checkpoint::LoadResult> LoadMimoCheckpoint(const std::string& roo
   if (md.extra().count("mimo") == 0) {
     return absl::InvalidArgumentError(absl::StrCat(dir, ": not a MIMO checkpoint (no \"mimo\" entry)"));
   }
-  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt));
+  GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt, world.rank(), /*with_tied_copies=*/true));
   GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::Load(root, it, pieces, world));
   optimizer::OptimizerProgress pr;
   pr.step = std::stoll(lr.extra["optimizer_step"]);

@@ -63,6 +63,17 @@ absl::StatusOr<std::unique_ptr<MimoModel>> MimoModel::Create(
                             m->num_encoder_lanes_, " encoder lanes"));
   }
   m->B_enc_ = G / m->num_encoder_lanes_;
+  // Pipeline parallelism: the language module only.
+  const int P = language.config().pp, vpp = config.language_vpp;
+  if (encoder.config().pp != 1) {
+    return Bad(absl::StrCat("the encoder grid has pp = ", encoder.config().pp,
+                            ": the vision encoder has no pipeline split (set its pp to 1; the "
+                            "language grid may have PP)"));
+  }
+  if (vpp < 1 || (vpp > 1 && P == 1)) {
+    return Bad(absl::StrCat("language_vpp = ", vpp, " needs a language grid with pp > 1 (got pp = ",
+                            P, "); use language_vpp = 1"));
+  }
   // The bridges: image rows, and the sample ids that check the loaders.
   GTP_ASSIGN_OR_RETURN(Bridge f, Bridge::Create("mimo.features", encoder, language, world, host));
   m->features_ = std::make_unique<Bridge>(std::move(f));
@@ -78,10 +89,34 @@ absl::StatusOr<std::unique_ptr<MimoModel>> MimoModel::Create(
   if (language.is_member()) {
     GTP_ASSIGN_OR_RETURN(m->language_lane_, language.DataLane(world.rank()));
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, language.groups());
-    GTP_ASSIGN_OR_RETURN(m->language_,
-                         layers::GptModel::Create(m->config_.language, B, T, *pgs, exec, g));
+    // Pipeline: this rank's chunks, virtual stages c·PP + stage.
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs->Get("pp"));
+    for (int c = 0; c < vpp; ++c) {
+      layers::GptConfig lc = m->config_.language;
+      lc.pipeline.index = c * P + pp->rank();
+      lc.pipeline.count = P * vpp;
+      GTP_ASSIGN_OR_RETURN(auto part, layers::GptModel::Create(lc, B, T, *pgs, exec, g));
+      m->parts_.push_back(std::move(part));
+    }
+    if (P > 1) {
+      GTP_ASSIGN_OR_RETURN(m->runner_,
+                           pipeline::PipelineRunner::Create(m->language_parts(), pp, exec));
+    }
   }
   return m;
+}
+
+std::vector<layers::GptModel*> MimoModel::language_parts() const {
+  std::vector<layers::GptModel*> raw;
+  for (const auto& p : parts_) raw.push_back(p.get());
+  return raw;
+}
+
+layers::GptModel* MimoModel::language_head() {
+  for (const auto& p : parts_) {
+    if (p->has_head()) return p.get();
+  }
+  return nullptr;
 }
 
 MimoModel::Range MimoModel::EncoderSamples() const {
@@ -94,9 +129,10 @@ MimoModel::Range MimoModel::LanguageSamples() const {
   return {language_lane_ * B_, B_};
 }
 
-absl::Status MimoModel::Forward(const Tensor& patches, const Tensor& tokens, const Tensor& targets,
-                                const std::vector<int64_t>& encoder_ids,
-                                const std::vector<int64_t>& language_ids, bool train) {
+absl::Status MimoModel::EncodeAndBridge(const Tensor& patches,
+                                        const std::vector<int64_t>& encoder_ids,
+                                        const std::vector<int64_t>& language_ids,
+                                        LaneBatch* received) {
   LaneBatch out, ids;
   if (has_encoder()) {
     if (static_cast<int64_t>(encoder_ids.size()) != B_enc_) {
@@ -109,8 +145,9 @@ absl::Status MimoModel::Forward(const Tensor& patches, const Tensor& tokens, con
     ids.sample_rows.assign(B_enc_, 1);
   }
   GTP_ASSIGN_OR_RETURN(LaneBatch got_ids, ids_->Forward(ids));
-  GTP_ASSIGN_OR_RETURN(received_, features_->Forward(out));
-  if (!has_language()) return absl::OkStatus();
+  GTP_ASSIGN_OR_RETURN(*received, features_->Forward(out));
+  // Only the language model's first stage receives (and checks).
+  if (!has_language() || !received->data.defined()) return absl::OkStatus();
   const std::vector<int64_t> arrived = IdsFrom(got_ids.data);
   if (arrived != language_ids) {
     std::string a, b;
@@ -121,17 +158,16 @@ absl::Status MimoModel::Forward(const Tensor& patches, const Tensor& tokens, con
         "] but the encoder lanes feeding it encoded [", a,
         "]: the loaders disagree (see MimoModel::EncoderSamples / LanguageSamples)"));
   }
-  GTP_RETURN_IF_ERROR(language_->SetPrefix(received_.data));
-  return language_->ForwardAsync(tokens, targets, /*backward_follows=*/train);
+  return absl::OkStatus();
 }
 
-absl::Status MimoModel::Backward() {
+absl::Status MimoModel::BridgeBackAndEncode(const Tensor& prefix_grad, const LaneBatch& received,
+                                            const Tensor* recompute_patches) {
   LaneBatch grad;
-  if (has_language()) {
-    GTP_RETURN_IF_ERROR(language_->Backward());
+  if (prefix_grad.defined()) {
     // Scaled so the encoder's lane mean is the language lanes' mean (see
     // the file comment).
-    grad.data = language_->prefix_grad();
+    grad.data = prefix_grad;
     const bool per_token = config_.language.loss_reduction == layers::LossReduction::kSum;
     const float scale = per_token ? 1.0f
                                   : static_cast<float>(num_encoder_lanes_) /
@@ -141,13 +177,107 @@ absl::Status MimoModel::Backward() {
       ops::Axpby(exec_, scale, grad.data, 0.0f, scaled);
       grad.data = scaled;
     }
-    grad.sample_rows = received_.sample_rows;
-    grad.parts = received_.parts;
+    grad.sample_rows = received.sample_rows;
+    grad.parts = received.parts;
   }
   GTP_ASSIGN_OR_RETURN(LaneBatch back, features_->Backward(grad));
-  received_ = LaneBatch();
   if (!has_encoder()) return absl::OkStatus();
+  if (recompute_patches != nullptr) {
+    GTP_RETURN_IF_ERROR(encoder_->Forward(*recompute_patches).status());
+  }
   return encoder_->Backward(back.data);
+}
+
+absl::Status MimoModel::Forward(const Tensor& patches, const Tensor& tokens, const Tensor& targets,
+                                const std::vector<int64_t>& encoder_ids,
+                                const std::vector<int64_t>& language_ids, bool train) {
+  if (runner_ != nullptr || language_pp() > 1) {
+    return absl::FailedPreconditionError(
+        "mimo: Forward/Backward on a language grid with PP > 1: use MimoModel::Step");
+  }
+  GTP_RETURN_IF_ERROR(EncodeAndBridge(patches, encoder_ids, language_ids, &received_));
+  if (!has_language()) return absl::OkStatus();
+  GTP_RETURN_IF_ERROR(language()->SetPrefix(received_.data));
+  return language()->ForwardAsync(tokens, targets, /*backward_follows=*/train);
+}
+
+absl::Status MimoModel::Backward() {
+  if (language_pp() > 1) {
+    return absl::FailedPreconditionError(
+        "mimo: Forward/Backward on a language grid with PP > 1: use MimoModel::Step");
+  }
+  Tensor prefix_grad;
+  if (has_language()) {
+    GTP_RETURN_IF_ERROR(language()->Backward());
+    prefix_grad = language()->prefix_grad();
+  }
+  const LaneBatch received = std::move(received_);
+  received_ = LaneBatch();
+  return BridgeBackAndEncode(prefix_grad, received, nullptr);
+}
+
+absl::Status MimoModel::Step(int M, const std::function<absl::StatusOr<MimoBatch>(int)>& batch,
+                             const std::function<void(Module, int)>& before_backward) {
+  if (M < 1) return Bad(absl::StrCat("Step needs at least one micro-batch, got ", M));
+  if (runner_ != nullptr || language_pp() > 1) return PipelineStep(M, batch, before_backward);
+  for (int m = 0; m < M; ++m) {
+    GTP_ASSIGN_OR_RETURN(MimoBatch b, batch(m));
+    GTP_RETURN_IF_ERROR(Forward(b.patches, b.tokens, b.targets, b.encoder_ids, b.language_ids));
+    if (before_backward) {
+      if (has_language()) before_backward(Module::kLanguage, m);
+      if (has_encoder()) before_backward(Module::kEncoder, m);
+    }
+    GTP_RETURN_IF_ERROR(Backward());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MimoModel::PipelineStep(int M,
+                                     const std::function<absl::StatusOr<MimoBatch>(int)>& batch,
+                                     const std::function<void(Module, int)>& before_backward) {
+  // 1. Every micro-batch through the encoder and the bridge (with M > 1
+  //    the encoder drops each micro-batch's activations and recomputes them
+  //    in 3.: it holds one micro-batch at a time).
+  std::vector<MimoBatch> data(M);
+  std::vector<LaneBatch> received(M);
+  for (int m = 0; m < M; ++m) {
+    GTP_ASSIGN_OR_RETURN(data[m], batch(m));
+    GTP_RETURN_IF_ERROR(
+        EncodeAndBridge(data[m].patches, data[m].encoder_ids, data[m].language_ids, &received[m]));
+    if (has_encoder() && M > 1) encoder_->DropActivations();
+  }
+  // 2. The language model's pipeline schedule; the first stage keeps each
+  //    micro-batch's prefix gradient.
+  std::vector<Tensor> prefix_grads(M);
+  if (has_language()) {
+    layers::GptModel* first = language();
+    const bool takes_prefix = first->config().pipeline.index == 0;
+    auto micro = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
+      pipeline::MicroBatch b{data[m].tokens, data[m].targets};
+      if (takes_prefix) b.prefix = received[m].data;
+      return b;
+    };
+    auto before = [&](int m) {
+      if (before_backward) before_backward(Module::kLanguage, m);
+    };
+    auto after_first = [&](int m) {
+      if (takes_prefix) prefix_grads[m] = first->prefix_grad();
+    };
+    GTP_RETURN_IF_ERROR(runner_->Step(M, micro, before, after_first).status());
+    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, lang_grid_->groups());
+    if (pgs->Has("embd") && (*pgs->Group("embd"))->is_member()) {
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, pgs->Get("embd"));
+      for (auto& part : parts_) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
+    }
+  }
+  // 3. Every micro-batch's prefix gradient back to the encoder, which
+  //    recomputes that micro-batch's forward (M > 1), in order 0..M-1.
+  for (int m = 0; m < M; ++m) {
+    if (has_encoder() && before_backward) before_backward(Module::kEncoder, m);
+    GTP_RETURN_IF_ERROR(BridgeBackAndEncode(prefix_grads[m], received[m],
+                                            M > 1 ? &data[m].patches : nullptr));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gtp::mimo

@@ -117,6 +117,56 @@ TEST(MimoModel, PerTokenLossTrainsLikeOneRank) {
   }
 }
 
+// Pipeline parallelism in the language module: 4 layers, 4 micro-batches
+// per step (B = 1 per lane), tied embeddings (the head's wte copy sums with
+// the first stage's). The one-rank reference runs the same micro-batches.
+RunSpec PipelineSpec(int vpp = 1) {
+  RunSpec s = Spec();
+  s.model.language.n_layer = 4;
+  s.model.language_vpp = vpp;
+  s.global_batch = 8;
+  s.micro_batches = 4;
+  return s;
+}
+
+TEST(MimoModel, LanguagePipelineTrainsLikeOneRank) {
+  const Outcome one = testing::Train(kOne, PipelineSpec());
+  ASSERT_TRUE(one.status.ok()) << one.status;
+  for (double v : one.losses) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LT(one.losses.back(), one.losses.front());
+  // encoder DP2 | language PP2 (1 lane): fan-in 2, 1F1B.
+  const Layout pp2 = {"language PP2", 4, Dense(0, 2), Dense(2, 2, 1, 1, 2)};
+  // encoder TP2 (1 lane) | language TP2·PP2·DP2 (2 lanes): fan-out 2.
+  const Layout tp_pp_dp = {"language TP2·PP2·DP2", 10, Dense(0, 2, 2), Dense(2, 8, 2, 1, 2)};
+  // encoder DP2 | language GTP2·PP2 (2 lanes): 1:1, sharded weights on stages.
+  const Layout gtp_pp = {"language GTP2·PP2", 6, Dense(0, 2), Dense(2, 4, 1, 2, 2)};
+  for (const Layout& l : {pp2, tp_pp_dp, gtp_pp}) {
+    ExpectSameRun(testing::Train(l, PipelineSpec()), one, l.name, 2e-5);
+  }
+  // Interleaved: PP2 · VPP2 (4 virtual stages of one layer each).
+  ExpectSameRun(testing::Train(pp2, PipelineSpec(/*vpp=*/2)), one, "language PP2·VPP2", 2e-5);
+  // One micro-batch per step: the encoder keeps its activations (no recompute).
+  RunSpec single = PipelineSpec();
+  single.micro_batches = 1;
+  single.global_batch = 2;
+  const Outcome one_single = testing::Train(kOne, single);
+  ASSERT_TRUE(one_single.status.ok()) << one_single.status;
+  ExpectSameRun(testing::Train(pp2, single), one_single, "language PP2, M = 1", 2e-5);
+}
+
+TEST(MimoModel, PipelineSettingsOutsideTheLanguageModuleAreNamed) {
+  // The encoder has no pipeline split; virtual stages need PP.
+  RunSpec s = PipelineSpec();
+  const Outcome enc = testing::Train({"encoder PP2", 4, Dense(0, 2, 1, 1, 2), Dense(2, 2)}, s);
+  ASSERT_FALSE(enc.status.ok());
+  EXPECT_NE(enc.status.message().find("encoder grid has pp = 2"), std::string::npos) << enc.status;
+  const Outcome vpp = testing::Train({"vpp without pp", 4, Dense(0, 2), Dense(2, 2)}, PipelineSpec(2));
+  ASSERT_FALSE(vpp.status.ok());
+  EXPECT_NE(vpp.status.message().find("language_vpp = 2 needs a language grid with pp > 1"),
+            std::string::npos)
+      << vpp.status;
+}
+
 TEST(MimoModel, BadLayoutsAreNamed) {
   // Overlapping grids, a gap, lanes that do not divide, a batch that does not split.
   struct Bad {
@@ -209,6 +259,30 @@ TEST(MimoCheckpoint, RestoresUnderAnotherLayoutAndContinuesExactly) {
   ASSERT_TRUE(md.ok()) << md.status();
   EXPECT_NE(md->extra().at("mimo.language.grid").find("tp=2"), std::string::npos);
   EXPECT_NE(md->extra().at("mimo.vision.groups").find("replicate"), std::string::npos);
+}
+
+TEST(MimoCheckpoint, LanguagePipelineRestoresOnOneRank) {
+  // Saved under language PP2 (the head's tied wte copy is not saved; the
+  // load fills it from the first stage's), continued on one rank and under
+  // PP2 again: step 3 as the uninterrupted PP2 run's.
+  const std::string root = FreshDir("mimo_ckpt_pp");
+  const Layout pp2 = {"language PP2", 4, Dense(0, 2), Dense(2, 2, 1, 1, 2)};
+  RunSpec save = PipelineSpec();
+  save.save_root = root;
+  save.save_after = 2;
+  const Outcome whole = testing::Train(pp2, save);
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  RunSpec load = PipelineSpec();
+  load.load_root = root;
+  const Outcome again = testing::Train(pp2, load);
+  ASSERT_TRUE(again.status.ok()) << again.status;
+  ASSERT_EQ(again.losses.size(), 1u);
+  EXPECT_EQ(again.losses[0], whole.losses[2]);
+  EXPECT_EQ(again.params, whole.params);
+  const Outcome one = testing::Train(kOne, load);
+  ASSERT_TRUE(one.status.ok()) << one.status;
+  ASSERT_EQ(one.losses.size(), 1u);
+  EXPECT_NEAR(one.losses[0], whole.losses[2], 1e-5 * whole.losses[2]);
 }
 
 TEST(MimoCheckpoint, PlainCheckpointIsRefused) {

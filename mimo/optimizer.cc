@@ -35,14 +35,26 @@ absl::StatusOr<std::unique_ptr<MimoOptimizer>> MimoOptimizer::Create(
     m->enc_leader_ = world.rank() == model.encoder_grid().offset();
   }
   if (model.has_language()) {
-    layers::GptModel& lm = *model.language();
-    m->lang_params_ = {lm.sharded_params(), lm.replicated_params()};
+    // Every pipeline part this rank holds (one without PP).
+    std::vector<layers::ShardedParam*> experts;
+    for (layers::GptModel* part : model.language_parts()) {
+      const auto& s = part->sharded_params();
+      const auto& r = part->replicated_params();
+      const auto& e = part->expert_params();
+      m->lang_params_.sharded.insert(m->lang_params_.sharded.end(), s.begin(), s.end());
+      m->lang_params_.replicated.insert(m->lang_params_.replicated.end(), r.begin(), r.end());
+      experts.insert(experts.end(), e.begin(), e.end());
+    }
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, model.language_grid().groups());
-    const optimizer::GradBufferOptions go = BufferOptions(language, per_token);
+    optimizer::GradBufferOptions go = BufferOptions(language, per_token);
+    // A pipeline's tied embedding sums its stages' gradients before the
+    // data-parallel reduction (GptModel::SyncTiedEmbedding, after the
+    // schedule): no overlap.
+    if (model.language_pp() > 1) go.overlap = false;
     GTP_ASSIGN_OR_RETURN(m->lang_grads_, optimizer::GradBuffer::Create(m->lang_params_, *pgs, exec, go));
     std::vector<optimizer::GradBuffer*> buffers = {m->lang_grads_.get()};
-    if (!lm.expert_params().empty()) {
-      m->experts_.sharded = lm.expert_params();
+    if (!experts.empty()) {
+      m->experts_.sharded = experts;
       optimizer::GradBufferOptions eo = go;
       eo.groups = {"edp", "etp", "egtp", "data_cp", {"ep", "pp"}};
       GTP_ASSIGN_OR_RETURN(m->expert_grads_, optimizer::GradBuffer::Create(m->experts_, *pgs, exec, eo));
@@ -56,9 +68,17 @@ absl::StatusOr<std::unique_ptr<MimoOptimizer>> MimoOptimizer::Create(
 }
 
 void MimoOptimizer::StartMicrobatch(bool last, int64_t encoder_tokens, int64_t language_tokens) {
-  if (enc_grads_) enc_grads_->StartMicrobatch(last, encoder_tokens);
+  StartEncoderMicrobatch(last, encoder_tokens);
+  StartLanguageMicrobatch(last, language_tokens);
+}
+
+void MimoOptimizer::StartEncoderMicrobatch(bool last, int64_t tokens) {
+  if (enc_grads_) enc_grads_->StartMicrobatch(last, tokens);
+}
+
+void MimoOptimizer::StartLanguageMicrobatch(bool last, int64_t tokens) {
   for (optimizer::GradBuffer* g : {lang_grads_.get(), expert_grads_.get()}) {
-    if (g != nullptr) g->StartMicrobatch(last, language_tokens);
+    if (g != nullptr) g->StartMicrobatch(last, tokens);
   }
 }
 

@@ -34,6 +34,11 @@ class MimoOptimizer {
   // lane encodes, `language_tokens` those of its language lane (each
   // ignored outside its grid); their sums over each grid's lanes agree.
   void StartMicrobatch(bool last, int64_t encoder_tokens = 0, int64_t language_tokens = 0);
+  // The same for one module (MimoModel::Step's before_backward). Under
+  // language PP the language micro-batches finish in the schedule's order:
+  // pass last = false there (the reduction then runs in Step).
+  void StartEncoderMicrobatch(bool last, int64_t tokens = 0);
+  void StartLanguageMicrobatch(bool last, int64_t tokens = 0);
   // The step's stats are the same on every rank. Collective; blocks.
   absl::StatusOr<optimizer::StepStats> Step();
 

@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(
 
 absl::StatusOr<StepTimes> PipelineRunner::Step(
     int M, const std::function<absl::StatusOr<MicroBatch>(int)>& batch,
-    const std::function<void(int)>& before_backward) {
+    const std::function<void(int)>& before_backward,
+    const std::function<void(int)>& after_first_backward) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   StepTimes times;
@@ -75,6 +76,7 @@ absl::StatusOr<StepTimes> PipelineRunner::Step(
       Timeline::Scope span(timeline_, OpName(op), exec_.stream, "pipeline");
       const bool follows = i + 1 < ops.size() && ops[i + 1].kind == PipelineOp::kBackward &&
                            ops[i + 1].chunk == op.chunk && ops[i + 1].micro_batch == op.micro_batch;
+      if (v == 0 && f.data.prefix.defined()) GTP_RETURN_IF_ERROR(part.SetPrefix(f.data.prefix));
       GTP_ASSIGN_OR_RETURN(Tensor out, part.ForwardPart(f.data.tokens, f.input, f.data.targets,
                                                         /*backward_follows=*/follows));
       if (pass_hook_) pass_hook_(op);
@@ -97,12 +99,14 @@ absl::StatusOr<StepTimes> PipelineRunner::Step(
     }
     Timeline::Scope span(timeline_, OpName(op), exec_.stream, "pipeline");
     if (!f.live) {
+      if (v == 0 && f.data.prefix.defined()) GTP_RETURN_IF_ERROR(part.SetPrefix(f.data.prefix));
       GTP_RETURN_IF_ERROR(part.ForwardPart(f.data.tokens, f.input, f.data.targets,
                                            /*backward_follows=*/true, /*recompute=*/true)
                               .status());
     }
     GTP_ASSIGN_OR_RETURN(Tensor dx, part.BackwardPart(dout));
     if (pass_hook_) pass_hook_(op);
+    if (v == 0 && after_first_backward) after_first_backward(op.micro_batch);
     if (v > 0) GTP_RETURN_IF_ERROR(send(dx, prev, tag(v - 1, op.micro_batch, 1)));
     flight.erase(it);
   }

@@ -36,6 +36,10 @@ namespace gtp::pipeline {
 // re-reads them when it recomputes the micro-batch).
 struct MicroBatch {
   Tensor tokens, targets;
+  // Prefix rows for the first virtual stage's part (GptModel::SetPrefix,
+  // vision-language models): set before each of its forwards of this
+  // micro-batch, the recompute included. Undefined: no prefix.
+  Tensor prefix;
 };
 
 struct StepTimes {
@@ -63,10 +67,13 @@ class PipelineRunner {
   // One step of M micro-batches. batch(m) is asked for every micro-batch on
   // every stage (only the first and last parts read it); before_backward(m)
   // runs before this rank's first backward pass of micro-batch m (e.g.
-  // GradBuffer::StartMicrobatch). The last part's losses accumulate in its
-  // model (TakeLossSum). Collective over pp; blocks.
+  // GradBuffer::StartMicrobatch); after_first_backward(m) right after the
+  // first virtual stage's backward of micro-batch m on the rank holding it
+  // (where its prefix_grad() is that micro-batch's). The last part's losses
+  // accumulate in its model (TakeLossSum). Collective over pp; blocks.
   absl::StatusOr<StepTimes> Step(int M, const std::function<absl::StatusOr<MicroBatch>(int)>& batch,
-                                 const std::function<void(int)>& before_backward = nullptr);
+                                 const std::function<void(int)>& before_backward = nullptr,
+                                 const std::function<void(int)>& after_first_backward = nullptr);
 
   // Records each pass ("F c.m" / "B c.m") and each blocking receive
   // ("wait …", the bubble) on `t`'s "pipeline" track (null: none). Not owned.

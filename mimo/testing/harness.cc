@@ -14,11 +14,12 @@ namespace gtp::mimo::testing {
 
 using data::shapes::ShapesTask;
 
-ModuleLayout Dense(int offset, int size, int tp, int gtp) {
+ModuleLayout Dense(int offset, int size, int tp, int gtp, int pp) {
   ModuleLayout m;
   m.offset = offset;
   m.size = size;
   m.config.tp = tp;
+  m.config.pp = pp;
   m.config.tp_num_weight_shards = tp * gtp;
   return m;
 }
@@ -73,10 +74,15 @@ void CollectParams(MimoModel& model, std::map<std::string, std::vector<float>>* 
     sharded(model.encoder()->sharded_params());
     replicated(model.encoder()->replicated_params());
   }
-  if (model.has_language()) {
-    sharded(model.language()->sharded_params());
-    sharded(model.language()->expert_params());
-    replicated(model.language()->replicated_params());
+  for (layers::GptModel* part : model.language_parts()) {
+    // A pipeline's head copy of a tied wte is the first stage's (skipped).
+    std::vector<layers::ShardedParam*> own;
+    for (layers::ShardedParam* p : part->sharded_params()) {
+      if (!p->tied_copy()) own.push_back(p);
+    }
+    sharded(own);
+    sharded(part->expert_params());
+    replicated(part->replicated_params());
   }
 }
 
@@ -84,7 +90,11 @@ void CollectParams(MimoModel& model, std::map<std::string, std::vector<float>>* 
 
 absl::Status TrainRank(comm::Communicator& w, const Layout& l, const RunSpec& spec, RankLog* log) {
   GTP_ASSIGN_OR_RETURN(const ShapesTask task, ShapesTask::Create(spec.data));
-  const int64_t G = spec.global_batch;
+  const int M = spec.micro_batches;
+  if (M < 1 || spec.global_batch % M != 0) {
+    return absl::InvalidArgumentError("global batch vs micro-batches");
+  }
+  const int64_t G = spec.global_batch / M;  // samples per micro-batch
   HeapAllocator host;
   const kernels::Exec e = kernels::Exec::Cpu(host);
   GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create("vision", l.encoder.config,
@@ -121,35 +131,52 @@ absl::Status TrainRank(comm::Communicator& w, const Layout& l, const RunSpec& sp
     return b;
   };
   for (int step = first; step < spec.steps; ++step) {
-    const int64_t base = step * G;
-    Tensor patches, tokens, targets;
-    std::vector<int64_t> enc_ids, lang_ids;
-    int64_t enc_valid = 0, lang_valid = 0;
-    if (model->has_encoder()) {
-      const auto r = model->EncoderSamples();
-      const auto b = batch(base + r.first, r.count, &enc_valid);
-      patches = layers::TensorFromHost(e, b.patches.data(),
-                                       {r.count * task.num_patches(), task.patch_dim()}, DType::kF32);
-      enc_ids = b.ids;
-    }
-    if (model->has_language()) {
-      const auto r = model->LanguageSamples();
-      const auto b = batch(base + r.first, r.count, &lang_valid);
-      tokens = layers::HostToDevice(e, b.tokens, {r.count, L});
-      targets = layers::HostToDevice(e, b.targets, {r.count, L});
-      lang_ids = b.ids;
-    }
-    GTP_RETURN_IF_ERROR(model->Forward(patches, tokens, targets, enc_ids, lang_ids));
-    opt->StartMicrobatch(true, enc_valid, lang_valid);
-    GTP_RETURN_IF_ERROR(model->Backward());
+    std::vector<int64_t> enc_valid(M, 0), lang_valid(M, 0);
+    auto micro = [&](int m) -> absl::StatusOr<MimoBatch> {
+      const int64_t base = (static_cast<int64_t>(step) * M + m) * G;
+      MimoBatch mb;
+      if (model->has_encoder()) {
+        const auto r = model->EncoderSamples();
+        const auto b = batch(base + r.first, r.count, &enc_valid[m]);
+        mb.patches = layers::TensorFromHost(e, b.patches.data(),
+                                            {r.count * task.num_patches(), task.patch_dim()},
+                                            DType::kF32);
+        mb.encoder_ids = b.ids;
+      }
+      if (model->has_language()) {
+        const auto r = model->LanguageSamples();
+        const auto b = batch(base + r.first, r.count, &lang_valid[m]);
+        mb.tokens = layers::HostToDevice(e, b.tokens, {r.count, L});
+        mb.targets = layers::HostToDevice(e, b.targets, {r.count, L});
+        mb.language_ids = b.ids;
+      }
+      return mb;
+    };
+    // Under language PP the micro-batches finish in the schedule's order.
+    const bool pipelined = model->language_pp() > 1;
+    auto before = [&](Module module, int m) {
+      if (module == Module::kEncoder) {
+        opt->StartEncoderMicrobatch(m == M - 1, enc_valid[m]);
+      } else {
+        opt->StartLanguageMicrobatch(!pipelined && m == M - 1, lang_valid[m]);
+      }
+    };
+    GTP_RETURN_IF_ERROR(model->Step(M, micro, before));
+    int64_t valid = 0;
+    for (int64_t v : lang_valid) valid += v;
     RankLog::LaneLoss lane_loss;
     if (model->has_language()) {
-      GTP_ASSIGN_OR_RETURN(float loss, model->language()->TakeLossSum());
-      GTP_ASSIGN_OR_RETURN(int lane, lg.DataLane(w.rank()));
-      if (model->language()->has_moe()) {
-        GTP_RETURN_IF_ERROR(model->language()->FinishMoeStep(*lang_grid, D, 1).status());
+      // The lane's loss from the rank holding the head (the mean over the
+      // micro-batches of their means; with kSum, of their sums).
+      if (layers::GptModel* head = model->language_head(); head != nullptr) {
+        GTP_ASSIGN_OR_RETURN(float loss, head->TakeLossSum());
+        GTP_ASSIGN_OR_RETURN(int lane, lg.DataLane(w.rank()));
+        lane_loss = {lane, loss / M, valid};
       }
-      lane_loss = {lane, loss, lang_valid};
+      if (spec.model.language.block.moe.enabled()) {
+        GTP_RETURN_IF_ERROR(
+            layers::GptModel::FinishMoeStep(model->language_parts(), *lang_grid, D, M).status());
+      }
     }
     log->lane_losses.push_back(lane_loss);
     GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());

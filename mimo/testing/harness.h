@@ -19,8 +19,8 @@ struct ModuleLayout {
   int offset = 0, size = 1;
   parallel::ParallelConfig config;
 };
-// A dense module grid: TP·GTP, DP derived.
-ModuleLayout Dense(int offset, int size, int tp = 1, int gtp = 1);
+// A dense module grid: TP·GTP·PP, DP derived.
+ModuleLayout Dense(int offset, int size, int tp = 1, int gtp = 1, int pp = 1);
 
 struct Layout {
   std::string name;
@@ -32,6 +32,7 @@ struct RunSpec {
   MimoConfig model;
   data::shapes::ShapesConfig data;
   int64_t global_batch = 4;  // samples per step
+  int micro_batches = 1;     // global_batch / micro_batches samples each (MimoModel::Step)
   int steps = 3;
   optimizer::OptimizerConfig optimizer;
   // Save after step save_after (1-based) into save_root; or start from the

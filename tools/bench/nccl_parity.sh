@@ -165,7 +165,8 @@ save_logs() {
   (cd "$WORK" && find . -name '*.log' -o -name metrics.jsonl | tar -czf "$OUT/nccl_parity/logs.tar.gz" -T -) || true
 }
 ((DRY)) || trap 'save_logs' EXIT
-tail_reason() { grep -E 'error|Error|failed|FAILED' "$1" 2>/dev/null | tail -1 | tr '\t|' '  ' | cut -c1-160; }
+# (|| true: a log without such a line must not end the script under set -e / pipefail.)
+tail_reason() { { grep -E 'error|Error|failed|FAILED' "$1" 2>/dev/null || true; } | tail -1 | tr '\t|' '  ' | cut -c1-160; }
 
 declare -A REF_DONE=() NOISE_TOL=() NOISE_MEAN_TOL=()
 for prec in $PRECISIONS; do
