@@ -38,6 +38,12 @@ int Main() {
     l = {name, 4, Dense(0, 2, 1, 2), Dense(2, 2, 2)};
   } else if (name == "colocated") {
     l = {name, 4, Dense(0, 4), Dense(0, 4, 2)};
+  } else if (name == "language-pp") {
+    // encoder DP2 | language PP2 (1F1B over 4 micro-batches of a 4-layer model).
+    l = {name, 4, Dense(0, 2), Dense(2, 2, 1, 1, 2)};
+    spec.model.language.n_layer = 4;
+    spec.global_batch = 8;
+    spec.micro_batches = 4;
   } else {
     std::fprintf(stderr, "unknown --layout %s\n", name.c_str());
     return 2;
