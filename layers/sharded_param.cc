@@ -192,11 +192,14 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
   shard_rows_ = padded_rows_ / gtp_size();
   shard_ = chain_->exec().Zeros({shard_rows_, cols_}, dtype_);
   main_grad_ = chain_->exec().Zeros({shard_rows_, cols_}, DType::kF32);
-  if (chain_->options().fp8_gather && gtp_size() > 1) {
+  if (chain_->options().fp8_gather) {
     // [codes | one scale byte per block]: bytes throughout, so no padding.
     const int64_t n = shard_rows_ * cols_;
     const int64_t blocks = (n + kernels::kFp8BlockSize - 1) / kernels::kFp8BlockSize;
     wire_ = chain_->exec().Zeros({n + blocks}, DType::kU8);
+    // GTP 1 gathers nothing, but its weight takes the same MXFP8 round trip
+    // (GtpOptions::fp8_gather), into a copy of its own.
+    if (gtp_size() == 1) rounded_ = chain_->exec().Zeros({padded_rows_, cols_}, dtype_);
   }
 }
 
@@ -277,6 +280,16 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
   GTP_CHECK(dir != Direction::kRecompute || chain_->order_frozen(), name_,
             ": recompute before the chain was recorded");
   if (gtp_size() == 1) {
+    if (fp8()) {
+      // Rounded at every use, not once per update: a CUDA graph replays
+      // this after every update (the host-side flag would not be re-read).
+      const kernels::Exec& e = chain_->exec();
+      const int64_t n = shard_.numel(), w = wire_.numel();
+      kernels::ops::QuantizeFp8Blockwise(e, shard_.View({n}), wire_.Slice(0, n), wire_.Slice(n, w));
+      kernels::ops::DequantizeFp8Blockwise(e, wire_.Slice(0, n), wire_.Slice(n, w), rounded_.View({n}));
+      chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, rounded_.raw_data());
+      return rounded_.Slice(0, rows_);
+    }
     chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, shard_.raw_data());
     return shard_.Slice(0, rows_);
   }

@@ -67,7 +67,11 @@ struct GtpOptions {
   // quantised once after each weight update (ShardedParam::MarkUpdated) and
   // dequantised to the param dtype after the gather, before the GEMM. Wire
   // bytes per element 1 + 1/32 (0.516× bf16) instead of 2 (bf16) or 4 (f32).
-  // Gradients are unaffected (reduce-scatter as before).
+  // Gradients are unaffected (reduce-scatter as before). At GTP 1 (nothing
+  // to gather) the weight takes the same round trip before every use, so one
+  // rank computes what a sharded layout does: exactly, when that layout's
+  // shard (shard_rows · cols elements) is a whole number of 32-blocks, as the
+  // blocks then fall on the same elements of the flattened weight.
   bool fp8_gather = false;
   // Gradient reduce-scatter with bf16 on the wire and f32 accumulation (as
   // Megatron's --gtp-remat-reduce-scatter-with-fp32-accumulation): the f32
@@ -382,6 +386,7 @@ class ShardedParam {
   // scales (ceil(n / 32))], no padding, and whether it holds the current values.
   Tensor wire_;
   bool wire_fresh_ = false;
+  Tensor rounded_;  // GTP 1 with fp8_gather: the shard after the MXFP8 round trip
   GatherSlot gather_[3];
   ReduceSlot reduce_;
   std::function<void(ShardedParam&)> ready_hook_;

@@ -168,6 +168,57 @@ TEST(ShardedParamFp8, GatherIsTheBlockwiseRoundTripAtAQuarterOfTheBytes) {
   }
 }
 
+// FP8 gather at GTP 1: nothing travels, but the weight takes the same MXFP8
+// round trip, so one rank computes exactly what GTP 2 and GTP 4 do when their
+// shards are whole 32-blocks (32 rows × 24: shards of 384 and 192 elements),
+// at every use, and the round trip follows the shard's updates.
+TEST(ShardedParamFp8, OneRankTakesTheShardedLayoutsRoundTrip) {
+  const int64_t rows = 32, cols = 24;
+  auto value = [&](int64_t gr, int64_t col, float scale) { return scale * W("w", gr, col, cols); };
+  // The materialised weight of every rank 0 of a GTP-`gtp` group, for two
+  // successive shard values (scale 3, then 5 after MarkUpdated).
+  auto weights = [&](int gtp) {
+    std::vector<std::vector<float>> out(2);
+    HeapAllocator host;
+    absl::Status st = comm::RunRanks(gtp, [&](comm::Communicator& c) {
+      GtpOptions opt;
+      opt.fp8_gather = true;
+      GtpChain chain(kernels::Exec::Cpu(host), opt);
+      ShardedParam p("w", rows, cols, DType::kF32, &c, &chain);
+      for (int round = 0; round < 2; ++round) {
+        for (int64_t r = 0; r < p.shard_rows(); ++r)
+          for (int64_t col = 0; col < cols; ++col)
+            p.shard().data<float>()[r * cols + col] =
+                value(p.shard_row_begin() + r, col, round == 0 ? 3.0f : 5.0f);
+        p.MarkUpdated();
+        for (Direction dir : {Direction::kForward, Direction::kBackward}) {
+          auto full = p.Materialize(dir);
+          ASSERT_TRUE(full.ok()) << full.status();
+          if (c.rank() == 0 && dir == Direction::kForward) {
+            out[round].assign(full->data<float>(), full->data<float>() + rows * cols);
+          }
+          p.Release(dir);
+        }
+      }
+    });
+    EXPECT_TRUE(st.ok()) << st;
+    return out;
+  };
+  const auto one = weights(1);
+  ASSERT_EQ(one[0].size(), static_cast<size_t>(rows * cols));
+  for (int gtp : {2, 4}) EXPECT_EQ(weights(gtp), one) << "GTP " << gtp;
+  // The round trip happened (e4m3 keeps 3 mantissa bits) and followed the update.
+  int64_t rounded = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float exact = value(i / cols, i % cols, round == 0 ? 3.0f : 5.0f);
+      ASSERT_NEAR(one[round][i], exact, 0.07 * std::abs(exact) + 0.05) << i;
+      rounded += one[round][i] != exact;
+    }
+  }
+  EXPECT_GT(rounded, rows * cols);
+}
+
 // bf16 reduce-scatter (f32 accumulation): the main grad is the mean of the
 // ranks' bf16-rounded wgrads, summed in f32 (the closed form, to bf16's
 // rounding), at half the bytes of the f32 reduce-scatter.

@@ -79,6 +79,25 @@ damaged corrupt_latest "latest is unreadable"
 rm "$tmp/bf16_cut/checkpoints/latest"
 damaged missing_latest "but no 'latest'"
 
+echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
+# Every weight of gpt_tiny has 64 or more columns, so each shard is whole
+# 32-blocks and GTP 1 rounds the same elements together (GtpOptions::fp8_gather):
+# the layouts agree to f32 reordering (1e-5, as tests/axes); without fp8 the
+# losses move by far more (the round trip is really there).
+fp8="$small,train.steps=4,train.eval_every=0,checkpoint.every=0,parallel.gtp_gather_dtype=fp8"
+"$bin" --run_dir "$tmp/fp8_1" --set "$fp8,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1" > /dev/null
+"$bin" --run_dir "$tmp/fp8_g2" --set "$fp8,parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=2" > /dev/null
+"$bin" --run_dir "$tmp/fp8_tg" --set "$fp8,parallel.world_size=4,parallel.tp=2,parallel.tp_num_weight_shards=4" > /dev/null
+"$bin" --run_dir "$tmp/nofp8_1" --set "$small,train.steps=4,train.eval_every=0,checkpoint.every=0,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1" > /dev/null
+close() {  # a b tol: every step's loss within tol relative
+  paste <(losses "$1") <(losses "$2") | awk -v t="$3" '
+    { d = $2 - $4; if (d < 0) d = -d; if (d > t * $2 || $2 != $2 || $4 != $4) bad = 1; n++ }
+    END { exit !(n == 4 && !bad) }'
+}
+close "$tmp/fp8_1/metrics.jsonl" "$tmp/fp8_g2/metrics.jsonl" 1e-5 || { echo "fp8: GTP2 differs from one rank"; paste <(losses "$tmp/fp8_1/metrics.jsonl") <(losses "$tmp/fp8_g2/metrics.jsonl"); exit 1; }
+close "$tmp/fp8_1/metrics.jsonl" "$tmp/fp8_tg/metrics.jsonl" 1e-5 || { echo "fp8: TP2·GTP2 differs from one rank"; paste <(losses "$tmp/fp8_1/metrics.jsonl") <(losses "$tmp/fp8_tg/metrics.jsonl"); exit 1; }
+! close "$tmp/fp8_1/metrics.jsonl" "$tmp/nofp8_1/metrics.jsonl" 1e-5 || { echo "fp8: the round trip changes nothing"; exit 1; }
+
 echo "== 3. bad configs"
 expect_error() {  # name, pattern, args...
   local name="$1" pattern="$2"; shift 2
