@@ -76,10 +76,18 @@ class State {
         compute_(compute), comm_stream_(std::move(comm_stream)), ready_(std::move(ready)),
         options_(options), store_(std::move(store)), keepalive_(std::move(keepalive)),
         liveness_(std::move(liveness)) {
+    watch_beat_ns_ = absl::GetCurrentTimeNanos();
     watchdog_ = std::thread([this] { Watch(); });
+    if (options_.exit_after_failure > absl::ZeroDuration()) {
+      deadman_ = std::thread([this] { Deadman(); });
+    }
   }
 
   ~State() {
+    // The deadman stays until the end: joining a watchdog stuck in CUDA, or
+    // destroying a communicator whose peer is gone, can block too. Each
+    // phase below starts it a fresh limit.
+    watch_beat_ns_ = absl::GetCurrentTimeNanos();
     {
       absl::MutexLock l(&wd_mu_);
       stop_ = true;
@@ -91,18 +99,25 @@ class State {
       reaper_stop_ = true;
     }
     if (reaper_.joinable()) reaper_.join();
-    if (aborted_) return;
-    // Let queued work finish (bounded), then free the communicator.
-    cudaSetDevice(device_);
-    absl::Time until = absl::Now() + std::min(options_.timeout, absl::Seconds(30));
-    while (cudaStreamQuery(comm_stream_.get()) == cudaErrorNotReady && absl::Now() < until) {
-      absl::SleepFor(absl::Microseconds(100));
+    if (!aborted_) {
+      // Let queued work finish (bounded), then free the communicator.
+      watch_beat_ns_ = absl::GetCurrentTimeNanos();
+      cudaSetDevice(device_);
+      absl::Time until = absl::Now() + std::min(options_.timeout, absl::Seconds(30));
+      while (cudaStreamQuery(comm_stream_.get()) == cudaErrorNotReady && absl::Now() < until) {
+        absl::SleepFor(absl::Microseconds(100));
+      }
+      if (cudaStreamQuery(comm_stream_.get()) == cudaErrorNotReady) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommDestroy(comm_);
+      }
     }
-    if (cudaStreamQuery(comm_stream_.get()) == cudaErrorNotReady) {
-      ncclCommAbort(comm_);
-    } else {
-      ncclCommDestroy(comm_);
+    {
+      absl::MutexLock l(&reaper_mu_);
+      deadman_stop_ = true;
     }
+    if (deadman_.joinable()) deadman_.join();
   }
 
   int rank() const { return rank_; }
@@ -301,6 +316,7 @@ class State {
     absl::MutexLock l(&wd_mu_);
     for (;;) {
       if (wd_mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(20))) return;
+      watch_beat_ns_ = absl::GetCurrentTimeNanos();
       if (!failure_.ok()) continue;
       while (!pending_.empty() && pending_.front().recorded &&
              cudaEventQuery(pending_.front().done->event.get()) == cudaSuccess) {
@@ -342,6 +358,37 @@ class State {
     std::_Exit(1);
   }
 
+  // The watchdog's own guard (with exit_after_failure): the watchdog polls
+  // CUDA events and NCCL, and a CUDA call can block behind a device that a
+  // dead peer's collective holds (seen on one H200: survivors of a SIGKILLed
+  // rank silent for 70 s with a 30 s timeout, the watchdog never failing the
+  // communicator). This thread makes no CUDA or NCCL call and takes no lock
+  // the watchdog holds: when the watchdog has not completed a round for the
+  // timeout plus the exit grace, it prints what it knows and ends the process
+  // (the destructor's phases restart that clock: ~State).
+  void Deadman() {
+    const absl::Duration limit = options_.timeout + options_.exit_after_failure;
+    for (;;) {
+      {
+        absl::MutexLock l(&reaper_mu_);
+        if (reaper_mu_.AwaitWithTimeout(absl::Condition(&deadman_stop_), absl::Milliseconds(250))) {
+          return;
+        }
+      }
+      const absl::Duration silent =
+          absl::Nanoseconds(absl::GetCurrentTimeNanos() - watch_beat_ns_.load());
+      if (silent < limit) continue;
+      std::string who = liveness_ ? liveness_->Diagnose() : std::string("no heartbeats to tell who");
+      std::fprintf(stderr,
+                   "error: %s the communicator's watchdog has been blocked for %s (in a CUDA or "
+                   "NCCL call: a peer is likely gone, or the device is stuck); %s (exiting)\n",
+                   Prefix().c_str(), absl::FormatDuration(silent).c_str(), who.c_str());
+      std::fflush(stderr);
+      std::fflush(stdout);
+      std::_Exit(1);
+    }
+  }
+
   struct Pending {
     std::shared_ptr<Done> done;
     absl::Time start;
@@ -370,9 +417,12 @@ class State {
   std::deque<Pending> pending_ ABSL_GUARDED_BY(wd_mu_);
   bool diagnosing_ ABSL_GUARDED_BY(wd_mu_) = false;
   std::thread watchdog_;
+  std::atomic<int64_t> watch_beat_ns_{0};  // the watchdog's last round (Deadman)
+  std::thread deadman_;
   std::thread diagnosis_;
   absl::Mutex reaper_mu_;
   bool reaper_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  bool deadman_stop_ ABSL_GUARDED_BY(reaper_mu_) = false;
   std::thread reaper_;
 };
 
