@@ -368,6 +368,12 @@ class State {
   // (the destructor's phases restart that clock: ~State).
   void Deadman() {
     const absl::Duration limit = options_.timeout + options_.exit_after_failure;
+    // Who is gone, asked early: at the limit every survivor's deadman fires
+    // at once, and whichever exits first (rank 0 serves the store) would be
+    // named by the others. A watchdog round takes 20 ms; 10 s of silence is
+    // already a stall, and the dead rank's heartbeat is stale by then.
+    const absl::Duration diagnose_after = std::min(options_.timeout / 2, absl::Seconds(10));
+    std::string who;
     for (;;) {
       {
         absl::MutexLock l(&reaper_mu_);
@@ -377,10 +383,12 @@ class State {
       }
       const absl::Duration silent =
           absl::Nanoseconds(absl::GetCurrentTimeNanos() - watch_beat_ns_.load());
+      if (silent >= diagnose_after && who.empty()) {
+        who = liveness_ ? liveness_->Diagnose() : std::string("no heartbeats to tell who");
+      }
       if (silent < limit) continue;
-      std::string who = liveness_ ? liveness_->Diagnose() : std::string("no heartbeats to tell who");
       std::fprintf(stderr,
-                   "error: %s the communicator's watchdog has been blocked for %s (in a CUDA or "
+                   "error: %sthe communicator's watchdog has been blocked for %s (in a CUDA or "
                    "NCCL call: a peer is likely gone, or the device is stuck); %s (exiting)\n",
                    Prefix().c_str(), absl::FormatDuration(silent).c_str(), who.c_str());
       std::fflush(stderr);
