@@ -49,8 +49,11 @@ struct NcclOptions {
   // of a SIGKILLed rank hung past the timeout). When set (> 0), a rank still
   // alive this long after its communicator failed prints the error, with the
   // rank the heartbeats name as gone, and exits with status 1 (as PyTorch's
-  // NCCL watchdog tears a process down). 0: never (tests that go on after a
-  // failure).
+  // NCCL watchdog tears a process down). The same bound holds when the
+  // watchdog itself is blocked in a CUDA or NCCL call and never fails the
+  // communicator: a deadman thread ends the rank once the watchdog has been
+  // silent for timeout + exit_after_failure. 0: never (tests that go on
+  // after a failure).
   absl::Duration exit_after_failure = absl::ZeroDuration();
 };
 
