@@ -26,11 +26,7 @@
 #include "checkpoint/model_state.h"
 #include "pipeline/runner.h"
 #include "pipeline/schedule.h"
-#include "comm/env/launch_env.h"
 #include "comm/local/local_communicator.h"
-#include "comm/nccl/nccl_communicator.h"
-#include "comm/store/tcp_store.h"
-#include "comm/ucx/ucx_communicator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
@@ -53,6 +49,8 @@
 #include "recipes/trainer/mfu.h"
 #include "recipes/trainer/tensorboard/event_writer.h"
 #include "recipes/trainer/token_dump.h"
+#include "recipes/trainer/typed_config.h"
+#include "recipes/trainer/world.h"
 
 namespace gtp::recipes {
 
@@ -83,135 +81,7 @@ std::atomic<bool> g_stopped_by_signal{false};
 
 }  // namespace
 
-// The recipe's layout as the process-group builder takes it (the one
-// translation: start-up checks and the run use it alike).
-parallel::ParallelConfig ParallelConfigOf(const proto::Recipe& r) {
-  parallel::ParallelConfig pc;
-  pc.tp = r.parallel().tp();
-  pc.tp_num_weight_shards = r.parallel().tp_num_weight_shards();
-  pc.sequence_parallel = r.parallel().sequence_parallel();
-  pc.ep = r.parallel().ep();
-  pc.etp = r.parallel().etp();
-  pc.expert_tp_num_weight_shards = r.parallel().expert_tp_num_weight_shards();
-  pc.pp = r.parallel().pp();
-  pc.cp = r.parallel().cp();
-  if (!r.parallel().order().empty()) pc.order = r.parallel().order();
-  if (!r.parallel().expert_order().empty()) pc.expert_order = r.parallel().expert_order();
-  return pc;
-}
-
-parallel::ModelFacts ModelFactsOf(const proto::Recipe& r) {
-  parallel::ModelFacts facts;
-  facts.seq_length = r.model().seq_len();
-  facts.num_attention_heads = r.model().n_head();
-  if (r.model().moe().num_experts() > 0) facts.num_experts = r.model().moe().num_experts();
-  return facts;
-}
-
-// The whole layout on `world` ranks, checked before anything is written.
-// FinalizeRecipe has checked each order string alone; an error that only
-// the orders cause (their pipeline stages disagree, say: the defaults would
-// resolve) names both settings and the defaults.
-absl::Status CheckLayout(const proto::Recipe& r, int world) {
-  const parallel::ParallelConfig pc = ParallelConfigOf(r);
-  const absl::Status st = pc.Resolve(world, ModelFactsOf(r)).status();
-  parallel::ParallelConfig defaults = pc;
-  defaults.order = parallel::kDefaultOrder;
-  defaults.expert_order = parallel::kDefaultExpertOrder;
-  if (st.ok() || (pc.order == defaults.order && pc.expert_order == defaults.expert_order) ||
-      !defaults.Resolve(world, ModelFactsOf(r)).ok()) {
-    return st;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("parallel.order '", pc.order, "' with parallel.expert_order '", pc.expert_order,
-                   "' does not fit this layout: ", st.message(),
-                   " (the defaults parallel.order=", parallel::kDefaultOrder,
-                   " and parallel.expert_order=", parallel::kDefaultExpertOrder, " work)"));
-}
-
-layers::GptConfig ModelConfig(const proto::Recipe& r) {
-  const auto& m = r.model();
-  layers::GptConfig c = layers::GptConfig::Gpt2(m.vocab_size(), m.seq_len(), m.n_layer(),
-                                                m.n_embd(), m.n_head());
-  c.block.n_kv_head = m.n_kv_head();
-  c.block.ffn_hidden = m.ffn_hidden();
-  c.block.norm = m.norm() == "rmsnorm" ? layers::NormKind::kRMSNorm : layers::NormKind::kLayerNorm;
-  c.block.activation =
-      m.activation() == "swiglu" ? layers::Activation::kSwiGlu : layers::Activation::kGelu;
-  c.block.bias = !m.no_bias();
-  c.block.init_std = m.init_std();
-  c.block.recompute = m.recompute();
-  c.block.rope = m.rope();
-  c.block.rope_theta = m.rope_theta() > 0 ? m.rope_theta() : 10000.0f;
-  c.learned_positions = !m.rope();
-  c.block.sequence_parallel = r.parallel().sequence_parallel();
-  c.block.seed = r.train().seed();
-  c.tied_embeddings = !m.untied_embeddings();
-  c.vocab_pad_multiple = m.vocab_pad_multiple();
-  c.block.dtype = r.train().precision() == "bf16" ? DType::kBF16 : DType::kF32;
-  const auto& e = m.moe();
-  if (e.num_experts() > 0) {
-    layers::moe::MoeConfig& mc = c.block.moe;
-    layers::moe::RouterConfig& rc = mc.router;
-    rc.num_experts = e.num_experts();
-    rc.top_k = e.top_k();
-    rc.score = e.score() == "sigmoid" ? layers::moe::ScoreFunction::kSigmoid
-                                      : layers::moe::ScoreFunction::kSoftmax;
-    rc.pre_softmax = !e.post_softmax();
-    rc.topk_scaling = e.topk_scaling();
-    rc.num_groups = e.num_groups();
-    rc.group_topk = e.group_topk();
-    rc.aux_loss_coeff = e.aux_loss_coeff();
-    rc.aux_loss_type =
-        e.aux_loss_type() == "seq" ? layers::moe::AuxLossType::kSequence : layers::moe::AuxLossType::kLane;
-    rc.z_loss_coeff = e.z_loss_coeff();
-    rc.expert_bias = e.expert_bias();
-    rc.bias_update_rate = e.bias_update_rate();
-    rc.capacity_factor = e.capacity_factor();
-    rc.drop_policy = e.drop_policy() == "position" ? layers::moe::DropPolicy::kPosition
-                                                   : layers::moe::DropPolicy::kProbability;
-    rc.pad_to_capacity = e.pad_to_capacity();
-    mc.dispatcher = e.dispatcher() == "allgather" ? layers::moe::Dispatcher::kAllGather
-                                                  : layers::moe::Dispatcher::kAllToAll;
-    mc.ffn_hidden = e.ffn_hidden();
-    mc.shared_ffn_hidden = e.shared_ffn_hidden();
-    mc.every_n = e.every_n();
-    mc.pattern = e.pattern();
-  }
-  if (!m.layer_pattern().empty()) {
-    c.layer_pattern = m.layer_pattern();
-    const auto& mb = m.mamba();
-    c.block.mamba.d_state = mb.d_state();
-    c.block.mamba.d_conv = mb.d_conv();
-    c.block.mamba.expand = mb.expand();
-    c.block.mamba.head_dim = mb.head_dim();
-    c.block.mamba.n_groups = mb.n_groups();
-    c.block.mamba.chunk = mb.chunk();
-  }
-  return c;
-}
-
 namespace {
-
-optimizer::OptimizerConfig OptimConfig(const proto::Recipe& r) {
-  const auto& o = r.optim();
-  optimizer::OptimizerConfig c;
-  c.matrices = o.matrices() == "muon" ? optimizer::MatrixOptimizer::kMuon
-                                      : optimizer::MatrixOptimizer::kAdamW;
-  c.adamw.beta1 = o.beta1();
-  c.adamw.beta2 = o.beta2();
-  c.adamw.weight_decay = o.weight_decay();
-  c.muon.weight_decay = o.weight_decay();
-  c.lr.max_lr = o.lr();
-  c.lr.min_lr = o.min_lr();
-  c.lr.warmup_steps = std::min<int64_t>(o.warmup_steps(), r.train().steps());
-  c.lr.decay_steps = r.train().steps();
-  c.lr.decay = o.decay() == "cosine"   ? optimizer::LrDecay::kCosine
-               : o.decay() == "linear" ? optimizer::LrDecay::kLinear
-                                       : optimizer::LrDecay::kConstant;
-  c.clip_grad = o.clip_grad();
-  return c;
-}
 
 // Train and validation datasets for the recipe's data source.
 absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDataset>* train,
@@ -380,9 +250,7 @@ class RankRun {
     expert_order_ = pc.expert_order;
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs_->Get("data"));
     data_ = data;
-    layers::GtpOptions gtp_options;
-    gtp_options.fp8_gather = r_.parallel().gtp_gather_dtype() == "fp8";
-    gtp_options.bf16_reduce_scatter = r_.parallel().gtp_reduce_scatter_dtype() == "bf16";
+    const layers::GtpOptions gtp_options = GtpOptionsOf(r_);
     // Pipeline: this rank's model chunks, virtual stages c·PP + stage.
     const int P = r_.parallel().pp(), vpp = r_.parallel().vpp();
     GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs_->Get("pp"));
@@ -1262,10 +1130,6 @@ class RankRun {
   std::vector<std::pair<Tensor, Tensor>> graph_batches_;  // fixed token buffers the graph reads
 };
 
-bool UnderLauncher() {
-  return std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr;
-}
-
 }  // namespace
 
 bool StoppedBySignal() { return g_stopped_by_signal.load(); }
@@ -1308,28 +1172,12 @@ absl::StatusOr<EvalResult> EvaluateCheckpoint(const proto::Recipe& recipe,
 }
 
 namespace {
-// parallel.comm_timeout_s as a duration (0: keep the backend's default).
-absl::Duration CommTimeout(const proto::Recipe& recipe) {
-  return absl::Seconds(recipe.parallel().comm_timeout_s());
-}
 
 absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
                      const std::function<absl::Status(RankRun&)>& body, bool create_run_dir) {
   // Check what can be checked before anything is written.
-  const bool under_launcher = UnderLauncher() && recipe.parallel().backend() != "local";
   {
-    int world = recipe.parallel().world_size();
-    if (under_launcher) {
-      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
-      // 1 (the default) means "as many ranks as the launcher started".
-      if (world != 1 && world != env.world_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parallel.world_size is ", world, " but the launcher started ", env.world_size,
-            " processes (WORLD_SIZE=", env.world_size, "): launch ", world,
-            " or set parallel.world_size=", env.world_size));
-      }
-      world = env.world_size;
-    }
+    GTP_ASSIGN_OR_RETURN(const int world, WorldSize(recipe));
     // The whole layout, checked before the run directory exists.
     GTP_RETURN_IF_ERROR(CheckLayout(recipe, world));
     std::unique_ptr<data::GptDataset> t, v;
@@ -1351,98 +1199,10 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
   g_stopped_by_signal.store(false);
   SignalGuard guard;
-  if (recipe.train().device() == "cuda") {
-    // One GPU per rank: ranks are processes (a launcher and NCCL), or a
-    // single rank in this process.
-    const int gpus = CudaDeviceCount();
-    if (gpus == 0) return absl::FailedPreconditionError("train.device is cuda but " + NoGpuReason());
-    int local_rank = 0;
-    if (under_launcher) {
-      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
-      local_rank = env.local_rank;
-    } else if (recipe.parallel().world_size() != 1) {
-      return absl::InvalidArgumentError(
-          "train.device cuda with parallel.world_size > 1 needs one process per GPU: "
-          "run under tools/gtprun (e.g. gtprun --nproc 2 -- <recipe>)");
-    }
-    const int device = local_rank % gpus;
-    GTP_ASSIGN_OR_RETURN(Stream stream, Stream::Create(device));
-    CudaCachingAllocator dev(device);
-    kernels::cuda::BlasContext blas(device);
-    kernels::Exec exec{Device::Cuda(device), &dev, stream.get(), &blas};
-    std::unique_ptr<kernels::CudnnEngine> cudnn;
-    if (recipe.train().attention() == "cudnn" && recipe.train().precision() == "bf16") {
-      absl::StatusOr<std::unique_ptr<kernels::CudnnEngine>> e = kernels::CudnnEngine::Create(device);
-      if (!e.ok()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("train.attention=cudnn: ", e.status().message(),
-                         " (train.attention=flash runs gtp's own attention kernels)"));
-      }
-      cudnn = std::move(*e);
-      exec.attention = cudnn.get();
-    }
-    if (under_launcher) {
-      // One rendezvous store for two worlds: NCCL for tensors, UCX for
-      // host-memory control traffic.
-      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
-      std::unique_ptr<comm::TcpStoreServer> server;
-      if (env.rank == 0) {
-        GTP_ASSIGN_OR_RETURN(server, comm::TcpStoreServer::Start(env.master_port));
-        server->set_linger(absl::Seconds(5));
-      }
-      GTP_ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreClient> client,
-                           comm::TcpStoreClient::Connect(env.master_addr, env.master_port,
-                                                         absl::Seconds(60)));
-      std::shared_ptr<comm::KeyValueStore> store(std::move(client));
-      comm::NcclOptions nccl_options;
-      comm::UcxOptions ucx_options;
-      if (const absl::Duration t = CommTimeout(recipe); t > absl::ZeroDuration()) {
-        nccl_options.timeout = ucx_options.timeout = t;
-      }
-      // A rank whose collectives failed must not hang in CUDA behind them.
-      nccl_options.exit_after_failure = absl::Seconds(10);
-      GTP_ASSIGN_OR_RETURN(auto world, comm::CreateNcclWorld(store, env.rank, env.world_size,
-                                                             device, stream.get(), nccl_options));
-      GTP_ASSIGN_OR_RETURN(auto host,
-                           comm::CreateUcxWorld(store, env.rank, env.world_size, ucx_options));
-      RankRun run(recipe, options, *world, *host, exec);
-      return body(run);
-    }
-    return comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
-      RankRun run(recipe, options, w, w, exec);
-      return body(run);
-    });
-  }
-  HeapAllocator host;
-  // Ranks on this machine share its cores: one BLAS pool per rank would
-  // oversubscribe them (2.2× slower gpt_tiny as 4 threads on 2 cores).
-  {
-    const int ranks_here = under_launcher ? std::max(1, std::atoi(std::getenv("LOCAL_WORLD_SIZE")
-                                                                      ? std::getenv("LOCAL_WORLD_SIZE")
-                                                                      : std::getenv("WORLD_SIZE")
-                                                                            ? std::getenv("WORLD_SIZE")
-                                                                            : "1"))
-                                          : recipe.parallel().world_size();
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    kernels::cpu::SetGemmThreads(std::max(1, cores / std::max(1, ranks_here)));
-  }
-  if (under_launcher) {
-    comm::UcxOptions ucx_options;
-    if (const absl::Duration t = CommTimeout(recipe); t > absl::ZeroDuration()) ucx_options.timeout = t;
-    GTP_ASSIGN_OR_RETURN(auto world, comm::CreateUcxWorldFromEnv(ucx_options));
-    RankRun run(recipe, options, *world, *world, kernels::Exec::Cpu(host));
+  return RunOnRanks(recipe, [&](const RankWorld& w) {
+    RankRun run(recipe, options, w.world, w.host, w.exec);
     return body(run);
-  }
-  comm::LocalOptions lo;
-  lo.timeout = absl::Minutes(10);  // a slow 2-core machine with many ranks
-  if (const absl::Duration t = CommTimeout(recipe); t > absl::ZeroDuration()) lo.timeout = t;
-  return comm::RunRanks(
-      recipe.parallel().world_size(),
-      [&](comm::Communicator& w) -> absl::Status {
-        RankRun run(recipe, options, w, w, kernels::Exec::Cpu(host));
-        return body(run);
-      },
-      lo);
+  });
 }
 }  // namespace
 

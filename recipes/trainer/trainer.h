@@ -67,10 +67,6 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options);
 // True once SIGTERM/SIGINT was received during Train (for the exit code).
 bool StoppedBySignal();
 
-// The model a recipe builds (its model section, train.seed, precision and
-// sequence parallelism), for tools that rebuild it (tools/generate). Pure.
-layers::GptConfig ModelConfig(const proto::Recipe& r);
-
 struct EvalResult {
   double loss = 0;      // mean cross-entropy (nats per token)
   int64_t samples = 0;  // validation samples scored

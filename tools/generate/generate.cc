@@ -45,7 +45,7 @@
 #include "layers/inference/sampling.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
-#include "recipes/trainer/trainer.h"
+#include "recipes/trainer/typed_config.h"
 #include "tools/generate/checkpoint_model.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "checkpoint root (with `latest`) or an iter_ directory");

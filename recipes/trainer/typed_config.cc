@@ -1,0 +1,148 @@
+#include "recipes/trainer/typed_config.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace gtp::recipes {
+
+// The recipe's layout as the process-group builder takes it (the one
+// translation: start-up checks and the run use it alike).
+parallel::ParallelConfig ParallelConfigOf(const proto::Recipe& r) {
+  parallel::ParallelConfig pc;
+  pc.tp = r.parallel().tp();
+  pc.tp_num_weight_shards = r.parallel().tp_num_weight_shards();
+  pc.sequence_parallel = r.parallel().sequence_parallel();
+  pc.ep = r.parallel().ep();
+  pc.etp = r.parallel().etp();
+  pc.expert_tp_num_weight_shards = r.parallel().expert_tp_num_weight_shards();
+  pc.pp = r.parallel().pp();
+  pc.cp = r.parallel().cp();
+  if (!r.parallel().order().empty()) pc.order = r.parallel().order();
+  if (!r.parallel().expert_order().empty()) pc.expert_order = r.parallel().expert_order();
+  return pc;
+}
+
+parallel::ModelFacts ModelFactsOf(const proto::Recipe& r) {
+  parallel::ModelFacts facts;
+  facts.seq_length = r.model().seq_len();
+  facts.num_attention_heads = r.model().n_head();
+  if (r.model().moe().num_experts() > 0) facts.num_experts = r.model().moe().num_experts();
+  return facts;
+}
+
+// The whole layout on `world` ranks, checked before anything is written.
+// FinalizeRecipe has checked each order string alone; an error that only
+// the orders cause (their pipeline stages disagree, say: the defaults would
+// resolve) names both settings and the defaults.
+absl::Status CheckLayout(const proto::Recipe& r, int world) {
+  const parallel::ParallelConfig pc = ParallelConfigOf(r);
+  const absl::Status st = pc.Resolve(world, ModelFactsOf(r)).status();
+  parallel::ParallelConfig defaults = pc;
+  defaults.order = parallel::kDefaultOrder;
+  defaults.expert_order = parallel::kDefaultExpertOrder;
+  if (st.ok() || (pc.order == defaults.order && pc.expert_order == defaults.expert_order) ||
+      !defaults.Resolve(world, ModelFactsOf(r)).ok()) {
+    return st;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("parallel.order '", pc.order, "' with parallel.expert_order '", pc.expert_order,
+                   "' does not fit this layout: ", st.message(),
+                   " (the defaults parallel.order=", parallel::kDefaultOrder,
+                   " and parallel.expert_order=", parallel::kDefaultExpertOrder, " work)"));
+}
+
+layers::GptConfig ModelConfig(const proto::Recipe& r) {
+  const auto& m = r.model();
+  layers::GptConfig c = layers::GptConfig::Gpt2(m.vocab_size(), m.seq_len(), m.n_layer(),
+                                                m.n_embd(), m.n_head());
+  c.block.n_kv_head = m.n_kv_head();
+  c.block.ffn_hidden = m.ffn_hidden();
+  c.block.norm = m.norm() == "rmsnorm" ? layers::NormKind::kRMSNorm : layers::NormKind::kLayerNorm;
+  c.block.activation =
+      m.activation() == "swiglu" ? layers::Activation::kSwiGlu : layers::Activation::kGelu;
+  c.block.bias = !m.no_bias();
+  c.block.init_std = m.init_std();
+  c.block.recompute = m.recompute();
+  c.block.rope = m.rope();
+  c.block.rope_theta = m.rope_theta() > 0 ? m.rope_theta() : 10000.0f;
+  c.learned_positions = !m.rope();
+  c.block.sequence_parallel = r.parallel().sequence_parallel();
+  c.block.seed = r.train().seed();
+  c.tied_embeddings = !m.untied_embeddings();
+  c.vocab_pad_multiple = m.vocab_pad_multiple();
+  c.block.dtype = r.train().precision() == "bf16" ? DType::kBF16 : DType::kF32;
+  const auto& e = m.moe();
+  if (e.num_experts() > 0) {
+    layers::moe::MoeConfig& mc = c.block.moe;
+    layers::moe::RouterConfig& rc = mc.router;
+    rc.num_experts = e.num_experts();
+    rc.top_k = e.top_k();
+    rc.score = e.score() == "sigmoid" ? layers::moe::ScoreFunction::kSigmoid
+                                      : layers::moe::ScoreFunction::kSoftmax;
+    rc.pre_softmax = !e.post_softmax();
+    rc.topk_scaling = e.topk_scaling();
+    rc.num_groups = e.num_groups();
+    rc.group_topk = e.group_topk();
+    rc.aux_loss_coeff = e.aux_loss_coeff();
+    rc.aux_loss_type =
+        e.aux_loss_type() == "seq" ? layers::moe::AuxLossType::kSequence : layers::moe::AuxLossType::kLane;
+    rc.z_loss_coeff = e.z_loss_coeff();
+    rc.expert_bias = e.expert_bias();
+    rc.bias_update_rate = e.bias_update_rate();
+    rc.capacity_factor = e.capacity_factor();
+    rc.drop_policy = e.drop_policy() == "position" ? layers::moe::DropPolicy::kPosition
+                                                   : layers::moe::DropPolicy::kProbability;
+    rc.pad_to_capacity = e.pad_to_capacity();
+    mc.dispatcher = e.dispatcher() == "allgather" ? layers::moe::Dispatcher::kAllGather
+                                                  : layers::moe::Dispatcher::kAllToAll;
+    mc.ffn_hidden = e.ffn_hidden();
+    mc.shared_ffn_hidden = e.shared_ffn_hidden();
+    mc.every_n = e.every_n();
+    mc.pattern = e.pattern();
+  }
+  if (!m.layer_pattern().empty()) {
+    c.layer_pattern = m.layer_pattern();
+    const auto& mb = m.mamba();
+    c.block.mamba.d_state = mb.d_state();
+    c.block.mamba.d_conv = mb.d_conv();
+    c.block.mamba.expand = mb.expand();
+    c.block.mamba.head_dim = mb.head_dim();
+    c.block.mamba.n_groups = mb.n_groups();
+    c.block.mamba.chunk = mb.chunk();
+  }
+  return c;
+}
+
+optimizer::OptimizerConfig OptimConfig(const proto::Recipe& r) {
+  const auto& o = r.optim();
+  optimizer::OptimizerConfig c;
+  c.matrices = o.matrices() == "muon" ? optimizer::MatrixOptimizer::kMuon
+                                      : optimizer::MatrixOptimizer::kAdamW;
+  c.adamw.beta1 = o.beta1();
+  c.adamw.beta2 = o.beta2();
+  c.adamw.weight_decay = o.weight_decay();
+  c.muon.weight_decay = o.weight_decay();
+  c.lr.max_lr = o.lr();
+  c.lr.min_lr = o.min_lr();
+  c.lr.warmup_steps = std::min<int64_t>(o.warmup_steps(), r.train().steps());
+  c.lr.decay_steps = r.train().steps();
+  c.lr.decay = o.decay() == "cosine"   ? optimizer::LrDecay::kCosine
+               : o.decay() == "linear" ? optimizer::LrDecay::kLinear
+                                       : optimizer::LrDecay::kConstant;
+  c.clip_grad = o.clip_grad();
+  return c;
+}
+
+layers::GtpOptions GtpOptionsOf(const proto::Recipe& r) {
+  layers::GtpOptions g;
+  g.fp8_gather = r.parallel().gtp_gather_dtype() == "fp8";
+  g.bf16_reduce_scatter = r.parallel().gtp_reduce_scatter_dtype() == "bf16";
+  return g;
+}
+
+absl::Duration CommTimeout(const proto::Recipe& r) {
+  return absl::Seconds(r.parallel().comm_timeout_s());
+}
+
+}  // namespace gtp::recipes
