@@ -46,6 +46,7 @@
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
 #include "recipes/trainer/config.h"
+#include "recipes/trainer/metrics.h"
 #include "recipes/trainer/mfu.h"
 #include "recipes/trainer/tensorboard/event_writer.h"
 #include "recipes/trainer/token_dump.h"
@@ -120,11 +121,6 @@ absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDatas
   return absl::OkStatus();
 }
 
-std::string FormatBytes(int64_t b) {
-  if (b >= (1 << 30)) return absl::StrFormat("%.2f GiB", b / double(1 << 30));
-  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / double(1 << 20));
-  return absl::StrFormat("%.1f KiB", b / 1024.0);
-}
 
 // One rank's whole run.
 class RankRun {
@@ -199,11 +195,11 @@ class RankRun {
         GTP_ASSIGN_OR_RETURN(rec.moe, layers::GptModel::FinishMoeStep(RawParts(), world_, data_->size(),
                                                             static_cast<int>(sampler_->num_micro_batches())));
       }
-      if (rank0()) GTP_RETURN_IF_ERROR(Report(rec, t_start, first_step));
+      if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Step(rec, alloc_.stats(), world_.size(), t_start, first_step));
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
         GTP_ASSIGN_OR_RETURN(float vl, Evaluate(r_.train().eval_batches()));
         for (auto& part : parts_) part->ResetMoeStats();  // evaluation forwards are not the step's routing
-        if (rank0()) GTP_RETURN_IF_ERROR(ReportEval(vl));
+        if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Eval(step_, vl));
       }
       if (r_.train().sample_every() > 0 && step_ % r_.train().sample_every() == 0) {
         GTP_RETURN_IF_ERROR(PrintSample());
@@ -234,7 +230,7 @@ class RankRun {
                   static_cast<long long>(steps));
     } else if (rank0()) {
       std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step_),
-                  ckpt_root_.c_str(), metrics_path_.c_str());
+                  ckpt_root_.c_str(), metrics_->path().c_str());
     }
     return absl::OkStatus();
   }
@@ -318,13 +314,8 @@ class RankRun {
       GTP_RETURN_IF_ERROR(pipeline::Schedule(P, pp->rank(), vpp, static_cast<int>(M)).status());
     }
     ckpt_root_ = o_.run_dir + "/" + r_.checkpoint().dir();
-    metrics_path_ = o_.run_dir + "/metrics.jsonl";
-    if (rank0() && !r_.train().tensorboard_dir().empty()) {
-      std::filesystem::path dir(r_.train().tensorboard_dir());
-      if (dir.is_relative()) dir = std::filesystem::path(o_.run_dir) / dir;
-      GTP_ASSIGN_OR_RETURN(tensorboard::EventWriter w,
-                           tensorboard::EventWriter::Open(dir.string()));
-      tb_ = std::move(w);
+    if (rank0()) {
+      GTP_ASSIGN_OR_RETURN(metrics_, Metrics::Open(r_, o_));
     }
     int64_t n = 0;
     for (auto* p : params_.sharded) n += p->shard().numel();
@@ -391,7 +382,7 @@ class RankRun {
         static_cast<long long>(m.seq_len()), static_cast<long long>(r_.train().micro_batch()),
         r_.optim().matrices().c_str(), r_.optim().lr(), r_.data().source().c_str(),
         static_cast<unsigned long long>(r_.train().seed()), o_.run_dir.c_str());
-    if (tb_) std::printf("tensorboard: %s\n", tb_->path().c_str());
+    if (metrics_->tensorboard()) std::printf("tensorboard: %s\n", metrics_->tensorboard()->path().c_str());
     std::fflush(stdout);
   }
 
@@ -988,96 +979,6 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  absl::Status Report(const StepRecord& rec, std::chrono::steady_clock::time_point t_start,
-                      int64_t first_step) {
-    if (o_.on_step) o_.on_step(rec);
-    const int64_t steps = r_.train().steps();
-    const AllocatorStats mem = alloc_.stats();
-    // MFU per GPU by the PaLM/nanoGPT convention (recipes/trainer/mfu.h).
-    std::string mfu;
-    double mfu_fraction = -1;  // none without a peak
-    if (const double peak = PeakFlops(r_.train()); peak > 0) {
-      const double flop_per_token = TrainingFlopPerToken(ShapeOf(r_.model()));
-      mfu_fraction = Mfu(flop_per_token, rec.tokens_per_s / world_.size(), peak);
-      mfu = absl::StrFormat("  MFU %.1f%%", 100 * mfu_fraction);
-    }
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    const double eta = elapsed / (rec.step - first_step) * (steps - rec.step);
-    if (o_.progress_bar) {
-      const int width = 30, done = static_cast<int>(width * rec.step / steps);
-      std::printf("\r[%s%s] %lld/%lld loss %.4f lr %.2e %.0f tok/s ETA %.0fs   ",
-                  std::string(done, '#').c_str(), std::string(width - done, '.').c_str(),
-                  static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
-                  rec.tokens_per_s, eta);
-    } else if (rec.step % r_.train().log_every() == 0 || rec.step == steps || rec.step == 1) {
-      std::string moe;
-      if (has_moe()) {
-        moe = absl::StrFormat("  moe tokens/expert %.0f/%.0f/%.0f dropped %.0f aux %.4f z %.4f",
-                              rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
-                              rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss);
-      }
-      if (rec.bubble >= 0) moe += absl::StrFormat("  bubble %.1f%%", 100 * rec.bubble);
-      std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step"
-                  "  comm %.1f ms%s%s  mem %s (peak %s)%s  ETA %.0fs\n",
-                  static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
-                  rec.grad_norm, rec.tokens_per_s, rec.ms, rec.comm_exposed_ms, mfu.c_str(),
-                  moe.c_str(), FormatBytes(mem.bytes_in_use).c_str(),
-                  FormatBytes(mem.peak_bytes_in_use).c_str(),
-                  rec.skipped ? "  SKIPPED (non-finite grad)" : "", eta);
-    }
-    std::fflush(stdout);
-    std::ofstream m(metrics_path_, std::ios::app);
-    m << absl::StrFormat(
-        "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"skipped\": %s, "
-        "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_exposed_ms\": %.3f, \"mem_bytes\": %d, "
-        "\"peak_mem_bytes\": %d%s%s%s}\n",
-        rec.step, rec.loss, rec.lr, rec.grad_norm, rec.skipped ? "true" : "false", rec.ms,
-        rec.tokens_per_s, rec.comm_exposed_ms, mem.bytes_in_use, mem.peak_bytes_in_use,
-        has_moe()
-            ? absl::StrFormat(", \"moe_tokens_min\": %.0f, \"moe_tokens_mean\": %.1f, "
-                              "\"moe_tokens_max\": %.0f, \"moe_dropped\": %.0f, "
-                              "\"moe_aux_loss\": %.6g, \"moe_z_loss\": %.6g",
-                              rec.moe.tokens_min, rec.moe.tokens_mean, rec.moe.tokens_max,
-                              rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss)
-            : std::string(),
-        rec.bubble >= 0 ? absl::StrFormat(", \"pipeline_bubble\": %.4f", rec.bubble) : std::string(),
-        mfu_fraction >= 0 ? absl::StrFormat(", \"mfu\": %.6g", mfu_fraction) : std::string());
-    if (!tb_) return absl::OkStatus();
-    // The JSON line's scalars again as TensorBoard tags (listed in recipes/README.md).
-    constexpr double kGiB = 1 << 30;
-    std::vector<tensorboard::Scalar> s = {
-        {"train/loss", rec.loss},
-        {"train/lr", rec.lr},
-        {"train/grad_norm", static_cast<float>(rec.grad_norm)},
-        {"train/skipped", rec.skipped ? 1.0f : 0.0f},
-        {"perf/step_ms", static_cast<float>(rec.ms)},
-        {"perf/tokens_per_s", static_cast<float>(rec.tokens_per_s)},
-        {"comm/exposed_ms", static_cast<float>(rec.comm_exposed_ms)},
-        {"mem/in_use_gib", static_cast<float>(mem.bytes_in_use / kGiB)},
-        {"mem/peak_gib", static_cast<float>(mem.peak_bytes_in_use / kGiB)},
-    };
-    if (has_moe()) {
-      s.insert(s.end(), {{"moe/tokens_min", static_cast<float>(rec.moe.tokens_min)},
-                         {"moe/tokens_mean", static_cast<float>(rec.moe.tokens_mean)},
-                         {"moe/tokens_max", static_cast<float>(rec.moe.tokens_max)},
-                         {"moe/dropped", static_cast<float>(rec.moe.dropped)},
-                         {"moe/aux_loss", static_cast<float>(rec.moe.aux_loss)},
-                         {"moe/z_loss", static_cast<float>(rec.moe.z_loss)}});
-    }
-    if (rec.bubble >= 0) s.push_back({"perf/pipeline_bubble", static_cast<float>(rec.bubble)});
-    if (mfu_fraction >= 0) s.push_back({"perf/mfu", static_cast<float>(mfu_fraction)});
-    return tb_->WriteScalars(rec.step, s);
-  }
-
-  absl::Status ReportEval(float loss) {
-    std::printf("%sstep %5lld  validation loss %.4f\n", o_.progress_bar ? "\n" : "",
-                static_cast<long long>(step_), loss);
-    std::ofstream m(metrics_path_, std::ios::app);
-    m << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step_, loss);
-    return tb_ ? tb_->WriteScalars(step_, {{"val/loss", loss}}) : absl::OkStatus();
-  }
-
   const proto::Recipe& r_;
   const RunOptions& o_;
   comm::Communicator& world_;
@@ -1090,7 +991,7 @@ class RankRun {
   int next_slot_ = 0;
   Tensor host_tok_, host_tgt_;  // the slot Batch filled last
   TokenDump dump_{rank0() ? r_.train().dump_tokens() : std::string()};  // train.dump_tokens
-  std::optional<tensorboard::EventWriter> tb_;  // train.tensorboard_dir (rank 0)
+  std::unique_ptr<Metrics> metrics_;  // rank 0
   std::unique_ptr<parallel::ProcessGroupCollection> pgs_;
   comm::Communicator* data_ = nullptr;
   // This rank's model chunks (one unless parallel.vpp > 1) and the first;
@@ -1113,7 +1014,7 @@ class RankRun {
   std::unique_ptr<optimizer::DistributedOptimizer> opt_;
   std::unique_ptr<data::GptDataset> train_, valid_;
   std::unique_ptr<data::DistributedSampler> sampler_;
-  std::string ckpt_root_, metrics_path_;
+  std::string ckpt_root_;
   std::unique_ptr<comm::Communicator> saver_comm_;
   std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
   int64_t step_ = 0;

@@ -1,0 +1,53 @@
+// recipes/trainer/metrics.h — rank 0's record of a run: the step line (or
+// a progress bar with ETA on a terminal), one JSON line per step and per
+// evaluation in <run_dir>/metrics.jsonl, and the same scalars as TensorBoard
+// events with train.tensorboard_dir (tags listed in recipes/README.md).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/allocator.h"
+#include "recipes/trainer/config.pb.h"
+#include "recipes/trainer/run_options.h"
+#include "recipes/trainer/tensorboard/event_writer.h"
+
+namespace gtp::recipes {
+
+// "5.2 MiB", "1.25 GiB".
+std::string FormatBytes(int64_t bytes);
+
+class Metrics {
+ public:
+  // metrics.jsonl in options.run_dir; opens train.tensorboard_dir (relative
+  // to the run dir) when set. `r` and `options` must outlive the object.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Open(const proto::Recipe& r,
+                                                       const RunOptions& options);
+
+  // One finished step: RunOptions::on_step, the log line (every
+  // train.log_every steps, the first and the last) or the progress bar, the
+  // JSON line, TensorBoard. `mem`: the allocator's figures; MFU per GPU
+  // from train.peak_tflops (or the GPU's) over `world_size` ranks; the ETA
+  // from the steps run since `first_step` started at `t_start`.
+  absl::Status Step(const StepRecord& rec, const AllocatorStats& mem, int world_size,
+                    std::chrono::steady_clock::time_point t_start, int64_t first_step);
+  // A validation loss after step `step`.
+  absl::Status Eval(int64_t step, float loss);
+
+  const std::string& path() const { return path_; }
+  // Null without train.tensorboard_dir.
+  const tensorboard::EventWriter* tensorboard() const { return tb_ ? &*tb_ : nullptr; }
+
+ private:
+  Metrics(const proto::Recipe& r, const RunOptions& options) : r_(r), options_(options) {}
+  const proto::Recipe& r_;
+  const RunOptions& options_;
+  std::string path_;
+  std::optional<tensorboard::EventWriter> tb_;
+};
+
+}  // namespace gtp::recipes
