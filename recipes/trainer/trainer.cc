@@ -45,6 +45,7 @@
 #include "optimizer/optimizer.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
+#include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/metrics.h"
 #include "recipes/trainer/mfu.h"
@@ -135,8 +136,8 @@ class RankRun {
   absl::Status Run() {
     GTP_RETURN_IF_ERROR(Setup());
     if (rank0()) Banner();
-    GTP_RETURN_IF_ERROR(MaybeResume());
-    if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/true));
+    GTP_ASSIGN_OR_RETURN(step_, ckpt_->Resume());
+    if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
     const int64_t steps = r_.train().steps();
     const int64_t T = r_.model().seq_len();
     const int64_t tokens_per_step = sampler_->config().global_batch_size * T;
@@ -210,13 +211,13 @@ class RankRun {
           comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
       const bool periodic = r_.checkpoint().every() > 0 && step_ % r_.checkpoint().every() == 0;
       if (periodic || step_ == steps || any) {
-        GTP_RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/step_ == steps || any));
+        GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/step_ == steps || any));
       }
       if (any) {
         g_stopped_by_signal.store(true);
         if (rank0()) {
           std::printf("\nstopped by signal after step %lld; checkpoint written to %s\n",
-                      static_cast<long long>(step_), ckpt_root_.c_str());
+                      static_cast<long long>(step_), ckpt_->root().c_str());
         }
         return absl::OkStatus();
       }
@@ -226,11 +227,11 @@ class RankRun {
       // Resumed at (or past) the last step: nothing trained, nothing saved.
       std::printf("nothing to train: the checkpoint in %s is at step %lld and train.steps is %lld "
                   "(raise train.steps to continue); nothing was saved\n",
-                  ckpt_root_.c_str(), static_cast<long long>(first_step),
+                  ckpt_->root().c_str(), static_cast<long long>(first_step),
                   static_cast<long long>(steps));
     } else if (rank0()) {
       std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step_),
-                  ckpt_root_.c_str(), metrics_->path().c_str());
+                  ckpt_->root().c_str(), metrics_->path().c_str());
     }
     return absl::OkStatus();
   }
@@ -313,7 +314,20 @@ class RankRun {
       }
       GTP_RETURN_IF_ERROR(pipeline::Schedule(P, pp->rank(), vpp, static_cast<int>(M)).status());
     }
-    ckpt_root_ = o_.run_dir + "/" + r_.checkpoint().dir();
+    TrainingState state;
+    state.recipe = &r_;
+    state.world = &world_;
+    state.host = &host_;
+    state.exec = &exec_;
+    state.pgs = pgs_.get();
+    state.parts = RawParts();
+    state.params = &params_;
+    state.experts = &experts_;
+    state.opt = opt_.get();
+    state.sampler = sampler_.get();
+    state.order = order_;
+    state.expert_order = expert_order_;
+    ckpt_ = std::make_unique<Checkpointer>(state, o_.run_dir + "/" + r_.checkpoint().dir());
     if (rank0()) {
       GTP_ASSIGN_OR_RETURN(metrics_, Metrics::Open(r_, o_));
     }
@@ -661,9 +675,8 @@ class RankRun {
   // fills *out.
  public:
   absl::Status RunEvaluation(int64_t samples, EvalResult* out) {
-    eval_only_ = true;
     GTP_RETURN_IF_ERROR(Setup());
-    GTP_RETURN_IF_ERROR(InitFrom());
+    GTP_RETURN_IF_ERROR(ckpt_->InitFrom(/*announce=*/false));
     const int64_t per_batch = r_.train().micro_batch() * data_->size();
     if (samples <= 0) samples = r_.train().eval_batches() * per_batch;
     if (samples % per_batch != 0) {
@@ -743,242 +756,6 @@ class RankRun {
     return MeanOverHeadRanks(parts_.back()->has_head(), sum, n);
   }
 
-  // with_tied_copies: a pipeline's head copy of wte is loaded, never saved.
-  absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(bool with_tied_copies = false) {
-    GTP_ASSIGN_OR_RETURN(auto pieces,
-                         checkpoint::ModelPieces(params_, *pgs_, &experts_, with_tied_copies));
-    GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_, &experts_,
-                                                                 with_tied_copies));
-    // MoE expert biases: the same on every rank, which split the writing.
-    std::vector<std::pair<std::string, Tensor>> buffers;
-    for (auto& part : parts_) {
-      for (auto& b : part->moe_buffers()) buffers.push_back(b);
-    }
-    for (auto& [name, t] : buffers) {
-      checkpoint::TensorPiece piece;
-      piece.key = name;
-      piece.data = t;
-      piece.global_shape = t.shape();
-      piece.replica_index = world_.rank();
-      piece.replica_count = world_.size();
-      pieces.push_back(std::move(piece));
-    }
-    for (auto& p : state) pieces.push_back(std::move(p));
-    return pieces;
-  }
-
-  absl::Status SaveCheckpoint(bool wait) {
-    GTP_ASSIGN_OR_RETURN(auto pieces, Pieces());
-    checkpoint::SaveOptions so;
-    so.iteration = step_;
-    so.keep_last = r_.checkpoint().keep_last();
-    so.extra["recipe"] = RecipeText(r_);
-    so.extra["consumed_samples"] = absl::StrCat(sampler_->state().consumed_samples);
-    so.extra["optimizer_step"] = absl::StrCat(opt_->progress().step);
-    so.extra["optimizer_skipped"] = absl::StrCat(opt_->progress().num_skipped);
-    so.extra["layout"] = absl::StrCat("world=", world_.size(), " tp=", r_.parallel().tp(),
-                                      " tp_num_weight_shards=", r_.parallel().tp_num_weight_shards(),
-                                      " pp=", r_.parallel().pp(), " vpp=", r_.parallel().vpp(),
-                                      " cp=", r_.parallel().cp());
-    // The rank orders the groups were built with (any order loads any: the
-    // tensors are global; MaybeResume notes a change).
-    so.extra["order"] = order_;
-    if (has_moe()) so.extra["expert_order"] = expert_order_;
-    if (!r_.checkpoint().async_save()) return checkpoint::Save(ckpt_root_, pieces, host_, so);
-    if (saver_ == nullptr) {
-      std::vector<int> all(host_.size());
-      for (int i = 0; i < host_.size(); ++i) all[i] = i;
-      GTP_ASSIGN_OR_RETURN(saver_comm_, host_.Split({all}, "checkpoint"));
-      saver_ = std::make_unique<checkpoint::AsyncSaver>(*saver_comm_);
-    }
-    GTP_RETURN_IF_ERROR(saver_->Start(ckpt_root_, pieces, so));
-    return wait ? saver_->Wait() : absl::OkStatus();
-  }
-
-  absl::Status MaybeResume() {
-    const bool init_from = !r_.checkpoint().init_from().empty();
-    if (r_.checkpoint().no_resume()) return init_from ? InitFrom() : absl::OkStatus();
-    if (absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(ckpt_root_); !latest.ok()) {
-      if (absl::IsNotFound(latest.status()))
-        return init_from ? InitFrom() : absl::OkStatus();  // a fresh run
-      return latest.status();  // damaged: never silently start over next to checkpoints
-    }
-    if (init_from && rank0()) {
-      // A restarted fine-tune must continue itself, not start over from its base.
-      std::printf("checkpoint.init_from %s ignored: resuming this run's own checkpoint in %s\n",
-                  r_.checkpoint().init_from().c_str(), ckpt_root_.c_str());
-    }
-    GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(/*with_tied_copies=*/true));
-    GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
-                         checkpoint::Load(ckpt_root_, std::nullopt, pieces, host_));
-    for (layers::ShardedParam* p : params_.sharded) p->MarkUpdated();  // fp8 gathers re-quantise
-    for (layers::ShardedParam* p : experts_.sharded) p->MarkUpdated();
-    step_ = lr.iteration;
-    data::SamplerState ss;
-    ss.consumed_samples = std::stoull(lr.extra["consumed_samples"]);
-    sampler_->set_state(ss);
-    optimizer::OptimizerProgress pr;
-    pr.step = std::stoll(lr.extra["optimizer_step"]);
-    pr.num_skipped = std::stoll(lr.extra["optimizer_skipped"]);
-    opt_->set_progress(pr);
-    if (rank0()) {
-      std::string moved;  // checkpoints of another rank order reshard like any other layout
-      for (const auto& [key, now] : {std::pair<std::string, std::string>{"order", order_},
-                                     {"expert_order", expert_order_}}) {
-        auto it = lr.extra.find(key);
-        if (it != lr.extra.end() && it->second != now) {
-          absl::StrAppend(&moved, " (saved under parallel.", key, " ", it->second, ", now ", now,
-                          ")");
-        }
-      }
-      std::printf("resumed from %s at step %lld%s\n",
-                  checkpoint::IterationDir(ckpt_root_, step_).c_str(),
-                  static_cast<long long>(step_), moved.c_str());
-    }
-    return absl::OkStatus();
-  }
-
-  // checkpoint.init_from: another checkpoint's model weights (and MoE
-  // buffers), resharded to this layout by checkpoint::Load; the step, the
-  // optimizer's moments and the data position stay fresh. A bf16 run's f32
-  // masters are filled too (from `<param>/master`, else the f32 weight), so
-  // its first update starts from the checkpoint's values rather than from
-  // the initial weights the optimizer copied at creation.
-  absl::Status InitFrom() {
-    const std::string& from = r_.checkpoint().init_from();
-    auto bad = [&](const absl::Status& st) {
-      return absl::Status(st.code(),
-                          absl::StrCat("checkpoint.init_from ", from, ": ", st.message()));
-    };
-    // A checkpoint root (its `latest`) or one iter_ directory.
-    std::string root = from;
-    int64_t iteration = 0;
-    if (std::filesystem::exists(from + "/metadata.pb")) {
-      absl::StatusOr<checkpoint::proto::Metadata> m = checkpoint::ReadCheckpointMetadata(from);
-      if (!m.ok()) return bad(m.status());
-      iteration = m->iteration();
-      std::filesystem::path it_dir = std::filesystem::path(from).lexically_normal();
-      if (!it_dir.has_filename()) it_dir = it_dir.parent_path();  // a trailing '/'
-      root = it_dir.parent_path().string();
-      std::error_code ec;
-      if (!std::filesystem::equivalent(checkpoint::IterationDir(root, iteration), from, ec)) {
-        return bad(absl::InvalidArgumentError(
-            absl::StrCat("holds iteration ", iteration, " but is not named ",
-                         checkpoint::IterationDir(root, iteration), ": give the checkpoint root")));
-      }
-    } else {
-      absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(from);
-      if (!latest.ok()) return bad(latest.status());
-      iteration = *latest;
-    }
-    const std::string dir = checkpoint::IterationDir(root, iteration);
-    absl::StatusOr<checkpoint::proto::Metadata> meta = checkpoint::ReadCheckpointMetadata(dir);
-    if (!meta.ok()) return bad(meta.status());
-    std::map<std::string, DType> saved;  // the dtypes a cast below handles
-    for (const auto& e : meta->tensors()) {
-      for (DType d : {DType::kF32, DType::kBF16}) {
-        if (e.dtype() == DTypeName(d)) saved[e.key()] = d;
-      }
-      if (!saved.count(e.key())) saved[e.key()] = DType::kU8;  // other: Load names any mismatch
-    }
-    HeapAllocator host;  // cast staging; declared before the pieces that may hold it
-    // Destinations: the weights (both copies of a pipeline's tied wte), MoE
-    // buffers, and the optimizer's masters where it keeps them.
-    GTP_ASSIGN_OR_RETURN(std::vector<checkpoint::TensorPiece> dst,
-                         Pieces(/*with_tied_copies=*/true));
-    std::vector<checkpoint::TensorPiece> want;
-    for (checkpoint::TensorPiece& p : dst) {
-      const size_t slash = p.key.find('/');
-      if (slash != std::string::npos && p.key.substr(slash + 1) != "master")
-        continue;  // moments: fresh
-      const std::string param = p.key.substr(0, slash);
-      // The source: exact values first (an f32 master over its bf16 weight).
-      std::string src = p.key;
-      if (slash == std::string::npos) {
-        if (p.data.dtype() == DType::kF32 && saved.count(param + "/master"))
-          src = param + "/master";
-      } else if (!saved.count(p.key)) {
-        src = param;
-      }
-      p.key = src;
-      want.push_back(std::move(p));
-    }
-    // Load checks dtypes: a piece whose saved dtype differs (an f32 import
-    // into a bf16 run, say) is read into host staging and cast here.
-    std::vector<std::pair<Tensor, Tensor>> casts;  // staging (saved dtype) → destination
-    for (checkpoint::TensorPiece& p : want) {
-      auto it = saved.find(p.key);
-      if (it == saved.end() || it->second == p.data.dtype()) continue;
-      const bool castable = (it->second == DType::kF32 || it->second == DType::kBF16) &&
-                            (p.data.dtype() == DType::kF32 || p.data.dtype() == DType::kBF16);
-      if (!castable) continue;  // Load names the mismatch
-      Tensor staging = Tensor::Empty(p.data.shape(), it->second, host);
-      casts.emplace_back(staging, p.data);
-      p.data = staging;
-    }
-    absl::StatusOr<checkpoint::LoadResult> lr = checkpoint::Load(root, iteration, want, host_);
-    if (!lr.ok()) return bad(lr.status());
-    for (auto& [staging, out] : casts) {
-      Tensor cast = Tensor::Empty(out.shape(), out.dtype(), host);
-      const int64_t n = staging.numel();
-      if (staging.dtype() == DType::kF32) {
-        for (int64_t i = 0; i < n; ++i) cast.data<bf16>()[i] = ToBF16(staging.data<float>()[i]);
-      } else {
-        for (int64_t i = 0; i < n; ++i) cast.data<float>()[i] = ToF32(staging.data<bf16>()[i]);
-      }
-      GTP_RETURN_IF_ERROR(Copy(cast, out, exec_.stream));
-    }
-    for (layers::ShardedParam* p : params_.sharded) p->MarkUpdated();  // fp8 gathers re-quantise
-    for (layers::ShardedParam* p : experts_.sharded) p->MarkUpdated();
-    // What the shapes cannot tell: the same tensors computing something else.
-    if (auto it = lr->extra.find("recipe"); it != lr->extra.end()) {
-      absl::StatusOr<proto::Recipe> theirs = ParseRecipe(it->second, dir + " (its recipe)");
-      if (!theirs.ok()) return bad(theirs.status());
-      GTP_RETURN_IF_ERROR(SameFunction(theirs->model(), r_.model(), dir));
-    }
-    if (rank0() && !eval_only_) {
-      std::printf(
-          "initialised the model from %s (checkpoint.init_from; weights only: step 0, fresh "
-          "optimizer state and data order)\n",
-          dir.c_str());
-    }
-    return absl::OkStatus();
-  }
-
-  // InvalidArgument naming the first model setting in which `theirs`
-  // (init_from's recipe) and `ours` differ, defaults resolved.
-  static absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,
-                                   const std::string& dir) {
-    auto text = [](const proto::Model& m, const std::string& f) -> std::string {
-      const int64_t kv = m.n_kv_head() > 0 ? m.n_kv_head() : m.n_head();
-      if (f == "n_layer") return absl::StrCat(m.n_layer());
-      if (f == "n_embd") return absl::StrCat(m.n_embd());
-      if (f == "n_head") return absl::StrCat(m.n_head());
-      if (f == "n_kv_head") return absl::StrCat(kv);
-      if (f == "ffn_hidden")
-        return absl::StrCat(m.ffn_hidden() > 0 ? m.ffn_hidden() : 4 * m.n_embd());
-      if (f == "norm") return m.norm().empty() ? "layernorm" : m.norm();
-      if (f == "activation") return m.activation().empty() ? "gelu" : m.activation();
-      if (f == "no_bias") return m.no_bias() ? "true" : "false";
-      if (f == "untied_embeddings") return m.untied_embeddings() ? "true" : "false";
-      if (f == "rope") return m.rope() ? "true" : "false";
-      if (f == "rope_theta")
-        return m.rope() ? absl::StrCat(m.rope_theta() > 0 ? m.rope_theta() : 10000.0f) : "-";
-      if (f == "layer_pattern") return m.layer_pattern();
-      return absl::StrCat(m.moe().num_experts());  // moe.num_experts
-    };
-    for (const char* f :
-         {"n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "norm", "activation", "no_bias",
-          "untied_embeddings", "rope", "rope_theta", "layer_pattern", "moe.num_experts"}) {
-      const std::string a = text(theirs, f), b = text(ours, f);
-      if (a != b) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint.init_from: model.", f, " is ", a,
-                                                       " in ", dir, " but ", b, " in this run"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
   const proto::Recipe& r_;
   const RunOptions& o_;
   comm::Communicator& world_;
@@ -1014,12 +791,9 @@ class RankRun {
   std::unique_ptr<optimizer::DistributedOptimizer> opt_;
   std::unique_ptr<data::GptDataset> train_, valid_;
   std::unique_ptr<data::DistributedSampler> sampler_;
-  std::string ckpt_root_;
-  std::unique_ptr<comm::Communicator> saver_comm_;
-  std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
+  std::unique_ptr<Checkpointer> ckpt_;
   int64_t step_ = 0;
   int64_t local_params_ = 0;
-  bool eval_only_ = false;  // RunEvaluation
   Timeline timeline_{exec_.is_cuda()};
   Timeline* tl_ = nullptr;  // &timeline_ during traced steps
   struct GraphExecDeleter {

@@ -1,0 +1,92 @@
+// recipes/trainer/checkpointing.h — one rank's checkpoints: periodic and
+// final saves (synchronous, or in the background with
+// checkpoint.async_save), resuming this run's own `latest`, and
+// checkpoint.init_from (another checkpoint's weights, resharded to this
+// layout, step and optimizer fresh). Keys and metadata are those of
+// checkpoint/ (docs/DESIGN.md): any layout restores any other.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/checkpoint.h"
+#include "comm/communicator.h"
+#include "core/kernels/ops.h"
+#include "data/sampler.h"
+#include "layers/gpt.h"
+#include "optimizer/optimizer.h"
+#include "parallel/process_groups.h"
+#include "recipes/trainer/config.pb.h"
+
+namespace gtp::recipes {
+
+// What a checkpoint holds of one rank's run. Not owned: all of it must
+// outlive the Checkpointer.
+struct TrainingState {
+  const proto::Recipe* recipe = nullptr;
+  comm::Communicator* world = nullptr;  // ranks (the moe buffers split their writing over it)
+  comm::Communicator* host = nullptr;   // host-memory traffic of save and load
+  const kernels::Exec* exec = nullptr;
+  const parallel::ProcessGroupCollection* pgs = nullptr;
+  std::vector<layers::GptModel*> parts;   // this rank's model chunks
+  optimizer::ParamSet* params = nullptr;  // dense params
+  optimizer::ParamSet* experts = nullptr; // MoE expert weights
+  optimizer::DistributedOptimizer* opt = nullptr;
+  data::DistributedSampler* sampler = nullptr;
+  std::string order, expert_order;  // the rank orders the groups were built with
+};
+
+class Checkpointer {
+ public:
+  // `root`: this run's checkpoint directory (<run_dir>/<checkpoint.dir>).
+  Checkpointer(const TrainingState& state, std::string root);
+
+  // Saves after `step` (the recipe, the data position, the optimizer's
+  // progress and the rank orders in the metadata). With
+  // checkpoint.async_save the write runs in the background unless `wait`.
+  // Collective over the ranks.
+  absl::Status Save(int64_t step, bool wait);
+  // At start-up: this run's own latest checkpoint when there is one (and
+  // checkpoint.no_resume is off), else checkpoint.init_from when set, else
+  // nothing. Returns the step to continue after (0: a fresh run). A damaged
+  // `latest` is an error, never a silent fresh start. Collective.
+  absl::StatusOr<int64_t> Resume();
+  // checkpoint.init_from's weights (and MoE buffers, and a bf16 run's f32
+  // masters); InvalidArgument naming the first model setting that differs
+  // from the checkpoint's recipe. `announce`: rank 0 says so. Collective.
+  absl::Status InitFrom(bool announce);
+
+  const std::string& root() const { return ckpt_root_; }
+
+ private:
+  bool rank0() const { return world_.rank() == 0; }
+  bool has_moe() const { return r_.model().moe().num_experts() > 0; }
+  absl::StatusOr<int64_t> InitFromThen0(bool announce);
+  // with_tied_copies: a pipeline's head copy of wte is loaded, never saved.
+  absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(bool with_tied_copies = false);
+
+  const proto::Recipe& r_;
+  comm::Communicator& world_;
+  comm::Communicator& host_;
+  const kernels::Exec& exec_;
+  const parallel::ProcessGroupCollection* pgs_;
+  std::vector<layers::GptModel*> parts_;
+  optimizer::ParamSet& params_;
+  optimizer::ParamSet& experts_;
+  optimizer::DistributedOptimizer* opt_;
+  data::DistributedSampler* sampler_;
+  std::string order_, expert_order_;
+  std::string ckpt_root_;
+  std::unique_ptr<comm::Communicator> saver_comm_;
+  std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
+};
+
+// InvalidArgument naming the first model setting in which `theirs`
+// (init_from's recipe) and `ours` differ, defaults resolved.
+absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,
+                          const std::string& dir);
+
+}  // namespace gtp::recipes
