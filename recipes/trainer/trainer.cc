@@ -46,6 +46,7 @@
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
 #include "recipes/trainer/checkpointing.h"
+#include "recipes/trainer/sampling.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/metrics.h"
 #include "recipes/trainer/mfu.h"
@@ -203,7 +204,7 @@ class RankRun {
         if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Eval(step_, vl));
       }
       if (r_.train().sample_every() > 0 && step_ % r_.train().sample_every() == 0) {
-        GTP_RETURN_IF_ERROR(PrintSample());
+        GTP_RETURN_IF_ERROR(text_sampler_.Print(params_, step_));
       }
       // Every rank must agree on stopping, or the next collective would hang.
       int32_t stop = g_stop_signal.load() != 0, any = 0;
@@ -584,91 +585,6 @@ class RankRun {
     return x / static_cast<float>(host_.size() / pp_->size());
   }
 
-  // train.sample_every: every rank puts its pieces of each global tensor
-  // into a host buffer holding −inf elsewhere; a max all-reduce over the
-  // world assembles the exact values (replicas are identical), which fill a
-  // single-rank f32 copy of the model; rank 0 decodes from it with the KV
-  // cache and prints. Collective; blocks.
-  absl::Status PrintSample() {
-    const auto& t = r_.train();
-    if (sample_model_ == nullptr) {
-      if (has_moe() || r_.model().layer_pattern().find('M') != std::string::npos) {
-        return absl::InvalidArgumentError(
-            "train.sample_every: MoE and Mamba models cannot be sampled yet");
-      }
-      sample_world_ = comm::CreateLocalWorld(1);
-      GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(
-                                         parallel::ParallelConfig{}, *sample_world_[0]));
-      sample_pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
-      layers::GptConfig mc = ModelConfig(r_);
-      mc.block.dtype = DType::kF32;
-      mc.block.sequence_parallel = false;
-      mc.block.recompute = false;
-      GTP_ASSIGN_OR_RETURN(sample_model_, layers::GptModel::Create(mc, 1, 1, *sample_pgs_,
-                                                                   kernels::Exec::Cpu(staging_)));
-    }
-    std::vector<std::pair<std::string, Shape>> names;
-    for (const layers::ShardedParam* p : sample_model_->sharded_params()) {
-      const auto& L = p->global_layout();
-      names.emplace_back(p->name(), Shape{L.global_rows, L.global_cols});
-    }
-    for (const layers::ReplicatedParam* p : sample_model_->replicated_params()) {
-      names.emplace_back(p->name, p->value.shape());
-    }
-    for (const auto& [name, shape] : names) {
-      std::vector<float> g(shape.numel(), -INFINITY);
-      for (const layers::ShardedParam* p : params_.sharded) {
-        if (p->name() == name) layers::StoreShardToGlobal(*p, p->shard(), g.data());
-      }
-      for (const layers::ReplicatedParam* p : params_.replicated) {
-        if (p->name != name) continue;
-        Tensor host = Tensor::Empty(p->value.shape(), p->value.dtype(), staging_);
-        GTP_RETURN_IF_ERROR(Copy(p->value, host, exec_.stream, /*sync=*/true));
-        const int64_t rows = p->value.dim(0), cols = p->value.numel() / std::max<int64_t>(1, rows);
-        const int64_t gcols = std::max<int64_t>(1, p->layout.global_cols);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t gr = p->layout.row_map ? p->layout.row_map(r) : r;
-          for (int64_t c = 0; c < cols; ++c) {
-            const int64_t i = r * cols + c;
-            g[gr * gcols + p->layout.col_offset + c] = host.dtype() == DType::kF32
-                                                           ? host.data<float>()[i]
-                                                           : ToF32(host.data<bf16>()[i]);
-          }
-        }
-      }
-      GTP_RETURN_IF_ERROR(comm::Run(host_.AllReduce(g.data(), g.data(),
-                                                    static_cast<int64_t>(g.size()), DType::kF32,
-                                                    comm::ReduceOp::kMax)));
-      if (!rank0()) continue;
-      if (std::find(g.begin(), g.end(), -INFINITY) != g.end()) {
-        return absl::InternalError(absl::StrCat("train.sample_every: no rank holds all of ", name));
-      }
-      GTP_RETURN_IF_ERROR(sample_model_->LoadGlobal(name, g.data(), shape));
-    }
-    if (!rank0()) return absl::OkStatus();
-    GTP_ASSIGN_OR_RETURN(auto session, layers::inference::InferenceSession::Create(
-                                           *sample_model_, sample_model_->config().max_seq_len));
-    std::vector<int32_t> ids;
-    for (unsigned char ch : t.sample_prompt()) ids.push_back(ch);
-    if (ids.empty()) ids.push_back('\n');
-    if (static_cast<int64_t>(ids.size()) > session->max_len()) ids.resize(session->max_len());
-    layers::inference::SamplingOptions so;
-    so.seed = t.seed();
-    std::string text = t.sample_prompt();
-    GTP_ASSIGN_OR_RETURN(std::vector<float> logits, session->Append(ids));
-    logits.erase(logits.begin(), logits.end() - session->vocab_size());
-    const int64_t n = t.sample_tokens() > 0 ? t.sample_tokens() : 64;
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t next = layers::inference::SampleToken(logits, so, i);
-      text += next < 256 ? std::string(1, static_cast<char>(next)) : absl::StrCat("<", next, ">");
-      if (i + 1 == n || session->length() == session->max_len()) break;
-      GTP_ASSIGN_OR_RETURN(logits, session->Append({next}));
-    }
-    std::printf("%sstep %5lld  sample: %s\n", o_.progress_bar ? "\n" : "",
-                static_cast<long long>(step_), text.c_str());
-    return absl::OkStatus();
-  }
-
   // (public) EvaluateCheckpoint's run: the weights of the recipe's
   // checkpoint.init_from, then Evaluate over `samples` validation samples
   // (0: what the training run's evaluation covers on this layout). Rank 0
@@ -775,11 +691,7 @@ class RankRun {
   // with pipeline stages the runner drives them.
   std::vector<std::unique_ptr<layers::GptModel>> parts_;
   layers::GptModel* model_ = nullptr;
-  // train.sample_every: a single-rank f32 copy of the model (its own
-  // one-rank world), filled before each sample.
-  std::vector<std::unique_ptr<comm::Communicator>> sample_world_;
-  std::unique_ptr<parallel::ProcessGroupCollection> sample_pgs_;
-  std::unique_ptr<layers::GptModel> sample_model_;
+  TextSampler text_sampler_{r_, host_, exec_, o_.progress_bar};  // train.sample_every
   std::unique_ptr<pipeline::PipelineRunner> runner_;
   std::string order_, expert_order_;  // the rank orders the groups were built with
   comm::Communicator* pp_ = nullptr;
