@@ -47,6 +47,7 @@
 #include "parallel/process_groups.h"
 #include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/sampling.h"
+#include "recipes/trainer/state.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/metrics.h"
 #include "recipes/trainer/mfu.h"
@@ -86,44 +87,6 @@ std::atomic<bool> g_stopped_by_signal{false};
 
 namespace {
 
-// Train and validation datasets for the recipe's data source.
-absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDataset>* train,
-                          std::unique_ptr<data::GptDataset>* valid) {
-  std::shared_ptr<const data::TokenSource> src;
-  data::DocumentRange tr, va;
-  if (r.data().source() == "corpus") {
-    src = data::EmbeddedCorpusSource();
-    tr = data::EmbeddedCorpusSplit(data::CorpusSplit::kTrain);
-    va = data::EmbeddedCorpusSplit(data::CorpusSplit::kValidation);
-  } else {
-    if (r.data().source() == "mock") {
-      data::MockOptions mo;
-      mo.vocab_size = r.model().vocab_size();
-      mo.seed = r.data().seed();
-      GTP_ASSIGN_OR_RETURN(auto s, data::MockTokenSource::Create(mo));
-      src = s;
-    } else {
-      GTP_ASSIGN_OR_RETURN(auto s, data::IndexedDataset::Open(r.data().path()));
-      src = s;
-    }
-    GTP_ASSIGN_OR_RETURN(auto ranges, data::SplitDocuments(src->num_documents(), {98, 2}));
-    tr = ranges[0];
-    va = ranges[1];
-  }
-  data::GptDatasetOptions o;
-  o.seq_length = r.model().seq_len();
-  o.seed = r.data().seed();
-  o.documents = tr;
-  GTP_ASSIGN_OR_RETURN(data::GptDataset t, data::GptDataset::Create(src, o));
-  o.documents = va;
-  o.shuffle = false;
-  GTP_ASSIGN_OR_RETURN(data::GptDataset v, data::GptDataset::Create(src, o));
-  *train = std::make_unique<data::GptDataset>(std::move(t));
-  *valid = std::make_unique<data::GptDataset>(std::move(v));
-  return absl::OkStatus();
-}
-
-
 // One rank's whole run.
 class RankRun {
  public:
@@ -141,7 +104,7 @@ class RankRun {
     if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
     const int64_t steps = r_.train().steps();
     const int64_t T = r_.model().seq_len();
-    const int64_t tokens_per_step = sampler_->config().global_batch_size * T;
+    const int64_t tokens_per_step = s_->sampler->config().global_batch_size * T;
     auto t_start = std::chrono::steady_clock::now();
     int64_t first_step = step_;
     const int64_t trace_from = first_step + 2, trace_to = trace_from + r_.train().trace_steps();
@@ -149,14 +112,14 @@ class RankRun {
     for (; step_ < steps;) {
       auto t0 = std::chrono::steady_clock::now();
       tl_ = step_ >= trace_from && step_ < trace_to ? &timeline_ : nullptr;
-      for (auto& part : parts_) {
+      for (auto& part : s_->parts) {
         part->set_timeline(tl_);
         part->chain().exposed_comm().Reset();
       }
-      grads_->set_timeline(tl_);
-      if (runner_) runner_->set_timeline(tl_);
-      grads_->exposed_comm().Reset();
-      if (expert_grads_) expert_grads_->exposed_comm().Reset();
+      s_->grads->set_timeline(tl_);
+      if (s_->runner) s_->runner->set_timeline(tl_);
+      s_->grads->exposed_comm().Reset();
+      if (s_->expert_grads) s_->expert_grads->exposed_comm().Reset();
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
       optimizer::StepStats st;
       if (graphs && step_ >= first_step + 2) {
@@ -165,7 +128,7 @@ class RankRun {
       } else {
         GTP_RETURN_IF_ERROR(TrainStep());
         if (tl_) tl_->Begin("optimizer", exec_.stream);
-        GTP_ASSIGN_OR_RETURN(st, opt_->Step());
+        GTP_ASSIGN_OR_RETURN(st, s_->opt->Step());
         if (tl_) {
           tl_->End(exec_.stream);
           tl_->End(exec_.stream);
@@ -174,10 +137,10 @@ class RankRun {
       // Read after the optimizer was enqueued: the loss is long computed by
       // then (the grad norm waited for the backward), so this costs no stall.
       GTP_ASSIGN_OR_RETURN(float loss, StepLoss());
-      sampler_->Advance();
+      s_->sampler->Advance();
       ++step_;
-      if (st.skipped && opt_->progress().num_skipped > r_.train().max_skipped_steps()) {
-        return absl::AbortedError(absl::StrCat("stopping: ", opt_->progress().num_skipped,
+      if (st.skipped && s_->opt->progress().num_skipped > r_.train().max_skipped_steps()) {
+        return absl::AbortedError(absl::StrCat("stopping: ", s_->opt->progress().num_skipped,
                                                " steps had a NaN/Inf gradient norm (limit ",
                                                r_.train().max_skipped_steps(), ")"));
       }
@@ -187,24 +150,24 @@ class RankRun {
         GTP_RETURN_IF_ERROR(timeline_.Collect());
         if (step_ == trace_to || step_ == steps) GTP_RETURN_IF_ERROR(WriteTrace());
       }
-      double comm_ms = grads_->exposed_comm().ms();
-      for (auto& part : parts_) comm_ms += part->chain().exposed_comm().ms();
-      if (expert_grads_) comm_ms += expert_grads_->exposed_comm().ms();
+      double comm_ms = s_->grads->exposed_comm().ms();
+      for (auto& part : s_->parts) comm_ms += part->chain().exposed_comm().ms();
+      if (s_->expert_grads) comm_ms += s_->expert_grads->exposed_comm().ms();
       StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3),
                      comm_ms};
-      rec.bubble = runner_ ? bubble_ : -1.0;
+      rec.bubble = s_->runner ? bubble_ : -1.0;
       if (has_moe()) {
-        GTP_ASSIGN_OR_RETURN(rec.moe, layers::GptModel::FinishMoeStep(RawParts(), world_, data_->size(),
-                                                            static_cast<int>(sampler_->num_micro_batches())));
+        GTP_ASSIGN_OR_RETURN(rec.moe, layers::GptModel::FinishMoeStep(RawParts(), world_, s_->data->size(),
+                                                            static_cast<int>(s_->sampler->num_micro_batches())));
       }
       if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Step(rec, alloc_.stats(), world_.size(), t_start, first_step));
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
         GTP_ASSIGN_OR_RETURN(float vl, Evaluate(r_.train().eval_batches()));
-        for (auto& part : parts_) part->ResetMoeStats();  // evaluation forwards are not the step's routing
+        for (auto& part : s_->parts) part->ResetMoeStats();  // evaluation forwards are not the step's routing
         if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Eval(step_, vl));
       }
       if (r_.train().sample_every() > 0 && step_ % r_.train().sample_every() == 0) {
-        GTP_RETURN_IF_ERROR(text_sampler_.Print(params_, step_));
+        GTP_RETURN_IF_ERROR(text_sampler_.Print(s_->params, step_));
       }
       // Every rank must agree on stopping, or the next collective would hang.
       int32_t stop = g_stop_signal.load() != 0, any = 0;
@@ -241,102 +204,24 @@ class RankRun {
   bool rank0() const { return world_.rank() == 0; }
 
   absl::Status Setup() {
-    const parallel::ParallelConfig pc = ParallelConfigOf(r_);
-    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, world_, ModelFactsOf(r_)));
-    pgs_ = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
-    order_ = pc.order;  // as the groups were built (the banner shows it)
-    expert_order_ = pc.expert_order;
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs_->Get("data"));
-    data_ = data;
-    const layers::GtpOptions gtp_options = GtpOptionsOf(r_);
-    // Pipeline: this rank's model chunks, virtual stages c·PP + stage.
-    const int P = r_.parallel().pp(), vpp = r_.parallel().vpp();
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs_->Get("pp"));
-    pp_ = pp;
-    for (int c = 0; c < vpp; ++c) {
-      layers::GptConfig mc = ModelConfig(r_);
-      mc.pipeline.index = c * P + pp->rank();
-      mc.pipeline.count = P * vpp;
-      mc.pipeline.boundaries.assign(r_.parallel().pp_boundaries().begin(),
-                                    r_.parallel().pp_boundaries().end());
-      GTP_ASSIGN_OR_RETURN(auto part, layers::GptModel::Create(mc, r_.train().micro_batch(),
-                                                               r_.model().seq_len(), *pgs_, exec_,
-                                                               gtp_options));
-      parts_.push_back(std::move(part));
-    }
-    model_ = parts_.front().get();
-    for (auto& part : parts_) {
-      params_.sharded.insert(params_.sharded.end(), part->sharded_params().begin(),
-                             part->sharded_params().end());
-      params_.replicated.insert(params_.replicated.end(), part->replicated_params().begin(),
-                                part->replicated_params().end());
-    }
-    if (P > 1) {
-      std::vector<layers::GptModel*> raw;
-      for (auto& part : parts_) raw.push_back(part.get());
-      GTP_ASSIGN_OR_RETURN(runner_, pipeline::PipelineRunner::Create(raw, pp, exec_));
-    }
-    optimizer::OptimizerConfig oc = OptimConfig(r_);
-    optimizer::GradBufferOptions go;
-    if (oc.matrices == optimizer::MatrixOptimizer::kMuon) go.reduce = optimizer::ReduceMode::kAllReduce;
-    // A pipeline's tied embedding sums its stages' gradients before the
-    // data-parallel reduction (GptModel::SyncTiedEmbedding): no overlap.
-    if (P > 1) go.overlap = false;
-    GTP_ASSIGN_OR_RETURN(grads_, optimizer::GradBuffer::Create(params_, *pgs_, exec_, go));
-    std::vector<optimizer::GradBuffer*> buffers = {grads_.get()};
-    for (auto& part : parts_) {
-      experts_.sharded.insert(experts_.sharded.end(), part->expert_params().begin(),
-                              part->expert_params().end());
-    }
-    if (!experts_.sharded.empty()) {
-      // Expert weights reduce over the expert grid's data-parallel group.
-      optimizer::GradBufferOptions eo = go;
-      eo.groups = {"edp", "etp", "egtp", "data_cp", {"ep", "pp"}};
-      GTP_ASSIGN_OR_RETURN(expert_grads_, optimizer::GradBuffer::Create(experts_, *pgs_, exec_, eo));
-      buffers.push_back(expert_grads_.get());
-    }
-    GTP_ASSIGN_OR_RETURN(opt_, optimizer::DistributedOptimizer::Create(buffers, *pgs_, exec_, oc));
-    GTP_RETURN_IF_ERROR(MakeDatasets(r_, &train_, &valid_));
-    data::SamplerConfig sc;
-    sc.micro_batch_size = r_.train().micro_batch();
-    sc.num_lanes = data_->size();
-    sc.global_batch_size = r_.train().global_batch() > 0 ? r_.train().global_batch()
-                                                         : sc.micro_batch_size * sc.num_lanes;
-    GTP_ASSIGN_OR_RETURN(data::DistributedSampler s,
-                         data::DistributedSampler::Create(sc, data_->rank()));
-    sampler_ = std::make_unique<data::DistributedSampler>(std::move(s));
-    if (P > 1) {
-      const int64_t M = sampler_->num_micro_batches();
-      if (M < P) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parallel.pp = ", P, " needs at least ", P, " micro-batches per step, got ", M,
-            " (train.global_batch / (train.micro_batch × ", data_->size(),
-            " data lanes)): raise train.global_batch"));
-      }
-      GTP_RETURN_IF_ERROR(pipeline::Schedule(P, pp->rank(), vpp, static_cast<int>(M)).status());
-    }
+    GTP_ASSIGN_OR_RETURN(s_, RankState::Build(r_, world_, host_, exec_));
     TrainingState state;
     state.recipe = &r_;
     state.world = &world_;
     state.host = &host_;
     state.exec = &exec_;
-    state.pgs = pgs_.get();
+    state.pgs = s_->pgs.get();
     state.parts = RawParts();
-    state.params = &params_;
-    state.experts = &experts_;
-    state.opt = opt_.get();
-    state.sampler = sampler_.get();
-    state.order = order_;
-    state.expert_order = expert_order_;
+    state.params = &s_->params;
+    state.experts = &s_->experts;
+    state.opt = s_->opt.get();
+    state.sampler = s_->sampler.get();
+    state.order = s_->order;
+    state.expert_order = s_->expert_order;
     ckpt_ = std::make_unique<Checkpointer>(state, o_.run_dir + "/" + r_.checkpoint().dir());
     if (rank0()) {
       GTP_ASSIGN_OR_RETURN(metrics_, Metrics::Open(r_, o_));
     }
-    int64_t n = 0;
-    for (auto* p : params_.sharded) n += p->shard().numel();
-    for (auto* p : params_.replicated) n += p->value.numel();
-    for (auto* p : experts_.sharded) n += p->shard().numel();
-    local_params_ = n;
     return absl::OkStatus();
   }
 
@@ -352,16 +237,16 @@ class RankRun {
   // The dense grid's rank order as resolved (and the expert grid's, when
   // the model has experts).
   std::string RankOrder() const {
-    return has_moe() ? absl::StrCat(order_, ", experts ", expert_order_) : order_;
+    return has_moe() ? absl::StrCat(s_->order, ", experts ", s_->expert_order) : s_->order;
   }
 
   void Banner() {
     const auto& m = r_.model();
     int64_t total = 0;
-    for (auto* p : params_.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
+    for (auto* p : s_->params.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
     // Expert weights: each logical tensor once (every EP rank names the whole one).
-    for (auto* p : experts_.sharded) {
-      if (pgs_->RankIn("ep").value_or(0) == 0) {
+    for (auto* p : s_->experts.sharded) {
+      if (s_->pgs->RankIn("ep").value_or(0) == 0) {
         total += p->global_layout().global_rows * p->global_layout().global_cols;
       }
     }
@@ -382,7 +267,7 @@ class RankRun {
                             r_.parallel().vpp() > 1 ? absl::StrCat(" (VPP ", r_.parallel().vpp(), ")") : "")
              : std::string()))
             .c_str(),
-        data_->size(), RankOrder().c_str(),
+        s_->data->size(), RankOrder().c_str(),
         r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
         r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "",
         (AttentionNote() + (r_.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
@@ -391,9 +276,9 @@ class RankRun {
         m.n_layer(),
         static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
         static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
-        m.norm().c_str(), m.activation().c_str(), total / 1e6, local_params_ / 1e6,
+        m.norm().c_str(), m.activation().c_str(), total / 1e6, s_->local_params / 1e6,
         static_cast<long long>(r_.train().steps()),
-        static_cast<long long>(sampler_->config().global_batch_size),
+        static_cast<long long>(s_->sampler->config().global_batch_size),
         static_cast<long long>(m.seq_len()), static_cast<long long>(r_.train().micro_batch()),
         r_.optim().matrices().c_str(), r_.optim().lr(), r_.data().source().c_str(),
         static_cast<unsigned long long>(r_.train().seed()), o_.run_dir.c_str());
@@ -428,7 +313,7 @@ class RankRun {
     host_tok_ = slot.tok;
     host_tgt_ = slot.tgt;
     ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
-    if (&ds == train_.get()) GTP_RETURN_IF_ERROR(dump_.Append(host_tok_.data<int32_t>(), host_tgt_.data<int32_t>(), B * T));
+    if (&ds == s_->train.get()) GTP_RETURN_IF_ERROR(dump_.Append(host_tok_.data<int32_t>(), host_tgt_.data<int32_t>(), B * T));
     if (!exec_.is_cuda()) return std::make_pair(host_tok_, host_tgt_);
     Tensor tok = dst ? dst->first : exec_.Empty({B, T}, DType::kI32);
     Tensor tgt = dst ? dst->second : exec_.Empty({B, T}, DType::kI32);
@@ -454,10 +339,10 @@ class RankRun {
   // stay on the device until StepLoss).
   absl::Status TrainStep() {
     const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
-    const int64_t M = sampler_->num_micro_batches();
-    if (runner_) {
+    const int64_t M = s_->sampler->num_micro_batches();
+    if (s_->runner) {
       auto batch = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
-        GTP_ASSIGN_OR_RETURN(auto b, Batch(*train_, sampler_->MicroBatch(m)));
+        GTP_ASSIGN_OR_RETURN(auto b, Batch(*s_->train, s_->sampler->MicroBatch(m)));
         // The runner keeps every in-flight micro-batch's data until its
         // backward; Batch's host tensors are a two-slot ring: copy them.
         if (exec_.is_cuda()) return pipeline::MicroBatch{b.first, b.second};
@@ -470,42 +355,38 @@ class RankRun {
       // Never "last": an interleaved schedule finishes micro-batches out of
       // order, and with the overlap off FinishGradSync reduces every bucket.
       auto before = [&](int) {
-        grads_->StartMicrobatch(/*last=*/false, B * T);
-        if (expert_grads_) expert_grads_->StartMicrobatch(/*last=*/false, B * T);
+        s_->grads->StartMicrobatch(/*last=*/false, B * T);
+        if (s_->expert_grads) s_->expert_grads->StartMicrobatch(/*last=*/false, B * T);
       };
-      GTP_ASSIGN_OR_RETURN(pipeline::StepTimes t, runner_->Step(static_cast<int>(M), batch, before));
+      GTP_ASSIGN_OR_RETURN(pipeline::StepTimes t, s_->runner->Step(static_cast<int>(M), batch, before));
       bubble_ = t.bubble();
-      if (pgs_->Has("embd") && (*pgs_->Group("embd"))->is_member()) {
-        GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, pgs_->Get("embd"));
-        for (auto& part : parts_) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
+      if (s_->pgs->Has("embd") && (*s_->pgs->Group("embd"))->is_member()) {
+        GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, s_->pgs->Get("embd"));
+        for (auto& part : s_->parts) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
       }
       return absl::OkStatus();
     }
     for (int64_t m = 0; m < M; ++m) {
-      grads_->StartMicrobatch(m == M - 1, B * T);
-      if (expert_grads_) expert_grads_->StartMicrobatch(m == M - 1, B * T);
-      const std::vector<uint64_t> samples = sampler_->MicroBatch(m);
-      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*train_, samples));
+      s_->grads->StartMicrobatch(m == M - 1, B * T);
+      if (s_->expert_grads) s_->expert_grads->StartMicrobatch(m == M - 1, B * T);
+      const std::vector<uint64_t> samples = s_->sampler->MicroBatch(m);
+      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*s_->train, samples));
       Timeline::Scope span(tl_, absl::StrCat("micro-batch ", m), exec_.stream);
       GTP_RETURN_IF_ERROR(
-          model_->ForwardAsync(batch.first, batch.second, /*backward_follows=*/true));
-      GTP_RETURN_IF_ERROR(model_->Backward());
+          s_->model->ForwardAsync(batch.first, batch.second, /*backward_follows=*/true));
+      GTP_RETURN_IF_ERROR(s_->model->Backward());
     }
     return absl::OkStatus();
   }
 
   // The MoE figures come from the whole model, whatever layers this rank holds.
-  bool has_moe() const { return r_.model().moe().num_experts() > 0; }
-  std::vector<layers::GptModel*> RawParts() const {
-    std::vector<layers::GptModel*> raw;
-    for (const auto& part : parts_) raw.push_back(part.get());
-    return raw;
-  }
+  bool has_moe() const { return s_->has_moe(); }
+  std::vector<layers::GptModel*> RawParts() const { return s_->RawParts(); }
 
   bool UseCudaGraphs() const {
     // MoE layers read their token counts on the host: not capturable.
     return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
-           opt_->CanEnqueueSteps() && !has_moe() && runner_ == nullptr;
+           s_->opt->CanEnqueueSteps() && !has_moe() && s_->runner == nullptr;
   }
 
   // One training step as a CUDA graph: the batches go into fixed device
@@ -516,29 +397,29 @@ class RankRun {
   // ends the step.
   absl::StatusOr<optimizer::StepStats> GraphStep() {
     const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
-    const int64_t M = sampler_->num_micro_batches();
+    const int64_t M = s_->sampler->num_micro_batches();
     if (graph_batches_.empty()) {
       for (int64_t m = 0; m < M; ++m) {
         graph_batches_.emplace_back(exec_.Empty({B, T}, DType::kI32), exec_.Empty({B, T}, DType::kI32));
       }
     }
     for (int64_t m = 0; m < M; ++m) {
-      GTP_RETURN_IF_ERROR(Batch(*train_, sampler_->MicroBatch(m), &graph_batches_[m]).status());
+      GTP_RETURN_IF_ERROR(Batch(*s_->train, s_->sampler->MicroBatch(m), &graph_batches_[m]).status());
     }
-    opt_->PrepareStep();
+    s_->opt->PrepareStep();
     if (graph_exec_ == nullptr) {
-      model_->set_timeline(nullptr);  // event records do not belong in the graph
+      s_->model->set_timeline(nullptr);  // event records do not belong in the graph
       GTP_RETURN_IF_ERROR(CudaStatus(
           cudaStreamBeginCapture(exec_.stream, cudaStreamCaptureModeRelaxed), "capturing the step"));
       absl::Status st = [&]() -> absl::Status {
         for (int64_t m = 0; m < M; ++m) {
-          grads_->StartMicrobatch(m == M - 1, B * T);
+          s_->grads->StartMicrobatch(m == M - 1, B * T);
           GTP_RETURN_IF_ERROR(
-              model_->ForwardAsync(graph_batches_[m].first, graph_batches_[m].second,
+              s_->model->ForwardAsync(graph_batches_[m].first, graph_batches_[m].second,
                                    /*backward_follows=*/true));
-          GTP_RETURN_IF_ERROR(model_->Backward());
+          GTP_RETURN_IF_ERROR(s_->model->Backward());
         }
-        return opt_->EnqueueStep();
+        return s_->opt->EnqueueStep();
       }();
       cudaGraph_t graph = nullptr;
       const cudaError_t end = cudaStreamEndCapture(exec_.stream, &graph);
@@ -558,13 +439,13 @@ class RankRun {
     Timeline::Scope span(tl_, "step (CUDA graph)", exec_.stream);
     GTP_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(graph_exec_.get(), exec_.stream),
                                    "launching the step's CUDA graph"));
-    return opt_->FinishStep();
+    return s_->opt->FinishStep();
   }
 
   // The global mean loss of the step TrainStep ran: one device read.
   absl::StatusOr<float> StepLoss() {
-    const int64_t M = sampler_->num_micro_batches();
-    layers::GptModel& head = *parts_.back();
+    const int64_t M = s_->sampler->num_micro_batches();
+    layers::GptModel& head = *s_->parts.back();
     float sum = 0;
     if (head.has_head()) {
       GTP_ASSIGN_OR_RETURN(sum, head.TakeLossSum());
@@ -582,7 +463,7 @@ class RankRun {
     if (host_.size() > 1) {
       GTP_RETURN_IF_ERROR(comm::Run(host_.AllReduce(&x, &x, 1, DType::kF32, comm::ReduceOp::kSum)));
     }
-    return x / static_cast<float>(host_.size() / pp_->size());
+    return x / static_cast<float>(host_.size() / s_->pp->size());
   }
 
   // (public) EvaluateCheckpoint's run: the weights of the recipe's
@@ -593,12 +474,12 @@ class RankRun {
   absl::Status RunEvaluation(int64_t samples, EvalResult* out) {
     GTP_RETURN_IF_ERROR(Setup());
     GTP_RETURN_IF_ERROR(ckpt_->InitFrom(/*announce=*/false));
-    const int64_t per_batch = r_.train().micro_batch() * data_->size();
+    const int64_t per_batch = r_.train().micro_batch() * s_->data->size();
     if (samples <= 0) samples = r_.train().eval_batches() * per_batch;
     if (samples % per_batch != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           samples, " validation samples do not split into whole micro-batches of ",
-          r_.train().micro_batch(), " × ", data_->size(), " data lanes: give a multiple of ",
+          r_.train().micro_batch(), " × ", s_->data->size(), " data lanes: give a multiple of ",
           per_batch));
     }
     GTP_ASSIGN_OR_RETURN(float loss, Evaluate(samples / per_batch));
@@ -618,14 +499,14 @@ class RankRun {
     const int64_t B = r_.train().micro_batch();
     double sum = 0;
     if (n <= 0) return absl::InvalidArgumentError("evaluation needs at least one micro-batch");
-    if (runner_) return EvaluatePipeline(B, n);
+    if (s_->runner) return EvaluatePipeline(B, n);
     for (int64_t i = 0; i < n; ++i) {
       std::vector<uint64_t> samples(B);
       for (int64_t b = 0; b < B; ++b) {
-        samples[b] = ((i * data_->size() + data_->rank()) * B + b) % valid_->samples_per_epoch();
+        samples[b] = ((i * s_->data->size() + s_->data->rank()) * B + b) % s_->valid->samples_per_epoch();
       }
-      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*valid_, samples));
-      GTP_ASSIGN_OR_RETURN(float loss, model_->Forward(batch.first, batch.second));
+      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*s_->valid, samples));
+      GTP_ASSIGN_OR_RETURN(float loss, s_->model->Forward(batch.first, batch.second));
       sum += loss;
     }
     float loss = static_cast<float>(sum / n);
@@ -637,28 +518,28 @@ class RankRun {
   // Forward-only pipeline over the validation micro-batches: each rank runs
   // its chunks in virtual-stage order, every micro-batch per chunk.
   absl::StatusOr<float> EvaluatePipeline(int64_t B, int64_t n) {
-    const int P = pp_->size(), s = pp_->rank(), V = P * static_cast<int>(parts_.size());
+    const int P = s_->pp->size(), s = s_->pp->rank(), V = P * static_cast<int>(s_->parts.size());
     const int next = (s + 1) % P, prev = (s + P - 1) % P;
     std::vector<std::pair<comm::WorkPtr, Tensor>> sends;
-    for (size_t c = 0; c < parts_.size(); ++c) {
-      layers::GptModel& part = *parts_[c];
+    for (size_t c = 0; c < s_->parts.size(); ++c) {
+      layers::GptModel& part = *s_->parts[c];
       const int v = static_cast<int>(c) * P + s;
       for (int64_t i = 0; i < n; ++i) {
         std::vector<uint64_t> samples(B);
         for (int64_t b = 0; b < B; ++b) {
-          samples[b] = ((i * data_->size() + data_->rank()) * B + b) % valid_->samples_per_epoch();
+          samples[b] = ((i * s_->data->size() + s_->data->rank()) * B + b) % s_->valid->samples_per_epoch();
         }
-        GTP_ASSIGN_OR_RETURN(auto batch, Batch(*valid_, samples));
+        GTP_ASSIGN_OR_RETURN(auto batch, Batch(*s_->valid, samples));
         Tensor input;
         if (v > 0) {
           input = exec_.Empty({part.activation_rows(), r_.model().n_embd()}, part.config().block.dtype);
-          GTP_RETURN_IF_ERROR(comm::Run(pp_->Recv(input.raw_data(), input.numel(), input.dtype(),
+          GTP_RETURN_IF_ERROR(comm::Run(s_->pp->Recv(input.raw_data(), input.numel(), input.dtype(),
                                                   prev, static_cast<int>(v * n + i))));
         }
         GTP_ASSIGN_OR_RETURN(Tensor out, part.ForwardPart(batch.first, input, batch.second));
         part.DropActivations();
         if (v < V - 1) {
-          GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, pp_->Send(out.raw_data(), out.numel(), out.dtype(),
+          GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, s_->pp->Send(out.raw_data(), out.numel(), out.dtype(),
                                                           next, static_cast<int>((v + 1) * n + i)));
           sends.emplace_back(std::move(w), out);
         }
@@ -666,10 +547,10 @@ class RankRun {
     }
     for (auto& [w, t] : sends) GTP_RETURN_IF_ERROR(w->Wait());
     float sum = 0;
-    if (parts_.back()->has_head()) {
-      GTP_ASSIGN_OR_RETURN(sum, parts_.back()->TakeLossSum());
+    if (s_->parts.back()->has_head()) {
+      GTP_ASSIGN_OR_RETURN(sum, s_->parts.back()->TakeLossSum());
     }
-    return MeanOverHeadRanks(parts_.back()->has_head(), sum, n);
+    return MeanOverHeadRanks(s_->parts.back()->has_head(), sum, n);
   }
 
   const proto::Recipe& r_;
@@ -685,27 +566,12 @@ class RankRun {
   Tensor host_tok_, host_tgt_;  // the slot Batch filled last
   TokenDump dump_{rank0() ? r_.train().dump_tokens() : std::string()};  // train.dump_tokens
   std::unique_ptr<Metrics> metrics_;  // rank 0
-  std::unique_ptr<parallel::ProcessGroupCollection> pgs_;
-  comm::Communicator* data_ = nullptr;
-  // This rank's model chunks (one unless parallel.vpp > 1) and the first;
-  // with pipeline stages the runner drives them.
-  std::vector<std::unique_ptr<layers::GptModel>> parts_;
-  layers::GptModel* model_ = nullptr;
+  // The model, its optimizer and its data (recipes/trainer/state.h).
+  std::unique_ptr<RankState> s_;
   TextSampler text_sampler_{r_, host_, exec_, o_.progress_bar};  // train.sample_every
-  std::unique_ptr<pipeline::PipelineRunner> runner_;
-  std::string order_, expert_order_;  // the rank orders the groups were built with
-  comm::Communicator* pp_ = nullptr;
   double bubble_ = 0;  // the last step's pipeline bubble (time blocked receiving / step)
-  optimizer::ParamSet params_;
-  optimizer::ParamSet experts_;  // MoE expert weights (their own grad buffer)
-  std::unique_ptr<optimizer::GradBuffer> grads_;
-  std::unique_ptr<optimizer::GradBuffer> expert_grads_;  // null without MoE
-  std::unique_ptr<optimizer::DistributedOptimizer> opt_;
-  std::unique_ptr<data::GptDataset> train_, valid_;
-  std::unique_ptr<data::DistributedSampler> sampler_;
   std::unique_ptr<Checkpointer> ckpt_;
   int64_t step_ = 0;
-  int64_t local_params_ = 0;
   Timeline timeline_{exec_.is_cuda()};
   Timeline* tl_ = nullptr;  // &timeline_ during traced steps
   struct GraphExecDeleter {
