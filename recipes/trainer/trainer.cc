@@ -1,58 +1,29 @@
 #include "recipes/trainer/trainer.h"
 
-#include <cuda_runtime_api.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
-#include <thread>
-#include <type_traits>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/model_state.h"
-#include "pipeline/runner.h"
-#include "pipeline/schedule.h"
-#include "comm/local/local_communicator.h"
-#include "core/cuda_runtime.h"
-#include "core/kernels/cpu.h"
-#include "core/kernels/cuda.h"
-#include "core/kernels/cudnn_engine.h"
+#include "comm/communicator.h"
 #include "core/status.h"
 #include "core/timeline.h"
-#include "data/corpus.h"
 #include "data/gpt_dataset.h"
-#include "data/indexed_dataset.h"
-#include "data/mock.h"
-#include "data/sampler.h"
 #include "layers/gpt.h"
-#include "layers/inference/inference_session.h"
-#include "layers/inference/sampling.h"
-#include "optimizer/grad_buffer.h"
-#include "optimizer/optimizer.h"
-#include "parallel/parallel_config.h"
-#include "parallel/process_groups.h"
+#include "recipes/trainer/banner.h"
+#include "recipes/trainer/batches.h"
 #include "recipes/trainer/checkpointing.h"
+#include "recipes/trainer/evaluation.h"
+#include "recipes/trainer/metrics.h"
 #include "recipes/trainer/sampling.h"
 #include "recipes/trainer/state.h"
-#include "recipes/trainer/config.h"
-#include "recipes/trainer/metrics.h"
-#include "recipes/trainer/mfu.h"
-#include "recipes/trainer/tensorboard/event_writer.h"
-#include "recipes/trainer/token_dump.h"
+#include "recipes/trainer/step.h"
 #include "recipes/trainer/typed_config.h"
 #include "recipes/trainer/world.h"
 
@@ -99,7 +70,7 @@ class RankRun {
 
   absl::Status Run() {
     GTP_RETURN_IF_ERROR(Setup());
-    if (rank0()) Banner();
+    if (rank0()) PrintBanner(*s_, o_, step_runner_->UseCudaGraphs(), *metrics_);
     GTP_ASSIGN_OR_RETURN(step_, ckpt_->Resume());
     if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
     const int64_t steps = r_.train().steps();
@@ -108,7 +79,7 @@ class RankRun {
     auto t_start = std::chrono::steady_clock::now();
     int64_t first_step = step_;
     const int64_t trace_from = first_step + 2, trace_to = trace_from + r_.train().trace_steps();
-    const bool graphs = UseCudaGraphs();
+    const bool graphs = step_runner_->UseCudaGraphs();
     for (; step_ < steps;) {
       auto t0 = std::chrono::steady_clock::now();
       tl_ = step_ >= trace_from && step_ < trace_to ? &timeline_ : nullptr;
@@ -118,15 +89,16 @@ class RankRun {
       }
       s_->grads->set_timeline(tl_);
       if (s_->runner) s_->runner->set_timeline(tl_);
+      step_runner_->set_timeline(tl_);
       s_->grads->exposed_comm().Reset();
       if (s_->expert_grads) s_->expert_grads->exposed_comm().Reset();
       if (tl_) tl_->Begin(absl::StrCat("step ", step_ + 1), exec_.stream);
       optimizer::StepStats st;
       if (graphs && step_ >= first_step + 2) {
-        GTP_ASSIGN_OR_RETURN(st, GraphStep());
+        GTP_ASSIGN_OR_RETURN(st, step_runner_->GraphStep());
         if (tl_) tl_->End(exec_.stream);
       } else {
-        GTP_RETURN_IF_ERROR(TrainStep());
+        GTP_RETURN_IF_ERROR(step_runner_->Accumulate());
         if (tl_) tl_->Begin("optimizer", exec_.stream);
         GTP_ASSIGN_OR_RETURN(st, s_->opt->Step());
         if (tl_) {
@@ -136,7 +108,7 @@ class RankRun {
       }
       // Read after the optimizer was enqueued: the loss is long computed by
       // then (the grad norm waited for the backward), so this costs no stall.
-      GTP_ASSIGN_OR_RETURN(float loss, StepLoss());
+      GTP_ASSIGN_OR_RETURN(float loss, step_runner_->Loss());
       s_->sampler->Advance();
       ++step_;
       if (st.skipped && s_->opt->progress().num_skipped > r_.train().max_skipped_steps()) {
@@ -155,14 +127,14 @@ class RankRun {
       if (s_->expert_grads) comm_ms += s_->expert_grads->exposed_comm().ms();
       StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3),
                      comm_ms};
-      rec.bubble = s_->runner ? bubble_ : -1.0;
+      rec.bubble = s_->runner ? step_runner_->bubble() : -1.0;
       if (has_moe()) {
         GTP_ASSIGN_OR_RETURN(rec.moe, layers::GptModel::FinishMoeStep(RawParts(), world_, s_->data->size(),
                                                             static_cast<int>(s_->sampler->num_micro_batches())));
       }
       if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Step(rec, alloc_.stats(), world_.size(), t_start, first_step));
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
-        GTP_ASSIGN_OR_RETURN(float vl, Evaluate(r_.train().eval_batches()));
+        GTP_ASSIGN_OR_RETURN(float vl, Evaluate(*s_, *batches_, r_.train().eval_batches()));
         for (auto& part : s_->parts) part->ResetMoeStats();  // evaluation forwards are not the step's routing
         if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Eval(step_, vl));
       }
@@ -205,6 +177,9 @@ class RankRun {
 
   absl::Status Setup() {
     GTP_ASSIGN_OR_RETURN(s_, RankState::Build(r_, world_, host_, exec_));
+    batches_ = std::make_unique<BatchStager>(r_, exec_, s_->train.get(),
+                                             rank0() ? r_.train().dump_tokens() : std::string());
+    step_runner_ = std::make_unique<StepRunner>(*s_, *batches_, rank0());
     TrainingState state;
     state.recipe = &r_;
     state.world = &world_;
@@ -225,107 +200,6 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  // " | attention cudnn 9.14.0" / " | attention flash" on cuda bf16.
-  std::string AttentionNote() const {
-    if (!exec_.is_cuda() || r_.train().precision() != "bf16") return "";
-    if (exec_.attention == nullptr) return " | attention flash";
-    const int64_t v = kernels::CudnnEngine::Version();
-    return absl::StrCat(" | attention ", exec_.attention->name(), " ", v / 10000, ".",
-                        (v / 100) % 100, ".", v % 100);
-  }
-
-  // The dense grid's rank order as resolved (and the expert grid's, when
-  // the model has experts).
-  std::string RankOrder() const {
-    return has_moe() ? absl::StrCat(s_->order, ", experts ", s_->expert_order) : s_->order;
-  }
-
-  void Banner() {
-    const auto& m = r_.model();
-    int64_t total = 0;
-    for (auto* p : s_->params.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
-    // Expert weights: each logical tensor once (every EP rank names the whole one).
-    for (auto* p : s_->experts.sharded) {
-      if (s_->pgs->RankIn("ep").value_or(0) == 0) {
-        total += p->global_layout().global_rows * p->global_layout().global_cols;
-      }
-    }
-    std::printf(
-        "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d%s (data lanes %d) | order %s | SP %s | "
-        "%s on %s%s%s\n"
-        "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
-        "(%.2fM on this rank)\n"
-        "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
-        "data %s, seed %llu\n"
-        "run dir: %s\n",
-        r_.name().c_str(), world_.size(), world_.backend().c_str(), r_.parallel().tp(),
-        r_.parallel().tp_num_weight_shards() / r_.parallel().tp(),
-        world_.size() / r_.parallel().tp_num_weight_shards() / r_.parallel().pp() / r_.parallel().cp(),
-        (absl::StrCat(r_.parallel().cp() > 1 ? absl::StrCat(" x CP ", r_.parallel().cp()) : "") +
-         (r_.parallel().pp() > 1
-             ? absl::StrCat(" x PP ", r_.parallel().pp(),
-                            r_.parallel().vpp() > 1 ? absl::StrCat(" (VPP ", r_.parallel().vpp(), ")") : "")
-             : std::string()))
-            .c_str(),
-        s_->data->size(), RankOrder().c_str(),
-        r_.parallel().sequence_parallel() ? "on" : "off", r_.train().precision().c_str(),
-        r_.train().device().c_str(), UseCudaGraphs() ? " | CUDA graphs" : "",
-        (AttentionNote() + (r_.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
-         (r_.parallel().gtp_reduce_scatter_dtype() == "bf16" ? " | bf16 GTP reduce-scatter" : ""))
-            .c_str(),
-        m.n_layer(),
-        static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
-        static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
-        m.norm().c_str(), m.activation().c_str(), total / 1e6, s_->local_params / 1e6,
-        static_cast<long long>(r_.train().steps()),
-        static_cast<long long>(s_->sampler->config().global_batch_size),
-        static_cast<long long>(m.seq_len()), static_cast<long long>(r_.train().micro_batch()),
-        r_.optim().matrices().c_str(), r_.optim().lr(), r_.data().source().c_str(),
-        static_cast<unsigned long long>(r_.train().seed()), o_.run_dir.c_str());
-    if (metrics_->tensorboard()) std::printf("tensorboard: %s\n", metrics_->tensorboard()->path().c_str());
-    std::fflush(stdout);
-  }
-
-  // Host staging for one micro-batch: pinned on GPUs, so the copies are
-  // asynchronous; `copied` marks when the device has read it.
-  struct Staging {
-    Tensor tok, tgt;
-    std::optional<Event> copied;
-  };
-
-  // Tokens and targets of `samples` as [B, T] tensors on the exec's device.
-  // On GPUs the host→device copies are enqueued without waiting; two staging
-  // slots alternate, and a slot is refilled only after its last copy ran.
-  // With `dst` (tokens, targets on the device) the copies land there instead
-  // of in new tensors: the fixed buffers a captured CUDA graph reads.
-  absl::StatusOr<std::pair<Tensor, Tensor>> Batch(const data::GptDataset& ds,
-                                                  const std::vector<uint64_t>& samples,
-                                                  const std::pair<Tensor, Tensor>* dst = nullptr) {
-    const int64_t B = static_cast<int64_t>(samples.size()), T = r_.model().seq_len();
-    Staging& slot = staging_slots_[next_slot_];
-    next_slot_ = (next_slot_ + 1) % 2;
-    if (!slot.tok.defined() || slot.tok.dim(0) != B) {
-      Allocator& a = exec_.is_cuda() ? static_cast<Allocator&>(pinned_) : staging_;
-      slot.tok = Tensor::Empty({B, T}, DType::kI32, a);
-      slot.tgt = Tensor::Empty({B, T}, DType::kI32, a);
-    }
-    if (slot.copied) GTP_RETURN_IF_ERROR(slot.copied->Synchronize());
-    host_tok_ = slot.tok;
-    host_tgt_ = slot.tgt;
-    ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
-    if (&ds == s_->train.get()) GTP_RETURN_IF_ERROR(dump_.Append(host_tok_.data<int32_t>(), host_tgt_.data<int32_t>(), B * T));
-    if (!exec_.is_cuda()) return std::make_pair(host_tok_, host_tgt_);
-    Tensor tok = dst ? dst->first : exec_.Empty({B, T}, DType::kI32);
-    Tensor tgt = dst ? dst->second : exec_.Empty({B, T}, DType::kI32);
-    GTP_RETURN_IF_ERROR(Copy(host_tok_, tok, exec_.stream, /*sync=*/false));
-    GTP_RETURN_IF_ERROR(Copy(host_tgt_, tgt, exec_.stream, /*sync=*/false));
-    if (!slot.copied) {
-      GTP_ASSIGN_OR_RETURN(slot.copied, Event::Create());
-    }
-    slot.copied->Record(exec_.stream);
-    return std::make_pair(tok, tgt);
-  }
-
   absl::Status WriteTrace() {
     const std::string rank =
         world_.size() > 1 ? absl::StrCat(".rank", world_.rank()) : std::string();
@@ -335,136 +209,9 @@ class RankRun {
     return absl::OkStatus();
   }
 
-  // Forward/backward of every micro-batch of this step (enqueued; the losses
-  // stay on the device until StepLoss).
-  absl::Status TrainStep() {
-    const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
-    const int64_t M = s_->sampler->num_micro_batches();
-    if (s_->runner) {
-      auto batch = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
-        GTP_ASSIGN_OR_RETURN(auto b, Batch(*s_->train, s_->sampler->MicroBatch(m)));
-        // The runner keeps every in-flight micro-batch's data until its
-        // backward; Batch's host tensors are a two-slot ring: copy them.
-        if (exec_.is_cuda()) return pipeline::MicroBatch{b.first, b.second};
-        pipeline::MicroBatch mb{exec_.Empty(b.first.shape(), DType::kI32),
-                                exec_.Empty(b.second.shape(), DType::kI32)};
-        GTP_RETURN_IF_ERROR(Copy(b.first, mb.tokens));
-        GTP_RETURN_IF_ERROR(Copy(b.second, mb.targets));
-        return mb;
-      };
-      // Never "last": an interleaved schedule finishes micro-batches out of
-      // order, and with the overlap off FinishGradSync reduces every bucket.
-      auto before = [&](int) {
-        s_->grads->StartMicrobatch(/*last=*/false, B * T);
-        if (s_->expert_grads) s_->expert_grads->StartMicrobatch(/*last=*/false, B * T);
-      };
-      GTP_ASSIGN_OR_RETURN(pipeline::StepTimes t, s_->runner->Step(static_cast<int>(M), batch, before));
-      bubble_ = t.bubble();
-      if (s_->pgs->Has("embd") && (*s_->pgs->Group("embd"))->is_member()) {
-        GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, s_->pgs->Get("embd"));
-        for (auto& part : s_->parts) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
-      }
-      return absl::OkStatus();
-    }
-    for (int64_t m = 0; m < M; ++m) {
-      s_->grads->StartMicrobatch(m == M - 1, B * T);
-      if (s_->expert_grads) s_->expert_grads->StartMicrobatch(m == M - 1, B * T);
-      const std::vector<uint64_t> samples = s_->sampler->MicroBatch(m);
-      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*s_->train, samples));
-      Timeline::Scope span(tl_, absl::StrCat("micro-batch ", m), exec_.stream);
-      GTP_RETURN_IF_ERROR(
-          s_->model->ForwardAsync(batch.first, batch.second, /*backward_follows=*/true));
-      GTP_RETURN_IF_ERROR(s_->model->Backward());
-    }
-    return absl::OkStatus();
-  }
-
   // The MoE figures come from the whole model, whatever layers this rank holds.
   bool has_moe() const { return s_->has_moe(); }
   std::vector<layers::GptModel*> RawParts() const { return s_->RawParts(); }
-
-  bool UseCudaGraphs() const {
-    // MoE layers read their token counts on the host: not capturable.
-    return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
-           s_->opt->CanEnqueueSteps() && !has_moe() && s_->runner == nullptr;
-  }
-
-  // One training step as a CUDA graph: the batches go into fixed device
-  // buffers and the step's lr into the optimizer's page-locked scalars (both
-  // outside the graph), then the graph — captured on the first call from the
-  // same code the eager step runs (every micro-batch's forward and backward,
-  // the optimizer's EnqueueStep) — is launched, and the optimizer's one read
-  // ends the step.
-  absl::StatusOr<optimizer::StepStats> GraphStep() {
-    const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
-    const int64_t M = s_->sampler->num_micro_batches();
-    if (graph_batches_.empty()) {
-      for (int64_t m = 0; m < M; ++m) {
-        graph_batches_.emplace_back(exec_.Empty({B, T}, DType::kI32), exec_.Empty({B, T}, DType::kI32));
-      }
-    }
-    for (int64_t m = 0; m < M; ++m) {
-      GTP_RETURN_IF_ERROR(Batch(*s_->train, s_->sampler->MicroBatch(m), &graph_batches_[m]).status());
-    }
-    s_->opt->PrepareStep();
-    if (graph_exec_ == nullptr) {
-      s_->model->set_timeline(nullptr);  // event records do not belong in the graph
-      GTP_RETURN_IF_ERROR(CudaStatus(
-          cudaStreamBeginCapture(exec_.stream, cudaStreamCaptureModeRelaxed), "capturing the step"));
-      absl::Status st = [&]() -> absl::Status {
-        for (int64_t m = 0; m < M; ++m) {
-          s_->grads->StartMicrobatch(m == M - 1, B * T);
-          GTP_RETURN_IF_ERROR(
-              s_->model->ForwardAsync(graph_batches_[m].first, graph_batches_[m].second,
-                                   /*backward_follows=*/true));
-          GTP_RETURN_IF_ERROR(s_->model->Backward());
-        }
-        return s_->opt->EnqueueStep();
-      }();
-      cudaGraph_t graph = nullptr;
-      const cudaError_t end = cudaStreamEndCapture(exec_.stream, &graph);
-      if (st.ok()) st = CudaStatus(end, "ending the capture of the step");
-      if (st.ok()) {
-        cudaGraphExec_t exec = nullptr;
-        st = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiating the step's CUDA graph");
-        graph_exec_.reset(exec);
-      }
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      if (!st.ok()) {
-        return absl::Status(st.code(), absl::StrCat(st.message(),
-                                                    " (train.cuda_graphs=off runs without graphs)"));
-      }
-      if (rank0()) std::printf("captured the training step as a CUDA graph\n");
-    }
-    Timeline::Scope span(tl_, "step (CUDA graph)", exec_.stream);
-    GTP_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(graph_exec_.get(), exec_.stream),
-                                   "launching the step's CUDA graph"));
-    return s_->opt->FinishStep();
-  }
-
-  // The global mean loss of the step TrainStep ran: one device read.
-  absl::StatusOr<float> StepLoss() {
-    const int64_t M = s_->sampler->num_micro_batches();
-    layers::GptModel& head = *s_->parts.back();
-    float sum = 0;
-    if (head.has_head()) {
-      GTP_ASSIGN_OR_RETURN(sum, head.TakeLossSum());
-    }
-    return MeanOverHeadRanks(head.has_head(), sum, M);
-  }
-
-  // The world mean of a loss that only the ranks holding the LM head (the
-  // last pipeline stage) computed, as `sum` over `count` micro-batches: they
-  // add sum / count, the others 0, over the host world (host memory: the
-  // loss is a host scalar, never a buffer for the device communicators), and
-  // every data lane has world / PP of them.
-  absl::StatusOr<float> MeanOverHeadRanks(bool holds_head, float sum, int64_t count) {
-    float x = holds_head ? static_cast<float>(sum / count) : 0.0f;
-    if (host_.size() > 1) {
-      GTP_RETURN_IF_ERROR(comm::Run(host_.AllReduce(&x, &x, 1, DType::kF32, comm::ReduceOp::kSum)));
-    }
-    return x / static_cast<float>(host_.size() / s_->pp->size());
-  }
 
   // (public) EvaluateCheckpoint's run: the weights of the recipe's
   // checkpoint.init_from, then Evaluate over `samples` validation samples
@@ -482,7 +229,7 @@ class RankRun {
           r_.train().micro_batch(), " × ", s_->data->size(), " data lanes: give a multiple of ",
           per_batch));
     }
-    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(samples / per_batch));
+    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(*s_, *batches_, samples / per_batch));
     if (rank0()) {
       out->loss = loss;
       out->samples = samples;
@@ -492,95 +239,24 @@ class RankRun {
   }
 
  private:
-  // Mean loss over n micro-batches per lane of the validation split (no
-  // gradient): validation samples 0 .. n·lanes·B − 1, the same samples on
-  // every layout with as many of them.
-  absl::StatusOr<float> Evaluate(int64_t n) {
-    const int64_t B = r_.train().micro_batch();
-    double sum = 0;
-    if (n <= 0) return absl::InvalidArgumentError("evaluation needs at least one micro-batch");
-    if (s_->runner) return EvaluatePipeline(B, n);
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<uint64_t> samples(B);
-      for (int64_t b = 0; b < B; ++b) {
-        samples[b] = ((i * s_->data->size() + s_->data->rank()) * B + b) % s_->valid->samples_per_epoch();
-      }
-      GTP_ASSIGN_OR_RETURN(auto batch, Batch(*s_->valid, samples));
-      GTP_ASSIGN_OR_RETURN(float loss, s_->model->Forward(batch.first, batch.second));
-      sum += loss;
-    }
-    float loss = static_cast<float>(sum / n);
-    GTP_RETURN_IF_ERROR(
-        comm::Run(host_.AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
-    return loss;
-  }
-
-  // Forward-only pipeline over the validation micro-batches: each rank runs
-  // its chunks in virtual-stage order, every micro-batch per chunk.
-  absl::StatusOr<float> EvaluatePipeline(int64_t B, int64_t n) {
-    const int P = s_->pp->size(), s = s_->pp->rank(), V = P * static_cast<int>(s_->parts.size());
-    const int next = (s + 1) % P, prev = (s + P - 1) % P;
-    std::vector<std::pair<comm::WorkPtr, Tensor>> sends;
-    for (size_t c = 0; c < s_->parts.size(); ++c) {
-      layers::GptModel& part = *s_->parts[c];
-      const int v = static_cast<int>(c) * P + s;
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<uint64_t> samples(B);
-        for (int64_t b = 0; b < B; ++b) {
-          samples[b] = ((i * s_->data->size() + s_->data->rank()) * B + b) % s_->valid->samples_per_epoch();
-        }
-        GTP_ASSIGN_OR_RETURN(auto batch, Batch(*s_->valid, samples));
-        Tensor input;
-        if (v > 0) {
-          input = exec_.Empty({part.activation_rows(), r_.model().n_embd()}, part.config().block.dtype);
-          GTP_RETURN_IF_ERROR(comm::Run(s_->pp->Recv(input.raw_data(), input.numel(), input.dtype(),
-                                                  prev, static_cast<int>(v * n + i))));
-        }
-        GTP_ASSIGN_OR_RETURN(Tensor out, part.ForwardPart(batch.first, input, batch.second));
-        part.DropActivations();
-        if (v < V - 1) {
-          GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, s_->pp->Send(out.raw_data(), out.numel(), out.dtype(),
-                                                          next, static_cast<int>((v + 1) * n + i)));
-          sends.emplace_back(std::move(w), out);
-        }
-      }
-    }
-    for (auto& [w, t] : sends) GTP_RETURN_IF_ERROR(w->Wait());
-    float sum = 0;
-    if (s_->parts.back()->has_head()) {
-      GTP_ASSIGN_OR_RETURN(sum, s_->parts.back()->TakeLossSum());
-    }
-    return MeanOverHeadRanks(s_->parts.back()->has_head(), sum, n);
-  }
-
   const proto::Recipe& r_;
   const RunOptions& o_;
   comm::Communicator& world_;
   comm::Communicator& host_;
   Allocator& alloc_;
   kernels::Exec exec_;
-  HeapAllocator staging_;
-  PinnedHostAllocator pinned_;
-  Staging staging_slots_[2];
-  int next_slot_ = 0;
-  Tensor host_tok_, host_tgt_;  // the slot Batch filled last
-  TokenDump dump_{rank0() ? r_.train().dump_tokens() : std::string()};  // train.dump_tokens
   std::unique_ptr<Metrics> metrics_;  // rank 0
+  // Before s_: on CPU the model keeps the last batch's staging tensors,
+  // which the stager's allocator must outlive.
+  std::unique_ptr<BatchStager> batches_;
   // The model, its optimizer and its data (recipes/trainer/state.h).
   std::unique_ptr<RankState> s_;
   TextSampler text_sampler_{r_, host_, exec_, o_.progress_bar};  // train.sample_every
-  double bubble_ = 0;  // the last step's pipeline bubble (time blocked receiving / step)
+  std::unique_ptr<StepRunner> step_runner_;  // reads s_ and batches_
   std::unique_ptr<Checkpointer> ckpt_;
   int64_t step_ = 0;
   Timeline timeline_{exec_.is_cuda()};
   Timeline* tl_ = nullptr;  // &timeline_ during traced steps
-  struct GraphExecDeleter {
-    void operator()(cudaGraphExec_t g) const {
-      if (g != nullptr) cudaGraphExecDestroy(g);
-    }
-  };
-  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter> graph_exec_;
-  std::vector<std::pair<Tensor, Tensor>> graph_batches_;  // fixed token buffers the graph reads
 };
 
 }  // namespace

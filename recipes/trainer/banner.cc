@@ -1,0 +1,76 @@
+#include "recipes/trainer/banner.h"
+
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/kernels/cudnn_engine.h"
+
+namespace gtp::recipes {
+
+namespace {
+
+// " | attention cudnn 9.14.0" / " | attention flash" on cuda bf16.
+std::string AttentionNote(const RankState& s) {
+  if (!s.exec.is_cuda() || s.recipe.train().precision() != "bf16") return "";
+  if (s.exec.attention == nullptr) return " | attention flash";
+  const int64_t v = kernels::CudnnEngine::Version();
+  return absl::StrCat(" | attention ", s.exec.attention->name(), " ", v / 10000, ".",
+                      (v / 100) % 100, ".", v % 100);
+}
+
+// The dense grid's rank order as resolved (and the expert grid's, when
+// the model has experts).
+std::string RankOrder(const RankState& s) {
+  return s.has_moe() ? absl::StrCat(s.order, ", experts ", s.expert_order) : s.order;
+}
+
+}  // namespace
+
+void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, const Metrics& metrics) {
+  const auto& m = s.recipe.model();
+  int64_t total = 0;
+  for (auto* p : s.params.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
+  // Expert weights: each logical tensor once (every EP rank names the whole one).
+  for (auto* p : s.experts.sharded) {
+    if (s.pgs->RankIn("ep").value_or(0) == 0) {
+      total += p->global_layout().global_rows * p->global_layout().global_cols;
+    }
+  }
+  std::printf(
+      "gtp %s | world %d (%s) | TP %d x GTP %d x DP %d%s (data lanes %d) | order %s | SP %s | "
+      "%s on %s%s%s\n"
+      "model: %d layers, C=%lld, heads=%lld, vocab=%lld, T=%lld, %s/%s, %.2fM weight params "
+      "(%.2fM on this rank)\n"
+      "train: %lld steps, global batch %lld x %lld tokens, micro-batch %lld, %s lr %.2e, "
+      "data %s, seed %llu\n"
+      "run dir: %s\n",
+      s.recipe.name().c_str(), s.world.size(), s.world.backend().c_str(), s.recipe.parallel().tp(),
+      s.recipe.parallel().tp_num_weight_shards() / s.recipe.parallel().tp(),
+      s.world.size() / s.recipe.parallel().tp_num_weight_shards() / s.recipe.parallel().pp() / s.recipe.parallel().cp(),
+      (absl::StrCat(s.recipe.parallel().cp() > 1 ? absl::StrCat(" x CP ", s.recipe.parallel().cp()) : "") +
+       (s.recipe.parallel().pp() > 1
+           ? absl::StrCat(" x PP ", s.recipe.parallel().pp(),
+                          s.recipe.parallel().vpp() > 1 ? absl::StrCat(" (VPP ", s.recipe.parallel().vpp(), ")") : "")
+           : std::string()))
+          .c_str(),
+      s.data->size(), RankOrder(s).c_str(),
+      s.recipe.parallel().sequence_parallel() ? "on" : "off", s.recipe.train().precision().c_str(),
+      s.recipe.train().device().c_str(), cuda_graphs ? " | CUDA graphs" : "",
+      (AttentionNote(s) + (s.recipe.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
+       (s.recipe.parallel().gtp_reduce_scatter_dtype() == "bf16" ? " | bf16 GTP reduce-scatter" : ""))
+          .c_str(),
+      m.n_layer(),
+      static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
+      static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
+      m.norm().c_str(), m.activation().c_str(), total / 1e6, s.local_params / 1e6,
+      static_cast<long long>(s.recipe.train().steps()),
+      static_cast<long long>(s.sampler->config().global_batch_size),
+      static_cast<long long>(m.seq_len()), static_cast<long long>(s.recipe.train().micro_batch()),
+      s.recipe.optim().matrices().c_str(), s.recipe.optim().lr(), s.recipe.data().source().c_str(),
+      static_cast<unsigned long long>(s.recipe.train().seed()), o.run_dir.c_str());
+  if (metrics.tensorboard()) std::printf("tensorboard: %s\n", metrics.tensorboard()->path().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace gtp::recipes

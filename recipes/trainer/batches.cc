@@ -1,0 +1,39 @@
+#include "recipes/trainer/batches.h"
+
+#include "core/status.h"
+
+namespace gtp::recipes {
+
+BatchStager::BatchStager(const proto::Recipe& r, const kernels::Exec& exec,
+                         const data::GptDataset* train, const std::string& dump_tokens)
+    : r_(r), exec_(exec), train_(train), dump_(dump_tokens) {}
+
+absl::StatusOr<std::pair<Tensor, Tensor>> BatchStager::Batch(
+  const data::GptDataset& ds, const std::vector<uint64_t>& samples,
+  const std::pair<Tensor, Tensor>* dst) {
+  const int64_t B = static_cast<int64_t>(samples.size()), T = r_.model().seq_len();
+  Staging& slot = staging_slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % 2;
+  if (!slot.tok.defined() || slot.tok.dim(0) != B) {
+    Allocator& a = exec_.is_cuda() ? static_cast<Allocator&>(pinned_) : staging_;
+    slot.tok = Tensor::Empty({B, T}, DType::kI32, a);
+    slot.tgt = Tensor::Empty({B, T}, DType::kI32, a);
+  }
+  if (slot.copied) GTP_RETURN_IF_ERROR(slot.copied->Synchronize());
+  host_tok_ = slot.tok;
+  host_tgt_ = slot.tgt;
+  ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
+  if (&ds == train_) GTP_RETURN_IF_ERROR(dump_.Append(host_tok_.data<int32_t>(), host_tgt_.data<int32_t>(), B * T));
+  if (!exec_.is_cuda()) return std::make_pair(host_tok_, host_tgt_);
+  Tensor tok = dst ? dst->first : exec_.Empty({B, T}, DType::kI32);
+  Tensor tgt = dst ? dst->second : exec_.Empty({B, T}, DType::kI32);
+  GTP_RETURN_IF_ERROR(Copy(host_tok_, tok, exec_.stream, /*sync=*/false));
+  GTP_RETURN_IF_ERROR(Copy(host_tgt_, tgt, exec_.stream, /*sync=*/false));
+  if (!slot.copied) {
+    GTP_ASSIGN_OR_RETURN(slot.copied, Event::Create());
+  }
+  slot.copied->Record(exec_.stream);
+  return std::make_pair(tok, tgt);
+}
+
+}  // namespace gtp::recipes

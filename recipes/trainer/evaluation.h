@@ -1,0 +1,20 @@
+// recipes/trainer/evaluation.h — the trainer's validation: the mean loss
+// over micro-batches of the validation split, forward only (a forward-only
+// pass through the pipeline stages when the model has them).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "recipes/trainer/batches.h"
+#include "recipes/trainer/state.h"
+
+namespace gtp::recipes {
+
+// Mean loss over n micro-batches per lane of the validation split (no
+// gradient): validation samples 0 .. n·lanes·B − 1, the same samples on
+// every layout with as many of them. The same value on every rank.
+// Collective; blocks.
+absl::StatusOr<float> Evaluate(RankState& state, BatchStager& batches, int64_t n);
+
+}  // namespace gtp::recipes

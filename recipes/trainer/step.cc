@@ -1,0 +1,147 @@
+#include "recipes/trainer/step.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+#include "core/status.h"
+
+namespace gtp::recipes {
+
+StepRunner::StepRunner(RankState& s, BatchStager& batches, bool rank0)
+    : s_(s), batches_(batches), r_(s.recipe), world_(s.world), host_(s.host), exec_(s.exec),
+      rank0_(rank0) {}
+
+StepRunner::~StepRunner() {
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+}
+
+// Forward/backward of every micro-batch of this step (enqueued; the losses
+// stay on the device until StepLoss).
+absl::Status StepRunner::Accumulate() {
+  const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
+  const int64_t M = s_.sampler->num_micro_batches();
+  if (s_.runner) {
+    auto batch = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
+      GTP_ASSIGN_OR_RETURN(auto b, batches_.Batch(*s_.train, s_.sampler->MicroBatch(m)));
+      // The runner keeps every in-flight micro-batch's data until its
+      // backward; Batch's host tensors are a two-slot ring: copy them.
+      if (exec_.is_cuda()) return pipeline::MicroBatch{b.first, b.second};
+      pipeline::MicroBatch mb{exec_.Empty(b.first.shape(), DType::kI32),
+                              exec_.Empty(b.second.shape(), DType::kI32)};
+      GTP_RETURN_IF_ERROR(Copy(b.first, mb.tokens));
+      GTP_RETURN_IF_ERROR(Copy(b.second, mb.targets));
+      return mb;
+    };
+    // Never "last": an interleaved schedule finishes micro-batches out of
+    // order, and with the overlap off FinishGradSync reduces every bucket.
+    auto before = [&](int) {
+      s_.grads->StartMicrobatch(/*last=*/false, B * T);
+      if (s_.expert_grads) s_.expert_grads->StartMicrobatch(/*last=*/false, B * T);
+    };
+    GTP_ASSIGN_OR_RETURN(pipeline::StepTimes t, s_.runner->Step(static_cast<int>(M), batch, before));
+    bubble_ = t.bubble();
+    if (s_.pgs->Has("embd") && (*s_.pgs->Group("embd"))->is_member()) {
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, s_.pgs->Get("embd"));
+      for (auto& part : s_.parts) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
+    }
+    return absl::OkStatus();
+  }
+  for (int64_t m = 0; m < M; ++m) {
+    s_.grads->StartMicrobatch(m == M - 1, B * T);
+    if (s_.expert_grads) s_.expert_grads->StartMicrobatch(m == M - 1, B * T);
+    const std::vector<uint64_t> samples = s_.sampler->MicroBatch(m);
+    GTP_ASSIGN_OR_RETURN(auto batch, batches_.Batch(*s_.train, samples));
+    Timeline::Scope span(tl_, absl::StrCat("micro-batch ", m), exec_.stream);
+    GTP_RETURN_IF_ERROR(
+        s_.model->ForwardAsync(batch.first, batch.second, /*backward_follows=*/true));
+    GTP_RETURN_IF_ERROR(s_.model->Backward());
+  }
+  return absl::OkStatus();
+}
+
+bool StepRunner::UseCudaGraphs() const {
+  // MoE layers read their token counts on the host: not capturable.
+  return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
+         s_.opt->CanEnqueueSteps() && !s_.has_moe() && s_.runner == nullptr;
+}
+
+// One training step as a CUDA graph: the batches go into fixed device
+// buffers and the step's lr into the optimizer's page-locked scalars (both
+// outside the graph), then the graph — captured on the first call from the
+// same code the eager step runs (every micro-batch's forward and backward,
+// the optimizer's EnqueueStep) — is launched, and the optimizer's one read
+// ends the step.
+absl::StatusOr<optimizer::StepStats> StepRunner::GraphStep() {
+  const int64_t B = r_.train().micro_batch(), T = r_.model().seq_len();
+  const int64_t M = s_.sampler->num_micro_batches();
+  if (graph_batches_.empty()) {
+    for (int64_t m = 0; m < M; ++m) {
+      graph_batches_.emplace_back(exec_.Empty({B, T}, DType::kI32), exec_.Empty({B, T}, DType::kI32));
+    }
+  }
+  for (int64_t m = 0; m < M; ++m) {
+    GTP_RETURN_IF_ERROR(batches_.Batch(*s_.train, s_.sampler->MicroBatch(m), &graph_batches_[m]).status());
+  }
+  s_.opt->PrepareStep();
+  if (graph_exec_ == nullptr) {
+    s_.model->set_timeline(nullptr);  // event records do not belong in the graph
+    GTP_RETURN_IF_ERROR(CudaStatus(
+        cudaStreamBeginCapture(exec_.stream, cudaStreamCaptureModeRelaxed), "capturing the step"));
+    absl::Status st = [&]() -> absl::Status {
+      for (int64_t m = 0; m < M; ++m) {
+        s_.grads->StartMicrobatch(m == M - 1, B * T);
+        GTP_RETURN_IF_ERROR(
+            s_.model->ForwardAsync(graph_batches_[m].first, graph_batches_[m].second,
+                                 /*backward_follows=*/true));
+        GTP_RETURN_IF_ERROR(s_.model->Backward());
+      }
+      return s_.opt->EnqueueStep();
+    }();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(exec_.stream, &graph);
+    if (st.ok()) st = CudaStatus(end, "ending the capture of the step");
+    if (st.ok()) {
+      cudaGraphExec_t exec = nullptr;
+      st = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiating the step's CUDA graph");
+      graph_exec_ = exec;
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat(st.message(),
+                                                  " (train.cuda_graphs=off runs without graphs)"));
+    }
+    if (rank0_) std::printf("captured the training step as a CUDA graph\n");
+  }
+  Timeline::Scope span(tl_, "step (CUDA graph)", exec_.stream);
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(graph_exec_, exec_.stream),
+                                 "launching the step's CUDA graph"));
+  return s_.opt->FinishStep();
+}
+
+// The global mean loss of the step TrainStep ran: one device read.
+absl::StatusOr<float> StepRunner::Loss() {
+  const int64_t M = s_.sampler->num_micro_batches();
+  layers::GptModel& head = *s_.parts.back();
+  float sum = 0;
+  if (head.has_head()) {
+    GTP_ASSIGN_OR_RETURN(sum, head.TakeLossSum());
+  }
+  return MeanOverHeadRanks(host_, s_.pp->size(), head.has_head(), sum, M);
+}
+
+// The world mean of a loss that only the ranks holding the LM head (the
+// last pipeline stage) computed, as `sum` over `count` micro-batches: they
+// add sum / count, the others 0, over the host world (host memory: the
+// loss is a host scalar, never a buffer for the device communicators), and
+// every data lane has world / PP of them.
+absl::StatusOr<float> MeanOverHeadRanks(comm::Communicator& host_, int pp_size, bool holds_head,
+                                      float sum, int64_t count) {
+  float x = holds_head ? static_cast<float>(sum / count) : 0.0f;
+  if (host_.size() > 1) {
+    GTP_RETURN_IF_ERROR(comm::Run(host_.AllReduce(&x, &x, 1, DType::kF32, comm::ReduceOp::kSum)));
+  }
+  return x / static_cast<float>(host_.size() / pp_size);
+}
+
+}  // namespace gtp::recipes
