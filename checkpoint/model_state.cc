@@ -32,16 +32,16 @@ absl::StatusOr<std::vector<TensorPiece>> ModelPieces(const optimizer::ParamSet& 
                                                      const parallel::ProcessGroupCollection& pgs,
                                                      const optimizer::ParamSet* experts,
                                                      bool with_tied_copies) {
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * replicate, pgs.Get("replicate"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get("data_cp"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * replicate, pgs.Get(parallel::groups::kReplicate));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get(parallel::groups::kDataCp));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get(parallel::groups::kTp));
   std::vector<TensorPiece> out;
   for (layers::ShardedParam* p : params.sharded) {
     if (p->tied_copy() && !with_tied_copies) continue;
     out.push_back(ShardPiece(p, *replicate));
   }
   if (experts != nullptr && !experts->sharded.empty()) {
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * edp, pgs.Get("edp"));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * edp, pgs.Get(parallel::groups::kEdp));
     for (layers::ShardedParam* p : experts->sharded) out.push_back(ShardPiece(p, *edp));
   }
   for (layers::ReplicatedParam* p : params.replicated) {
@@ -67,8 +67,8 @@ absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
     const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts,
     bool with_tied_copies) {
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get(parallel::groups::kTp));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get(parallel::groups::kGtp));
   struct Info {
     int64_t cols, real_rows, row0;  // local storage [*, cols]; rows < real_rows are real
     layers::ShardedParam::GlobalLayout layout;

@@ -19,7 +19,7 @@
 //   * the position is one integer (SamplerState, saved by the checkpoint), so
 //     a run resumed on a different number of lanes continues the same stream.
 //
-//   GTP_ASSIGN_OR_RETURN(comm::Communicator* lanes, groups.Get("data"));
+//   GTP_ASSIGN_OR_RETURN(comm::Communicator* lanes, groups.Get(parallel::groups::kData));
 //   SamplerConfig config{/*global_batch_size=*/32, /*micro_batch_size=*/4, lanes->size()};
 //   GTP_ASSIGN_OR_RETURN(DistributedSampler s,
 //                        DistributedSampler::Create(config, lanes->rank(), restored_state));

@@ -102,8 +102,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   // (layers/cp/ring_attention.h); its blocks see T/CP tokens per sequence
   // (MoE layers too: routing is per token; the router reduces its aux-loss
   // statistics over the lane's TP × CP ranks, layers/moe/router.h).
-  if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * cpg, pgs.Get("cp"));
+  if (pgs.Has(parallel::groups::kCp) && (*pgs.Group(parallel::groups::kCp))->is_member()) {
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * cpg, pgs.Get(parallel::groups::kCp));
     m->cp_ = cpg->size();
     m->cp_rank_ = cpg->rank();
   }
@@ -115,8 +115,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   }
   T /= m->cp_;
   m->T_ = T;
-  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get("gtp"));
+  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get(parallel::groups::kTp));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get(parallel::groups::kGtp));
   const int tp = m->tp_->size(), t = m->tp_->rank();
   m->sp_ = c.block.sequence_parallel && tp > 1;
   c.block.sequence_parallel = m->sp_;

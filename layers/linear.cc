@@ -13,8 +13,8 @@ namespace ops = kernels::ops;
 
 absl::StatusOr<TpGtpGroups> TpGtpGroups::From(const parallel::ProcessGroupCollection& pgs) {
   TpGtpGroups g;
-  GTP_ASSIGN_OR_RETURN(g.tp, pgs.Get("tp"));
-  GTP_ASSIGN_OR_RETURN(g.gtp, pgs.Get("gtp"));
+  GTP_ASSIGN_OR_RETURN(g.tp, pgs.Get(parallel::groups::kTp));
+  GTP_ASSIGN_OR_RETURN(g.gtp, pgs.Get(parallel::groups::kGtp));
   return g;
 }
 

@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
   a->B_ = B;
   a->T_ = T;
   a->chain_ = chain;
-  GTP_ASSIGN_OR_RETURN(a->tp_, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(a->tp_, pgs.Get(parallel::groups::kTp));
   const int tp = a->tp_->size();
   GTP_RETURN_IF_ERROR(Divisible("n_embd", c.n_embd, c.n_head, "n_head"));
   GTP_RETURN_IF_ERROR(Divisible("n_head", c.n_head, c.kv_heads(), "n_kv_head"));
@@ -133,8 +133,8 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
   GTP_ASSIGN_OR_RETURN(a->o_, RowParallelLinear::Create(
                                   Lin(name + ".o", c, c.n_embd, c.n_embd, ProjStd(c), false), pgs, chain));
   // Context parallelism: T is this rank's share of the sequence.
-  if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get("cp"));
+  if (pgs.Has(parallel::groups::kCp) && (*pgs.Group(parallel::groups::kCp))->is_member()) {
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get(parallel::groups::kCp));
     if (cp->size() > 1) {
       if (!c.causal) {
         return absl::InvalidArgumentError(
@@ -269,7 +269,7 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
   std::unique_ptr<Mlp> m(new Mlp());
   m->config_ = c;
   m->chain_ = chain;
-  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get(parallel::groups::kTp));
   const int64_t H = c.hidden();
   const bool glu = c.activation == Activation::kSwiGlu;
   LinearConfig fc = Lin(name + ".fc", c, c.n_embd, glu ? 2 * H : H, c.init_std, true);
@@ -365,7 +365,7 @@ absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
   b->exec_ = chain->exec();
   b->chain_ = chain;
   b->recompute_ = c.recompute;
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get(parallel::groups::kTp));
   if (kind == BlockKind::kMamba) {
     b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
     mamba::MambaConfig mc = c.mamba;

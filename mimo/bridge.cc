@@ -587,7 +587,7 @@ absl::Status Bridge::BroadcastInLane(const Side& to, bool ok, LaneBatch& out) {
   GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* groups, to.grid->groups());
   GTP_ASSIGN_OR_RETURN(std::vector<int> members, groups->Ranks("tp_cp"));
   if (members.size() == 1) return absl::OkStatus();
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * g, groups->Get("tp_cp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * g, groups->Get(parallel::groups::kTpCp));
   const int leader = to.leaders[LaneOf(*to.grid, me)];
   const int root = IndexOf(members, leader);
   const bool is_root = me == leader;

@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<MimoModel>> MimoModel::Create(
     GTP_ASSIGN_OR_RETURN(m->language_lane_, language.DataLane(world.rank()));
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, language.groups());
     // Pipeline: this rank's chunks, virtual stages c·PP + stage.
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs->Get("pp"));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs->Get(parallel::groups::kPp));
     for (int c = 0; c < vpp; ++c) {
       layers::GptConfig lc = m->config_.language;
       lc.pipeline.index = c * P + pp->rank();
@@ -265,8 +265,8 @@ absl::Status MimoModel::PipelineStep(int M,
     };
     GTP_RETURN_IF_ERROR(runner_->Step(M, micro, before, after_first).status());
     GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroupCollection* pgs, lang_grid_->groups());
-    if (pgs->Has("embd") && (*pgs->Group("embd"))->is_member()) {
-      GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, pgs->Get("embd"));
+    if (pgs->Has(parallel::groups::kEmbd) && (*pgs->Group(parallel::groups::kEmbd))->is_member()) {
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, pgs->Get(parallel::groups::kEmbd));
       for (auto& part : parts_) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
     }
   }

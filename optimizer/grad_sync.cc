@@ -21,9 +21,9 @@ absl::Status AllReduce(comm::Communicator* c, const Tensor& t, comm::ReduceOp op
 }  // namespace
 
 absl::Status FinalizeGrads(const ParamSet& params, const parallel::ProcessGroupCollection& pgs) {
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * replicate, pgs.Get("replicate"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get("data_cp"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * replicate, pgs.Get(parallel::groups::kReplicate));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get(parallel::groups::kDataCp));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get(parallel::groups::kTp));
   for (layers::ShardedParam* p : params.sharded) {
     GTP_RETURN_IF_ERROR(AllReduce(replicate, p->main_grad(), comm::ReduceOp::kMean, p->name()));
   }

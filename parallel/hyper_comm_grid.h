@@ -9,7 +9,7 @@
 //   ParallelConfig language; language.tp = 2; language.pp = 2;  // 8 ranks
 //   GTP_ASSIGN_OR_RETURN(HyperCommGrid v, HyperCommGrid::Create("vision", vision, 0, 4, *world));
 //   GTP_ASSIGN_OR_RETURN(HyperCommGrid l, HyperCommGrid::Create("language", language, 4, 8,
-//   *world)); if (v.is_member()) { GTP_ASSIGN_OR_RETURN(comm::Communicator* tp, v.Get("tp")); ... }
+//   *world)); if (v.is_member()) { GTP_ASSIGN_OR_RETURN(comm::Communicator* tp, v.Get(groups::kTp)); ... }
 //
 // Several grids coexist in one world; ranges may be disjoint or overlap
 // (colocated modules). Every world rank takes part in creating every grid —

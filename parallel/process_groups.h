@@ -8,7 +8,7 @@
 //
 //   GTP_ASSIGN_OR_RETURN(ProcessGroupCollection pgs,
 //                        ProcessGroupCollection::Build(config, *world));
-//   GTP_ASSIGN_OR_RETURN(comm::Communicator* tp, pgs.Get("tp"));
+//   GTP_ASSIGN_OR_RETURN(comm::Communicator* tp, pgs.Get(groups::kTp));
 //
 // Standard groups (StandardGroupSpecs() is the table; "dense" axes are of the
 // dense grid, "expert" axes of the expert grid, where tp=ETP, gtp=EGTP, dp=EDP):
@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "comm/communicator.h"
+#include "parallel/group_names.h"
 #include "parallel/parallel_config.h"
 
 namespace gtp::parallel {

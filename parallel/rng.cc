@@ -47,14 +47,14 @@ RngStreams MakeRngStreams(uint64_t seed, const AxisValues& d, const AxisValues& 
 
 absl::StatusOr<RngStreams> RngStreamsFromGroups(uint64_t seed, const ProcessGroupCollection& pgs) {
   AxisValues d, e;
-  GTP_ASSIGN_OR_RETURN(d.tp, pgs.RankIn("tp"));
-  GTP_ASSIGN_OR_RETURN(d.gtp, pgs.RankIn("gtp"));
-  GTP_ASSIGN_OR_RETURN(d.cp, pgs.RankIn("cp"));
-  GTP_ASSIGN_OR_RETURN(d.dp, pgs.RankIn("dp"));
-  GTP_ASSIGN_OR_RETURN(d.pp, pgs.RankIn("pp"));
+  GTP_ASSIGN_OR_RETURN(d.tp, pgs.RankIn(groups::kTp));
+  GTP_ASSIGN_OR_RETURN(d.gtp, pgs.RankIn(groups::kGtp));
+  GTP_ASSIGN_OR_RETURN(d.cp, pgs.RankIn(groups::kCp));
+  GTP_ASSIGN_OR_RETURN(d.dp, pgs.RankIn(groups::kDp));
+  GTP_ASSIGN_OR_RETURN(d.pp, pgs.RankIn(groups::kPp));
   d.ep = 0;
-  GTP_ASSIGN_OR_RETURN(e.tp, pgs.RankIn("etp"));
-  GTP_ASSIGN_OR_RETURN(e.ep, pgs.RankIn("ep"));
+  GTP_ASSIGN_OR_RETURN(e.tp, pgs.RankIn(groups::kEtp));
+  GTP_ASSIGN_OR_RETURN(e.ep, pgs.RankIn(groups::kEp));
   e.pp = d.pp;
   e.gtp = e.cp = e.dp = 0;  // unused by the expert stream
   return MakeRngStreams(seed, d, e);

@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   std::unique_ptr<MambaMixer> m(new MambaMixer());
   m->c_ = c;
   m->exec_ = chain->exec();
-  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get(parallel::groups::kTp));
   const int tp = m->tp_->size(), t = m->tp_->rank();
   if (H % tp != 0 || G % tp != 0) {
     return Bad(name, absl::StrCat(H, " heads and ", G, " groups must both be divisible by TP = ", tp));
@@ -144,8 +144,8 @@ absl::Status MambaMixer::SetUpContextParallel(const std::string& name,
   const int64_t P = c_.head_dim, Ns = c_.d_state;
   int n = 1;
   comm::Communicator* cp = nullptr;
-  if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member()) {
-    GTP_ASSIGN_OR_RETURN(cp, pgs.Get("cp"));
+  if (pgs.Has(parallel::groups::kCp) && (*pgs.Group(parallel::groups::kCp))->is_member()) {
+    GTP_ASSIGN_OR_RETURN(cp, pgs.Get(parallel::groups::kCp));
     n = cp->size();
   }
   // Without CP: one part, all of this TP rank's channels.

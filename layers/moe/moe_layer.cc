@@ -100,10 +100,10 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
   m->shape_ = s;
   m->exec_ = chain->exec();
   m->chain_ = chain;
-  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get("tp"));
-  GTP_ASSIGN_OR_RETURN(m->ep_, pgs.Get("ep"));
-  GTP_ASSIGN_OR_RETURN(m->etp_, pgs.Get("etp"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * egtp, pgs.Get("egtp"));
+  GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get(parallel::groups::kTp));
+  GTP_ASSIGN_OR_RETURN(m->ep_, pgs.Get(parallel::groups::kEp));
+  GTP_ASSIGN_OR_RETURN(m->etp_, pgs.Get(parallel::groups::kEtp));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * egtp, pgs.Get(parallel::groups::kEgtp));
   m->etp_size_ = m->etp_->size();
   const int etp_rank = m->etp_->rank();
   if (s.H % m->etp_size_ != 0) {
@@ -124,11 +124,11 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
   // sequence; the router sums its aux-loss counts over the lane's TP × CP
   // ranks (router.h).
   RouterCp rcp;
-  if (pgs.Has("cp")) {
-    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroup* cpg, pgs.Group("cp"));
+  if (pgs.Has(parallel::groups::kCp)) {
+    GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroup* cpg, pgs.Group(parallel::groups::kCp));
     if (cpg->is_member() && cpg->size() > 1) {
       rcp.size = cpg->size();
-      GTP_ASSIGN_OR_RETURN(rcp.tp_cp, pgs.Get("tp_cp"));
+      GTP_ASSIGN_OR_RETURN(rcp.tp_cp, pgs.Get(parallel::groups::kTpCp));
     }
   }
   if (rcp.size > 1 && c.router.capacity_factor > 0) {

@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Create(
                             c.patch_dim, ", ", c.num_patches, ", ", c.block.n_embd, ", ",
                             c.out_dim, ", ", B, ")"));
   }
-  if (pgs.Has("cp") && (*pgs.Group("cp"))->is_member() && (*pgs.Get("cp"))->size() > 1) {
+  if (pgs.Has(parallel::groups::kCp) && (*pgs.Group(parallel::groups::kCp))->is_member() && (*pgs.Get(parallel::groups::kCp))->size() > 1) {
     return Bad("context parallelism is not supported");
   }
   c.block.causal = false;
@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<VisionEncoder>> VisionEncoder::Create(
   m->exec_ = exec;
   m->B_ = B;
   m->chain_ = std::make_unique<GtpChain>(exec, gtp_options);
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get("tp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get(parallel::groups::kTp));
   const int64_t C = c.block.n_embd, Np = c.num_patches;
   const DType dt = c.block.dtype;
   const uint64_t seed = c.block.seed;

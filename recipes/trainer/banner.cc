@@ -33,7 +33,7 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
   for (auto* p : s.params.sharded) total += p->global_layout().global_rows * p->global_layout().global_cols;
   // Expert weights: each logical tensor once (every EP rank names the whole one).
   for (auto* p : s.experts.sharded) {
-    if (s.pgs->RankIn("ep").value_or(0) == 0) {
+    if (s.pgs->RankIn(parallel::groups::kEp).value_or(0) == 0) {
       total += p->global_layout().global_rows * p->global_layout().global_cols;
     }
   }

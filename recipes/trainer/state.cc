@@ -71,12 +71,12 @@ absl::StatusOr<std::unique_ptr<RankState>> RankState::Build(const proto::Recipe&
   s.pgs = std::make_unique<parallel::ProcessGroupCollection>(std::move(pgs));
   s.order = pc.order;  // as the groups were built (the banner shows it)
   s.expert_order = pc.expert_order;
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * data, s.pgs->Get("data"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * data, s.pgs->Get(parallel::groups::kData));
   s.data = data;
   const layers::GtpOptions gtp_options = GtpOptionsOf(r_);
   // Pipeline: this rank's model chunks, virtual stages c·PP + stage.
   const int P = r_.parallel().pp(), vpp = r_.parallel().vpp();
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, s.pgs->Get("pp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, s.pgs->Get(parallel::groups::kPp));
   s.pp = pp;
   for (int c = 0; c < vpp; ++c) {
     layers::GptConfig mc = ModelConfig(r_);

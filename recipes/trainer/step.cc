@@ -41,8 +41,8 @@ absl::Status StepRunner::Accumulate() {
     };
     GTP_ASSIGN_OR_RETURN(pipeline::StepTimes t, s_.runner->Step(static_cast<int>(M), batch, before));
     bubble_ = t.bubble();
-    if (s_.pgs->Has("embd") && (*s_.pgs->Group("embd"))->is_member()) {
-      GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, s_.pgs->Get("embd"));
+    if (s_.pgs->Has(parallel::groups::kEmbd) && (*s_.pgs->Group(parallel::groups::kEmbd))->is_member()) {
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, s_.pgs->Get(parallel::groups::kEmbd));
       for (auto& part : s_.parts) GTP_RETURN_IF_ERROR(part->SyncTiedEmbedding(*embd));
     }
     return absl::OkStatus();

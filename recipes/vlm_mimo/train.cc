@@ -196,7 +196,7 @@ absl::Status Run() {
     const bool printer = w.rank() == lg.offset();
     comm::Communicator* tp = nullptr;
     if (model->has_language()) {
-      GTP_ASSIGN_OR_RETURN(tp, lg.Get("tp"));
+      GTP_ASSIGN_OR_RETURN(tp, lg.Get(parallel::groups::kTp));
     }
     const std::string ckpt = absl::GetFlag(FLAGS_checkpoint_dir);
     int first = 0;

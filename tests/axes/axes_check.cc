@@ -235,8 +235,8 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
     facts.num_experts = static_cast<int>(k.d.experts);
   }
   GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w, facts));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs.Get("data"));
-  GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs.Get("pp"));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs.Get(parallel::groups::kData));
+  GTP_ASSIGN_OR_RETURN(comm::Communicator * pp, pgs.Get(parallel::groups::kPp));
   HeapAllocator host;
   const int M = k.micro_batches;
   const int64_t B = k.d.batch / data->size() / M;  // per micro-batch (whole: CheckSettings)
@@ -286,15 +286,15 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
     }
     if (pp->size() > 1) {
       GTP_RETURN_IF_ERROR(comm::Run(pp->Broadcast(&loss, 1, DType::kF32, pp->size() - 1)));
-      if (pgs.Has("embd") && (*pgs.Group("embd"))->is_member()) {
-        GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, pgs.Get("embd"));
+      if (pgs.Has(parallel::groups::kEmbd) && (*pgs.Group(parallel::groups::kEmbd))->is_member()) {
+        GTP_ASSIGN_OR_RETURN(comm::Communicator * embd, pgs.Get(parallel::groups::kEmbd));
         for (auto& m : chunks) GTP_RETURN_IF_ERROR(m->SyncTiedEmbedding(*embd));
       }
     }
     GTP_RETURN_IF_ERROR(optimizer::FinalizeGrads(ps, pgs));
     if (k.moe) {
       // Expert grads: reduce-scattered over EGTP in backward; mean over EDP here.
-      GTP_ASSIGN_OR_RETURN(comm::Communicator * edp, pgs.Get("edp"));
+      GTP_ASSIGN_OR_RETURN(comm::Communicator * edp, pgs.Get(parallel::groups::kEdp));
       for (layers::ShardedParam* p : experts.sharded) {
         const Tensor& g = p->main_grad();
         GTP_RETURN_IF_ERROR(comm::Run(edp->AllReduce(g.raw_data(), g.raw_data(), g.numel(),
@@ -306,7 +306,7 @@ absl::Status Train(comm::Communicator& w, const Layout& k, RankResult* result) {
     optimizer::SgdStep(ps, exec, 0.5f);
     optimizer::ZeroGrads(ps, exec);
       // The mean over the lanes and, under CP, over the sequence's CP shares.
-    GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get("data_cp"));
+    GTP_ASSIGN_OR_RETURN(comm::Communicator * data_cp, pgs.Get(parallel::groups::kDataCp));
     GTP_RETURN_IF_ERROR(
         comm::Run(data_cp->AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
     result->losses.push_back(loss);
