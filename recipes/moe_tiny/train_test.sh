@@ -51,6 +51,19 @@ grep -q "PP 2" "$tmp/mpp.log"
 grep -q "moe tokens/expert [0-9]*/64/" "$tmp/mpp.log" || { grep moe "$tmp/mpp.log" | head -3; exit 1; }
 same_losses "moe pp2" 12 2e-4 "$tmp/m1/metrics.jsonl" "$tmp/mpp/metrics.jsonl"
 echo "moe pp2 (EP2): 12 steps match one rank"
+# A PP2 checkpoint of a model with expert biases (router state every rank of the layer's stage
+# holds) resumes on another layout: each stage's ranks write all of its layers' bias rows. (They
+# used to split them over the whole world, leaving half of every row unwritten: "checkpoint has no
+# data for h.0.moe.router.expert_bias" on every resume.)
+bias="$small,train.steps=6,model.moe.aux_loss_coeff=0,model.moe.expert_bias=true,checkpoint.every=3"
+"$bin" --run_dir "$tmp/bpp" --set "$bias,parallel.world_size=4,parallel.tp_num_weight_shards=1,parallel.pp=2,parallel.ep=2,parallel.expert_tp_num_weight_shards=1" > "$tmp/bpp.log"
+mkdir -p "$tmp/bres/checkpoints"
+cp -r "$tmp/bpp/checkpoints/iter_0000003" "$tmp/bres/checkpoints/"
+echo 3 > "$tmp/bres/checkpoints/latest"
+"$bin" --run_dir "$tmp/bres" --set "$bias,parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1" > "$tmp/bres.log"
+grep -q "resumed from" "$tmp/bres.log"
+same_losses "expert bias pp2 -> one rank" 3 2e-4 <(losses "$tmp/bpp/metrics.jsonl" | awk '$1 > 3' | sed 's/\(.*\) \(.*\)/{"step": \1, "loss": \2}/') "$tmp/bres/metrics.jsonl"
+echo "moe pp2 with expert bias: the checkpoint resumes on one rank, steps 4..6 match"
 
 # Muon over the experts (each expert matrix orthogonalised alone, by one rank of its
 # EP rank's ETP×EGTP grid): EP2·EGTP2 matches one rank (aux off, as above).

@@ -18,6 +18,20 @@ Checkpointer::Checkpointer(const TrainingState& s, std::string root)
       parts_(s.parts), params_(*s.params), experts_(*s.experts), opt_(s.opt), sampler_(s.sampler),
       order_(s.order), expert_order_(s.expert_order), ckpt_root_(std::move(root)) {}
 
+absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
+                                                 int world_rank) {
+  GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroup* pp, pgs.Group(parallel::groups::kPp));
+  GTP_ASSIGN_OR_RETURN(const int stage, pgs.RankIn(parallel::groups::kPp));
+  int index = -1;
+  for (size_t i = 0; i < pp->all_ranks.size(); ++i) {
+    if (pp->all_ranks[i][stage] == world_rank) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::InternalError(absl::StrCat("rank ", world_rank, " is in no pipeline group"));
+  }
+  return std::make_pair(index, static_cast<int>(pp->all_ranks.size()));
+}
+
 absl::StatusOr<int64_t> Checkpointer::InitFromThen0(bool announce) {
   GTP_RETURN_IF_ERROR(InitFrom(announce));
   return 0;
@@ -29,19 +43,24 @@ absl::StatusOr<std::vector<checkpoint::TensorPiece>> Checkpointer::Pieces(bool w
                        checkpoint::ModelPieces(params_, *pgs_, &experts_, with_tied_copies));
   GTP_ASSIGN_OR_RETURN(auto state, checkpoint::OptimizerPieces(*opt_, params_, *pgs_, &experts_,
                                                                with_tied_copies));
-  // MoE expert biases: the same on every rank, which split the writing.
+  // MoE expert biases: the same on every rank of the pipeline stage holding
+  // the layer, which split the writing (the whole world would leave the
+  // rows of the other stages' ranks unwritten: a checkpoint no run could load).
   std::vector<std::pair<std::string, Tensor>> buffers;
   for (auto& part : parts_) {
     for (auto& b : part->moe_buffers()) buffers.push_back(b);
   }
-  for (auto& [name, t] : buffers) {
-    checkpoint::TensorPiece piece;
-    piece.key = name;
-    piece.data = t;
-    piece.global_shape = t.shape();
-    piece.replica_index = world_.rank();
-    piece.replica_count = world_.size();
-    pieces.push_back(std::move(piece));
+  if (!buffers.empty()) {
+    GTP_ASSIGN_OR_RETURN(const auto replica, StageReplica(*pgs_, world_.rank()));
+    for (auto& [name, t] : buffers) {
+      checkpoint::TensorPiece piece;
+      piece.key = name;
+      piece.data = t;
+      piece.global_shape = t.shape();
+      piece.replica_index = replica.first;
+      piece.replica_count = replica.second;
+      pieces.push_back(std::move(piece));
+    }
   }
   for (auto& p : state) pieces.push_back(std::move(p));
   return pieces;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -83,6 +84,11 @@ class Checkpointer {
   std::unique_ptr<comm::Communicator> saver_comm_;
   std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
 };
+
+// This rank's index among the ranks of its pipeline stage, and their
+// number (from the "pp" groups: one rank of each stage per group).
+absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
+                                                 int world_rank);
 
 // InvalidArgument naming the first model setting in which `theirs`
 // (init_from's recipe) and `ours` differ, defaults resolved.
