@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/philox.h"
 #include "core/status.h"
+#include "layers/gpt_layout.h"
 
 namespace gtp::layers {
 
@@ -53,121 +54,41 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     const GptConfig& config, int64_t B, int64_t T, const parallel::ProcessGroupCollection& pgs,
     const kernels::Exec& exec, const GtpOptions& gtp_options) {
   std::unique_ptr<GptModel> m(new GptModel());
-  GptConfig& c = m->config_;
-  c = config;
-  // Hybrid pattern: the kinds of the layers and the '|' boundaries.
-  std::vector<BlockKind> kinds;
-  std::vector<int> bars;  // first layer after each '|'
-  if (!c.layer_pattern.empty()) {
-    for (char ch : c.layer_pattern) {
-      if (ch == '|') {
-        bars.push_back(static_cast<int>(kinds.size()));
-        continue;
-      }
-      GTP_ASSIGN_OR_RETURN(BlockKind k, BlockKindOf(ch));
-      kinds.push_back(k);
-    }
-    const int n = static_cast<int>(kinds.size());
-    if (c.n_layer != 0 && c.n_layer != n) {
-      return Bad(absl::StrCat("layer_pattern \"", c.layer_pattern, "\" has ", n,
-                              " layers but n_layer is ", c.n_layer, " (0 lets the pattern decide)"));
-    }
-    c.n_layer = n;
-    if (c.pipeline.count > 1 && c.pipeline.boundaries.empty() && !bars.empty()) {
-      if (static_cast<int>(bars.size()) + 1 != c.pipeline.count) {
-        return Bad(absl::StrCat("layer_pattern \"", c.layer_pattern, "\" has ", bars.size() + 1,
-                                " pipeline segments for ", c.pipeline.count, " parts (PP × VPP)"));
-      }
-      c.pipeline.boundaries = {0};
-      for (int b : bars) c.pipeline.boundaries.push_back(b);
-    }
-    bool has_moe = false;
-    for (BlockKind k : kinds) has_moe |= k == BlockKind::kMoe;
-    if (has_moe && !c.block.moe.enabled()) {
-      return Bad("layer_pattern has MoE layers ('E') but block.moe has no experts");
-    }
-    // The MoE bookkeeping reads the layers from the MoE config's pattern.
-    if (c.block.moe.enabled()) {
-      c.block.moe.pattern.clear();
-      for (BlockKind k : kinds) c.block.moe.pattern += k == BlockKind::kMoe ? 'E' : '-';
-    }
-  }
-  c.block.n_layer = c.n_layer;
-  c.block.loss_sum = c.loss_reduction == LossReduction::kSum;
-  GTP_RETURN_IF_ERROR(c.block.moe.Validate(c.n_layer));
-  m->exec_ = exec;
-  m->B_ = B;
-  m->T_full_ = T;
-  // Context parallelism: this rank holds 2 of the sequence's 2·CP chunks
-  // (layers/cp/ring_attention.h); its blocks see T/CP tokens per sequence
-  // (MoE layers too: routing is per token; the router reduces its aux-loss
-  // statistics over the lane's TP × CP ranks, layers/moe/router.h).
+  // Where this rank's pieces go (layers/gpt_layout.h), before anything is built.
+  GptRankPlace place;
   if (pgs.Has(parallel::groups::kCp) && (*pgs.Group(parallel::groups::kCp))->is_member()) {
     GTP_ASSIGN_OR_RETURN(comm::Communicator * cpg, pgs.Get(parallel::groups::kCp));
-    m->cp_ = cpg->size();
-    m->cp_rank_ = cpg->rank();
+    place.cp = cpg->size();
+    place.cp_rank = cpg->rank();
   }
-  if (m->cp_ > 1) {
-    if (T % (2 * m->cp_) != 0) {
-      return Bad(absl::StrCat("context parallelism needs the sequence length ", T,
-                              " divisible by 2·CP = ", 2 * m->cp_));
-    }
-  }
-  T /= m->cp_;
-  m->T_ = T;
   GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get(parallel::groups::kTp));
   GTP_ASSIGN_OR_RETURN(comm::Communicator * gtp, pgs.Get(parallel::groups::kGtp));
-  const int tp = m->tp_->size(), t = m->tp_->rank();
-  m->sp_ = c.block.sequence_parallel && tp > 1;
-  c.block.sequence_parallel = m->sp_;
-  if (c.vocab_size <= 0 || c.n_layer <= 0 || c.block.n_embd <= 0) {
-    return Bad("GptConfig needs vocab_size, n_layer and n_embd > 0");
-  }
-  if (T > c.max_seq_len) {
-    return Bad(absl::StrCat("sequence length ", T, " exceeds max_seq_len ", c.max_seq_len));
-  }
-  const int64_t v_pad = c.padded_vocab();
-  if (v_pad % tp != 0) {
-    return Bad(absl::StrCat("padded vocabulary ", v_pad, " (vocab_pad_multiple ",
-                            c.vocab_pad_multiple, ") is not divisible by TP = ", tp));
-  }
-  const int64_t N = B * T;
-  if (m->sp_ && N % tp != 0) {
-    return Bad(absl::StrCat("sequence parallelism needs B·T = ", N, " divisible by TP = ", tp));
-  }
-  m->rows_local_ = m->sp_ ? N / tp : N;
-  m->row0_ = m->sp_ ? t * m->rows_local_ : 0;
-  m->v_tp_ = v_pad / tp;
-  m->vocab_start_ = t * m->v_tp_;
-  m->v_real_ = std::clamp<int64_t>(c.vocab_size - m->vocab_start_, 0, m->v_tp_);
+  place.tp = m->tp_->size();
+  place.tp_rank = m->tp_->rank();
+  GTP_ASSIGN_OR_RETURN(const GptLayout L, PlanGptLayout(config, B, T, place));
+  m->config_ = L.config;
+  GptConfig& c = m->config_;
+  const std::vector<BlockKind>& kinds = L.kinds;
+  m->exec_ = exec;
+  m->B_ = B;
+  m->T_full_ = L.T_full;
+  m->cp_ = place.cp;
+  m->cp_rank_ = place.cp_rank;
+  T = L.T_local;
+  m->T_ = T;
+  m->sp_ = L.sequence_parallel;
+  const int64_t v_pad = L.vocab_padded;
+  m->rows_local_ = L.rows_local;
+  m->row0_ = L.row0;
+  m->v_tp_ = L.vocab_local;
+  m->vocab_start_ = L.vocab_start;
+  m->v_real_ = L.vocab_real;
   m->chain_ = std::make_unique<GtpChain>(exec, gtp_options);
   const int64_t C = c.block.n_embd;
-  // Pipeline part: layers [first, last) (see PipelinePart).
+  const int first = L.first_layer, last = L.last_layer;
   const PipelinePart& pp = c.pipeline;
-  if (pp.count < 1 || pp.index < 0 || pp.index >= pp.count) {
-    return Bad(absl::StrCat("pipeline part ", pp.index, " of ", pp.count));
-  }
-  int first = 0, last = c.n_layer;
-  if (!pp.boundaries.empty()) {
-    if (static_cast<int>(pp.boundaries.size()) != pp.count || pp.boundaries[0] != 0 ||
-        !std::is_sorted(pp.boundaries.begin(), pp.boundaries.end()) ||
-        pp.boundaries.back() >= c.n_layer ||
-        std::adjacent_find(pp.boundaries.begin(), pp.boundaries.end()) != pp.boundaries.end()) {
-      return Bad(absl::StrCat("pipeline boundaries must be ", pp.count,
-                              " increasing first layers starting at 0, below n_layer ", c.n_layer));
-    }
-    first = pp.boundaries[pp.index];
-    last = pp.index + 1 < pp.count ? pp.boundaries[pp.index + 1] : c.n_layer;
-  } else {
-    if (c.n_layer % pp.count != 0) {
-      return Bad(absl::StrCat("n_layer ", c.n_layer, " is not divisible by the ", pp.count,
-                              " pipeline stages (PP × VPP); set pipeline boundaries or change "
-                              "the layer count"));
-    }
-    first = pp.index * (c.n_layer / pp.count);
-    last = first + c.n_layer / pp.count;
-  }
-  const bool has_embed = pp.index == 0, has_head = pp.index == pp.count - 1;
+  const int tp = place.tp;
+  const bool has_embed = L.has_embed, has_head = L.has_head;
   m->first_layer_ = first;
 
   const DType dt = c.block.dtype;
