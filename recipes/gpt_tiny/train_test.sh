@@ -113,6 +113,12 @@ expect_error unknown_field "colour" --config "$tmp/unknown.pbtxt"
 expect_error layout "divisible" --set "parallel.tp=3"
 expect_error missing_data "nope" --set "data.source=indexed,data.path=$tmp/nope"
 expect_error override "no such setting" --set "train.stepz=3"
+# A setting without --set is an error (it used to be ignored: 200 steps instead of 3).
+expect_error positional "unexpected argument 'train.steps=3': settings go after --set" train.steps=3
+# Every --set applies, in order (only the last one used to).
+"$bin" --run_dir "$tmp/two_sets" --set "$small,train.steps=2,train.eval_every=0" --set "optim.lr=1e-3,checkpoint.every=0" > "$tmp/two_sets.log"
+grep -q "^train: 2 steps, .* lr 1.00e-03" "$tmp/two_sets.log" || { echo "two --set:"; cat "$tmp/two_sets.log"; exit 1; }
+[ "$(losses "$tmp/two_sets/metrics.jsonl" | wc -l)" -eq 2 ] || { echo "two --set: not 2 steps"; exit 1; }
 # Fails after the start-up checks (the run directory was made): it is removed again.
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
   expect_error no_gpu "train.device is cuda but" --set "train.device=cuda"

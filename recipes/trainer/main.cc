@@ -11,12 +11,15 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "recipe config (protobuf text); default: the recipe's own");
-ABSL_FLAG(std::vector<std::string>, set, {}, "overrides, comma-separated: train.steps=100,optim.lr=1e-3");
+ABSL_FLAG(std::vector<std::string>, set, {},
+          "overrides, comma-separated: train.steps=100,optim.lr=1e-3 (may be given several times; "
+          "all apply, in order)");
 ABSL_FLAG(std::string, run_dir, "", "output directory; default gtp_runs/<recipe name>");
 ABSL_FLAG(bool, progress, false, "progress bar instead of log lines (default when stdout is a terminal)");
 
@@ -37,12 +40,50 @@ std::string FindDefault(const char* argv0, const char* rel) {
 
 }  // namespace
 
+// Every --set on the command line, in order (absl keeps only a flag's last
+// occurrence, and `--set a=1 --set b=2` dropping a=1 trained the wrong run):
+// taken out of argv here and applied together.
+std::vector<std::string> TakeSets(int* argc, char** argv) {
+  std::vector<std::string> sets;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {  // the rest is positional: keep it for the check below
+      for (; i < *argc; ++i) argv[out++] = argv[i];
+      break;
+    }
+    if ((a == "--set" || a == "-set") && i + 1 < *argc) {
+      for (absl::string_view v : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) sets.emplace_back(v);
+      continue;
+    }
+    if (a.rfind("--set=", 0) == 0 || a.rfind("-set=", 0) == 0) {
+      for (absl::string_view v : absl::StrSplit(a.substr(a.find('=') + 1), ',', absl::SkipEmpty())) {
+        sets.emplace_back(v);
+      }
+      continue;
+    }
+    argv[out++] = argv[i];
+  }
+  *argc = out;
+  return sets;
+}
+
 int RecipeMain(int argc, char** argv, const char* default_config) {
   absl::SetProgramUsageMessage("trains a gtp recipe; see recipes/README.md");
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<std::string> sets = TakeSets(&argc, argv);
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    // A setting without --set (`train.steps=3`) used to be ignored.
+    const std::string arg = positional[1];
+    std::fprintf(stderr, "error: unexpected argument '%s'%s\n", arg.c_str(),
+                 arg.find('=') != std::string::npos
+                     ? absl::StrCat(": settings go after --set (--set ", arg, ")").c_str()
+                     : ": the trainer takes only flags (--config, --set, --run_dir, --progress)");
+    return 1;
+  }
   std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) path = FindDefault(argv[0], default_config);
-  auto recipe = LoadRecipe(path, absl::GetFlag(FLAGS_set));
+  auto recipe = LoadRecipe(path, sets);
   if (!recipe.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(recipe.status().message()).c_str());
     return 1;
