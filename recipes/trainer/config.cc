@@ -1,8 +1,10 @@
 #include "recipes/trainer/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -230,6 +232,10 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
     if (e->dispatcher() != "alltoall" && e->dispatcher() != "allgather") {
       return Bad(absl::StrCat("model.moe.dispatcher must be alltoall or allgather, got ", e->dispatcher()));
     }
+    if (!std::isfinite(e->capacity_factor()) || e->capacity_factor() < 0) {
+      return Bad(absl::StrCat("model.moe.capacity_factor must be a finite number >= 0 (0: dropless), "
+                              "got ", e->capacity_factor(), " (e.g. 1.25)"));
+    }
     if (e->pad_to_capacity() && e->capacity_factor() <= 0) {
       return Bad("model.moe.pad_to_capacity needs model.moe.capacity_factor > 0");
     }
@@ -302,7 +308,33 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (o->matrices().empty()) o->set_matrices("adamw");
   if (o->matrices() != "adamw" && o->matrices() != "muon")
     return Bad(absl::StrCat("optim.matrices must be adamw or muon, got ", o->matrices()));
-  if (o->lr() <= 0) return Bad("optim.lr must be > 0");
+  // Finite and in range, or the run is refused: optim.lr=inf used to train
+  // with every step skipped and save NaN weights, exit 0.
+  auto finite = [](float v) { return std::isfinite(v); };
+  if (!finite(o->lr()) || o->lr() <= 0)
+    return Bad(absl::StrCat("optim.lr must be a finite number > 0, got ", o->lr(), " (e.g. 3e-4)"));
+  if (!finite(o->min_lr()) || o->min_lr() < 0 || o->min_lr() > o->lr()) {
+    return Bad(absl::StrCat("optim.min_lr must be in [0, optim.lr = ", o->lr(), "], got ",
+                            o->min_lr(), " (e.g. optim.lr / 10)"));
+  }
+  if (o->warmup_steps() < 0)
+    return Bad(absl::StrCat("optim.warmup_steps must be >= 0, got ", o->warmup_steps()));
+  if (!finite(o->weight_decay()) || o->weight_decay() < 0) {
+    return Bad(absl::StrCat("optim.weight_decay must be a finite number >= 0, got ",
+                            o->weight_decay(), " (e.g. 0.1)"));
+  }
+  for (const auto& [name, v] : {std::pair<const char*, float>{"beta1", o->beta1()},
+                                {"beta2", o->beta2()}}) {
+    // 0 takes the default below; otherwise a decay rate in (0, 1).
+    if (!finite(v) || v < 0 || v >= 1) {
+      return Bad(absl::StrCat("optim.", name, " must be in [0, 1) (0: the default), got ", v,
+                              " (e.g. 0.9 and 0.95)"));
+    }
+  }
+  if (!finite(o->clip_grad()) || o->clip_grad() < 0) {
+    return Bad(absl::StrCat("optim.clip_grad must be a finite number >= 0 (0: no clipping), got ",
+                            o->clip_grad(), " (e.g. 1.0)"));
+  }
   if (o->decay().empty()) o->set_decay("cosine");
   if (o->decay() != "cosine" && o->decay() != "linear" && o->decay() != "constant")
     return Bad(absl::StrCat("optim.decay must be cosine, linear or constant, got ", o->decay()));

@@ -5,8 +5,10 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace gtp::recipes {
@@ -58,6 +60,38 @@ TEST(RecipeOverrides, ZeroWhereZeroIsInvalidIsAnErrorNamingTheSetting) {
   auto s = LoadRecipe(path, {"data.source="});  // empty: the default (corpus)
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->data().source(), "corpus");
+}
+
+TEST(RecipeOptim, OutOfRangeOptimizerAndMoeSettingsAreNamed) {
+  // Each used to be accepted: lr=inf trained with every step skipped and
+  // saved NaN weights; beta2 1.5, min_lr above lr, clip_grad -1 (no
+  // clipping) and capacity_factor -1 (dropless) ran silently.
+  const std::string path = WriteRecipe();
+  const std::pair<const char*, const char*> bad[] = {
+      {"optim.lr=inf", "optim.lr must be a finite number > 0, got inf"},
+      {"optim.lr=nan", "optim.lr must be a finite number > 0"},
+      {"optim.min_lr=2e-3", "optim.min_lr must be in [0, optim.lr"},
+      {"optim.min_lr=-1", "optim.min_lr must be in [0"},
+      {"optim.beta2=1.5", "optim.beta2 must be in [0, 1)"},
+      {"optim.beta1=-0.1", "optim.beta1 must be in [0, 1)"},
+      {"optim.clip_grad=-1", "optim.clip_grad must be a finite number >= 0"},
+      {"optim.weight_decay=-0.1", "optim.weight_decay must be a finite number >= 0"},
+      {"optim.warmup_steps=-5", "optim.warmup_steps must be >= 0"},
+      {"model.moe.num_experts=4,model.moe.top_k=2,model.moe.capacity_factor=-1",
+       "model.moe.capacity_factor must be a finite number >= 0"},
+  };
+  for (const auto& [set, text] : bad) {
+    std::vector<std::string> overrides;
+    for (absl::string_view v : absl::StrSplit(set, ',')) overrides.emplace_back(v);
+    auto r = LoadRecipe(path, overrides);
+    ASSERT_FALSE(r.ok()) << set;
+    EXPECT_NE(std::string(r.status().message()).find(text), std::string::npos)
+        << set << ": " << r.status();
+  }
+  // The edges that are fine: min_lr = lr (constant), beta 0 (the default), clip 0 (off).
+  auto ok = LoadRecipe(path, {"optim.min_lr=1e-3", "optim.beta2=0", "optim.clip_grad=0"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_FLOAT_EQ(ok->optim().beta2(), 0.95f);
 }
 
 TEST(RecipeData, TokenizerFilesGoTogetherWithAnIndexedDataset) {
