@@ -206,8 +206,15 @@ absl::StatusOr<std::shared_ptr<IndexedDataset>> IndexedDataset::Open(
   ds->pointers_ = ds->lengths_ + 4 * num_seq;
   ds->doc_idx_ = ds->pointers_ + 8 * num_seq;
 
-  // Sequences lie inside .bin.
+  // Sequences lie inside .bin, one after another from byte 0 to its end
+  // (Megatron writes them so): an index of another dtype or of another
+  // dataset's .bin would otherwise read garbage tokens silently.
   const uint64_t bin_size = ds->bin_->size;
+  uint64_t next = 0;  // where the next sequence must start
+  const std::string described =
+      absl::StrCat(" (the index says ", IndexDTypeName(ds->dtype_), ", ", ds->item_size_,
+                   "-byte tokens: was the .bin written with another dtype, or is it another "
+                   "dataset's?)");
   for (size_t s = 0; s < num_seq; ++s) {
     int32_t len = Load<int32_t>(ds->lengths_ + 4 * s);
     int64_t ptr = Load<int64_t>(ds->pointers_ + 8 * s);
@@ -222,6 +229,16 @@ absl::StatusOr<std::shared_ptr<IndexedDataset>> IndexedDataset::Open(
                                               s, " spans ", bytes, " bytes from offset ", ptr,
                                               " but the file has ", bin_size, " bytes"));
     }
+    if (static_cast<uint64_t>(ptr) != next) {
+      return absl::DataLossError(absl::StrCat(bin_path, ": sequence ", s, " starts at byte ", ptr,
+                                              " but the sequences before it end at byte ", next,
+                                              described));
+    }
+    next += bytes;
+  }
+  if (next != bin_size) {
+    return absl::DataLossError(absl::StrCat(bin_path, ": the index's sequences cover ", next,
+                                            " bytes but the file has ", bin_size, described));
   }
 
   // Document index: 0, non-decreasing, ends at the sequence count.

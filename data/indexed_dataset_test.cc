@@ -164,6 +164,15 @@ TEST(IndexedDataset, FormatErrorsNameTheFile) {
                               (*idx)[idx->size() - 8] = 5;  // last entry 2 -> 5
                             }),
               absl::StatusCode::kDataLoss, "bad_doc_index.idx", "document index");
+  // An index whose dtype does not match its .bin (u8 over these i32 tokens), and a .bin with
+  // bytes no sequence covers: both used to open and yield garbage tokens.
+  ExpectError(OpenCorrupted("wrong_dtype", [](std::string* idx, std::string*) { (*idx)[17] = 1; }),
+              absl::StatusCode::kDataLoss, "wrong_dtype.bin",
+              "sequence 1 starts at byte 12 but the sequences before it end at byte 3 (the index "
+              "says uint8, 1-byte tokens");
+  ExpectError(OpenCorrupted("long_bin", [](std::string*, std::string* bin) { bin->append(4, '\0'); }),
+              absl::StatusCode::kDataLoss, "long_bin.bin",
+              "the index's sequences cover 20 bytes but the file has 24");
 }
 
 TEST(IndexedDataset, MissingFilesAreNotFound) {
