@@ -38,6 +38,12 @@ class BatchStager {
                                                   const std::pair<Tensor, Tensor>* dst = nullptr);
 
  private:
+  // InvalidArgument naming the sample, the id and the setting when a token
+  // or target of the batch just staged lies outside [0, model.vocab_size)
+  // (−1 targets are ignored ones).
+  absl::Status CheckTokenIds(const data::GptDataset& ds, const std::vector<uint64_t>& samples,
+                             int64_t T) const;
+
   // Host staging for one micro-batch: pinned on GPUs, so the copies are
   // asynchronous; `copied` marks when the device has read it.
   struct Staging {
