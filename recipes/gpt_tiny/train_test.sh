@@ -79,6 +79,19 @@ damaged corrupt_latest "latest is unreadable"
 rm "$tmp/bf16_cut/checkpoints/latest"
 damaged missing_latest "but no 'latest'"
 
+echo "== 2e. resuming with another model is refused, and the checkpoints stay"
+# (Each used to resume: n_layer=3 into a 2-layer checkpoint trained a model whose third layer
+# was fresh; rope, norm and heads changed the function under the same tensors.)
+for over in model.n_layer=3 model.rope=true model.norm=rmsnorm model.n_head=8; do
+  if "$bin" --run_dir "$tmp/full" --set "$small,train.steps=31,train.eval_every=0,checkpoint.every=0,$over" > "$tmp/other_model.out" 2> "$tmp/other_model.err"; then
+    echo "resume with $over: expected failure"; exit 1
+  fi
+  grep -q "resuming: ${over%%=*} is .* in .*iter_0000030 but" "$tmp/other_model.err" ||
+    { echo "resume with $over:"; cat "$tmp/other_model.err"; exit 1; }
+done
+test -d "$tmp/full/checkpoints/iter_0000030" || { echo "a refused resume removed the checkpoint"; exit 1; }
+[ "$(cat "$tmp/full/checkpoints/latest")" = 30 ]
+
 echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
 # Every weight of gpt_tiny has 64 or more columns, so each shard is whole
 # 32-blocks and GTP 1 rounds the same elements together (GtpOptions::fp8_gather):

@@ -107,6 +107,22 @@ absl::StatusOr<int64_t> Checkpointer::Resume() {
     std::printf("checkpoint.init_from %s ignored: resuming this run's own checkpoint in %s\n",
                 r_.checkpoint().init_from().c_str(), ckpt_root_.c_str());
   }
+  // The checkpoint's model must be this run's: tensors that still fit would
+  // otherwise load into another function (a 4-layer run resumed with
+  // model.n_layer=2 dropped two layers, and retention then deleted the last
+  // good checkpoint).
+  {
+    GTP_ASSIGN_OR_RETURN(const int64_t latest, checkpoint::LatestIteration(ckpt_root_));
+    const std::string dir = checkpoint::IterationDir(ckpt_root_, latest);
+    GTP_ASSIGN_OR_RETURN(checkpoint::proto::Metadata md, checkpoint::ReadCheckpointMetadata(dir));
+    if (auto it = md.extra().find("recipe"); it != md.extra().end()) {
+      GTP_ASSIGN_OR_RETURN(proto::Recipe theirs, ParseRecipe(it->second, dir + " (its recipe)"));
+      GTP_RETURN_IF_ERROR(SameFunction(
+          theirs.model(), r_.model(), dir, "resuming",
+          " (a run resumes with the model it was saved with: drop the override that changed it, "
+          "or start a new run with another --run_dir or checkpoint.no_resume=true)"));
+    }
+  }
   GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(/*with_tied_copies=*/true));
   GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr,
                        checkpoint::Load(ckpt_root_, std::nullopt, pieces, host_));
@@ -233,7 +249,7 @@ absl::Status Checkpointer::InitFrom(bool announce) {
   if (auto it = lr->extra.find("recipe"); it != lr->extra.end()) {
     absl::StatusOr<proto::Recipe> theirs = ParseRecipe(it->second, dir + " (its recipe)");
     if (!theirs.ok()) return bad(theirs.status());
-    GTP_RETURN_IF_ERROR(SameFunction(theirs->model(), r_.model(), dir));
+    GTP_RETURN_IF_ERROR(SameFunction(theirs->model(), r_.model(), dir, "checkpoint.init_from"));
   }
   if (rank0() && announce) {
     std::printf(
@@ -245,7 +261,8 @@ absl::Status Checkpointer::InitFrom(bool announce) {
 }
 
 absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,
-                                 const std::string& dir) {
+                          const std::string& dir, const std::string& what,
+                          const std::string& fix) {
   auto text = [](const proto::Model& m, const std::string& f) -> std::string {
     const int64_t kv = m.n_kv_head() > 0 ? m.n_kv_head() : m.n_head();
     if (f == "n_layer") return absl::StrCat(m.n_layer());
@@ -269,8 +286,8 @@ absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,
         "untied_embeddings", "rope", "rope_theta", "layer_pattern", "moe.num_experts"}) {
     const std::string a = text(theirs, f), b = text(ours, f);
     if (a != b) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint.init_from: model.", f, " is ", a,
-                                                     " in ", dir, " but ", b, " in this run"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": model.", f, " is ", a, " in ", dir,
+                                                     " but ", b, " in this run", fix));
     }
   }
   return absl::OkStatus();

@@ -90,9 +90,11 @@ class Checkpointer {
 absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
                                                  int world_rank);
 
-// InvalidArgument naming the first model setting in which `theirs`
-// (init_from's recipe) and `ours` differ, defaults resolved.
+// InvalidArgument "<what>: model.<setting> is A in <dir> but B in this
+// run<fix>" for the first model setting in which `theirs` (a checkpoint's
+// recipe) and `ours` differ, defaults resolved.
 absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,
-                          const std::string& dir);
+                          const std::string& dir, const std::string& what,
+                          const std::string& fix = "");
 
 }  // namespace gtp::recipes
