@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/model_state.h"
 #include "core/status.h"
@@ -17,6 +18,31 @@ Checkpointer::Checkpointer(const TrainingState& s, std::string root)
     : r_(*s.recipe), world_(*s.world), host_(*s.host), exec_(*s.exec), pgs_(s.pgs),
       parts_(s.parts), params_(*s.params), experts_(*s.experts), opt_(s.opt), sampler_(s.sampler),
       order_(s.order), expert_order_(s.expert_order), ckpt_root_(std::move(root)) {}
+
+absl::StatusOr<SavedProgress> ParseSavedProgress(const std::map<std::string, std::string>& extra,
+                                                 const std::string& dir) {
+  // (std::stoull used to throw here: an abort on UCX ranks, "exception:
+  // stoull" naming neither file nor field on threads.)
+  SavedProgress p;
+  auto field = [&](const char* key, auto* out) -> absl::Status {
+    auto it = extra.find(key);
+    if (it == extra.end()) {
+      return absl::DataLossError(absl::StrCat(dir, "/metadata.pb has no ", key,
+                                              ": not a trainer checkpoint, or a damaged one "
+                                              "(resume from an earlier iteration)"));
+    }
+    if (!absl::SimpleAtoi(it->second, out) || *out < 0) {
+      return absl::DataLossError(absl::StrCat(dir, "/metadata.pb: ", key, " is '", it->second,
+                                              "', not a whole number >= 0 (the metadata is "
+                                              "damaged: resume from an earlier iteration)"));
+    }
+    return absl::OkStatus();
+  };
+  GTP_RETURN_IF_ERROR(field("consumed_samples", &p.consumed_samples));
+  GTP_RETURN_IF_ERROR(field("optimizer_step", &p.optimizer_step));
+  GTP_RETURN_IF_ERROR(field("optimizer_skipped", &p.optimizer_skipped));
+  return p;
+}
 
 absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
                                                  int world_rank) {
@@ -129,12 +155,14 @@ absl::StatusOr<int64_t> Checkpointer::Resume() {
   for (layers::ShardedParam* p : params_.sharded) p->MarkUpdated();  // fp8 gathers re-quantise
   for (layers::ShardedParam* p : experts_.sharded) p->MarkUpdated();
   const int64_t step = lr.iteration;
+  GTP_ASSIGN_OR_RETURN(const SavedProgress saved,
+                       ParseSavedProgress(lr.extra, checkpoint::IterationDir(ckpt_root_, step)));
   data::SamplerState ss;
-  ss.consumed_samples = std::stoull(lr.extra["consumed_samples"]);
+  ss.consumed_samples = saved.consumed_samples;
   sampler_->set_state(ss);
   optimizer::OptimizerProgress pr;
-  pr.step = std::stoll(lr.extra["optimizer_step"]);
-  pr.num_skipped = std::stoll(lr.extra["optimizer_skipped"]);
+  pr.step = saved.optimizer_step;
+  pr.num_skipped = saved.optimizer_skipped;
   opt_->set_progress(pr);
   if (rank0()) {
     std::string moved;  // checkpoints of another rank order reshard like any other layout

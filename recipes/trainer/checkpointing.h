@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -84,6 +85,16 @@ class Checkpointer {
   std::unique_ptr<comm::Communicator> saver_comm_;
   std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
 };
+
+// A trainer checkpoint's progress entries (metadata "extra"): DataLoss
+// naming `dir`, the field and its value when one is missing or not a whole
+// number >= 0.
+struct SavedProgress {
+  uint64_t consumed_samples = 0;
+  int64_t optimizer_step = 0, optimizer_skipped = 0;
+};
+absl::StatusOr<SavedProgress> ParseSavedProgress(const std::map<std::string, std::string>& extra,
+                                                 const std::string& dir);
 
 // This rank's index among the ranks of its pipeline stage, and their
 // number (from the "pp" groups: one rank of each stage per group).
