@@ -43,8 +43,8 @@ absl::Status FsyncPath(const std::string& path) {
   return rc == 0 ? absl::OkStatus() : Errno("fsync " + path);
 }
 
-// Writes `data` to `path` via path.tmp + fsync + rename.
-absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
+// Writes `data` to path.tmp and fsyncs it (the first half of WriteFileAtomic).
+absl::Status WriteTmpFsynced(const std::string& path, const std::string& data) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -52,7 +52,13 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
     out.write(data.data(), data.size());
     if (!out) return Errno("write " + tmp);
   }
-  GTP_RETURN_IF_ERROR(FsyncPath(tmp));
+  return FsyncPath(tmp);
+}
+
+// Writes `data` to `path` via path.tmp + fsync + rename.
+absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  GTP_RETURN_IF_ERROR(WriteTmpFsynced(path, data));
+  const std::string tmp = path + ".tmp";
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename " + tmp);
   return absl::OkStatus();
 }
@@ -306,12 +312,19 @@ absl::Status Save(const std::string& root, const std::vector<TensorPiece>& piece
       AppendMetadataTrailer(&out);
       GTP_RETURN_IF_ERROR(WriteFileAtomic(tmp_dir + "/metadata.pb", out));
       GTP_RETURN_IF_ERROR(FsyncPath(tmp_dir));
+      // latest.tmp names the iteration before its directory is published:
+      // a kill at any point leaves `latest` naming the previous checkpoint,
+      // or latest.tmp naming this complete one (LatestIteration resumes from
+      // it). Written after the publication, a first save killed in between
+      // left a complete directory and no way to resume from it.
+      GTP_RETURN_IF_ERROR(WriteTmpFsynced(root + "/latest", absl::StrCat(options.iteration, "\n")));
       std::error_code ec;
       fs::remove_all(final_dir, ec);
       fs::rename(tmp_dir, final_dir, ec);
       if (ec) return absl::InternalError(absl::StrCat("rename ", tmp_dir, ": ", ec.message()));
       GTP_RETURN_IF_ERROR(FsyncPath(root));
-      GTP_RETURN_IF_ERROR(WriteFileAtomic(root + "/latest", absl::StrCat(options.iteration, "\n")));
+      const std::string latest_tmp = root + "/latest.tmp", latest = root + "/latest";
+      if (std::rename(latest_tmp.c_str(), latest.c_str()) != 0) return Errno("rename " + latest_tmp);
       GTP_RETURN_IF_ERROR(FsyncPath(root));
       if (options.keep_last > 0) {
         std::vector<std::string> iters;

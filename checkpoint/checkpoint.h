@@ -16,9 +16,12 @@
 // about 1/N of it and every element is written exactly once.
 //
 // Save: each rank writes its file into <root>/iter_N.tmp/, fsyncs it, the
-// metadata goes to rank 0 which writes metadata.pb, renames the directory to
-// iter_N and then atomically replaces `latest`. A crash at any point leaves
-// `latest` on the previous complete checkpoint.
+// metadata goes to rank 0 which writes metadata.pb, writes and fsyncs
+// latest.tmp naming N, renames the directory to iter_N, then renames
+// latest.tmp over `latest`. A crash at any point leaves `latest` on the
+// previous complete checkpoint, or (no `latest` yet, or killed between the
+// two renames) latest.tmp naming the complete iter_N, which LatestIteration
+// resumes from.
 //
 // Load: each rank reads metadata.pb and pulls exactly the elements its own
 // pieces need from whichever files hold them — so any layout loads any
