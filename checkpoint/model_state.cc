@@ -136,4 +136,19 @@ absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
   return out;
 }
 
+std::vector<TensorPiece> IdenticalPieces(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                         int index, int count) {
+  std::vector<TensorPiece> pieces;
+  for (const auto& [name, t] : tensors) {
+    TensorPiece piece;
+    piece.key = name;
+    piece.data = t;
+    piece.global_shape = t.shape();
+    piece.replica_index = index;
+    piece.replica_count = count;
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+
 }  // namespace gtp::checkpoint

@@ -12,6 +12,8 @@
 // (for loading, so that both copies are filled).
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,5 +38,11 @@ absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     const optimizer::DistributedOptimizer& opt, const optimizer::ParamSet& params,
     const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts = nullptr,
     bool with_tied_copies = false);
+
+// Whole tensors that `count` ranks hold identically (e.g. each MoE layer's
+// expert bias on the ranks of its pipeline stage), as pieces whose writing
+// those ranks split; `index` is this rank's place among them.
+std::vector<TensorPiece> IdenticalPieces(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                         int index, int count);
 
 }  // namespace gtp::checkpoint

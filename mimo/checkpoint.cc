@@ -58,16 +58,12 @@ absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(MimoModel& model, Mi
     // holding the layer, which split the writing.
     GTP_ASSIGN_OR_RETURN(const auto replica,
                          StageReplica(model.language_grid(), rank));
+    std::vector<std::pair<std::string, Tensor>> buffers;
     for (layers::GptModel* part : model.language_parts()) {
-      for (auto& [name, t] : part->moe_buffers()) {
-        checkpoint::TensorPiece piece;
-        piece.key = name;
-        piece.data = t;
-        piece.global_shape = t.shape();
-        piece.replica_index = replica.first;
-        piece.replica_count = replica.second;
-        w.push_back(std::move(piece));
-      }
+      for (auto& b : part->moe_buffers()) buffers.push_back(b);
+    }
+    for (auto& p : checkpoint::IdenticalPieces(buffers, replica.first, replica.second)) {
+      w.push_back(std::move(p));
     }
     Prefix("mimo.language.", &w);
     Prefix("mimo.language.", &s);

@@ -78,14 +78,8 @@ absl::StatusOr<std::vector<checkpoint::TensorPiece>> Checkpointer::Pieces(bool w
   }
   if (!buffers.empty()) {
     GTP_ASSIGN_OR_RETURN(const auto replica, StageReplica(*pgs_, world_.rank()));
-    for (auto& [name, t] : buffers) {
-      checkpoint::TensorPiece piece;
-      piece.key = name;
-      piece.data = t;
-      piece.global_shape = t.shape();
-      piece.replica_index = replica.first;
-      piece.replica_count = replica.second;
-      pieces.push_back(std::move(piece));
+    for (auto& p : checkpoint::IdenticalPieces(buffers, replica.first, replica.second)) {
+      pieces.push_back(std::move(p));
     }
   }
   for (auto& p : state) pieces.push_back(std::move(p));
