@@ -176,6 +176,23 @@ absl::StatusOr<int64_t> LatestIteration(const std::string& root) {
   return it;
 }
 
+absl::StatusOr<int64_t> ExtraCount(const std::map<std::string, std::string>& extra,
+                                   const std::string& key, const std::string& dir) {
+  auto it = extra.find(key);
+  if (it == extra.end()) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.pb has no ", key,
+                                            ": not this job's checkpoint, or a damaged one "
+                                            "(resume from an earlier iteration)"));
+  }
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(it->second, &v) || v < 0) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.pb: ", key, " is '", it->second,
+                                            "', not a whole number >= 0 (the metadata is "
+                                            "damaged: resume from an earlier iteration)"));
+  }
+  return v;
+}
+
 // ---- Save --------------------------------------------------------------------------
 
 namespace {

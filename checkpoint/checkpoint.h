@@ -98,6 +98,12 @@ absl::StatusOr<LoadResult> Load(const std::string& root, std::optional<int64_t> 
 // iteration directories. Does not block on other ranks.
 absl::StatusOr<int64_t> LatestIteration(const std::string& root);
 
+// A whole number >= 0 that a job stored in a checkpoint's `extra` entries
+// (e.g. "optimizer_step"): DataLoss naming <dir>/metadata.pb, the key and
+// the value when it is missing or not such a number.
+absl::StatusOr<int64_t> ExtraCount(const std::map<std::string, std::string>& extra,
+                                   const std::string& key, const std::string& dir);
+
 // Asynchronous save: Start copies this rank's pieces to host memory (the
 // only blocking part; training may change the tensors as soon as it
 // returns) and writes and commits them on a background thread, over `comm`.

@@ -122,8 +122,8 @@ absl::StatusOr<checkpoint::LoadResult> LoadMimoCheckpoint(const std::string& roo
   GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt, world.rank(), /*with_tied_copies=*/true));
   GTP_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::Load(root, it, pieces, world));
   optimizer::OptimizerProgress pr;
-  pr.step = std::stoll(lr.extra["optimizer_step"]);
-  pr.num_skipped = std::stoll(lr.extra["optimizer_skipped"]);
+  GTP_ASSIGN_OR_RETURN(pr.step, checkpoint::ExtraCount(lr.extra, "optimizer_step", dir));
+  GTP_ASSIGN_OR_RETURN(pr.num_skipped, checkpoint::ExtraCount(lr.extra, "optimizer_skipped", dir));
   for (optimizer::DistributedOptimizer* o : {opt.encoder(), opt.language()}) {
     if (o != nullptr) o->set_progress(pr);
   }

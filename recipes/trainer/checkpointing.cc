@@ -24,23 +24,12 @@ absl::StatusOr<SavedProgress> ParseSavedProgress(const std::map<std::string, std
   // (std::stoull used to throw here: an abort on UCX ranks, "exception:
   // stoull" naming neither file nor field on threads.)
   SavedProgress p;
-  auto field = [&](const char* key, auto* out) -> absl::Status {
-    auto it = extra.find(key);
-    if (it == extra.end()) {
-      return absl::DataLossError(absl::StrCat(dir, "/metadata.pb has no ", key,
-                                              ": not a trainer checkpoint, or a damaged one "
-                                              "(resume from an earlier iteration)"));
-    }
-    if (!absl::SimpleAtoi(it->second, out) || *out < 0) {
-      return absl::DataLossError(absl::StrCat(dir, "/metadata.pb: ", key, " is '", it->second,
-                                              "', not a whole number >= 0 (the metadata is "
-                                              "damaged: resume from an earlier iteration)"));
-    }
-    return absl::OkStatus();
-  };
-  GTP_RETURN_IF_ERROR(field("consumed_samples", &p.consumed_samples));
-  GTP_RETURN_IF_ERROR(field("optimizer_step", &p.optimizer_step));
-  GTP_RETURN_IF_ERROR(field("optimizer_skipped", &p.optimizer_skipped));
+  GTP_ASSIGN_OR_RETURN(const int64_t consumed,
+                       checkpoint::ExtraCount(extra, "consumed_samples", dir));
+  p.consumed_samples = static_cast<uint64_t>(consumed);
+  GTP_ASSIGN_OR_RETURN(p.optimizer_step, checkpoint::ExtraCount(extra, "optimizer_step", dir));
+  GTP_ASSIGN_OR_RETURN(p.optimizer_skipped,
+                       checkpoint::ExtraCount(extra, "optimizer_skipped", dir));
   return p;
 }
 
