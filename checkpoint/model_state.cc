@@ -151,4 +151,18 @@ std::vector<TensorPiece> IdenticalPieces(const std::vector<std::pair<std::string
   return pieces;
 }
 
+absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
+                                                 int world_rank) {
+  GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroup* pp, pgs.Group(parallel::groups::kPp));
+  GTP_ASSIGN_OR_RETURN(const int stage, pgs.RankIn(parallel::groups::kPp));
+  int index = -1;
+  for (size_t i = 0; i < pp->all_ranks.size(); ++i) {
+    if (pp->all_ranks[i][stage] == world_rank) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::InternalError(absl::StrCat("rank ", world_rank, " is in no pipeline group"));
+  }
+  return std::make_pair(index, static_cast<int>(pp->all_ranks.size()));
+}
+
 }  // namespace gtp::checkpoint

@@ -39,6 +39,12 @@ absl::StatusOr<std::vector<TensorPiece>> OptimizerPieces(
     const parallel::ProcessGroupCollection& pgs, const optimizer::ParamSet* experts = nullptr,
     bool with_tied_copies = false);
 
+// This rank's index among the ranks of its pipeline stage, and their number
+// (from the "pp" groups: one rank of each stage per group) — the holders of
+// a stage's IdenticalPieces.
+absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
+                                                 int world_rank);
+
 // Whole tensors that `count` ranks hold identically (e.g. each MoE layer's
 // expert bias on the ranks of its pipeline stage), as pieces whose writing
 // those ranks split; `index` is this rank's place among them.

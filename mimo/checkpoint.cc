@@ -15,20 +15,6 @@ void Prefix(const std::string& prefix, std::vector<checkpoint::TensorPiece>* pie
   for (checkpoint::TensorPiece& p : *pieces) p.key = prefix + p.key;
 }
 
-// This rank's place among the language ranks of its pipeline stage (which
-// hold the same layers' MoE buffers and split their writing).
-absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::HyperCommGrid& g, int rank) {
-  GTP_ASSIGN_OR_RETURN(const auto mine, g.dense().Coordinates(rank));
-  int index = -1, count = 0;
-  for (int r = g.offset(); r < g.offset() + g.size(); ++r) {
-    GTP_ASSIGN_OR_RETURN(const auto c, g.dense().Coordinates(r));
-    if (c.pp != mine.pp) continue;
-    if (r == rank) index = count;
-    ++count;
-  }
-  return std::make_pair(index, count);
-}
-
 // with_tied_copies: a language pipeline's head copy of wte is loaded, never
 // saved (as in the trainer).
 absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(MimoModel& model, MimoOptimizer& opt,
@@ -56,8 +42,7 @@ absl::StatusOr<std::vector<checkpoint::TensorPiece>> Pieces(MimoModel& model, Mi
                                                              *pgs, experts, with_tied_copies));
     // MoE expert biases: the same on every language rank of the stage
     // holding the layer, which split the writing.
-    GTP_ASSIGN_OR_RETURN(const auto replica,
-                         StageReplica(model.language_grid(), rank));
+    GTP_ASSIGN_OR_RETURN(const auto replica, checkpoint::StageReplica(*pgs, rank));
     std::vector<std::pair<std::string, Tensor>> buffers;
     for (layers::GptModel* part : model.language_parts()) {
       for (auto& b : part->moe_buffers()) buffers.push_back(b);

@@ -33,20 +33,6 @@ absl::StatusOr<SavedProgress> ParseSavedProgress(const std::map<std::string, std
   return p;
 }
 
-absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
-                                                 int world_rank) {
-  GTP_ASSIGN_OR_RETURN(const parallel::ProcessGroup* pp, pgs.Group(parallel::groups::kPp));
-  GTP_ASSIGN_OR_RETURN(const int stage, pgs.RankIn(parallel::groups::kPp));
-  int index = -1;
-  for (size_t i = 0; i < pp->all_ranks.size(); ++i) {
-    if (pp->all_ranks[i][stage] == world_rank) index = static_cast<int>(i);
-  }
-  if (index < 0) {
-    return absl::InternalError(absl::StrCat("rank ", world_rank, " is in no pipeline group"));
-  }
-  return std::make_pair(index, static_cast<int>(pp->all_ranks.size()));
-}
-
 absl::StatusOr<int64_t> Checkpointer::InitFromThen0(bool announce) {
   GTP_RETURN_IF_ERROR(InitFrom(announce));
   return 0;
@@ -66,7 +52,7 @@ absl::StatusOr<std::vector<checkpoint::TensorPiece>> Checkpointer::Pieces(bool w
     for (auto& b : part->moe_buffers()) buffers.push_back(b);
   }
   if (!buffers.empty()) {
-    GTP_ASSIGN_OR_RETURN(const auto replica, StageReplica(*pgs_, world_.rank()));
+    GTP_ASSIGN_OR_RETURN(const auto replica, checkpoint::StageReplica(*pgs_, world_.rank()));
     for (auto& p : checkpoint::IdenticalPieces(buffers, replica.first, replica.second)) {
       pieces.push_back(std::move(p));
     }

@@ -96,11 +96,6 @@ struct SavedProgress {
 absl::StatusOr<SavedProgress> ParseSavedProgress(const std::map<std::string, std::string>& extra,
                                                  const std::string& dir);
 
-// This rank's index among the ranks of its pipeline stage, and their
-// number (from the "pp" groups: one rank of each stage per group).
-absl::StatusOr<std::pair<int, int>> StageReplica(const parallel::ProcessGroupCollection& pgs,
-                                                 int world_rank);
-
 // InvalidArgument "<what>: model.<setting> is A in <dir> but B in this
 // run<fix>" for the first model setting in which `theirs` (a checkpoint's
 // recipe) and `ours` differ, defaults resolved.
