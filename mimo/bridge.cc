@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/host_values.h"
 #include "core/status.h"
 
 namespace gtp::mimo {
@@ -119,7 +121,7 @@ Bridge::~Bridge() = default;
 
 absl::StatusOr<Bridge> Bridge::Create(const std::string& name, const HyperCommGrid& source,
                                       const HyperCommGrid& destination, comm::Communicator& world,
-                                      Allocator& alloc, int tag_base) {
+                                      Allocator& alloc, const BridgeOptions& options) {
   if (name.empty()) return absl::InvalidArgumentError("a Bridge needs a name");
   auto where = [](const HyperCommGrid& g) {
     return absl::StrCat(g.name(), " [", g.offset(), ", ", g.offset() + g.size(), ")");
@@ -135,6 +137,12 @@ absl::StatusOr<Bridge> Bridge::Create(const std::string& name, const HyperCommGr
   b.destination_ = &destination;
   b.world_ = &world;
   b.alloc_ = &alloc;
+  b.stream_ = options.cuda_stream;
+  if (comm::MovesDeviceMemory(world) && !alloc.device().is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bridge '", name, "': world '", world.name(), "' (", world.backend(),
+        ") moves device memory; give the bridge a GPU allocator"));
+  }
   b.colocated_ = source.offset() == destination.offset() && source.size() == destination.size();
   if (!b.colocated_ && source.offset() < destination.offset() + destination.size() &&
       destination.offset() < source.offset() + source.size()) {
@@ -163,14 +171,33 @@ absl::StatusOr<Bridge> Bridge::Create(const std::string& name, const HyperCommGr
   GTP_ASSIGN_OR_RETURN(b.destination_leaders_, destination.LaneLeaders(0));
   b.forward_.from = Side{&source, last, b.source_leaders_};
   b.forward_.to = Side{&destination, 0, b.destination_leaders_};
-  b.forward_.tag = tag_base;
+  b.forward_.tag = options.tag_base;
   b.backward_.from = b.forward_.to;
   b.backward_.to = b.forward_.from;
-  b.backward_.tag = tag_base + 2;
+  b.backward_.tag = options.tag_base + 2;
   if (b.colocated_) {
     GTP_RETURN_IF_ERROR(PlanColocated(name + ".fwd", world, b.forward_));
     GTP_RETURN_IF_ERROR(PlanColocated(name + ".bwd", world, b.backward_));
   }
+  // Leaders that exchange point-to-point connect first (NCCL connects a
+  // pair lazily and needs both sides' first batches to match; a fan-in
+  // leader's first batch receives from k peers). Each direction names
+  // its pairs once from each side, so the lists are symmetric.
+  std::set<int> peers;
+  for (const Route* r : {&b.forward_, &b.backward_}) {
+    if (r->mode != Mode::kP2P) continue;
+    const Fan fan = FanOf(r->from.grid->num_data_lanes(), r->to.grid->num_data_lanes());
+    for (int lane = 0; lane < static_cast<int>(r->from.leaders.size()); ++lane) {
+      const int first = fan.gather ? lane / fan.k : lane * fan.k;
+      for (int j = 0; j < (fan.gather ? 1 : fan.k); ++j) {
+        const int a = r->from.leaders[lane], c = r->to.leaders[first + j];
+        if (a == c) continue;
+        if (a == world.rank()) peers.insert(c);
+        if (c == world.rank()) peers.insert(a);
+      }
+    }
+  }
+  GTP_RETURN_IF_ERROR(world.ConnectPeers(std::vector<int>(peers.begin(), peers.end())));
   return b;
 }
 
@@ -344,7 +371,8 @@ absl::StatusOr<LaneBatch> Bridge::MoveGather(Route& route, const LaneBatch& inpu
   // Step 1: headers.
   const Header h = mine.ok() ? HeaderOf(input.data, input.num_samples(), 1) : ErrorHeader();
   std::vector<Header> hs(k);
-  GTP_RETURN_IF_ERROR(comm::Run(g.AllGather(h.data(), hs.data(), kHeaderLen, DType::kI64)));
+  GTP_RETURN_IF_ERROR(
+      comm::AllGatherHost(g, h.data(), hs.data(), kHeaderLen, DType::kI64, staging()));
   GTP_RETURN_IF_ERROR(mine);
   int64_t max_samples = 0, max_rows = 0, rows = 0, samples = 0;
   for (int j = 0; j < k; ++j) {
@@ -368,21 +396,17 @@ absl::StatusOr<LaneBatch> Bridge::MoveGather(Route& route, const LaneBatch& inpu
     if (input.data.dim(0) != max_rows) {
       GTP_ASSIGN_OR_RETURN(send, Tensor::TryEmpty(ShapeOf(h, max_rows), dtype, *alloc_));
       if (input.data.dim(0) > 0) {
-        GTP_RETURN_IF_ERROR(Copy(input.data, send.Slice(0, input.data.dim(0))));
+        GTP_RETURN_IF_ERROR(Copy(input.data, send.Slice(0, input.data.dim(0)), stream_));
       }
     }
     GTP_ASSIGN_OR_RETURN(recv, Tensor::TryEmpty(ShapeOf(h, k * max_rows), dtype, *alloc_));
   }
-  std::vector<comm::WorkPtr> works;
-  if (max_samples > 0) {
-    GTP_ASSIGN_OR_RETURN(works.emplace_back(),
-                         g.AllGather(my_counts.data(), counts.data(), max_samples, DType::kI64));
-  }
+  GTP_RETURN_IF_ERROR(comm::AllGatherHost(g, my_counts.data(), counts.data(), max_samples,
+                                          DType::kI64, staging()));
   if (max_rows > 0) {
-    GTP_ASSIGN_OR_RETURN(works.emplace_back(), g.AllGather(send.raw_data(), recv.raw_data(),
-                                                           max_rows * RowElems(h), dtype));
+    GTP_RETURN_IF_ERROR(comm::Run(
+        g.AllGather(send.raw_data(), recv.raw_data(), max_rows * RowElems(h), dtype)));
   }
-  for (auto& w : works) GTP_RETURN_IF_ERROR(w->Wait());
   LaneBatch out;
   GTP_ASSIGN_OR_RETURN(out.data, Tensor::TryEmpty(ShapeOf(h, rows), dtype, *alloc_));
   int64_t row = 0;
@@ -390,7 +414,7 @@ absl::StatusOr<LaneBatch> Bridge::MoveGather(Route& route, const LaneBatch& inpu
     const int64_t n = hs[j][kRows];
     if (n > 0) {
       GTP_RETURN_IF_ERROR(
-          Copy(recv.Slice(j * max_rows, j * max_rows + n), out.data.Slice(row, row + n)));
+          Copy(recv.Slice(j * max_rows, j * max_rows + n), out.data.Slice(row, row + n), stream_));
     }
     row += n;
     out.sample_rows.insert(out.sample_rows.end(), counts.begin() + j * max_samples,
@@ -478,22 +502,19 @@ absl::StatusOr<LaneBatch> Bridge::MoveP2P(Route& route, const LaneBatch& input) 
   };
 
   // Step 1: headers. Everything posted, then waited.
-  std::vector<comm::WorkPtr> works;
+  comm::HostExchange headers(*world_, staging());
   for (Msg& s : sends) {
     if (s.peer == me) continue;
-    GTP_ASSIGN_OR_RETURN(works.emplace_back(),
-                         world_->Send(s.header.data(), kHeaderLen, DType::kI64, s.peer, route.tag));
+    GTP_RETURN_IF_ERROR(headers.Send(s.header.data(), kHeaderLen, DType::kI64, s.peer, route.tag));
   }
   for (Msg& r : recvs) {
     if (Msg* s = self_send(r)) {
       r.header = s->header;
       continue;
     }
-    GTP_ASSIGN_OR_RETURN(works.emplace_back(),
-                         world_->Recv(r.header.data(), kHeaderLen, DType::kI64, r.peer, route.tag));
+    GTP_RETURN_IF_ERROR(headers.Recv(r.header.data(), kHeaderLen, DType::kI64, r.peer, route.tag));
   }
-  for (auto& w : works) GTP_RETURN_IF_ERROR(w->Wait());
-  works.clear();
+  GTP_RETURN_IF_ERROR(headers.Wait());
 
   // What arrives: one batch of the to-lane, or the reason there is none.
   absl::Status got = absl::OkStatus();
@@ -522,12 +543,15 @@ absl::StatusOr<LaneBatch> Bridge::MoveP2P(Route& route, const LaneBatch& input) 
 
   // Step 2: per-sample row counts, then payload. Receivers of a bad set of
   // headers still drain the good parts (into their own buffers) so no
-  // sender is left waiting.
+  // sender is left waiting. Each pair's counts go before its payload, in
+  // the same order on both sides (NCCL pairs point-to-point by order).
+  comm::HostExchange counts(*world_, staging());
+  std::vector<comm::WorkPtr> works;
   for (Msg& s : sends) {
     if (s.header[kStatus] != 0 || s.peer == me) continue;
     if (s.header[kSamples] > 0) {
-      GTP_ASSIGN_OR_RETURN(works.emplace_back(), world_->Send(s.counts.data(), s.header[kSamples],
-                                                              DType::kI64, s.peer, route.tag + 1));
+      GTP_RETURN_IF_ERROR(counts.Send(s.counts.data(), s.header[kSamples], DType::kI64, s.peer,
+                                      route.tag + 1));
     }
     if (s.payload.numel() > 0) {
       GTP_ASSIGN_OR_RETURN(works.emplace_back(),
@@ -550,12 +574,12 @@ absl::StatusOr<LaneBatch> Bridge::MoveP2P(Route& route, const LaneBatch& input) 
     r.counts.resize(r.header[kSamples]);
     if (Msg* s = self_send(r)) {
       r.counts = s->counts;
-      if (n > 0) GTP_RETURN_IF_ERROR(Copy(s->payload, r.payload));
+      if (n > 0) GTP_RETURN_IF_ERROR(Copy(s->payload, r.payload, stream_));
       continue;
     }
     if (!r.counts.empty()) {
-      GTP_ASSIGN_OR_RETURN(works.emplace_back(), world_->Recv(r.counts.data(), r.header[kSamples],
-                                                              DType::kI64, r.peer, route.tag + 1));
+      GTP_RETURN_IF_ERROR(counts.Recv(r.counts.data(), r.header[kSamples], DType::kI64, r.peer,
+                                      route.tag + 1));
     }
     if (r.payload.numel() > 0) {
       GTP_ASSIGN_OR_RETURN(works.emplace_back(),
@@ -564,6 +588,7 @@ absl::StatusOr<LaneBatch> Bridge::MoveP2P(Route& route, const LaneBatch& input) 
     }
   }
   for (auto& w : works) GTP_RETURN_IF_ERROR(w->Wait());
+  GTP_RETURN_IF_ERROR(counts.Wait());
   for (const Msg& r : recvs) {
     out.sample_rows.insert(out.sample_rows.end(), r.counts.begin(), r.counts.end());
     out.parts.push_back(r.header[kSamples]);
@@ -596,7 +621,7 @@ absl::Status Bridge::BroadcastInLane(const Side& to, bool ok, LaneBatch& out) {
     h = ok ? HeaderOf(out.data, out.num_samples(), static_cast<int64_t>(out.parts.size()))
            : ErrorHeader();
   }
-  GTP_RETURN_IF_ERROR(comm::Run(g->Broadcast(h.data(), kHeaderLen, DType::kI64, root)));
+  GTP_RETURN_IF_ERROR(comm::BroadcastHost(*g, h.data(), kHeaderLen, DType::kI64, root, staging()));
   if (h[kStatus] != 0) {
     if (is_root) return absl::OkStatus();  // the leader returns its own error
     return absl::InvalidArgumentError(absl::StrCat("bridge '", name_, "': lane leader (world rank ",
@@ -612,16 +637,12 @@ absl::Status Bridge::BroadcastInLane(const Side& to, bool ok, LaneBatch& out) {
     GTP_ASSIGN_OR_RETURN(
         out.data, Tensor::TryEmpty(ShapeOf(h, h[kRows]), static_cast<DType>(h[kDType]), *alloc_));
   }
-  std::vector<comm::WorkPtr> works;
-  if (!counts.empty()) {
-    GTP_ASSIGN_OR_RETURN(works.emplace_back(),
-                         g->Broadcast(counts.data(), counts.size(), DType::kI64, root));
-  }
+  GTP_RETURN_IF_ERROR(comm::BroadcastHost(*g, counts.data(), static_cast<int64_t>(counts.size()),
+                                          DType::kI64, root, staging()));
   if (out.data.numel() > 0) {
-    GTP_ASSIGN_OR_RETURN(works.emplace_back(), g->Broadcast(out.data.raw_data(), out.data.numel(),
-                                                            out.data.dtype(), root));
+    GTP_RETURN_IF_ERROR(comm::Run(
+        g->Broadcast(out.data.raw_data(), out.data.numel(), out.data.dtype(), root)));
   }
-  for (auto& w : works) GTP_RETURN_IF_ERROR(w->Wait());
   if (!is_root) {
     out.sample_rows.assign(counts.begin(), counts.begin() + n_samples);
     out.parts.assign(counts.begin() + n_samples, counts.end());

@@ -50,10 +50,12 @@
 //   GTP_ASSIGN_OR_RETURN(mimo::LaneBatch g, bridge.Backward({grad, in.sample_rows, in.parts}));
 //
 // Headers and counts are host int64 arrays sent over the same communicators
-// as the payload: fine for host backends (local, UCX); a device-memory
-// backend would need them staged (planned). Payloads may be any dtype the
-// communicator moves (f32, bf16, ...) and any device `alloc` and the
-// communicator agree on.
+// as the payload (comm/host_values.h: on NCCL each goes through a small
+// device buffer; the payload never leaves the device). Payloads may be any
+// dtype the communicator moves (f32, bf16, ...) on the device of `alloc`
+// (a GPU allocator when `world` is NCCL); copies run on
+// BridgeOptions::cuda_stream, the stream the payloads are produced and used
+// on. On NCCL, Create connects the leaders that exchange point-to-point.
 //
 // Create, Forward and Backward return Status and block; they are collective
 // over `world` (every world rank calls them, in the same order, with the
@@ -68,6 +70,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
+#include "comm/host_values.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
 #include "parallel/hyper_comm_grid.h"
@@ -90,6 +93,13 @@ struct LaneBatch {
   int64_t num_samples() const { return static_cast<int64_t>(sample_rows.size()); }
 };
 
+struct BridgeOptions {
+  // Tags used on `world`: tag_base .. tag_base + 3 (distinct per bridge).
+  int tag_base = 0x4d0000;
+  // The cudaStream_t payloads are produced and consumed on (device tensors).
+  void* cuda_stream = nullptr;
+};
+
 class Bridge {
  public:
   // How one direction moves data.
@@ -109,7 +119,7 @@ class Bridge {
                                        const parallel::HyperCommGrid& source,
                                        const parallel::HyperCommGrid& destination,
                                        comm::Communicator& world, Allocator& alloc,
-                                       int tag_base = kDefaultTagBase);
+                                       const BridgeOptions& options = {});
 
   Bridge(Bridge&&) = default;
   Bridge& operator=(Bridge&&) = default;
@@ -144,8 +154,7 @@ class Bridge {
   Mode forward_mode() const { return forward_.mode; }
   Mode backward_mode() const { return backward_.mode; }
 
-  // Tags used on `world`: tag_base .. tag_base + 3.
-  static constexpr int kDefaultTagBase = 0x4d0000;
+  static constexpr int kDefaultTagBase = BridgeOptions().tag_base;
 
  private:
   // One side of one direction.
@@ -171,12 +180,14 @@ class Bridge {
   absl::StatusOr<LaneBatch> MoveNarrow(Route& route, const LaneBatch& input);
   absl::StatusOr<LaneBatch> MoveGather(Route& route, const LaneBatch& input);
   absl::Status BroadcastInLane(const Side& to, bool ok, LaneBatch& out);
+  comm::Staging staging() const { return {alloc_, stream_}; }
 
   std::string name_;
   const parallel::HyperCommGrid* source_ = nullptr;
   const parallel::HyperCommGrid* destination_ = nullptr;
   comm::Communicator* world_ = nullptr;
   Allocator* alloc_ = nullptr;
+  void* stream_ = nullptr;
   bool colocated_ = false;
   std::vector<int> source_leaders_, destination_leaders_;
   Route forward_, backward_;

@@ -34,6 +34,22 @@ std::vector<int64_t> IdsFrom(const Tensor& t) {
   return ids;
 }
 
+// `t` (host) on e's device, copied on e's stream.
+absl::StatusOr<Tensor> OnExec(const kernels::Exec& e, const Tensor& t) {
+  if (!e.is_cuda()) return t;
+  GTP_ASSIGN_OR_RETURN(Tensor d, Tensor::TryEmpty(t.shape(), t.dtype(), *e.alloc));
+  GTP_RETURN_IF_ERROR(Copy(t, d, e.stream, /*sync=*/true));
+  return d;
+}
+
+// `t` (on e's device, or undefined) on the host, after e's stream.
+absl::StatusOr<Tensor> OnHost(const kernels::Exec& e, const Tensor& t, Allocator& host) {
+  if (!e.is_cuda() || !t.defined()) return t;
+  Tensor h = Tensor::Empty(t.shape(), t.dtype(), host);
+  GTP_RETURN_IF_ERROR(Copy(t, h, e.stream, /*sync=*/true));
+  return h;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MimoModel>> MimoModel::Create(
@@ -75,10 +91,16 @@ absl::StatusOr<std::unique_ptr<MimoModel>> MimoModel::Create(
                             P, "); use language_vpp = 1"));
   }
   // The bridges: image rows, and the sample ids that check the loaders.
-  GTP_ASSIGN_OR_RETURN(Bridge f, Bridge::Create("mimo.features", encoder, language, world, host));
+  // Both on the model's device (the ids go there and back: a device-memory
+  // world moves nothing else).
+  BridgeOptions bo;
+  bo.cuda_stream = exec.stream;
+  GTP_ASSIGN_OR_RETURN(Bridge f,
+                       Bridge::Create("mimo.features", encoder, language, world, *exec.alloc, bo));
   m->features_ = std::make_unique<Bridge>(std::move(f));
-  GTP_ASSIGN_OR_RETURN(Bridge i, Bridge::Create("mimo.ids", encoder, language, world, host,
-                                                Bridge::kDefaultTagBase + 8));
+  bo.tag_base = Bridge::kDefaultTagBase + 8;
+  GTP_ASSIGN_OR_RETURN(Bridge i,
+                       Bridge::Create("mimo.ids", encoder, language, world, *exec.alloc, bo));
   m->ids_ = std::make_unique<Bridge>(std::move(i));
   if (encoder.is_member()) {
     GTP_ASSIGN_OR_RETURN(m->encoder_lane_, encoder.DataLane(world.rank()));
@@ -141,14 +163,15 @@ absl::Status MimoModel::EncodeAndBridge(const Tensor& patches,
     }
     GTP_ASSIGN_OR_RETURN(out.data, encoder_->Forward(patches));
     out.sample_rows.assign(B_enc_, Np_);
-    ids.data = IdsTensor(encoder_ids, *host_);
+    GTP_ASSIGN_OR_RETURN(ids.data, OnExec(exec_, IdsTensor(encoder_ids, *host_)));
     ids.sample_rows.assign(B_enc_, 1);
   }
   GTP_ASSIGN_OR_RETURN(LaneBatch got_ids, ids_->Forward(ids));
   GTP_ASSIGN_OR_RETURN(*received, features_->Forward(out));
   // Only the language model's first stage receives (and checks).
   if (!has_language() || !received->data.defined()) return absl::OkStatus();
-  const std::vector<int64_t> arrived = IdsFrom(got_ids.data);
+  GTP_ASSIGN_OR_RETURN(const Tensor arrived_host, OnHost(exec_, got_ids.data, *host_));
+  const std::vector<int64_t> arrived = IdsFrom(arrived_host);
   if (arrived != language_ids) {
     std::string a, b;
     for (int64_t v : arrived) absl::StrAppend(&a, a.empty() ? "" : ",", v);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "comm/host_values.h"
 #include "core/status.h"
 
 namespace gtp::mimo {
@@ -95,8 +96,8 @@ absl::StatusOr<optimizer::StepStats> MimoOptimizer::Step() {
     GTP_ASSIGN_OR_RETURN(const double n, lang_opt_->GradNorm());
     if (lang_leader_) sq.data<float>()[1] = static_cast<float>(n * n);
   }
-  GTP_RETURN_IF_ERROR(comm::Run(
-      world_->AllReduce(sq.raw_data(), sq.raw_data(), 2, DType::kF32, comm::ReduceOp::kSum)));
+  GTP_RETURN_IF_ERROR(comm::AllReduceHost(*world_, sq.raw_data(), 2, DType::kF32,
+                                          comm::ReduceOp::kSum, {exec_.alloc, exec_.stream}));
   const double norm =
       std::sqrt(static_cast<double>(sq.data<float>()[0]) + static_cast<double>(sq.data<float>()[1]));
   optimizer::StepStats stats;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "comm/host_values.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
@@ -69,32 +70,18 @@ void Copy2D(const kernels::Exec& e, const float* src, int64_t src_ld, float* dst
   }
 }
 
-namespace {
-
-template <typename T>
-absl::Status AllReduceHost(const kernels::Exec& e, comm::Communicator* c, std::vector<T>* values,
-                           comm::ReduceOp op) {
-  if (c == nullptr || c->size() == 1 || values->empty()) return absl::OkStatus();
-  const DType dt = DTypeOf<T>::value;
-  const int64_t n = static_cast<int64_t>(values->size());
-  Tensor host = Tensor::Wrap(values->data(), {n}, dt, Device::Cpu());
-  if (!e.is_cuda()) return comm::Run(c->AllReduce(values->data(), values->data(), n, dt, op));
-  Tensor dev = e.Empty({n}, dt);
-  GTP_RETURN_IF_ERROR(Copy(host, dev, e.stream, /*sync=*/true));
-  GTP_RETURN_IF_ERROR(comm::Run(c->AllReduce(dev.raw_data(), dev.raw_data(), n, dt, op)));
-  return Copy(dev, host, e.stream, /*sync=*/true);
-}
-
-}  // namespace
-
 absl::Status AllReduceHostF32(const kernels::Exec& e, comm::Communicator* c,
                               std::vector<float>* values, comm::ReduceOp op) {
-  return AllReduceHost(e, c, values, op);
+  if (c == nullptr) return absl::OkStatus();
+  return comm::AllReduceHost(*c, values->data(), static_cast<int64_t>(values->size()),
+                             DType::kF32, op, {e.alloc, e.stream});
 }
 
 absl::Status AllReduceHostI64(const kernels::Exec& e, comm::Communicator* c,
                               std::vector<int64_t>* values, comm::ReduceOp op) {
-  return AllReduceHost(e, c, values, op);
+  if (c == nullptr) return absl::OkStatus();
+  return comm::AllReduceHost(*c, values->data(), static_cast<int64_t>(values->size()),
+                             DType::kI64, op, {e.alloc, e.stream});
 }
 
 absl::StatusOr<std::vector<int64_t>> AllGatherHostI64(const kernels::Exec& e,
@@ -103,19 +90,8 @@ absl::StatusOr<std::vector<int64_t>> AllGatherHostI64(const kernels::Exec& e,
   if (c == nullptr || c->size() == 1) return values;
   const int64_t n = static_cast<int64_t>(values.size());
   std::vector<int64_t> out(n * c->size());
-  if (n == 0) return out;
-  if (!e.is_cuda()) {
-    GTP_RETURN_IF_ERROR(comm::Run(c->AllGather(values.data(), out.data(), n, DType::kI64)));
-    return out;
-  }
-  Tensor send = e.Empty({n}, DType::kI64), recv = e.Empty({n * c->size()}, DType::kI64);
-  GTP_RETURN_IF_ERROR(Copy(Tensor::Wrap(const_cast<int64_t*>(values.data()), {n}, DType::kI64,
-                                        Device::Cpu()),
-                           send, e.stream, true));
-  GTP_RETURN_IF_ERROR(comm::Run(c->AllGather(send.raw_data(), recv.raw_data(), n, DType::kI64)));
   GTP_RETURN_IF_ERROR(
-      Copy(recv, Tensor::Wrap(out.data(), {n * c->size()}, DType::kI64, Device::Cpu()), e.stream,
-           true));
+      comm::AllGatherHost(*c, values.data(), out.data(), n, DType::kI64, {e.alloc, e.stream}));
   return out;
 }
 

@@ -92,6 +92,14 @@ done
 test -d "$tmp/full/checkpoints/iter_0000030" || { echo "a refused resume removed the checkpoint"; exit 1; }
 [ "$(cat "$tmp/full/checkpoints/latest")" = 30 ]
 
+echo "== 2f. train.cuda_graphs=on where the step cannot be captured is refused before the first step"
+if "$bin" --run_dir "$tmp/graphs_on" --set "$small,train.steps=2,train.cuda_graphs=on" > "$tmp/graphs.out" 2> "$tmp/graphs.err"; then
+  echo "cuda_graphs=on on the CPU: expected failure"; exit 1
+fi
+grep -q "train.cuda_graphs=on, but this step cannot be captured as a CUDA graph: train.device is cpu" "$tmp/graphs.err" ||
+  { cat "$tmp/graphs.err"; exit 1; }
+! grep -q "^step" "$tmp/graphs.out" || { echo "a refused run trained"; exit 1; }
+
 echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
 # Every weight of gpt_tiny has 64 or more columns, so each shard is whole
 # 32-blocks and GTP 1 rounds the same elements together (GtpOptions::fp8_gather):

@@ -365,9 +365,9 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
       return Bad(absl::StrCat("parallel.gtp_reduce_scatter_dtype must be f32 or bf16, got ", g));
     }
   }
-  if (t->cuda_graphs().empty()) t->set_cuda_graphs("on");
-  if (t->cuda_graphs() != "on" && t->cuda_graphs() != "off")
-    return Bad(absl::StrCat("train.cuda_graphs must be on or off, got ", t->cuda_graphs()));
+  if (t->cuda_graphs().empty()) t->set_cuda_graphs("auto");
+  if (t->cuda_graphs() != "auto" && t->cuda_graphs() != "on" && t->cuda_graphs() != "off")
+    return Bad(absl::StrCat("train.cuda_graphs must be auto, on or off, got ", t->cuda_graphs()));
   if (t->attention().empty()) t->set_attention("cudnn");
   if (t->attention() != "cudnn" && t->attention() != "flash")
     return Bad(absl::StrCat("train.attention must be cudnn or flash, got ", t->attention()));

@@ -94,6 +94,27 @@ TEST(RecipeOptim, OutOfRangeOptimizerAndMoeSettingsAreNamed) {
   EXPECT_FLOAT_EQ(ok->optim().beta2(), 0.95f);
 }
 
+TEST(RecipeTrain, CudaGraphsAreAutoOnOrOff) {
+  // "" used to become "on", which then meant "where possible": an explicit
+  // on could not be told from the default and was dropped silently on
+  // several ranks. Now the default is auto and on is a requirement
+  // (StepRunner::CheckCudaGraphs refuses a run that cannot capture).
+  const std::string path = WriteRecipe();
+  auto r = LoadRecipe(path, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->train().cuda_graphs(), "auto");
+  for (const char* v : {"auto", "on", "off"}) {
+    auto ok = LoadRecipe(path, {std::string("train.cuda_graphs=") + v});
+    ASSERT_TRUE(ok.ok()) << v << ": " << ok.status();
+    EXPECT_EQ(ok->train().cuda_graphs(), v);
+  }
+  auto bad = LoadRecipe(path, {"train.cuda_graphs=yes"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("train.cuda_graphs must be auto, on or off, got yes"),
+            std::string::npos)
+      << bad.status();
+}
+
 TEST(RecipeData, TokenizerFilesGoTogetherWithAnIndexedDataset) {
   const std::string path = WriteRecipe();
   const std::string indexed = "data.source=indexed", at = "data.path=/d/owt";

@@ -60,10 +60,38 @@ absl::Status StepRunner::Accumulate() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Why this run's step cannot be captured as a CUDA graph ("": it can).
+std::string WhyNoGraphs(const kernels::Exec& exec, const comm::Communicator& world,
+                        const RankState& s) {
+  if (!exec.is_cuda()) return "train.device is cpu";
+  // Not built yet: the NCCL communicator's watchdog and host-side
+  // bookkeeping around each collective are not capture-safe.
+  if (world.size() > 1) return absl::StrCat("the run has ", world.size(), " ranks (graphs need one)");
+  if (!s.opt->CanEnqueueSteps()) {
+    return "the optimizer reads values on the host during its step (Muon, or a host-side "
+           "grad-norm group)";
+  }
+  // MoE layers read their token counts on the host.
+  if (s.has_moe()) return "MoE layers read their token counts on the host";
+  if (s.runner != nullptr) return "the pipeline schedule waits on the host";
+  return "";
+}
+
+}  // namespace
+
 bool StepRunner::UseCudaGraphs() const {
-  // MoE layers read their token counts on the host: not capturable.
-  return exec_.is_cuda() && r_.train().cuda_graphs() == "on" && world_.size() == 1 &&
-         s_.opt->CanEnqueueSteps() && !s_.has_moe() && s_.runner == nullptr;
+  return r_.train().cuda_graphs() != "off" && WhyNoGraphs(exec_, world_, s_).empty();
+}
+
+absl::Status StepRunner::CheckCudaGraphs() const {
+  if (r_.train().cuda_graphs() != "on") return absl::OkStatus();
+  const std::string why = WhyNoGraphs(exec_, world_, s_);
+  if (why.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("train.cuda_graphs=on, but this step cannot be captured as a CUDA graph: ", why,
+                   " (train.cuda_graphs=auto uses graphs where they are built, off never)"));
 }
 
 // One training step as a CUDA graph: the batches go into fixed device

@@ -33,6 +33,9 @@ class StepRunner {
   absl::Status Accumulate();
   // Whether this run replays its steps as a CUDA graph (see the file comment).
   bool UseCudaGraphs() const;
+  // FailedPrecondition naming the reason when train.cuda_graphs=on but the
+  // step cannot be captured here; OK otherwise.
+  absl::Status CheckCudaGraphs() const;
   // One training step as a CUDA graph: the batches go into fixed device
   // buffers and the step's lr into the optimizer's page-locked scalars
   // (both outside the graph), then the graph — captured on the first call

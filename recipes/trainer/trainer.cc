@@ -180,6 +180,7 @@ class RankRun {
     batches_ = std::make_unique<BatchStager>(r_, exec_, s_->train.get(),
                                              rank0() ? r_.train().dump_tokens() : std::string());
     step_runner_ = std::make_unique<StepRunner>(*s_, *batches_, rank0());
+    GTP_RETURN_IF_ERROR(step_runner_->CheckCudaGraphs());
     TrainingState state;
     state.recipe = &r_;
     state.world = &world_;

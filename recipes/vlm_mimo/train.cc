@@ -7,13 +7,19 @@
 //                                                       # language TP2·GTP2 on 4–7
 //   bazel run //recipes/vlm_mimo:train -- --colocated --language_ranks=8 --encoder_ranks=8
 //
-// Every rank is a thread (comm/local). Logs the loss every --log_every
-// steps; at the end greedily captions --eval_batches batches of unseen
+// The ranks are threads (comm/local); under tools/gtprun processes (UCX on
+// the CPU; on GPUs, --device=cuda, NCCL with the bridge moving device
+// memory), set up by the GPT trainer's world (recipes/trainer/world.h):
+//
+//   gtprun --nproc 2 -- train --device=cuda --encoder_ranks=1 --language_ranks=1 \
+//       --language_tp=1 --language_gtp=1        # disjoint 1 + 1 on NCCL
+//
+// Logs the loss (the mean over the language lanes) every --log_every steps;
+// at the end greedily captions --eval_batches batches of unseen
 // (validation-split) images and prints the caption accuracy and examples.
 // Flags only for now (no recipe .pbtxt: the GPT trainer's config does not
-// describe two modules yet). --device=cuda trains on one GPU with both
-// modules on one rank (several GPUs need the bridge to move device memory:
-// planned).
+// describe two modules yet).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,10 +32,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "comm/local/local_communicator.h"
+#include "comm/env/launch_env.h"
+#include "comm/host_values.h"
 #include "core/allocator.h"
-#include "core/cuda_runtime.h"
-#include "core/kernels/cuda.h"
 #include "core/status.h"
 #include "data/shapes/shapes.h"
 #include "layers/linear.h"
@@ -37,6 +42,7 @@
 #include "mimo/model.h"
 #include "mimo/optimizer.h"
 #include "parallel/hyper_comm_grid.h"
+#include "recipes/trainer/world.h"
 
 ABSL_FLAG(int, steps, 600, "optimizer steps");
 ABSL_FLAG(int, global_batch, 16, "samples per step (defined on the language grid)");
@@ -106,7 +112,8 @@ absl::StatusOr<std::vector<int32_t>> Argmax(const kernels::Exec& e, layers::GptM
     mine[2 * r] = best;
     mine[2 * r + 1] = static_cast<float>(arg);
   }
-  GTP_RETURN_IF_ERROR(comm::Run(tp.AllGather(mine.data(), all.data(), rows * 2, DType::kF32)));
+  GTP_RETURN_IF_ERROR(
+      comm::AllGatherHost(tp, mine.data(), all.data(), rows * 2, DType::kF32, {e.alloc, e.stream}));
   std::vector<int32_t> out(rows);
   for (int64_t r = 0; r < rows; ++r) {
     float best = -INFINITY;
@@ -144,38 +151,46 @@ absl::Status Run() {
   mc.language = layers::GptConfig::Gpt2(ShapesTask::vocab_size(), task.sequence_length(),
                                         static_cast<int>(L), C, 4);
   mc.language.block.seed = absl::GetFlag(FLAGS_seed) + 1;
-  std::mutex mu;
-  std::printf("vlm_mimo: %d ranks (threads): encoder tp=%d gtp=%d on %d ranks %s language tp=%d "
-              "gtp=%d on %d ranks; %lld samples/step, %d steps, %s\n",
-              world, absl::GetFlag(FLAGS_encoder_tp), absl::GetFlag(FLAGS_encoder_gtp), ne,
-              colocated ? "(colocated with)" : "|", absl::GetFlag(FLAGS_language_tp),
-              absl::GetFlag(FLAGS_language_gtp), nl, static_cast<long long>(G), steps,
-              absl::GetFlag(FLAGS_muon) ? "Muon" : "AdamW");
-  // One GPU: the single rank's exec.
-  const bool cuda = absl::GetFlag(FLAGS_device) == "cuda";
-  if (!cuda && absl::GetFlag(FLAGS_device) != "cpu") {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cuda" && device != "cpu") {
     return absl::InvalidArgumentError("--device must be cpu or cuda");
   }
-  if (cuda && world != 1) {
-    return absl::InvalidArgumentError(
-        "--device=cuda runs both modules on one GPU: --colocated --encoder_ranks=1 "
-        "--language_ranks=1 --encoder_tp=1 --language_tp=1 --language_gtp=1 (the bridge moves host "
-        "tensors between ranks)");
+  // The ranks: threads of this process (comm/local) on the CPU; under a
+  // launcher (tools/gtprun) one process each — UCX on the CPU, NCCL (with
+  // UCX beside it for host traffic) on GPUs — as the GPT trainer does.
+  proto::Recipe recipe;
+  recipe.mutable_train()->set_device(device);
+  recipe.mutable_train()->set_precision("f32");
+  recipe.mutable_train()->set_attention("flash");
+  recipe.mutable_parallel()->set_world_size(world);
+  if (UnderLauncher(recipe)) {
+    GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+    if (env.world_size != world) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the launcher started ", env.world_size, " processes but the layout needs ", world,
+          " (--encoder_ranks=", ne, colocated ? " colocated with " : " + ", "--language_ranks=", nl,
+          "): launch ", world));
+    }
+  } else if (device == "cuda" && world != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=cuda with ", world, " ranks needs one process per rank: tools/gtprun --nproc ",
+        world, " -- <this binary> ... (or one rank: --colocated --encoder_ranks=1 "
+        "--language_ranks=1 --encoder_tp=1 --language_tp=1 --language_gtp=1)"));
   }
-  std::optional<Stream> stream;
-  std::unique_ptr<CudaCachingAllocator> dev;
-  std::unique_ptr<kernels::cuda::BlasContext> blas;
-  if (cuda) {
-    if (CudaDeviceCount() == 0) return absl::FailedPreconditionError("--device=cuda: " + NoGpuReason());
-    GTP_ASSIGN_OR_RETURN(Stream s, Stream::Create(0));
-    stream.emplace(std::move(s));
-    dev = std::make_unique<CudaCachingAllocator>(0);
-    blas = std::make_unique<kernels::cuda::BlasContext>(0);
-  }
-  return comm::RunRanks(world, [&](comm::Communicator& w) -> absl::Status {
+  std::mutex mu;
+  return RunOnRanks(recipe, [&](const RankWorld& rw) -> absl::Status {
+    comm::Communicator& w = rw.world;
+    const kernels::Exec& e = rw.exec;
     HeapAllocator host;
-    const kernels::Exec e = cuda ? kernels::Exec{Device::Cuda(0), dev.get(), stream->get(), blas.get()}
-                                 : kernels::Exec::Cpu(host);
+    if (w.rank() == 0) {
+      std::printf("vlm_mimo: %d ranks (%s): encoder tp=%d gtp=%d on %d ranks %s language tp=%d "
+                  "gtp=%d on %d ranks; %lld samples/step, %d steps, %s\n",
+                  world, w.backend().c_str(), absl::GetFlag(FLAGS_encoder_tp),
+                  absl::GetFlag(FLAGS_encoder_gtp), ne, colocated ? "(colocated with)" : "|",
+                  absl::GetFlag(FLAGS_language_tp), absl::GetFlag(FLAGS_language_gtp), nl,
+                  static_cast<long long>(G), steps, absl::GetFlag(FLAGS_muon) ? "Muon" : "AdamW");
+      std::fflush(stdout);
+    }
     GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create(
                                       "vision", Dense(absl::GetFlag(FLAGS_encoder_tp),
                                                       absl::GetFlag(FLAGS_encoder_gtp)),
@@ -198,10 +213,15 @@ absl::Status Run() {
     if (model->has_language()) {
       GTP_ASSIGN_OR_RETURN(tp, lg.Get(parallel::groups::kTp));
     }
+    // Lane leaders add their lane's loss to the world's mean.
+    GTP_ASSIGN_OR_RETURN(const std::vector<int> leaders, lg.LaneLeaders(0));
+    const bool lane_leader =
+        std::find(leaders.begin(), leaders.end(), w.rank()) != leaders.end();
     const std::string ckpt = absl::GetFlag(FLAGS_checkpoint_dir);
     int first = 0;
     if (!ckpt.empty() && checkpoint::LatestIteration(ckpt).ok()) {
-      GTP_ASSIGN_OR_RETURN(auto lr, mimo::LoadMimoCheckpoint(ckpt, std::nullopt, *model, *opt, w));
+      GTP_ASSIGN_OR_RETURN(auto lr,
+                           mimo::LoadMimoCheckpoint(ckpt, std::nullopt, *model, *opt, rw.host));
       first = static_cast<int>(lr.iteration);
       if (printer) std::printf("resumed from %s at step %d\n", ckpt.c_str(), first);
     }
@@ -238,16 +258,22 @@ absl::Status Run() {
         GTP_ASSIGN_OR_RETURN(loss, model->language()->TakeLossSum());
       }
       GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());
+      // The mean over the language lanes (host memory: the host world).
+      float mean = lane_leader ? loss / static_cast<float>(D) : 0.0f;
+      GTP_RETURN_IF_ERROR(
+          comm::Run(rw.host.AllReduce(&mean, &mean, 1, DType::kF32, comm::ReduceOp::kSum)));
       if (printer && ((step + 1) % log_every == 0 || step == first)) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
                           (step == first ? 1 : log_every);
-        std::printf("step %5d/%d  loss %.4f (lane 0)  lr %.2e  grad-norm %.3f  %.1f ms/step%s\n", step + 1,
-                    steps, loss, s.lr, s.grad_norm, ms, s.skipped ? "  (skipped)" : "");
+        std::printf("step %5d/%d  loss %.6f  lr %.2e  grad-norm %.5f  %.1f ms/step%s\n", step + 1,
+                    steps, mean, s.lr, s.grad_norm, ms, s.skipped ? "  (skipped)" : "");
         std::fflush(stdout);
         t0 = std::chrono::steady_clock::now();
       }
     }
-    if (!ckpt.empty()) GTP_RETURN_IF_ERROR(mimo::SaveMimoCheckpoint(ckpt, steps, *model, *opt, w));
+    if (!ckpt.empty()) {
+      GTP_RETURN_IF_ERROR(mimo::SaveMimoCheckpoint(ckpt, steps, *model, *opt, rw.host));
+    }
     // Greedy captions of unseen images: after "<bos> a", each next word is
     // the argmax, fed back (the model is causal: earlier positions keep).
     const int np = task.num_patches(), seq = task.sequence_length();
@@ -284,7 +310,8 @@ absl::Status Run() {
         }
       }
     }
-    GTP_RETURN_IF_ERROR(comm::Run(w.AllReduce(counts, counts, 5, DType::kF32, comm::ReduceOp::kSum)));
+    GTP_RETURN_IF_ERROR(
+        comm::Run(rw.host.AllReduce(counts, counts, 5, DType::kF32, comm::ReduceOp::kSum)));
     if (printer) {
       std::lock_guard<std::mutex> g(mu);
       const float n = std::max(1.0f, counts[4]);
