@@ -100,6 +100,40 @@ grep -q "train.cuda_graphs=on, but this step cannot be captured as a CUDA graph:
   { cat "$tmp/graphs.err"; exit 1; }
 ! grep -q "^step" "$tmp/graphs.out" || { echo "a refused run trained"; exit 1; }
 
+echo "== 2g. a run directory belongs to one run; metrics.jsonl holds each step once and every write is checked"
+# (Two runs on one directory both used to exit 0, the second overwriting the first's
+# checkpoints and metrics.jsonl mixing both.)
+"$bin" --run_dir "$tmp/shared" --set "$small,train.steps=400,train.eval_every=0,checkpoint.every=0" > "$tmp/shared1.log" &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -s "$tmp/shared/metrics.jsonl" ] && break
+  sleep 0.1
+done
+if "$bin" --run_dir "$tmp/shared" --set "$small,train.steps=30,optim.lr=1e-3" > "$tmp/shared2.out" 2> "$tmp/shared2.err"; then
+  kill "$pid"; echo "a second run on a busy run directory was accepted"; exit 1
+fi
+grep -q "run directory $tmp/shared is in use by another run (pid $pid on " "$tmp/shared2.err" ||
+  { kill "$pid"; cat "$tmp/shared2.err"; exit 1; }
+! grep -q "^step" "$tmp/shared2.out" || { kill "$pid"; echo "the refused run trained"; exit 1; }
+kill -TERM "$pid"
+wait "$pid"
+# A crash after step 20's line but before checkpoint 20 was named: the resume
+# from 10 runs 11..20 again, and metrics.jsonl keeps one line per step.
+"$bin" --run_dir "$tmp/twice" --set "$small,train.steps=20,train.eval_every=0,checkpoint.every=10" > /dev/null
+echo 10 > "$tmp/twice/checkpoints/latest"
+printf '{"step": 21, "loss": 1.0' >> "$tmp/twice/metrics.jsonl"  # a line cut short
+"$bin" --run_dir "$tmp/twice" --set "$small,train.steps=20,train.eval_every=0,checkpoint.every=10" > "$tmp/twice.log"
+grep -q "metrics: 11 line(s) after step 10 dropped" "$tmp/twice.log" || { cat "$tmp/twice.log"; exit 1; }
+[ "$(losses "$tmp/twice/metrics.jsonl" | cut -d' ' -f1 | tr '\n' ' ')" = "$(seq -s ' ' 1 20) " ] ||
+  { echo "steps in metrics.jsonl:"; losses "$tmp/twice/metrics.jsonl"; exit 1; }
+# A full disk (metrics.jsonl on /dev/full): the run stops with the file named, exit 1.
+mkdir -p "$tmp/full_disk" && ln -s /dev/full "$tmp/full_disk/metrics.jsonl"
+if "$bin" --run_dir "$tmp/full_disk" --set "$small,train.steps=5,checkpoint.every=0" > /dev/null 2> "$tmp/full_disk.err"; then
+  echo "a run whose metrics could not be written exited 0"; exit 1
+fi
+grep -q "writing $tmp/full_disk/metrics.jsonl: No space left on device" "$tmp/full_disk.err" ||
+  { cat "$tmp/full_disk.err"; exit 1; }
+
 echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
 # Every weight of gpt_tiny has 64 or more columns, so each shard is whole
 # 32-blocks and GTP 1 rounds the same elements together (GtpOptions::fp8_gather):

@@ -1,6 +1,8 @@
 #include "recipes/trainer/metrics.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <utility>
@@ -23,6 +25,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Open(const proto::Recipe& r,
                                                        const RunOptions& options) {
   std::unique_ptr<Metrics> m(new Metrics(r, options));
   m->path_ = options.run_dir + "/metrics.jsonl";
+  GTP_RETURN_IF_ERROR(m->Append(""));  // writable?
   if (!r.train().tensorboard_dir().empty()) {
     std::filesystem::path dir(r.train().tensorboard_dir());
     if (dir.is_relative()) dir = std::filesystem::path(options.run_dir) / dir;
@@ -71,8 +74,7 @@ absl::Status Metrics::Step(const StepRecord& rec, const AllocatorStats& mem, int
                 rec.skipped ? "  SKIPPED (non-finite grad)" : "", eta);
   }
   std::fflush(stdout);
-  std::ofstream m(path_, std::ios::app);
-  m << absl::StrFormat(
+  GTP_RETURN_IF_ERROR(Append(absl::StrFormat(
       "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"skipped\": %s, "
       "\"ms\": %.3f, \"tokens_per_s\": %.1f, \"comm_exposed_ms\": %.3f, \"mem_bytes\": %d, "
       "\"peak_mem_bytes\": %d%s%s%s}\n",
@@ -86,7 +88,7 @@ absl::Status Metrics::Step(const StepRecord& rec, const AllocatorStats& mem, int
                             rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss)
           : std::string(),
       rec.bubble >= 0 ? absl::StrFormat(", \"pipeline_bubble\": %.4f", rec.bubble) : std::string(),
-      mfu_fraction >= 0 ? absl::StrFormat(", \"mfu\": %.6g", mfu_fraction) : std::string());
+      mfu_fraction >= 0 ? absl::StrFormat(", \"mfu\": %.6g", mfu_fraction) : std::string())));
   if (!tb_) return absl::OkStatus();
   // The JSON line's scalars again as TensorBoard tags (listed in recipes/README.md).
   constexpr double kGiB = 1 << 30;
@@ -117,9 +119,61 @@ absl::Status Metrics::Step(const StepRecord& rec, const AllocatorStats& mem, int
 absl::Status Metrics::Eval(int64_t step, float loss) {
   std::printf("%sstep %5lld  validation loss %.4f\n", options_.progress_bar ? "\n" : "",
               static_cast<long long>(step), loss);
-  std::ofstream m(path_, std::ios::app);
-  m << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, loss);
+  GTP_RETURN_IF_ERROR(Append(absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, loss)));
   return tb_ ? tb_->WriteScalars(step, {{"val/loss", loss}}) : absl::OkStatus();
+}
+
+absl::Status Metrics::Append(const std::string& line) {
+  FILE* f = std::fopen(path_.c_str(), "a");
+  if (f == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", path_, ": ", std::strerror(errno),
+                     " (the run directory must be writable; --run_dir picks another)"));
+  }
+  int err = 0;
+  if (std::fwrite(line.data(), 1, line.size(), f) != line.size() || std::fflush(f) != 0) err = errno;
+  if (std::fclose(f) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("writing ", path_, ": ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Metrics::ResumeAt(int64_t step) {
+  std::ifstream in(path_);
+  if (!in) return absl::OkStatus();  // nothing written yet
+  std::string kept, line;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    // Our own lines: {"step": N, ... } on one line.
+    long long s = -1;
+    const bool whole = line.back() == '}' && std::sscanf(line.c_str(), "{\"step\": %lld", &s) == 1;
+    if (whole && s <= step) {
+      kept += line;
+      kept += '\n';
+    } else {
+      ++dropped;
+    }
+  }
+  in.close();
+  if (dropped == 0) return absl::OkStatus();
+  const std::string tmp = path_ + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  int err = 0;
+  if (std::fwrite(kept.data(), 1, kept.size(), f) != kept.size() || std::fflush(f) != 0) err = errno;
+  if (std::fclose(f) != 0 && err == 0) err = errno;
+  if (err == 0 && std::rename(tmp.c_str(), path_.c_str()) != 0) err = errno;
+  if (err != 0) {
+    std::remove(tmp.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat("rewriting ", path_, ": ", std::strerror(err)));
+  }
+  std::printf("metrics: %lld line(s) after step %lld dropped from %s (those steps run again)\n",
+              static_cast<long long>(dropped), static_cast<long long>(step), path_.c_str());
+  return absl::OkStatus();
 }
 
 }  // namespace gtp::recipes

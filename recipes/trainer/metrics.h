@@ -23,8 +23,11 @@ std::string FormatBytes(int64_t bytes);
 
 class Metrics {
  public:
-  // metrics.jsonl in options.run_dir; opens train.tensorboard_dir (relative
-  // to the run dir) when set. `r` and `options` must outlive the object.
+  // metrics.jsonl in options.run_dir (PermissionDenied naming it when it
+  // cannot be written: found before the first step, not at the end); opens
+  // train.tensorboard_dir (relative to the run dir) when set. `r` and
+  // `options` must outlive the object. Every write below is checked: a full
+  // disk ends the run with an error naming the file.
   static absl::StatusOr<std::unique_ptr<Metrics>> Open(const proto::Recipe& r,
                                                        const RunOptions& options);
 
@@ -37,6 +40,10 @@ class Metrics {
                     std::chrono::steady_clock::time_point t_start, int64_t first_step);
   // A validation loss after step `step`.
   absl::Status Eval(int64_t step, float loss);
+  // The run continues after step `step` (0: from the start): lines of later
+  // steps — run again now — and any line a crash cut short are dropped from
+  // metrics.jsonl, so every step appears once. Prints how many were.
+  absl::Status ResumeAt(int64_t step);
 
   const std::string& path() const { return path_; }
   // Null without train.tensorboard_dir.
@@ -44,6 +51,7 @@ class Metrics {
 
  private:
   Metrics(const proto::Recipe& r, const RunOptions& options) : r_(r), options_(options) {}
+  absl::Status Append(const std::string& line);
   const proto::Recipe& r_;
   const RunOptions& options_;
   std::string path_;

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
+#include "comm/env/launch_env.h"
 #include "core/status.h"
 #include "core/timeline.h"
 #include "data/gpt_dataset.h"
@@ -21,6 +23,7 @@
 #include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/evaluation.h"
 #include "recipes/trainer/metrics.h"
+#include "recipes/trainer/run_lock.h"
 #include "recipes/trainer/sampling.h"
 #include "recipes/trainer/state.h"
 #include "recipes/trainer/step.h"
@@ -36,8 +39,11 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 void OnSignal(int sig) { g_stop_signal.store(sig); }
 
+// SIGTERM, SIGINT and SIGHUP (a closed terminal) stop the run at the next
+// step boundary with a checkpoint. (Under gtprun a rank gets SIGTERM for a
+// SIGHUP: UCX keeps SIGHUP for its debug dump.)
 struct SignalGuard {
-  struct sigaction old_term {}, old_int {};
+  struct sigaction old_term {}, old_int {}, old_hup {};
   SignalGuard() {
     g_stop_signal.store(0);
     struct sigaction sa {};
@@ -45,10 +51,12 @@ struct SignalGuard {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGHUP, &sa, &old_hup);
   }
   ~SignalGuard() {
     sigaction(SIGTERM, &old_term, nullptr);
     sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
   }
 };
 
@@ -72,6 +80,7 @@ class RankRun {
     GTP_RETURN_IF_ERROR(Setup());
     if (rank0()) PrintBanner(*s_, o_, step_runner_->UseCudaGraphs(), *metrics_);
     GTP_ASSIGN_OR_RETURN(step_, ckpt_->Resume());
+    if (rank0()) GTP_RETURN_IF_ERROR(metrics_->ResumeAt(step_));
     if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
     const int64_t steps = r_.train().steps();
     const int64_t T = r_.model().seq_len();
@@ -195,7 +204,7 @@ class RankRun {
     state.order = s_->order;
     state.expert_order = s_->expert_order;
     ckpt_ = std::make_unique<Checkpointer>(state, o_.run_dir + "/" + r_.checkpoint().dir());
-    if (rank0()) {
+    if (rank0() && !o_.run_dir.empty()) {  // (an evaluation writes nothing)
       GTP_ASSIGN_OR_RETURN(metrics_, Metrics::Open(r_, o_));
     }
     return absl::OkStatus();
@@ -276,11 +285,12 @@ absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
   const bool existed = std::filesystem::exists(options.run_dir, ec);
   absl::Status st = TrainIn(
       recipe, options, [](RankRun& run) { return run.Run(); }, /*create_run_dir=*/true);
-  // A run that failed before writing anything leaves no empty run directory
-  // behind (one this process made; files in it, e.g. metrics, keep it).
-  if (!st.ok() && !existed && std::filesystem::is_directory(options.run_dir, ec) &&
-      std::filesystem::is_empty(options.run_dir, ec)) {
-    std::filesystem::remove(options.run_dir, ec);
+  // A run that failed before writing anything leaves no run directory
+  // behind (one this process made, holding only its lock file; anything
+  // else in it, e.g. metrics, keeps it).
+  if (!st.ok() && !existed && std::filesystem::is_directory(options.run_dir, ec)) {
+    std::filesystem::remove(options.run_dir + "/run.lock", ec);
+    if (std::filesystem::is_empty(options.run_dir, ec)) std::filesystem::remove(options.run_dir, ec);
   }
   return st;
 }
@@ -327,6 +337,21 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
   std::error_code ec;
   if (create_run_dir) std::filesystem::create_directories(options.run_dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
+  // One run per directory: world rank 0's process holds the lock until the
+  // end (another run's rank 0 fails here; its other ranks then fail on
+  // their rendezvous, or gtprun stops them).
+  std::optional<RunDirLock> lock;
+  if (create_run_dir) {
+    bool rank0 = true;
+    if (UnderLauncher(recipe)) {
+      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+      rank0 = env.rank == 0;
+    }
+    if (rank0) {
+      GTP_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::Acquire(options.run_dir));
+      lock.emplace(std::move(l));
+    }
+  }
   g_stopped_by_signal.store(false);
   SignalGuard guard;
   return RunOnRanks(recipe, [&](const RankWorld& w) {

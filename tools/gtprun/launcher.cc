@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -207,6 +208,10 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
       stop_all(SIGKILL);
       return absl::UnavailableError(absl::StrCat("gtprun: pipe: ", std::strerror(errno)));
     }
+    const pid_t parent = getpid();
+    // The reason an exec fails, prepared here: the child only writes it.
+    const std::string exec_failed =
+        absl::StrCat("gtprun: cannot execute ", *prog, ": ");
     pid_t pid = fork();
     if (pid < 0) {
       stop_all(SIGKILL);
@@ -215,6 +220,10 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     if (pid == 0) {
       // Child: async-signal-safe calls only.
       setpgid(0, 0);
+      // A rank outlives no launcher: gtprun killed (even by SIGKILL) makes
+      // its ranks stop as for SIGTERM — at their next step, with a checkpoint.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(128 + SIGTERM);  // it died before prctl
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -222,8 +231,16 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
       dup2(out[1], 1);
       dup2(err[1], 2);
       execve(prog->c_str(), argv.data(), envp.data());
-      const char msg[] = "gtprun: exec failed\n";
-      (void)!write(2, msg, sizeof(msg) - 1);
+      const int err = errno;
+      const char* why = err == ENOENT    ? "No such file or directory"
+                        : err == EACCES  ? "Permission denied (not executable?)"
+                        : err == ENOEXEC ? "Exec format error (not a binary or script?)"
+                        : err == E2BIG   ? "Argument list too long"
+                        : err == ENOMEM  ? "Out of memory"
+                                         : "exec failed";
+      (void)!write(2, exec_failed.data(), exec_failed.size());
+      (void)!write(2, why, std::strlen(why));
+      (void)!write(2, "\n", 1);
       _exit(127);
     }
     setpgid(pid, pid);
@@ -266,10 +283,14 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
         signalfd_siginfo si;
         if (read(o.signal_fd, &si, sizeof(si)) == sizeof(si)) {
           int sig = static_cast<int>(si.ssi_signo);
+          // SIGHUP goes on as SIGTERM: UCX keeps SIGHUP for a debug dump,
+          // so ranks would ignore it and be killed after the grace period.
+          const int fwd = sig == SIGHUP ? SIGTERM : sig;
           WriteAll(o.err_fd, absl::StrCat("gtprun: got signal ", sig, " (", strsignal(sig),
-                                          "); forwarding it to all ranks\n"));
+                                          "); forwarding ",
+                                          fwd == sig ? "it" : "SIGTERM", " to all ranks\n"));
           if (result.interrupted_by == 0) result.interrupted_by = sig;
-          stop_all(sig);
+          stop_all(fwd);
           kill_at = std::min(kill_at, absl::Now() + o.grace_period);
         }
         continue;

@@ -250,5 +250,37 @@ TEST(GtprunBinary, ForwardsSigterm) {
   EXPECT_THAT(out, HasSubstr("rc=143"));
 }
 
+TEST(GtprunBinary, ForwardsSighupAsSigterm) {
+  // The ranks used to ignore a forwarded SIGHUP (UCX's debug handler caught
+  // it) and were SIGKILLed after the grace period, losing their work.
+  auto [code, out] = Shell(
+      "( " + Gtprun() + " --nproc 2 -- /bin/sh -c 'trap \"echo got term; exit 0\" TERM; "
+      "trap \"echo got hup; exit 0\" HUP; sleep 30 & wait' & pid=$!; sleep 0.5; "
+      "kill -HUP $pid; wait $pid; echo rc=$? )");
+  EXPECT_THAT(out, HasSubstr("forwarding SIGTERM to all ranks"));
+  EXPECT_THAT(out, HasSubstr("[rank 0] got term"));
+  EXPECT_THAT(out, HasSubstr("[rank 1] got term"));
+  EXPECT_THAT(out, Not(HasSubstr("] got hup")));
+}
+
+TEST(GtprunBinary, RanksGetSigtermWhenGtprunIsKilled) {
+  // kill -9 of gtprun used to leave the ranks training unattended.
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/orphans";
+  auto [code, out] = Shell(
+      "mkdir -p " + dir + "; ( " + Gtprun() + " --nproc 2 -- /bin/sh -c 'trap \"echo term > " + dir +
+      "/rank$RANK; exit 0\" TERM; sleep 30 & wait' & pid=$!; sleep 0.5; kill -KILL $pid; "
+      "sleep 1.5; ls " + dir + " )");
+  EXPECT_THAT(out, HasSubstr("rank0"));
+  EXPECT_THAT(out, HasSubstr("rank1"));
+}
+
+TEST(GtprunBinary, AnExecFailureSaysWhy) {
+  const std::string bad = std::string(std::getenv("TEST_TMPDIR")) + "/not_a_program";
+  auto [code, out] = Shell("printf 'garbage' > " + bad + "; chmod +x " + bad + "; " + Gtprun() +
+                           " --nproc 1 -- " + bad);
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(out, HasSubstr("gtprun: cannot execute " + bad + ": Exec format error"));
+}
+
 }  // namespace
 }  // namespace gtp::gtprun

@@ -7,7 +7,9 @@
 // given); its output lines are prefixed "[rank k] ". When a rank fails, the
 // others get SIGTERM and, after --grace_period, SIGKILL; gtprun then exits
 // with the failed rank's exit code (128 + signal when it was killed) and
-// names it on stderr. SIGINT/SIGTERM/SIGHUP sent to gtprun go to every rank.
+// names it on stderr. SIGINT/SIGTERM sent to gtprun go to every rank,
+// SIGHUP as SIGTERM (UCX keeps SIGHUP for itself); if gtprun dies (even by
+// SIGKILL) every rank gets SIGTERM.
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
