@@ -134,6 +134,16 @@ fi
 grep -q "writing $tmp/full_disk/metrics.jsonl: No space left on device" "$tmp/full_disk.err" ||
   { cat "$tmp/full_disk.err"; exit 1; }
 
+echo "== 2h. extending train.steps on resume keeps the LR schedule or is refused"
+# (It used to restart the cosine silently: the LR jumped from 3e-4 to about 7e-4.)
+if "$bin" --run_dir "$tmp/learn" --set "$small,train.steps=70,train.eval_every=0,checkpoint.every=0" > /dev/null 2> "$tmp/longer.err"; then
+  echo "a resume with another LR schedule was accepted"; exit 1
+fi
+grep -q "resuming: the learning-rate schedule is .*decay=60) in .* but .*decay=70) in this run" "$tmp/longer.err" &&
+  grep -q "set optim.decay_steps=60" "$tmp/longer.err" || { cat "$tmp/longer.err"; exit 1; }
+"$bin" --run_dir "$tmp/learn" --set "$small,train.steps=70,optim.decay_steps=60,train.eval_every=0,checkpoint.every=0" > "$tmp/longer.log"
+grep -q "^step    61/70" "$tmp/longer.log" && grep -q "^step    70/70" "$tmp/longer.log" || { cat "$tmp/longer.log"; exit 1; }
+
 echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
 # Every weight of gpt_tiny has 64 or more columns, so each shard is whole
 # 32-blocks and GTP 1 rounds the same elements together (GtpOptions::fp8_gather):
@@ -195,8 +205,8 @@ paste <(losses "$tmp/order_default/metrics.jsonl") <(losses "$tmp/order_gtp_firs
   awk '{ d = $2 - $4; if (d < 0) d = -d; print; if ($1 != $3 || d > 1e-5 * $2) bad = 1 } END { exit bad || NR != 6 }' ||
   { echo "losses differ between rank orders"; exit 1; }
 # A checkpoint saved under the default order resumes under another one (global tensors) as it
-# resumes under its own. (Both resume: a run cut at step 3 had its schedule for 3 steps.)
-"$bin" --run_dir "$tmp/order_cut" --set "$small,train.steps=3,checkpoint.every=3" > /dev/null
+# resumes under its own. (The cut run stops at step 3 of the 6-step schedule both resume with.)
+"$bin" --run_dir "$tmp/order_cut" --set "$small,train.steps=3,optim.decay_steps=6,checkpoint.every=3" > /dev/null
 cp -r "$tmp/order_cut" "$tmp/order_cut2"
 "$bin" --run_dir "$tmp/order_cut" --set "$small,train.steps=6,checkpoint.every=0" > /dev/null
 "$bin" --run_dir "$tmp/order_cut2" --set "$small,train.steps=6,checkpoint.every=0,parallel.order=gtp-tp-cp-ep-dp-pp" > "$tmp/order_resume.log"

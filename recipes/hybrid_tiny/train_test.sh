@@ -18,7 +18,7 @@ awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.75 * f) }' || { echo "loss 
 
 echo "== 2. checkpoint under TP2 x GTP2, resume under TP1 x GTP4"
 "$bin" --run_dir "$tmp/full" --set "$small,train.steps=12,checkpoint.every=0" > /dev/null
-"$bin" --run_dir "$tmp/cut" --set "$small,train.steps=6,checkpoint.every=6" > /dev/null
+"$bin" --run_dir "$tmp/cut" --set "$small,train.steps=6,optim.decay_steps=12,checkpoint.every=6" > /dev/null
 "$bin" --run_dir "$tmp/cut" --set "$small,train.steps=12,checkpoint.every=0,parallel.tp=1,parallel.tp_num_weight_shards=4,train.micro_batch=2" > "$tmp/resume.log"
 grep -q "resumed" "$tmp/resume.log" || { cat "$tmp/resume.log"; echo "did not resume"; exit 1; }
 paste <(losses "$tmp/full/metrics.jsonl" | tail -6) <(losses "$tmp/cut/metrics.jsonl" | tail -6) |

@@ -1,5 +1,6 @@
 #include "recipes/trainer/checkpointing.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -9,8 +10,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/model_state.h"
+#include "optimizer/lr_schedule.h"
 #include "core/status.h"
 #include "recipes/trainer/config.h"
+#include "recipes/trainer/typed_config.h"
 
 namespace gtp::recipes {
 
@@ -116,6 +119,7 @@ absl::StatusOr<int64_t> Checkpointer::Resume() {
           theirs.model(), r_.model(), dir, "resuming",
           " (a run resumes with the model it was saved with: drop the override that changed it, "
           "or start a new run with another --run_dir or checkpoint.no_resume=true)"));
+      if (!r_.optim().override_schedule()) GTP_RETURN_IF_ERROR(SameSchedule(theirs, r_, dir));
     }
   }
   GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(/*with_tied_copies=*/true));
@@ -255,6 +259,30 @@ absl::Status Checkpointer::InitFrom(bool announce) {
         dir.c_str());
   }
   return absl::OkStatus();
+}
+
+absl::Status SameSchedule(const proto::Recipe& theirs, const proto::Recipe& ours,
+                          const std::string& dir) {
+  const optimizer::LrSchedule a = OptimConfig(theirs).lr, b = OptimConfig(ours).lr;
+  // The same function of the step is the same schedule (a constant rate's
+  // decay length is no difference): compare the rates at every step up to
+  // the later end (sampled beyond a million steps; past the end both are flat).
+  const int64_t end = std::max(a.decay_steps, b.decay_steps) + 1;
+  const int64_t stride = std::max<int64_t>(1, end / 1000000);
+  bool same = true;
+  for (int64_t k = 0; same && k <= end; k += stride) same = optimizer::LrAt(a, k) == optimizer::LrAt(b, k);
+  same = same && optimizer::LrAt(a, end) == optimizer::LrAt(b, end);
+  if (same) return absl::OkStatus();
+  const std::string fix =
+      a.decay_steps != b.decay_steps && ours.optim().decay_steps() == 0
+          ? absl::StrCat(" To train on at the end of the saved schedule set optim.decay_steps=",
+                         a.decay_steps, " (the LR stays at optim.min_lr after it);")
+          : std::string(" Drop the override that changed it;");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "resuming: the learning-rate schedule is ", optimizer::ToString(a), " in ", dir, " but ",
+      optimizer::ToString(b), " in this run (train.steps and the optim settings make it): ",
+      "the LR would jump.", fix,
+      " to take the new schedule anyway set optim.override_schedule=true"));
 }
 
 absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,

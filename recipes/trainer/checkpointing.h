@@ -96,6 +96,13 @@ struct SavedProgress {
 absl::StatusOr<SavedProgress> ParseSavedProgress(const std::map<std::string, std::string>& extra,
                                                  const std::string& dir);
 
+// OK when `ours` resumes the learning-rate schedule `theirs` was saved with
+// (decay, rates, warmup, decay steps); FailedPrecondition naming both and
+// the fix otherwise (extending train.steps used to restart the cosine
+// silently: the LR jumped from 3e-4 to about 7e-4).
+absl::Status SameSchedule(const proto::Recipe& theirs, const proto::Recipe& ours,
+                          const std::string& dir);
+
 // InvalidArgument "<what>: model.<setting> is A in <dir> but B in this
 // run<fix>" for the first model setting in which `theirs` (a checkpoint's
 // recipe) and `ours` differ, defaults resolved.

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
+#include "recipes/trainer/config.h"
 
 namespace gtp::recipes {
 namespace {
@@ -42,6 +43,49 @@ TEST(SavedProgress, NumbersOrANamedDataLoss) {
   EXPECT_NE(std::string(r.status().message()).find("d/metadata.pb has no optimizer_step"),
             std::string::npos)
       << r.status();
+}
+
+proto::Recipe Sched(const std::string& lr = "1e-3") {
+  auto r = ParseRecipe(
+      "name: \"t\" model { vocab_size: 256 seq_len: 16 n_layer: 2 n_embd: 32 n_head: 4 } "
+      "optim { lr: " + lr + " min_lr: 1e-4 warmup_steps: 5 decay: \"cosine\" } "
+      "train { steps: 200 micro_batch: 2 }",
+      "test");
+  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(FinalizeRecipe(&*r).ok());
+  return *r;
+}
+
+TEST(SameSchedule, ExtendingTrainStepsIsRefusedWithTheFix) {
+  const proto::Recipe saved = Sched();
+  EXPECT_TRUE(SameSchedule(saved, Sched(), "ckpt/iter_0000200").ok());
+  // train.steps 200 -> 400 restarts the cosine: LrAt(200) was min_lr, the
+  // new schedule gives about half way back up.
+  proto::Recipe longer = Sched();
+  longer.mutable_train()->set_steps(400);
+  absl::Status st = SameSchedule(saved, longer, "ckpt/iter_0000200");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  const std::string msg(st.message());
+  EXPECT_NE(msg.find("decay=200"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("decay=400"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("set optim.decay_steps=200"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("optim.override_schedule=true"), std::string::npos) << msg;
+  // The fix: the old decay length, train.steps extended.
+  longer.mutable_optim()->set_decay_steps(200);
+  EXPECT_TRUE(SameSchedule(saved, longer, "ckpt/iter_0000200").ok());
+  // A constant rate does not depend on its decay length.
+  proto::Recipe flat = Sched(), flat_longer = Sched();
+  flat.mutable_optim()->set_decay("constant");
+  flat_longer.mutable_optim()->set_decay("constant");
+  flat.mutable_optim()->set_warmup_steps(0);
+  flat_longer.mutable_optim()->set_warmup_steps(0);
+  flat_longer.mutable_train()->set_steps(400);
+  EXPECT_TRUE(SameSchedule(flat, flat_longer, "ckpt/iter_0000200").ok());
+  // Another peak rate is a different schedule too.
+  st = SameSchedule(saved, Sched("2e-3"), "ckpt/iter_0000200");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("Drop the override"), std::string::npos) << st;
 }
 
 }  // namespace

@@ -319,6 +319,8 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   }
   if (o->warmup_steps() < 0)
     return Bad(absl::StrCat("optim.warmup_steps must be >= 0, got ", o->warmup_steps()));
+  if (o->decay_steps() < 0)
+    return Bad(absl::StrCat("optim.decay_steps must be >= 0 (0: train.steps), got ", o->decay_steps()));
   if (!finite(o->weight_decay()) || o->weight_decay() < 0) {
     return Bad(absl::StrCat("optim.weight_decay must be a finite number >= 0, got ",
                             o->weight_decay(), " (e.g. 0.1)"));

@@ -125,8 +125,8 @@ optimizer::OptimizerConfig OptimConfig(const proto::Recipe& r) {
   c.muon.weight_decay = o.weight_decay();
   c.lr.max_lr = o.lr();
   c.lr.min_lr = o.min_lr();
-  c.lr.warmup_steps = std::min<int64_t>(o.warmup_steps(), r.train().steps());
-  c.lr.decay_steps = r.train().steps();
+  c.lr.decay_steps = o.decay_steps() > 0 ? o.decay_steps() : r.train().steps();
+  c.lr.warmup_steps = std::min<int64_t>(o.warmup_steps(), c.lr.decay_steps);
   c.lr.decay = o.decay() == "cosine"   ? optimizer::LrDecay::kCosine
                : o.decay() == "linear" ? optimizer::LrDecay::kLinear
                                        : optimizer::LrDecay::kConstant;

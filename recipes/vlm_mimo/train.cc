@@ -11,8 +11,8 @@
 // the CPU; on GPUs, --device=cuda, NCCL with the bridge moving device
 // memory), set up by the GPT trainer's world (recipes/trainer/world.h):
 //
-//   gtprun --nproc 2 -- train --device=cuda --encoder_ranks=1 --language_ranks=1 \
-//       --language_tp=1 --language_gtp=1        # disjoint 1 + 1 on NCCL
+//   gtprun --nproc 2 -- train --device=cuda --encoder_ranks=1 --language_ranks=1
+//       --language_tp=1 --language_gtp=1        (one line: disjoint 1 + 1 on NCCL)
 //
 // Logs the loss (the mean over the language lanes) every --log_every steps;
 // at the end greedily captions --eval_batches batches of unseen

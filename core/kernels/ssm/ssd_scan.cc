@@ -330,7 +330,7 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     // Freed on return without a sync: the caching allocator hands it out
-    // again only to work ordered after ours on the same stream (as ops.cc).
+    // again only to work ordered after ours on the same stream (as core/kernels/ops/).
     const int64_t floats =
         cuda::SsdScanBackwardScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk);
     Tensor scratch = e.Empty({std::max<int64_t>(floats, 1)});

@@ -67,7 +67,7 @@ PY
 
 echo "== 1. gpt_tiny: the events hold metrics.jsonl; a resume adds a file"
 set1="$small,train.eval_every=2,train.tensorboard_dir=tb,train.peak_tflops=0.001"
-"$gpt" --run_dir "$tmp/run" --set "$set1,train.steps=4" > "$tmp/run.log"
+"$gpt" --run_dir "$tmp/run" --set "$set1,train.steps=4,optim.decay_steps=6" > "$tmp/run.log"
 grep -q "^tensorboard: $tmp/run/tb/events.out.tfevents.[0-9]*\." "$tmp/run.log" || fail "banner has no event file: $(cat "$tmp/run.log")"
 [ "$(ls "$tmp/run/tb" | wc -l)" = 1 ] || fail "want one event file: $(ls "$tmp/run/tb")"
 same_scalars "$tmp/run/metrics.jsonl" "$tmp/run/tb"

@@ -1,0 +1,80 @@
+// core/kernels/ops/cast.cc — Dispatch of the dtype conversions (cpu/cast.cc,
+// cuda/cast.cu): f32 ↔ bf16 Cast and the MXFP8 blockwise quantisation.
+#include <cstdint>
+
+#include "core/kernels/cpu.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/ops.h"
+#include "core/kernels/ops/internal/dispatch.h"
+#include "core/status.h"
+
+namespace gtp::kernels::ops {
+
+using internal::CheckOn;
+using internal::F;
+using internal::FB;
+using internal::M;
+using internal::MB;
+using internal::OnDevice;
+
+void Cast(const Exec& e, const Tensor& src, const Tensor& dst) {
+  CheckOn(e, src, "src");
+  CheckOn(e, dst, "dst");
+  GTP_CHECK(src.numel() == dst.numel(), "Cast: ", src.ToString(), " -> ", dst.ToString());
+  const int64_t n = src.numel();
+  if (src.dtype() == dst.dtype()) {
+    CopyInto(e, src, dst);
+  } else if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {
+    OnDevice(
+        e, [&] { cpu::CastF32ToBF16(F(src), MB(dst), n); },
+        [&] { cuda::CastF32ToBF16(F(src), MB(dst), n, e.stream); });
+  } else if (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32) {
+    OnDevice(
+        e, [&] { cpu::CastBF16ToF32(FB(src), M(dst), n); },
+        [&] { cuda::CastBF16ToF32(FB(src), M(dst), n, e.stream); });
+  } else {
+    GTP_CHECK(false, "Cast: unsupported ", src.ToString(), " -> ", dst.ToString());
+  }
+}
+
+namespace {
+
+void CheckFp8(const Exec& e, const char* op, const Tensor& x, const Tensor& q,
+              const Tensor& scales) {
+  CheckOn(e, x, "x");
+  CheckOn(e, q, "q");
+  CheckOn(e, scales, "scales");
+  const int64_t n = x.numel();
+  GTP_CHECK((x.dtype() == DType::kF32 || x.dtype() == DType::kBF16) && SizeOf(q.dtype()) == 1 &&
+                q.numel() == n && scales.dtype() == DType::kU8 &&
+                scales.numel() == (n + kFp8BlockSize - 1) / kFp8BlockSize,
+            op, ": x/y ", x.ToString(), " q ", q.ToString(), " scales ", scales.ToString());
+}
+
+}  // namespace
+
+void QuantizeFp8Blockwise(const Exec& e, const Tensor& x, const Tensor& q, const Tensor& scales,
+                          DType fmt) {
+  CheckFp8(e, "QuantizeFp8Blockwise", x, q, scales);
+  uint8_t* qp = static_cast<uint8_t*>(q.raw_data());
+  uint8_t* sp = static_cast<uint8_t*>(scales.raw_data());
+  OnDevice(
+      e, [&] { cpu::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, sp, x.numel(), fmt); },
+      [&] {
+        cuda::QuantizeFp8Blockwise(x.raw_data(), x.dtype(), qp, sp, x.numel(), fmt, e.stream);
+      });
+}
+
+void DequantizeFp8Blockwise(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& y,
+                            DType fmt) {
+  CheckFp8(e, "DequantizeFp8Blockwise", y, q, scales);
+  const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
+  const uint8_t* sp = static_cast<const uint8_t*>(scales.raw_data());
+  OnDevice(
+      e, [&] { cpu::DequantizeFp8Blockwise(qp, sp, y.raw_data(), y.dtype(), y.numel(), fmt); },
+      [&] {
+        cuda::DequantizeFp8Blockwise(qp, sp, y.raw_data(), y.dtype(), y.numel(), fmt, e.stream);
+      });
+}
+
+}  // namespace gtp::kernels::ops
