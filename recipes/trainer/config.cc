@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -149,11 +150,20 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
 
 absl::StatusOr<proto::Recipe> LoadRecipe(const std::string& path,
                                          const std::vector<std::string>& overrides) {
+  // (A directory used to parse as an empty recipe: "model.vocab_size must be > 0".)
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config ", path, " is a directory: give a recipe file (e.g. recipes/gpt_tiny/gpt_tiny.pbtxt)"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config ", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  GTP_ASSIGN_OR_RETURN(proto::Recipe r, ParseRecipe(ss.str(), path));
+  std::string text = ss.str();
+  // A UTF-8 byte-order mark (some editors write one) is not part of the text.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  GTP_ASSIGN_OR_RETURN(proto::Recipe r, ParseRecipe(text, path));
   GTP_RETURN_IF_ERROR(ApplyOverrides(overrides, &r));
   GTP_RETURN_IF_ERROR(FinalizeRecipe(&r));
   return r;
@@ -250,6 +260,11 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   if (m->vocab_pad_multiple() == 0) m->set_vocab_pad_multiple(128);
   auto* p = r->mutable_parallel();
   if (p->world_size() == 0) p->set_world_size(1);
+  // (A negative size said "world size unknown"; 1e8 tried to start 1e8 threads.)
+  if (p->world_size() < 0 || p->world_size() > kMaxWorldSize) {
+    return Bad(absl::StrCat("parallel.world_size must be in [1, ", kMaxWorldSize, "] (0: 1), got ",
+                            p->world_size()));
+  }
   if (p->tp() == 0) p->set_tp(1);
   if (p->tp_num_weight_shards() == 0) p->set_tp_num_weight_shards(p->tp());
   if (p->pp() == 0) p->set_pp(1);

@@ -26,6 +26,9 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
 // Fills defaults (documented in config.proto) and checks the settings that
 // do not depend on the world size.
 absl::Status FinalizeRecipe(proto::Recipe* r);
+
+// The largest parallel.world_size accepted (beyond any published GTP run).
+inline constexpr int kMaxWorldSize = 65536;
 // Text format of the resolved recipe (for the start-up banner and checkpoints).
 std::string RecipeText(const proto::Recipe& r);
 

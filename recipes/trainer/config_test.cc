@@ -77,6 +77,8 @@ TEST(RecipeOptim, OutOfRangeOptimizerAndMoeSettingsAreNamed) {
       {"optim.clip_grad=-1", "optim.clip_grad must be a finite number >= 0"},
       {"optim.weight_decay=-0.1", "optim.weight_decay must be a finite number >= 0"},
       {"optim.warmup_steps=-5", "optim.warmup_steps must be >= 0"},
+      {"parallel.world_size=-4", "parallel.world_size must be in [1, 65536] (0: 1), got -4"},
+      {"parallel.world_size=100000000", "parallel.world_size must be in [1, 65536]"},
       {"model.moe.num_experts=4,model.moe.top_k=2,model.moe.capacity_factor=-1",
        "model.moe.capacity_factor must be a finite number >= 0"},
   };
