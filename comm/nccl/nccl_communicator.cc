@@ -35,8 +35,12 @@ using nccl_internal::Settle;
 using nccl_internal::WithTimeout;
 
 // A completion event, shared by a Work and the watchdog.
+// `captured`: recorded while the compute stream was being captured into a
+// CUDA graph — a node of that graph, not an event the host can query; its
+// collective runs (and is ordered) at each launch of the graph.
 struct Done {
   CudaEventPtr event;
+  bool captured = false;
 };
 
 absl::StatusOr<std::shared_ptr<Done>> NewDone() {
@@ -200,6 +204,11 @@ class State {
 
   // Polls `d` until it completed, failed, or `timeout` passed (then aborts).
   absl::Status Block(const Done& d, const std::string& label, absl::Duration timeout) {
+    if (d.captured) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          label, ": the host cannot wait for a collective inside a CUDA graph capture "
+                 "(train.cuda_graphs=off runs this step without graphs)"));
+    }
     absl::Time deadline = absl::Now() + timeout;
     for (;;) {
       GTP_RETURN_IF_ERROR(Failure());
@@ -220,8 +229,10 @@ class State {
     }
   }
 
+  // A captured collective reads as complete: Wait then only orders the
+  // compute stream after it (a dependency inside the graph).
   bool Query(const Done& d) {
-    if (!Failure().ok()) return true;
+    if (!Failure().ok() || d.captured) return true;
     return cudaEventQuery(d.event.get()) != cudaErrorNotReady;
   }
 
@@ -266,11 +277,20 @@ class State {
     GTP_RETURN_IF_ERROR(Failure());
     GTP_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
     GTP_ASSIGN_OR_RETURN(std::shared_ptr<Done> d, NewDone());
+    // Under capture the comm stream joins the graph here (it waits on the
+    // compute stream's captured event) and rejoins it when a Wait orders
+    // the compute stream after `d`.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    GTP_RETURN_IF_ERROR(Cuda(cudaStreamIsCapturing(compute_, &capture), "cudaStreamIsCapturing"));
+    d->captured = capture != cudaStreamCaptureStatusNone;
     ready_.Record(compute_);
     ready_.WaitOn(comm_stream_.get());
-    {
+    if (!d->captured) {
       // Watched from here on: a call that blocks in NCCL (a peer that never
-      // connects) is aborted by the watchdog.
+      // connects) is aborted by the watchdog. A captured call is not (its
+      // event is a graph node): the caller bounds each launch of the graph
+      // with a collective it does watch (recipes/trainer/step.cc), and the
+      // watchdog still sees NCCL's asynchronous errors.
       absl::MutexLock l(&wd_mu_);
       pending_.push_back({d, absl::Now(), label, /*recorded=*/false});
     }
@@ -279,6 +299,7 @@ class State {
       return Fail(absl::Status(st.code(), absl::StrCat(label, ": ", st.message())));
     }
     GTP_RETURN_IF_ERROR(Cuda(cudaEventRecord(d->event.get(), comm_stream_.get()), "cudaEventRecord"));
+    if (d->captured) return d;
     absl::MutexLock l(&wd_mu_);
     for (auto& p : pending_) {
       if (p.done == d) p.recorded = true;

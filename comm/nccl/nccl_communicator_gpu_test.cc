@@ -95,6 +95,56 @@ absl::Status FirstBatchesDiffer(Communicator& w, bool connect, cudaStream_t comp
   return absl::OkStatus();
 }
 
+// A collective captured into a CUDA graph and replayed: the captured call is
+// kept off the watchdog and cannot be waited for by the host (Synchronize
+// says so, naming the capture), Wait orders the compute stream inside the
+// graph, and every launch reduces the input as it is at that launch. Inputs
+// are small integers, so the f32 sums are exact whatever NCCL's order.
+absl::Status CapturedAllReduce(Communicator& w, cudaStream_t compute) {
+  constexpr int64_t n = 4096;
+  float* dev = nullptr;
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&dev), 2 * n * 4), "cudaMalloc"));
+  std::unique_ptr<float, void (*)(float*)> free_dev(dev, [](float* p) { cudaFree(p); });
+  float *x = dev, *y = dev + n;
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(compute, cudaStreamCaptureModeRelaxed), "capture"));
+  absl::Status st = [&]() -> absl::Status {
+    GTP_ASSIGN_OR_RETURN(WorkPtr sum, w.AllReduce(x, y, n, DType::kF32, ReduceOp::kSum));
+    absl::Status sync = sum->Synchronize();
+    if (sync.code() != absl::StatusCode::kFailedPrecondition ||
+        sync.message().find("inside a CUDA graph capture") == absl::string_view::npos) {
+      return absl::InternalError(absl::StrCat("Synchronize inside a capture returned ", sync.ToString()));
+    }
+    return sum->Wait();
+  }();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(compute, &graph);
+  GTP_RETURN_IF_ERROR(st);
+  GTP_RETURN_IF_ERROR(CudaStatus(end, "cudaStreamEndCapture"));
+  std::unique_ptr<CUgraph_st, void (*)(cudaGraph_t)> own_graph(graph, [](cudaGraph_t g) { cudaGraphDestroy(g); });
+  cudaGraphExec_t exec = nullptr;
+  GTP_RETURN_IF_ERROR(CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"));
+  std::unique_ptr<CUgraphExec_st, void (*)(cudaGraphExec_t)> own_exec(exec, [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); });
+  const int p = w.size();
+  std::vector<float> in(n), out(n);
+  for (int launch = 1; launch <= 3; ++launch) {
+    for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>((w.rank() + 1) * launch + i % 7);
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(x, in.data(), n * 4, cudaMemcpyHostToDevice), "copy"));
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(exec, compute), "cudaGraphLaunch"));
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(compute), "cudaStreamSynchronize"));
+    GTP_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(out.data(), y, n * 4, cudaMemcpyDeviceToHost), "copy"));
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = static_cast<float>(launch * p * (p + 1) / 2 + p * (i % 7));
+      if (out[i] != want) {
+        return absl::InternalError(absl::StrCat("launch ", launch, ": y[", i, "] = ", out[i], ", want ", want));
+      }
+    }
+  }
+  // The communicator still works eagerly (and is watched) after the graph.
+  GTP_ASSIGN_OR_RETURN(WorkPtr b, w.Barrier());
+  return b->Synchronize();
+}
+
 int RunRank(const std::string& scenario) {
   // Ranks may share GPUs (gtprun's one-GPU mode).
   const int local = std::atoi(std::getenv("LOCAL_RANK")) % std::max(1, CudaDeviceCount());
@@ -115,6 +165,7 @@ int RunRank(const std::string& scenario) {
       scenario == "conformance"                 ? testing::RunConformance(**world, co)
       : scenario == "first_batches"             ? FirstBatchesDiffer(**world, true, compute->get())
       : scenario == "first_batches_unconnected" ? FirstBatchesDiffer(**world, false, compute->get())
+      : scenario == "graph"                     ? CapturedAllReduce(**world, compute->get())
                                                 : absl::InvalidArgumentError("unknown scenario");
   std::printf("RESULT %s\n", st.ToString().c_str());
   return st.ok() ? 0 : 1;
@@ -176,6 +227,15 @@ TEST(NcclCommunicator, PipelineShapedFirstBatchesAfterConnectPeers) {
   REQUIRE_GTPRUN();
   auto r = testing::RunCommand({testing::GtprunPath(), "--nproc=2", "--", testing::SelfPath(),
                                 "first_batches"},
+                               {{"NCCL_NVLS_ENABLE", "0"}}, absl::Seconds(120));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[rank 0] RESULT OK"));
+  EXPECT_THAT(r.output, HasSubstr("[rank 1] RESULT OK"));
+}
+
+TEST(NcclCommunicator, CapturedInCudaGraphOnTwoProcesses) {
+  REQUIRE_GTPRUN();
+  auto r = testing::RunCommand({testing::GtprunPath(), "--nproc=2", "--", testing::SelfPath(), "graph"},
                                {{"NCCL_NVLS_ENABLE", "0"}}, absl::Seconds(120));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("[rank 0] RESULT OK"));

@@ -66,13 +66,19 @@ namespace {
 std::string WhyNoGraphs(const kernels::Exec& exec, const comm::Communicator& world,
                         const RankState& s) {
   if (!exec.is_cuda()) return "train.device is cpu";
-  // Not built yet: the NCCL communicator's watchdog and host-side
-  // bookkeeping around each collective are not capture-safe.
-  if (world.size() > 1) return absl::StrCat("the run has ", world.size(), " ranks (graphs need one)");
+  // Several ranks: NCCL collectives are captured into the graph (the
+  // communicator keeps captured calls off its watchdog; GraphStep bounds each
+  // launch with a watched barrier). Host backends would read on the host.
+  if (world.size() > 1 && world.backend() != "nccl") {
+    return absl::StrCat("the world's backend is ", world.backend(), " (graphs need NCCL or one rank)");
+  }
   if (!s.opt->CanEnqueueSteps()) {
     return "the optimizer reads values on the host during its step (Muon, or a host-side "
            "grad-norm group)";
   }
+  // Each CP rank picks its tokens of the batch on the host (a device gather
+  // would make it capturable; not built).
+  if (s.recipe.parallel().cp() > 1) return "context parallelism picks each rank's tokens on the host";
   // MoE layers read their token counts on the host.
   if (s.has_moe()) return "MoE layers read their token counts on the host";
   if (s.runner != nullptr) return "the pipeline schedule waits on the host";
@@ -144,6 +150,20 @@ absl::StatusOr<optimizer::StepStats> StepRunner::GraphStep() {
   Timeline::Scope span(tl_, "step (CUDA graph)", exec_.stream);
   GTP_RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(graph_exec_, exec_.stream),
                                  "launching the step's CUDA graph"));
+  if (world_.size() > 1) {
+    // The graph's collectives are not watched one by one: a barrier over the
+    // world, ordered after the graph and waited within the communicator's
+    // timeout, ends the step with an error naming the group when a peer
+    // died or hangs (the host never blocks on the graph unbounded).
+    absl::Status fenced = [&]() -> absl::Status {
+      GTP_ASSIGN_OR_RETURN(comm::WorkPtr w, world_.Barrier());
+      return w->Synchronize();
+    }();
+    if (!fenced.ok()) {
+      return absl::Status(fenced.code(), absl::StrCat("the step's CUDA graph did not complete on every rank: ",
+                                                      fenced.message()));
+    }
+  }
   return s_.opt->FinishStep();
 }
 

@@ -1,8 +1,9 @@
 // recipes/trainer/step.h — one training step's compute on one rank: every
 // micro-batch's forward and backward with gradient accumulation (through
 // the pipeline schedule when the model has stages, then the tied-embedding
-// sync), or the whole step replayed as a CUDA graph (one GPU, AdamW, no MoE,
-// no pipeline: train.cuda_graphs), and the step's loss.
+// sync), or the whole step replayed as a CUDA graph (CUDA, one rank or an
+// NCCL world, AdamW, no MoE, no CP, no pipeline: train.cuda_graphs), and the step's
+// loss.
 #pragma once
 
 #include <cstdint>

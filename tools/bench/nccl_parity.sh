@@ -11,7 +11,7 @@
 #   bash tools/bench/nccl_parity.sh 8 --dry_run                                 the commands, nothing run
 #
 # Usage: nccl_parity.sh [N] [--dry_run] [--precision f32|bf16|both]
-#                       [--cells "SPEC..."] [--min_ranks M] [--max_ranks M]
+#                       [--cells "SPEC..."] [--min_ranks M] [--max_ranks M] [--graphs]
 #   N            GPUs to use (default: all nvidia-smi lists; with DEVICE=cpu
 #                required: N processes on the CPU, UCX instead of NCCL)
 #   --max_ranks  run cells of up to M ranks (default N). With M > N the ranks
@@ -45,6 +45,12 @@
 #                3.6e-2 from f32 at step 9 (a loss spike), and TP2 in bf16 was
 #                3.4e-2 from the bf16 reference there, nearer to f32 than it.
 #                BF16_NOISE_FACTOR=0 keeps the fixed BF16_TOL / BF16_MEAN_TOL.
+#   --graphs     CUDA graphs on NCCL ranks instead: each cell (default
+#                GRAPH_CELLS below) runs twice, train.cuda_graphs=off and =on
+#                (graphs from step 3), and every step's loss must be
+#                bit-identical (tolerance 0) and the "on" log must say it
+#                captured the step: the graph replays the same kernels and
+#                collectives in the same order, so any difference is a defect
 #   --dry_run    print the layout selection and the commands; run nothing
 #
 # The cells (tests/axes' layouts, as processes of the real trainer):
@@ -85,12 +91,15 @@ cp2gtp2_hybrid pp2vpp2_hybrid pp2vpp2_llama dp2cp2ep2egtp2_moe
 gtp4 tp2gtp2 gtp2dp2 tp2dp2 tp2gtp2_sp_llama pp2gtp2 pp4_llama cp2gtp2 gtp2dp2ep2egtp2_moe
 gtp8 dp8 tp2gtp2dp2_llama gtp4dp2_llama tp4gtp2_sp pp2tp2gtp2 tp2gtp2dp2ep4egtp2_moe
 dp1"
+GRAPH_CELLS="gtp2 tp2 dp2 tp2gtp2 gtp2dp2 tp2gtp2_sp_llama tp2gtp2dp2_llama gtp8"
+GRAPHS=0 CELLS_SET=0
 usage() { sed -n '/^# Usage:/,/^#   --dry_run/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
     --dry_run) DRY=1 ;;
     --precision) shift; case "${1:-}" in f32|bf16) PRECISIONS="$1" ;; both) PRECISIONS="f32 bf16" ;; *) usage ;; esac ;;
-    --cells) shift; CELLS="${1:-}" ;;
+    --cells) shift; CELLS="${1:-}"; CELLS_SET=1 ;;
+    --graphs) GRAPHS=1 ;;
     --min_ranks) shift; [[ "${1:-}" =~ ^[0-9]+$ ]] || usage; MIN_RANKS="$1" ;;
     --max_ranks) shift; [[ "${1:-}" =~ ^[0-9]+$ ]] || usage; MAX_RANKS="$1" ;;
     -h|--help) usage ;;
@@ -99,6 +108,8 @@ while (($#)); do
   shift
 done
 DEVICE="${DEVICE:-cuda}"
+((GRAPHS && !CELLS_SET)) && CELLS="$GRAPH_CELLS"
+if ((GRAPHS)) && [[ "$DEVICE" != cuda ]]; then echo "nccl_parity: --graphs needs DEVICE=cuda" >&2; exit 2; fi
 if [[ -z "$N" ]]; then
   [[ "$DEVICE" == cuda ]] || { echo "nccl_parity: DEVICE=$DEVICE needs N (processes)" >&2; exit 2; }
   N="$(count_gpus)"
@@ -175,8 +186,43 @@ save_logs() {
 # (|| true: a log without such a line must not end the script under set -e / pipefail.)
 tail_reason() { { grep -E 'error|Error|failed|FAILED' "$1" 2>/dev/null || true; } | tail -1 | tr '\t|' '  ' | cut -c1-160; }
 
+# CUDA graphs on vs off, layout by layout (--graphs): tolerance 0.
+graph_cells() {
+  local prec spec label world base mset off on status note
+  for prec in $PRECISIONS; do
+    base="$(base_set "$prec")"
+    mkdir -p "$WORK/$prec"
+    for spec in $CELLS; do
+      layout_parse "$spec" || exit 2
+      label="$(layout_label), graphs on vs off"
+      world="$LAYOUT_WORLD"
+      ((world < MIN_RANKS)) && continue
+      if ((world > MAX_RANKS)); then
+        ((DRY)) || printf '%s\t%s\t%s\tskip\t-\t-\t0\t-\tneeds %s ranks, at most %s here (--max_ranks)\n' \
+          "$label" "$world" "$prec" "$world" "$MAX_RANKS" >> "$TSV"
+        continue
+      fi
+      mset="$(model_set "$LAYOUT_MODEL")"
+      off="$WORK/$prec/${spec}_graphs_off" on="$WORK/$prec/${spec}_graphs_on"
+      ((DRY)) && echo "# $label ($world ranks, $prec; tolerance 0)"
+      status=ran note=""
+      if ! launch "$off.log" "$world" --run_dir "$off" --set "$base$mset,$LAYOUT_SET,train.cuda_graphs=off${GTP_SET:+,$GTP_SET}"; then
+        status=error note="graphs off failed: $(tail_reason "$off.log")"
+      elif ! launch "$on.log" "$world" --run_dir "$on" --set "$base$mset,$LAYOUT_SET,train.cuda_graphs=on${GTP_SET:+,$GTP_SET}"; then
+        status=error note="graphs on failed: $(tail_reason "$on.log")"
+      elif ! ((DRY)) && ! grep -q "captured the training step as a CUDA graph" "$on.log"; then
+        status=error note="the graphs-on log does not say it captured the step"
+      fi
+      ((DRY)) || printf '%s\t%s\t%s\t%s\t%s\t%s\t0\t-\t%s\n' "$label" "$world" "$prec" "$status" \
+        "$off/metrics.jsonl" "$on/metrics.jsonl" "$note" >> "$TSV"
+    done
+  done
+}
+
 declare -A REF_DONE=() NOISE_TOL=() NOISE_MEAN_TOL=()
-for prec in $PRECISIONS; do
+LOOP_PRECISIONS="$PRECISIONS"
+if ((GRAPHS)); then graph_cells; LOOP_PRECISIONS=""; fi
+for prec in $LOOP_PRECISIONS; do
   base="$(base_set "$prec")"
   tol="$F32_TOL" mean_tol="-"
   [[ "$prec" == bf16 ]] && tol="$BF16_TOL" mean_tol="$BF16_MEAN_TOL"
