@@ -144,6 +144,15 @@ grep -q "resuming: the learning-rate schedule is .*decay=60) in .* but .*decay=7
 "$bin" --run_dir "$tmp/learn" --set "$small,train.steps=70,optim.decay_steps=60,train.eval_every=0,checkpoint.every=0" > "$tmp/longer.log"
 grep -q "^step    61/70" "$tmp/longer.log" && grep -q "^step    70/70" "$tmp/longer.log" || { cat "$tmp/longer.log"; exit 1; }
 
+echo "== 2i. checkpoint.no_resume=true over an earlier run's checkpoints sets them aside, announced"
+# (They used to stay beside the new run's: `latest` pointed at the new ones, retention then deleted some.)
+"$bin" --run_dir "$tmp/noresume" --set "$small,train.steps=4,train.eval_every=0,checkpoint.every=2" > /dev/null
+"$bin" --run_dir "$tmp/noresume" --set "$small,train.steps=2,train.eval_every=0,checkpoint.no_resume=true" > "$tmp/noresume.log"
+grep -q "checkpoint.no_resume=true: the earlier run's checkpoints in .*noresume/checkpoints moved to .*noresume/checkpoints.replaced" \
+  "$tmp/noresume.log" || { echo "no announcement:"; cat "$tmp/noresume.log"; exit 1; }
+test -d "$tmp/noresume/checkpoints.replaced/iter_0000004" && test "$(cat "$tmp/noresume/checkpoints/latest")" = 2 &&
+  test ! -e "$tmp/noresume/checkpoints/iter_0000004" || { echo "checkpoints mixed:"; ls -R "$tmp/noresume"; exit 1; }
+
 echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
 # Every weight of gpt_tiny has 64 or more columns, so each shard is whole
 # 32-blocks and GTP 1 rounds the same elements together (GtpOptions::fp8_gather):

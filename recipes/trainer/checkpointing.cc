@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/model_state.h"
@@ -92,9 +93,46 @@ absl::Status Checkpointer::Save(int64_t step, bool wait) {
   return wait ? saver_->Wait() : absl::OkStatus();
 }
 
+// checkpoint.no_resume=true in a run directory that already holds
+// checkpoints: this run's saves and the retention of old iterations would
+// mix with them (and delete some), so they move to <root>.replaced first
+// (one generation kept: an older .replaced goes), announced.
+absl::Status Checkpointer::SetAsideEarlierCheckpoints() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (ckpt_root_.empty() || !fs::is_directory(ckpt_root_, ec) || fs::is_empty(ckpt_root_, ec)) {
+    return absl::OkStatus();
+  }
+  const std::string& from = r_.checkpoint().init_from();
+  if (!from.empty()) {
+    const std::string a = fs::weakly_canonical(from, ec).string() + "/";
+    const std::string b = fs::weakly_canonical(ckpt_root_, ec).string() + "/";
+    if (absl::StartsWith(a, b)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint.init_from ", from, " lies inside this run's checkpoint directory ", ckpt_root_,
+          ", which checkpoint.no_resume=true sets aside: copy it elsewhere first, or use another --run_dir"));
+    }
+  }
+  const std::string aside = ckpt_root_ + ".replaced";
+  fs::remove_all(aside, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", aside, ": ", ec.message()));
+  fs::rename(ckpt_root_, aside, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot move the earlier checkpoints ", ckpt_root_, " to ", aside, ": ", ec.message()));
+  }
+  std::printf("checkpoint.no_resume=true: the earlier run's checkpoints in %s moved to %s "
+              "(this run starts from step 0)\n",
+              ckpt_root_.c_str(), aside.c_str());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> Checkpointer::Resume() {
   const bool init_from = !r_.checkpoint().init_from().empty();
-  if (r_.checkpoint().no_resume()) return init_from ? InitFromThen0(true) : 0;
+  if (r_.checkpoint().no_resume()) {
+    if (rank0()) GTP_RETURN_IF_ERROR(SetAsideEarlierCheckpoints());
+    return init_from ? InitFromThen0(true) : 0;
+  }
   if (absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(ckpt_root_); !latest.ok()) {
     if (absl::IsNotFound(latest.status()))
       return init_from ? InitFromThen0(true) : 0;  // a fresh run

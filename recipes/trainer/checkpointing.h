@@ -65,6 +65,7 @@ class Checkpointer {
 
  private:
   bool rank0() const { return world_.rank() == 0; }
+  absl::Status SetAsideEarlierCheckpoints();
   bool has_moe() const { return r_.model().moe().num_experts() > 0; }
   absl::StatusOr<int64_t> InitFromThen0(bool announce);
   // with_tied_copies: a pipeline's head copy of wte is loaded, never saved.

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -390,6 +391,15 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
     return Bad(absl::StrCat("train.attention must be cudnn or flash, got ", t->attention()));
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");
+  // The checkpoints belong to the run directory (its lock covers them): an
+  // absolute path used to land nested under the run dir, unannounced.
+  if (c->dir().front() == '/' ||
+      absl::StrContains(absl::StrCat("/", c->dir(), "/"), "/../")) {
+    return Bad(absl::StrCat("checkpoint.dir is a path inside the run directory, got ", c->dir(),
+                            ": use e.g. checkpoint.dir=checkpoints and choose where the run "
+                            "goes with --run_dir"));
+  }
+  if (c->keep_last() < 0) return Bad(absl::StrCat("checkpoint.keep_last must be >= 0 (0: 2), got ", c->keep_last()));
   if (c->keep_last() == 0) c->set_keep_last(2);
   if (r->name().empty()) r->set_name("run");
   return absl::OkStatus();

@@ -117,6 +117,27 @@ TEST(RecipeTrain, CudaGraphsAreAutoOnOrOff) {
       << bad.status();
 }
 
+// checkpoint.dir is inside the run directory: an absolute path (which used
+// to land nested under the run dir) and a way out of it are refused.
+TEST(RecipeCheckpoint, DirMustStayInsideTheRunDir) {
+  const std::string path = WriteRecipe();
+  for (const char* dir : {"checkpoint.dir=/tmp/ck", "checkpoint.dir=../elsewhere", "checkpoint.dir=a/../../b"}) {
+    auto bad = LoadRecipe(path, {dir});
+    ASSERT_FALSE(bad.ok()) << dir;
+    EXPECT_NE(std::string(bad.status().message()).find("checkpoint.dir is a path inside the run directory"),
+              std::string::npos)
+        << bad.status();
+  }
+  for (const char* dir : {"checkpoint.dir=ck", "checkpoint.dir=a/b", "checkpoint.dir=x..y"}) {
+    auto ok = LoadRecipe(path, {dir});
+    EXPECT_TRUE(ok.ok()) << dir << ": " << ok.status();
+  }
+  auto keep = LoadRecipe(path, {"checkpoint.keep_last=-1"});
+  ASSERT_FALSE(keep.ok());
+  EXPECT_NE(std::string(keep.status().message()).find("checkpoint.keep_last must be >= 0"), std::string::npos)
+      << keep.status();
+}
+
 TEST(RecipeData, TokenizerFilesGoTogetherWithAnIndexedDataset) {
   const std::string path = WriteRecipe();
   const std::string indexed = "data.source=indexed", at = "data.path=/d/owt";

@@ -203,7 +203,9 @@ class RankRun {
     state.sampler = s_->sampler.get();
     state.order = s_->order;
     state.expert_order = s_->expert_order;
-    ckpt_ = std::make_unique<Checkpointer>(state, o_.run_dir + "/" + r_.checkpoint().dir());
+    // An evaluation (no run dir) has no checkpoint directory of its own.
+    ckpt_ = std::make_unique<Checkpointer>(
+        state, o_.run_dir.empty() ? std::string() : o_.run_dir + "/" + r_.checkpoint().dir());
     if (rank0() && !o_.run_dir.empty()) {  // (an evaluation writes nothing)
       GTP_ASSIGN_OR_RETURN(metrics_, Metrics::Open(r_, o_));
     }

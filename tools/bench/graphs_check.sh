@@ -5,7 +5,7 @@
 # step times (steps 11-50).
 set -u
 for g in off on; do
-  bash tools/gpu.sh run recipes_gpt_124m_train --run_dir /tmp/g_$g --set train.steps=50,checkpoint.no_resume=true,train.cuda_graphs=$g > /tmp/g_$g.log 2>&1 || { echo "graphs=$g failed"; tail -15 /tmp/g_$g.log; }
+  rm -rf /tmp/g_$g; bash tools/gpu.sh run recipes_gpt_124m_train --run_dir /tmp/g_$g --set train.steps=50,checkpoint.no_resume=true,train.cuda_graphs=$g > /tmp/g_$g.log 2>&1 || { echo "graphs=$g failed"; tail -15 /tmp/g_$g.log; }
   grep -E "gtp |captured|step +(1|2|3|10|50)/|rror" /tmp/g_$g.log
 done
 python3 - <<'PY'

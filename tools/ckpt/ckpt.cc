@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/metadata.pb.h"
@@ -298,9 +299,38 @@ absl::StatusOr<std::vector<GlobalTensor>> F32Weights(std::vector<GlobalTensor> a
   return out;
 }
 
+// The model.vocab_size of the run that wrote `dir` (0: its metadata has no
+// recipe — not written by the trainer).
+absl::StatusOr<int64_t> RecipeVocab(const std::string& dir) {
+  GTP_ASSIGN_OR_RETURN(proto::Metadata meta, ReadCheckpointMetadata(dir));
+  const auto it = meta.extra().find("recipe");
+  if (it == meta.extra().end()) return 0;
+  recipes::proto::Recipe r;
+  if (!google::protobuf::TextFormat::ParseFromString(it->second, &r)) {
+    return absl::DataLossError(absl::StrCat(dir, ": the recipe in its metadata does not parse"));
+  }
+  return r.model().vocab_size();
+}
+
 absl::Status Export(const std::string& path, const std::string& out, const std::string& names,
                     int64_t vocab) {
   GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
+  if (vocab > 0) {
+    // --vocab strips padding rows only: below the model's vocabulary it
+    // would cut real tokens' rows.
+    if (names == "gtp") {
+      return absl::InvalidArgumentError(
+          "--vocab strips vocabulary padding of --names hf-gpt2 or hf-llama; --names gtp "
+          "exports the tables as trained (drop --vocab)");
+    }
+    GTP_ASSIGN_OR_RETURN(const int64_t model_vocab, RecipeVocab(dir));
+    if (model_vocab > 0 && vocab < model_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--vocab ", vocab, " is below the model's vocabulary (model.vocab_size ", model_vocab,
+          "): it would cut the rows of real tokens; --vocab ", model_vocab,
+          " strips only the padding"));
+    }
+  }
   GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> read, ReadAllGlobal(dir));
   GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> all, F32Weights(std::move(read)));
   SafeTensorsFile f;
@@ -457,6 +487,20 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir,
     GTP_ASSIGN_OR_RETURN(f, ToHfGpt2(all, m.vocab_size()));
   }
   std::error_code ec;
+  if (std::filesystem::exists(out_dir, ec)) {
+    // Files of another model (a tokenizer, shards) would stay beside ours.
+    if (!std::filesystem::is_directory(out_dir, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(out_dir, " exists and is not a directory"));
+    }
+    auto it = std::filesystem::directory_iterator(out_dir, ec);
+    if (ec) return absl::InvalidArgumentError(absl::StrCat("cannot list ", out_dir, ": ", ec.message()));
+    if (it != std::filesystem::directory_iterator()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          out_dir, " is not empty (it holds ", it->path().filename().string(),
+          "…): export into a new or empty directory, so that no file of another model stays beside "
+          "this one"));
+    }
+  }
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
   GTP_RETURN_IF_ERROR(WriteSafeTensors(out_dir + "/model.safetensors", f));
@@ -519,7 +563,13 @@ int Main(int argc, char** argv) {
       std::string a = argv[i];
       if (a == "--format" && i + 1 < argc) format = argv[++i];
       else if (a == "--names" && i + 1 < argc) names = argv[++i];
-      else if (a == "--vocab" && i + 1 < argc) vocab = std::stoll(argv[++i]);
+      else if (a == "--vocab" && i + 1 < argc) {
+        const std::string v = argv[++i];
+        if (!absl::SimpleAtoi(v, &vocab) || vocab <= 0) {
+          std::fprintf(stderr, "ckpt: --vocab must be a positive number of rows, got '%s'\n", v.c_str());
+          return 2;
+        }
+      }
       else if (a == "--vocab_json" && i + 1 < argc)
         vocab_json = argv[++i];
       else if (a == "--merges" && i + 1 < argc)

@@ -32,3 +32,21 @@ for l in range(2):
     assert hf[p + "self_attn.o_proj.weight"][1] == g["h.%d.attn.o.weight" % l][1]
 print("ok:", len(hf), "tensors")
 PY
+
+# Export settings that would lose or mix weights are refused (issue 29, item 6).
+expect_fail() {  # expected message, then the command
+  local want="$1"; shift
+  if "$@" > "$tmp/out.txt" 2> "$tmp/err.txt"; then echo "expected failure: $*"; exit 1; fi
+  grep -qF -- "$want" "$tmp/err.txt" || { echo "want '$want' from: $*"; cat "$tmp/err.txt"; exit 1; }
+}
+expect_fail "--vocab 100 is below the model's vocabulary (model.vocab_size 256)" \
+  "$ckpt" export --format safetensors --names hf-llama --vocab 100 "$tmp/run/checkpoints" "$tmp/cut.safetensors"
+[[ ! -e "$tmp/cut.safetensors" ]] || { echo "a refused export wrote its file"; exit 1; }
+expect_fail "--names gtp exports the tables as trained (drop --vocab)" \
+  "$ckpt" export --format safetensors --names gtp --vocab 256 "$tmp/run/checkpoints" "$tmp/g2.safetensors"
+expect_fail "--vocab must be a positive number of rows, got 'abc'" \
+  "$ckpt" export --format safetensors --names hf-llama --vocab abc "$tmp/run/checkpoints" "$tmp/g3.safetensors"
+mkdir -p "$tmp/hf_used" && echo stale > "$tmp/hf_used/tokenizer.json"
+expect_fail "is not empty (it holds tokenizer.json" \
+  "$ckpt" export --format hf "$tmp/run/checkpoints" "$tmp/hf_used"
+echo "ok: refusals"

@@ -60,4 +60,9 @@ printf '{"title": "x"}\n' > "$tmp/nokey.jsonl"
 [ "$rc" = 1 ] && grep -q "nokey.jsonl line 1" "$tmp/err" || fail "missing key: $(cat "$tmp/err")"
 "$make_indexed" --output="$tmp/y" --vocab="$vocab" "$tmp/bpe.txt" 2>/dev/null; rc=$?
 [ "$rc" = 2 ] || fail "--vocab without --merges: exit $rc, want 2"
+# A directory as input used to read as empty and write an empty dataset.
+mkdir -p "$tmp/adir"
+"$make_indexed" --output="$tmp/z" "$tmp/adir" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "adir is a directory: name the files in it" "$tmp/err" || fail "directory input: $(cat "$tmp/err")"
+[ ! -e "$tmp/z.bin" ] || fail "a refused input wrote $tmp/z.bin"
 echo PASS

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
+#include "tools/data/input_file.h"
 #include "data/corpus.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
@@ -55,15 +56,6 @@ std::vector<int32_t> Bytes(absl::string_view text) {
   std::vector<int32_t> out(text.size());
   for (size_t i = 0; i < text.size(); ++i) out[i] = static_cast<unsigned char>(text[i]);
   return out;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
 }
 
 // Splits `text` into documents by `mode`; empty documents are dropped.
@@ -155,7 +147,7 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
     const std::string mode = absl::GetFlag(FLAGS_documents);
     const std::string key = absl::GetFlag(FLAGS_json_key);
     for (const std::string& path : files) {
-      GTP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+      GTP_ASSIGN_OR_RETURN(std::string text, tools::ReadInputFile(path));
       if (key.empty()) {
         for (absl::string_view doc : Split(text, mode)) GTP_RETURN_IF_ERROR(add(doc));
         continue;

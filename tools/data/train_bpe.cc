@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
+#include "tools/data/input_file.h"
 #include "data/corpus.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/internal/json.h"
@@ -53,15 +54,6 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count() + 1e-9;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
-}
-
 absl::Status Count(data::BpeWordCounts* words) {
   if (!absl::GetFlag(FLAGS_corpus).empty()) {
     GTP_ASSIGN_OR_RETURN(data::CorpusSplit split,
@@ -75,7 +67,7 @@ absl::Status Count(data::BpeWordCounts* words) {
   }
   const std::string key = absl::GetFlag(FLAGS_json_key);
   for (const std::string& path : absl::GetFlag(FLAGS_input)) {
-    GTP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    GTP_ASSIGN_OR_RETURN(std::string text, tools::ReadInputFile(path));
     if (key.empty()) {
       words->AddText(text);
       continue;

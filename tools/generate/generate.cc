@@ -23,6 +23,7 @@
 // MoE, prefix embeddings), and --device=cuda where no GPU is visible, are
 // refused with one line on stderr and exit status 1.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -82,8 +83,14 @@ absl::Status Generate() {
   so.top_k = absl::GetFlag(FLAGS_top_k);
   so.top_p = absl::GetFlag(FLAGS_top_p);
   so.seed = absl::GetFlag(FLAGS_seed);
-  if (so.temperature < 0 || so.top_k < 0 || !(so.top_p > 0 && so.top_p <= 1)) {
-    return absl::InvalidArgumentError("need --temperature >= 0, --top_k >= 0, 0 < --top_p <= 1");
+  // (Written so that NaN fails: it compares false with everything.)
+  if (!(so.temperature >= 0 && std::isfinite(so.temperature))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--temperature must be a finite number >= 0 (0: greedy), got ", so.temperature));
+  }
+  if (so.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("--top_k must be >= 0 (0: off), got ", so.top_k));
+  if (!(so.top_p > 0 && so.top_p <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--top_p must be in (0, 1] (1: off), got ", so.top_p));
   }
   GTP_ASSIGN_OR_RETURN(CheckpointRecipe ck, ReadCheckpointRecipe(path));
   const auto& m = ck.recipe.model();

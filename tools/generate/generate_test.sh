@@ -67,4 +67,10 @@ if "$gen" --checkpoint "$ck" --device tpu > /dev/null 2> "$tmp/err.txt"; then
   echo "--device tpu was accepted"; exit 1
 fi
 grep -q "not supported" "$tmp/err.txt"
+# NaN compares false with everything: it used to pass the range check and sample.
+for bad in "--temperature nan:--temperature must be a finite number >= 0" "--temperature inf:--temperature must be a finite number" \
+           "--top_p nan:--top_p must be in (0, 1]" "--top_k -1:--top_k must be >= 0"; do
+  if "$gen" --checkpoint "$ck" ${bad%%:*} > /dev/null 2> "$tmp/err.txt"; then echo "${bad%%:*} was accepted"; exit 1; fi
+  grep -qF -- "${bad#*:}" "$tmp/err.txt" || { echo "${bad%%:*}:"; cat "$tmp/err.txt"; exit 1; }
+done
 echo PASS
