@@ -74,6 +74,8 @@ class GptDataset {
   uint64_t epoch_of(uint64_t index) const { return index / samples_per_epoch_; }
 
   // Copies the T+1 tokens of sample `index` into `out`.
+  // The source's CheckIntact (call before a batch's GetSample/GetBatch).
+  absl::Status CheckSource() const { return source_->CheckIntact(); }
   void GetSample(uint64_t index, int32_t* out) const;
   std::vector<int32_t> GetSample(uint64_t index) const;
 

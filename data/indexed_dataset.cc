@@ -119,8 +119,25 @@ struct IndexedDataset::Mapping {
   const unsigned char* data = nullptr;
   size_t size = 0;
 
+  int fd = -1;  // kept open: CheckIntact compares its size with the mapping's
+
   ~Mapping() {
     if (data != nullptr) munmap(const_cast<unsigned char*>(data), size);
+    if (fd >= 0) ::close(fd);
+  }
+
+  // A file cut in place after it was mapped makes a read past its new end
+  // fault (SIGBUS): DataLoss naming it instead, before reading.
+  absl::Status CheckIntact() const {
+    struct stat st;
+    if (fd < 0 || ::fstat(fd, &st) != 0) return absl::OkStatus();
+    if (static_cast<size_t>(st.st_size) < size) {
+      return absl::DataLossError(absl::StrCat(
+          path, " shrank from ", size, " to ", st.st_size,
+          " bytes while the run was reading it (changed in place under a running job): restore it "
+          "and resume from the last checkpoint"));
+    }
+    return absl::OkStatus();
   }
 
   static absl::StatusOr<std::unique_ptr<Mapping>> Open(const std::string& path) {
@@ -131,6 +148,12 @@ struct IndexedDataset::Mapping {
       int err = errno;
       ::close(fd);
       return ErrnoError(err, absl::StrCat("cannot stat ", path));
+    }
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " is a directory: a dataset is named by the prefix of its PREFIX.idx and "
+                "PREFIX.bin files"));
     }
     auto m = std::make_unique<Mapping>();
     m->path = path;
@@ -144,7 +167,7 @@ struct IndexedDataset::Mapping {
       }
       m->data = static_cast<const unsigned char*>(p);
     }
-    ::close(fd);
+    m->fd = fd;
     return m;
   }
 };
@@ -264,7 +287,26 @@ absl::StatusOr<std::shared_ptr<IndexedDataset>> IndexedDataset::Open(
     return absl::DataLossError(absl::StrCat(idx_path, ": document index ends at sequence ", prev,
                                             " but there are ", num_seq, " sequences"));
   }
+  // Tokens are int32 from here on: an int64 dataset is scanned once (the
+  // other dtypes fit by construction).
+  if (ds->dtype_ == IndexDType::kI64) {
+    const unsigned char* b = ds->bin_->data;
+    for (uint64_t i = 0; i < bin_size / 8; ++i) {
+      const int64_t v = Load<int64_t>(b + 8 * i);
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            bin_path, ": token ", i, " is ", v,
+            ", which does not fit int32 (token ids must be below 2^31; rewrite the dataset with "
+            "ids of its tokenizer's vocabulary)"));
+      }
+    }
+  }
   return ds;
+}
+
+absl::Status IndexedDataset::CheckIntact() const {
+  GTP_RETURN_IF_ERROR(idx_->CheckIntact());
+  return bin_->CheckIntact();
 }
 
 size_t IndexedDataset::sequence_length(size_t seq) const {

@@ -87,8 +87,8 @@ inline std::string BinPath(const std::string& prefix) { return prefix + ".bin"; 
 // Open() validates the whole index (header, array sizes, document index
 // monotone and complete, every sequence inside .bin), so reads never fail.
 // Immutable afterwards: all methods are thread-safe; reads do not block
-// beyond page faults. Token values are converted to int32 on read; an int64
-// value outside int32 aborts (token ids are < 2^31).
+// beyond page faults. Token values are converted to int32 on read; Open
+// refuses an int64 dataset with a value outside int32 (token ids are < 2^31).
 class IndexedDataset final : public TokenSource {
  public:
   // Maps PREFIX.idx and PREFIX.bin. Float dtypes are rejected
@@ -118,6 +118,8 @@ class IndexedDataset final : public TokenSource {
   size_t document_length(size_t doc) const override;
   void Read(size_t doc, size_t offset, size_t count, int32_t* out) const override;
   uint64_t num_tokens() const override { return num_tokens_; }
+  // DataLoss naming the file when .idx or .bin shrank since Open.
+  absl::Status CheckIntact() const override;
 
  private:
   struct Mapping;

@@ -1,5 +1,8 @@
 #include "data/indexed_dataset.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -183,6 +186,44 @@ TEST(IndexedDataset, MissingFilesAreNotFound) {
   std::remove(BinPath(prefix).c_str());
   ExpectError(IndexedDataset::Open(prefix).status(), absl::StatusCode::kNotFound, "missing.bin",
               "cannot open");
+}
+
+// An int64 token beyond int32 used to abort the trainer on a CHECK when a
+// batch reached it; Open refuses it, naming the file, the position and value.
+TEST(IndexedDataset, Int64TokensBeyondInt32AreRefusedAtOpen) {
+  const std::string prefix = TempPrefix("wide");
+  ASSERT_TRUE(WriteIndexedDataset(prefix, IndexDType::kI64, {{1, 2, 3}}).ok());
+  ASSERT_TRUE(IndexedDataset::Open(prefix).ok());
+  std::string bin = ReadFile(BinPath(prefix));
+  ASSERT_EQ(bin.size(), 24u);
+  const int64_t wide = int64_t{1} << 32;
+  bin.replace(8, 8, reinterpret_cast<const char*>(&wide), 8);
+  WriteFile(BinPath(prefix), bin);
+  ExpectError(IndexedDataset::Open(prefix).status(), absl::StatusCode::kInvalidArgument, "wide.bin",
+              "token 1 is 4294967296, which does not fit int32");
+}
+
+// A .bin cut in place while a run reads it used to fault (SIGBUS) on the
+// next read past its new end: CheckIntact names it first.
+TEST(IndexedDataset, AFileThatShrankUnderTheReaderIsNamed) {
+  const std::string prefix = TempPrefix("shrinks");
+  ASSERT_TRUE(WriteIndexedDataset(prefix, IndexDType::kU16, {{1, 2, 3}, {4, 5}}).ok());
+  auto ds = IndexedDataset::Open(prefix);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_TRUE((*ds)->CheckIntact().ok());
+  ASSERT_EQ(truncate(BinPath(prefix).c_str(), 4), 0);
+  ExpectError((*ds)->CheckIntact(), absl::StatusCode::kDataLoss, "shrinks.bin",
+              "shrank from 10 to 4 bytes while the run was reading it");
+}
+
+// A directory where a data file should be said "cannot mmap: No such device".
+TEST(IndexedDataset, ADirectoryIsNamed) {
+  const std::string prefix = TempPrefix("dir_bin");
+  ASSERT_TRUE(WriteIndexedDataset(prefix, IndexDType::kU8, {{1}}).ok());
+  std::remove(BinPath(prefix).c_str());
+  ASSERT_EQ(mkdir(BinPath(prefix).c_str(), 0755), 0);
+  ExpectError(IndexedDataset::Open(prefix).status(), absl::StatusCode::kInvalidArgument, "dir_bin.bin",
+              "is a directory");
 }
 
 TEST(IndexedDatasetWriter, RejectsTokensThatDoNotFitAndCleansUp) {

@@ -50,6 +50,11 @@ class TokenSource {
   // Tokens in all documents. The default sums document_length(): O(documents).
   virtual uint64_t num_tokens() const;
 
+  // OK while Read may go on; an error naming the file when a source backed
+  // by files saw them change under it (IndexedDataset: a file that shrank
+  // would fault on read). Cheap (a stat): callers check once per batch.
+  virtual absl::Status CheckIntact() const { return absl::OkStatus(); }
+
   // The whole of document `doc`, for tests and tools.
   std::vector<int32_t> Document(size_t doc) const;
 };

@@ -201,6 +201,8 @@ expect_error gather_dtype "gtp_gather_dtype must be fp8 or the params' dtype (f3
 expect_error attention "train.attention must be cudnn or flash" --set "train.attention=sdpa"
 expect_error reduce_dtype "gtp_reduce_scatter_dtype must be f32 or bf16" --set "parallel.gtp_reduce_scatter_dtype=fp8"
 expect_error order "order" --set "parallel.order=tp-tp-dp"
+# A model that cannot fit used to abort inside a 1 TB allocation; now refused with the figures.
+expect_error huge_model "the model cannot fit: model.n_layer=.*, model.n_embd=4000000000" --set "model.n_embd=4000000000"
 
 echo "== 4. parallel.order: another rank order trains the same model (and the banner shows the order used)"
 # TP2 x GTP2 on 4 ranks: the default order pairs TP ranks {0,1}, {2,3}; this

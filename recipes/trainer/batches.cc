@@ -25,6 +25,7 @@ absl::StatusOr<std::pair<Tensor, Tensor>> BatchStager::Batch(
   if (slot.copied) GTP_RETURN_IF_ERROR(slot.copied->Synchronize());
   host_tok_ = slot.tok;
   host_tgt_ = slot.tgt;
+  GTP_RETURN_IF_ERROR(ds.CheckSource());
   ds.GetBatch(samples, host_tok_.data<int32_t>(), host_tgt_.data<int32_t>());
   GTP_RETURN_IF_ERROR(CheckTokenIds(ds, samples, T));
   if (&ds == train_) {

@@ -48,33 +48,48 @@ ModelShape ShapeOf(const proto::Model& m) {
   return s;
 }
 
-int64_t NonPositionParams(const ModelShape& m) {
-  const int64_t C = m.n_embd, V = m.vocab_size;
+namespace {
+
+// The count in `Num`: int64_t exact, double for shapes whose count would
+// overflow int64 (the memory estimate of an absurd setting). The divisions
+// are integer ones in both.
+template <typename Num>
+Num ParamsOf(const ModelShape& m) {
+  const Num C = static_cast<Num>(m.n_embd), V = static_cast<Num>(m.vocab_size);
   const int64_t NKV = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
-  const int64_t C_kv = NKV * (C / m.n_head);  // k and v output channels
-  const int64_t H = m.ffn_hidden > 0 ? m.ffn_hidden : 4 * C;
-  const int64_t b = m.bias ? 1 : 0;
-  const int64_t norm = m.rmsnorm || !m.bias ? C : 2 * C;
-  const int64_t attn = (C * C + b * C) + 2 * (C * C_kv + b * C_kv) + (C * C + b * C);  // q, k, v, o
-  auto dense = [&](int64_t h) { return (C * (m.swiglu ? 2 * h : h) + b * (m.swiglu ? 2 * h : h)) + (h * C + b * C); };
-  const int64_t mlp = dense(H);  // fc, proj
-  const int64_t He = m.moe_hidden;
-  const int64_t moe = m.top_k * (C * (m.swiglu ? 2 * He : He) + He * C) +
-                      (m.shared_hidden > 0 ? dense(m.shared_hidden) : 0) + m.num_experts * C;
-  const int64_t embeddings = (m.tied_embeddings ? 1 : 2) * V * C;
+  const Num C_kv = static_cast<Num>(NKV * (m.n_embd / std::max<int64_t>(1, m.n_head)));  // k, v channels
+  const Num H = m.ffn_hidden > 0 ? static_cast<Num>(m.ffn_hidden) : 4 * C;
+  const Num b = m.bias ? 1 : 0;
+  const Num norm = m.rmsnorm || !m.bias ? C : 2 * C;
+  const Num attn = (C * C + b * C) + 2 * (C * C_kv + b * C_kv) + (C * C + b * C);  // q, k, v, o
+  auto dense = [&](Num h) { return (C * (m.swiglu ? 2 * h : h) + b * (m.swiglu ? 2 * h : h)) + (h * C + b * C); };
+  const Num mlp = dense(H);  // fc, proj
+  const Num He = static_cast<Num>(m.moe_hidden);
+  const Num moe = static_cast<Num>(m.top_k) * (C * (m.swiglu ? 2 * He : He) + He * C) +
+                  (m.shared_hidden > 0 ? dense(static_cast<Num>(m.shared_hidden)) : 0) +
+                  static_cast<Num>(m.num_experts) * C;
+  const Num embeddings = (m.tied_embeddings ? 1 : 2) * V * C;
+  const Num L = static_cast<Num>(m.n_layer), Lmoe = static_cast<Num>(m.moe_layers);
   if (!m.hybrid) {
-    return embeddings + m.n_layer * (2 * norm + attn) + (m.n_layer - m.moe_layers) * mlp +
-           m.moe_layers * moe + norm;  // + final norm
+    return embeddings + L * (2 * norm + attn) + (L - Lmoe) * mlp + Lmoe * moe + norm;  // + final norm
   }
   // layers/mamba/mamba_mixer.h: in_proj z, x [Di, C], B, C [G·N, C], dt [H, C]
   // (no biases); depthwise conv (kernel K, with bias) over x, B, C; dt_bias,
   // A_log, D per head; the gated norm's weight [Di]; out_proj [C, Di].
-  const int64_t Di = m.mamba_expand * C, Hm = Di / m.mamba_head_dim,
-                GN = m.mamba_groups * m.mamba_d_state, K = m.mamba_d_conv;
-  const int64_t mamba = C * (2 * Di + 2 * GN + Hm) + (Di + 2 * GN) * (K + 1) + 3 * Hm + Di + Di * C;
-  return embeddings + m.attn_blocks * (norm + attn) + m.mlp_blocks * (norm + mlp) +
-         m.moe_layers * (norm + moe) + m.mamba_blocks * (norm + mamba) + norm;  // + final norm
+  const int64_t di = m.mamba_expand * m.n_embd;
+  const Num Di = static_cast<Num>(di), Hm = static_cast<Num>(di / std::max<int64_t>(1, m.mamba_head_dim)),
+            GN = static_cast<Num>(m.mamba_groups * m.mamba_d_state), K = static_cast<Num>(m.mamba_d_conv);
+  const Num mamba = C * (2 * Di + 2 * GN + Hm) + (Di + 2 * GN) * (K + 1) + 3 * Hm + Di + Di * C;
+  return embeddings + static_cast<Num>(m.attn_blocks) * (norm + attn) +
+         static_cast<Num>(m.mlp_blocks) * (norm + mlp) + Lmoe * (norm + moe) +
+         static_cast<Num>(m.mamba_blocks) * (norm + mamba) + norm;  // + final norm
 }
+
+}  // namespace
+
+int64_t NonPositionParams(const ModelShape& m) { return ParamsOf<int64_t>(m); }
+
+double NonPositionParamsApprox(const ModelShape& m) { return ParamsOf<double>(m); }
 
 double TrainingFlopPerToken(const ModelShape& m) {
   const double attn_layers = m.hybrid ? m.attn_blocks : m.n_layer;

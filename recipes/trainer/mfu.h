@@ -61,6 +61,9 @@ ModelShape ShapeOf(const proto::Model& m);
 // The embedding's share uses the real vocabulary V: pad rows
 // (vocab_pad_multiple) are storage that no lookup or logit touches.
 int64_t NonPositionParams(const ModelShape& m);
+// The same count in double precision: never overflows (a memory estimate
+// of any setting, however large, before anything is allocated).
+double NonPositionParamsApprox(const ModelShape& m);
 
 // 6·NonPositionParams + 12·L·C·T.
 double TrainingFlopPerToken(const ModelShape& m);

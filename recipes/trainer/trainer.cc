@@ -4,12 +4,14 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
@@ -22,6 +24,7 @@
 #include "recipes/trainer/batches.h"
 #include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/evaluation.h"
+#include "recipes/trainer/memory_check.h"
 #include "recipes/trainer/metrics.h"
 #include "recipes/trainer/run_lock.h"
 #include "recipes/trainer/sampling.h"
@@ -322,6 +325,13 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
     GTP_ASSIGN_OR_RETURN(const int world, WorldSize(recipe));
     // The whole layout, checked before the run directory exists.
     GTP_RETURN_IF_ERROR(CheckLayout(recipe, world));
+    // A model that cannot fit is refused before a byte is allocated.
+    int local = world;  // threads: every rank in this process
+    if (UnderLauncher(recipe)) {
+      const char* lws = std::getenv("LOCAL_WORLD_SIZE");
+      if (lws == nullptr || !absl::SimpleAtoi(lws, &local) || local < 1) local = 1;
+    }
+    GTP_RETURN_IF_ERROR(CheckModelFits(recipe, world, ThisMachine(local)));
     std::unique_ptr<data::GptDataset> t, v;
     GTP_RETURN_IF_ERROR(MakeDatasets(recipe, &t, &v));
     // An init_from that is not there fails before the run directory exists
