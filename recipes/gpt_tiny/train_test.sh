@@ -153,6 +153,31 @@ grep -q "checkpoint.no_resume=true: the earlier run's checkpoints in .*noresume/
 test -d "$tmp/noresume/checkpoints.replaced/iter_0000004" && test "$(cat "$tmp/noresume/checkpoints/latest")" = 2 &&
   test ! -e "$tmp/noresume/checkpoints/iter_0000004" || { echo "checkpoints mixed:"; ls -R "$tmp/noresume"; exit 1; }
 
+echo "== 2j. signals during a long evaluation and while waiting for peers act at once"
+# (Both used to be ignored: the evaluation ran to its end, the rendezvous waited its minute.)
+"$bin" --run_dir "$tmp/long_eval" --set "$small,train.steps=3,train.eval_every=1,train.eval_batches=1000000,checkpoint.every=0" > "$tmp/long_eval.log" &
+pid=$!
+for _ in $(seq 1 600); do
+  [ "$(losses "$tmp/long_eval/metrics.jsonl" 2>/dev/null | wc -l || true)" -ge 1 ] && break
+  sleep 0.1
+done
+sleep 0.5  # inside the evaluation after step 1
+kill -INT "$pid"
+t0=$SECONDS
+wait "$pid" || { echo "a signal during evaluation: non-zero exit"; cat "$tmp/long_eval.log"; exit 1; }
+(( SECONDS - t0 <= 20 )) || { echo "the evaluation ignored SIGINT for $((SECONDS - t0)) s"; exit 1; }
+grep -q "stopped by signal after step 1" "$tmp/long_eval.log" && test "$(cat "$tmp/long_eval/checkpoints/latest")" = 1 ||
+  { echo "no checkpoint at step 1:"; cat "$tmp/long_eval.log"; exit 1; }
+# Rank 0 of 2 under a launcher's environment, its peer never started: it waits at the rendezvous.
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 20000)) \
+  "$bin" --run_dir "$tmp/lonely" --set "$small,train.steps=2,parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=2" > "$tmp/lonely.log" 2>&1 &
+pid=$!
+sleep 2
+kill -TERM "$pid"
+t0=$SECONDS rc=0
+wait "$pid" || rc=$?
+[ "$rc" = 143 ] && (( SECONDS - t0 <= 5 )) || { echo "rendezvous: rc $rc after $((SECONDS - t0)) s (want 143 at once)"; cat "$tmp/lonely.log"; exit 1; }
+
 echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
 # Every weight of gpt_tiny has 64 or more columns, so each shard is whole
 # 32-blocks and GTP 1 rounds the same elements together (GtpOptions::fp8_gather):

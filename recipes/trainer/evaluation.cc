@@ -53,12 +53,24 @@ absl::StatusOr<float> EvaluatePipeline(RankState& st, BatchStager& batches, int6
 // Mean loss over n micro-batches per lane of the validation split (no
 // gradient): validation samples 0 .. n·lanes·B − 1, the same samples on
 // every layout with as many of them.
-absl::StatusOr<float> Evaluate(RankState& st, BatchStager& batches, int64_t n) {
+absl::StatusOr<float> Evaluate(RankState& st, BatchStager& batches, int64_t n,
+                               const std::function<bool()>& stop_requested) {
   const int64_t B = st.recipe.train().micro_batch();
   double sum = 0;
   if (n <= 0) return absl::InvalidArgumentError("evaluation needs at least one micro-batch");
   if (st.runner) return EvaluatePipeline(st, batches, B, n);
   for (int64_t i = 0; i < n; ++i) {
+    // Every kStopCheckEvery micro-batches the ranks agree (max over the host
+    // world) whether any of them was asked to stop: one rank leaving alone
+    // would hang the others' next collective.
+    if (stop_requested && i > 0 && i % kStopCheckEvery == 0) {
+      int32_t mine = stop_requested() ? 1 : 0, any = 0;
+      GTP_RETURN_IF_ERROR(comm::Run(st.host.AllReduce(&mine, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
+      if (any) {
+        return absl::CancelledError(
+            absl::StrCat("evaluation stopped by a signal after ", i, " of ", n, " micro-batches"));
+      }
+    }
     std::vector<uint64_t> samples(B);
     for (int64_t b = 0; b < B; ++b) {
       samples[b] = ((i * st.data->size() + st.data->rank()) * B + b) % st.valid->samples_per_epoch();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/statusor.h"
 #include "recipes/trainer/batches.h"
@@ -14,7 +15,12 @@ namespace gtp::recipes {
 // Mean loss over n micro-batches per lane of the validation split (no
 // gradient): validation samples 0 .. n·lanes·B − 1, the same samples on
 // every layout with as many of them. The same value on every rank.
-// Collective; blocks.
-absl::StatusOr<float> Evaluate(RankState& state, BatchStager& batches, int64_t n);
+// Collective; blocks. `stop_requested` (optional) is polled every
+// kStopCheckEvery micro-batches and agreed on over the host world: when any
+// rank says yes, every rank returns Cancelled (a signal during a long
+// evaluation). Not polled through the pipeline's forward-only schedule.
+inline constexpr int64_t kStopCheckEvery = 4;
+absl::StatusOr<float> Evaluate(RankState& state, BatchStager& batches, int64_t n,
+                               const std::function<bool()>& stop_requested = nullptr);
 
 }  // namespace gtp::recipes

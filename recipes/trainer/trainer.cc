@@ -40,7 +40,20 @@ namespace {
 // The one piece of process state: set by the signal handler, read by every
 // rank at the end of each step (and agreed on with an all-reduce).
 std::atomic<int> g_stop_signal{0};
-void OnSignal(int sig) { g_stop_signal.store(sig); }
+// Until the run has state worth a checkpoint (the training loop, or an
+// evaluation that can stop between micro-batches), a signal acts at once
+// with its default action: start-up, the rendezvous (a rank waiting up to a
+// minute for its peers) and loading end on Ctrl-C instead of ignoring it.
+std::atomic<bool> g_defer_signals{false};
+void OnSignal(int sig) {
+  if (!g_defer_signals.load()) {
+    signal(sig, SIG_DFL);  // async-signal-safe, as is raise
+    raise(sig);
+    return;
+  }
+  g_stop_signal.store(sig);
+}
+bool StopRequested() { return g_stop_signal.load() != 0; }
 
 // SIGTERM, SIGINT and SIGHUP (a closed terminal) stop the run at the next
 // step boundary with a checkpoint. (Under gtprun a rank gets SIGTERM for a
@@ -49,6 +62,7 @@ struct SignalGuard {
   struct sigaction old_term {}, old_int {}, old_hup {};
   SignalGuard() {
     g_stop_signal.store(0);
+    g_defer_signals.store(false);
     struct sigaction sa {};
     sa.sa_handler = OnSignal;
     sigemptyset(&sa.sa_mask);
@@ -57,6 +71,7 @@ struct SignalGuard {
     sigaction(SIGHUP, &sa, &old_hup);
   }
   ~SignalGuard() {
+    g_defer_signals.store(false);
     sigaction(SIGTERM, &old_term, nullptr);
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGHUP, &old_hup, nullptr);
@@ -83,6 +98,8 @@ class RankRun {
     GTP_RETURN_IF_ERROR(Setup());
     if (rank0()) PrintBanner(*s_, o_, step_runner_->UseCudaGraphs(), *metrics_);
     GTP_ASSIGN_OR_RETURN(step_, ckpt_->Resume());
+    // From here a signal stops the run at a step boundary with a checkpoint.
+    g_defer_signals.store(true);
     if (rank0()) GTP_RETURN_IF_ERROR(metrics_->ResumeAt(step_));
     if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
     const int64_t steps = r_.train().steps();
@@ -146,9 +163,11 @@ class RankRun {
       }
       if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Step(rec, alloc_.stats(), world_.size(), t_start, first_step));
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
-        GTP_ASSIGN_OR_RETURN(float vl, Evaluate(*s_, *batches_, r_.train().eval_batches()));
+        absl::StatusOr<float> vl = Evaluate(*s_, *batches_, r_.train().eval_batches(), StopRequested);
         for (auto& part : s_->parts) part->ResetMoeStats();  // evaluation forwards are not the step's routing
-        if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Eval(step_, vl));
+        // Cancelled: a signal; the agreement below stops the run with a checkpoint.
+        if (!vl.ok() && !absl::IsCancelled(vl.status())) return vl.status();
+        if (vl.ok() && rank0()) GTP_RETURN_IF_ERROR(metrics_->Eval(step_, *vl));
       }
       if (r_.train().sample_every() > 0 && step_ % r_.train().sample_every() == 0) {
         GTP_RETURN_IF_ERROR(text_sampler_.Print(s_->params, step_));
@@ -244,7 +263,8 @@ class RankRun {
           r_.train().micro_batch(), " × ", s_->data->size(), " data lanes: give a multiple of ",
           per_batch));
     }
-    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(*s_, *batches_, samples / per_batch));
+    g_defer_signals.store(true);  // a signal ends the evaluation between micro-batches
+    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(*s_, *batches_, samples / per_batch, StopRequested));
     if (rank0()) {
       out->loss = loss;
       out->samples = samples;
