@@ -151,6 +151,14 @@ absl::StatusOr<int64_t> Checkpointer::Resume() {
     GTP_ASSIGN_OR_RETURN(const int64_t latest, checkpoint::LatestIteration(ckpt_root_));
     const std::string dir = checkpoint::IterationDir(ckpt_root_, latest);
     GTP_ASSIGN_OR_RETURN(checkpoint::proto::Metadata md, checkpoint::ReadCheckpointMetadata(dir));
+    // Weights without optimizer state or progress (`ckpt import`): a start,
+    // not a run to continue (it used to fail with ".../exp_avg is not in").
+    if (auto it = md.extra().find("imported_from"); it != md.extra().end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ckpt_root_, " holds weights imported from ", it->second,
+          " (ckpt import: no optimizer state, no progress), not a run to resume: start from it with "
+          "checkpoint.init_from=", ckpt_root_, " and another --run_dir"));
+    }
     if (auto it = md.extra().find("recipe"); it != md.extra().end()) {
       GTP_ASSIGN_OR_RETURN(proto::Recipe theirs, ParseRecipe(it->second, dir + " (its recipe)"));
       GTP_RETURN_IF_ERROR(SameFunction(

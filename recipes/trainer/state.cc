@@ -1,7 +1,9 @@
 #include "recipes/trainer/state.h"
 
+#include <filesystem>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "data/corpus.h"
@@ -29,7 +31,20 @@ absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDatas
       GTP_ASSIGN_OR_RETURN(auto s, data::MockTokenSource::Create(mo));
       src = s;
     } else {
-      GTP_ASSIGN_OR_RETURN(auto s, data::IndexedDataset::Open(r.data().path()));
+      const std::string& path = r.data().path();
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.path ", path, " is a directory: give the prefix of its NAME.idx and NAME.bin files (",
+            path, "/NAME)"));
+      }
+      if ((absl::EndsWith(path, ".bin") || absl::EndsWith(path, ".idx")) &&
+          !std::filesystem::exists(path + ".idx", ec)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.path is the prefix of the .idx and .bin files, without the extension: data.path=",
+            path.substr(0, path.size() - 4)));
+      }
+      GTP_ASSIGN_OR_RETURN(auto s, data::IndexedDataset::Open(path));
       src = s;
     }
     GTP_ASSIGN_OR_RETURN(auto ranges, data::SplitDocuments(src->num_documents(), {98, 2}));
@@ -39,13 +54,27 @@ absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDatas
   data::GptDatasetOptions o;
   o.seq_length = r.model().seq_len();
   o.seed = r.data().seed();
+  // Which split, of what, and what would fix it (the dataset's own message
+  // names document numbers only).
+  const std::string source = r.data().source() == "indexed" ? absl::StrCat("data.path ", r.data().path())
+                                                            : absl::StrCat("data.source ", r.data().source());
+  auto split_error = [&](const absl::Status& st, const char* which, const data::DocumentRange& d) {
+    return absl::Status(
+        st.code(), absl::StrCat("the ", which, " split of ", source, " (documents [", d.begin, ", ", d.end,
+                                ") of ", src->num_documents(),
+                                r.data().source() == "corpus" ? "" : "; validation is the last 2 %",
+                                "): ", st.message(),
+                                ": give the dataset more documents or tokens, or a smaller model.seq_len"));
+  };
   o.documents = tr;
-  GTP_ASSIGN_OR_RETURN(data::GptDataset t, data::GptDataset::Create(src, o));
+  absl::StatusOr<data::GptDataset> t = data::GptDataset::Create(src, o);
+  if (!t.ok()) return split_error(t.status(), "training", tr);
   o.documents = va;
   o.shuffle = false;
-  GTP_ASSIGN_OR_RETURN(data::GptDataset v, data::GptDataset::Create(src, o));
-  *train = std::make_unique<data::GptDataset>(std::move(t));
-  *valid = std::make_unique<data::GptDataset>(std::move(v));
+  absl::StatusOr<data::GptDataset> v = data::GptDataset::Create(src, o);
+  if (!v.ok()) return split_error(v.status(), "validation", va);
+  *train = std::make_unique<data::GptDataset>(*std::move(t));
+  *valid = std::make_unique<data::GptDataset>(*std::move(v));
   return absl::OkStatus();
 }
 

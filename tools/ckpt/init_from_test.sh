@@ -79,3 +79,14 @@ refused depth "tensor h\.2\.[a-z0-9.]* is not in" "model.n_layer=4,checkpoint.in
 refused heads "model.n_head is 4 in .* but 2 in this run" "model.n_head=2,checkpoint.init_from=$tmp/A/checkpoints"
 refused missing "checkpoint.init_from $tmp/nope: no checkpoint in $tmp/nope" "checkpoint.init_from=$tmp/nope"
 echo "ok: init_from"
+
+# An imported checkpoint used as a run's own (copied into its checkpoint dir)
+# is named, with the setting that starts from it (it used to fail with
+# ".../exp_avg is not in ...").
+mkdir -p "$tmp/own_import" && cp -r "$tmp/A_imported" "$tmp/own_import/checkpoints"
+if "$train" --run_dir "$tmp/own_import" --set "$s,$frozen" > /dev/null 2> "$tmp/own_import.err"; then
+  echo "FAIL: an imported checkpoint resumed as a run"; exit 1
+fi
+grep -q "holds weights imported from .*not a run to resume: start from it with checkpoint.init_from=" "$tmp/own_import.err" ||
+  { echo "FAIL: imported checkpoint as own:"; cat "$tmp/own_import.err"; exit 1; }
+echo "ok: an imported checkpoint is not resumed"
