@@ -393,10 +393,10 @@ TEST(Bridge, FanOutNeedsDivisibleSampleCount) {
   c.samples = 3;
   absl::Status s = RunCase(c);
   ExpectError(s,
-              "rank 0: INVALID_ARGUMENT: bridge 'v2l': lane 0 of grid 'vision' has 3 samples, "
+              "ranks 0, 1: INVALID_ARGUMENT: bridge 'v2l': lane 0 of grid 'vision' has 3 samples, "
               "not divisible into 2 equal groups");
   ExpectError(s,
-              "rank 2: INVALID_ARGUMENT: bridge 'v2l': lane 0 of grid 'vision' (world rank 0) "
+              "ranks 2, 3: INVALID_ARGUMENT: bridge 'v2l': lane 0 of grid 'vision' (world rank 0) "
               "sent no batch");
   // Colocated narrow fails the same way on its own ranks.
   c = Case{4, {Config(2), 0, 4}, {Config(1), 0, 4}};

@@ -335,4 +335,17 @@ void Finish(DType dtype, ReduceOp op, int group_size, const void* acc_wide, void
   }
 }
 
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ", ";
+    absl::StrAppend(&out, ranks[i]);
+    if (j > i) absl::StrAppend(&out, j == i + 1 ? ", " : "-", ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace gtp::comm::internal

@@ -99,4 +99,8 @@ void CombineNarrow(DType dtype, ReduceOp op, void* acc_wide, const void* src, in
 void Finish(DType dtype, ReduceOp op, int group_size, const void* acc_wide, void* dst,
             int64_t count);
 
+// Ranks as a short list with runs folded: {0,1,2,3,6} -> "ranks 0-3, 6",
+// {2} -> "rank 2" (sorted input).
+std::string RankList(const std::vector<int>& ranks);
+
 }  // namespace gtp::comm::internal

@@ -1,5 +1,7 @@
 #include "comm/local/local_communicator.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -662,15 +664,26 @@ absl::Status RunRanks(int size, const std::function<absl::Status(Communicator&)>
     });
   }
   for (auto& t : threads) t.join();
-  std::vector<std::string> errors;
+  // One entry per distinct error, with the ranks that gave it folded in
+  // ("ranks 0-3: …"; it used to repeat the same message once per rank), in
+  // the order of each error's first rank.
+  std::vector<std::pair<std::string, std::vector<int>>> errors;
   absl::StatusCode code = absl::StatusCode::kOk;
   for (int r = 0; r < size; ++r) {
     if (results[r].ok()) continue;
     if (code == absl::StatusCode::kOk) code = results[r].code();
-    errors.push_back(absl::StrCat("rank ", r, ": ", results[r].ToString()));
+    const std::string msg = results[r].ToString();
+    auto it = std::find_if(errors.begin(), errors.end(), [&](const auto& e) { return e.first == msg; });
+    if (it == errors.end()) {
+      errors.push_back({msg, {r}});
+    } else {
+      it->second.push_back(r);
+    }
   }
   if (errors.empty()) return absl::OkStatus();
-  return absl::Status(code, absl::StrJoin(errors, "; "));
+  std::vector<std::string> parts;
+  for (const auto& [msg, ranks] : errors) parts.push_back(absl::StrCat(internal::RankList(ranks), ": ", msg));
+  return absl::Status(code, absl::StrJoin(parts, "; "));
 }
 
 }  // namespace gtp::comm

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "comm/internal/ops.h"
 #include "comm/testing/conformance.h"
 #include "core/status.h"
 #include "gmock/gmock.h"
@@ -388,6 +389,27 @@ TEST(LocalFaults, CommunicatorUnusableAfterError) {
   ASSERT_TRUE(w.ok());
   EXPECT_EQ((*w)->Wait().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(comms[1]->Barrier().status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace gtp::comm
+
+namespace gtp::comm {
+namespace {
+
+// One line per distinct error with its ranks folded in (the same message
+// used to be repeated once per rank).
+TEST(RunRanks, FoldsTheRanksOfOneError) {
+  absl::Status st = RunRanks(6, [](Communicator& c) -> absl::Status {
+    if (c.rank() == 4) return absl::InvalidArgumentError("bad setting x");
+    if (c.rank() == 5) return absl::OkStatus();
+    return absl::FailedPreconditionError("same on every rank");
+  });
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(),
+            "ranks 0-3: FAILED_PRECONDITION: same on every rank; rank 4: INVALID_ARGUMENT: bad setting x");
+  EXPECT_EQ(internal::RankList({0, 1, 3, 5, 6, 7}), "ranks 0, 1, 3, 5-7");
+  EXPECT_EQ(internal::RankList({2}), "rank 2");
 }
 
 }  // namespace
