@@ -13,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/user_path.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/trainer.h"
 
@@ -81,15 +82,22 @@ int RecipeMain(int argc, char** argv, const char* default_config) {
                      : ": the trainer takes only flags (--config, --set, --run_dir, --progress)");
     return 1;
   }
-  std::string path = absl::GetFlag(FLAGS_config);
+  // Paths the user typed mean the directory they ran from (core/user_path.h).
+  std::string path = UserPath(absl::GetFlag(FLAGS_config));
   if (path.empty()) path = FindDefault(argv[0], default_config);
   auto recipe = LoadRecipe(path, sets);
   if (!recipe.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(recipe.status().message()).c_str());
     return 1;
   }
+  for (std::string* p : {recipe->mutable_data()->mutable_path(), recipe->mutable_data()->mutable_tokenizer_vocab(),
+                         recipe->mutable_data()->mutable_tokenizer_merges(),
+                         recipe->mutable_checkpoint()->mutable_init_from(),
+                         recipe->mutable_train()->mutable_dump_tokens()}) {
+    *p = UserPath(*p);
+  }
   RunOptions opt;
-  opt.run_dir = absl::GetFlag(FLAGS_run_dir);
+  opt.run_dir = UserPath(absl::GetFlag(FLAGS_run_dir));
   if (opt.run_dir.empty()) {
     const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");  // set by `bazel run`
     opt.run_dir = std::string(wd ? wd : ".") + "/gtp_runs/" + recipe->name();

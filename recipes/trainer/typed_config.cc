@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 
 namespace gtp::recipes {
 
@@ -35,7 +36,66 @@ parallel::ModelFacts ModelFactsOf(const proto::Recipe& r) {
 // FinalizeRecipe has checked each order string alone; an error that only
 // the orders cause (their pipeline stages disagree, say: the defaults would
 // resolve) names both settings and the defaults.
+namespace {
+
+// The commonest layout mistakes, in the recipe's own setting names and with
+// a value that works (the parallel/ and data/ checks that follow speak of
+// TP·GTP·CP·PP and samplers).
+absl::Status CheckWorldAndBatch(const proto::Recipe& r, int world) {
+  const auto& p = r.parallel();
+  const int64_t tp = std::max(1, p.tp()), shards = std::max(1, p.tp_num_weight_shards());
+  const int64_t cp = std::max(1, p.cp()), pp = std::max(1, p.pp());
+  if (shards % tp != 0) return absl::OkStatus();  // parallel/ names this one
+  const int64_t fixed = shards * cp * pp;
+  if (world % fixed != 0) {
+    std::string fewer;
+    if (world % (tp * cp * pp) == 0 && shards > tp) {
+      fewer = absl::StrCat(", or fewer weight shards: parallel.tp_num_weight_shards=", tp);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel.world_size ", world, " is not divisible by parallel.tp_num_weight_shards × parallel.cp × "
+        "parallel.pp = ", shards, " × ", cp, " × ", pp, " = ", fixed,
+        " (TP·GTP·CP·PP; the rest of the world is DP): set parallel.world_size=",
+        (world + fixed - 1) / fixed * fixed, " (under gtprun: --nproc)", fewer));
+  }
+  // Data lanes: the GTP·DP ranks, each with its own micro-batches.
+  const int64_t lanes = world / (tp * cp * pp);
+  const int64_t micro = r.train().micro_batch();
+  const int64_t global = r.train().global_batch() > 0 ? r.train().global_batch() : micro * lanes;
+  if (micro < 1) return absl::OkStatus();  // FinalizeRecipe names it
+  const std::string lanes_are =
+      absl::StrCat(" (data lanes = world / (TP·CP·PP) = ", world, " / (", tp, "·", cp, "·", pp, ") = ", lanes,
+                   ", the GTP·DP ranks)");
+  if (global % (micro * lanes) != 0) {
+    std::string fix;
+    if (global % lanes == 0) {
+      int64_t m = micro;
+      while (m > 1 && (global / lanes) % m != 0) --m;
+      fix = absl::StrCat("set train.micro_batch=", m, ", or ");
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.global_batch ", global, " is not a multiple of train.micro_batch × data lanes = ", micro,
+        " × ", lanes, " = ", micro * lanes, lanes_are, ": ", fix, "set train.global_batch=",
+        (global + micro * lanes - 1) / (micro * lanes) * (micro * lanes)));
+  }
+  const int64_t M = global / (micro * lanes);
+  if (pp > 1 && M < pp) {
+    std::string fix;
+    if (global / lanes >= pp && (global / lanes) % pp == 0) {
+      fix = absl::StrCat("set train.micro_batch=", global / lanes / pp, ", or ");
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parallel.pp=", pp, " needs at least ", pp, " micro-batches per step, got ", M,
+        " (train.global_batch / (train.micro_batch × data lanes) = ", global, " / (", micro, " × ", lanes, "))",
+        lanes_are, ": ", fix, "set train.global_batch=", pp * micro * lanes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckLayout(const proto::Recipe& r, int world) {
+  GTP_RETURN_IF_ERROR(CheckWorldAndBatch(r, world));
   const parallel::ParallelConfig pc = ParallelConfigOf(r);
   const absl::Status st = pc.Resolve(world, ModelFactsOf(r)).status();
   parallel::ParallelConfig defaults = pc;

@@ -51,6 +51,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/user_path.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "recipes/trainer/config.pb.h"
@@ -551,6 +552,23 @@ int Usage() {
 
 int Main(int argc, char** argv) {
   if (argc < 3) return Usage();
+  // Paths typed by the user mean the directory `bazel run` was called from
+  // (every argument after the command that is not a flag or a flag's value).
+  std::vector<std::string> owned(argv, argv + argc);
+  for (int i = 2; i < argc; ++i) {
+    const std::string& a = owned[i];
+    if (a.rfind("--", 0) == 0) {
+      if (a == "--vocab_json" || a == "--merges") {
+        if (i + 1 < argc) owned[i + 1] = UserPath(owned[i + 1]);
+      }
+      ++i;  // every ckpt flag takes a value
+      continue;
+    }
+    owned[i] = UserPath(a);
+  }
+  std::vector<char*> args;
+  for (std::string& a : owned) args.push_back(a.data());
+  argv = args.data();
   const std::string cmd = argv[1];
   absl::Status st;
   if (cmd == "inspect") {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "inspect_indexed: give exactly one PREFIX (without .bin/.idx)\n");
     return 2;
   }
-  auto opened = gtp::data::IndexedDataset::Open(args[1]);
+  auto opened = gtp::data::IndexedDataset::Open(gtp::UserPath(args[1]));  // as typed under `bazel run`
   if (!opened.ok()) {
     std::fprintf(stderr, "inspect_indexed: %s\n", std::string(opened.status().message()).c_str());
     return 1;

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -182,7 +183,10 @@ int main(int argc, char** argv) {
       "  make_indexed --output=PREFIX --vocab=vocab.json --merges=merges.txt [--json_key=text]\n"
       "               [--append_eod] [--documents=line] FILE...");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  std::vector<std::string> files(args.begin() + 1, args.end());
+  // Paths typed by the user mean the directory `bazel run` was called from.
+  for (auto* f : {&FLAGS_output, &FLAGS_vocab, &FLAGS_merges}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
+  std::vector<std::string> files;
+  for (auto it = args.begin() + 1; it != args.end(); ++it) files.push_back(gtp::UserPath(*it));
   const std::string mode = absl::GetFlag(FLAGS_documents);
   const bool corpus = !absl::GetFlag(FLAGS_corpus).empty();
   const bool bpe = !absl::GetFlag(FLAGS_vocab).empty();

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -135,6 +136,13 @@ int main(int argc, char** argv) {
       "  train_bpe --input=docs.jsonl --json_key=text --vocab_size=N --out_dir=DIR\n"
       "  train_bpe --corpus=all|train|validation --vocab_size=N --out_dir=DIR");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // Paths typed by the user mean the directory `bazel run` was called from.
+  absl::SetFlag(&FLAGS_out_dir, gtp::UserPath(absl::GetFlag(FLAGS_out_dir)));
+  {
+    std::vector<std::string> inputs = absl::GetFlag(FLAGS_input);
+    for (std::string& in : inputs) in = gtp::UserPath(in);
+    absl::SetFlag(&FLAGS_input, inputs);
+  }
   const bool corpus = !absl::GetFlag(FLAGS_corpus).empty();
   if (args.size() > 1 || absl::GetFlag(FLAGS_out_dir).empty() ||
       absl::GetFlag(FLAGS_vocab_size) < 257 || corpus == !absl::GetFlag(FLAGS_input).empty() ||

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -72,6 +73,8 @@ absl::Status Eval() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("loss and perplexity of a gtp checkpoint; see tools/eval/README.md");
   absl::ParseCommandLine(argc, argv);
+  // Paths typed by the user mean the directory `bazel run` was called from.
+  absl::SetFlag(&FLAGS_checkpoint, gtp::UserPath(absl::GetFlag(FLAGS_checkpoint)));
   absl::Status st = gtp::tools::Eval();
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());

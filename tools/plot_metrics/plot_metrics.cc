@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/user_path.h"
+
 namespace {
 
 constexpr int kW = 900, kH = 640;
@@ -152,9 +154,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: plot_metrics <metrics.jsonl> <out.png>\n");
     return 2;
   }
-  std::ifstream in(argv[1]);
+  // Paths typed by the user mean the directory `bazel run` was called from.
+  const std::string metrics = gtp::UserPath(argv[1]), png = gtp::UserPath(argv[2]);
+  std::ifstream in(metrics);
   if (!in) {
-    std::fprintf(stderr, "plot_metrics: cannot read %s\n", argv[1]);
+    std::fprintf(stderr, "plot_metrics: cannot read %s\n", metrics.c_str());
     return 1;
   }
   Series loss, val, tput;
@@ -167,16 +171,16 @@ int main(int argc, char** argv) {
     if (Field(line, "tokens_per_s", &v)) tput.x.push_back(step), tput.y.push_back(v);
   }
   if (loss.x.empty()) {
-    std::fprintf(stderr, "plot_metrics: no loss records in %s\n", argv[1]);
+    std::fprintf(stderr, "plot_metrics: no loss records in %s\n", metrics.c_str());
     return 1;
   }
   Image img;
   Panel(img, 0, 400, {{loss, 0x1f77b4}, {val, 0xd62728}}, false, "loss (blue: train, red: validation)");
   Panel(img, 400, 240, {{tput, 0x2ca02c}}, false, "tokens/s (green)");
-  if (!WritePng(img, argv[2])) {
-    std::fprintf(stderr, "plot_metrics: cannot write %s\n", argv[2]);
+  if (!WritePng(img, png)) {
+    std::fprintf(stderr, "plot_metrics: cannot write %s\n", png.c_str());
     return 1;
   }
-  std::printf("wrote %s\n", argv[2]);
+  std::printf("wrote %s\n", png.c_str());
   return 0;
 }
