@@ -9,6 +9,7 @@
 #include <iostream>
 #include <string>
 
+#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -19,7 +20,7 @@ ABSL_FLAG(std::string, vocab, "", "vocab.json (required)");
 ABSL_FLAG(std::string, merges, "", "merges.txt (required)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("tokenize --vocab=vocab.json --merges=merges.txt < text");
+  gtp::SetUsage("tokenize --vocab=vocab.json --merges=merges.txt < text");
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_vocab).empty() || absl::GetFlag(FLAGS_merges).empty()) {
     std::fprintf(stderr, "tokenize: need --vocab and --merges\n");

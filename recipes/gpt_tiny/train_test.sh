@@ -229,6 +229,20 @@ expect_error order "order" --set "parallel.order=tp-tp-dp"
 # A model that cannot fit used to abort inside a 1 TB allocation; now refused with the figures.
 expect_error huge_model "the model cannot fit: model.n_layer=.*, model.n_embd=4000000000" --set "model.n_embd=4000000000"
 
+echo "== 3b. settings are discoverable: --help, --list_settings, the resolved recipe in the run dir"
+# (--help used to print "No flags matched"; nothing listed the --set keys.)
+"$bin" --help > "$tmp/help.txt" 2>&1 || true
+grep -q -- "--set (overrides" "$tmp/help.txt" && grep -q -- "--list_settings" "$tmp/help.txt" || { cat "$tmp/help.txt"; exit 1; }
+"$bin" --list_settings --set train.steps=7 > "$tmp/settings.txt"
+grep -q '^train.steps=7  (int64)' "$tmp/settings.txt" && grep -q '^model.n_kv_head=0  (int64)  0: = n_head$' "$tmp/settings.txt" &&
+  [ "$(wc -l < "$tmp/settings.txt")" -gt 100 ] || { head -20 "$tmp/settings.txt"; exit 1; }
+grep -q '^name: "gpt_tiny"' "$tmp/two_sets/recipe.pbtxt" && grep -q "lr: 0.001" "$tmp/two_sets/recipe.pbtxt" ||
+  { echo "recipe.pbtxt:"; cat "$tmp/two_sets/recipe.pbtxt"; exit 1; }
+# The resolved recipe runs as a config of its own (same first loss).
+"$bin" --run_dir "$tmp/from_recipe" --config "$tmp/two_sets/recipe.pbtxt" --set train.steps=1 > /dev/null
+[ "$(losses "$tmp/from_recipe/metrics.jsonl" | head -1)" = "$(losses "$tmp/two_sets/metrics.jsonl" | head -1)" ] ||
+  { echo "recipe.pbtxt does not reproduce the run"; exit 1; }
+
 echo "== 4. parallel.order: another rank order trains the same model (and the banner shows the order used)"
 # TP2 x GTP2 on 4 ranks: the default order pairs TP ranks {0,1}, {2,3}; this
 # one pairs GTP ranks first, so both axes' groups change members.

@@ -16,6 +16,7 @@
 #include "google/protobuf/text_format.h"
 #include "parallel/parallel_config.h"
 #include "parallel/rank_generator.h"
+#include "recipes/trainer/settings.h"
 
 namespace gtp::recipes {
 
@@ -128,7 +129,12 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
       }
       return f;
     }();
-    if (field == nullptr) return Bad(absl::StrCat("override '", o, "': no such setting"));
+    if (field == nullptr) {
+      const std::string near = ClosestSetting(o.substr(0, eq));
+      return Bad(absl::StrCat("override '", o, "': no such setting",
+                              near.empty() ? "" : absl::StrCat(" (did you mean ", near, "?)"),
+                              "; --list_settings prints them all"));
+    }
     // Lists: a=1:2:3 (',' separates overrides).
     if (field->is_repeated()) value = absl::StrCat("[", absl::StrJoin(absl::StrSplit(value, ':'), ", "), "]");
     if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&

@@ -8,13 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/user_path.h"
 #include "recipes/trainer/config.h"
+#include "recipes/trainer/settings.h"
 #include "recipes/trainer/trainer.h"
 
 ABSL_FLAG(std::string, config, "", "recipe config (protobuf text); default: the recipe's own");
@@ -22,7 +25,12 @@ ABSL_FLAG(std::vector<std::string>, set, {},
           "overrides, comma-separated: train.steps=100,optim.lr=1e-3 (may be given several times; "
           "all apply, in order)");
 ABSL_FLAG(std::string, run_dir, "", "output directory; default gtp_runs/<recipe name>");
-ABSL_FLAG(bool, progress, false, "progress bar instead of log lines (default when stdout is a terminal)");
+ABSL_FLAG(bool, progress, false,
+          "progress bar instead of log lines (default: on when stdout is a terminal; --noprogress turns it "
+          "off there)");
+ABSL_FLAG(bool, list_settings, false,
+          "print every --set key with its value in this recipe (after --config/--set), its type and its "
+          "comment from recipes/trainer/config.proto, then exit");
 
 namespace gtp::recipes {
 
@@ -70,8 +78,15 @@ std::vector<std::string> TakeSets(int* argc, char** argv) {
 }
 
 int RecipeMain(int argc, char** argv, const char* default_config) {
-  absl::SetProgramUsageMessage("trains a gtp recipe; see recipes/README.md");
+  gtp::SetUsage("trains a gtp recipe; see recipes/README.md");
   const std::vector<std::string> sets = TakeSets(&argc, argv);
+  // Whether --progress was given either way (absl cannot tell a default from an explicit false).
+  bool progress_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view a = argv[i];
+    progress_given |= absl::StartsWith(a, "--progress") || absl::StartsWith(a, "--noprogress") ||
+                      absl::StartsWith(a, "-progress") || absl::StartsWith(a, "-noprogress");
+  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     // A setting without --set (`train.steps=3`) used to be ignored.
@@ -96,13 +111,18 @@ int RecipeMain(int argc, char** argv, const char* default_config) {
                          recipe->mutable_train()->mutable_dump_tokens()}) {
     *p = UserPath(*p);
   }
+  if (absl::GetFlag(FLAGS_list_settings)) {
+    std::printf("# --set keys of %s (key=value in this recipe  (type)  comment)\n%s", path.c_str(),
+                SettingsTable(*recipe).c_str());
+    return 0;
+  }
   RunOptions opt;
   opt.run_dir = UserPath(absl::GetFlag(FLAGS_run_dir));
   if (opt.run_dir.empty()) {
     const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");  // set by `bazel run`
     opt.run_dir = std::string(wd ? wd : ".") + "/gtp_runs/" + recipe->name();
   }
-  opt.progress_bar = absl::GetFlag(FLAGS_progress) || ::isatty(STDOUT_FILENO);
+  opt.progress_bar = progress_given ? absl::GetFlag(FLAGS_progress) : ::isatty(STDOUT_FILENO) != 0;
   absl::Status st = Train(*recipe, opt);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());

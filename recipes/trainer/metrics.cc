@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status.h"
+#include "recipes/trainer/config.h"
 #include "recipes/trainer/mfu.h"
 
 namespace gtp::recipes {
@@ -26,6 +27,19 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Open(const proto::Recipe& r,
   std::unique_ptr<Metrics> m(new Metrics(r, options));
   m->path_ = options.run_dir + "/metrics.jsonl";
   GTP_RETURN_IF_ERROR(m->Append(""));  // writable?
+  // The resolved recipe (defaults filled in, every --set applied), readable
+  // and reusable: `--config <run dir>/recipe.pbtxt` runs the same recipe.
+  {
+    const std::string path = options.run_dir + "/recipe.pbtxt", tmp = path + ".tmp";
+    std::ofstream f(tmp, std::ios::trunc);
+    f << "# The recipe of this run, as resolved (defaults filled in, every --set applied).\n"
+      << RecipeText(r);
+    f.close();
+    std::error_code ec;
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", ec.message()));
+  }
   if (!r.train().tensorboard_dir().empty()) {
     std::filesystem::path dir(r.train().tensorboard_dir());
     if (dir.is_relative()) dir = std::filesystem::path(options.run_dir) / dir;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -23,7 +24,7 @@ ABSL_FLAG(int, max_tokens, 32, "tokens (or bytes with --text) to print per docum
 ABSL_FLAG(bool, text, false, "print documents as bytes (byte-level data)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("inspect_indexed PREFIX [--show=N] [--max_tokens=N] [--text]");
+  gtp::SetUsage("inspect_indexed PREFIX [--show=N] [--max_tokens=N] [--text]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr, "inspect_indexed: give exactly one PREFIX (without .bin/.idx)\n");

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -176,7 +177,7 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
 }  // namespace gtp::tools
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  gtp::SetUsage(
       "Writes byte-level text as a Megatron .bin/.idx pair.\n"
       "  make_indexed --output=PREFIX [--documents=file|line|paragraph] [--dtype=u8] FILE...\n"
       "  make_indexed --output=PREFIX --corpus=all|train|validation\n"

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -16,7 +17,7 @@ ABSL_FLAG(std::string, split, "all", "all, train or validation");
 ABSL_FLAG(int64_t, max_bytes, -1, "stop after this many bytes (-1: no limit)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Prints the embedded corpus. Flags: --split, --max_bytes.");
+  gtp::SetUsage("Prints the embedded corpus. Flags: --split, --max_bytes.");
   absl::ParseCommandLine(argc, argv);
   auto split = gtp::data::ParseCorpusSplit(absl::GetFlag(FLAGS_split));
   if (!split.ok()) {

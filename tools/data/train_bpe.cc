@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -130,7 +131,7 @@ absl::Status Run() {
 }  // namespace gtp::tools
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  gtp::SetUsage(
       "Trains a GPT-2 byte-level BPE.\n"
       "  train_bpe --input=a.txt,b.txt --vocab_size=N --out_dir=DIR\n"
       "  train_bpe --input=docs.jsonl --json_key=text --vocab_size=N --out_dir=DIR\n"

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -71,7 +72,7 @@ absl::Status Eval() {
 }  // namespace gtp::tools
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("loss and perplexity of a gtp checkpoint; see tools/eval/README.md");
+  gtp::SetUsage("loss and perplexity of a gtp checkpoint; see tools/eval/README.md");
   absl::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
   absl::SetFlag(&FLAGS_checkpoint, gtp::UserPath(absl::GetFlag(FLAGS_checkpoint)));

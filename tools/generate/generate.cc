@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -199,7 +200,7 @@ absl::Status Generate() {
 }  // namespace gtp::tools
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("samples text from a gtp checkpoint; see tools/generate/README.md");
+  gtp::SetUsage("samples text from a gtp checkpoint; see tools/generate/README.md");
   absl::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
   for (auto* f : {&FLAGS_checkpoint, &FLAGS_vocab, &FLAGS_merges}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));

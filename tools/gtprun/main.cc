@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -39,7 +40,7 @@ ABSL_FLAG(bool, stop_on_failure, true,
           "Stop the other ranks when one fails (else let them finish or fail on their own).");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("gtprun --nproc N [flags] -- <program> [args...]");
+  gtp::SetUsage("gtprun --nproc N [flags] -- <program> [args...]");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   gtp::gtprun::LaunchOptions o;
   o.nproc = absl::GetFlag(FLAGS_nproc);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -47,7 +48,7 @@ bool Shards(const char* what, const char* axes, int tp, int g, int shards, int* 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Prints a gtp parallel config's rank grid and process groups.");
+  gtp::SetUsage("Prints a gtp parallel config's rank grid and process groups.");
   absl::ParseCommandLine(argc, argv);
   gtp::parallel::ParallelConfig c;
   c.world_size = absl::GetFlag(FLAGS_world);

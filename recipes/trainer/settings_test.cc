@@ -1,0 +1,62 @@
+#include "recipes/trainer/settings.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "recipes/trainer/config.h"
+
+namespace gtp::recipes {
+namespace {
+
+TEST(AllSettings, EveryLeafWithItsTypeAndComment) {
+  const std::vector<SettingInfo> all = AllSettings();
+  auto find = [&](const std::string& key) -> const SettingInfo* {
+    for (const SettingInfo& s : all) {
+      if (s.key == key) return &s;
+    }
+    return nullptr;
+  };
+  const SettingInfo* kv = find("model.n_kv_head");
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(kv->type, "int64");
+  EXPECT_EQ(kv->comment, "0: = n_head");  // a trailing comment
+  const SettingInfo* pattern = find("model.layer_pattern");
+  ASSERT_NE(pattern, nullptr);
+  EXPECT_NE(pattern->comment.find("one symbol per layer"), std::string::npos) << pattern->comment;  // lines above
+  const SettingInfo* chunk = find("model.mamba.chunk");  // nested messages are walked
+  ASSERT_NE(chunk, nullptr);
+  EXPECT_EQ(chunk->comment, "SSD chunk length; 0: 128");
+  const SettingInfo* b = find("parallel.pp_boundaries");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->type, "list of int32 (a:b:c)");
+  EXPECT_EQ(find("model"), nullptr);  // messages are not settings
+  EXPECT_GT(all.size(), 100u);
+}
+
+TEST(ClosestSetting, SuggestsTyposOnly) {
+  EXPECT_EQ(ClosestSetting("train.stepz"), "train.steps");
+  EXPECT_EQ(ClosestSetting("optim.learning_rate"), "");  // too far to be a typo
+  EXPECT_EQ(ClosestSetting("model.nlayer"), "model.n_layer");
+  // ApplyOverrides says so.
+  proto::Recipe r;
+  absl::Status st = ApplyOverrides({"train.stepz=3"}, &r);
+  EXPECT_NE(std::string(st.message()).find("no such setting (did you mean train.steps?); --list_settings"),
+            std::string::npos)
+      << st;
+}
+
+TEST(SettingsTable, ShowsTheValuesOfARecipe) {
+  proto::Recipe r;
+  r.mutable_train()->set_steps(42);
+  r.mutable_parallel()->add_pp_boundaries(0);
+  r.mutable_parallel()->add_pp_boundaries(3);
+  r.mutable_model()->set_norm("rmsnorm");
+  const std::string t = SettingsTable(r);
+  EXPECT_NE(t.find("\ntrain.steps=42  (int64)"), std::string::npos) << t;
+  EXPECT_NE(t.find("\nparallel.pp_boundaries=0:3  (list of int32 (a:b:c))"), std::string::npos) << t;
+  EXPECT_NE(t.find("\nmodel.norm=\"rmsnorm\"  (string)  \"layernorm\" (default) | \"rmsnorm\""), std::string::npos)
+      << t;
+}
+
+}  // namespace
+}  // namespace gtp::recipes
