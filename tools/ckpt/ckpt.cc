@@ -46,6 +46,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/metadata.pb.h"
 #include "checkpoint/safetensors.h"
@@ -73,9 +74,18 @@ absl::Status Inspect(const std::string& path) {
   std::printf("%s: iteration %lld, format %u, saved by %d ranks\n", dir.c_str(),
               static_cast<long long>(meta.iteration()), meta.format_version(), meta.world_size());
   for (const auto& [k, v] : meta.extra()) {
+    if (k == "recipe") continue;  // whole, below
     std::string shown = v.size() > 120 ? v.substr(0, 117) + "..." : v;
     for (char& c : shown) if (c == '\n') c = ' ';
     std::printf("  %s: %s\n", k.c_str(), shown.c_str());
+  }
+  if (auto it = meta.extra().find("recipe"); it != meta.extra().end()) {
+    // Whole (it used to be cut at 120 characters): the run's settings, as
+    // the trainer resolved them; usable as --config once unindented.
+    std::printf("  recipe:\n");
+    for (absl::string_view line : absl::StrSplit(it->second, '\n', absl::SkipEmpty())) {
+      std::printf("    %.*s\n", static_cast<int>(line.size()), line.data());
+    }
   }
   int64_t total = 0;
   std::map<int, int64_t> per_rank;

@@ -29,7 +29,7 @@ for m in gpt2 llama; do
   # The imported checkpoint is one rank's, at iteration 0, and names its recipe.
   "$ckpt" inspect "$tmp/$m.imported" > "$tmp/$m.inspect"
   grep -q "iteration 0, format 1, saved by 1 ranks" "$tmp/$m.inspect"
-  grep -q "recipe: name: \"hf_import\"" "$tmp/$m.inspect"
+  grep -q "^  recipe:$" "$tmp/$m.inspect" && grep -q "^    name: \"hf_import\"" "$tmp/$m.inspect"
   echo "ok $m: import → export is byte-identical"
 done
 grep -q "lm_head.weight .* \[256, 64\]" "$tmp/llama.inspect"  # vocabulary 200 padded to 256, as the trainer stores it
