@@ -243,6 +243,11 @@ grep -q '^name: "gpt_tiny"' "$tmp/two_sets/recipe.pbtxt" && grep -q "lr: 0.001" 
 [ "$(losses "$tmp/from_recipe/metrics.jsonl" | head -1)" = "$(losses "$tmp/two_sets/metrics.jsonl" | head -1)" ] ||
   { echo "recipe.pbtxt does not reproduce the run"; exit 1; }
 
+echo "== 3c. logs: a line per checkpoint, speed averaged over the logged interval"
+"$bin" --run_dir "$tmp/logs" --noprogress --set "$small,train.steps=6,train.log_every=3,checkpoint.every=3,train.eval_every=0" > "$tmp/logs.log"
+grep -q "^checkpoint: step 3 saved to .*logs/checkpoints$" "$tmp/logs.log" && grep -q "^checkpoint: step 6 saved to" "$tmp/logs.log" &&
+  grep -q "^step     3/6 .* ms/step (avg of 2) " "$tmp/logs.log" || { cat "$tmp/logs.log"; exit 1; }
+
 echo "== 4. parallel.order: another rank order trains the same model (and the banner shows the order used)"
 # TP2 x GTP2 on 4 ranks: the default order pairs TP ranks {0,1}, {2,3}; this
 # one pairs GTP ranks first, so both axes' groups change members.

@@ -1,9 +1,11 @@
 #include "recipes/trainer/banner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/kernels/cudnn_engine.h"
 
 namespace gtp::recipes {
@@ -69,6 +71,17 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
       static_cast<long long>(m.seq_len()), static_cast<long long>(s.recipe.train().micro_batch()),
       s.recipe.optim().matrices().c_str(), s.recipe.optim().lr(), s.recipe.data().source().c_str(),
       static_cast<unsigned long long>(s.recipe.train().seed()), o.run_dir.c_str());
+  // What the first lines leave out: the layer kinds and the experts' layout.
+  if (!m.layer_pattern().empty()) std::printf("layers: pattern %s\n", m.layer_pattern().c_str());
+  if (m.moe().num_experts() > 0) {
+    const auto& p = s.recipe.parallel();
+    const int etp = std::max(1, p.etp()), eshards = std::max(1, p.expert_tp_num_weight_shards());
+    std::printf("experts: %d per MoE layer, top-%d, hidden %lld | EP %d x ETP %d x EGTP %d%s\n",
+                m.moe().num_experts(), m.moe().top_k(), static_cast<long long>(m.moe().ffn_hidden()),
+                std::max(1, p.ep()), etp, eshards / etp,
+                m.moe().capacity_factor() > 0 ? absl::StrFormat(" | capacity factor %.2f", m.moe().capacity_factor()).c_str()
+                                               : " | dropless");
+  }
   if (metrics.tensorboard()) std::printf("tensorboard: %s\n", metrics.tensorboard()->path().c_str());
   std::fflush(stdout);
 }

@@ -62,6 +62,9 @@ absl::Status Metrics::Step(const StepRecord& rec, const AllocatorStats& mem, int
     mfu_fraction = Mfu(flop_per_token, rec.tokens_per_s / world_size, peak);
     mfu = absl::StrFormat("  MFU %.1f%%", 100 * mfu_fraction);
   }
+  interval_ms_ += rec.ms;
+  interval_tokens_ += rec.tokens_per_s * rec.ms / 1e3;
+  ++interval_steps_;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   const double eta = elapsed / (rec.step - first_step) * (steps - rec.step);
@@ -79,10 +82,20 @@ absl::Status Metrics::Step(const StepRecord& rec, const AllocatorStats& mem, int
                             rec.moe.dropped, rec.moe.aux_loss, rec.moe.z_loss);
     }
     if (rec.bubble >= 0) moe += absl::StrFormat("  bubble %.1f%%", 100 * rec.bubble);
-    std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step"
+    // Speed over the steps since the last line (MFU likewise).
+    const double avg_ms = interval_ms_ / interval_steps_;
+    const double avg_tok_s = interval_ms_ > 0 ? interval_tokens_ / (interval_ms_ / 1e3) : rec.tokens_per_s;
+    if (const double peak = PeakFlops(r_.train()); peak > 0) {
+      mfu = absl::StrFormat("  MFU %.1f%%",
+                            100 * Mfu(TrainingFlopPerToken(ShapeOf(r_.model())), avg_tok_s / world_size, peak));
+    }
+    const std::string over = interval_steps_ > 1 ? absl::StrFormat(" (avg of %d)", interval_steps_) : "";
+    interval_ms_ = interval_tokens_ = 0;
+    interval_steps_ = 0;
+    std::printf("step %5lld/%lld  loss %.4f  lr %.2e  grad-norm %.3f  %.0f tok/s  %.1f ms/step%s"
                 "  comm %.1f ms%s%s  mem %s (peak %s)%s  ETA %.0fs\n",
                 static_cast<long long>(rec.step), static_cast<long long>(steps), rec.loss, rec.lr,
-                rec.grad_norm, rec.tokens_per_s, rec.ms, rec.comm_exposed_ms, mfu.c_str(),
+                rec.grad_norm, avg_tok_s, avg_ms, over.c_str(), rec.comm_exposed_ms, mfu.c_str(),
                 moe.c_str(), FormatBytes(mem.bytes_in_use).c_str(),
                 FormatBytes(mem.peak_bytes_in_use).c_str(),
                 rec.skipped ? "  SKIPPED (non-finite grad)" : "", eta);

@@ -56,6 +56,10 @@ class Metrics {
   const RunOptions& options_;
   std::string path_;
   std::optional<tensorboard::EventWriter> tb_;
+  // Steps since the last printed line: the line shows their averages (one
+  // step's time is noisy); metrics.jsonl keeps every step's own.
+  double interval_ms_ = 0, interval_tokens_ = 0;
+  int64_t interval_steps_ = 0;
 };
 
 }  // namespace gtp::recipes

@@ -178,7 +178,14 @@ class RankRun {
           comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
       const bool periodic = r_.checkpoint().every() > 0 && step_ % r_.checkpoint().every() == 0;
       if (periodic || step_ == steps || any) {
-        GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/step_ == steps || any));
+        const bool wait = step_ == steps || any;
+        GTP_RETURN_IF_ERROR(ckpt_->Save(step_, wait));
+        if (rank0() && !any) {
+          std::printf("%scheckpoint: step %lld %s %s\n", o_.progress_bar ? "\n" : "",
+                      static_cast<long long>(step_),
+                      wait || !r_.checkpoint().async_save() ? "saved to" : "saving in the background to",
+                      ckpt_->root().c_str());
+        }
       }
       if (any) {
         g_stopped_by_signal.store(true);
