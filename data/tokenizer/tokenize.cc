@@ -9,11 +9,11 @@
 #include <iostream>
 #include <string>
 
-#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
+#include "core/cli.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 
 ABSL_FLAG(std::string, vocab, "", "vocab.json (required)");

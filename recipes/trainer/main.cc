@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/cli.h"
 #include "core/user_path.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/settings.h"

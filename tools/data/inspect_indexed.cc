@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
-#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/cli.h"
+#include "core/user_path.h"
 #include "data/indexed_dataset.h"
 
 ABSL_FLAG(int, show, 3, "print the first N documents");

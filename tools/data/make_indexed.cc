@@ -24,19 +24,19 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
-#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/cli.h"
 #include "core/status.h"
-#include "tools/data/input_file.h"
+#include "core/user_path.h"
 #include "data/corpus.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/internal/json.h"
+#include "tools/data/input_file.h"
 
 ABSL_FLAG(std::string, output, "", "output prefix: writes PREFIX.bin and PREFIX.idx (required)");
 ABSL_FLAG(std::string, dtype, "",

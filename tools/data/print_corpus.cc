@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <string>
 
-#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/cli.h"
 #include "data/corpus.h"
 
 ABSL_FLAG(std::string, split, "all", "all, train or validation");

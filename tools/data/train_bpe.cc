@@ -25,18 +25,18 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
-#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/cli.h"
 #include "core/status.h"
-#include "tools/data/input_file.h"
+#include "core/user_path.h"
 #include "data/corpus.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/internal/json.h"
+#include "tools/data/input_file.h"
 
 ABSL_FLAG(std::vector<std::string>, input, {}, "text or JSONL files, comma-separated");
 ABSL_FLAG(std::string, json_key, "",

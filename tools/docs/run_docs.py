@@ -19,7 +19,9 @@ The documented step counts are replaced by small ones, as the doc says: a
 recipe trainer gets `--set train.steps=STEPS` appended (the last --set
 wins), vlm_mimo `--steps=STEPS`.
 
-Usage: run_docs.py [--steps N] [--target //pkg:name=PATH ...] FILE.md
+  CMD > FILE                                 ->  standard output into FILE (scratch directory).
+
+Usage: run_docs.py [--steps N] [--target //pkg:name=PATH ...] FILE.md...
 Exits 1 when a command fails or names a target the test was not given.
 """
 import argparse
@@ -84,7 +86,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--target", action="append", default=[], help="//pkg:name=PATH")
-    ap.add_argument("doc")
+    ap.add_argument("docs", nargs="+", help="Markdown files, run in order in one scratch directory")
     a = ap.parse_args()
     root = os.getcwd()
     targets = {}
@@ -93,7 +95,18 @@ def main():
         targets[label] = os.path.join(root, path)
     work = tempfile.mkdtemp(prefix="docs_", dir=os.environ.get("TEST_TMPDIR"))
     env = dict(os.environ, BUILD_WORKING_DIRECTORY=work)
-    text = open(a.doc, encoding="utf-8").read()
+    ran = failed = 0
+    for doc in a.docs:
+        r, f = run_doc(doc, a, root, targets, work, env)
+        ran += r
+        failed += f
+    print(f"{len(a.docs)} files: {ran} commands run, {failed} failed")
+    return 1 if failed or ran == 0 else 0
+
+
+def run_doc(doc, a, root, targets, work, env):
+    a.doc = doc
+    text = open(doc, encoding="utf-8").read()
     ran = failed = 0
     for first, lines in blocks(text):
         for line_no, cmd in commands(first, lines):
@@ -136,6 +149,12 @@ def main():
                 for k, v in enumerate(argv):
                     v = v.replace("$PWD/bazel-bin/", root + "/").replace("$PWD", work)
                     argv[k] = v
+                # `> FILE`: standard output into FILE (relative: the scratch directory).
+                out_file = None
+                if ">" in argv:
+                    k = argv.index(">")
+                    out_file = os.path.join(work, argv[k + 1])
+                    argv = argv[:k] + argv[k + 2:]
                 # Small step counts where the documented run is long.
                 binary = os.path.relpath(argv[0], root) if argv[0].startswith(root) else ""
                 for k, v in enumerate(argv):
@@ -153,8 +172,13 @@ def main():
                 t0 = time.time()
                 cwd = root if part[0] == "bazel" else work
                 # (A byte-level model's samples need not be UTF-8.)
-                r = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   encoding="utf-8", errors="replace", timeout=900)
+                if out_file:
+                    with open(out_file, "wb") as f:
+                        r = subprocess.run(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.PIPE, timeout=900)
+                    r.stdout = r.stderr.decode("utf-8", "replace") + f"(stdout written to {out_file})"
+                else:
+                    r = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       encoding="utf-8", errors="replace", timeout=900)
                 last = [l for l in r.stdout.splitlines() if l.strip()][-1:] or [""]
                 ran += 1
                 if r.returncode != 0:
@@ -164,7 +188,7 @@ def main():
                 else:
                     print(f"ok    {where} ({time.time() - t0:.1f} s): {cmd[:110]}\n      -> {last[0][:140]}")
     print(f"{a.doc}: {ran} commands run, {failed} failed")
-    return 1 if failed or ran == 0 else 0
+    return ran, failed
 
 
 if __name__ == "__main__":

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
-#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/cli.h"
 #include "core/status.h"
+#include "core/user_path.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/trainer.h"
 #include "tools/generate/checkpoint_model.h"

@@ -30,18 +30,18 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
-#include "core/user_path.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "comm/local/local_communicator.h"
 #include "core/allocator.h"
+#include "core/cli.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
 #include "core/status.h"
+#include "core/user_path.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "layers/gpt.h"
 #include "layers/inference/inference_session.h"

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "core/cli.h"
 #include "tools/gtprun/launcher.h"
 
 ABSL_FLAG(int, nproc, 1, "Number of ranks to start on this machine.");

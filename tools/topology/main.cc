@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <iostream>
 
-#include "core/cli.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/cli.h"
 #include "tools/topology/topology.h"
 
 ABSL_FLAG(int, world, 0, "world size (ranks in the grid); required");
