@@ -26,3 +26,17 @@ fi
 grep -q "parallel.world_size is 4 but the launcher started 2 processes" "$tmp/mismatch.log" \
   || { echo "mismatch message:"; cat "$tmp/mismatch.log"; exit 1; }
 echo "world-size mismatch under the launcher is an error"
+# Two "machines" (gtprun --nnodes 2, one per node_rank, 2 ranks each) train the
+# GTP4 run of 4 processes above: the same losses within the same tolerance.
+port=$((20000 + RANDOM % 20000))
+for node in 0 1; do
+  "$gtprun" --nnodes 2 --node_rank "$node" --master_port "$port" --nproc 2 -- \
+    "$bin" --run_dir "$tmp/nodes" --set "$small,parallel.tp=1,parallel.tp_num_weight_shards=4" > "$tmp/node$node.log" 2>&1 &
+  pids[$node]=$!
+done
+wait "${pids[0]}" && wait "${pids[1]}" || { echo "two-node run failed:"; cat "$tmp/node0.log" "$tmp/node1.log"; exit 1; }
+grep -q "^\[rank 0\] gtp gpt_tiny | world 4 (ucx)" "$tmp/node0.log" || { cat "$tmp/node0.log"; exit 1; }
+paste <(losses "$tmp/ucx_gtp4/metrics.jsonl") <(losses "$tmp/nodes/metrics.jsonl") |
+  awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) { print "two nodes: " $0; bad = 1 }; c++ }
+       END { if (c != 8) { print "two nodes: " c " steps"; bad = 1 }; exit bad }'
+echo "gtprun --nnodes 2: the same 8 losses as one gtprun of 4"

@@ -149,6 +149,15 @@ absl::StatusOr<int> PickFreePort(const std::string& addr) {
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   if (o.nproc < 1) return absl::InvalidArgumentError(absl::StrCat("gtprun: --nproc must be >= 1, got ", o.nproc));
   if (o.command.empty()) return absl::InvalidArgumentError("gtprun: no command given");
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("gtprun: --node_rank must be in [0, --nnodes) = [0, ", o.nnodes,
+                                                   "), got ", o.node_rank));
+  }
+  if (o.nnodes > 1 && o.master_port == 0) {
+    return absl::InvalidArgumentError(
+        "gtprun: --nnodes > 1 needs --master_port (the same port on every machine; node 0 listens on it)");
+  }
+  const int first_rank = o.node_rank * o.nproc;  // this machine's first global rank
   auto prog = Resolve(o.command[0]);
   if (!prog.ok()) return prog.status();
   LaunchResult result;
@@ -165,7 +174,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     const char* eq = std::strchr(*e, '=');
     if (eq) base[std::string(*e, eq - *e)] = eq + 1;
   }
-  base["WORLD_SIZE"] = absl::StrCat(o.nproc);
+  base["WORLD_SIZE"] = absl::StrCat(o.nnodes * o.nproc);
   base["LOCAL_WORLD_SIZE"] = absl::StrCat(o.nproc);
   base["MASTER_ADDR"] = o.master_addr;
   base["MASTER_PORT"] = absl::StrCat(result.master_port);
@@ -192,10 +201,10 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
 
   for (int r = 0; r < o.nproc; ++r) {
     std::map<std::string, std::string> env = base;
-    env["RANK"] = absl::StrCat(r);
+    env["RANK"] = absl::StrCat(first_rank + r);
     env["LOCAL_RANK"] = absl::StrCat(r);
     if (SharesGpus(o.nproc, gpus)) {
-      for (const auto& [k, v] : SharedGpuEnv(base, r, absl::StrCat(result.master_port))) env[k] = v;
+      for (const auto& [k, v] : SharedGpuEnv(base, first_rank + r, absl::StrCat(result.master_port))) env[k] = v;
     }
     std::vector<std::string> env_strings;
     for (const auto& [k, v] : env) env_strings.push_back(absl::StrCat(k, "=", v));
@@ -246,10 +255,10 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     setpgid(pid, pid);
     close(out[1]);
     close(err[1]);
-    result.ranks[r].rank = r;
+    result.ranks[r].rank = first_rank + r;
     result.ranks[r].pid = pid;
     alive[r] = true;
-    std::string prefix = absl::StrCat("[rank ", r, "] ");
+    std::string prefix = absl::StrCat("[rank ", first_rank + r, "] ");
     streams[2 * r] = Stream{out[0], o.out_fd, prefix, ""};
     streams[2 * r + 1] = Stream{err[0], o.err_fd, prefix, ""};
   }
@@ -315,7 +324,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
       kill(-x.pid, SIGKILL);
       if (!x.ok() && !x.stopped && !result.first_failure.has_value() && result.interrupted_by == 0) {
         result.first_failure = r;
-        WriteAll(o.err_fd, absl::StrCat("gtprun: rank ", r, " (pid ", x.pid, ") failed with ",
+        WriteAll(o.err_fd, absl::StrCat("gtprun: rank ", x.rank, " (pid ", x.pid, ") failed with ",
                                         x.Describe(),
                                         o.stop_on_failure && n_alive > 0 ? "; stopping the other ranks" : "",
                                         "\n"));

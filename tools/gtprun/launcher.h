@@ -41,7 +41,13 @@
 namespace gtp::gtprun {
 
 struct LaunchOptions {
-  int nproc = 1;
+  int nproc = 1;       // ranks on this machine
+  // Several machines, torchrun-style: every machine runs gtprun with the same
+  // nnodes, master_addr (node 0's address) and master_port, and its own
+  // node_rank; this machine's ranks are node_rank·nproc … node_rank·nproc +
+  // nproc − 1 of nnodes·nproc.
+  int nnodes = 1;
+  int node_rank = 0;
   std::vector<std::string> command;  // program (searched in PATH) and its arguments
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port on master_addr

@@ -90,6 +90,30 @@ TEST(Launch, UsesTheGivenPortAndExtraEnv) {
   EXPECT_THAT(out.Read(), HasSubstr("[rank 0] 23456 bar\n"));
 }
 
+// Machine 1 of 2 with 2 ranks each: global ranks 2 and 3 of 4, local 0 and 1.
+TEST(Launch, SeveralMachinesNumberRanksByNode) {
+  Capture out, err;
+  LaunchOptions o = Sh(2, "echo \"env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE\"; exit $((RANK == 3))", out, err);
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_port = 23457;
+  o.stop_on_failure = false;
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string text = out.Read();
+  EXPECT_THAT(text, HasSubstr("[rank 2] env 2 4 0 2\n"));
+  EXPECT_THAT(text, HasSubstr("[rank 3] env 3 4 1 2\n"));
+  ASSERT_TRUE(r->first_failure.has_value());
+  EXPECT_EQ(r->ranks[*r->first_failure].rank, 3);  // the global rank is named
+  EXPECT_THAT(err.Read(), HasSubstr("gtprun: FAILED: rank 3 exited with"));
+  // Without a shared port the machines could not meet; a node_rank outside [0, nnodes) is refused.
+  o.master_port = 0;
+  EXPECT_THAT(std::string(Launch(o).status().message()), HasSubstr("--nnodes > 1 needs --master_port"));
+  o.master_port = 23457;
+  o.node_rank = 2;
+  EXPECT_THAT(std::string(Launch(o).status().message()), HasSubstr("--node_rank must be in [0, --nnodes) = [0, 2), got 2"));
+}
+
 // Fewer GPUs than ranks: every rank gets its own NCCL host id and the socket
 // transport on loopback; a variable the user set is kept (the host id gets the
 // rank appended). As many GPUs as ranks: nothing NCCL is set.

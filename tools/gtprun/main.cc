@@ -1,6 +1,7 @@
 // gtprun — launch N local ranks of a program, torchrun-style.
 //
 //   gtprun --nproc 4 -- <program> <args...>
+//   gtprun --nnodes 2 --node_rank 0 --master_addr node0 --master_port 29500 --nproc 8 -- <program> ...
 //
 // Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR
 // (default 127.0.0.1) and MASTER_PORT (a free port unless --master_port is
@@ -28,6 +29,10 @@
 #include "tools/gtprun/launcher.h"
 
 ABSL_FLAG(int, nproc, 1, "Number of ranks to start on this machine.");
+ABSL_FLAG(int, nnodes, 1,
+          "Machines of the run (torchrun's --nnodes): run gtprun on each with the same --nnodes, "
+          "--nproc, --master_addr and --master_port.");
+ABSL_FLAG(int, node_rank, 0, "This machine's index in [0, --nnodes): its ranks are node_rank·nproc and up.");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1", "Address of the rendezvous store (rank 0).");
 ABSL_FLAG(int, master_port, 0, "Port of the rendezvous store; 0 picks a free one.");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(5),
@@ -44,6 +49,8 @@ int main(int argc, char** argv) {
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   gtp::gtprun::LaunchOptions o;
   o.nproc = absl::GetFlag(FLAGS_nproc);
+  o.nnodes = absl::GetFlag(FLAGS_nnodes);
+  o.node_rank = absl::GetFlag(FLAGS_node_rank);
   o.master_addr = absl::GetFlag(FLAGS_master_addr);
   o.master_port = absl::GetFlag(FLAGS_master_port);
   o.grace_period = absl::GetFlag(FLAGS_grace_period);
