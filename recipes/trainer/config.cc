@@ -326,6 +326,11 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
     return Bad("data.tokenizer_vocab and data.tokenizer_merges go together");
   if (!d->tokenizer_vocab().empty() && d->source() != "indexed")
     return Bad("data.tokenizer_vocab/merges describe an indexed dataset (data.source indexed)");
+  if (!std::isfinite(d->valid_fraction()) || d->valid_fraction() < 0 || d->valid_fraction() > 0.5f)
+    return Bad(absl::StrCat("data.valid_fraction must be in (0, 0.5] (0: 0.02), got ", d->valid_fraction()));
+  if (d->valid_fraction() != 0 && d->source() == "corpus")
+    return Bad("data.valid_fraction applies to mock and indexed data; the embedded corpus has its own split");
+  if (d->valid_fraction() == 0 && d->source() != "corpus") d->set_valid_fraction(0.02f);
   auto* o = r->mutable_optim();
   if (o->matrices().empty()) o->set_matrices("adamw");
   if (o->matrices() != "adamw" && o->matrices() != "muon")

@@ -233,3 +233,26 @@ TEST(RecipeParallel, RankOrdersArePermutationsOfTheAxes) {
 
 }  // namespace
 }  // namespace gtp::recipes
+
+namespace gtp::recipes {
+namespace {
+
+// The validation share of mock and indexed data is a setting (it was a fixed 2 %).
+TEST(RecipeData, ValidFractionIsCheckedAndDefaults) {
+  const std::string path = WriteRecipe();
+  auto mock = LoadRecipe(path, {"data.source=mock"});
+  ASSERT_TRUE(mock.ok()) << mock.status();
+  EXPECT_FLOAT_EQ(mock->data().valid_fraction(), 0.02f);
+  for (const char* bad : {"data.valid_fraction=0.7", "data.valid_fraction=-0.1", "data.valid_fraction=nan"}) {
+    auto r = LoadRecipe(path, {"data.source=mock", bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(std::string(r.status().message()).find("data.valid_fraction must be in (0, 0.5]"), std::string::npos)
+        << r.status();
+  }
+  auto corpus = LoadRecipe(path, {"data.valid_fraction=0.1"});
+  ASSERT_FALSE(corpus.ok());
+  EXPECT_NE(std::string(corpus.status().message()).find("the embedded corpus has its own split"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gtp::recipes

@@ -19,6 +19,7 @@ absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDatas
                           std::unique_ptr<data::GptDataset>* valid) {
   std::shared_ptr<const data::TokenSource> src;
   data::DocumentRange tr, va;
+  const double valid_share = r.data().valid_fraction() > 0 ? r.data().valid_fraction() : 0.02;  // mock, indexed
   if (r.data().source() == "corpus") {
     src = data::EmbeddedCorpusSource();
     tr = data::EmbeddedCorpusSplit(data::CorpusSplit::kTrain);
@@ -47,7 +48,7 @@ absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDatas
       GTP_ASSIGN_OR_RETURN(auto s, data::IndexedDataset::Open(path));
       src = s;
     }
-    GTP_ASSIGN_OR_RETURN(auto ranges, data::SplitDocuments(src->num_documents(), {98, 2}));
+    GTP_ASSIGN_OR_RETURN(auto ranges, data::SplitDocuments(src->num_documents(), {1.0 - valid_share, valid_share}));
     tr = ranges[0];
     va = ranges[1];
   }
@@ -62,9 +63,12 @@ absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDatas
     return absl::Status(
         st.code(), absl::StrCat("the ", which, " split of ", source, " (documents [", d.begin, ", ", d.end,
                                 ") of ", src->num_documents(),
-                                r.data().source() == "corpus" ? "" : "; validation is the last 2 %",
+                                r.data().source() == "corpus"
+                                    ? ""
+                                    : absl::StrCat("; validation is the last ", 100 * valid_share,
+                                                   " % (data.valid_fraction)"),
                                 "): ", st.message(),
-                                ": give the dataset more documents or tokens, or a smaller model.seq_len"));
+                                ": give the dataset more documents or tokens, a smaller model.seq_len, or another data.valid_fraction"));
   };
   o.documents = tr;
   absl::StatusOr<data::GptDataset> t = data::GptDataset::Create(src, o);

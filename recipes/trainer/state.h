@@ -26,7 +26,8 @@
 namespace gtp::recipes {
 
 // Train and validation datasets for the recipe's data source (the embedded
-// corpus, mock tokens, or Megatron indexed files split 98/2 by document).
+// corpus, mock tokens, or Megatron indexed files split by document: the last
+// data.valid_fraction of them, 2 % by default, for validation).
 absl::Status MakeDatasets(const proto::Recipe& r, std::unique_ptr<data::GptDataset>* train,
                           std::unique_ptr<data::GptDataset>* valid);
 

@@ -41,11 +41,17 @@ TEST(MakeDatasets, AnEmptyValidationSplitIsNamed) {
   ASSERT_TRUE(data::WriteIndexedDataset(prefix, data::IndexDType::kU16, docs).ok());
   const std::string msg = Error(Indexed(prefix, 16));
   EXPECT_NE(msg.find("the validation split of data.path " + prefix + " (documents [10, 10) of 10; "
-                     "validation is the last 2 %)"),
+                     "validation is the last 2 % (data.valid_fraction))"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("give the dataset more documents or tokens, or a smaller model.seq_len"), std::string::npos)
+  EXPECT_NE(msg.find("give the dataset more documents or tokens, a smaller model.seq_len, or another data.valid_fraction"), std::string::npos)
       << msg;
+  // A larger validation share makes the split: 20 % of 10 documents.
+  proto::Recipe wider = Indexed(prefix, 16);
+  wider.mutable_data()->set_valid_fraction(0.2f);
+  std::unique_ptr<data::GptDataset> t, v;
+  ASSERT_TRUE(MakeDatasets(wider, &t, &v).ok());
+  EXPECT_EQ(v->tokens_per_epoch(), 2u * 40u);
   // The training split too short for one sample.
   EXPECT_NE(Error(Indexed(prefix, 1000)).find("the training split of data.path"), std::string::npos);
 }
