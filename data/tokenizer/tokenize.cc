@@ -21,7 +21,7 @@ ABSL_FLAG(std::string, merges, "", "merges.txt (required)");
 
 int main(int argc, char** argv) {
   gtp::SetUsage("tokenize --vocab=vocab.json --merges=merges.txt < text");
-  absl::ParseCommandLine(argc, argv);
+  gtp::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_vocab).empty() || absl::GetFlag(FLAGS_merges).empty()) {
     std::fprintf(stderr, "tokenize: need --vocab and --merges\n");
     return 2;

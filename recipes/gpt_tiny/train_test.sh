@@ -226,6 +226,11 @@ expect_error gather_dtype "gtp_gather_dtype must be fp8 or the params' dtype (f3
 expect_error attention "train.attention must be cudnn or flash" --set "train.attention=sdpa"
 expect_error reduce_dtype "gtp_reduce_scatter_dtype must be f32 or bf16" --set "parallel.gtp_reduce_scatter_dtype=fp8"
 expect_error order "order" --set "parallel.order=tp-tp-dp"
+# An unknown flag or a bad value is bad usage: exit 2, one line naming it (absl alone exits 1).
+rc=0; "$bin" --run-dir "$tmp/x" > /dev/null 2> "$tmp/flag.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "^train: unknown flag --run-dir (--help lists the flags)$" "$tmp/flag.err" || { echo "rc $rc"; cat "$tmp/flag.err"; exit 1; }
+rc=0; "$bin" --progress=maybe > /dev/null 2> "$tmp/flag.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "^train: --progress=maybe: " "$tmp/flag.err" || { echo "rc $rc"; cat "$tmp/flag.err"; exit 1; }
 # A model that cannot fit used to abort inside a 1 TB allocation; now refused with the figures.
 expect_error huge_model "the model cannot fit: model.n_layer=.*, model.n_embd=4000000000" --set "model.n_embd=4000000000"
 

@@ -87,7 +87,7 @@ int RecipeMain(int argc, char** argv, const char* default_config) {
     progress_given |= absl::StartsWith(a, "--progress") || absl::StartsWith(a, "--noprogress") ||
                       absl::StartsWith(a, "-progress") || absl::StartsWith(a, "-noprogress");
   }
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = gtp::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     // A setting without --set (`train.steps=3`) used to be ignored.
     const std::string arg = positional[1];

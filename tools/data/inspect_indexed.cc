@@ -25,7 +25,7 @@ ABSL_FLAG(bool, text, false, "print documents as bytes (byte-level data)");
 
 int main(int argc, char** argv) {
   gtp::SetUsage("inspect_indexed PREFIX [--show=N] [--max_tokens=N] [--text]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = gtp::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr, "inspect_indexed: give exactly one PREFIX (without .bin/.idx)\n");
     return 2;

@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
       "  make_indexed --output=PREFIX --corpus=all|train|validation\n"
       "  make_indexed --output=PREFIX --vocab=vocab.json --merges=merges.txt [--json_key=text]\n"
       "               [--append_eod] [--documents=line] FILE...");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
   for (auto* f : {&FLAGS_output, &FLAGS_vocab, &FLAGS_merges}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
   std::vector<std::string> files;

@@ -18,7 +18,7 @@ ABSL_FLAG(int64_t, max_bytes, -1, "stop after this many bytes (-1: no limit)");
 
 int main(int argc, char** argv) {
   gtp::SetUsage("Prints the embedded corpus. Flags: --split, --max_bytes.");
-  absl::ParseCommandLine(argc, argv);
+  gtp::ParseCommandLine(argc, argv);
   auto split = gtp::data::ParseCorpusSplit(absl::GetFlag(FLAGS_split));
   if (!split.ok()) {
     std::fprintf(stderr, "print_corpus: %s\n", std::string(split.status().message()).c_str());

@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       "  train_bpe --input=a.txt,b.txt --vocab_size=N --out_dir=DIR\n"
       "  train_bpe --input=docs.jsonl --json_key=text --vocab_size=N --out_dir=DIR\n"
       "  train_bpe --corpus=all|train|validation --vocab_size=N --out_dir=DIR");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
   absl::SetFlag(&FLAGS_out_dir, gtp::UserPath(absl::GetFlag(FLAGS_out_dir)));
   {

@@ -73,7 +73,7 @@ absl::Status Eval() {
 
 int main(int argc, char** argv) {
   gtp::SetUsage("loss and perplexity of a gtp checkpoint; see tools/eval/README.md");
-  absl::ParseCommandLine(argc, argv);
+  gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
   absl::SetFlag(&FLAGS_checkpoint, gtp::UserPath(absl::GetFlag(FLAGS_checkpoint)));
   absl::Status st = gtp::tools::Eval();

@@ -201,7 +201,7 @@ absl::Status Generate() {
 
 int main(int argc, char** argv) {
   gtp::SetUsage("samples text from a gtp checkpoint; see tools/generate/README.md");
-  absl::ParseCommandLine(argc, argv);
+  gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
   for (auto* f : {&FLAGS_checkpoint, &FLAGS_vocab, &FLAGS_merges}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
   absl::Status st = gtp::tools::Generate();

@@ -46,7 +46,7 @@ ABSL_FLAG(bool, stop_on_failure, true,
 
 int main(int argc, char** argv) {
   gtp::SetUsage("gtprun --nproc N [flags] -- <program> [args...]");
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = gtp::ParseCommandLine(argc, argv);
   gtp::gtprun::LaunchOptions o;
   o.nproc = absl::GetFlag(FLAGS_nproc);
   o.nnodes = absl::GetFlag(FLAGS_nnodes);

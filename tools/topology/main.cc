@@ -49,7 +49,7 @@ bool Shards(const char* what, const char* axes, int tp, int g, int shards, int* 
 
 int main(int argc, char** argv) {
   gtp::SetUsage("Prints a gtp parallel config's rank grid and process groups.");
-  absl::ParseCommandLine(argc, argv);
+  gtp::ParseCommandLine(argc, argv);
   gtp::parallel::ParallelConfig c;
   c.world_size = absl::GetFlag(FLAGS_world);
   if (c.world_size <= 0) {
