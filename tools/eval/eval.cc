@@ -55,11 +55,25 @@ absl::Status Eval() {
   GTP_ASSIGN_OR_RETURN(CheckpointRecipe ck, ReadCheckpointRecipe(path));
   int64_t samples = absl::GetFlag(FLAGS_samples);
   if (samples < 0) return absl::InvalidArgumentError("--samples must be >= 0");
-  if (samples == 0) {
-    GTP_ASSIGN_OR_RETURN(int64_t lanes, Lanes(ck.recipe));
-    samples = ck.recipe.train().eval_batches() * ck.recipe.train().micro_batch() * lanes;
-  }
+  // The recipe as the run resolved it, or (an imported checkpoint, whose
+  // recipe has only its model) with the trainer's defaults filled in: an
+  // imported checkpoint used to fail with "the saved layout does not divide
+  // its world size" until its layout was typed in.
   recipes::proto::Recipe r = ck.recipe;
+  // An imported recipe has only its model: an evaluation needs no optimizer
+  // or step count, and reads one micro-batch of 8 samples at a time unless
+  // --set says otherwise.
+  if (r.optim().lr() == 0) r.mutable_optim()->set_lr(1e-3f);  // never used: nothing is trained
+  if (r.train().steps() == 0) r.mutable_train()->set_steps(1);
+  if (r.train().micro_batch() == 0) r.mutable_train()->set_micro_batch(8);
+  if (samples == 0) {
+    // What the run's own evaluation covered, on its saved layout (the same
+    // samples whatever layout --set asks for).
+    recipes::proto::Recipe saved = r;
+    GTP_RETURN_IF_ERROR(recipes::FinalizeRecipe(&saved));
+    GTP_ASSIGN_OR_RETURN(int64_t lanes, Lanes(saved));
+    samples = saved.train().eval_batches() * saved.train().micro_batch() * lanes;
+  }
   GTP_RETURN_IF_ERROR(recipes::ApplyOverrides(absl::GetFlag(FLAGS_set), &r));
   GTP_RETURN_IF_ERROR(recipes::FinalizeRecipe(&r));
   GTP_ASSIGN_OR_RETURN(recipes::EvalResult e, recipes::EvaluateCheckpoint(r, ck.dir, samples));

@@ -5,7 +5,7 @@
 # equals the validation loss the trainer wrote in metrics.jsonl for that
 # step within 1e-5 relative; perplexity is exp(loss); tokens = samples × T.
 set -euo pipefail
-train="$1" ev="$2"
+train="$1" ev="$2" ckpt="$3"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 "$train" --run_dir "$tmp/run" --set "model.n_layer=2,model.seq_len=32,train.steps=8,train.micro_batch=2,train.global_batch=4,train.eval_every=4,train.eval_batches=3,train.log_every=4,checkpoint.every=4" > "$tmp/train.log"
 ck="$tmp/run/checkpoints"
@@ -20,6 +20,12 @@ done
 "$ev" --checkpoint "$ck" --set "$single" --samples 4 > "$tmp/four.txt"
 if "$ev" --checkpoint "$ck" --samples 3 2> "$tmp/err.txt"; then echo "3 samples over 2 lanes of 2 accepted"; exit 1; fi
 grep -q "multiple of 4" "$tmp/err.txt"
+# An imported checkpoint (its recipe has only the model) evaluates with the
+# trainer's defaults filled in; the same weights and samples give step 8's loss.
+# (It used to fail: "the saved layout does not divide its world size".)
+"$ckpt" export --format hf "$ck" "$tmp/hf" > /dev/null
+"$ckpt" import --format hf "$tmp/hf" "$tmp/imported" > /dev/null
+"$ev" --checkpoint "$tmp/imported" --set train.micro_batch=2 --samples 12 > "$tmp/imported.txt"
 python3 - "$tmp" <<'PY'
 import json, math, re, sys
 t = sys.argv[1]
@@ -42,6 +48,9 @@ for step in (4, 8):
         assert abs(loss - val[step]) <= 1e-5 * val[step], (kind, step, loss, val[step])
         print(f"step {step} {kind}: eval {loss:.6f} trainer {val[step]:.6f}")
 assert parse("latest.txt")[0] == parse("saved_8.txt")[0]
+imported = parse("imported.txt")
+assert imported[1] == 12 * 32 and abs(imported[0] - val[8]) <= 1e-5 * val[8], (imported, val[8])
+print(f"imported: eval {imported[0]:.6f} trainer {val[8]:.6f}")
 four = parse("four.txt")
 assert four[1] == 4 * 32 and abs(four[0] - val[8]) > 1e-4, four
 assert val[4] != val[8]
