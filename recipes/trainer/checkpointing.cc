@@ -200,6 +200,58 @@ absl::StatusOr<int64_t> Checkpointer::Resume() {
   return step;
 }
 
+// A checkpoint root (its `latest`) or one iter_ directory → that iteration's
+// directory.
+absl::StatusOr<std::string> CheckpointIterationDir(const std::string& from) {
+  std::string root = from;
+  int64_t iteration = 0;
+  if (std::filesystem::exists(from + "/metadata.pb")) {
+    GTP_ASSIGN_OR_RETURN(checkpoint::proto::Metadata m, checkpoint::ReadCheckpointMetadata(from));
+    iteration = m.iteration();
+    std::filesystem::path it_dir = std::filesystem::path(from).lexically_normal();
+    if (!it_dir.has_filename()) it_dir = it_dir.parent_path();  // a trailing '/'
+    root = it_dir.parent_path().string();
+    std::error_code ec;
+    if (!std::filesystem::equivalent(checkpoint::IterationDir(root, iteration), from, ec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("holds iteration ", iteration, " but is not named ",
+                       checkpoint::IterationDir(root, iteration), ": give the checkpoint root"));
+    }
+  } else {
+    GTP_ASSIGN_OR_RETURN(iteration, checkpoint::LatestIteration(from));
+  }
+  return checkpoint::IterationDir(root, iteration);
+}
+
+absl::StatusOr<proto::Recipe> RecipeOfCheckpoint(const std::string& from) {
+  GTP_ASSIGN_OR_RETURN(const std::string dir, CheckpointIterationDir(from));
+  GTP_ASSIGN_OR_RETURN(checkpoint::proto::Metadata md, checkpoint::ReadCheckpointMetadata(dir));
+  auto it = md.extra().find("recipe");
+  if (it == md.extra().end()) {
+    return absl::NotFoundError(absl::StrCat(dir, " records no recipe (not written by the trainer or ckpt import)"));
+  }
+  return ParseRecipe(it->second, dir + " (its recipe)");
+}
+
+absl::Status TakeModelFromInit(const std::vector<std::string>& sets, proto::Recipe* r) {
+  const std::string& from = r->checkpoint().init_from();
+  if (from.empty()) {
+    return absl::InvalidArgumentError("checkpoint.init_model=true takes the model from checkpoint.init_from: set it");
+  }
+  absl::StatusOr<proto::Recipe> theirs = RecipeOfCheckpoint(from);
+  if (!theirs.ok()) {
+    return absl::Status(theirs.status().code(),
+                        absl::StrCat("checkpoint.init_from ", from, ": ", theirs.status().message()));
+  }
+  *r->mutable_model() = theirs->model();
+  std::vector<std::string> model_sets;  // still applied on top
+  for (const std::string& s : sets) {
+    if (absl::StartsWith(s, "model.")) model_sets.push_back(s);
+  }
+  GTP_RETURN_IF_ERROR(ApplyOverrides(model_sets, r));
+  return FinalizeRecipe(r);
+}
+
 // checkpoint.init_from: another checkpoint's model weights (and MoE
 // buffers), resharded to this layout by checkpoint::Load; the step, the
 // optimizer's moments and the data position stay fresh. A bf16 run's f32
@@ -212,28 +264,9 @@ absl::Status Checkpointer::InitFrom(bool announce) {
     return absl::Status(st.code(),
                         absl::StrCat("checkpoint.init_from ", from, ": ", st.message()));
   };
-  // A checkpoint root (its `latest`) or one iter_ directory.
-  std::string root = from;
-  int64_t iteration = 0;
-  if (std::filesystem::exists(from + "/metadata.pb")) {
-    absl::StatusOr<checkpoint::proto::Metadata> m = checkpoint::ReadCheckpointMetadata(from);
-    if (!m.ok()) return bad(m.status());
-    iteration = m->iteration();
-    std::filesystem::path it_dir = std::filesystem::path(from).lexically_normal();
-    if (!it_dir.has_filename()) it_dir = it_dir.parent_path();  // a trailing '/'
-    root = it_dir.parent_path().string();
-    std::error_code ec;
-    if (!std::filesystem::equivalent(checkpoint::IterationDir(root, iteration), from, ec)) {
-      return bad(absl::InvalidArgumentError(
-          absl::StrCat("holds iteration ", iteration, " but is not named ",
-                       checkpoint::IterationDir(root, iteration), ": give the checkpoint root")));
-    }
-  } else {
-    absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(from);
-    if (!latest.ok()) return bad(latest.status());
-    iteration = *latest;
-  }
-  const std::string dir = checkpoint::IterationDir(root, iteration);
+  absl::StatusOr<std::string> resolved = CheckpointIterationDir(from);
+  if (!resolved.ok()) return bad(resolved.status());
+  const std::string dir = *resolved;
   absl::StatusOr<checkpoint::proto::Metadata> meta = checkpoint::ReadCheckpointMetadata(dir);
   if (!meta.ok()) return bad(meta.status());
   std::map<std::string, DType> saved;  // the dtypes a cast below handles
@@ -278,7 +311,8 @@ absl::Status Checkpointer::InitFrom(bool announce) {
     casts.emplace_back(staging, p.data);
     p.data = staging;
   }
-  absl::StatusOr<checkpoint::LoadResult> lr = checkpoint::Load(root, iteration, want, host_);
+  absl::StatusOr<checkpoint::LoadResult> lr = checkpoint::Load(
+      std::filesystem::path(dir).parent_path().string(), meta->iteration(), want, host_);
   if (!lr.ok()) return bad(lr.status());
   for (auto& [staging, out] : casts) {
     Tensor cast = Tensor::Empty(out.shape(), out.dtype(), host);

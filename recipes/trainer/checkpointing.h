@@ -87,6 +87,18 @@ class Checkpointer {
   std::unique_ptr<checkpoint::AsyncSaver> saver_;  // after saver_comm_: destroyed first
 };
 
+// A checkpoint root (its `latest`) or one iter_ directory → that
+// iteration's directory; an iter_ directory must be named for its iteration.
+absl::StatusOr<std::string> CheckpointIterationDir(const std::string& path);
+
+// The recipe a checkpoint records (the trainer's, or `ckpt import`'s model).
+absl::StatusOr<proto::Recipe> RecipeOfCheckpoint(const std::string& path);
+
+// checkpoint.init_model=true: `r`'s model section becomes the one recorded
+// in checkpoint.init_from, then the `model.*` entries of `sets` apply on top
+// and the recipe is finalized again — a fine-tune without retyping the model.
+absl::Status TakeModelFromInit(const std::vector<std::string>& sets, proto::Recipe* r);
+
 // A trainer checkpoint's progress entries (metadata "extra"): DataLoss
 // naming `dir`, the field and its value when one is missing or not a whole
 // number >= 0.

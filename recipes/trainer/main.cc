@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "core/cli.h"
 #include "core/user_path.h"
+#include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/settings.h"
 #include "recipes/trainer/trainer.h"
@@ -110,6 +111,13 @@ int RecipeMain(int argc, char** argv, const char* default_config) {
                          recipe->mutable_checkpoint()->mutable_init_from(),
                          recipe->mutable_train()->mutable_dump_tokens()}) {
     *p = UserPath(*p);
+  }
+  if (recipe->checkpoint().init_model()) {
+    absl::Status st = TakeModelFromInit(sets, &*recipe);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
   }
   if (absl::GetFlag(FLAGS_list_settings)) {
     std::printf("# --set keys of %s (key=value in this recipe  (type)  comment)\n%s", path.c_str(),

@@ -90,3 +90,17 @@ fi
 grep -q "holds weights imported from .*not a run to resume: start from it with checkpoint.init_from=" "$tmp/own_import.err" ||
   { echo "FAIL: imported checkpoint as own:"; cat "$tmp/own_import.err"; exit 1; }
 echo "ok: an imported checkpoint is not resumed"
+
+# checkpoint.init_model=true takes the model from the imported recipe: the run
+# names no model setting (gpt_tiny's own are 4 layers, T=64) and still gets
+# A's validation loss; a model.* --set applies on top (recompute changes no value).
+nomodel="train.micro_batch=2,train.global_batch=8,train.log_every=1,optim.warmup_steps=0,$frozen,train.eval_batches=2"  # 2 lanes: A's 8 samples
+"$train" --run_dir "$tmp/init_model" --set "$nomodel,checkpoint.init_from=$tmp/A_imported,checkpoint.init_model=true,model.recompute=true" > "$tmp/init_model.log"
+close "$(val "$tmp/init_model")" "$want" 2e-6 "init_model: validation loss of A's weights without retyping the model"
+grep -q "^recompute: true" "$tmp/init_model/recipe.pbtxt" 2>/dev/null || grep -q "recompute: true" "$tmp/init_model/recipe.pbtxt" ||
+  { echo "FAIL: model.recompute did not apply on top"; cat "$tmp/init_model/recipe.pbtxt"; exit 1; }
+if "$train" --run_dir "$tmp/init_model_none" --set "$nomodel,checkpoint.init_model=true" > /dev/null 2> "$tmp/init_model.err"; then
+  echo "FAIL: init_model without init_from accepted"; exit 1
+fi
+grep -q "checkpoint.init_model=true takes the model from checkpoint.init_from: set it" "$tmp/init_model.err"
+echo "ok: init_model"
