@@ -1,7 +1,7 @@
 // tools/generate — sample text from a trainer checkpoint.
 //
 //   generate --checkpoint runs/gpt_tiny/checkpoints --prompt "The " --max_tokens 100
-//            [--temperature 0.8] [--top_k 40] [--top_p 0.95] [--seed 1]
+//            [--temperature 0.8] [--top_k 40] [--top_p 0.95] [--seed 1] [--stop TEXT]
 //            [--vocab vocab.json --merges merges.txt] [--device cuda]
 //
 // The model comes from the recipe in the checkpoint's metadata and is built
@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/local/local_communicator.h"
 #include "core/allocator.h"
@@ -53,9 +55,14 @@
 
 ABSL_FLAG(std::string, checkpoint, "", "checkpoint root (with `latest`) or an iter_ directory");
 ABSL_FLAG(std::string, prompt, "", "text to continue");
-ABSL_FLAG(std::string, vocab, "", "GPT-2 vocab.json (with --merges); default: byte tokens");
+ABSL_FLAG(std::string, vocab, "",
+          "GPT-2 vocab.json (with --merges); default: the tokenizer the checkpoint's recipe records "
+          "(data.tokenizer_vocab/merges), else byte tokens");
 ABSL_FLAG(std::string, merges, "", "GPT-2 merges.txt (with --vocab)");
 ABSL_FLAG(int, max_tokens, 64, "tokens to generate");
+ABSL_FLAG(std::string, stop, "",
+          "stop once the generated text ends with this string (the tokenizer's <|endoftext|> always "
+          "stops it, unprinted)");
 ABSL_FLAG(float, temperature, 1.0f, "softmax temperature; 0: greedy (argmax)");
 ABSL_FLAG(int, top_k, 0, "sample among the k most likely tokens; 0: all");
 ABSL_FLAG(float, top_p, 1.0f, "nucleus: the most likely tokens holding this much probability");
@@ -106,9 +113,20 @@ absl::Status Generate() {
   }
   // Tokens.
   std::optional<data::Gpt2Tokenizer> bpe;
-  const std::string vocab = absl::GetFlag(FLAGS_vocab), merges = absl::GetFlag(FLAGS_merges);
+  std::string vocab = absl::GetFlag(FLAGS_vocab), merges = absl::GetFlag(FLAGS_merges);
   if (vocab.empty() != merges.empty()) {
     return absl::InvalidArgumentError("give both --vocab and --merges, or neither (byte tokens)");
+  }
+  if (vocab.empty() && !ck.recipe.data().tokenizer_vocab().empty()) {
+    // The run's own tokenizer (it used to print <301><262>… for a BPE model).
+    vocab = ck.recipe.data().tokenizer_vocab();
+    merges = ck.recipe.data().tokenizer_merges();
+    if (!std::filesystem::exists(vocab) || !std::filesystem::exists(merges)) {
+      return absl::NotFoundError(absl::StrCat(
+          "the checkpoint's recipe records the tokenizer ", vocab, " and ", merges,
+          ", which are not there: give them with --vocab and --merges"));
+    }
+    std::fprintf(stderr, "(tokenizer %s from the checkpoint's recipe)\n", vocab.c_str());
   }
   std::vector<int32_t> prompt;
   const std::string text = absl::GetFlag(FLAGS_prompt);
@@ -177,12 +195,22 @@ absl::Status Generate() {
     const int64_t V = session->vocab_size();
     logits.erase(logits.begin(), logits.end() - V);
     int n = 0;
+    const std::string stop = absl::GetFlag(FLAGS_stop);
+    const std::optional<int32_t> eot = bpe ? bpe->TokenId("<|endoftext|>") : std::nullopt;
+    std::string generated;  // for --stop
     while (n < max_tokens) {
       const int32_t next = layers::inference::SampleToken(logits, so, n);
+      ++n;
+      if (eot && next == *eot) {
+        std::fprintf(stderr, "\n(stopped at <|endoftext|>)\n");
+        break;
+      }
       const std::string s = piece(next);
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fflush(stdout);
-      if (++n == max_tokens) break;
+      generated += s;
+      if (!stop.empty() && absl::EndsWith(generated, stop)) break;
+      if (n == max_tokens) break;
       if (session->length() == session->max_len()) {
         std::fprintf(stderr, "\n(stopped after %d tokens: the model's context is %lld tokens)\n", n,
                      static_cast<long long>(session->max_len()));

@@ -67,6 +67,24 @@ if "$gen" --checkpoint "$ck" --device tpu > /dev/null 2> "$tmp/err.txt"; then
   echo "--device tpu was accepted"; exit 1
 fi
 grep -q "not supported" "$tmp/err.txt"
+# --stop: greedy decoding up to the first occurrence of a character it produces.
+python3 - "$tmp/g1.txt" > "$tmp/stopchar" <<'PY'
+import sys
+body = open(sys.argv[1], "rb").read().split(b"\ngenerated ")[0][len(b"The cat "):]
+c = next(ch for ch in body[2:].decode("latin-1") if ch.isalpha())
+print(c, end="")
+PY
+c="$(cat "$tmp/stopchar")"
+run "$ck" --temperature 0 --stop "$c" > "$tmp/stop.txt"
+python3 - "$tmp/g1.txt" "$tmp/stop.txt" "$c" <<'PY'
+import sys
+g1 = open(sys.argv[1], "rb").read().split(b"\ngenerated ")[0]
+st = open(sys.argv[2], "rb").read().split(b"\ngenerated ")[0]
+c = sys.argv[3].encode()
+want = g1[:g1.index(c, len(b"The cat ")) + 1]
+assert st == want, (st, want)
+print("--stop", c, "->", st)
+PY
 # NaN compares false with everything: it used to pass the range check and sample.
 for bad in "--temperature nan:--temperature must be a finite number >= 0" "--temperature inf:--temperature must be a finite number" \
            "--top_p nan:--top_p must be in (0, 1]" "--top_k -1:--top_k must be >= 0"; do
