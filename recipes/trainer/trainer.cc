@@ -156,7 +156,15 @@ class RankRun {
       if (s_->expert_grads) comm_ms += s_->expert_grads->exposed_comm().ms();
       StepRecord rec{step_, loss, st.lr, st.grad_norm, st.skipped, ms, tokens_per_step / (ms / 1e3),
                      comm_ms};
-      rec.bubble = s_->runner ? step_runner_->bubble() : -1.0;
+      rec.bubble = -1.0;
+      if (s_->runner) {
+        // Every stage's share of the step spent waiting, averaged over the
+        // ranks (rank 0's alone hid the other stages' waits).
+        float bubble = static_cast<float>(step_runner_->bubble());
+        GTP_RETURN_IF_ERROR(
+            comm::Run(host_.AllReduce(&bubble, &bubble, 1, DType::kF32, comm::ReduceOp::kMean)));
+        rec.bubble = bubble;
+      }
       if (has_moe()) {
         GTP_ASSIGN_OR_RETURN(rec.moe, layers::GptModel::FinishMoeStep(RawParts(), world_, s_->data->size(),
                                                             static_cast<int>(s_->sampler->num_micro_batches())));
