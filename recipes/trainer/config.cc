@@ -176,7 +176,60 @@ absl::StatusOr<proto::Recipe> LoadRecipe(const std::string& path,
   return r;
 }
 
+namespace {
+
+// No numeric setting of the recipe takes a negative or non-finite value (0
+// means "the default" where a default exists): a negative count or a NaN
+// used to be taken as 0 or the default silently (model.init_std=nan trained
+// with every step skipped; train.global_batch=-8 trained with 4).
+absl::Status CheckNumbers(const google::protobuf::Message& m, const std::string& prefix) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* rf = m.GetReflection();
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string key = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!f->is_repeated() && rf->HasField(m, f)) GTP_RETURN_IF_ERROR(CheckNumbers(rf->GetMessage(m, f), key));
+      continue;
+    }
+    const int n = f->is_repeated() ? rf->FieldSize(m, f) : 1;
+    for (int k = 0; k < n; ++k) {
+      double v = 0;
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_INT32: v = f->is_repeated() ? rf->GetRepeatedInt32(m, f, k) : rf->GetInt32(m, f); break;
+        case FieldDescriptor::CPPTYPE_INT64:
+          v = static_cast<double>(f->is_repeated() ? rf->GetRepeatedInt64(m, f, k) : rf->GetInt64(m, f));
+          break;
+        case FieldDescriptor::CPPTYPE_FLOAT: v = f->is_repeated() ? rf->GetRepeatedFloat(m, f, k) : rf->GetFloat(m, f); break;
+        case FieldDescriptor::CPPTYPE_DOUBLE: v = f->is_repeated() ? rf->GetRepeatedDouble(m, f, k) : rf->GetDouble(m, f); break;
+        default: continue;
+      }
+      if (!std::isfinite(v) || v < 0) {
+        return Bad(absl::StrCat(key, " must be a finite number >= 0, got ", v,
+                                " (0 takes the default; --list_settings shows what each setting means)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// FinalizeRecipe's defaults and checks, setting by setting (below).
+static absl::Status FinalizeChecked(proto::Recipe* r);
+
 absl::Status FinalizeRecipe(proto::Recipe* r) {
+  // The settings as given: the checks below name their own settings first,
+  // and CheckNumbers then catches any other negative or NaN that a default
+  // would have replaced silently.
+  const proto::Recipe given = *r;
+  absl::Status st = FinalizeChecked(r);
+  if (!st.ok()) return st;
+  return CheckNumbers(given, "");
+}
+
+static absl::Status FinalizeChecked(proto::Recipe* r) {
   auto* m = r->mutable_model();
   if (m->vocab_size() <= 0) return Bad("model.vocab_size must be > 0");
   if (m->seq_len() <= 0) return Bad("model.seq_len must be > 0");

@@ -256,3 +256,25 @@ TEST(RecipeData, ValidFractionIsCheckedAndDefaults) {
 
 }  // namespace
 }  // namespace gtp::recipes
+
+namespace gtp::recipes {
+namespace {
+
+// A negative or non-finite number in any setting is refused (they were taken
+// as 0 or the default: train.global_batch=-8 trained with 4,
+// model.init_std=nan trained with every step skipped and exited 0).
+TEST(RecipeNumbers, NegativeOrNonFiniteValuesAreRefused) {
+  const std::string path = WriteRecipe();
+  for (const char* bad : {"train.global_batch=-8", "model.init_std=nan", "train.eval_batches=-1",
+                          "model.rope_theta=-1", "checkpoint.every=-1", "train.peak_tflops=-5"}) {
+    auto r = LoadRecipe(path, {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    const std::string key = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_NE(std::string(r.status().message()).find(key + " must be a finite number >= 0, got "), std::string::npos)
+        << r.status();
+  }
+  EXPECT_TRUE(LoadRecipe(path, {"model.init_std=0.01", "train.eval_batches=0"}).ok());
+}
+
+}  // namespace
+}  // namespace gtp::recipes
