@@ -131,7 +131,18 @@ std::string IterationDir(const std::string& root, int64_t iteration) {
   return absl::StrFormat("%s/iter_%07d", root, iteration);
 }
 
+absl::Status CheckNotSpecialFile(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st) || fs::is_regular_file(st)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, fs::is_directory(st) ? " is a directory" : " is not a regular file (a FIFO or a device)",
+      ", where a checkpoint file should be"));
+}
+
 absl::StatusOr<int64_t> LatestIteration(const std::string& root) {
+  GTP_RETURN_IF_ERROR(CheckNotSpecialFile(root + "/latest"));
+  GTP_RETURN_IF_ERROR(CheckNotSpecialFile(root + "/latest.tmp"));
   std::ifstream in(root + "/latest");
   if (!in) {
     // A save killed after publishing its directory but before renaming
@@ -421,6 +432,7 @@ absl::Status CheckMetadataGeometry(const std::string& path, const proto::Metadat
 
 absl::StatusOr<proto::Metadata> ReadCheckpointMetadata(const std::string& dir) {
   const std::string path = dir + "/metadata.pb";
+  GTP_RETURN_IF_ERROR(CheckNotSpecialFile(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -454,6 +466,7 @@ class PieceReader {
     if (it != cache_.end()) return &it->second;
     const std::string path = dir_ + "/" + p.file();
     GTP_RETURN_IF_ERROR(CheckRange(key, p));
+    GTP_RETURN_IF_ERROR(CheckNotSpecialFile(path));
     std::ifstream in(path, std::ios::binary);
     if (!in) return absl::DataLossError(absl::StrCat("cannot open ", path, " (tensor ", key, ")"));
     std::string buf(p.bytes(), '\0');
@@ -490,6 +503,7 @@ class PieceReader {
  private:
   absl::Status CheckHeader(const std::string& path) {
     if (checked_.count(path)) return absl::OkStatus();
+    GTP_RETURN_IF_ERROR(CheckNotSpecialFile(path));
     std::ifstream in(path, std::ios::binary);
     if (!in) {
       std::error_code ec;

@@ -138,6 +138,11 @@ std::string IterationDir(const std::string& root, int64_t iteration);
 // serialised proto::Metadata followed by its CRC-32 and the magic "GTPM".
 absl::StatusOr<proto::Metadata> ReadCheckpointMetadata(const std::string& iteration_dir);
 
+// OK when `path` is missing or a regular file; InvalidArgument naming it
+// otherwise (a directory, or a FIFO or device, whose open would block).
+// Readers of checkpoint files call it before opening one.
+absl::Status CheckNotSpecialFile(const std::string& path);
+
 // Reads and assembles the full global tensor `key` (host, f32 or its saved
 // dtype as raw bytes) from a checkpoint directory, without any model: for
 // tools (inspect, export). Verifies checksums.

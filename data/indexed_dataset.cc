@@ -141,13 +141,18 @@ struct IndexedDataset::Mapping {
   }
 
   static absl::StatusOr<std::unique_ptr<Mapping>> Open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO must not block the open (it is refused below).
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return ErrnoError(errno, absl::StrCat("cannot open ", path));
     struct stat st;
     if (::fstat(fd, &st) != 0) {
       int err = errno;
       ::close(fd);
       return ErrnoError(err, absl::StrCat("cannot stat ", path));
+    }
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file (a FIFO or a device)"));
     }
     if (S_ISDIR(st.st_mode)) {
       ::close(fd);

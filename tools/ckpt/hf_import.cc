@@ -174,6 +174,7 @@ class JsonParser {
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  GTP_RETURN_IF_ERROR(checkpoint::CheckNotSpecialFile(path));  // a FIFO would block the open
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   std::stringstream ss;
