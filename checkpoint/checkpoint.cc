@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
@@ -177,9 +178,14 @@ absl::StatusOr<int64_t> LatestIteration(const std::string& root) {
         ") but no 'latest' file naming the one to resume: write the iteration number into ", root,
         "/latest, or start over with checkpoint.no_resume=true"));
   }
+  // The whole file is the number (whitespace around it allowed): "2abc" used to
+  // resume from 2 and "0x2" from 0.
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   int64_t it = -1;
-  in >> it;
-  if (!in || it < 0) {
+  absl::string_view digits = absl::StripAsciiWhitespace(text);
+  const bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(),
+                                                         [](char c) { return c >= '0' && c <= '9'; });
+  if (!all_digits || !absl::SimpleAtoi(digits, &it) || it < 0) {
     return absl::DataLossError(absl::StrCat(
         root, "/latest is unreadable (it must hold an iteration number, e.g. 100 for iter_0000100): "
               "fix it, or start over with checkpoint.no_resume=true"));

@@ -527,9 +527,9 @@ ck cp.latest_names_missing; printf '99' > "$RUNS/cp.latest_names_missing/checkpo
 ck cp.latest_fifo; rm "$RUNS/cp.latest_fifo/checkpoints/latest"; mkfifo "$RUNS/cp.latest_fifo/checkpoints/latest"
 c cp.latest_fifo refused "checkpoints/latest" -t 4 -- "$TRAIN" --run_dir "$RUNS/cp.latest_fifo" --set "$TINY,train.steps=6,checkpoint.every=2,optim.decay_steps=4"
 ck cp.latest_whitespace; printf ' 2 \n' > "$RUNS/cp.latest_whitespace/checkpoints/latest"; rs cp.latest_whitespace ok "resumed from"
-# "2abc" is read as 2 (resumes from step 2); "0x2" as 0 (the error names iter_0000000, not latest).
-ck cp.latest_trailing_garbage; printf '2abc' > "$RUNS/cp.latest_trailing_garbage/checkpoints/latest"; rs cp.latest_trailing_garbage known:silent "checkpoints/latest"
-ck cp.latest_hex; printf '0x2' > "$RUNS/cp.latest_hex/checkpoints/latest"; rs cp.latest_hex known:unnamed "checkpoints/latest"
+# "2abc" (it resumed from step 2) and "0x2" (read as 0) are named as an unreadable latest.
+ck cp.latest_trailing_garbage; printf '2abc' > "$RUNS/cp.latest_trailing_garbage/checkpoints/latest"; rs cp.latest_trailing_garbage refused "checkpoints/latest is unreadable"
+ck cp.latest_hex; printf '0x2' > "$RUNS/cp.latest_hex/checkpoints/latest"; rs cp.latest_hex refused "checkpoints/latest is unreadable"
 ck cp.latest_removed; rm "$RUNS/cp.latest_removed/checkpoints/latest"; rs cp.latest_removed refused "no 'latest'"
 ck cp.iter_dir_removed; rm -r "$RUNS/cp.iter_dir_removed/$I"; rs cp.iter_dir_removed refused "iter_0000004"
 ck cp.metadata_missing; rm "$RUNS/cp.metadata_missing/$I/metadata.pb"; rs cp.metadata_missing refused "metadata.pb"
