@@ -601,7 +601,7 @@ c ck.inspect_missing refused "nope" -- "$CKPT" inspect "$FX/nope"
 c ck.inspect_run_dir refused "no checkpoint in" -- "$CKPT" inspect "$FX/base"
 c ck.inspect_metadata_file refused "metadata.pb" -- "$CKPT" inspect "$C/iter_0000002/metadata.pb"
 # A second checkpoint argument is ignored (exit 0, one checkpoint shown).
-c ck.inspect_extra_arg known:silent "extra" -- "$CKPT" inspect "$C" extra
+c ck.inspect_extra_arg refused "extra" -- "$CKPT" inspect "$C" extra
 c ck.no_command refused "usage" -- "$CKPT"
 c ck.unknown_command refused "usage" -- "$CKPT" frobnicate "$C"
 c ck.inspect_latest_garbage refused "checkpoints/latest is" -- "$CKPT" inspect "$RUNS/cp.latest_text/checkpoints"
@@ -807,8 +807,8 @@ c ii.idx_is_dir refused "is a directory" -- "$INSPECT" "$RUNS/isdir"
 c ii.show_text refused "show" -- "$INSPECT" "$V" --show=abc
 c ii.bin_fifo refused "fifo.bin" -t 4 -- "$INSPECT" "$RUNS/fifo"
 # Negative counts are taken as 0 (exit 0).
-c ii.show_negative known:silent "--show" -- "$INSPECT" "$V" --show=-5
-c ii.max_tokens_negative known:silent "--max_tokens" -- "$INSPECT" "$V" --show=1 --max_tokens=-1
+c ii.show_negative refused "--show" -- "$INSPECT" "$V" --show=-5
+c ii.max_tokens_negative refused "--max_tokens" -- "$INSPECT" "$V" --show=1 --max_tokens=-1
 
 # ================================================================ tools/plot_metrics
 area plot_metrics

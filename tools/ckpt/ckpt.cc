@@ -582,6 +582,10 @@ int Main(int argc, char** argv) {
   const std::string cmd = argv[1];
   absl::Status st;
   if (cmd == "inspect") {
+    if (argc != 3) {  // an extra argument used to be ignored
+      std::fprintf(stderr, "ckpt: inspect takes one checkpoint, got %d arguments (extra: %s)\n", argc - 2, argv[3]);
+      return Usage();
+    }
     st = Inspect(argv[2]);
   } else if (cmd == "export") {
     std::string format, names = "gtp", vocab_json, merges;

@@ -30,6 +30,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "inspect_indexed: give exactly one PREFIX (without .bin/.idx)\n");
     return 2;
   }
+  // (Negative counts used to be taken as 0.)
+  if (absl::GetFlag(FLAGS_show) < 0 || absl::GetFlag(FLAGS_max_tokens) < 0) {
+    std::fprintf(stderr, "inspect_indexed: --show and --max_tokens must be >= 0, got %d and %d\n",
+                 absl::GetFlag(FLAGS_show), absl::GetFlag(FLAGS_max_tokens));
+    return 2;
+  }
   auto opened = gtp::data::IndexedDataset::Open(gtp::UserPath(args[1]));  // as typed under `bazel run`
   if (!opened.ok()) {
     std::fprintf(stderr, "inspect_indexed: %s\n", std::string(opened.status().message()).c_str());
