@@ -319,7 +319,9 @@ TEST(NcclCommunicator, RefusesHostMemory) {
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev), 16), cudaSuccess);
   auto ok = world->AllReduce(dev, dev, 4, DType::kF32, ReduceOp::kSum);
   EXPECT_TRUE(ok.ok()) << ok.status();
-  if (ok.ok()) EXPECT_TRUE((*ok)->Synchronize().ok());
+  if (ok.ok()) {
+    EXPECT_TRUE((*ok)->Synchronize().ok());
+  }
   cudaFree(dev);
 }
 

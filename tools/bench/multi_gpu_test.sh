@@ -101,7 +101,19 @@ expect "$tmp/parity.txt" "parity: 1 PASS, 4 FAIL, 1 SKIP"
 head -1 "$tmp/cells.tsv" > "$tmp/ok.tsv"
 python3 "$dir/parity.py" "$tmp/ok.tsv" > /dev/null || fail "parity.py exit != 0 with all PASS"
 [[ "$(python3 "$dir/parity.py" --noise "$tmp/ref.jsonl" "$tmp/bf16.jsonl")" == "8.000e-03 8.000e-03" ]] || fail "parity.py --noise"
+printf 'rank death\t4\tbf16\tpass\t-\t-\t-\t-\t5 trials, 0 failed\n' > "$tmp/pass.tsv"
+python3 "$dir/parity.py" "$tmp/pass.tsv" > "$tmp/pass.txt" || fail "parity.py: a pass row failed"
+expect "$tmp/pass.txt" "| rank death | 4 | bf16 | — | — | — | - | PASS | 5 trials, 0 failed |"
 echo "parity.py: ok"
+
+# 3b. nccl_table.sh: the parts and their commands (dry run), a bad part refused.
+bash "$dir/nccl_table.sh" --dry_run > "$tmp/table_dry.txt"
+[[ "$(count "$tmp/table_dry.txt" '^PART')" == 10 ]] || { cat "$tmp/table_dry.txt"; fail "nccl_table: 10 parts"; }
+expect "$tmp/table_dry.txt" "PART graphs: CELL_TIMEOUT=200 bash tools/bench/nccl_parity.sh 1 --max_ranks 8 --graphs --precision f32"
+expect "$tmp/table_dry.txt" "rank_death_test.sh \$B/recipes_gpt_124m_train"
+if bash "$dir/nccl_table.sh" --parts "f32 nope" > "$tmp/bad.txt" 2>&1; then fail "nccl_table: unknown part accepted"; fi
+expect "$tmp/bad.txt" "unknown part 'nope'"
+echo "nccl_table: ok"
 
 # 4. dist_table.py on a made-up two-GPU comparison (two_gpu.sh's checks).
 python3 - "$tmp" <<'PY'

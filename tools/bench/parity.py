@@ -8,7 +8,8 @@ CELLS.tsv has one tab-separated line per cell:
 
   label  ranks  precision  status  ref_metrics  run_metrics  tol  mean_tol  note
 
-status "ran": the cell's every step loss is compared with the reference's
+status "pass": a PASS row whose note says what passed (a check that is no
+loss comparison, e.g. rank death). status "ran": the cell's every step loss is compared with the reference's
 (same step numbers, both metrics.jsonl of the trainer; evaluation lines are
 ignored): PASS when every step's |Δ| / |ref| <= tol and the mean of those
 over the steps <= mean_tol ("-": no mean bound), and both runs have the
@@ -74,6 +75,10 @@ def main(argv):
             if status == "skip":
                 skips += 1
                 rows.append((label, ranks, prec, "—", "—", "—", tol_s, "SKIP", note))
+                continue
+            if status == "pass":
+                passes += 1
+                rows.append((label, ranks, prec, "—", "—", "—", tol_s, "PASS", note))
                 continue
             if status != "ran":
                 fails += 1
