@@ -448,6 +448,7 @@ c env.rank_negative refused "RANK=-1" -- env $E WORLD_SIZE=2 RANK=-1 "$TRAIN" --
 c env.world_size_zero refused "WORLD_SIZE=0" -- env $E WORLD_SIZE=0 RANK=0 "$TRAIN" --run_dir "$RUNS/env.world_size_zero" --set "$TINY,$TWO"
 c env.local_rank_big refused "local rank 7" -- env $E LOCAL_RANK=7 WORLD_SIZE=2 RANK=0 "$TRAIN" --run_dir "$RUNS/env.local_rank_big" --set "$TINY,$TWO"
 c env.master_port_text refused "MASTER_PORT" -- env $E MASTER_PORT=abc WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 "$TRAIN" --run_dir "$RUNS/env.master_port_text" --set "$TINY,$TWO"
+c env.master_port_too_big refused "MASTER_PORT=70000" -- env $E MASTER_PORT=70000 WORLD_SIZE=2 RANK=1 LOCAL_RANK=1 "$TRAIN" --run_dir "$RUNS/env.master_port_too_big" --set "$TINY,$TWO"
 c env.world_mismatch refused "parallel.world_size is 2" -- env $E LOCAL_WORLD_SIZE=1 WORLD_SIZE=1 RANK=0 "$TRAIN" --run_dir "$RUNS/env.world_mismatch" --set "$TINY,$TWO"
 c env.one_rank ok "done: 2 steps" -- env $E LOCAL_WORLD_SIZE=1 WORLD_SIZE=1 RANK=0 "$TRAIN" --run_dir "$RUNS/env.one_rank" --set "$TINY,$ONE"
 
@@ -874,15 +875,16 @@ c gr.nnodes_without_port refused "--master_port" -- "$GTPRUN" --nproc 2 --nnodes
 c gr.gpus_negative refused "--gpus" -- "$GTPRUN" --nproc 2 --gpus -5 -- /bin/true
 c gr.grace_text refused "grace_period" -- "$GTPRUN" --nproc 2 --grace_period=abc -- /bin/true
 c gr.unknown_flag refused "bogus" -- "$GTPRUN" --bogus -- /bin/true
-# Ports outside [0, 65535] and a negative grace period are passed on unchecked (exit 0).
-c gr.master_port_too_big known:silent "--master_port" -- "$GTPRUN" --nproc 2 --master_port 70000 -- /bin/true
-c gr.master_port_negative known:silent "--master_port" -- "$GTPRUN" --nproc 2 --master_port -1 -- /bin/true
-c gr.grace_negative known:silent "--grace_period" -- "$GTPRUN" --nproc 2 --grace_period=-5s -- /bin/true
+# Ports outside [0, 65535] and a negative grace period were passed on unchecked (exit 0).
+c gr.master_port_too_big refused "--master_port must be a TCP port in [1, 65535]" -- "$GTPRUN" --nproc 2 --master_port 70000 -- /bin/true
+c gr.master_port_negative refused "--master_port must be a TCP port in [1, 65535]" -- "$GTPRUN" --nproc 2 --master_port -1 -- /bin/true
+c gr.grace_negative refused "--grace_period must be a duration >= 0" -- "$GTPRUN" --nproc 2 --grace_period=-5s -- /bin/true
 c gr.train ok "done: 2 steps" -- "$GTPRUN" --nproc 2 -- "$TRAIN" --run_dir "$RUNS/gr.train" --set "$TINY,$TWO"
 c gr.train_world_mismatch refused "parallel.world_size is 4" -- "$GTPRUN" --nproc 2 -- "$TRAIN" --run_dir "$RUNS/gr.train_world_mismatch" --set "$TINY"
 c gr.train_nproc_3 refused "WORLD_SIZE=3" -- "$GTPRUN" --nproc 3 -- "$TRAIN" --run_dir "$RUNS/gr.train_nproc_3" --set "$TINY,$TWO"
 c gr.train_bad_setting refused "optim.lr" -- "$GTPRUN" --nproc 2 -- "$TRAIN" --run_dir "$RUNS/gr.train_bad_setting" --set "$TINY,$TWO,optim.lr=-1"
-c gr.train_master_port_too_big refused "MASTER_PORT=70000" -- "$GTPRUN" --nproc 2 --master_port 70000 -- "$TRAIN" --run_dir "$RUNS/gr.train_master_port_too_big" --set "$TINY,$TWO"
+# Refused by gtprun before a rank starts (the trainer's own check: env.master_port_too_big).
+c gr.train_master_port_too_big refused "--master_port" -- "$GTPRUN" --nproc 2 --master_port 70000 -- "$TRAIN" --run_dir "$RUNS/gr.train_master_port_too_big" --set "$TINY,$TWO"
 
 # ---------------------------------------------------------------- summary
 [ "$LIST" = 1 ] && exit 0

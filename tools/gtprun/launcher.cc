@@ -146,17 +146,34 @@ absl::StatusOr<int> PickFreePort(const std::string& addr) {
   return static_cast<int>(ntohs(a.sin_port));
 }
 
-absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
+absl::Status CheckOptions(const LaunchOptions& o) {
   if (o.nproc < 1) return absl::InvalidArgumentError(absl::StrCat("gtprun: --nproc must be >= 1, got ", o.nproc));
   if (o.command.empty()) return absl::InvalidArgumentError("gtprun: no command given");
   if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) {
     return absl::InvalidArgumentError(absl::StrCat("gtprun: --node_rank must be in [0, --nnodes) = [0, ", o.nnodes,
                                                    "), got ", o.node_rank));
   }
+  // (70000 and -1 were passed on to the ranks, which failed on them one by one.)
+  if (o.master_port < 0 || o.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gtprun: --master_port must be a TCP port in [1, 65535] (0 picks a free one), got ",
+        o.master_port));
+  }
   if (o.nnodes > 1 && o.master_port == 0) {
     return absl::InvalidArgumentError(
         "gtprun: --nnodes > 1 needs --master_port (the same port on every machine; node 0 listens on it)");
   }
+  // (A negative period killed the other ranks at once, without their SIGTERM grace.)
+  if (o.grace_period < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gtprun: --grace_period must be a duration >= 0 (e.g. 5s), got ",
+                     absl::FormatDuration(o.grace_period)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
+  if (absl::Status st = CheckOptions(o); !st.ok()) return st;
   const int first_rank = o.node_rank * o.nproc;  // this machine's first global rank
   auto prog = Resolve(o.command[0]);
   if (!prog.ok()) return prog.status();

@@ -95,8 +95,13 @@ struct LaunchResult {
   int exit_code() const;
 };
 
+// InvalidArgument naming the flag (--nproc, --node_rank, --master_port,
+// --grace_period) and the values that work when `options` cannot launch;
+// nothing else is checked (the program is resolved by Launch).
+absl::Status CheckOptions(const LaunchOptions& options);
+
 // Errors only for what prevents launching (no such program, fork failure,
-// bad options); rank failures are reported in the result.
+// bad options: CheckOptions); rank failures are reported in the result.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
 
 // Picks a TCP port that is free on `addr` right now.

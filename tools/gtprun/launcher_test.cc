@@ -216,6 +216,31 @@ TEST(Launch, WithoutStopOnFailureOthersFinish) {
   EXPECT_THAT(out.Read(), HasSubstr("[rank 1] done"));
 }
 
+// Ports outside [0, 65535] and a negative grace period were passed on
+// unchecked (gtprun --master_port 70000 -- /bin/true exited 0).
+TEST(CheckOptions, RefusesPortsOutsideTcpAndNegativeGrace) {
+  LaunchOptions o;
+  o.command = {"/bin/true"};
+  EXPECT_TRUE(CheckOptions(o).ok());
+  for (int port : {70000, 65536, -1}) {
+    o.master_port = port;
+    const absl::Status st = CheckOptions(o);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << port;
+    EXPECT_THAT(
+        std::string(st.message()),
+        HasSubstr(absl::StrCat(
+            "--master_port must be a TCP port in [1, 65535] (0 picks a free one), got ", port)));
+    EXPECT_FALSE(Launch(o).ok()) << port;
+  }
+  o.master_port = 65535;
+  EXPECT_TRUE(CheckOptions(o).ok());
+  o.grace_period = absl::Seconds(-5);
+  EXPECT_THAT(std::string(CheckOptions(o).message()),
+              HasSubstr("--grace_period must be a duration >= 0 (e.g. 5s), got -5s"));
+  o.grace_period = absl::ZeroDuration();
+  EXPECT_TRUE(CheckOptions(o).ok());
+}
+
 TEST(Launch, MissingProgramIsAnError) {
   LaunchOptions o;
   o.command = {"/nonexistent/prog"};
@@ -262,6 +287,15 @@ TEST(GtprunBinary, UsageErrors) {
   std::tie(code, out) = Shell(Gtprun() + " --nproc 0 -- /bin/true");
   EXPECT_EQ(code, 2);
   EXPECT_THAT(out, HasSubstr("--nproc must be >= 1"));
+  // Refused before the banner and before any rank starts.
+  std::tie(code, out) = Shell(Gtprun() + " --nproc 2 --master_port 70000 -- /bin/echo started");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--master_port must be a TCP port in [1, 65535]"));
+  EXPECT_THAT(out, Not(HasSubstr("started")));
+  EXPECT_THAT(out, Not(HasSubstr("rank(s)")));
+  std::tie(code, out) = Shell(Gtprun() + " --nproc 2 --grace_period=-5s -- /bin/true");
+  EXPECT_EQ(code, 2);
+  EXPECT_THAT(out, HasSubstr("--grace_period must be a duration >= 0"));
 }
 
 TEST(GtprunBinary, ForwardsSigterm) {

@@ -68,6 +68,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Bad flags are refused before the banner, the ranks or the port.
+  if (absl::Status st = gtp::gtprun::CheckOptions(o); !st.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+
   // Forward Ctrl-C and friends: block them and read them from a signalfd.
   sigset_t sigs;
   sigemptyset(&sigs);
