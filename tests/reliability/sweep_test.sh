@@ -841,12 +841,12 @@ c pm.empty refused "no loss records" -- "$PLOT" "$FX/empty.jsonl" "$P/x.png"
 c pm.binary_file refused "no loss records" -- "$PLOT" "$C/iter_0000002/rank_00000.bin" "$P/x.png"
 c pm.out_missing_dir refused "x.png" -- "$PLOT" "$FX/base/metrics.jsonl" "$P/no/such/x.png"
 c pm.out_is_dir refused "cannot write" -- "$PLOT" "$FX/base/metrics.jsonl" "$P"
-# A directory as input: "no loss records in DIR" (other tools say "is a directory").
-c pm.input_directory known:unnamed "directory" -- "$PLOT" "$FX" "$P/x.png"
+# A directory as input read as empty: "no loss records in DIR".
+c pm.input_directory refused "is a directory" -- "$PLOT" "$FX" "$P/x.png"
 # Non-numbers read as 0: a plot of step 0, loss 0.
-c pm.non_numeric_values known:silent "step" -- "$PLOT" "$FX/garbage.jsonl" "$P/g.png"
-# The trainer's own metrics of a NaN run: axes 1e+300..-1e+300, a meaningless PNG, exit 0.
-c pm.all_nan_losses known:silent "loss" -- "$PLOT" "$FX/nanrun/metrics.jsonl" "$P/nan.png"
+c pm.non_numeric_values refused "line 1 is not a metrics record ({\"step\"" -- "$PLOT" "$FX/garbage.jsonl" "$P/g.png"
+# The trainer's own metrics of a NaN run plotted axes 1e+300..-1e+300, a meaningless PNG, exit 0.
+c pm.all_nan_losses refused "losses are NaN or Inf" -- "$PLOT" "$FX/nanrun/metrics.jsonl" "$P/nan.png"
 fi
 
 # ================================================================ launcher (tools/gtprun)

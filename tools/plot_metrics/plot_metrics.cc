@@ -4,14 +4,17 @@
 // with a small built-in digit font. No dependencies beyond zlib.
 //
 //   bazel run //tools/plot_metrics -- gtp_runs/gpt_tiny/metrics.jsonl loss.png
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/user_path.h"
@@ -88,12 +91,18 @@ bool WritePng(const Image& img, const std::string& path) {
   return static_cast<bool>(out);
 }
 
-bool Field(const std::string& line, const char* key, double* v) {
+// A numeric field of one metrics line: absent, a number (C's nan/inf
+// included, as the trainer prints them), or something else.
+enum class FieldKind { kAbsent, kNumber, kBad };
+FieldKind Field(const std::string& line, const char* key, double* v) {
   const std::string k = std::string("\"") + key + "\": ";
   size_t p = line.find(k);
-  if (p == std::string::npos) return false;
-  *v = std::strtod(line.c_str() + p + k.size(), nullptr);
-  return true;
+  if (p == std::string::npos) return FieldKind::kAbsent;
+  const char* begin = line.c_str() + p + k.size();
+  char* end = nullptr;
+  *v = std::strtod(begin, &end);
+  if (end == begin || (*end != ',' && *end != '}' && *end != ' ')) return FieldKind::kBad;
+  return FieldKind::kNumber;
 }
 
 std::string Num(double v) {
@@ -156,22 +165,61 @@ int main(int argc, char** argv) {
   }
   // Paths typed by the user mean the directory `bazel run` was called from.
   const std::string metrics = gtp::UserPath(argv[1]), png = gtp::UserPath(argv[2]);
+  // (A directory used to read as an empty file: "no loss records in DIR".)
+  struct stat st;
+  if (stat(metrics.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr,
+                 "plot_metrics: %s is a directory: give a run's metrics file (%s/metrics.jsonl)\n",
+                 metrics.c_str(), metrics.c_str());
+    return 1;
+  }
   std::ifstream in(metrics);
   if (!in) {
     std::fprintf(stderr, "plot_metrics: cannot read %s\n", metrics.c_str());
     return 1;
   }
+  // Every record is {"step": N, ...} with numbers for its values; anything
+  // else is refused (non-numbers read as 0 and plotted a made-up curve).
+  // Non-finite values (skipped steps) are left out, as plot.py does.
   Series loss, val, tput;
   std::string line;
-  while (std::getline(in, line)) {
-    double step, v;
-    if (!Field(line, "step", &step)) continue;
-    if (Field(line, "loss", &v)) loss.x.push_back(step), loss.y.push_back(v);
-    if (Field(line, "val_loss", &v)) val.x.push_back(step), val.y.push_back(v);
-    if (Field(line, "tokens_per_s", &v)) tput.x.push_back(step), tput.y.push_back(v);
+  int64_t skipped = 0;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    // A last line without its newline or '}': a write the run did not finish.
+    if (in.eof() && line.back() != '}') break;
+    double step = 0;
+    if (Field(line, "step", &step) != FieldKind::kNumber || !std::isfinite(step)) {
+      std::fprintf(stderr,
+                   "plot_metrics: no loss records in %s: line %lld is not a metrics record "
+                   "({\"step\": N, \"loss\": X, ...})\n",
+                   metrics.c_str(), static_cast<long long>(n));
+      return 1;
+    }
+    for (auto [key, series] : {std::pair<const char*, Series*>{"loss", &loss},
+                               {"val_loss", &val},
+                               {"tokens_per_s", &tput}}) {
+      double v = 0;
+      const FieldKind kind = Field(line, key, &v);
+      if (kind == FieldKind::kBad) {
+        std::fprintf(stderr, "plot_metrics: %s line %lld: \"%s\" is not a number\n",
+                     metrics.c_str(), static_cast<long long>(n), key);
+        return 1;
+      }
+      if (kind == FieldKind::kAbsent) continue;
+      if (!std::isfinite(v)) {
+        skipped += series == &loss;
+        continue;
+      }
+      series->x.push_back(step), series->y.push_back(v);
+    }
   }
   if (loss.x.empty()) {
-    std::fprintf(stderr, "plot_metrics: no loss records in %s\n", metrics.c_str());
+    // (A run whose every loss was NaN plotted axes 1e+300..-1e+300, exit 0.)
+    const std::string why = skipped > 0 ? " (all " + std::to_string(skipped) +
+                                              " losses are NaN or Inf: nothing to plot)"
+                                        : "";
+    std::fprintf(stderr, "plot_metrics: no loss records in %s%s\n", metrics.c_str(), why.c_str());
     return 1;
   }
   Image img;
