@@ -755,8 +755,8 @@ c mi.corpus_unknown refused "bogus" -- "$MAKE_INDEXED" --output="$D/x" --corpus=
 c mi.input_missing refused "nope.txt" -- "$MAKE_INDEXED" --output="$D/x" "$FX/nope.txt"
 c mi.input_directory refused "is a directory" -- "$MAKE_INDEXED" --output="$D/x" "$FX"
 c mi.output_under_file refused "a_file" -- "$MAKE_INDEXED" --output="$FX/a_file/x" "$FX/lines.txt"
-# --output=DIR/ writes DIR/.bin and DIR/.idx (hidden files with an empty name).
-c mi.output_trailing_slash known:silent "--output" -- "$MAKE_INDEXED" --output="$D/" "$FX/lines.txt"
+# --output=DIR/ wrote DIR/.bin and DIR/.idx (hidden files with an empty name).
+c mi.output_trailing_slash refused "--output is a prefix" -r "$D/.bin" -- "$MAKE_INDEXED" --output="$D/" "$FX/lines.txt"
 c mi.append_eod_without_bpe refused "--append_eod" -- "$MAKE_INDEXED" --output="$D/x" --append_eod "$FX/lines.txt"
 c mi.vocab_without_merges refused "--merges" -- "$MAKE_INDEXED" --output="$D/x" --vocab="$FX/bpe300/vocab.json" "$FX/lines.txt"
 c mi.vocab_missing refused "nope.json" -- "$MAKE_INDEXED" --output="$D/x" --vocab="$FX/nope.json" --merges="$FX/bpe300/merges.txt" "$FX/lines.txt"
@@ -789,8 +789,8 @@ c tb.input_empty_name refused "cannot open" -- "$TRAIN_BPE" --input=, --vocab_si
 c tb.out_dir_is_file refused "a_file" -- "$TRAIN_BPE" --input="$FX/lines.txt" --vocab_size=300 --out_dir="$FX/a_file"
 c tb.json_not_json refused "line 1" -- "$TRAIN_BPE" --input="$FX/lines.txt" --json_key=text --vocab_size=300 --out_dir="$B/x"
 c tb.json_with_corpus refused "--json_key" -- "$TRAIN_BPE" --corpus=validation --json_key=text --vocab_size=300 --out_dir="$B/x"
-# A stray argument: "need --out_dir, --vocab_size >= 257 and either --input or --corpus", all given.
-c tb.stray_argument known:unnamed "extra" -- "$TRAIN_BPE" --input="$FX/lines.txt" --vocab_size=300 --out_dir="$B/x" extra
+# A stray argument got "need --out_dir, --vocab_size >= 257 and either --input or --corpus", all given.
+c tb.stray_argument refused "unexpected argument 'extra'" -- "$TRAIN_BPE" --input="$FX/lines.txt" --vocab_size=300 --out_dir="$B/x" extra
 
 area inspect_indexed
 c ii.ok ok "documents  58" -- "$INSPECT" "$V" --show=1

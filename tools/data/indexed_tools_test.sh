@@ -65,4 +65,11 @@ mkdir -p "$tmp/adir"
 "$make_indexed" --output="$tmp/z" "$tmp/adir" 2>"$tmp/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "adir is a directory: name the files in it" "$tmp/err" || fail "directory input: $(cat "$tmp/err")"
 [ ! -e "$tmp/z.bin" ] || fail "a refused input wrote $tmp/z.bin"
+# --output is a prefix: a directory (DIR/) used to write the hidden DIR/.bin and DIR/.idx.
+mkdir -p "$tmp/outdir"
+for o in "$tmp/outdir/" "$tmp/outdir/." "$tmp/outdir/.."; do
+  "$make_indexed" --output="$o" "$tmp/bpe.txt" 2>"$tmp/err"; rc=$?
+  [ "$rc" = 2 ] && grep -q "names a directory, but --output is a prefix" "$tmp/err" || fail "--output=$o: exit $rc, $(cat "$tmp/err")"
+done
+[ -z "$(ls -A "$tmp/outdir")" ] || fail "a refused --output wrote $(ls -A "$tmp/outdir")"
 echo PASS

@@ -18,6 +18,7 @@
 // data error (one line on stderr naming the file), 2 bad flags.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -200,6 +201,19 @@ int main(int argc, char** argv) {
                  "--documents is file, line or paragraph; --vocab and --merges go together; "
                  "--append_eod needs them; --json_key needs files (see --help)\n");
     return 2;
+  }
+  {
+    // A prefix, not a directory: --output=DIR/ wrote the hidden DIR/.bin and DIR/.idx.
+    const std::string& out = absl::GetFlag(FLAGS_output);
+    const std::string name = std::filesystem::path(out).filename().string();
+    if (name.empty() || name == "." || name == "..") {
+      std::fprintf(
+          stderr,
+          "make_indexed: --output=%s names a directory, but --output is a prefix (it writes "
+          "PREFIX.bin and PREFIX.idx): give a name in it, e.g. --output=%s%sdata\n",
+          out.c_str(), out.c_str(), out.back() == '/' ? "" : "/");
+      return 2;
+    }
   }
   uint64_t docs = 0, tokens = 0;
   std::string dtype;

@@ -144,9 +144,18 @@ int main(int argc, char** argv) {
     for (std::string& in : inputs) in = gtp::UserPath(in);
     absl::SetFlag(&FLAGS_input, inputs);
   }
+  // (A stray argument was refused with the flags' summary, which it satisfied.)
+  if (args.size() > 1) {
+    std::fprintf(
+        stderr,
+        "train_bpe: unexpected argument '%s': train_bpe takes only flags (input files go in "
+        "--input=a.txt,b.txt; see --help)\n",
+        args[1]);
+    return 2;
+  }
   const bool corpus = !absl::GetFlag(FLAGS_corpus).empty();
-  if (args.size() > 1 || absl::GetFlag(FLAGS_out_dir).empty() ||
-      absl::GetFlag(FLAGS_vocab_size) < 257 || corpus == !absl::GetFlag(FLAGS_input).empty() ||
+  if (absl::GetFlag(FLAGS_out_dir).empty() || absl::GetFlag(FLAGS_vocab_size) < 257 ||
+      corpus == !absl::GetFlag(FLAGS_input).empty() ||
       (corpus && !absl::GetFlag(FLAGS_json_key).empty())) {
     std::fprintf(stderr,
                  "train_bpe: need --out_dir, --vocab_size >= 257 and either --input or --corpus; "

@@ -48,6 +48,10 @@ grep -q '"<|endoftext|>":2047}$' "$tmp/corpus/vocab.json" || fail "<|endoftext|>
 [ "$rc" = 2 ] || fail "no --vocab_size: exit $rc, want 2"
 "$train_bpe" --corpus=all --input="$tmp/in.jsonl" --vocab_size=300 --out_dir="$tmp/x" 2>/dev/null; rc=$?
 [ "$rc" = 2 ] || fail "--corpus with --input: exit $rc, want 2"
+# A stray argument is named (it used to get the flags' summary, which it satisfied).
+"$train_bpe" --input="$tmp/in.jsonl" --vocab_size=300 --out_dir="$tmp/x" extra 2>"$tmp/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "unexpected argument 'extra'" "$tmp/err" || fail "stray argument: exit $rc, $(cat "$tmp/err")"
+[ ! -e "$tmp/x" ] || fail "a refused command wrote $tmp/x"
 "$train_bpe" --input="$tmp/nope.txt" --vocab_size=300 --out_dir="$tmp/x" 2>"$tmp/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "nope.txt" "$tmp/err" || fail "missing file: exit $rc, $(cat "$tmp/err")"
 printf '{"title": "x"}\n' > "$tmp/nokey.jsonl"
