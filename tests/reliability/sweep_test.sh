@@ -620,8 +620,8 @@ c ck.export_vocab_cuts_rows refused "--vocab 100" -- "$CKPT" export --format saf
 c ck.export_vocab_with_gtp_names refused "--names gtp" -- "$CKPT" export --format safetensors --vocab 256 "$C" "$O/v256"
 c ck.export_into_missing_dir refused "x.safetensors" -- "$CKPT" export --format safetensors "$C" "$O/no/such/dir/x.safetensors"
 mkdir -p "$O/a_dir"
-# Refused naming the rename, but a_dir.tmp (the whole export) is left beside it.
-c ck.export_onto_dir known:residue "a_dir" -r "$O/a_dir.tmp" -- "$CKPT" export --format safetensors "$C" "$O/a_dir"
+# Refused only by the final rename, it left a_dir.tmp (the whole export) beside it.
+c ck.export_onto_dir refused "a_dir is a directory" -r "$O/a_dir.tmp" -- "$CKPT" export --format safetensors "$C" "$O/a_dir"
 c ck.export_rank_flip refused "checksum mismatch" -- "$CKPT" export --format safetensors "$RUNS/cp.rank_bit_flip/checkpoints" "$O/flip.safetensors"
 c ck.export_rank_truncated refused "truncated" -- "$CKPT" export --format safetensors "$RUNS/cp.rank_truncated/checkpoints" "$O/trunc.safetensors"
 c ck.export_rank_missing refused "rank_00001.bin" -- "$CKPT" export --format safetensors "$RUNS/cp.rank_missing/checkpoints" "$O/missing.safetensors"

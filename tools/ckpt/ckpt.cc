@@ -325,6 +325,17 @@ absl::StatusOr<int64_t> RecipeVocab(const std::string& dir) {
 
 absl::Status Export(const std::string& path, const std::string& out, const std::string& names,
                     int64_t vocab) {
+  // Checked before anything is read or written: an existing directory was
+  // found only by the final rename, which left the whole export as OUT.tmp.
+  {
+    std::error_code ec;
+    if (std::filesystem::is_directory(out, ec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(out, " is a directory: --format safetensors writes one file (e.g. ",
+                       (std::filesystem::path(out) / "model.safetensors").string(),
+                       "); --format hf writes a model directory"));
+    }
+  }
   GTP_ASSIGN_OR_RETURN(std::string dir, ResolveDir(path));
   if (vocab > 0) {
     // --vocab strips padding rows only: below the model's vocabulary it
