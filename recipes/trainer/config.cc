@@ -373,6 +373,12 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (d->source() != "corpus" && d->source() != "mock" && d->source() != "indexed")
     return Bad(absl::StrCat("data.source must be corpus, mock or indexed, got ", d->source()));
   if (d->source() == "indexed" && d->path().empty()) return Bad("data.source indexed needs data.path");
+  // (It trained on the embedded corpus, the path unread.)
+  if (d->source() != "indexed" && !d->path().empty()) {
+    return Bad(absl::StrCat("data.path is read only with data.source=indexed, and data.source is ",
+                            d->source(), ": set data.source=indexed to train on ", d->path(),
+                            ", or drop data.path (data.path=)"));
+  }
   if (d->source() == "corpus" && m->vocab_size() < 256)
     return Bad("data.source corpus is byte-level: model.vocab_size must be >= 256");
   if (d->tokenizer_vocab().empty() != d->tokenizer_merges().empty())

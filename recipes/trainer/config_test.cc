@@ -154,6 +154,21 @@ TEST(RecipeData, TokenizerFilesGoTogetherWithAnIndexedDataset) {
   EXPECT_NE(std::string(corpus.status().message()).find("indexed"), std::string::npos);
 }
 
+// data.path without data.source=indexed trained on the embedded corpus,
+// the path unread.
+TEST(RecipeData, PathNeedsAnIndexedSource) {
+  const std::string path = WriteRecipe();
+  for (const std::string source : {"corpus", "mock"}) {
+    auto r = LoadRecipe(path, {"data.source=" + source, "data.path=/d/owt"});
+    ASSERT_FALSE(r.ok()) << source;
+    EXPECT_EQ(r.status().message(),
+              "data.path is read only with data.source=indexed, and data.source is " + source +
+                  ": set data.source=indexed to train on /d/owt, or drop data.path (data.path=)");
+  }
+  EXPECT_TRUE(LoadRecipe(path, {"data.source=indexed", "data.path=/d/owt"}).ok());
+  EXPECT_TRUE(LoadRecipe(path, {"data.path=/d/owt", "data.path="}).ok());
+}
+
 TEST(RecipeParallel, CommTimeoutIsSecondsAndZeroKeepsTheBackendDefault) {
   const std::string path = WriteRecipe();
   auto r = LoadRecipe(path, {});

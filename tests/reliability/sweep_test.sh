@@ -343,8 +343,8 @@ t cfg.valid_fraction_corpus refused "data.valid_fraction" "data.valid_fraction=0
 t cfg.valid_fraction_big refused "data.valid_fraction" "data.source=mock,data.valid_fraction=0.9"
 t cfg.valid_fraction_nan refused "data.valid_fraction" "data.source=mock,data.valid_fraction=nan"
 t cfg.data_seed_negative refused "data.seed=-1" "data.seed=-1"
-# data.path without data.source=indexed: trains on the embedded corpus, the path unread.
-t cfg.data_path_without_source known:silent "data.path" "data.path=$FX/v"
+# data.path without data.source=indexed trained on the embedded corpus, the path unread.
+t cfg.data_path_without_source refused "data.path is read only with data.source=indexed" "data.path=$FX/v"
 t cfg.tokenizer_vocab_without_merges refused "data.tokenizer_merges" "data.tokenizer_vocab=$FX/bpe300/vocab.json"
 # Recorded in the checkpoints unread; generate and ckpt export fail on them later.
 td cfg.tokenizer_files_missing known:silent "data.tokenizer_vocab" "$FX/bpe" "model.vocab_size=300,data.tokenizer_vocab=$FX/nope.json,data.tokenizer_merges=$FX/nope.txt"
