@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "recipes/trainer/step.h"
 
@@ -83,6 +84,31 @@ absl::StatusOr<float> Evaluate(RankState& st, BatchStager& batches, int64_t n,
   GTP_RETURN_IF_ERROR(
       comm::Run(st.host.AllReduce(&loss, &loss, 1, DType::kF32, comm::ReduceOp::kMean)));
   return loss;
+}
+
+absl::StatusOr<int64_t> EvalMicroBatches(const RankState& st, int64_t samples) {
+  const int64_t B = st.recipe.train().micro_batch(), per_batch = B * st.data->size();
+  if (samples <= 0) return st.recipe.train().eval_batches();
+  if (samples % per_batch != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(samples, " validation samples do not split into whole micro-batches of ", B,
+                     " × ", st.data->size(), " data lanes: give a multiple of ", per_batch));
+  }
+  const uint64_t split = st.valid->samples_per_epoch();
+  if (split < static_cast<uint64_t>(per_batch)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "the validation split holds ", split, " samples of ", st.recipe.model().seq_len(),
+        " tokens, fewer than one micro-batch of ", B, " × ", st.data->size(),
+        " data lanes: use fewer lanes or a smaller train.micro_batch, or give the split more "
+        "(data.valid_fraction)"));
+  }
+  if (static_cast<uint64_t>(samples) > split) {
+    return absl::OutOfRangeError(
+        absl::StrCat(samples, " validation samples, but the validation split holds ", split,
+                     " samples of ", st.recipe.model().seq_len(), " tokens: give at most ",
+                     split / per_batch * per_batch, " (a multiple of ", per_batch, ")"));
+  }
+  return samples / per_batch;
 }
 
 }  // namespace gtp::recipes

@@ -23,4 +23,12 @@ inline constexpr int64_t kStopCheckEvery = 4;
 absl::StatusOr<float> Evaluate(RankState& state, BatchStager& batches, int64_t n,
                                const std::function<bool()>& stop_requested = nullptr);
 
+// The micro-batches per lane that score validation samples 0 .. samples − 1
+// on `state`'s layout (samples 0: train.eval_batches per lane, what the
+// periodic evaluation covers). InvalidArgument when they do not split into
+// whole micro-batches over the lanes; OutOfRange, naming the split's size
+// and the most that works, when they are more than the validation split
+// holds (they were scored several times over).
+absl::StatusOr<int64_t> EvalMicroBatches(const RankState& state, int64_t samples);
+
 }  // namespace gtp::recipes

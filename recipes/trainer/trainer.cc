@@ -269,21 +269,15 @@ class RankRun {
  public:
   absl::Status RunEvaluation(int64_t samples, EvalResult* out) {
     GTP_RETURN_IF_ERROR(Setup());
+    // Micro-batches per lane, checked before the weights load.
+    GTP_ASSIGN_OR_RETURN(const int64_t n, EvalMicroBatches(*s_, samples));
     GTP_RETURN_IF_ERROR(ckpt_->InitFrom(/*announce=*/false));
-    const int64_t per_batch = r_.train().micro_batch() * s_->data->size();
-    if (samples <= 0) samples = r_.train().eval_batches() * per_batch;
-    if (samples % per_batch != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          samples, " validation samples do not split into whole micro-batches of ",
-          r_.train().micro_batch(), " × ", s_->data->size(), " data lanes: give a multiple of ",
-          per_batch));
-    }
     g_defer_signals.store(true);  // a signal ends the evaluation between micro-batches
-    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(*s_, *batches_, samples / per_batch, StopRequested));
+    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(*s_, *batches_, n, StopRequested));
     if (rank0()) {
       out->loss = loss;
-      out->samples = samples;
-      out->tokens = samples * r_.model().seq_len();
+      out->samples = n * r_.train().micro_batch() * s_->data->size();
+      out->tokens = out->samples * r_.model().seq_len();
     }
     return absl::OkStatus();
   }

@@ -54,8 +54,9 @@ struct EvalResult {
 // micro_batch × data lanes, what a training step's evaluation covers).
 // The same samples give the loss the training run reported for that step.
 // InvalidArgument when `samples` does not split into whole micro-batches
-// over the lanes; the checkpoint's model must match the recipe's (as
-// init_from checks). Writes nothing; blocks.
+// over the lanes, OutOfRange when they are more than the validation split
+// holds; the checkpoint's model must match the recipe's (as init_from
+// checks). Writes nothing; blocks.
 absl::StatusOr<EvalResult> EvaluateCheckpoint(const proto::Recipe& recipe,
                                               const std::string& checkpoint, int64_t samples = 0);
 

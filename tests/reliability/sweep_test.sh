@@ -715,16 +715,18 @@ c ev.no_checkpoint refused "--checkpoint" -- "$EVAL"
 c ev.missing refused "no checkpoint in" -- "$EVAL" --checkpoint "$FX/nope"
 c ev.samples_negative refused "--samples" -- "$EVAL" --checkpoint "$C" --samples -1
 c ev.samples_text refused "samples" -- "$EVAL" --checkpoint "$C" --samples abc
-# The validation split holds about 1 600 samples of 33 tokens; 5000 scores them three times over
-# and reports "tokens 160000".
-c ev.samples_beyond_split known:silent "--samples" -- "$EVAL" --checkpoint "$C" --samples 5000
+# The validation split holds about 1 600 samples of 33 tokens; 5000 scored them three times over
+# and reported "tokens 160000".
+c ev.samples_beyond_split refused "--samples" -- "$EVAL" --checkpoint "$C" --samples 5000
 c ev.other_layers refused "h.2.attn.q.weight" -- "$EVAL" --checkpoint "$C" --samples 4 --set model.n_layer=3
 c ev.other_width refused "wte.weight" -- "$EVAL" --checkpoint "$C" --samples 4 --set model.n_embd=32
 c ev.set_unknown refused "bogus.key" -- "$EVAL" --checkpoint "$C" --set bogus.key=1
 c ev.set_bad_value refused "optim.lr" -- "$EVAL" --checkpoint "$C" --set optim.lr=-1
 c ev.world_indivisible refused "parallel.world_size" -- "$EVAL" --checkpoint "$C" --set parallel.world_size=3
 c ev.data_missing refused "nope.idx" -- "$EVAL" --checkpoint "$C" --set "data.source=indexed,data.path=$FX/nope"
-c ev.data_beyond_vocab refused "outside model.vocab_size" -- "$EVAL" --checkpoint "$C" --samples 4 --set "data.source=indexed,data.path=$FX/bpe"
+# (One rank: the split of 3 samples holds no micro-batch of 2 over 2 lanes, ev.split_below_a_batch.)
+c ev.data_beyond_vocab refused "outside model.vocab_size" -- "$EVAL" --checkpoint "$C" --samples 2 --set "$ONE,data.source=indexed,data.path=$FX/bpe"
+c ev.split_below_a_batch refused "fewer than one micro-batch" -- "$EVAL" --checkpoint "$C" --samples 4 --set "data.source=indexed,data.path=$FX/bpe"
 if [ "$HAVE_GPU" = 0 ]; then
   c ev.cuda_without_gpu refused "train.device is cuda" -- "$EVAL" --checkpoint "$C" --set train.device=cuda
 fi

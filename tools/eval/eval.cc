@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "core/cli.h"
 #include "core/status.h"
 #include "core/user_path.h"
@@ -76,9 +77,17 @@ absl::Status Eval() {
   }
   GTP_RETURN_IF_ERROR(recipes::ApplyOverrides(absl::GetFlag(FLAGS_set), &r));
   GTP_RETURN_IF_ERROR(recipes::FinalizeRecipe(&r));
-  GTP_ASSIGN_OR_RETURN(recipes::EvalResult e, recipes::EvaluateCheckpoint(r, ck.dir, samples));
-  std::printf("loss %.6f  perplexity %.4f  tokens %lld\n", e.loss, std::exp(e.loss),
-              static_cast<long long>(e.tokens));
+  absl::StatusOr<recipes::EvalResult> e = recipes::EvaluateCheckpoint(r, ck.dir, samples);
+  if (absl::IsOutOfRange(e.status())) {  // more samples than the validation split holds
+    return absl::OutOfRangeError(
+        absl::StrCat(absl::GetFlag(FLAGS_samples) > 0
+                         ? "--samples: "
+                         : "the run's evaluation (train.eval_batches; --samples picks fewer): ",
+                     e.status().message()));
+  }
+  if (!e.ok()) return e.status();
+  std::printf("loss %.6f  perplexity %.4f  tokens %lld\n", e->loss, std::exp(e->loss),
+              static_cast<long long>(e->tokens));
   return absl::OkStatus();
 }
 

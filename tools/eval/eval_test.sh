@@ -20,6 +20,9 @@ done
 "$ev" --checkpoint "$ck" --set "$single" --samples 4 > "$tmp/four.txt"
 if "$ev" --checkpoint "$ck" --samples 3 2> "$tmp/err.txt"; then echo "3 samples over 2 lanes of 2 accepted"; exit 1; fi
 grep -q "multiple of 4" "$tmp/err.txt"
+# More samples than the validation split holds were scored several times over, silently.
+if "$ev" --checkpoint "$ck" --samples 100000 2> "$tmp/err.txt"; then echo "100000 samples accepted"; exit 1; fi
+grep -q "^error: --samples: .*100000 validation samples, but the validation split holds [0-9]* samples of 32 tokens: give at most [0-9]* (a multiple of 4)$" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 # An imported checkpoint (its recipe has only the model) evaluates with the
 # trainer's defaults filled in; the same weights and samples give step 8's loss.
 # (It used to fail: "the saved layout does not divide its world size".)
