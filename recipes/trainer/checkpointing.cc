@@ -165,6 +165,7 @@ absl::StatusOr<int64_t> Checkpointer::Resume() {
           theirs.model(), r_.model(), dir, "resuming",
           " (a run resumes with the model it was saved with: drop the override that changed it, "
           "or start a new run with another --run_dir or checkpoint.no_resume=true)"));
+      GTP_RETURN_IF_ERROR(SameOptimizer(theirs, r_, dir));
       if (!r_.optim().override_schedule()) GTP_RETURN_IF_ERROR(SameSchedule(theirs, r_, dir));
     }
   }
@@ -363,6 +364,19 @@ absl::Status SameSchedule(const proto::Recipe& theirs, const proto::Recipe& ours
       optimizer::ToString(b), " in this run (train.steps and the optim settings make it): ",
       "the LR would jump.", fix,
       " to take the new schedule anyway set optim.override_schedule=true"));
+}
+
+absl::Status SameOptimizer(const proto::Recipe& theirs, const proto::Recipe& ours,
+                           const std::string& dir) {
+  auto matrices = [](const proto::Recipe& r) {
+    return r.optim().matrices().empty() ? std::string("adamw") : r.optim().matrices();
+  };
+  if (matrices(theirs) == matrices(ours)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "resuming: optim.matrices is ", matrices(theirs), " in ", dir, " but ", matrices(ours),
+      " in this run, and the checkpoint holds ", matrices(theirs),
+      "'s optimizer state: drop the override (optim.matrices=", matrices(theirs),
+      "), or start from its weights with checkpoint.init_from=", dir, " and another --run_dir"));
 }
 
 absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,

@@ -116,6 +116,13 @@ absl::StatusOr<SavedProgress> ParseSavedProgress(const std::map<std::string, std
 absl::Status SameSchedule(const proto::Recipe& theirs, const proto::Recipe& ours,
                           const std::string& dir);
 
+// OK when `ours` resumes the optimizer state `theirs` was saved with
+// (optim.matrices: AdamW's moments are not Muon's momentum); InvalidArgument
+// naming the setting, both values and the fixes otherwise (it used to read
+// as a damaged checkpoint: "tensor …/momentum is not in …").
+absl::Status SameOptimizer(const proto::Recipe& theirs, const proto::Recipe& ours,
+                           const std::string& dir);
+
 // InvalidArgument "<what>: model.<setting> is A in <dir> but B in this
 // run<fix>" for the first model setting in which `theirs` (a checkpoint's
 // recipe) and `ours` differ, defaults resolved.

@@ -88,5 +88,25 @@ TEST(SameSchedule, ExtendingTrainStepsIsRefusedWithTheFix) {
   EXPECT_NE(std::string(st.message()).find("Drop the override"), std::string::npos) << st;
 }
 
+// AdamW's moments resumed as Muon read as a damaged checkpoint ("tensor
+// …/momentum is not in …").
+TEST(SameOptimizer, AnotherMatrixOptimizerIsNamedWithTheFixes) {
+  const proto::Recipe saved = Sched();
+  proto::Recipe muon = Sched();
+  muon.mutable_optim()->set_matrices("muon");
+  EXPECT_TRUE(SameOptimizer(saved, Sched(), "ckpt/iter_0000200").ok());
+  const absl::Status st = SameOptimizer(saved, muon, "ckpt/iter_0000200");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "resuming: optim.matrices is adamw in ckpt/iter_0000200 but muon in this run, and the "
+            "checkpoint holds adamw's optimizer state: drop the override (optim.matrices=adamw), or "
+            "start from its weights with checkpoint.init_from=ckpt/iter_0000200 and another --run_dir");
+  // A recipe recorded before the default was filled in means AdamW.
+  proto::Recipe old = saved;
+  old.mutable_optim()->clear_matrices();
+  EXPECT_TRUE(SameOptimizer(old, Sched(), "d").ok());
+  EXPECT_FALSE(SameOptimizer(old, muon, "d").ok());
+}
+
 }  // namespace
 }  // namespace gtp::recipes

@@ -570,8 +570,8 @@ ck cp.other_untied; rs cp.other_untied refused "model.untied_embeddings" "model.
 ck cp.other_vocab; rs cp.other_vocab refused "wte.weight is f32[256, 64]" "model.vocab_size=512"
 ck cp.other_seq_len; rs cp.other_seq_len refused "wpe.weight is f32[32, 64]" "model.seq_len=64"
 ck cp.other_precision; rs cp.other_precision refused "bf16" "train.precision=bf16"
-# AdamW state resumed as Muon: "tensor …/momentum is not in …", which reads as a damaged checkpoint.
-ck cp.other_optimizer; rs cp.other_optimizer known:unnamed "optim.matrices" "optim.matrices=muon"
+# AdamW state resumed as Muon: "tensor …/momentum is not in …" read as a damaged checkpoint.
+ck cp.other_optimizer; rs cp.other_optimizer refused "optim.matrices is adamw" "optim.matrices=muon"
 # A checkpoint of another model put in this run's checkpoints directory.
 rm -rf "$RUNS/cp.other_model_dropped_in"; mkdir -p "$RUNS/cp.other_model_dropped_in"; cp -r "$FX/moe/checkpoints" "$RUNS/cp.other_model_dropped_in/"
 c cp.other_model_dropped_in refused "model.moe" -- "$TRAIN" --run_dir "$RUNS/cp.other_model_dropped_in" --set "$TINY,train.steps=3"
