@@ -234,6 +234,24 @@ absl::StatusOr<proto::Recipe> RecipeOfCheckpoint(const std::string& from) {
   return ParseRecipe(it->second, dir + " (its recipe)");
 }
 
+absl::Status CheckInitFrom(const proto::Recipe& r) {
+  const std::string& from = r.checkpoint().init_from();
+  if (from.empty()) return absl::OkStatus();
+  auto bad = [&](const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrCat("checkpoint.init_from ", from, ": ", st.message()));
+  };
+  absl::StatusOr<std::string> dir = CheckpointIterationDir(from);
+  if (!dir.ok()) return bad(dir.status());
+  absl::StatusOr<checkpoint::proto::Metadata> md = checkpoint::ReadCheckpointMetadata(*dir);
+  if (!md.ok()) return bad(md.status());
+  auto it = md->extra().find("recipe");
+  if (it == md->extra().end()) return absl::OkStatus();  // Load names any tensor that does not fit
+  absl::StatusOr<proto::Recipe> theirs = ParseRecipe(it->second, *dir + " (its recipe)");
+  if (!theirs.ok()) return bad(theirs.status());
+  return SameFunction(theirs->model(), r.model(), *dir, "checkpoint.init_from",
+                      " (checkpoint.init_model=true takes the checkpoint's model settings)");
+}
+
 absl::Status TakeModelFromInit(const std::vector<std::string>& sets, proto::Recipe* r) {
   const std::string& from = r->checkpoint().init_from();
   if (from.empty()) {

@@ -94,6 +94,13 @@ absl::StatusOr<std::string> CheckpointIterationDir(const std::string& path);
 // The recipe a checkpoint records (the trainer's, or `ckpt import`'s model).
 absl::StatusOr<proto::Recipe> RecipeOfCheckpoint(const std::string& path);
 
+// checkpoint.init_from as the trainer checks it before the run directory
+// exists: it resolves (`latest` or an iter_ directory), its metadata.pb is
+// intact and its recorded model computes what the recipe's does
+// (SameFunction). Errors name checkpoint.init_from and the path. OK without
+// init_from. Reads metadata.pb only; blocks on it.
+absl::Status CheckInitFrom(const proto::Recipe& r);
+
 // checkpoint.init_model=true: `r`'s model section becomes the one recorded
 // in checkpoint.init_from, then the `model.*` entries of `sets` apply on top
 // and the recipe is finalized again — a fine-tune without retyping the model.

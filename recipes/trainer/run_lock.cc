@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,10 @@ RunDirLock& RunDirLock::operator=(RunDirLock&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) close(fd_);
     fd_ = o.fd_;
+    dir_ = std::move(o.dir_);
+    fresh_ = o.fresh_;
     o.fd_ = -1;
+    o.fresh_ = false;
   }
   return *this;
 }
@@ -66,7 +70,23 @@ absl::StatusOr<RunDirLock> RunDirLock::Acquire(const std::string& dir) {
         absl::StrCat("cannot write ", path, ": ", std::strerror(err),
                      " (the run directory must be writable; --run_dir picks another)"));
   }
-  return RunDirLock(fd);
+  // Fresh: nothing but the lock file (a run dir made for this run, or an
+  // empty one the user made).
+  bool fresh = true;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().filename() != "run.lock") fresh = false;
+  }
+  return RunDirLock(fd, dir, fresh && !ec);
+}
+
+void RunDirLock::RemoveRunOutputs() {
+  if (!fresh_ || fd_ < 0) return;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
+    if (e.path().filename() != "run.lock") std::filesystem::remove_all(e.path(), ec);
+  }
+  std::filesystem::remove(dir_ + "/run.lock", ec);
 }
 
 }  // namespace gtp::recipes

@@ -9,9 +9,16 @@
 //
 // One lock per run: the process of world rank 0 takes it (threads share
 // their process's). Acquire returns Status; nothing here blocks.
+//
+// A run that fails before it has results (its first step, a checkpoint)
+// leaves nothing: when the directory held only run.lock as the lock was
+// taken (fresh()), everything in it since is that run's start-up
+// (recipe.pbtxt, metrics.jsonl, TensorBoard events), and RemoveRunOutputs
+// removes it while the lock still keeps any other run out.
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -23,15 +30,27 @@ class RunDirLock {
   // PermissionDenied naming the path when the directory cannot be written.
   static absl::StatusOr<RunDirLock> Acquire(const std::string& dir);
 
-  RunDirLock(RunDirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  RunDirLock(RunDirLock&& o) noexcept : fd_(o.fd_), dir_(std::move(o.dir_)), fresh_(o.fresh_) {
+    o.fd_ = -1;
+    o.fresh_ = false;
+  }
   RunDirLock& operator=(RunDirLock&& o) noexcept;
   RunDirLock(const RunDirLock&) = delete;
   RunDirLock& operator=(const RunDirLock&) = delete;
   ~RunDirLock();
 
+  // True when the directory held nothing but run.lock when the lock was taken.
+  bool fresh() const { return fresh_; }
+  // A fresh directory's entries, run.lock last (its flock stays held until
+  // the object goes); nothing when not fresh(). Best effort: what cannot be
+  // removed stays.
+  void RemoveRunOutputs();
+
  private:
-  explicit RunDirLock(int fd) : fd_(fd) {}
+  RunDirLock(int fd, std::string dir, bool fresh) : fd_(fd), dir_(std::move(dir)), fresh_(fresh) {}
   int fd_ = -1;
+  std::string dir_;
+  bool fresh_ = false;
 };
 
 }  // namespace gtp::recipes

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -51,6 +52,42 @@ TEST(RunDirLock, ADirectoryThatCannotBeWrittenIsNamed) {
   EXPECT_EQ(lock.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_NE(std::string(lock.status().message()).find(dir + "/run.lock"), std::string::npos)
       << lock.status();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+void Touch(const std::string& path) { std::ofstream(path) << "x"; }
+
+// A run that fails before it has results removes what its start-up wrote,
+// but only from a directory that was its own when it took the lock.
+TEST(RunDirLock, RemoveRunOutputsEmptiesOnlyAFreshDirectory) {
+  const std::string dir = TmpDir("fresh");
+  {
+    auto lock = RunDirLock::Acquire(dir);
+    ASSERT_TRUE(lock.ok()) << lock.status();
+    EXPECT_TRUE(lock->fresh());
+    Touch(dir + "/recipe.pbtxt");
+    TmpDir("fresh/tensorboard");
+    Touch(dir + "/tensorboard/events.out.tfevents.1");
+    lock->RemoveRunOutputs();
+    EXPECT_FALSE(Exists(dir + "/recipe.pbtxt"));
+    EXPECT_FALSE(Exists(dir + "/tensorboard"));
+    EXPECT_FALSE(Exists(dir + "/run.lock"));
+  }
+  EXPECT_TRUE(Exists(dir));  // the directory itself is the caller's to remove
+
+  const std::string used = TmpDir("used");
+  Touch(used + "/metrics.jsonl");  // an earlier run's
+  auto lock = RunDirLock::Acquire(used);
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  EXPECT_FALSE(lock->fresh());
+  Touch(used + "/recipe.pbtxt");
+  lock->RemoveRunOutputs();
+  EXPECT_TRUE(Exists(used + "/metrics.jsonl"));
+  EXPECT_TRUE(Exists(used + "/recipe.pbtxt"));
+  EXPECT_TRUE(Exists(used + "/run.lock"));
 }
 
 }  // namespace

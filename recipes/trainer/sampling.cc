@@ -17,13 +17,31 @@
 
 namespace gtp::recipes {
 
+absl::Status CheckSampling(const proto::Recipe& r) {
+  const auto& t = r.train();
+  if (t.sample_every() <= 0) return absl::OkStatus();
+  if (r.model().moe().num_experts() > 0 ||
+      r.model().layer_pattern().find('M') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "train.sample_every: MoE and Mamba models cannot be sampled yet (train.sample_every=0 "
+        "turns sampling off; tools/generate samples a dense checkpoint)");
+  }
+  // (A longer prompt was cut to the context and printed whole, as if continued.)
+  const int64_t T = r.model().seq_len();
+  if (static_cast<int64_t>(t.sample_prompt().size()) > T) {
+    return absl::InvalidArgumentError(absl::StrCat("train.sample_prompt is ",
+                                                   t.sample_prompt().size(),
+                                                   " bytes (a token each) but the model's "
+                                                   "context (model.seq_len) is ",
+                                                   T, ": give a prompt of at most ", T, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TextSampler::Print(const optimizer::ParamSet& params_, int64_t step_) {
   const auto& t = r_.train();
   if (sample_model_ == nullptr) {
-    if (r_.model().moe().num_experts() > 0 || r_.model().layer_pattern().find('M') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          "train.sample_every: MoE and Mamba models cannot be sampled yet");
-    }
+    GTP_RETURN_IF_ERROR(CheckSampling(r_));
     sample_world_ = comm::CreateLocalWorld(1);
     GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(
                                        parallel::ParallelConfig{}, *sample_world_[0]));
@@ -78,8 +96,7 @@ absl::Status TextSampler::Print(const optimizer::ParamSet& params_, int64_t step
                                          *sample_model_, sample_model_->config().max_seq_len));
   std::vector<int32_t> ids;
   for (unsigned char ch : t.sample_prompt()) ids.push_back(ch);
-  if (ids.empty()) ids.push_back('\n');
-  if (static_cast<int64_t>(ids.size()) > session->max_len()) ids.resize(session->max_len());
+  if (ids.empty()) ids.push_back('\n');  // (CheckSampling: the prompt fits the context)
   layers::inference::SamplingOptions so;
   so.seed = t.seed();
   std::string text = t.sample_prompt();

@@ -21,6 +21,13 @@
 
 namespace gtp::recipes {
 
+// InvalidArgument naming the setting when the recipe's train.sample_every
+// cannot be done as asked: an MoE or Mamba model (not sampled yet), or a
+// train.sample_prompt longer than the context (model.seq_len; the prompt is
+// byte-level, a token a byte). OK without sampling. Pure: the trainer checks
+// it before the run directory exists.
+absl::Status CheckSampling(const proto::Recipe& r);
+
 class TextSampler {
  public:
   // `host`: the ranks' host-memory communicator; `exec`: where the params
@@ -30,8 +37,8 @@ class TextSampler {
       : r_(r), host_(host), exec_(exec), progress_bar_(progress_bar) {}
 
   // One sample of train.sample_tokens after train.sample_prompt, from
-  // `params` (this rank's dense params) after `step`. InvalidArgument for
-  // MoE and Mamba models (not sampled yet). Collective over `host`; blocks.
+  // `params` (this rank's dense params) after `step`. CheckSampling's
+  // errors. Collective over `host`; blocks.
   absl::Status Print(const optimizer::ParamSet& params, int64_t step);
 
  private:

@@ -27,6 +27,13 @@ class TokenDump {
  public:
   explicit TokenDump(std::string path) : path_(std::move(path)) {}
 
+  // Whether `path` can be opened for appending without writing to it (the
+  // trainer checks before its run directory exists): PermissionDenied
+  // naming train.dump_tokens, the path and what works when it is a
+  // directory, its directory is missing or not one, or either is not
+  // writable. OK for "".
+  static absl::Status CheckPath(const std::string& path);
+
   // Appends `n` tokens and then `n` targets. Error naming the file when it
   // cannot be opened or written.
   absl::Status Append(const int32_t* tokens, const int32_t* targets, int64_t n);

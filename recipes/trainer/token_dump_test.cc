@@ -5,6 +5,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -49,6 +51,30 @@ TEST(TokenDump, UnwritablePathIsAnError) {
   const absl::Status st = d.Append(x, x, 1);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("/nonexistent-dir/tokens.bin"), std::string::npos);
+}
+
+// Checked before the run directory exists: a directory or a missing
+// directory used to fail only in the first step, leaving the run dir behind.
+TEST(TokenDump, CheckPathNamesWhatCannotBeWritten) {
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  EXPECT_TRUE(TokenDump::CheckPath("").ok());
+  EXPECT_TRUE(TokenDump::CheckPath(tmp + "/new_tokens.bin").ok());
+  {
+    std::ofstream(tmp + "/old_tokens.bin") << "x";  // a resumed run appends
+  }
+  EXPECT_TRUE(TokenDump::CheckPath(tmp + "/old_tokens.bin").ok());
+  for (const auto& [path, why] : std::vector<std::pair<std::string, std::string>>{
+           {tmp, "is a directory"},
+           {tmp + "/no/such/dir/t.bin", "its directory " + tmp + "/no/such/dir does not exist"},
+           {tmp + "/old_tokens.bin/t.bin",
+            "its directory " + tmp + "/old_tokens.bin is not a directory"}}) {
+    const absl::Status st = TokenDump::CheckPath(path);
+    EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied) << path;
+    EXPECT_EQ(st.message(), "train.dump_tokens " + path + ": " + why +
+                                ": give a file in an existing, writable directory (e.g. "
+                                "train.dump_tokens=/tmp/tokens.bin)");
+  }
+  EXPECT_FALSE(std::ifstream(tmp + "/new_tokens.bin").good());  // nothing was created
 }
 
 }  // namespace

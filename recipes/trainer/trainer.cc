@@ -4,33 +4,28 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
 #include "comm/env/launch_env.h"
 #include "core/status.h"
 #include "core/timeline.h"
-#include "data/gpt_dataset.h"
 #include "layers/gpt.h"
 #include "recipes/trainer/banner.h"
 #include "recipes/trainer/batches.h"
 #include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/evaluation.h"
-#include "recipes/trainer/memory_check.h"
 #include "recipes/trainer/metrics.h"
+#include "recipes/trainer/preflight.h"
 #include "recipes/trainer/run_lock.h"
 #include "recipes/trainer/sampling.h"
 #include "recipes/trainer/state.h"
 #include "recipes/trainer/step.h"
-#include "recipes/trainer/typed_config.h"
 #include "recipes/trainer/world.h"
 
 namespace gtp::recipes {
@@ -90,9 +85,17 @@ class RankRun {
   // `host` carries host-memory control traffic (loss, stop flag,
   // checkpoint metadata): the world itself for host backends, a UCX world
   // beside the NCCL one on GPUs. It must hold the same ranks as `world`.
+  // `has_results` (may be null) turns true once the run has something to
+  // keep: a step's metrics line or a checkpoint.
   RankRun(const proto::Recipe& r, const RunOptions& o, comm::Communicator& world,
-          comm::Communicator& host, const kernels::Exec& exec)
-      : r_(r), o_(o), world_(world), host_(host), alloc_(*exec.alloc), exec_(exec) {}
+          comm::Communicator& host, const kernels::Exec& exec, std::atomic<bool>* has_results)
+      : r_(r),
+        o_(o),
+        world_(world),
+        host_(host),
+        alloc_(*exec.alloc),
+        exec_(exec),
+        has_results_(has_results) {}
 
   absl::Status Run() {
     GTP_RETURN_IF_ERROR(Setup());
@@ -101,7 +104,10 @@ class RankRun {
     // From here a signal stops the run at a step boundary with a checkpoint.
     g_defer_signals.store(true);
     if (rank0()) GTP_RETURN_IF_ERROR(metrics_->ResumeAt(step_));
-    if (r_.checkpoint().save_initial() && step_ == 0) GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
+    if (r_.checkpoint().save_initial() && step_ == 0) {
+      GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
+      MarkResults();
+    }
     const int64_t steps = r_.train().steps();
     const int64_t T = r_.model().seq_len();
     const int64_t tokens_per_step = s_->sampler->config().global_batch_size * T;
@@ -170,6 +176,7 @@ class RankRun {
                                                             static_cast<int>(s_->sampler->num_micro_batches())));
       }
       if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Step(rec, alloc_.stats(), world_.size(), t_start, first_step));
+      MarkResults();
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
         absl::StatusOr<float> vl = Evaluate(*s_, *batches_, r_.train().eval_batches(), StopRequested);
         for (auto& part : s_->parts) part->ResetMoeStats();  // evaluation forwards are not the step's routing
@@ -220,6 +227,9 @@ class RankRun {
 
  private:
   bool rank0() const { return world_.rank() == 0; }
+  void MarkResults() {
+    if (has_results_ != nullptr) has_results_->store(true);
+  }
 
   absl::Status Setup() {
     GTP_ASSIGN_OR_RETURN(s_, RankState::Build(r_, world_, host_, exec_));
@@ -301,6 +311,7 @@ class RankRun {
   int64_t step_ = 0;
   Timeline timeline_{exec_.is_cuda()};
   Timeline* tl_ = nullptr;  // &timeline_ during traced steps
+  std::atomic<bool>* has_results_;
 };
 
 }  // namespace
@@ -315,18 +326,8 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
 }  // namespace
 
 absl::Status Train(const proto::Recipe& recipe, const RunOptions& options) {
-  std::error_code ec;
-  const bool existed = std::filesystem::exists(options.run_dir, ec);
-  absl::Status st = TrainIn(
+  return TrainIn(
       recipe, options, [](RankRun& run) { return run.Run(); }, /*create_run_dir=*/true);
-  // A run that failed before writing anything leaves no run directory
-  // behind (one this process made, holding only its lock file; anything
-  // else in it, e.g. metrics, keeps it).
-  if (!st.ok() && !existed && std::filesystem::is_directory(options.run_dir, ec)) {
-    std::filesystem::remove(options.run_dir + "/run.lock", ec);
-    if (std::filesystem::is_empty(options.run_dir, ec)) std::filesystem::remove(options.run_dir, ec);
-  }
-  return st;
 }
 
 absl::StatusOr<EvalResult> EvaluateCheckpoint(const proto::Recipe& recipe,
@@ -336,6 +337,7 @@ absl::StatusOr<EvalResult> EvaluateCheckpoint(const proto::Recipe& recipe,
   r.mutable_checkpoint()->set_no_resume(true);
   r.mutable_train()->clear_tensorboard_dir();
   r.mutable_train()->clear_dump_tokens();
+  r.mutable_train()->set_sample_every(0);
   RunOptions options;
   options.run_dir = "";  // nothing is written
   EvalResult result;
@@ -349,56 +351,45 @@ namespace {
 
 absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
                      const std::function<absl::Status(RankRun&)>& body, bool create_run_dir) {
-  // Check what can be checked before anything is written.
-  {
-    GTP_ASSIGN_OR_RETURN(const int world, WorldSize(recipe));
-    // The whole layout, checked before the run directory exists.
-    GTP_RETURN_IF_ERROR(CheckLayout(recipe, world));
-    // A model that cannot fit is refused before a byte is allocated.
-    int local = world;  // threads: every rank in this process
-    if (UnderLauncher(recipe)) {
-      const char* lws = std::getenv("LOCAL_WORLD_SIZE");
-      if (lws == nullptr || !absl::SimpleAtoi(lws, &local) || local < 1) local = 1;
-    }
-    GTP_RETURN_IF_ERROR(CheckModelFits(recipe, world, ThisMachine(local)));
-    std::unique_ptr<data::GptDataset> t, v;
-    GTP_RETURN_IF_ERROR(MakeDatasets(recipe, &t, &v));
-    // An init_from that is not there fails before the run directory exists
-    // (unless the run resumes its own checkpoint and never reads it).
-    const std::string& from = recipe.checkpoint().init_from();
-    const std::string own = options.run_dir + "/" + recipe.checkpoint().dir();
-    if (!from.empty() && !std::filesystem::exists(from + "/metadata.pb") &&
-        (recipe.checkpoint().no_resume() || !std::filesystem::exists(own + "/latest"))) {
-      if (absl::Status st = checkpoint::LatestIteration(from).status(); !st.ok()) {
-        return absl::Status(st.code(),
-                            absl::StrCat("checkpoint.init_from ", from, ": ", st.message()));
-      }
-    }
-  }
+  // What can be checked before anything is written (recipes/trainer/preflight.h).
+  GTP_RETURN_IF_ERROR(Preflight(recipe, options));
   std::error_code ec;
+  const bool existed = !create_run_dir || std::filesystem::exists(options.run_dir, ec);
   if (create_run_dir) std::filesystem::create_directories(options.run_dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
   // One run per directory: world rank 0's process holds the lock until the
   // end (another run's rank 0 fails here; its other ranks then fail on
   // their rendezvous, or gtprun stops them).
   std::optional<RunDirLock> lock;
-  if (create_run_dir) {
-    bool rank0 = true;
-    if (UnderLauncher(recipe)) {
-      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
-      rank0 = env.rank == 0;
+  std::atomic<bool> has_results{false};
+  absl::Status st = [&]() -> absl::Status {
+    if (create_run_dir) {
+      bool rank0 = true;
+      if (UnderLauncher(recipe)) {
+        GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+        rank0 = env.rank == 0;
+      }
+      if (rank0) {
+        GTP_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::Acquire(options.run_dir));
+        lock.emplace(std::move(l));
+      }
     }
-    if (rank0) {
-      GTP_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::Acquire(options.run_dir));
-      lock.emplace(std::move(l));
-    }
+    g_stopped_by_signal.store(false);
+    SignalGuard guard;
+    return RunOnRanks(recipe, [&](const RankWorld& w) {
+      RankRun run(recipe, options, w.world, w.host, w.exec, &has_results);
+      return body(run);
+    });
+  }();
+  // A run that failed before it had results leaves no trace: what its
+  // start-up wrote into its own (fresh) directory goes, and a directory
+  // this process made goes when nothing else is in it.
+  if (!st.ok()) {
+    if (lock && !has_results.load()) lock->RemoveRunOutputs();
+    lock.reset();
+    if (!existed) std::filesystem::remove(options.run_dir, ec);  // only when empty
   }
-  g_stopped_by_signal.store(false);
-  SignalGuard guard;
-  return RunOnRanks(recipe, [&](const RankWorld& w) {
-    RankRun run(recipe, options, w.world, w.host, w.exec);
-    return body(run);
-  });
+  return st;
 }
 }  // namespace
 
