@@ -273,7 +273,7 @@ class NcclCommunicator : public Communicator {
     auto st = std::make_shared<State>(child, key, static_cast<int>(groups[color].size()),
                                       s_->device(), internal::SubGroupName(name, groups[color]),
                                       s_->compute(), std::move(stream), std::move(ready),
-                                      s_->options(), s_->store(), s_->keepalive(), s_->liveness());
+                                      s_->options(), s_->store(), s_->store_host(), s_->liveness());
     return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(st)));
   }
 
@@ -352,7 +352,7 @@ class NcclCommunicator : public Communicator {
 };
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValueStore> store,
-                                                        std::shared_ptr<void> keepalive, int rank,
+                                                        std::shared_ptr<TcpStoreServer> store_host, int rank,
                                                         int size, int device,
                                                         cudaStream_t compute,
                                                         const NcclOptions& options) {
@@ -405,7 +405,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValue
       Liveness::Start(store, options.store_prefix, rank, size, absl::Milliseconds(500));
   auto state = std::make_shared<State>(comm, rank, size, device, options.name, compute,
                                        std::move(stream), std::move(ready), options,
-                                       std::move(store), std::move(keepalive), std::move(liveness));
+                                       std::move(store), std::move(store_host), std::move(liveness));
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(state)));
 }
 

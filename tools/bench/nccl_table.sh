@@ -30,9 +30,12 @@
 #
 # Prints each part's progress, then one PASS/FAIL/SKIP table of every row
 # (tools/bench/parity.py) and the time each part took; exits 1 when a row
-# failed. With OUT set, each part's table and logs go to $OUT/nccl_table/<part>/.
+# failed. With OUT set, the table goes to $OUT/nccl_table/ and each part's
+# table and logs to $OUT/table_<part>/.
 # Environment: JOBS, TABLE_LIMIT (seconds after which parts not yet started
-# are skipped, default 560: the device tool's call limit is 600),
+# are skipped, default 400), TABLE_DEADLINE (seconds at which parts still
+# running are stopped and the table printed with what they finished, default
+# 570: the device tool's call limit is 600),
 # BF16_STEPS_2, BF16_STEPS_4, GTP_BUNDLE_DIR.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -41,7 +44,7 @@ source "$ROOT/tools/bench/layouts.sh"
 
 ALL_PARTS="f32_8b f32_8a f32 bf16_4 graphs bf16_2 mimo fp8 graphs_bf16 death"
 PARTS="$ALL_PARTS" JOBS="${JOBS:-3}" DRY=0
-TABLE_LIMIT="${TABLE_LIMIT:-560}" BF16_STEPS_2="${BF16_STEPS_2:-30}" BF16_STEPS_4="${BF16_STEPS_4:-20}"
+TABLE_LIMIT="${TABLE_LIMIT:-400}" TABLE_DEADLINE="${TABLE_DEADLINE:-570}" BF16_STEPS_2="${BF16_STEPS_2:-30}" BF16_STEPS_4="${BF16_STEPS_4:-20}"
 usage() { sed -n '/^# Usage:/,/^#             finish sooner/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
   case "$1" in
@@ -87,18 +90,40 @@ B="$(dirname "$GTP_TRAIN")"
 export VLM="${VLM:-$B/recipes_vlm_mimo_train}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 
-# Runs one part in its own directory (its TMPDIR and OUT), timing it.
+# Runs one part in a session of its own (so that the deadline can stop all
+# of it: timeout, gtprun and the ranks), in its own directory (TMPDIR; OUT is
+# $OUT/table_<part> so that logs come back even when the call is cut).
 run_part() {
-  local p="$1" dir="$WORK/$1" t0=$SECONDS rc=0
-  mkdir -p "$dir/tmp" "$dir/out"
-  (cd "$ROOT" && export TMPDIR="$dir/tmp" OUT="$dir/out" && eval "$(part_cmd "$p")") > "$dir/part.log" 2>&1 || rc=$?
+  local p="$1" dir="$WORK/$1" t0=$SECONDS rc=0 out="$WORK/$1/out"
+  [[ -n "${OUT:-}" ]] && out="$OUT/table_$1"  # not deeper: the device tool brings back 3 levels
+  mkdir -p "$dir/tmp" "$out"
+  setsid bash -c 'cd "$1" && export TMPDIR="$2" OUT="$3" B="$4" && eval "$5"' part "$ROOT" "$dir/tmp" \
+    "$out" "$B" "$(part_cmd "$p")" > "$dir/part.log" 2>&1 &
+  echo "$!" > "$dir/sid"
+  wait "$!" || rc=$?
+  [[ -z "${OUT:-}" ]] || cp "$dir/part.log" "$out/" 2>/dev/null || true
   echo "$rc $((SECONDS - t0))" > "$dir/done"
   echo "nccl_table: part $p ended (rc $rc) in $((SECONDS - t0)) s"
+}
+# Stops every part still running (its whole session) at the deadline.
+stop_parts() {
+  local p sid
+  for p in "${started[@]}"; do
+    [[ -f "$WORK/$p/done" || ! -f "$WORK/$p/sid" ]] && continue
+    sid="$(cat "$WORK/$p/sid")"
+    echo "nccl_table: part $p stopped at the deadline (${SECONDS} s, TABLE_DEADLINE=${TABLE_DEADLINE})" >&2
+    echo "$p" >> "$WORK/stopped"
+    pkill -TERM -s "$sid" 2>/dev/null || true
+  done
+  sleep 5
+  for p in "${started[@]}"; do
+    [[ -f "$WORK/$p/sid" ]] && pkill -KILL -s "$(cat "$WORK/$p/sid")" 2>/dev/null || true
+  done
 }
 
 started=()
 for p in $PARTS; do
-  while (($(jobs -rp | wc -l) >= JOBS)); do sleep 1; done
+  while (($(jobs -rp | wc -l) >= JOBS)) && ((SECONDS < TABLE_DEADLINE)); do sleep 1; done
   if ((SECONDS > TABLE_LIMIT)); then
     echo "nccl_table: part $p not started: ${SECONDS} s used of TABLE_LIMIT=${TABLE_LIMIT}" >&2
     continue
@@ -107,6 +132,8 @@ for p in $PARTS; do
   run_part "$p" &
   started+=("$p")
 done
+while (($(jobs -rp | wc -l) > 0)) && ((SECONDS < TABLE_DEADLINE)); do sleep 1; done
+(($(jobs -rp | wc -l) > 0)) && stop_parts
 wait
 
 # One table: every part's rows (parity.py's TSV), death and parts that
@@ -115,11 +142,14 @@ TSV="$WORK/cells.tsv"
 : > "$TSV"
 for p in $PARTS; do
   dir="$WORK/$p"
-  if [[ ! -f "$dir/done" ]]; then
+  stopped=""
+  grep -qx "$p" "$WORK/stopped" 2>/dev/null && stopped="stopped at TABLE_DEADLINE=${TABLE_DEADLINE} s"
+  if [[ ! -f "$dir/sid" ]]; then
     printf '%s\t-\t-\tskip\t-\t-\t-\t-\tnot started within TABLE_LIMIT=%s s\n' "part $p" "$TABLE_LIMIT" >> "$TSV"
     continue
   fi
-  read -r rc took < "$dir/done"
+  rc=stopped took="$SECONDS"
+  [[ -f "$dir/done" ]] && read -r rc took < "$dir/done"
   if [[ "$p" == death ]]; then
     summary="$(grep -E '^rank death: [0-9]+ trials, ' "$dir/part.log" | tail -1 || true)"
     status=pass
@@ -129,22 +159,15 @@ for p in $PARTS; do
     continue
   fi
   tsv="$(find "$dir/tmp" -maxdepth 2 -name cells.tsv | head -1)"
-  if [[ -z "$tsv" || ! -s "$tsv" ]]; then
+  [[ -n "$tsv" && -s "$tsv" ]] && sed "s/^/[$p] /" "$tsv" >> "$TSV"
+  if [[ -n "$stopped" ]]; then
+    printf '%s\t-\t-\terror\t-\t-\t-\t-\t%s; its later cells did not run\n' "part $p" "$stopped" >> "$TSV"
+  elif [[ -z "$tsv" || ! -s "$tsv" ]]; then
     printf '%s\t-\t-\terror\t-\t-\t-\t-\tno rows (rc %s): %s\n' "part $p" "$rc" \
       "$({ grep -E 'error|Error' "$dir/part.log" || true; } | tail -1 | tr '\t|' '  ' | cut -c1-160)" >> "$TSV"
-    continue
   fi
-  sed "s/^/[$p] /" "$tsv" >> "$TSV"
 done
-if [[ -n "${OUT:-}" ]]; then
-  mkdir -p "$OUT/nccl_table"
-  for p in "${started[@]}"; do
-    mkdir -p "$OUT/nccl_table/$p"
-    cp -r "$WORK/$p/out/." "$OUT/nccl_table/$p/" 2>/dev/null || true
-    cp "$WORK/$p/part.log" "$OUT/nccl_table/$p/" 2>/dev/null || true
-  done
-  cp "$TSV" "$OUT/nccl_table/"
-fi
+[[ -n "${OUT:-}" ]] && mkdir -p "$OUT/nccl_table" && cp "$TSV" "$OUT/nccl_table/"
 rc=0
 python3 "$ROOT/tools/bench/parity.py" "$TSV" | tee "$WORK/table.md" || rc=$?
 [[ -n "${OUT:-}" ]] && cp "$WORK/table.md" "$OUT/nccl_table/"

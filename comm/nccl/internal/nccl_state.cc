@@ -20,11 +20,11 @@ absl::StatusOr<std::shared_ptr<Done>> NewDone() {
 
 State::State(ncclComm_t comm, int rank, int size, int device, std::string name,
              cudaStream_t compute, Stream comm_stream, Event ready, const NcclOptions& options,
-             std::shared_ptr<KeyValueStore> store, std::shared_ptr<void> keepalive,
+             std::shared_ptr<KeyValueStore> store, std::shared_ptr<TcpStoreServer> store_host,
              std::shared_ptr<Liveness> liveness)
     : comm_(comm), rank_(rank), size_(size), device_(device), name_(std::move(name)),
       compute_(compute), comm_stream_(std::move(comm_stream)), ready_(std::move(ready)),
-      options_(options), store_(std::move(store)), keepalive_(std::move(keepalive)),
+      options_(options), store_(std::move(store)), store_host_(std::move(store_host)),
       liveness_(std::move(liveness)) {
   watch_beat_ns_ = absl::GetCurrentTimeNanos();
   watchdog_ = std::thread([this] { Watch(); });
@@ -285,7 +285,19 @@ void State::Reap(const std::string& what) {
                what.c_str(), who.c_str(), absl::FormatDuration(options_.exit_after_failure).c_str());
   std::fflush(stderr);
   std::fflush(stdout);
+  LingerAsStoreHost();
   std::_Exit(1);
+}
+
+// Seen on one H200 (4 NCCL ranks, one SIGKILLed): rank 0 ended itself 10 s
+// after the failure while rank 1, whose watchdog noticed later, was still to
+// read the heartbeats; the store was gone and rank 1 blamed rank 0.
+void State::LingerAsStoreHost() {
+  if (!store_host_) return;
+  const absl::Time until = absl::Now() + options_.exit_after_failure;
+  while (store_host_->num_clients() > 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 // The watchdog polls CUDA events and NCCL, and a CUDA call can block behind a
@@ -322,6 +334,7 @@ void State::Deadman() {
                  Prefix().c_str(), absl::FormatDuration(silent).c_str(), who.c_str());
     std::fflush(stderr);
     std::fflush(stdout);
+    LingerAsStoreHost();
     std::_Exit(1);
   }
 }

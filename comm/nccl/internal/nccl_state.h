@@ -25,6 +25,7 @@
 #include "comm/communicator.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/store/liveness.h"
+#include "comm/store/tcp_store.h"
 #include "core/cuda_runtime.h"
 #include "core/dtype.h"
 
@@ -68,7 +69,7 @@ class State {
   // Starts the watchdog (and, with options.exit_after_failure, the deadman).
   State(ncclComm_t comm, int rank, int size, int device, std::string name, cudaStream_t compute,
         Stream comm_stream, Event ready, const NcclOptions& options,
-        std::shared_ptr<KeyValueStore> store, std::shared_ptr<void> keepalive,
+        std::shared_ptr<KeyValueStore> store, std::shared_ptr<TcpStoreServer> store_host,
         std::shared_ptr<Liveness> liveness);
   // Stops the threads, lets queued work finish (bounded), then destroys the
   // communicator (aborts it when work is still queued).
@@ -81,7 +82,7 @@ class State {
   const NcclOptions& options() const { return options_; }
   cudaStream_t compute() const { return compute_; }
   std::shared_ptr<KeyValueStore> store() const { return store_; }
-  std::shared_ptr<void> keepalive() const { return keepalive_; }
+  std::shared_ptr<TcpStoreServer> store_host() const { return store_host_; }
   std::shared_ptr<Liveness> liveness() const { return liveness_; }
 
   std::string Prefix() const { return absl::StrCat("group ", name_, " (nccl): "); }
@@ -142,6 +143,11 @@ class State {
   void Reap(const std::string& what);
   // The watchdog's own guard (with exit_after_failure); nccl_state.cc says why.
   void Deadman();
+  // Before Reap or Deadman end the process: when it serves the rendezvous
+  // store, waits (at most one more exit_after_failure) until it is the
+  // store's last client, so that peers still diagnosing read the heartbeats
+  // instead of a closed store (which they would blame on this rank).
+  void LingerAsStoreHost();
 
   const ncclComm_t comm_;
   const int rank_, size_, device_;
@@ -151,7 +157,7 @@ class State {
   Event ready_;
   const NcclOptions options_;
   std::shared_ptr<KeyValueStore> store_;
-  std::shared_ptr<void> keepalive_;  // e.g. the TCP store server on rank 0
+  std::shared_ptr<TcpStoreServer> store_host_;  // the store this process serves (rank 0), or null
   std::shared_ptr<Liveness> liveness_;  // the world's heartbeats (null: no diagnosis)
   std::atomic<bool> aborted_{false};
 
