@@ -7,11 +7,8 @@
 //   ... build process groups from `world`: every Split is counted too ...
 //   comm::ByteCounts b = counter->Snapshot();  // b.bytes[OpKind::kAllGather]
 //
-// Bytes counted (this rank's input, the usual "message size"):
-//   all-gather count·es; reduce-scatter size()·count·es; all-reduce count·es;
-//   broadcast count·es on the root, 0 elsewhere; all-to-all size()·count·es;
-//   all-to-all-v Σ send_counts·es; send count·es; recv 0 (its bytes are the
-//   sender's); barrier 0. `calls` counts every op issued.
+// Bytes counted: this rank's input, the usual "message size" (OpCall::bytes,
+// comm/forwarding.h). `calls` counts every op issued.
 // Thread-safe (atomic counters); forwarding adds no blocking of its own.
 #pragma once
 
@@ -19,25 +16,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <string>
-#include <vector>
+#include <utility>
 
 #include "comm/communicator.h"
+#include "comm/forwarding.h"
 
 namespace gtp::comm {
-
-enum class OpKind : int {
-  kAllGather = 0,
-  kReduceScatter,
-  kAllReduce,
-  kBroadcast,
-  kAllToAll,
-  kSend,
-  kRecv,
-  kBarrier,
-  kCount
-};
-const char* OpKindName(OpKind k);
 
 struct ByteCounts {
   std::array<int64_t, static_cast<int>(OpKind::kCount)> bytes{};
@@ -59,46 +43,25 @@ class ByteCounter {
   std::array<std::atomic<int64_t>, static_cast<int>(OpKind::kCount)> calls_{};
 };
 
-class CountingCommunicator final : public Communicator {
+class CountingCommunicator final : public ForwardingCommunicator {
  public:
   // Counts into `counter` and forwards to `inner` (not owned; must outlive
   // this). Sub-communicators from Split are counted into the same counter.
-  CountingCommunicator(Communicator* inner, std::shared_ptr<ByteCounter> counter);
+  CountingCommunicator(Communicator* inner, std::shared_ptr<ByteCounter> counter)
+      : ForwardingCommunicator(inner), counter_(std::move(counter)) {}
   // The same, owning the inner communicator (what Split returns).
-  CountingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<ByteCounter> counter);
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return inner_->name(); }
-  std::string backend() const override { return inner_->backend(); }
-  bool p2p_pairs_by_tag() const override { return inner_->p2p_pairs_by_tag(); }
-  absl::Duration timeout() const override { return inner_->timeout(); }
-  absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
-                                    DType dtype) override;
-  absl::StatusOr<WorkPtr> ReduceScatter(const void* send, void* recv, int64_t count, DType dtype,
-                                        ReduceOp op) override;
-  absl::StatusOr<WorkPtr> AllReduce(const void* send, void* recv, int64_t count, DType dtype,
-                                    ReduceOp op) override;
-  absl::StatusOr<WorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root) override;
-  absl::StatusOr<WorkPtr> AllToAll(const void* send, void* recv, int64_t count,
-                                   DType dtype) override;
-  absl::StatusOr<WorkPtr> AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
-                                    const std::vector<int64_t>& send_displs, void* recv,
-                                    const std::vector<int64_t>& recv_counts,
-                                    const std::vector<int64_t>& recv_displs, DType dtype) override;
-  absl::StatusOr<WorkPtr> Send(const void* buf, int64_t count, DType dtype, int peer,
-                               int tag) override;
-  absl::StatusOr<WorkPtr> Recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;
-  absl::StatusOr<WorkPtr> Barrier() override;
-  absl::Status ConnectPeers(const std::vector<int>& peers) override {
-    return inner_->ConnectPeers(peers);
-  }
-  absl::StatusOr<std::unique_ptr<Communicator>> Split(const std::vector<std::vector<int>>& groups,
-                                                      const std::string& name) override;
+  CountingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<ByteCounter> counter)
+      : ForwardingCommunicator(std::move(inner)), counter_(std::move(counter)) {}
 
  private:
-  std::unique_ptr<Communicator> owned_;
-  Communicator* inner_;
+  absl::StatusOr<WorkPtr> Issue(const OpCall& op, IssueFn issue) override {
+    counter_->Add(op.kind, op.bytes);
+    return issue();
+  }
+  std::unique_ptr<Communicator> Wrap(std::unique_ptr<Communicator> sub) override {
+    return std::make_unique<CountingCommunicator>(std::move(sub), counter_);
+  }
+
   std::shared_ptr<ByteCounter> counter_;
 };
 

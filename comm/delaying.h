@@ -26,10 +26,11 @@
 
 #include "absl/time/time.h"
 #include "comm/communicator.h"
+#include "comm/forwarding.h"
 
 namespace gtp::comm {
 
-class DelayingCommunicator final : public Communicator {
+class DelayingCommunicator final : public ForwardingCommunicator {
  public:
   // Delays every op of `inner` (not owned; must outlive this) by `delay`.
   DelayingCommunicator(Communicator* inner, absl::Duration delay);
@@ -41,42 +42,16 @@ class DelayingCommunicator final : public Communicator {
   // communicator split from this one (before or after). Thread-safe.
   void set_delay(absl::Duration delay);
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return inner_->name(); }
-  std::string backend() const override { return inner_->backend(); }
-  bool p2p_pairs_by_tag() const override { return inner_->p2p_pairs_by_tag(); }
-  absl::Duration timeout() const override { return inner_->timeout(); }
-  absl::StatusOr<WorkPtr> AllGather(const void* send, void* recv, int64_t count,
-                                    DType dtype) override;
-  absl::StatusOr<WorkPtr> ReduceScatter(const void* send, void* recv, int64_t count, DType dtype,
-                                        ReduceOp op) override;
-  absl::StatusOr<WorkPtr> AllReduce(const void* send, void* recv, int64_t count, DType dtype,
-                                    ReduceOp op) override;
-  absl::StatusOr<WorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root) override;
-  absl::StatusOr<WorkPtr> AllToAll(const void* send, void* recv, int64_t count,
-                                   DType dtype) override;
-  absl::StatusOr<WorkPtr> AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
-                                    const std::vector<int64_t>& send_displs, void* recv,
-                                    const std::vector<int64_t>& recv_counts,
-                                    const std::vector<int64_t>& recv_displs, DType dtype) override;
-  absl::StatusOr<WorkPtr> Send(const void* buf, int64_t count, DType dtype, int peer,
-                               int tag) override;
-  absl::StatusOr<WorkPtr> Recv(void* buf, int64_t count, DType dtype, int peer, int tag) override;
-  absl::StatusOr<WorkPtr> Barrier() override;
-  absl::Status ConnectPeers(const std::vector<int>& peers) override {
-    return inner_->ConnectPeers(peers);
-  }
+  // The inner Split, then a wait until the delay has passed.
   absl::StatusOr<std::unique_ptr<Communicator>> Split(const std::vector<std::vector<int>>& groups,
                                                       const std::string& name) override;
 
  private:
   using SharedDelay = std::shared_ptr<std::atomic<int64_t>>;  // nanoseconds
   DelayingCommunicator(std::unique_ptr<Communicator> inner, SharedDelay delay);
-  absl::Time ReadyAt(absl::Time start) const;
+  absl::StatusOr<WorkPtr> Issue(const OpCall& op, IssueFn issue) override;
+  std::unique_ptr<Communicator> Wrap(std::unique_ptr<Communicator> sub) override;
 
-  std::unique_ptr<Communicator> owned_;
-  Communicator* inner_;
   SharedDelay delay_;
 };
 
