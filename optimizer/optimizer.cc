@@ -10,6 +10,7 @@
 #include "core/kernels/cuda.h"
 #include "core/status.h"
 #include "optimizer/grad_norm.h"
+#include "optimizer/internal/adamw.h"
 #include "optimizer/internal/device.h"
 #include "optimizer/internal/muon.h"
 
@@ -78,50 +79,8 @@ absl::Status DistributedOptimizer::CreatePart(GradBuffer* grads, Part* part) {
     }
   }
 
-  // AdamW segments: this rank's slice of every bucket (or all of it).
-  int64_t n_state = 0, n_master = 0;
-  for (const Bucket& b : grads->buckets()) {
-    auto [lo, hi] = config_.distributed ? grads->shard_range(b.index)
-                                        : std::make_pair(b.offset, b.offset + b.numel);
-    for (int i : b.params) {
-      if (part->is_muon[i]) continue;
-      const GradParam& p = params[i];
-      const int64_t a = std::max(lo, p.offset), z = std::min(hi, p.offset + p.numel);
-      if (a >= z) continue;
-      Segment s;
-      s.param = i;
-      s.bucket = b.index;
-      s.buffer_offset = a;
-      s.local = a - p.offset;
-      s.n = z - a;
-      s.state_offset = n_state;
-      n_state += s.n;
-      s.master_offset = -1;
-      if (p.value().dtype() != DType::kF32) {
-        s.master_offset = n_master;
-        n_master += s.n;
-      }
-      s.decay = config_.decay_filter(p);
-      part->segments.push_back(s);
-    }
-  }
-  if (n_state > 0) {
-    part->exp_avg = exec.Zeros({n_state});
-    part->exp_avg_sq = exec.Zeros({n_state});
-  }
-  if (n_master > 0) {
-    part->master = exec.Empty({n_master});
-    for (const Segment& s : part->segments) {
-      if (s.master_offset < 0) continue;
-      internal::CastInto(exec, params[s.param].value().Slice(s.local, s.local + s.n),
-                         part->master.Slice(s.master_offset, s.master_offset + s.n));
-    }
-  }
-  // Decided from the buffer's params, not this rank's segments (a rank may
-  // own only padding): every replicate rank must join the gathers.
-  const bool any_adamw = std::count(part->is_muon.begin(), part->is_muon.end(), 0) > 0;
-  part->gather = config_.distributed && grads->replicate()->size() > 1 && any_adamw;
-  BuildAdamWTable(part);
+  part->adamw = internal::AdamWUpdater::Create(grads, part->is_muon, exec, config_.adamw,
+                                               config_.distributed, config_.decay_filter);
   if (!muon_params.empty()) {
     GTP_ASSIGN_OR_RETURN(part->muon,
                          internal::MuonUpdater::Create(*grads, muon_params, exec, config_.muon));
@@ -129,98 +88,16 @@ absl::Status DistributedOptimizer::CreatePart(GradBuffer* grads, Part* part) {
   return absl::OkStatus();
 }
 
-void DistributedOptimizer::BuildAdamWTable(Part* part) {
-  const std::vector<GradParam>& params = part->grads->params();
-  const Tensor& g = part->grads->data();
-  for (const Segment& s : part->segments) {
-    kernels::AdamWSegment a;
-    Tensor p = s.master_offset >= 0 ? part->master.Slice(s.master_offset, s.master_offset + s.n)
-                                    : params[s.param].value().Slice(s.local, s.local + s.n);
-    a.p = p.data<float>();
-    // A bf16 param gets its rounded copy in the same pass (unless the update
-    // is all-gathered first: GatherParams casts then).
-    if (s.master_offset >= 0 && !part->gather) {
-      Tensor v = params[s.param].value().Slice(s.local, s.local + s.n);
-      GTP_CHECK(v.dtype() == DType::kBF16, "AdamW: params are f32 or bf16, ",
-                params[s.param].name, " is ", DTypeName(v.dtype()));
-      a.p_bf16 = v.data<bf16>();
-    }
-    a.g = g.data<float>() + s.buffer_offset;
-    a.m = part->exp_avg.data<float>() + s.state_offset;
-    a.v = part->exp_avg_sq.data<float>() + s.state_offset;
-    a.n = s.n;
-    a.weight_decay = s.decay ? config_.adamw.weight_decay : 0.0f;
-    part->adamw.push_back(a);
+absl::Status DistributedOptimizer::Update(Part& part, float lr, int64_t t, float grad_scale,
+                                          const float* device_scalars,
+                                          const float* device_step) {
+  part.adamw->Step(lr, t, grad_scale, device_scalars, device_step);
+  if (part.muon) {
+    GTP_RETURN_IF_ERROR(part.muon->Step(*part.grads, lr * config_.muon.lr_multiplier));
   }
-  if (!exec_.is_cuda() || part->adamw.empty()) return;
-  const std::vector<kernels::cuda::AdamWChunk> chunks =
-      kernels::cuda::AdamWChunks(part->adamw.data(), static_cast<int>(part->adamw.size()));
-  part->num_chunks = static_cast<int>(chunks.size());
-  auto upload = [&](const void* src, int64_t bytes) {
-    Tensor d = exec_.Empty({bytes}, DType::kU8);
-    GTP_CHECK_OK(Copy(Tensor::Wrap(const_cast<void*>(src), {bytes}, DType::kU8, Device::Cpu()), d,
-                      exec_.stream, /*sync=*/true));
-    return d;
-  };
-  part->adamw_segments_dev =
-      upload(part->adamw.data(), part->adamw.size() * sizeof(kernels::AdamWSegment));
-  part->adamw_chunks_dev = upload(chunks.data(), chunks.size() * sizeof(kernels::cuda::AdamWChunk));
-}
-
-void DistributedOptimizer::StepAdamW(const Part& part, float lr, int64_t t, float grad_scale,
-                                     const float* device_scalars, const float* device_step) {
-  if (part.adamw.empty()) return;
-  const AdamWConfig& c = config_.adamw;
-  kernels::AdamWParams hp;
-  hp.lr = lr;
-  hp.beta1 = c.beta1;
-  hp.beta2 = c.beta2;
-  hp.eps = c.eps;
-  hp.step = t;
-  hp.grad_scale = grad_scale;
-  hp.device_scalars = device_scalars;
-  hp.device_step = device_step;
-  if (exec_.is_cuda()) {
-    kernels::cuda::AdamWMulti(
-        static_cast<const kernels::AdamWSegment*>(part.adamw_segments_dev.raw_data()),
-        static_cast<const kernels::cuda::AdamWChunk*>(part.adamw_chunks_dev.raw_data()),
-        part.num_chunks, hp, exec_.stream);
-  } else {
-    kernels::cpu::AdamWMulti(part.adamw.data(), static_cast<int>(part.adamw.size()), hp);
-  }
-}
-
-absl::Status DistributedOptimizer::GatherParams(const Part& part) {
-  // The grad buffer is done with its gradients: use it as the staging area.
-  const std::vector<GradParam>& params = part.grads->params();
-  const Tensor& buf = part.grads->data();
-  for (const Segment& s : part.segments) {
-    Tensor src = s.master_offset >= 0 ? part.master.Slice(s.master_offset, s.master_offset + s.n)
-                                      : params[s.param].value().Slice(s.local, s.local + s.n);
-    internal::CastInto(exec_, src, buf.Slice(s.buffer_offset, s.buffer_offset + s.n));
-  }
-  comm::Communicator* rep = part.grads->replicate();
-  std::vector<comm::WorkPtr> works;
-  std::vector<char> has_adamw(part.grads->buckets().size(), 0);
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (!part.is_muon[i]) has_adamw[params[i].bucket] = 1;
-  }
-  for (const Bucket& b : part.grads->buckets()) {
-    if (!has_adamw[b.index]) continue;
-    const int64_t count = b.numel / rep->size();
-    float* base = buf.data<float>() + b.offset;
-    GTP_ASSIGN_OR_RETURN(comm::WorkPtr w,
-                         rep->AllGather(base + rep->rank() * count, base, count, DType::kF32));
-    works.push_back(std::move(w));
-  }
-  for (comm::WorkPtr& w : works) {
-    GTP_RETURN_IF_ERROR(internal::Annotate(w->Wait(), "gathering updated parameters", rep));
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (part.is_muon[i]) continue;
-    const GradParam& p = params[i];
-    internal::CastInto(exec_, buf.Slice(p.offset, p.offset + p.numel), p.value());
-  }
+  if (part.adamw->gather()) GTP_RETURN_IF_ERROR(part.adamw->Gather());
+  MarkShardsUpdated(part);
+  part.grads->ZeroGrad();
   return absl::OkStatus();
 }
 
@@ -268,15 +145,7 @@ absl::StatusOr<StepStats> DistributedOptimizer::Step(double grad_norm) {
     }
   }
   const int64_t t = progress_.step + 1;
-  for (Part& part : parts_) {
-    StepAdamW(part, stats.lr, t, scale);
-    if (part.muon) {
-      GTP_RETURN_IF_ERROR(part.muon->Step(*part.grads, stats.lr * config_.muon.lr_multiplier));
-    }
-    if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));
-    MarkShardsUpdated(part);
-    part.grads->ZeroGrad();
-  }
+  for (Part& part : parts_) GTP_RETURN_IF_ERROR(Update(part, stats.lr, t, scale));
   progress_.step = t;
   stats.step = t;
   return stats;
@@ -335,12 +204,10 @@ absl::Status DistributedOptimizer::EnqueueStep() {
                                              exec_.stream));
   }
   GTP_RETURN_IF_ERROR(GlobalGradNormOnDevice(buffers, config_.clip_grad, norm_scalars_));
+  // (No Muon here: CanEnqueueSteps. A skipped step regathers the params as they are.)
   for (Part& part : parts_) {
-    StepAdamW(part, pending_lr_, pending_t_, 1.0f, norm_scalars_.data<float>(),
-              step_dev_.data<float>());
-    if (part.gather) GTP_RETURN_IF_ERROR(GatherParams(part));  // a skipped step regathers as is
-    MarkShardsUpdated(part);
-    part.grads->ZeroGrad();
+    GTP_RETURN_IF_ERROR(Update(part, pending_lr_, pending_t_, 1.0f, norm_scalars_.data<float>(),
+                               step_dev_.data<float>()));
   }
   return absl::OkStatus();
 }
@@ -366,17 +233,7 @@ absl::StatusOr<StepStats> DistributedOptimizer::FinishStep() {
 std::vector<StateTensor> DistributedOptimizer::state_tensors() const {
   std::vector<StateTensor> out;
   for (const Part& part : parts_) {
-    for (const Segment& s : part.segments) {
-      const std::string& name = part.grads->params()[s.param].name;
-      out.push_back({name, "exp_avg", s.local,
-                     part.exp_avg.Slice(s.state_offset, s.state_offset + s.n)});
-      out.push_back({name, "exp_avg_sq", s.local,
-                     part.exp_avg_sq.Slice(s.state_offset, s.state_offset + s.n)});
-      if (s.master_offset >= 0) {
-        out.push_back({name, "master", s.local,
-                       part.master.Slice(s.master_offset, s.master_offset + s.n)});
-      }
-    }
+    part.adamw->AppendState(&out);
     if (part.muon) part.muon->AppendState(*part.grads, &out);
   }
   return out;
@@ -385,9 +242,7 @@ std::vector<StateTensor> DistributedOptimizer::state_tensors() const {
 int64_t DistributedOptimizer::state_bytes() const {
   int64_t b = 0;
   for (const Part& part : parts_) {
-    for (const Tensor* t : {&part.exp_avg, &part.exp_avg_sq, &part.master}) {
-      if (t->defined()) b += t->nbytes();
-    }
+    b += part.adamw->state_bytes();
     if (part.muon) b += part.muon->state_bytes();
   }
   return b;

@@ -77,6 +77,7 @@
 namespace gtp::optimizer {
 
 namespace internal {
+class AdamWUpdater;
 class MuonUpdater;
 }
 
@@ -232,29 +233,11 @@ class DistributedOptimizer {
   int64_t muon_newton_schulz_calls() const;
 
  private:
-  // A contiguous run of one AdamW param's elements that this rank updates.
-  struct Segment {
-    int param;
-    int bucket;
-    int64_t buffer_offset;  // in the grad buffer
-    int64_t local;          // in the param's flat storage
-    int64_t n;
-    int64_t state_offset;   // in exp_avg / exp_avg_sq
-    int64_t master_offset;  // in master, or -1 for f32 params (updated in place)
-    bool decay;
-  };
-  // The optimizer's part for one gradient buffer.
+  // The optimizer's part for one gradient buffer: an updater per rule.
   struct Part {
     GradBuffer* grads = nullptr;
     std::vector<char> is_muon;  // per GradBuffer param
-    std::vector<Segment> segments;
-    Tensor exp_avg, exp_avg_sq, master;
-    bool gather = false;  // all-gather AdamW params after the update
-    // Every AdamW segment as one multi-tensor update (built once: the
-    // pointers are stable). On CUDA the tables live on the device.
-    std::vector<kernels::AdamWSegment> adamw;
-    Tensor adamw_segments_dev, adamw_chunks_dev;
-    int num_chunks = 0;
+    std::unique_ptr<internal::AdamWUpdater> adamw;
     std::unique_ptr<internal::MuonUpdater> muon;
   };
   // The params' values changed (ShardedParam::MarkUpdated).
@@ -262,9 +245,11 @@ class DistributedOptimizer {
 
   DistributedOptimizer() = default;
   absl::Status CreatePart(GradBuffer* grads, Part* part);
-  void BuildAdamWTable(Part* part);
-  void StepAdamW(const Part& part, float lr, int64_t t, float grad_scale,
-                 const float* device_scalars = nullptr, const float* device_step = nullptr);
+  // The one update path of Step and EnqueueStep: AdamW (its scalars on the
+  // device when given), Muon, the all-gather of AdamW's params, then the
+  // shards marked updated and the gradients zeroed.
+  absl::Status Update(Part& part, float lr, int64_t t, float grad_scale,
+                      const float* device_scalars = nullptr, const float* device_step = nullptr);
   std::vector<const GradBuffer*> Buffers() const;
   absl::Status GatherParams(const Part& part);
 
