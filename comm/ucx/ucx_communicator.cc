@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/env/launch_env.h"
 #include "comm/internal/ops.h"
+#include "comm/store/liveness.h"
 #include "comm/store/tcp_store.h"
 #include "comm/ucx/ucx_engine.h"
 #include "comm/ucx/ucx_reduce.h"
@@ -32,9 +33,30 @@ struct LanePart {
 
 class UcxWork : public Work {
  public:
-  UcxWork(std::vector<LanePart> parts, absl::Duration default_timeout)
-      : parts_(std::move(parts)), default_timeout_(default_timeout) {}
+  // `liveness` (may be null): on a timeout, who stopped beating is appended.
+  UcxWork(std::vector<LanePart> parts, absl::Duration default_timeout,
+          std::shared_ptr<Liveness> liveness = nullptr)
+      : parts_(std::move(parts)), default_timeout_(default_timeout),
+        liveness_(std::move(liveness)) {}
   absl::Status Wait(absl::Duration timeout) override {
+    absl::Status st = WaitParts(timeout);
+    // A timeout names the peer this rank waited on, which may itself wait on
+    // another (a rank stopped or stuck elsewhere in the ring or another
+    // group): the heartbeats name the rank that stopped answering.
+    if (st.code() == absl::StatusCode::kDeadlineExceeded && liveness_ != nullptr) {
+      return absl::Status(st.code(), absl::StrCat(st.message(), "; ", liveness_->Diagnose()));
+    }
+    return st;
+  }
+  bool Test() override {
+    for (const LanePart& p : parts_) {
+      if (!p.e->Finished(*p.op)) return false;
+    }
+    return true;
+  }
+
+ private:
+  absl::Status WaitParts(absl::Duration timeout) {
     const absl::Duration t = timeout == absl::InfiniteDuration() ? default_timeout_ : timeout;
     absl::Status first;
     for (size_t i = 0; i < parts_.size(); ++i) {
@@ -49,16 +71,10 @@ class UcxWork : public Work {
     }
     return first;
   }
-  bool Test() override {
-    for (const LanePart& p : parts_) {
-      if (!p.e->Finished(*p.op)) return false;
-    }
-    return true;
-  }
 
- private:
   std::vector<LanePart> parts_;
   absl::Duration default_timeout_;
+  std::shared_ptr<Liveness> liveness_;
 };
 
 // A world's engines (UcxOptions::lanes), shared by its sub-communicators.
@@ -68,8 +84,13 @@ class UcxWork : public Work {
 struct Lanes {
   std::vector<std::shared_ptr<Engine>> e;
   int64_t piece_bytes = 0;  // ring steps' pieces (UcxOptions::piece_bytes)
-  // Lane 0 last: it may serve the store the others say goodbye through.
+  // The world's heartbeats through the store (comm/store/liveness.h): a
+  // timed-out call names the rank that stopped answering.
+  std::shared_ptr<Liveness> liveness;
+  // The heartbeats first, then lane 0 last: it may serve the store the
+  // others say goodbye through.
   ~Lanes() {
+    liveness.reset();
     while (!e.empty()) e.pop_back();
   }
 };
@@ -526,7 +547,7 @@ class UcxCommunicator : public Communicator {
       }
       parts.push_back({lanes_->e[l], ops[l]});
     }
-    return WorkPtr(std::make_unique<UcxWork>(std::move(parts), timeout_));
+    return WorkPtr(std::make_unique<UcxWork>(std::move(parts), timeout_, lanes_->liveness));
   }
 
   std::shared_ptr<Lanes> lanes_;
@@ -608,6 +629,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeWorld(std::shared_ptr<KeyValue
     GTP_ASSIGN_OR_RETURN(auto engine, Engine::Create(store, nullptr, lc));
     all->e.push_back(std::move(engine));
   }
+  all->liveness = Liveness::Start(store, cfg.prefix, rank, size, absl::Milliseconds(500));
   auto g = std::make_shared<Group>();
   g->gid = 0;
   g->name = options.name;

@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -205,6 +206,10 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   result.ranks.resize(o.nproc);
   std::vector<Stream> streams(2 * o.nproc);
   std::vector<bool> alive(o.nproc, false);
+  // The signal that stopped a rank (SIGSTOP, SIGTSTP…), 0 while it runs: a
+  // stopped rank never ends on its own, so its peers time out and gtprun
+  // must end it once nothing else is left.
+  std::vector<int> suspended(o.nproc, 0);
   std::vector<bool> term_sent(o.nproc, false);
 
   auto stop_all = [&](int sig) {
@@ -329,9 +334,28 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     for (int r = 0; r < o.nproc; ++r) {
       if (!alive[r]) continue;
       int status = 0;
-      pid_t w = waitpid(result.ranks[r].pid, &status, WNOHANG);
+      pid_t w = waitpid(result.ranks[r].pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (w != result.ranks[r].pid) continue;
+      if (WIFSTOPPED(status)) {
+        suspended[r] = WSTOPSIG(status);
+        WriteAll(o.err_fd, absl::StrCat("gtprun: rank ", result.ranks[r].rank, " (pid ", w,
+                                        ") was stopped by signal ", suspended[r], " (",
+                                        strsignal(suspended[r]),
+                                        "): it cannot go on until it gets SIGCONT\n"));
+        if (std::find(result.suspended.begin(), result.suspended.end(), result.ranks[r].rank) ==
+            result.suspended.end()) {
+          result.suspended.push_back(result.ranks[r].rank);
+        }
+        continue;
+      }
+      if (WIFCONTINUED(status)) {
+        suspended[r] = 0;
+        WriteAll(o.err_fd, absl::StrCat("gtprun: rank ", result.ranks[r].rank, " (pid ", w,
+                                        ") continued\n"));
+        continue;
+      }
       alive[r] = false;
+      suspended[r] = 0;
       --n_alive;
       RankExit& x = result.ranks[r];
       x.signaled = WIFSIGNALED(status);
@@ -352,6 +376,23 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
       }
       if (n_alive == 0) drain_until = absl::Now() + absl::Seconds(1);
     }
+    // Only stopped ranks left after others ended: nothing can end them but
+    // gtprun (their peers are gone), so they are killed (not counted as
+    // stopped by gtprun: a stopped rank is a failure).
+    if (n_alive > 0 && n_alive < o.nproc) {
+      bool only_suspended = true;
+      for (int r = 0; r < o.nproc; ++r) only_suspended &= !alive[r] || suspended[r] != 0;
+      if (only_suspended) {
+        for (int r = 0; r < o.nproc; ++r) {
+          if (!alive[r] || term_sent[r]) continue;
+          WriteAll(o.err_fd, absl::StrCat("gtprun: rank ", result.ranks[r].rank,
+                                          " is stopped and every other rank has ended; "
+                                          "sending SIGKILL\n"));
+          kill(-result.ranks[r].pid, SIGKILL);
+          suspended[r] = 0;  // once: its exit is reaped above
+        }
+      }
+    }
     if (n_alive > 0 && absl::Now() >= kill_at) {
       WriteAll(o.err_fd, absl::StrCat("gtprun: ranks still running after the ",
                                       absl::FormatDuration(o.grace_period),
@@ -363,8 +404,17 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   for (auto& s : streams) s.Close();
   if (result.first_failure.has_value()) {
     const RankExit& f = result.ranks[*result.first_failure];
-    WriteAll(o.err_fd, absl::StrCat("gtprun: FAILED: rank ", f.rank, " exited with ",
-                                    f.Describe(), "\n"));
+    std::string stopped;
+    for (int r : result.suspended) {
+      if (r != f.rank) absl::StrAppend(&stopped, stopped.empty() ? "" : ", ", r);
+    }
+    WriteAll(o.err_fd,
+             absl::StrCat("gtprun: FAILED: rank ", f.rank, " exited with ", f.Describe(),
+                          stopped.empty() ? ""
+                                          : absl::StrCat(" (rank(s) ", stopped,
+                                                         " had been stopped by a signal: "
+                                                         "their peers could not go on)"),
+                          "\n"));
   }
   return result;
 }

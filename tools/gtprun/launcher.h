@@ -90,6 +90,7 @@ struct LaunchResult {
   std::vector<RankExit> ranks;         // by rank
   std::optional<int> first_failure;    // rank that failed first
   int interrupted_by = 0;              // signal forwarded from signal_fd, if any
+  std::vector<int> suspended;          // ranks seen stopped by a signal (SIGSTOP…), in order
   // 0 when every rank succeeded; else the first failed rank's exit code, or
   // 128 + its signal (128 + the forwarded signal when interrupted).
   int exit_code() const;

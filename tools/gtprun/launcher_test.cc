@@ -216,6 +216,32 @@ TEST(Launch, WithoutStopOnFailureOthersFinish) {
   EXPECT_THAT(out.Read(), HasSubstr("[rank 1] done"));
 }
 
+// A rank stopped by SIGSTOP never ends on its own: with stop_on_failure
+// off gtprun waited for it forever (issue 29, item 13). It is named when it
+// stops, killed once every other rank has ended, and the FAILED line says
+// the survivors' failure came with a stopped peer.
+TEST(Launch, AStoppedRankIsNamedAndEndedOnceTheOthersAreDone) {
+  Capture out, err;
+  LaunchOptions o = Sh(
+      3, "if [ $RANK = 1 ]; then kill -STOP $$; fi; sleep 0.3; if [ $RANK = 0 ]; then exit 3; fi",
+      out, err);
+  o.stop_on_failure = false;
+  const absl::Time t0 = absl::Now();
+  auto r = Launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  const std::string e = err.Read();
+  EXPECT_THAT(e, HasSubstr("gtprun: rank 1 (pid "));
+  EXPECT_THAT(e, HasSubstr(") was stopped by signal 19"));
+  EXPECT_THAT(e, HasSubstr("gtprun: rank 1 is stopped and every other rank has ended; sending SIGKILL"));
+  EXPECT_THAT(e, HasSubstr("gtprun: FAILED: rank 0 exited with exit status 3 (rank(s) 1 had been "
+                           "stopped by a signal"));
+  EXPECT_EQ(r->suspended, std::vector<int>{1});
+  EXPECT_EQ(r->exit_code(), 3);
+  EXPECT_TRUE(r->ranks[2].ok());
+  EXPECT_TRUE(r->ranks[1].signaled);
+}
+
 // Ports outside [0, 65535] and a negative grace period were passed on
 // unchecked (gtprun --master_port 70000 -- /bin/true exited 0).
 TEST(CheckOptions, RefusesPortsOutsideTcpAndNegativeGrace) {
