@@ -1,7 +1,8 @@
 // tools/plot_metrics — renders a run's metrics.jsonl to a PNG: training loss
 // (blue) and validation loss (red dots) against the step on top, tokens/s
-// (green) below. Axis ranges are printed to stdout; tick values are drawn
-// with a small built-in digit font. No dependencies beyond zlib.
+// (green) below, each panel with a title, axis names, integer step ticks and
+// a legend (a small built-in 3×5 font). Axis ranges are printed to stdout.
+// No dependencies beyond zlib.
 //
 //   bazel run //tools/plot_metrics -- gtp_runs/gpt_tiny/metrics.jsonl loss.png
 #include <sys/stat.h>
@@ -37,25 +38,47 @@ struct Image {
       for (int d = 0; d < thick; ++d) Set(std::lround(x0 + t * (x1 - x0)), std::lround(y0 + t * (y1 - y0)) + d, rgb);
     }
   }
-  // 3×5 digits, '.', '-', 'e', 'k'.
-  void Text(int x, int y, const std::string& s, uint32_t rgb) {
-    static const char* kGlyph[] = {"111101101101111", "010110010010111", "111001111100111",
+  // A 3×5 font: digits, A–Z (lower case drawn as upper case, but for the
+  // 'k' and 'e' of numbers), and . - + / : ( ) _ and space; `scale` pixels
+  // per font dot.
+  void Text(int x, int y, const std::string& s, uint32_t rgb, int scale = 2) {
+    static const char* kDigit[] = {"111101101101111", "010110010010111", "111001111100111",
                                    "111001111001111", "101101111001001", "111100111001111",
                                    "111100111101111", "111001001001001", "111101111101111",
                                    "111101111001111"};
+    static const char* kLetter[] = {
+        "010101111101101", "110101110101110", "011100100100011", "110101101101110",
+        "111100110100111", "111100110100100", "011100101101011", "101101111101101",
+        "111010010010111", "001001001101010", "101101110101101", "100100100100111",
+        "101111111101101", "110101101101101", "010101101101010", "110101110100100",
+        "010101101110011", "110101110101101", "011100010001110", "111010010010010",
+        "101101101101111", "101101101101010", "101101111111101", "101101010101101",
+        "101101010010010", "111001010100111"};
     for (char c : s) {
-      const char* g = c >= '0' && c <= '9' ? kGlyph[c - '0']
-                      : c == '.'          ? "000000000000010"
-                      : c == '-'          ? "000000111000000"
+      const char* g = c >= '0' && c <= '9' ? kDigit[c - '0']
                       : c == 'e'          ? "000111111100111"
                       : c == 'k'          ? "100101110101101"
+                      : c >= 'A' && c <= 'Z' ? kLetter[c - 'A']
+                      : c >= 'a' && c <= 'z' ? kLetter[c - 'a']
+                      : c == '.'          ? "000000000000010"
+                      : c == '-'          ? "000000111000000"
+                      : c == '+'          ? "000010111010000"
+                      : c == '/'          ? "001001010100100"
+                      : c == ':'          ? "000010000010000"
+                      : c == '('          ? "010100100100010"
+                      : c == ')'          ? "010001001001010"
+                      : c == '_'          ? "000000000000111"
                                           : "000000000000000";
       for (int i = 0; i < 15; ++i)
         if (g[i] == '1')
-          for (int a = 0; a < 2; ++a)
-            for (int b = 0; b < 2; ++b) Set(x + (i % 3) * 2 + a, y + (i / 3) * 2 + b, rgb);
-      x += 8;
+          for (int a = 0; a < scale; ++a)
+            for (int b = 0; b < scale; ++b) Set(x + (i % 3) * scale + a, y + (i / 3) * scale + b, rgb);
+      x += 4 * scale;
     }
+  }
+  // The width Text draws `s` with.
+  static int TextWidth(const std::string& s, int scale = 2) {
+    return static_cast<int>(s.size()) * 4 * scale;
   }
 };
 
@@ -113,13 +136,27 @@ std::string Num(double v) {
   return b;
 }
 
+// A step tick: steps are whole numbers.
+std::string StepNum(double v) {
+  char b[32];
+  if (std::abs(v) >= 100000) std::snprintf(b, sizeof b, "%.0fk", v / 1000);
+  else std::snprintf(b, sizeof b, "%.0f", std::round(v));
+  return b;
+}
+
 struct Series {
   std::vector<double> x, y;
+  std::string name;  // the legend's
+};
+
+// A panel's words: its title, the y axis's name and a legend entry per series.
+struct Labels {
+  std::string title, y_axis;
 };
 
 // Plots series into the panel [top, top + h) with shared axes.
 void Panel(Image& img, int top, int h, const std::vector<std::pair<Series, uint32_t>>& s, bool dots,
-           const char* what) {
+           const char* what, const Labels& labels) {
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   for (const auto& [ser, c] : s)
     for (size_t i = 0; i < ser.x.size(); ++i) {
@@ -129,15 +166,37 @@ void Panel(Image& img, int top, int h, const std::vector<std::pair<Series, uint3
   if (x0 > x1) return;
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y1 = y0 + 1;
-  const int L = 70, R = kW - 40, T = top + 10, B = top + h - 30;
+  const int L = 70, R = kW - 40, T = top + 34, B = top + h - 36;
+  // Title (centred), the y axis's name above it, the x axis's below the ticks.
+  img.Text((kW - Image::TextWidth(labels.title, 3)) / 2, top + 6, labels.title, 0x000000, 3);
+  img.Text(4, T - 24, labels.y_axis, 0x000000);
+  img.Text(R - Image::TextWidth("STEP"), B + 22, "STEP", 0x000000);
   img.Line(L, B, R, B, 0x000000);
   img.Line(L, T, L, B, 0x000000);
+  double last_step = -1e300;
   for (int i = 0; i <= 4; ++i) {
     const double fy = y0 + (y1 - y0) * i / 4, py = B - (B - T) * i / 4.0;
     img.Line(L - 4, py, R, py, i == 0 ? 0x000000 : 0xdddddd);
     img.Text(4, static_cast<int>(py) - 5, Num(fy), 0x000000);
-    const double fx = x0 + (x1 - x0) * i / 4, px = L + (R - L) * i / 4.0;
-    img.Text(static_cast<int>(px) - 8, B + 8, Num(fx), 0x000000);
+    // Step ticks at whole steps, each drawn once (a short run has fewer).
+    const double fx = std::round(x0 + (x1 - x0) * i / 4);
+    if (fx == last_step) continue;
+    last_step = fx;
+    const double px = L + (fx - x0) / (x1 - x0) * (R - L);
+    img.Text(static_cast<int>(px) - 8, B + 8, StepNum(fx), 0x000000);
+  }
+  // Legend, top right: a line (or a dot) in the series' colour and its name.
+  int ly = T + 6;
+  for (const auto& [ser, c] : s) {
+    if (ser.x.empty() || ser.name.empty()) continue;
+    const int lx = R - 20 - Image::TextWidth(ser.name) - 30;
+    if (c == 0xd62728) {
+      for (int a = -2; a <= 2; ++a) img.Line(lx + 10, ly + 5 + a, lx + 14, ly + 5 + a, c);
+    } else {
+      img.Line(lx, ly + 4, lx + 24, ly + 4, c, 2);
+    }
+    img.Text(lx + 30, ly, ser.name, 0x000000);
+    ly += 16;
   }
   for (const auto& [ser, c] : s) {
     for (size_t i = 0; i < ser.x.size(); ++i) {
@@ -223,8 +282,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   Image img;
-  Panel(img, 0, 400, {{loss, 0x1f77b4}, {val, 0xd62728}}, false, "loss (blue: train, red: validation)");
-  Panel(img, 400, 240, {{tput, 0x2ca02c}}, false, "tokens/s (green)");
+  loss.name = "TRAIN", val.name = "VALIDATION", tput.name = "TOKENS/S";
+  Panel(img, 0, 400, {{loss, 0x1f77b4}, {val, 0xd62728}}, false, "loss (blue: train, red: validation)",
+        {"LOSS", "LOSS"});
+  Panel(img, 400, 240, {{tput, 0x2ca02c}}, false, "tokens/s (green)", {"THROUGHPUT", "TOKENS/S"});
   if (!WritePng(img, png)) {
     std::fprintf(stderr, "plot_metrics: cannot write %s\n", png.c_str());
     return 1;
