@@ -44,6 +44,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Open(const proto::Recipe& r,
     std::filesystem::path dir(r.train().tensorboard_dir());
     if (dir.is_relative()) dir = std::filesystem::path(options.run_dir) / dir;
     GTP_ASSIGN_OR_RETURN(tensorboard::EventWriter w, tensorboard::EventWriter::Open(dir.string()));
+    // The resolved recipe beside the curves (TensorBoard's Text tab), as a
+    // markdown code block, at step 0 (a resumed run's file repeats it).
+    GTP_RETURN_IF_ERROR(
+        w.WriteText(0, "recipe", absl::StrCat("```\n", RecipeText(r), "```\n")));
     m->tb_ = std::move(w);
   }
   return m;

@@ -57,7 +57,10 @@ void PutBytes(uint32_t field, std::string_view b, std::string* out) {
 // Event fields.
 constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5;
 // Summary.value, and Value's fields.
-constexpr uint32_t kValue = 1, kTag = 1, kSimpleValue = 2;
+constexpr uint32_t kValue = 1, kTag = 1, kSimpleValue = 2, kTensor = 8, kMetadata = 9;
+// SummaryMetadata.plugin_data, PluginData.plugin_name; TensorProto's fields.
+constexpr uint32_t kPluginData = 1, kPluginName = 1;
+constexpr uint32_t kDtype = 1, kTensorShape = 2, kStringVal = 8, kDtString = 7;
 
 std::string EventHeader(double wall_time, int64_t step) {
   std::string e;
@@ -103,6 +106,24 @@ std::string EncodeScalarEvent(double wall_time, int64_t step, const std::vector<
   return e;
 }
 
+std::string EncodeTextEvent(double wall_time, int64_t step, std::string_view tag,
+                            std::string_view text) {
+  std::string plugin, metadata, tensor, value, summary;
+  PutBytes(kPluginName, "text", &plugin);
+  PutBytes(kPluginData, plugin, &metadata);
+  PutTag(kDtype, kVarint, &tensor);
+  PutVarint(kDtString, &tensor);
+  PutBytes(kTensorShape, "", &tensor);  // no dims: a scalar
+  PutBytes(kStringVal, text, &tensor);
+  PutBytes(kTag, tag, &value);
+  PutBytes(kTensor, tensor, &value);
+  PutBytes(kMetadata, metadata, &value);
+  PutBytes(kValue, value, &summary);
+  std::string e = EventHeader(wall_time, step);
+  PutBytes(kSummary, summary, &e);
+  return e;
+}
+
 std::string EncodeRecord(std::string_view payload) {
   std::string r;
   r.reserve(payload.size() + 16);
@@ -143,6 +164,10 @@ EventWriter::~EventWriter() { (void)Close(); }
 
 absl::Status EventWriter::WriteScalars(int64_t step, const std::vector<Scalar>& scalars) {
   return Append(EncodeScalarEvent(Now(), step, scalars));
+}
+
+absl::Status EventWriter::WriteText(int64_t step, std::string_view tag, std::string_view text) {
+  return Append(EncodeTextEvent(Now(), step, tag, text));
 }
 
 absl::Status EventWriter::Append(const std::string& payload) {

@@ -15,14 +15,20 @@
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
 //             Summary summary = 5; }
 //   Summary { repeated Value value = 1; }
-//   Value   { string tag = 1; float simple_value = 2; }
+//   Value   { string tag = 1; float simple_value = 2; TensorProto tensor = 8;
+//             SummaryMetadata metadata = 9; }
+// A text value (TensorBoard's text plugin, shown as markdown) is a scalar
+// string tensor with metadata plugin_name "text":
+//   SummaryMetadata { PluginData plugin_data = 1; }  PluginData { string plugin_name = 1; }
+//   TensorProto { DataType dtype = 1 (DT_STRING = 7); TensorShapeProto tensor_shape = 2 (no
+//                 dims: a scalar); repeated bytes string_val = 8; }
 // The first record carries file_version "brain.Event:2"; then one Event per
 // WriteScalars, with one Value per scalar. The wire format is encoded here by
 // hand (a few tags, varints and length prefixes): the repo's protobuf would
 // need a copy of TensorFlow's .proto files and a codegen step for three
 // messages, and the bytes are easier to pin down in a test this way.
 //
-// Functions returning Status: Open, WriteScalars, Close (errors name the file).
+// Functions returning Status: Open, WriteScalars, WriteText, Close (errors name the file).
 // Not thread-safe: one writer per thread (the trainer writes from rank 0).
 #pragma once
 
@@ -51,6 +57,11 @@ std::string EncodeFileVersionEvent(double wall_time);
 // One Event at `step` whose summary holds `scalars` in order. Pure.
 std::string EncodeScalarEvent(double wall_time, int64_t step, const std::vector<Scalar>& scalars);
 
+// One Event at `step` whose summary holds `text` as TensorBoard's text
+// plugin shows it (markdown), under `tag`. Pure.
+std::string EncodeTextEvent(double wall_time, int64_t step, std::string_view tag,
+                            std::string_view text);
+
 // `payload` framed as one TFRecord (length, masked CRCs). Pure.
 std::string EncodeRecord(std::string_view payload);
 
@@ -67,6 +78,8 @@ class EventWriter {
   // Appends one Event at `step` (wall time: now) with `scalars` and flushes
   // it to the OS, so a running TensorBoard sees the step. Blocks on the write.
   absl::Status WriteScalars(int64_t step, const std::vector<Scalar>& scalars);
+  // One text value (EncodeTextEvent), flushed.
+  absl::Status WriteText(int64_t step, std::string_view tag, std::string_view text);
 
   // Flushes and closes the file; later writes fail. Idempotent.
   absl::Status Close();

@@ -5,9 +5,10 @@ An independent check of recipes/trainer/tensorboard/event_writer: its own
 CRC-32C, TFRecord framing and protobuf decoding, nothing shared with the C++.
 
   read_events.py PATH...                 # files, or directories of *tfevents* files
-      prints one line per scalar: "<step> <tag> <value>" (value: float32, %.9g)
-  read_events.py --json PATH...          # one JSON object per scalar
-      {"file": ..., "step": ..., "wall_time": ..., "tag": ..., "value": ...}
+      prints one line per scalar: "<step> <tag> <value>" (value: float32, %.9g),
+      and per text value (the text plugin's): "<step> <tag> text: <n> lines"
+  read_events.py --json PATH...          # one JSON object per scalar or text
+      {"file": ..., "step": ..., "wall_time": ..., "tag": ..., "value": ...} / ... "text": ...}
   read_events.py --tensorboard DIR       # the same through TensorBoard's own
       EventAccumulator (needs the tensorboard package): tags, then values
 
@@ -111,7 +112,7 @@ def fields(buf):
 
 def decode_event(payload):
     """Event {wall_time=1, step=2, file_version=3, summary=5} -> dict."""
-    ev = {"wall_time": 0.0, "step": 0, "file_version": None, "values": []}
+    ev = {"wall_time": 0.0, "step": 0, "file_version": None, "values": [], "texts": []}
     for number, wire, value in fields(payload):
         if number == 1 and wire == 1:
             ev["wall_time"] = struct.unpack("<d", value)[0]
@@ -123,14 +124,32 @@ def decode_event(payload):
             for vn, vw, v in fields(value):  # Summary.value = 1
                 if vn != 1 or vw != 2:
                     continue
-                tag, simple = None, None
-                for fn, fw, f in fields(v):  # Value {tag = 1, simple_value = 2}
+                tag, simple, text, plugin = None, None, None, None
+                # Value {tag = 1, simple_value = 2, tensor = 8, metadata = 9}
+                for fn, fw, f in fields(v):
                     if fn == 1 and fw == 2:
                         tag = f.decode("utf-8")
                     elif fn == 2 and fw == 5:
                         simple = struct.unpack("<f", f)[0]
+                    elif fn == 8 and fw == 2:  # TensorProto {dtype = 1, string_val = 8}
+                        dtype = None
+                        for tn, tw, t in fields(f):
+                            if tn == 1 and tw == 0:
+                                dtype = t
+                            elif tn == 8 and tw == 2:
+                                text = t.decode("utf-8")
+                        if dtype != 7:  # DT_STRING
+                            raise ValueError("tensor of dtype %s, not a string" % dtype)
+                    elif fn == 9 and fw == 2:  # SummaryMetadata {plugin_data = 1 {plugin_name = 1}}
+                        for pn, pw, pd in fields(f):
+                            if pn == 1 and pw == 2:
+                                for nn, nw, name in fields(pd):
+                                    if nn == 1 and nw == 2:
+                                        plugin = name.decode("utf-8")
                 if tag is not None and simple is not None:
                     ev["values"].append((tag, simple))
+                elif tag is not None and text is not None and plugin == "text":
+                    ev["texts"].append((tag, text))
     return ev
 
 
@@ -198,6 +217,12 @@ def main(argv):
     try:
         for path in files:
             for ev in read_file(path):
+                for tag, text in ev["texts"]:
+                    if mode == "json":
+                        print(json.dumps({"file": path, "step": ev["step"], "wall_time": ev["wall_time"],
+                                          "tag": tag, "text": text}))
+                    else:
+                        print("%d %s text: %d lines" % (ev["step"], tag, text.count("\n")))
                 for tag, value in ev["values"]:
                     if mode == "json":
                         print(json.dumps({"file": path, "step": ev["step"], "wall_time": ev["wall_time"],

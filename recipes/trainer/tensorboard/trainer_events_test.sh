@@ -50,6 +50,8 @@ for line in open(sys.argv[1]):
 got = {}
 for line in open(sys.argv[2]):
     e = json.loads(line)
+    if "text" in e:  # the recipe (text plugin): checked by the caller
+        continue
     got[(e["step"], e["tag"])] = e["value"]
 bad = 0
 for k, (v, tol) in sorted(want.items()):
@@ -79,13 +81,25 @@ grep -q "resumed from" "$tmp/resume.log" || fail "did not resume"
 [ "$(ls "$tmp/run/tb" | grep -c tfevents)" = 2 ] || fail "a resume should add a second file: $(ls "$tmp/run/tb")"
 same_scalars "$tmp/run/metrics.jsonl" "$tmp/run/tb"
 second=$(ls "$tmp/run/tb" | sort | tail -1)
-steps=$(python3 "$reader" "$tmp/run/tb/$second" | cut -d' ' -f1 | sort -un | tr '\n' ' ')
+steps=$(python3 "$reader" "$tmp/run/tb/$second" | grep -v " recipe text: " | cut -d' ' -f1 | sort -un | tr '\n' ' ')
 [ "$steps" = "5 6 " ] || fail "the resumed file holds steps '$steps', want '5 6 '"
+# The resolved recipe, as TensorBoard's text plugin shows it: recipe.pbtxt's
+# lines (its comment line aside) in a markdown code block, in each file.
+python3 - "$reader" "$tmp/run/tb/$second" "$tmp/run/recipe.pbtxt" <<'PY' || fail "the recipe text in the events"
+import json, subprocess, sys
+out = subprocess.run([sys.executable, sys.argv[1], "--json", sys.argv[2]], check=True,
+                     capture_output=True, text=True).stdout
+texts = [json.loads(l) for l in out.splitlines() if '"text"' in l]
+assert [(t["step"], t["tag"]) for t in texts] == [(0, "recipe")], texts
+recipe = "".join(l for l in open(sys.argv[3]) if not l.startswith("#"))
+assert texts[0]["text"] == "```\n" + recipe + "```\n", texts[0]["text"][:200]
+print("recipe text: %d lines, as recipe.pbtxt" % recipe.count("\n"))
+PY
 
 if python3 -c "import tensorboard" 2> /dev/null; then  # TensorBoard's own reader agrees (the GPU machine)
   python3 "$reader" --tensorboard "$tmp/run/tb" > "$tmp/tb.txt"
   head -1 "$tmp/tb.txt"
-  diff <(tail -n +2 "$tmp/tb.txt" | sort) <(python3 "$reader" "$tmp/run/tb" | sort) \
+  diff <(tail -n +2 "$tmp/tb.txt" | sort) <(python3 "$reader" "$tmp/run/tb" | grep -v " text: " | sort) \
     || fail "TensorBoard's EventAccumulator reads other scalars than read_events.py"
 else
   echo "(no tensorboard package here: EventAccumulator not checked)"
