@@ -280,11 +280,9 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
                             m->n_head(), ")"));
   }
   if (m->norm().empty()) m->set_norm("layernorm");
-  if (m->norm() != "layernorm" && m->norm() != "rmsnorm")
-    return Bad(absl::StrCat("model.norm must be layernorm or rmsnorm, got ", m->norm()));
+  if (auto e = ChoiceError("model.norm", m->norm()); !e.empty()) return Bad(e);
   if (m->activation().empty()) m->set_activation("gelu");
-  if (m->activation() != "gelu" && m->activation() != "swiglu")
-    return Bad(absl::StrCat("model.activation must be gelu or swiglu, got ", m->activation()));
+  if (auto e = ChoiceError("model.activation", m->activation()); !e.empty()) return Bad(e);
   if (m->init_std() == 0) m->set_init_std(0.02f);
   if (m->moe().num_experts() > 0) {
     auto* e = m->mutable_moe();
@@ -293,15 +291,11 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
     if (e->topk_scaling() == 0) e->set_topk_scaling(1.0f);
     if (e->bias_update_rate() == 0) e->set_bias_update_rate(1e-3f);
     if (e->score().empty()) e->set_score("softmax");
-    if (e->score() != "softmax" && e->score() != "sigmoid")
-      return Bad(absl::StrCat("model.moe.score must be softmax or sigmoid, got ", e->score()));
+    if (auto w = ChoiceError("model.moe.score", e->score()); !w.empty()) return Bad(w);
     if (e->aux_loss_type().empty()) e->set_aux_loss_type("lane");
-    if (e->aux_loss_type() != "lane" && e->aux_loss_type() != "seq")
-      return Bad(absl::StrCat("model.moe.aux_loss_type must be lane or seq, got ", e->aux_loss_type()));
+    if (auto w = ChoiceError("model.moe.aux_loss_type", e->aux_loss_type()); !w.empty()) return Bad(w);
     if (e->dispatcher().empty()) e->set_dispatcher("alltoall");
-    if (e->dispatcher() != "alltoall" && e->dispatcher() != "allgather") {
-      return Bad(absl::StrCat("model.moe.dispatcher must be alltoall or allgather, got ", e->dispatcher()));
-    }
+    if (auto w = ChoiceError("model.moe.dispatcher", e->dispatcher()); !w.empty()) return Bad(w);
     if (!std::isfinite(e->capacity_factor()) || e->capacity_factor() < 0) {
       return Bad(absl::StrCat("model.moe.capacity_factor must be a finite number >= 0 (0: dropless), "
                               "got ", e->capacity_factor(), " (e.g. 1.25)"));
@@ -310,10 +304,7 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
       return Bad("model.moe.pad_to_capacity needs model.moe.capacity_factor > 0");
     }
     if (e->drop_policy().empty()) e->set_drop_policy("probability");
-    if (e->drop_policy() != "probability" && e->drop_policy() != "position") {
-      return Bad(absl::StrCat("model.moe.drop_policy must be probability or position, got ",
-                              e->drop_policy()));
-    }
+    if (auto w = ChoiceError("model.moe.drop_policy", e->drop_policy()); !w.empty()) return Bad(w);
   } else if (m->moe().num_experts() < 0) {
     return Bad(absl::StrCat("model.moe.num_experts must be ≥ 0, got ", m->moe().num_experts()));
   }
@@ -363,15 +354,15 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
     return Bad(absl::StrCat("parallel.comm_timeout_s must be between 0 (the backend's default) and "
                             "86400 seconds, got ", p->comm_timeout_s()));
   }
-  if (!p->backend().empty() && p->backend() != "local" && p->backend() != "ucx")
-    return Bad(absl::StrCat("parallel.backend must be local or ucx, got ", p->backend()));
+  if (auto e = ChoiceError("parallel.backend", p->backend()); !p->backend().empty() && !e.empty()) {
+    return Bad(e);
+  }
   GTP_RETURN_IF_ERROR(CheckOrder("parallel.order", p->order(), parallel::kDefaultOrder));
   GTP_RETURN_IF_ERROR(
       CheckOrder("parallel.expert_order", p->expert_order(), parallel::kDefaultExpertOrder));
   auto* d = r->mutable_data();
   if (d->source().empty()) d->set_source("corpus");
-  if (d->source() != "corpus" && d->source() != "mock" && d->source() != "indexed")
-    return Bad(absl::StrCat("data.source must be corpus, mock or indexed, got ", d->source()));
+  if (auto e = ChoiceError("data.source", d->source()); !e.empty()) return Bad(e);
   if (d->source() == "indexed" && d->path().empty()) return Bad("data.source indexed needs data.path");
   // (It trained on the embedded corpus, the path unread.)
   if (d->source() != "indexed" && !d->path().empty()) {
@@ -392,8 +383,7 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (d->valid_fraction() == 0 && d->source() != "corpus") d->set_valid_fraction(0.02f);
   auto* o = r->mutable_optim();
   if (o->matrices().empty()) o->set_matrices("adamw");
-  if (o->matrices() != "adamw" && o->matrices() != "muon")
-    return Bad(absl::StrCat("optim.matrices must be adamw or muon, got ", o->matrices()));
+  if (auto e = ChoiceError("optim.matrices", o->matrices()); !e.empty()) return Bad(e);
   // Finite and in range, or the run is refused: optim.lr=inf used to train
   // with every step skipped and save NaN weights, exit 0.
   auto finite = [](float v) { return std::isfinite(v); };
@@ -424,8 +414,7 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
                             o->clip_grad(), " (e.g. 1.0)"));
   }
   if (o->decay().empty()) o->set_decay("cosine");
-  if (o->decay() != "cosine" && o->decay() != "linear" && o->decay() != "constant")
-    return Bad(absl::StrCat("optim.decay must be cosine, linear or constant, got ", o->decay()));
+  if (auto e = ChoiceError("optim.decay", o->decay()); !e.empty()) return Bad(e);
   if (o->beta1() == 0) o->set_beta1(0.9f);
   if (o->beta2() == 0) o->set_beta2(0.95f);
   auto* t = r->mutable_train();
@@ -435,11 +424,9 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (t->eval_batches() <= 0) t->set_eval_batches(4);
   if (t->max_skipped_steps() <= 0) t->set_max_skipped_steps(10);
   if (t->device().empty()) t->set_device("cpu");
-  if (t->device() != "cpu" && t->device() != "cuda")
-    return Bad(absl::StrCat("train.device must be cpu or cuda, got ", t->device()));
+  if (auto e = ChoiceError("train.device", t->device()); !e.empty()) return Bad(e);
   if (t->precision().empty()) t->set_precision(t->device() == "cuda" ? "bf16" : "f32");
-  if (t->precision() != "f32" && t->precision() != "bf16")
-    return Bad(absl::StrCat("train.precision must be f32 or bf16, got ", t->precision()));
+  if (auto e = ChoiceError("train.precision", t->precision()); !e.empty()) return Bad(e);
   {
     const std::string& g = r->parallel().gtp_gather_dtype();
     if (!g.empty() && g != "fp8" && g != t->precision()) {
@@ -449,16 +436,14 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   }
   {
     const std::string& g = r->parallel().gtp_reduce_scatter_dtype();
-    if (!g.empty() && g != "f32" && g != "bf16") {
-      return Bad(absl::StrCat("parallel.gtp_reduce_scatter_dtype must be f32 or bf16, got ", g));
+    if (auto e = ChoiceError("parallel.gtp_reduce_scatter_dtype", g); !g.empty() && !e.empty()) {
+      return Bad(e);
     }
   }
   if (t->cuda_graphs().empty()) t->set_cuda_graphs("auto");
-  if (t->cuda_graphs() != "auto" && t->cuda_graphs() != "on" && t->cuda_graphs() != "off")
-    return Bad(absl::StrCat("train.cuda_graphs must be auto, on or off, got ", t->cuda_graphs()));
+  if (auto e = ChoiceError("train.cuda_graphs", t->cuda_graphs()); !e.empty()) return Bad(e);
   if (t->attention().empty()) t->set_attention("cudnn");
-  if (t->attention() != "cudnn" && t->attention() != "flash")
-    return Bad(absl::StrCat("train.attention must be cudnn or flash, got ", t->attention()));
+  if (auto e = ChoiceError("train.attention", t->attention()); !e.empty()) return Bad(e);
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");
   // The checkpoints belong to the run directory (its lock covers them): an

@@ -135,10 +135,65 @@ std::string ClosestSetting(const std::string& key) {
   return best;
 }
 
+const std::vector<Choice>& Choices() {
+  static const std::vector<Choice>* const kChoices = new std::vector<Choice>{
+      {"model.norm", {"layernorm", "rmsnorm"}},
+      {"model.activation", {"gelu", "swiglu"}},
+      {"model.moe.score", {"softmax", "sigmoid"}},
+      {"model.moe.aux_loss_type", {"lane", "seq"}},
+      {"model.moe.dispatcher", {"alltoall", "allgather"}},
+      {"model.moe.drop_policy", {"probability", "position"}},
+      {"parallel.backend", {"local", "ucx"}},
+      {"parallel.gtp_reduce_scatter_dtype", {"f32", "bf16"}},
+      {"data.source", {"corpus", "mock", "indexed"}},
+      {"optim.matrices", {"adamw", "muon"}},
+      {"optim.decay", {"cosine", "linear", "constant"}},
+      {"train.device", {"cpu", "cuda"}},
+      {"train.precision", {"f32", "bf16"}},
+      {"train.cuda_graphs", {"auto", "on", "off"}},
+      {"train.attention", {"cudnn", "flash"}},
+  };
+  return *kChoices;
+}
+
+namespace {
+const Choice* ChoiceOf(const std::string& key) {
+  for (const Choice& c : Choices()) {
+    if (c.key == key) return &c;
+  }
+  return nullptr;
+}
+
+// "a or b", "a, b or c".
+std::string OneOf(const std::vector<std::string>& v) {
+  if (v.size() == 1) return v[0];
+  return absl::StrCat(absl::StrJoin(v.begin(), v.end() - 1, ", "), " or ", v.back());
+}
+}  // namespace
+
+std::string ChoiceError(const std::string& key, const std::string& value) {
+  const Choice* c = ChoiceOf(key);
+  if (c == nullptr || std::find(c->values.begin(), c->values.end(), value) != c->values.end()) {
+    return "";
+  }
+  std::string out = absl::StrCat(key, " must be ", OneOf(c->values), ", got ", value);
+  // A typo or another case: the nearest word within 2 edits.
+  std::string best;
+  size_t best_d = 3;
+  for (const std::string& v : c->values) {
+    const size_t d = EditDistance(absl::AsciiStrToLower(value), v);
+    if (d < best_d) best_d = d, best = v;
+  }
+  if (!best.empty()) absl::StrAppend(&out, " (did you mean ", best, "?)");
+  return out;
+}
+
 std::string SettingsTable(const proto::Recipe& r) {
   std::string out;
   for (const SettingInfo& s : AllSettings()) {
-    absl::StrAppend(&out, s.key, "=", ValueOf(r, s.key), "  (", s.type, ")",
+    const Choice* c = ChoiceOf(s.key);
+    absl::StrAppend(&out, s.key, "=", ValueOf(r, s.key), "  (", s.type,
+                    c == nullptr ? "" : absl::StrCat(": ", absl::StrJoin(c->values, " | ")), ")",
                     s.comment.empty() ? "" : absl::StrCat("  ", s.comment), "\n");
   }
   return out;

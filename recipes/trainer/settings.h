@@ -24,7 +24,20 @@ std::vector<SettingInfo> AllSettings();
 // be a typo (at most 2 edits, or a quarter of its length); "" otherwise.
 std::string ClosestSetting(const std::string& key);
 
-// One line per setting: key, its value in `r`, its type, its comment.
+// One line per setting: key, its value in `r`, its type, its comment (and
+// the words it takes, for a setting with fixed choices).
 std::string SettingsTable(const proto::Recipe& r);
+
+// A string setting that takes one of a fixed set of words. This table is the
+// one list of them: the config checks (config.cc) and --list_settings read it.
+struct Choice {
+  std::string key;                  // "train.precision"
+  std::vector<std::string> values;  // {"f32", "bf16"}
+};
+const std::vector<Choice>& Choices();
+// "" when `value` is one of `key`'s words (or `key` has no fixed choices);
+// else "KEY must be a, b or c, got VALUE", with "(did you mean b?)" when the
+// value is near one of them.
+std::string ChoiceError(const std::string& key, const std::string& value);
 
 }  // namespace gtp::recipes

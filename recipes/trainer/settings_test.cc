@@ -54,8 +54,45 @@ TEST(SettingsTable, ShowsTheValuesOfARecipe) {
   const std::string t = SettingsTable(r);
   EXPECT_NE(t.find("\ntrain.steps=42  (int64)"), std::string::npos) << t;
   EXPECT_NE(t.find("\nparallel.pp_boundaries=0:3  (list of int32 (a:b:c))"), std::string::npos) << t;
-  EXPECT_NE(t.find("\nmodel.norm=\"rmsnorm\"  (string)  \"layernorm\" (default) | \"rmsnorm\""), std::string::npos)
+  EXPECT_NE(t.find("\nmodel.norm=\"rmsnorm\"  (string: layernorm | rmsnorm)  \"layernorm\" (default) | "
+                   "\"rmsnorm\""),
+            std::string::npos)
       << t;
+}
+
+// The one list of fixed choices: every key is a setting of config.proto, and
+// the config check refuses another word naming them (and the near one).
+TEST(Choices, NameRealSettingsAndRefuseOtherWords) {
+  const std::vector<SettingInfo> all = AllSettings();
+  for (const Choice& c : Choices()) {
+    bool found = false;
+    for (const SettingInfo& s : all) found |= s.key == c.key && s.type == "string";
+    EXPECT_TRUE(found) << c.key << " is no string setting of config.proto";
+    EXPECT_GE(c.values.size(), 2u) << c.key;
+  }
+  EXPECT_EQ(ChoiceError("train.precision", "bf16"), "");
+  EXPECT_EQ(ChoiceError("train.steps", "anything"), "");  // no fixed choices
+  EXPECT_EQ(ChoiceError("train.precision", "BF16"),
+            "train.precision must be f32 or bf16, got BF16 (did you mean bf16?)");
+  EXPECT_EQ(ChoiceError("optim.decay", "cosin"),
+            "optim.decay must be cosine, linear or constant, got cosin (did you mean cosine?)");
+  EXPECT_EQ(ChoiceError("train.device", "metal"), "train.device must be cpu or cuda, got metal");
+  // Through the recipe's own check.
+  proto::Recipe r;
+  r.mutable_model()->set_vocab_size(256);
+  r.mutable_model()->set_seq_len(16);
+  r.mutable_model()->set_n_layer(2);
+  r.mutable_model()->set_n_embd(32);
+  r.mutable_model()->set_n_head(4);
+  r.mutable_parallel()->set_world_size(1);
+  r.mutable_optim()->set_lr(1e-3f);
+  r.mutable_train()->set_steps(10);
+  r.mutable_train()->set_micro_batch(2);
+  ASSERT_TRUE(ApplyOverrides({"train.cuda_graphs=offf"}, &r).ok());
+  absl::Status st = FinalizeRecipe(&r);
+  EXPECT_NE(std::string(st.message()).find("train.cuda_graphs must be auto, on or off, got offf (did you mean off?)"),
+            std::string::npos)
+      << st;
 }
 
 }  // namespace
