@@ -5,6 +5,7 @@
 #include <map>
 
 #include "checkpoint/checkpoint.h"
+#include "core/philox.h"
 
 namespace gtp::testing {
 
@@ -32,6 +33,23 @@ std::string FreshDir(const std::string& name) {
     if (*w->second != t.bytes) return ::testing::AssertionFailure() << t.key << " differs";
   }
   return ::testing::AssertionSuccess();
+}
+
+int32_t StepToken(const std::string& stream, int step, int64_t s, int64_t t, int64_t seq,
+                  int64_t vocab) {
+  return static_cast<int32_t>(PhiloxRaw(MixKey(KeyFromName(stream), step), s * (seq + 1) + t).v[0] %
+                              vocab);
+}
+
+void FillStep(const std::string& stream, int step, int64_t first, int64_t vocab, const Tensor& tokens,
+              const Tensor& targets) {
+  const int64_t B = tokens.dim(0), seq = tokens.dim(1);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < seq; ++t) {
+      tokens.data<int32_t>()[b * seq + t] = StepToken(stream, step, first + b, t, seq, vocab);
+      targets.data<int32_t>()[b * seq + t] = StepToken(stream, step, first + b, t + 1, seq, vocab);
+    }
+  }
 }
 
 }  // namespace gtp::testing

@@ -31,10 +31,6 @@ struct Layout {
   int tp, gtp, dp;
 };
 
-int32_t Token(int step, int64_t s, int64_t t) {
-  return PhiloxRaw(MixKey(KeyFromName("hybrid.ckpt.data"), step), s * (kSeq + 1) + t).v[0] % kVocab;
-}
-
 struct Ctx {
   comm::Communicator* world;
   parallel::ProcessGroupCollection* pgs;
@@ -47,11 +43,7 @@ absl::StatusOr<float> Step(Ctx& c, int step) {
   const int64_t B = kGlobalBatch / data->size();
   Tensor tok = Tensor::Empty({B, kSeq}, DType::kI32, *c.host);
   Tensor tgt = Tensor::Empty({B, kSeq}, DType::kI32, *c.host);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < kSeq; ++t) {
-      tok.data<int32_t>()[b * kSeq + t] = Token(step, data->rank() * B + b, t);
-      tgt.data<int32_t>()[b * kSeq + t] = Token(step, data->rank() * B + b, t + 1);
-    }
+  testing::FillStep("hybrid.ckpt.data", step, data->rank() * B, kVocab, tok, tgt);
   GTP_ASSIGN_OR_RETURN(float loss, c.model->Forward(tok, tgt));
   GTP_RETURN_IF_ERROR(c.model->Backward());
   kernels::Exec exec = kernels::Exec::Cpu(*c.host);

@@ -38,10 +38,6 @@ struct Layout {
 
 std::string Tmp(const std::string& name) { return testing::FreshDir("pp_ckpt_" + name); }
 
-int32_t Token(int step, int64_t s, int64_t t) {
-  return PhiloxRaw(MixKey(KeyFromName("pp.ckpt.data"), step), s * (kSeq + 1) + t).v[0] % kVocab;
-}
-
 struct Ctx {
   comm::Communicator* world;
   parallel::ProcessGroupCollection* pgs;
@@ -62,12 +58,8 @@ absl::StatusOr<float> Step(Ctx& c, int step) {
   auto micro = [&](int m) -> absl::StatusOr<pipeline::MicroBatch> {
     pipeline::MicroBatch mb{Tensor::Empty({B, kSeq}, DType::kI32, *c.host),
                             Tensor::Empty({B, kSeq}, DType::kI32, *c.host)};
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t t = 0; t < kSeq; ++t) {
-        const int64_t sample = (data->rank() * kMicro + m) * B + b;
-        mb.tokens.data<int32_t>()[b * kSeq + t] = Token(step, sample, t);
-        mb.targets.data<int32_t>()[b * kSeq + t] = Token(step, sample, t + 1);
-      }
+    testing::FillStep("pp.ckpt.data", step, (data->rank() * kMicro + m) * B, kVocab, mb.tokens,
+                      mb.targets);
     return mb;
   };
   GTP_RETURN_IF_ERROR(runner->Step(kMicro, micro).status());
