@@ -25,8 +25,8 @@
 //     dtype, direction): addresses repeat from one iteration to the next.
 //   - The ready hook fires only after {reduce-scatter → add into main grad}.
 //   - Exposed communication: every gather / reduce-scatter Wait that blocks
-//     the host is timed into the chain's ExposedComm (and, on CPU, drawn as
-//     a span on the timeline's "comm" track).
+//     the host is timed into the chain's comm::ExposedComm (and, on CPU,
+//     drawn as a span on the timeline's "comm" track).
 // With GTP = 1 every step degenerates to a no-op view of the shard, so the
 // numbers equal plain TP + DP exactly.
 //
@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
+#include "comm/exposed_comm.h"
 #include "core/allocator.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
@@ -101,55 +102,6 @@ struct GtpTraceEvent {
   // kConsumed: the weight handed to the GEMMs; kReduceIssued: the wgrad
   // buffer reduced (stable addresses are what CUDA-graph capture needs).
   const void* buffer = nullptr;
-};
-
-// Communication not hidden behind compute ("exposed"), summed over the
-// Waits that had to wait (Test() false). Not thread-safe: the training
-// thread records.
-//  - Host backends (no stream set): the host time the training thread
-//    spent blocked in Wait.
-//  - CUDA (set_stream: the compute stream): a Wait only orders the compute
-//    stream after the communication and rarely blocks the host, so the
-//    stall is measured on the device: an event recorded on the compute
-//    stream just before the Wait and one just after; the time between them
-//    is how long the stream sat idle for the communication (0 when the
-//    compute before the Wait took longer). Resolved when ms() is read
-//    (waiting for the second event), e.g. after the step's synchronisation.
-//    Not recorded while the stream is being captured into a CUDA graph.
-class ExposedComm {
- public:
-  ExposedComm() = default;
-  ExposedComm(ExposedComm&&) = default;
-  ExposedComm& operator=(ExposedComm&&) = default;
-  ~ExposedComm();
-
-  void set_stream(cudaStream_t stream) { stream_ = stream; }
-  // Waits on `work`. If it has not completed yet, the wait counts (see the
-  // class comment) and, with a timeline (a CPU one: spans use the host
-  // clock), a span "<what> <param>" is recorded on the "comm" track. Blocks
-  // like Wait; returns its status.
-  absl::Status Wait(comm::Work& work, Timeline* timeline, const char* what,
-                    const std::string& param);
-  // Adds a blocking call timed by the caller (e.g. a synchronous collective).
-  void Add(double ms) {
-    ms_ += ms;
-    ++waits_;
-  }
-  // Milliseconds and number of counted waits since the last Reset (ms()
-  // first resolves the device-timed waits: it may block until they ended).
-  double ms() const;
-  int64_t waits() const { return waits_; }
-  void Reset();
-
- private:
-  struct EventPair {
-    cudaEvent_t before = nullptr, after = nullptr;
-  };
-  cudaStream_t stream_ = nullptr;
-  mutable double ms_ = 0;
-  int64_t waits_ = 0;
-  // Device-timed waits not yet resolved, and resolved pairs for reuse.
-  mutable std::vector<EventPair> pending_, free_;
 };
 
 // Free lists of buffers keyed by (shape, dtype, purpose). Purposes are the
@@ -213,9 +165,9 @@ class GtpChain {
   Timeline* timeline() const { return timeline_; }
 
   // Host time this chain's gathers and reduce-scatters blocked the training
-  // thread (see ExposedComm); the caller resets it, e.g. once per step.
-  ExposedComm& exposed_comm() { return exposed_; }
-  const ExposedComm& exposed_comm() const { return exposed_; }
+  // thread (see comm::ExposedComm); the caller resets it, e.g. once per step.
+  comm::ExposedComm& exposed_comm() { return exposed_; }
+  const comm::ExposedComm& exposed_comm() const { return exposed_; }
 
   void set_tracing(bool on) { tracing_ = on; }
   const std::vector<GtpTraceEvent>& trace() const { return trace_; }
@@ -241,7 +193,7 @@ class GtpChain {
   std::vector<ShardedParam*> pending_reduce_;
   bool tracing_ = false;
   Timeline* timeline_ = nullptr;
-  ExposedComm exposed_;
+  comm::ExposedComm exposed_;
   std::vector<GtpTraceEvent> trace_;
   int64_t seq_ = 0;
 };

@@ -54,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
+#include "comm/exposed_comm.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
 #include "layers/linear.h"
@@ -196,9 +197,9 @@ class GradBuffer {
 
   // Host time FinishGradSync blocked on communication: bucket Waits that had
   // not completed and the synchronous TP / GTP all-reduces of replicated
-  // grads (layers::ExposedComm). The caller resets it, e.g. once per step.
-  layers::ExposedComm& exposed_comm() { return exposed_; }
-  const layers::ExposedComm& exposed_comm() const { return exposed_; }
+  // grads (comm::ExposedComm). The caller resets it, e.g. once per step.
+  comm::ExposedComm& exposed_comm() { return exposed_; }
+  const comm::ExposedComm& exposed_comm() const { return exposed_; }
   // Where those waits are drawn ("comm" track; CPU timelines only). Not owned.
   void set_timeline(Timeline* t) { timeline_ = t; }
 
@@ -234,7 +235,7 @@ class GradBuffer {
   bool finished_ = false;
   absl::Status deferred_error_;
 
-  layers::ExposedComm exposed_;
+  comm::ExposedComm exposed_;
   Timeline* timeline_ = nullptr;
   bool tracing_ = false;
   std::vector<GradSyncEvent> trace_;

@@ -6,16 +6,16 @@
 
 #include "absl/status/status.h"
 #include "comm/communicator.h"
+#include "comm/exposed_comm.h"
+#include "comm/testing/spin.h"
 #include "core/cuda_runtime.h"
 #include "gtest/gtest.h"
-#include "layers/sharded_param.h"
-#include "layers/testing/spin.h"
 
-namespace gtp::layers {
+namespace gtp::comm {
 namespace {
 
 // A collective that takes `ms` on a side stream; Wait orders `compute` after it.
-class SpinWork : public comm::Work {
+class SpinWork : public Work {
  public:
   SpinWork(cudaStream_t side, cudaStream_t compute, double ms) : compute_(compute) {
     GTP_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
@@ -103,4 +103,4 @@ TEST_F(ExposedCommGpu, FinishedCommunicationIsNotAWait) {
 }
 
 }  // namespace
-}  // namespace gtp::layers
+}  // namespace gtp::comm

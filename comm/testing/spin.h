@@ -1,11 +1,11 @@
-// layers/testing/spin.h — a kernel that keeps a stream busy for about `ms`
+// comm/testing/spin.h — a kernel that keeps a stream busy for about `ms`
 // (one thread spinning on the SM clock), for timing tests.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-namespace gtp::layers::testing {
+namespace gtp::comm::testing {
 
 void Spin(cudaStream_t stream, double ms);
 
-}  // namespace gtp::layers::testing
+}  // namespace gtp::comm::testing

@@ -1,6 +1,6 @@
-#include "layers/testing/spin.h"
+#include "comm/testing/spin.h"
 
-namespace gtp::layers::testing {
+namespace gtp::comm::testing {
 namespace {
 
 __global__ void SpinKernel(long long ns) {
@@ -18,4 +18,4 @@ void Spin(cudaStream_t stream, double ms) {
   SpinKernel<<<1, 1, 0, stream>>>(static_cast<long long>(ms * khz));
 }
 
-}  // namespace gtp::layers::testing
+}  // namespace gtp::comm::testing
