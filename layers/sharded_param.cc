@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "layers/gtp_wire.h"
 
 namespace gtp::layers {
 
@@ -131,10 +132,8 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
   shard_ = chain_->exec().Zeros({shard_rows_, cols_}, dtype_);
   main_grad_ = chain_->exec().Zeros({shard_rows_, cols_}, DType::kF32);
   if (chain_->options().fp8_gather) {
-    // [codes | one scale byte per block]: bytes throughout, so no padding.
-    const int64_t n = shard_rows_ * cols_;
-    const int64_t blocks = (n + kernels::kFp8BlockSize - 1) / kernels::kFp8BlockSize;
-    wire_ = chain_->exec().Zeros({n + blocks}, DType::kU8);
+    // The MXFP8 wire of this shard (gtp_wire.h).
+    wire_ = chain_->exec().Zeros({Fp8WireBytes(shard_rows_ * cols_)}, DType::kU8);
     // GTP 1 gathers nothing, but its weight takes the same MXFP8 round trip
     // (GtpOptions::fp8_gather), into a copy of its own.
     if (gtp_size() == 1) rounded_ = chain_->exec().Zeros({padded_rows_, cols_}, dtype_);
@@ -165,11 +164,9 @@ absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
   g.buffer = chain_->cache().Acquire({padded_rows_, cols_}, dtype_,
                                      static_cast<BufferCache::Purpose>(dir));
   if (fp8()) {
-    const kernels::Exec& e = chain_->exec();
-    const int64_t n = shard_.numel(), w = wire_.numel();
+    const int64_t w = wire_.numel();
     if (!wire_fresh_) {  // once per weight update, not per micro-batch
-      kernels::ops::QuantizeFp8Blockwise(e, shard_.View({n}), wire_.Slice(0, n),
-                                         wire_.Slice(n, w));
+      EncodeFp8Wire(chain_->exec(), shard_, wire_);
       wire_fresh_ = true;
     }
     g.wire = chain_->cache().Acquire({gtp_size() * w}, DType::kU8,
@@ -194,13 +191,7 @@ absl::Status ShardedParam::WaitGather(Direction dir) {
   }
   g.work.reset();
   if (fp8()) {  // each rank's codes and scales → its rows of the gathered weight
-    const int64_t n = shard_.numel(), w = wire_.numel();
-    for (int r = 0; r < gtp_size(); ++r) {
-      Tensor wr = g.wire.Slice(r * w, (r + 1) * w);
-      kernels::ops::DequantizeFp8Blockwise(
-          chain_->exec(), wr.Slice(0, n), wr.Slice(n, w),
-          g.buffer.Slice(r * shard_rows_, (r + 1) * shard_rows_).View({n}));
-    }
+    DecodeGatheredFp8Wire(chain_->exec(), g.wire, gtp_size(), g.buffer);
     chain_->cache().Release(g.wire, static_cast<BufferCache::Purpose>(dir));
     g.wire = Tensor();
   }
@@ -221,10 +212,8 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
     if (fp8()) {
       // Rounded at every use, not once per update: a CUDA graph replays
       // this after every update (the host-side flag would not be re-read).
-      const kernels::Exec& e = chain_->exec();
-      const int64_t n = shard_.numel(), w = wire_.numel();
-      kernels::ops::QuantizeFp8Blockwise(e, shard_.View({n}), wire_.Slice(0, n), wire_.Slice(n, w));
-      kernels::ops::DequantizeFp8Blockwise(e, wire_.Slice(0, n), wire_.Slice(n, w), rounded_.View({n}));
+      EncodeFp8Wire(chain_->exec(), shard_, wire_);
+      DecodeFp8Wire(chain_->exec(), wire_, rounded_);
       chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, rounded_.raw_data());
       return rounded_.Slice(0, rows_);
     }
@@ -294,7 +283,7 @@ absl::Status ShardedParam::ReduceGrad() {
     if (chain_->options().bf16_reduce_scatter) {
       reduce_.wire = chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
       reduce_.pieces = chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
-      ops::Cast(chain_->exec(), reduce_.wgrad, reduce_.wire);
+      EncodeBf16Wire(chain_->exec(), reduce_.wgrad, reduce_.wire);
       GTP_ASSIGN_OR_RETURN(reduce_.work,
                            gtp_->AllToAll(reduce_.wire.raw_data(), reduce_.pieces.raw_data(),
                                           shard_rows_ * cols_, DType::kBF16));
@@ -333,14 +322,8 @@ absl::Status ShardedParam::FinalizeReduce(bool deferred) {
     if (reduce_.pieces.defined()) {
       // Σ over the GTP ranks' pieces in rank order, in f32; then the mean.
       Tensor piece = chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
-      for (int r = 0; r < gtp_size(); ++r) {
-        const Tensor src = reduce_.pieces.Slice(r * shard_rows_, (r + 1) * shard_rows_);
-        ops::Cast(e, src, r == 0 ? reduce_.scatter : piece);
-        if (r > 0) ops::Axpby(e, 1.0f, piece, 1.0f, reduce_.scatter);
-      }
-      if (chain_->options().grad_reduce == comm::ReduceOp::kMean) {
-        ops::Axpby(e, 0.0f, reduce_.scatter, 1.0f / static_cast<float>(gtp_size()), reduce_.scatter);
-      }
+      SumBf16Pieces(e, reduce_.pieces, gtp_size(), chain_->options().grad_reduce, piece,
+                    reduce_.scatter);
       chain_->cache().Release(piece, BufferCache::kWgrad);
       chain_->cache().Release(reduce_.wire, BufferCache::kWgrad);
       chain_->cache().Release(reduce_.pieces, BufferCache::kWgrad);

@@ -28,7 +28,8 @@
 //     the host is timed into the chain's comm::ExposedComm (and, on CPU,
 //     drawn as a span on the timeline's "comm" track).
 // With GTP = 1 every step degenerates to a no-op view of the shard, so the
-// numbers equal plain TP + DP exactly.
+// numbers equal plain TP + DP exactly. What travels under fp8_gather and
+// bf16_reduce_scatter is encoded and decoded by layers/gtp_wire.h.
 //
 // Threading: a param and its chain are driven by one thread (the rank's
 // training thread). Nothing here blocks except Wait-type steps documented below.
@@ -334,8 +335,8 @@ class ShardedParam {
   comm::Communicator* gtp_;
   GtpChain* chain_;
   Tensor shard_, main_grad_;
-  // fp8 gather: this shard packed as u8 [e4m3 codes (shard numel n) | E8M0
-  // scales (ceil(n / 32))], no padding, and whether it holds the current values.
+  // fp8 gather: this shard's MXFP8 wire (gtp_wire.h: u8 [e4m3 codes | E8M0
+  // scales], no padding), and whether it holds the current values.
   Tensor wire_;
   bool wire_fresh_ = false;
   Tensor rounded_;  // GTP 1 with fp8_gather: the shard after the MXFP8 round trip
