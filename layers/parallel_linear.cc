@@ -1,11 +1,11 @@
-#include "layers/linear.h"
+#include "layers/parallel_linear.h"
 
-#include <algorithm>
-#include <vector>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/philox.h"
 #include "core/status.h"
+#include "layers/param_io.h"
+#include "layers/tp_comm.h"
 
 namespace gtp::layers {
 
@@ -18,136 +18,7 @@ absl::StatusOr<TpGtpGroups> TpGtpGroups::From(const parallel::ProcessGroupCollec
   return g;
 }
 
-// ---- helpers -------------------------------------------------------------------------
-
-namespace {
-// Copies host f32 `h` into `dst` (any device), rounding to dst's dtype.
-void CopyRounded(const Tensor& h, const Tensor& dst, const kernels::Exec& e) {
-  if (dst.dtype() == DType::kF32) {
-    GTP_CHECK_OK(Copy(h, dst, e.stream, /*sync=*/true));
-    return;
-  }
-  GTP_CHECK(dst.dtype() == DType::kBF16, "parameters are f32 or bf16, got ", DTypeName(dst.dtype()));
-  std::vector<bf16> r(h.numel());
-  const float* f = h.data<float>();
-  for (size_t i = 0; i < r.size(); ++i) r[i] = ToBF16(f[i]);
-  Tensor hb = Tensor::Wrap(r.data(), dst.shape(), DType::kBF16, Device::Cpu());
-  GTP_CHECK_OK(Copy(hb, dst, e.stream, /*sync=*/true));
-}
-
-// `src` (f32 or bf16, any device) as host f32 values. Blocks.
-std::vector<float> HostF32(const Tensor& src, const kernels::Exec& e) {
-  std::vector<float> out(src.numel());
-  if (src.dtype() == DType::kF32) {
-    GTP_CHECK_OK(Copy(src, Tensor::Wrap(out.data(), src.shape(), DType::kF32, Device::Cpu()),
-                      e.stream, /*sync=*/true));
-    return out;
-  }
-  std::vector<bf16> b(src.numel());
-  GTP_CHECK_OK(Copy(src, Tensor::Wrap(b.data(), src.shape(), DType::kBF16, Device::Cpu()),
-                    e.stream, /*sync=*/true));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = ToF32(b[i]);
-  return out;
-}
-
-// Calls fn(shard_row, global_row) for every real (non-pad) row of p's shard.
-template <typename Fn>
-void ForEachShardRow(const ShardedParam& p, Fn fn) {
-  const auto& L = p.global_layout();
-  GTP_CHECK(L.row_map != nullptr, p.name(), ": no global layout");
-  for (int64_t r = 0; r < p.shard_rows(); ++r) {
-    const int64_t local_row = p.shard_row_begin() + r;
-    if (local_row >= p.rows()) break;  // padding
-    fn(r, L.row_map(local_row));
-  }
-}
-}  // namespace
-
-void InitShardFromGlobal(ShardedParam& p, ShardedParam::GlobalLayout layout, uint64_t seed,
-                         float std) {
-  p.set_global_layout(std::move(layout));
-  const auto& L = p.global_layout();
-  HeapAllocator host;
-  Tensor h = Tensor::Zeros({p.shard_rows(), p.cols()}, DType::kF32, host);
-  const uint64_t key = KeyFromName(p.name(), seed);
-  float* d = h.data<float>();
-  ForEachShardRow(p, [&](int64_t r, int64_t gr) {
-    for (int64_t c = 0; c < p.cols(); ++c) {
-      d[r * p.cols() + c] =
-          std * PhiloxNormal(key, static_cast<uint64_t>(gr * L.global_cols + L.col_offset + c));
-    }
-  });
-  CopyRounded(h, p.shard(), p.exec());
-  p.MarkUpdated();
-}
-
-void LoadShardFromGlobal(ShardedParam& p, const float* global) {
-  const auto& L = p.global_layout();
-  HeapAllocator host;
-  Tensor h = Tensor::Zeros({p.shard_rows(), p.cols()}, DType::kF32, host);
-  float* d = h.data<float>();
-  ForEachShardRow(p, [&](int64_t r, int64_t gr) {
-    std::copy(global + gr * L.global_cols + L.col_offset,
-              global + gr * L.global_cols + L.col_offset + p.cols(), d + r * p.cols());
-  });
-  CopyRounded(h, p.shard(), p.exec());
-  p.MarkUpdated();
-}
-
-void StoreShardToGlobal(const ShardedParam& p, const Tensor& src, float* global) {
-  const auto& L = p.global_layout();
-  GTP_CHECK(src.shape() == p.shard().shape() &&
-                (src.dtype() == DType::kF32 || src.dtype() == DType::kBF16),
-            "StoreShardToGlobal: ", src.ToString(), " is not shaped like ", p.name());
-  const std::vector<float> widened = HostF32(src, p.exec());
-  const float* d = widened.data();
-  ForEachShardRow(p, [&](int64_t r, int64_t gr) {
-    std::copy(d + r * p.cols(), d + (r + 1) * p.cols(), global + gr * L.global_cols + L.col_offset);
-  });
-}
-
-Tensor TensorFromHost(const kernels::Exec& e, const float* values, const Shape& s, DType dtype) {
-  Tensor out = e.Empty(s, dtype);
-  CopyFromHostF32(e, values, out);
-  return out;
-}
-
-void CopyFromHostF32(const kernels::Exec& e, const float* values, const Tensor& dst) {
-  CopyRounded(Tensor::Wrap(const_cast<float*>(values), dst.shape(), DType::kF32, Device::Cpu()),
-              dst, e);
-}
-
-absl::StatusOr<Tensor> AllGatherRows(const kernels::Exec& e, comm::Communicator& group,
-                                     const Tensor& x) {
-  if (group.size() == 1) return x;
-  Shape s = x.shape();
-  s[0] *= group.size();
-  Tensor out = e.Empty(s, x.dtype());
-  GTP_RETURN_IF_ERROR(comm::Run(group.AllGather(x.raw_data(), out.raw_data(), x.numel(), x.dtype())));
-  return out;
-}
-
-absl::StatusOr<Tensor> ReduceScatterRows(const kernels::Exec& e, comm::Communicator& group,
-                                         const Tensor& x) {
-  if (group.size() == 1) return x;
-  Shape s = x.shape();
-  if (s[0] % group.size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence-parallel reduce-scatter of ",
-                                                   x.ToString(), " over ", group.name(),
-                                                   ": rows not divisible by ", group.size()));
-  }
-  s[0] /= group.size();
-  Tensor out = e.Empty(s, x.dtype());
-  GTP_RETURN_IF_ERROR(comm::Run(group.ReduceScatter(x.raw_data(), out.raw_data(), out.numel(),
-                                                    x.dtype(), comm::ReduceOp::kSum)));
-  return out;
-}
-
-absl::Status AllReduceSum(comm::Communicator& group, const Tensor& x) {
-  if (group.size() == 1) return absl::OkStatus();
-  return comm::Run(
-      group.AllReduce(x.raw_data(), x.raw_data(), x.numel(), x.dtype(), comm::ReduceOp::kSum));
-}
+// ---- bias GEMMs -----------------------------------------------------------------------
 
 void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db) {
   const kernels::Exec& e = chain.exec();

@@ -1,0 +1,157 @@
+// layers/parallel_linear.h — tensor-parallel linears with GTP-sharded
+// weights (ColumnParallelLinear, RowParallelLinear, LinearConfig) and the
+// bias GEMM helpers they share.
+//
+// Both follow Megatron-LM. N = rows of the activation (B·T); with sequence
+// parallelism (SP) activations outside the TP region are split along N over
+// the TP group, N_tp = N / TP.
+//
+//   ColumnParallelLinear  W[out, in] split along out over TP: W_t[out/TP, in]
+//     forward : x[N, in] (SP: x[N_tp, in], all-gathered over TP first)
+//               y_t[N, out/TP] = x · W_tᵀ + b_t
+//     backward: dx = dy_t · W_t, all-reduced over TP (SP: reduce-scattered)
+//   RowParallelLinear     W[out, in] split along in over TP: W_t[out, in/TP]
+//     forward : x_t[N, in/TP];  y = Σ_t x_t · W_tᵀ (all-reduce over TP;
+//               SP: reduce-scatter → y[N_tp, out]) + b
+//     backward: dy (SP: all-gathered over TP); dx_t = dy · W_t
+//
+// On top of TP, W_t is sharded along its rows over the GTP group
+// (ShardedParam): gathered right before the GEMMs of each pass, its gradient
+// reduce-scattered right after. Biases are small and stay replicated over
+// GTP; their gradients are local sums over this rank's rows, averaged over
+// the data lanes by gradient finalisation (optimizer/).
+//
+// Initialisation is topology-invariant: element (r, c) of the global W is
+// init_std · PhiloxNormal(KeyFromName(name, seed), r·in + c), so every layout
+// builds the same global weight (InitShardFromGlobal, param_io.h). Biases
+// start at zero.
+//
+// Groups come only from the collection passed in ("tp", "gtp").
+// Forward/Backward block only on this layer's collectives and return
+// absl::Status (a peer's failure); Create refuses sizes TP does not divide.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+#include "layers/replicated_param.h"
+#include "layers/sharded_param.h"
+#include "parallel/process_groups.h"
+
+namespace gtp::layers {
+
+struct LinearConfig {
+  std::string name;        // parameter name prefix, e.g. "h.0.mlp.fc"
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  bool bias = true;
+  bool sequence_parallel = false;
+  float init_std = 0.02f;
+  uint64_t seed = 0;
+  // Column-parallel only: the caller owns the TP-region entry. Forward takes
+  // the input as is (already replicated / SP-gathered over TP) and Backward
+  // returns the partial dx without the TP all-reduce / reduce-scatter, so
+  // several linears reading one input (q, k, v) reduce once.
+  bool caller_reduces_input_grad = false;
+  // Column-parallel only: the weight is `fused_parts` matrices stacked along
+  // out ([part_0; part_1; ...], each out/fused_parts rows) and each TP rank
+  // holds its slice of every part, stacked the same way — e.g. SwiGLU's
+  // [gate; up], so a rank's output row is [gate_t | up_t].
+  int fused_parts = 1;
+  // Parameter and activation dtype (f32, or bf16 for mixed precision: the
+  // weight, its gathers and the activations are bf16, gradients stay f32).
+  DType dtype = DType::kF32;
+};
+
+// The TP and GTP groups a layer uses, read from a collection.
+struct TpGtpGroups {
+  comm::Communicator* tp = nullptr;   // size 1 allowed
+  comm::Communicator* gtp = nullptr;  // size 1 allowed
+  static absl::StatusOr<TpGtpGroups> From(const parallel::ProcessGroupCollection& pgs);
+};
+
+class ColumnParallelLinear {
+ public:
+  static absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> Create(
+      const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
+
+  // y_t[N, out/TP]. Keeps what backward needs (the gathered input).
+  // `dir` is kRecompute when re-run for activation recompute.
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
+  // Forward with GELU fused into the GEMM epilogue: returns gelu(x·W_tᵀ + b_t)
+  // and sets *pre to x·W_tᵀ + b_t (what GELU's backward needs).
+  absl::StatusOr<Tensor> ForwardGelu(const Tensor& x, Direction dir, Tensor* pre);
+  // Frees what Forward kept (activation recompute re-creates it).
+  void DropActivations() { x_saved_ = Tensor(); }
+  // dx (see file comment). Weight grad goes to the GTP reduce-scatter; bias
+  // grad accumulates locally. With caller_reduces_input_grad, a given
+  // `accumulate` [N, in] receives dx added in the GEMM (no extra pass; q, k
+  // and v share one dx) and is returned.
+  absl::StatusOr<Tensor> Backward(const Tensor& dy, const Tensor& accumulate = Tensor());
+
+  ShardedParam& weight() { return *weight_; }
+  ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
+  int64_t out_features_tp() const { return out_tp_; }
+
+ private:
+  ColumnParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain);
+  LinearConfig config_;
+  TpGtpGroups groups_;
+  GtpChain* chain_;
+  int64_t out_tp_;
+  std::unique_ptr<ShardedParam> weight_;
+  ReplicatedParam bias_;
+  Tensor x_saved_;  // [N, in]
+  absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Direction dir, Tensor* gelu_pre);
+};
+
+class RowParallelLinear {
+ public:
+  static absl::StatusOr<std::unique_ptr<RowParallelLinear>> Create(
+      const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
+
+  // x_t[N, in/TP] → y[N, out] (SP: [N_tp, out]).
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
+  void DropActivations() { x_saved_ = Tensor(); }
+  // dy[N, out] (SP: [N_tp, out]) → dx_t[N, in/TP].
+  absl::StatusOr<Tensor> Backward(const Tensor& dy);
+  // Backward when this layer's input was gelu(pre) (pre [N, in/TP], from
+  // ColumnParallelLinear::ForwardGelu): returns dpre = dx_t ∘ gelu'(pre),
+  // GELU's backward fused into the input-gradient GEMM.
+  absl::StatusOr<Tensor> BackwardDGelu(const Tensor& dy, const Tensor& pre);
+
+  ShardedParam& weight() { return *weight_; }
+  ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
+  int64_t in_features_tp() const { return in_tp_; }
+
+ private:
+  RowParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain);
+  LinearConfig config_;
+  TpGtpGroups groups_;
+  GtpChain* chain_;
+  int64_t in_tp_;
+  std::unique_ptr<ShardedParam> weight_;
+  ReplicatedParam bias_;
+  Tensor x_saved_;  // [N, in/TP]
+  absl::StatusOr<Tensor> BackwardImpl(const Tensor& dy, const Tensor& gelu_pre);
+};
+
+// ---- bias GEMMs the linears share ------------------------------------------------
+
+// db[C] += Σ_rows dy[rows, C] (one GEMM against the chain's ones vector;
+// db f32, dy f32 or bf16).
+void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db);
+// dw = dyᵀ·x + beta·dw (ops::LinearBackwardWeight) and, when db is defined,
+// db += Σ_rows dy — on CUDA taken from the same GEMM (its bias-gradient
+// epilogue), on the CPU by AccumulateBiasGrad.
+void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                       float beta, const Tensor& db);
+// y[rows, C] += b[C] (same dtype).
+void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b);
+
+}  // namespace gtp::layers
