@@ -14,12 +14,15 @@ def _maybe(rule, name, **kwargs):
     if name not in native.existing_rules():
         rule(name = name, **kwargs)
 
-def gtp_dependencies(gtp_path = "."):
-    """Declares the offline stand-ins and the CUDA wrapper.
+def gtp_dependencies(gtp_path = ".", absl_src = "/opt/gtp/abseil-20220623.1"):
+    """Declares the offline stand-ins, the CUDA wrapper and abseil's source.
 
     Args:
       gtp_path: filesystem path of the gtp checkout, relative to the calling
         workspace's root or absolute ("." inside gtp itself).
+      absl_src: abseil's source tree (Debian's source package, unpacked by
+        tools/setup.sh). Only --config=tsan builds it; other builds never
+        fetch @com_google_absl, so the directory may be missing for them.
     """
     _maybe(
         native.local_repository,
@@ -39,3 +42,9 @@ def gtp_dependencies(gtp_path = "."):
         path = "/usr/local/cuda",
         build_file = "@gtp//third_party:cuda.BUILD",
     )
+
+    # ThreadSanitizer only (//third_party:absl selects it under --config=tsan): abseil built from
+    # source with -fsanitize=thread. Its own WORKSPACE would download test dependencies, so the
+    # tree is a plain local repository; its BUILD files load skylib (Debian's bazel-skylib).
+    _maybe(native.local_repository, name = "bazel_skylib", path = "/usr/share/bazel/tools/skylib")
+    _maybe(native.local_repository, name = "com_google_absl", path = absl_src)
