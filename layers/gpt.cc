@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   GTP_ASSIGN_OR_RETURN(const GptLayout L, PlanGptLayout(config, B, T, place));
   m->config_ = L.config;
   GptConfig& c = m->config_;
-  const std::vector<BlockKind>& kinds = L.kinds;
+  m->layers_ = L.layers;
   m->exec_ = exec;
   m->B_ = B;
   m->T_full_ = L.T_full;
@@ -131,9 +131,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     m->prefix_map_ = ToDevice(exec, map, {m->rows_local_});
   }
   for (int l = first; l < last; ++l) {
-    const BlockKind kind = kinds.empty() ? BlockKind::kTransformer : kinds[l];
     GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
-                                               m->chain_.get(), c.block.moe.IsMoeLayer(l), kind));
+                                               m->chain_.get(), L.layers[l]));
     const size_t first_sharded = m->sharded_.size(), first_expert = m->experts_.size();
     b->CollectParams(&m->sharded_, &m->replicated_, &m->experts_);
     if (b->moe()) {
@@ -472,7 +471,7 @@ absl::StatusOr<GptModel::MoeStats> GptModel::FinishMoeStep(const std::vector<Gpt
   std::vector<int> slot(c.n_layer, -1);
   int L = 0;
   for (int l = 0; l < c.n_layer; ++l)
-    if (c.block.moe.IsMoeLayer(l)) slot[l] = L++;
+    if (parts[0]->layers_[l].ffn == FfnKind::kMoe) slot[l] = L++;
   if (L == 0) return st;
   std::vector<double> v(static_cast<size_t>(L) * E + 3, 0.0);
   for (GptModel* m : parts) {

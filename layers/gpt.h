@@ -74,10 +74,11 @@ struct GptConfig {
   int64_t prefix_len = 0;
   // Hybrid stacks (Megatron's hybrid layer pattern): one symbol per layer —
   // 'M' Mamba-2 mixer, '*' attention, '-' MLP, 'E' MoE (block.moe), each with
-  // its own pre-norm and residual (BlockKind) — and '|' a pipeline boundary,
-  // e.g. "M-M*-ME|M-M*-ME". n_layer follows from the pattern (0, or the
-  // count of layer symbols); with PP·VPP parts and no explicit boundaries,
-  // the parts split at the '|'s. Empty: every layer attention + MLP.
+  // its own pre-norm and residual (LayerKindOf, layers/gpt_layout.h) — and
+  // '|' a pipeline boundary, e.g. "M-M*-ME|M-M*-ME". n_layer follows from
+  // the pattern (0, or the count of layer symbols); with PP·VPP parts and no
+  // explicit boundaries, the parts split at the '|'s. Empty: every layer
+  // attention + MLP (or MoE, block.moe).
   std::string layer_pattern;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
@@ -234,6 +235,7 @@ class GptModel {
   std::unique_ptr<GtpChain> chain_;
   std::unique_ptr<ShardedParam> wte_, lm_head_;  // lm_head_ null when tied
   ReplicatedParam wpe_;
+  std::vector<LayerKind> layers_;  // every layer of the model (the layout plan's)
   std::vector<std::unique_ptr<Block>> blocks_;
   std::unique_ptr<Norm> ln_f_;
   std::vector<ShardedParam*> sharded_;

@@ -12,24 +12,36 @@ namespace {
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 }  // namespace
 
+absl::StatusOr<LayerKind> LayerKindOf(char symbol) {
+  switch (symbol) {
+    case 'M': return LayerKind{MixerKind::kMamba, FfnKind::kNone};
+    case '*': return LayerKind{MixerKind::kAttention, FfnKind::kNone};
+    case '-': return LayerKind{MixerKind::kNone, FfnKind::kMlp};
+    case 'E': return LayerKind{MixerKind::kNone, FfnKind::kMoe};
+  }
+  return absl::InvalidArgumentError(absl::StrCat("layer pattern symbol '", std::string(1, symbol),
+                                                 "' is none of M (Mamba), * (attention), - (MLP), "
+                                                 "E (MoE), | (pipeline boundary)"));
+}
+
 absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int64_t T,
                                         const GptRankPlace& place) {
   GptLayout L;
   GptConfig& c = L.config;
   c = config;
   // Hybrid pattern: the kinds of the layers and the '|' boundaries.
-  std::vector<BlockKind>& kinds = L.kinds;
+  std::vector<LayerKind>& layers = L.layers;
   std::vector<int> bars;  // first layer after each '|'
   if (!c.layer_pattern.empty()) {
     for (char ch : c.layer_pattern) {
       if (ch == '|') {
-        bars.push_back(static_cast<int>(kinds.size()));
+        bars.push_back(static_cast<int>(layers.size()));
         continue;
       }
-      GTP_ASSIGN_OR_RETURN(BlockKind k, BlockKindOf(ch));
-      kinds.push_back(k);
+      GTP_ASSIGN_OR_RETURN(LayerKind k, LayerKindOf(ch));
+      layers.push_back(k);
     }
-    const int n = static_cast<int>(kinds.size());
+    const int n = static_cast<int>(layers.size());
     if (c.n_layer != 0 && c.n_layer != n) {
       return Bad(absl::StrCat("layer_pattern \"", c.layer_pattern, "\" has ", n,
                               " layers but n_layer is ", c.n_layer, " (0 lets the pattern decide)"));
@@ -44,14 +56,15 @@ absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int6
       for (int b : bars) c.pipeline.boundaries.push_back(b);
     }
     bool has_moe = false;
-    for (BlockKind k : kinds) has_moe |= k == BlockKind::kMoe;
+    for (const LayerKind& k : layers) has_moe |= k.ffn == FfnKind::kMoe;
     if (has_moe && !c.block.moe.enabled()) {
       return Bad("layer_pattern has MoE layers ('E') but block.moe has no experts");
     }
-    // The MoE bookkeeping reads the layers from the MoE config's pattern.
+    // The config as built names the same MoE layers in block.moe.pattern (a
+    // layer pattern overrides moe.every_n and moe.pattern).
     if (c.block.moe.enabled()) {
       c.block.moe.pattern.clear();
-      for (BlockKind k : kinds) c.block.moe.pattern += k == BlockKind::kMoe ? 'E' : '-';
+      for (const LayerKind& k : layers) c.block.moe.pattern += k.ffn == FfnKind::kMoe ? 'E' : '-';
     }
   }
   c.block.n_layer = c.n_layer;
@@ -75,6 +88,14 @@ absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int6
   c.block.sequence_parallel = L.sequence_parallel;
   if (c.vocab_size <= 0 || c.n_layer <= 0 || c.block.n_embd <= 0) {
     return Bad("GptConfig needs vocab_size, n_layer and n_embd > 0");
+  }
+  if (c.layer_pattern.empty()) {
+    // Transformer layers: attention, then an MLP, or a MoE where block.moe
+    // picks the layer.
+    for (int l = 0; l < c.n_layer; ++l) {
+      layers.push_back({MixerKind::kAttention,
+                        c.block.moe.IsMoeLayer(l) ? FfnKind::kMoe : FfnKind::kMlp});
+    }
   }
   if (T > c.max_seq_len) {
     return Bad(absl::StrCat("sequence length ", T, " exceeds max_seq_len ", c.max_seq_len));

@@ -4,8 +4,11 @@
 // tested on their own (gpt_layout_test) and GptModel::Create builds from the
 // plan.
 //
-//   hybrid pattern  "M*-|M-*": layer kinds, n_layer, pipeline boundaries
-//                   from '|', the MoE pattern from 'E'
+//   layer kinds     every layer's mixer and feed-forward (LayerKind,
+//                   layers/sublayer.h), decided here and nowhere else: from
+//                   the hybrid pattern's symbols ("M*-|M-*": also n_layer and
+//                   pipeline boundaries from '|'), or attention + an MLP, or a
+//                   MoE where block.moe picks the layer (every_n / pattern)
 //   context par.    this rank's T / CP tokens of each sequence (2 of 2·CP chunks)
 //   tensor par.     the padded vocabulary split over TP; with sequence
 //                   parallelism (only when TP > 1) the rows B·T split too
@@ -18,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "layers/gpt.h"
+#include "layers/sublayer.h"
 #include "layers/transformer.h"
 
 namespace gtp::layers {
@@ -34,7 +38,9 @@ struct GptLayout {
   // its '|', the MoE pattern from its 'E', sequence parallelism only where
   // TP > 1, block.n_layer and block.loss_sum filled in.
   GptConfig config;
-  std::vector<BlockKind> kinds;  // per layer; empty without a pattern (all kTransformer)
+  // Every layer of the model (n_layer, not only this part's): what
+  // Block::Create builds for it.
+  std::vector<LayerKind> layers;
   int64_t T_full = 0, T_local = 0;  // tokens per sequence: whole, and this rank's (T / CP)
   bool sequence_parallel = false;
   int64_t rows_local = 0, row0 = 0;  // activation rows held (B·T_local, / TP under SP), first row
@@ -49,5 +55,10 @@ struct GptLayout {
 // layers that do not split over the pipeline parts, ...).
 absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int64_t T,
                                         const GptRankPlace& place);
+
+// The layer a hybrid pattern symbol names, one half each with its own
+// pre-norm and residual: 'M' a Mamba-2 mixer, '*' attention, '-' an MLP,
+// 'E' a MoE. InvalidArgument for any other symbol.
+absl::StatusOr<LayerKind> LayerKindOf(char symbol);
 
 }  // namespace gtp::layers

@@ -32,10 +32,10 @@ TEST(GptLayout, PatternBarsBecomePipelineBoundaries) {
     EXPECT_EQ(l->config.n_layer, 6);
     EXPECT_EQ(l->config.block.n_layer, 6);
     EXPECT_EQ(l->config.pipeline.boundaries, (std::vector<int>{0, 3}));
-    ASSERT_EQ(l->kinds.size(), 6u);
-    EXPECT_EQ(l->kinds[0], BlockKind::kMamba);
-    EXPECT_EQ(l->kinds[1], BlockKind::kAttention);
-    EXPECT_EQ(l->kinds[2], BlockKind::kMlp);
+    ASSERT_EQ(l->layers.size(), 6u);
+    EXPECT_EQ(l->layers[0], (LayerKind{MixerKind::kMamba, FfnKind::kNone}));
+    EXPECT_EQ(l->layers[1], (LayerKind{MixerKind::kAttention, FfnKind::kNone}));
+    EXPECT_EQ(l->layers[2], (LayerKind{MixerKind::kNone, FfnKind::kMlp}));
     EXPECT_EQ(l->first_layer, part == 0 ? 0 : 3);
     EXPECT_EQ(l->last_layer, part == 0 ? 3 : 6);
     EXPECT_EQ(l->has_embed, part == 0);
@@ -48,7 +48,43 @@ TEST(GptLayout, PatternBarsBecomePipelineBoundaries) {
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->first_layer, 4);
   EXPECT_EQ(l->last_layer, 6);
-  EXPECT_TRUE(l->kinds.empty());
+  ASSERT_EQ(l->layers.size(), 6u);  // every layer, attention + MLP
+  for (const LayerKind& k : l->layers) EXPECT_EQ(k, LayerKind{});
+}
+
+TEST(GptLayout, OnePlaceDecidesEachLayersMixerAndFeedForward) {
+  // Without a layer pattern: attention, and a MoE where moe.every_n picks.
+  GptConfig every = Model(256, 4);
+  every.block.moe.router.num_experts = 4;
+  every.block.moe.every_n = 2;
+  auto l = PlanGptLayout(every, 2, 8, {});
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_EQ(l->layers.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(l->layers[i], (LayerKind{MixerKind::kAttention,
+                                       i % 2 == 0 ? FfnKind::kMoe : FfnKind::kMlp}))
+        << i;
+  }
+  // ... or moe.pattern.
+  every.block.moe.pattern = "-EE-";
+  l = PlanGptLayout(every, 2, 8, {});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->layers[0].ffn, FfnKind::kMlp);
+  EXPECT_EQ(l->layers[1].ffn, FfnKind::kMoe);
+  EXPECT_EQ(l->layers[2].ffn, FfnKind::kMoe);
+  EXPECT_EQ(l->layers[3].ffn, FfnKind::kMlp);
+  // A layer pattern overrides both, and the config as built says the same.
+  GptConfig hybrid = every;
+  hybrid.n_layer = 0;
+  hybrid.layer_pattern = "ME*-";
+  l = PlanGptLayout(hybrid, 2, 8, {});
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_EQ(l->layers.size(), 4u);
+  EXPECT_EQ(l->layers[1], (LayerKind{MixerKind::kNone, FfnKind::kMoe}));
+  EXPECT_EQ(l->layers[3], (LayerKind{MixerKind::kNone, FfnKind::kMlp}));
+  EXPECT_EQ(l->config.block.moe.pattern, "-E--");
+  hybrid.layer_pattern = "M*x";
+  ExpectError(PlanGptLayout(hybrid, 2, 8, {}), "'x' is none of M (Mamba)");
 }
 
 TEST(GptLayout, ContextParallelKeepsTOverCpTokens) {

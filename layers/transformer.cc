@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "layers/mamba/mamba_mixer.h"
+#include "layers/moe_feed_forward.h"
 
 namespace gtp::layers {
 
@@ -346,7 +348,8 @@ absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
   return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
 }
 
-void Mlp::CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl) {
+void Mlp::CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl,
+                        std::vector<ShardedParam*>* /*experts*/) {
   sharded->push_back(&fc_->weight());
   sharded->push_back(&proj_->weight());
   for (ReplicatedParam* b : {fc_->bias(), proj_->bias()})
@@ -355,116 +358,100 @@ void Mlp::CollectParams(std::vector<ShardedParam*>* sharded, std::vector<Replica
 
 // ---- Block -----------------------------------------------------------------------------
 
+namespace {
+
+// The mixer `kind` names (null for kNone).
+absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(MixerKind kind, const std::string& name,
+                                                   const TransformerConfig& c, int64_t B, int64_t T,
+                                                   const parallel::ProcessGroupCollection& pgs,
+                                                   GtpChain* chain) {
+  switch (kind) {
+    case MixerKind::kNone:
+      return nullptr;
+    case MixerKind::kAttention:
+      return Attention::Create(name + ".attn", c, B, T, pgs, chain);
+    case MixerKind::kMamba: {
+      mamba::MambaConfig mc = c.mamba;
+      mc.d_model = c.n_embd;
+      mc.seed = c.seed;
+      mc.init_std = c.init_std;
+      mc.out_std = ProjStd(c);
+      mc.dtype = c.dtype;
+      mc.sequence_parallel = c.sequence_parallel;
+      return mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain);
+    }
+  }
+  return absl::InternalError("unknown mixer kind");
+}
+
+// The feed-forward `kind` names (null for kNone).
+absl::StatusOr<std::unique_ptr<FeedForward>> CreateFeedForward(
+    FfnKind kind, const std::string& name, const TransformerConfig& c, int64_t B, int64_t T,
+    const parallel::ProcessGroupCollection& pgs, GtpChain* chain) {
+  switch (kind) {
+    case FfnKind::kNone:
+      return nullptr;
+    case FfnKind::kMlp:
+      return Mlp::Create(name + ".mlp", c, pgs, chain);
+    case FfnKind::kMoe:
+      return MoeFeedForward::Create(name + ".moe", c, B, T, pgs, chain);
+  }
+  return absl::InternalError("unknown feed-forward kind");
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Block>> Block::Create(const std::string& name,
                                                      const TransformerConfig& c, int64_t B,
                                                      int64_t T,
                                                      const parallel::ProcessGroupCollection& pgs,
-                                                     GtpChain* chain, bool moe_layer,
-                                                     BlockKind kind) {
+                                                     GtpChain* chain, LayerKind kind) {
+  if (kind.mixer == MixerKind::kNone && kind.ffn == FfnKind::kNone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": a layer needs a mixer or a feed-forward"));
+  }
   std::unique_ptr<Block> b(new Block());
   b->exec_ = chain->exec();
   b->chain_ = chain;
   b->recompute_ = c.recompute;
   GTP_ASSIGN_OR_RETURN(comm::Communicator * tp, pgs.Get(parallel::groups::kTp));
-  if (kind == BlockKind::kMamba) {
+  if (kind.mixer != MixerKind::kNone) {
     b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
-    mamba::MambaConfig mc = c.mamba;
-    mc.d_model = c.n_embd;
-    mc.seed = c.seed;
-    mc.init_std = c.init_std;
-    mc.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
-    mc.dtype = c.dtype;
-    mc.sequence_parallel = c.sequence_parallel;
-    GTP_ASSIGN_OR_RETURN(b->mamba_, mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain));
-    return b;
+    GTP_ASSIGN_OR_RETURN(b->mixer_, CreateMixer(kind.mixer, name, c, B, T, pgs, chain));
   }
-  if (kind == BlockKind::kTransformer || kind == BlockKind::kAttention) {
-    b->ln1_ = std::make_unique<Norm>(name + ".ln1", c, tp->size(), b->exec_);
-    GTP_ASSIGN_OR_RETURN(b->attn_, Attention::Create(name + ".attn", c, B, T, pgs, chain));
-    if (kind == BlockKind::kAttention) return b;
-  }
-  if (kind == BlockKind::kMoe) moe_layer = true;
-  b->ln2_ = std::make_unique<Norm>(name + ".ln2", c, tp->size(), b->exec_);
-  if (!moe_layer) {
-    GTP_ASSIGN_OR_RETURN(b->mlp_, Mlp::Create(name + ".mlp", c, pgs, chain));
-    return b;
-  }
-  moe::MoeShape s;
-  s.C = c.n_embd;
-  s.H = c.moe.ffn_hidden > 0 ? c.moe.ffn_hidden : c.hidden();
-  s.B = B;
-  s.T = T;
-  s.swiglu = c.activation == Activation::kSwiGlu;
-  s.sequence_parallel = c.sequence_parallel;
-  s.loss_sum = c.loss_sum;
-  s.dtype = c.dtype;
-  s.init_std = c.init_std;
-  s.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
-  s.seed = c.seed;
-  GTP_ASSIGN_OR_RETURN(b->moe_, moe::MoeLayer::Create(name + ".moe", c.moe, s, pgs, chain));
-  if (c.moe.shared_ffn_hidden > 0) {
-    TransformerConfig shared = c;
-    shared.ffn_hidden = c.moe.shared_ffn_hidden;
-    GTP_ASSIGN_OR_RETURN(b->mlp_, Mlp::Create(name + ".moe.shared", shared, pgs, chain));
+  if (kind.ffn != FfnKind::kNone) {
+    b->ln2_ = std::make_unique<Norm>(name + ".ln2", c, tp->size(), b->exec_);
+    GTP_ASSIGN_OR_RETURN(b->ffn_, CreateFeedForward(kind.ffn, name, c, B, T, pgs, chain));
   }
   return b;
-}
-
-absl::StatusOr<BlockKind> BlockKindOf(char symbol) {
-  switch (symbol) {
-    case 'M': return BlockKind::kMamba;
-    case '*': return BlockKind::kAttention;
-    case '-': return BlockKind::kMlp;
-    case 'E': return BlockKind::kMoe;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("layer pattern symbol '", std::string(1, symbol),
-                                                 "' is none of M (Mamba), * (attention), - (MLP), "
-                                                 "E (MoE), | (pipeline boundary)"));
 }
 
 absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
   Timeline* tl = chain_->timeline();
   std::optional<Timeline::Scope> span;
   Tensor a = x;
-  if (ln1_) {  // the mixer half: x1 = x + mixer(ln1(x))
+  if (mixer_) {  // the mixer half: x1 = x + mixer(ln1(x))
     span.emplace(tl, "ln1", exec_.stream);
     Tensor h1 = ln1_->Forward(x);
     span.reset();
-    if (mamba_) {
-      GTP_ASSIGN_OR_RETURN(a, mamba_->Forward(h1, dir));
-    } else {
-      GTP_ASSIGN_OR_RETURN(a, attn_->Forward(h1, dir));
-    }
+    GTP_ASSIGN_OR_RETURN(a, mixer_->Forward(h1, dir));
     ops::Axpby(exec_, 1.0f, x, 1.0f, a);
   }
-  if (!ln2_) return a;
+  if (!ffn_) return a;
   span.emplace(tl, "residual+ln2", exec_.stream);
   Tensor h2 = ln2_->Forward(a);
   span.reset();
-  Tensor m;
-  if (moe_) {
-    span.emplace(tl, "moe", exec_.stream);
-    GTP_ASSIGN_OR_RETURN(m, moe_->Forward(h2, dir));
-    span.reset();
-    if (mlp_) {
-      GTP_ASSIGN_OR_RETURN(Tensor sh, mlp_->Forward(h2, dir));
-      ops::Axpby(exec_, 1.0f, sh, 1.0f, m);  // + shared expert
-    }
-  } else {
-    GTP_ASSIGN_OR_RETURN(m, mlp_->Forward(h2, dir));
-  }
+  GTP_ASSIGN_OR_RETURN(Tensor m, ffn_->Forward(h2, dir));
   span.emplace(tl, "residual", exec_.stream);
-  ops::Axpby(exec_, 1.0f, a, 1.0f, m);  // x2 = x1 + mlp
+  ops::Axpby(exec_, 1.0f, a, 1.0f, m);  // x2 = x1 + ffn
   return m;
 }
 
 void Block::DropActivations() {
   if (ln1_) ln1_->DropActivations();
-  if (attn_) attn_->DropActivations();
-  if (mamba_) mamba_->DropActivations();
+  if (mixer_) mixer_->DropActivations();
   if (ln2_) ln2_->DropActivations();
-  if (mlp_) mlp_->DropActivations();
-  if (moe_) moe_->DropActivations();
+  if (ffn_) ffn_->DropActivations();
 }
 
 absl::StatusOr<Tensor> Block::Forward(const Tensor& x, Direction dir) {
@@ -486,31 +473,14 @@ absl::StatusOr<Tensor> Block::Backward(const Tensor& dx2) {
   Timeline* tl = chain_->timeline();
   std::optional<Timeline::Scope> span;
   Tensor dx1 = dx2;
-  if (ln2_) {
-    Tensor dm;
-    if (moe_) {
-      // The reverse of the forward's order (routed experts, then the shared
-      // expert): the GTP chain gathers and reduce-scatters in that order.
-      Tensor dsh;
-      if (mlp_) {
-        GTP_ASSIGN_OR_RETURN(dsh, mlp_->Backward(dx2));
-      }
-      GTP_ASSIGN_OR_RETURN(dm, moe_->Backward(dx2));
-      if (mlp_) ops::Axpby(exec_, 1.0f, dsh, 1.0f, dm);
-    } else {
-      GTP_ASSIGN_OR_RETURN(dm, mlp_->Backward(dx2));
-    }
+  if (ffn_) {
+    GTP_ASSIGN_OR_RETURN(Tensor dm, ffn_->Backward(dx2));
     span.emplace(tl, "ln2+residual bwd", exec_.stream);
     dx1 = ln2_->Backward(dm, /*dresidual=*/dx2);  // dx1 = LN2ᵀ(dm) + dx2
     span.reset();
   }
-  if (!ln1_) return dx1;
-  Tensor da;
-  if (mamba_) {
-    GTP_ASSIGN_OR_RETURN(da, mamba_->Backward(dx1));
-  } else {
-    GTP_ASSIGN_OR_RETURN(da, attn_->Backward(dx1));
-  }
+  if (!mixer_) return dx1;
+  GTP_ASSIGN_OR_RETURN(Tensor da, mixer_->Backward(dx1));
   span.emplace(tl, "ln1+residual bwd", exec_.stream);
   return ln1_->Backward(da, /*dresidual=*/dx1);  // dx = LN1ᵀ(da) + dx1
 }
@@ -521,18 +491,11 @@ void Block::CollectParams(std::vector<ShardedParam*>* sharded,
   if (ln1_) {
     for (ReplicatedParam* p : ln1_->params()) repl->push_back(p);
   }
-  if (attn_) attn_->CollectParams(sharded, repl);
-  if (mamba_) mamba_->CollectParams(sharded, repl);
+  if (mixer_) mixer_->CollectParams(sharded, repl);
   if (ln2_) {
     for (ReplicatedParam* p : ln2_->params()) repl->push_back(p);
   }
-  if (moe_) {
-    GTP_CHECK(experts != nullptr, "Block::CollectParams: an MoE block needs the experts list");
-    repl->push_back(moe_->router().gate());
-    experts->push_back(&moe_->fc1());
-    experts->push_back(&moe_->fc2());
-  }
-  if (mlp_) mlp_->CollectParams(sharded, repl);
+  if (ffn_) ffn_->CollectParams(sharded, repl, experts);
 }
 
 }  // namespace gtp::layers

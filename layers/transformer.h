@@ -12,6 +12,12 @@
 //   Block:  x1 = x  + Wo·Attn(q, k, v of Norm1(x))        (q/k/v/o: TP linears)
 //           x2 = x1 + W2·act(W1·Norm2(x1))                 (act: GELU or SwiGLU)
 //
+// A Block is a mixer half and a feed-forward half (layers/sublayer.h): the
+// mixer attention (here) or Mamba-2 (layers/mamba), the feed-forward the MLP
+// (here) or a mixture of experts (layers/moe_feed_forward.h); hybrid layers
+// have one half only. Which is which comes in a LayerKind, decided by the
+// layout plan (layers/gpt_layout.h).
+//
 // Every module has an explicit Forward (saving what its Backward needs) and
 // Backward (returning the input gradient, accumulating parameter gradients).
 // Groups come only from the ProcessGroupCollection passed to Create.
@@ -28,6 +34,7 @@
 #include "layers/mamba/mamba_mixer.h"
 #include "layers/moe/moe_layer.h"
 #include "layers/sharded_param.h"
+#include "layers/sublayer.h"
 #include "parallel/process_groups.h"
 
 namespace gtp::layers {
@@ -64,8 +71,9 @@ struct TransformerConfig {
   // statistic and the optimizer's master weights in f32. bf16 attention is
   // the fused flash kernel (no T×T probabilities kept).
   DType dtype = DType::kF32;
-  // Mixture of experts (layers/moe): in the layers moe.IsMoeLayer(l) picks,
-  // the MLP is a routed MoE (plus a shared expert of moe.shared_ffn_hidden).
+  // Mixture of experts (layers/moe): in layers whose LayerKind has
+  // FfnKind::kMoe (the layout plan applies moe.every_n / moe.pattern), the
+  // MLP is a routed MoE (plus a shared expert of moe.shared_ffn_hidden).
   moe::MoeConfig moe;
   // The lane's loss is a sum over tokens (GptConfig::loss_reduction kSum;
   // set by GptModel): the MoE scales its aux/z gradients and expert wgrads.
@@ -96,16 +104,18 @@ class Norm {
   Tensor x_, mean_, rstd_;
 };
 
-class Attention {
+// Self-attention, a block's mixer ("<name>.q", ".k", ".v", ".o").
+class Attention : public Mixer {
  public:
   static absl::StatusOr<std::unique_ptr<Attention>> Create(
       const std::string& name, const TransformerConfig& c, int64_t B, int64_t T,
       const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
   // h[N or N_tp, C] (normalised input) → out[N or N_tp, C] (before residual).
-  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
-  absl::StatusOr<Tensor> Backward(const Tensor& dout);
-  void DropActivations();
-  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dout) override;
+  void DropActivations() override;
+  void CollectParams(std::vector<ShardedParam*>* sharded,
+                     std::vector<ReplicatedParam*>* repl) override;
 
  private:
   Attention() = default;
@@ -123,16 +133,20 @@ class Attention {
   std::unique_ptr<cp::RingAttention> ring_;
 };
 
-class Mlp {
+// The dense MLP, a block's feed-forward ("<name>.fc", ".proj"; hidden
+// c.hidden()), also the MoE's shared expert.
+class Mlp : public FeedForward {
  public:
   static absl::StatusOr<std::unique_ptr<Mlp>> Create(const std::string& name,
                                                      const TransformerConfig& c,
                                                      const parallel::ProcessGroupCollection& pgs,
                                                      GtpChain* chain);
-  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
-  absl::StatusOr<Tensor> Backward(const Tensor& dout);
-  void DropActivations();
-  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir) override;
+  absl::StatusOr<Tensor> Backward(const Tensor& dout) override;
+  void DropActivations() override;
+  // No experts: `experts` is not touched (may be null).
+  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl,
+                     std::vector<ShardedParam*>* experts) override;
 
  private:
   Mlp() = default;
@@ -149,25 +163,21 @@ class Mlp {
   Tensor pre_act_;  // GELU: fc out [N, H_tp]; SwiGLU: [N, 2·H_tp] = [gate | up]
 };
 
-// What a block holds. kTransformer: x1 = x + Attn(Norm1(x)), x2 = x1 +
-// MLP(Norm2(x1)) (the MLP a MoE when the block is a MoE layer). Hybrid
-// stacks (Megatron's layer pattern symbols) have one sublayer per block,
-// each with its own pre-norm and residual: kMamba 'M' (x + Mamba(Norm1(x))),
-// kAttention '*', kMlp '-', kMoe 'E'.
-enum class BlockKind { kTransformer, kMamba, kAttention, kMlp, kMoe };
-// The kind of a pattern symbol ('M', '*', '-', 'E'); InvalidArgument otherwise.
-absl::StatusOr<BlockKind> BlockKindOf(char symbol);
-
+// A pre-norm residual block: x1 = x + Mixer(Norm1(x)) when the layer has a
+// mixer, x2 = x1 + FeedForward(Norm2(x1)) when it has a feed-forward
+// (layers/sublayer.h). Parameter names: "<name>.ln1", "<name>.attn" (or
+// "<name>.mixer" for Mamba-2), "<name>.ln2", "<name>.mlp" (or "<name>.moe",
+// its shared expert "<name>.moe.shared").
 class Block {
  public:
-  // `moe_layer`: the MLP is c.moe's mixture of experts ("<name>.moe"), with
-  // the shared expert "<name>.moe.shared" when c.moe.shared_ffn_hidden > 0.
+  // `kind`: which mixer and feed-forward this layer has (the layout plan's
+  // LayerKind; default attention + MLP). InvalidArgument naming the problem
+  // (heads vs TP, ...).
   static absl::StatusOr<std::unique_ptr<Block>> Create(const std::string& name,
                                                        const TransformerConfig& c, int64_t B,
                                                        int64_t T,
                                                        const parallel::ProcessGroupCollection& pgs,
-                                                       GtpChain* chain, bool moe_layer = false,
-                                                       BlockKind kind = BlockKind::kTransformer);
+                                                       GtpChain* chain, LayerKind kind = {});
   // dir kRecompute: a re-run whose gathers use the recompute slot (and MoE
   // routing statistics are not counted again).
   absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
@@ -177,7 +187,8 @@ class Block {
   // gate is a replicated param.
   void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl,
                      std::vector<ShardedParam*>* experts = nullptr);
-  moe::MoeLayer* moe() { return moe_.get(); }
+  // The routed experts of an MoE block; null otherwise.
+  moe::MoeLayer* moe() { return ffn_ ? ffn_->moe() : nullptr; }
 
  private:
   Block() = default;
@@ -186,11 +197,11 @@ class Block {
   GtpChain* chain_ = nullptr;
   bool recompute_ = false;
   Tensor x_in_;  // recompute: the block input
-  std::unique_ptr<Norm> ln1_, ln2_;      // ln1_: before the mixer; ln2_: before the MLP / MoE
-  std::unique_ptr<Attention> attn_;       // null in Mamba / MLP / MoE blocks
-  std::unique_ptr<mamba::MambaMixer> mamba_;
-  std::unique_ptr<Mlp> mlp_;            // the dense MLP, or the MoE's shared expert (may be null)
-  std::unique_ptr<moe::MoeLayer> moe_;  // MoE blocks only
+  // Each half with its pre-norm; null where the layer has no such half.
+  std::unique_ptr<Norm> ln1_;
+  std::unique_ptr<Mixer> mixer_;
+  std::unique_ptr<Norm> ln2_;
+  std::unique_ptr<FeedForward> ffn_;
 };
 
 // The TP-region entry/exit used by Attention and Mlp (SP-aware):

@@ -43,6 +43,7 @@
 #include "layers/linear.h"
 #include "layers/mamba/cp_exchange.h"
 #include "layers/sharded_param.h"
+#include "layers/sublayer.h"
 #include "parallel/process_groups.h"
 
 namespace gtp::layers::mamba {
@@ -70,7 +71,8 @@ struct MambaConfig {
   int64_t n_heads() const { return d_inner() / head_dim; }
 };
 
-class MambaMixer {
+// A block's mixer ('M' layers of hybrid stacks; layers/sublayer.h).
+class MambaMixer : public Mixer {
  public:
   // B sequences of T tokens. InvalidArgument naming the field (heads vs head
   // dim, groups vs heads or TP, ...).
@@ -87,11 +89,12 @@ class MambaMixer {
   // right before Backward (activation recompute), its weights gathered on
   // the chain's recompute slot; the kernels are deterministic, so the
   // activations are bit-identical to the first forward's.
-  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward);
+  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward) override;
   // dout (dtype) → dh (=, dtype); parameter gradients (f32) accumulate.
-  absl::StatusOr<Tensor> Backward(const Tensor& dout);
-  void DropActivations();
-  void CollectParams(std::vector<ShardedParam*>* sharded, std::vector<ReplicatedParam*>* repl);
+  absl::StatusOr<Tensor> Backward(const Tensor& dout) override;
+  void DropActivations() override;
+  void CollectParams(std::vector<ShardedParam*>* sharded,
+                     std::vector<ReplicatedParam*>* repl) override;
 
  private:
   MambaMixer() = default;

@@ -3,8 +3,10 @@
 // TokenDispatcher interface and the setup its implementations share.
 //
 // Implementations (MoeConfig::dispatcher picks one):
-//   AllToAllDispatcher  (all_to_all_dispatcher.h)  rows to their experts' ranks by all-to-all over "ep"
-//   AllGatherDispatcher (all_gather_dispatcher.h)  every rank gathers every row of its ep × etp group
+//   AllToAllDispatcher  (all_to_all_dispatcher.h)   each row to its expert's rank,
+//                                                   all-to-all over "ep"
+//   AllGatherDispatcher (all_gather_dispatcher.h)   every rank gathers every row of
+//                                                   its ep × etp group
 //
 // One forward of a MoE layer (layers/moe/moe_layer.h):
 //
