@@ -53,6 +53,7 @@ class BpeCache {
 
  private:
   friend class Gpt2Tokenizer;
+  friend class HfTokenizer;
   size_t max_entries_;
   absl::flat_hash_map<std::string, std::vector<int32_t>> map_;
 };

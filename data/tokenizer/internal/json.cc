@@ -1,5 +1,7 @@
 #include "data/tokenizer/internal/json.h"
 
+#include <cstdlib>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "data/tokenizer/internal/unicode.h"
@@ -70,7 +72,66 @@ class Parser {
     return found;
   }
 
+  absl::StatusOr<JsonValue> Document() {
+    JsonValue v;
+    SkipSpace();
+    if (absl::Status st = Value(&v, 0); !st.ok()) return st;
+    SkipSpace();
+    if (pos_ != s_.size()) return Error("trailing characters after the value");
+    return v;
+  }
+
  private:
+  absl::Status Value(JsonValue* v, int depth) {
+    if (depth > 64) return Error("nested too deeply");
+    if (pos_ >= s_.size()) return Error("expected a value");
+    const char c = s_[pos_];
+    if (c == '"') {
+      v->type = JsonValue::Type::kString;
+      return String(&v->string);
+    }
+    if (c == '{' || c == '[') {
+      const bool object = c == '{';
+      const char close = object ? '}' : ']';
+      v->type = object ? JsonValue::Type::kObject : JsonValue::Type::kArray;
+      ++pos_;
+      SkipSpace();
+      if (Eat(close)) return absl::OkStatus();
+      while (true) {
+        SkipSpace();
+        if (object) {
+          v->keys.emplace_back();
+          if (absl::Status st = String(&v->keys.back()); !st.ok()) return st;
+          SkipSpace();
+          if (!Eat(':')) return Error("expected ':'");
+          SkipSpace();
+        }
+        v->items.emplace_back();
+        if (absl::Status st = Value(&v->items.back(), depth + 1); !st.ok()) return st;
+        SkipSpace();
+        if (Eat(close)) return absl::OkStatus();
+        if (!Eat(',')) return Error("expected ',' or a closing bracket");
+      }
+    }
+    if (s_.substr(pos_, 4) == "null") return pos_ += 4, absl::OkStatus();
+    if (s_.substr(pos_, 4) == "true" || s_.substr(pos_, 5) == "false") {
+      v->type = JsonValue::Type::kBool;
+      v->boolean = c == 't';
+      pos_ += v->boolean ? 4 : 5;
+      return absl::OkStatus();
+    }
+    const size_t begin = pos_;
+    if (absl::Status st = SkipValue(depth); !st.ok()) return st;
+    const absl::string_view text = s_.substr(begin, pos_ - begin);
+    v->type = JsonValue::Type::kNumber;
+    v->number = std::strtod(std::string(text).c_str(), nullptr);
+    if (text.find_first_of(".eE") == absl::string_view::npos && text.size() <= 18) {
+      v->integral = true;
+      v->integer = std::strtoll(std::string(text).c_str(), nullptr, 10);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status SkipValue(int depth) {
     if (depth > 64) return Error("nested too deeply");
     if (pos_ >= s_.size()) return Error("expected a value");
@@ -237,6 +298,16 @@ class Parser {
 };
 
 }  // namespace
+
+const JsonValue* JsonValue::Find(absl::string_view key) const {
+  if (type != Type::kObject) return nullptr;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] == key) return &items[i];
+  }
+  return nullptr;
+}
+
+absl::StatusOr<JsonValue> ParseJson(absl::string_view json) { return Parser(json).Document(); }
 
 absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> ParseStringIntObject(
     absl::string_view json) {

@@ -5,7 +5,8 @@
 // \t \uXXXX, surrogate pairs joined into one code point; a lone surrogate is
 // an error), whitespace between tokens, nothing after the closing brace.
 // Values must be integers (no fraction or exponent) within int32.
-// FindStringField reads any JSON object (nesting up to depth 64).
+// FindStringField reads any JSON object (nesting up to depth 64); ParseJson
+// reads any JSON document (tokenizer.json) into a JsonValue tree.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,28 @@
 #include "absl/strings/string_view.h"
 
 namespace gtp::data::tokenizer_internal {
+
+// A parsed JSON value. Objects keep their members in file order, duplicates
+// included (the reader decides).
+struct JsonValue {
+  enum class Type : uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
+  Type type = Type::kNull;
+  bool boolean = false;
+  double number = 0;
+  bool integral = false;  // a number with no fraction or exponent that fits int64
+  int64_t integer = 0;    // its value when integral
+  std::string string;
+  std::vector<JsonValue> items;   // array elements; object member values
+  std::vector<std::string> keys;  // object member names, parallel to items
+
+  bool is_null() const { return type == Type::kNull; }
+  // The first member named `key` of an object; null when absent or not an object.
+  const JsonValue* Find(absl::string_view key) const;
+};
+
+// Parses a whole document (nesting up to depth 64, nothing after it).
+// InvalidArgumentError with the byte offset otherwise.
+absl::StatusOr<JsonValue> ParseJson(absl::string_view json);
 
 // Parses `json`; the pairs come back in file order (duplicates kept; the
 // caller decides). InvalidArgumentError with the byte offset otherwise.
