@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
-#include "layers/linear.h"
+#include "layers/replicated_param.h"
 #include "layers/sharded_param.h"
 
 namespace gtp::layers {
