@@ -97,8 +97,8 @@ absl::Status HfTokenizer::Build(HfConfig c) {
   added_ = std::move(c.added_tokens);
   ignore_merges_ = c.ignore_merges;
   fuse_unk_ = c.fuse_unk;
-  byte_level_ = !pre_tokenizers_.empty() &&
-                pre_tokenizers_.back().kind == HfPreTokenizer::Kind::kByteLevel;
+  byte_level_ =
+      !pre_tokenizers_.empty() && pre_tokenizers_.back().kind == HfPreTokenizer::Kind::kByteLevel;
 
   auto grow = [&](int32_t id) {
     if (static_cast<size_t>(id) >= id_kind_.size()) {
@@ -122,14 +122,15 @@ absl::Status HfTokenizer::Build(HfConfig c) {
   }
   for (size_t i = 0; i < added_.size(); ++i) {
     const tokenizer_internal::HfAddedToken& a = added_[i];
-    const std::string where = absl::StrCat("added_tokens[", i, "] (\"", a.content, "\", id ", a.id, ")");
+    const std::string where =
+        absl::StrCat("added_tokens[", i, "] (\"", a.content, "\", id ", a.id, ")");
     grow(a.id);
     if (id_kind_[a.id] == IdKind::kAdded) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": the id appears twice"));
     }
     if (id_kind_[a.id] == IdKind::kModel && id_token_[a.id] != a.content) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": model.vocab gives id ", a.id,
-                                                     " to \"", id_token_[a.id], "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": model.vocab gives id ", a.id, " to \"", id_token_[a.id], "\""));
     }
     if (auto it = token_to_id_.find(a.content); it != token_to_id_.end() && it->second != a.id) {
       return absl::InvalidArgumentError(
@@ -158,9 +159,9 @@ absl::Status HfTokenizer::Build(HfConfig c) {
       if (it != token_to_id_.end()) {
         byte_fallback_id_[b] = it->second;
       } else if (unk_id_ < 0 && !byte_level_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model.byte_fallback: model.vocab has no \"", ByteFallbackToken(b),
-            "\" and there is no unk_token: HF would drop characters with that byte"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.byte_fallback: model.vocab has no \"", ByteFallbackToken(b),
+                         "\" and there is no unk_token: HF would drop characters with that byte"));
       }
     }
     if (byte_level_) {
@@ -168,9 +169,9 @@ absl::Status HfTokenizer::Build(HfConfig c) {
       AppendUtf8(Gpt2ByteToCodePoint(static_cast<uint8_t>(b)), &spelled);
       auto it = token_to_id_.find(spelled);
       if (it == token_to_id_.end() && unk_id_ < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model.vocab: no ByteLevel token for byte ", b, " (\"", spelled,
-            "\") and no unk_token: HF would drop that byte"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.vocab: no ByteLevel token for byte ", b, " (\"", spelled,
+                         "\") and no unk_token: HF would drop that byte"));
       }
       byte_id_[b] = it == token_to_id_.end() ? unk_id_ : it->second;
     }
@@ -195,15 +196,45 @@ absl::Status HfTokenizer::Build(HfConfig c) {
                     Merge{static_cast<int32_t>(rank), iab->second});
   }
 
-  if (byte_level_) {
-    bool undone = false;
-    for (const HfDecoder& d : decoders_) undone |= d.kind == HfDecoder::Kind::kByteLevel;
-    if (!undone) {
-      return absl::InvalidArgumentError(
-          "decoder: has no ByteLevel step, so it cannot undo the ByteLevel pre-tokenizer");
+  GTP_RETURN_IF_ERROR(CheckDecoder(c.byte_fallback));
+  return BuildMatchers();
+}
+
+// The decoder must undo what the encoder does: map ByteLevel characters and
+// <0xNN> tokens back to bytes, and strip a leading space only where the
+// encoder put a prefix (Prepend, Metaspace).
+absl::Status HfTokenizer::CheckDecoder(bool byte_fallback) {
+  for (const HfNormalizer& n : normalizers_)
+    prefix_every_ |= n.kind == HfNormalizer::Kind::kPrepend;
+  for (const HfPreTokenizer& p : pre_tokenizers_) {
+    if (p.kind != HfPreTokenizer::Kind::kMetaspace) continue;
+    prefix_every_ |= p.prepend == PrependScheme::kAlways;
+    prefix_first_ |= p.prepend == PrependScheme::kFirst;
+  }
+  bool byte_level = false, bytes = false;
+  for (size_t i = 0; i < decoders_.size(); ++i) {
+    const HfDecoder& d = decoders_[i];
+    byte_level |= d.kind == HfDecoder::Kind::kByteLevel;
+    bytes |= d.kind == HfDecoder::Kind::kByteFallback;
+    const bool strips =
+        (d.kind == HfDecoder::Kind::kStrip && d.start > 0) ||
+        (d.kind == HfDecoder::Kind::kMetaspace && d.prepend != PrependScheme::kNever);
+    if (strips && !prefix_every_ && !prefix_first_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "decoder: its step ", i, " (", d.kind == HfDecoder::Kind::kStrip ? "Strip" : "Metaspace",
+          ") removes a leading space that no normalizer or pre-tokenizer adds"));
     }
   }
-  return BuildMatchers();
+  if (byte_level_ && !byte_level) {
+    return absl::InvalidArgumentError(
+        "decoder: has no ByteLevel step, so it cannot undo the ByteLevel pre-tokenizer");
+  }
+  if (byte_fallback && !bytes) {
+    return absl::InvalidArgumentError(
+        "decoder: has no ByteFallback step, so model.byte_fallback's <0xNN> tokens would decode "
+        "as their names");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HfTokenizer::BuildMatchers() {
@@ -225,9 +256,8 @@ absl::Status HfTokenizer::BuildMatchers() {
       m->by_first_byte[static_cast<uint8_t>(m->patterns[p][0])].push_back(static_cast<int>(p));
     }
     for (auto& list : m->by_first_byte) {
-      std::stable_sort(list.begin(), list.end(), [&](int x, int y) {
-        return m->patterns[x].size() > m->patterns[y].size();
-      });
+      std::stable_sort(list.begin(), list.end(),
+                       [&](int x, int y) { return m->patterns[x].size() > m->patterns[y].size(); });
     }
   }
   return absl::OkStatus();
@@ -453,7 +483,7 @@ absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const int32_t> ids) c
           absl::StrCat("token id ", id, " is not in the vocabulary (size ", vocab_size(), ")"));
     }
     if (id_kind_[id] == IdKind::kAdded) {
-      if (!run.empty()) out += DecodeRun(std::move(run), run_at_start);
+      if (!run.empty()) out += DecodeRun(std::move(run), StripsPrefix(run_at_start));
       run.clear();
       out += added_[id_added_[id]].content;
       run_at_start = false;
@@ -461,12 +491,13 @@ absl::StatusOr<std::string> HfTokenizer::Decode(absl::Span<const int32_t> ids) c
       run.push_back(id_token_[id]);
     }
   }
-  if (!run.empty()) out += DecodeRun(std::move(run), run_at_start);
+  if (!run.empty()) out += DecodeRun(std::move(run), StripsPrefix(run_at_start));
   return out;
 }
 
-// The decoder chain over one run of model tokens.
-std::string HfTokenizer::DecodeRun(std::vector<std::string> tokens, bool at_start) const {
+// The decoder chain over one run of model tokens; `strip_prefix` enables the
+// steps that remove the prefix Encode put on the run's segment.
+std::string HfTokenizer::DecodeRun(std::vector<std::string> tokens, bool strip_prefix) const {
   for (const HfDecoder& d : decoders_) {
     switch (d.kind) {
       case HfDecoder::Kind::kByteLevel: {
@@ -494,8 +525,7 @@ std::string HfTokenizer::DecodeRun(std::vector<std::string> tokens, bool at_star
         break;
       }
       case HfDecoder::Kind::kMetaspace: {
-        const bool strip = d.prepend == PrependScheme::kAlways ||
-                           (d.prepend == PrependScheme::kFirst && at_start);
+        const bool strip = strip_prefix && d.prepend != PrependScheme::kNever;
         for (size_t i = 0; i < tokens.size(); ++i) {
           tokens[i] = absl::StrReplaceAll(tokens[i], {{d.from, " "}});
           if (i == 0 && strip && absl::StartsWith(tokens[i], " ")) tokens[i].erase(0, 1);
@@ -528,17 +558,13 @@ std::string HfTokenizer::DecodeRun(std::vector<std::string> tokens, bool at_star
         tokens.assign(1, absl::StrJoin(tokens, ""));
         break;
       case HfDecoder::Kind::kStrip:
+        if (!strip_prefix) break;
         for (std::string& t : tokens) {
-          size_t begin = 0, end = t.size();
+          size_t begin = 0;
           for (int k = 0; k < d.start && absl::StartsWith(t.substr(begin), d.from); ++k) {
             begin += d.from.size();
           }
-          for (int k = 0; k < d.stop && end >= begin + d.from.size() &&
-                          t.compare(end - d.from.size(), d.from.size(), d.from) == 0;
-               ++k) {
-            end -= d.from.size();
-          }
-          t = t.substr(begin, end - begin);
+          t.erase(0, begin);
         }
         break;
       case HfDecoder::Kind::kReplace:
@@ -578,12 +604,12 @@ std::string HfTokenizer::Summary() const {
         break;
     }
   }
-  return absl::StrCat("BPE: ", token_to_id_.size(), " tokens, ", merges_.size(), " merges, ",
-                      added_.size(), " added tokens, vocab_size ", vocab_size(),
-                      ignore_merges_ ? ", ignore_merges" : "", unk_id_ >= 0 ? ", unk" : "",
-                      byte_fallback_id_[0] >= 0 ? ", byte_fallback" : "", "; normalizer: ",
-                      normalizers_.empty() ? "none" : absl::StrCat(normalizers_.size(), " steps"),
-                      "; pre-tokenizer: ", pre.empty() ? "none" : absl::StrJoin(pre, " + "));
+  return absl::StrCat(
+      "BPE: ", token_to_id_.size(), " tokens, ", merges_.size(), " merges, ", added_.size(),
+      " added tokens, vocab_size ", vocab_size(), ignore_merges_ ? ", ignore_merges" : "",
+      unk_id_ >= 0 ? ", unk" : "", byte_fallback_id_[0] >= 0 ? ", byte_fallback" : "",
+      "; normalizer: ", normalizers_.empty() ? "none" : absl::StrCat(normalizers_.size(), " steps"),
+      "; pre-tokenizer: ", pre.empty() ? "none" : absl::StrJoin(pre, " + "));
 }
 
 }  // namespace gtp::data

@@ -26,8 +26,12 @@
 //
 // Decode inverts Encode: added tokens give their content; each run of model
 // tokens between them goes through the decoder (ByteLevel, Metaspace,
-// ByteFallback, Fuse, Strip, Replace, Sequence) on its own, so a Strip or a
-// Metaspace prefix undoes the prefix Encode put on that segment. Bytes come
+// ByteFallback, Fuse, Strip, Replace, Sequence) on its own, and a Strip or a
+// Metaspace decoder removes a leading space only from a run whose segment
+// Encode prefixed (every segment under a Prepend normalizer or Metaspace
+// "always", the one at the start of the text under Metaspace "first"). HF's
+// decode runs the decoder over the whole sequence instead, so the two differ
+// only beside added tokens (HF gives "a</s> b" for Llama-2's "a</s>b"). Bytes come
 // back as they are (HF substitutes U+FFFD for invalid UTF-8). Decode(Encode(x))
 // == x for every byte string x under ByteLevel files; Metaspace and
 // Prepend/Replace files are lossy where the tokenizer itself is (a "▁" in the
@@ -91,8 +95,8 @@ class HfTokenizer {
   // Added tokens matched in one kind of text (raw or normalized).
   struct AddedMatcher {
     std::vector<std::string> patterns;
-    std::vector<int> added;                      // index into added_ per pattern
-    std::vector<std::vector<int>> by_first_byte; // pattern indices, longest first
+    std::vector<int> added;                       // index into added_ per pattern
+    std::vector<std::vector<int>> by_first_byte;  // pattern indices, longest first
   };
   struct Segment {
     absl::string_view text;
@@ -107,7 +111,12 @@ class HfTokenizer {
 
   HfTokenizer() = default;
   absl::Status Build(tokenizer_internal::HfConfig config);
+  absl::Status CheckDecoder(bool byte_fallback);
   absl::Status BuildMatchers();
+  // Whether the encoder prefixed the segment of a run (so Decode strips it).
+  bool StripsPrefix(bool run_at_start) const {
+    return prefix_every_ || (prefix_first_ && run_at_start);
+  }
 
   std::vector<Segment> SplitAdded(absl::string_view text, const AddedMatcher& m) const;
   std::string Normalize(absl::string_view text) const;
@@ -115,7 +124,7 @@ class HfTokenizer {
                      std::vector<int32_t>* out) const;
   void EncodePiece(absl::string_view piece, BpeCache* cache, std::vector<int32_t>* out) const;
   void MergePiece(absl::string_view piece, std::vector<int32_t>* out) const;
-  std::string DecodeRun(std::vector<std::string> tokens, bool at_start) const;
+  std::string DecodeRun(std::vector<std::string> tokens, bool strip_prefix) const;
 
   std::vector<tokenizer_internal::HfNormalizer> normalizers_;
   std::vector<tokenizer_internal::HfPreTokenizer> pre_tokenizers_;
@@ -123,17 +132,19 @@ class HfTokenizer {
   std::vector<tokenizer_internal::HfAddedToken> added_;
   AddedMatcher raw_added_, normalized_added_;
 
-  bool byte_level_ = false;  // the pre-tokenizer ends in ByteLevel
+  bool byte_level_ = false;    // the pre-tokenizer ends in ByteLevel
+  bool prefix_every_ = false;  // every segment gets a prefix (Prepend, Metaspace always)
+  bool prefix_first_ = false;  // the segment at the start does (Metaspace first)
   bool ignore_merges_ = false;
   bool fuse_unk_ = false;
   int32_t unk_id_ = -1;
-  int32_t byte_id_[256] = {};           // byte-level: the token of each byte
-  int32_t byte_fallback_id_[256] = {};  // byte_fallback: <0xNN>, or -1
+  int32_t byte_id_[256] = {};                              // byte-level: the token of each byte
+  int32_t byte_fallback_id_[256] = {};                     // byte_fallback: <0xNN>, or -1
   absl::flat_hash_map<std::string, int32_t> token_to_id_;  // the model's vocab
   absl::flat_hash_map<std::string, int32_t> added_to_id_;  // added contents
-  std::vector<std::string> id_token_;  // model token string per id
+  std::vector<std::string> id_token_;                      // model token string per id
   std::vector<IdKind> id_kind_;
-  std::vector<int32_t> id_added_;  // index into added_ per id, or -1
+  std::vector<int32_t> id_added_;                // index into added_ per id, or -1
   absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
 };
 

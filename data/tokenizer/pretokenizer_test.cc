@@ -123,3 +123,87 @@ TEST(Gpt2PreTokenize, PiecesConcatenateToTheInput) {
 
 }  // namespace
 }  // namespace gtp::data
+
+namespace gtp::data {
+namespace {
+
+Pieces SplitWith(SplitRegex regex, const std::string& text) {
+  Pieces out;
+  for (absl::string_view p : PreTokenize(regex, text)) out.emplace_back(p);
+  return out;
+}
+
+// Expected pieces derived by hand from the pattern's alternatives, in order:
+// contractions | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n]*
+// | \s*[\r\n]+ | \s+(?!\S) | \s+
+TEST(Llama3PreTokenize, WordsTakeOneNonLetterBeforeThem) {
+  const SplitRegex r = SplitRegex::kLlama3;
+  EXPECT_EQ(SplitWith(r, "Hello world"), (Pieces{"Hello", " world"}));
+  EXPECT_EQ(SplitWith(r, "(hello"), (Pieces{"(hello"}));        // GPT-2: "(" "hello"
+  EXPECT_EQ(SplitWith(r, "\thello"), (Pieces{"\thello"}));      // GPT-2: "\t" "hello"
+  EXPECT_EQ(SplitWith(r, "\nhello"), (Pieces{"\n", "hello"}));  // never CR or LF
+  EXPECT_EQ(SplitWith(r, "a  b"), (Pieces{"a", " ", " b"}));
+  EXPECT_EQ(SplitWith(r, "über 中文字"), (Pieces{"über", " 中文字"}));
+  // A combining mark is not a letter: it ends the run and starts its own.
+  EXPECT_EQ(SplitWith(r, "e\xCC\x81t"), (Pieces{"e", "\xCC\x81t"}));
+  EXPECT_EQ(SplitWith(r, ""), Pieces{});
+}
+
+TEST(Llama3PreTokenize, ContractionsIgnoreCase) {
+  const SplitRegex r = SplitRegex::kLlama3;
+  EXPECT_EQ(SplitWith(r, "IT'S they'RE"), (Pieces{"IT", "'S", " they", "'RE"}));
+  EXPECT_EQ(SplitWith(r, "'sup"), (Pieces{"'s", "up"}));
+  EXPECT_EQ(SplitWith(r, "we'Ll"), (Pieces{"we", "'Ll"}));
+  // U+017F (ſ) case-folds to s.
+  EXPECT_EQ(SplitWith(r, "'\xC5\xBF"), (Pieces{"'\xC5\xBF"}));
+  // "!'" is a run of other characters; then "s".
+  EXPECT_EQ(SplitWith(r, "!'s"), (Pieces{"!'", "s"}));
+}
+
+TEST(Llama3PreTokenize, DigitsInThreesQwen2InOnes) {
+  EXPECT_EQ(SplitWith(SplitRegex::kLlama3, "12345"), (Pieces{"123", "45"}));
+  EXPECT_EQ(SplitWith(SplitRegex::kLlama3, "1234567"), (Pieces{"123", "456", "7"}));
+  // \p{N} takes no space before it: " " "123" (GPT-2: " 123").
+  EXPECT_EQ(SplitWith(SplitRegex::kLlama3, "a 123"), (Pieces{"a", " ", "123"}));
+  EXPECT_EQ(SplitWith(SplitRegex::kLlama3, "\xD9\xA1\xD9\xA2\xD9\xA3\xD9\xA4"),  // ١٢٣٤
+            (Pieces{"\xD9\xA1\xD9\xA2\xD9\xA3", "\xD9\xA4"}));
+  EXPECT_EQ(SplitWith(SplitRegex::kQwen2, "12345"), (Pieces{"1", "2", "3", "4", "5"}));
+  EXPECT_EQ(SplitWith(SplitRegex::kQwen2, "x1y"), (Pieces{"x", "1", "y"}));
+}
+
+TEST(Llama3PreTokenize, PunctuationKeepsItsNewlines) {
+  const SplitRegex r = SplitRegex::kLlama3;
+  EXPECT_EQ(SplitWith(r, "wow!!! ok"), (Pieces{"wow", "!!!", " ok"}));
+  EXPECT_EQ(SplitWith(r, "!!\n\nx"), (Pieces{"!!\n\n", "x"}));
+  EXPECT_EQ(SplitWith(r, "a {\r\n}"), (Pieces{"a", " {\r\n", "}"}));
+  EXPECT_EQ(SplitWith(r, "\xFF\xFE"), (Pieces{"\xFF\xFE"}));  // invalid bytes are "other"
+}
+
+TEST(Llama3PreTokenize, WhitespaceUpToItsLastNewline) {
+  const SplitRegex r = SplitRegex::kLlama3;
+  // `\s*[\r\n]+` takes " \n\n" (up to the last newline), then " y".
+  EXPECT_EQ(SplitWith(r, "x \n\n y"), (Pieces{"x", " \n\n", " y"}));
+  EXPECT_EQ(SplitWith(r, "x\n  \n"), (Pieces{"x", "\n  \n"}));
+  EXPECT_EQ(SplitWith(r, "a   "), (Pieces{"a", "   "}));
+  EXPECT_EQ(SplitWith(r, "a   b"), (Pieces{"a", "  ", " b"}));
+  EXPECT_EQ(SplitWith(r, "a \t!"), (Pieces{"a", " ", "\t", "!"}));
+}
+
+TEST(PreTokenize, Gpt2PatternIsGpt2PreTokenize) {
+  const std::string text = "He's  12 (x) \n\n ok!";
+  Pieces gpt2;
+  for (absl::string_view p : Gpt2PreTokenize(text)) gpt2.emplace_back(p);
+  EXPECT_EQ(SplitWith(SplitRegex::kGpt2, text), gpt2);
+}
+
+TEST(PreTokenize, PatternsAreTheTokenizerJsonStrings) {
+  // Qwen2's differs from Llama-3's only in the digit group.
+  std::string llama3(SplitRegexPattern(SplitRegex::kLlama3));
+  llama3.replace(llama3.find("\\p{N}{1,3}"), 10, "\\p{N}");
+  EXPECT_EQ(llama3, SplitRegexPattern(SplitRegex::kQwen2));
+  EXPECT_EQ(SplitRegexPattern(SplitRegex::kGpt2),
+            "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+");
+}
+
+}  // namespace
+}  // namespace gtp::data

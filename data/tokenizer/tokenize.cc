@@ -73,8 +73,8 @@ int main(int argc, char** argv) {
   gtp::ParseCommandLine(argc, argv);
   const bool bpe = !absl::GetFlag(FLAGS_vocab).empty() || !absl::GetFlag(FLAGS_merges).empty();
   const bool hf = !absl::GetFlag(FLAGS_tokenizer_json).empty();
-  if (bpe == hf || (bpe && (absl::GetFlag(FLAGS_vocab).empty() ||
-                            absl::GetFlag(FLAGS_merges).empty())) ||
+  if (bpe == hf ||
+      (bpe && (absl::GetFlag(FLAGS_vocab).empty() || absl::GetFlag(FLAGS_merges).empty())) ||
       (absl::GetFlag(FLAGS_decode) && !hf)) {
     std::fprintf(stderr,
                  "tokenize: need --vocab and --merges, or --tokenizer_json instead of both; "

@@ -127,10 +127,11 @@ std::string Index(const std::string& path, size_t i) { return absl::StrCat(path,
 
 // One character (Metaspace's replacement, Strip's content).
 absl::Status OneChar(const std::string& path, const std::string& s) {
-  size_t len = s.empty() ? 0 : (static_cast<unsigned char>(s[0]) < 0x80   ? 1
-                                : static_cast<unsigned char>(s[0]) < 0xE0 ? 2
-                                : static_cast<unsigned char>(s[0]) < 0xF0 ? 3
-                                                                           : 4);
+  size_t len = s.empty() ? 0
+                         : (static_cast<unsigned char>(s[0]) < 0x80   ? 1
+                            : static_cast<unsigned char>(s[0]) < 0xE0 ? 2
+                            : static_cast<unsigned char>(s[0]) < 0xF0 ? 3
+                                                                      : 4);
   if (s.empty() || s.size() != len) {
     JsonValue v;
     v.type = Type::kString;
@@ -262,8 +263,8 @@ absl::Status ReadPreTokenizer(const JsonValue& v, const std::string& path,
     GTP_ASSIGN_OR_RETURN(p.use_regex, o.Bool("use_regex", true));
     GTP_RETURN_IF_ERROR(o.Bool("trim_offsets", true).status());  // offsets only
   } else {
-    GTP_RETURN_IF_ERROR(o.Check(
-        {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
+    GTP_RETURN_IF_ERROR(
+        o.Check({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
     p.kind = HfPreTokenizer::Kind::kMetaspace;
     GTP_ASSIGN_OR_RETURN(p.replacement, MetaspaceReplacement(o));
     GTP_ASSIGN_OR_RETURN(p.prepend, ReadPrependScheme(o));
@@ -296,8 +297,8 @@ absl::Status ReadDecoder(const JsonValue& v, const std::string& path, std::vecto
     GTP_RETURN_IF_ERROR(o.Check({"type", "add_prefix_space", "trim_offsets", "use_regex"}));
     d.kind = HfDecoder::Kind::kByteLevel;
   } else if (type == "Metaspace") {
-    GTP_RETURN_IF_ERROR(o.Check(
-        {"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
+    GTP_RETURN_IF_ERROR(
+        o.Check({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
     d.kind = HfDecoder::Kind::kMetaspace;
     GTP_ASSIGN_OR_RETURN(d.from, MetaspaceReplacement(o));
     GTP_ASSIGN_OR_RETURN(d.prepend, ReadPrependScheme(o));
@@ -312,8 +313,11 @@ absl::Status ReadDecoder(const JsonValue& v, const std::string& path, std::vecto
     GTP_RETURN_IF_ERROR(OneChar(o.Path("content"), d.from));
     GTP_ASSIGN_OR_RETURN(int64_t start, o.Int("start", 0, 1 << 20));
     GTP_ASSIGN_OR_RETURN(int64_t stop, o.Int("stop", 0, 1 << 20));
+    if (stop != 0) {
+      return Refuse(o.Path("stop"), o.Get("stop"),
+                    "is not supported (only 0: no encoder step adds a suffix to strip)");
+    }
     d.start = static_cast<int>(start);
-    d.stop = static_cast<int>(stop);
   } else {
     GTP_RETURN_IF_ERROR(o.Check({"type", "pattern", "content"}));
     d.kind = HfDecoder::Kind::kReplace;
@@ -327,9 +331,9 @@ absl::Status ReadDecoder(const JsonValue& v, const std::string& path, std::vecto
 absl::Status ReadModel(const JsonValue& v, HfConfig* c) {
   Obj o(v, "model");
   GTP_ASSIGN_OR_RETURN(std::string type, o.TypeOf({"BPE"}));
-  GTP_RETURN_IF_ERROR(o.Check({"type", "dropout", "unk_token", "continuing_subword_prefix",
-                               "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges",
-                               "vocab", "merges"}));
+  GTP_RETURN_IF_ERROR(
+      o.Check({"type", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix",
+               "fuse_unk", "byte_fallback", "ignore_merges", "vocab", "merges"}));
   const JsonValue& dropout = o.Get("dropout");
   if (!dropout.is_null() && !(dropout.type == Type::kNumber && dropout.number == 0)) {
     return Refuse(o.Path("dropout"), dropout,
@@ -370,8 +374,8 @@ absl::Status ReadModel(const JsonValue& v, HfConfig* c) {
         return Refuse(Index("model.merges", i), m, "is not \"a b\"");
       }
       c->merges.emplace_back(m.string.substr(0, sp), m.string.substr(sp + 1));
-    } else if (m.type == Type::kArray && m.items.size() == 2 &&
-               m.items[0].type == Type::kString && m.items[1].type == Type::kString) {
+    } else if (m.type == Type::kArray && m.items.size() == 2 && m.items[0].type == Type::kString &&
+               m.items[1].type == Type::kString) {
       c->merges.emplace_back(m.items[0].string, m.items[1].string);
     } else {
       return Refuse(Index("model.merges", i), m, "is not \"a b\" or [\"a\", \"b\"]");
@@ -398,8 +402,7 @@ absl::Status ReadAddedTokens(const JsonValue& v, HfConfig* c) {
     GTP_ASSIGN_OR_RETURN(t.rstrip, o.Bool("rstrip", false));
     GTP_ASSIGN_OR_RETURN(bool single_word, o.Bool("single_word", false));
     if (single_word) {
-      return Refuse(o.Path("single_word"), o.Get("single_word"),
-                    "is not supported (only false)");
+      return Refuse(o.Path("single_word"), o.Get("single_word"), "is not supported (only false)");
     }
     c->added_tokens.push_back(std::move(t));
   }
@@ -461,7 +464,8 @@ absl::StatusOr<HfConfig> ParseHfConfig(absl::string_view json) {
   GTP_RETURN_IF_ERROR(ReadModel(top.Get("model"), &c));
   GTP_RETURN_IF_ERROR(ReadAddedTokens(top.Get("added_tokens"), &c));
   GTP_RETURN_IF_ERROR(ReadNormalizer(top.Get("normalizer"), "normalizer", &c.normalizers));
-  GTP_RETURN_IF_ERROR(ReadPreTokenizer(top.Get("pre_tokenizer"), "pre_tokenizer", &c.pre_tokenizers));
+  GTP_RETURN_IF_ERROR(
+      ReadPreTokenizer(top.Get("pre_tokenizer"), "pre_tokenizer", &c.pre_tokenizers));
   GTP_RETURN_IF_ERROR(CheckPreTokenizerShape(c.pre_tokenizers));
   GTP_RETURN_IF_ERROR(ReadDecoder(top.Get("decoder"), "decoder", &c.decoders));
   return c;

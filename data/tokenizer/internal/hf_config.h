@@ -56,16 +56,15 @@ struct HfDecoder {
   Kind kind;
   std::string from;  // Replace: pattern; Metaspace: replacement; Strip: content
   std::string to;    // Replace: content
-  int start = 0;     // Strip
-  int stop = 0;      // Strip
+  int start = 0;     // Strip: how many leading `from` to remove (stop must be 0)
   PrependScheme prepend = PrependScheme::kAlways;  // Metaspace
 };
 
 struct HfConfig {
   std::vector<HfAddedToken> added_tokens;
-  std::vector<HfNormalizer> normalizers;        // applied in order
-  std::vector<HfPreTokenizer> pre_tokenizers;   // applied in order
-  std::vector<HfDecoder> decoders;              // applied in order
+  std::vector<HfNormalizer> normalizers;       // applied in order
+  std::vector<HfPreTokenizer> pre_tokenizers;  // applied in order
+  std::vector<HfDecoder> decoders;             // applied in order
   // model (type BPE)
   std::vector<std::pair<std::string, int32_t>> vocab;
   std::vector<std::pair<std::string, std::string>> merges;  // rank = index

@@ -42,9 +42,8 @@ constexpr uint32_t kInvalid = 0x200000;
 
 uint8_t CombiningClass(uint32_t cp) {
   if (cp < 0x300 || cp >= kInvalid) return 0;
-  const CccRange* it =
-      std::lower_bound(std::begin(kCombiningClass), std::end(kCombiningClass), cp,
-                       [](const CccRange& r, uint32_t v) { return r.hi < v; });
+  const CccRange* it = std::lower_bound(std::begin(kCombiningClass), std::end(kCombiningClass), cp,
+                                        [](const CccRange& r, uint32_t v) { return r.hi < v; });
   return it != std::end(kCombiningClass) && it->lo <= cp ? it->ccc : 0;
 }
 
@@ -122,9 +121,8 @@ std::string Nfc(absl::string_view text) {
     }
     size_t j = i;
     while (j < d.size() && CombiningClass(d[j]) != 0) ++j;
-    std::stable_sort(d.begin() + i, d.begin() + j, [](uint32_t a, uint32_t b) {
-      return CombiningClass(a) < CombiningClass(b);
-    });
+    std::stable_sort(d.begin() + i, d.begin() + j,
+                     [](uint32_t a, uint32_t b) { return CombiningClass(a) < CombiningClass(b); });
     i = j;
   }
   // 3. Canonical composition (UAX #15's sample algorithm): a character
