@@ -150,13 +150,49 @@ std::string BpeVocab::MergesTxt() const {
   return out;
 }
 
+std::string BpeVocab::TokenizerJson() const {
+  const int32_t first_special = vocab_size() - num_special;
+  std::string added;
+  for (int32_t id = first_special; id < vocab_size(); ++id) {
+    absl::StrAppend(&added, id > first_special ? "," : "", "\n  {\"id\":", id, ",\"content\":");
+    AppendJsonString(token_bytes[id], &added);
+    added +=
+        ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+        "\"normalized\":false,\"special\":true}";
+  }
+  std::string merge_list;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    merge_list += i > 0 ? ",[" : "[";
+    AppendJsonString(Gpt2SpellBytes(merges[i].first), &merge_list);
+    merge_list.push_back(',');
+    AppendJsonString(Gpt2SpellBytes(merges[i].second), &merge_list);
+    merge_list.push_back(']');
+  }
+  return absl::StrCat(
+      "{\n \"version\": \"1.0\",\n \"truncation\": null,\n \"padding\": null,\n"
+      " \"added_tokens\": [",
+      added,
+      "],\n \"normalizer\": null,\n"
+      " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+      "\"trim_offsets\": true, \"use_regex\": true},\n"
+      " \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+      "\"trim_offsets\": false, \"use_regex\": true},\n"
+      " \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+      "\"trim_offsets\": true, \"use_regex\": true},\n"
+      " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, "
+      "\"continuing_subword_prefix\": \"\", \"end_of_word_suffix\": \"\", \"fuse_unk\": false, "
+      "\"byte_fallback\": false, \"ignore_merges\": false,\n  \"vocab\": ",
+      VocabJson(), ",\n  \"merges\": [", merge_list, "]}\n}\n");
+}
+
 absl::Status BpeVocab::Write(const std::string& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
     return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   if (absl::Status s = WriteFile(dir + "/vocab.json", VocabJson()); !s.ok()) return s;
-  return WriteFile(dir + "/merges.txt", MergesTxt());
+  if (absl::Status s = WriteFile(dir + "/merges.txt", MergesTxt()); !s.ok()) return s;
+  return WriteFile(dir + "/tokenizer.json", TokenizerJson());
 }
 
 absl::StatusOr<BpeVocab> TrainBpe(const BpeWordCounts& words, const BpeTrainerOptions& options) {

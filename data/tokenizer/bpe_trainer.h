@@ -30,7 +30,7 @@
 //   BpeTrainerOptions o;
 //   o.vocab_size = 8192;
 //   GTP_ASSIGN_OR_RETURN(BpeVocab v, TrainBpe(words, o));
-//   GTP_RETURN_IF_ERROR(v.Write("/data/my_bpe"));  // vocab.json, merges.txt
+//   GTP_RETURN_IF_ERROR(v.Write("/data/my_bpe"));  // vocab.json, merges.txt, tokenizer.json
 //
 // TrainBpe returns InvalidArgumentError for a vocab_size below 256 + the
 // special tokens, or a special token that is empty, repeated or spelled like
@@ -98,7 +98,13 @@ struct BpeVocab {
   std::string VocabJson() const;
   // "#version: 0.2" then one "left right" line per merge, rank order.
   std::string MergesTxt() const;
-  // Writes dir/vocab.json and dir/merges.txt (creating dir). Blocks on I/O.
+  // The same vocabulary as a Hugging Face tokenizer.json, GPT-2's pipeline
+  // (ByteLevel pre-tokenizer with GPT-2's regex, no prefix space; ByteLevel
+  // decoder; the special tokens as special added tokens), loadable by
+  // HfTokenizer and by HF `tokenizers` with the ids of vocab.json + merges.txt.
+  std::string TokenizerJson() const;
+  // Writes dir/vocab.json, dir/merges.txt and dir/tokenizer.json (creating
+  // dir). Blocks on I/O.
   absl::Status Write(const std::string& dir) const;
 };
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/corpus.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
+#include "data/tokenizer/hf_tokenizer.h"
 #include "gtest/gtest.h"
 
 namespace gtp::data {
@@ -178,6 +179,14 @@ TEST(TrainBpe, WritesFilesThatLoad) {
   absl::StatusOr<Gpt2Tokenizer> t = Gpt2Tokenizer::Load(dir + "/vocab.json", dir + "/merges.txt");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->vocab_size(), 400);
+  // tokenizer.json: the same ids through HfTokenizer, <|endoftext|> special.
+  absl::StatusOr<HfTokenizer> hf = HfTokenizer::Load(dir + "/tokenizer.json");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->vocab_size(), 400);
+  EXPECT_EQ(hf->SpecialTokenId("<|endoftext|>"), 399);
+  const std::string text(CorpusPrefix(16 << 10));
+  EXPECT_EQ(hf->Encode(text), t->Encode(text));
+  EXPECT_EQ(hf->Encode("a<|endoftext|>"), (std::vector<int32_t>{64, 399}));
   EXPECT_FALSE(v.Write("/proc/no/such/dir").ok());
 }
 

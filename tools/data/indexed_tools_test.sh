@@ -6,6 +6,7 @@ make_indexed="$1"
 inspect="$2"
 vocab="$3"
 merges="$4"
+tokenizer_json="$5"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -53,6 +54,27 @@ echo "$out"
 grep -q "documents  2" <<<"$out" || fail "jsonl documents"
 grep -q 'doc 0 (3 tokens): \[64 220 280\]' <<<"$out" || fail "jsonl doc 0"
 grep -q 'doc 1 (1 tokens): \[271\]' <<<"$out" || fail "jsonl doc 1"
+
+# A tokenizer.json (data/tokenizer/testdata/hf_json/llama3_style.json: Llama-3's
+# pre-tokenizer): "hello" 266, " world" 267, "\n" 198, <|end_of_text|> 270.
+"$make_indexed" --output="$tmp/hf" --tokenizer_json="$tokenizer_json" --documents=line \
+  --append_eod --eod_token='<|end_of_text|>' "$tmp/hfin.txt" 2>/dev/null && fail "no input file"
+printf 'hello world\nhello\n' > "$tmp/hfin.txt"
+"$make_indexed" --output="$tmp/hf" --tokenizer_json="$tokenizer_json" --documents=line \
+  --append_eod --eod_token='<|end_of_text|>' "$tmp/hfin.txt" || fail "make_indexed tokenizer_json"
+out=$("$inspect" "$tmp/hf") || fail "inspect tokenizer_json"
+echo "$out"
+grep -q 'doc 0 (4 tokens): \[266 267 198 270\]' <<<"$out" || fail "tokenizer_json doc 0"
+grep -q 'doc 1 (3 tokens): \[266 198 270\]' <<<"$out" || fail "tokenizer_json doc 1"
+# Its end-of-document token is not <|endoftext|>: refused, naming --eod_token.
+"$make_indexed" --output="$tmp/hf2" --tokenizer_json="$tokenizer_json" --append_eod \
+  "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "<|endoftext|> is not one of its special added tokens; name the end-of-document token with --eod_token" "$tmp/err" \
+  || fail "missing eod: exit $rc, $(cat "$tmp/err")"
+"$make_indexed" --output="$tmp/hf3" --tokenizer_json="$tokenizer_json" --vocab="$vocab" \
+  --merges="$merges" "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "instead of --vocab/--merges" "$tmp/err" || fail "both tokenizers: exit $rc"
+[ ! -e "$tmp/hf2.bin" ] && [ ! -e "$tmp/hf3.bin" ] || fail "a refused run wrote output"
 
 printf '{"title": "x"}\n' > "$tmp/nokey.jsonl"
 "$make_indexed" --output="$tmp/y" --vocab="$vocab" --merges="$merges" --json_key=text \

@@ -1,19 +1,25 @@
 // tools/data/make_indexed: writes a Megatron-LM indexed dataset (.bin/.idx)
 // from text files, JSONL files or the embedded corpus: byte-level tokens
-// (vocabulary 256) by default, GPT-2 BPE ids with --vocab/--merges. The pair
-// loads in gtp (data/indexed_dataset.h) and in Megatron-LM.
+// (vocabulary 256) by default, GPT-2 BPE ids with --vocab/--merges, or the ids
+// of a Hugging Face tokenizer.json (Llama-3, Qwen2, GPT-2, ...) with
+// --tokenizer_json. The pair loads in gtp (data/indexed_dataset.h) and in
+// Megatron-LM.
 //
 //   bazel run //tools/data:make_indexed -- --output=/tmp/notes --documents=paragraph a.txt b.txt
 //   bazel run //tools/data:make_indexed -- --output=/tmp/corpus_val --corpus=validation
 //   bazel run //tools/data:make_indexed -- --output=/tmp/owt --json_key=text --append_eod
 //       --vocab=gpt2/vocab.json --merges=gpt2/merges.txt owt.jsonl
+//   bazel run //tools/data:make_indexed -- --output=/tmp/owt_llama3 --json_key=text --append_eod
+//       --tokenizer_json=llama3/tokenizer.json --eod_token='<|end_of_text|>' owt.jsonl
 //
 // --documents: "file" (each file is one document), "line" (each non-empty
 // line, with its newline), "paragraph" (text between empty lines, keeping one
 // trailing empty line). --json_key=K reads JSONL instead: each non-empty line
 // is an object whose string field K is one document (like Megatron's
-// preprocess_data.py). --dtype defaults to u8 for bytes and to Megatron's
-// choice (u16 below 65500 ids, else i32) for BPE. A progress line (documents,
+// preprocess_data.py). --append_eod ends each document with --eod_token
+// (a special token of the tokenizer.json, or a vocab.json entry). --dtype
+// defaults to u8 for bytes and to Megatron's choice (u16 below 65500 ids,
+// else i32) for BPE. A progress line (documents,
 // documents/s) goes to stderr every second. Exit status: 0 written, 1 I/O or
 // data error (one line on stderr naming the file), 2 bad flags.
 #include <chrono>
@@ -36,6 +42,7 @@
 #include "data/corpus.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
+#include "data/tokenizer/hf_tokenizer.h"
 #include "data/tokenizer/internal/json.h"
 #include "tools/data/input_file.h"
 
@@ -48,9 +55,13 @@ ABSL_FLAG(std::string, corpus, "",
           "instead of files: the embedded corpus split (all, train, validation)");
 ABSL_FLAG(std::string, vocab, "", "GPT-2 BPE vocab.json (with --merges): write BPE ids, not bytes");
 ABSL_FLAG(std::string, merges, "", "GPT-2 BPE merges.txt (with --vocab)");
+ABSL_FLAG(std::string, tokenizer_json, "",
+          "a Hugging Face tokenizer.json (instead of --vocab/--merges): write its ids");
 ABSL_FLAG(std::string, json_key, "",
           "read JSONL: one object per line, this string field is the document");
-ABSL_FLAG(bool, append_eod, false, "append <|endoftext|> to every document (BPE only)");
+ABSL_FLAG(bool, append_eod, false, "append --eod_token to every document (BPE only)");
+ABSL_FLAG(std::string, eod_token, "<|endoftext|>",
+          "the end-of-document token --append_eod appends (Llama-3: <|end_of_text|>)");
 
 namespace gtp::tools {
 namespace {
@@ -103,20 +114,40 @@ class Progress {
 absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint64_t* num_tokens,
                  std::string* dtype_name, double* seconds) {
   const std::string output = absl::GetFlag(FLAGS_output);
-  std::optional<data::Gpt2Tokenizer> tok;
+  const std::string eod_name = absl::GetFlag(FLAGS_eod_token);
+  std::optional<data::Gpt2Tokenizer> gpt2;
+  std::optional<data::HfTokenizer> hf;
   std::optional<int32_t> eod;
+  int32_t vocab_size = 0;
   if (!absl::GetFlag(FLAGS_vocab).empty()) {
     GTP_ASSIGN_OR_RETURN(
-        tok, data::Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_vocab), absl::GetFlag(FLAGS_merges)));
+        gpt2, data::Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_vocab), absl::GetFlag(FLAGS_merges)));
+    vocab_size = gpt2->vocab_size();
     if (absl::GetFlag(FLAGS_append_eod)) {
-      eod = tok->TokenId("<|endoftext|>");
+      eod = gpt2->TokenId(eod_name);
       if (!eod) {
         return absl::InvalidArgumentError(
-            absl::StrCat(absl::GetFlag(FLAGS_vocab), ": no <|endoftext|> token for --append_eod"));
+            absl::StrCat(absl::GetFlag(FLAGS_vocab), ": no ", eod_name, " token for --append_eod"));
+      }
+    }
+  } else if (!absl::GetFlag(FLAGS_tokenizer_json).empty()) {
+    const std::string& path = absl::GetFlag(FLAGS_tokenizer_json);
+    GTP_ASSIGN_OR_RETURN(hf, data::HfTokenizer::Load(path));
+    std::fprintf(stderr, "make_indexed: %s: %s\n", path.c_str(), hf->Summary().c_str());
+    vocab_size = hf->vocab_size();
+    if (absl::GetFlag(FLAGS_append_eod)) {
+      eod = hf->SpecialTokenId(eod_name);
+      if (!eod) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": ", eod_name,
+                         " is not one of its special added tokens; name the "
+                         "end-of-document token with --eod_token (Llama-3: <|end_of_text|>, Qwen2: "
+                         "<|endoftext|>)"));
       }
     }
   }
-  data::IndexDType dtype = tok ? data::OptimalIndexDType(tok->vocab_size()) : data::IndexDType::kU8;
+  const bool bpe = gpt2 || hf;
+  data::IndexDType dtype = bpe ? data::OptimalIndexDType(vocab_size) : data::IndexDType::kU8;
   if (!absl::GetFlag(FLAGS_dtype).empty()) {
     GTP_ASSIGN_OR_RETURN(dtype, data::ParseIndexDType(absl::GetFlag(FLAGS_dtype)));
   }
@@ -126,9 +157,13 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
   std::vector<int32_t> ids;
   Progress progress;
   auto add = [&](absl::string_view doc) -> absl::Status {
-    if (tok) {
+    if (bpe) {
       ids.clear();
-      tok->EncodeAppend(doc, &cache, &ids);
+      if (gpt2) {
+        gpt2->EncodeAppend(doc, &cache, &ids);
+      } else {
+        hf->EncodeAppend(doc, &cache, &ids);
+      }
       if (eod) ids.push_back(*eod);
     } else {
       ids = Bytes(doc);
@@ -183,23 +218,35 @@ int main(int argc, char** argv) {
       "  make_indexed --output=PREFIX [--documents=file|line|paragraph] [--dtype=u8] FILE...\n"
       "  make_indexed --output=PREFIX --corpus=all|train|validation\n"
       "  make_indexed --output=PREFIX --vocab=vocab.json --merges=merges.txt [--json_key=text]\n"
-      "               [--append_eod] [--documents=line] FILE...");
+      "               [--append_eod] [--documents=line] FILE...\n"
+      "  make_indexed --output=PREFIX --tokenizer_json=tokenizer.json [--json_key=text]\n"
+      "               [--append_eod --eod_token=TOKEN] [--documents=line] FILE...");
   std::vector<char*> args = gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
-  for (auto* f : {&FLAGS_output, &FLAGS_vocab, &FLAGS_merges}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
+  for (auto* f : {&FLAGS_output, &FLAGS_vocab, &FLAGS_merges, &FLAGS_tokenizer_json}) {
+    absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
+  }
   std::vector<std::string> files;
   for (auto it = args.begin() + 1; it != args.end(); ++it) files.push_back(gtp::UserPath(*it));
   const std::string mode = absl::GetFlag(FLAGS_documents);
   const bool corpus = !absl::GetFlag(FLAGS_corpus).empty();
   const bool bpe = !absl::GetFlag(FLAGS_vocab).empty();
+  const bool hf = !absl::GetFlag(FLAGS_tokenizer_json).empty();
   if (absl::GetFlag(FLAGS_output).empty() || (corpus == !files.empty()) ||
       (mode != "file" && mode != "line" && mode != "paragraph") ||
-      bpe != !absl::GetFlag(FLAGS_merges).empty() || (absl::GetFlag(FLAGS_append_eod) && !bpe) ||
+      bpe != !absl::GetFlag(FLAGS_merges).empty() ||
+      (absl::GetFlag(FLAGS_append_eod) && !bpe && !hf) ||
       (corpus && !absl::GetFlag(FLAGS_json_key).empty())) {
     std::fprintf(stderr,
                  "make_indexed: need --output and either input files or --corpus; "
                  "--documents is file, line or paragraph; --vocab and --merges go together; "
-                 "--append_eod needs them; --json_key needs files (see --help)\n");
+                 "--append_eod needs them or --tokenizer_json; --json_key needs files "
+                 "(see --help)\n");
+    return 2;
+  }
+  if (hf && (bpe || !absl::GetFlag(FLAGS_merges).empty())) {
+    std::fprintf(stderr,
+                 "make_indexed: --tokenizer_json is instead of --vocab/--merges, not with them\n");
     return 2;
   }
   {

@@ -1,6 +1,7 @@
 // tools/data/train_bpe: trains a GPT-2-style byte-level BPE on text, JSONL or
 // the embedded corpus and writes vocab.json + merges.txt (the files
-// Gpt2Tokenizer, make_indexed, `tokenize` and HF `tokenizers` load).
+// Gpt2Tokenizer, make_indexed, `tokenize` and HF `tokenizers` load) and the
+// same vocabulary as tokenizer.json (HfTokenizer, --tokenizer_json, HF).
 //
 //   bazel run //tools/data:train_bpe -- --input=$PWD/a.txt,$PWD/b.txt --vocab_size=8192
 //       --out_dir=/tmp/bpe
@@ -45,7 +46,8 @@ ABSL_FLAG(std::string, corpus, "",
           "instead of --input: the embedded corpus split (all, train, validation)");
 ABSL_FLAG(int32_t, vocab_size, 0,
           "tokens in all: 256 bytes + merges + <|endoftext|> (required, >= 257)");
-ABSL_FLAG(std::string, out_dir, "", "writes OUT_DIR/vocab.json and OUT_DIR/merges.txt (required)");
+ABSL_FLAG(std::string, out_dir, "",
+          "writes OUT_DIR/vocab.json, merges.txt and tokenizer.json (required)");
 
 namespace gtp::tools {
 namespace {
@@ -118,9 +120,9 @@ absl::Status Run() {
   const std::string dir = absl::GetFlag(FLAGS_out_dir);
   GTP_RETURN_IF_ERROR(v.Write(dir));
   std::printf(
-      "wrote %s/vocab.json and %s/merges.txt: %d tokens (256 bytes, %d merged, %d special), "
-      "%zu merges%s in %.2f s (%.0f merges/s; %.1f MB/s counting %lld bytes)\n",
-      dir.c_str(), dir.c_str(), v.vocab_size(), v.vocab_size() - 256 - v.num_special, v.num_special,
+      "wrote %s/vocab.json, merges.txt and tokenizer.json: %d tokens (256 bytes, %d merged, %d "
+      "special), %zu merges%s in %.2f s (%.0f merges/s; %.1f MB/s counting %lld bytes)\n",
+      dir.c_str(), v.vocab_size(), v.vocab_size() - 256 - v.num_special, v.num_special,
       v.merges.size(), static_cast<int64_t>(v.merges.size()) < max_merges ? " (no pair left)" : "",
       merge_s, v.merges.size() / merge_s, words.num_bytes() / count_s / 1e6,
       static_cast<long long>(words.num_bytes()));
