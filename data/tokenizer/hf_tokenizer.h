@@ -1,6 +1,6 @@
 // data/tokenizer/hf_tokenizer.h — Hugging Face `tokenizer.json` BPE
-// tokenizers (Llama-3, Qwen2 without NFC, GPT-2, Llama-2-style files): encode
-// text to the ids HF gives, decode ids back to the text.
+// tokenizers (Llama-3, Qwen2/Qwen3, GPT-2, Llama-2 and Mistral-style files):
+// encode text to the ids HF gives, decode ids back to the text.
 //
 //   GTP_ASSIGN_OR_RETURN(HfTokenizer tok, HfTokenizer::Load("llama3/tokenizer.json"));
 //   BpeCache cache;                                        // one per thread
@@ -13,16 +13,17 @@
 //     first, leftmost-longest: those with normalized=false in the raw text,
 //     then those with normalized=true in each normalized remaining segment;
 //     lstrip/rstrip make a match take the whitespace beside it;
-//  2. each remaining segment goes through the normalizer (Prepend, Replace),
-//     the pre-tokenizer (Split with GPT-2's, Llama-3's or Qwen2's regex,
-//     ByteLevel, Metaspace) and the BPE model (merges by rank; ignore_merges,
-//     byte_fallback, unk_token, fuse_unk);
+//  2. each remaining segment goes through the normalizer (NFC, Prepend,
+//     Replace), the pre-tokenizer (Split with GPT-2's, Llama-3's or Qwen2's
+//     regex, ByteLevel, Metaspace) and the BPE model (merges by rank;
+//     ignore_merges, byte_fallback, unk_token, fuse_unk);
 //  3. the post-processor is not applied: BOS/EOS are the caller's to add.
 // Everything else a tokenizer.json can say is refused by Load with an error
 // naming the field and its value (internal/hf_config.h), so a file is either
-// encoded as HF encodes it or not loaded: NFC and other Unicode normalizers,
-// other models (WordPiece, Unigram), other Split regexes, single_word added
-// tokens, BPE dropout, subword prefixes/suffixes, truncation and padding.
+// encoded as HF encodes it or not loaded: other Unicode normalizers (NFKC,
+// NFD, ...), other models (WordPiece, Unigram), other Split regexes,
+// single_word added tokens, BPE dropout, subword prefixes/suffixes,
+// truncation and padding.
 //
 // Decode inverts Encode: added tokens give their content; each run of model
 // tokens between them goes through the decoder (ByteLevel, Metaspace,

@@ -17,9 +17,9 @@ std::string U(std::initializer_list<uint32_t> cps) {
 // Expected forms from the Unicode data (UnicodeData.txt decompositions,
 // combining classes and CompositionExclusions.txt).
 TEST(Nfc, ComposesPrimaryComposites) {
-  EXPECT_EQ(Nfc("cafe\xCC\x81"), "caf\xC3\xA9");           // e + U+0301 -> U+00E9
-  EXPECT_EQ(Nfc("caf\xC3\xA9"), "caf\xC3\xA9");            // already NFC
-  EXPECT_EQ(Nfc(U({'A', 0x30A})), U({0xC5}));              // A + ring -> Å
+  EXPECT_EQ(Nfc("cafe\xCC\x81"), "caf\xC3\xA9");             // e + U+0301 -> U+00E9
+  EXPECT_EQ(Nfc("caf\xC3\xA9"), "caf\xC3\xA9");              // already NFC
+  EXPECT_EQ(Nfc(U({'A', 0x30A})), U({0xC5}));                // A + ring -> Å
   EXPECT_EQ(Nfc(U({'a', 0x301, 0x301})), U({0xE1, 0x301}));  // the second acute stays
 }
 
@@ -33,11 +33,11 @@ TEST(Nfc, OrdersMarksByCombiningClassFirst) {
 }
 
 TEST(Nfc, SingletonsExclusionsAndNonStarters) {
-  EXPECT_EQ(Nfc(U({0x2126})), U({0x3A9}));          // OHM SIGN -> GREEK CAPITAL OMEGA
-  EXPECT_EQ(Nfc(U({0x212B})), U({0xC5}));           // ANGSTROM SIGN -> Å
-  EXPECT_EQ(Nfc(U({0xF900})), U({0x8C48}));         // CJK compatibility ideograph
-  EXPECT_EQ(Nfc(U({0x958})), U({0x915, 0x93C}));    // excluded: stays decomposed
-  EXPECT_EQ(Nfc(U({0x344})), U({0x308, 0x301}));    // non-starter decomposition
+  EXPECT_EQ(Nfc(U({0x2126})), U({0x3A9}));                 // OHM SIGN -> GREEK CAPITAL OMEGA
+  EXPECT_EQ(Nfc(U({0x212B})), U({0xC5}));                  // ANGSTROM SIGN -> Å
+  EXPECT_EQ(Nfc(U({0xF900})), U({0x8C48}));                // CJK compatibility ideograph
+  EXPECT_EQ(Nfc(U({0x958})), U({0x915, 0x93C}));           // excluded: stays decomposed
+  EXPECT_EQ(Nfc(U({0x344})), U({0x308, 0x301}));           // non-starter decomposition
   EXPECT_EQ(Nfc(U({0x1E9B, 0x323})), U({0x1E9B, 0x323}));  // ẛ̣ (UAX #15's example)
 }
 
@@ -49,7 +49,9 @@ TEST(Nfc, HangulAlgorithmically) {
 }
 
 TEST(Nfc, BytesThatAreNotUtf8PassThrough) {
-  EXPECT_EQ(Nfc("a\xFF" "e\xCC\x81"), "a\xFF\xC3\xA9");
+  EXPECT_EQ(Nfc("a\xFF"
+                "e\xCC\x81"),
+            "a\xFF\xC3\xA9");
   EXPECT_EQ(Nfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");  // the byte blocks composition
   EXPECT_EQ(Nfc(""), "");
   EXPECT_EQ(Nfc("plain ASCII\n"), "plain ASCII\n");
