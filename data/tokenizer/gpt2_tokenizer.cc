@@ -52,9 +52,7 @@ std::string TokenBytes(absl::string_view token, const absl::flat_hash_map<uint32
   return out;
 }
 
-uint64_t PairKey(int32_t a, int32_t b) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
+using tokenizer_internal::BpePairKey;
 
 }  // namespace
 
@@ -138,39 +136,15 @@ absl::StatusOr<Gpt2Tokenizer> Gpt2Tokenizer::FromStrings(absl::string_view vocab
                                                      "\" names a token not in vocab.json"));
     }
     // A repeated pair takes its later rank, as GPT-2's dict and HF do.
-    t.merges_[PairKey(ia->second, ib->second)] = Merge{rank++, iab->second};
+    t.merges_[BpePairKey(ia->second, ib->second)] = tokenizer_internal::BpeMerge{rank++, iab->second};
   }
   return t;
 }
 
 void Gpt2Tokenizer::EncodePiece(absl::string_view piece, std::vector<int32_t>* out) const {
-  std::vector<int32_t> word(piece.size()), next;
+  std::vector<int32_t> word(piece.size());
   for (size_t i = 0; i < piece.size(); ++i) word[i] = byte_id_[static_cast<uint8_t>(piece[i])];
-  // GPT-2's loop: find the lowest-ranked adjacent pair, merge all its
-  // occurrences left to right, repeat until no pair has a rank.
-  while (word.size() > 1) {
-    int32_t best_rank = INT32_MAX, best_id = -1, left = -1, right = -1;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      auto it = merges_.find(PairKey(word[i], word[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best_id = it->second.id;
-        left = word[i];
-        right = word[i + 1];
-      }
-    }
-    if (best_id < 0) break;
-    next.clear();
-    for (size_t i = 0; i < word.size();) {
-      if (i + 1 < word.size() && word[i] == left && word[i + 1] == right) {
-        next.push_back(best_id);
-        i += 2;
-      } else {
-        next.push_back(word[i++]);
-      }
-    }
-    word.swap(next);
-  }
+  tokenizer_internal::ApplyBpeMerges(merges_, &word);
   out->insert(out->end(), word.begin(), word.end());
 }
 

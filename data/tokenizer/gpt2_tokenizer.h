@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "data/tokenizer/internal/bpe_merge.h"
 
 namespace gtp::data {
 
@@ -88,17 +89,13 @@ class Gpt2Tokenizer {
   size_t num_merges() const { return merges_.size(); }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t id;
-  };
   Gpt2Tokenizer() = default;
 
   absl::flat_hash_map<std::string, int32_t> token_to_id_;
   std::vector<std::string> id_bytes_;  // decoded bytes per id
   std::vector<bool> id_present_;       // false for gaps in the id space
   int32_t byte_id_[256] = {};
-  absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
+  tokenizer_internal::BpeMerges merges_;  // BpePairKey(left id, right id)
 };
 
 }  // namespace gtp::data

@@ -31,9 +31,7 @@ using tokenizer_internal::HfNormalizer;
 using tokenizer_internal::HfPreTokenizer;
 using tokenizer_internal::PrependScheme;
 
-uint64_t PairKey(int32_t a, int32_t b) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
+using tokenizer_internal::BpePairKey;
 
 std::string ByteFallbackToken(int b) { return absl::StrFormat("<0x%02X>", b); }
 
@@ -192,8 +190,8 @@ absl::Status HfTokenizer::Build(HfConfig c) {
                                                      b, "\"] names a token not in model.vocab"));
     }
     // A repeated pair keeps its first rank, as HF does.
-    merges_.emplace(PairKey(ia->second, ib->second),
-                    Merge{static_cast<int32_t>(rank), iab->second});
+    merges_.emplace(BpePairKey(ia->second, ib->second),
+                    tokenizer_internal::BpeMerge{static_cast<int32_t>(rank), iab->second});
   }
 
   GTP_RETURN_IF_ERROR(CheckDecoder(c.byte_fallback));
@@ -416,7 +414,7 @@ void HfTokenizer::MergePiece(absl::string_view piece, std::vector<int32_t>* out)
       return;
     }
   }
-  std::vector<int32_t> word, next;
+  std::vector<int32_t> word;
   word.reserve(piece.size());
   if (byte_level_) {
     for (char c : piece) word.push_back(byte_id_[static_cast<uint8_t>(c)]);
@@ -446,29 +444,7 @@ void HfTokenizer::MergePiece(absl::string_view piece, std::vector<int32_t>* out)
   }
   // GPT-2's loop: merge every occurrence of the lowest-ranked adjacent pair,
   // left to right, until no pair has a rank.
-  while (word.size() > 1) {
-    int32_t best_rank = INT32_MAX, best_id = -1, left = -1, right = -1;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      auto it = merges_.find(PairKey(word[i], word[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best_id = it->second.id;
-        left = word[i];
-        right = word[i + 1];
-      }
-    }
-    if (best_id < 0) break;
-    next.clear();
-    for (size_t i = 0; i < word.size();) {
-      if (i + 1 < word.size() && word[i] == left && word[i + 1] == right) {
-        next.push_back(best_id);
-        i += 2;
-      } else {
-        next.push_back(word[i++]);
-      }
-    }
-    word.swap(next);
-  }
+  tokenizer_internal::ApplyBpeMerges(merges_, &word);
   out->insert(out->end(), word.begin(), word.end());
 }
 

@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "data/tokenizer/internal/bpe_merge.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/internal/hf_config.h"
 
@@ -104,10 +105,6 @@ class HfTokenizer {
     int added = -1;  // index into added_, or -1 for text to encode
     size_t offset = 0;
   };
-  struct Merge {
-    int32_t rank;
-    int32_t id;
-  };
   enum class IdKind : uint8_t { kAbsent, kModel, kAdded };
 
   HfTokenizer() = default;
@@ -146,7 +143,7 @@ class HfTokenizer {
   std::vector<std::string> id_token_;                      // model token string per id
   std::vector<IdKind> id_kind_;
   std::vector<int32_t> id_added_;                // index into added_ per id, or -1
-  absl::flat_hash_map<uint64_t, Merge> merges_;  // (left id << 32 | right id)
+  tokenizer_internal::BpeMerges merges_;  // BpePairKey(left id, right id)
 };
 
 }  // namespace gtp::data
