@@ -1,8 +1,6 @@
 #include "data/tokenizer/gpt2_tokenizer.h"
 
 #include <climits>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -23,14 +21,7 @@ bool Printable(uint8_t b) {
   return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
-}
+using tokenizer_internal::ReadFile;
 
 absl::Status Annotate(const absl::Status& s, absl::string_view where) {
   if (s.ok()) return s;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -14,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/status.h"
+#include "data/tokenizer/internal/json.h"
 #include "data/tokenizer/internal/nfc.h"
 #include "data/tokenizer/internal/unicode.h"
 #include "data/tokenizer/pretokenizer.h"
@@ -59,14 +58,7 @@ size_t PrevCharStart(absl::string_view text, size_t pos) {
 // The length of the character starting at `pos` (1 for an invalid byte).
 size_t CharLen(absl::string_view text, size_t pos) { return DecodeUtf8(text, pos).length; }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return ss.str();
-}
+using tokenizer_internal::ReadFile;
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 #include "data/tokenizer/internal/json.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -317,6 +319,15 @@ absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> ParseStringIntObjec
 absl::StatusOr<std::optional<std::string>> FindStringField(absl::string_view json,
                                                            absl::string_view key) {
   return Parser(json).Field(key);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
+  return ss.str();
 }
 
 }  // namespace gtp::data::tokenizer_internal

@@ -54,4 +54,8 @@ absl::StatusOr<std::vector<std::pair<std::string, int32_t>>> ParseStringIntObjec
 absl::StatusOr<std::optional<std::string>> FindStringField(absl::string_view json,
                                                            absl::string_view key);
 
+// A tokenizer file's bytes: NotFound naming `path` when it cannot be opened,
+// DataLoss when reading fails.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
 }  // namespace gtp::data::tokenizer_internal
