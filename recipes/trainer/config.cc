@@ -376,6 +376,10 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
     return Bad("data.tokenizer_vocab and data.tokenizer_merges go together");
   if (!d->tokenizer_vocab().empty() && d->source() != "indexed")
     return Bad("data.tokenizer_vocab/merges describe an indexed dataset (data.source indexed)");
+  if (!d->tokenizer_json().empty() && !d->tokenizer_vocab().empty())
+    return Bad("data.tokenizer_json and data.tokenizer_vocab/merges both name the dataset's tokenizer: set one");
+  if (!d->tokenizer_json().empty() && d->source() != "indexed")
+    return Bad("data.tokenizer_json describes an indexed dataset (data.source indexed)");
   if (!std::isfinite(d->valid_fraction()) || d->valid_fraction() < 0 || d->valid_fraction() > 0.5f)
     return Bad(absl::StrCat("data.valid_fraction must be in (0, 0.5] (0: 0.02), got ", d->valid_fraction()));
   if (d->valid_fraction() != 0 && d->source() == "corpus")

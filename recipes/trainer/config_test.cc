@@ -154,6 +154,27 @@ TEST(RecipeData, TokenizerFilesGoTogetherWithAnIndexedDataset) {
   EXPECT_NE(std::string(corpus.status().message()).find("indexed"), std::string::npos);
 }
 
+TEST(RecipeData, TokenizerJsonIsOneTokenizerOfAnIndexedDataset) {
+  const std::string path = WriteRecipe();
+  const std::string indexed = "data.source=indexed", at = "data.path=/d/owt";
+  auto r = LoadRecipe(path, {indexed, at, "data.tokenizer_json=/d/tokenizer.json"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->data().tokenizer_json(), "/d/tokenizer.json");
+  auto both = LoadRecipe(path, {indexed, at, "data.tokenizer_json=/d/tokenizer.json",
+                                "data.tokenizer_vocab=/d/vocab.json", "data.tokenizer_merges=/d/merges.txt"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(std::string(both.status().message())
+                .find("data.tokenizer_json and data.tokenizer_vocab/merges both name"),
+            std::string::npos)
+      << both.status();
+  auto corpus = LoadRecipe(path, {"data.tokenizer_json=/d/tokenizer.json"});
+  ASSERT_FALSE(corpus.ok());
+  EXPECT_NE(std::string(corpus.status().message())
+                .find("data.tokenizer_json describes an indexed dataset (data.source indexed)"),
+            std::string::npos)
+      << corpus.status();
+}
+
 // data.path without data.source=indexed trained on the embedded corpus,
 // the path unread.
 TEST(RecipeData, PathNeedsAnIndexedSource) {

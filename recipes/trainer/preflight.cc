@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
+#include "data/tokenizer/hf_tokenizer.h"
 #include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/memory_check.h"
 #include "recipes/trainer/sampling.h"
@@ -24,11 +25,26 @@ namespace gtp::recipes {
 
 namespace {
 
-// data.tokenizer_vocab/merges are recorded in every checkpoint for
+// data.tokenizer_vocab/merges (or tokenizer_json) are recorded in every checkpoint for
 // tools/generate and `ckpt export`: files that did not exist were recorded
 // unread, and failed there.
 absl::Status CheckTokenizer(const proto::Recipe& r) {
   const auto& d = r.data();
+  if (!d.tokenizer_json().empty()) {
+    absl::StatusOr<data::HfTokenizer> tok = data::HfTokenizer::Load(d.tokenizer_json());
+    if (!tok.ok()) {
+      return absl::Status(tok.status().code(),
+                          absl::StrCat("data.tokenizer_json: ", tok.status().message(),
+                                       " (the tokenizer.json the dataset was tokenized with; "
+                                       "leave it unset for none)"));
+    }
+    if (tok->vocab_size() > r.model().vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.tokenizer_json ", d.tokenizer_json(), " has ", tok->vocab_size(),
+                       " token ids but model.vocab_size is ", r.model().vocab_size(),
+                       ": set model.vocab_size=", tok->vocab_size(), " or more"));
+    }
+  }
   if (d.tokenizer_vocab().empty()) return absl::OkStatus();
   absl::StatusOr<data::Gpt2Tokenizer> tok =
       data::Gpt2Tokenizer::Load(d.tokenizer_vocab(), d.tokenizer_merges());

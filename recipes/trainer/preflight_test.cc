@@ -115,6 +115,36 @@ TEST(Preflight, TokenizerFilesMustLoad) {
   EXPECT_FALSE(got.run_dir_left);
 }
 
+// data.tokenizer_json is loaded like vocab/merges: a file that does not load
+// and one with more ids than the model's embedding are refused.
+TEST(Preflight, TokenizerJsonMustLoadAndFit) {
+  const std::string prefix = Tmp("bytes_json");
+  ASSERT_TRUE(
+      data::WriteIndexedDataset(prefix, data::IndexDType::kU8,
+                                std::vector<std::vector<int32_t>>(60, std::vector<int32_t>(40, 7)))
+          .ok());
+  const std::string json = "data/tokenizer/testdata/hf_json/llama3_style.json";  // 271 ids
+  const std::vector<std::string> indexed = {"data.source=indexed", "data.path=" + prefix};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), indexed.begin(), indexed.end());
+    return Tiny(sets);
+  };
+  const Outcome missing =
+      TrainIn(Tmp("json_missing"), with({"data.tokenizer_json=" + Tmp("nope.json")}));
+  EXPECT_NE(missing.error.find("data.tokenizer_json: "), std::string::npos) << missing.error;
+  EXPECT_NE(missing.error.find("nope.json"), std::string::npos) << missing.error;
+  EXPECT_FALSE(missing.run_dir_left);
+  const Outcome small = TrainIn(Tmp("json_small"), with({"data.tokenizer_json=" + json}));
+  EXPECT_NE(small.error.find("data.tokenizer_json " + json +
+                             " has 271 token ids but model.vocab_size is 256"),
+            std::string::npos)
+      << small.error;
+  EXPECT_FALSE(small.run_dir_left);
+  EXPECT_TRUE(Preflight(with({"data.tokenizer_json=" + json, "model.vocab_size=272"}),
+                        RunOptions{Tmp("json_ok")})
+                  .ok());
+}
+
 // init_from was opened before the run directory but read after it: a model
 // that differs or a damaged metadata.pb left recipe.pbtxt and metrics.jsonl.
 TEST(Preflight, InitFromIsReadBeforeTheRunDirectory) {
