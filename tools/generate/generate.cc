@@ -2,7 +2,8 @@
 //
 //   generate --checkpoint runs/gpt_tiny/checkpoints --prompt "The " --max_tokens 100
 //            [--temperature 0.8] [--top_k 40] [--top_p 0.95] [--seed 1] [--stop TEXT]
-//            [--vocab vocab.json --merges merges.txt] [--device cuda]
+//            [--vocab vocab.json --merges merges.txt | --tokenizer_json tokenizer.json]
+//            [--device cuda]
 //
 // The model comes from the recipe in the checkpoint's metadata and is built
 // on one rank in f32 — on the CPU, or with --device=cuda on GPU 0; the
@@ -10,10 +11,13 @@
 // read on the host and uploaded, so any saved layout loads. Decoding feeds
 // one token at a time through a KV cache (layers/inference; on CUDA the
 // cache and every op stay on the GPU, only each step's logits come back).
-// Text: GPT-2 BPE with --vocab/--merges, else bytes (token id = byte, as
-// the byte-level recipes' corpus). An empty prompt starts from
-// "<|endoftext|>" (BPE) or a newline (bytes: documents end with an empty
-// line). Sampling: temperature 0 is greedy; the same seed gives the same
+// Text: GPT-2 BPE with --vocab/--merges, a Hugging Face tokenizer.json with
+// --tokenizer_json (default: the tokenizer the checkpoint's recipe records),
+// else bytes (token id = byte, as the byte-level recipes' corpus). The
+// tokenizer's end-of-text token stops generation, unprinted: GPT-2's
+// <|endoftext|>; for tokenizer.json the first of <|end_of_text|>,
+// <|endoftext|>, </s>, <|im_end|> it has. An empty prompt starts from that
+// token or a newline (bytes: documents end with an empty line). Sampling: temperature 0 is greedy; the same seed gives the same
 // text (layers/inference/sampling.h).
 //
 // Stdout: the prompt, then each new token's text as it is produced, then
@@ -45,6 +49,7 @@
 #include "core/status.h"
 #include "core/user_path.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
+#include "data/tokenizer/hf_tokenizer.h"
 #include "layers/gpt.h"
 #include "layers/inference/inference_session.h"
 #include "layers/inference/sampling.h"
@@ -57,12 +62,15 @@ ABSL_FLAG(std::string, checkpoint, "", "checkpoint root (with `latest`) or an it
 ABSL_FLAG(std::string, prompt, "", "text to continue");
 ABSL_FLAG(std::string, vocab, "",
           "GPT-2 vocab.json (with --merges); default: the tokenizer the checkpoint's recipe records "
-          "(data.tokenizer_vocab/merges), else byte tokens");
+          "(data.tokenizer_vocab/merges or data.tokenizer_json), else byte tokens");
 ABSL_FLAG(std::string, merges, "", "GPT-2 merges.txt (with --vocab)");
+ABSL_FLAG(std::string, tokenizer_json, "",
+          "a Hugging Face tokenizer.json (instead of --vocab/--merges); default: the one the "
+          "checkpoint's recipe records (data.tokenizer_json)");
 ABSL_FLAG(int, max_tokens, 64, "tokens to generate");
 ABSL_FLAG(std::string, stop, "",
-          "stop once the generated text ends with this string (the tokenizer's <|endoftext|> always "
-          "stops it, unprinted)");
+          "stop once the generated text ends with this string (the tokenizer's end-of-text token, "
+          "<|endoftext|> or tokenizer.json's, always stops it, unprinted)");
 ABSL_FLAG(float, temperature, 1.0f, "softmax temperature; 0: greedy (argmax)");
 ABSL_FLAG(int, top_k, 0, "sample among the k most likely tokens; 0: all");
 ABSL_FLAG(float, top_p, 1.0f, "nucleus: the most likely tokens holding this much probability");
@@ -114,10 +122,23 @@ absl::Status Generate() {
   // Tokens.
   std::optional<data::Gpt2Tokenizer> bpe;
   std::string vocab = absl::GetFlag(FLAGS_vocab), merges = absl::GetFlag(FLAGS_merges);
+  std::string hf_json = absl::GetFlag(FLAGS_tokenizer_json);
   if (vocab.empty() != merges.empty()) {
     return absl::InvalidArgumentError("give both --vocab and --merges, or neither (byte tokens)");
   }
-  if (vocab.empty() && !ck.recipe.data().tokenizer_vocab().empty()) {
+  if (!vocab.empty() && !hf_json.empty()) {
+    return absl::InvalidArgumentError("give --vocab/--merges or --tokenizer_json, not both");
+  }
+  if (vocab.empty() && hf_json.empty() && !ck.recipe.data().tokenizer_json().empty()) {
+    hf_json = ck.recipe.data().tokenizer_json();
+    if (!std::filesystem::exists(hf_json)) {
+      return absl::NotFoundError(absl::StrCat("the checkpoint's recipe records the tokenizer ",
+                                              hf_json,
+                                              ", which is not there: give it with --tokenizer_json"));
+    }
+    std::fprintf(stderr, "(tokenizer %s from the checkpoint's recipe)\n", hf_json.c_str());
+  }
+  if (vocab.empty() && hf_json.empty() && !ck.recipe.data().tokenizer_vocab().empty()) {
     // The run's own tokenizer (it used to print <301><262>… for a BPE model).
     vocab = ck.recipe.data().tokenizer_vocab();
     merges = ck.recipe.data().tokenizer_merges();
@@ -130,7 +151,31 @@ absl::Status Generate() {
   }
   std::vector<int32_t> prompt;
   const std::string text = absl::GetFlag(FLAGS_prompt);
-  if (!vocab.empty()) {
+  std::optional<data::HfTokenizer> hf;
+  std::optional<int32_t> eot;  // ends generation, unprinted
+  std::string eot_name;
+  if (!hf_json.empty()) {
+    GTP_ASSIGN_OR_RETURN(data::HfTokenizer t, data::HfTokenizer::Load(hf_json));
+    hf.emplace(std::move(t));
+    for (const char* name : {"<|end_of_text|>", "<|endoftext|>", "</s>", "<|im_end|>"}) {
+      eot = hf->SpecialTokenId(name);
+      if (!eot) eot = hf->TokenId(name);
+      if (eot) {
+        eot_name = name;
+        break;
+      }
+    }
+    if (eot) std::fprintf(stderr, "(stops at %s, id %d)\n", eot_name.c_str(), *eot);
+    prompt = hf->Encode(text);
+    if (prompt.empty()) {
+      if (!eot) {
+        return absl::InvalidArgumentError(
+            "an empty prompt needs an end-of-text token (<|end_of_text|>, <|endoftext|>, </s> or "
+            "<|im_end|>) in the tokenizer");
+      }
+      prompt.push_back(*eot);
+    }
+  } else if (!vocab.empty()) {
     GTP_ASSIGN_OR_RETURN(data::Gpt2Tokenizer t, data::Gpt2Tokenizer::Load(vocab, merges));
     bpe.emplace(std::move(t));
     prompt = bpe->Encode(text);
@@ -150,7 +195,33 @@ absl::Status Generate() {
           "prompt token ", id, " is outside the model's vocabulary of ", m.vocab_size()));
     }
   }
+  if (bpe) {
+    eot = bpe->TokenId("<|endoftext|>");
+    eot_name = "<|endoftext|>";
+  }
+  // tokenizer.json: a token's text can depend on its neighbours (Metaspace
+  // strips the first space, byte fallback spans tokens), so the ids so far
+  // are decoded whole and the new text is what follows what was printed;
+  // text ending in an incomplete character (U+FFFD) waits for the next id.
+  std::vector<int32_t> hf_ids = prompt;
+  std::string hf_printed;
+  if (hf) {
+    absl::StatusOr<std::string> p = hf->Decode(prompt);
+    if (p.ok()) hf_printed = *p;
+  }
   auto piece = [&](int32_t id) -> std::string {
+    if (hf) {
+      hf_ids.push_back(id);
+      absl::StatusOr<std::string> all = hf->Decode(hf_ids);
+      if (!all.ok()) {
+        hf_ids.pop_back();
+        return absl::StrCat("<", id, ">");
+      }
+      if (!absl::StartsWith(*all, hf_printed) || absl::EndsWith(*all, "\xEF\xBF\xBD")) return "";
+      std::string s = all->substr(hf_printed.size());
+      hf_printed = *all;
+      return s;
+    }
     if (bpe) {
       absl::StatusOr<std::string> s = bpe->Decode({id});
       return s.ok() ? *s : absl::StrCat("<", id, ">");
@@ -196,13 +267,12 @@ absl::Status Generate() {
     logits.erase(logits.begin(), logits.end() - V);
     int n = 0;
     const std::string stop = absl::GetFlag(FLAGS_stop);
-    const std::optional<int32_t> eot = bpe ? bpe->TokenId("<|endoftext|>") : std::nullopt;
     std::string generated;  // for --stop
     while (n < max_tokens) {
       const int32_t next = layers::inference::SampleToken(logits, so, n);
       ++n;
       if (eot && next == *eot) {
-        std::fprintf(stderr, "\n(stopped at <|endoftext|>)\n");
+        std::fprintf(stderr, "\n(stopped at %s)\n", eot_name.c_str());
         break;
       }
       const std::string s = piece(next);
@@ -231,7 +301,7 @@ int main(int argc, char** argv) {
   gtp::SetUsage("samples text from a gtp checkpoint; see tools/generate/README.md");
   gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
-  for (auto* f : {&FLAGS_checkpoint, &FLAGS_vocab, &FLAGS_merges}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
+  for (auto* f : {&FLAGS_checkpoint, &FLAGS_vocab, &FLAGS_merges, &FLAGS_tokenizer_json}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
   absl::Status st = gtp::tools::Generate();
   if (!st.ok()) {
     std::fflush(stdout);

@@ -8,8 +8,13 @@
 # format) and is refused cleanly where none is. The trainer's own samples
 # (train.sample_every, from its live sharded weights) equal generate's on the
 # checkpoint of the same step with the same seed (train.seed 1234).
+#
+# Then a run on an indexed dataset made with make_indexed --tokenizer_json
+# (data.tokenizer_json recorded): generate encodes the prompt and decodes
+# with that tokenizer.json and stops at its <|end_of_text|>; a recorded file
+# that is gone is named, and --tokenizer_json gives it.
 set -euo pipefail
-train="$1" gen="$2"
+train="$1" gen="$2" make_indexed="$3" tokenizer_json="$4"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 "$train" --run_dir "$tmp/run" --set "model.n_layer=2,train.steps=6,train.micro_batch=2,train.global_batch=4,train.eval_every=0,train.log_every=3,checkpoint.every=3,checkpoint.keep_last=3,train.sample_every=3,train.sample_prompt=The cat ,train.sample_tokens=24" > "$tmp/train.log"
 grep -aq "world=4 tp=2 tp_num_weight_shards=4" "$tmp/run/checkpoints/iter_0000006/metadata.pb"
@@ -91,4 +96,48 @@ for bad in "--temperature nan:--temperature must be a finite number >= 0" "--tem
   if "$gen" --checkpoint "$ck" ${bad%%:*} > /dev/null 2> "$tmp/err.txt"; then echo "${bad%%:*} was accepted"; exit 1; fi
   grep -qF -- "${bad#*:}" "$tmp/err.txt" || { echo "${bad%%:*}:"; cat "$tmp/err.txt"; exit 1; }
 done
+# tokenizer.json (issue 30): a small dataset of sentences, each its own document.
+cp "$tokenizer_json" "$tmp/tokenizer.json"
+python3 - > "$tmp/text.txt" <<'PY'
+import random
+r = random.Random(1)
+w = "the cat sat on a mat and the dog ran to see it while birds sang in trees".split()
+for _ in range(300):
+    print(" ".join(r.choice(w) for _ in range(r.randint(8, 30))).capitalize() + ".\n")
+PY
+"$make_indexed" --output="$tmp/hf" --documents=paragraph --append_eod --eod_token='<|end_of_text|>' \
+  --tokenizer_json="$tmp/tokenizer.json" "$tmp/text.txt" 2> /dev/null
+"$train" --run_dir "$tmp/hfrun" --set "model.n_layer=1,model.vocab_size=272,data.source=indexed,data.path=$tmp/hf,data.tokenizer_json=$tmp/tokenizer.json,train.steps=300,train.micro_batch=2,train.global_batch=4,train.eval_every=0,train.log_every=100,checkpoint.every=300" > "$tmp/hftrain.log"
+hck="$tmp/hfrun/checkpoints"
+for seed in 1 2 3 4 5 6 7 8; do
+  "$gen" --checkpoint "$hck" --prompt "The cat sat" --max_tokens 60 --seed $seed > "$tmp/hf$seed.txt" 2> "$tmp/hferr$seed.txt"
+  grep -qF "(tokenizer $tmp/tokenizer.json from the checkpoint's recipe)" "$tmp/hferr$seed.txt"
+  grep -qF "(stops at <|end_of_text|>, id 270)" "$tmp/hferr$seed.txt"
+done
+python3 - "$tmp" <<'PY'
+import sys
+t = sys.argv[1]
+stopped = 0
+for seed in range(1, 9):
+    body = open(f"{t}/hf{seed}.txt", "rb").read().rsplit(b"\ngenerated ", 1)[0]
+    assert body.startswith(b"The cat sat"), body
+    assert b"<|" not in body and b"<2" not in body, body  # no raw ids or special tokens printed
+    # The trained words and spaces, not byte-level symbols (Ġ): it decoded.
+    assert "Ġ" not in body.decode("utf-8", "replace"), body
+    err = open(f"{t}/hferr{seed}.txt").read()
+    stopped += "(stopped at <|end_of_text|>)" in err
+assert stopped > 0, "no sample ended at <|end_of_text|>"
+print("tokenizer.json: %d of 8 samples ended at <|end_of_text|>" % stopped)
+PY
+mv "$tmp/tokenizer.json" "$tmp/moved.json"
+if "$gen" --checkpoint "$hck" --prompt "The" --max_tokens 4 > /dev/null 2> "$tmp/err.txt"; then
+  echo "a missing tokenizer.json was accepted"; exit 1
+fi
+grep -qF "records the tokenizer $tmp/tokenizer.json, which is not there: give it with --tokenizer_json" "$tmp/err.txt"
+"$gen" --checkpoint "$hck" --tokenizer_json "$tmp/moved.json" --prompt "The cat sat" --max_tokens 60 --seed 1 > "$tmp/hfmoved.txt" 2> /dev/null
+python3 - "$tmp/hf1.txt" "$tmp/hfmoved.txt" <<'PY'
+import sys
+a, b = (open(f, "rb").read().rsplit(b"\ngenerated ", 1)[0] for f in sys.argv[1:])
+assert a == b, (a, b)
+PY
 echo PASS
