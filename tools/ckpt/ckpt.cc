@@ -20,8 +20,10 @@
 //       bos/eos/unk <|endoftext|>, model_max_length = seq_len) and
 //       special_tokens_map.json, so AutoTokenizer.from_pretrained(<out dir>)
 //       works too, and config.json gets bos/eos_token_id. The tokenizer's ids
-//       must fit model.vocab_size. Byte-level runs get no tokenizer files
-//       (the output line says so).
+//       must fit model.vocab_size. A run that recorded a tokenizer.json
+//       (data.tokenizer_json) gets it copied byte for byte and a
+//       tokenizer_config.json (PreTrainedTokenizerFast, its end-of-text token
+//       as eos). Byte-level runs get no tokenizer files (the output line says so).
 //   ckpt import --format hf <hf model dir> <out checkpoint dir>
 //       the inverse: config.json + model.safetensors (or its sharded index) of
 //       a GPT2LMHeadModel or LlamaForCausalLM → a one-rank gtp checkpoint at
@@ -54,6 +56,7 @@
 #include "core/status.h"
 #include "core/user_path.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
+#include "data/tokenizer/hf_tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "recipes/trainer/config.pb.h"
 #include "tools/ckpt/hf_import.h"
@@ -405,7 +408,34 @@ std::string HfConfig(const recipes::proto::Recipe& r, bool llama) {
 struct HfTokenizer {
   std::string vocab_json, merges_txt;  // paths
   int32_t eos_id = -1;
+  // Or a Hugging Face tokenizer.json (data.tokenizer_json), copied as is;
+  // eos_name: its end-of-text token, "" if it has none.
+  std::string tokenizer_json, eos_name;
 };
+
+// data.tokenizer_json, checked against the model as the BPE files are; its
+// eos: the first of the end-of-text tokens it has (as tools/generate).
+absl::StatusOr<HfTokenizer> CheckTokenizerJson(const std::string& path,
+                                               const recipes::proto::Recipe& r) {
+  GTP_ASSIGN_OR_RETURN(data::HfTokenizer tok, data::HfTokenizer::Load(path));
+  if (tok.vocab_size() > r.model().vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has ", tok.vocab_size(),
+                                                   " token ids but model.vocab_size is ",
+                                                   r.model().vocab_size()));
+  }
+  HfTokenizer t;
+  t.tokenizer_json = path;
+  for (const char* name : {"<|end_of_text|>", "<|endoftext|>", "</s>", "<|im_end|>"}) {
+    std::optional<int32_t> id = tok.SpecialTokenId(name);
+    if (!id) id = tok.TokenId(name);
+    if (id) {
+      t.eos_id = *id;
+      t.eos_name = name;
+      break;
+    }
+  }
+  return t;
+}
 
 absl::StatusOr<HfTokenizer> CheckTokenizer(const std::string& vocab_json,
                                            const std::string& merges_txt,
@@ -433,6 +463,22 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
 // transformers' AutoTokenizer reads beside them (GPT2Tokenizer, the
 // <|endoftext|> specials, model_max_length = T).
 absl::Status WriteHfTokenizer(const HfTokenizer& t, int64_t seq_len, const std::string& out_dir) {
+  if (!t.tokenizer_json.empty()) {
+    // tokenizer.json byte for byte, and a tokenizer_config.json naming the
+    // fast tokenizer that reads it.
+    std::error_code ec;
+    std::filesystem::copy_file(t.tokenizer_json, out_dir + "/tokenizer.json",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("cannot copy ", t.tokenizer_json, ": ", ec.message()));
+    }
+    std::string cfg = absl::StrCat("{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n"
+                                   "  \"model_max_length\": ",
+                                   seq_len);
+    if (!t.eos_name.empty()) absl::StrAppend(&cfg, ",\n  \"eos_token\": \"", t.eos_name, "\"");
+    absl::StrAppend(&cfg, ",\n  \"clean_up_tokenization_spaces\": false\n}\n");
+    return WriteText(out_dir + "/tokenizer_config.json", cfg);
+  }
   const std::pair<const std::string*, const char*> copies[] = {{&t.vocab_json, "vocab.json"},
                                                                {&t.merges_txt, "merges.txt"}};
   for (const auto& [from, name] : copies) {
@@ -499,6 +545,16 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir,
                        "; name the files with --vocab_json and --merges"));
     }
     tok = *std::move(t);
+  } else if (!r.data().tokenizer_json().empty()) {
+    absl::StatusOr<HfTokenizer> t = CheckTokenizerJson(r.data().tokenizer_json(), r);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(),
+                          absl::StrCat("the run's tokenizer (data.tokenizer_json): ",
+                                       t.status().message(),
+                                       "; name GPT-2 files with --vocab_json and --merges, or "
+                                       "restore the file"));
+    }
+    tok = *std::move(t);
   }
   GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> read, ReadAllGlobal(dir));
   GTP_ASSIGN_OR_RETURN(std::vector<GlobalTensor> all, F32Weights(std::move(read)));
@@ -527,7 +583,7 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir,
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", out_dir, ": ", ec.message()));
   GTP_RETURN_IF_ERROR(WriteSafeTensors(out_dir + "/model.safetensors", f));
   std::string config = HfConfig(r, llama);
-  if (tok) {
+  if (tok && tok->eos_id >= 0) {
     // Generation's bos/eos ids, as in GPT-2's config.json: replace the closing "\n}\n".
     config.resize(config.size() - 3);
     absl::StrAppend(&config, ",\n  \"bos_token_id\": ", tok->eos_id,
@@ -540,9 +596,12 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir,
   if (tok) GTP_RETURN_IF_ERROR(WriteHfTokenizer(*tok, m.seq_len(), out_dir));
   std::printf("wrote %s (%s: %zu tensors, config.json; %s)\n", out_dir.c_str(),
               llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", f.tensors.size(),
-              tok ? absl::StrCat("tokenizer: vocab.json, merges.txt, tokenizer_config.json, "
-                                 "special_tokens_map.json from ",
-                                 tok->vocab_json)
+              tok ? (tok->tokenizer_json.empty()
+                         ? absl::StrCat("tokenizer: vocab.json, merges.txt, tokenizer_config.json, "
+                                        "special_tokens_map.json from ",
+                                        tok->vocab_json)
+                         : absl::StrCat("tokenizer: tokenizer.json, tokenizer_config.json from ",
+                                        tok->tokenizer_json))
                         .c_str()
                   : "no tokenizer files: the recipe names no BPE files (a byte-level run); "
                     "--vocab_json and --merges add them");

@@ -8,7 +8,7 @@
 # tokenizer files and says so. (tools/ckpt/hf_check.py --tokenize checks the
 # directory with transformers' AutoTokenizer on the GPU machine.)
 set -euo pipefail
-train_bpe="$1" make_indexed="$2" train="$3" ckpt="$4"
+train_bpe="$1" make_indexed="$2" train="$3" ckpt="$4" tokenizer_json="$5"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -70,4 +70,25 @@ set +e
 rc=$?
 set -e
 [ "$rc" = 2 ] || fail "--vocab_json without --merges: exit $rc, want 2"
+
+# tokenizer.json (issue 30): a Llama-3-style file of 271 ids, the corpus tokenized with it.
+"$make_indexed" --output="$tmp/corpus_hf" --corpus=all --tokenizer_json="$tokenizer_json" \
+  --append_eod --eod_token='<|end_of_text|>' 2> /dev/null
+"$train" --run_dir "$tmp/hfrun" --set "$base,model.vocab_size=272,data.source=indexed,data.path=$tmp/corpus_hf,data.tokenizer_json=$tokenizer_json" > /dev/null
+"$ckpt" export --format hf "$tmp/hfrun/checkpoints" "$tmp/hf_json" | tee "$tmp/export.log"
+grep -q "tokenizer: tokenizer.json, tokenizer_config.json from $tokenizer_json" "$tmp/export.log" || fail "export does not name tokenizer.json"
+cmp "$tokenizer_json" "$tmp/hf_json/tokenizer.json" || fail "tokenizer.json is not the recorded one"
+for f in vocab.json merges.txt special_tokens_map.json; do
+  [ ! -e "$tmp/hf_json/$f" ] || fail "a tokenizer.json export wrote $f"
+done
+python3 - "$tmp/hf_json" <<'PY'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(d + "/tokenizer_config.json"))
+assert t == {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 32,
+             "eos_token": "<|end_of_text|>", "clean_up_tokenization_spaces": False}, t
+c = json.load(open(d + "/config.json"))
+assert c["vocab_size"] == 272 and c["bos_token_id"] == c["eos_token_id"] == 270, c
+print("ok: tokenizer.json export; eos <|end_of_text|> = 270")
+PY
 echo PASS
