@@ -1,4 +1,4 @@
-// One file over 800 lines: each variant is a copy of one kernel with one change, side by side on purpose.
+// Over 800 lines, one idea: a self-contained copy of the fused attention backward with its timing variants (NOTES.md).
 // dev/flash_attention/variants.cu — backward experiments for the fused causal
 // attention of core/kernels/cuda/flash_attention.cu, used only by the benchmark
 // and the GPU test in this directory (never linked into the library). Some

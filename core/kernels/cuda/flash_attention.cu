@@ -1,4 +1,4 @@
-// One file over 800 lines: forward and backward share the tile loaders and mma helpers below.
+// Over 800 lines, one idea: fused attention, whose forward and backward share the tile loaders and mma helpers below.
 // core/kernels/cuda/flash_attention.cu — fused attention (causal or
 // bidirectional) in the FlashAttention-2 scheme, bf16 in and out, f32
 // accumulation on the tensor cores (mma.sync m16n8k16, operands through

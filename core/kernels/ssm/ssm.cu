@@ -1,4 +1,4 @@
-// One file over 800 lines: every Mamba-2 kernel shares these device helpers and one launch table.
+// Over 800 lines, two ideas: the SSD scan (to SsdScalarKernel) and the other Mamba-2 ops' kernels; a split awaits a GPU run.
 // core/kernels/ssm/ssm.cu — CUDA kernels of the Mamba-2 ops (ssm_cuda.h;
 // math in ssd_scan.h and mamba_ops.h). Simple and deterministic first: every
 // reduction is done by one thread in a fixed order or by a warp's xor
