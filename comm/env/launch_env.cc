@@ -103,6 +103,18 @@ absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
     return absl::InvalidArgumentError(
         absl::StrCat("launch environment: MASTER_PORT=", e.master_port, " is not in [1, 65535]"));
   }
+  if (env("GTP_STORE_FD").has_value()) {
+    GTP_ASSIGN_OR_RETURN(e.store_fd, Int(env, "GTP_STORE_FD", hint));
+    if (e.store_fd < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("launch environment: GTP_STORE_FD=", e.store_fd, " is not a file descriptor"));
+    }
+    if (e.rank != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "launch environment: GTP_STORE_FD is set for ", rank_name, "=", e.rank,
+          "; only rank 0 serves the rendezvous store (gtprun passes it to rank 0 alone)"));
+    }
+  }
   return e;
 }
 

@@ -8,6 +8,8 @@
 //                      SLURM_JOB_NODELIST) and MASTER_PORT to
 //                      29500 + SLURM_JOB_ID % 1000 when not set.
 // RANK wins when both are present (torchrun inside a Slurm allocation).
+// GTP_STORE_FD (gtprun, rank 0 only): an inherited listening socket on
+// MASTER_PORT for the rendezvous store.
 // Every missing or malformed variable is an InvalidArgument naming it.
 // Pure functions of the environment; thread-safe; never block.
 #pragma once
@@ -27,6 +29,10 @@ struct LaunchEnv {
   std::string master_addr;
   int master_port = 0;
   std::string source;  // "torchrun" or "slurm"
+  // Rank 0 only: a socket gtprun already bound and listens on at
+  // master_port (GTP_STORE_FD), for the rendezvous store to serve on; -1
+  // when not given (the store binds master_port itself).
+  int store_fd = -1;
 
   // e.g. "rank 2/4 (local 2) master 127.0.0.1:29500 via torchrun".
   std::string ToString() const;

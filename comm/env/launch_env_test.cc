@@ -75,6 +75,26 @@ TEST(LaunchEnv, ClearErrorsForMissingOrBadValues) {
   ExpectError({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}, "SLURM_LOCALID is not set");
 }
 
+TEST(LaunchEnv, StoreFdForRankZeroOnly) {
+  std::map<std::string, std::string> m = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
+                                          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29501"}};
+  auto none = ReadLaunchEnv(Env(m));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->store_fd, -1);
+  m["GTP_STORE_FD"] = "5";
+  auto given = ReadLaunchEnv(Env(m));
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->store_fd, 5);
+  m["GTP_STORE_FD"] = "-2";
+  EXPECT_THAT(std::string(ReadLaunchEnv(Env(m)).status().message()),
+              HasSubstr("GTP_STORE_FD=-2 is not a file descriptor"));
+  m["GTP_STORE_FD"] = "5";
+  m["RANK"] = "1";
+  m["LOCAL_RANK"] = "1";
+  EXPECT_THAT(std::string(ReadLaunchEnv(Env(m)).status().message()),
+              HasSubstr("GTP_STORE_FD is set for RANK=1; only rank 0 serves"));
+}
+
 TEST(LaunchEnv, FirstSlurmHost) {
   EXPECT_EQ(FirstSlurmHost("node1"), "node1");
   EXPECT_EQ(FirstSlurmHost("node1,node2"), "node1");

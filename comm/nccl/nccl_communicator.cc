@@ -423,7 +423,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclWorldFromEnv(cudaStream_
   GTP_ASSIGN_OR_RETURN(LaunchEnv env, ReadLaunchEnv());
   std::shared_ptr<TcpStoreServer> server;
   if (env.rank == 0) {
-    GTP_ASSIGN_OR_RETURN(auto s, TcpStoreServer::Start(env.master_port));
+    GTP_ASSIGN_OR_RETURN(auto s, TcpStoreServer::StartOrAdopt(env.master_port, env.store_fd));
     s->set_linger(std::min(options.connect_timeout, absl::Seconds(5)));
     server = std::move(s);
   }

@@ -80,7 +80,8 @@ std::string Liveness::Diagnose() {
       if (after[r] == n) gone.push_back(r);
     }
     if (gone.empty()) {
-      out = "every other rank's heartbeat still runs (a rank stuck, or ranks that disagree on the call)";
+      out = "every other rank's heartbeat still runs (no peer is gone; after a timeout: a rank "
+            "stuck, or ranks that disagree on the call)";
     } else {
       std::vector<std::string> names;
       for (int r : gone) names.push_back(absl::StrCat("(world rank ", r, ") is gone"));

@@ -118,6 +118,44 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port,
   return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(fd, wake, ntohs(addr.sin_port)));
 }
 
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Adopt(int listen_fd, int port) {
+  auto refuse = [&](const std::string& why) {
+    if (listen_fd >= 0) close(listen_fd);
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous store: inherited fd ", listen_fd,
+                                                   " (GTP_STORE_FD) ", why));
+  };
+  if (listen_fd < 0) return refuse("is not a file descriptor");
+  int listening = 0;
+  socklen_t n = sizeof(listening);
+  if (getsockopt(listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n) != 0) {
+    return refuse(absl::StrCat("is not a socket (", Errno(errno), ")"));
+  }
+  if (!listening) return refuse("is a socket that does not listen");
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      addr.sin_family != AF_INET) {
+    return refuse("is not an IPv4 TCP socket");
+  }
+  if (ntohs(addr.sin_port) != port) {
+    return refuse(absl::StrCat("listens on port ", ntohs(addr.sin_port), ", not MASTER_PORT=", port));
+  }
+  // Ours now: no child of this process inherits it.
+  fcntl(listen_fd, F_SETFD, fcntl(listen_fd, F_GETFD) | FD_CLOEXEC);
+  SetNonBlocking(listen_fd);
+  int wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    close(listen_fd);
+    return absl::UnavailableError(absl::StrCat("rendezvous store: eventfd: ", Errno(errno)));
+  }
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(listen_fd, wake, port));
+}
+
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::StartOrAdopt(int port,
+                                                                             int inherited_fd) {
+  return inherited_fd >= 0 ? Adopt(inherited_fd, port) : Start(port);
+}
+
 TcpStoreServer::TcpStoreServer(int listen_fd, int wake_fd, int port)
     : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port) {
   thread_ = std::thread([this] { Serve(); });

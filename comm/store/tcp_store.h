@@ -33,6 +33,16 @@ class TcpStoreServer {
   // port cannot be bound. Non-blocking.
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(
       int port, const std::string& bind_addr = "0.0.0.0");
+  // Serves on `listen_fd`, a socket already bound and listening on `port`
+  // that a launcher made and handed down (gtprun's GTP_STORE_FD: it holds the
+  // port from the moment it picks it, so no other process can take it before
+  // rank 0 listens). Takes ownership of the fd (closed on failure too).
+  // InvalidArgument, naming the fd, when it is not a listening TCP socket or
+  // is bound to another port.
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Adopt(int listen_fd, int port);
+  // Adopt(inherited_fd, port) when inherited_fd >= 0, else Start(port):
+  // what rank 0 calls with LaunchEnv's master_port and store_fd.
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> StartOrAdopt(int port, int inherited_fd);
   // Stops serving and closes every connection; blocks until the thread ends.
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;

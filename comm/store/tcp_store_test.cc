@@ -1,5 +1,10 @@
 #include "comm/store/tcp_store.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -149,6 +154,58 @@ TEST(TcpStore, PortInUseIsAClearError) {
   auto b = TcpStoreServer::Start((*a)->port(), "127.0.0.1");
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(std::string(b.status().message()), HasSubstr("Address already in use"));
+}
+
+// A bound, listening socket made elsewhere (gtprun's GTP_STORE_FD).
+int ListeningSocket(int* port, bool listening = true) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  if (listening) {
+    EXPECT_EQ(listen(fd, 16), 0);
+  }
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+TEST(TcpStore, AdoptedSocketServes) {
+  int port = 0;
+  const int fd = ListeningSocket(&port);
+  auto server = TcpStoreServer::StartOrAdopt(port, fd);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->port(), port);
+  auto a = TcpStoreClient::Connect("127.0.0.1", port, kT);
+  auto b = TcpStoreClient::Connect("127.0.0.1", port, kT);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Set("k", "v", kT).ok());
+  auto v = (*b)->Get("k", kT);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, "v");
+}
+
+TEST(TcpStore, AdoptRefusesWhatIsNotTheListeningSocketOfThePort) {
+  int port = 0;
+  const int fd = ListeningSocket(&port);
+  auto wrong_port = TcpStoreServer::Adopt(fd, port == 65535 ? 1 : port + 1);
+  ASSERT_FALSE(wrong_port.ok());
+  EXPECT_THAT(std::string(wrong_port.status().message()),
+              HasSubstr(absl::StrCat("listens on port ", port, ", not MASTER_PORT=")));
+  int port2 = 0;
+  const int quiet = ListeningSocket(&port2, /*listening=*/false);
+  auto not_listening = TcpStoreServer::Adopt(quiet, port2);
+  ASSERT_FALSE(not_listening.ok());
+  EXPECT_THAT(std::string(not_listening.status().message()), HasSubstr("does not listen"));
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  close(pipe_fds[1]);
+  auto not_socket = TcpStoreServer::Adopt(pipe_fds[0], port);
+  ASSERT_FALSE(not_socket.ok());
+  EXPECT_THAT(std::string(not_socket.status().message()),
+              HasSubstr(absl::StrCat("inherited fd ", pipe_fds[0], " (GTP_STORE_FD) is not a socket")));
 }
 
 TEST(TcpStore, ServerGoneIsUnavailable) {

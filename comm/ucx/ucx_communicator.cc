@@ -651,7 +651,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateUcxWorldFromEnv(const UcxOpt
   GTP_ASSIGN_OR_RETURN(LaunchEnv env, ReadLaunchEnv());
   std::unique_ptr<TcpStoreServer> server;
   if (env.rank == 0) {
-    GTP_ASSIGN_OR_RETURN(server, TcpStoreServer::Start(env.master_port));
+    GTP_ASSIGN_OR_RETURN(server, TcpStoreServer::StartOrAdopt(env.master_port, env.store_fd));
   }
   GTP_ASSIGN_OR_RETURN(
       std::unique_ptr<TcpStoreClient> client,

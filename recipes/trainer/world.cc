@@ -78,7 +78,7 @@ absl::Status RunOnRanks(const proto::Recipe& recipe,
       GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
       std::unique_ptr<comm::TcpStoreServer> server;
       if (env.rank == 0) {
-        GTP_ASSIGN_OR_RETURN(server, comm::TcpStoreServer::Start(env.master_port));
+        GTP_ASSIGN_OR_RETURN(server, comm::TcpStoreServer::StartOrAdopt(env.master_port, env.store_fd));
         server->set_linger(absl::Seconds(5));
       }
       GTP_ASSIGN_OR_RETURN(std::unique_ptr<comm::TcpStoreClient> client,

@@ -129,22 +129,23 @@ std::vector<std::pair<std::string, std::string>> SharedGpuEnv(
   return out;
 }
 
-absl::StatusOr<int> PickFreePort(const std::string& addr) {
+absl::StatusOr<ListeningSocket> ListenOnFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("gtprun: socket: ", std::strerror(errno)));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = 0;
-  if (inet_pton(AF_INET, addr.c_str(), &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof(a);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd, 1024) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     int e = errno;
     close(fd);
-    return absl::UnavailableError(absl::StrCat("gtprun: cannot find a free port: ", std::strerror(e)));
+    return absl::UnavailableError(absl::StrCat("gtprun: cannot listen on a free port: ", std::strerror(e)));
   }
-  close(fd);
-  return static_cast<int>(ntohs(a.sin_port));
+  return ListeningSocket{fd, static_cast<int>(ntohs(a.sin_port))};
 }
 
 absl::Status CheckOptions(const LaunchOptions& o) {
@@ -180,11 +181,21 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
   if (!prog.ok()) return prog.status();
   LaunchResult result;
   result.master_port = o.master_port;
+  // With a port of its choosing gtprun holds the store's socket until rank 0
+  // (global rank 0 is on this machine: --nnodes 1) inherits it.
+  int store_fd = -1;
   if (result.master_port == 0) {
-    auto p = PickFreePort(o.master_addr);
-    if (!p.ok()) return p.status();
-    result.master_port = *p;
+    auto l = ListenOnFreePort();
+    if (!l.ok()) return l.status();
+    store_fd = l->fd;
+    result.master_port = l->port;
   }
+  struct CloseStoreFd {
+    int& fd;
+    ~CloseStoreFd() {
+      if (fd >= 0) close(fd);
+    }
+  } close_store_fd{store_fd};
 
   // Environment: inherited, minus what we set.
   std::map<std::string, std::string> base;
@@ -192,6 +203,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     const char* eq = std::strchr(*e, '=');
     if (eq) base[std::string(*e, eq - *e)] = eq + 1;
   }
+  base.erase("GTP_STORE_FD");  // an outer launcher's: never ours to pass on
   base["WORLD_SIZE"] = absl::StrCat(o.nnodes * o.nproc);
   base["LOCAL_WORLD_SIZE"] = absl::StrCat(o.nproc);
   base["MASTER_ADDR"] = o.master_addr;
@@ -225,6 +237,8 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     std::map<std::string, std::string> env = base;
     env["RANK"] = absl::StrCat(first_rank + r);
     env["LOCAL_RANK"] = absl::StrCat(r);
+    const bool gets_store_fd = store_fd >= 0 && first_rank + r == 0;
+    if (gets_store_fd) env["GTP_STORE_FD"] = absl::StrCat(store_fd);
     if (SharesGpus(o.nproc, gpus)) {
       for (const auto& [k, v] : SharedGpuEnv(base, first_rank + r, absl::StrCat(result.master_port))) env[k] = v;
     }
@@ -261,6 +275,7 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
       signal(SIGPIPE, SIG_DFL);
       dup2(out[1], 1);
       dup2(err[1], 2);
+      if (gets_store_fd) fcntl(store_fd, F_SETFD, 0);  // rank 0 inherits it across exec
       execve(prog->c_str(), argv.data(), envp.data());
       const int err = errno;
       const char* why = err == ENOENT    ? "No such file or directory"
@@ -277,6 +292,10 @@ absl::StatusOr<LaunchResult> Launch(const LaunchOptions& o) {
     setpgid(pid, pid);
     close(out[1]);
     close(err[1]);
+    if (gets_store_fd) {  // rank 0 holds it now
+      close(store_fd);
+      store_fd = -1;
+    }
     result.ranks[r].rank = first_rank + r;
     result.ranks[r].pid = pid;
     alive[r] = true;

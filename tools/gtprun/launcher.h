@@ -105,7 +105,15 @@ absl::Status CheckOptions(const LaunchOptions& options);
 // bad options: CheckOptions); rank failures are reported in the result.
 absl::StatusOr<LaunchResult> Launch(const LaunchOptions& options);
 
-// Picks a TCP port that is free on `addr` right now.
-absl::StatusOr<int> PickFreePort(const std::string& addr);
+// A TCP socket bound to a free port on every address (as the rendezvous
+// store binds) and listening; close-on-exec. Launch hands it to rank 0 as
+// GTP_STORE_FD, so the port is never free between being picked and rank 0
+// serving on it (picking a port and closing it let another process — NCCL's
+// own loopback sockets, another gtprun — take it first).
+struct ListeningSocket {
+  int fd = -1;
+  int port = 0;
+};
+absl::StatusOr<ListeningSocket> ListenOnFreePort();
 
 }  // namespace gtp::gtprun

@@ -90,6 +90,41 @@ TEST(Launch, UsesTheGivenPortAndExtraEnv) {
   EXPECT_THAT(out.Read(), HasSubstr("[rank 0] 23456 bar\n"));
 }
 
+// With a port of its choosing, gtprun binds it and hands the listening
+// socket to rank 0 alone (GTP_STORE_FD): the port is held from the moment it
+// is picked. Rank 0 finds the fd open and listening on MASTER_PORT (0.0.0.0,
+// state 0A in /proc/net/tcp) after gtprun closed its own copy.
+TEST(Launch, RankZeroInheritsTheListeningStoreSocket) {
+  Capture out, err;
+  auto r = Launch(Sh(2,
+                     "echo \"fd=${GTP_STORE_FD:-none}\"; "
+                     "if [ -n \"$GTP_STORE_FD\" ]; then "
+                     "  readlink /proc/$$/fd/$GTP_STORE_FD | sed 's/:.*//'; "
+                     "  grep -qi \": *[0-9]* *00000000:$(printf %04X $MASTER_PORT) 00000000:0000 0A\" "
+                     "/proc/net/tcp && echo listening; fi",
+                     out, err));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string o = out.Read();
+  EXPECT_EQ(r->exit_code(), 0) << o << err.Read();
+  EXPECT_THAT(o, HasSubstr("[rank 0] socket\n"));
+  EXPECT_THAT(o, HasSubstr("[rank 0] listening\n"));
+  EXPECT_THAT(o, Not(HasSubstr("[rank 0] fd=none")));
+  EXPECT_THAT(o, HasSubstr("[rank 1] fd=none\n"));
+}
+
+// A given port is the ranks' to bind (no socket is passed), and a
+// GTP_STORE_FD gtprun itself inherited is never passed on.
+TEST(Launch, NoStoreSocketWithAGivenPortNorAnOuterOne) {
+  Capture out, err;
+  setenv("GTP_STORE_FD", "7", 1);
+  LaunchOptions o = Sh(1, "echo \"fd=${GTP_STORE_FD:-none}\"", out, err);
+  o.master_port = 23457;
+  auto r = Launch(o);
+  unsetenv("GTP_STORE_FD");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(out.Read(), HasSubstr("[rank 0] fd=none\n"));
+}
+
 // Machine 1 of 2 with 2 ranks each: global ranks 2 and 3 of 4, local 0 and 1.
 TEST(Launch, SeveralMachinesNumberRanksByNode) {
   Capture out, err;

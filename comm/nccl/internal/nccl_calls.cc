@@ -18,6 +18,11 @@ absl::Status NcclStatus(ncclResult_t r, const std::string& what) {
   if (r == ncclSuccess) return absl::OkStatus();
   std::string msg =
       absl::StrCat(what, ": NCCL error ", static_cast<int>(r), " (", ncclGetErrorString(r), ")");
+  // NCCL's own account of the failure ("Cuda failure 'out of memory'", the
+  // call that failed): what "run with NCCL_DEBUG=INFO" would have printed.
+  if (const char* last = ncclGetLastError(nullptr); last != nullptr && *last != '\0') {
+    absl::StrAppend(&msg, ": ", last);
+  }
   switch (r) {
     case ncclInvalidArgument:
     case ncclInvalidUsage:

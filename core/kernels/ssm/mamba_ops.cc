@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/kernels/ssm/ssm_cuda.h"
+#include "core/kernels/ssm/mamba_ops_cuda.h"
 #include "core/status.h"
 
 namespace gtp::kernels::ssm {

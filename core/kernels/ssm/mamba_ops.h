@@ -2,7 +2,7 @@
 // SSD scan (ssd_scan.h): the depthwise causal conv1d, dt's softplus with its
 // bias, the decay rates A = −exp(A_log) and the gated RMSNorm before
 // out_proj. Tensor-level, f32, contiguous on exec's device. CPU calls block
-// the calling thread; CUDA calls (ssm.cu) only enqueue on exec.stream (the
+// the calling thread; CUDA calls (mamba_ops.cu) only enqueue on exec.stream (the
 // backwards take scratch from exec.alloc: B·T·Ch floats for the conv, plus
 // ⌈rows/256⌉ floats per column of each parameter-gradient column sum).
 // Activation gradients are written (=), parameter gradients accumulate (+=);

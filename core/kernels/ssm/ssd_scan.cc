@@ -25,7 +25,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "core/kernels/ssm/ssm_cuda.h"
+#include "core/kernels/ssm/ssd_scan_cuda.h"
 #include "core/status.h"
 
 namespace gtp::kernels::ssm {

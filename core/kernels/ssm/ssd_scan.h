@@ -35,7 +35,7 @@
 // run. Outputs must not alias inputs. Bad shapes, dtypes or devices abort
 // (GTP_CHECK); nothing returns Status.
 //
-// CPU calls run on the calling thread (blocking). CUDA calls (ssm.cu) only
+// CPU calls run on the calling thread (blocking). CUDA calls (ssd_scan.cu) only
 // enqueue on exec.stream (never block the host) and run the recurrence
 // itself, parallel over (b, h, p, n) (same math); the backward is a forward
 // and a reverse sweep plus a suffix sum of per-step scalars that restarts

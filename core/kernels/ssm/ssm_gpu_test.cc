@@ -1,4 +1,4 @@
-// The CUDA Mamba-2 ops (ssm.cu, behind ssd_scan.h and mamba_ops.h) against
+// The CUDA Mamba-2 ops (ssd_scan.cu and mamba_ops.cu, behind ssd_scan.h and mamba_ops.h) against
 // their CPU implementations (which the CPU tests check against double
 // references): forward values and every gradient on random inputs, relative
 // to the largest reference value; outputs NaN-poisoned before each call;
@@ -343,7 +343,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SsdScanGpuTest,
                                            ScanCase{2, 70, 4, 16, 1, 128, 32},
                                            ScanCase{1, 9, 2, 3, 2, 256, 4}));
 
-// The edges of the CUDA kernels' cuts (ssm.cu MakeScanPlan: lanes per row and
+// The edges of the CUDA kernels' cuts (ssd_scan.cu MakeScanPlan: lanes per row and
 // states per lane by N, rows per block, p-tiles, ts-step shared tiles):
 INSTANTIATE_TEST_SUITE_P(
     KernelEdges, SsdScanGpuTest,

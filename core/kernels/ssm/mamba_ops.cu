@@ -1,0 +1,380 @@
+// core/kernels/ssm/mamba_ops.cu — CUDA kernels of the Mamba-2 mixer's small
+// ops (mamba_ops_cuda.h; math in mamba_ops.h): causal conv1d, dt softplus,
+// A = −exp(A_log), gated RMSNorm. Deterministic: every reduction is done by one
+// thread in a fixed order or by a warp's xor shuffles; column sums (conv and
+// norm weight grads, biases) in two fixed-order passes over row slabs.
+#include <cuda_runtime.h>
+
+#include "core/kernels/cuda/common.cuh"
+#include "core/kernels/ssm/mamba_ops_cuda.h"
+
+namespace gtp::kernels::ssm::cuda {
+namespace {
+
+using ::gtp::kernels::cuda::internal::CeilDiv;
+using ::gtp::kernels::cuda::internal::GridFor;
+using ::gtp::kernels::cuda::internal::kWarpSize;
+using ::gtp::kernels::cuda::internal::WarpSum;
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / kWarpSize;
+
+__device__ __forceinline__ float Sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+__device__ __forceinline__ float Silu(float v) { return v * Sigmoid(v); }
+__device__ __forceinline__ float SiluGrad(float v) {
+  const float s = Sigmoid(v);
+  return s * (1.0f + v * (1.0f - s));
+}
+
+// ---------------------------------------------------------------- conv1d
+
+__device__ __forceinline__ float ConvAt(const float* __restrict__ x, const float* __restrict__ w,
+                                        const float* __restrict__ bias, int64_t T, int64_t Ch,
+                                        int64_t K, int64_t b, int64_t t, int64_t c) {
+  float acc = bias[c];
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t s = t - (K - 1) + k;
+    if (s >= 0) acc += w[c * K + k] * x[(b * T + s) * Ch + c];
+  }
+  return acc;
+}
+
+__global__ void ConvForwardKernel(const float* __restrict__ x, const float* __restrict__ w,
+                                  const float* __restrict__ bias, float* __restrict__ y,
+                                  int64_t B, int64_t T, int64_t Ch, int64_t K, bool silu) {
+  const int64_t total = B * T * Ch;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % Ch, t = (i / Ch) % T, b = i / (Ch * T);
+    const float v = ConvAt(x, w, bias, T, Ch, K, b, t, c);
+    y[i] = silu ? Silu(v) : v;
+  }
+}
+
+// g = dy·act'(pre), the gradient of the pre-activation, into scratch.
+__global__ void ConvPreGradKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                  const float* __restrict__ w, const float* __restrict__ bias,
+                                  float* __restrict__ gpre, int64_t B, int64_t T, int64_t Ch,
+                                  int64_t K, bool silu) {
+  const int64_t total = B * T * Ch;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % Ch, t = (i / Ch) % T, b = i / (Ch * T);
+    float v = dy[i];
+    if (silu) v *= SiluGrad(ConvAt(x, w, bias, T, Ch, K, b, t, c));
+    gpre[i] = v;
+  }
+}
+
+// dx[b, s, c] = Σ_k g[b, s + K − 1 − k, c]·w[c, k] (=).
+__global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __restrict__ w,
+                             float* __restrict__ dx, int64_t B, int64_t T, int64_t Ch,
+                             int64_t K) {
+  const int64_t total = B * T * Ch;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % Ch, s = (i / Ch) % T, b = i / (Ch * T);
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t t = s + (K - 1) - k;
+      if (t < T) acc += gpre[(b * T + t) * Ch + c] * w[c * K + k];
+    }
+    dx[i] = acc;
+  }
+}
+
+// Column sums of a [rows, cols] matrix of values in two fixed-order passes
+// (one block per column over 8192 rows is serial and starves the GPU):
+//   1. blocks of 32 columns × 8 row-threads each add a slab of `slab_rows`
+//      rows (thread (cx, ry) takes rows ry, ry + 8, …; then the 8 in order)
+//      into partial[slab, col];
+//   2. out(col, Σ_slab partial[slab, col]) with the slabs in order.
+// The slab size depends on rows only, so reruns give the same bits.
+constexpr int kColWidth = 32, kColRowThreads = 8;
+
+int64_t ColumnSlabRows(int64_t rows) {
+  const int64_t min_rows = 256, max_slabs = 4096;
+  const int64_t r = CeilDiv(rows, max_slabs);
+  return r > min_rows ? r : min_rows;
+}
+int64_t ColumnSlabs(int64_t rows) { return rows > 0 ? CeilDiv(rows, ColumnSlabRows(rows)) : 0; }
+
+template <class V>
+__global__ void ColumnPartialKernel(V value, float* __restrict__ partial, int64_t rows,
+                                    int64_t cols, int64_t slab_rows) {
+  __shared__ float red[kColRowThreads][kColWidth + 1];
+  const int cx = threadIdx.x, ry = threadIdx.y;
+  const int64_t col = blockIdx.x * int64_t{kColWidth} + cx, slab = blockIdx.y;
+  const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < rows ? r0 + slab_rows : rows;
+  float acc = 0.0f;
+  if (col < cols)
+    for (int64_t r = r0 + ry; r < r1; r += kColRowThreads) acc += value(r, col);
+  red[ry][cx] = acc;
+  __syncthreads();
+  if (ry == 0 && col < cols) {
+    float s = 0.0f;
+    for (int q = 0; q < kColRowThreads; ++q) s += red[q][cx];
+    partial[slab * cols + col] = s;
+  }
+}
+
+template <class O>
+__global__ void ColumnFinishKernel(const float* __restrict__ partial, int64_t slabs, int64_t cols,
+                                   O out) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < slabs; ++k) s += partial[k * cols + c];
+    out(c, s);
+  }
+}
+
+// in[r, c].
+struct PlainValue {
+  const float* __restrict__ in;
+  int64_t cols;
+  __device__ float operator()(int64_t r, int64_t c) const { return in[r * cols + c]; }
+};
+// out[c] += s.
+struct AddOut {
+  float* __restrict__ out;
+  __device__ void operator()(int64_t c, float s) const { out[c] += s; }
+};
+
+// Conv weight and bias grads as (K + 1)·Ch columns over the B·T rows, column
+// k·Ch + c (k < K: g[b, t, c]·x[b, t − (K−1) + k, c]; k = K: g[b, t, c]).
+// Row r = b·T + t, so x's row is r − (K−1) + k whenever t − (K−1) + k ≥ 0.
+struct ConvGradValue {
+  const float* __restrict__ gpre;
+  const float* __restrict__ x;
+  int64_t T, Ch, K;
+  __device__ float operator()(int64_t r, int64_t col) const {
+    const int64_t k = col / Ch, c = col % Ch;
+    const float g = gpre[r * Ch + c];
+    if (k == K) return g;
+    const int64_t s = r % T - (K - 1) + k;
+    return s >= 0 ? g * x[(r - (K - 1) + k) * Ch + c] : 0.0f;
+  }
+};
+struct ConvGradOut {
+  float* __restrict__ dw;
+  float* __restrict__ dbias;
+  int64_t Ch, K;
+  __device__ void operator()(int64_t col, float s) const {
+    const int64_t k = col / Ch, c = col % Ch;
+    if (k == K) {
+      dbias[c] += s;
+    } else {
+      dw[c * K + k] += s;
+    }
+  }
+};
+
+template <class V, class O>
+void ColumnReduce(V value, O out, float* partial, int64_t rows, int64_t cols,
+                  cudaStream_t stream) {
+  const int64_t slabs = ColumnSlabs(rows);
+  if (cols == 0 || slabs == 0) return;  // adding nothing
+  const dim3 grid(static_cast<unsigned>(CeilDiv(cols, kColWidth)), static_cast<unsigned>(slabs));
+  ColumnPartialKernel<<<grid, dim3(kColWidth, kColRowThreads), 0, stream>>>(
+      value, partial, rows, cols, ColumnSlabRows(rows));
+  GTP_CU_LAUNCH_CHECK();
+  ColumnFinishKernel<<<GridFor(cols, kThreads), kThreads, 0, stream>>>(partial, slabs, cols, out);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------- softplus
+
+__global__ void SoftplusForwardKernel(const float* __restrict__ raw, const float* __restrict__ bias,
+                                      float* __restrict__ dt, int64_t N, int64_t H) {
+  const int64_t total = N * H;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float u = raw[i] + bias[i % H];
+    dt[i] = u > 20.0f ? u : log1pf(expf(u));
+  }
+}
+
+__global__ void SoftplusBackwardKernel(const float* __restrict__ ddt,
+                                       const float* __restrict__ raw,
+                                       const float* __restrict__ bias, float* __restrict__ draw,
+                                       int64_t N, int64_t H) {
+  const int64_t total = N * H;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float u = raw[i] + bias[i % H];
+    draw[i] = ddt[i] * (u > 20.0f ? 1.0f : Sigmoid(u));
+  }
+}
+
+// ---------------------------------------------------------------- A = −exp(A_log)
+
+__global__ void NegExpForwardKernel(const float* __restrict__ a_log, float* __restrict__ a,
+                                    int64_t H) {
+  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (h < H) a[h] = -expf(a_log[h]);
+}
+
+__global__ void NegExpBackwardKernel(const float* __restrict__ da, const float* __restrict__ a,
+                                     float* __restrict__ a_log_grad, int64_t H) {
+  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (h < H) a_log_grad[h] += da[h] * a[h];
+}
+
+// ---------------------------------------------------------------- gated RMSNorm
+
+// One warp per (row, group); lanes stride over the group's channels.
+__global__ void GatedRmsNormForwardKernel(const float* __restrict__ x, const float* __restrict__ z,
+                                          const float* __restrict__ w, float* __restrict__ y,
+                                          float* __restrict__ rstd, int64_t N, int64_t Ch,
+                                          int64_t group, float eps) {
+  const int64_t Gs = Ch / group;
+  const int64_t item = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (item >= N * Gs) return;
+  const int64_t n = item / Gs, gi = item % Gs, base = n * Ch + gi * group;
+  float ss = 0.0f;
+  for (int64_t j = lane; j < group; j += kWarpSize) {
+    const float g = x[base + j] * Silu(z[base + j]);
+    ss += g * g;
+  }
+  ss = WarpSum(ss);
+  const float r = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
+  if (lane == 0) rstd[item] = r;
+  for (int64_t j = lane; j < group; j += kWarpSize) {
+    const float g = x[base + j] * Silu(z[base + j]);
+    y[base + j] = g * r * w[gi * group + j];
+  }
+}
+
+// dg = r·w·dy − g·r³·mean(w·dy·g); dx = dg·silu(z), dz = dg·x·silu'(z).
+__global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
+                                           const float* __restrict__ x,
+                                           const float* __restrict__ z,
+                                           const float* __restrict__ w,
+                                           const float* __restrict__ rstd, float* __restrict__ dx,
+                                           float* __restrict__ dz, int64_t N, int64_t Ch,
+                                           int64_t group) {
+  const int64_t Gs = Ch / group;
+  const int64_t item = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (item >= N * Gs) return;
+  const int64_t n = item / Gs, gi = item % Gs, base = n * Ch + gi * group;
+  const float r = rstd[item];
+  float dot = 0.0f;
+  for (int64_t j = lane; j < group; j += kWarpSize) {
+    const float g = x[base + j] * Silu(z[base + j]);
+    dot += w[gi * group + j] * dy[base + j] * g;
+  }
+  const float m = WarpSum(dot) / static_cast<float>(group);
+  for (int64_t j = lane; j < group; j += kWarpSize) {
+    const float zi = z[base + j], xi = x[base + j], si = Silu(zi);
+    const float g = xi * si;
+    const float dg = r * w[gi * group + j] * dy[base + j] - g * r * r * r * m;
+    dx[base + j] = dg * si;
+    dz[base + j] = dg * xi * SiluGrad(zi);
+  }
+}
+
+// dw's terms: dy[n, c]·g[n, c]·rstd[n, c / group], column c, row n.
+struct RmsDwValue {
+  const float* __restrict__ dy;
+  const float* __restrict__ x;
+  const float* __restrict__ z;
+  const float* __restrict__ rstd;
+  int64_t Ch, group;
+  __device__ float operator()(int64_t n, int64_t c) const {
+    const int64_t i = n * Ch + c;
+    return dy[i] * (x[i] * Silu(z[i])) * rstd[n * (Ch / group) + c / group];
+  }
+};
+
+unsigned Blocks(int64_t n) { return static_cast<unsigned>(CeilDiv(n, kThreads)); }
+
+}  // namespace
+
+void CausalConv1dForward(const float* x, const float* w, const float* bias, float* y, int64_t B,
+                         int64_t T, int64_t Ch, int64_t K, bool silu, cudaStream_t stream) {
+  const int64_t total = B * T * Ch;
+  if (total == 0) return;
+  ConvForwardKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, w, bias, y, B, T, Ch, K,
+                                                                       silu);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int64_t K) {
+  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;
+}
+
+void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
+                          bool silu, float* dx, float* dw, float* dbias, float* scratch,
+                          int64_t B, int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
+  const int64_t total = B * T * Ch;
+  if (total == 0) return;
+  float* gpre = scratch;
+  float* partial = scratch + total;
+  ConvPreGradKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(dy, x, w, bias, gpre, B, T,
+                                                                       Ch, K, silu);
+  GTP_CU_LAUNCH_CHECK();
+  ConvDxKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(gpre, w, dx, B, T, Ch, K);
+  GTP_CU_LAUNCH_CHECK();
+  // dw and dbias together: (K + 1)·Ch columns.
+  ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, B * T,
+               (K + 1) * Ch, stream);
+}
+
+void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t N, int64_t H,
+                         cudaStream_t stream) {
+  if (N * H == 0) return;
+  SoftplusForwardKernel<<<GridFor(N * H, kThreads), kThreads, 0, stream>>>(raw, bias, dt, N, H);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+int64_t SoftplusBiasBackwardScratchFloats(int64_t N, int64_t H) { return ColumnSlabs(N) * H; }
+
+void SoftplusBiasBackward(const float* ddt, const float* raw, const float* bias, float* draw,
+                          float* dbias, float* scratch, int64_t N, int64_t H,
+                          cudaStream_t stream) {
+  if (N * H == 0) return;
+  SoftplusBackwardKernel<<<GridFor(N * H, kThreads), kThreads, 0, stream>>>(ddt, raw, bias, draw,
+                                                                            N, H);
+  GTP_CU_LAUNCH_CHECK();
+  ColumnReduce(PlainValue{draw, H}, AddOut{dbias}, scratch, N, H, stream);
+}
+
+void NegExpForward(const float* a_log, float* a, int64_t H, cudaStream_t stream) {
+  if (H == 0) return;
+  NegExpForwardKernel<<<Blocks(H), kThreads, 0, stream>>>(a_log, a, H);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+void NegExpBackwardAccumulate(const float* da, const float* a, float* a_log_grad, int64_t H,
+                              cudaStream_t stream) {
+  if (H == 0) return;
+  NegExpBackwardKernel<<<Blocks(H), kThreads, 0, stream>>>(da, a, a_log_grad, H);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+void GatedRmsNormForward(const float* x, const float* z, const float* w, float* y, float* rstd,
+                         int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream) {
+  const int64_t items = N * (Ch / group);
+  if (items == 0) return;
+  GatedRmsNormForwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
+                              stream>>>(x, z, w, y, rstd, N, Ch, group, eps);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) { return ColumnSlabs(N) * Ch; }
+
+void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
+                          const float* rstd, float* dx, float* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
+  const int64_t items = N * (Ch / group);
+  if (items == 0) return;
+  GatedRmsNormBackwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
+                               stream>>>(dy, x, z, w, rstd, dx, dz, N, Ch, group);
+  GTP_CU_LAUNCH_CHECK();
+  ColumnReduce(RmsDwValue{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);
+}
+
+}  // namespace gtp::kernels::ssm::cuda
