@@ -260,6 +260,7 @@ Tensor ShardedParam::Wgrad(bool* fresh) {
   if (gtp_size() == 1) {
     // Nothing to reduce: the GEMMs accumulate straight into the main grad
     // (its pad rows are zero and are never written).
+    if (grad_write_hook_) grad_write_hook_(*this);
     reduce_.wgrad = main_grad_;
     reduce_.open = true;
     *fresh = false;
@@ -329,6 +330,7 @@ absl::Status ShardedParam::FinalizeReduce(bool deferred) {
       chain_->cache().Release(reduce_.pieces, BufferCache::kWgrad);
       reduce_.wire = reduce_.pieces = Tensor();
     }
+    if (grad_write_hook_) grad_write_hook_(*this);
     ops::Axpby(e, 1.0f, reduce_.scatter, 1.0f, main_grad_);
     chain_->cache().Release(reduce_.scatter, BufferCache::kWgrad);
     reduce_.scatter = Tensor();

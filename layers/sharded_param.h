@@ -307,6 +307,13 @@ class ShardedParam {
 
   // Called after each finalisation {reduce-scatter → add} (optimizer buckets).
   void set_ready_hook(std::function<void(ShardedParam&)> hook) { ready_hook_ = std::move(hook); }
+  // Called right before backward writes the main grad (the reduced shard
+  // added, or — GTP 1 — a new wgrad accumulating into it), on the training
+  // thread: a bucket still reducing that memory (a second synchronising
+  // backward) waits there instead of racing the write.
+  void set_grad_write_hook(std::function<void(ShardedParam&)> hook) {
+    grad_write_hook_ = std::move(hook);
+  }
 
  private:
   friend class GtpChain;
@@ -343,6 +350,7 @@ class ShardedParam {
   GatherSlot gather_[3];
   ReduceSlot reduce_;
   std::function<void(ShardedParam&)> ready_hook_;
+  std::function<void(ShardedParam&)> grad_write_hook_;
   bool registered_ = false;
   bool gathered_in_backward_ = true;
   bool tied_copy_ = false;

@@ -18,6 +18,13 @@ namespace {
 constexpr int64_t kAlign = 16;
 
 int64_t RoundUp(int64_t n, int64_t unit) { return (n + unit - 1) / unit * unit; }
+
+absl::Status FinishedTwice(const GradParam& gp) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "GradBuffer: ", gp.name, " finished its gradient twice in one synchronising micro-batch "
+      "(mark earlier micro-batches with StartMicrobatch(/*last=*/false))"));
+}
+
 }  // namespace
 
 Tensor GradParam::value() const {
@@ -140,6 +147,8 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
       GradBuffer* self = g.get();
       const int index = static_cast<int>(i);
       gp.sharded->set_ready_hook([self, index](layers::ShardedParam&) { self->OnParamReady(index); });
+      gp.sharded->set_grad_write_hook(
+          [self, index](layers::ShardedParam&) { self->OnGradWrite(index); });
     } else {
       Tensor shaped = view.View(gp.replicated->value.shape());
       ops::CopyInto(exec, gp.replicated->grad, shaped);
@@ -153,7 +162,10 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
 
 GradBuffer::~GradBuffer() {
   for (GradParam& gp : params_) {
-    if (gp.sharded != nullptr) gp.sharded->set_ready_hook(nullptr);
+    if (gp.sharded != nullptr) {
+      gp.sharded->set_ready_hook(nullptr);
+      gp.sharded->set_grad_write_hook(nullptr);
+    }
   }
 }
 
@@ -179,9 +191,7 @@ void GradBuffer::OnParamReady(int param) {
   if (!sync_) return;
   if (param_ready_[param]) {
     if (deferred_error_.ok()) {
-      deferred_error_ = absl::FailedPreconditionError(absl::StrCat(
-          "GradBuffer: ", gp.name, " finished its gradient twice in one synchronising "
-          "micro-batch (mark earlier micro-batches with StartMicrobatch(/*last=*/false))"));
+      deferred_error_ = FinishedTwice(gp);
     }
     return;
   }
@@ -192,6 +202,23 @@ void GradBuffer::OnParamReady(int param) {
       s.ready == static_cast<int>(buckets_[gp.bucket].params.size())) {
     absl::Status st = IssueBucket(gp.bucket);
     if (!st.ok() && deferred_error_.ok()) deferred_error_ = st;
+  }
+}
+
+void GradBuffer::OnGradWrite(int param) {
+  if (!sync_ || !param_ready_[param]) return;
+  // A second synchronising backward (a misuse FinishGradSync reports): the
+  // param's bucket may be reducing the very memory about to be written.
+  const GradParam& gp = params_[param];
+  if (deferred_error_.ok()) {
+    deferred_error_ = FinishedTwice(gp);
+  }
+  BucketState& s = state_[gp.bucket];
+  if (s.work) {
+    // Only to end the reduction's use of the memory; the misuse above is
+    // what FinishGradSync reports.
+    s.work->Wait().IgnoreError();
+    s.work.reset();
   }
 }
 

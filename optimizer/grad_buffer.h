@@ -206,6 +206,7 @@ class GradBuffer {
  private:
   GradBuffer() = default;
   void OnParamReady(int param);
+  void OnGradWrite(int param);
   absl::Status IssueBucket(int b);
   void Record(GradSyncEvent::Kind kind, int bucket, const std::string& param);
 
