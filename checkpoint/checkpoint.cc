@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/atomic_file.h"
 #include "checkpoint/metadata.pb.h"
 #include "core/status.h"
 
@@ -54,14 +55,6 @@ absl::Status WriteTmpFsynced(const std::string& path, const std::string& data) {
     if (!out) return Errno("write " + tmp);
   }
   return FsyncPath(tmp);
-}
-
-// Writes `data` to `path` via path.tmp + fsync + rename.
-absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
-  GTP_RETURN_IF_ERROR(WriteTmpFsynced(path, data));
-  const std::string tmp = path + ".tmp";
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno("rename " + tmp);
-  return absl::OkStatus();
 }
 
 int64_t Cols(const TensorPiece& p) { return p.data.rank() >= 2 ? p.data.dim(1) : 1; }

@@ -12,6 +12,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/atomic_file.h"
+#include "core/status.h"
 
 namespace gtp::checkpoint {
 
@@ -279,21 +281,14 @@ absl::Status WriteSafeTensors(const std::string& path, const SafeTensorsFile& fi
   }
   header += "}";
   while (header.size() % 8) header += ' ';
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    uint64_t n = header.size();
-    char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-    out.write(len, 8);
-    out.write(header.data(), header.size());
-    for (const auto& [name, t] : file.tensors)
-      out.write(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
-    if (!out) return absl::DataLossError(absl::StrCat("write failed: ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", path, ": ", std::strerror(errno)));
+  GTP_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> out, AtomicFileWriter::Create(path));
+  const uint64_t n = header.size();
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  GTP_RETURN_IF_ERROR(out->Append(len, 8));
+  GTP_RETURN_IF_ERROR(out->Append(header));
+  for (const auto& [name, t] : file.tensors) GTP_RETURN_IF_ERROR(out->Append(t.bytes.data(), t.bytes.size()));
+  GTP_RETURN_IF_ERROR(out->Commit());
   return absl::OkStatus();
 }
 

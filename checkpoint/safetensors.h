@@ -43,7 +43,8 @@ struct SafeTensorsFile {
 // I64, U8, F8_E4M3, F8_E5M2.
 absl::StatusOr<SafeTensorsFile> ReadSafeTensors(const std::string& path);
 
-// Writes `file` (tensors in name order), via a temporary file and rename.
+// Writes `file` (tensors in name order) whole or not at all (AtomicFileWriter:
+// a failed write leaves no file and no .tmp).
 absl::Status WriteSafeTensors(const std::string& path, const SafeTensorsFile& file);
 
 // safetensors dtype string ("F32", "BF16", ...) of a DType.
