@@ -155,7 +155,9 @@ test -d "$tmp/noresume/checkpoints.replaced/iter_0000004" && test "$(cat "$tmp/n
 
 echo "== 2j. signals during a long evaluation and while waiting for peers act at once"
 # (Both used to be ignored: the evaluation ran to its end, the rendezvous waited its minute.)
-"$bin" --run_dir "$tmp/long_eval" --set "$small,train.steps=3,train.eval_every=1,train.eval_batches=1000000,checkpoint.every=0" > "$tmp/long_eval.log" &
+# A long evaluation of distinct samples: mock data with half of it held out (8659 validation
+# samples, 1000 micro-batches of 4 × 2 lanes: about 7 s on 2 cores).
+"$bin" --run_dir "$tmp/long_eval" --set "$small,train.steps=3,train.eval_every=1,train.eval_batches=1000,checkpoint.every=0,data.source=mock,data.valid_fraction=0.5" > "$tmp/long_eval.log" &
 pid=$!
 for _ in $(seq 1 600); do
   [ "$(losses "$tmp/long_eval/metrics.jsonl" 2>/dev/null | wc -l || true)" -ge 1 ] && break
@@ -177,6 +179,14 @@ kill -TERM "$pid"
 t0=$SECONDS rc=0
 wait "$pid" || rc=$?
 [ "$rc" = 143 ] && (( SECONDS - t0 <= 5 )) || { echo "rendezvous: rc $rc after $((SECONDS - t0)) s (want 143 at once)"; cat "$tmp/lonely.log"; exit 1; }
+
+echo "== 2k. a periodic evaluation larger than the validation split is refused before the first step"
+# (It wrapped around the split and counted samples twice, silently.)
+if "$bin" --run_dir "$tmp/eval_wrap" --set "$small,train.steps=2,train.eval_every=1,train.eval_batches=204" > "$tmp/eval_wrap.log" 2>&1; then
+  echo "an evaluation of 204 × 8 samples over a split of 1630 ran"; cat "$tmp/eval_wrap.log"; exit 1
+fi
+grep -q "train.eval_batches = 204 reads 1632 validation samples .* holds 1630 samples of 32 tokens: set train.eval_batches to at most 203" "$tmp/eval_wrap.log" &&
+  ! grep -q '^\[rank 0\] step\|"step"' "$tmp/eval_wrap.log" || { echo "refusal:"; cat "$tmp/eval_wrap.log"; exit 1; }
 
 echo "== 2d. fp8 GTP gathers: one rank takes the same MXFP8 round trip as GTP2 and GTP2·TP2"
 # Every weight of gpt_tiny has 64 or more columns, so each shard is whole

@@ -163,6 +163,25 @@ absl::StatusOr<std::unique_ptr<RankState>> RankState::Build(const proto::Recipe&
   GTP_ASSIGN_OR_RETURN(data::DistributedSampler sampler,
                        data::DistributedSampler::Create(sc, s.data->rank()));
   s.sampler = std::make_unique<data::DistributedSampler>(std::move(sampler));
+  if (r_.train().eval_every() > 0) {
+    // Each periodic evaluation reads eval_batches micro-batches per lane of
+    // distinct validation samples (evaluation.h); past the split's end they
+    // would wrap around and count samples twice.
+    const int64_t per_batch = sc.micro_batch_size * sc.num_lanes;
+    const uint64_t want = static_cast<uint64_t>(r_.train().eval_batches() * per_batch);
+    const uint64_t split = s.valid->samples_per_epoch();
+    if (want > split) {
+      const uint64_t most = split / static_cast<uint64_t>(per_batch);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train.eval_batches = ", r_.train().eval_batches(), " reads ", want,
+          " validation samples per evaluation (", r_.train().eval_batches(), " × train.micro_batch ",
+          sc.micro_batch_size, " × ", sc.num_lanes, " data lanes), but the validation split holds ",
+          split, " samples of ", r_.model().seq_len(), " tokens: ",
+          most > 0 ? absl::StrCat("set train.eval_batches to at most ", most, ", ")
+                   : std::string("use a smaller train.micro_batch or fewer data lanes, "),
+          "raise data.valid_fraction, or set train.eval_every = 0"));
+    }
+  }
   if (P > 1) {
     const int64_t M = s.sampler->num_micro_batches();
     if (M < P) {
