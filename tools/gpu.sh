@@ -24,6 +24,7 @@ bundle() {
     mapfile -t -O "${#targets[@]}" targets < <(bazel query 'attr(tags, "\bbenchmark\b", kind(cc_binary, //...))' 2>/dev/null)
     targets+=("//tools/gtprun:gtprun")  # multi-process GPU tests find it beside themselves
     targets+=("//tools/ckpt:ckpt")  # tools/bench/bench.sh exports checkpoints with it
+    targets+=("//data/tokenizer:tokenize")  # tools/hf/tokenizer_check.py compares it with HF's
   fi
   echo "gpu.sh: building ${#targets[@]} targets"
   bazel build -c opt "${targets[@]}"
