@@ -25,6 +25,7 @@ bundle() {
     targets+=("//tools/gtprun:gtprun")  # multi-process GPU tests find it beside themselves
     targets+=("//tools/ckpt:ckpt")  # tools/bench/bench.sh exports checkpoints with it
     targets+=("//data/tokenizer:tokenize")  # tools/hf/tokenizer_check.py compares it with HF's
+    targets+=("//tools/data:make_indexed" "//tools/generate:generate")  # tools/hf/hf_e2e.py
   fi
   echo "gpu.sh: building ${#targets[@]} targets"
   bazel build -c opt "${targets[@]}"
