@@ -4,11 +4,13 @@
 //   bazel run //data/tokenizer:tokenize -- --vocab=vocab.json --merges=merges.txt < text.txt
 //   bazel run //data/tokenizer:tokenize -- --tokenizer_json=tokenizer.json < text.txt
 //   bazel run //data/tokenizer:tokenize -- --tokenizer_json=tokenizer.json --decode < ids.txt
+//   bazel run //data/tokenizer:tokenize -- --tokenizer_model=tokenizer.model < text.txt
 //
 // The same lines through HF `tokenizers` (vocab/merges: ByteLevel with
 // add_prefix_space=False; tokenizer.json: encode(line, add_special_tokens=False))
-// must give the same ids. --decode reads lines of ids and writes their text,
-// one line each. Exit status: 0 ok, 1 bad files or ids, 2 bad flags.
+// or `sentencepiece` (tokenizer.model: sp.encode(line)) must give the same
+// ids. --decode reads lines of ids and writes their text, one line each.
+// Exit status: 0 ok, 1 bad files or ids, 2 bad flags.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -23,12 +25,16 @@
 #include "core/cli.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
 
 ABSL_FLAG(std::string, vocab, "", "vocab.json (required)");
 ABSL_FLAG(std::string, merges, "", "merges.txt (with --vocab)");
 ABSL_FLAG(std::string, tokenizer_json, "",
           "a Hugging Face tokenizer.json (instead of --vocab/--merges)");
-ABSL_FLAG(bool, decode, false, "read lines of ids and write their text (--tokenizer_json)");
+ABSL_FLAG(std::string, tokenizer_model, "",
+          "a SentencePiece tokenizer.model (instead of --vocab/--merges)");
+ABSL_FLAG(bool, decode, false,
+          "read lines of ids and write their text (--tokenizer_json or --tokenizer_model)");
 ABSL_FLAG(bool, summary, false, "print the tokenizer's summary line to stderr first");
 
 namespace {
@@ -39,7 +45,8 @@ int Fail(const absl::Status& s) {
 }
 
 // Lines of space-separated ids to text, one output line per input line.
-int DecodeLines(const gtp::data::HfTokenizer& tok) {
+template <typename Tokenizer>
+int DecodeLines(const Tokenizer& tok) {
   std::string line;
   size_t line_no = 0;
   while (std::getline(std::cin, line)) {
@@ -69,22 +76,38 @@ int DecodeLines(const gtp::data::HfTokenizer& tok) {
 int main(int argc, char** argv) {
   gtp::SetUsage(
       "tokenize --vocab=vocab.json --merges=merges.txt < text\n"
-      "  tokenize --tokenizer_json=tokenizer.json [--decode] < text");
+      "  tokenize --tokenizer_json=tokenizer.json [--decode] < text\n"
+      "  tokenize --tokenizer_model=tokenizer.model [--decode] < text");
   gtp::ParseCommandLine(argc, argv);
   const bool bpe = !absl::GetFlag(FLAGS_vocab).empty() || !absl::GetFlag(FLAGS_merges).empty();
   const bool hf = !absl::GetFlag(FLAGS_tokenizer_json).empty();
-  if (bpe == hf ||
+  const bool spm = !absl::GetFlag(FLAGS_tokenizer_model).empty();
+  if (bpe + hf + spm != 1 ||
       (bpe && (absl::GetFlag(FLAGS_vocab).empty() || absl::GetFlag(FLAGS_merges).empty())) ||
-      (absl::GetFlag(FLAGS_decode) && !hf)) {
+      (absl::GetFlag(FLAGS_decode) && bpe)) {
     std::fprintf(stderr,
-                 "tokenize: need --vocab and --merges, or --tokenizer_json instead of both; "
-                 "--decode needs --tokenizer_json\n");
+                 "tokenize: need --vocab and --merges, or one of --tokenizer_json and "
+                 "--tokenizer_model instead; --decode needs --tokenizer_json or --tokenizer_model\n");
     return 2;
   }
   std::ios::sync_with_stdio(false);
   gtp::data::BpeCache cache;
   std::string line;
   std::vector<int32_t> ids;
+  if (spm) {
+    absl::StatusOr<gtp::data::SentencePieceTokenizer> tok =
+        gtp::data::SentencePieceTokenizer::Load(absl::GetFlag(FLAGS_tokenizer_model));
+    if (!tok.ok()) return Fail(tok.status());
+    if (absl::GetFlag(FLAGS_summary)) std::fprintf(stderr, "%s\n", tok->Summary().c_str());
+    if (absl::GetFlag(FLAGS_decode)) return DecodeLines(*tok);
+    while (std::getline(std::cin, line)) {
+      ids.clear();
+      tok->EncodeAppend(line, &ids);
+      std::cout << absl::StrJoin(ids, " ") << '\n';
+    }
+    std::cout.flush();
+    return 0;
+  }
   if (hf) {
     absl::StatusOr<gtp::data::HfTokenizer> tok =
         gtp::data::HfTokenizer::Load(absl::GetFlag(FLAGS_tokenizer_json));

@@ -380,6 +380,12 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
     return Bad("data.tokenizer_json and data.tokenizer_vocab/merges both name the dataset's tokenizer: set one");
   if (!d->tokenizer_json().empty() && d->source() != "indexed")
     return Bad("data.tokenizer_json describes an indexed dataset (data.source indexed)");
+  if (!d->tokenizer_model().empty() && (!d->tokenizer_vocab().empty() || !d->tokenizer_json().empty()))
+    return Bad(absl::StrCat("data.tokenizer_model and data.",
+                            d->tokenizer_json().empty() ? "tokenizer_vocab/merges" : "tokenizer_json",
+                            " both name the dataset's tokenizer: set one"));
+  if (!d->tokenizer_model().empty() && d->source() != "indexed")
+    return Bad("data.tokenizer_model describes an indexed dataset (data.source indexed)");
   if (!std::isfinite(d->valid_fraction()) || d->valid_fraction() < 0 || d->valid_fraction() > 0.5f)
     return Bad(absl::StrCat("data.valid_fraction must be in (0, 0.5] (0: 0.02), got ", d->valid_fraction()));
   if (d->valid_fraction() != 0 && d->source() == "corpus")

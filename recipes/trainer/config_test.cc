@@ -175,6 +175,37 @@ TEST(RecipeData, TokenizerJsonIsOneTokenizerOfAnIndexedDataset) {
       << corpus.status();
 }
 
+// data.tokenizer_model (a SentencePiece tokenizer.model) is a third source:
+// one of the three at most, and only for an indexed dataset.
+TEST(RecipeData, TokenizerModelIsOneTokenizerOfAnIndexedDataset) {
+  const std::string path = WriteRecipe();
+  const std::string indexed = "data.source=indexed", at = "data.path=/d/owt";
+  auto r = LoadRecipe(path, {indexed, at, "data.tokenizer_model=/d/tokenizer.model"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->data().tokenizer_model(), "/d/tokenizer.model");
+  auto json = LoadRecipe(path, {indexed, at, "data.tokenizer_model=/d/tokenizer.model",
+                                "data.tokenizer_json=/d/tokenizer.json"});
+  ASSERT_FALSE(json.ok());
+  EXPECT_NE(std::string(json.status().message())
+                .find("data.tokenizer_model and data.tokenizer_json both name the dataset's "
+                      "tokenizer: set one"),
+            std::string::npos)
+      << json.status();
+  auto bpe = LoadRecipe(path, {indexed, at, "data.tokenizer_model=/d/tokenizer.model",
+                               "data.tokenizer_vocab=/d/vocab.json", "data.tokenizer_merges=/d/merges.txt"});
+  ASSERT_FALSE(bpe.ok());
+  EXPECT_NE(std::string(bpe.status().message())
+                .find("data.tokenizer_model and data.tokenizer_vocab/merges both name"),
+            std::string::npos)
+      << bpe.status();
+  auto corpus = LoadRecipe(path, {"data.tokenizer_model=/d/tokenizer.model"});
+  ASSERT_FALSE(corpus.ok());
+  EXPECT_NE(std::string(corpus.status().message())
+                .find("data.tokenizer_model describes an indexed dataset (data.source indexed)"),
+            std::string::npos)
+      << corpus.status();
+}
+
 // data.path without data.source=indexed trained on the embedded corpus,
 // the path unread.
 TEST(RecipeData, PathNeedsAnIndexedSource) {

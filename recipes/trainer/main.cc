@@ -109,6 +109,7 @@ int RecipeMain(int argc, char** argv, const char* default_config) {
   for (std::string* p : {recipe->mutable_data()->mutable_path(), recipe->mutable_data()->mutable_tokenizer_vocab(),
                          recipe->mutable_data()->mutable_tokenizer_merges(),
                          recipe->mutable_data()->mutable_tokenizer_json(),
+                         recipe->mutable_data()->mutable_tokenizer_model(),
                          recipe->mutable_checkpoint()->mutable_init_from(),
                          recipe->mutable_train()->mutable_dump_tokens()}) {
     *p = UserPath(*p);

@@ -13,6 +13,7 @@
 #include "data/gpt_dataset.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "recipes/trainer/checkpointing.h"
 #include "recipes/trainer/memory_check.h"
 #include "recipes/trainer/sampling.h"
@@ -25,7 +26,7 @@ namespace gtp::recipes {
 
 namespace {
 
-// data.tokenizer_vocab/merges (or tokenizer_json) are recorded in every checkpoint for
+// data.tokenizer_vocab/merges (or tokenizer_json, tokenizer_model) are recorded in every checkpoint for
 // tools/generate and `ckpt export`: files that did not exist were recorded
 // unread, and failed there.
 absl::Status CheckTokenizer(const proto::Recipe& r) {
@@ -41,6 +42,22 @@ absl::Status CheckTokenizer(const proto::Recipe& r) {
     if (tok->vocab_size() > r.model().vocab_size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("data.tokenizer_json ", d.tokenizer_json(), " has ", tok->vocab_size(),
+                       " token ids but model.vocab_size is ", r.model().vocab_size(),
+                       ": set model.vocab_size=", tok->vocab_size(), " or more"));
+    }
+  }
+  if (!d.tokenizer_model().empty()) {
+    absl::StatusOr<data::SentencePieceTokenizer> tok =
+        data::SentencePieceTokenizer::Load(d.tokenizer_model());
+    if (!tok.ok()) {
+      return absl::Status(tok.status().code(),
+                          absl::StrCat("data.tokenizer_model: ", tok.status().message(),
+                                       " (the tokenizer.model the dataset was tokenized with; "
+                                       "leave it unset for none)"));
+    }
+    if (tok->vocab_size() > r.model().vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.tokenizer_model ", d.tokenizer_model(), " has ", tok->vocab_size(),
                        " token ids but model.vocab_size is ", r.model().vocab_size(),
                        ": set model.vocab_size=", tok->vocab_size(), " or more"));
     }

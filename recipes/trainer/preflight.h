@@ -4,8 +4,8 @@
 //   - the layout on the world the launcher gives (parallel.*, WORLD_SIZE);
 //   - a model that cannot fit the memory there is (memory_check.h);
 //   - the datasets: files, dtypes, each split's size (data.*);
-//   - the tokenizer files the run records (data.tokenizer_vocab/merges or
-//     data.tokenizer_json):
+//   - the tokenizer files the run records (data.tokenizer_vocab/merges,
+//     data.tokenizer_json or data.tokenizer_model):
 //     they load, and their ids fit model.vocab_size;
 //   - train.sample_every (sampling.h's CheckSampling), train.dump_tokens
 //     (token_dump.h) and train.tensorboard_dir: what the first step would

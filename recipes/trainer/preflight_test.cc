@@ -145,6 +145,40 @@ TEST(Preflight, TokenizerJsonMustLoadAndFit) {
                   .ok());
 }
 
+// data.tokenizer_model is loaded the same way: a file that does not load (a
+// tokenizer.json given as a tokenizer.model) and one with more ids than the
+// model's embedding are refused before the run directory exists.
+TEST(Preflight, TokenizerModelMustLoadAndFit) {
+  const std::string prefix = Tmp("bytes_spm");
+  ASSERT_TRUE(
+      data::WriteIndexedDataset(prefix, data::IndexDType::kU8,
+                                std::vector<std::vector<int32_t>>(60, std::vector<int32_t>(40, 7)))
+          .ok());
+  const std::string model = "data/tokenizer/testdata/spm/bpe.model";  // 800 pieces
+  const std::vector<std::string> indexed = {"data.source=indexed", "data.path=" + prefix};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), indexed.begin(), indexed.end());
+    return Tiny(sets);
+  };
+  const Outcome json = TrainIn(
+      Tmp("spm_json"), with({"data.tokenizer_model=data/tokenizer/testdata/hf_json/llama3_style.json"}));
+  EXPECT_NE(json.error.find("data.tokenizer_model: data/tokenizer/testdata/hf_json/llama3_style.json: "
+                            "this is JSON, not a SentencePiece model"),
+            std::string::npos)
+      << json.error;
+  EXPECT_FALSE(json.run_dir_left);
+  const Outcome small = TrainIn(Tmp("spm_small"), with({"data.tokenizer_model=" + model}));
+  EXPECT_NE(small.error.find("data.tokenizer_model " + model +
+                             " has 800 token ids but model.vocab_size is 256: set "
+                             "model.vocab_size=800 or more"),
+            std::string::npos)
+      << small.error;
+  EXPECT_FALSE(small.run_dir_left);
+  EXPECT_TRUE(Preflight(with({"data.tokenizer_model=" + model, "model.vocab_size=800"}),
+                        RunOptions{Tmp("spm_ok")})
+                  .ok());
+}
+
 // init_from was opened before the run directory but read after it: a model
 // that differs or a damaged metadata.pb left recipe.pbtxt and metrics.jsonl.
 TEST(Preflight, InitFromIsReadBeforeTheRunDirectory) {

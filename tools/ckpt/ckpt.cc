@@ -23,7 +23,12 @@
 //       must fit model.vocab_size. A run that recorded a tokenizer.json
 //       (data.tokenizer_json) gets it copied byte for byte and a
 //       tokenizer_config.json (PreTrainedTokenizerFast, its end-of-text token
-//       as eos). Byte-level runs get no tokenizer files (the output line says so).
+//       as eos). A run that recorded a SentencePiece tokenizer.model
+//       (data.tokenizer_model) gets it copied byte for byte as
+//       tokenizer.model, with tokenizer_config.json (LlamaTokenizer, no BOS/EOS
+//       added, as the dataset was tokenized), special_tokens_map.json and its
+//       <s>/</s> ids in config.json. Byte-level runs get no tokenizer files
+//       (the output line says so).
 //   ckpt import --format hf <hf model dir> <out checkpoint dir>
 //       the inverse: config.json + model.safetensors (or its sharded index) of
 //       a GPT2LMHeadModel or LlamaForCausalLM → a one-rank gtp checkpoint at
@@ -48,6 +53,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/metadata.pb.h"
@@ -57,6 +63,7 @@
 #include "core/user_path.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "recipes/trainer/config.pb.h"
 #include "tools/ckpt/hf_import.h"
@@ -411,7 +418,33 @@ struct HfTokenizer {
   // Or a Hugging Face tokenizer.json (data.tokenizer_json), copied as is;
   // eos_name: its end-of-text token, "" if it has none.
   std::string tokenizer_json, eos_name;
+  // Or a SentencePiece tokenizer.model (data.tokenizer_model), copied as is,
+  // with the names of its special pieces ("" for none) and its BOS id.
+  std::string tokenizer_model, bos_name, unk_name, pad_name;
+  int32_t bos_id = -1;
 };
+
+// data.tokenizer_model, checked against the model as the other files are;
+// bos/eos are the model's <s>/</s> pieces (sentencepiece's bos_id()/eos_id()).
+absl::StatusOr<HfTokenizer> CheckTokenizerModel(const std::string& path,
+                                                const recipes::proto::Recipe& r) {
+  GTP_ASSIGN_OR_RETURN(data::SentencePieceTokenizer tok, data::SentencePieceTokenizer::Load(path));
+  if (tok.vocab_size() > r.model().vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has ", tok.vocab_size(),
+                                                   " token ids but model.vocab_size is ",
+                                                   r.model().vocab_size()));
+  }
+  HfTokenizer t;
+  t.tokenizer_model = path;
+  auto name = [&](std::optional<int32_t> id) { return id ? tok.IdToPiece(*id) : std::string(); };
+  t.eos_id = tok.eos_id().value_or(-1);
+  t.bos_id = tok.bos_id().value_or(-1);
+  t.eos_name = name(tok.eos_id());
+  t.bos_name = name(tok.bos_id());
+  t.pad_name = name(tok.pad_id());
+  t.unk_name = tok.IdToPiece(tok.unk_id());
+  return t;
+}
 
 // data.tokenizer_json, checked against the model as the BPE files are; its
 // eos: the first of the end-of-text tokens it has (as tools/generate).
@@ -463,6 +496,44 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
 // transformers' AutoTokenizer reads beside them (GPT2Tokenizer, the
 // <|endoftext|> specials, model_max_length = T).
 absl::Status WriteHfTokenizer(const HfTokenizer& t, int64_t seq_len, const std::string& out_dir) {
+  if (!t.tokenizer_model.empty()) {
+    // tokenizer.model byte for byte; LlamaTokenizer reads it (sentencepiece
+    // itself in transformers 4, converted in 5). No BOS/EOS added: the
+    // dataset was tokenized without them (make_indexed --tokenizer_model).
+    std::error_code ec;
+    std::filesystem::copy_file(t.tokenizer_model, out_dir + "/tokenizer.model",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("cannot copy ", t.tokenizer_model, ": ", ec.message()));
+    }
+    std::string specials;  // "bos_token": "<s>", ... for the names the model has
+    for (const auto& [key, name] : {std::pair<const char*, const std::string*>{"bos_token", &t.bos_name},
+                                    {"eos_token", &t.eos_name},
+                                    {"unk_token", &t.unk_name},
+                                    {"pad_token", &t.pad_name}}) {
+      if (name->empty()) continue;
+      std::string quoted;  // a JSON string: quotes, backslashes and control bytes escaped
+      for (unsigned char c : *name) {
+        if (c == '"' || c == '\\') {
+          quoted += '\\';
+          quoted += static_cast<char>(c);
+        } else if (c < 0x20) {
+          absl::StrAppend(&quoted, absl::StrFormat("\\u%04x", c));
+        } else {
+          quoted += static_cast<char>(c);
+        }
+      }
+      absl::StrAppend(&specials, specials.empty() ? "" : ",\n", "  \"", key, "\": \"", quoted, "\"");
+    }
+    GTP_RETURN_IF_ERROR(WriteText(
+        out_dir + "/tokenizer_config.json",
+        absl::StrCat("{\n  \"tokenizer_class\": \"LlamaTokenizer\",\n  \"model_max_length\": ",
+                     seq_len, ",\n", specials,
+                     ",\n  \"add_bos_token\": false,\n  \"add_eos_token\": false,\n"
+                     "  \"legacy\": true,\n  \"sp_model_kwargs\": {},\n"
+                     "  \"clean_up_tokenization_spaces\": false\n}\n")));
+    return WriteText(out_dir + "/special_tokens_map.json", absl::StrCat("{\n", specials, "\n}\n"));
+  }
   if (!t.tokenizer_json.empty()) {
     // tokenizer.json byte for byte, and a tokenizer_config.json naming the
     // fast tokenizer that reads it.
@@ -545,6 +616,16 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir,
                        "; name the files with --vocab_json and --merges"));
     }
     tok = *std::move(t);
+  } else if (!r.data().tokenizer_model().empty()) {
+    absl::StatusOr<HfTokenizer> t = CheckTokenizerModel(r.data().tokenizer_model(), r);
+    if (!t.ok()) {
+      return absl::Status(t.status().code(),
+                          absl::StrCat("the run's tokenizer (data.tokenizer_model): ",
+                                       t.status().message(),
+                                       "; name GPT-2 files with --vocab_json and --merges, or "
+                                       "restore the file"));
+    }
+    tok = *std::move(t);
   } else if (!r.data().tokenizer_json().empty()) {
     absl::StatusOr<HfTokenizer> t = CheckTokenizerJson(r.data().tokenizer_json(), r);
     if (!t.ok()) {
@@ -586,7 +667,7 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir,
   if (tok && tok->eos_id >= 0) {
     // Generation's bos/eos ids, as in GPT-2's config.json: replace the closing "\n}\n".
     config.resize(config.size() - 3);
-    absl::StrAppend(&config, ",\n  \"bos_token_id\": ", tok->eos_id,
+    absl::StrAppend(&config, ",\n  \"bos_token_id\": ", tok->bos_id >= 0 ? tok->bos_id : tok->eos_id,
                     ",\n  \"eos_token_id\": ", tok->eos_id, "\n}\n");
   }
   std::ofstream cfg(out_dir + "/config.json");
@@ -596,7 +677,11 @@ absl::Status ExportHf(const std::string& path, const std::string& out_dir,
   if (tok) GTP_RETURN_IF_ERROR(WriteHfTokenizer(*tok, m.seq_len(), out_dir));
   std::printf("wrote %s (%s: %zu tensors, config.json; %s)\n", out_dir.c_str(),
               llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", f.tensors.size(),
-              tok ? (tok->tokenizer_json.empty()
+              tok ? (!tok->tokenizer_model.empty()
+                         ? absl::StrCat("tokenizer: tokenizer.model, tokenizer_config.json, "
+                                        "special_tokens_map.json from ",
+                                        tok->tokenizer_model)
+                         : tok->tokenizer_json.empty()
                          ? absl::StrCat("tokenizer: vocab.json, merges.txt, tokenizer_config.json, "
                                         "special_tokens_map.json from ",
                                         tok->vocab_json)

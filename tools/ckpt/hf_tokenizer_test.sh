@@ -8,7 +8,7 @@
 # tokenizer files and says so. (tools/ckpt/hf_check.py --tokenize checks the
 # directory with transformers' AutoTokenizer on the GPU machine.)
 set -euo pipefail
-train_bpe="$1" make_indexed="$2" train="$3" ckpt="$4" tokenizer_json="$5"
+train_bpe="$1" make_indexed="$2" train="$3" ckpt="$4" tokenizer_json="$5" tokenizer_model="$6"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -91,4 +91,36 @@ c = json.load(open(d + "/config.json"))
 assert c["vocab_size"] == 272 and c["bos_token_id"] == c["eos_token_id"] == 270, c
 print("ok: tokenizer.json export; eos <|end_of_text|> = 270")
 PY
+
+# tokenizer.model (issue 30): a Llama-2-style SentencePiece BPE of 800 pieces.
+"$make_indexed" --output="$tmp/corpus_spm" --corpus=all --tokenizer_model="$tokenizer_model" \
+  --append_eod 2> /dev/null
+"$train" --run_dir "$tmp/spmrun" --set "$base,model.vocab_size=800,data.source=indexed,data.path=$tmp/corpus_spm,data.tokenizer_model=$tokenizer_model" > /dev/null
+"$ckpt" export --format hf "$tmp/spmrun/checkpoints" "$tmp/hf_spm" | tee "$tmp/export.log"
+grep -q "tokenizer: tokenizer.model, tokenizer_config.json, special_tokens_map.json from $tokenizer_model" "$tmp/export.log" \
+  || fail "export does not name tokenizer.model"
+cmp "$tokenizer_model" "$tmp/hf_spm/tokenizer.model" || fail "tokenizer.model is not the recorded one"
+for f in vocab.json merges.txt tokenizer.json; do
+  [ ! -e "$tmp/hf_spm/$f" ] || fail "a tokenizer.model export wrote $f"
+done
+python3 - "$tmp/hf_spm" <<'PY'
+import json, sys
+d = sys.argv[1]
+t = json.load(open(d + "/tokenizer_config.json"))
+assert t == {"tokenizer_class": "LlamaTokenizer", "model_max_length": 32, "bos_token": "<s>",
+             "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": False,
+             "add_eos_token": False, "legacy": True, "sp_model_kwargs": {},
+             "clean_up_tokenization_spaces": False}, t
+s = json.load(open(d + "/special_tokens_map.json"))
+assert s == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, s
+c = json.load(open(d + "/config.json"))
+assert c["vocab_size"] == 800 and c["bos_token_id"] == 1 and c["eos_token_id"] == 2, c
+print("ok: tokenizer.model export; bos <s> = 1, eos </s> = 2")
+PY
+# The recorded file gone: the error names the setting.
+cp "$tokenizer_model" "$tmp/spm_copy.model"
+"$train" --run_dir "$tmp/spmrun2" --set "$base,model.vocab_size=800,data.source=indexed,data.path=$tmp/corpus_spm,data.tokenizer_model=$tmp/spm_copy.model" > /dev/null
+rm "$tmp/spm_copy.model"
+if "$ckpt" export --format hf "$tmp/spmrun2/checkpoints" "$tmp/hf_spm2" 2> "$tmp/err"; then fail "export with a missing tokenizer.model"; fi
+grep -q "the run's tokenizer (data.tokenizer_model): cannot open $tmp/spm_copy.model" "$tmp/err" || fail "$(cat "$tmp/err")"
 echo PASS

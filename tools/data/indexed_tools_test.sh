@@ -7,6 +7,7 @@ inspect="$2"
 vocab="$3"
 merges="$4"
 tokenizer_json="$5"
+tokenizer_model="$6"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -75,6 +76,31 @@ grep -q 'doc 1 (3 tokens): \[266 198 270\]' <<<"$out" || fail "tokenizer_json do
   --merges="$merges" "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "instead of --vocab/--merges" "$tmp/err" || fail "both tokenizers: exit $rc"
 [ ! -e "$tmp/hf2.bin" ] && [ ! -e "$tmp/hf3.bin" ] || fail "a refused run wrote output"
+
+# A SentencePiece tokenizer.model (data/tokenizer/testdata/spm/bpe.model, a Llama-2-style
+# BPE): the ids the sentencepiece library gives for these texts (testdata/spm/expected.json),
+# then </s> (2), the model's end-of-sentence piece, by default.
+printf 'ends with newline\n' > "$tmp/spm1.txt"
+printf 'line one\nline two\n\nafter an empty line' > "$tmp/spm2.txt"
+"$make_indexed" --output="$tmp/spm" --tokenizer_model="$tokenizer_model" --documents=file \
+  --append_eod "$tmp/spm1.txt" "$tmp/spm2.txt" 2>"$tmp/err" || fail "make_indexed tokenizer_model: $(cat "$tmp/err")"
+grep -q "SentencePiece BPE, 800 pieces" "$tmp/err" || fail "no summary: $(cat "$tmp/err")"
+out=$("$inspect" "$tmp/spm") || fail "inspect tokenizer_model"
+echo "$out"
+grep -q 'doc 0 (13 tokens): \[549 264 299 272 497 328 550 572 558 263 550 13 2\]' <<<"$out" || fail "tokenizer_model doc 0"
+grep -q 'doc 1 (27 tokens): \[282 263 550 549 499 13 558 263 550 419 13 13 553 564 551 265 261 554 357 568 566 551 575 282 263 550 2\]' <<<"$out" \
+  || fail "tokenizer_model doc 1"
+"$make_indexed" --output="$tmp/spm2" --tokenizer_model="$tokenizer_model" --append_eod \
+  --eod_token='<|endoftext|>' "$tmp/spm1.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "<|endoftext|> is not one of its control, unknown or user-defined pieces; name the end-of-document piece with --eod_token (Llama-2, Mistral: </s>)" "$tmp/err" \
+  || fail "bad eod piece: exit $rc, $(cat "$tmp/err")"
+"$make_indexed" --output="$tmp/spm3" --tokenizer_model="$tokenizer_model" \
+  --tokenizer_json="$tokenizer_json" "$tmp/spm1.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "give one tokenizer" "$tmp/err" || fail "two tokenizers: exit $rc, $(cat "$tmp/err")"
+"$make_indexed" --output="$tmp/spm4" --tokenizer_model="$tokenizer_json" "$tmp/spm1.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "llama3_style.json: this is JSON, not a SentencePiece model" "$tmp/err" \
+  || fail "a tokenizer.json as --tokenizer_model: exit $rc, $(cat "$tmp/err")"
+[ ! -e "$tmp/spm2.bin" ] && [ ! -e "$tmp/spm3.bin" ] && [ ! -e "$tmp/spm4.bin" ] || fail "a refused run wrote output"
 
 printf '{"title": "x"}\n' > "$tmp/nokey.jsonl"
 "$make_indexed" --output="$tmp/y" --vocab="$vocab" --merges="$merges" --json_key=text \

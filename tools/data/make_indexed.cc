@@ -2,8 +2,9 @@
 // from text files, JSONL files or the embedded corpus: byte-level tokens
 // (vocabulary 256) by default, GPT-2 BPE ids with --vocab/--merges, or the ids
 // of a Hugging Face tokenizer.json (Llama-3, Qwen2, GPT-2, ...) with
-// --tokenizer_json. The pair loads in gtp (data/indexed_dataset.h) and in
-// Megatron-LM.
+// --tokenizer_json, or of a SentencePiece tokenizer.model (Llama-2, Mistral)
+// with --tokenizer_model. The pair loads in gtp (data/indexed_dataset.h) and
+// in Megatron-LM.
 //
 //   bazel run //tools/data:make_indexed -- --output=/tmp/notes --documents=paragraph a.txt b.txt
 //   bazel run //tools/data:make_indexed -- --output=/tmp/corpus_val --corpus=validation
@@ -11,13 +12,17 @@
 //       --vocab=gpt2/vocab.json --merges=gpt2/merges.txt owt.jsonl
 //   bazel run //tools/data:make_indexed -- --output=/tmp/owt_llama3 --json_key=text --append_eod
 //       --tokenizer_json=llama3/tokenizer.json --eod_token='<|end_of_text|>' owt.jsonl
+//   bazel run //tools/data:make_indexed -- --output=/tmp/owt_llama2 --json_key=text --append_eod
+//       --tokenizer_model=llama2/tokenizer.model owt.jsonl
 //
 // --documents: "file" (each file is one document), "line" (each non-empty
 // line, with its newline), "paragraph" (text between empty lines, keeping one
 // trailing empty line). --json_key=K reads JSONL instead: each non-empty line
 // is an object whose string field K is one document (like Megatron's
 // preprocess_data.py). --append_eod ends each document with --eod_token
-// (a special token of the tokenizer.json, or a vocab.json entry). --dtype
+// (a special token of the tokenizer.json, a vocab.json entry, a control piece
+// of the tokenizer.model; default <|endoftext|>, or the tokenizer.model's
+// end-of-sentence piece, </s>). --dtype
 // defaults to u8 for bytes and to Megatron's choice (u16 below 65500 ids,
 // else i32) for BPE. A progress line (documents,
 // documents/s) goes to stderr every second. Exit status: 0 written, 1 I/O or
@@ -43,6 +48,7 @@
 #include "data/indexed_dataset.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "data/tokenizer/internal/json.h"
 #include "tools/data/input_file.h"
 
@@ -57,11 +63,16 @@ ABSL_FLAG(std::string, vocab, "", "GPT-2 BPE vocab.json (with --merges): write B
 ABSL_FLAG(std::string, merges, "", "GPT-2 BPE merges.txt (with --vocab)");
 ABSL_FLAG(std::string, tokenizer_json, "",
           "a Hugging Face tokenizer.json (instead of --vocab/--merges): write its ids");
+ABSL_FLAG(std::string, tokenizer_model, "",
+          "a SentencePiece tokenizer.model (Llama-2, Mistral; instead of --vocab/--merges): write "
+          "its ids");
 ABSL_FLAG(std::string, json_key, "",
           "read JSONL: one object per line, this string field is the document");
-ABSL_FLAG(bool, append_eod, false, "append --eod_token to every document (BPE only)");
-ABSL_FLAG(std::string, eod_token, "<|endoftext|>",
-          "the end-of-document token --append_eod appends (Llama-3: <|end_of_text|>)");
+ABSL_FLAG(bool, append_eod, false,
+          "append --eod_token to every document (with a tokenizer, not for bytes)");
+ABSL_FLAG(std::string, eod_token, "",
+          "the end-of-document token --append_eod appends (default: <|endoftext|>, or the "
+          "--tokenizer_model's end-of-sentence piece, </s>; Llama-3: <|end_of_text|>)");
 
 namespace gtp::tools {
 namespace {
@@ -114,9 +125,11 @@ class Progress {
 absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint64_t* num_tokens,
                  std::string* dtype_name, double* seconds) {
   const std::string output = absl::GetFlag(FLAGS_output);
-  const std::string eod_name = absl::GetFlag(FLAGS_eod_token);
+  const std::string eod_flag = absl::GetFlag(FLAGS_eod_token);
+  const std::string eod_name = eod_flag.empty() ? "<|endoftext|>" : eod_flag;
   std::optional<data::Gpt2Tokenizer> gpt2;
   std::optional<data::HfTokenizer> hf;
+  std::optional<data::SentencePieceTokenizer> spm;
   std::optional<int32_t> eod;
   int32_t vocab_size = 0;
   if (!absl::GetFlag(FLAGS_vocab).empty()) {
@@ -145,8 +158,25 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
                          "<|endoftext|>)"));
       }
     }
+  } else if (!absl::GetFlag(FLAGS_tokenizer_model).empty()) {
+    const std::string& path = absl::GetFlag(FLAGS_tokenizer_model);
+    GTP_ASSIGN_OR_RETURN(spm, data::SentencePieceTokenizer::Load(path));
+    std::fprintf(stderr, "make_indexed: %s: %s\n", path.c_str(), spm->Summary().c_str());
+    vocab_size = spm->vocab_size();
+    if (absl::GetFlag(FLAGS_append_eod)) {
+      eod = eod_flag.empty() ? spm->eos_id() : spm->SpecialTokenId(eod_flag);
+      if (!eod) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": ",
+            eod_flag.empty() ? std::string("it has no end-of-sentence piece (trainer_spec.eos_piece "
+                                           "as a CONTROL piece)")
+                             : absl::StrCat(eod_flag, " is not one of its control, unknown or "
+                                                      "user-defined pieces"),
+            "; name the end-of-document piece with --eod_token (Llama-2, Mistral: </s>)"));
+      }
+    }
   }
-  const bool bpe = gpt2 || hf;
+  const bool bpe = gpt2 || hf || spm;
   data::IndexDType dtype = bpe ? data::OptimalIndexDType(vocab_size) : data::IndexDType::kU8;
   if (!absl::GetFlag(FLAGS_dtype).empty()) {
     GTP_ASSIGN_OR_RETURN(dtype, data::ParseIndexDType(absl::GetFlag(FLAGS_dtype)));
@@ -161,8 +191,10 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
       ids.clear();
       if (gpt2) {
         gpt2->EncodeAppend(doc, &cache, &ids);
-      } else {
+      } else if (hf) {
         hf->EncodeAppend(doc, &cache, &ids);
+      } else {
+        spm->EncodeAppend(doc, &ids);
       }
       if (eod) ids.push_back(*eod);
     } else {
@@ -220,10 +252,13 @@ int main(int argc, char** argv) {
       "  make_indexed --output=PREFIX --vocab=vocab.json --merges=merges.txt [--json_key=text]\n"
       "               [--append_eod] [--documents=line] FILE...\n"
       "  make_indexed --output=PREFIX --tokenizer_json=tokenizer.json [--json_key=text]\n"
-      "               [--append_eod --eod_token=TOKEN] [--documents=line] FILE...");
+      "               [--append_eod --eod_token=TOKEN] [--documents=line] FILE...\n"
+      "  make_indexed --output=PREFIX --tokenizer_model=tokenizer.model [--json_key=text]\n"
+      "               [--append_eod [--eod_token=TOKEN]] [--documents=line] FILE...");
   std::vector<char*> args = gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
-  for (auto* f : {&FLAGS_output, &FLAGS_vocab, &FLAGS_merges, &FLAGS_tokenizer_json}) {
+  for (auto* f : {&FLAGS_output, &FLAGS_vocab, &FLAGS_merges, &FLAGS_tokenizer_json,
+                  &FLAGS_tokenizer_model}) {
     absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
   }
   std::vector<std::string> files;
@@ -232,21 +267,28 @@ int main(int argc, char** argv) {
   const bool corpus = !absl::GetFlag(FLAGS_corpus).empty();
   const bool bpe = !absl::GetFlag(FLAGS_vocab).empty();
   const bool hf = !absl::GetFlag(FLAGS_tokenizer_json).empty();
+  const bool spm = !absl::GetFlag(FLAGS_tokenizer_model).empty();
   if (absl::GetFlag(FLAGS_output).empty() || (corpus == !files.empty()) ||
       (mode != "file" && mode != "line" && mode != "paragraph") ||
       bpe != !absl::GetFlag(FLAGS_merges).empty() ||
-      (absl::GetFlag(FLAGS_append_eod) && !bpe && !hf) ||
+      (absl::GetFlag(FLAGS_append_eod) && !bpe && !hf && !spm) ||
       (corpus && !absl::GetFlag(FLAGS_json_key).empty())) {
     std::fprintf(stderr,
                  "make_indexed: need --output and either input files or --corpus; "
                  "--documents is file, line or paragraph; --vocab and --merges go together; "
-                 "--append_eod needs them or --tokenizer_json; --json_key needs files "
+                 "--append_eod needs them, --tokenizer_json or --tokenizer_model; --json_key needs files "
                  "(see --help)\n");
     return 2;
   }
   if (hf && (bpe || !absl::GetFlag(FLAGS_merges).empty())) {
     std::fprintf(stderr,
                  "make_indexed: --tokenizer_json is instead of --vocab/--merges, not with them\n");
+    return 2;
+  }
+  if (spm && (hf || bpe || !absl::GetFlag(FLAGS_merges).empty())) {
+    std::fprintf(stderr,
+                 "make_indexed: --tokenizer_model is instead of --vocab/--merges and "
+                 "--tokenizer_json, not with them: give one tokenizer\n");
     return 2;
   }
   {

@@ -2,7 +2,8 @@
 //
 //   generate --checkpoint runs/gpt_tiny/checkpoints --prompt "The " --max_tokens 100
 //            [--temperature 0.8] [--top_k 40] [--top_p 0.95] [--seed 1] [--stop TEXT]
-//            [--vocab vocab.json --merges merges.txt | --tokenizer_json tokenizer.json]
+//            [--vocab vocab.json --merges merges.txt | --tokenizer_json tokenizer.json |
+//             --tokenizer_model tokenizer.model]
 //            [--device cuda]
 //
 // The model comes from the recipe in the checkpoint's metadata and is built
@@ -12,12 +13,14 @@
 // one token at a time through a KV cache (layers/inference; on CUDA the
 // cache and every op stay on the GPU, only each step's logits come back).
 // Text: GPT-2 BPE with --vocab/--merges, a Hugging Face tokenizer.json with
-// --tokenizer_json (default: the tokenizer the checkpoint's recipe records),
-// else bytes (token id = byte, as the byte-level recipes' corpus). The
-// tokenizer's end-of-text token stops generation, unprinted: GPT-2's
-// <|endoftext|>; for tokenizer.json the first of <|end_of_text|>,
-// <|endoftext|>, </s>, <|im_end|> it has. An empty prompt starts from that
-// token or a newline (bytes: documents end with an empty line). Sampling: temperature 0 is greedy; the same seed gives the same
+// --tokenizer_json, a SentencePiece tokenizer.model with --tokenizer_model
+// (default: the tokenizer the checkpoint's recipe records), else bytes
+// (token id = byte, as the byte-level recipes' corpus). The tokenizer's
+// end-of-text token stops generation, unprinted: GPT-2's <|endoftext|>; for
+// tokenizer.json the first of <|end_of_text|>, <|endoftext|>, </s>,
+// <|im_end|> it has; for tokenizer.model its end-of-sentence piece (</s>).
+// An empty prompt starts from that token or a newline (bytes: documents end
+// with an empty line). Sampling: temperature 0 is greedy; the same seed gives the same
 // text (layers/inference/sampling.h).
 //
 // Stdout: the prompt, then each new token's text as it is produced, then
@@ -30,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +54,7 @@
 #include "core/user_path.h"
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
+#include "data/tokenizer/sentencepiece_tokenizer.h"
 #include "layers/gpt.h"
 #include "layers/inference/inference_session.h"
 #include "layers/inference/sampling.h"
@@ -62,15 +67,19 @@ ABSL_FLAG(std::string, checkpoint, "", "checkpoint root (with `latest`) or an it
 ABSL_FLAG(std::string, prompt, "", "text to continue");
 ABSL_FLAG(std::string, vocab, "",
           "GPT-2 vocab.json (with --merges); default: the tokenizer the checkpoint's recipe records "
-          "(data.tokenizer_vocab/merges or data.tokenizer_json), else byte tokens");
+          "(data.tokenizer_vocab/merges, data.tokenizer_json or data.tokenizer_model), else byte "
+          "tokens");
 ABSL_FLAG(std::string, merges, "", "GPT-2 merges.txt (with --vocab)");
 ABSL_FLAG(std::string, tokenizer_json, "",
           "a Hugging Face tokenizer.json (instead of --vocab/--merges); default: the one the "
           "checkpoint's recipe records (data.tokenizer_json)");
+ABSL_FLAG(std::string, tokenizer_model, "",
+          "a SentencePiece tokenizer.model (Llama-2, Mistral; instead of --vocab/--merges); "
+          "default: the one the checkpoint's recipe records (data.tokenizer_model)");
 ABSL_FLAG(int, max_tokens, 64, "tokens to generate");
 ABSL_FLAG(std::string, stop, "",
           "stop once the generated text ends with this string (the tokenizer's end-of-text token, "
-          "<|endoftext|> or tokenizer.json's, always stops it, unprinted)");
+          "<|endoftext|>, tokenizer.json's or tokenizer.model's, always stops it, unprinted)");
 ABSL_FLAG(float, temperature, 1.0f, "softmax temperature; 0: greedy (argmax)");
 ABSL_FLAG(int, top_k, 0, "sample among the k most likely tokens; 0: all");
 ABSL_FLAG(float, top_p, 1.0f, "nucleus: the most likely tokens holding this much probability");
@@ -123,13 +132,25 @@ absl::Status Generate() {
   std::optional<data::Gpt2Tokenizer> bpe;
   std::string vocab = absl::GetFlag(FLAGS_vocab), merges = absl::GetFlag(FLAGS_merges);
   std::string hf_json = absl::GetFlag(FLAGS_tokenizer_json);
+  std::string spm_model = absl::GetFlag(FLAGS_tokenizer_model);
   if (vocab.empty() != merges.empty()) {
     return absl::InvalidArgumentError("give both --vocab and --merges, or neither (byte tokens)");
   }
-  if (!vocab.empty() && !hf_json.empty()) {
-    return absl::InvalidArgumentError("give --vocab/--merges or --tokenizer_json, not both");
+  if (!vocab.empty() + !hf_json.empty() + !spm_model.empty() > 1) {
+    return absl::InvalidArgumentError(
+        "give one of --vocab/--merges, --tokenizer_json and --tokenizer_model, not two");
   }
-  if (vocab.empty() && hf_json.empty() && !ck.recipe.data().tokenizer_json().empty()) {
+  const bool flagged = !vocab.empty() || !hf_json.empty() || !spm_model.empty();
+  if (!flagged && !ck.recipe.data().tokenizer_model().empty()) {
+    spm_model = ck.recipe.data().tokenizer_model();
+    if (!std::filesystem::exists(spm_model)) {
+      return absl::NotFoundError(absl::StrCat("the checkpoint's recipe records the tokenizer ",
+                                              spm_model,
+                                              ", which is not there: give it with --tokenizer_model"));
+    }
+    std::fprintf(stderr, "(tokenizer %s from the checkpoint's recipe)\n", spm_model.c_str());
+  }
+  if (!flagged && spm_model.empty() && !ck.recipe.data().tokenizer_json().empty()) {
     hf_json = ck.recipe.data().tokenizer_json();
     if (!std::filesystem::exists(hf_json)) {
       return absl::NotFoundError(absl::StrCat("the checkpoint's recipe records the tokenizer ",
@@ -138,7 +159,7 @@ absl::Status Generate() {
     }
     std::fprintf(stderr, "(tokenizer %s from the checkpoint's recipe)\n", hf_json.c_str());
   }
-  if (vocab.empty() && hf_json.empty() && !ck.recipe.data().tokenizer_vocab().empty()) {
+  if (!flagged && spm_model.empty() && hf_json.empty() && !ck.recipe.data().tokenizer_vocab().empty()) {
     // The run's own tokenizer (it used to print <301><262>… for a BPE model).
     vocab = ck.recipe.data().tokenizer_vocab();
     merges = ck.recipe.data().tokenizer_merges();
@@ -152,9 +173,26 @@ absl::Status Generate() {
   std::vector<int32_t> prompt;
   const std::string text = absl::GetFlag(FLAGS_prompt);
   std::optional<data::HfTokenizer> hf;
+  std::optional<data::SentencePieceTokenizer> spm;
   std::optional<int32_t> eot;  // ends generation, unprinted
   std::string eot_name;
-  if (!hf_json.empty()) {
+  if (!spm_model.empty()) {
+    GTP_ASSIGN_OR_RETURN(data::SentencePieceTokenizer t, data::SentencePieceTokenizer::Load(spm_model));
+    spm.emplace(std::move(t));
+    eot = spm->eos_id();
+    if (eot) {
+      eot_name = spm->IdToPiece(*eot);
+      std::fprintf(stderr, "(stops at %s, id %d)\n", eot_name.c_str(), *eot);
+    }
+    prompt = spm->Encode(text);
+    if (prompt.empty()) {
+      if (!eot) {
+        return absl::InvalidArgumentError(
+            "an empty prompt needs an end-of-sentence piece (</s>) in the tokenizer.model");
+      }
+      prompt.push_back(*eot);
+    }
+  } else if (!hf_json.empty()) {
     GTP_ASSIGN_OR_RETURN(data::HfTokenizer t, data::HfTokenizer::Load(hf_json));
     hf.emplace(std::move(t));
     for (const char* name : {"<|end_of_text|>", "<|endoftext|>", "</s>", "<|im_end|>"}) {
@@ -199,20 +237,24 @@ absl::Status Generate() {
     eot = bpe->TokenId("<|endoftext|>");
     eot_name = "<|endoftext|>";
   }
-  // tokenizer.json: a token's text can depend on its neighbours (Metaspace
-  // strips the first space, byte fallback spans tokens), so the ids so far
-  // are decoded whole and the new text is what follows what was printed;
-  // text ending in an incomplete character (U+FFFD) waits for the next id.
+  // tokenizer.json and tokenizer.model: a token's text can depend on its
+  // neighbours (Metaspace or the dummy prefix strip the first space, byte
+  // fallback spans tokens), so the ids so far are decoded whole and the new
+  // text is what follows what was printed; text ending in an incomplete
+  // character (U+FFFD) waits for the next id.
+  std::function<absl::StatusOr<std::string>(absl::Span<const int32_t>)> decode_all;
+  if (hf) decode_all = [&](absl::Span<const int32_t> ids) { return hf->Decode(ids); };
+  if (spm) decode_all = [&](absl::Span<const int32_t> ids) { return spm->Decode(ids); };
   std::vector<int32_t> hf_ids = prompt;
   std::string hf_printed;
-  if (hf) {
-    absl::StatusOr<std::string> p = hf->Decode(prompt);
+  if (decode_all) {
+    absl::StatusOr<std::string> p = decode_all(prompt);
     if (p.ok()) hf_printed = *p;
   }
   auto piece = [&](int32_t id) -> std::string {
-    if (hf) {
+    if (decode_all) {
       hf_ids.push_back(id);
-      absl::StatusOr<std::string> all = hf->Decode(hf_ids);
+      absl::StatusOr<std::string> all = decode_all(hf_ids);
       if (!all.ok()) {
         hf_ids.pop_back();
         return absl::StrCat("<", id, ">");
@@ -301,7 +343,10 @@ int main(int argc, char** argv) {
   gtp::SetUsage("samples text from a gtp checkpoint; see tools/generate/README.md");
   gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
-  for (auto* f : {&FLAGS_checkpoint, &FLAGS_vocab, &FLAGS_merges, &FLAGS_tokenizer_json}) absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
+  for (auto* f : {&FLAGS_checkpoint, &FLAGS_vocab, &FLAGS_merges, &FLAGS_tokenizer_json,
+                  &FLAGS_tokenizer_model}) {
+    absl::SetFlag(f, gtp::UserPath(absl::GetFlag(*f)));
+  }
   absl::Status st = gtp::tools::Generate();
   if (!st.ok()) {
     std::fflush(stdout);

@@ -14,7 +14,7 @@
 # with that tokenizer.json and stops at its <|end_of_text|>; a recorded file
 # that is gone is named, and --tokenizer_json gives it.
 set -euo pipefail
-train="$1" gen="$2" make_indexed="$3" tokenizer_json="$4"
+train="$1" gen="$2" make_indexed="$3" tokenizer_json="$4" tokenizer_model="$5"
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 "$train" --run_dir "$tmp/run" --set "model.n_layer=2,train.steps=6,train.micro_batch=2,train.global_batch=4,train.eval_every=0,train.log_every=3,checkpoint.every=3,checkpoint.keep_last=3,train.sample_every=3,train.sample_prompt=The cat ,train.sample_tokens=24" > "$tmp/train.log"
 grep -aq "world=4 tp=2 tp_num_weight_shards=4" "$tmp/run/checkpoints/iter_0000006/metadata.pb"
@@ -140,4 +140,46 @@ import sys
 a, b = (open(f, "rb").read().rsplit(b"\ngenerated ", 1)[0] for f in sys.argv[1:])
 assert a == b, (a, b)
 PY
+# tokenizer.model (issue 30): the same sentences through a SentencePiece BPE
+# (testdata/spm/bpe.model: Llama-2 style, 800 pieces, byte fallback), </s> after each.
+cp "$tokenizer_model" "$tmp/tokenizer.model"
+"$make_indexed" --output="$tmp/spm" --documents=paragraph --append_eod \
+  --tokenizer_model="$tmp/tokenizer.model" "$tmp/text.txt" 2> /dev/null
+"$train" --run_dir "$tmp/spmrun" --set "model.n_layer=1,model.vocab_size=800,data.source=indexed,data.path=$tmp/spm,data.tokenizer_model=$tmp/tokenizer.model,train.steps=300,train.micro_batch=2,train.global_batch=4,train.eval_every=0,train.log_every=100,checkpoint.every=300" > "$tmp/spmtrain.log"
+sck="$tmp/spmrun/checkpoints"
+for seed in 1 2 3 4 5 6 7 8; do
+  "$gen" --checkpoint "$sck" --prompt "The cat sat" --max_tokens 60 --seed $seed > "$tmp/spm$seed.txt" 2> "$tmp/spmerr$seed.txt"
+  grep -qF "(tokenizer $tmp/tokenizer.model from the checkpoint's recipe)" "$tmp/spmerr$seed.txt"
+  grep -qF "(stops at </s>, id 2)" "$tmp/spmerr$seed.txt"
+done
+python3 - "$tmp" <<'PY'
+import sys
+t = sys.argv[1]
+stopped = 0
+for seed in range(1, 9):
+    body = open(f"{t}/spm{seed}.txt", "rb").read().rsplit(b"\ngenerated ", 1)[0]
+    assert body.startswith(b"The cat sat"), body
+    text = body.decode("utf-8", "replace")
+    # Decoded pieces: spaces, not "▁"; bytes, not "<0x0A>"; no </s>.
+    assert "\u2581" not in text and "<0x" not in text and "</s>" not in text, body
+    stopped += "(stopped at </s>)" in open(f"{t}/spmerr{seed}.txt").read()
+assert stopped > 0, "no sample ended at </s>"
+print("tokenizer.model: %d of 8 samples ended at </s>" % stopped)
+PY
+mv "$tmp/tokenizer.model" "$tmp/moved.model"
+if "$gen" --checkpoint "$sck" --prompt "The" --max_tokens 4 > /dev/null 2> "$tmp/err.txt"; then
+  echo "a missing tokenizer.model was accepted"; exit 1
+fi
+grep -qF "records the tokenizer $tmp/tokenizer.model, which is not there: give it with --tokenizer_model" "$tmp/err.txt"
+"$gen" --checkpoint "$sck" --tokenizer_model "$tmp/moved.model" --prompt "The cat sat" --max_tokens 60 --seed 1 > "$tmp/spmmoved.txt" 2> /dev/null
+python3 - "$tmp/spm1.txt" "$tmp/spmmoved.txt" <<'PY'
+import sys
+a, b = (open(f, "rb").read().rsplit(b"\ngenerated ", 1)[0] for f in sys.argv[1:])
+assert a == b, (a, b)
+PY
+if "$gen" --checkpoint "$sck" --tokenizer_model "$tmp/moved.model" --tokenizer_json "$tmp/moved.json" \
+    --prompt "The" > /dev/null 2> "$tmp/err.txt"; then
+  echo "two tokenizers were accepted"; exit 1
+fi
+grep -qF "give one of --vocab/--merges, --tokenizer_json and --tokenizer_model, not two" "$tmp/err.txt"
 echo PASS
