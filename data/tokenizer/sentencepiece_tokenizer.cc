@@ -164,7 +164,9 @@ absl::Status SentencePieceTokenizer::Build(SpmModel m) {
       if (unk >= 0) return bad("two UNKNOWN pieces: ids ", unk, " and ", id, "; a model has one");
       unk = id;
     }
-    if (type == SpmPieceType::kUserDefined) user_defined_.push_back(sp.piece);
+    if (type == SpmPieceType::kUserDefined) {
+      user_defined_[static_cast<uint8_t>(sp.piece[0])].push_back(sp.piece);
+    }
     if (type == SpmPieceType::kUnused) has_unused = true;
     if (type == SpmPieceType::kNormal) {
       min_score_ = std::min(min_score_, sp.score);
@@ -203,8 +205,10 @@ absl::Status SentencePieceTokenizer::Build(SpmModel m) {
   if (m.unk_id != unk_id_) {
     return bad("trainer_spec.unk_id is ", m.unk_id, " but the UNKNOWN piece is id ", unk_id_);
   }
-  std::sort(user_defined_.begin(), user_defined_.end(),
-            [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (auto& group : user_defined_) {
+    std::sort(group.begin(), group.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  }
   // sentencepiece's bos_id()/eos_id()/pad_id(): the CONTROL piece of that name.
   auto control = [&](const std::string& piece, const char* dflt) -> std::optional<int32_t> {
     const std::optional<int32_t> id = TokenId(piece.empty() ? dflt : piece);
@@ -322,7 +326,8 @@ int32_t SentencePieceTokenizer::PieceToId(absl::string_view piece) const {
 }
 
 size_t SentencePieceTokenizer::MatchUserDefined(absl::string_view text) const {
-  for (const std::string& p : user_defined_) {  // longest first
+  if (text.empty()) return 0;
+  for (const std::string& p : user_defined_[static_cast<uint8_t>(text[0])]) {  // longest first
     if (absl::StartsWith(text, p)) return p.size();
   }
   return 0;

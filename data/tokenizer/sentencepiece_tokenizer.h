@@ -144,7 +144,8 @@ class SentencePieceTokenizer {
   // NORMAL, USER_DEFINED and UNUSED pieces (the model's), and the others
   // (CONTROL, UNKNOWN, BYTE: never produced from text by the model).
   absl::flat_hash_map<std::string, int32_t> model_pieces_, reserved_pieces_;
-  std::vector<std::string> user_defined_;  // longest first
+  // USER_DEFINED pieces by their first byte, longest first.
+  std::vector<std::vector<std::string>> user_defined_ = std::vector<std::vector<std::string>>(256);
   int32_t unk_id_ = 0;
   std::optional<int32_t> bos_id_, eos_id_, pad_id_;
   bool byte_fallback_ = false;
