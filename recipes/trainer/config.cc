@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <utility>
 
@@ -99,18 +100,29 @@ void SetLeaf(const google::protobuf::Message& delta, const std::vector<std::stri
 
 }  // namespace
 
-absl::StatusOr<proto::Recipe> ParseRecipe(const std::string& text, const std::string& origin) {
-  proto::Recipe r;
+absl::Status ParseConfig(const std::string& text, const std::string& origin,
+                         google::protobuf::Message* out) {
   google::protobuf::TextFormat::Parser parser;
   Collector errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &r)) {
+  if (!parser.ParseFromString(text, out)) {
     return Bad(absl::StrCat(origin, ": ", errors.first()));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::Recipe> ParseRecipe(const std::string& text, const std::string& origin) {
+  proto::Recipe r;
+  GTP_RETURN_IF_ERROR(ParseConfig(text, origin, &r));
   return r;
 }
 
 absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Recipe* r) {
+  return ApplyOverrides(overrides, RecipeSchema(), r);
+}
+
+absl::Status ApplyOverrides(const std::vector<std::string>& overrides, const SettingsSchema& schema,
+                            google::protobuf::Message* r) {
   for (const std::string& o : overrides) {
     if (o.empty()) continue;
     const size_t eq = o.find('=');
@@ -119,7 +131,7 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
     std::string value = o.substr(eq + 1);
     // Bare strings are quoted for the text format.
     const auto* field = [&]() -> const google::protobuf::FieldDescriptor* {
-      const google::protobuf::Descriptor* d = proto::Recipe::descriptor();
+      const google::protobuf::Descriptor* d = schema.root;
       const google::protobuf::FieldDescriptor* f = nullptr;
       for (const std::string& p : path) {
         if (d == nullptr) return nullptr;
@@ -130,7 +142,7 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
       return f;
     }();
     if (field == nullptr) {
-      const std::string near = ClosestSetting(o.substr(0, eq));
+      const std::string near = ClosestSetting(o.substr(0, eq), schema);
       return Bad(absl::StrCat("override '", o, "': no such setting",
                               near.empty() ? "" : absl::StrCat(" (did you mean ", near, "?)"),
                               "; --list_settings prints them all"));
@@ -143,20 +155,19 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
     }
     std::string text = absl::StrCat(path.back(), ": ", value);
     for (size_t i = path.size() - 1; i-- > 0;) text = absl::StrCat(path[i], " { ", text, " }");
-    proto::Recipe delta;
+    std::unique_ptr<google::protobuf::Message> delta(r->New());
     google::protobuf::TextFormat::Parser parser;
     Collector errors;
     parser.RecordErrorsTo(&errors);
-    if (!parser.ParseFromString(text, &delta)) {
+    if (!parser.ParseFromString(text, delta.get())) {
       return Bad(absl::StrCat("override '", o, "': ", errors.first()));
     }
-    SetLeaf(delta, path, r);
+    SetLeaf(*delta, path, r);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<proto::Recipe> LoadRecipe(const std::string& path,
-                                         const std::vector<std::string>& overrides) {
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path) {
   // (A directory used to parse as an empty recipe: "model.vocab_size must be > 0".)
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -170,6 +181,12 @@ absl::StatusOr<proto::Recipe> LoadRecipe(const std::string& path,
   std::string text = ss.str();
   // A UTF-8 byte-order mark (some editors write one) is not part of the text.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  return text;
+}
+
+absl::StatusOr<proto::Recipe> LoadRecipe(const std::string& path,
+                                         const std::vector<std::string>& overrides) {
+  GTP_ASSIGN_OR_RETURN(const std::string text, ReadConfigFile(path));
   GTP_ASSIGN_OR_RETURN(proto::Recipe r, ParseRecipe(text, path));
   GTP_RETURN_IF_ERROR(ApplyOverrides(overrides, &r));
   GTP_RETURN_IF_ERROR(FinalizeRecipe(&r));
@@ -182,7 +199,7 @@ namespace {
 // means "the default" where a default exists): a negative count or a NaN
 // used to be taken as 0 or the default silently (model.init_std=nan trained
 // with every step skipped; train.global_batch=-8 trained with 4).
-absl::Status CheckNumbers(const google::protobuf::Message& m, const std::string& prefix) {
+absl::Status CheckNumbersUnder(const google::protobuf::Message& m, const std::string& prefix) {
   using google::protobuf::FieldDescriptor;
   const google::protobuf::Reflection* rf = m.GetReflection();
   const google::protobuf::Descriptor* d = m.GetDescriptor();
@@ -190,7 +207,7 @@ absl::Status CheckNumbers(const google::protobuf::Message& m, const std::string&
     const FieldDescriptor* f = d->field(i);
     const std::string key = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
     if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      if (!f->is_repeated() && rf->HasField(m, f)) GTP_RETURN_IF_ERROR(CheckNumbers(rf->GetMessage(m, f), key));
+      if (!f->is_repeated() && rf->HasField(m, f)) GTP_RETURN_IF_ERROR(CheckNumbersUnder(rf->GetMessage(m, f), key));
       continue;
     }
     const int n = f->is_repeated() ? rf->FieldSize(m, f) : 1;
@@ -216,6 +233,8 @@ absl::Status CheckNumbers(const google::protobuf::Message& m, const std::string&
 
 }  // namespace
 
+absl::Status CheckNumbers(const google::protobuf::Message& m) { return CheckNumbersUnder(m, ""); }
+
 // FinalizeRecipe's defaults and checks, setting by setting (below).
 static absl::Status FinalizeChecked(proto::Recipe* r);
 
@@ -226,7 +245,7 @@ absl::Status FinalizeRecipe(proto::Recipe* r) {
   const proto::Recipe given = *r;
   absl::Status st = FinalizeChecked(r);
   if (!st.ok()) return st;
-  return CheckNumbers(given, "");
+  return CheckNumbers(given);
 }
 
 static absl::Status FinalizeChecked(proto::Recipe* r) {
@@ -468,6 +487,31 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (c->keep_last() == 0) c->set_keep_last(2);
   if (r->name().empty()) r->set_name("run");
   return absl::OkStatus();
+}
+
+std::vector<std::string> TakeSets(int* argc, char** argv) {
+  std::vector<std::string> sets;
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {  // the rest is positional: keep it for the caller's check
+      for (; i < *argc; ++i) argv[out++] = argv[i];
+      break;
+    }
+    if ((a == "--set" || a == "-set") && i + 1 < *argc) {
+      for (absl::string_view v : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) sets.emplace_back(v);
+      continue;
+    }
+    if (a.rfind("--set=", 0) == 0 || a.rfind("-set=", 0) == 0) {
+      for (absl::string_view v : absl::StrSplit(a.substr(a.find('=') + 1), ',', absl::SkipEmpty())) {
+        sets.emplace_back(v);
+      }
+      continue;
+    }
+    argv[out++] = argv[i];
+  }
+  *argc = out;
+  return sets;
 }
 
 std::string RecipeText(const proto::Recipe& r) {

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
 #include "recipes/trainer/config.pb.h"
+#include "recipes/trainer/settings.h"
 
 namespace gtp::recipes {
 
@@ -31,5 +33,25 @@ absl::Status FinalizeRecipe(proto::Recipe* r);
 inline constexpr int kMaxWorldSize = 65536;
 // Text format of the resolved recipe (for the start-up banner and checkpoints).
 std::string RecipeText(const proto::Recipe& r);
+
+// The same machinery for a config message of another schema (recipes/vlm_mimo):
+// text format into `out` (InvalidArgument "<origin>: line L:C: ..."), the
+// text of a config file (NotFound / InvalidArgument naming the path; a
+// UTF-8 byte-order mark dropped), `--set` overrides with "did you mean" from
+// the schema, and the check that no numeric leaf is negative or non-finite
+// (InvalidArgument naming the key). The Recipe functions above are these
+// over config.proto.
+absl::Status ParseConfig(const std::string& text, const std::string& origin,
+                         google::protobuf::Message* out);
+absl::StatusOr<std::string> ReadConfigFile(const std::string& path);
+absl::Status ApplyOverrides(const std::vector<std::string>& overrides, const SettingsSchema& schema,
+                            google::protobuf::Message* m);
+absl::Status CheckNumbers(const google::protobuf::Message& m);
+
+// Every --set on the command line, in order, taken out of argv (absl keeps
+// only a flag's last occurrence: `--set a=1 --set b=2` dropped a=1).
+// "--set a=1,b=2", "--set=a=1" and repeats all count; after "--" nothing
+// is taken.
+std::vector<std::string> TakeSets(int* argc, char** argv);
 
 }  // namespace gtp::recipes

@@ -50,34 +50,6 @@ std::string FindDefault(const char* argv0, const char* rel) {
 
 }  // namespace
 
-// Every --set on the command line, in order (absl keeps only a flag's last
-// occurrence, and `--set a=1 --set b=2` dropping a=1 trained the wrong run):
-// taken out of argv here and applied together.
-std::vector<std::string> TakeSets(int* argc, char** argv) {
-  std::vector<std::string> sets;
-  int out = 1;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--") {  // the rest is positional: keep it for the check below
-      for (; i < *argc; ++i) argv[out++] = argv[i];
-      break;
-    }
-    if ((a == "--set" || a == "-set") && i + 1 < *argc) {
-      for (absl::string_view v : absl::StrSplit(argv[++i], ',', absl::SkipEmpty())) sets.emplace_back(v);
-      continue;
-    }
-    if (a.rfind("--set=", 0) == 0 || a.rfind("-set=", 0) == 0) {
-      for (absl::string_view v : absl::StrSplit(a.substr(a.find('=') + 1), ',', absl::SkipEmpty())) {
-        sets.emplace_back(v);
-      }
-      continue;
-    }
-    argv[out++] = argv[i];
-  }
-  *argc = out;
-  return sets;
-}
-
 int RecipeMain(int argc, char** argv, const char* default_config) {
   gtp::SetUsage("trains a gtp recipe; see recipes/README.md");
   const std::vector<std::string> sets = TakeSets(&argc, argv);

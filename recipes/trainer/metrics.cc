@@ -24,16 +24,23 @@ std::string FormatBytes(int64_t b) {
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Open(const proto::Recipe& r,
                                                        const RunOptions& options) {
+  return Open(r, options, RecipeText(r), "recipe.pbtxt");
+}
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Open(const proto::Recipe& r,
+                                                       const RunOptions& options,
+                                                       const std::string& config_text,
+                                                       const std::string& config_file) {
   std::unique_ptr<Metrics> m(new Metrics(r, options));
   m->path_ = options.run_dir + "/metrics.jsonl";
   GTP_RETURN_IF_ERROR(m->Append(""));  // writable?
   // The resolved recipe (defaults filled in, every --set applied), readable
   // and reusable: `--config <run dir>/recipe.pbtxt` runs the same recipe.
   {
-    const std::string path = options.run_dir + "/recipe.pbtxt", tmp = path + ".tmp";
+    const std::string path = options.run_dir + "/" + config_file, tmp = path + ".tmp";
     std::ofstream f(tmp, std::ios::trunc);
     f << "# The recipe of this run, as resolved (defaults filled in, every --set applied).\n"
-      << RecipeText(r);
+      << config_text;
     f.close();
     std::error_code ec;
     if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
@@ -46,8 +53,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Open(const proto::Recipe& r,
     GTP_ASSIGN_OR_RETURN(tensorboard::EventWriter w, tensorboard::EventWriter::Open(dir.string()));
     // The resolved recipe beside the curves (TensorBoard's Text tab), as a
     // markdown code block, at step 0 (a resumed run's file repeats it).
-    GTP_RETURN_IF_ERROR(
-        w.WriteText(0, "recipe", absl::StrCat("```\n", RecipeText(r), "```\n")));
+    GTP_RETURN_IF_ERROR(w.WriteText(0, "recipe", absl::StrCat("```\n", config_text, "```\n")));
     m->tb_ = std::move(w);
   }
   return m;
@@ -152,6 +158,17 @@ absl::Status Metrics::Eval(int64_t step, float loss) {
               static_cast<long long>(step), loss);
   GTP_RETURN_IF_ERROR(Append(absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, loss)));
   return tb_ ? tb_->WriteScalars(step, {{"val/loss", loss}}) : absl::OkStatus();
+}
+
+absl::Status Metrics::Values(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
+  std::string line = absl::StrFormat("{\"step\": %d", step);
+  std::vector<tensorboard::Scalar> s;
+  for (const auto& [key, v] : values) {
+    absl::StrAppend(&line, absl::StrFormat(", \"%s\": %.6g", key, v));
+    s.push_back({absl::StrCat("eval/", key), static_cast<float>(v)});
+  }
+  GTP_RETURN_IF_ERROR(Append(line + "}\n"));
+  return tb_ ? tb_->WriteScalars(step, s) : absl::OkStatus();
 }
 
 absl::Status Metrics::Append(const std::string& line) {

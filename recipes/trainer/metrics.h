@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/allocator.h"
@@ -30,6 +32,15 @@ class Metrics {
   // disk ends the run with an error naming the file.
   static absl::StatusOr<std::unique_ptr<Metrics>> Open(const proto::Recipe& r,
                                                        const RunOptions& options);
+  // The same for a run whose config has another schema (recipes/vlm_mimo):
+  // `r` carries only what the record reads (train.steps, log_every,
+  // tensorboard_dir, device and model for the MFU); `config_text` is that
+  // run's own resolved config, written to <run_dir>/`config_file` and to
+  // TensorBoard instead of `r`.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Open(const proto::Recipe& r,
+                                                       const RunOptions& options,
+                                                       const std::string& config_text,
+                                                       const std::string& config_file);
 
   // One finished step: RunOptions::on_step, the log line (every
   // train.log_every steps, the first and the last) or the progress bar, the
@@ -40,6 +51,10 @@ class Metrics {
                     std::chrono::steady_clock::time_point t_start, int64_t first_step);
   // A validation loss after step `step`.
   absl::Status Eval(int64_t step, float loss);
+  // Other scalars measured after step `step` (e.g. a recipe's own
+  // evaluation): one JSON line {"step": N, "<key>": value, ...} and each as
+  // the TensorBoard scalar "eval/<key>".
+  absl::Status Values(int64_t step, const std::vector<std::pair<std::string, double>>& values);
   // The run continues after step `step` (0: from the start): lines of later
   // steps — run again now — and any line a crash cut short are dropped from
   // metrics.jsonl, so every step appears once. Prints how many were.

@@ -23,11 +23,11 @@ using google::protobuf::FieldDescriptor;
 
 // (message name, field name) -> the field's comment: its trailing `//`
 // comment, else the `//` lines right above it.
-std::map<std::pair<std::string, std::string>, std::string> Comments() {
+std::map<std::pair<std::string, std::string>, std::string> Comments(const char* proto_text) {
   std::map<std::pair<std::string, std::string>, std::string> out;
   std::string message;
   std::vector<std::string> above;
-  for (absl::string_view raw : absl::StrSplit(kConfigProtoText, '\n')) {
+  for (absl::string_view raw : absl::StrSplit(proto_text, '\n')) {
     absl::string_view line = absl::StripAsciiWhitespace(raw);
     if (absl::ConsumePrefix(&line, "//")) {
       above.push_back(std::string(absl::StripAsciiWhitespace(line)));
@@ -90,7 +90,7 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 }
 
 // The value of a leaf setting in `r`, as --set would take it.
-std::string ValueOf(const proto::Recipe& r, const std::string& key) {
+std::string ValueOf(const google::protobuf::Message& r, const std::string& key) {
   const google::protobuf::Message* m = &r;
   std::vector<std::string> path = absl::StrSplit(key, '.');
   for (size_t i = 0; i + 1 < path.size(); ++i) {
@@ -116,16 +116,22 @@ std::string ValueOf(const proto::Recipe& r, const std::string& key) {
 
 }  // namespace
 
-std::vector<SettingInfo> AllSettings() {
+SettingsSchema RecipeSchema() { return {proto::Recipe::descriptor(), kConfigProtoText, &Choices()}; }
+
+std::vector<SettingInfo> AllSettings(const SettingsSchema& schema) {
   std::vector<SettingInfo> out;
-  Walk(proto::Recipe::descriptor(), "", Comments(), &out);
+  Walk(schema.root, "", Comments(schema.proto_text), &out);
   return out;
 }
 
-std::string ClosestSetting(const std::string& key) {
+std::vector<SettingInfo> AllSettings() { return AllSettings(RecipeSchema()); }
+
+std::string ClosestSetting(const std::string& key) { return ClosestSetting(key, RecipeSchema()); }
+
+std::string ClosestSetting(const std::string& key, const SettingsSchema& schema) {
   std::string best;
   size_t best_d = std::max<size_t>(2, key.size() / 4) + 1;
-  for (const SettingInfo& s : AllSettings()) {
+  for (const SettingInfo& s : AllSettings(schema)) {
     const size_t d = EditDistance(key, s.key);
     if (d < best_d) {
       best_d = d;
@@ -157,8 +163,9 @@ const std::vector<Choice>& Choices() {
 }
 
 namespace {
-const Choice* ChoiceOf(const std::string& key) {
-  for (const Choice& c : Choices()) {
+const Choice* ChoiceOf(const SettingsSchema& schema, const std::string& key) {
+  if (schema.choices == nullptr) return nullptr;
+  for (const Choice& c : *schema.choices) {
     if (c.key == key) return &c;
   }
   return nullptr;
@@ -172,7 +179,11 @@ std::string OneOf(const std::vector<std::string>& v) {
 }  // namespace
 
 std::string ChoiceError(const std::string& key, const std::string& value) {
-  const Choice* c = ChoiceOf(key);
+  return ChoiceError(RecipeSchema(), key, value);
+}
+
+std::string ChoiceError(const SettingsSchema& schema, const std::string& key, const std::string& value) {
+  const Choice* c = ChoiceOf(schema, key);
   if (c == nullptr || std::find(c->values.begin(), c->values.end(), value) != c->values.end()) {
     return "";
   }
@@ -188,10 +199,12 @@ std::string ChoiceError(const std::string& key, const std::string& value) {
   return out;
 }
 
-std::string SettingsTable(const proto::Recipe& r) {
+std::string SettingsTable(const proto::Recipe& r) { return SettingsTable(r, RecipeSchema()); }
+
+std::string SettingsTable(const google::protobuf::Message& r, const SettingsSchema& schema) {
   std::string out;
-  for (const SettingInfo& s : AllSettings()) {
-    const Choice* c = ChoiceOf(s.key);
+  for (const SettingInfo& s : AllSettings(schema)) {
+    const Choice* c = ChoiceOf(schema, s.key);
     absl::StrAppend(&out, s.key, "=", ValueOf(r, s.key), "  (", s.type,
                     c == nullptr ? "" : absl::StrCat(": ", absl::StrJoin(c->values, " | ")), ")",
                     s.comment.empty() ? "" : absl::StrCat("  ", s.comment), "\n");

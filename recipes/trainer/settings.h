@@ -1,12 +1,15 @@
 // recipes/trainer/settings.h — the catalogue of `--set` keys: every leaf of
 // the recipe (recipes/trainer/config.proto) as a dotted key with its type
 // and its comment from config.proto, for `--list_settings` and for "did you
-// mean" on an unknown key.
+// mean" on an unknown key. The same over another config message
+// (SettingsSchema: recipes/vlm_mimo's).
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "recipes/trainer/config.pb.h"
 
 namespace gtp::recipes {
@@ -39,5 +42,23 @@ const std::vector<Choice>& Choices();
 // else "KEY must be a, b or c, got VALUE", with "(did you mean b?)" when the
 // value is near one of them.
 std::string ChoiceError(const std::string& key, const std::string& value);
+
+// The same catalogue for a config of another schema (recipes/vlm_mimo's
+// vlm_config.proto): `root` its top message, `proto_text` its .proto file's
+// text (the comments), `choices` its fixed-word settings (may be null). The
+// functions above are these over config.proto's Recipe.
+struct SettingsSchema {
+  const google::protobuf::Descriptor* root = nullptr;
+  const char* proto_text = "";
+  const std::vector<Choice>* choices = nullptr;
+};
+// config.proto's.
+SettingsSchema RecipeSchema();
+std::vector<SettingInfo> AllSettings(const SettingsSchema& schema);
+std::string ClosestSetting(const std::string& key, const SettingsSchema& schema);
+// `m` must be a schema.root message.
+std::string SettingsTable(const google::protobuf::Message& m, const SettingsSchema& schema);
+std::string ChoiceError(const SettingsSchema& schema, const std::string& key,
+                        const std::string& value);
 
 }  // namespace gtp::recipes

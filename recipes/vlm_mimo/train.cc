@@ -2,338 +2,552 @@
 // MIMO parallelism on the synthetic shapes task (data/shapes): a ViT-style
 // encoder on one rank grid, a GPT on another, joined by the bridge (mimo/).
 //
-//   bazel run //recipes/vlm_mimo:train                  # CPU, 8 in-process ranks:
-//                                                       # encoder TP1·DP4 on 0–3 |
-//                                                       # language TP2·GTP2 on 4–7
-//   bazel run //recipes/vlm_mimo:train -- --colocated --language_ranks=8 --encoder_ranks=8
+//   bazel run -c opt //recipes/vlm_mimo:train      # CPU, 8 in-process ranks:
+//                                                  # encoder TP1·DP4 on 0–3 |
+//                                                  # language TP2·GTP2 on 4–7
+//   bazel run -c opt //recipes/vlm_mimo:train -- --run_dir gtp_runs/vlm2
+//       --set parallel.colocated=true                (one line: both on ranks 0–3)
 //
-// The ranks are threads (comm/local); under tools/gtprun processes (UCX on
-// the CPU; on GPUs, --device=cuda, NCCL with the bridge moving device
-// memory), set up by the GPT trainer's world (recipes/trainer/world.h):
+// Flags as the GPT recipes' (recipes/trainer/main.h): --config FILE (default
+// the recipe's own vlm_mimo.pbtxt; schema vlm_config.proto), --set
+// key=value,..., --list_settings, --run_dir DIR (default
+// gtp_runs/<name>), --progress. The ranks are threads (comm/local); under
+// tools/gtprun processes (UCX on the CPU; on GPUs, train.device=cuda, NCCL
+// with the bridge moving device memory), set up by the trainer's world
+// (recipes/trainer/world.h):
 //
-//   gtprun --nproc 2 -- train --device=cuda --encoder_ranks=1 --language_ranks=1
-//       --language_tp=1 --language_gtp=1        (one line: disjoint 1 + 1 on NCCL)
+//   gtprun --nproc 2 -- train --set
+//   train.device=cuda,parallel.language.tp=1,parallel.language.gtp=1
+//       --set parallel.encoder.ranks=1,parallel.language.ranks=1      (one line: NCCL 1 + 1)
 //
-// Logs the loss (the mean over the language lanes) every --log_every steps;
-// at the end greedily captions --eval_batches batches of unseen
-// (validation-split) images and prints the caption accuracy and examples.
-// Flags only for now (no recipe .pbtxt: the GPT trainer's config does not
-// describe two modules yet).
+// The run directory belongs to one run (recipes/trainer/run_lock.h) and gets
+// recipe.pbtxt, metrics.jsonl (the GPT trainer's record: step, loss — the
+// mean over the language lanes —, lr, grad_norm, ms, tokens_per_s;
+// recipes/trainer/metrics.h) and checkpoints (mimo/checkpoint.h) every
+// checkpoint.every steps, at the end and on SIGINT/SIGTERM; a run started
+// again resumes from its latest checkpoint with the losses it would have
+// had. At the end it greedily captions train.eval_batches batches of unseen
+// images (captions.h) and prints and records the accuracy.
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "checkpoint/checkpoint.h"
 #include "comm/env/launch_env.h"
-#include "comm/host_values.h"
 #include "core/allocator.h"
+#include "core/cli.h"
 #include "core/status.h"
+#include "core/user_path.h"
 #include "data/shapes/shapes.h"
-#include "layers/linear.h"
 #include "mimo/checkpoint.h"
 #include "mimo/model.h"
 #include "mimo/optimizer.h"
 #include "parallel/hyper_comm_grid.h"
+#include "recipes/trainer/config.h"
+#include "recipes/trainer/metrics.h"
+#include "recipes/trainer/run_lock.h"
+#include "recipes/trainer/settings.h"
 #include "recipes/trainer/world.h"
+#include "recipes/vlm_mimo/batches.h"
+#include "recipes/vlm_mimo/captions.h"
+#include "recipes/vlm_mimo/config.h"
 
-ABSL_FLAG(int, steps, 600, "optimizer steps");
-ABSL_FLAG(int, global_batch, 16, "samples per step (defined on the language grid)");
-ABSL_FLAG(double, lr, 1e-2, "peak learning rate (cosine to lr/10, 20 warmup steps)");
-ABSL_FLAG(bool, muon, true,
-          "Muon for the matrices of both modules (else AdamW, which on this task stays at the "
-          "image-blind loss for hundreds of steps)");
-ABSL_FLAG(int, log_every, 25, "log every N steps");
-ABSL_FLAG(int, eval_batches, 4, "validation batches captioned at the end");
-ABSL_FLAG(int, encoder_ranks, 4, "ranks of the encoder grid (first)");
-ABSL_FLAG(int, encoder_tp, 1, "encoder TP");
-ABSL_FLAG(int, encoder_gtp, 1, "encoder GTP");
-ABSL_FLAG(int, language_ranks, 4, "ranks of the language grid (after the encoder's)");
-ABSL_FLAG(int, language_tp, 2, "language TP");
-ABSL_FLAG(int, language_gtp, 2, "language GTP");
-ABSL_FLAG(bool, colocated, false, "both modules on the same ranks (encoder_ranks = language_ranks)");
-ABSL_FLAG(int, image_size, 16, "image side in pixels");
-ABSL_FLAG(int, patch, 4, "patch side");
-ABSL_FLAG(int, width, 64, "model width of both modules");
-ABSL_FLAG(int, layers, 2, "transformer layers of each module");
-ABSL_FLAG(uint64_t, seed, 1234, "data and init seed");
-ABSL_FLAG(std::string, checkpoint_dir, "", "save a checkpoint here at the end (and resume from it)");
-ABSL_FLAG(std::string, device, "cpu",
-          "cpu, or cuda: one GPU, both modules on one rank (--colocated --encoder_ranks=1 "
-          "--language_ranks=1 --language_tp=1 --language_gtp=1 --encoder_tp=1)");
+ABSL_FLAG(std::string, config, "",
+          "recipe config (protobuf text, schema recipes/vlm_mimo/vlm_config.proto); default: the "
+          "recipe's own recipes/vlm_mimo/vlm_mimo.pbtxt");
+ABSL_FLAG(
+    std::vector<std::string>, set, {},
+    "overrides, comma-separated: train.steps=100,optim.lr=1e-3 (may be given several times; all "
+    "apply, in order)");
+ABSL_FLAG(std::string, run_dir, "", "output directory; default gtp_runs/<name>");
+ABSL_FLAG(bool, progress, false,
+          "progress bar instead of log lines (default: on when stdout is a terminal)");
+ABSL_FLAG(
+    bool, list_settings, false,
+    "print every --set key with its value in this recipe (after --config/--set), its type and its "
+    "comment from recipes/vlm_mimo/vlm_config.proto, then exit");
 
-namespace gtp::recipes {
+namespace gtp::recipes::vlm {
 namespace {
 
 using data::shapes::ShapesTask;
 
-parallel::ParallelConfig Dense(int tp, int gtp) {
-  parallel::ParallelConfig pc;
-  pc.tp = tp;
-  pc.tp_num_weight_shards = tp * gtp;
-  return pc;
+// Set by the signal handler, read by every rank at the end of each step
+// (and agreed on with an all-reduce). Before the loop a signal acts at once.
+std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_defer_signals{false};
+void OnSignal(int sig) {
+  if (!g_defer_signals.load()) {
+    signal(sig, SIG_DFL);  // async-signal-safe, as is raise
+    raise(sig);
+    return;
+  }
+  g_stop_signal.store(sig);
 }
+// SIGTERM, SIGINT and SIGHUP stop the run at the next step boundary with a
+// checkpoint (as the GPT trainer's).
+struct SignalGuard {
+  struct sigaction old_term;
+  struct sigaction old_int;
+  struct sigaction old_hup;
+  SignalGuard() {
+    g_stop_signal.store(0);
+    g_defer_signals.store(false);
+    struct sigaction sa {};
+    sa.sa_handler = OnSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGHUP, &sa, &old_hup);
+  }
+  ~SignalGuard() {
+    g_defer_signals.store(false);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
+  }
+};
 
-optimizer::OptimizerConfig Optim(int steps) {
-  optimizer::OptimizerConfig o;
-  if (absl::GetFlag(FLAGS_muon)) o.matrices = optimizer::MatrixOptimizer::kMuon;
-  o.lr.decay = optimizer::LrDecay::kCosine;
-  o.lr.max_lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
-  o.lr.min_lr = o.lr.max_lr / 10;
-  o.lr.warmup_steps = std::min(20, steps);
-  o.lr.decay_steps = steps;
-  o.clip_grad = 1.0;
-  o.adamw.beta2 = 0.95f;
-  o.adamw.weight_decay = 0.01f;
-  return o;
-}
+// One rank's run: set-up, resume, the loop, checkpoints, captions.
+class RankRun {
+ public:
+  RankRun(const VlmRecipe& r, const RunOptions& o, const ShapesTask& task, const RankWorld& rw,
+          std::atomic<bool>* has_results)
+      : r_(r),
+        o_(o),
+        task_(task),
+        world_(rw.world),
+        host_(rw.host),
+        e_(rw.exec),
+        has_results_(has_results),
+        ckpt_root_(o.run_dir + "/" + r.checkpoint().dir()) {}
 
-// Per row of the language model's last logits: the argmax over the real
-// vocabulary across the TP group (every TP rank gets the same answer).
-absl::StatusOr<std::vector<int32_t>> Argmax(const kernels::Exec& e, layers::GptModel& lm,
-                                            comm::Communicator& tp) {
-  const int64_t rows = lm.logits().dim(0), cols = lm.logits().dim(1);
-  const std::vector<float> logits = layers::DeviceToHost<float>(e, lm.logits());
-  std::vector<float> mine(rows * 2), all(rows * 2 * tp.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    float best = -INFINITY;
-    int64_t arg = -1;
-    for (int64_t c = 0; c < lm.vocab_local(); ++c) {
-      const float v = logits[r * cols + c];
-      if (v > best) best = v, arg = lm.vocab_start() + c;
-    }
-    mine[2 * r] = best;
-    mine[2 * r + 1] = static_cast<float>(arg);
-  }
-  GTP_RETURN_IF_ERROR(
-      comm::AllGatherHost(tp, mine.data(), all.data(), rows * 2, DType::kF32, {e.alloc, e.stream}));
-  std::vector<int32_t> out(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    float best = -INFINITY;
-    for (int t = 0; t < tp.size(); ++t) {
-      const float v = all[(t * rows + r) * 2];
-      if (all[(t * rows + r) * 2 + 1] >= 0 && v > best) {
-        best = v;
-        out[r] = static_cast<int32_t>(all[(t * rows + r) * 2 + 1]);
-      }
-    }
-  }
-  return out;
-}
-
-absl::Status Run() {
-  const bool colocated = absl::GetFlag(FLAGS_colocated);
-  const int ne = absl::GetFlag(FLAGS_encoder_ranks), nl = absl::GetFlag(FLAGS_language_ranks);
-  if (colocated && ne != nl) {
-    return absl::InvalidArgumentError("--colocated needs --encoder_ranks == --language_ranks");
-  }
-  const int world = colocated ? nl : ne + nl;
-  const int steps = absl::GetFlag(FLAGS_steps), log_every = absl::GetFlag(FLAGS_log_every);
-  const int64_t G = absl::GetFlag(FLAGS_global_batch);
-  GTP_ASSIGN_OR_RETURN(const ShapesTask task,
-                       ShapesTask::Create({absl::GetFlag(FLAGS_image_size), absl::GetFlag(FLAGS_patch),
-                                           absl::GetFlag(FLAGS_seed)}));
-  const int64_t C = absl::GetFlag(FLAGS_width), L = absl::GetFlag(FLAGS_layers);
-  mimo::MimoConfig mc;
-  mc.encoder.patch_dim = task.patch_dim();
-  mc.encoder.num_patches = task.num_patches();
-  mc.encoder.n_layer = static_cast<int>(L);
-  mc.encoder.block.n_embd = C;
-  mc.encoder.block.n_head = 4;
-  mc.encoder.block.seed = absl::GetFlag(FLAGS_seed);
-  mc.language = layers::GptConfig::Gpt2(ShapesTask::vocab_size(), task.sequence_length(),
-                                        static_cast<int>(L), C, 4);
-  mc.language.block.seed = absl::GetFlag(FLAGS_seed) + 1;
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cuda" && device != "cpu") {
-    return absl::InvalidArgumentError("--device must be cpu or cuda");
-  }
-  // The ranks: threads of this process (comm/local) on the CPU; under a
-  // launcher (tools/gtprun) one process each — UCX on the CPU, NCCL (with
-  // UCX beside it for host traffic) on GPUs — as the GPT trainer does.
-  proto::Recipe recipe;
-  recipe.mutable_train()->set_device(device);
-  recipe.mutable_train()->set_precision("f32");
-  recipe.mutable_train()->set_attention("flash");
-  recipe.mutable_parallel()->set_world_size(world);
-  if (UnderLauncher(recipe)) {
-    GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
-    if (env.world_size != world) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the launcher started ", env.world_size, " processes but the layout needs ", world,
-          " (--encoder_ranks=", ne, colocated ? " colocated with " : " + ", "--language_ranks=", nl,
-          "): launch ", world));
-    }
-  } else if (device == "cuda" && world != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device=cuda with ", world, " ranks needs one process per rank: tools/gtprun --nproc ",
-        world, " -- <this binary> ... (or one rank: --colocated --encoder_ranks=1 "
-        "--language_ranks=1 --encoder_tp=1 --language_tp=1 --language_gtp=1)"));
-  }
-  std::mutex mu;
-  return RunOnRanks(recipe, [&](const RankWorld& rw) -> absl::Status {
-    comm::Communicator& w = rw.world;
-    const kernels::Exec& e = rw.exec;
-    HeapAllocator host;
-    if (w.rank() == 0) {
-      std::printf("vlm_mimo: %d ranks (%s): encoder tp=%d gtp=%d on %d ranks %s language tp=%d "
-                  "gtp=%d on %d ranks; %lld samples/step, %d steps, %s\n",
-                  world, w.backend().c_str(), absl::GetFlag(FLAGS_encoder_tp),
-                  absl::GetFlag(FLAGS_encoder_gtp), ne, colocated ? "(colocated with)" : "|",
-                  absl::GetFlag(FLAGS_language_tp), absl::GetFlag(FLAGS_language_gtp), nl,
-                  static_cast<long long>(G), steps, absl::GetFlag(FLAGS_muon) ? "Muon" : "AdamW");
-      std::fflush(stdout);
-    }
-    GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create(
-                                      "vision", Dense(absl::GetFlag(FLAGS_encoder_tp),
-                                                      absl::GetFlag(FLAGS_encoder_gtp)),
-                                      0, ne, w));
-    GTP_ASSIGN_OR_RETURN(auto lg, parallel::HyperCommGrid::Create(
-                                      "language", Dense(absl::GetFlag(FLAGS_language_tp),
-                                                        absl::GetFlag(FLAGS_language_gtp)),
-                                      colocated ? 0 : ne, nl, w));
-    const int D = lg.num_data_lanes();
-    if (G % D != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--global_batch ", G, " is not divisible by the ",
-                                                     D, " language data lanes"));
-    }
-    GTP_ASSIGN_OR_RETURN(auto model, mimo::MimoModel::Create(mc, eg, lg, w, G / D,
-                                                             task.sequence_length(), e, host));
-    GTP_ASSIGN_OR_RETURN(auto opt, mimo::MimoOptimizer::Create(*model, w, e, Optim(steps), Optim(steps)));
-    // The rank that prints: language lane 0, TP rank 0.
-    const bool printer = w.rank() == lg.offset();
-    comm::Communicator* tp = nullptr;
-    if (model->has_language()) {
-      GTP_ASSIGN_OR_RETURN(tp, lg.Get(parallel::groups::kTp));
-    }
-    // Lane leaders add their lane's loss to the world's mean.
-    GTP_ASSIGN_OR_RETURN(const std::vector<int> leaders, lg.LaneLeaders(0));
+  absl::Status Run() {
+    GTP_RETURN_IF_ERROR(Setup());
+    if (rank0()) GTP_RETURN_IF_ERROR(Banner());
+    GTP_ASSIGN_OR_RETURN(int64_t step, Resume());
+    g_defer_signals.store(true);  // from here a signal stops the run with a checkpoint
+    if (rank0()) GTP_RETURN_IF_ERROR(metrics_->ResumeAt(step));
+    const int64_t steps = r_.train().steps(), G = r_.train().global_batch();
+    const double tokens_per_step = static_cast<double>(G) * task_.sequence_length();
+    const int D = lg_->num_data_lanes();
+    GTP_ASSIGN_OR_RETURN(const std::vector<int> leaders, lg_->LaneLeaders(0));
     const bool lane_leader =
-        std::find(leaders.begin(), leaders.end(), w.rank()) != leaders.end();
-    const std::string ckpt = absl::GetFlag(FLAGS_checkpoint_dir);
-    int first = 0;
-    if (!ckpt.empty() && checkpoint::LatestIteration(ckpt).ok()) {
-      GTP_ASSIGN_OR_RETURN(auto lr,
-                           mimo::LoadMimoCheckpoint(ckpt, std::nullopt, *model, *opt, rw.host));
-      first = static_cast<int>(lr.iteration);
-      if (printer) std::printf("resumed from %s at step %d\n", ckpt.c_str(), first);
-    }
-    // One micro-batch of split `split` starting at global sample `base`.
-    auto forward = [&](data::shapes::Split split, int64_t base, bool train,
-                       std::vector<int32_t>* tokens_host) -> absl::Status {
-      Tensor patches, tokens, targets;
-      std::vector<int64_t> enc_ids, lang_ids;
-      if (model->has_encoder()) {
-        const auto r = model->EncoderSamples();
-        const auto b = task.MakeBatch(split, base + r.first, r.count);
-        patches = layers::TensorFromHost(e, b.patches.data(),
-                                         {r.count * task.num_patches(), task.patch_dim()}, DType::kF32);
-        enc_ids = b.ids;
-      }
-      if (model->has_language()) {
-        const auto r = model->LanguageSamples();
-        const auto b = task.MakeBatch(split, base + r.first, r.count);
-        if (tokens_host != nullptr && tokens_host->empty()) *tokens_host = b.tokens;
-        tokens = layers::HostToDevice(e, tokens_host ? *tokens_host : b.tokens,
-                                      {r.count, task.sequence_length()});
-        targets = layers::HostToDevice(e, b.targets, {r.count, task.sequence_length()});
-        lang_ids = b.ids;
-      }
-      return model->Forward(patches, tokens, targets, enc_ids, lang_ids, train);
-    };
-    auto t0 = std::chrono::steady_clock::now();
-    for (int step = first; step < steps; ++step) {
-      GTP_RETURN_IF_ERROR(forward(data::shapes::kTrain, int64_t{step} * G, true, nullptr));
-      opt->StartMicrobatch(true);
-      GTP_RETURN_IF_ERROR(model->Backward());
+        std::find(leaders.begin(), leaders.end(), world_.rank()) != leaders.end();
+    const int64_t first = step;
+    const auto t_start = std::chrono::steady_clock::now();
+    while (step < steps) {
+      const auto t0 = std::chrono::steady_clock::now();
+      GTP_RETURN_IF_ERROR(
+          ForwardBatch(*model_, task_, e_, data::shapes::kTrain, step * G, true, nullptr));
+      opt_->StartMicrobatch(true);
+      GTP_RETURN_IF_ERROR(model_->Backward());
       float loss = 0;
-      if (model->has_language()) {
-        GTP_ASSIGN_OR_RETURN(loss, model->language()->TakeLossSum());
+      if (model_->has_language()) {
+        GTP_ASSIGN_OR_RETURN(loss, model_->language()->TakeLossSum());
       }
-      GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt->Step());
+      GTP_ASSIGN_OR_RETURN(optimizer::StepStats s, opt_->Step());
       // The mean over the language lanes (host memory: the host world).
       float mean = lane_leader ? loss / static_cast<float>(D) : 0.0f;
       GTP_RETURN_IF_ERROR(
-          comm::Run(rw.host.AllReduce(&mean, &mean, 1, DType::kF32, comm::ReduceOp::kSum)));
-      if (printer && ((step + 1) % log_every == 0 || step == first)) {
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-                          (step == first ? 1 : log_every);
-        std::printf("step %5d/%d  loss %.6f  lr %.2e  grad-norm %.5f  %.1f ms/step%s\n", step + 1,
-                    steps, mean, s.lr, s.grad_norm, ms, s.skipped ? "  (skipped)" : "");
-        std::fflush(stdout);
-        t0 = std::chrono::steady_clock::now();
+          comm::Run(host_.AllReduce(&mean, &mean, 1, DType::kF32, comm::ReduceOp::kSum)));
+      ++step;
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (rank0()) {
+        // comm_exposed_ms is not measured for MIMO (0).
+        StepRecord rec{step, mean, s.lr, s.grad_norm, s.skipped, ms, tokens_per_step / (ms / 1e3),
+                       0.0};
+        GTP_RETURN_IF_ERROR(metrics_->Step(rec, e_.alloc->stats(), world_.size(), t_start, first));
       }
-    }
-    if (!ckpt.empty()) {
-      GTP_RETURN_IF_ERROR(mimo::SaveMimoCheckpoint(ckpt, steps, *model, *opt, rw.host));
-    }
-    // Greedy captions of unseen images: after "<bos> a", each next word is
-    // the argmax, fed back (the model is causal: earlier positions keep).
-    const int np = task.num_patches(), seq = task.sequence_length();
-    // Correct captions, sizes, colours, shapes; captions (from lane leaders).
-    float counts[5] = {0, 0, 0, 0, 0};
-    std::vector<std::string> examples;
-    for (int bi = 0; bi < absl::GetFlag(FLAGS_eval_batches); ++bi) {
-      std::vector<int32_t> tokens;  // this lane's tokens, filled as we decode
-      std::vector<int32_t> pred;
-      for (int j = 1; j <= ShapesTask::kCaptionLength - 2; ++j) {
-        GTP_RETURN_IF_ERROR(forward(data::shapes::kValid, int64_t{bi} * G, false, &tokens));
-        if (!model->has_language()) continue;
-        GTP_ASSIGN_OR_RETURN(pred, Argmax(e, *model->language(), *tp));
-        if (j < ShapesTask::kCaptionLength - 2) {
-          for (int64_t b = 0; b * seq < static_cast<int64_t>(tokens.size()); ++b) {
-            tokens[b * seq + np + j + 1] = pred[b * seq + np + j];
-          }
+      MarkResults();
+      // Every rank must agree on stopping, or the next collective would hang.
+      int32_t stop = g_stop_signal.load() != 0, any = 0;
+      GTP_RETURN_IF_ERROR(
+          comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
+      const int64_t every = r_.checkpoint().every();
+      if ((every > 0 && step % every == 0) || step == steps || any) {
+        GTP_RETURN_IF_ERROR(Save(step, /*announce=*/!any));
+      }
+      if (any) {
+        if (rank0()) {
+          std::printf("\nstopped by signal after step %lld; checkpoint written to %s\n",
+                      static_cast<long long>(step), ckpt_root_.c_str());
         }
-      }
-      if (!model->has_language() || tp->rank() != 0) continue;
-      const auto r = model->LanguageSamples();
-      for (int64_t b = 0; b < r.count; ++b) {
-        const auto truth = task.Make(data::shapes::kValid, bi * G + r.first + b).caption;
-        std::vector<int32_t> got = {ShapesTask::kBos, tokens[b * seq + np + 1], tokens[b * seq + np + 2],
-                                    tokens[b * seq + np + 3], pred[b * seq + np + 3], ShapesTask::kEos};
-        const bool ok = got[1] == truth[1] && got[2] == truth[2] && got[3] == truth[3] && got[4] == truth[4];
-        counts[0] += ok;
-        for (int k = 0; k < 3; ++k) counts[1 + k] += got[2 + k] == truth[2 + k];
-        counts[4] += 1;
-        if (printer && examples.size() < 6) {
-          examples.push_back(absl::StrCat("  image ", bi * G + r.first + b, ": \"",
-                                          ShapesTask::Decode(truth.data(), 6), "\" -> model \"",
-                                          ShapesTask::Decode(got.data(), 6), "\"", ok ? "" : "  (wrong)"));
-        }
+        return absl::OkStatus();
       }
     }
-    GTP_RETURN_IF_ERROR(
-        comm::Run(rw.host.AllReduce(counts, counts, 5, DType::kF32, comm::ReduceOp::kSum)));
-    if (printer) {
-      std::lock_guard<std::mutex> g(mu);
-      const float n = std::max(1.0f, counts[4]);
-      std::printf("captions of %d unseen images: %.1f%% exactly right (chance %.1f%%); size %.1f%% "
-                  "(chance 50%%), colour %.1f%% (16.7%%), shape %.1f%% (25%%)\n",
-                  static_cast<int>(counts[4]), 100.0 * counts[0] / n, 100.0 / 48,
-                  100.0 * counts[1] / n, 100.0 * counts[2] / n, 100.0 * counts[3] / n);
-      for (const std::string& s : examples) std::printf("%s\n", s.c_str());
+    g_defer_signals.store(false);
+    if (rank0() && o_.progress_bar && first < steps) std::printf("\n");
+    if (first >= steps) {
+      if (rank0()) {
+        std::printf(
+            "nothing to train: the checkpoint in %s is at step %lld and train.steps is %lld "
+            "(raise train.steps to continue; the run that reached it captioned); nothing was "
+            "saved\n",
+            ckpt_root_.c_str(), static_cast<long long>(first), static_cast<long long>(steps));
+      }
+      return absl::OkStatus();
+    }
+    if (r_.train().eval_batches() > 0) {
+      GTP_ASSIGN_OR_RETURN(CaptionScores c, CaptionUnseen(*model_, task_, r_.train().eval_batches(),
+                                                          world_, host_, e_));
+      if (rank0()) {
+        std::printf("%s", FormatScores(c).c_str());
+        GTP_RETURN_IF_ERROR(
+            metrics_->Values(step, {{"caption_images", static_cast<double>(c.images)},
+                                    {"caption_exact", c.exact},
+                                    {"caption_size", c.size},
+                                    {"caption_colour", c.colour},
+                                    {"caption_shape", c.shape}}));
+      }
+    }
+    if (rank0()) {
+      std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step),
+                  ckpt_root_.c_str(), metrics_->path().c_str());
+      std::fflush(stdout);
     }
     return absl::OkStatus();
-  });
+  }
+
+ private:
+  bool rank0() const { return world_.rank() == 0; }
+  void MarkResults() { has_results_->store(true); }
+
+  absl::Status Setup() {
+    const auto& p = r_.parallel();
+    GTP_ASSIGN_OR_RETURN(auto eg, parallel::HyperCommGrid::Create("vision", GridConfig(p.encoder()),
+                                                                  0, p.encoder().ranks(), world_));
+    GTP_ASSIGN_OR_RETURN(auto lg,
+                         parallel::HyperCommGrid::Create("language", GridConfig(p.language()),
+                                                         p.colocated() ? 0 : p.encoder().ranks(),
+                                                         p.language().ranks(), world_));
+    eg_ = std::make_unique<parallel::HyperCommGrid>(std::move(eg));
+    lg_ = std::make_unique<parallel::HyperCommGrid>(std::move(lg));
+    const int64_t B = r_.train().global_batch() / lg_->num_data_lanes();
+    GTP_ASSIGN_OR_RETURN(model_,
+                         mimo::MimoModel::Create(MimoConfigOf(r_, task_), *eg_, *lg_, world_, B,
+                                                 task_.sequence_length(), e_, host_alloc_));
+    GTP_ASSIGN_OR_RETURN(opt_, mimo::MimoOptimizer::Create(*model_, world_, e_, OptimConfigOf(r_),
+                                                           OptimConfigOf(r_)));
+    // Each module's weights, counted once (by its grid's first rank).
+    auto count = [](const optimizer::ParamSet& ps) {
+      int64_t n = 0;
+      for (auto* p : ps.sharded)
+        n += p->global_layout().global_rows * p->global_layout().global_cols;
+      return n;
+    };
+    weights_[0] = world_.rank() == eg_->offset() ? count(opt_->encoder_params()) : 0;
+    weights_[1] = world_.rank() == lg_->offset() ? count(opt_->language_params()) : 0;
+    GTP_RETURN_IF_ERROR(
+        comm::Run(host_.AllReduce(weights_, weights_, 2, DType::kI64, comm::ReduceOp::kSum)));
+    if (rank0()) {
+      metrics_recipe_ = TrainerRecipe(r_);
+      metrics_recipe_.mutable_train()->clear_device();  // no MFU: mfu.h counts one GPT
+      GTP_ASSIGN_OR_RETURN(metrics_,
+                           Metrics::Open(metrics_recipe_, o_, VlmRecipeText(r_), "recipe.pbtxt"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Rank 0's start-up lines: the layout, the model, the training, the run
+  // directory (weights_: counted in Setup).
+  absl::Status Banner() {
+    const auto& p = r_.parallel();
+    const auto& m = r_.model();
+    const auto& o = r_.optim();
+    auto grid = [](const char* name, const parallel::HyperCommGrid& g) {
+      const auto& c = g.config();
+      return absl::StrCat(name, " TP ", c.tp, " x GTP ", c.gtp(), " x DP ", c.dp, " on ranks ",
+                          g.offset(), "-", g.offset() + g.size() - 1);
+    };
+    const optimizer::LrSchedule lr = OptimConfigOf(r_).lr;
+    std::printf(
+        "gtp %s | world %d (%s) | %s | %s%s | data lanes %d -> %d | f32 on %s\n"
+        "model: %dx%d images in %dx%d patches (%d), T=%d, vocab %lld | encoder %d + language %d "
+        "layers, "
+        "C=%lld, heads=%lld | %.3fM + %.3fM weight params\n"
+        "train: %lld steps, global batch %lld images, %s lr %.2e (%s to %.2e, warmup %lld), clip "
+        "%.2f, seed %llu\n"
+        "run dir: %s\n",
+        r_.name().c_str(), world_.size(), world_.backend().c_str(), grid("encoder", *eg_).c_str(),
+        grid("language", *lg_).c_str(), p.colocated() ? " (colocated)" : "", eg_->num_data_lanes(),
+        lg_->num_data_lanes(), r_.train().device().c_str(), m.image_size(), m.image_size(),
+        m.patch(), m.patch(), task_.num_patches(), task_.sequence_length(),
+        static_cast<long long>(ShapesTask::vocab_size()), m.layers(), m.layers(),
+        static_cast<long long>(m.width()), static_cast<long long>(m.heads()), weights_[0] / 1e6,
+        weights_[1] / 1e6, static_cast<long long>(r_.train().steps()),
+        static_cast<long long>(r_.train().global_batch()), o.matrices().c_str(), lr.max_lr,
+        o.decay().c_str(), lr.min_lr, static_cast<long long>(lr.warmup_steps), o.clip_grad(),
+        static_cast<unsigned long long>(r_.train().seed()), o_.run_dir.c_str());
+    if (metrics_->tensorboard())
+      std::printf("tensorboard: %s\n", metrics_->tensorboard()->path().c_str());
+    std::fflush(stdout);
+    return absl::OkStatus();
+  }
+
+  // This run's latest checkpoint (unless checkpoint.no_resume): the step to
+  // continue after (0: a fresh run). A damaged `latest` is an error.
+  absl::StatusOr<int64_t> Resume() {
+    namespace fs = std::filesystem;
+    if (r_.checkpoint().no_resume()) {
+      std::error_code ec;
+      if (rank0() && fs::is_directory(ckpt_root_, ec) && !fs::is_empty(ckpt_root_, ec)) {
+        const std::string aside = ckpt_root_ + ".replaced";
+        fs::remove_all(aside, ec);
+        fs::rename(ckpt_root_, aside, ec);
+        if (ec)
+          return absl::InternalError(
+              absl::StrCat("cannot move ", ckpt_root_, " to ", aside, ": ", ec.message()));
+        std::printf(
+            "checkpoint.no_resume=true: the earlier run's checkpoints in %s moved to %s "
+            "(this run starts from step 0)\n",
+            ckpt_root_.c_str(), aside.c_str());
+      }
+      return 0;
+    }
+    absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(ckpt_root_);
+    if (absl::IsNotFound(latest.status())) return 0;
+    GTP_RETURN_IF_ERROR(latest.status());
+    const std::string dir = checkpoint::IterationDir(ckpt_root_, *latest);
+    GTP_ASSIGN_OR_RETURN(checkpoint::proto::Metadata md, checkpoint::ReadCheckpointMetadata(dir));
+    if (auto it = md.extra().find("recipe"); it != md.extra().end()) {
+      VlmRecipe theirs;
+      GTP_RETURN_IF_ERROR(ParseConfig(it->second, dir + "/metadata.pb (recipe)", &theirs));
+      GTP_RETURN_IF_ERROR(CanResume(theirs, r_, dir));
+    }
+    GTP_ASSIGN_OR_RETURN(auto lr,
+                         mimo::LoadMimoCheckpoint(ckpt_root_, *latest, *model_, *opt_, host_));
+    if (rank0()) {
+      std::printf("resumed from %s at step %lld\n", dir.c_str(),
+                  static_cast<long long>(lr.iteration));
+    }
+    return lr.iteration;
+  }
+
+  // Collective; keeps the newest checkpoint.keep_last.
+  absl::Status Save(int64_t step, bool announce) {
+    GTP_RETURN_IF_ERROR(mimo::SaveMimoCheckpoint(ckpt_root_, step, *model_, *opt_, host_,
+                                                 {{"recipe", VlmRecipeText(r_)}}));
+    MarkResults();
+    if (!rank0()) return absl::OkStatus();
+    // (SaveMimoCheckpoint has no keep_last yet: checkpoint::Save's rule, here.)
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<std::string> iters;
+    for (const auto& d : fs::directory_iterator(ckpt_root_, ec)) {
+      const std::string n = d.path().filename().string();
+      if (n.rfind("iter_", 0) == 0 && n.find(".tmp") == std::string::npos) iters.push_back(n);
+    }
+    std::sort(iters.begin(), iters.end());
+    for (size_t i = 0; i + r_.checkpoint().keep_last() < iters.size(); ++i)
+      fs::remove_all(ckpt_root_ + "/" + iters[i], ec);
+    if (announce) {
+      std::printf("%scheckpoint: step %lld saved to %s\n", o_.progress_bar ? "\n" : "",
+                  static_cast<long long>(step), ckpt_root_.c_str());
+    }
+    return absl::OkStatus();
+  }
+
+  const VlmRecipe& r_;
+  const RunOptions& o_;
+  const ShapesTask& task_;
+  comm::Communicator& world_;
+  comm::Communicator& host_;
+  const kernels::Exec& e_;
+  std::atomic<bool>* has_results_;
+  const std::string ckpt_root_;
+  HeapAllocator host_alloc_;
+  std::unique_ptr<parallel::HyperCommGrid> eg_, lg_;
+  std::unique_ptr<mimo::MimoModel> model_;
+  std::unique_ptr<mimo::MimoOptimizer> opt_;
+  int64_t weights_[2] = {0, 0};       // encoder, language
+  proto::Recipe metrics_recipe_;      // what metrics_ reads (rank 0)
+  std::unique_ptr<Metrics> metrics_;  // rank 0
+};
+
+// What can be checked before the run directory exists (a refused run
+// writes nothing): the module grids and the batch over them, the world the
+// launcher gives, the device.
+absl::Status Preflight(const VlmRecipe& r) {
+  GTP_RETURN_IF_ERROR(CheckVlmLayout(r));
+  const int world = WorldSize(r);
+  const proto::Recipe t = TrainerRecipe(r);
+  const auto& p = r.parallel();
+  const std::string layout = absl::StrCat("parallel.encoder.ranks=", p.encoder().ranks(),
+                                          p.colocated() ? " colocated with " : " + ",
+                                          "parallel.language.ranks=", p.language().ranks());
+  if (UnderLauncher(t)) {
+    GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+    if (env.world_size != world) {
+      return absl::InvalidArgumentError(absl::StrCat("the launcher started ", env.world_size,
+                                                     " processes but the layout needs ", world,
+                                                     " (", layout, "): launch ", world));
+    }
+  } else if (r.train().device() == "cuda" && world != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.device=cuda with ", world, " ranks (", layout,
+                     ") needs one process per rank: tools/gtprun --nproc ", world,
+                     " -- <this binary> ... (or one rank: --set "
+                     "parallel.colocated=true,parallel.encoder.ranks=1,"
+                     "parallel.language.ranks=1,parallel.encoder.tp=1,parallel.language.tp=1,"
+                     "parallel.language.gtp=1)"));
+  }
+  return ShapesTask::Create(ShapesConfigOf(r)).status();
 }
 
-}  // namespace
-}  // namespace gtp::recipes
-
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  absl::Status st = gtp::recipes::Run();
+// The run: start-up checks, the run directory and its lock, the ranks.
+absl::Status Train(const VlmRecipe& r, const RunOptions& options) {
+  GTP_RETURN_IF_ERROR(Preflight(r));
+  GTP_ASSIGN_OR_RETURN(const ShapesTask task, ShapesTask::Create(ShapesConfigOf(r)));
+  const proto::Recipe t = TrainerRecipe(r);
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(options.run_dir, ec);
+  std::filesystem::create_directories(options.run_dir, ec);
+  if (ec)
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
+  // One run per directory: world rank 0's process holds the lock to the end.
+  std::optional<RunDirLock> lock;
+  std::atomic<bool> has_results{false};
+  absl::Status st = [&]() -> absl::Status {
+    bool rank0 = true;
+    if (UnderLauncher(t)) {
+      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
+      rank0 = env.rank == 0;
+    }
+    if (rank0) {
+      GTP_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::Acquire(options.run_dir));
+      lock.emplace(std::move(l));
+    }
+    SignalGuard guard;
+    return RunOnRanks(t, [&](const RankWorld& w) {
+      RankRun run(r, options, task, w, &has_results);
+      return run.Run();
+    });
+  }();
+  // A run that failed before it had results leaves no trace (run_lock.h).
   if (!st.ok()) {
+    if (lock && !has_results.load()) lock->RemoveRunOutputs();
+    lock.reset();
+    if (!existed) std::filesystem::remove(options.run_dir, ec);  // only when empty
+  }
+  return st;
+}
+
+// The flags of the recipe before it read vlm_config.proto, and their keys.
+std::string OldFlag(const std::string& arg) {
+  static const std::pair<const char*, const char*> kOld[] = {
+      {"steps", "train.steps"},
+      {"global_batch", "train.global_batch"},
+      {"lr", "optim.lr"},
+      {"log_every", "train.log_every"},
+      {"eval_batches", "train.eval_batches"},
+      {"encoder_ranks", "parallel.encoder.ranks"},
+      {"encoder_tp", "parallel.encoder.tp"},
+      {"encoder_gtp", "parallel.encoder.gtp"},
+      {"language_ranks", "parallel.language.ranks"},
+      {"language_tp", "parallel.language.tp"},
+      {"language_gtp", "parallel.language.gtp"},
+      {"colocated", "parallel.colocated=true"},
+      {"image_size", "model.image_size"},
+      {"patch", "model.patch"},
+      {"width", "model.width"},
+      {"layers", "model.layers"},
+      {"seed", "train.seed"},
+      {"device", "train.device"},
+      {"checkpoint_dir", "--run_dir (checkpoints go to <run dir>/checkpoints)"},
+  };
+  absl::string_view a = arg;
+  if (!absl::ConsumePrefix(&a, "--") && !absl::ConsumePrefix(&a, "-")) return "";
+  const size_t eq = a.find('=');
+  absl::string_view name = a.substr(0, eq),
+                    value = eq == absl::string_view::npos ? "" : a.substr(eq + 1);
+  const bool no = absl::ConsumePrefix(&name, "no");
+  if (name == "muon") {
+    const bool adamw = no || value == "false" || value == "0";
+    return absl::StrCat(arg, " is now --set optim.matrices=", adamw ? "adamw" : "muon");
+  }
+  for (const auto& [flag, key] : kOld) {
+    if (name != flag) continue;
+    if (absl::StrContains(key, "=") || absl::StartsWith(key, "--")) {
+      return absl::StrCat(arg, " is now --set ", key);
+    }
+    return absl::StrCat(arg, " is now --set ", key, "=", value.empty() ? "VALUE" : value);
+  }
+  return "";
+}
+
+int Main(int argc, char** argv) {
+  gtp::SetUsage(
+      "trains the vision-language MIMO recipe; see recipes/vlm_mimo/train.cc and README.md");
+  const std::vector<std::string> sets = TakeSets(&argc, argv);
+  for (int i = 1; i < argc && std::string(argv[i]) != "--"; ++i) {
+    if (const std::string old = OldFlag(argv[i]); !old.empty()) {
+      std::fprintf(stderr,
+                   "error: %s (the recipe reads recipes/vlm_mimo/vlm_config.proto like the GPT "
+                   "recipes read theirs; --list_settings prints every key)\n",
+                   old.c_str());
+      return 2;
+    }
+  }
+  bool progress_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view a = argv[i];
+    progress_given |= absl::StartsWith(a, "--progress") || absl::StartsWith(a, "--noprogress") ||
+                      absl::StartsWith(a, "-progress") || absl::StartsWith(a, "-noprogress");
+  }
+  const std::vector<char*> positional = gtp::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    const std::string arg = positional[1];
+    std::fprintf(stderr, "error: unexpected argument '%s'%s\n", arg.c_str(),
+                 arg.find('=') != std::string::npos
+                     ? absl::StrCat(": settings go after --set (--set ", arg, ")").c_str()
+                     : ": the trainer takes only flags (--config, --set, --run_dir, --progress)");
+    return 1;
+  }
+  const std::string path = UserPath(absl::GetFlag(FLAGS_config));
+  absl::StatusOr<VlmRecipe> r = LoadVlmRecipe(path, sets);
+  if (!r.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_list_settings)) {
+    std::printf("# --set keys of %s (key=value in this recipe  (type)  comment)\n%s",
+                path.empty() ? kDefaultConfigPath : path.c_str(),
+                SettingsTable(*r, Schema()).c_str());
+    return 0;
+  }
+  RunOptions options;
+  options.run_dir = UserPath(absl::GetFlag(FLAGS_run_dir));
+  if (options.run_dir.empty()) {
+    const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");  // set by `bazel run`
+    options.run_dir = std::string(wd ? wd : ".") + "/gtp_runs/" + r->name();
+  }
+  options.progress_bar =
+      progress_given ? absl::GetFlag(FLAGS_progress) : ::isatty(STDOUT_FILENO) != 0;
+  if (absl::Status st = Train(*r, options); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
     return 1;
   }
   return 0;
 }
+
+}  // namespace
+}  // namespace gtp::recipes::vlm
+
+int main(int argc, char** argv) { return gtp::recipes::vlm::Main(argc, argv); }

@@ -2,7 +2,7 @@
 # tools/dev/losses_snapshot.sh — the numbers a refactor must not change
 # (issue 33: "losses bit-identical before and after"). Runs the tiny recipes
 # and writes what they computed — every metrics.jsonl record without its
-# timing fields, and the step lines of vlm_mimo — into one digest file:
+# timing fields (vlm_mimo's too) — into one digest file:
 #
 #   bazel build //recipes/gpt_tiny:train //recipes/moe_tiny:train \
 #     //recipes/hybrid_tiny:train //recipes/vlm_mimo:train
@@ -53,12 +53,12 @@ echo 6 > "$tmp/resumed/checkpoints/latest"
 "$g" --noprogress --run_dir "$tmp/resumed" --set "$small,train.steps=12,train.eval_every=6,checkpoint.every=6" > "$tmp/resumed.log" 2>&1
 "$BIN/recipes/moe_tiny/train" --noprogress --run_dir "$tmp/moe" --set "train.steps=8,train.log_every=1,checkpoint.every=0" > "$tmp/moe.log" 2>&1
 "$BIN/recipes/hybrid_tiny/train" --noprogress --run_dir "$tmp/hybrid" --set "train.steps=8,train.log_every=1,checkpoint.every=0" > "$tmp/hybrid.log" 2>&1
-"$BIN/recipes/vlm_mimo/train" --steps=20 --log_every=1 --eval_batches=1 > "$tmp/vlm.log" 2>&1
+"$BIN/recipes/vlm_mimo/train" --noprogress --run_dir "$tmp/vlm" --set "train.steps=20,train.log_every=1,train.eval_batches=1" > "$tmp/vlm.log" 2>&1
 {
   digest gpt_tiny "$tmp/gpt/metrics.jsonl"
   digest gpt_tiny_resumed "$tmp/resumed/metrics.jsonl"
   digest moe_tiny "$tmp/moe/metrics.jsonl"
   digest hybrid_tiny "$tmp/hybrid/metrics.jsonl"
-  grep -E "^(\[rank [0-9]+\] )?step " "$tmp/vlm.log" | sed -E 's/ +[0-9.]+ ?ms.*//; s/^/vlm_mimo /'
+  digest vlm_mimo "$tmp/vlm/metrics.jsonl"
 } > "$out"
 echo "losses_snapshot: $(wc -l < "$out") lines in $out"

@@ -16,8 +16,8 @@ The commands are translated, never rewritten by hand:
   tools/setup.sh, bazel build, bazel test    ->  skipped (the test's own build did that);
   python3 SCRIPT ...                         ->  run from the repository tree.
 The documented step counts are replaced by small ones, as the doc says: a
-recipe trainer gets `--set train.steps=STEPS` appended (the last --set
-wins), vlm_mimo `--steps=STEPS`.
+recipe trainer (vlm_mimo too) gets `--set train.steps=STEPS` appended (the
+last --set wins).
 
   CMD > FILE                                 ->  standard output into FILE (scratch directory).
 
@@ -160,9 +160,7 @@ def run_doc(doc, a, root, targets, work, env):
                 for k, v in enumerate(argv):
                     if v.startswith(root + "/recipes/") and v.endswith("/train"):
                         binary = os.path.relpath(v, root)
-                if re.fullmatch(r"recipes/vlm_mimo/train", binary):
-                    argv += [f"--steps={a.steps}"]
-                elif re.fullmatch(r"recipes/[a-z0-9_]+/train", binary):
+                if re.fullmatch(r"recipes/[a-z0-9_]+/train", binary):
                     argv += ["--set", f"train.steps={a.steps}"]
                 if part[0] == "python3" and len(part) > 1 and part[1].endswith("plot.py"):
                     probe = subprocess.run(["python3", "-c", "import matplotlib"], capture_output=True)
