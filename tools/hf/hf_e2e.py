@@ -26,12 +26,17 @@ import sys
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TEXT = os.path.join(ROOT, "data/tokenizer/testdata/hf_json/text.txt")
+# GPT-2 BPE files (transformers 5's save_pretrained writes tokenizer.json only).
+HF = os.path.join(ROOT, "data/tokenizer/testdata/hf")
 PROMPT = "The cat sat on the"
 fails = []
 
 
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+def run(cmd, input=None):
+    # Bytes, decoded by hand: text=True would turn a generated "\r" into "\n".
+    r = subprocess.run(cmd, capture_output=True, input=None if input is None else input.encode())
+    r.stdout = r.stdout.decode("utf-8", errors="replace")
+    r.stderr = r.stderr.decode("utf-8", errors="replace")
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])}…: exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
     return r
@@ -45,13 +50,15 @@ def check(name, ok, detail=""):
 
 def make_models(work):
     import torch
-    from transformers import (GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast, LlamaConfig,
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig,
                               LlamaForCausalLM, PreTrainedTokenizerFast)
     torch.manual_seed(0)
     d = os.path.join(work, "gpt2")
-    hf = os.path.join(ROOT, "data/tokenizer/testdata/hf")
-    tok = GPT2TokenizerFast(vocab_file=f"{hf}/vocab.json", merges_file=f"{hf}/merges.txt")
-    m = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=64, n_layer=2, n_head=4))
+    # The same vocab.json + merges.txt as a tokenizer.json (transformers 5 builds
+    # GPT2TokenizerFast from a tokenizer.json).
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(ROOT, "data/tokenizer/testdata/hf_json/gpt2_hf.json"))
+    m = GPT2LMHeadModel(GPT2Config(vocab_size=2000, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+                                   bos_token_id=None, eos_token_id=None))
     m.save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
     d = os.path.join(work, "llama")
@@ -61,7 +68,8 @@ def make_models(work):
     m = LlamaForCausalLM(LlamaConfig(vocab_size=272, hidden_size=64, intermediate_size=128,
                                      num_hidden_layers=2, num_attention_heads=4,
                                      num_key_value_heads=2, max_position_embeddings=64,
-                                     tie_word_embeddings=False, rope_theta=10000.0))
+                                     tie_word_embeddings=False, rope_theta=10000.0,
+                                     rms_norm_eps=1e-5))  # gtp's norms: eps 1e-5
     m.save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
     shutil.copy(js, os.path.join(d, "tokenizer.json"))
@@ -95,9 +103,9 @@ def main():
     make_models(a.work)
     from transformers import AutoTokenizer
     for name, tok_flags, data_tok, eod in [
-        ("gpt2", [f"--vocab={a.work}/gpt2/vocab.json", f"--merges={a.work}/gpt2/merges.txt"],
-         f"data.tokenizer_vocab={a.work}/gpt2/vocab.json,data.tokenizer_merges={a.work}/gpt2/merges.txt",
-         "<|endoftext|>"),
+        ("gpt2", [f"--vocab={HF}/vocab.json", f"--merges={HF}/merges.txt"],
+         f"data.tokenizer_vocab={HF}/vocab.json,data.tokenizer_merges={HF}/merges.txt",
+         None),  # this small vocabulary has no end-of-text token
         ("llama", [f"--tokenizer_json={a.work}/llama/tokenizer.json"],
          f"data.tokenizer_json={a.work}/llama/tokenizer.json", "<|end_of_text|>")]:
         d = os.path.join(a.work, name)
@@ -109,8 +117,9 @@ def main():
                   f"missing {missing[:4]}, different {bad[:4]}" if missing or bad else "")
             data = f"{d}.data/text"
             os.makedirs(os.path.dirname(data))
-            run([b("tools_data_make_indexed"), *tok_flags, "--documents=line", "--append_eod",
-                 f"--eod_token={eod}", f"--output={data}", TEXT])
+            eod_flags = ["--append_eod", f"--eod_token={eod}"] if eod else []
+            run([b("tools_data_make_indexed"), *tok_flags, "--documents=line", *eod_flags,
+                 f"--output={data}", TEXT])
             sets = ",".join([
                 "data.source=indexed", f"data.path={data}", data_tok, "data.valid_fraction=0.1",
                 f"checkpoint.init_from={d}.gtp", "checkpoint.init_model=true",
@@ -131,9 +140,15 @@ def main():
             ids = tok.encode(PROMPT, add_special_tokens=False)
             cont = hf_greedy(f"{d}.out", ids, 12)
             hf_text = tok.decode(ids + cont, clean_up_tokenization_spaces=False)
-            check(f"{name}: gtp generate == transformers generate (greedy, 12 tokens)",
-                  gtp_text.startswith(hf_text) or hf_text.startswith(gtp_text),
-                  f"gtp {gtp_text!r} transformers {hf_text!r}")
+            same = gtp_text.startswith(hf_text) or hf_text.startswith(gtp_text)
+            detail = f"gtp {gtp_text!r} transformers {hf_text!r}"
+            if not same:  # ids, to tell a decode difference from a model difference
+                mine = run([b("data_tokenizer_tokenize"), *tok_flags], input=gtp_text + "\n").stdout.split()
+                back = run([b("data_tokenizer_tokenize"), *tok_flags, "--decode"],
+                           input=" ".join(map(str, ids + cont)) + "\n").stdout
+                detail += (f"; transformers ids {ids + cont}, its tokens {tok.convert_ids_to_tokens(ids + cont)}"
+                           f"; gtp's text encoded by gtp {mine}; transformers' ids decoded by gtp {back!r}")
+            check(f"{name}: gtp generate == transformers generate (greedy, 12 tokens)", same, detail)
         except Exception as e:  # one model's failure does not hide the other's
             check(f"{name}: end to end", False, str(e)[:2500])
     print("hf_e2e:", "FAIL" if fails else "PASS")
