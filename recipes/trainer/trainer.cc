@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -26,58 +25,15 @@
 #include "recipes/trainer/sampling.h"
 #include "recipes/trainer/state.h"
 #include "recipes/trainer/step.h"
+#include "recipes/trainer/stop_signals.h"
 #include "recipes/trainer/world.h"
 
 namespace gtp::recipes {
 
 namespace {
 
-// The one piece of process state: set by the signal handler, read by every
-// rank at the end of each step (and agreed on with an all-reduce).
-std::atomic<int> g_stop_signal{0};
-// Until the run has state worth a checkpoint (the training loop, or an
-// evaluation that can stop between micro-batches), a signal acts at once
-// with its default action: start-up, the rendezvous (a rank waiting up to a
-// minute for its peers) and loading end on Ctrl-C instead of ignoring it.
-std::atomic<bool> g_defer_signals{false};
-void OnSignal(int sig) {
-  if (!g_defer_signals.load()) {
-    signal(sig, SIG_DFL);  // async-signal-safe, as is raise
-    raise(sig);
-    return;
-  }
-  g_stop_signal.store(sig);
-}
-bool StopRequested() { return g_stop_signal.load() != 0; }
-
-// SIGTERM, SIGINT and SIGHUP (a closed terminal) stop the run at the next
-// step boundary with a checkpoint. (Under gtprun a rank gets SIGTERM for a
-// SIGHUP: UCX keeps SIGHUP for its debug dump.)
-struct SignalGuard {
-  struct sigaction old_term {}, old_int {}, old_hup {};
-  SignalGuard() {
-    g_stop_signal.store(0);
-    g_defer_signals.store(false);
-    struct sigaction sa {};
-    sa.sa_handler = OnSignal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGHUP, &sa, &old_hup);
-  }
-  ~SignalGuard() {
-    g_defer_signals.store(false);
-    sigaction(SIGTERM, &old_term, nullptr);
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGHUP, &old_hup, nullptr);
-  }
-};
-
+// Whether the last Train ended on a signal (StoppedBySignal).
 std::atomic<bool> g_stopped_by_signal{false};
-
-}  // namespace
-
-namespace {
 
 // One rank's whole run.
 class RankRun {
@@ -102,7 +58,7 @@ class RankRun {
     if (rank0()) PrintBanner(*s_, o_, step_runner_->UseCudaGraphs(), *metrics_);
     GTP_ASSIGN_OR_RETURN(step_, ckpt_->Resume());
     // From here a signal stops the run at a step boundary with a checkpoint.
-    g_defer_signals.store(true);
+    StopSignals::Defer(true);
     if (rank0()) GTP_RETURN_IF_ERROR(metrics_->ResumeAt(step_));
     if (r_.checkpoint().save_initial() && step_ == 0) {
       GTP_RETURN_IF_ERROR(ckpt_->Save(step_, /*wait=*/true));
@@ -178,7 +134,7 @@ class RankRun {
       if (rank0()) GTP_RETURN_IF_ERROR(metrics_->Step(rec, alloc_.stats(), world_.size(), t_start, first_step));
       MarkResults();
       if (r_.train().eval_every() > 0 && step_ % r_.train().eval_every() == 0) {
-        absl::StatusOr<float> vl = Evaluate(*s_, *batches_, r_.train().eval_batches(), StopRequested);
+        absl::StatusOr<float> vl = Evaluate(*s_, *batches_, r_.train().eval_batches(), StopSignals::Requested);
         for (auto& part : s_->parts) part->ResetMoeStats();  // evaluation forwards are not the step's routing
         // Cancelled: a signal; the agreement below stops the run with a checkpoint.
         if (!vl.ok() && !absl::IsCancelled(vl.status())) return vl.status();
@@ -188,7 +144,7 @@ class RankRun {
         GTP_RETURN_IF_ERROR(text_sampler_.Print(s_->params, step_));
       }
       // Every rank must agree on stopping, or the next collective would hang.
-      int32_t stop = g_stop_signal.load() != 0, any = 0;
+      int32_t stop = StopSignals::Requested() ? 1 : 0, any = 0;
       GTP_RETURN_IF_ERROR(
           comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
       const bool periodic = r_.checkpoint().every() > 0 && step_ % r_.checkpoint().every() == 0;
@@ -282,8 +238,8 @@ class RankRun {
     // Micro-batches per lane, checked before the weights load.
     GTP_ASSIGN_OR_RETURN(const int64_t n, EvalMicroBatches(*s_, samples));
     GTP_RETURN_IF_ERROR(ckpt_->InitFrom(/*announce=*/false));
-    g_defer_signals.store(true);  // a signal ends the evaluation between micro-batches
-    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(*s_, *batches_, n, StopRequested));
+    StopSignals::Defer(true);  // a signal ends the evaluation between micro-batches
+    GTP_ASSIGN_OR_RETURN(float loss, Evaluate(*s_, *batches_, n, StopSignals::Requested));
     if (rank0()) {
       out->loss = loss;
       out->samples = n * r_.train().micro_batch() * s_->data->size();
@@ -375,7 +331,7 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
       }
     }
     g_stopped_by_signal.store(false);
-    SignalGuard guard;
+    StopSignals signals;
     return RunOnRanks(recipe, [&](const RankWorld& w) {
       RankRun run(recipe, options, w.world, w.host, w.exec, &has_results);
       return body(run);

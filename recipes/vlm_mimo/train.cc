@@ -33,7 +33,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -61,6 +60,7 @@
 #include "recipes/trainer/metrics.h"
 #include "recipes/trainer/run_lock.h"
 #include "recipes/trainer/settings.h"
+#include "recipes/trainer/stop_signals.h"
 #include "recipes/trainer/world.h"
 #include "recipes/vlm_mimo/batches.h"
 #include "recipes/vlm_mimo/captions.h"
@@ -86,42 +86,6 @@ namespace {
 
 using data::shapes::ShapesTask;
 
-// Set by the signal handler, read by every rank at the end of each step
-// (and agreed on with an all-reduce). Before the loop a signal acts at once.
-std::atomic<int> g_stop_signal{0};
-std::atomic<bool> g_defer_signals{false};
-void OnSignal(int sig) {
-  if (!g_defer_signals.load()) {
-    signal(sig, SIG_DFL);  // async-signal-safe, as is raise
-    raise(sig);
-    return;
-  }
-  g_stop_signal.store(sig);
-}
-// SIGTERM, SIGINT and SIGHUP stop the run at the next step boundary with a
-// checkpoint (as the GPT trainer's).
-struct SignalGuard {
-  struct sigaction old_term;
-  struct sigaction old_int;
-  struct sigaction old_hup;
-  SignalGuard() {
-    g_stop_signal.store(0);
-    g_defer_signals.store(false);
-    struct sigaction sa {};
-    sa.sa_handler = OnSignal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGHUP, &sa, &old_hup);
-  }
-  ~SignalGuard() {
-    g_defer_signals.store(false);
-    sigaction(SIGTERM, &old_term, nullptr);
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGHUP, &old_hup, nullptr);
-  }
-};
-
 // One rank's run: set-up, resume, the loop, checkpoints, captions.
 class RankRun {
  public:
@@ -140,7 +104,7 @@ class RankRun {
     GTP_RETURN_IF_ERROR(Setup());
     if (rank0()) GTP_RETURN_IF_ERROR(Banner());
     GTP_ASSIGN_OR_RETURN(int64_t step, Resume());
-    g_defer_signals.store(true);  // from here a signal stops the run with a checkpoint
+    StopSignals::Defer(true);  // from here a signal stops the run with a checkpoint
     if (rank0()) GTP_RETURN_IF_ERROR(metrics_->ResumeAt(step));
     const int64_t steps = r_.train().steps(), G = r_.train().global_batch();
     const double tokens_per_step = static_cast<double>(G) * task_.sequence_length();
@@ -176,7 +140,7 @@ class RankRun {
       }
       MarkResults();
       // Every rank must agree on stopping, or the next collective would hang.
-      int32_t stop = g_stop_signal.load() != 0, any = 0;
+      int32_t stop = StopSignals::Requested() ? 1 : 0, any = 0;
       GTP_RETURN_IF_ERROR(
           comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
       const int64_t every = r_.checkpoint().every();
@@ -191,7 +155,7 @@ class RankRun {
         return absl::OkStatus();
       }
     }
-    g_defer_signals.store(false);
+    StopSignals::Defer(false);
     if (rank0() && o_.progress_bar && first < steps) std::printf("\n");
     if (first >= steps) {
       if (rank0()) {
@@ -434,7 +398,7 @@ absl::Status Train(const VlmRecipe& r, const RunOptions& options) {
       GTP_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::Acquire(options.run_dir));
       lock.emplace(std::move(l));
     }
-    SignalGuard guard;
+    StopSignals signals;
     return RunOnRanks(t, [&](const RankWorld& w) {
       RankRun run(r, options, task, w, &has_results);
       return run.Run();
