@@ -520,4 +520,23 @@ std::string RecipeText(const proto::Recipe& r) {
   return out;
 }
 
+bool ProgressFlagGiven(int argc, char** argv) {
+  bool given = false;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view a = argv[i];
+    given |= absl::StartsWith(a, "--progress") || absl::StartsWith(a, "--noprogress") ||
+             absl::StartsWith(a, "-progress") || absl::StartsWith(a, "-noprogress");
+  }
+  return given;
+}
+
+std::string StrayArgumentError(const std::vector<char*>& positional) {
+  if (positional.size() <= 1) return "";
+  const std::string arg = positional[1];
+  return absl::StrCat("error: unexpected argument '", arg, "'",
+                      arg.find('=') != std::string::npos
+                          ? absl::StrCat(": settings go after --set (--set ", arg, ")")
+                          : ": the trainer takes only flags (--config, --set, --run_dir, --progress)");
+}
+
 }  // namespace gtp::recipes

@@ -54,4 +54,13 @@ absl::Status CheckNumbers(const google::protobuf::Message& m);
 // is taken.
 std::vector<std::string> TakeSets(int* argc, char** argv);
 
+// Whether --progress or --noprogress was given at all (absl cannot tell a
+// default from an explicit false; the default follows the terminal).
+bool ProgressFlagGiven(int argc, char** argv);
+
+// The error line for a positional argument left after the flags (a
+// `key=value` without --set says so: it used to be ignored); "" when there
+// is none. `positional` as gtp::ParseCommandLine returns it (argv[0] first).
+std::string StrayArgumentError(const std::vector<char*>& positional);
+
 }  // namespace gtp::recipes

@@ -53,21 +53,10 @@ std::string FindDefault(const char* argv0, const char* rel) {
 int RecipeMain(int argc, char** argv, const char* default_config) {
   gtp::SetUsage("trains a gtp recipe; see recipes/README.md");
   const std::vector<std::string> sets = TakeSets(&argc, argv);
-  // Whether --progress was given either way (absl cannot tell a default from an explicit false).
-  bool progress_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view a = argv[i];
-    progress_given |= absl::StartsWith(a, "--progress") || absl::StartsWith(a, "--noprogress") ||
-                      absl::StartsWith(a, "-progress") || absl::StartsWith(a, "-noprogress");
-  }
+  const bool progress_given = ProgressFlagGiven(argc, argv);
   const std::vector<char*> positional = gtp::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    // A setting without --set (`train.steps=3`) used to be ignored.
-    const std::string arg = positional[1];
-    std::fprintf(stderr, "error: unexpected argument '%s'%s\n", arg.c_str(),
-                 arg.find('=') != std::string::npos
-                     ? absl::StrCat(": settings go after --set (--set ", arg, ")").c_str()
-                     : ": the trainer takes only flags (--config, --set, --run_dir, --progress)");
+  if (const std::string stray = StrayArgumentError(positional); !stray.empty()) {
+    std::fprintf(stderr, "%s\n", stray.c_str());
     return 1;
   }
   // Paths the user typed mean the directory they ran from (core/user_path.h).

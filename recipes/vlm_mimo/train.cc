@@ -469,19 +469,10 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  bool progress_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view a = argv[i];
-    progress_given |= absl::StartsWith(a, "--progress") || absl::StartsWith(a, "--noprogress") ||
-                      absl::StartsWith(a, "-progress") || absl::StartsWith(a, "-noprogress");
-  }
+  const bool progress_given = ProgressFlagGiven(argc, argv);
   const std::vector<char*> positional = gtp::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    const std::string arg = positional[1];
-    std::fprintf(stderr, "error: unexpected argument '%s'%s\n", arg.c_str(),
-                 arg.find('=') != std::string::npos
-                     ? absl::StrCat(": settings go after --set (--set ", arg, ")").c_str()
-                     : ": the trainer takes only flags (--config, --set, --run_dir, --progress)");
+  if (const std::string stray = StrayArgumentError(positional); !stray.empty()) {
+    std::fprintf(stderr, "%s\n", stray.c_str());
     return 1;
   }
   const std::string path = UserPath(absl::GetFlag(FLAGS_config));
