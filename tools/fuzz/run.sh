@@ -26,7 +26,8 @@ while (( $# )); do
   esac
 done
 (( ${#targets[@]} )) || targets=(config_fuzzer checkpoint_metadata_fuzzer checkpoint_data_fuzzer
-                                 safetensors_fuzzer indexed_dataset_fuzzer tokenizer_json_fuzzer)
+                                 safetensors_fuzzer indexed_dataset_fuzzer tokenizer_json_fuzzer
+                                 tokenizer_model_fuzzer)
 # clang, lld and the sanitizer/libFuzzer runtimes (Debian 12: clang 14), as tools/setup.sh installs.
 missing=()
 for p in clang lld libclang-rt-14-dev; do
