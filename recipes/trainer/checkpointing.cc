@@ -416,11 +416,12 @@ absl::Status SameFunction(const proto::Model& theirs, const proto::Model& ours,
     if (f == "rope_theta")
       return m.rope() ? absl::StrCat(m.rope_theta() > 0 ? m.rope_theta() : 10000.0f) : "-";
     if (f == "layer_pattern") return m.layer_pattern();
+    if (f == "norm_eps") return absl::StrCat(m.norm_eps() > 0 ? m.norm_eps() : 1e-5f);
     return absl::StrCat(m.moe().num_experts());  // moe.num_experts
   };
   for (const char* f :
        {"n_layer", "n_embd", "n_head", "n_kv_head", "ffn_hidden", "norm", "activation", "no_bias",
-        "untied_embeddings", "rope", "rope_theta", "layer_pattern", "moe.num_experts"}) {
+        "untied_embeddings", "rope", "rope_theta", "layer_pattern", "norm_eps", "moe.num_experts"}) {
     const std::string a = text(theirs, f), b = text(ours, f);
     if (a != b) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": model.", f, " is ", a, " in ", dir,

@@ -345,3 +345,26 @@ TEST(RecipeNumbers, NegativeOrNonFiniteValuesAreRefused) {
 
 }  // namespace
 }  // namespace gtp::recipes
+
+#include "recipes/trainer/typed_config.h"
+
+namespace gtp::recipes {
+namespace {
+
+// model.norm_eps reaches every norm of the model (blocks, ln_f, the Mamba
+// mixer's gated RMSNorm); 0 is the old fixed 1e-5; a negative one is refused.
+TEST(RecipeModel, NormEpsReachesEveryNorm) {
+  const std::string path = WriteRecipe();
+  auto plain = LoadRecipe(path, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FLOAT_EQ(ModelConfig(*plain).block.norm_eps, 1e-5f);
+  auto qwen = LoadRecipe(path, {"model.norm_eps=1e-6", "model.layer_pattern=M*-M*-", "model.n_layer=0"});
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  const layers::GptConfig c = ModelConfig(*qwen);
+  EXPECT_FLOAT_EQ(c.block.norm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(c.block.mamba.norm_eps, 1e-6f);
+  EXPECT_FALSE(LoadRecipe(path, {"model.norm_eps=-1e-6"}).ok());
+}
+
+}  // namespace
+}  // namespace gtp::recipes

@@ -126,6 +126,7 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.block.recompute = m.recompute();
   c.block.rope = m.rope();
   c.block.rope_theta = m.rope_theta() > 0 ? m.rope_theta() : 10000.0f;
+  c.block.norm_eps = m.norm_eps() > 0 ? m.norm_eps() : 1e-5f;
   c.learned_positions = !m.rope();
   c.block.sequence_parallel = r.parallel().sequence_parallel();
   c.block.seed = r.train().seed();
@@ -170,6 +171,7 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
     c.block.mamba.head_dim = mb.head_dim();
     c.block.mamba.n_groups = mb.n_groups();
     c.block.mamba.chunk = mb.chunk();
+    c.block.mamba.norm_eps = c.block.norm_eps;
   }
   return c;
 }

@@ -385,13 +385,14 @@ std::string HfConfig(const recipes::proto::Recipe& r, bool llama) {
   const auto& m = r.model();
   const int64_t ffn = m.ffn_hidden() > 0 ? m.ffn_hidden() : 4 * m.n_embd();
   const float init = m.init_std() > 0 ? m.init_std() : 0.02f;
+  const float eps = m.norm_eps() > 0 ? m.norm_eps() : 1e-5f;
   if (!llama) {
     return absl::StrCat(
         "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n",
         "  \"vocab_size\": ", m.vocab_size(), ",\n  \"n_positions\": ", m.seq_len(),
         ",\n  \"n_ctx\": ", m.seq_len(), ",\n  \"n_embd\": ", m.n_embd(), ",\n  \"n_layer\": ",
         m.n_layer(), ",\n  \"n_head\": ", m.n_head(), ",\n  \"n_inner\": ", ffn,
-        ",\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n",
+        ",\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": ", eps, ",\n",
         "  \"initializer_range\": ", init, ",\n",
         "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n",
         "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\"\n}\n");
@@ -403,7 +404,7 @@ std::string HfConfig(const recipes::proto::Recipe& r, bool llama) {
       ",\n  \"intermediate_size\": ", ffn, ",\n  \"num_hidden_layers\": ", m.n_layer(),
       ",\n  \"num_attention_heads\": ", m.n_head(), ",\n  \"num_key_value_heads\": ", kv,
       ",\n  \"head_dim\": ", m.n_embd() / m.n_head(),
-      ",\n  \"max_position_embeddings\": ", m.seq_len(), ",\n  \"rms_norm_eps\": 1e-05,\n",
+      ",\n  \"max_position_embeddings\": ", m.seq_len(), ",\n  \"rms_norm_eps\": ", eps, ",\n",
       "  \"rope_theta\": ", m.rope_theta() > 0 ? m.rope_theta() : 10000.0f, ",\n",
       "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
       "  \"initializer_range\": ", init, ",\n",

@@ -96,7 +96,7 @@ def make(style, out, sharded, bf16):
         cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V,
                "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
                "num_attention_heads": NH, "num_key_value_heads": KV, "max_position_embeddings": T,
-               "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "rope_scaling": None,
+               "rms_norm_eps": 1e-06, "rope_theta": 500000.0, "rope_scaling": None,
                "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
                "tie_word_embeddings": False, "initializer_range": 0.02, "bos_token_id": 1,
                "eos_token_id": 2, "pretraining_tp": 1, "use_cache": True, "torch_dtype": "float32"}

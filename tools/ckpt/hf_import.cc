@@ -245,17 +245,14 @@ class Config {
   std::string path_;
 };
 
-// gtp's LayerNorm and RMSNorm both use eps = 1e-5 (layers/transformer.h
-// TransformerConfig::norm_eps), which the recipe does not expose.
-constexpr double kNormEps = 1e-5;
-
-absl::Status RequireEps(const Config& c, const std::string& key, double def) {
+// The norms' epsilon (model.norm_eps): a positive, finite float.
+absl::StatusOr<float> ReadEps(const Config& c, const std::string& key, double def) {
   GTP_ASSIGN_OR_RETURN(double eps, c.Real(key, def));
-  if (std::abs(eps - kNormEps) > 1e-6 * kNormEps) {
-    return absl::UnimplementedError(
-        absl::StrCat(c.path(), ": \"", key, "\" is ", eps, "; gtp's norms use eps 1e-05"));
+  if (!(eps > 0) || !std::isfinite(eps) || eps >= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.path(), ": \"", key, "\" is ", eps, "; a norm's epsilon is in (0, 1)"));
   }
-  return absl::OkStatus();
+  return static_cast<float>(eps);
 }
 
 // ---- tensors -----------------------------------------------------------------------
@@ -436,7 +433,7 @@ absl::Status ReadGpt2(const Config& c, Tensors& t, HfModel* out) {
                      "\" is not supported (gtp's GELU is the tanh form: "
                      "gelu_new / gelu_pytorch_tanh)"));
   }
-  GTP_RETURN_IF_ERROR(RequireEps(c, "layer_norm_epsilon", 1e-5));
+  GTP_ASSIGN_OR_RETURN(const float eps, ReadEps(c, "layer_norm_epsilon", 1e-5));
   GTP_RETURN_IF_ERROR(
       c.Require("tie_word_embeddings", true, true, "gtp's GPT-2 ties the LM head to wte"));
   GTP_RETURN_IF_ERROR(
@@ -451,6 +448,7 @@ absl::Status ReadGpt2(const Config& c, Tensors& t, HfModel* out) {
   m.set_n_head(NH);
   m.set_ffn_hidden(F);
   m.set_norm("layernorm");
+  m.set_norm_eps(eps);
   m.set_activation("gelu");
   m.set_init_std(static_cast<float>(init));
   m.set_vocab_pad_multiple(128);
@@ -539,7 +537,7 @@ absl::Status ReadLlama(const Config& c, Tensors& t, HfModel* out) {
                                                  ": rope_scaling is not supported (gtp's RoPE is "
                                                  "unscaled: angle t·theta^(-2d/HS))"));
   }
-  GTP_RETURN_IF_ERROR(RequireEps(c, "rms_norm_eps", 1e-6));
+  GTP_ASSIGN_OR_RETURN(const float eps, ReadEps(c, "rms_norm_eps", 1e-6));
   GTP_RETURN_IF_ERROR(
       c.Require("tie_word_embeddings", false, false, "gtp's Llama export has an untied lm_head"));
   GTP_RETURN_IF_ERROR(
@@ -554,6 +552,7 @@ absl::Status ReadLlama(const Config& c, Tensors& t, HfModel* out) {
   m.set_n_kv_head(KV);
   m.set_ffn_hidden(F);
   m.set_norm("rmsnorm");
+  m.set_norm_eps(eps);
   m.set_activation("swiglu");
   m.set_no_bias(true);
   m.set_untied_embeddings(true);

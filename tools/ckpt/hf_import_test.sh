@@ -75,7 +75,7 @@ refused missing 'lacks tensor transformer.h.1.mlp.c_fc.bias' 'del t["transformer
 refused shape 'tensor transformer.h.0.mlp.c_fc.weight in .* is \[32, 64\]; config.json implies \[32, 80\]' 'cfg["n_inner"] = 80'
 refused extra 'has tensors a GPT2LMHeadModel with this config.json lacks: transformer.h.1.' 'cfg["n_layer"] = 1'
 refused untied 'lm_head.weight differs from wte.weight' 't["lm_head.weight"] = (t["transformer.wte.weight"][0], [0.5] * len(t["transformer.wte.weight"][1]))'
-refused eps '"layer_norm_epsilon" is 1e-06; gtp.s norms use eps 1e-05' 'cfg["layer_norm_epsilon"] = 1e-6'
+refused eps '"layer_norm_epsilon" is 0; a norm.s epsilon is in (0, 1)' 'cfg["layer_norm_epsilon"] = 0'
 refused tied_llama '"tie_word_embeddings": true is not supported' 'cfg["tie_word_embeddings"] = True' llama
 refused rope_scaling 'rope_scaling is not supported' 'cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}' llama
 refused llama_bias '"attention_bias": true is not supported' 'cfg["attention_bias"] = True' llama
