@@ -78,7 +78,8 @@ TEST(AtomicFile, AFailedSafeTensorsWriteLeavesNoTmp) {
   e.shape = Shape({1024, 64});
   e.bytes.assign(1024 * 64 * 4, 7);
   f.tensors["w"] = e;
-  std::signal(SIGXFSZ, SIG_IGN);
+  // Past the limit write() fails with EFBIG instead of killing the process.
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
   rlimit old{};
   ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
   rlimit small = old;
@@ -86,6 +87,7 @@ TEST(AtomicFile, AFailedSafeTensorsWriteLeavesNoTmp) {
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
   absl::Status st = WriteSafeTensors(d + "/model.safetensors", f);
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, old_handler);
   ASSERT_FALSE(st.ok());
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("cannot write " + d + "/model.safetensors.tmp: File too large"));
