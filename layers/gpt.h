@@ -74,7 +74,7 @@ struct GptConfig {
   int64_t prefix_len = 0;
   // Hybrid stacks (Megatron's hybrid layer pattern): one symbol per layer —
   // 'M' Mamba-2 mixer, '*' attention, '-' MLP, 'E' MoE (block.moe), each with
-  // its own pre-norm and residual (LayerKindOf, layers/gpt_layout.h) — and
+  // its own pre-norm and residual (LayerKindOf, layers/layer_kind.h) — and
   // '|' a pipeline boundary, e.g. "M-M*-ME|M-M*-ME". n_layer follows from
   // the pattern (0, or the count of layer symbols); with PP·VPP parts and no
   // explicit boundaries, the parts split at the '|'s. Empty: every layer
@@ -145,6 +145,8 @@ class GptModel {
   // Forgets every saved activation (a pipeline stage keeps only inputs).
   void DropActivations();
   bool has_embedding() const { return wte_ != nullptr; }
+  // Every layer of the model (not only this part's), as the layout plan decided them.
+  const std::vector<LayerKind>& layer_kinds() const { return layers_; }
   bool has_head() const { return ln_f_ != nullptr; }
   // Rows of this rank's activations [rows, C] between parts.
   int64_t activation_rows() const { return rows_local_; }

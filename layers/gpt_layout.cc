@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -12,18 +13,6 @@ namespace {
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 }  // namespace
 
-absl::StatusOr<LayerKind> LayerKindOf(char symbol) {
-  switch (symbol) {
-    case 'M': return LayerKind{MixerKind::kMamba, FfnKind::kNone};
-    case '*': return LayerKind{MixerKind::kAttention, FfnKind::kNone};
-    case '-': return LayerKind{MixerKind::kNone, FfnKind::kMlp};
-    case 'E': return LayerKind{MixerKind::kNone, FfnKind::kMoe};
-  }
-  return absl::InvalidArgumentError(absl::StrCat("layer pattern symbol '", std::string(1, symbol),
-                                                 "' is none of M (Mamba), * (attention), - (MLP), "
-                                                 "E (MoE), | (pipeline boundary)"));
-}
-
 absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int64_t T,
                                         const GptRankPlace& place) {
   GptLayout L;
@@ -31,16 +20,10 @@ absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int6
   c = config;
   // Hybrid pattern: the kinds of the layers and the '|' boundaries.
   std::vector<LayerKind>& layers = L.layers;
-  std::vector<int> bars;  // first layer after each '|'
   if (!c.layer_pattern.empty()) {
-    for (char ch : c.layer_pattern) {
-      if (ch == '|') {
-        bars.push_back(static_cast<int>(layers.size()));
-        continue;
-      }
-      GTP_ASSIGN_OR_RETURN(LayerKind k, LayerKindOf(ch));
-      layers.push_back(k);
-    }
+    GTP_ASSIGN_OR_RETURN(LayerPattern pattern, ParseLayerPattern(c.layer_pattern));
+    layers = std::move(pattern.layers);
+    const std::vector<int>& bars = pattern.bars;  // first layer after each '|'
     const int n = static_cast<int>(layers.size());
     if (c.n_layer != 0 && c.n_layer != n) {
       return Bad(absl::StrCat("layer_pattern \"", c.layer_pattern, "\" has ", n,
@@ -55,9 +38,7 @@ absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int6
       c.pipeline.boundaries = {0};
       for (int b : bars) c.pipeline.boundaries.push_back(b);
     }
-    bool has_moe = false;
-    for (const LayerKind& k : layers) has_moe |= k.ffn == FfnKind::kMoe;
-    if (has_moe && !c.block.moe.enabled()) {
+    if (AnyFfn(layers, FfnKind::kMoe) && !c.block.moe.enabled()) {
       return Bad("layer_pattern has MoE layers ('E') but block.moe has no experts");
     }
     // The config as built names the same MoE layers in block.moe.pattern (a
@@ -92,10 +73,7 @@ absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int6
   if (c.layer_pattern.empty()) {
     // Transformer layers: attention, then an MLP, or a MoE where block.moe
     // picks the layer.
-    for (int l = 0; l < c.n_layer; ++l) {
-      layers.push_back({MixerKind::kAttention,
-                        c.block.moe.IsMoeLayer(l) ? FfnKind::kMoe : FfnKind::kMlp});
-    }
+    GTP_ASSIGN_OR_RETURN(layers, LayerKinds("", c.n_layer, c.block.moe.LayerRule()));
   }
   if (T > c.max_seq_len) {
     return Bad(absl::StrCat("sequence length ", T, " exceeds max_seq_len ", c.max_seq_len));

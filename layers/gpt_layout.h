@@ -4,11 +4,11 @@
 // tested on their own (gpt_layout_test) and GptModel::Create builds from the
 // plan.
 //
-//   layer kinds     every layer's mixer and feed-forward (LayerKind,
-//                   layers/sublayer.h), decided here and nowhere else: from
-//                   the hybrid pattern's symbols ("M*-|M-*": also n_layer and
-//                   pipeline boundaries from '|'), or attention + an MLP, or a
-//                   MoE where block.moe picks the layer (every_n / pattern)
+//   layer kinds     every layer's mixer and feed-forward (LayerKind), by the
+//                   one rule (layers/layer_kind.h): from the hybrid pattern's
+//                   symbols ("M*-|M-*": also n_layer and pipeline boundaries
+//                   from '|'), or attention + an MLP, or a MoE where
+//                   block.moe picks the layer (every_n / pattern)
 //   context par.    this rank's T / CP tokens of each sequence (2 of 2·CP chunks)
 //   tensor par.     the padded vocabulary split over TP; with sequence
 //                   parallelism (only when TP > 1) the rows B·T split too
@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "layers/gpt.h"
+#include "layers/layer_kind.h"
 #include "layers/sublayer.h"
 #include "layers/transformer.h"
 
@@ -55,10 +56,5 @@ struct GptLayout {
 // layers that do not split over the pipeline parts, ...).
 absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int64_t T,
                                         const GptRankPlace& place);
-
-// The layer a hybrid pattern symbol names, one half each with its own
-// pre-norm and residual: 'M' a Mamba-2 mixer, '*' attention, '-' an MLP,
-// 'E' a MoE. InvalidArgument for any other symbol.
-absl::StatusOr<LayerKind> LayerKindOf(char symbol);
 
 }  // namespace gtp::layers

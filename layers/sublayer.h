@@ -4,10 +4,10 @@
 //   x1 = x  + Mixer(Norm1(x))          attention or the Mamba-2 mixer (tokens mix)
 //   x2 = x1 + FeedForward(Norm2(x1))   MLP or mixture of experts (per token)
 //
-// A layer has a mixer, a feed-forward, or both (LayerKind); Megatron's hybrid
-// pattern symbols each name one half alone ('M', '*', '-', 'E'). The layout
-// plan (PlanGptLayout, layers/gpt_layout.h) decides every layer's LayerKind
-// once; Block::Create builds what it is given.
+// A layer has a mixer, a feed-forward, or both (LayerKind, layers/layer_kind.h:
+// Megatron's hybrid pattern symbols each name one half alone: 'M', '*', '-',
+// 'E'). The layout plan (PlanGptLayout, layers/gpt_layout.h) decides every
+// layer's LayerKind once; Block::Create builds what it is given.
 //
 // Both interfaces work on [rows, C] in the model dtype, rows = N or N/TP
 // under sequence parallelism; Forward saves what Backward needs (dropped by
@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/tensor.h"
+#include "layers/layer_kind.h"
 #include "layers/replicated_param.h"
 #include "layers/sharded_param.h"
 
@@ -30,17 +31,6 @@ namespace gtp::layers {
 namespace moe {
 class MoeLayer;
 }  // namespace moe
-
-enum class MixerKind { kNone, kAttention, kMamba };
-enum class FfnKind { kNone, kMlp, kMoe };
-
-// What one layer holds. The default is a transformer layer.
-struct LayerKind {
-  MixerKind mixer = MixerKind::kAttention;
-  FfnKind ffn = FfnKind::kMlp;
-  bool operator==(const LayerKind& o) const { return mixer == o.mixer && ffn == o.ffn; }
-  bool operator!=(const LayerKind& o) const { return !(*this == o); }
-};
 
 // The token-mixing half: attention (layers/transformer.h) or the Mamba-2
 // mixer (layers/mamba/mamba_mixer.h).

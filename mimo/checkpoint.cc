@@ -67,10 +67,11 @@ std::string GroupsNote(bool experts) {
 
 absl::Status SaveMimoCheckpoint(const std::string& root, int64_t iteration, MimoModel& model,
                                 MimoOptimizer& opt, comm::Communicator& world,
-                                std::map<std::string, std::string> extra) {
+                                std::map<std::string, std::string> extra, int keep_last) {
   GTP_ASSIGN_OR_RETURN(auto pieces, Pieces(model, opt, world.rank(), /*with_tied_copies=*/false));
   checkpoint::SaveOptions so;
   so.iteration = iteration;
+  so.keep_last = keep_last;
   so.extra = std::move(extra);
   so.extra["mimo"] = "1";
   so.extra["mimo.vision.grid"] = model.encoder_grid().config().ToString();

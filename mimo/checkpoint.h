@@ -26,10 +26,11 @@
 
 namespace gtp::mimo {
 
-// Collective over `world`; blocks.
+// Collective over `world`; blocks. keep_last > 0: only the newest keep_last
+// complete checkpoints stay (checkpoint::SaveOptions::keep_last).
 absl::Status SaveMimoCheckpoint(const std::string& root, int64_t iteration, MimoModel& model,
                                 MimoOptimizer& opt, comm::Communicator& world,
-                                std::map<std::string, std::string> extra = {});
+                                std::map<std::string, std::string> extra = {}, int keep_last = 0);
 
 // Fills model and optimizer state (and the optimizers' progress) from the
 // checkpoint of `iteration` (nullopt: the latest). NotFound without one;

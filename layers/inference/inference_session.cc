@@ -32,10 +32,10 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::Create(
   if (c.prefix_len > 0) return Unsupported("a model with prefix embeddings");
   if (c.block.dtype != DType::kF32) return Unsupported("a bf16 model (build it in f32)");
   if (!c.block.causal) return Unsupported("bidirectional attention");
-  for (char ch : c.layer_pattern) {
-    if (ch == 'M') return Unsupported("a hybrid model with Mamba layers ('M')");
-    if (ch == 'E') return Unsupported("a hybrid model with MoE layers ('E')");
+  if (AnyMixer(model.layer_kinds(), MixerKind::kMamba)) {
+    return Unsupported("a hybrid model with Mamba layers ('M')");
   }
+  if (AnyFfn(model.layer_kinds(), FfnKind::kMoe)) return Unsupported("a hybrid model with MoE layers ('E')");
   if (!model.has_embedding() || !model.has_head()) {
     return absl::InvalidArgumentError("inference needs the whole model (one pipeline part)");
   }

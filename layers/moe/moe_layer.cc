@@ -10,12 +10,6 @@ namespace gtp::layers::moe {
 
 namespace ops = kernels::ops;
 
-bool MoeConfig::IsMoeLayer(int layer) const {
-  if (!enabled()) return false;
-  if (!pattern.empty()) return layer < static_cast<int>(pattern.size()) && pattern[layer] == 'E';
-  return every_n > 0 && layer % every_n == 0;
-}
-
 absl::Status MoeConfig::Validate(int n_layer) const {
   if (!enabled()) return absl::OkStatus();
   GTP_RETURN_IF_ERROR(router.Validate());

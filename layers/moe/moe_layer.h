@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "layers/layer_kind.h"
 #include "layers/moe/experts.h"
 #include "layers/moe/router.h"
 #include "layers/moe/token_dispatcher.h"
@@ -87,9 +88,11 @@ struct MoeConfig {
   std::string pattern;
 
   bool enabled() const { return router.num_experts > 0; }
-  // Whether every_n / pattern make layer `layer` a MoE layer: the rule the
-  // layout plan applies (layers/gpt_layout.h), which decides each layer once.
-  bool IsMoeLayer(int layer) const;
+  // Whether every_n / pattern make layer `layer` a MoE layer: the rule of
+  // layers/layer_kind.h, which the layout plan applies (layers/gpt_layout.h)
+  // to decide each layer once. The rule views `pattern`: keep this config.
+  MoeLayerRule LayerRule() const { return {enabled(), every_n, pattern}; }
+  bool IsMoeLayer(int layer) const { return LayerRule().IsMoeLayer(layer); }
   absl::Status Validate(int n_layer) const;
 };
 

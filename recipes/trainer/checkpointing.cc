@@ -14,6 +14,7 @@
 #include "optimizer/lr_schedule.h"
 #include "core/status.h"
 #include "recipes/trainer/config.h"
+#include "recipes/trainer/run_lock.h"
 #include "recipes/trainer/typed_config.h"
 
 namespace gtp::recipes {
@@ -94,9 +95,8 @@ absl::Status Checkpointer::Save(int64_t step, bool wait) {
 }
 
 // checkpoint.no_resume=true in a run directory that already holds
-// checkpoints: this run's saves and the retention of old iterations would
-// mix with them (and delete some), so they move to <root>.replaced first
-// (one generation kept: an older .replaced goes), announced.
+// checkpoints: they move to <root>.replaced (SetAsideCheckpoints,
+// run_lock.h), unless checkpoint.init_from lies among them.
 absl::Status Checkpointer::SetAsideEarlierCheckpoints() {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -113,18 +113,7 @@ absl::Status Checkpointer::SetAsideEarlierCheckpoints() {
           ", which checkpoint.no_resume=true sets aside: copy it elsewhere first, or use another --run_dir"));
     }
   }
-  const std::string aside = ckpt_root_ + ".replaced";
-  fs::remove_all(aside, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", aside, ": ", ec.message()));
-  fs::rename(ckpt_root_, aside, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot move the earlier checkpoints ", ckpt_root_, " to ", aside, ": ", ec.message()));
-  }
-  std::printf("checkpoint.no_resume=true: the earlier run's checkpoints in %s moved to %s "
-              "(this run starts from step 0)\n",
-              ckpt_root_.c_str(), aside.c_str());
-  return absl::OkStatus();
+  return SetAsideCheckpoints(ckpt_root_);
 }
 
 absl::StatusOr<int64_t> Checkpointer::Resume() {

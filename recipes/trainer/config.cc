@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status.h"
+#include "layers/layer_kind.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 #include "parallel/parallel_config.h"
@@ -238,6 +239,12 @@ absl::Status CheckNumbers(const google::protobuf::Message& m) { return CheckNumb
 // FinalizeRecipe's defaults and checks, setting by setting (below).
 static absl::Status FinalizeChecked(proto::Recipe* r);
 
+absl::StatusOr<std::vector<layers::LayerKind>> LayerKindsOf(const proto::Model& m) {
+  const auto& e = m.moe();
+  return layers::LayerKinds(m.layer_pattern(), m.n_layer(),
+                            {e.num_experts() > 0, std::max(1, e.every_n()), e.pattern()});
+}
+
 absl::Status FinalizeRecipe(proto::Recipe* r) {
   // The settings as given: the checks below name their own settings first,
   // and CheckNumbers then catches any other negative or NaN that a default
@@ -253,27 +260,21 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (m->vocab_size() <= 0) return Bad("model.vocab_size must be > 0");
   if (m->seq_len() <= 0) return Bad("model.seq_len must be > 0");
   if (!m->layer_pattern().empty()) {
-    int layers = 0, segments = 1;
-    std::vector<int> bars;
-    for (char ch : m->layer_pattern()) {
-      if (ch == '|') {
-        ++segments;
-        bars.push_back(layers);
-      } else if (ch == 'M' || ch == '*' || ch == '-' || ch == 'E') {
-        ++layers;
-      } else {
-        return Bad(absl::StrCat("model.layer_pattern \"", m->layer_pattern(), "\": '", std::string(1, ch),
-                                "' is none of M (Mamba), * (attention), - (MLP), E (MoE), | (pipeline boundary)"));
-      }
-      if (ch == 'E' && m->moe().num_experts() <= 0) {
-        return Bad("model.layer_pattern has MoE layers ('E'): set model.moe.num_experts");
-      }
+    absl::StatusOr<layers::LayerPattern> pattern = layers::ParseLayerPattern(m->layer_pattern());
+    if (!pattern.ok()) {
+      return Bad(absl::StrCat("model.layer_pattern \"", m->layer_pattern(), "\": ", pattern.status().message()));
     }
-    if (m->n_layer() != 0 && m->n_layer() != layers) {
-      return Bad(absl::StrCat("model.layer_pattern has ", layers, " layers but model.n_layer is ",
+    if (layers::AnyFfn(pattern->layers, layers::FfnKind::kMoe) && m->moe().num_experts() <= 0) {
+      return Bad("model.layer_pattern has MoE layers ('E'): set model.moe.num_experts");
+    }
+    const int n_layers = static_cast<int>(pattern->layers.size());
+    const int segments = static_cast<int>(pattern->bars.size()) + 1;
+    const std::vector<int>& bars = pattern->bars;
+    if (m->n_layer() != 0 && m->n_layer() != n_layers) {
+      return Bad(absl::StrCat("model.layer_pattern has ", n_layers, " layers but model.n_layer is ",
                               m->n_layer(), " (0 lets the pattern decide)"));
     }
-    m->set_n_layer(layers);
+    m->set_n_layer(n_layers);
     auto* p = r->mutable_parallel();
     const int64_t parts = int64_t{std::max(1, p->pp())} * std::max(1, p->vpp());  // no int overflow
     if (!bars.empty() && parts > 1 && p->pp_boundaries_size() == 0) {

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "google/protobuf/message.h"
+#include "layers/layer_kind.h"
 #include "recipes/trainer/config.pb.h"
 #include "recipes/trainer/settings.h"
 
@@ -28,6 +29,12 @@ absl::Status ApplyOverrides(const std::vector<std::string>& overrides, proto::Re
 // Fills defaults (documented in config.proto) and checks the settings that
 // do not depend on the world size.
 absl::Status FinalizeRecipe(proto::Recipe* r);
+
+// Every layer of the recipe's model, by the one rule of layers/layer_kind.h:
+// model.layer_pattern's, or model.n_layer transformer layers with a MoE
+// where model.moe picks the layer (every_n 0 read as its default, 1).
+// InvalidArgument for a bad pattern symbol (FinalizeRecipe refuses those).
+absl::StatusOr<std::vector<layers::LayerKind>> LayerKindsOf(const proto::Model& m);
 
 // The largest parallel.world_size accepted (beyond any published GTP run).
 inline constexpr int kMaxWorldSize = 65536;

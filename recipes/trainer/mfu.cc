@@ -1,6 +1,10 @@
 #include "recipes/trainer/mfu.h"
 
 #include <algorithm>
+#include <vector>
+
+#include "layers/layer_kind.h"
+#include "recipes/trainer/config.h"
 
 namespace gtp::recipes {
 
@@ -18,13 +22,16 @@ ModelShape ShapeOf(const proto::Model& m) {
   s.bias = !m.no_bias();
   s.tied_embeddings = !m.untied_embeddings();
   const auto& e = m.moe();
+  // The layers by the one rule (a pattern FinalizeRecipe would refuse counts
+  // none).
+  const std::vector<layers::LayerKind> kinds = LayerKindsOf(m).value_or(std::vector<layers::LayerKind>{});
+  for (const layers::LayerKind& k : kinds) s.moe_layers += k.ffn == layers::FfnKind::kMoe;
   if (!m.layer_pattern().empty()) {
     s.hybrid = true;
-    for (char ch : m.layer_pattern()) {
-      s.attn_blocks += ch == '*';
-      s.mlp_blocks += ch == '-';
-      s.mamba_blocks += ch == 'M';
-      s.moe_layers += ch == 'E';
+    for (const layers::LayerKind& k : kinds) {
+      s.attn_blocks += k.mixer == layers::MixerKind::kAttention;
+      s.mlp_blocks += k.ffn == layers::FfnKind::kMlp;
+      s.mamba_blocks += k.mixer == layers::MixerKind::kMamba;
     }
     const auto& mb = m.mamba();  // 0: the defaults config.proto names
     if (mb.d_state() > 0) s.mamba_d_state = mb.d_state();
@@ -34,12 +41,6 @@ ModelShape ShapeOf(const proto::Model& m) {
     if (mb.n_groups() > 0) s.mamba_groups = mb.n_groups();
   }
   if (e.num_experts() > 0) {
-    for (int l = 0; l < m.n_layer() && !s.hybrid; ++l) {
-      const bool moe = !e.pattern().empty()
-                           ? l < static_cast<int>(e.pattern().size()) && e.pattern()[l] == 'E'
-                           : l % std::max(1, e.every_n()) == 0;
-      s.moe_layers += moe;
-    }
     s.num_experts = e.num_experts();
     s.top_k = e.top_k();
     s.moe_hidden = e.ffn_hidden() > 0 ? e.ffn_hidden() : (m.ffn_hidden() > 0 ? m.ffn_hidden() : 4 * m.n_embd());

@@ -5,14 +5,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "comm/env/launch_env.h"
 
 namespace gtp::recipes {
 
@@ -87,6 +90,60 @@ void RunDirLock::RemoveRunOutputs() {
     if (e.path().filename() != "run.lock") std::filesystem::remove_all(e.path(), ec);
   }
   std::filesystem::remove(dir_ + "/run.lock", ec);
+}
+
+absl::Status InRunDir(const std::string& run_dir, bool under_launcher,
+                      const std::function<absl::Status(std::atomic<bool>& has_results)>& run) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(run_dir, ec);
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", run_dir, ": ", ec.message()));
+  // One run per directory: world rank 0's process holds the lock until the
+  // end (another run's rank 0 fails here; its other ranks then fail on
+  // their rendezvous, or gtprun stops them).
+  std::optional<RunDirLock> lock;
+  std::atomic<bool> has_results{false};
+  absl::Status st = [&]() -> absl::Status {
+    bool rank0 = true;
+    if (under_launcher) {
+      absl::StatusOr<comm::LaunchEnv> env = comm::ReadLaunchEnv();
+      if (!env.ok()) return env.status();
+      rank0 = env->rank == 0;
+    }
+    if (rank0) {
+      absl::StatusOr<RunDirLock> l = RunDirLock::Acquire(run_dir);
+      if (!l.ok()) return l.status();
+      lock.emplace(std::move(*l));
+    }
+    return run(has_results);
+  }();
+  // A run that failed before it had results leaves no trace: what its
+  // start-up wrote into its own (fresh) directory goes, and a directory
+  // this process made goes when nothing else is in it.
+  if (!st.ok()) {
+    if (lock && !has_results.load()) lock->RemoveRunOutputs();
+    lock.reset();
+    if (!existed) std::filesystem::remove(run_dir, ec);  // only when empty
+  }
+  return st;
+}
+
+absl::Status SetAsideCheckpoints(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (root.empty() || !fs::is_directory(root, ec) || fs::is_empty(root, ec)) return absl::OkStatus();
+  const std::string aside = root + ".replaced";
+  fs::remove_all(aside, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", aside, ": ", ec.message()));
+  fs::rename(root, aside, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot move the earlier checkpoints ", root, " to ", aside, ": ", ec.message()));
+  }
+  std::printf("checkpoint.no_resume=true: the earlier run's checkpoints in %s moved to %s "
+              "(this run starts from step 0)\n",
+              root.c_str(), aside.c_str());
+  return absl::OkStatus();
 }
 
 }  // namespace gtp::recipes

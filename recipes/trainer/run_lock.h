@@ -15,8 +15,15 @@
 // taken (fresh()), everything in it since is that run's start-up
 // (recipe.pbtxt, metrics.jsonl, TensorBoard events), and RemoveRunOutputs
 // removes it while the lock still keeps any other run out.
+//
+// Every recipe starts its run through InRunDir (the directory, the lock, the
+// clean-up of a failed start) and sets earlier checkpoints aside for
+// checkpoint.no_resume=true through SetAsideCheckpoints: the GPT trainer
+// (trainer.cc, checkpointing.cc) and recipes/vlm_mimo alike.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -52,5 +59,24 @@ class RunDirLock {
   std::string dir_;
   bool fresh_ = false;
 };
+
+// A run in `run_dir`: the directory made when missing (PermissionDenied
+// naming it when it cannot be), then `run` with the directory locked by
+// world rank 0's process (every process when not `under_launcher`; under
+// one its LaunchEnv says which) until `run` returns. `run` sets
+// `has_results` once the run has something to keep (its first step, a
+// checkpoint). A run that fails before that leaves no trace: what its
+// start-up wrote into its own fresh directory goes (RemoveRunOutputs), and
+// a directory made here goes when nothing else is in it. Returns `run`'s
+// status (or the lock's error: another run holds the directory).
+absl::Status InRunDir(const std::string& run_dir, bool under_launcher,
+                      const std::function<absl::Status(std::atomic<bool>& has_results)>& run);
+
+// checkpoint.no_resume=true in a run directory whose checkpoint directory
+// `root` holds anything: this run's saves and the retention of old
+// iterations would mix with them (and delete some), so `root` moves to
+// <root>.replaced (one generation kept: an older .replaced goes), announced
+// on stdout. OK with nothing to move. Call on one process (world rank 0).
+absl::Status SetAsideCheckpoints(const std::string& root);
 
 }  // namespace gtp::recipes

@@ -11,8 +11,10 @@
 #include "comm/local/local_communicator.h"
 #include "core/status.h"
 #include "layers/inference/inference_session.h"
+#include "layers/layer_kind.h"
 #include "layers/inference/sampling.h"
 #include "layers/linear.h"
+#include "recipes/trainer/config.h"
 #include "recipes/trainer/typed_config.h"
 
 namespace gtp::recipes {
@@ -20,8 +22,8 @@ namespace gtp::recipes {
 absl::Status CheckSampling(const proto::Recipe& r) {
   const auto& t = r.train();
   if (t.sample_every() <= 0) return absl::OkStatus();
-  if (r.model().moe().num_experts() > 0 ||
-      r.model().layer_pattern().find('M') != std::string::npos) {
+  GTP_ASSIGN_OR_RETURN(const std::vector<layers::LayerKind> kinds, LayerKindsOf(r.model()));
+  if (r.model().moe().num_experts() > 0 || layers::AnyMixer(kinds, layers::MixerKind::kMamba)) {
     return absl::InvalidArgumentError(
         "train.sample_every: MoE and Mamba models cannot be sampled yet (train.sample_every=0 "
         "turns sampling off; tools/generate samples a dense checkpoint)");

@@ -3,15 +3,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
-#include "comm/env/launch_env.h"
 #include "core/status.h"
 #include "core/timeline.h"
 #include "layers/gpt.h"
@@ -309,43 +306,18 @@ absl::Status TrainIn(const proto::Recipe& recipe, const RunOptions& options,
                      const std::function<absl::Status(RankRun&)>& body, bool create_run_dir) {
   // What can be checked before anything is written (recipes/trainer/preflight.h).
   GTP_RETURN_IF_ERROR(Preflight(recipe, options));
-  std::error_code ec;
-  const bool existed = !create_run_dir || std::filesystem::exists(options.run_dir, ec);
-  if (create_run_dir) std::filesystem::create_directories(options.run_dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
-  // One run per directory: world rank 0's process holds the lock until the
-  // end (another run's rank 0 fails here; its other ranks then fail on
-  // their rendezvous, or gtprun stops them).
-  std::optional<RunDirLock> lock;
-  std::atomic<bool> has_results{false};
-  absl::Status st = [&]() -> absl::Status {
-    if (create_run_dir) {
-      bool rank0 = true;
-      if (UnderLauncher(recipe)) {
-        GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
-        rank0 = env.rank == 0;
-      }
-      if (rank0) {
-        GTP_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::Acquire(options.run_dir));
-        lock.emplace(std::move(l));
-      }
-    }
+  auto run = [&](std::atomic<bool>& has_results) -> absl::Status {
     g_stopped_by_signal.store(false);
     StopSignals signals;
     return RunOnRanks(recipe, [&](const RankWorld& w) {
       RankRun run(recipe, options, w.world, w.host, w.exec, &has_results);
       return body(run);
     });
-  }();
-  // A run that failed before it had results leaves no trace: what its
-  // start-up wrote into its own (fresh) directory goes, and a directory
-  // this process made goes when nothing else is in it.
-  if (!st.ok()) {
-    if (lock && !has_results.load()) lock->RemoveRunOutputs();
-    lock.reset();
-    if (!existed) std::filesystem::remove(options.run_dir, ec);  // only when empty
-  }
-  return st;
+  };
+  // The run directory, its lock and a failed start's clean-up (run_lock.h).
+  if (create_run_dir) return InRunDir(options.run_dir, UnderLauncher(recipe), run);
+  std::atomic<bool> has_results{false};
+  return run(has_results);
 }
 }  // namespace
 

@@ -35,9 +35,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -267,21 +265,8 @@ class RankRun {
   // This run's latest checkpoint (unless checkpoint.no_resume): the step to
   // continue after (0: a fresh run). A damaged `latest` is an error.
   absl::StatusOr<int64_t> Resume() {
-    namespace fs = std::filesystem;
     if (r_.checkpoint().no_resume()) {
-      std::error_code ec;
-      if (rank0() && fs::is_directory(ckpt_root_, ec) && !fs::is_empty(ckpt_root_, ec)) {
-        const std::string aside = ckpt_root_ + ".replaced";
-        fs::remove_all(aside, ec);
-        fs::rename(ckpt_root_, aside, ec);
-        if (ec)
-          return absl::InternalError(
-              absl::StrCat("cannot move ", ckpt_root_, " to ", aside, ": ", ec.message()));
-        std::printf(
-            "checkpoint.no_resume=true: the earlier run's checkpoints in %s moved to %s "
-            "(this run starts from step 0)\n",
-            ckpt_root_.c_str(), aside.c_str());
-      }
+      if (rank0()) GTP_RETURN_IF_ERROR(SetAsideCheckpoints(ckpt_root_));  // (run_lock.h)
       return 0;
     }
     absl::StatusOr<int64_t> latest = checkpoint::LatestIteration(ckpt_root_);
@@ -306,20 +291,10 @@ class RankRun {
   // Collective; keeps the newest checkpoint.keep_last.
   absl::Status Save(int64_t step, bool announce) {
     GTP_RETURN_IF_ERROR(mimo::SaveMimoCheckpoint(ckpt_root_, step, *model_, *opt_, host_,
-                                                 {{"recipe", VlmRecipeText(r_)}}));
+                                                 {{"recipe", VlmRecipeText(r_)}},
+                                                 r_.checkpoint().keep_last()));
     MarkResults();
     if (!rank0()) return absl::OkStatus();
-    // (SaveMimoCheckpoint has no keep_last yet: checkpoint::Save's rule, here.)
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    std::vector<std::string> iters;
-    for (const auto& d : fs::directory_iterator(ckpt_root_, ec)) {
-      const std::string n = d.path().filename().string();
-      if (n.rfind("iter_", 0) == 0 && n.find(".tmp") == std::string::npos) iters.push_back(n);
-    }
-    std::sort(iters.begin(), iters.end());
-    for (size_t i = 0; i + r_.checkpoint().keep_last() < iters.size(); ++i)
-      fs::remove_all(ckpt_root_ + "/" + iters[i], ec);
     if (announce) {
       std::printf("%scheckpoint: step %lld saved to %s\n", o_.progress_bar ? "\n" : "",
                   static_cast<long long>(step), ckpt_root_.c_str());
@@ -379,38 +354,14 @@ absl::Status Train(const VlmRecipe& r, const RunOptions& options) {
   GTP_RETURN_IF_ERROR(Preflight(r));
   GTP_ASSIGN_OR_RETURN(const ShapesTask task, ShapesTask::Create(ShapesConfigOf(r)));
   const proto::Recipe t = TrainerRecipe(r);
-  std::error_code ec;
-  const bool existed = std::filesystem::exists(options.run_dir, ec);
-  std::filesystem::create_directories(options.run_dir, ec);
-  if (ec)
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", options.run_dir, ": ", ec.message()));
-  // One run per directory: world rank 0's process holds the lock to the end.
-  std::optional<RunDirLock> lock;
-  std::atomic<bool> has_results{false};
-  absl::Status st = [&]() -> absl::Status {
-    bool rank0 = true;
-    if (UnderLauncher(t)) {
-      GTP_ASSIGN_OR_RETURN(comm::LaunchEnv env, comm::ReadLaunchEnv());
-      rank0 = env.rank == 0;
-    }
-    if (rank0) {
-      GTP_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::Acquire(options.run_dir));
-      lock.emplace(std::move(l));
-    }
+  // The run directory, its lock and a failed start's clean-up (run_lock.h).
+  return InRunDir(options.run_dir, UnderLauncher(t), [&](std::atomic<bool>& has_results) {
     StopSignals signals;
     return RunOnRanks(t, [&](const RankWorld& w) {
       RankRun run(r, options, task, w, &has_results);
       return run.Run();
     });
-  }();
-  // A run that failed before it had results leaves no trace (run_lock.h).
-  if (!st.ok()) {
-    if (lock && !has_results.load()) lock->RemoveRunOutputs();
-    lock.reset();
-    if (!existed) std::filesystem::remove(options.run_dir, ec);  // only when empty
-  }
-  return st;
+  });
 }
 
 // The flags of the recipe before it read vlm_config.proto, and their keys.

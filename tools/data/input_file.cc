@@ -2,9 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "data/tokenizer/internal/json.h"
 
 namespace gtp::tools {
 
@@ -26,6 +29,24 @@ absl::StatusOr<std::string> ReadInputFile(const std::string& path) {
   ss << f.rdbuf();
   if (f.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
   return ss.str();
+}
+
+absl::Status ForEachJsonLine(const std::string& path, absl::string_view text, const std::string& key,
+                             const std::function<absl::Status(absl::string_view)>& doc) {
+  size_t line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
+    absl::StatusOr<std::optional<std::string>> field = data::tokenizer_internal::FindStringField(line, key);
+    if (!field.ok() || !field->has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " line ", line_no, ": ",
+          field.ok() ? absl::StrCat("no string field \"", key, "\"") : field.status().message()));
+    }
+    absl::Status st = doc(**field);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gtp::tools

@@ -40,7 +40,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "core/cli.h"
 #include "core/status.h"
 #include "core/user_path.h"
@@ -49,7 +48,6 @@
 #include "data/tokenizer/gpt2_tokenizer.h"
 #include "data/tokenizer/hf_tokenizer.h"
 #include "data/tokenizer/sentencepiece_tokenizer.h"
-#include "data/tokenizer/internal/json.h"
 #include "tools/data/input_file.h"
 
 ABSL_FLAG(std::string, output, "", "output prefix: writes PREFIX.bin and PREFIX.idx (required)");
@@ -222,19 +220,7 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
         for (absl::string_view doc : Split(text, mode)) GTP_RETURN_IF_ERROR(add(doc));
         continue;
       }
-      size_t line_no = 0;
-      for (absl::string_view line : absl::StrSplit(text, '\n')) {
-        ++line_no;
-        if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
-        absl::StatusOr<std::optional<std::string>> doc =
-            data::tokenizer_internal::FindStringField(line, key);
-        if (!doc.ok() || !doc->has_value()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              path, " line ", line_no, ": ",
-              doc.ok() ? absl::StrCat("no string field \"", key, "\"") : doc.status().message()));
-        }
-        GTP_RETURN_IF_ERROR(add(**doc));
-      }
+      GTP_RETURN_IF_ERROR(tools::ForEachJsonLine(path, text, key, add));
     }
   }
   *seconds = progress.Seconds();

@@ -30,13 +30,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "core/cli.h"
 #include "core/status.h"
 #include "core/user_path.h"
 #include "data/corpus.h"
 #include "data/tokenizer/bpe_trainer.h"
-#include "data/tokenizer/internal/json.h"
 #include "tools/data/input_file.h"
 
 ABSL_FLAG(std::vector<std::string>, input, {}, "text or JSONL files, comma-separated");
@@ -76,19 +74,10 @@ absl::Status Count(data::BpeWordCounts* words) {
       words->AddText(text);
       continue;
     }
-    size_t line_no = 0;
-    for (absl::string_view line : absl::StrSplit(text, '\n')) {
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
-      absl::StatusOr<std::optional<std::string>> doc =
-          data::tokenizer_internal::FindStringField(line, key);
-      if (!doc.ok() || !doc->has_value()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, " line ", line_no, ": ",
-            doc.ok() ? absl::StrCat("no string field \"", key, "\"") : doc.status().message()));
-      }
-      words->AddText(**doc);
-    }
+    GTP_RETURN_IF_ERROR(tools::ForEachJsonLine(path, text, key, [&](absl::string_view doc) {
+      words->AddText(doc);
+      return absl::OkStatus();
+    }));
   }
   return absl::OkStatus();
 }

@@ -58,8 +58,10 @@
 #include "layers/gpt.h"
 #include "layers/inference/inference_session.h"
 #include "layers/inference/sampling.h"
+#include "layers/layer_kind.h"
 #include "parallel/parallel_config.h"
 #include "parallel/process_groups.h"
+#include "recipes/trainer/config.h"
 #include "recipes/trainer/typed_config.h"
 #include "tools/generate/checkpoint_model.h"
 
@@ -123,7 +125,8 @@ absl::Status Generate() {
   if (m.moe().num_experts() > 0) {
     return absl::UnimplementedError("generate: mixture-of-experts models are not supported");
   }
-  if (m.layer_pattern().find_first_of("ME") != std::string::npos) {
+  GTP_ASSIGN_OR_RETURN(const std::vector<layers::LayerKind> kinds, recipes::LayerKindsOf(m));
+  if (layers::AnyMixer(kinds, layers::MixerKind::kMamba) || layers::AnyFfn(kinds, layers::FfnKind::kMoe)) {
     return absl::UnimplementedError(
         absl::StrCat("generate: hybrid models with Mamba or MoE layers (", "layer_pattern \"",
                      m.layer_pattern(), "\") are not supported"));
