@@ -110,6 +110,14 @@ absl::Status HfTokenizer::Build(HfConfig c) {
     id_kind_[id] = IdKind::kModel;
     id_token_[id] = std::move(token);
   }
+  // Hugging Face's `tokenizers` does not read an added token's id from the
+  // file: loading adds the tokens in file order, a token in model.vocab keeps
+  // its vocab id, any other takes vocab.size() or, once an added id reaches
+  // that, the largest added id so far + 1 (and only warns when that differs
+  // from the file). A file whose ids disagree with that numbering would give
+  // other ids here than in transformers, so it is refused.
+  const int64_t vocab_count = static_cast<int64_t>(c.vocab.size());
+  int64_t max_added = -1;
   for (size_t i = 0; i < added_.size(); ++i) {
     const tokenizer_internal::HfAddedToken& a = added_[i];
     const std::string where =
@@ -126,11 +134,24 @@ absl::Status HfTokenizer::Build(HfConfig c) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": model.vocab gives it id ", it->second));
     }
+    if (!token_to_id_.contains(a.content) && !added_to_id_.contains(a.content)) {
+      const int64_t hf_id =
+          max_added < 0 ? vocab_count
+                        : (max_added >= vocab_count || vocab_count == 0 ? max_added + 1 : vocab_count);
+      if (a.id != hf_id) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": not in model.vocab, so Hugging Face's tokenizers gives it id ", hf_id,
+            " (the next id after the vocabulary's ", vocab_count,
+            " tokens and the added tokens before it), not ", a.id,
+            "; renumber added_tokens from ", hf_id, " in file order"));
+      }
+    }
     if (!added_to_id_.emplace(a.content, a.id).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": the content appears twice"));
     }
     id_kind_[a.id] = IdKind::kAdded;
     id_added_[a.id] = static_cast<int32_t>(i);
+    max_added = std::max<int64_t>(max_added, a.id);
   }
 
   if (c.unk_token) {

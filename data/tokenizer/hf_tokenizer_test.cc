@@ -351,6 +351,11 @@ TEST(HfTokenizer, RefusesWhatItDoesNotImplement) {
       {"\"id\": 270", "\"id\": 269",
        "added_tokens[1] (\"<|end_of_text|>\", id 269): the id appears twice"},
       {"\"id\": 270", "\"id\": 266", "model.vocab gives id 266 to \"hello\""},
+      // An added token outside the vocabulary takes the next id in file order
+      // in Hugging Face's tokenizers, whatever the file says.
+      {"\"id\": 270", "\"id\": 271",
+       "added_tokens[1] (\"<|end_of_text|>\", id 271): not in model.vocab, so Hugging Face's "
+       "tokenizers gives it id 270"},
       {"\"(hello\": 268", "\"(hello\": 267", "model.vocab: id 267 appears twice"},
       {"\"Ġworld\": 267", "\"Ġworld\": 267, \"Ġworld\": 9", "appears twice"},
       {"\"Ġ\": 220", "\"Ġx\": 220", "no ByteLevel token for byte 32"},

@@ -178,7 +178,27 @@ def qwen3_cut(path, n):
         keep.add(a + b)
     model["vocab"] = {k: v for k, v in model["vocab"].items() if k in keep}
     model["merges"] = merges
+    renumber_added(t)
     return t
+
+
+def renumber_added(t):
+    """Gives the added tokens the ids Hugging Face's tokenizers gives them on
+    loading (in file order: a vocab token keeps its id, any other takes the
+    vocab size or the largest added id so far + 1): cut to 2k tokens, Qwen3's
+    file keeps ids 151643… that the Rust library renumbers (and gtp refuses)."""
+    vocab, count, top, old_to_new = t["model"]["vocab"], len(t["model"]["vocab"]), -1, {}
+    for a in t["added_tokens"]:
+        if a["content"] in vocab:
+            new = vocab[a["content"]]
+        else:
+            new = count if top < 0 or (top < count and count > 0) else top + 1
+        old_to_new[a["id"]] = new
+        a["id"] = new
+        top = max(top, new)
+    for tmpl in (t.get("post_processor") or {}).get("special_tokens", {}).values():
+        tmpl["ids"] = [old_to_new.get(i, i) for i in tmpl.get("ids", [])]
+    return old_to_new
 
 
 def write(name, obj, indent=1):
