@@ -1,1 +1,66 @@
+// Each formula against hand-computed numbers (exact arithmetic: tolerance 1e-12 relative).
+#include "plan/collectives.h"
+
 #include "gtest/gtest.h"
+
+namespace gtp::plan {
+namespace {
+
+Cluster TwoLinks() {
+  Cluster c;
+  c.gpus_per_node = 8;
+  c.intra = {100e9, 10e-6};  // 100 GB/s, 10 µs
+  c.inter = {10e9, 20e-6};   // 10 GB/s, 20 µs
+  return c;
+}
+
+TEST(Collectives, FlatRingFormulas) {
+  const Link l{100e9, 10e-6};
+  const double S = 1e9;  // 1 GB
+  // all-gather, 4 ranks: 3·10 µs + 3/4 · 1e9 / 1e11 = 30e-6 + 7.5e-3.
+  EXPECT_DOUBLE_EQ(FlatTime(Collective::kAllGather, S, 4, l), 30e-6 + 7.5e-3);
+  EXPECT_DOUBLE_EQ(FlatTime(Collective::kReduceScatter, S, 4, l), 30e-6 + 7.5e-3);
+  // all-reduce = RS + AG: 2·(30e-6 + 7.5e-3).
+  EXPECT_DOUBLE_EQ(FlatTime(Collective::kAllReduce, S, 4, l), 2 * (30e-6 + 7.5e-3));
+  // all-to-all, 8 ranks: 7·10 µs + 7/8 · 1e9 / 1e11.
+  EXPECT_DOUBLE_EQ(FlatTime(Collective::kAllToAll, S, 8, l), 70e-6 + 8.75e-3);
+  // send/recv: 10 µs + 1e9 / 1e11.
+  EXPECT_DOUBLE_EQ(FlatTime(Collective::kSendRecv, S, 2, l), 10e-6 + 1e-2);
+  EXPECT_EQ(FlatTime(Collective::kAllGather, S, 1, l), 0.0);
+}
+
+TEST(Collectives, Placement) {
+  // TP 8 on 8-GPU nodes: one node.
+  EXPECT_EQ(Place(8, 1, 8).per_node, 8);
+  // GTP 4 with TP 2 (stride 2): 4 per node.
+  EXPECT_EQ(Place(4, 2, 8).per_node, 4);
+  // 16 ranks at stride 2: 4 per node, 4 nodes.
+  EXPECT_EQ(Place(16, 2, 8).per_node, 4);
+  // DP at stride 8 (TP 8 fills the node): one per node.
+  EXPECT_EQ(Place(4, 8, 8).per_node, 1);
+}
+
+TEST(Collectives, HierarchicalWhenSpanningNodes) {
+  const Cluster c = TwoLinks();
+  const double S = 1e9;
+  // Inside a node: the flat NVLink ring.
+  EXPECT_DOUBLE_EQ(CollectiveTime(Collective::kAllGather, S, {8, 8}, c), 7 * 10e-6 + 7.0 / 8 * S / 100e9);
+  // One per node, 4 nodes: the flat network ring.
+  EXPECT_DOUBLE_EQ(CollectiveTime(Collective::kAllGather, S, {4, 1}, c), 3 * 20e-6 + 0.75 * S / 10e9);
+  // 16 ranks, 8 per node on 2 nodes: between nodes 8 rails each move S/8
+  // (1·20 µs + 1/2 · 0.125e9 / 1e10 = 20e-6 + 6.25e-3), then inside the
+  // node the whole S (7·10 µs + 7/8 · 1e9 / 1e11 = 70e-6 + 8.75e-3).
+  const double ag = 20e-6 + 6.25e-3 + 70e-6 + 8.75e-3;
+  EXPECT_NEAR(CollectiveTime(Collective::kAllGather, S, {16, 8}, c), ag, 1e-15);
+  EXPECT_NEAR(CollectiveTime(Collective::kReduceScatter, S, {16, 8}, c), ag, 1e-15);
+  EXPECT_NEAR(CollectiveTime(Collective::kAllReduce, S, {16, 8}, c), 2 * ag, 1e-15);
+  // all-to-all, 16 ranks, 8 per node: 8/16 of S leaves the node (1·20 µs +
+  // 0.5e9 / 1e10 = 50.02 ms), 7/16 stays (7·10 µs + 0.4375e9 / 1e11 = 4.445 ms): the max.
+  EXPECT_NEAR(CollectiveTime(Collective::kAllToAll, S, {16, 8}, c), 20e-6 + 0.05, 1e-15);
+  // send/recv between nodes uses the network.
+  EXPECT_DOUBLE_EQ(CollectiveTime(Collective::kSendRecv, S, {2, 1}, c), 20e-6 + 0.1);
+  EXPECT_DOUBLE_EQ(CollectiveTime(Collective::kSendRecv, S, {2, 2}, c), 10e-6 + 0.01);
+}
+
+}  // namespace
+}  // namespace gtp::plan

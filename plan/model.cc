@@ -257,11 +257,18 @@ absl::StatusOr<ModelCost> CostModelOf(const recipes::proto::Recipe& r, const Lay
       const double qkv = C + 2 * Ckv;
       b.fwd_compute += k.GemmFwd(N, qkv / t, C) + k.GemmFwd(N, C, C / t);
       b.bwd_compute += k.GemmBwd(N, qkv / t, C) + k.GemmBwd(N, C, C / t);
-      // Causal attention executes half the square: 2·N·T·C/t forward FLOPs
-      // (QKᵀ and PV, 2·2·T·C/t per token, halved), 2.5× that backward.
-      const double af = 2 * N * T * C / t, abytes = ab * N * (2 * C + 2 * Ckv) / t;
-      const double core_f = cost.Seconds(Op::kAttentionFwd, attn_dtype, af, abytes);
-      const double core_b = cost.Seconds(Op::kAttentionBwd, attn_dtype, 2.5 * af, 2 * abytes);
+      // Fused causal attention executes half the square: 2·N·T·C/t forward
+      // FLOPs (QKᵀ and PV, 2·2·T·C/t per token, halved), 2.5× that backward.
+      // Unfused: the whole square through GEMMs, plus the scores' traffic
+      // (scores written, softmax read + written, PV read: 5 passes forward,
+      // 8 backward; dropout adds a masked copy and a 1-byte mask each way).
+      const bool unfused = f32 || l.unfused_attention;
+      const double af = (unfused ? 2 : 1) * 2 * N * T * C / t, abytes = ab * N * (2 * C + 2 * Ckv) / t;
+      const double scores = N * T * NH / t, drop = l.attention_dropout ? 2 * ab + 1 : 0;
+      const double core_f = unfused ? k.GemmFwd(N * NH / t, T, C / NH) * 2 + k.Elementwise(scores * (5 * ab + drop))
+                                    : cost.Seconds(Op::kAttentionFwd, attn_dtype, af, abytes);
+      const double core_b = unfused ? k.GemmFwd(N * NH / t, T, C / NH) * 4 + k.Elementwise(scores * (8 * ab + drop))
+                                    : cost.Seconds(Op::kAttentionBwd, attn_dtype, 2.5 * af, 2 * abytes);
       b.fwd_compute += core_f;
       b.bwd_compute += core_b;
       if (r.model().rope()) {  // RoPE, in place on q and k
@@ -275,7 +282,8 @@ absl::StatusOr<ModelCost> CostModelOf(const recipes::proto::Recipe& r, const Lay
       }
       b.tp_fwd += tp_comm();
       b.tp_bwd += tp_comm();
-      b.act_bytes += ab * N * (C + (qkv + C) / t) + (f32 ? 4 * N * NH / t * T : 4 * N * NH / t);
+      b.act_bytes += ab * N * (C + (qkv + C) / t) +
+                     (unfused ? N * NH / t * T * (ab + (l.attention_dropout ? ab + 1 : 0)) : 4 * N * NH / t);
       b.sharded_params += 2 * C * C + 2 * C * Ckv;
       b.replicated_params += bias * (qkv + C);
     } else if (kind == '-') {

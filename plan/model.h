@@ -58,6 +58,13 @@ struct Layout {
   std::string precision = "bf16";  // f32 | bf16 | fp8 (bf16 training with fp8 GEMMs and MXFP8 gathers)
   bool fp8_gather = false;           // parallel.gtp_gather_dtype=fp8
   bool bf16_reduce_scatter = false;  // parallel.gtp_reduce_scatter_dtype=bf16
+  // Attention that materialises the T × T scores (the project's f32 path;
+  // Megatron-LM of 2021: batched GEMMs over the full square + a fused
+  // scale-mask-softmax), with attention dropout's mask when `attention_dropout`
+  // (2021 GPT recipes; gtp has no dropout). Not set from a recipe: f32 runs
+  // get it anyway; reproductions of other stacks set it.
+  bool unfused_attention = false;
+  bool attention_dropout = false;
 
   int world() const { return tp * gtp * cp * dp * pp; }
   // Data lanes: DP × GTP (GTP peers read different samples; DESIGN.md §3).

@@ -113,6 +113,8 @@ absl::StatusOr<SearchResult> Search(const recipes::proto::Recipe& r, int world, 
                     l.sp = tp > 1;
                     l.micro_batch = mb;
                     l.recompute = rc;
+                    l.unfused_attention = space.unfused_attention;
+                    l.attention_dropout = space.attention_dropout;
                     if (!CheckLayout(r, l, cost.cluster()).ok()) {
                       ++res.skipped;
                       continue;

@@ -23,6 +23,8 @@ struct SearchSpace {
   std::vector<int> tp, gtp, pp, vpp, cp, ep, egtp;
   std::vector<int64_t> micro_batch;
   std::vector<bool> recompute;
+  // Copied into every layout (plan/model.h Layout).
+  bool unfused_attention = false, attention_dropout = false;
 };
 
 // tp 1..gpus_per_node, gtp and pp powers of two, vpp 1/2/4, cp 1/2, micro
