@@ -31,7 +31,7 @@
 //       (the output line says so).
 //   ckpt import --format hf <hf model dir> <out checkpoint dir>
 //       the inverse: config.json + model.safetensors (or its sharded index) of
-//       a GPT2LMHeadModel or LlamaForCausalLM → a one-rank gtp checkpoint at
+//       a GPT2LMHeadModel, LlamaForCausalLM or MistralForCausalLM → a one-rank gtp checkpoint at
 //       iteration 0 (f32 weights, recipe model section in the metadata), which
 //       any layout loads: start a run from it with checkpoint.init_from, or
 //       export it again (import → export gives back the same tensors, byte for

@@ -615,13 +615,30 @@ absl::StatusOr<HfModel> ReadHfModel(const std::string& dir) {
     arch = a->items[0].str;
   } else {
     GTP_ASSIGN_OR_RETURN(std::string type, c.Str("model_type", ""));
-    arch = type == "gpt2" ? "GPT2LMHeadModel" : type == "llama" ? "LlamaForCausalLM" : type;
+    arch = type == "gpt2"      ? "GPT2LMHeadModel"
+           : type == "llama"   ? "LlamaForCausalLM"
+           : type == "mistral" ? "MistralForCausalLM"
+                               : type;
   }
-  if (arch != "GPT2LMHeadModel" && arch != "LlamaForCausalLM") {
+  if (arch != "GPT2LMHeadModel" && arch != "LlamaForCausalLM" && arch != "MistralForCausalLM") {
     return absl::UnimplementedError(
         absl::StrCat(path, ": architecture \"", arch,
-                     "\" is not supported (import reads GPT2LMHeadModel and "
-                     "LlamaForCausalLM)"));
+                     "\" is not supported (import reads GPT2LMHeadModel, LlamaForCausalLM and "
+                     "MistralForCausalLM)"));
+  }
+  if (arch == "MistralForCausalLM") {
+    // Mistral is Llama's layers with sliding-window attention; a window that
+    // covers every position is full causal attention, which gtp has.
+    GTP_ASSIGN_OR_RETURN(const int64_t T, c.Int("max_position_embeddings", 2048));
+    if (!c.IsNullOrAbsent("sliding_window")) {
+      GTP_ASSIGN_OR_RETURN(const int64_t w, c.Int("sliding_window", 0));
+      if (w < T) {
+        return absl::UnimplementedError(absl::StrCat(
+            path, ": sliding_window ", w, " is shorter than max_position_embeddings ", T,
+            " (gtp's attention sees every earlier position: sliding_window null or >= ", T,
+            " imports)"));
+      }
+    }
   }
   GTP_ASSIGN_OR_RETURN(auto weights, ReadWeights(dir));
   Tensors t(std::move(weights), dir, arch);

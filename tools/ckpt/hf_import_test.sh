@@ -43,6 +43,18 @@ for v in "gpt2:" "llama:--sharded" "llama_bf16:--bf16"; do
   python3 "$hf_dir" compare "$tmp/$name.src" "$tmp/$name.out"
 done
 
+# Mistral: Llama's tensors and config; with no sliding window (or one that
+# covers max_position_embeddings) it is the same model, exported as Llama.
+for w in None 100000; do
+  rm -rf "$tmp/mistral.src" "$tmp/mistral.ckpt" "$tmp/mistral.out"
+  cp -r "$tmp/llama.src" "$tmp/mistral.src"
+  python3 -c 'import json, sys; p = sys.argv[1] + "/config.json"; c = json.load(open(p)); c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=eval(sys.argv[2])); json.dump(c, open(p, "w"))' "$tmp/mistral.src" "$w"
+  "$ckpt" import --format hf "$tmp/mistral.src" "$tmp/mistral.ckpt" > /dev/null
+  "$ckpt" export --format hf "$tmp/mistral.ckpt" "$tmp/mistral.out" > /dev/null
+  cmp "$tmp/llama.out/model.safetensors" "$tmp/mistral.out/model.safetensors"
+  echo "ok mistral (sliding_window $w): imports as the Llama it is"
+done
+
 echo "== 3. refusals"
 refused() {  # name, pattern, python edit of (cfg, tensors dict path), or a command
   local name="$1" pattern="$2" edit="$3" src="$tmp/bad_$1"
@@ -68,7 +80,8 @@ PY
   [ ! -e "$tmp/bad_$1.ckpt/latest" ] || { echo "$name: wrote a checkpoint"; exit 1; }
   echo "ok $name: $(cat "$tmp/bad.err")"
 }
-refused arch 'architecture "MistralForCausalLM" is not supported' 'cfg["architectures"] = ["MistralForCausalLM"]'
+refused arch 'architecture "Qwen2ForCausalLM" is not supported' 'cfg["architectures"] = ["Qwen2ForCausalLM"]'
+refused sliding_window 'sliding_window 8 is shorter than max_position_embeddings' 'cfg["architectures"] = ["MistralForCausalLM"]; cfg["sliding_window"] = 8' llama
 refused activation 'activation_function "relu" is not supported' 'cfg["activation_function"] = "relu"'
 refused erf_gelu 'activation_function "gelu" is not supported (gtp.s GELU is the tanh form' 'cfg["activation_function"] = "gelu"'
 refused missing 'lacks tensor transformer.h.1.mlp.c_fc.bias' 'del t["transformer.h.1.mlp.c_fc.bias"]'

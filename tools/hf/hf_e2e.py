@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Hugging Face end to end with transformers-made models (GPU machine: torch
 and transformers are installed there, not here). For each of a GPT-2 (GPT-2
-BPE vocab.json/merges.txt) and a Llama (tokenizer.json, Llama-3 style, GQA,
-untied embeddings) made by transformers with random weights and
-save_pretrained:
+BPE vocab.json/merges.txt with <|endoftext|>), a Llama (tokenizer.json,
+Llama-3 style, GQA, untied embeddings) and a Mistral (MistralForCausalLM, no
+sliding window, a SentencePiece tokenizer.model: Llama-2's BPE with byte
+fallback) made by transformers with random weights and save_pretrained:
 
   1. ckpt import --format hf  DIR -> gtp checkpoint (weights only)
   2. ckpt export --format hf  of the import: every tensor equal to transformers'
@@ -28,6 +29,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 TEXT = os.path.join(ROOT, "data/tokenizer/testdata/hf_json/text.txt")
 # GPT-2 BPE files (transformers 5's save_pretrained writes tokenizer.json only).
 HF = os.path.join(ROOT, "data/tokenizer/testdata/hf")
+SPM = os.path.join(ROOT, "data/tokenizer/testdata/spm/bpe.model")  # Llama-2's trainer settings
 PROMPT = "The cat sat on the"
 fails = []
 
@@ -50,15 +52,29 @@ def check(name, ok, detail=""):
 
 def make_models(work):
     import torch
-    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig,
-                              LlamaForCausalLM, PreTrainedTokenizerFast)
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                              MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast)
     torch.manual_seed(0)
+    # GPT-2: the fixture's vocab.json + merges.txt with <|endoftext|> at id 2000
+    # as GPT-2's own files have it (in the vocab, and a special added token), as
+    # files for gtp and as a tokenizer.json for transformers (transformers 5
+    # builds GPT2TokenizerFast from a tokenizer.json).
     d = os.path.join(work, "gpt2")
-    # The same vocab.json + merges.txt as a tokenizer.json (transformers 5 builds
-    # GPT2TokenizerFast from a tokenizer.json).
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(ROOT, "data/tokenizer/testdata/hf_json/gpt2_hf.json"))
-    m = GPT2LMHeadModel(GPT2Config(vocab_size=2000, n_positions=64, n_embd=64, n_layer=2, n_head=4,
-                                   bos_token_id=None, eos_token_id=None))
+    vocab = json.load(open(os.path.join(HF, "vocab.json"), encoding="utf-8"))
+    eot = len(vocab)
+    vocab["<|endoftext|>"] = eot
+    with open(os.path.join(work, "gpt2_vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    tj = json.load(open(os.path.join(ROOT, "data/tokenizer/testdata/hf_json/gpt2_hf.json"), encoding="utf-8"))
+    tj["model"]["vocab"]["<|endoftext|>"] = eot
+    tj["added_tokens"] = [{"id": eot, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                           "rstrip": False, "normalized": False, "special": True}]
+    with open(os.path.join(work, "gpt2_tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(work, "gpt2_tokenizer.json"),
+                                  bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+    m = GPT2LMHeadModel(GPT2Config(vocab_size=eot + 1, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+                                   bos_token_id=eot, eos_token_id=eot))
     m.save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
     d = os.path.join(work, "llama")
@@ -69,10 +85,26 @@ def make_models(work):
                                      num_hidden_layers=2, num_attention_heads=4,
                                      num_key_value_heads=2, max_position_embeddings=64,
                                      tie_word_embeddings=False, rope_theta=10000.0,
-                                     rms_norm_eps=1e-5))  # gtp's norms: eps 1e-5
+                                     rms_norm_eps=1e-5))
     m.save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
     shutil.copy(js, os.path.join(d, "tokenizer.json"))
+    # Mistral: the directory a Mistral-7B-v0.1 download looks like, small:
+    # MistralForCausalLM with sliding_window null, tokenizer.model + a
+    # LlamaTokenizer config (no BOS added: gtp's data has none either).
+    d = os.path.join(work, "mistral")
+    m = MistralForCausalLM(MistralConfig(vocab_size=800, hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=64,
+                                         sliding_window=None, tie_word_embeddings=False,
+                                         rope_theta=10000.0, rms_norm_eps=1e-6,
+                                         bos_token_id=1, eos_token_id=2))
+    m.save_pretrained(d, safe_serialization=True)
+    shutil.copy(SPM, os.path.join(d, "tokenizer.model"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                   "unk_token": "<unk>", "add_bos_token": False, "add_eos_token": False,
+                   "legacy": True, "model_max_length": 64}, f)
 
 
 def same_tensors(a, b):
@@ -102,12 +134,15 @@ def main():
     os.makedirs(a.work)
     make_models(a.work)
     from transformers import AutoTokenizer
+    w = a.work
     for name, tok_flags, data_tok, eod in [
-        ("gpt2", [f"--vocab={HF}/vocab.json", f"--merges={HF}/merges.txt"],
-         f"data.tokenizer_vocab={HF}/vocab.json,data.tokenizer_merges={HF}/merges.txt",
-         None),  # this small vocabulary has no end-of-text token
-        ("llama", [f"--tokenizer_json={a.work}/llama/tokenizer.json"],
-         f"data.tokenizer_json={a.work}/llama/tokenizer.json", "<|end_of_text|>")]:
+        ("gpt2", [f"--vocab={w}/gpt2_vocab.json", f"--merges={HF}/merges.txt"],
+         f"data.tokenizer_vocab={w}/gpt2_vocab.json,data.tokenizer_merges={HF}/merges.txt",
+         "<|endoftext|>"),
+        ("llama", [f"--tokenizer_json={w}/llama/tokenizer.json"],
+         f"data.tokenizer_json={w}/llama/tokenizer.json", "<|end_of_text|>"),
+        ("mistral", [f"--tokenizer_model={w}/mistral/tokenizer.model"],
+         f"data.tokenizer_model={w}/mistral/tokenizer.model", "</s>")]:
         d = os.path.join(a.work, name)
         try:
             run([b("tools_ckpt_ckpt"), "import", "--format", "hf", d, f"{d}.gtp"])
@@ -117,7 +152,7 @@ def main():
                   f"missing {missing[:4]}, different {bad[:4]}" if missing or bad else "")
             data = f"{d}.data/text"
             os.makedirs(os.path.dirname(data))
-            eod_flags = ["--append_eod", f"--eod_token={eod}"] if eod else []
+            eod_flags = ["--append_eod", f"--eod_token={eod}"]
             run([b("tools_data_make_indexed"), *tok_flags, "--documents=line", *eod_flags,
                  f"--output={data}", TEXT])
             sets = ",".join([
@@ -137,6 +172,22 @@ def main():
             gtp_text = g.stdout.split("\ngenerated ")[0]
             run([b("tools_ckpt_ckpt"), "export", "--format", "hf", f"{d}.run/checkpoints", f"{d}.out"])
             tok = AutoTokenizer.from_pretrained(f"{d}.out")
+            # The exported tokenizer in transformers against gtp's, line by line
+            # on the multilingual fixture. transformers 5 converts a
+            # tokenizer.model itself and drops SentencePiece's dummy prefix on
+            # text that starts with whitespace (data/tokenizer/README.md): for
+            # the Mistral directory those lines are counted apart.
+            lines = open(TEXT, encoding="utf-8").read().split("\n")[:-1]
+            ours = [[int(x) for x in r.split()] for r in
+                    run([b("data_tokenizer_tokenize"), *tok_flags], input="\n".join(lines) + "\n")
+                    .stdout.split("\n")[:len(lines)]]
+            diff = [i for i, l in enumerate(lines) if tok.encode(l, add_special_tokens=False) != ours[i]]
+            lead = [i for i in diff if name == "mistral" and lines[i][:1].isspace()]
+            rest = [i for i in diff if i not in lead]
+            check(f"{name}: AutoTokenizer ids == gtp ids on {len(lines)} lines", not rest,
+                  (f"{len(lead)} lines that start with whitespace differ (the dummy prefix)" if lead else "")
+                  + (f"; line {rest[0]}: {lines[rest[0]]!r} transformers "
+                     f"{tok.encode(lines[rest[0]], add_special_tokens=False)} gtp {ours[rest[0]]}" if rest else ""))
             ids = tok.encode(PROMPT, add_special_tokens=False)
             cont = hf_greedy(f"{d}.out", ids, 12)
             hf_text = tok.decode(ids + cont, clean_up_tokenization_spaces=False)
