@@ -46,8 +46,10 @@ void AddChain(Pass* p, double dense, double expert, double exposed, bool reduce)
 Pass Forward(const ModelCost& mc, int first, int last, bool embed, bool head) {
   Pass p;
   double prev = 0;  // the compute a prefetch hides behind (0: cold start)
-  if (embed) {
-    p.time += mc.ends.embed_fwd;
+  if (embed) {  // the chain starts at the (GTP-sharded) embedding table: a cold gather
+    const double g = mc.ends.head_gather;
+    AddChain(&p, g, 0, g, false);
+    p.time += mc.ends.embed_fwd + g;
     p.compute["embedding+head"] += mc.ends.embed_fwd;
     prev = mc.ends.embed_fwd;
   }
@@ -79,8 +81,12 @@ Pass Backward(const ModelCost& mc, int first, int last, bool embed, bool head, b
   };
   std::vector<Item> items;
   Pass p;
+  // The head's gradient (its table's reduce-scatter) is deferred like any
+  // other; a tied table shared with an embedding in this chunk reduces once,
+  // at the end.
   if (head) {
-    items.push_back({mc.ends.head_bwd, 0, mc.ends.head_gather, 0, mc.ends.head_reduce_scatter, 0, "embedding+head"});
+    const double rs = embed && mc.shape.tied_embeddings ? 0.0 : mc.ends.head_reduce_scatter;
+    items.push_back({mc.ends.head_bwd, 0, mc.ends.head_gather, 0, rs, 0, "embedding+head"});
   }
   for (int i = last - 1; i >= first; --i) {
     const BlockCost& b = mc.blocks[i];
@@ -105,7 +111,9 @@ Pass Backward(const ModelCost& mc, int first, int last, bool embed, bool head, b
     }
     items.push_back(it);
   }
-  if (embed) items.push_back({mc.ends.embed_bwd, 0, 0, 0, 0, 0, "embedding+head"});
+  // The embedding's backward (a scatter-add, no weights needed) ends the
+  // chain: its table's reduce-scatter is the chain head's, waited for.
+  if (embed) items.push_back({mc.ends.embed_bwd, 0, 0, 0, mc.ends.head_reduce_scatter, 0, "embedding+head"});
   for (size_t j = 0; j < items.size(); ++j) {
     const Item& it = items[j];
     if (j == 0) AddChain(&p, it.gather, it.egather, it.gather + it.egather, false);  // cold
