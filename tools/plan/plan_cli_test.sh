@@ -1,0 +1,43 @@
+#!/bin/bash
+# tools/plan end to end: predict (text and CSV), search, scale, calibrate on
+# the CPU, and the refusals (exit 1 with one line naming the input).
+set -euo pipefail
+PLAN=tools/plan/plan
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+H200=plan/clusters/h200.cluster
+
+out=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster $H200 \
+  --set parallel.tp=8,parallel.tp_num_weight_shards=16,parallel.pp=2,parallel.sequence_parallel=true)
+echo "$out"
+grep -q "UNCALIBRATED" <<<"$out"
+grep -q "gtp weight all-gather" <<<"$out"
+grep -q "memory per GPU" <<<"$out"
+
+csv=$($PLAN predict --csv --recipe tools/plan/llama70b.pbtxt --cluster $H200 --set parallel.tp=8,parallel.tp_num_weight_shards=8)
+[ "$(wc -l <<<"$csv")" = 2 ]
+grep -q "^label,world,tp,gtp" <<<"$csv"
+
+out=$($PLAN search --recipe tools/plan/llama70b.pbtxt --cluster $H200 --world 64 --top 5)
+grep -q "recommended:" <<<"$out"
+grep -q "runner-up" <<<"$out"
+
+out=$($PLAN scale --recipe tools/plan/llama70b.pbtxt --cluster $H200 --worlds 64,128 --families gtp,tpdp --sequences_per_gpu 4)
+[ "$(wc -l <<<"$out")" = 5 ]
+
+$PLAN calibrate --device cpu --quick --out "$TMP/cpu.calibration"
+grep -q "^gemm f32" "$TMP/cpu.calibration"
+out=$($PLAN predict --recipe tools/plan/gpt_megatron2021.pbtxt --cluster $H200 --calibration "$TMP/cpu.calibration" \
+  --set train.precision=f32)
+grep -q "calibrated (measured table)" <<<"$out"
+
+# Refusals: exit 1, one line naming the input.
+set +e
+msg=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster $H200 --set parallel.tp=3 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "not divisible by tp × gtp × cp × pp = 3" <<<"$msg" || { echo "tp=3: rc=$rc $msg"; exit 1; }
+printf 'name = x\nbogus = 1\n' > "$TMP/bad.cluster"
+msg=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster "$TMP/bad.cluster" 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "unknown cluster key 'bogus'" <<<"$msg" || { echo "bad cluster: rc=$rc $msg"; exit 1; }
+msg=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster $H200 --cluster_set network_gbps=0 2>&1); rc=$?
+[ $rc = 1 ] && grep -q "network_gbps" <<<"$msg" || { echo "zero bw: rc=$rc $msg"; exit 1; }
+$PLAN frobnicate >/dev/null 2>&1; [ $? = 2 ] || { echo "unknown command should exit 2"; exit 1; }
+echo PASS
