@@ -37,7 +37,7 @@ TEST(Model, BlockFlopsSumToTheMfuCount) {
            {"tools/plan/llama70b.pbtxt", {"parallel.world_size=8"}},
            {"tools/plan/gpt_megatron2021.pbtxt", {"parallel.world_size=8", "train.global_batch=8"}},
            {"tools/plan/hybrid_moe_280b.pbtxt",
-            {"parallel.world_size=128", "train.precision=bf16", "parallel.gtp_gather_dtype=bf16"}}}) {
+            {"parallel.world_size=128", "parallel.gtp_gather_dtype=bf16"}}}) {
     recipes::proto::Recipe r = Load(path, sets);
     absl::StatusOr<Layout> l = LayoutFromRecipe(r);
     ASSERT_TRUE(l.ok()) << l.status();

@@ -1,6 +1,7 @@
 #include "plan/search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
@@ -132,7 +133,13 @@ absl::StatusOr<SearchResult> Search(const recipes::proto::Recipe& r, int world, 
                   }
   std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     if (a.fits != b.fits) return a.fits;
-    if (a.fits) return a.pred.tokens_per_s > b.pred.tokens_per_s;
+    if (a.fits && std::abs(a.pred.tokens_per_s / b.pred.tokens_per_s - 1) > 1e-9) {
+      return a.pred.tokens_per_s > b.pred.tokens_per_s;
+    }
+    if (a.fits) {  // equal speed (e.g. CP 2 × mb 2 vs CP 1 × mb 1): the simpler layout first
+      if (a.pred.layout.cp != b.pred.layout.cp) return a.pred.layout.cp < b.pred.layout.cp;
+      return a.pred.layout.micro_batch < b.pred.layout.micro_batch;
+    }
     return a.pred.memory.total < b.pred.memory.total;
   });
   for (size_t i = 1; i < all.size(); ++i) all[i].why = WhyLoses(all[i], all[0], cap);

@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, worlds, "8,16,32,64,128,256,512,1024,2048,4096", "scale: 
 ABSL_FLAG(std::string, mode, "weak", "scale: weak (global batch grows with GPUs) | strong (the recipe's global batch)");
 ABSL_FLAG(std::string, families, "gtp,fsdp,tpdp", "scale: layout families (plan/search.h FamilySpace)");
 ABSL_FLAG(int, sequences_per_gpu, 1, "scale, weak: global batch = this × GPUs");
+ABSL_FLAG(bool, fp8_gemm, false,
+          "predict: GEMMs at the fp8 peak (bf16 training otherwise; gtp has no fp8 GEMMs yet: a what-if, e.g. MXFP8 runs)");
 ABSL_FLAG(std::string, out, "", "calibrate: the table file to write");
 ABSL_FLAG(std::string, device, "auto", "calibrate: auto | cpu | cuda");
 ABSL_FLAG(bool, quick, false, "calibrate: smallest shapes only");
@@ -95,6 +97,7 @@ int PredictCmd(const std::vector<std::string>& sets) {
   cost.Add(in->table);
   absl::StatusOr<Layout> l = LayoutFromRecipe(in->recipe);
   if (!l.ok()) return Fail(l.status());
+  if (absl::GetFlag(FLAGS_fp8_gemm)) l->precision = "fp8";
   absl::StatusOr<Prediction> p = plan::Predict(in->recipe, *l, cost);
   if (!p.ok()) return Fail(p.status());
   if (absl::GetFlag(FLAGS_csv)) {
@@ -136,9 +139,16 @@ int SearchCmd(const std::vector<std::string>& sets) {
               FormatSearch(*res, absl::GetFlag(FLAGS_top), in->cap).c_str());
   if (!res->ranked.empty()) {
     std::printf("\nrecommended:\n%s", FormatPrediction(res->ranked[0].pred, in->cluster, in->cap).c_str());
-    if (res->ranked.size() > 1) {
-      std::printf("\nrunner-up (%s):\n%s", res->ranked[1].why.c_str(),
-                  FormatPrediction(res->ranked[1].pred, in->cluster, in->cap).c_str());
+    // The runner-up: the best fitting layout with another TP × GTP × PP (the
+    // next rows are often the same split with CP or the micro-batch traded).
+    const Layout& w = res->ranked[0].pred.layout;
+    for (size_t i = 1; i < res->ranked.size(); ++i) {
+      const Candidate& c = res->ranked[i];
+      const Layout& l = c.pred.layout;
+      if (!c.fits || (l.tp == w.tp && l.gtp == w.gtp && l.pp == w.pp)) continue;
+      std::printf("\nrunner-up, rank %zu (%s):\n%s", i + 1, c.why.c_str(),
+                  FormatPrediction(c.pred, in->cluster, in->cap).c_str());
+      break;
     }
   }
   return 0;
