@@ -67,6 +67,22 @@ out=$("$inspect" "$tmp/hf") || fail "inspect tokenizer_json"
 echo "$out"
 grep -q 'doc 0 (4 tokens): \[266 267 198 270\]' <<<"$out" || fail "tokenizer_json doc 0"
 grep -q 'doc 1 (3 tokens): \[266 198 270\]' <<<"$out" || fail "tokenizer_json doc 1"
+# --prepend_bos: its <|begin_of_text|> (269, found among the usual names) first.
+"$make_indexed" --output="$tmp/hfbos" --tokenizer_json="$tokenizer_json" --documents=line \
+  --prepend_bos --append_eod --eod_token='<|end_of_text|>' "$tmp/hfin.txt" 2>/dev/null || fail "make_indexed --prepend_bos"
+out=$("$inspect" "$tmp/hfbos") || fail "inspect hfbos"
+grep -q 'doc 0 (5 tokens): \[269 266 267 198 270\]' <<<"$out" || fail "tokenizer_json bos doc 0: $out"
+"$make_indexed" --output="$tmp/hfbos2" --tokenizer_json="$tokenizer_json" --prepend_bos \
+  --bos_token='<s>' "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "<s> is not one of its special added tokens; name the beginning-of-document token with --bos_token" "$tmp/err" \
+  || fail "bad bos token: exit $rc, $(cat "$tmp/err")"
+# GPT-2 has no beginning-of-sequence token: refused unless named.
+"$make_indexed" --output="$tmp/bpebos" --vocab="$vocab" --merges="$merges" --prepend_bos \
+  "$tmp/bpe.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "GPT-2's vocabulary has no beginning-of-sequence token; name one with --bos_token" "$tmp/err" \
+  || fail "gpt2 bos: exit $rc, $(cat "$tmp/err")"
+"$make_indexed" --output="$tmp/bytesbos" --prepend_bos "$tmp/bpe.txt" 2>/dev/null; rc=$?
+[ "$rc" = 2 ] || fail "bytes with --prepend_bos: exit $rc, want 2"
 # Its end-of-document token is not <|endoftext|>: refused, naming --eod_token.
 "$make_indexed" --output="$tmp/hf2" --tokenizer_json="$tokenizer_json" --append_eod \
   "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
@@ -90,6 +106,11 @@ echo "$out"
 grep -q 'doc 0 (13 tokens): \[549 264 299 272 497 328 550 572 558 263 550 13 2\]' <<<"$out" || fail "tokenizer_model doc 0"
 grep -q 'doc 1 (27 tokens): \[282 263 550 549 499 13 558 263 550 419 13 13 553 564 551 265 261 554 357 568 566 551 575 282 263 550 2\]' <<<"$out" \
   || fail "tokenizer_model doc 1"
+# --prepend_bos: <s> (1), the model's beginning-of-sentence piece, first.
+"$make_indexed" --output="$tmp/spmbos" --tokenizer_model="$tokenizer_model" --documents=file \
+  --prepend_bos --append_eod "$tmp/spm1.txt" 2>/dev/null || fail "make_indexed spm --prepend_bos"
+grep -q 'doc 0 (14 tokens): \[1 549 264 299 272 497 328 550 572 558 263 550 13 2\]' <<<"$("$inspect" "$tmp/spmbos")" \
+  || fail "tokenizer_model bos doc 0"
 "$make_indexed" --output="$tmp/spm2" --tokenizer_model="$tokenizer_model" --append_eod \
   --eod_token='<|endoftext|>' "$tmp/spm1.txt" 2>"$tmp/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "<|endoftext|> is not one of its control, unknown or user-defined pieces; name the end-of-document piece with --eod_token (Llama-2, Mistral: </s>)" "$tmp/err" \

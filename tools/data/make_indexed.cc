@@ -22,7 +22,10 @@
 // preprocess_data.py). --append_eod ends each document with --eod_token
 // (a special token of the tokenizer.json, a vocab.json entry, a control piece
 // of the tokenizer.model; default <|endoftext|>, or the tokenizer.model's
-// end-of-sentence piece, </s>). --dtype
+// end-of-sentence piece, </s>). --prepend_bos starts each document with
+// --bos_token (default: the tokenizer.model's beginning-of-sentence piece,
+// <s>; the first special token of the tokenizer.json among
+// <|begin_of_text|>, <s>, <bos>; GPT-2 has none: name one). --dtype
 // defaults to u8 for bytes and to Megatron's choice (u16 below 65500 ids,
 // else i32) for BPE. A progress line (documents,
 // documents/s) goes to stderr every second. Exit status: 0 written, 1 I/O or
@@ -68,6 +71,13 @@ ABSL_FLAG(std::string, json_key, "",
           "read JSONL: one object per line, this string field is the document");
 ABSL_FLAG(bool, append_eod, false,
           "append --eod_token to every document (with a tokenizer, not for bytes)");
+ABSL_FLAG(bool, prepend_bos, false,
+          "start every document with --bos_token (Llama-2/Mistral <s>, Llama-3 "
+          "<|begin_of_text|>; with a tokenizer, not for bytes)");
+ABSL_FLAG(std::string, bos_token, "",
+          "the beginning-of-document token --prepend_bos puts first (default: the "
+          "--tokenizer_model's beginning-of-sentence piece; for --tokenizer_json the first of "
+          "<|begin_of_text|>, <s>, <bos> that is a special token; --vocab: required)");
 ABSL_FLAG(std::string, eod_token, "",
           "the end-of-document token --append_eod appends (default: <|endoftext|>, or the "
           "--tokenizer_model's end-of-sentence piece, </s>; Llama-3: <|end_of_text|>)");
@@ -119,6 +129,53 @@ class Progress {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_ = start_;
 };
+
+// The id --prepend_bos puts first, from --bos_token or the tokenizer's own
+// beginning-of-sequence token; an error naming --bos_token when there is none.
+absl::StatusOr<int32_t> BosId(const std::optional<data::Gpt2Tokenizer>& gpt2,
+                              const std::optional<data::HfTokenizer>& hf,
+                              const std::optional<data::SentencePieceTokenizer>& spm) {
+  const std::string flag = absl::GetFlag(FLAGS_bos_token);
+  std::optional<int32_t> id;
+  if (gpt2) {
+    if (flag.empty()) {
+      return absl::InvalidArgumentError(
+          "--prepend_bos: GPT-2's vocabulary has no beginning-of-sequence token; name one with "
+          "--bos_token (GPT-2 runs usually end documents with --append_eod instead)");
+    }
+    id = gpt2->TokenId(flag);
+    if (!id) {
+      return absl::InvalidArgumentError(absl::StrCat(absl::GetFlag(FLAGS_vocab), ": no ", flag,
+                                                     " token for --prepend_bos"));
+    }
+  } else if (hf) {
+    const std::vector<std::string> names =
+        flag.empty() ? std::vector<std::string>{"<|begin_of_text|>", "<s>", "<bos>"}
+                     : std::vector<std::string>{flag};
+    for (const std::string& n : names) {
+      if ((id = hf->SpecialTokenId(n))) break;
+    }
+    if (!id) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::GetFlag(FLAGS_tokenizer_json), ": ",
+          flag.empty() ? "none of <|begin_of_text|>, <s>, <bos> is" : flag + " is not",
+          " one of its special added tokens; name the beginning-of-document token with "
+          "--bos_token"));
+    }
+  } else {
+    id = flag.empty() ? spm->bos_id() : spm->SpecialTokenId(flag);
+    if (!id) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::GetFlag(FLAGS_tokenizer_model), ": ",
+          flag.empty() ? std::string("it has no beginning-of-sentence piece (trainer_spec.bos_piece "
+                                     "as a CONTROL piece)")
+                       : absl::StrCat(flag, " is not one of its control, unknown or "
+                                            "user-defined pieces"),
+          "; name the beginning-of-document piece with --bos_token (Llama-2, Mistral: <s>)"));
+    }
+  }
+  return *id;
+}
 
 absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint64_t* num_tokens,
                  std::string* dtype_name, double* seconds) {
@@ -174,6 +231,10 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
       }
     }
   }
+  std::optional<int32_t> bos;
+  if (absl::GetFlag(FLAGS_prepend_bos)) {
+    GTP_ASSIGN_OR_RETURN(bos, BosId(gpt2, hf, spm));
+  }
   const bool bpe = gpt2 || hf || spm;
   data::IndexDType dtype = bpe ? data::OptimalIndexDType(vocab_size) : data::IndexDType::kU8;
   if (!absl::GetFlag(FLAGS_dtype).empty()) {
@@ -187,6 +248,7 @@ absl::Status Run(const std::vector<std::string>& files, uint64_t* num_docs, uint
   auto add = [&](absl::string_view doc) -> absl::Status {
     if (bpe) {
       ids.clear();
+      if (bos) ids.push_back(*bos);
       if (gpt2) {
         gpt2->EncodeAppend(doc, &cache, &ids);
       } else if (hf) {
@@ -240,7 +302,8 @@ int main(int argc, char** argv) {
       "  make_indexed --output=PREFIX --tokenizer_json=tokenizer.json [--json_key=text]\n"
       "               [--append_eod --eod_token=TOKEN] [--documents=line] FILE...\n"
       "  make_indexed --output=PREFIX --tokenizer_model=tokenizer.model [--json_key=text]\n"
-      "               [--append_eod [--eod_token=TOKEN]] [--documents=line] FILE...");
+      "               [--append_eod [--eod_token=TOKEN]] [--prepend_bos [--bos_token=TOKEN]]\n"
+      "               [--documents=line] FILE...");
   std::vector<char*> args = gtp::ParseCommandLine(argc, argv);
   // Paths typed by the user mean the directory `bazel run` was called from.
   for (auto* f : {&FLAGS_output, &FLAGS_vocab, &FLAGS_merges, &FLAGS_tokenizer_json,
@@ -257,12 +320,14 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_output).empty() || (corpus == !files.empty()) ||
       (mode != "file" && mode != "line" && mode != "paragraph") ||
       bpe != !absl::GetFlag(FLAGS_merges).empty() ||
-      (absl::GetFlag(FLAGS_append_eod) && !bpe && !hf && !spm) ||
+      ((absl::GetFlag(FLAGS_append_eod) || absl::GetFlag(FLAGS_prepend_bos)) && !bpe && !hf &&
+       !spm) ||
       (corpus && !absl::GetFlag(FLAGS_json_key).empty())) {
     std::fprintf(stderr,
                  "make_indexed: need --output and either input files or --corpus; "
                  "--documents is file, line or paragraph; --vocab and --merges go together; "
-                 "--append_eod needs them, --tokenizer_json or --tokenizer_model; --json_key needs files "
+                 "--append_eod and --prepend_bos need them, --tokenizer_json or --tokenizer_model; "
+                 "--json_key needs files "
                  "(see --help)\n");
     return 2;
   }
