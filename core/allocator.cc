@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cuda_runtime.h"
 
@@ -15,82 +16,74 @@ std::string AllocatorStats::ToString() const {
                          peak_bytes_in_use, bytes_reserved, num_allocs, num_cache_hits);
 }
 
-absl::StatusOr<void*> HeapAllocator::Allocate(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) return absl::ResourceExhaustedError(absl::StrFormat("host allocation of %d bytes failed", bytes));
-  absl::MutexLock lock(&mu_);
-  live_[p] = rounded;
-  stats_.bytes_in_use += rounded;
-  stats_.bytes_reserved += rounded;
-  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
-  stats_.num_allocs++;
-  return p;
-}
+namespace internal {
 
-void HeapAllocator::Free(void* p) {
-  if (!p) return;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = live_.find(p);
-    GTP_CHECK(it != live_.end(), "HeapAllocator::Free of a pointer it did not allocate");
-    stats_.bytes_in_use -= it->second;
-    stats_.bytes_reserved -= it->second;
-    live_.erase(it);
-  }
-  std::free(p);
-}
-
-AllocatorStats HeapAllocator::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
-}
-
-void HeapAllocator::ResetPeak() {
-  absl::MutexLock lock(&mu_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
-}
-
-PinnedHostAllocator::~PinnedHostAllocator() {
-  absl::MutexLock lock(&mu_);
-  for (auto& [p, size] : live_) cudaFreeHost(p);
-}
-
-absl::StatusOr<void*> PinnedHostAllocator::Allocate(size_t bytes) {
-  if (bytes == 0) return nullptr;
-  void* p = nullptr;
-  GTP_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+void HostAllocator::AddLive(void* p, size_t bytes) {
   absl::MutexLock lock(&mu_);
   live_[p] = bytes;
   stats_.bytes_in_use += bytes;
   stats_.bytes_reserved += bytes;
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   stats_.num_allocs++;
+}
+
+void HostAllocator::RemoveLive(void* p, const char* owner) {
+  absl::MutexLock lock(&mu_);
+  auto it = live_.find(p);
+  GTP_CHECK(it != live_.end(), owner, "::Free of a pointer it did not allocate");
+  stats_.bytes_in_use -= it->second;
+  stats_.bytes_reserved -= it->second;
+  live_.erase(it);
+}
+
+AllocatorStats HostAllocator::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void HostAllocator::ResetPeak() {
+  absl::MutexLock lock(&mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
+void HostAllocator::ReleaseLive(void (*release)(void*)) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [p, size] : live_) release(p);
+}
+
+}  // namespace internal
+
+absl::StatusOr<void*> HeapAllocator::Allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) return absl::ResourceExhaustedError(absl::StrFormat("host allocation of %d bytes failed", bytes));
+  AddLive(p, rounded);
+  return p;
+}
+
+void HeapAllocator::Free(void* p) {
+  if (!p) return;
+  RemoveLive(p, "HeapAllocator");
+  std::free(p);
+}
+
+PinnedHostAllocator::~PinnedHostAllocator() {
+  ReleaseLive([](void* p) { cudaFreeHost(p); });
+}
+
+absl::StatusOr<void*> PinnedHostAllocator::Allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  GTP_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  AddLive(p, bytes);
   return p;
 }
 
 void PinnedHostAllocator::Free(void* p) {
   if (!p) return;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = live_.find(p);
-    GTP_CHECK(it != live_.end(), "PinnedHostAllocator::Free of a pointer it did not allocate");
-    stats_.bytes_in_use -= it->second;
-    stats_.bytes_reserved -= it->second;
-    live_.erase(it);
-  }
+  RemoveLive(p, "PinnedHostAllocator");
   cudaFreeHost(p);
-}
-
-AllocatorStats PinnedHostAllocator::stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
-}
-
-void PinnedHostAllocator::ResetPeak() {
-  absl::MutexLock lock(&mu_);
-  stats_.peak_bytes_in_use = stats_.bytes_in_use;
 }
 
 CudaCachingAllocator::CudaCachingAllocator(int device) : device_(device) {}

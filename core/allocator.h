@@ -43,37 +43,45 @@ class Allocator {
   virtual void ResetPeak() = 0;
 };
 
-// Aligned host memory with statistics.
-class HeapAllocator final : public Allocator {
+namespace internal {
+// What HeapAllocator and PinnedHostAllocator share: host memory (reported as
+// Device::Cpu()), their live blocks and the statistics, under one mutex.
+class HostAllocator : public Allocator {
  public:
-  absl::StatusOr<void*> Allocate(size_t bytes) override;
-  void Free(void* p) override;
   Device device() const override { return Device::Cpu(); }
   AllocatorStats stats() const override;
   void ResetPeak() override;
+
+ protected:
+  // Records `p` of `bytes` (in use and reserved; a successful allocation).
+  void AddLive(void* p, size_t bytes);
+  // Forgets `p`, which must be live (else a check failure naming `owner`).
+  void RemoveLive(void* p, const char* owner);
+  // Hands every live block to `release` (a leak by the owner, at destruction).
+  void ReleaseLive(void (*release)(void*));
 
  private:
   mutable absl::Mutex mu_;
   std::map<void*, size_t> live_;  // GUARDED_BY(mu_)
   AllocatorStats stats_;          // GUARDED_BY(mu_)
 };
+}  // namespace internal
+
+// Aligned host memory with statistics.
+class HeapAllocator final : public internal::HostAllocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Free(void* p) override;
+};
 
 // Page-locked host memory (cudaHostAlloc), so host↔device copies can be
 // truly asynchronous. Reports Device::Cpu(). Allocate fails with the CUDA
 // error where no CUDA driver is present.
-class PinnedHostAllocator final : public Allocator {
+class PinnedHostAllocator final : public internal::HostAllocator {
  public:
   ~PinnedHostAllocator() override;
   absl::StatusOr<void*> Allocate(size_t bytes) override;
   void Free(void* p) override;
-  Device device() const override { return Device::Cpu(); }
-  AllocatorStats stats() const override;
-  void ResetPeak() override;
-
- private:
-  mutable absl::Mutex mu_;
-  std::map<void*, size_t> live_;  // GUARDED_BY(mu_)
-  AllocatorStats stats_;          // GUARDED_BY(mu_)
 };
 
 // Caching allocator for one CUDA device. Sizes round up to 512 B below 1 MiB

@@ -96,44 +96,12 @@ class NcclCommunicator : public Communicator {
 
   absl::StatusOr<WorkPtr> ReduceScatter(const void* send, void* recv, int64_t count, DType dtype,
                                         ReduceOp op) override {
-    OpDesc d{OpKind::kReduceScatter, count, dtype, op};
-    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckReducible(dtype, op),
-                                  CheckDeviceBuffer(count, send, "send"),
-                                  CheckDeviceBuffer(count, recv, "recv")}));
-    const int n = size();
-    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
-      // One rank: a copy, no NCCL launch.
-      if (n == 1) return CopyAsync(recv, send, count * Bytes(dtype), s);
-      if (UseF32(dtype, op)) {
-        return F32Accumulate(true, c, n, send, recv, count, dtype, op, s,
-                             [&](ncclResult_t r) { return Settle(c, r, dl, "ncclReduceScatter"); });
-      }
-      GTP_RETURN_IF_ERROR(Settle(
-          c, ncclReduceScatter(send, recv, count, NcclType(dtype), NcclOp(op), c, s), dl,
-          "ncclReduceScatter"));
-      return MeanDivide(dtype, op, recv, count, n, s);
-    });
+    return Reduce(OpKind::kReduceScatter, send, recv, count, dtype, op);
   }
 
   absl::StatusOr<WorkPtr> AllReduce(const void* send, void* recv, int64_t count, DType dtype,
                                     ReduceOp op) override {
-    OpDesc d{OpKind::kAllReduce, count, dtype, op};
-    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckReducible(dtype, op),
-                                  CheckDeviceBuffer(count, send, "send"),
-                                  CheckDeviceBuffer(count, recv, "recv")}));
-    const int n = size();
-    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
-      // One rank: a copy, no NCCL launch.
-      if (n == 1) return CopyAsync(recv, send, count * Bytes(dtype), s);
-      if (UseF32(dtype, op)) {
-        return F32Accumulate(false, c, n, send, recv, count, dtype, op, s,
-                             [&](ncclResult_t r) { return Settle(c, r, dl, "ncclAllReduce"); });
-      }
-      GTP_RETURN_IF_ERROR(Settle(
-          c, ncclAllReduce(send, recv, count, NcclType(dtype), NcclOp(op), c, s), dl,
-          "ncclAllReduce"));
-      return MeanDivide(dtype, op, recv, count, n, s);
-    });
+    return Reduce(OpKind::kAllReduce, send, recv, count, dtype, op);
   }
 
   absl::StatusOr<WorkPtr> Broadcast(void* buf, int64_t count, DType dtype, int root) override {
@@ -283,6 +251,31 @@ class NcclCommunicator : public Communicator {
     if (bytes == 0 || dst == src) return absl::OkStatus();
     return Cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
   }
+  // ReduceScatter or AllReduce (`kind`): the same checks, one rank a copy (no
+  // NCCL launch), bf16/f16 sums accumulated in f32, kMean divided after.
+  absl::StatusOr<WorkPtr> Reduce(OpKind kind, const void* send, void* recv, int64_t count,
+                                 DType dtype, ReduceOp op) {
+    OpDesc d{kind, count, dtype, op};
+    GTP_RETURN_IF_ERROR(Check(d, {internal::CheckCount(count), internal::CheckReducible(dtype, op),
+                                  CheckDeviceBuffer(count, send, "send"),
+                                  CheckDeviceBuffer(count, recv, "recv")}));
+    const int n = size();
+    const bool scatter = kind == OpKind::kReduceScatter;
+    const char* call = scatter ? "ncclReduceScatter" : "ncclAllReduce";
+    return Issue(d, [=](ncclComm_t c, cudaStream_t s, absl::Time dl) -> absl::Status {
+      if (n == 1) return CopyAsync(recv, send, count * Bytes(dtype), s);
+      if (UseF32(dtype, op)) {
+        return F32Accumulate(scatter, c, n, send, recv, count, dtype, op, s,
+                             [&](ncclResult_t r) { return Settle(c, r, dl, call); });
+      }
+      const ncclResult_t r =
+          scatter ? ncclReduceScatter(send, recv, count, NcclType(dtype), NcclOp(op), c, s)
+                  : ncclAllReduce(send, recv, count, NcclType(dtype), NcclOp(op), c, s);
+      GTP_RETURN_IF_ERROR(Settle(c, r, dl, call));
+      return MeanDivide(dtype, op, recv, count, n, s);
+    });
+  }
+
   static bool UseF32(DType d, ReduceOp op) {
     return (d == DType::kBF16 || d == DType::kF16) && (op == ReduceOp::kSum || op == ReduceOp::kMean);
   }
