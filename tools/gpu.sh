@@ -26,6 +26,7 @@ bundle() {
     targets+=("//tools/ckpt:ckpt")  # tools/bench/bench.sh exports checkpoints with it
     targets+=("//data/tokenizer:tokenize")  # tools/hf/tokenizer_check.py compares it with HF's
     targets+=("//tools/data:make_indexed" "//tools/generate:generate")  # tools/hf/hf_e2e.py
+    targets+=("//tools/plan:plan")  # plan calibrate (tools/plan/README.md)
   fi
   echo "gpu.sh: building ${#targets[@]} targets"
   bazel build -c opt "${targets[@]}"
