@@ -22,6 +22,7 @@
 #include "recipes/trainer/sampling.h"
 #include "recipes/trainer/state.h"
 #include "recipes/trainer/step.h"
+#include "recipes/trainer/step_boundary.h"
 #include "recipes/trainer/stop_signals.h"
 #include "recipes/trainer/world.h"
 
@@ -140,41 +141,27 @@ class RankRun {
       if (r_.train().sample_every() > 0 && step_ % r_.train().sample_every() == 0) {
         GTP_RETURN_IF_ERROR(text_sampler_.Print(s_->params, step_));
       }
-      // Every rank must agree on stopping, or the next collective would hang.
-      int32_t stop = StopSignals::Requested() ? 1 : 0, any = 0;
-      GTP_RETURN_IF_ERROR(
-          comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
-      const bool periodic = r_.checkpoint().every() > 0 && step_ % r_.checkpoint().every() == 0;
-      if (periodic || step_ == steps || any) {
-        const bool wait = step_ == steps || any;
-        GTP_RETURN_IF_ERROR(ckpt_->Save(step_, wait));
-        if (rank0() && !any) {
+      GTP_ASSIGN_OR_RETURN(const StepBoundary b,
+                           AtStepBoundary(host_, step_, steps, r_.checkpoint().every()));
+      if (b.save) {
+        GTP_RETURN_IF_ERROR(ckpt_->Save(step_, b.wait));
+        if (rank0() && !b.stop) {
           std::printf("%scheckpoint: step %lld %s %s\n", o_.progress_bar ? "\n" : "",
                       static_cast<long long>(step_),
-                      wait || !r_.checkpoint().async_save() ? "saved to" : "saving in the background to",
+                      b.wait || !r_.checkpoint().async_save() ? "saved to"
+                                                              : "saving in the background to",
                       ckpt_->root().c_str());
         }
       }
-      if (any) {
+      if (b.stop) {
         g_stopped_by_signal.store(true);
-        if (rank0()) {
-          std::printf("\nstopped by signal after step %lld; checkpoint written to %s\n",
-                      static_cast<long long>(step_), ckpt_->root().c_str());
-        }
+        if (rank0()) PrintStoppedBySignal(step_, ckpt_->root());
         return absl::OkStatus();
       }
     }
     if (rank0() && o_.progress_bar && first_step < steps) std::printf("\n");
-    if (rank0() && first_step >= steps) {
-      // Resumed at (or past) the last step: nothing trained, nothing saved.
-      std::printf("nothing to train: the checkpoint in %s is at step %lld and train.steps is %lld "
-                  "(raise train.steps to continue); nothing was saved\n",
-                  ckpt_->root().c_str(), static_cast<long long>(first_step),
-                  static_cast<long long>(steps));
-    } else if (rank0()) {
-      std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step_),
-                  ckpt_->root().c_str(), metrics_->path().c_str());
-    }
+    // Resumed at (or past) the last step: nothing trained, nothing saved.
+    if (rank0()) PrintRunEnd(first_step, step_, steps, ckpt_->root(), metrics_->path(), "");
     return absl::OkStatus();
   }
 

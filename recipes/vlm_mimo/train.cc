@@ -58,6 +58,7 @@
 #include "recipes/trainer/metrics.h"
 #include "recipes/trainer/run_lock.h"
 #include "recipes/trainer/settings.h"
+#include "recipes/trainer/step_boundary.h"
 #include "recipes/trainer/stop_signals.h"
 #include "recipes/trainer/world.h"
 #include "recipes/vlm_mimo/batches.h"
@@ -137,32 +138,19 @@ class RankRun {
         GTP_RETURN_IF_ERROR(metrics_->Step(rec, e_.alloc->stats(), world_.size(), t_start, first));
       }
       MarkResults();
-      // Every rank must agree on stopping, or the next collective would hang.
-      int32_t stop = StopSignals::Requested() ? 1 : 0, any = 0;
-      GTP_RETURN_IF_ERROR(
-          comm::Run(host_.AllReduce(&stop, &any, 1, DType::kI32, comm::ReduceOp::kMax)));
-      const int64_t every = r_.checkpoint().every();
-      if ((every > 0 && step % every == 0) || step == steps || any) {
-        GTP_RETURN_IF_ERROR(Save(step, /*announce=*/!any));
-      }
-      if (any) {
-        if (rank0()) {
-          std::printf("\nstopped by signal after step %lld; checkpoint written to %s\n",
-                      static_cast<long long>(step), ckpt_root_.c_str());
-        }
+      GTP_ASSIGN_OR_RETURN(const StepBoundary b,
+                           AtStepBoundary(host_, step, steps, r_.checkpoint().every()));
+      if (b.save) GTP_RETURN_IF_ERROR(Save(step, /*announce=*/!b.stop));
+      if (b.stop) {
+        if (rank0()) PrintStoppedBySignal(step, ckpt_root_);
         return absl::OkStatus();
       }
     }
     StopSignals::Defer(false);
     if (rank0() && o_.progress_bar && first < steps) std::printf("\n");
+    const std::string note = "; the run that reached it captioned";
     if (first >= steps) {
-      if (rank0()) {
-        std::printf(
-            "nothing to train: the checkpoint in %s is at step %lld and train.steps is %lld "
-            "(raise train.steps to continue; the run that reached it captioned); nothing was "
-            "saved\n",
-            ckpt_root_.c_str(), static_cast<long long>(first), static_cast<long long>(steps));
-      }
+      if (rank0()) PrintRunEnd(first, step, steps, ckpt_root_, metrics_->path(), note);
       return absl::OkStatus();
     }
     if (r_.train().eval_batches() > 0) {
@@ -178,11 +166,7 @@ class RankRun {
                                     {"caption_shape", c.shape}}));
       }
     }
-    if (rank0()) {
-      std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step),
-                  ckpt_root_.c_str(), metrics_->path().c_str());
-      std::fflush(stdout);
-    }
+    if (rank0()) PrintRunEnd(first, step, steps, ckpt_root_, metrics_->path(), note);
     return absl::OkStatus();
   }
 
