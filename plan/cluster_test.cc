@@ -74,9 +74,11 @@ TEST(Cluster, ShippedFilesLoad) {
     absl::StatusOr<Cluster> c = LoadCluster(f);
     ASSERT_TRUE(c.ok()) << f << ": " << c.status();
   }
-  // H200: 900 GB/s bidirectional NVLink → 450 per direction; the file uses 80 % of it.
+  // H200: NVLink fitted to the 2 × H200 NCCL all-gather/reduce-scatter
+  // table of 2026-11-30 (plan/two_gpu_test.cc re-derives these numbers).
   absl::StatusOr<Cluster> h = LoadCluster("plan/clusters/h200.cluster");
-  EXPECT_DOUBLE_EQ(h->intra.bandwidth, 360e9);
+  EXPECT_DOUBLE_EQ(h->intra.bandwidth, 254.1e9);
+  EXPECT_DOUBLE_EQ(h->intra.latency, 20.6e-6);
   EXPECT_DOUBLE_EQ(h->peak_bf16_flops, 989e12);
   EXPECT_EQ(LoadCluster("plan/clusters/none.cluster").status().code(), absl::StatusCode::kNotFound);
 }

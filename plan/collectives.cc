@@ -1,6 +1,9 @@
 #include "plan/collectives.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
 
 namespace gtp::plan {
 
@@ -55,6 +58,60 @@ double CollectiveTime(Collective c, double bytes, const Placement& p, const Clus
       break;
   }
   return 0.0;
+}
+
+absl::StatusOr<AlphaBetaFit> FitAlphaBeta(const std::vector<double>& bytes, const std::vector<double>& seconds,
+                                          int n) {
+  if (bytes.size() != seconds.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FitAlphaBeta: ", bytes.size(), " sizes but ", seconds.size(), " times"));
+  }
+  if (n < 2) return absl::InvalidArgumentError(absl::StrCat("FitAlphaBeta: n = ", n, " ranks; a ring needs n >= 2"));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (!(bytes[i] > 0) || !(seconds[i] > 0) || !std::isfinite(bytes[i]) || !std::isfinite(seconds[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("FitAlphaBeta: point ", i, " (", bytes[i], " bytes, ", seconds[i],
+                                                     " s) must be positive and finite"));
+    }
+  }
+  const double share = static_cast<double>(n - 1) / n;
+  double mx = 0, my = 0;
+  const double m = static_cast<double>(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    mx += share * bytes[i] / m;
+    my += seconds[i] / m;
+  }
+  double sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const double dx = share * bytes[i] - mx;
+    sxx += dx * dx;
+    sxy += dx * (seconds[i] - my);
+  }
+  if (bytes.size() < 2 || !(sxx > 0)) {
+    return absl::InvalidArgumentError("FitAlphaBeta: needs at least two distinct sizes");
+  }
+  double slope = sxy / sxx, intercept = my - slope * mx;
+  if (intercept < 0) {  // through the origin: slope = Σ x·t / Σ x²
+    double xt = 0, xx = 0;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      xt += share * bytes[i] * seconds[i];
+      xx += share * bytes[i] * share * bytes[i];
+    }
+    slope = xt / xx;
+    intercept = 0;
+  }
+  if (!(slope > 0)) {
+    return absl::InvalidArgumentError("FitAlphaBeta: the times do not grow with the size (no positive bandwidth)");
+  }
+  AlphaBetaFit fit;
+  fit.link = {1 / slope, intercept / (n - 1)};
+  double sq = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const double e = (intercept + slope * share * bytes[i]) / seconds[i] - 1;
+    fit.max_rel_error = std::max(fit.max_rel_error, std::abs(e));
+    sq += e * e;
+  }
+  fit.rms_rel_error = std::sqrt(sq / m);
+  return fit;
 }
 
 }  // namespace gtp::plan

@@ -18,7 +18,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "plan/cluster.h"
 
 namespace gtp::plan {
@@ -42,5 +44,23 @@ Placement Place(int size, int stride, int gpus_per_node);
 
 // Hierarchical time on `cluster` (see the file comment).
 double CollectiveTime(Collective c, double bytes, const Placement& p, const Cluster& cluster);
+
+// A link fitted to measured times of a flat-ring all-gather or
+// reduce-scatter of `n` ranks: least squares in time (seconds, unweighted) of
+//   t_i = (n−1)·α + (n−1)/n · S_i/β      (S_i = the full buffer, bytes)
+// — ordinary linear regression of t on x = (n−1)/n · S with intercept
+// (n−1)·α and slope 1/β. A negative intercept (the data say "no latency")
+// is refitted through the origin (α = 0). The fitted times' residuals are
+// reported as relative errors (predicted / measured − 1).
+// InvalidArgument: sizes and times of different lengths, fewer than two
+// distinct sizes, n < 2, a non-positive or non-finite size or time, or a
+// fit with no positive slope (times that do not grow with size).
+struct AlphaBetaFit {
+  Link link;                   // bandwidth β (bytes/s), latency α (seconds per ring step)
+  double max_rel_error = 0;    // max |predicted / measured − 1| over the points
+  double rms_rel_error = 0;
+};
+absl::StatusOr<AlphaBetaFit> FitAlphaBeta(const std::vector<double>& bytes, const std::vector<double>& seconds,
+                                          int n = 2);
 
 }  // namespace gtp::plan

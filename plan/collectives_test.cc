@@ -1,6 +1,9 @@
 // Each formula against hand-computed numbers (exact arithmetic: tolerance 1e-12 relative).
 #include "plan/collectives.h"
 
+#include <cmath>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace gtp::plan {
@@ -60,6 +63,54 @@ TEST(Collectives, HierarchicalWhenSpanningNodes) {
   // send/recv between nodes uses the network.
   EXPECT_DOUBLE_EQ(CollectiveTime(Collective::kSendRecv, S, {2, 1}, c), 20e-6 + 0.1);
   EXPECT_DOUBLE_EQ(CollectiveTime(Collective::kSendRecv, S, {2, 2}, c), 10e-6 + 0.01);
+}
+
+TEST(FitAlphaBeta, RecoversAKnownLinkExactly) {
+  // Synthetic times of a 4-rank ring, α = 5 µs, β = 100 GB/s: 3·α + 3/4 · S/β.
+  const Link truth{100e9, 5e-6};
+  std::vector<double> sizes, times;
+  for (double s : {1e6, 4e6, 16e6, 64e6, 256e6, 1e9}) {
+    sizes.push_back(s);
+    times.push_back(FlatTime(Collective::kAllGather, s, 4, truth));
+  }
+  absl::StatusOr<AlphaBetaFit> f = FitAlphaBeta(sizes, times, 4);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NEAR(f->link.bandwidth, 100e9, 100e9 * 1e-9);
+  EXPECT_NEAR(f->link.latency, 5e-6, 5e-6 * 1e-6);
+  EXPECT_LT(f->max_rel_error, 1e-9);
+}
+
+TEST(FitAlphaBeta, LeastSquaresInTimeByHand) {
+  // n = 2: x = S/2 = 1e9, 2e9, 3e9 bytes; t = 11, 21, 32 ms. Means x̄ = 2e9,
+  // t̄ = 21.333 ms; Σdx·dt = 1e9·(10.333 + 10.667) ms = 2.1e7; Σdx² = 2e18;
+  // slope 1.05e-11 s/B → β = 95.238 GB/s; intercept 21.333 − 21 = 0.3333 ms
+  // = α (one ring step). Fitted: 10.833, 21.333, 31.833 ms → relative errors
+  // −1.515 %, +1.587 %, −0.521 %.
+  absl::StatusOr<AlphaBetaFit> f = FitAlphaBeta({2e9, 4e9, 6e9}, {0.011, 0.021, 0.032}, 2);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NEAR(f->link.bandwidth, 1 / 1.05e-11, 1e-3);
+  EXPECT_NEAR(f->link.latency, 0.001 / 3, 1e-12);
+  EXPECT_NEAR(f->max_rel_error, 0.021333333333333 / 0.021 - 1, 1e-9);
+  const double e1 = 0.0108333333333333 / 0.011 - 1, e2 = 0.0213333333333333 / 0.021 - 1,
+               e3 = 0.0318333333333333 / 0.032 - 1;
+  EXPECT_NEAR(f->rms_rel_error, std::sqrt((e1 * e1 + e2 * e2 + e3 * e3) / 3), 1e-9);
+}
+
+TEST(FitAlphaBeta, NegativeInterceptRefitsThroughTheOrigin) {
+  // x = 1e9, 2e9; t = 9, 20 ms: the free line has intercept −2 ms, so α = 0
+  // and slope = Σx·t / Σx² = (9e6 + 40e6) / 5e18 = 9.8e-12 → β = 102.04 GB/s.
+  absl::StatusOr<AlphaBetaFit> f = FitAlphaBeta({2e9, 4e9}, {0.009, 0.020}, 2);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->link.latency, 0.0);
+  EXPECT_NEAR(f->link.bandwidth, 1 / 9.8e-12, 1e-3);
+}
+
+TEST(FitAlphaBeta, Refusals) {
+  EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {1e-5}, 2).ok());          // lengths differ
+  EXPECT_FALSE(FitAlphaBeta({1e6, 1e6}, {1e-5, 2e-5}, 2).ok());    // one distinct size
+  EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {1e-5, 2e-5}, 1).ok());    // no ring
+  EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {0.0, 2e-5}, 2).ok());     // zero time
+  EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {3e-5, 2e-5}, 2).ok());    // shrinking times
 }
 
 }  // namespace
