@@ -73,6 +73,24 @@ std::string FormatSearch(const SearchResult& r, int top, double cap) {
   return out;
 }
 
+std::string JsonPrediction(const std::string& label, const Prediction& p, double cap) {
+  std::string name;  // the label JSON-escaped (recipe names are plain; be safe anyway)
+  for (char ch : label) {
+    if (ch == '"' || ch == '\\') name += '\\';
+    if (static_cast<unsigned char>(ch) >= 0x20) name += ch;
+  }
+  const Memory& m = p.memory;
+  return absl::StrFormat(
+      "{\"label\": \"%s\", \"layout\": \"%s\", \"world\": %d, \"precision\": \"%s\", \"calibrated\": %s, "
+      "\"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, \"exposed_comm_s\": %.9g, \"bubble_s\": %.9g, "
+      "\"memory\": {\"weights\": %.0f, \"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, "
+      "\"gather_buffers\": %.0f, \"comm_buffers\": %.0f, \"context\": %.0f, \"total\": %.0f, \"allocator\": %.0f}, "
+      "\"fits\": %s}",
+      name, p.layout.ToString(), p.layout.world(), p.layout.precision, p.calibrated ? "true" : "false", p.step_time,
+      p.tokens_per_s, p.mfu, ExposedComm(p), p.breakdown.bubble, m.weights, m.grads, m.optimizer, m.activations,
+      m.gather_buffers, m.comm_buffers, m.context, m.total, m.allocator(), m.total <= cap ? "true" : "false");
+}
+
 std::string CsvHeader() {
   return "label,world,tp,gtp,pp,vpp,dp,cp,ep,egtp,micro_batch,recompute,global_batch,step_s,tokens_per_s,"
          "tokens_per_s_per_gpu,mfu,model_tflops_per_gpu,memory_gb,fits,exposed_comm_s,bubble_s,calibrated";

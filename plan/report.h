@@ -17,6 +17,13 @@ std::string FormatPrediction(const Prediction& p, const Cluster& c, double memor
 // The top `top` of a search, with each one's reason for losing to the first.
 std::string FormatSearch(const SearchResult& r, int top, double memory_cap);
 
+// One JSON object (one line) for scripts (tools/plan/validate_1gpu.sh):
+// {"label", "layout", "world", "precision", "calibrated", "step_s",
+//  "tokens_per_s", "mfu", "exposed_comm_s", "bubble_s", "memory": {"weights",
+//  "grads", "optimizer", "activations", "gather_buffers", "comm_buffers",
+//  "context", "total", "allocator"} (bytes), "fits"}.
+std::string JsonPrediction(const std::string& label, const Prediction& p, double memory_cap);
+
 std::string CsvHeader();
 // `label`: a free column (the scaling family, a scenario name).
 std::string CsvRow(const std::string& label, const Prediction& p, double memory_cap);

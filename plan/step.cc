@@ -286,7 +286,7 @@ absl::StatusOr<Prediction> Predict(const recipes::proto::Recipe& r, const Layout
     m.activations = l.recompute ? m.activations_recompute : m.activations_no_recompute;
     if (l.gtp > 1) m.gather_buffers += 2 * max_gather_elems[s] * (pbytes + (l.bf16_reduce_scatter ? 2 : 4));
     if (l.egtp > 1) m.gather_buffers += 2 * max_expert_elems[s] * (pbytes + (l.bf16_reduce_scatter ? 2 : 4));
-    m.comm_buffers = cl.nccl_buffer_bytes;
+    m.comm_buffers = l.world() > 1 ? cl.nccl_buffer_bytes : 0.0;  // one GPU: no communicator (local backend)
     m.context = cl.context_bytes;
     m.total = m.weights + m.grads + m.optimizer + m.activations + m.gather_buffers + m.comm_buffers + m.context;
     if (m.total > best.total) best = m;

@@ -32,8 +32,10 @@
 // 1/(CP·DP) of that, activations (plan/model.h) times the micro-batches in
 // flight on the stage (from the schedule), GTP gather buffers (two blocks'
 // TP-local weights: the current and the prefetched, plus their unsharded f32
-// weight gradients awaiting reduce-scatter), NCCL buffers and the CUDA
-// context (cluster constants).
+// weight gradients awaiting reduce-scatter), NCCL buffers (none on one GPU)
+// and the CUDA context (cluster constants). `allocator()` is what the
+// trainer's caching allocator holds at its peak (metrics.jsonl
+// peak_mem_bytes): the total without the context and NCCL's buffers.
 #pragma once
 
 #include <map>
@@ -65,6 +67,7 @@ struct Memory {  // bytes on one GPU of the busiest stage
   double activations_no_recompute = 0, activations_recompute = 0;
   double gather_buffers = 0, comm_buffers = 0, context = 0;
   double total = 0;
+  double allocator() const { return total - context - comm_buffers; }
 };
 
 struct Prediction {

@@ -163,10 +163,9 @@ Prediction Gpt124mF32(const std::vector<std::string>& extra, const Cluster& c) {
   return *p;
 }
 
-// What the caching allocator holds: the planner's total without the CUDA
-// context and NCCL's buffers (not the allocator's). The one-GPU run has no
-// NCCL communicator at all (the local backend).
-double AllocatorBytes(const Memory& m) { return m.total - m.context - m.comm_buffers; }
+// What the caching allocator holds (Memory::allocator): the planner's total
+// without the CUDA context and NCCL's buffers, which it does not hold.
+double AllocatorBytes(const Memory& m) { return m.allocator(); }
 
 TEST(TwoGpu, Gtp2Gpt124mStep) {
   const Cluster c = H200();

@@ -2,7 +2,7 @@
 // cluster, search layouts, sweep scaling, and calibrate kernel times
 // (issue 32; tools/plan/README.md).
 //
-//   plan predict   --recipe R.pbtxt [--set k=v] --cluster C.cluster [--calibration T] [--csv]
+//   plan predict   --recipe R.pbtxt [--set k=v] --cluster C.cluster [--calibration T] [--csv | --json]
 //   plan search    --recipe R.pbtxt [--set k=v] --cluster C.cluster --world N [--memory_cap_gb G] [--top N]
 //   plan scale     --recipe R.pbtxt --cluster C.cluster --worlds 8,16,... --mode weak|strong
 //                  [--families gtp,fsdp,tpdp] [--sequences_per_gpu S]       (CSV on stdout)
@@ -37,6 +37,7 @@ ABSL_FLAG(int, world, 0, "search: GPUs (0: parallel.world_size)");
 ABSL_FLAG(double, memory_cap_gb, 0, "memory per GPU a layout may use, GB (0: the cluster's hbm_gb)");
 ABSL_FLAG(int, top, 10, "search: layouts to print");
 ABSL_FLAG(bool, csv, false, "predict/search: CSV instead of text");
+ABSL_FLAG(bool, json, false, "predict: one JSON object (step_s, memory.{total,allocator,...} in bytes) instead of text");
 ABSL_FLAG(std::string, worlds, "8,16,32,64,128,256,512,1024,2048,4096", "scale: GPU counts");
 ABSL_FLAG(std::string, mode, "weak", "scale: weak (global batch grows with GPUs) | strong (the recipe's global batch)");
 ABSL_FLAG(std::string, families, "gtp,fsdp,tpdp", "scale: layout families (plan/search.h FamilySpace)");
@@ -100,7 +101,9 @@ int PredictCmd(const std::vector<std::string>& sets) {
   if (absl::GetFlag(FLAGS_fp8_gemm)) l->precision = "fp8";
   absl::StatusOr<Prediction> p = plan::Predict(in->recipe, *l, cost);
   if (!p.ok()) return Fail(p.status());
-  if (absl::GetFlag(FLAGS_csv)) {
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", JsonPrediction(in->recipe.name(), *p, in->cap).c_str());
+  } else if (absl::GetFlag(FLAGS_csv)) {
     std::printf("%s\n%s\n", CsvHeader().c_str(), CsvRow(in->recipe.name(), *p, in->cap).c_str());
   } else {
     std::printf("plan: %s on %s\n%s", in->recipe.name().c_str(), in->cluster.name.c_str(),
