@@ -1,6 +1,7 @@
 #include "plan/model.h"
 
 #include "gtest/gtest.h"
+#include "plan/round_cluster_testing.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/mfu.h"
 
@@ -13,21 +14,7 @@ recipes::proto::Recipe Load(const std::string& path, const std::vector<std::stri
   return *r;
 }
 
-// A round cluster: every default-curve time is easy to compute.
-Cluster Round() {
-  Cluster c;
-  c.name = "round";
-  c.peak_bf16_flops = 1e15;
-  c.peak_fp8_flops = 2e15;
-  c.peak_f32_flops = 1e14;
-  c.hbm_bytes = 100e9;
-  c.hbm_bandwidth = 1e12;
-  c.gpus_per_node = 8;
-  c.intra = {100e9, 0};
-  c.inter = {10e9, 0};
-  c.gemm_efficiency = c.attention_efficiency = c.memory_efficiency = 1.0;
-  return c;
-}
+Cluster Round() { return RoundCluster(100e9); }
 
 // The blocks' MFU FLOPs plus the ends' are the trainer's MFU count exactly
 // (the same function, differenced; only rounding of doubles).

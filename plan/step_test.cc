@@ -3,26 +3,14 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "plan/round_cluster_testing.h"
 #include "recipes/trainer/config.h"
 #include "recipes/trainer/mfu.h"
 
 namespace gtp::plan {
 namespace {
 
-Cluster Round() {
-  Cluster c;
-  c.name = "round";
-  c.peak_bf16_flops = 1e15;
-  c.peak_fp8_flops = 2e15;
-  c.peak_f32_flops = 1e14;
-  c.hbm_bytes = 1000e9;
-  c.hbm_bandwidth = 1e12;
-  c.gpus_per_node = 8;
-  c.intra = {100e9, 0};
-  c.inter = {10e9, 0};
-  c.gemm_efficiency = c.attention_efficiency = c.memory_efficiency = 1.0;
-  return c;
-}
+Cluster Round() { return RoundCluster(1000e9); }
 
 recipes::proto::Recipe Gpt(const std::vector<std::string>& extra) {
   std::vector<std::string> sets = {"model.n_layer=4", "model.n_embd=1024", "model.n_head=16", "model.seq_len=1024",
