@@ -1,7 +1,9 @@
 #include "tools/plan/calibrate.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -30,9 +32,18 @@ struct Bench {
   bool cuda = false;
 };
 
+// Normal values for timing: a 4093-long draw tiled over the tensor (a
+// kernel's time does not depend on the values, only on them being finite
+// and not denormal); drawing every element took seconds for the 8192 × 32768
+// GEMM operands and minutes for the whole table.
 Tensor Random(const kernels::Exec& e, const Shape& s, DType dt, uint64_t key) {
+  constexpr size_t kPattern = 4093;  // prime: no alignment with a row length
+  std::vector<float> pattern(kPattern);
+  for (size_t i = 0; i < kPattern; ++i) pattern[i] = 0.5f * PhiloxNormal(key, i);
   std::vector<float> host(s.numel());
-  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.5f * PhiloxNormal(key, i);
+  for (size_t i = 0; i < host.size(); i += kPattern) {
+    std::copy_n(pattern.begin(), std::min(kPattern, host.size() - i), host.begin() + i);
+  }
   return kernels::TensorFromHost(e, host.data(), s, dt);
 }
 
@@ -80,6 +91,14 @@ absl::StatusOr<std::vector<Measurement>> Calibrate(const CalibrateOptions& o, st
   const kernels::Exec& e = d.exec;
   const int reps = std::max(1, o.reps);
   std::vector<Measurement> rows;
+  // Each measurement as it is taken, on stderr: the full table takes a while.
+  const auto t_begin = std::chrono::steady_clock::now();
+  auto add = [&](Measurement m) {
+    const double in = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count();
+    std::fprintf(stderr, "calibrate: %s %s %s: %.4f ms (%.0f s in)\n", OpName(m.op), m.dtype.c_str(),
+                 m.shape.c_str(), m.seconds * 1e3, in);
+    rows.push_back(std::move(m));
+  };
   const std::vector<DType> dtypes = cuda ? std::vector<DType>{DType::kBF16, DType::kF32}
                                          : std::vector<DType>{DType::kF32, DType::kBF16};
 
@@ -102,7 +121,7 @@ absl::StatusOr<std::vector<Measurement>> Calibrate(const CalibrateOptions& o, st
       Tensor x = Random(e, {m, k}, dt, 1), w = Random(e, {n, k}, dt, 2), y = e.Empty({m, n}, dt);
       const double s = Time(d, reps, [&] { ops::Linear(e, x, w, y); });
       const double es = SizeOf(dt);
-      rows.push_back({Op::kGemm, Name(dt), absl::StrCat("m=", m, ",n=", n, ",k=", k), 2.0 * m * n * k,
+      add({Op::kGemm, Name(dt), absl::StrCat("m=", m, ",n=", n, ",k=", k), 2.0 * m * n * k,
                       es * (m * k + n * k + m * n), s});
     }
   }
@@ -135,8 +154,8 @@ absl::StatusOr<std::vector<Measurement>> Calibrate(const CalibrateOptions& o, st
         f = Time(d, reps, [&] { ops::AttentionForward(e, q, k, v, y, att); });
         b = Time(d, reps, [&] { ops::AttentionBackward(e, dy, q, k, v, att, dq, dk, dv); });
       }
-      rows.push_back({Op::kAttentionFwd, Name(dt), shape, flops, bytes, f});
-      rows.push_back({Op::kAttentionBwd, Name(dt), shape, 2.5 * flops, 2 * bytes, b});
+      add({Op::kAttentionFwd, Name(dt), shape, flops, bytes, f});
+      add({Op::kAttentionBwd, Name(dt), shape, 2.5 * flops, 2 * bytes, b});
     }
   }
 
@@ -154,9 +173,9 @@ absl::StatusOr<std::vector<Measurement>> Calibrate(const CalibrateOptions& o, st
       const double flops = 7.0 * B * T * H * P * N;  // mfu.h: 7·d_inner·d_state a token
       const double bytes = 4.0 * B * T * (2 * H * P + H + 2 * N);
       const std::string shape = absl::StrCat("b=", B, ",t=", T, ",h=", H, ",p=", P, ",n=", N);
-      rows.push_back({Op::kSsmFwd, "f32", shape, flops, bytes,
+      add({Op::kSsmFwd, "f32", shape, flops, bytes,
                       Time(d, reps, [&] { kernels::ssm::SsdScanForward(e, x, dtt, A, Bm, Cm, D, y); })});
-      rows.push_back({Op::kSsmBwd, "f32", shape, 2 * flops, 2 * bytes, Time(d, reps, [&] {
+      add({Op::kSsmBwd, "f32", shape, 2 * flops, 2 * bytes, Time(d, reps, [&] {
                         kernels::ssm::SsdScanBackward(e, y, x, dtt, A, Bm, Cm, D, dx, ddt, dA, dB, dC, dD);
                       })});
     }
@@ -171,9 +190,9 @@ absl::StatusOr<std::vector<Measurement>> Calibrate(const CalibrateOptions& o, st
       Tensor x = Random(e, {R, C}, dt, 10), w = Random(e, {C}, dt, 11), y = e.Empty({R, C}, dt), rstd = e.Empty({R});
       const double es = SizeOf(dt);
       const std::string shape = absl::StrCat("rows=", R, ",c=", C);
-      rows.push_back({Op::kNorm, Name(dt), shape, 0, 2 * es * R * C,
+      add({Op::kNorm, Name(dt), shape, 0, 2 * es * R * C,
                       Time(d, reps, [&] { ops::RMSNormForward(e, x, w, y, rstd, 1e-5f); })});
-      rows.push_back({Op::kElementwise, Name(dt), shape, 0, 3 * es * R * C,
+      add({Op::kElementwise, Name(dt), shape, 0, 3 * es * R * C,
                       Time(d, reps, [&] { ops::Axpby(e, 1.0f, x, 1.0f, y); })});
     }
   }
@@ -189,7 +208,7 @@ absl::StatusOr<std::vector<Measurement>> Calibrate(const CalibrateOptions& o, st
         kernels::cpu::AdamW(p.data<float>(), g.data<float>(), m.data<float>(), v.data<float>(), n, hp);
       }
     });
-    rows.push_back({Op::kAdamW, "f32", absl::StrCat("n=", n), 0, 28.0 * n, s});
+    add({Op::kAdamW, "f32", absl::StrCat("n=", n), 0, 28.0 * n, s});
   }
   return rows;
 }
