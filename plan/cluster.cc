@@ -32,6 +32,8 @@ const std::map<std::string, KeySpec>& Specs() {
       {"gpus_per_node", {1, false}},
       {"nvlink_gbps", {1e9, false}},
       {"nvlink_latency_us", {1e-6, true}},
+      {"nvlink_allreduce_gbps", {1e9, true}},  // 0: all-reduce = reduce-scatter + all-gather
+      {"nvlink_allreduce_latency_us", {1e-6, true}},
       {"network_gbps", {1e9, false}},
       {"network_latency_us", {1e-6, true}},
       {"gemm_efficiency", {1, false}},
@@ -140,6 +142,7 @@ absl::StatusOr<Cluster> ParseCluster(const std::string& text, const std::string&
   c.hbm_bandwidth = numbers["hbm_bandwidth_gbps"];
   c.gpus_per_node = static_cast<int>(numbers["gpus_per_node"]);
   c.intra = {numbers["nvlink_gbps"], numbers["nvlink_latency_us"]};
+  c.intra_allreduce = {numbers["nvlink_allreduce_gbps"], numbers["nvlink_allreduce_latency_us"]};
   c.inter = {numbers["network_gbps"], numbers["network_latency_us"]};
   c.gemm_efficiency = numbers["gemm_efficiency"];
   c.attention_efficiency = numbers["attention_efficiency"];

@@ -40,6 +40,10 @@ struct Cluster {
   double hbm_bandwidth = 0;    // bytes/s
   int gpus_per_node = 0;       // GPUs that share the fast link (an NVLink domain)
   Link intra;                  // NVLink (NVSwitch) inside a node
+  // NCCL's all-reduce inside a node, when measured: its own ring figures
+  // (one kernel, not reduce-scatter + all-gather). Bandwidth 0: all-reduce
+  // is costed as reduce-scatter + all-gather over `intra`.
+  Link intra_allreduce;
   Link inter;                  // the network between nodes, per GPU (one NIC rail each)
   // The built-in, uncalibrated efficiency curve (plan/calibration.h): the
   // fraction of peak a large GEMM / the fused attention kernels reach, the

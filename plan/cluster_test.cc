@@ -15,6 +15,8 @@ hbm_bandwidth_gbps = 2000
 gpus_per_node = 8
 nvlink_gbps = 200
 nvlink_latency_us = 5
+nvlink_allreduce_gbps = 250
+nvlink_allreduce_latency_us = 4
 network_gbps = 20
 network_latency_us = 10
 gemm_efficiency = 0.5
@@ -33,6 +35,8 @@ TEST(Cluster, ParsesUnitsToSi) {
   EXPECT_DOUBLE_EQ(c->hbm_bytes, 80e9);
   EXPECT_DOUBLE_EQ(c->intra.bandwidth, 200e9);
   EXPECT_DOUBLE_EQ(c->intra.latency, 5e-6);
+  EXPECT_DOUBLE_EQ(c->intra_allreduce.bandwidth, 250e9);
+  EXPECT_DOUBLE_EQ(c->intra_allreduce.latency, 4e-6);
   EXPECT_DOUBLE_EQ(c->inter.bandwidth, 20e9);
   EXPECT_EQ(c->gpus_per_node, 8);
   EXPECT_DOUBLE_EQ(c->kernel_overhead, 3e-6);

@@ -37,7 +37,14 @@ Placement Place(int size, int stride, int gpus_per_node) {
 double CollectiveTime(Collective c, double bytes, const Placement& p, const Cluster& cl) {
   const int a = std::max(1, p.per_node), nodes = std::max(1, p.size / a);
   if (c == Collective::kSendRecv) return FlatTime(c, bytes, 2, nodes > 1 ? cl.inter : cl.intra);
-  if (nodes == 1) return FlatTime(c, bytes, a, cl.intra);
+  if (nodes == 1) {
+    if (c == Collective::kAllReduce && cl.intra_allreduce.bandwidth > 0) {
+      // NCCL's all-reduce is one ring kernel, not a reduce-scatter then an all-gather.
+      return (a - 1) * cl.intra_allreduce.latency +
+             2.0 * (a - 1) / a * bytes / cl.intra_allreduce.bandwidth;
+    }
+    return FlatTime(c, bytes, a, cl.intra);
+  }
   if (a == 1) return FlatTime(c, bytes, nodes, cl.inter);
   switch (c) {
     case Collective::kAllGather:
@@ -61,40 +68,45 @@ double CollectiveTime(Collective c, double bytes, const Placement& p, const Clus
 }
 
 absl::StatusOr<AlphaBetaFit> FitAlphaBeta(const std::vector<double>& bytes, const std::vector<double>& seconds,
-                                          int n) {
+                                          int n, Collective c, FitError error) {
   if (bytes.size() != seconds.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("FitAlphaBeta: ", bytes.size(), " sizes but ", seconds.size(), " times"));
   }
   if (n < 2) return absl::InvalidArgumentError(absl::StrCat("FitAlphaBeta: n = ", n, " ranks; a ring needs n >= 2"));
+  if (c == Collective::kSendRecv) return absl::InvalidArgumentError("FitAlphaBeta: a ring collective, not send/recv");
   for (size_t i = 0; i < bytes.size(); ++i) {
     if (!(bytes[i] > 0) || !(seconds[i] > 0) || !std::isfinite(bytes[i]) || !std::isfinite(seconds[i])) {
       return absl::InvalidArgumentError(absl::StrCat("FitAlphaBeta: point ", i, " (", bytes[i], " bytes, ", seconds[i],
                                                      " s) must be positive and finite"));
     }
   }
-  const double share = static_cast<double>(n - 1) / n;
-  double mx = 0, my = 0;
-  const double m = static_cast<double>(bytes.size());
+  const double share = (c == Collective::kAllReduce ? 2.0 : 1.0) * (n - 1) / n;
+  // Weighted least squares of t on x: weight 1 (time) or 1/t² (relative error).
+  auto w = [&](size_t i) { return error == FitError::kRelative ? 1 / (seconds[i] * seconds[i]) : 1.0; };
+  double sw = 0, mx = 0, my = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    mx += share * bytes[i] / m;
-    my += seconds[i] / m;
+    sw += w(i);
+    mx += w(i) * share * bytes[i];
+    my += w(i) * seconds[i];
   }
+  mx /= sw;
+  my /= sw;
   double sxx = 0, sxy = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const double dx = share * bytes[i] - mx;
-    sxx += dx * dx;
-    sxy += dx * (seconds[i] - my);
+    sxx += w(i) * dx * dx;
+    sxy += w(i) * dx * (seconds[i] - my);
   }
   if (bytes.size() < 2 || !(sxx > 0)) {
     return absl::InvalidArgumentError("FitAlphaBeta: needs at least two distinct sizes");
   }
   double slope = sxy / sxx, intercept = my - slope * mx;
-  if (intercept < 0) {  // through the origin: slope = Σ x·t / Σ x²
+  if (intercept < 0) {  // through the origin: slope = Σ w·x·t / Σ w·x²
     double xt = 0, xx = 0;
     for (size_t i = 0; i < bytes.size(); ++i) {
-      xt += share * bytes[i] * seconds[i];
-      xx += share * bytes[i] * share * bytes[i];
+      xt += w(i) * share * bytes[i] * seconds[i];
+      xx += w(i) * share * bytes[i] * share * bytes[i];
     }
     slope = xt / xx;
     intercept = 0;
@@ -110,7 +122,7 @@ absl::StatusOr<AlphaBetaFit> FitAlphaBeta(const std::vector<double>& bytes, cons
     fit.max_rel_error = std::max(fit.max_rel_error, std::abs(e));
     sq += e * e;
   }
-  fit.rms_rel_error = std::sqrt(sq / m);
+  fit.rms_rel_error = std::sqrt(sq / static_cast<double>(bytes.size()));
   return fit;
 }
 

@@ -4,7 +4,9 @@
 // latency α per step), S = the full buffer (gathered / reduced bytes):
 //   all-gather      (n−1)·α + (n−1)/n · S/β
 //   reduce-scatter  (n−1)·α + (n−1)/n · S/β
-//   all-reduce      reduce-scatter + all-gather = 2(n−1)·α + 2(n−1)/n · S/β
+//   all-reduce      reduce-scatter + all-gather = 2(n−1)·α + 2(n−1)/n · S/β,
+//                   or, inside a node whose cluster file gives NCCL's own
+//                   all-reduce link (nvlink_allreduce_*), (n−1)·α' + 2(n−1)/n · S/β'
 //   all-to-all      (n−1)·α + (n−1)/n · S/β    (S = the bytes one rank holds)
 //   send/recv       α + S/β
 // A group that spans nodes (`per_node` members on each of n/per_node nodes)
@@ -45,12 +47,14 @@ Placement Place(int size, int stride, int gpus_per_node);
 // Hierarchical time on `cluster` (see the file comment).
 double CollectiveTime(Collective c, double bytes, const Placement& p, const Cluster& cluster);
 
-// A link fitted to measured times of a flat-ring all-gather or
-// reduce-scatter of `n` ranks: least squares in time (seconds, unweighted) of
-//   t_i = (n−1)·α + (n−1)/n · S_i/β      (S_i = the full buffer, bytes)
-// — ordinary linear regression of t on x = (n−1)/n · S with intercept
-// (n−1)·α and slope 1/β. A negative intercept (the data say "no latency")
-// is refitted through the origin (α = 0). The fitted times' residuals are
+// A link fitted to measured times of a flat-ring collective of `n` ranks:
+//   t_i = (n−1)·α + k·(n−1)/n · S_i/β      (S_i = the full buffer, bytes;
+//                                           k = 2 for an all-reduce, else 1)
+// — linear regression of t on x = k·(n−1)/n · S with intercept (n−1)·α and
+// slope 1/β, least squares in time (kTime: unweighted, the large sizes
+// dominate) or in relative error (kRelative: Σ (predicted/measured − 1)²,
+// every size alike). A negative intercept (the data say "no latency") is
+// refitted through the origin (α = 0). The fitted times' residuals are
 // reported as relative errors (predicted / measured − 1).
 // InvalidArgument: sizes and times of different lengths, fewer than two
 // distinct sizes, n < 2, a non-positive or non-finite size or time, or a
@@ -60,7 +64,9 @@ struct AlphaBetaFit {
   double max_rel_error = 0;    // max |predicted / measured − 1| over the points
   double rms_rel_error = 0;
 };
+enum class FitError { kTime, kRelative };
 absl::StatusOr<AlphaBetaFit> FitAlphaBeta(const std::vector<double>& bytes, const std::vector<double>& seconds,
-                                          int n = 2);
+                                          int n = 2, Collective c = Collective::kAllGather,
+                                          FitError error = FitError::kTime);
 
 }  // namespace gtp::plan

@@ -105,12 +105,63 @@ TEST(FitAlphaBeta, NegativeInterceptRefitsThroughTheOrigin) {
   EXPECT_NEAR(f->link.bandwidth, 1 / 9.8e-12, 1e-3);
 }
 
+TEST(FitAlphaBeta, AllReduceLinkRecoveredAndCostedInsideANode) {
+  // NCCL's own all-reduce ring on 4 ranks, α' = 8 µs, β' = 300 GB/s:
+  // t = 3·α' + 2·3/4 · S/β'. The fit with k = 2 gives the link back, and
+  // CollectiveTime uses it for an all-reduce inside a node (not RS + AG).
+  const Link truth{300e9, 8e-6};
+  std::vector<double> sizes, times;
+  for (double s : {1e6, 8e6, 64e6, 512e6}) {
+    sizes.push_back(s);
+    times.push_back(3 * truth.latency + 1.5 * s / truth.bandwidth);
+  }
+  for (FitError e : {FitError::kTime, FitError::kRelative}) {
+    absl::StatusOr<AlphaBetaFit> f = FitAlphaBeta(sizes, times, 4, Collective::kAllReduce, e);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_NEAR(f->link.bandwidth, 300e9, 300e9 * 1e-9);
+    EXPECT_NEAR(f->link.latency, 8e-6, 8e-6 * 1e-6);
+  }
+  Cluster c;
+  c.gpus_per_node = 8;
+  c.intra = {100e9, 10e-6};
+  c.inter = {10e9, 20e-6};
+  const double S = 64e6;
+  // Without an all-reduce link: RS + AG over intra = 2·(3·10 µs + 3/4·S/100 GB/s).
+  EXPECT_NEAR(CollectiveTime(Collective::kAllReduce, S, {4, 4}, c), 2 * (30e-6 + 0.75 * S / 100e9), 1e-15);
+  c.intra_allreduce = truth;
+  EXPECT_NEAR(CollectiveTime(Collective::kAllReduce, S, {4, 4}, c), 24e-6 + 1.5 * S / 300e9, 1e-15);
+  // Across nodes it stays reduce-scatter + all-gather.
+  EXPECT_NEAR(CollectiveTime(Collective::kAllReduce, S, {16, 8}, c),
+              CollectiveTime(Collective::kReduceScatter, S, {16, 8}, c) +
+                  CollectiveTime(Collective::kAllGather, S, {16, 8}, c),
+              1e-15);
+}
+
+TEST(FitAlphaBeta, LeastSquaresInRelativeErrorByHand) {
+  // n = 2 all-reduce (x = S): x = 1e9, 2e9, 4e9 bytes; t = 10, 12, 30 ms.
+  // Weights 1/t² = 10000, 6944.4, 1111.1 (Σ 18055.6); weighted means
+  // x̄ = 20.4e9/13 = 1.5692e9, t̄ = 12 ms; slope Σw·dx·dt / Σw·dx² =
+  // 5.40832e-12 s/B (β = 184.90 GB/s), intercept t̄ − slope·x̄ = 3.5131 ms;
+  // relative errors −10.79 %, +19.41 %, −16.18 %.
+  absl::StatusOr<AlphaBetaFit> f =
+      FitAlphaBeta({1e9, 2e9, 4e9}, {0.010, 0.012, 0.030}, 2, Collective::kAllReduce, FitError::kRelative);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NEAR(f->link.bandwidth, 184.9002849e9, 1e3);
+  EXPECT_NEAR(f->link.latency, 3.5130971e-3, 1e-10);
+  EXPECT_NEAR(f->max_rel_error, 0.1941448382, 1e-9);
+  // It minimises Σ(relative error)², so its rms is below the time fit's.
+  absl::StatusOr<AlphaBetaFit> g = FitAlphaBeta({1e9, 2e9, 4e9}, {0.010, 0.012, 0.030}, 2, Collective::kAllReduce);
+  ASSERT_TRUE(g.ok());
+  EXPECT_LT(f->rms_rel_error, g->rms_rel_error);
+}
+
 TEST(FitAlphaBeta, Refusals) {
   EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {1e-5}, 2).ok());          // lengths differ
   EXPECT_FALSE(FitAlphaBeta({1e6, 1e6}, {1e-5, 2e-5}, 2).ok());    // one distinct size
   EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {1e-5, 2e-5}, 1).ok());    // no ring
   EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {0.0, 2e-5}, 2).ok());     // zero time
   EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {3e-5, 2e-5}, 2).ok());    // shrinking times
+  EXPECT_FALSE(FitAlphaBeta({1e6, 2e6}, {1e-5, 2e-5}, 2, Collective::kSendRecv).ok());  // not a ring
 }
 
 }  // namespace
