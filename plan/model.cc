@@ -144,6 +144,13 @@ absl::Status CheckLayout(const recipes::proto::Recipe& r, const Layout& l, const
                             "); keep tp <= ", c.gpus_per_node));
   }
   const int64_t parts = int64_t{l.pp} * l.vpp;
+  // Uneven splits are not modelled: refused rather than costed as even ones.
+  if (r.parallel().pp_boundaries_size() > 0 || m.layer_pattern().find('|') != std::string::npos) {
+    return Bad(absl::StrCat("the planner splits layers evenly over the pipeline parts; ",
+                            r.parallel().pp_boundaries_size() > 0 ? "parallel.pp_boundaries"
+                                                                  : "the '|' in model.layer_pattern",
+                            " sets an uneven split (leave it unset to plan the even one)"));
+  }
   if (!divides(m.n_layer(), parts)) {
     return Bad(absl::StrCat("model.n_layer = ", m.n_layer(), " does not split over parallel.pp × parallel.vpp = ",
                             parts, " (the planner splits layers evenly; e.g. parallel.pp=1, parallel.vpp=1)"));

@@ -98,6 +98,12 @@ TEST(Model, RefusesLayoutsThatDoNotDivide) {
   l = *base;
   l.ep = 2;
   EXPECT_NE(msg(l).find("parallel.ep"), std::string::npos);
+  // An uneven pipeline split is refused, not costed as an even one.
+  recipes::proto::Recipe uneven = r;
+  uneven.mutable_parallel()->add_pp_boundaries(0);
+  uneven.mutable_parallel()->add_pp_boundaries(30);
+  EXPECT_NE(std::string(CheckLayout(uneven, *base, c).message()).find("parallel.pp_boundaries sets an uneven split"),
+            std::string::npos);
   l = *base;
   l.precision = "fp8";
   Cluster a100 = c;
