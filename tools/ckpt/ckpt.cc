@@ -53,6 +53,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/checkpoint.h"
@@ -703,6 +704,11 @@ absl::Status ImportHf(const std::string& hf_dir, const std::string& out_root) {
               IterationDir(out_root, 0).c_str(), m.architecture.c_str(), m.tensors.size(), md.n_layer(),
               static_cast<long long>(md.n_embd()), static_cast<long long>(md.n_head()),
               static_cast<long long>(md.vocab_size()), static_cast<long long>(md.seq_len()));
+  if (!m.training_only.empty()) {
+    std::printf("note: config.json sets %s; gtp has no dropout, so a run from this checkpoint trains "
+                "without it (the weights compute the same function)\n",
+                absl::StrJoin(m.training_only, ", ").c_str());
+  }
   return absl::OkStatus();
 }
 

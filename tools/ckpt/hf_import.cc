@@ -644,6 +644,14 @@ absl::StatusOr<HfModel> ReadHfModel(const std::string& dir) {
   Tensors t(std::move(weights), dir, arch);
   HfModel out;
   out.architecture = arch;
+  // Dropout: a training choice (the forward at inference is the same), which
+  // gtp's layers do not have. Imported, and named, rather than refused.
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout",
+                          "attention_dropout", "hidden_dropout", "mlp_dropout"}) {
+    if (c.IsNullOrAbsent(key)) continue;
+    GTP_ASSIGN_OR_RETURN(const double p, c.Real(key, 0.0));
+    if (p != 0) out.training_only.push_back(absl::StrCat(key, " ", p));
+  }
   if (arch == "GPT2LMHeadModel") {
     GTP_RETURN_IF_ERROR(ReadGpt2(c, t, &out));
   } else {

@@ -38,6 +38,10 @@ struct HfModel {
   // gtp parameter names and global shapes (as a trainer checkpoint holds
   // them: [out, in] weights, vocabulary tables [V_pad, C]), f32.
   std::vector<checkpoint::GlobalTensor> tensors;
+  // What config.json sets that gtp's model does not have and that changes
+  // training only, not the function the weights compute (a dropout rate):
+  // "key value" each, for the importer to say so.
+  std::vector<std::string> training_only;
 };
 
 // Reads <dir>/config.json and <dir>/model.safetensors (or the shards that

@@ -42,6 +42,10 @@ for v in "gpt2:" "llama:--sharded" "llama_bf16:--bf16"; do
   "$ckpt" export --format hf "$tmp/$name.ckpt" "$tmp/$name.out" > /dev/null
   python3 "$hf_dir" compare "$tmp/$name.src" "$tmp/$name.out"
 done
+# GPT-2's config.json has dropout 0.1 (transformers' default): imported, and named.
+"$ckpt" import --format hf "$tmp/gpt2.src" "$tmp/gpt2_note.ckpt" > "$tmp/note.out"
+grep -q "^note: config.json sets resid_pdrop 0.1, embd_pdrop 0.1, attn_pdrop 0.1; gtp has no dropout" "$tmp/note.out" \
+  || { echo "no dropout note:"; cat "$tmp/note.out"; exit 1; }
 
 # Mistral: Llama's tensors and config; with no sliding window (or one that
 # covers max_position_embeddings) it is the same model, exported as Llama.
