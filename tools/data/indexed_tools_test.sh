@@ -76,6 +76,13 @@ grep -q 'doc 0 (5 tokens): \[269 266 267 198 270\]' <<<"$out" || fail "tokenizer
   --bos_token='<s>' "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "<s> is not one of its special added tokens; name the beginning-of-document token with --bos_token" "$tmp/err" \
   || fail "bad bos token: exit $rc, $(cat "$tmp/err")"
+# A token named for a step that is off: refused, not ignored.
+"$make_indexed" --output="$tmp/eodonly" --tokenizer_json="$tokenizer_json" --eod_token='<|end_of_text|>' \
+  "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "add --append_eod" "$tmp/err" || fail "--eod_token alone: exit $rc, $(cat "$tmp/err")"
+"$make_indexed" --output="$tmp/bosonly" --tokenizer_json="$tokenizer_json" --bos_token='<|begin_of_text|>' \
+  "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "add --prepend_bos" "$tmp/err" || fail "--bos_token alone: exit $rc, $(cat "$tmp/err")"
 # GPT-2 has no beginning-of-sequence token: refused unless named.
 "$make_indexed" --output="$tmp/bpebos" --vocab="$vocab" --merges="$merges" --prepend_bos \
   "$tmp/bpe.txt" 2>"$tmp/err"; rc=$?

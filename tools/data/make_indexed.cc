@@ -331,6 +331,15 @@ int main(int argc, char** argv) {
                  "(see --help)\n");
     return 2;
   }
+  // A token named for a step that is off would be ignored: refused instead.
+  if (!absl::GetFlag(FLAGS_eod_token).empty() && !absl::GetFlag(FLAGS_append_eod)) {
+    std::fprintf(stderr, "make_indexed: --eod_token names the token --append_eod appends; add --append_eod\n");
+    return 2;
+  }
+  if (!absl::GetFlag(FLAGS_bos_token).empty() && !absl::GetFlag(FLAGS_prepend_bos)) {
+    std::fprintf(stderr, "make_indexed: --bos_token names the token --prepend_bos puts first; add --prepend_bos\n");
+    return 2;
+  }
   if (hf && (bpe || !absl::GetFlag(FLAGS_merges).empty())) {
     std::fprintf(stderr,
                  "make_indexed: --tokenizer_json is instead of --vocab/--merges, not with them\n");
