@@ -76,6 +76,10 @@ grep -q 'doc 0 (5 tokens): \[269 266 267 198 270\]' <<<"$out" || fail "tokenizer
   --bos_token='<s>' "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "<s> is not one of its special added tokens; name the beginning-of-document token with --bos_token" "$tmp/err" \
   || fail "bad bos token: exit $rc, $(cat "$tmp/err")"
+# --documents does not apply to JSONL (each object is a document): refused, not ignored.
+"$make_indexed" --output="$tmp/jsonldocs" --vocab="$vocab" --merges="$merges" --json_key=text \
+  --documents=line "$tmp/in.jsonl" 2>"$tmp/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "drop --documents" "$tmp/err" || fail "--documents with --json_key: exit $rc, $(cat "$tmp/err")"
 # A token named for a step that is off: refused, not ignored.
 "$make_indexed" --output="$tmp/eodonly" --tokenizer_json="$tokenizer_json" --eod_token='<|end_of_text|>' \
   "$tmp/hfin.txt" 2>"$tmp/err"; rc=$?

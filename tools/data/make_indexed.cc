@@ -331,6 +331,13 @@ int main(int argc, char** argv) {
                  "(see --help)\n");
     return 2;
   }
+  if (!absl::GetFlag(FLAGS_json_key).empty() && mode != "file") {
+    std::fprintf(stderr,
+                 "make_indexed: --documents=%s splits text files; with --json_key each JSONL object is "
+                 "one document: drop --documents\n",
+                 mode.c_str());
+    return 2;
+  }
   // A token named for a step that is off would be ignored: refused instead.
   if (!absl::GetFlag(FLAGS_eod_token).empty() && !absl::GetFlag(FLAGS_append_eod)) {
     std::fprintf(stderr, "make_indexed: --eod_token names the token --append_eod appends; add --append_eod\n");
