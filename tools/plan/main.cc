@@ -9,6 +9,7 @@
 //   plan calibrate --out table.txt [--device auto|cpu|cuda] [--quick]
 //
 // Exit status: 0 done, 1 a refused input (one line on stderr naming it), 2 bad usage.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -16,8 +17,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/cli.h"
 #include "core/user_path.h"
@@ -201,8 +204,53 @@ int CalibrateCmd() {
   const std::string path = UserPath(absl::GetFlag(FLAGS_out));
   std::ofstream f(path);
   f << FormatCalibration(*rows, device);
+  f.close();  // a failed flush (a full disk) shows here
   if (!f) return Fail(absl::InternalError(absl::StrCat("cannot write '", path, "'")));
   std::printf("plan calibrate: %zu measurements on %s written to %s\n", rows->size(), device.c_str(), path.c_str());
+  return 0;
+}
+
+// A flag the command does not read would be ignored (`plan predict --world
+// 64` would plan the recipe's world): named and refused instead, with the
+// numbers no command can use.
+int CheckFlagsFor(const std::string& cmd, bool have_sets) {
+  const std::vector<std::string> model = {"predict", "search", "scale"};
+  const std::vector<std::pair<const char*, std::vector<std::string>>> readers = {
+      {"recipe", model},           {"cluster", model},         {"cluster_set", model},
+      {"calibration", model},      {"memory_cap_gb", model},   {"world", {"search"}},
+      {"top", {"search"}},         {"csv", {"predict", "search"}}, {"json", {"predict"}},
+      {"fp8_gemm", {"predict"}},   {"worlds", {"scale"}},      {"mode", {"scale"}},
+      {"families", {"scale"}},     {"sequences_per_gpu", {"scale"}}, {"out", {"calibrate"}},
+      {"device", {"calibrate"}},   {"quick", {"calibrate"}}};
+  for (const auto& [flag, cmds] : readers) {
+    const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
+    // Set away from its default (this absl keeps IsSpecifiedOnCommandLine private).
+    if (f != nullptr && f->CurrentValue() != f->DefaultValue() &&
+        std::find(cmds.begin(), cmds.end(), cmd) == cmds.end()) {
+      std::fprintf(stderr, "plan %s: --%s is for %s only; drop it\n", cmd.c_str(), flag,
+                   absl::StrJoin(cmds, ", ").c_str());
+      return 2;
+    }
+  }
+  if (have_sets && cmd == "calibrate") {
+    std::fprintf(stderr, "plan calibrate: --set applies to a recipe; calibrate reads none: drop it\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_csv) && absl::GetFlag(FLAGS_json)) {
+    std::fprintf(stderr, "plan %s: --csv or --json, not both\n", cmd.c_str());
+    return 2;
+  }
+  const std::pair<const char*, double> positive[] = {
+      {"world (0: parallel.world_size)", absl::GetFlag(FLAGS_world) + 1.0},
+      {"memory_cap_gb (0: the cluster's hbm_gb)", absl::GetFlag(FLAGS_memory_cap_gb) + 1.0},
+      {"top", static_cast<double>(absl::GetFlag(FLAGS_top))},
+      {"sequences_per_gpu", static_cast<double>(absl::GetFlag(FLAGS_sequences_per_gpu))}};
+  for (const auto& [name, v] : positive) {
+    if (!(v >= 1)) {
+      std::fprintf(stderr, "plan %s: --%s is out of range\n", cmd.c_str(), name);
+      return 2;
+    }
+  }
   return 0;
 }
 
@@ -218,6 +266,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = args[1];
+  if (cmd == "predict" || cmd == "search" || cmd == "scale" || cmd == "calibrate") {
+    if (int rc = gtp::plan::CheckFlagsFor(cmd, !sets.empty()); rc != 0) return rc;
+  }
   if (cmd == "predict") return gtp::plan::PredictCmd(sets);
   if (cmd == "search") return gtp::plan::SearchCmd(sets);
   if (cmd == "scale") return gtp::plan::Scale(sets);

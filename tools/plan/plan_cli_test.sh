@@ -40,4 +40,13 @@ msg=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster "$TMP/bad.clust
 msg=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster $H200 --cluster_set network_gbps=0 2>&1); rc=$?
 [ $rc = 1 ] && grep -q "network_gbps" <<<"$msg" || { echo "zero bw: rc=$rc $msg"; exit 1; }
 $PLAN frobnicate >/dev/null 2>&1; [ $? = 2 ] || { echo "unknown command should exit 2"; exit 1; }
+# A flag the command does not read is refused (exit 2), not ignored.
+msg=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster $H200 --world 64 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "plan predict: --world is for search only" <<<"$msg" || { echo "predict --world: rc=$rc $msg"; exit 1; }
+msg=$($PLAN search --recipe tools/plan/llama70b.pbtxt --cluster $H200 --world -3 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "world .* is out of range" <<<"$msg" || { echo "search --world -3: rc=$rc $msg"; exit 1; }
+msg=$($PLAN calibrate --device cpu --quick --out "$TMP/x.cal" --set model.n_layer=2 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "calibrate reads none" <<<"$msg" || { echo "calibrate --set: rc=$rc $msg"; exit 1; }
+msg=$($PLAN predict --csv --json --recipe tools/plan/llama70b.pbtxt --cluster $H200 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "not both" <<<"$msg" || { echo "--csv --json: rc=$rc $msg"; exit 1; }
 echo PASS
