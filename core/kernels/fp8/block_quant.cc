@@ -1,0 +1,167 @@
+// Block-scaled e4m3 quantisation (block_quant.h), CPU implementation. Every
+// code and scale comes from the scalar rules of block_scale.h, which the
+// CUDA kernels will share.
+#include "core/kernels/fp8/block_quant.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/kernels/fp8/internal.h"
+#include "core/status.h"
+
+namespace gtp::kernels::fp8 {
+
+using internal::CheckCodes;
+using internal::CheckCpuOnly;
+using internal::CheckMatrix;
+using internal::CheckScales;
+using internal::LoadF32;
+
+namespace {
+
+void StoreF32(const Tensor& y, int64_t i, float v) {
+  if (y.dtype() == DType::kF32) {
+    static_cast<float*>(y.raw_data())[i] = v;
+  } else {
+    static_cast<bf16*>(y.raw_data())[i].bits = F32ToBF16Bits(v);
+  }
+}
+
+// amax bits over element indices base + r·row_stride + c·col_stride for r in
+// [r0, r1), c in [c0, c1) of data x (f32 or bf16).
+uint32_t AmaxBits(const void* x, DType t, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                  int64_t row_stride, int64_t col_stride) {
+  uint32_t amax = 0;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c)
+      amax = std::max(amax, FloatBits(LoadF32(x, t, r * row_stride + c * col_stride)) & 0x7fffffffu);
+  return amax;
+}
+
+// 1×128 quantisation of the logical matrix X[r, c] = x[r·rs + c·cs], R × C,
+// into q [R, C] and scales [R, ceil(C/128)] (row-major).
+void QuantizeRowBlocks(const void* x, DType t, int64_t R, int64_t C, int64_t rs, int64_t cs,
+                       uint8_t* q, float* scales) {
+  const int64_t nb = Fp8NumBlocks(C);
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * kFp8Block, c1 = std::min(C, c0 + kFp8Block);
+      const float s = Fp8BlockScale(AmaxBits(x, t, r, r + 1, c0, c1, rs, cs));
+      scales[r * nb + b] = s;
+      for (int64_t c = c0; c < c1; ++c) q[r * C + c] = Fp8BlockEncode(LoadF32(x, t, r * rs + c * cs), s);
+    }
+  }
+}
+
+}  // namespace
+
+const char* Fp8LayoutName(Fp8Layout l) {
+  return l == Fp8Layout::kRow1x128 ? "row1x128" : "tile128x128";
+}
+
+Shape Fp8ScaleShape(int64_t rows, int64_t cols, Fp8Layout l) {
+  GTP_CHECK(rows >= 0 && cols >= 0, "Fp8ScaleShape: negative size ", rows, " x ", cols);
+  return l == Fp8Layout::kRow1x128 ? Shape{rows, Fp8NumBlocks(cols)}
+                                   : Shape{Fp8NumBlocks(rows), Fp8NumBlocks(cols)};
+}
+
+void QuantizeBlocks(const Exec& e, const Tensor& x, Fp8Layout l, const Tensor& q,
+                    const Tensor& scales) {
+  const char* op = "fp8::QuantizeBlocks";
+  CheckCpuOnly(e, op);
+  CheckMatrix(e, x, op, "x");
+  const int64_t R = x.dim(0), C = x.dim(1);
+  CheckCodes(e, q, R, C, op, "q");
+  CheckScales(e, scales, Fp8ScaleShape(R, C, l), op, "scales");
+  uint8_t* qp = static_cast<uint8_t*>(q.raw_data());
+  float* sp = scales.data<float>();
+  if (l == Fp8Layout::kRow1x128) {
+    QuantizeRowBlocks(x.raw_data(), x.dtype(), R, C, C, 1, qp, sp);
+    return;
+  }
+  const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
+  for (int64_t i = 0; i < rb; ++i) {
+    const int64_t r0 = i * kFp8Block, r1 = std::min(R, r0 + kFp8Block);
+    for (int64_t j = 0; j < cb; ++j) {
+      const int64_t c0 = j * kFp8Block, c1 = std::min(C, c0 + kFp8Block);
+      const float s = Fp8BlockScale(AmaxBits(x.raw_data(), x.dtype(), r0, r1, c0, c1, C, 1));
+      sp[i * cb + j] = s;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          qp[r * C + c] = Fp8BlockEncode(LoadF32(x.raw_data(), x.dtype(), r * C + c), s);
+    }
+  }
+}
+
+void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8Layout l,
+                      const Tensor& y) {
+  const char* op = "fp8::DequantizeBlocks";
+  CheckCpuOnly(e, op);
+  CheckMatrix(e, y, op, "y");
+  const int64_t R = y.dim(0), C = y.dim(1);
+  CheckCodes(e, q, R, C, op, "q");
+  CheckScales(e, scales, Fp8ScaleShape(R, C, l), op, "scales");
+  const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
+  const float* sp = scales.data<float>();
+  const int64_t cb = Fp8NumBlocks(C);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t srow = (l == Fp8Layout::kRow1x128 ? r : r / kFp8Block) * cb;
+    for (int64_t c = 0; c < C; ++c)
+      StoreF32(y, r * C + c, Fp8BlockDecode(qp[r * C + c], sp[srow + c / kFp8Block]));
+  }
+}
+
+void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
+                            const Tensor& scales_t) {
+  const char* op = "fp8::QuantizeRowsTransposed";
+  CheckCpuOnly(e, op);
+  CheckMatrix(e, x, op, "x");
+  const int64_t R = x.dim(0), C = x.dim(1);
+  CheckCodes(e, qt, C, R, op, "qt");
+  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kRow1x128), op, "scales_t");
+  // Xᵀ[c, r] = x[r·C + c]: row stride 1, column stride C.
+  QuantizeRowBlocks(x.raw_data(), x.dtype(), C, R, 1, C, static_cast<uint8_t*>(qt.raw_data()),
+                    scales_t.data<float>());
+}
+
+void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scales,
+                              const Tensor& qt, const Tensor& scales_t) {
+  const char* op = "fp8::RequantizeRowsTransposed";
+  CheckCpuOnly(e, op);
+  GTP_CHECK(q.defined() && q.rank() == 2, op, ": q must be a matrix, got ",
+            q.defined() ? q.ToString() : "undefined");
+  const int64_t R = q.dim(0), C = q.dim(1);
+  CheckCodes(e, q, R, C, op, "q");
+  CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kRow1x128), op, "scales");
+  CheckCodes(e, qt, C, R, op, "qt");
+  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kRow1x128), op, "scales_t");
+  // The forward's dequantised values, then the fused transpose + quantise.
+  Tensor d = e.Empty({R, C}, DType::kF32);
+  DequantizeBlocks(e, q, scales, Fp8Layout::kRow1x128, d);
+  QuantizeRowBlocks(d.raw_data(), DType::kF32, C, R, 1, C, static_cast<uint8_t*>(qt.raw_data()),
+                    scales_t.data<float>());
+}
+
+void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& qt,
+                    const Tensor& scales_t) {
+  const char* op = "fp8::TransposeTiles";
+  CheckCpuOnly(e, op);
+  GTP_CHECK(q.defined() && q.rank() == 2, op, ": q must be a matrix, got ",
+            q.defined() ? q.ToString() : "undefined");
+  const int64_t R = q.dim(0), C = q.dim(1);
+  CheckCodes(e, q, R, C, op, "q");
+  CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kTile128x128), op, "scales");
+  CheckCodes(e, qt, C, R, op, "qt");
+  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kTile128x128), op, "scales_t");
+  const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
+  uint8_t* qtp = static_cast<uint8_t*>(qt.raw_data());
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) qtp[c * R + r] = qp[r * C + c];
+  const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
+  const float* sp = scales.data<float>();
+  float* stp = scales_t.data<float>();
+  for (int64_t i = 0; i < rb; ++i)
+    for (int64_t j = 0; j < cb; ++j) stp[j * rb + i] = sp[i * cb + j];
+}
+
+}  // namespace gtp::kernels::fp8

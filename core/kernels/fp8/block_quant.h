@@ -1,0 +1,77 @@
+// core/kernels/fp8/block_quant.h — block-scaled FP8 (e4m3) quantisation of
+// matrices: 1×128 blocks for activations and gradients, 128×128 tiles for
+// weights, and the transposed layouts the backward needs. The formats, the
+// scale rule and the error bound are in block_scale.h (the design note).
+//
+// Conventions (core/kernels/kernels.h): tensors are 2-D, row-major and
+// contiguous on exec's device; outputs are written (=) and must not alias
+// inputs. Data x / y are f32 or bf16; codes q are one byte per element
+// (DType::kF8E4M3 or kU8); scales are f32. Bad shapes, dtypes or devices
+// abort (GTP_CHECK). Deterministic.
+//
+// CPU only for now: every function aborts on a CUDA Exec, saying that its
+// CUDA path is not written yet (issue 31's next step). The CPU paths are the
+// reference the CUDA kernels will be tested against, bit for bit for the
+// codes and scales (same scalar rules, block_scale.h).
+//
+//   Exec e = Exec::Cpu(host);
+//   fp8::QuantizeBlocks(e, x, fp8::Fp8Layout::kRow1x128, xq, xs);     // xs [N, ceil(in/128)]
+//   fp8::QuantizeBlocks(e, w, fp8::Fp8Layout::kTile128x128, wq, ws);  // ws [ceil(out/128), ceil(in/128)]
+//   fp8::BlockScaledGemm(e, {xq, xs, kRow1x128}, {wq, ws, kTile128x128}, y);  // block_gemm.h
+#pragma once
+
+#include <cstdint>
+
+#include "core/kernels/fp8/block_scale.h"
+#include "core/kernels/ops.h"
+#include "core/shape.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels::fp8 {
+
+// How a matrix's elements share scales (block_scale.h).
+enum class Fp8Layout {
+  kRow1x128,     // one scale per row and 128 columns: scales [R, ceil(C/128)]
+  kTile128x128,  // one scale per 128×128 tile: scales [ceil(R/128), ceil(C/128)]
+};
+
+// "row1x128" / "tile128x128" (for messages).
+const char* Fp8LayoutName(Fp8Layout l);
+
+// The scales' shape for a [rows, cols] matrix in layout l.
+Shape Fp8ScaleShape(int64_t rows, int64_t cols, Fp8Layout l);
+
+// x [R, C] (f32 or bf16) → codes q [R, C] and scales [Fp8ScaleShape(R, C, l)].
+void QuantizeBlocks(const Exec& e, const Tensor& x, Fp8Layout l, const Tensor& q,
+                    const Tensor& scales);
+
+// y [R, C] (f32 or bf16) ← e4m3⁻¹(q)·scale of each element's block (the f32
+// product; rounded to nearest even for a bf16 y). NaN-scale blocks give NaN.
+void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8Layout l,
+                      const Tensor& y);
+
+// The 1×128 quantisation of xᵀ, read from x [R, C] (f32 or bf16): codes
+// qt [C, R] and scales_t [C, ceil(R/128)], blocks of 128 consecutive rows of
+// x. Bit-identical to QuantizeBlocks(xᵀ, kRow1x128) (a fused transpose +
+// quantise: the weight-gradient GEMM's operand from the high-precision x).
+void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
+                            const Tensor& scales_t);
+
+// The same from x's forward codes (q [R, C], scales [R, ceil(C/128)], 1×128
+// along C) when the high-precision x is gone: each element's f32 value
+// e4m3⁻¹(q)·scale (as DequantizeBlocks), transposed, quantised again 1×128
+// along R into qt [C, R], scales_t [C, ceil(R/128)]. Bit-identical to
+// QuantizeBlocks(DequantizeBlocks(q)ᵀ, kRow1x128); a second rounding, so in
+// general not the codes QuantizeRowsTransposed(x) gives (block_scale.h).
+void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scales,
+                              const Tensor& qt, const Tensor& scales_t);
+
+// Wᵀ of a 128×128-quantised W (q [R, C], scales [ceil(R/128), ceil(C/128)]):
+// qt [C, R] = qᵀ, scales_t [ceil(C/128), ceil(R/128)] = scalesᵀ. Lossless:
+// a tile of Wᵀ holds the elements of one tile of W, so these are exactly the
+// codes and scales QuantizeBlocks(Wᵀ, kTile128x128) gives (the dgrad GEMM's
+// operand, no requantisation).
+void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& qt,
+                    const Tensor& scales_t);
+
+}  // namespace gtp::kernels::fp8

@@ -1,0 +1,263 @@
+// Tests of the block quantisation (block_quant.h) against block_testing.h's
+// quantiser, written from the design note in double with the independent
+// e4m3 reference: codes and scales must be equal bit for bit (they are
+// integers and one correctly rounded f32 division each, so any difference is
+// a bug, not rounding noise). Dequantised values against the exact product
+// e4m3⁻¹(code)·scale and against the input within the derived e4m3 bound
+// (block_scale.h): |d − x| ≤ (2⁻⁴ + 2⁻²⁰)|x| + 2⁻¹⁰·scale.
+#include "core/kernels/fp8/block_quant.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/allocator.h"
+#include "core/kernels/fp8/block_testing.h"
+#include "core/kernels/fp8/e4m3_reference.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::fp8 {
+namespace {
+
+using testing::BlockyMatrix;
+using testing::Bytes;
+using testing::Floats;
+using testing::MakeMatrix;
+using testing::RefDequantize;
+using testing::RefQuantize;
+using testing::ScaleOf;
+using testing::Transpose;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Bitwise equality of f32 vectors (NaN equals NaN).
+void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(FloatBits(a[i]), FloatBits(b[i])) << what << " [" << i << "]: " << a[i] << " vs " << b[i];
+}
+
+struct Quantized {
+  Tensor q, scales;
+};
+
+Quantized Quantize(const Exec& e, const Tensor& x, Fp8Layout l) {
+  Quantized out{e.Empty({x.dim(0), x.dim(1)}, DType::kF8E4M3),
+                e.Empty(Fp8ScaleShape(x.dim(0), x.dim(1), l))};
+  QuantizeBlocks(e, x, l, out.q, out.scales);
+  return out;
+}
+
+class BlockQuant : public ::testing::TestWithParam<std::tuple<Fp8Layout, DType, int64_t, int64_t>> {
+ protected:
+  HeapAllocator host_;
+  Exec e_ = Exec::Cpu(host_);
+};
+
+// Random blocky data plus the special blocks: an all-zero block with a −0,
+// a block of f32 subnormals (scale clamped at FLT_MIN) and a block whose
+// small elements land on e4m3 subnormal codes.
+std::vector<float> TestData(int64_t R, int64_t C, DType t) {
+  std::vector<float> x = BlockyMatrix(R, C, 17 + R * 1000 + C);
+  if (R >= 3 && C >= 2) {
+    for (int64_t c = 0; c < std::min<int64_t>(C, 128); ++c) x[c] = 0.0f;
+    x[1] = -0.0f;
+    if (t == DType::kF32)  // bf16 would round these to zero
+      for (int64_t c = 0; c < std::min<int64_t>(C, 128); ++c) x[C + c] = 1e-40f * (c % 7 - 3);
+    for (int64_t c = 0; c < std::min<int64_t>(C, 128); ++c) x[2 * C + c] = std::ldexp(1.0f, -(c % 16));
+  }
+  return kernels::testing::LoadAs(kernels::testing::StoreAs(x, t), t);  // the values x holds
+}
+
+TEST_P(BlockQuant, CodesAndScalesEqualTheReferenceBitForBit) {
+  const auto [l, t, R, C] = GetParam();
+  const std::vector<float> x = TestData(R, C, t);
+  const Quantized got = Quantize(e_, MakeMatrix(x, R, C, host_, t), l);
+  const testing::RefQuantized ref = RefQuantize(x, R, C, l);
+  ExpectSameBits(Floats(got.scales), ref.scales, "scales");
+  EXPECT_EQ(Bytes(got.q), ref.q);
+  if (R >= 3 && C >= 2 && l == Fp8Layout::kRow1x128) {
+    EXPECT_EQ(Floats(got.scales)[0], 1.0f);  // the zero block
+    EXPECT_EQ(Bytes(got.q)[1], 0x80);        // −0 keeps its sign
+    if (t == DType::kF32) {  // the block of f32 subnormals
+      EXPECT_EQ(Floats(got.scales)[(C + 127) / 128], std::numeric_limits<float>::min());
+    }
+  }
+}
+
+TEST_P(BlockQuant, DequantisedValuesAreTheScaledCodesWithinTheE4M3Bound) {
+  const auto [l, t, R, C] = GetParam();
+  const std::vector<float> x = TestData(R, C, t);
+  const Quantized got = Quantize(e_, MakeMatrix(x, R, C, host_, t), l);
+  Tensor y = MakeMatrix(kernels::testing::NaNs(x.size()), R, C, host_, t);
+  DequantizeBlocks(e_, got.q, got.scales, l, y);
+  const std::vector<float> yv = Floats(y), scales = Floats(got.scales);
+  const std::vector<double> exact = RefDequantize(Bytes(got.q), scales, R, C, l);
+  double worst_rel = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t i = r * C + c;
+      // y is the f32 (or bf16) rounding of the exact product.
+      const float want = static_cast<float>(exact[i]);
+      ASSERT_EQ(FloatBits(yv[i]), FloatBits(t == DType::kF32 ? want : BF16BitsToF32(F32ToBF16Bits(want))))
+          << r << "," << c;
+      // The e4m3 bound (block_scale.h), on the exact product; `!(≤)` fails on NaN.
+      const double s = ScaleOf(scales, r, c, C, l), err = std::fabs(exact[i] - x[i]);
+      ASSERT_TRUE(err <= kE4M3RelativeError * std::fabs(x[i]) + kE4M3SubnormalError * s)
+          << "x " << x[i] << " dequantised " << exact[i] << " scale " << s;
+      if (std::fabs(x[i]) >= 0x1p-6 * s) worst_rel = std::max(worst_rel, err / std::fabs(x[i]));
+    }
+  }
+  // The bound is tight: some element in the normal range loses nearly 2⁻⁴/(1 + 2⁻⁴) ≈ 5.9 %
+  // (so the values really went through 3 mantissa bits).
+  if (R * C >= 4096) {
+    EXPECT_GT(worst_rel, 0.055);
+  }
+}
+
+std::string CaseName(const ::testing::TestParamInfo<BlockQuant::ParamType>& info) {
+  const auto [l, t, R, C] = info.param;
+  return absl::StrCat(Fp8LayoutName(l), "_", DTypeName(t), "_", R, "x", C);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BlockQuant,
+    ::testing::Combine(::testing::Values(Fp8Layout::kRow1x128, Fp8Layout::kTile128x128),
+                       ::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(1, 3, 130, 256), ::testing::Values(1, 127, 300)),
+    CaseName);
+
+// A NaN or ±inf turns its whole block (and only it) into NaN scale + 0x7F codes.
+TEST(BlockQuantSpecial, NonFiniteValuesPoisonTheirBlockOnly) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  const int64_t R = 200, C = 300;
+  for (const Fp8Layout l : {Fp8Layout::kRow1x128, Fp8Layout::kTile128x128}) {
+    for (const float bad : {kNaN, kInf, -kInf}) {
+      std::vector<float> x = BlockyMatrix(R, C, 5);
+      x[150 * C + 140] = bad;  // row 150, column block 1, tile (1, 1)
+      const Quantized got = Quantize(e, MakeMatrix(x, R, C, host), l);
+      Tensor y = MakeMatrix(std::vector<float>(x.size()), R, C, host);
+      DequantizeBlocks(e, got.q, got.scales, l, y);
+      const std::vector<uint8_t> q = Bytes(got.q);
+      const std::vector<float> yv = Floats(y);
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t c = 0; c < C; ++c) {
+          const bool in_block = c / 128 == 1 && (l == Fp8Layout::kRow1x128 ? r == 150 : r / 128 == 1);
+          ASSERT_EQ(std::isnan(ScaleOf(Floats(got.scales), r, c, C, l)), in_block) << r << "," << c;
+          ASSERT_EQ(q[r * C + c] == kE4M3NaNCode, in_block) << r << "," << c;
+          ASSERT_EQ(std::isnan(yv[r * C + c]), in_block) << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
+// A tile of Wᵀ holds exactly the elements of a tile of W: transposing the
+// codes and the scale grid gives the quantisation of Wᵀ bit for bit, so one
+// 128×128 quantisation serves the forward (W) and the dgrad GEMM (Wᵀ).
+// 1×128 blocks do not have this property (checked at the end).
+TEST(BlockQuantSpecial, TileTransposeIsTheQuantisationOfTheTranspose) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  for (const auto& [R, C] : {std::pair<int64_t, int64_t>{200, 300}, {256, 128}, {1, 129}}) {
+    const std::vector<float> w = BlockyMatrix(R, C, 9), wt = Transpose(w, R, C);
+    const Quantized qw = Quantize(e, MakeMatrix(w, R, C, host), Fp8Layout::kTile128x128);
+    Tensor qt = e.Empty({C, R}, DType::kF8E4M3), st = e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kTile128x128));
+    TransposeTiles(e, qw.q, qw.scales, qt, st);
+    const Quantized direct = Quantize(e, MakeMatrix(wt, C, R, host), Fp8Layout::kTile128x128);
+    EXPECT_EQ(Bytes(qt), Bytes(direct.q)) << R << "x" << C;
+    ExpectSameBits(Floats(st), Floats(direct.scales), "scales of Wᵀ");
+    const testing::RefQuantized ref = RefQuantize(wt, C, R, Fp8Layout::kTile128x128);
+    EXPECT_EQ(Bytes(qt), ref.q);
+  }
+  // 1×128: the row blocks of Wᵀ (columns of W) have other amaxes, so other codes.
+  const int64_t R = 256, C = 256;
+  const std::vector<float> w = BlockyMatrix(R, C, 9);
+  const std::vector<uint8_t> rows = RefQuantize(w, R, C, Fp8Layout::kRow1x128).q;
+  const std::vector<uint8_t> cols = RefQuantize(Transpose(w, R, C), C, R, Fp8Layout::kRow1x128).q;
+  int64_t differ = 0;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) differ += rows[r * C + c] != cols[c * R + r];
+  EXPECT_GT(differ, R * C / 2);
+}
+
+// The wgrad operand xᵀ (1×128 along the rows of x), straight from x.
+TEST(BlockQuantSpecial, QuantizeRowsTransposedIsTheRowQuantisationOfTheTranspose) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  for (const DType t : {DType::kF32, DType::kBF16}) {
+    const int64_t R = 300, C = 200;
+    const std::vector<float> x = TestData(R, C, t);
+    Tensor qt = e.Empty({C, R}, DType::kU8), st = e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kRow1x128));
+    QuantizeRowsTransposed(e, MakeMatrix(x, R, C, host, t), qt, st);
+    const testing::RefQuantized ref = RefQuantize(Transpose(x, R, C), C, R, Fp8Layout::kRow1x128);
+    EXPECT_EQ(Bytes(qt), ref.q);
+    ExpectSameBits(Floats(st), ref.scales, "scales_t");
+  }
+}
+
+// From the forward's codes when x itself is gone: dequantise (f32), transpose,
+// quantise again. Bit for bit the reference quantisation of the transposed
+// f32 dequantised values; within one e4m3 bound of those values, and within
+// two stacked bounds of x:
+//   |d₂ − x| ≤ |d₂ − d₁| + |d₁ − x|
+//            ≤ ρ|d₁| + τ₂ + ρ|x| + τ₁ ≤ (2ρ + ρ²)|x| + (1 + ρ)τ₁ + τ₂
+// (ρ = kE4M3RelativeError, τ = 2⁻¹⁰·scale of the element's block in each
+// quantisation; d₁ rounded to f32 adds 2⁻²⁴|d₁|, inside ρ's 2⁻²⁰ margin).
+TEST(BlockQuantSpecial, RequantizeRowsTransposedStacksTwoRoundings) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  const int64_t R = 300, C = 200;
+  const std::vector<float> x = TestData(R, C, DType::kF32);
+  const Quantized fwd = Quantize(e, MakeMatrix(x, R, C, host), Fp8Layout::kRow1x128);
+  Tensor qt = e.Empty({C, R}, DType::kF8E4M3), st = e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kRow1x128));
+  RequantizeRowsTransposed(e, fwd.q, fwd.scales, qt, st);
+  const std::vector<float> s1 = Floats(fwd.scales), s2 = Floats(st);
+  const std::vector<double> d1 = RefDequantize(Bytes(fwd.q), s1, R, C, Fp8Layout::kRow1x128);
+  std::vector<float> d1f(d1.begin(), d1.end());  // the f32 values DequantizeBlocks gives
+  const testing::RefQuantized ref = RefQuantize(Transpose(d1f, R, C), C, R, Fp8Layout::kRow1x128);
+  EXPECT_EQ(Bytes(qt), ref.q);
+  ExpectSameBits(s2, ref.scales, "scales_t");
+  const std::vector<double> d2 = RefDequantize(Bytes(qt), s2, C, R, Fp8Layout::kRow1x128);
+  const double rho = kE4M3RelativeError;
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      const double v2 = d2[c * R + r], tau1 = kE4M3SubnormalError * ScaleOf(s1, r, c, C, Fp8Layout::kRow1x128),
+                   tau2 = kE4M3SubnormalError * ScaleOf(s2, c, r, R, Fp8Layout::kRow1x128);
+      ASSERT_TRUE(std::fabs(v2 - d1[r * C + c]) <= rho * std::fabs(d1[r * C + c]) + tau2) << r << "," << c;
+      ASSERT_TRUE(std::fabs(v2 - x[r * C + c]) <=
+                  (2 * rho + rho * rho) * std::fabs(x[r * C + c]) + (1 + rho) * tau1 + tau2)
+          << r << "," << c;
+    }
+  }
+  // The second rounding is real: some codes differ from quantising x's transpose directly.
+  const std::vector<uint8_t> direct = RefQuantize(Transpose(x, R, C), C, R, Fp8Layout::kRow1x128).q;
+  int64_t differ = 0;
+  for (size_t i = 0; i < direct.size(); ++i) differ += direct[i] != Bytes(qt)[i];
+  EXPECT_GT(differ, 0);
+  std::printf("requantised vs direct: %lld of %lld codes differ\n", static_cast<long long>(differ),
+              static_cast<long long>(R * C));
+}
+
+TEST(BlockQuantDeathTest, CudaExecAndBadShapesAbortSayingWhy) {
+  HeapAllocator host;
+  const Exec cpu = Exec::Cpu(host);
+  const Exec cuda{Device::Cuda(0), &host};
+  const Tensor x = MakeMatrix(std::vector<float>(6, 1.0f), 2, 3, host);
+  const Tensor q = cpu.Empty({2, 3}, DType::kF8E4M3), s = cpu.Empty({2, 1});
+  EXPECT_DEATH(QuantizeBlocks(cuda, x, Fp8Layout::kRow1x128, q, s), "CUDA path is not written yet");
+  EXPECT_DEATH(QuantizeBlocks(cpu, x, Fp8Layout::kTile128x128, q, cpu.Empty({2, 1})),
+               "scales must be f32\\[1, 1\\]");
+  EXPECT_DEATH(QuantizeBlocks(cpu, x, Fp8Layout::kRow1x128, cpu.Empty({3, 2}, DType::kU8), s),
+               "q must be fp8_e4m3 or u8 \\[2, 3\\]");
+}
+
+}  // namespace
+}  // namespace gtp::kernels::fp8

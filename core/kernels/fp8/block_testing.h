@@ -1,0 +1,127 @@
+// core/kernels/fp8/block_testing.h — what the block-quantisation and GEMM
+// tests share: host tensors from vectors and back, test matrices whose 128
+// blocks span many magnitudes, and a block quantiser written from the
+// design note (block_scale.h) in double precision, using e4m3_reference.h
+// instead of the code under test.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/kernels/fp8/block_quant.h"
+#include "core/kernels/fp8/e4m3_reference.h"
+#include "core/kernels/testing/harness.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels::fp8::testing {
+
+// f32 [R, C] (or bf16, rounded to nearest even) holding x.
+inline Tensor MakeMatrix(const std::vector<float>& x, int64_t R, int64_t C, Allocator& a,
+                         DType t = DType::kF32) {
+  Tensor m = Tensor::Empty({R, C}, t, a);
+  const std::vector<uint8_t> bytes = kernels::testing::StoreAs(x, t);
+  if (!bytes.empty()) std::memcpy(m.raw_data(), bytes.data(), bytes.size());
+  return m;
+}
+
+inline std::vector<uint8_t> Bytes(const Tensor& t) {
+  std::vector<uint8_t> v(static_cast<size_t>(t.nbytes()));
+  if (!v.empty()) std::memcpy(v.data(), t.raw_data(), v.size());
+  return v;
+}
+
+// The f32 values of an f32 or bf16 tensor.
+inline std::vector<float> Floats(const Tensor& t) { return kernels::testing::LoadAs(Bytes(t), t.dtype()); }
+
+inline std::vector<float> Transpose(const std::vector<float>& x, int64_t R, int64_t C) {
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) t[c * R + r] = x[r * C + c];
+  return t;
+}
+
+// R × C normal values, each 128×128 tile (and within it each row's 128
+// block, for 1×128) multiplied by its own power of two in [2⁻²⁰, 2²⁰], so a
+// scale applied to the wrong block is off by orders of magnitude.
+inline std::vector<float> BlockyMatrix(int64_t R, int64_t C, uint64_t seed) {
+  kernels::testing::Rng rng(seed);
+  std::vector<float> x = rng.Normal(static_cast<size_t>(R * C));
+  const int64_t rb = (R + 127) / 128, cb = (C + 127) / 128;
+  const std::vector<int32_t> tile = rng.Ints(static_cast<size_t>(rb * cb), -20, 20);
+  const std::vector<int32_t> row = rng.Ints(static_cast<size_t>(R * cb), -6, 6);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c)
+      x[r * C + c] = std::ldexp(x[r * C + c], tile[(r / 128) * cb + c / 128] + row[r * cb + c / 128]);
+  return x;
+}
+
+// Codes and scales in a layout, from the design note: amax in double, scale
+// = the f32 nearest amax/448 (double rounding through double is harmless
+// for one division of floats: 53 ≥ 2·24 + 2 bits), clamped below at FLT_MIN,
+// 1 for amax = 0, NaN for a non-finite block; code = e4m3 of the f32
+// nearest x/scale (the same argument), 0x7F in a NaN block.
+struct RefQuantized {
+  std::vector<uint8_t> q;
+  std::vector<float> scales;
+};
+
+inline RefQuantized RefQuantize(const std::vector<float>& x, int64_t R, int64_t C, Fp8Layout l) {
+  const int64_t cb = (C + 127) / 128;
+  const int64_t bh = l == Fp8Layout::kRow1x128 ? 1 : 128;  // rows per block
+  const int64_t rb = (R + bh - 1) / bh;
+  RefQuantized out{std::vector<uint8_t>(static_cast<size_t>(R * C)),
+                   std::vector<float>(static_cast<size_t>(rb * cb))};
+  for (int64_t i = 0; i < rb; ++i) {
+    for (int64_t j = 0; j < cb; ++j) {
+      const int64_t r0 = i * bh, r1 = std::min(R, r0 + bh), c0 = j * 128,
+                    c1 = std::min(C, c0 + 128);
+      double amax = 0;
+      bool finite = true;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) {
+          finite = finite && std::isfinite(x[r * C + c]);
+          amax = std::max(amax, std::fabs(static_cast<double>(x[r * C + c])));
+        }
+      float s = !finite ? std::numeric_limits<float>::quiet_NaN()
+                : amax == 0 ? 1.0f
+                            : std::max(static_cast<float>(amax / 448.0),
+                                       std::numeric_limits<float>::min());
+      out.scales[i * cb + j] = s;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          out.q[r * C + c] =
+              !finite ? 0x7f
+                      : reference::E4M3Encode(static_cast<float>(static_cast<double>(x[r * C + c]) / s));
+    }
+  }
+  return out;
+}
+
+// The exact value e4m3⁻¹(code)·scale of every element (double: 4 + 24
+// significant bits, exact), with the scale of its block in layout l.
+inline std::vector<double> RefDequantize(const std::vector<uint8_t>& q,
+                                         const std::vector<float>& scales, int64_t R, int64_t C,
+                                         Fp8Layout l) {
+  const int64_t cb = (C + 127) / 128;
+  std::vector<double> d(q.size());
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t sr = l == Fp8Layout::kRow1x128 ? r : r / 128;
+    for (int64_t c = 0; c < C; ++c)
+      d[r * C + c] = reference::E4M3Decode(q[r * C + c]) * scales[sr * cb + c / 128];
+  }
+  return d;
+}
+
+// The scale of element (r, c)'s block.
+inline float ScaleOf(const std::vector<float>& scales, int64_t r, int64_t c, int64_t C,
+                     Fp8Layout l) {
+  const int64_t cb = (C + 127) / 128;
+  return scales[(l == Fp8Layout::kRow1x128 ? r : r / 128) * cb + c / 128];
+}
+
+}  // namespace gtp::kernels::fp8::testing
