@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "core/kernels/fp8/internal.h"
 #include "core/status.h"
@@ -51,6 +52,23 @@ void QuantizeRowBlocks(const void* x, DType t, int64_t R, int64_t C, int64_t rs,
       for (int64_t c = c0; c < c1; ++c) q[r * C + c] = Fp8BlockEncode(LoadF32(x, t, r * rs + c * cs), s);
     }
   }
+}
+
+// The argument checks shared by the ops that read codes q [R, C] (scales in
+// `l`) and write their transpose's codes qt [C, R] (scales in `l` too).
+// Returns {R, C}.
+std::pair<int64_t, int64_t> CheckTransposePair(const Exec& e, const Tensor& q, const Tensor& scales,
+                                               const Tensor& qt, const Tensor& scales_t, Fp8Layout l,
+                                               const char* op) {
+  CheckCpuOnly(e, op);
+  GTP_CHECK(q.defined() && q.rank() == 2, op, ": q must be a matrix, got ",
+            q.defined() ? q.ToString() : "undefined");
+  const int64_t R = q.dim(0), C = q.dim(1);
+  CheckCodes(e, q, R, C, op, "q");
+  CheckScales(e, scales, Fp8ScaleShape(R, C, l), op, "scales");
+  CheckCodes(e, qt, C, R, op, "qt");
+  CheckScales(e, scales_t, Fp8ScaleShape(C, R, l), op, "scales_t");
+  return {R, C};
 }
 
 }  // namespace
@@ -126,15 +144,8 @@ void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
 
 void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scales,
                               const Tensor& qt, const Tensor& scales_t) {
-  const char* op = "fp8::RequantizeRowsTransposed";
-  CheckCpuOnly(e, op);
-  GTP_CHECK(q.defined() && q.rank() == 2, op, ": q must be a matrix, got ",
-            q.defined() ? q.ToString() : "undefined");
-  const int64_t R = q.dim(0), C = q.dim(1);
-  CheckCodes(e, q, R, C, op, "q");
-  CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kRow1x128), op, "scales");
-  CheckCodes(e, qt, C, R, op, "qt");
-  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kRow1x128), op, "scales_t");
+  const auto [R, C] = CheckTransposePair(e, q, scales, qt, scales_t, Fp8Layout::kRow1x128,
+                                         "fp8::RequantizeRowsTransposed");
   // The forward's dequantised values, then the fused transpose + quantise.
   Tensor d = e.Empty({R, C}, DType::kF32);
   DequantizeBlocks(e, q, scales, Fp8Layout::kRow1x128, d);
@@ -144,15 +155,8 @@ void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scal
 
 void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& qt,
                     const Tensor& scales_t) {
-  const char* op = "fp8::TransposeTiles";
-  CheckCpuOnly(e, op);
-  GTP_CHECK(q.defined() && q.rank() == 2, op, ": q must be a matrix, got ",
-            q.defined() ? q.ToString() : "undefined");
-  const int64_t R = q.dim(0), C = q.dim(1);
-  CheckCodes(e, q, R, C, op, "q");
-  CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kTile128x128), op, "scales");
-  CheckCodes(e, qt, C, R, op, "qt");
-  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kTile128x128), op, "scales_t");
+  const auto [R, C] = CheckTransposePair(e, q, scales, qt, scales_t, Fp8Layout::kTile128x128,
+                                         "fp8::TransposeTiles");
   const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
   uint8_t* qtp = static_cast<uint8_t*>(qt.raw_data());
   for (int64_t r = 0; r < R; ++r)
