@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "layers/layer_kind.h"
@@ -102,21 +104,32 @@ std::vector<char> BlockKinds(const std::vector<layers::LayerKind>& layers, std::
   return out;
 }
 
-// Kernel-time helpers over one CostModel and dtype.
+// Kernel-time helpers over one CostModel and dtype; every query is recorded
+// in `used` (what the prediction's "calibrated" is judged on).
 struct Kernels {
   const CostModel& cost;
   std::string gemm_dtype, act_dtype;
   double ab;  // activation bytes per element
+  std::set<std::pair<Op, std::string>>* used;
+  double Sec(Op op, const std::string& dtype, double flops, double bytes, double shape_class = 1) const {
+    used->insert({op, dtype});
+    return cost.Seconds(op, dtype, flops, bytes, shape_class);
+  }
   // y[m, n] = x[m, k]·wᵀ: forward; backward = dgrad + wgrad (same FLOPs each).
-  double GemmFwd(double m, double n, double k) const {
-    return cost.Seconds(Op::kGemm, gemm_dtype, 2 * m * n * k, ab * (m * k + n * k + m * n));
+  double GemmFwd(double m, double n, double k) const { return GemmFwdIn(gemm_dtype, ab, m, n, k); }
+  double GemmBwd(double m, double n, double k) const { return GemmBwdIn(gemm_dtype, ab, m, n, k); }
+  // The same in another dtype (`eb` bytes an element): the MoE router's f32 gate.
+  double GemmFwdIn(const std::string& dt, double eb, double m, double n, double k) const {
+    return Sec(Op::kGemm, dt, 2 * m * n * k, eb * (m * k + n * k + m * n));
   }
-  double GemmBwd(double m, double n, double k) const {
-    return cost.Seconds(Op::kGemm, gemm_dtype, 2 * m * n * k, ab * (m * n + n * k + m * k)) +
-           cost.Seconds(Op::kGemm, gemm_dtype, 2 * m * n * k, ab * (m * n + m * k) + 4 * n * k);
+  double GemmBwdIn(const std::string& dt, double eb, double m, double n, double k) const {
+    return Sec(Op::kGemm, dt, 2 * m * n * k, eb * (m * n + n * k + m * k)) +
+           Sec(Op::kGemm, dt, 2 * m * n * k, eb * (m * n + m * k) + 4 * n * k);
   }
-  double Elementwise(double bytes) const { return cost.Seconds(Op::kElementwise, act_dtype, 0, bytes); }
-  double Norm(double bytes) const { return cost.Seconds(Op::kNorm, act_dtype, 0, bytes); }
+  double Elementwise(double bytes) const { return Sec(Op::kElementwise, act_dtype, 0, bytes); }
+  double Norm(double bytes) const { return Sec(Op::kNorm, act_dtype, 0, bytes); }
+  // A bf16 <-> f32 cast of n elements (none in f32 runs: nothing to cast).
+  double Cast(double n) const { return act_dtype == "f32" ? 0.0 : Sec(Op::kCast, "bf16", 0, CastBytes(n)); }
 };
 
 }  // namespace
@@ -207,7 +220,7 @@ absl::StatusOr<ModelCost> CostModelOf(const recipes::proto::Recipe& r, const Lay
   const double wire = l.fp8_gather || l.precision == "fp8" ? 1 + 1.0 / 32 : ab;
   const double rs_wire = l.bf16_reduce_scatter ? 2 : 4;
   mc.gemm_dtype = l.precision;
-  const Kernels k{cost, l.precision, f32 ? "f32" : "bf16", ab};
+  const Kernels k{cost, l.precision, f32 ? "f32" : "bf16", ab, &mc.kernels};
   const std::string attn_dtype = f32 ? "f32" : "bf16";
 
   const double t = l.tp, sp = l.sp ? l.tp : 1;
@@ -273,9 +286,9 @@ absl::StatusOr<ModelCost> CostModelOf(const recipes::proto::Recipe& r, const Lay
       const double af = (unfused ? 2 : 1) * 2 * N * T * C / t, abytes = ab * N * (2 * C + 2 * Ckv) / t;
       const double scores = N * T * NH / t, drop = l.attention_dropout ? 2 * ab + 1 : 0;
       const double core_f = unfused ? k.GemmFwd(N * NH / t, T, C / NH) * 2 + k.Elementwise(scores * (5 * ab + drop))
-                                    : cost.Seconds(Op::kAttentionFwd, attn_dtype, af, abytes);
+                                    : k.Sec(Op::kAttentionFwd, attn_dtype, af, abytes);
       const double core_b = unfused ? k.GemmFwd(N * NH / t, T, C / NH) * 4 + k.Elementwise(scores * (8 * ab + drop))
-                                    : cost.Seconds(Op::kAttentionBwd, attn_dtype, 2.5 * af, 2 * abytes);
+                                    : k.Sec(Op::kAttentionBwd, attn_dtype, 2.5 * af, 2 * abytes);
       b.fwd_compute += core_f;
       b.bwd_compute += core_b;
       if (r.model().rope()) {  // RoPE, in place on q and k
@@ -300,11 +313,39 @@ absl::StatusOr<ModelCost> CostModelOf(const recipes::proto::Recipe& r, const Lay
       const double Hfe = s.swiglu ? 2 * He : He;
       const double Nm = N / sp;          // tokens this rank routes
       const double rows = Nm * topk;     // rows its local experts see (balanced)
-      const double El = E / l.ep, r_e = rows / El;
-      b.fwd_compute += k.GemmFwd(Nm, E, C) +
-                       El * (k.GemmFwd(r_e, Hfe, C) + k.GemmFwd(r_e, C, He)) + k.Elementwise(ab * rows * (Hfe + He + 2 * C));
-      b.bwd_compute += k.GemmBwd(Nm, E, C) +
-                       El * (k.GemmBwd(r_e, Hfe, C) + k.GemmBwd(r_e, C, He)) + k.Elementwise(2 * ab * rows * (Hfe + He + 2 * C));
+      const double El = E / l.ep;
+      // What layers/moe launches (moe_layer.cc, router.cc, all_to_all_dispatcher.cc,
+      // experts.cc), each kernel costed on its own:
+      // forward: the router's f32 copy of x (a cast), its f32 gate GEMM, the
+      // routing ops; the dispatcher's host read of the counts (not when padded
+      // to capacity); the permutation (a row gather); fc1 as one grouped GEMM
+      // over the local experts, the activation, fc2 grouped; the weighted combine.
+      const bool padded = r.model().moe().pad_to_capacity();
+      const double route_f = k.Cast(Nm * C) + k.GemmFwdIn("f32", 4, Nm, E, C) +
+                             k.Sec(Op::kMoeRouteFwd, "f32", 0, RouteBytes(Nm, E, topk, false)) +
+                             (padded ? 0.0 : k.Sec(Op::kHostSync, "f32", 0, 0));
+      const double experts_f = k.Sec(Op::kGroupedGemm, k.gemm_dtype, 2 * rows * Hfe * C, ab * (rows * C + El * Hfe * C + rows * Hfe)) +
+                               k.Elementwise(ab * rows * (Hfe + He)) +
+                               k.Sec(Op::kGroupedGemm, k.gemm_dtype, 2 * rows * C * He, ab * (rows * He + El * C * He + rows * C));
+      b.fwd_compute += route_f + k.Sec(Op::kMoePermute, k.act_dtype, 0, PermuteBytes(rows, C, ab)) + experts_f +
+                       k.Sec(Op::kMoeCombineFwd, k.act_dtype, 0, CombineBytes(Nm, rows, C, ab, false));
+      // backward: the combine's backward; fc2's data and weight gradients
+      // (the latter into the f32 stacked gradient), the activation's
+      // backward, fc1's; the permutation's scatter-add into a zeroed f32
+      // buffer; the routing backward, the gate's two f32 GEMMs, the sum of
+      // the two input gradients (f32 axpby) and its cast back.
+      const double experts_b =
+          k.Sec(Op::kGroupedGemm, k.gemm_dtype, 2 * rows * C * He, ab * (rows * C + El * C * He + rows * He)) +
+          k.Sec(Op::kGroupedGemmWgrad, k.gemm_dtype, 2 * rows * C * He, ab * (rows * C + rows * He) + 4 * El * C * He) +
+          k.Elementwise(2 * ab * rows * (Hfe + He)) +
+          k.Sec(Op::kGroupedGemm, k.gemm_dtype, 2 * rows * Hfe * C, ab * (rows * Hfe + El * Hfe * C + rows * C)) +
+          k.Sec(Op::kGroupedGemmWgrad, k.gemm_dtype, 2 * rows * Hfe * C, ab * (rows * Hfe + rows * C) + 4 * El * Hfe * C);
+      b.bwd_compute += k.Sec(Op::kMoeCombineBwd, k.act_dtype, 0, CombineBytes(Nm, rows, C, ab, true)) + experts_b +
+                       k.Sec(Op::kElementwise, "f32", 0, 4 * Nm * C) +
+                       k.Sec(Op::kMoeScatterAdd, k.act_dtype, 0, ScatterAddBytes(rows, C, ab)) +
+                       k.Sec(Op::kMoeRouteBwd, "f32", 0, RouteBytes(Nm, E, topk, true)) +
+                       k.GemmBwdIn("f32", 4, Nm, E, C) + k.Sec(Op::kElementwise, "f32", 0, 12 * Nm * C) +
+                       k.Cast(Nm * C);
       if (l.ep > 1) {  // dispatch and combine, forward and backward
         const double a2a = CollectiveTime(Collective::kAllToAll, rows * C * ab, g.ep, cl);
         b.ep_fwd = 2 * a2a;
@@ -320,16 +361,37 @@ absl::StatusOr<ModelCost> CostModelOf(const recipes::proto::Recipe& r, const Lay
     } else if (kind == 'M') {
       const double Di = s.mamba_expand * C, Hm = Di / s.mamba_head_dim, GN = s.mamba_groups * s.mamba_d_state;
       const double Kc = s.mamba_d_conv, in_out = 2 * Di + 2 * GN + Hm;
-      b.fwd_compute += k.GemmFwd(N, in_out / t, C) + k.GemmFwd(N, C, Di / t);
-      b.bwd_compute += k.GemmBwd(N, in_out / t, C) + k.GemmBwd(N, C, Di / t);
-      // The scan: 7·Di·Ns FLOPs a token forward (mfu.h's estimate), twice that backward.
-      const double sf = 7 * N * Di / t * s.mamba_d_state, sb = 4 * N * (Di + 2 * GN + Hm) / t;
-      b.fwd_compute += cost.Seconds(Op::kSsmFwd, "f32", sf, sb);
-      b.bwd_compute += cost.Seconds(Op::kSsmBwd, "f32", 2 * sf, 2 * sb);
-      // conv1d, softplus, gated RMSNorm: f32 elementwise passes.
-      const double ew = 4 * N / t * (6 * Di + 6 * GN + 4 * Hm);
-      b.fwd_compute += k.Elementwise(ew);
-      b.bwd_compute += k.Elementwise(2 * ew);
+      const double di = Di / t, hm = Hm / t, gn = GN / t;  // this TP rank's channels
+      const double P = s.mamba_head_dim, Ns = s.mamba_d_state;
+      // What layers/mamba/mamba_mixer.cc launches, each kernel costed on its own:
+      // in_proj as five GEMMs (z, x: d_inner; B, C: G·N; dt: heads), their
+      // outputs cast to f32; the SSM params' f32 copies (ten small casts);
+      // softplus + bias of dt and A = −exp(A_log) (one small elementwise);
+      // three causal conv1d (x, B, C); the scan; the gated RMSNorm; its
+      // output cast back; out_proj. The backward mirrors it.
+      const double in_fwd = 2 * k.GemmFwd(N, di, C) + 2 * k.GemmFwd(N, gn, C) + k.GemmFwd(N, hm, C);
+      const double in_bwd = 2 * k.GemmBwd(N, di, C) + 2 * k.GemmBwd(N, gn, C) + k.GemmBwd(N, hm, C);
+      const double in_casts = 2 * k.Cast(N * di) + 2 * k.Cast(N * gn) + k.Cast(N * hm);
+      const double param_casts = k.Cast(di * Kc) + 2 * k.Cast(gn * Kc) + k.Cast(di) + 2 * k.Cast(gn) +  // conv w, b
+                                 3 * k.Cast(hm) + k.Cast(di);  // dt_bias, A_log, D; the norm weight
+      const double negexp = k.Sec(Op::kElementwise, "f32", 0, 8 * hm);
+      // The scan over this rank's heads (CP: whole sequences of 1/CP of
+      // them, the same state-element-steps): shape class P·N (calibration.h).
+      const double Bs = l.micro_batch;
+      const double sf = ScanFlops(Bs, T, hm / l.cp, P, Ns), sb = ScanBytes(Bs, T, hm / l.cp, P, gn);
+      b.fwd_compute += in_fwd + in_casts + param_casts +
+                       k.Sec(Op::kSoftplusFwd, "f32", 0, SoftplusBytes(N, hm, false)) + negexp +
+                       k.Sec(Op::kConv1dFwd, "f32", 0, Conv1dBytes(N, di, false)) +
+                       2 * k.Sec(Op::kConv1dFwd, "f32", 0, Conv1dBytes(N, gn, false)) +
+                       k.Sec(Op::kSsmFwd, "f32", sf, sb, P * Ns) +
+                       k.Sec(Op::kGatedNormFwd, "f32", 0, GatedNormBytes(N, di, false)) + k.Cast(N * di) +
+                       k.GemmFwd(N, C, di);
+      b.bwd_compute += k.GemmBwd(N, C, di) + k.Cast(N * di) +
+                       k.Sec(Op::kGatedNormBwd, "f32", 0, GatedNormBytes(N, di, true)) +
+                       k.Sec(Op::kSsmBwd, "f32", 2 * sf, 2 * sb, P * Ns) + negexp +
+                       k.Sec(Op::kConv1dBwd, "f32", 0, Conv1dBytes(N, di, true)) +
+                       2 * k.Sec(Op::kConv1dBwd, "f32", 0, Conv1dBytes(N, gn, true)) +
+                       k.Sec(Op::kSoftplusBwd, "f32", 0, SoftplusBytes(N, hm, true)) + in_casts + in_bwd;
       b.tp_fwd += tp_comm();
       b.tp_bwd += tp_comm();
       b.act_bytes += 4 * N / t * (4 * Di + 4 * GN + 2 * Hm) + ab * N * (C + Di / t);

@@ -10,6 +10,19 @@
 // with none, so the blocks plus the embedding/head sum to the MFU count
 // exactly (model_test checks it).
 //
+// Kernel times: each kernel the layers launch is costed on its own from the
+// CostModel (plan/calibration.h), with the work conventions there. The
+// Mamba-2 block (layers/mamba/mamba_mixer.cc): five in_proj GEMMs, their
+// casts to f32 and the ten f32 copies of the SSM params (bf16 runs), dt's
+// softplus + bias, A = −exp(A_log), three causal conv1d, the scan (shape
+// class P·N), the gated RMSNorm, its cast back, out_proj, and the mirror
+// image backward. The MoE block (layers/moe): the router's f32 cast and gate
+// GEMM, its routing ops, the dispatcher's host read of the counts (dropless),
+// the permutation gather, fc1 / fc2 as grouped GEMMs (forward, data and f32
+// weight gradients), the activation, the combine, and backward the combine's,
+// the f32 scatter-add, the routing backward, the gate's two f32 GEMMs, the
+// axpby of the two input gradients and the cast back.
+//
 // Saved activations (bytes per token of one micro-batch, bf16 activations
 // b = 2, f32 statistics; t = TP, s = t under SP else 1; C, Ckv = kv heads ·
 // head size, H = ffn hidden, NH heads) — what the layers/ Forward code keeps
@@ -37,7 +50,9 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -126,6 +141,8 @@ struct ModelCost {
   double mfu_flops_per_token = 0;  // recipes::TrainingFlopPerToken(shape)
   int64_t tokens_per_microbatch = 0;  // b·T (one lane, before CP/SP splits)
   std::string gemm_dtype;             // what the GEMMs run in
+  // Every (op, dtype) the costs above asked the CostModel for.
+  std::set<std::pair<Op, std::string>> kernels;
 };
 
 // InvalidArgument naming the setting (parallel.tp, ...) and a value that

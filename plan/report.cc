@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace gtp::plan {
 
@@ -22,6 +23,10 @@ std::string FormatPrediction(const Prediction& p, const Cluster& c, double cap) 
       "kernel times: %s\n",
       l.ToString(), l.world(), p.micro_batches, l.micro_batch, l.global_batch, l.precision,
       p.calibrated ? "calibrated (measured table)" : "UNCALIBRATED (default efficiency curve of the cluster file)");
+  if (!p.calibrated && !p.uncalibrated.empty()) {
+    absl::StrAppend(&out, "  kernels not in the table (on the default curve): ", absl::StrJoin(p.uncalibrated, ", "),
+                    "\n");
+  }
   absl::StrAppend(&out, absl::StrFormat(
                             "step time %.4f s   tokens/s %.0f   MFU %.1f %% of %.0f TFLOP/s bf16   "
                             "model TFLOP/s per GPU %.1f\n",
@@ -85,10 +90,11 @@ std::string JsonPrediction(const std::string& label, const Prediction& p, double
       "\"step_s\": %.9g, \"tokens_per_s\": %.9g, \"mfu\": %.6g, \"exposed_comm_s\": %.9g, \"bubble_s\": %.9g, "
       "\"memory\": {\"weights\": %.0f, \"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f, "
       "\"gather_buffers\": %.0f, \"comm_buffers\": %.0f, \"context\": %.0f, \"total\": %.0f, \"allocator\": %.0f}, "
-      "\"fits\": %s}",
+      "\"fits\": %s, \"uncalibrated\": [%s]}",
       name, p.layout.ToString(), p.layout.world(), p.layout.precision, p.calibrated ? "true" : "false", p.step_time,
       p.tokens_per_s, p.mfu, ExposedComm(p), p.breakdown.bubble, m.weights, m.grads, m.optimizer, m.activations,
-      m.gather_buffers, m.comm_buffers, m.context, m.total, m.allocator(), m.total <= cap ? "true" : "false");
+      m.gather_buffers, m.comm_buffers, m.context, m.total, m.allocator(), m.total <= cap ? "true" : "false",
+      absl::StrJoin(p.uncalibrated, ", ", [](std::string* o, const std::string& u) { absl::StrAppend(o, "\"", u, "\""); }));
 }
 
 std::string CsvHeader() {

@@ -1,6 +1,8 @@
 #include "plan/step.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "plan/collectives.h"
@@ -265,11 +267,14 @@ absl::StatusOr<Prediction> Predict(const recipes::proto::Recipe& r, const Layout
   pred.tokens_per_s = tokens / pred.step_time;
   pred.model_tflops_per_gpu = mc.mfu_flops_per_token * pred.tokens_per_s / l.world() / 1e12;
   pred.mfu = recipes::Mfu(mc.mfu_flops_per_token, pred.tokens_per_s / l.world(), cl.peak_bf16_flops);
-  bool calibrated = true;
-  for (Op op : {Op::kGemm, Op::kAttentionFwd, Op::kAttentionBwd, Op::kNorm, Op::kElementwise, Op::kAdamW}) {
-    calibrated &= cost.Calibrated(op, op == Op::kGemm ? mc.gemm_dtype : (op == Op::kAdamW ? "f32" : (f32 ? "f32" : "bf16")));
+  // Calibrated: every kernel the blocks and the optimizer asked for was measured.
+  std::set<std::pair<Op, std::string>> used = mc.kernels;
+  used.insert({Op::kAdamW, "f32"});
+  used.insert({Op::kElementwise, "f32"});
+  for (const auto& [op, dtype] : used) {
+    if (!cost.Calibrated(op, dtype)) pred.uncalibrated.push_back(absl::StrCat(OpName(op), " ", dtype));
   }
-  pred.calibrated = calibrated;
+  pred.calibrated = pred.uncalibrated.empty();
 
   // Memory: the busiest stage.
   Memory best;

@@ -40,6 +40,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "plan/calibration.h"
@@ -81,6 +82,9 @@ struct Prediction {
   int reported_stage = 0;    // the stage whose breakdown is shown (the last to finish)
   int micro_batches = 0;
   bool calibrated = false;   // every kernel kind used came from a measured table
+  // The (op dtype) pairs the prediction used that the table does not
+  // measure (costed on the default curve), e.g. "conv1d_fwd f32".
+  std::vector<std::string> uncalibrated;
 };
 
 absl::StatusOr<Prediction> Predict(const recipes::proto::Recipe& r, const Layout& l, const CostModel& cost);

@@ -23,11 +23,19 @@ TEST(Calibrate, MeasuresEveryOpKindOnCpu) {
     ops.insert(OpName(m.op));
     EXPECT_GT(m.seconds, 0) << OpName(m.op) << " " << m.shape;
   }
-  EXPECT_EQ(ops, (std::set<std::string>{"gemm", "attention_fwd", "attention_bwd", "ssm_scan_fwd", "ssm_scan_bwd",
-                                        "norm", "elementwise", "adamw"}));
+  // Every op the planner can ask for (plan/calibration.h AllOps) is measured,
+  // the Mamba mixer's and the MoE layer's kernels included.
+  std::set<std::string> all;
+  for (Op op : AllOps()) all.insert(OpName(op));
+  EXPECT_EQ(ops, all);
+  EXPECT_EQ(all.size(), 24u);
   absl::StatusOr<std::vector<Measurement>> back = ParseCalibration(FormatCalibration(*rows, device), "cpu table");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->size(), rows->size());
+  // The scan rows carry their shape class P·N (the quick shape: P = N = 16).
+  for (const Measurement& m : *back) {
+    if (m.op == Op::kSsmFwd) EXPECT_EQ(ShapeClass(m), 256) << m.shape;
+  }
 }
 
 TEST(Calibrate, RefusesAnUnknownDevice) {
