@@ -4,7 +4,8 @@
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark -- --benchmark_filter=Scan
 // Shapes: batch 8 × 1024 tokens (B·T = 8192 rows), d_inner 1536.
-//   Scan/<shape>/<fwd|bwd>: ssm::SsdScanForward / SsdScanBackward, f32, chunk
+//   Scan/<shape>/<fwd|bwd>/<chunked|recurrence>: ssm::SsdScanForward / SsdScanBackward
+//     with that SsdCudaKernel, f32, chunk
 //     128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
 //     "h24p64n128" and "h24p64n64" (Mamba-2's usual head dim and states, G = 1).
 //   Conv1d/<fwd|bwd>: CausalConv1d on [8, 1024, 1536], K = 4, SiLU.
@@ -94,7 +95,7 @@ struct ScanShape {
   int64_t H, P, N, G;
 };
 
-void BM_Scan(benchmark::State& state, ScanShape s, bool backward) {
+void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKernel kernel) {
   CudaEnv env;
   const Exec& e = env.e;
   {
@@ -110,13 +111,15 @@ void BM_Scan(benchmark::State& state, ScanShape s, bool backward) {
     const double xb = 4.0 * x.numel(), tb = 4.0 * dt.numel(), bb = 4.0 * Bm.numel();
     if (!backward) {
       TimeCalls(
-          state, env.stream, [&] { ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y, kChunk); },
+          state, env.stream,
+          [&] { ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y, kChunk, kernel); },
           2 * xb + tb + 2 * bb);
     } else {
       TimeCalls(
           state, env.stream,
           [&] {
-            ssm::SsdScanBackward(e, dy, x, dt, A, Bm, Cm, D, dx, ddt, dA, dBm, dCm, dD, kChunk);
+            ssm::SsdScanBackward(e, dy, x, dt, A, Bm, Cm, D, dx, ddt, dA, dBm, dCm, dD, kChunk,
+                                 kernel);
           },
           3 * xb + 2 * tb + 4 * bb);
     }
@@ -206,8 +209,11 @@ void RegisterAll() {
        {ScanShape{"h96p16n16", 96, 16, 16, 1}, ScanShape{"h24p64n128", 24, 64, 128, 1},
         ScanShape{"h24p64n64", 24, 64, 64, 1}}) {
     for (bool bwd : {false, true}) {
-      Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd"),
-               [s, bwd](benchmark::State& st) { BM_Scan(st, s, bwd); });
+      for (ssm::SsdCudaKernel k : {ssm::SsdCudaKernel::kChunked, ssm::SsdCudaKernel::kRecurrence}) {
+        const char* kn = k == ssm::SsdCudaKernel::kChunked ? "/chunked" : "/recurrence";
+        Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + kn,
+                 [s, bwd, k](benchmark::State& st) { BM_Scan(st, s, bwd, k); });
+      }
     }
   }
   for (bool bwd : {false, true}) {

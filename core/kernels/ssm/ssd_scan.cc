@@ -293,17 +293,37 @@ void BackwardCpu(const Dims& d, const float* dy, const float* x, const float* dt
   }
 }
 
+// The chunked CUDA kernels for kAuto when the shape fits them, always for
+// kChunked (a shape that does not fit aborts, naming P and N).
+bool UseChunked(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kernel) {
+  if (kernel == SsdCudaKernel::kRecurrence) return false;
+  const bool fits = cuda::SsdChunkedFits(d.T, d.P, d.N, chunk);
+  GTP_CHECK(fits || kernel == SsdCudaKernel::kAuto, op, ": the chunked CUDA kernels take P·N up to",
+            " about 24k, got P = ", d.P, ", N = ", d.N, " (use SsdCudaKernel::kAuto)");
+  return fits;
+}
+
 }  // namespace
 
 void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
                     const Tensor& Bm, const Tensor& Cm, const Tensor& D, const Tensor& y,
-                    int64_t chunk) {
+                    int64_t chunk, SsdCudaKernel kernel) {
   const char* op = "SsdScanForward";
   const Dims d = CheckInputs(op, e, x, dt, A, Bm, Cm, D, chunk);
   CheckLike(e, y, x, op, "y", "x");
   if (e.is_cuda()) {
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
+    if (UseChunked(op, d, chunk, kernel)) {
+      // Freed on return without a sync: the caching allocator hands it out
+      // again only to work ordered after ours on the same stream.
+      Tensor scratch = e.Empty({std::max<int64_t>(
+          cuda::SsdChunkedScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, false), 1)});
+      cuda::SsdChunkedForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
+                              Cm.data<float>(), D.data<float>(), y.data<float>(),
+                              scratch.data<float>(), d.B, d.T, d.H, d.P, d.G, d.N, chunk, e.stream);
+      return;
+    }
     cuda::SsdScanForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
                          Cm.data<float>(), D.data<float>(), y.data<float>(), d.B, d.T, d.H, d.P,
                          d.G, d.N, e.stream);
@@ -316,7 +336,7 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
 void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dt,
                      const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
                      const Tensor& dx, const Tensor& ddt, const Tensor& dA, const Tensor& dBm,
-                     const Tensor& dCm, const Tensor& dD, int64_t chunk) {
+                     const Tensor& dCm, const Tensor& dD, int64_t chunk, SsdCudaKernel kernel) {
   const char* op = "SsdScanBackward";
   const Dims d = CheckInputs(op, e, x, dt, A, Bm, Cm, D, chunk);
   CheckLike(e, dy, x, op, "dy", "x");
@@ -329,16 +349,25 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
   if (e.is_cuda()) {
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
+    if (UseChunked(op, d, chunk, kernel)) {
+      Tensor scratch = e.Empty({std::max<int64_t>(
+          cuda::SsdChunkedScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, true), 1)});
+      cuda::SsdChunkedBackward(
+          dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
+          Cm.data<float>(), D.data<float>(), dx.data<float>(), ddt.data<float>(), dA.data<float>(),
+          dBm.data<float>(), dCm.data<float>(), dD.data<float>(), scratch.data<float>(), d.B, d.T,
+          d.H, d.P, d.G, d.N, chunk, e.stream);
+      return;
+    }
     // Freed on return without a sync: the caching allocator hands it out
     // again only to work ordered after ours on the same stream (as core/kernels/ops/).
-    const int64_t floats =
-        cuda::SsdScanBackwardScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk);
+    const int64_t floats = cuda::SsdScanBackwardScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk);
     Tensor scratch = e.Empty({std::max<int64_t>(floats, 1)});
     cuda::SsdScanBackward(dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),
                           Bm.data<float>(), Cm.data<float>(), D.data<float>(), dx.data<float>(),
-                          ddt.data<float>(), dA.data<float>(), dBm.data<float>(),
-                          dCm.data<float>(), dD.data<float>(), scratch.data<float>(), d.B, d.T,
-                          d.H, d.P, d.G, d.N, chunk, e.stream);
+                          ddt.data<float>(), dA.data<float>(), dBm.data<float>(), dCm.data<float>(),
+                          dD.data<float>(), scratch.data<float>(), d.B, d.T, d.H, d.P, d.G, d.N,
+                          chunk, e.stream);
     return;
   }
   BackwardCpu(d, dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),

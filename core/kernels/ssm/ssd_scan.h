@@ -35,15 +35,19 @@
 // run. Outputs must not alias inputs. Bad shapes, dtypes or devices abort
 // (GTP_CHECK); nothing returns Status.
 //
-// CPU calls run on the calling thread (blocking). CUDA calls (ssd_scan.cu) only
-// enqueue on exec.stream (never block the host) and run the recurrence
-// itself, parallel over (b, h, p, n) (same math); the backward is a forward
-// and a reverse sweep plus a suffix sum of per-step scalars that restarts
-// from an exact value every min(chunk, T) steps (chunk sets only that
-// spacing). They need N ≤ 256, P ≤ 1024; the backward takes scratch from
-// exec.alloc: O(B·T·H) floats, the states at the chunk boundaries
+// CPU calls run on the calling thread (blocking). CUDA calls only enqueue on
+// exec.stream (never block the host). The recurrence (ssd_scan.cu, the
+// default) runs the scan itself, parallel over (b, h, p, n); its backward is
+// a forward and a reverse sweep plus a suffix sum of per-step scalars that
+// restarts from an exact value every min(chunk, T) steps. The chunked kernels
+// (ssd_chunked.cu, SsdCudaKernel::kChunked) run the CPU's algorithm with
+// chunks of min(chunk, 64, T) steps (fewer when P·N is large), parallel over
+// (b, h, chunk), and a short pass over the chunks for the chunk-entry states.
+// Both need N ≤ 256, P ≤ 1024 and take scratch from exec.alloc: the
+// recurrence's backward O(B·T·H) floats, the states at the chunk boundaries
 // (2·B·H·(⌈T/chunk⌉ − 1)·P·N), and 2·B·T·H·⌈P/rows⌉·N more when G < H or P
-// is split over blocks (e.g. P = 64 with N = 128: 2 blocks per head).
+// is split over blocks; the chunked forward B·H·⌈T/L⌉·(P·N + 1) floats, its
+// backward twice that plus 2·B·T·H·N when G < H.
 // Thread-safe for distinct output tensors.
 //
 //   Exec e = Exec::Cpu(host);
@@ -61,12 +65,24 @@ namespace gtp::kernels::ssm {
 // The default chunk length L (Mamba-2's).
 inline constexpr int64_t kSsdDefaultChunk = 128;
 
+// Which CUDA kernels run a scan (CPU calls ignore it: the CPU runs the
+// chunked form). kRecurrence (the default): ssd_scan.cu, serial in T per
+// state element. kChunked: ssd_chunked.cu, the chunked form parallel over
+// (b, h, chunk) on CUDA cores; correct (ssm_gpu_test) but not yet faster
+// (H200, B=8, T=1024, H96·P16·N16: forward 0.85 vs 0.38 ms, backward 2.63
+// vs 2.47 ms), so not the default until its products run on tensor cores
+// (issue 31). kChunked aborts on a shape whose block does not fit shared
+// memory (P·N beyond about 24k); kAuto takes it where it fits, else the
+// recurrence.
+enum class SsdCudaKernel { kRecurrence, kChunked, kAuto };
+
 // y[B, T, H, P] = the scan of x, dt, A, Bm, Cm, D above (=). chunk ≥ 1; T
 // need not be a multiple of it. The result does not depend on chunk beyond
 // f32 rounding.
 void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
                     const Tensor& Bm, const Tensor& Cm, const Tensor& D, const Tensor& y,
-                    int64_t chunk = kSsdDefaultChunk);
+                    int64_t chunk = kSsdDefaultChunk,
+                    SsdCudaKernel kernel = SsdCudaKernel::kRecurrence);
 
 // Gradients of a loss L given dy = ∂L/∂y [B, T, H, P]:
 //   dx [B, T, H, P], ddt [B, T, H], dBm, dCm [B, T, G, N]   written (=);
@@ -75,6 +91,7 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
 void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dt,
                      const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
                      const Tensor& dx, const Tensor& ddt, const Tensor& dA, const Tensor& dBm,
-                     const Tensor& dCm, const Tensor& dD, int64_t chunk = kSsdDefaultChunk);
+                     const Tensor& dCm, const Tensor& dD, int64_t chunk = kSsdDefaultChunk,
+                     SsdCudaKernel kernel = SsdCudaKernel::kRecurrence);
 
 }  // namespace gtp::kernels::ssm

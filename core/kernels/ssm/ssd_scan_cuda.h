@@ -11,7 +11,6 @@
 
 #include <cstdint>
 
-
 namespace gtp::kernels::ssm::cuda {
 
 // The largest state size N the scan kernels take (a thread holds up to 8
@@ -37,5 +36,25 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
                      float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
                      int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
                      cudaStream_t stream);
+
+// ---- The chunked form (ssd_chunked.cu): parallel over (b, h, chunk), chunks
+// of L = min(chunk, 64, T) steps, halved until a block's shared memory fits
+// (P·N up to about 24k). Same math and conventions; the scalar gradients in
+// double; deterministic. Scratch: SsdChunkedScratchFloats floats of device
+// memory (the forward needs some too: the chunk-entry states).
+
+// Whether some chunk length fits these P, N (else use the recurrence above).
+bool SsdChunkedFits(int64_t T, int64_t P, int64_t N, int64_t chunk);
+int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
+                                int64_t chunk, bool backward);
+void SsdChunkedForward(const float* x, const float* dt, const float* A, const float* Bm,
+                       const float* Cm, const float* D, float* y, float* scratch, int64_t B,
+                       int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
+                       cudaStream_t stream);
+void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const float* A,
+                        const float* Bm, const float* Cm, const float* D, float* dx, float* ddt,
+                        float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
+                        int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
+                        cudaStream_t stream);
 
 }  // namespace gtp::kernels::ssm::cuda

@@ -61,8 +61,8 @@ class Env {
     GTP_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
     Vec v(static_cast<size_t>(t.numel()));
     if (!v.empty())
-      GTP_CUDA_CHECK(cudaMemcpy(v.data(), t.data<float>(), v.size() * sizeof(float),
-                                cudaMemcpyDeviceToHost));
+      GTP_CUDA_CHECK(
+          cudaMemcpy(v.data(), t.data<float>(), v.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return v;
   }
 
@@ -103,8 +103,9 @@ void ExpectRelL2(const Vec& got, const Vec& want, double tol, const std::string&
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason()
 
 constexpr double kTol = 1e-4;
-// The CUDA scan runs the plain recurrence, the CPU one the chunked form: the
-// same math, rounded differently over T steps. kScanTol (per element, relative
+// The CUDA recurrence and the CPU's chunked form are the same math, rounded
+// differently over T steps; the CUDA chunked form is the CPU's algorithm with
+// its own chunk length (≤ 64) and summation orders. kScanTol (per element, relative
 // to the largest reference value) is the old kernel's bound; the relative L2
 // bounds are estimates for f32 (not yet measured on a GPU): ~1e-6 expected
 // for y, a few 1e-6 for the gradients (ddt and dA go through a suffix sum over T).
@@ -240,9 +241,9 @@ TEST_P(GatedRmsNormGpuTest, MatchesCpuDeterministicAndAccumulates) {
   Vec y(Numel(xs)), rstd(Numel(rs)), dx(Numel(xs)), dz(Numel(xs)), dw = dw0;
   GatedRmsNormForward(env.cpu, env.Host(x, xs), env.Host(z, xs), env.Host(w, ws), env.Host(y, xs),
                       env.Host(rstd, rs), c.group, eps);
-  GatedRmsNormBackward(env.cpu, env.Host(dy, xs), env.Host(x, xs), env.Host(z, xs),
-                       env.Host(w, ws), env.Host(rstd, rs), c.group, env.Host(dx, xs),
-                       env.Host(dz, xs), env.Host(dw, ws));
+  GatedRmsNormBackward(env.cpu, env.Host(dy, xs), env.Host(x, xs), env.Host(z, xs), env.Host(w, ws),
+                       env.Host(rstd, rs), c.group, env.Host(dx, xs), env.Host(dz, xs),
+                       env.Host(dw, ws));
   Tensor gx = env.Up(x, xs), gz = env.Up(z, xs), gw = env.Up(w, ws), gdy = env.Up(dy, xs);
   Vec run[2][5];
   for (int r = 0; r < 2; ++r) {
@@ -284,8 +285,7 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
   Env env;
   const Shape xs{c.B, c.T, c.H, c.P}, ts{c.B, c.T, c.H}, hs{c.H}, bs{c.B, c.T, c.G, c.N};
   Vec x = Random(Numel(xs), 31), Bm = Random(Numel(bs), 32), Cm = Random(Numel(bs), 33),
-      D = Random(c.H, 34), dy = Random(Numel(xs), 35), dA0 = Random(c.H, 36),
-      dD0 = Random(c.H, 37);
+      D = Random(c.H, 34), dy = Random(Numel(xs), 35), dA0 = Random(c.H, 36), dD0 = Random(c.H, 37);
   Vec dt = Random(Numel(ts), 38, 0.2f), A = Random(c.H, 39, 0.5f);
   for (float& v : dt) v = 0.05f + std::fabs(v);  // positive step sizes
   for (float& v : A) v = -std::exp(v);           // negative decay rates
@@ -298,68 +298,72 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
                   env.Host(Bm, bs), env.Host(Cm, bs), env.Host(D, hs), env.Host(dx, xs),
                   env.Host(ddt, ts), env.Host(dA, hs), env.Host(dBm, bs), env.Host(dCm, bs),
                   env.Host(dD, hs), c.chunk);
-  // CUDA, twice.
+  // CUDA, twice, with each kernel: the chunked form (kAuto, which takes it for
+  // every shape here but the last KernelEdges case) and the recurrence.
   Tensor gx = env.Up(x, xs), gdt = env.Up(dt, ts), gA = env.Up(A, hs), gB = env.Up(Bm, bs),
          gC = env.Up(Cm, bs), gD = env.Up(D, hs), gdy = env.Up(dy, xs);
-  Vec run[2][7];
-  for (int r = 0; r < 2; ++r) {
-    Tensor gy = env.Poisoned(xs), gdx = env.Poisoned(xs), gddt = env.Poisoned(ts),
-           gdB = env.Poisoned(bs), gdC = env.Poisoned(bs), gdA = env.Up(dA0, hs),
-           gdD = env.Up(dD0, hs);
-    SsdScanForward(env.gpu, gx, gdt, gA, gB, gC, gD, gy, c.chunk);
-    SsdScanBackward(env.gpu, gdy, gx, gdt, gA, gB, gC, gD, gdx, gddt, gdA, gdB, gdC, gdD,
-                    c.chunk);
-    run[r][0] = env.Down(gy);
-    run[r][1] = env.Down(gdx);
-    run[r][2] = env.Down(gddt);
-    run[r][3] = env.Down(gdB);
-    run[r][4] = env.Down(gdC);
-    run[r][5] = env.Down(gdA);
-    run[r][6] = env.Down(gdD);
+  for (SsdCudaKernel kernel : {SsdCudaKernel::kAuto, SsdCudaKernel::kRecurrence}) {
+    SCOPED_TRACE(kernel == SsdCudaKernel::kAuto ? "kAuto" : "kRecurrence");
+    Vec run[2][7];
+    for (int r = 0; r < 2; ++r) {
+      Tensor gy = env.Poisoned(xs), gdx = env.Poisoned(xs), gddt = env.Poisoned(ts),
+             gdB = env.Poisoned(bs), gdC = env.Poisoned(bs), gdA = env.Up(dA0, hs),
+             gdD = env.Up(dD0, hs);
+      SsdScanForward(env.gpu, gx, gdt, gA, gB, gC, gD, gy, c.chunk, kernel);
+      SsdScanBackward(env.gpu, gdy, gx, gdt, gA, gB, gC, gD, gdx, gddt, gdA, gdB, gdC, gdD, c.chunk,
+                      kernel);
+      run[r][0] = env.Down(gy);
+      run[r][1] = env.Down(gdx);
+      run[r][2] = env.Down(gddt);
+      run[r][3] = env.Down(gdB);
+      run[r][4] = env.Down(gdC);
+      run[r][5] = env.Down(gdA);
+      run[r][6] = env.Down(gdD);
+    }
+    ExpectClose(run[0][0], y, kScanTol, "y");
+    ExpectClose(run[0][1], dx, kScanTol, "dx");
+    ExpectClose(run[0][2], ddt, kScanTol, "ddt");
+    ExpectClose(run[0][3], dBm, kScanTol, "dBm");
+    ExpectClose(run[0][4], dCm, kScanTol, "dCm");
+    ExpectClose(run[0][5], dA, kScanTol, "dA");
+    ExpectClose(run[0][6], dD, kScanTol, "dD");
+    ExpectRelL2(run[0][0], y, kScanFwdL2, "y");
+    ExpectRelL2(run[0][1], dx, kScanBwdL2, "dx");
+    ExpectRelL2(run[0][2], ddt, kScanBwdL2, "ddt");
+    ExpectRelL2(run[0][3], dBm, kScanBwdL2, "dBm");
+    ExpectRelL2(run[0][4], dCm, kScanBwdL2, "dCm");
+    ExpectRelL2(run[0][5], dA, kScanBwdL2, "dA");
+    ExpectRelL2(run[0][6], dD, kScanBwdL2, "dD");
+    for (int k = 0; k < 7; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
   }
-  ExpectClose(run[0][0], y, kScanTol, "y");
-  ExpectClose(run[0][1], dx, kScanTol, "dx");
-  ExpectClose(run[0][2], ddt, kScanTol, "ddt");
-  ExpectClose(run[0][3], dBm, kScanTol, "dBm");
-  ExpectClose(run[0][4], dCm, kScanTol, "dCm");
-  ExpectClose(run[0][5], dA, kScanTol, "dA");
-  ExpectClose(run[0][6], dD, kScanTol, "dD");
-  ExpectRelL2(run[0][0], y, kScanFwdL2, "y");
-  ExpectRelL2(run[0][1], dx, kScanBwdL2, "dx");
-  ExpectRelL2(run[0][2], ddt, kScanBwdL2, "ddt");
-  ExpectRelL2(run[0][3], dBm, kScanBwdL2, "dBm");
-  ExpectRelL2(run[0][4], dCm, kScanBwdL2, "dCm");
-  ExpectRelL2(run[0][5], dA, kScanBwdL2, "dA");
-  ExpectRelL2(run[0][6], dD, kScanBwdL2, "dD");
-  for (int k = 0; k < 7; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
 }
 
 // T not a multiple of the chunk, G < H and G == H, several B, chunk ≥ T, chunk 1.
-INSTANTIATE_TEST_SUITE_P(Shapes, SsdScanGpuTest,
-                         ::testing::Values(ScanCase{2, 37, 4, 8, 2, 16, 16},
-                                           ScanCase{3, 20, 2, 5, 1, 7, 8},
-                                           ScanCase{1, 50, 6, 32, 3, 64, 128},
-                                           ScanCase{2, 19, 2, 4, 2, 8, 1},
-                                           ScanCase{2, 70, 4, 16, 1, 128, 32},
-                                           ScanCase{1, 9, 2, 3, 2, 256, 4}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SsdScanGpuTest,
+    ::testing::Values(ScanCase{2, 37, 4, 8, 2, 16, 16}, ScanCase{3, 20, 2, 5, 1, 7, 8},
+                      ScanCase{1, 50, 6, 32, 3, 64, 128}, ScanCase{2, 19, 2, 4, 2, 8, 1},
+                      ScanCase{2, 70, 4, 16, 1, 128, 32}, ScanCase{1, 9, 2, 3, 2, 256, 4}));
 
 // The edges of the CUDA kernels' cuts (ssd_scan.cu MakeScanPlan: lanes per row and
 // states per lane by N, rows per block, p-tiles, ts-step shared tiles):
 INSTANTIATE_TEST_SUITE_P(
     KernelEdges, SsdScanGpuTest,
     ::testing::Values(
-        ScanCase{2, 300, 4, 16, 2, 16, 128},  // T % chunk ≠ 0, T % 32 ≠ 0, G < H
-        ScanCase{2, 100, 3, 8, 1, 16, 128},   // T < chunk
-        ScanCase{3, 1, 4, 16, 2, 16, 128},    // T = 1
-        ScanCase{1, 1024, 2, 16, 1, 16, 128}, // the training T: the long suffix sums
-        ScanCase{1, 150, 2, 64, 1, 128, 64},  // P = 64, N = 128: 2 p-tiles, 8-step tiles
-        ScanCase{2, 45, 4, 64, 4, 64, 128},   // P = 64, N = 64, H = G but 2 p-tiles
-        ScanCase{2, 33, 3, 1, 3, 16, 16},     // P = 1 (one of two rows idle), H = G in place
-        ScanCase{1, 40, 96, 16, 1, 16, 128},  // large H, the training heads
-        ScanCase{1, 64, 2, 100, 1, 16, 32},   // P = 100: 4 p-tiles, the last one 4 rows
-        ScanCase{2, 50, 2, 4, 1, 3, 16},      // N = 3: 4 lanes a row, 1 padding state
-        ScanCase{1, 70, 2, 16, 2, 32, 16},    // N = 32: 2 states a lane
-        ScanCase{1, 50, 2, 8, 1, 100, 16}));  // N = 100: 8 states a lane, 28 padding
+        ScanCase{2, 300, 4, 16, 2, 16, 128},   // T % chunk ≠ 0, T % 32 ≠ 0, G < H
+        ScanCase{2, 100, 3, 8, 1, 16, 128},    // T < chunk
+        ScanCase{3, 1, 4, 16, 2, 16, 128},     // T = 1
+        ScanCase{1, 1024, 2, 16, 1, 16, 128},  // the training T: the long suffix sums
+        ScanCase{1, 150, 2, 64, 1, 128, 64},   // P = 64, N = 128: 2 p-tiles, 8-step tiles
+        ScanCase{2, 45, 4, 64, 4, 64, 128},    // P = 64, N = 64, H = G but 2 p-tiles
+        ScanCase{2, 33, 3, 1, 3, 16, 16},      // P = 1 (one of two rows idle), H = G in place
+        ScanCase{1, 40, 96, 16, 1, 16, 128},   // large H, the training heads
+        ScanCase{1, 64, 2, 100, 1, 16, 32},    // P = 100: 4 p-tiles, the last one 4 rows
+        ScanCase{2, 50, 2, 4, 1, 3, 16},       // N = 3: 4 lanes a row, 1 padding state
+        ScanCase{1, 70, 2, 16, 2, 32, 16},     // N = 32: 2 states a lane
+        ScanCase{1, 50, 2, 8, 1, 100, 16},     // N = 100: 8 states a lane, 28 padding
+        ScanCase{1, 200, 2, 64, 1, 128, 128},  // chunked: L = 32 (64 does not fit P·N = 8192)
+        ScanCase{1, 5, 1, 400, 1, 256, 4}));   // chunked fits no L: kAuto runs the recurrence
 
 }  // namespace
 }  // namespace gtp::kernels::ssm

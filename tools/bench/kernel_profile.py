@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Where the GPU time of a training step goes, by kernel: runs a bundled
+trainer under Nsight Compute (one duration metric per kernel, CUDA graphs off)
+and sums the kernels by name per optimizer step.
+
+    (GPU machine, repo root, bundle unpacked as tools/gpu.sh run does)
+    python3 tools/bench/kernel_profile.py --bin /tmp/gb/bin --steps 6 \\
+        --set model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18 [--top 30]
+
+The run is recipes/gpt_124m's recipe (B=8, T=1024, bf16) with the extra
+--set; steps = the launches of the optimizer kernel (AdamW), and the first
+--skip_steps of them (cuBLASLt's heuristics, first-touch allocation) are not
+counted. Prints share, ms per step and launches per step for each kernel
+name, largest first; writes the raw CSV to --csv when given. Kernel time
+only: host gaps and overlap are not in it (bench.sh measures the step).
+"""
+import argparse
+import collections
+import csv
+import io
+import os
+import re
+import subprocess
+import sys
+
+UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
+        "second": 1e3, "s": 1e3}
+
+
+def short(name):
+    for anon in ("(anonymous namespace)::", "<unnamed>::"):
+        name = name.replace(anon, "")
+    name = re.sub(r"\(.*", "", name)  # drop argument lists
+    name = re.sub(r"<[^<>]*>", "", re.sub(r"<[^<>]*>", "", name))  # template arguments
+    return name.replace("void ", "").strip()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="/tmp/gb/bin")
+    ap.add_argument("--set", default="")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--skip_steps", type=int, default=2)
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--csv", default="")
+    ap.add_argument("--ncu", default="ncu")
+    args = ap.parse_args()
+    run_dir = "/tmp/kernel_profile_run"
+    base = ("model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,"
+            "train.precision=bf16,train.device=cuda,train.cuda_graphs=off,train.eval_every=0,"
+            "checkpoint.every=0,checkpoint.no_resume=true,data.source=corpus,"
+            f"train.steps={args.steps},train.log_every=1")
+    sets = base + ("," + args.set if args.set else "")
+    cmd = [args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+           os.path.join(args.bin, "recipes_gpt_124m_train"), "--config",
+           "recipes/gpt_124m/gpt_124m.pbtxt", "--noprogress", "--run_dir", run_dir, "--set", sets]
+    print("kernel_profile:", " ".join(cmd), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout[-4000:] + out.stderr[-4000:])
+        sys.exit(f"kernel_profile: ncu exited {out.returncode}")
+    text = out.stdout[out.stdout.find('"ID"'):]
+    if args.csv:
+        with open(args.csv, "w") as f:
+            f.write(text)
+    rows = [r for r in csv.DictReader(io.StringIO(text))
+            if r.get("Metric Name") == "gpu__time_duration.sum"]
+    if not rows:
+        sys.exit("kernel_profile: no kernel rows in ncu's output")
+    # Step boundaries: the optimizer kernel's launches.
+    opt = [i for i, r in enumerate(rows) if "AdamW" in r["Kernel Name"]]
+    if len(opt) <= args.skip_steps:
+        sys.exit(f"kernel_profile: {len(opt)} optimizer launches, need more than --skip_steps")
+    first = opt[args.skip_steps - 1] + 1 if args.skip_steps > 0 else 0
+    last = opt[-1]
+    steps = len(opt) - args.skip_steps
+    ms = collections.defaultdict(float)
+    n = collections.Counter()
+    for r in rows[first:last + 1]:
+        k = short(r["Kernel Name"])
+        v = float(r["Metric Value"].replace(",", "")) * UNIT[r["Metric Unit"]]
+        ms[k] += v
+        n[k] += 1
+    total = sum(ms.values())
+    print(f"kernel_profile: {steps} steps counted, {total / steps:.3f} ms of kernel time per step, "
+          f"{sum(n.values()) / steps:.0f} launches per step")
+    print("| share | ms/step | launches/step | kernel |")
+    print("|---|---|---|---|")
+    for k, v in sorted(ms.items(), key=lambda kv: -kv[1])[:args.top]:
+        print(f"| {100 * v / total:.1f} % | {v / steps:.3f} | {n[k] / steps:.0f} | `{k[:90]}` |")
+
+
+if __name__ == "__main__":
+    main()
