@@ -4,6 +4,17 @@
 // paper's. Tolerance 15 % (issue 32's acceptance): the published figure is an
 // end-to-end measurement of a 2021 software stack; the planner's kernel
 // efficiencies are the cluster file's assumptions, not fitted to these rows.
+// The 2021 software is modelled as it was: unfused attention with attention
+// dropout, full recompute, and tensor parallelism without sequence
+// parallelism (the paper's TP, §2.3, all-reduces the activations at the end
+// of each TP region and replicates LayerNorm, dropout and the residual add on
+// every TP rank; splitting those along the sequence came with Korthikanti et
+// al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+// arXiv:2205.05198). Modelled with SP, the t = 8 rows came out 3.0–6.5 points
+// more optimistic (the 18.4B row +15.8 %, outside 15 %). The A100 NVLink
+// figure is NCCL's reachable bus bandwidth (a100_80gb.cluster, 230 GB/s,
+// sourced there; 240 before: 0.3–0.8 points). All 10 rows are now within
+// +1.1 … +9.9 %, still one-sided (the model has no end-to-end overheads).
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -73,6 +84,7 @@ TEST(PublishedRuns, Narayanan2021Table1) {
     space.recompute = {true};
     space.unfused_attention = true;  // Megatron-LM 2021: no flash attention
     space.attention_dropout = true;  // its GPT recipes: attention dropout 0.1
+    space.sequence_parallel = false;  // Megatron-LM 2021: TP without SP (file comment)
     absl::StatusOr<SearchResult> res = Search(*r, row.gpus, cl->hbm_bytes, cost, space);
     ASSERT_TRUE(res.ok()) << res.status();
     ASSERT_FALSE(res->ranked.empty());
@@ -85,15 +97,11 @@ TEST(PublishedRuns, Narayanan2021Table1) {
                 row.params_b, row.tp, row.pp, dp, row.batch, static_cast<long long>(p.layout.micro_batch), predicted,
                 row.tflops, 100 * err, p.memory.total / 1e9);
     within += std::abs(err) <= 0.15;
-    // Known miss: the 18.4B row (t8 p1 d32) is predicted +15.8 % with the
-    // uncalibrated A100 curve (the model is ~12 % optimistic on every row
-    // from 7.5B up: end-to-end overheads it does not model). It is held to
-    // 20 % so that a regression still shows.
-    const double tol = row.params_b == 18.4 ? 0.20 : 0.15;
-    EXPECT_LE(std::abs(err), tol) << row.params_b << "B: predicted " << predicted << " vs " << row.tflops;
+    EXPECT_FALSE(p.layout.sp) << row.params_b << "B";
+    EXPECT_LE(std::abs(err), 0.15) << row.params_b << "B: predicted " << predicted << " vs " << row.tflops;
   }
   std::printf("%d of %zu rows within 15 %%\n", within, rows.size());
-  EXPECT_GE(within, 9);
+  EXPECT_EQ(within, 10);
 }
 
 }  // namespace

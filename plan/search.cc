@@ -111,7 +111,7 @@ absl::StatusOr<SearchResult> Search(const recipes::proto::Recipe& r, int world, 
                     Layout l = *base;
                     l.tp = tp, l.gtp = gtp, l.pp = pp, l.vpp = vpp, l.cp = cp, l.ep = ep, l.egtp = egtp;
                     l.dp = static_cast<int>(world / fixed);
-                    l.sp = tp > 1;
+                    l.sp = space.sequence_parallel && tp > 1;
                     l.micro_batch = mb;
                     l.recompute = rc;
                     l.unfused_attention = space.unfused_attention;

@@ -25,6 +25,10 @@ struct SearchSpace {
   std::vector<bool> recompute;
   // Copied into every layout (plan/model.h Layout).
   bool unfused_attention = false, attention_dropout = false;
+  // Sequence parallelism on every layout with tp > 1 (false: TP without SP —
+  // norms and residual adds replicated on the TP ranks, the TP collectives
+  // all-reduces — as Megatron-LM before Korthikanti et al. 2022).
+  bool sequence_parallel = true;
 };
 
 // tp 1..gpus_per_node, gtp and pp powers of two, vpp 1/2/4, cp 1/2, micro
