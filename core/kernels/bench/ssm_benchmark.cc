@@ -4,9 +4,9 @@
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark -- --benchmark_filter=Scan
 // Shapes: batch 8 × 1024 tokens (B·T = 8192 rows), d_inner 1536.
-//   Scan/<shape>/<fwd|bwd>/<chunked|recurrence>: ssm::SsdScanForward / SsdScanBackward
-//     with that SsdCudaKernel, f32, chunk
-//     128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
+//   Scan/<shape>/<fwd|bwd>/<chunked|recurrence|chunked32|chunked16>:
+//     ssm::SsdScanForward / SsdScanBackward with that SsdCudaKernel (chunked32/16: chunk 32/16),
+//     f32, chunk 128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
 //     "h24p64n128" and "h24p64n64" (Mamba-2's usual head dim and states, G = 1).
 //   Conv1d/<fwd|bwd>: CausalConv1d on [8, 1024, 1536], K = 4, SiLU.
 //   GatedRmsNorm/<fwd|bwd>: [8192, 1536], one group of 1536 (ngroups = 1).
@@ -95,7 +95,8 @@ struct ScanShape {
   int64_t H, P, N, G;
 };
 
-void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKernel kernel) {
+void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKernel kernel,
+             int64_t chunk) {
   CudaEnv env;
   const Exec& e = env.e;
   {
@@ -111,14 +112,13 @@ void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKe
     const double xb = 4.0 * x.numel(), tb = 4.0 * dt.numel(), bb = 4.0 * Bm.numel();
     if (!backward) {
       TimeCalls(
-          state, env.stream,
-          [&] { ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y, kChunk, kernel); },
+          state, env.stream, [&] { ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y, chunk, kernel); },
           2 * xb + tb + 2 * bb);
     } else {
       TimeCalls(
           state, env.stream,
           [&] {
-            ssm::SsdScanBackward(e, dy, x, dt, A, Bm, Cm, D, dx, ddt, dA, dBm, dCm, dD, kChunk,
+            ssm::SsdScanBackward(e, dy, x, dt, A, Bm, Cm, D, dx, ddt, dA, dBm, dCm, dD, chunk,
                                  kernel);
           },
           3 * xb + 2 * tb + 4 * bb);
@@ -212,7 +212,15 @@ void RegisterAll() {
       for (ssm::SsdCudaKernel k : {ssm::SsdCudaKernel::kChunked, ssm::SsdCudaKernel::kRecurrence}) {
         const char* kn = k == ssm::SsdCudaKernel::kChunked ? "/chunked" : "/recurrence";
         Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + kn,
-                 [s, bwd, k](benchmark::State& st) { BM_Scan(st, s, bwd, k); });
+                 [s, bwd, k](benchmark::State& st) { BM_Scan(st, s, bwd, k, kChunk); });
+      }
+      // The chunked kernels' other chunk lengths (kChunk = 128 runs 64-step chunks).
+      for (int64_t chunk : {32, 16}) {
+        Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/chunked" +
+                     std::to_string(chunk),
+                 [s, bwd, chunk](benchmark::State& st) {
+                   BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunked, chunk);
+                 });
       }
     }
   }

@@ -1,10 +1,12 @@
 // core/kernels/ssm/ssd_chunked.cu — the SSD scan by chunks on CUDA
 // (ssd_scan_cuda.h SsdChunked*; math in ssd_scan.h). The recurrence kernels
 // (ssd_scan.cu) are serial in T per state element; here the sequence is cut
-// into chunks of L ≤ 64 steps and everything but a short pass over the
-// chunks runs parallel over (b, h, chunk). f32 data, f32 products, the
-// cumulative decays and the per-step scalar gradients in double; no atomics,
-// every sum in a fixed order: bit-identical run to run.
+// into chunks of L = 16, 32 or 64 steps and everything but a short pass over
+// the chunks runs parallel over (b, h, chunk). f32 data; the chunk products
+// on the tensor cores as 3×TF32 with f32 accumulation (see "tensor cores"
+// below), the chunk states on CUDA cores; the cumulative decays and the
+// per-step scalar gradients in double; no atomics, every sum in a fixed
+// order: bit-identical run to run.
 //
 // Per (b, h) and chunk c of len ≤ L steps from t0, with cs_i = Σ_{k ≤ i} dt_k·A
 // (inside the chunk), E_ij = exp(cs_i − cs_j) for j ≤ i, e_i = exp(cs_i),
@@ -29,10 +31,14 @@
 //
 // Nothing is saved by the forward: the backward recomputes S_in (two of the
 // forward's three kernels). Shared memory bounds the shapes: ChunkLength
-// halves L from min(chunk, 64, T) until the backward block fits; a shape no L
-// fits (P·N beyond ~24k) is not taken (SsdChunkedFits), and ssd_scan.cc runs
-// the recurrence kernels for it.
+// takes the largest of 64, 32, 16 not above max(chunk, 16) whose blocks fit;
+// a shape none fits (P·N beyond ~24k) is refused (SsdChunkedFits), and
+// ssd_scan.cc's kAuto runs the recurrence kernels for it. Which kernel is
+// faster for which shape: ssd_scan.h (SsdAutoKernel).
 #include <cuda_runtime.h>
+#include <mma.h>
+
+#include <type_traits>
 
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/ssm/ssd_scan_cuda.h"
@@ -53,35 +59,43 @@ constexpr size_t kMaxSmemBytes = 200 * 1024;
 // ------------------------------------------------------------ shared memory
 //
 // Every chunk kernel starts its shared memory with the doubles (cumulative
-// decays and scalars), then floats. Row strides of the matrices the dot
-// products walk are padded to an odd count (P + 1, N + 1, L + 1) so threads
-// of a warp reading different rows hit different banks.
+// decays and scalars), then floats. The tensor-core kernels (Output,
+// Backward) keep their matrices zero-padded to 16 rows/columns (the wmma
+// tile) with row strides of a multiple of 16 plus 4 floats: a multiple of
+// 4 (wmma's ldm for f32), every 16-row or 8-column tile start 32-byte
+// aligned, and rows 4 banks apart.
+
+__host__ __device__ __forceinline__ int64_t Pad16(int64_t d) { return (d + 15) / 16 * 16; }
+__host__ __device__ __forceinline__ int64_t Ld(int64_t d) { return Pad16(d) + 4; }
 
 __host__ __device__ __forceinline__ int64_t OuterSmemBytes(int L, int64_t P, int64_t N) {
   return int64_t{8} * L + int64_t{4} * (2 * L + L * P + L * N);
 }
+// doubles: cs [L]; floats: dt [L], X, Y [L][Ld(P)], B, C, Ce [L][Ld(N)],
+// S [Pad16(P)][Ld(N)], M [L][Ld(L)].
 __host__ __device__ __forceinline__ int64_t OutputSmemBytes(int L, int64_t P, int64_t N) {
   return int64_t{8} * L +
-         int64_t{4} * (L + L * (P + 1) + 2 * L * (N + 1) + P * (N + 1) + L * (L + 1));
+         int64_t{4} * (L + 2 * L * Ld(P) + 3 * L * Ld(N) + Pad16(P) * Ld(N) + L * Ld(L));
 }
+// doubles: cs, expl, dcs, rw [L], red [2·kWarps]; floats: dt [L], X, dY, dX
+// [L][Ld(P)], B, C, Bw, DyS, XG, dC, dB [L][Ld(N)], S, G [Pad16(P)][Ld(N)],
+// CB, DX, Q [L][Ld(L)].
 __host__ __device__ __forceinline__ int64_t BackwardSmemBytes(int L, int64_t P, int64_t N) {
   return int64_t{8} * (4 * L + 2 * kWarps) +
-         int64_t{4} * (L + 2 * L * (P + 1) + 4 * L * (N + 1) + 2 * P * (N + 1) + 3 * L * (L + 1));
+         int64_t{4} * (L + 3 * L * Ld(P) + 7 * L * Ld(N) + 2 * Pad16(P) * Ld(N) + 3 * L * Ld(L));
 }
 
-// The chunk length: min(chunk, kMaxChunk, T), halved until every kernel's
-// block fits; 0 when none does.
+// The chunk length: 64, 32 or 16 (wmma tiles of 16 rows), the largest not
+// above max(chunk, 16) whose blocks fit; 0 when even 16 does not. T need not
+// be a multiple (the last chunk is shorter, its rows zero-padded).
 int ChunkLength(int64_t T, int64_t P, int64_t N, int64_t chunk) {
-  int64_t L = chunk < kMaxChunk ? chunk : kMaxChunk;
-  if (T < L) L = T;
-  if (L < 1) L = 1;
-  while (L >= 1) {
-    const int l = static_cast<int>(L);
+  (void)T;
+  for (int l = kMaxChunk; l >= 16; l /= 2) {
+    if (l > chunk && l > 16) continue;
     if (BackwardSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
         OutputSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
         OuterSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes))
       return l;
-    L /= 2;
   }
   return 0;
 }
@@ -160,16 +174,6 @@ __device__ __forceinline__ void StageGroup(const float* __restrict__ src, float*
   }
 }
 
-// dst[p][0..N) (row stride ld) = a [P, N] state.
-__device__ __forceinline__ void StageState(const float* __restrict__ src, float* dst, int ld,
-                                           int64_t P, int64_t N) {
-  const int n_ = static_cast<int>(N), pn = static_cast<int>(P * N);
-  for (int i = threadIdx.x; i < pn; i += blockDim.x) {
-    const int p = i / n_;
-    dst[p * ld + i - p * n_] = src[i];
-  }
-}
-
 // The block's sum of v in double, in a fixed order (warp xor butterfly, then
 // the warps in order); every thread gets it. `scratch` holds kWarps doubles.
 __device__ __forceinline__ double BlockSumDouble(double v, double* scratch) {
@@ -243,6 +247,74 @@ __global__ void ChunkPassKernel(float* __restrict__ s, const float* __restrict__
   }
 }
 
+// ------------------------------------------------------------ tensor cores
+//
+// The chunk products run on the tensor cores as 3×TF32 (wmma m16n16k8): each
+// f32 operand is split into a TF32 head and the TF32 of its remainder, and
+// a·b ≈ a_hi·b_hi + a_hi·b_lo + a_lo·b_hi with f32 accumulation, which keeps
+// about 21 bits of each product (single TF32 keeps 10, not enough for the
+// f32 tolerances of ssm_gpu_test). Warps take 16×16 output tiles round-robin.
+
+namespace wmma = nvcuda::wmma;
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+
+template <class Frag>
+__device__ __forceinline__ void SplitTf32(Frag& hi, Frag& lo) {
+#pragma unroll
+  for (int t = 0; t < hi.num_elements; ++t) {
+    const float v = hi.x[t];
+    const float h = wmma::__float_to_tf32(v);
+    hi.x[t] = h;
+    lo.x[t] = wmma::__float_to_tf32(v - h);
+  }
+}
+
+// acc += A[row0 : row0 + 16, k0 : k1] · B[k0 : k1, col0 : col0 + 16] (k0, k1
+// multiples of 8). A row-major: a[r·lda + k]; col-major: a[r + k·lda]. B
+// row-major: b[k·ldb + c]; col-major: b[k + c·ldb].
+template <class LayoutA, class LayoutB>
+__device__ __forceinline__ void Mma3(Acc& acc, const float* a, int lda, const float* b, int ldb,
+                                     int row0, int col0, int k0, int k1) {
+  constexpr bool kArow = std::is_same<LayoutA, wmma::row_major>::value;
+  constexpr bool kBrow = std::is_same<LayoutB, wmma::row_major>::value;
+  for (int k = k0; k < k1; k += 8) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> ah, al;
+    wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> bh, bl;
+    wmma::load_matrix_sync(ah, kArow ? a + row0 * lda + k : a + row0 + k * lda, lda);
+    wmma::load_matrix_sync(bh, kBrow ? b + k * ldb + col0 : b + k + col0 * ldb, ldb);
+    SplitTf32(ah, al);
+    SplitTf32(bh, bl);
+    wmma::mma_sync(acc, al, bh, acc);
+    wmma::mma_sync(acc, ah, bl, acc);
+    wmma::mma_sync(acc, ah, bh, acc);
+  }
+}
+
+using Row = wmma::row_major;
+using Col = wmma::col_major;
+
+// dst[r][c] (stride ld), r < L, c < Pad16(D): the chunk's rows of a [B, T, X, D]
+// tensor at index x (head or group), zero for r ≥ len or c ≥ D.
+__device__ __forceinline__ void StagePadded(const float* __restrict__ src, float* dst, int ld,
+                                            const ChunkIdx& k, int L, int64_t T, int64_t X,
+                                            int64_t x, int D) {
+  const int dp = static_cast<int>(Pad16(D)), n = L * dp;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int r = i / dp, c = i - r * dp;
+    dst[r * ld + c] = r < k.len && c < D ? src[((k.b * T + k.t0 + r) * X + x) * D + c] : 0.0f;
+  }
+}
+
+// dst[p][n] (stride ld), p < Pad16(P), n < Pad16(N): a [P, N] state, zero-padded.
+__device__ __forceinline__ void StageStatePadded(const float* __restrict__ src, float* dst, int ld,
+                                                 int P, int N) {
+  const int pp = static_cast<int>(Pad16(P)), np = static_cast<int>(Pad16(N)), n = pp * np;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int p = i / np, c = i - p * np;
+    dst[p * ld + c] = p < P && c < N ? src[p * N + c] : 0.0f;
+  }
+}
+
 // Grid B·H·nc: y of the chunk (see the top of the file). sin = S_in [BH, nc, P, N].
 __global__ void __launch_bounds__(kThreads)
     ChunkOutputKernel(const float* __restrict__ x, const float* __restrict__ dt,
@@ -250,44 +322,66 @@ __global__ void __launch_bounds__(kThreads)
                       const float* __restrict__ Cm, const float* __restrict__ D,
                       const float* __restrict__ sin, float* __restrict__ y, int64_t T, int64_t H,
                       int64_t P64, int64_t G, int64_t N64, int L, int64_t nc) {
-  const int P = static_cast<int>(P64), N = static_cast<int>(N64);  // < 2^31: they fit shared memory
-  extern __shared__ double smem_d[];
-  const int lp = P + 1, ln = N + 1, ll = L + 1;
+  extern __shared__ __align__(128) double smem_d[];
+  const int P = static_cast<int>(P64), N = static_cast<int>(N64);
+  const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N)),
+            ll = static_cast<int>(Ld(L));
+  const int Pp = static_cast<int>(Pad16(P)), Np = static_cast<int>(Pad16(N));
   double* sCs = smem_d;
   float* sDt = reinterpret_cast<float*>(sCs + L);
   float* sX = sDt + L;
-  float* sB = sX + L * lp;
+  float* sY = sX + L * lp;
+  float* sB = sY + L * lp;
   float* sC = sB + L * ln;
-  float* sS = sC + L * ln;
-  float* sM = sS + P * ln;
+  float* sCe = sC + L * ln;
+  float* sS = sCe + L * ln;
+  float* sM = sS + Pp * ln;
   const ChunkIdx k = ThisChunk(H, nc, T, L);
   const int64_t g = k.h / (H / G);
   StageDecays(dt, A[k.h], k, T, H, sDt, sCs);
-  StageHead(x, sX, lp, k, T, H, P);
-  StageGroup(Bm, sB, ln, k, g, T, G, N);
-  StageGroup(Cm, sC, ln, k, g, T, G, N);
-  StageState(sin + (k.bh * nc + k.c) * P * N, sS, ln, P, N);
+  StagePadded(x, sX, lp, k, L, T, H, k.h, P);
+  StagePadded(Bm, sB, ln, k, L, T, G, g, N);
+  StagePadded(Cm, sC, ln, k, L, T, G, g, N);
+  StageStatePadded(sin + (k.bh * nc + k.c) * P64 * N64, sS, ln, P, N);
+  __syncthreads();
+  for (int e = threadIdx.x; e < L * Np; e += blockDim.x) {
+    const int i = e / Np, n = e - i * Np;
+    sCe[i * ln + n] = i < k.len ? expf(static_cast<float>(sCs[i])) * sC[i * ln + n] : 0.0f;
+  }
+  const int warp = threadIdx.x / kWarpSize, Lt = L / 16;
+  // C·Bᵀ, lower tiles.
+  for (int t = warp; t < Lt * Lt; t += kWarps) {
+    const int ti = t / Lt, tj = t - ti * Lt;
+    if (tj > ti) continue;
+    Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    Mma3<Row, Col>(acc, sC, ln, sB, ln, ti * 16, tj * 16, 0, Np);
+    wmma::store_matrix_sync(sM + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
+  }
   __syncthreads();
   for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-    const int i = e / L, j = e % L;
+    const int i = e / L, j = e - i * L;
     float m = 0.0f;
-    if (i < k.len && j <= i) {
-      float cb = 0.0f;
-      for (int n = 0; n < N; ++n) cb = fmaf(sC[i * ln + n], sB[j * ln + n], cb);
-      m = cb * expf(static_cast<float>(sCs[i] - sCs[j])) * sDt[j];
-    }
+    if (i < k.len && j <= i)
+      m = sM[i * ll + j] * expf(static_cast<float>(sCs[i] - sCs[j])) * sDt[j];
     sM[i * ll + j] = m;
+  }
+  __syncthreads();
+  // Y = M·X + Ce·S_inᵀ.
+  const int Pt = Pp / 16;
+  for (int t = warp; t < Lt * Pt; t += kWarps) {
+    const int ti = t / Pt, tp = t - ti * Pt;
+    Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    Mma3<Row, Row>(acc, sM, ll, sX, lp, ti * 16, tp * 16, 0, (ti + 1) * 16);
+    Mma3<Row, Col>(acc, sCe, ln, sS, ln, ti * 16, tp * 16, 0, Np);
+    wmma::store_matrix_sync(sY + ti * 16 * lp + tp * 16, acc, lp, wmma::mem_row_major);
   }
   __syncthreads();
   const float Dh = D[k.h];
   for (int e = threadIdx.x; e < k.len * P; e += blockDim.x) {
     const int i = e / P, p = e - i * P;
-    float diag = 0.0f;
-    for (int j = 0; j <= i; ++j) diag = fmaf(sM[i * ll + j], sX[j * lp + p], diag);
-    float off = 0.0f;
-    for (int n = 0; n < N; ++n) off = fmaf(sS[p * ln + n], sC[i * ln + n], off);
-    const float ei = expf(static_cast<float>(sCs[i]));
-    y[((k.b * T + k.t0 + i) * H + k.h) * P + p] = diag + fmaf(ei, off, Dh * sX[i * lp + p]);
+    y[((k.b * T + k.t0 + i) * H + k.h) * P64 + p] = fmaf(Dh, sX[i * lp + p], sY[i * lp + p]);
   }
 }
 
@@ -302,106 +396,141 @@ __global__ void __launch_bounds__(kThreads)
                         float* __restrict__ dx, float* __restrict__ ddt, float* __restrict__ dB,
                         float* __restrict__ dC, double* __restrict__ dad, int64_t T, int64_t H,
                         int64_t P64, int64_t G, int64_t N64, int L, int64_t nc) {
-  const int P = static_cast<int>(P64), N = static_cast<int>(N64);  // < 2^31: they fit shared memory
-  extern __shared__ double smem_d[];
-  const int lp = P + 1, ln = N + 1, ll = L + 1;
+  extern __shared__ __align__(128) double smem_d[];
+  const int P = static_cast<int>(P64), N = static_cast<int>(N64);
+  const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N)),
+            ll = static_cast<int>(Ld(L));
+  const int Pp = static_cast<int>(Pad16(P)), Np = static_cast<int>(Pad16(N));
   double* sCs = smem_d;
-  double* sExpl = sCs + L;   // ∂L/∂dt explicit
+  double* sExpl = sCs + L;   // ∂L/∂dt explicit, then ddt
   double* sDcs = sExpl + L;  // ∂L/∂cs
   double* sRw = sDcs + L;    // R_j·w_j
   double* sRed = sRw + L;    // [2·kWarps] block sums
   float* sDt = reinterpret_cast<float*>(sRed + 2 * kWarps);
   float* sX = sDt + L;
   float* sDy = sX + L * lp;
-  float* sB = sDy + L * lp;
+  float* sOx = sDy + L * lp;  // dx before D·dy
+  float* sB = sOx + L * lp;
   float* sC = sB + L * ln;
-  float* sDyS = sC + L * ln;   // dy_i·S_in   [L][N]
-  float* sXG = sDyS + L * ln;  // x_j·G_c      [L][N]
-  float* sS = sXG + L * ln;    // S_in[c]     [P][N]
-  float* sG = sS + P * ln;     // G_c         [P][N]
-  float* sM1 = sG + P * ln;
-  float* sM2 = sM1 + L * ll;
-  float* sQ = sM2 + L * ll;
+  float* sBw = sC + L * ln;    // w_j·B_j
+  float* sDyS = sBw + L * ln;  // dy_i·S_in
+  float* sXG = sDyS + L * ln;  // x_j·G_c
+  float* sOc = sXG + L * ln;   // dC before e_i·DyS
+  float* sOb = sOc + L * ln;   // dB before w_j·XG
+  float* sS = sOb + L * ln;    // S_in[c]  [Pp][ln]
+  float* sG = sS + Pp * ln;    // G_c      [Pp][ln]
+  float* sM1 = sG + Pp * ln;   // C·Bᵀ, then M1' = CB∘E·dt_j
+  float* sM2 = sM1 + L * ll;   // dY·Xᵀ, then M2' = DX∘E·dt_j
+  float* sQ = sM2 + L * ll;    // CB∘DX∘E
   const ChunkIdx k = ThisChunk(H, nc, T, L);
   const int64_t g = k.h / (H / G);
   const float Ah = A[k.h], Dh = D[k.h];
   StageDecays(dt, Ah, k, T, H, sDt, sCs);
-  StageHead(x, sX, lp, k, T, H, P);
-  StageHead(dy, sDy, lp, k, T, H, P);
-  StageGroup(Bm, sB, ln, k, g, T, G, N);
-  StageGroup(Cm, sC, ln, k, g, T, G, N);
-  const int64_t state = (k.bh * nc + k.c) * P * N;
-  StageState(sin + state, sS, ln, P, N);
-  StageState(gout + state, sG, ln, P, N);
-  __syncthreads();
+  StagePadded(x, sX, lp, k, L, T, H, k.h, P);
+  StagePadded(dy, sDy, lp, k, L, T, H, k.h, P);
+  StagePadded(Bm, sB, ln, k, L, T, G, g, N);
+  StagePadded(Cm, sC, ln, k, L, T, G, g, N);
+  const int64_t state = (k.bh * nc + k.c) * P64 * N64;
+  StageStatePadded(sin + state, sS, ln, P, N);
+  StageStatePadded(gout + state, sG, ln, P, N);
   const int last = k.len - 1;
   const double cs_last = sCs[last];
-  // Phase A: the L×L matrices, dy·S_in and x·G.
+  __syncthreads();  // B staged
+  for (int e = threadIdx.x; e < L * Np; e += blockDim.x) {
+    const int j = e / Np, n = e - j * Np;
+    sBw[j * ln + n] =
+        j < k.len ? expf(static_cast<float>(cs_last - sCs[j])) * sDt[j] * sB[j * ln + n] : 0.0f;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / kWarpSize, Lt = L / 16, Pt = Pp / 16, Nt = Np / 16;
+  // Phase A: C·Bᵀ and dY·Xᵀ (lower tiles), dY·S_in, X·G.
+  for (int t = warp; t < 2 * Lt * Lt + 2 * Lt * Nt; t += kWarps) {
+    Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    if (t < 2 * Lt * Lt) {
+      const int which = t / (Lt * Lt), r = t - which * Lt * Lt, ti = r / Lt, tj = r - ti * Lt;
+      if (tj > ti) continue;
+      if (which == 0) {
+        Mma3<Row, Col>(acc, sC, ln, sB, ln, ti * 16, tj * 16, 0, Np);
+        wmma::store_matrix_sync(sM1 + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
+      } else {
+        Mma3<Row, Col>(acc, sDy, lp, sX, lp, ti * 16, tj * 16, 0, Pp);
+        wmma::store_matrix_sync(sM2 + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
+      }
+    } else {
+      const int u = t - 2 * Lt * Lt, which = u / (Lt * Nt), r = u - which * Lt * Nt, ti = r / Nt,
+                tn = r - ti * Nt;
+      if (which == 0) {
+        Mma3<Row, Row>(acc, sDy, lp, sS, ln, ti * 16, tn * 16, 0, Pp);
+        wmma::store_matrix_sync(sDyS + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
+      } else {
+        Mma3<Row, Row>(acc, sX, lp, sG, ln, ti * 16, tn * 16, 0, Pp);
+        wmma::store_matrix_sync(sXG + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
+      }
+    }
+  }
+  __syncthreads();
   for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-    const int i = e / L, j = e % L;
+    const int i = e / L, j = e - i * L;
     float m1 = 0.0f, m2 = 0.0f, q = 0.0f;
     if (i < k.len && j <= i) {
-      float cb = 0.0f, dxx = 0.0f;
-      for (int n = 0; n < N; ++n) cb = fmaf(sC[i * ln + n], sB[j * ln + n], cb);
-      for (int p = 0; p < P; ++p) dxx = fmaf(sDy[i * lp + p], sX[j * lp + p], dxx);
       const float E = expf(static_cast<float>(sCs[i] - sCs[j]));
-      m1 = cb * E;
-      m2 = dxx * E;
-      q = m1 * dxx;
+      const float cb = sM1[i * ll + j], dxx = sM2[i * ll + j];
+      q = cb * dxx * E;
+      m1 = cb * E * sDt[j];
+      m2 = dxx * E * sDt[j];
     }
     sM1[i * ll + j] = m1;
     sM2[i * ll + j] = m2;
     sQ[i * ll + j] = q;
   }
-  for (int e = threadIdx.x; e < k.len * N; e += blockDim.x) {
-    const int i = e / N, n = e - i * N;
-    float a = 0.0f, b = 0.0f;
-    for (int p = 0; p < P; ++p) {
-      a = fmaf(sDy[i * lp + p], sS[p * ln + n], a);
-      b = fmaf(sX[i * lp + p], sG[p * ln + n], b);
-    }
-    sDyS[i * ln + n] = a;
-    sXG[i * ln + n] = b;
-  }
   __syncthreads();
-  // Phase B: dx, dC, dB; the per-step scalars; the block sums.
-  for (int e = threadIdx.x; e < k.len * P; e += blockDim.x) {
-    const int j = e / P, p = e - j * P;
-    float acc = 0.0f;
-    for (int i = j; i < k.len; ++i) acc = fmaf(sM1[i * ll + j], sDy[i * lp + p], acc);
-    float gb = 0.0f;
-    for (int n = 0; n < N; ++n) gb = fmaf(sG[p * ln + n], sB[j * ln + n], gb);
-    const float wj = expf(static_cast<float>(cs_last - sCs[j])) * sDt[j];
-    dx[((k.b * T + k.t0 + j) * H + k.h) * P + p] =
-        fmaf(sDt[j], acc, fmaf(wj, gb, Dh * sDy[j * lp + p]));
-  }
-  const bool direct = H == G;
-  for (int e = threadIdx.x; e < k.len * N; e += blockDim.x) {
-    const int r = e / N, n = e - r * N;
-    float c_acc = 0.0f, b_acc = 0.0f;
-    for (int j = 0; j <= r; ++j) c_acc = fmaf(sM2[r * ll + j] * sDt[j], sB[j * ln + n], c_acc);
-    for (int i = r; i < k.len; ++i) b_acc = fmaf(sM2[i * ll + r], sC[i * ln + n], b_acc);
-    const float er = expf(static_cast<float>(sCs[r]));
-    const float wr = expf(static_cast<float>(cs_last - sCs[r])) * sDt[r];
-    const float dcv = fmaf(er, sDyS[r * ln + n], c_acc);
-    const float dbv = fmaf(wr, sXG[r * ln + n], sDt[r] * b_acc);
-    const int64_t t = k.b * T + k.t0 + r;
-    const int64_t at = direct ? (t * G + g) * N + n : (t * H + k.h) * N + n;
-    dC[at] = dcv;
-    dB[at] = dbv;
-  }
-  for (int t = threadIdx.x; t < k.len; t += blockDim.x) {
-    double row = 0.0, col = 0.0, O = 0.0, R = 0.0;
-    for (int j = 0; j <= t; ++j) row += static_cast<double>(sQ[t * ll + j]) * sDt[j];
-    for (int i = t; i < k.len; ++i) col += sQ[i * ll + t];
-    for (int n = 0; n < N; ++n) {
-      O += static_cast<double>(sC[t * ln + n]) * sDyS[t * ln + n];
-      R += static_cast<double>(sB[t * ln + n]) * sXG[t * ln + n];
+  // Phase B: dx = M1'ᵀ·dY + Bw·Gᵀ, dC = M2'·B, dB = M2'ᵀ·C.
+  for (int t = warp; t < Lt * Pt + 2 * Lt * Nt; t += kWarps) {
+    Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    if (t < Lt * Pt) {
+      const int tj = t / Pt, tp = t - tj * Pt;
+      Mma3<Col, Row>(acc, sM1, ll, sDy, lp, tj * 16, tp * 16, tj * 16, L);
+      Mma3<Row, Col>(acc, sBw, ln, sG, ln, tj * 16, tp * 16, 0, Np);
+      wmma::store_matrix_sync(sOx + tj * 16 * lp + tp * 16, acc, lp, wmma::mem_row_major);
+    } else {
+      const int u = t - Lt * Pt, which = u / (Lt * Nt), r = u - which * Lt * Nt, ti = r / Nt,
+                tn = r - ti * Nt;
+      if (which == 0) {
+        Mma3<Row, Row>(acc, sM2, ll, sB, ln, ti * 16, tn * 16, 0, (ti + 1) * 16);
+        wmma::store_matrix_sync(sOc + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
+      } else {
+        Mma3<Col, Row>(acc, sM2, ll, sC, ln, ti * 16, tn * 16, ti * 16, L);
+        wmma::store_matrix_sync(sOb + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
+      }
     }
-    const double ew = exp(cs_last - sCs[t]), dtt = sDt[t];
-    sExpl[t] = col + R * ew;
-    sRw[t] = R * ew * dtt;
-    sDcs[t] = row - dtt * col + exp(sCs[t]) * O - R * ew * dtt;
+  }
+  // The per-step scalars, q = kThreads / L threads a step (their lanes are
+  // consecutive in one warp), summed in a fixed xor order.
+  {
+    const int q = kThreads / L, t = threadIdx.x / q, part = threadIdx.x - t * q;
+    double row = 0.0, col = 0.0, O = 0.0, R = 0.0;
+    if (t < k.len) {
+      for (int j = part; j <= t; j += q) row += static_cast<double>(sQ[t * ll + j]) * sDt[j];
+      for (int i = t + part; i < k.len; i += q) col += sQ[i * ll + t];
+      for (int n = part; n < N; n += q) {
+        O += static_cast<double>(sC[t * ln + n]) * sDyS[t * ln + n];
+        R += static_cast<double>(sB[t * ln + n]) * sXG[t * ln + n];
+      }
+    }
+    for (int o = 1; o < q; o <<= 1) {
+      row += __shfl_xor_sync(kFullMask, row, o);
+      col += __shfl_xor_sync(kFullMask, col, o);
+      O += __shfl_xor_sync(kFullMask, O, o);
+      R += __shfl_xor_sync(kFullMask, R, o);
+    }
+    if (part == 0 && t < k.len) {
+      const double ew = exp(cs_last - sCs[t]), dtt = sDt[t];
+      sExpl[t] = col + R * ew;
+      sRw[t] = R * ew * dtt;
+      sDcs[t] = row - dtt * col + exp(sCs[t]) * O - R * ew * dtt;
+    }
   }
   double gs = 0.0, xd = 0.0;
   for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
@@ -412,9 +541,23 @@ __global__ void __launch_bounds__(kThreads)
     const int i = e / P, p = e - i * P;
     xd += static_cast<double>(sDy[i * lp + p]) * sX[i * lp + p];
   }
-  gs = BlockSumDouble(gs, sRed);
+  gs = BlockSumDouble(gs, sRed);  // (its barriers also complete phase B)
   xd = BlockSumDouble(xd, sRed + kWarps);
-  __syncthreads();  // sExpl, sRw, sDcs complete
+  __syncthreads();
+  for (int e = threadIdx.x; e < k.len * P; e += blockDim.x) {
+    const int j = e / P, p = e - j * P;
+    dx[((k.b * T + k.t0 + j) * H + k.h) * P64 + p] = fmaf(Dh, sDy[j * lp + p], sOx[j * lp + p]);
+  }
+  const bool direct = H == G;
+  for (int e = threadIdx.x; e < k.len * N; e += blockDim.x) {
+    const int r = e / N, n = e - r * N;
+    const float er = expf(static_cast<float>(sCs[r]));
+    const float wr = expf(static_cast<float>(cs_last - sCs[r])) * sDt[r];
+    const int64_t tt = k.b * T + k.t0 + r;
+    const int64_t at = direct ? (tt * G + g) * N64 + n : (tt * H + k.h) * N64 + n;
+    dC[at] = fmaf(er, sDyS[r * ln + n], sOc[r * ln + n]);
+    dB[at] = fmaf(wr, sXG[r * ln + n], sOb[r * ln + n]);
+  }
   if (threadIdx.x == 0) {
     double extra = static_cast<double>(dec[k.bh * nc + k.c]) * gs;
     for (int j = 0; j < k.len; ++j) extra += sRw[j];

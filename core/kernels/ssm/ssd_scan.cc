@@ -293,17 +293,25 @@ void BackwardCpu(const Dims& d, const float* dy, const float* x, const float* dt
   }
 }
 
-// The chunked CUDA kernels for kAuto when the shape fits them, always for
-// kChunked (a shape that does not fit aborts, naming P and N).
-bool UseChunked(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kernel) {
+// Whether the chunked CUDA kernels run this call: kAuto as SsdAutoKernel
+// says, always for kChunked (a shape that does not fit aborts, naming P and N).
+bool UseChunked(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kernel, bool backward) {
+  if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, d.T, d.P, d.N, chunk);
   if (kernel == SsdCudaKernel::kRecurrence) return false;
-  const bool fits = cuda::SsdChunkedFits(d.T, d.P, d.N, chunk);
-  GTP_CHECK(fits || kernel == SsdCudaKernel::kAuto, op, ": the chunked CUDA kernels take P·N up to",
-            " about 24k, got P = ", d.P, ", N = ", d.N, " (use SsdCudaKernel::kAuto)");
-  return fits;
+  GTP_CHECK(cuda::SsdChunkedFits(d.T, d.P, d.N, chunk), op,
+            ": the chunked CUDA kernels take P·N up to about 24k, got P = ", d.P, ", N = ", d.N,
+            " (use SsdCudaKernel::kAuto or kRecurrence)");
+  return true;
 }
 
 }  // namespace
+
+SsdCudaKernel SsdAutoKernel(bool backward, int64_t T, int64_t P, int64_t N, int64_t chunk) {
+  if (backward && P * N <= 256 && cuda::SsdChunkedFits(T, P, N, chunk)) {
+    return SsdCudaKernel::kChunked;
+  }
+  return SsdCudaKernel::kRecurrence;
+}
 
 void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
                     const Tensor& Bm, const Tensor& Cm, const Tensor& D, const Tensor& y,
@@ -314,7 +322,7 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
   if (e.is_cuda()) {
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
-    if (UseChunked(op, d, chunk, kernel)) {
+    if (UseChunked(op, d, chunk, kernel, /*backward=*/false)) {
       // Freed on return without a sync: the caching allocator hands it out
       // again only to work ordered after ours on the same stream.
       Tensor scratch = e.Empty({std::max<int64_t>(
@@ -349,7 +357,7 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
   if (e.is_cuda()) {
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
-    if (UseChunked(op, d, chunk, kernel)) {
+    if (UseChunked(op, d, chunk, kernel, /*backward=*/true)) {
       Tensor scratch = e.Empty({std::max<int64_t>(
           cuda::SsdChunkedScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, true), 1)});
       cuda::SsdChunkedBackward(

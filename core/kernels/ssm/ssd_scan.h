@@ -36,19 +36,17 @@
 // (GTP_CHECK); nothing returns Status.
 //
 // CPU calls run on the calling thread (blocking). CUDA calls only enqueue on
-// exec.stream (never block the host). The recurrence (ssd_scan.cu, the
-// default) runs the scan itself, parallel over (b, h, p, n); its backward is
-// a forward and a reverse sweep plus a suffix sum of per-step scalars that
-// restarts from an exact value every min(chunk, T) steps. The chunked kernels
-// (ssd_chunked.cu, SsdCudaKernel::kChunked) run the CPU's algorithm with
-// chunks of min(chunk, 64, T) steps (fewer when P·N is large), parallel over
-// (b, h, chunk), and a short pass over the chunks for the chunk-entry states.
-// Both need N ≤ 256, P ≤ 1024 and take scratch from exec.alloc: the
-// recurrence's backward O(B·T·H) floats, the states at the chunk boundaries
-// (2·B·H·(⌈T/chunk⌉ − 1)·P·N), and 2·B·T·H·⌈P/rows⌉·N more when G < H or P
-// is split over blocks; the chunked forward B·H·⌈T/L⌉·(P·N + 1) floats, its
-// backward twice that plus 2·B·T·H·N when G < H.
-// Thread-safe for distinct output tensors.
+// exec.stream (never block the host); SsdAutoKernel picks the kernels by
+// default. The recurrence (ssd_scan.cu) runs the scan itself, parallel over (b, h, p, n); its
+// backward is a forward and a reverse sweep plus a suffix sum of per-step scalars that restarts
+// from an exact value every min(chunk, T) steps. The chunked kernels (ssd_chunked.cu,
+// SsdCudaKernel::kChunked) run the CPU's algorithm with chunks of 64 steps (32 or 16 when chunk is
+// smaller or P·N large), parallel over (b, h, chunk), with a short pass over the chunks for the
+// chunk-entry states and the products on the tensor cores (3×TF32). Both need N ≤ 256, P ≤ 1024 and
+// take scratch from exec.alloc: the recurrence's backward O(B·T·H) floats, the states at the chunk
+// boundaries (2·B·H·(⌈T/chunk⌉ − 1)·P·N), and 2·B·T·H·⌈P/rows⌉·N more when G < H or P is split over
+// blocks; the chunked forward B·H·⌈T/L⌉·(P·N + 1) floats, its backward twice that plus 2·B·T·H·N
+// when G < H. Thread-safe for distinct output tensors.
 //
 //   Exec e = Exec::Cpu(host);
 //   ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y);
@@ -66,23 +64,32 @@ namespace gtp::kernels::ssm {
 inline constexpr int64_t kSsdDefaultChunk = 128;
 
 // Which CUDA kernels run a scan (CPU calls ignore it: the CPU runs the
-// chunked form). kRecurrence (the default): ssd_scan.cu, serial in T per
-// state element. kChunked: ssd_chunked.cu, the chunked form parallel over
-// (b, h, chunk) on CUDA cores; correct (ssm_gpu_test) but not yet faster
-// (H200, B=8, T=1024, H96·P16·N16: forward 0.85 vs 0.38 ms, backward 2.63
-// vs 2.47 ms), so not the default until its products run on tensor cores
-// (issue 31). kChunked aborts on a shape whose block does not fit shared
-// memory (P·N beyond about 24k); kAuto takes it where it fits, else the
-// recurrence.
+// chunked form). kRecurrence: ssd_scan.cu, serial in T per state element.
+// kChunked: ssd_chunked.cu, the chunked form parallel over (b, h, chunk),
+// its products on the tensor cores as 3×TF32 (f32 accuracy); it aborts on a
+// shape whose block does not fit shared memory (P·N beyond about 24k).
+// kAuto (the default): SsdAutoKernel's choice.
 enum class SsdCudaKernel { kRecurrence, kChunked, kAuto };
+
+// The kernel kAuto runs, from the two kernels' times side by side on one
+// H200 (2026-12-04, docs/PERFORMANCE.md; f32, ms):
+//   shape (B, T, H, P, N)     forward chunked / recurrence   backward chunked / recurrence
+//   8, 1024, 96, 16, 16       0.67 / 0.39                    1.88 / 2.48
+//   1, 1024, 96, 16, 16       0.10 / 0.18                    0.27 / 0.66
+//   4, 4096, 128, 16, 16      1.86 / 1.10                    5.07 / 6.71
+//   8, 1024, 24, 64, 64       1.31 / 0.63                    3.97 / 3.41
+//   2, 4096, 128, 64, 128     19.2 / 4.83                    56.2 / 37.0
+// so: the recurrence for every forward, and for the backward the chunked
+// kernels where P·N ≤ 256 (and they fit), else the recurrence. Returns
+// kChunked or kRecurrence.
+SsdCudaKernel SsdAutoKernel(bool backward, int64_t T, int64_t P, int64_t N, int64_t chunk);
 
 // y[B, T, H, P] = the scan of x, dt, A, Bm, Cm, D above (=). chunk ≥ 1; T
 // need not be a multiple of it. The result does not depend on chunk beyond
 // f32 rounding.
 void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
                     const Tensor& Bm, const Tensor& Cm, const Tensor& D, const Tensor& y,
-                    int64_t chunk = kSsdDefaultChunk,
-                    SsdCudaKernel kernel = SsdCudaKernel::kRecurrence);
+                    int64_t chunk = kSsdDefaultChunk, SsdCudaKernel kernel = SsdCudaKernel::kAuto);
 
 // Gradients of a loss L given dy = ∂L/∂y [B, T, H, P]:
 //   dx [B, T, H, P], ddt [B, T, H], dBm, dCm [B, T, G, N]   written (=);
@@ -92,6 +99,6 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
                      const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
                      const Tensor& dx, const Tensor& ddt, const Tensor& dA, const Tensor& dBm,
                      const Tensor& dCm, const Tensor& dD, int64_t chunk = kSsdDefaultChunk,
-                     SsdCudaKernel kernel = SsdCudaKernel::kRecurrence);
+                     SsdCudaKernel kernel = SsdCudaKernel::kAuto);
 
 }  // namespace gtp::kernels::ssm

@@ -38,10 +38,11 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
                      cudaStream_t stream);
 
 // ---- The chunked form (ssd_chunked.cu): parallel over (b, h, chunk), chunks
-// of L = min(chunk, 64, T) steps, halved until a block's shared memory fits
-// (P·N up to about 24k). Same math and conventions; the scalar gradients in
-// double; deterministic. Scratch: SsdChunkedScratchFloats floats of device
-// memory (the forward needs some too: the chunk-entry states).
+// of 64, 32 or 16 steps (the largest not above max(chunk, 16) whose blocks
+// fit shared memory: P·N up to about 24k), the chunk products on the tensor
+// cores as 3×TF32. Same math and conventions; the scalar gradients in double;
+// deterministic. Scratch: SsdChunkedScratchFloats floats of device memory
+// (the forward needs some too: the chunk-entry states).
 
 // Whether some chunk length fits these P, N (else use the recurrence above).
 bool SsdChunkedFits(int64_t T, int64_t P, int64_t N, int64_t chunk);

@@ -298,12 +298,17 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
                   env.Host(Bm, bs), env.Host(Cm, bs), env.Host(D, hs), env.Host(dx, xs),
                   env.Host(ddt, ts), env.Host(dA, hs), env.Host(dBm, bs), env.Host(dCm, bs),
                   env.Host(dD, hs), c.chunk);
-  // CUDA, twice, with each kernel: the chunked form (kAuto, which takes it for
-  // every shape here but the last KernelEdges case) and the recurrence.
+  // CUDA, twice, with each kernel: the chunked form, the recurrence, and kAuto
+  // (the recurrence forward, the chunked backward where P·N ≤ 256).
   Tensor gx = env.Up(x, xs), gdt = env.Up(dt, ts), gA = env.Up(A, hs), gB = env.Up(Bm, bs),
          gC = env.Up(Cm, bs), gD = env.Up(D, hs), gdy = env.Up(dy, xs);
-  for (SsdCudaKernel kernel : {SsdCudaKernel::kAuto, SsdCudaKernel::kRecurrence}) {
-    SCOPED_TRACE(kernel == SsdCudaKernel::kAuto ? "kAuto" : "kRecurrence");
+  for (SsdCudaKernel kernel :
+       {SsdCudaKernel::kChunked, SsdCudaKernel::kRecurrence, SsdCudaKernel::kAuto}) {
+    // The chunked kernels refuse P·N beyond about 24k (the last KernelEdges case).
+    if (kernel == SsdCudaKernel::kChunked && c.P * c.N > 20000) continue;
+    SCOPED_TRACE(kernel == SsdCudaKernel::kChunked      ? "kChunked"
+                 : kernel == SsdCudaKernel::kRecurrence ? "kRecurrence"
+                                                        : "kAuto");
     Vec run[2][7];
     for (int r = 0; r < 2; ++r) {
       Tensor gy = env.Poisoned(xs), gdx = env.Poisoned(xs), gddt = env.Poisoned(ts),
@@ -363,7 +368,8 @@ INSTANTIATE_TEST_SUITE_P(
         ScanCase{1, 70, 2, 16, 2, 32, 16},     // N = 32: 2 states a lane
         ScanCase{1, 50, 2, 8, 1, 100, 16},     // N = 100: 8 states a lane, 28 padding
         ScanCase{1, 200, 2, 64, 1, 128, 128},  // chunked: L = 32 (64 does not fit P·N = 8192)
-        ScanCase{1, 5, 1, 400, 1, 256, 4}));   // chunked fits no L: kAuto runs the recurrence
+        ScanCase{1, 5, 1, 400, 1, 256,
+                 4}));  // chunked fits no L: kChunked skipped, kAuto the recurrence
 
 }  // namespace
 }  // namespace gtp::kernels::ssm
