@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/ssm/ssd_common.cuh"
 #include "core/kernels/ssm/ssd_scan_cuda.h"
 
 namespace gtp::kernels::ssm::cuda {
@@ -576,19 +577,6 @@ __global__ void __launch_bounds__(kThreads)
     ddt[(k.b * T + k.t0 + t) * H + k.h] = static_cast<float>(sExpl[t]);
 }
 
-// out[r, g, n] = Σ_{k < H/G} in[r, g·H/G + k, n], k in order.
-__global__ void SumHeadsKernel(const float* __restrict__ in, float* __restrict__ out, int64_t rows,
-                               int64_t H, int64_t G, int64_t N) {
-  const int64_t total = rows * G * N, hpg = H / G;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t n = i % N, g = (i / N) % G, r = i / (N * G);
-    float s = 0.0f;
-    for (int64_t k = 0; k < hpg; ++k) s += in[((r * H) + g * hpg + k) * N + n];
-    out[i] = s;
-  }
-}
-
 // dA[h] += Σ_b Σ_c dad[b·H + h, c, 0], dD[h] likewise with 1; b, then c, in order.
 __global__ void AddChunkParamsKernel(const double* __restrict__ dad, float* __restrict__ dA,
                                      float* __restrict__ dD, int64_t B, int64_t H, int64_t nc) {
@@ -645,6 +633,19 @@ void EntryStates(const float* x, const float* dt, const float* A, const float* B
   }
 }
 
+// The chunk length of a call, after its argument checks (abort naming op).
+int CheckedChunkLength(const char* op, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
+                       int64_t chunk) {
+  GTP_CU_REQUIRE(G >= 1 && H % G == 0 && P >= 1 && N >= 0 && chunk >= 1,
+                 "%s (CUDA): H = %lld, G = %lld, P = %lld, N = %lld, chunk = %lld", op,
+                 static_cast<long long>(H), static_cast<long long>(G), static_cast<long long>(P),
+                 static_cast<long long>(N), static_cast<long long>(chunk));
+  const int L = ChunkLength(T, P, N, chunk);
+  GTP_CU_REQUIRE(L > 0, "%s (CUDA): P = %lld, N = %lld do not fit a chunk block", op,
+                 static_cast<long long>(P), static_cast<long long>(N));
+  return L;
+}
+
 }  // namespace
 
 bool SsdChunkedFits(int64_t T, int64_t P, int64_t N, int64_t chunk) {
@@ -664,13 +665,7 @@ void SsdChunkedForward(const float* x, const float* dt, const float* A, const fl
                        int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
                        cudaStream_t stream) {
   if (B * T * H == 0) return;
-  GTP_CU_REQUIRE(G >= 1 && H % G == 0 && P >= 1 && N >= 0 && chunk >= 1,
-                 "SsdChunkedForward (CUDA): H = %lld, G = %lld, P = %lld, N = %lld, chunk = %lld",
-                 static_cast<long long>(H), static_cast<long long>(G), static_cast<long long>(P),
-                 static_cast<long long>(N), static_cast<long long>(chunk));
-  const int L = ChunkLength(T, P, N, chunk);
-  GTP_CU_REQUIRE(L > 0, "SsdChunkedForward (CUDA): P = %lld, N = %lld do not fit a chunk block",
-                 static_cast<long long>(P), static_cast<long long>(N));
+  const int L = CheckedChunkLength("SsdChunkedForward", T, H, P, G, N, chunk);
   Scratch sc;
   ScratchLayout(B, T, H, P, G, N, L, /*backward=*/false, scratch, &sc);
   EntryStates(x, dt, A, Bm, sc.S, sc.dec, B, T, H, P, G, N, L, stream);
@@ -694,13 +689,7 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
     }
     return;
   }
-  GTP_CU_REQUIRE(G >= 1 && H % G == 0 && P >= 1 && N >= 0 && chunk >= 1,
-                 "SsdChunkedBackward (CUDA): H = %lld, G = %lld, P = %lld, N = %lld, chunk = %lld",
-                 static_cast<long long>(H), static_cast<long long>(G), static_cast<long long>(P),
-                 static_cast<long long>(N), static_cast<long long>(chunk));
-  const int L = ChunkLength(T, P, N, chunk);
-  GTP_CU_REQUIRE(L > 0, "SsdChunkedBackward (CUDA): P = %lld, N = %lld do not fit a chunk block",
-                 static_cast<long long>(P), static_cast<long long>(N));
+  const int L = CheckedChunkLength("SsdChunkedBackward", T, H, P, G, N, chunk);
   Scratch sc;
   ScratchLayout(B, T, H, P, G, N, L, /*backward=*/true, scratch, &sc);
   const int64_t nc = CeilDiv(T, L);
@@ -727,11 +716,11 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
   GTP_CU_LAUNCH_CHECK();
   const int64_t out = B * T * G * N;
   if (!direct && out > 0) {
-    SumHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dB_part, dBm, B * T, H, G,
-                                                                    N);
+    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dB_part, dBm, B * T, H,
+                                                                         G, N);
     GTP_CU_LAUNCH_CHECK();
-    SumHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dC_part, dCm, B * T, H, G,
-                                                                    N);
+    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dC_part, dCm, B * T, H,
+                                                                         G, N);
     GTP_CU_LAUNCH_CHECK();
   }
   AddChunkParamsKernel<<<static_cast<unsigned>(CeilDiv(H, kThreads)), kThreads, 0, stream>>>(

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/ssm/ssd_common.cuh"
 #include "core/kernels/ssm/ssd_scan_cuda.h"
 
 namespace gtp::kernels::ssm::cuda {
@@ -422,19 +423,6 @@ __global__ void SsdScalarKernel(const float* __restrict__ f_part, const float* _
     for (int k = 0; k < pt; ++k) s += dD_part[bh * pt + k];
     dad[bh * 2] = da;
     dad[bh * 2 + 1] = s;
-  }
-}
-
-// out[b, t, g, n] = Σ_{k < H/G} in[b, t, g·(H/G) + k, n] (=), k in order.
-__global__ void SumGroupHeadsKernel(const float* __restrict__ in, float* __restrict__ out,
-                                    int64_t rows, int64_t H, int64_t G, int64_t N) {
-  const int64_t total = rows * G * N, hpg = H / G;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t n = i % N, g = (i / N) % G, r = i / (N * G);
-    float s = 0.0f;
-    for (int64_t k = 0; k < hpg; ++k) s += in[((r * H) + g * hpg + k) * N + n];
-    out[i] = s;
   }
 }
 

@@ -1,0 +1,28 @@
+// core/kernels/ssm/ssd_common.cuh — device code both SSD scan kernel sets
+// (ssd_scan.cu, the recurrence; ssd_chunked.cu, by chunks) use. Private to
+// this package's .cu files; each includes its own copy (internal linkage).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gtp::kernels::ssm::cuda {
+namespace {
+
+// out[r, g, n] = Σ_{k < H/G} in[r, g·(H/G) + k, n] (=), k in order: a group's
+// dB / dC from per-head partials (r = b·T + t).
+__global__ void SumGroupHeadsKernel(const float* __restrict__ in, float* __restrict__ out,
+                                    int64_t rows, int64_t H, int64_t G, int64_t N) {
+  const int64_t total = rows * G * N, hpg = H / G;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t n = i % N, g = (i / N) % G, r = i / (N * G);
+    float s = 0.0f;
+    for (int64_t k = 0; k < hpg; ++k) s += in[((r * H) + g * hpg + k) * N + n];
+    out[i] = s;
+  }
+}
+
+}  // namespace
+}  // namespace gtp::kernels::ssm::cuda
