@@ -1,19 +1,20 @@
-// Block-scaled e4m3 quantisation (block_quant.h), CPU implementation. Every
-// code and scale comes from the scalar rules of block_scale.h, which the
-// CUDA kernels will share.
+// Block-scaled e4m3 quantisation (block_quant.h): the argument checks, the
+// CPU implementation, and the dispatch to the CUDA kernels (block_quant.cu,
+// through block_quant_cuda.h) on a CUDA Exec. Every code and scale on either
+// side comes from the scalar rules of block_scale.h.
 #include "core/kernels/fp8/block_quant.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 
+#include "core/kernels/fp8/block_quant_cuda.h"
 #include "core/kernels/fp8/internal.h"
 #include "core/status.h"
 
 namespace gtp::kernels::fp8 {
 
 using internal::CheckCodes;
-using internal::CheckCpuOnly;
 using internal::CheckMatrix;
 using internal::CheckScales;
 using internal::LoadF32;
@@ -27,6 +28,9 @@ void StoreF32(const Tensor& y, int64_t i, float v) {
     static_cast<bf16*>(y.raw_data())[i].bits = F32ToBF16Bits(v);
   }
 }
+
+uint8_t* Codes(const Tensor& q) { return static_cast<uint8_t*>(q.raw_data()); }
+const bf16* BF16Data(const Tensor& x) { return static_cast<const bf16*>(x.raw_data()); }
 
 // amax bits over element indices base + r·row_stride + c·col_stride for r in
 // [r0, r1), c in [c0, c1) of data x (f32 or bf16).
@@ -60,7 +64,6 @@ void QuantizeRowBlocks(const void* x, DType t, int64_t R, int64_t C, int64_t rs,
 std::pair<int64_t, int64_t> CheckTransposePair(const Exec& e, const Tensor& q, const Tensor& scales,
                                                const Tensor& qt, const Tensor& scales_t, Fp8Layout l,
                                                const char* op) {
-  CheckCpuOnly(e, op);
   GTP_CHECK(q.defined() && q.rank() == 2, op, ": q must be a matrix, got ",
             q.defined() ? q.ToString() : "undefined");
   const int64_t R = q.dim(0), C = q.dim(1);
@@ -86,13 +89,25 @@ Shape Fp8ScaleShape(int64_t rows, int64_t cols, Fp8Layout l) {
 void QuantizeBlocks(const Exec& e, const Tensor& x, Fp8Layout l, const Tensor& q,
                     const Tensor& scales) {
   const char* op = "fp8::QuantizeBlocks";
-  CheckCpuOnly(e, op);
   CheckMatrix(e, x, op, "x");
   const int64_t R = x.dim(0), C = x.dim(1);
   CheckCodes(e, q, R, C, op, "q");
   CheckScales(e, scales, Fp8ScaleShape(R, C, l), op, "scales");
-  uint8_t* qp = static_cast<uint8_t*>(q.raw_data());
+  uint8_t* qp = Codes(q);
   float* sp = scales.data<float>();
+  if (e.is_cuda()) {
+    const bool f32 = x.dtype() == DType::kF32;
+    if (l == Fp8Layout::kRow1x128 && f32) {
+      cuda::QuantizeRow1x128(x.data<float>(), R, C, qp, sp, e.stream);
+    } else if (l == Fp8Layout::kRow1x128) {
+      cuda::QuantizeRow1x128(BF16Data(x), R, C, qp, sp, e.stream);
+    } else if (f32) {
+      cuda::QuantizeTile128x128(x.data<float>(), R, C, qp, sp, e.stream);
+    } else {
+      cuda::QuantizeTile128x128(BF16Data(x), R, C, qp, sp, e.stream);
+    }
+    return;
+  }
   if (l == Fp8Layout::kRow1x128) {
     QuantizeRowBlocks(x.raw_data(), x.dtype(), R, C, C, 1, qp, sp);
     return;
@@ -114,13 +129,21 @@ void QuantizeBlocks(const Exec& e, const Tensor& x, Fp8Layout l, const Tensor& q
 void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8Layout l,
                       const Tensor& y) {
   const char* op = "fp8::DequantizeBlocks";
-  CheckCpuOnly(e, op);
   CheckMatrix(e, y, op, "y");
   const int64_t R = y.dim(0), C = y.dim(1);
   CheckCodes(e, q, R, C, op, "q");
   CheckScales(e, scales, Fp8ScaleShape(R, C, l), op, "scales");
-  const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
+  const uint8_t* qp = Codes(q);
   const float* sp = scales.data<float>();
+  if (e.is_cuda()) {
+    const bool tiles = l == Fp8Layout::kTile128x128;
+    if (y.dtype() == DType::kF32) {
+      cuda::DequantizeBlocks(qp, sp, tiles, R, C, y.data<float>(), e.stream);
+    } else {
+      cuda::DequantizeBlocks(qp, sp, tiles, R, C, static_cast<bf16*>(y.raw_data()), e.stream);
+    }
+    return;
+  }
   const int64_t cb = Fp8NumBlocks(C);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t srow = (l == Fp8Layout::kRow1x128 ? r : r / kFp8Block) * cb;
@@ -132,38 +155,52 @@ void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8L
 void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
                             const Tensor& scales_t) {
   const char* op = "fp8::QuantizeRowsTransposed";
-  CheckCpuOnly(e, op);
   CheckMatrix(e, x, op, "x");
   const int64_t R = x.dim(0), C = x.dim(1);
   CheckCodes(e, qt, C, R, op, "qt");
   CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kRow1x128), op, "scales_t");
+  if (e.is_cuda()) {
+    if (x.dtype() == DType::kF32) {
+      cuda::QuantizeRowsTransposed(x.data<float>(), R, C, Codes(qt), scales_t.data<float>(),
+                                   e.stream);
+    } else {
+      cuda::QuantizeRowsTransposed(BF16Data(x), R, C, Codes(qt), scales_t.data<float>(),
+                                   e.stream);
+    }
+    return;
+  }
   // Xᵀ[c, r] = x[r·C + c]: row stride 1, column stride C.
-  QuantizeRowBlocks(x.raw_data(), x.dtype(), C, R, 1, C, static_cast<uint8_t*>(qt.raw_data()),
-                    scales_t.data<float>());
+  QuantizeRowBlocks(x.raw_data(), x.dtype(), C, R, 1, C, Codes(qt), scales_t.data<float>());
 }
 
 void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scales,
                               const Tensor& qt, const Tensor& scales_t) {
   const auto [R, C] = CheckTransposePair(e, q, scales, qt, scales_t, Fp8Layout::kRow1x128,
                                          "fp8::RequantizeRowsTransposed");
-  // The forward's dequantised values, then the fused transpose + quantise.
+  // The forward's dequantised values (f32 scratch on e's device; on CUDA it
+  // is freed on return without a sync: the caching allocator hands it out
+  // again only to work ordered after ours on the same stream), then the fused
+  // transpose + quantise.
   Tensor d = e.Empty({R, C}, DType::kF32);
   DequantizeBlocks(e, q, scales, Fp8Layout::kRow1x128, d);
-  QuantizeRowBlocks(d.raw_data(), DType::kF32, C, R, 1, C, static_cast<uint8_t*>(qt.raw_data()),
-                    scales_t.data<float>());
+  QuantizeRowsTransposed(e, d, qt, scales_t);
 }
 
 void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& qt,
                     const Tensor& scales_t) {
   const auto [R, C] = CheckTransposePair(e, q, scales, qt, scales_t, Fp8Layout::kTile128x128,
                                          "fp8::TransposeTiles");
-  const uint8_t* qp = static_cast<const uint8_t*>(q.raw_data());
-  uint8_t* qtp = static_cast<uint8_t*>(qt.raw_data());
+  const uint8_t* qp = Codes(q);
+  uint8_t* qtp = Codes(qt);
+  const float* sp = scales.data<float>();
+  float* stp = scales_t.data<float>();
+  if (e.is_cuda()) {
+    cuda::TransposeTiles(qp, sp, R, C, qtp, stp, e.stream);
+    return;
+  }
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) qtp[c * R + r] = qp[r * C + c];
   const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
-  const float* sp = scales.data<float>();
-  float* stp = scales_t.data<float>();
   for (int64_t i = 0; i < rb; ++i)
     for (int64_t j = 0; j < cb; ++j) stp[j * rb + i] = sp[i * cb + j];
 }

@@ -9,10 +9,12 @@
 // (DType::kF8E4M3 or kU8); scales are f32. Bad shapes, dtypes or devices
 // abort (GTP_CHECK). Deterministic.
 //
-// CPU only for now: every function aborts on a CUDA Exec, saying that its
-// CUDA path is not written yet (issue 31's next step). The CPU paths are the
-// reference the CUDA kernels will be tested against, bit for bit for the
-// codes and scales (same scalar rules, block_scale.h).
+// CPU and CUDA: on a CUDA Exec (tensors on its device) the kernels of
+// block_quant.cu run on e.stream (enqueued, no host sync) and write the same
+// bits as the CPU paths: codes, scales and dequantised values (a NaN's
+// payload aside; same scalar rules, block_scale.h; block_quant_gpu_test.cc
+// compares them). RequantizeRowsTransposed takes an R × C f32 scratch from
+// e.Empty. The GEMM (block_gemm.h) is still CPU only.
 //
 //   Exec e = Exec::Cpu(host);
 //   fp8::QuantizeBlocks(e, x, fp8::Fp8Layout::kRow1x128, xq, xs);     // xs [N, ceil(in/128)]

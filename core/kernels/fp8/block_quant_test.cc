@@ -246,13 +246,18 @@ TEST(BlockQuantSpecial, RequantizeRowsTransposedStacksTwoRoundings) {
               static_cast<long long>(R * C));
 }
 
-TEST(BlockQuantDeathTest, CudaExecAndBadShapesAbortSayingWhy) {
+TEST(BlockQuantDeathTest, WrongDeviceAndBadShapesAbortSayingWhy) {
   HeapAllocator host;
   const Exec cpu = Exec::Cpu(host);
+  // Host tensors on a CUDA Exec: rejected before any kernel (no GPU needed).
   const Exec cuda{Device::Cuda(0), &host};
   const Tensor x = MakeMatrix(std::vector<float>(6, 1.0f), 2, 3, host);
   const Tensor q = cpu.Empty({2, 3}, DType::kF8E4M3), s = cpu.Empty({2, 1});
-  EXPECT_DEATH(QuantizeBlocks(cuda, x, Fp8Layout::kRow1x128, q, s), "CUDA path is not written yet");
+  EXPECT_DEATH(QuantizeBlocks(cuda, x, Fp8Layout::kRow1x128, q, s),
+               "fp8::QuantizeBlocks: x is on cpu, exec on cuda:0");
+  EXPECT_DEATH(TransposeTiles(cuda, q, cpu.Empty({1, 1}), cpu.Empty({3, 2}, DType::kU8),
+                              cpu.Empty({1, 1})),
+               "fp8::TransposeTiles: q is on cpu, exec on cuda:0");
   EXPECT_DEATH(QuantizeBlocks(cpu, x, Fp8Layout::kTile128x128, q, cpu.Empty({2, 1})),
                "scales must be f32\\[1, 1\\]");
   EXPECT_DEATH(QuantizeBlocks(cpu, x, Fp8Layout::kRow1x128, cpu.Empty({3, 2}, DType::kU8), s),

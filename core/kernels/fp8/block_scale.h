@@ -1,6 +1,6 @@
 // core/kernels/fp8/block_scale.h — the scalar rules of FP8 training with
 // block scaling (DeepSeek-V3's recipe; issue 31). Host and device (GTP_HD):
-// the CUDA kernels of the next step include this header and call these
+// the CUDA quantisers (block_quant.cu) include this header and call these
 // functions, so their codes and scales are bit-identical to the CPU
 // reference (block_quant.h, block_gemm.h).
 //
