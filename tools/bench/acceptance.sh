@@ -8,7 +8,12 @@
 #   4. gtp f32 on case 1's data: its losses vs gtp bf16's;
 #   5. CUDA graphs on vs off (tools/bench/graphs_check.sh);
 #   6. the MoE issue's GPU shape (GPT-2 small, every MLP 8 experts of hidden
-#      1536, top-2) vs PyTorch's MoE of the same shape (speed only).
+#      1536, top-2) vs PyTorch's MoE of the same shape (speed only);
+#   7. the hybrid Mamba-2 stack (`M*-` × 6, width 768, B=8): gtp only (no
+#      PyTorch Mamba-2 on the machine);
+#   8. the SSD scan alone at the hybrid's heads (H96·P16·N16, B=8), T = 1024,
+#      4096, 8192: gtp's default kernels (ssm_benchmark ScanAuto, f32) beside
+#      torch.compile's chunked form (tools/bench/torch_ssd.py, bf16).
 # Each case's log and gtp metrics land in $ACC_DIR/<case>.{log,jsonl}
 # (default /tmp/gtp_acceptance); torch's per-step losses are in the logs.
 set -uo pipefail
@@ -52,6 +57,17 @@ if steps:
     print("gtp-bf16 vs gtp-f32: steps %d..%d: mean |Δ| %.5f, max |Δ| %.5f, final loss rel diff %.2e"
           % (steps[0], last, sum(d) / len(d), max(d), abs(a[last] - b[last]) / abs(b[last])))
 PY
+
+echo "=== hybrid M*- x 6"
+run_case hybrid_b8 STEPS="${STEPS_SHORT:-40}" HYBRID_PATTERN="M*-M*-M*-M*-M*-M*-" MODES=" "
+
+echo "=== SSD scan: gtp (f32, default kernels) vs torch.compile (bf16, chunked)"
+SCAN_DIR="$ACC_DIR/scan_bundle"
+mkdir -p "$SCAN_DIR"
+tar -C "$SCAN_DIR" -xJf "${GTP_BUNDLE_DIR:-$ROOT/.bundle}/bundle.tar.xz" ./bin/core_kernels_bench_ssm_benchmark ./lib \
+  && (cd "$SCAN_DIR" && LD_LIBRARY_PATH="$SCAN_DIR/lib:/usr/local/cuda/lib64" \
+        ./bin/core_kernels_bench_ssm_benchmark --benchmark_filter='ScanAuto' 2>&1 | grep '^BM_')
+python3 tools/bench/torch_ssd.py --shapes h96p16n16 2>&1 | grep -v '^W[0-9]' | tail -8
 
 echo "=== cuda graphs on vs off"
 bash "$ROOT/tools/bench/graphs_check.sh"

@@ -19,11 +19,13 @@ cumulative sums and exponentials in f32; the backward is autograd's.
                                                     # recurrence in float64 (small shapes)
   python3 tools/bench/torch_ssd.py                  # ms per forward+backward, bf16,
                                                     # T = 1024, 4096, 8192, two head shapes
+  python3 tools/bench/torch_ssd.py --shapes h96p16n16   # one of them (acceptance.sh)
 
 Shapes (B = 8 sequences, G = 1 group): "h96p16n16" is gtp's hybrid GPT
 (d_inner 1536, head_dim 16, d_state 16); "h24p64n128" is Mamba-2's usual
 head dim 64 and 128 states. Timing: CUDA events around `--reps` calls after
-warm-up (which includes compilation); prints one line per shape.
+warm-up (which includes compilation, fresh for every shape and T: dynamo's
+recompile limit would otherwise run later shapes eagerly); one line per shape.
 """
 import argparse
 import sys
@@ -115,14 +117,22 @@ def check(device):
     return 0
 
 
-def bench(device, reps, compile_):
+SHAPES = {"h96p16n16": (96, 16, 16), "h24p64n128": (24, 64, 128)}
+
+
+def bench(device, reps, compile_, shapes):
     import torch
-    f = torch.compile(chunked_scan, dynamic=False) if compile_ else chunked_scan
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}, "
           f"bf16, B=8, G=1, chunk 128, {'torch.compile' if compile_ else 'eager'}")
     print("shape        T      fwd ms   fwd+bwd ms")
-    for name, (h, p, n) in [("h96p16n16", (96, 16, 16)), ("h24p64n128", (24, 64, 128))]:
+    for name in shapes:
+        h, p, n = SHAPES[name]
         for t in (1024, 4096, 8192):
+            # A fresh compilation per shape: dynamo's recompile limit (8) would
+            # otherwise run the later shapes eagerly without saying so in the table.
+            if compile_:
+                torch._dynamo.reset()
+            f = torch.compile(chunked_scan, dynamic=False) if compile_ else chunked_scan
             x, dt, A, Bm, Cm, D = inputs(8, t, h, p, n, torch.bfloat16, device)
             for v in (x, dt, Bm, Cm):
                 v.requires_grad_(True)
@@ -163,12 +173,18 @@ def main():
     ap.add_argument("--check", action="store_true", help="compare with the float64 recurrence and exit")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--eager", action="store_true", help="no torch.compile")
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help="comma-separated, of " + ", ".join(SHAPES))
     a = ap.parse_args()
+    shapes = [x for x in a.shapes.split(",") if x]
+    bad = [x for x in shapes if x not in SHAPES]
+    if bad or not shapes:
+        ap.error(f"--shapes: unknown {bad or 'empty'}; choose from {', '.join(SHAPES)}")
     import torch
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if a.check:
         return check(device)
-    return bench(device, a.reps, not a.eager)
+    return bench(device, a.reps, not a.eager, shapes)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 //     ssm::SsdScanForward / SsdScanBackward with that SsdCudaKernel (chunked32/16: chunk 32/16),
 //     f32, chunk 128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
 //     "h24p64n128" and "h24p64n64" (Mamba-2's usual head dim and states, G = 1).
+//   ScanAuto/h96p16n16_t<T>/<fwd|bwd>: the default kernels (kAuto) at T = 1024,
+//     4096, 8192 (B = 8): the side-by-side with tools/bench/torch_ssd.py.
 //   Conv1d/<fwd|bwd>: CausalConv1d on [8, 1024, 1536], K = 4, SiLU.
 //   GatedRmsNorm/<fwd|bwd>: [8192, 1536], one group of 1536 (ngroups = 1).
 //   SoftplusBias/<fwd|bwd>: dt [8192, 96].
@@ -93,6 +95,7 @@ struct CudaEnv {
 struct ScanShape {
   const char* name;
   int64_t H, P, N, G;
+  int64_t T = kT;
 };
 
 void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKernel kernel,
@@ -100,7 +103,7 @@ void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKe
   CudaEnv env;
   const Exec& e = env.e;
   {
-    const Shape xs{kB, kT, s.H, s.P}, ts{kB, kT, s.H}, hs{s.H}, bs{kB, kT, s.G, s.N};
+    const Shape xs{kB, s.T, s.H, s.P}, ts{kB, s.T, s.H}, hs{s.H}, bs{kB, s.T, s.G, s.N};
     // dt in the range softplus(dt_bias) starts at (Mamba-2: [0.001, 0.1]);
     // A = −exp(A_log) with A_log in [0, log 16].
     const Tensor x = Uniform(e, xs, 1, -1, 1), dt = Uniform(e, ts, 2, 0.001f, 0.1f),
@@ -126,7 +129,7 @@ void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKe
     // State-update FLOPs: 2 per (b, t, h, p, n) for the recurrence and 2 for
     // each product with C or B (forward 4, backward about 10).
     state.counters["GFLOP/s"] =
-        benchmark::Counter((backward ? 10.0 : 4.0) * kB * kT * s.H * s.P * s.N * 1e-9,
+        benchmark::Counter((backward ? 10.0 : 4.0) * kB * s.T * s.H * s.P * s.N * 1e-9,
                            benchmark::Counter::kIsIterationInvariantRate);
   }
 }
@@ -222,6 +225,18 @@ void RegisterAll() {
                    BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunked, chunk);
                  });
       }
+    }
+  }
+  // The default (kAuto) at the hybrid's heads and T = 1024, 4096, 8192: the
+  // side-by-side with tools/bench/torch_ssd.py (issue 31; acceptance.sh).
+  for (const ScanShape& s : {ScanShape{"h96p16n16_t1024", 96, 16, 16, 1, 1024},
+                             ScanShape{"h96p16n16_t4096", 96, 16, 16, 1, 4096},
+                             ScanShape{"h96p16n16_t8192", 96, 16, 16, 1, 8192}}) {
+    for (bool bwd : {false, true}) {
+      Register(std::string("BM_CudaSsm/ScanAuto/") + s.name + (bwd ? "/bwd" : "/fwd"),
+               [s, bwd](benchmark::State& st) {
+                 BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kAuto, kChunk);
+               });
     }
   }
   for (bool bwd : {false, true}) {
