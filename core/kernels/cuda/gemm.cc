@@ -42,24 +42,14 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
-#include <array>
-#include <cstdio>
-#include <map>
-#include <memory>
-
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 
 #include "core/cuda_runtime.h"
 #include "core/kernels/cuda.h"
+#include "core/kernels/cuda/lt_common.h"
 #include "core/status.h"
-
-// Aborts with file:line when a cuBLASLt call fails.
-#define GTP_CUBLAS_CHECK(expr)                                          \
-  do {                                                                  \
-    cublasStatus_t gtp_cublas_status_ = (expr);                         \
-    GTP_CHECK(gtp_cublas_status_ == CUBLAS_STATUS_SUCCESS, #expr, ": ", \
-              cublasLtGetStatusString(gtp_cublas_status_));             \
-  } while (0)
 
 namespace gtp::kernels::cuda {
 
@@ -88,33 +78,7 @@ cudaDataType_t CudaType(DType t) {
   return CUDA_R_32F;
 }
 
-// Largest power of two (at most 256) that divides the address; cuBLASLt's
-// heuristic otherwise assumes 256-byte aligned operands.
-uint32_t Alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) align >>= 1;
-  return align;
-}
-
-// The cuBLASLt descriptors and algorithm of one GEMM shape, created on its
-// first call and reused (creating them costs more than a small GEMM).
-struct LtCall {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo = {};
-  // No algorithm for an f32 bias gradient with this bf16 C: run with an f32 D.
-  bool via_f32 = false;
-  LtCall() = default;
-  LtCall(const LtCall&) = delete;
-  LtCall& operator=(const LtCall&) = delete;
-  ~LtCall() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
+using internal::LtCall;
 
 cublasLtEpilogue_t LtEpilogue(const GemmDesc& d) {
   switch (d.epilogue) {
@@ -141,13 +105,6 @@ const void* BiasPointer(const GemmDesc& d) {
 int64_t RoundUp8(int64_t x) { return (x + 7) / 8 * 8; }
 
 }  // namespace
-
-struct BlasContext::AlgoCache {
-  // (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias,
-  //  epilogue, aux, ld_aux, bias_grad, align_bias, align_aux)
-  using Key = std::array<int64_t, 20>;
-  std::map<Key, std::unique_ptr<LtCall>> calls;
-};
 
 BlasContext::BlasContext(int device) : cache_(std::make_unique<AlgoCache>()) {
   int previous = 0;
@@ -288,14 +245,15 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
   }
 
   cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx.lt_handle());
-  const uint32_t align_a = Alignment(B), align_b = Alignment(A), align_c = Alignment(C);
+  const uint32_t align_a = internal::LtAlignment(B), align_b = internal::LtAlignment(A),
+                 align_c = internal::LtAlignment(C);
   const void* bias_ptr = BiasPointer(d);
   const bool f32_route_allowed = d.bias_grad != nullptr && d.c_type == DType::kBF16;
   const BlasContext::AlgoCache::Key key = {
       static_cast<int64_t>(d.ab_type), static_cast<int64_t>(d.c_type), d.trans_a, d.trans_b,
       d.m, d.n, d.k, lda, ldb, ldc, align_a, align_b, align_c, d.bias != nullptr,
       static_cast<int64_t>(d.epilogue), d.aux != nullptr, ld_aux, d.bias_grad != nullptr,
-      Alignment(bias_ptr), Alignment(d.aux)};
+      internal::LtAlignment(bias_ptr), internal::LtAlignment(d.aux)};
   auto& calls = ctx.algo_cache().calls;
   auto cached = calls.find(key);
   if (cached == calls.end()) {

@@ -1,14 +1,17 @@
-// The reference block-scaled FP8 GEMM (block_gemm.h), CPU. Loop order and
-// rounding are those of block_scale.h's design note: per output element, per
-// K block in ascending order, the f32 sum of the exact code products (k
-// ascending), scaled by the f32 product of the two block scales and added
-// to an f32 accumulator.
+// The block-scaled FP8 GEMM (block_gemm.h): the argument checks, the CPU
+// reference, and the dispatch to cuBLASLt (block_gemm_cuda.cc) on a CUDA
+// Exec. The CPU's loop order and rounding are those of block_scale.h's
+// design note: per output element, per K block in ascending order, the f32
+// sum of the exact code products (k ascending), scaled by the f32 product of
+// the two block scales and added to an f32 accumulator (rounded once to
+// bf16 for a bf16 y).
 #include "core/kernels/fp8/block_gemm.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "core/kernels/fp8/block_gemm_cuda.h"
 #include "core/kernels/fp8/internal.h"
 #include "core/status.h"
 
@@ -34,20 +37,24 @@ int64_t ScaleRow(const Fp8Matrix& m, int64_t r, int64_t kb) {
 
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y) {
   const char* op = "fp8::BlockScaledGemm";
-  internal::CheckCpuOnly(e, op);
   const int64_t M = CheckOperand(e, a, op, "a");
   const int64_t N = CheckOperand(e, b, op, "b");
   const int64_t K = a.q.dim(1);
   GTP_CHECK(b.q.dim(1) == K, op, ": a ", a.q.ToString(), " and b ", b.q.ToString(),
             " differ in K");
   internal::CheckOn(e, y, op, "y");
-  GTP_CHECK(y.dtype() == DType::kF32 && y.shape() == Shape({M, N}), op, ": y must be f32 [", M,
-            ", ", N, "], got ", y.ToString());
+  GTP_CHECK((y.dtype() == DType::kF32 || y.dtype() == DType::kBF16) && y.shape() == Shape({M, N}),
+            op, ": y must be f32 or bf16 [", M, ", ", N, "], got ", y.ToString());
+  if (e.is_cuda()) {
+    internal::BlockScaledGemmCuda(e, a, b, y);
+    return;
+  }
   const uint8_t* qa = static_cast<const uint8_t*>(a.q.raw_data());
   const uint8_t* qb = static_cast<const uint8_t*>(b.q.raw_data());
   const float* sa = a.scales.data<float>();
   const float* sb = b.scales.data<float>();
-  float* yp = y.data<float>();
+  float* yf = y.dtype() == DType::kF32 ? y.data<float>() : nullptr;
+  bf16* yb = yf == nullptr ? static_cast<bf16*>(y.raw_data()) : nullptr;
   const int64_t kb = Fp8NumBlocks(K);
   // Every code decoded once (exact: e4m3 ⊂ f32).
   std::vector<float> da(static_cast<size_t>(M * K)), db(static_cast<size_t>(N * K));
@@ -66,7 +73,11 @@ void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, cons
         for (int64_t k = k0; k < k1; ++k) partial += ar[k] * br[k];  // products exact in f32
         acc += partial * (as[blk] * bs[blk]);
       }
-      yp[m * N + n] = acc;
+      if (yf != nullptr) {
+        yf[m * N + n] = acc;
+      } else {
+        yb[m * N + n].bits = F32ToBF16Bits(acc);
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
-// core/kernels/fp8/block_gemm.h — the reference block-scaled FP8 GEMM
-// (CPU): y = a·bᵀ over block-quantised e4m3 operands, f32 accumulation per
-// 128-wide K block (block_scale.h's design note gives the exact order).
+// core/kernels/fp8/block_gemm.h — the block-scaled FP8 GEMM: the reference
+// (CPU) and its CUDA path through cuBLASLt: y = a·bᵀ over block-quantised e4m3
+// operands, f32 accumulation per 128-wide K block (block_scale.h's design
+// note gives the CPU's exact order).
 //
 //   y[m, n] = Σ_kb (sa(m, kb)·sb(n, kb)) · Σ_{k in kb} e4m3⁻¹(qa[m, k])·e4m3⁻¹(qb[n, k])
 //
@@ -10,11 +11,27 @@
 // (scales [ceil(rows/128), ceil(K/128)]); both block K the same way, so a
 // K block kb has one scale per row of a and per row of b.
 //
-// y is f32 [M, N], written (=). A NaN scale (a block that held NaN or inf)
-// makes every y it touches NaN. CPU only: aborts on a CUDA Exec (the CUDA
-// path, cuBLASLt's CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F /
-// BLK128x128_32F, is the next step and is compared with this one within
-// the tolerance block_gemm_test.cc derives, not bit for bit).
+// y is f32 or bf16 [M, N], written (=); a bf16 y is the f32 result rounded
+// once (nearest even). A NaN scale (a block that held NaN or inf) makes every
+// y it touches NaN on the CPU; what cuBLASLt does with one is not documented
+// and not tested (the GPU test uses finite data only).
+//
+// CPU: the reference, in the order of block_scale.h's design note.
+// CUDA (block_gemm_cuda.cc): cuBLASLt's FP8 GEMM with
+// CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F for a 1×128 operand and
+// BLK128x128_32F for a 128×128 one, f32 accumulation promoted per K block, on
+// e.stream with e.blas's handle and workspace; the scales are rewritten into
+// cuBLASLt's layout on the way (lt_scale_layout.h — UNVERIFIED until
+// block_gemm_gpu_test.cc has run on a GPU). It adds these requirements, each
+// an abort that names it: M, N and K multiples of 16 (cuBLAS' FP8 rule of
+// 16-byte aligned rows; whether cuBLASLt takes a K that is not a multiple of
+// 128 is untested: the GPU test runs K = 1008), not both operands
+// 128×128 (cuBLASLt has no 2D × 2D mode), 16-byte aligned codes and y, and a
+// BlasContext in e.blas; a configuration cuBLASLt finds no algorithm for
+// aborts naming the scale modes and the shape (never a silent fallback).
+// Compared with the CPU within the tolerance block_gemm_gpu_test.cc derives,
+// not bit for bit; deterministic for a shape (the algorithm is cached per
+// shape in the BlasContext).
 //
 //   fp8::BlockScaledGemm(e, {xq, xs, Fp8Layout::kRow1x128},
 //                        {wq, ws, Fp8Layout::kTile128x128}, y);   // y = x·Wᵀ
@@ -33,7 +50,7 @@ struct Fp8Matrix {
   Fp8Layout layout = Fp8Layout::kRow1x128;
 };
 
-// y [M, N] (f32, =) = dequant(a) [M, K] · dequant(b) [N, K]ᵀ, as above.
+// y [M, N] (f32 or bf16, =) = dequant(a) [M, K] · dequant(b) [N, K]ᵀ, as above.
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y);
 
 }  // namespace gtp::kernels::fp8

@@ -34,6 +34,7 @@
 #include "core/allocator.h"
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/block_testing.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -43,12 +44,12 @@ namespace {
 using testing::BlockyMatrix;
 using testing::Bytes;
 using testing::Floats;
+using testing::GemmRoundingGamma;
 using testing::MakeMatrix;
 using testing::RefDequantize;
 using testing::ScaleOf;
 using testing::Transpose;
 
-constexpr double kU = 0x1p-24;
 constexpr double kRho = kE4M3RelativeError;
 constexpr double kTau = kE4M3SubnormalError;
 
@@ -136,9 +137,7 @@ Result RunAndCheck(const Exec& e, const Operand& a, const Operand& b, bool expec
   Tensor y = MakeMatrix(kernels::testing::NaNs(static_cast<size_t>(M * N)), M, N, *e.alloc);
   BlockScaledGemm(e, a.m, b.m, y);
   const std::vector<float> yv = Floats(y);
-  const double L = static_cast<double>(std::min<int64_t>(K, kFp8Block));
-  const double nb = static_cast<double>(Fp8NumBlocks(K));
-  const double gamma = (L + nb + 2) * kU + K * 0x1p-52;
+  const double gamma = GemmRoundingGamma(K);
   Result res;
   double num = 0, den = 0;
   for (int64_t m = 0; m < M; ++m) {
@@ -280,7 +279,7 @@ TEST_F(BlockGemm, NonFiniteInputsPoisonExactlyTheOutputsTheyFeed) {
         ref += a.deq[m * K + k] * b.deq[n * K + k];
         S += std::fabs(a.deq[m * K + k] * b.deq[n * K + k]);
       }
-      ASSERT_TRUE(std::fabs(yv[m * N + n] - ref) <= (128 + 3 + 2) * kU * S + K * 0x1p-52 * S) << m << "," << n;
+      ASSERT_TRUE(std::fabs(yv[m * N + n] - ref) <= GemmRoundingGamma(K) * S) << m << "," << n;
     }
   }
 }
@@ -298,18 +297,116 @@ TEST_F(BlockGemm, NegativeControlAWrongScaleBreaksTheBound) {
   EXPECT_GT(wrong.violations, M * 128 / 2);
 }
 
-TEST(BlockGemmDeathTest, CudaExecAndMismatchedShapesAbortSayingWhy) {
+// A bf16 y is the f32 result rounded once to nearest even.
+TEST_F(BlockGemm, Bf16OutputIsTheF32ResultRounded) {
+  const int64_t M = 20, N = 40, K = 300;
+  const Operand a = Quantized(e_, BlockyMatrix(M, K, 10), M, K, Fp8Layout::kRow1x128);
+  const Operand b = Quantized(e_, BlockyMatrix(N, K, 11), N, K, Fp8Layout::kTile128x128);
+  Tensor y32 = e_.Empty({M, N}), y16 = e_.Empty({M, N}, DType::kBF16);
+  BlockScaledGemm(e_, a.m, b.m, y32);
+  BlockScaledGemm(e_, a.m, b.m, y16);
+  const std::vector<float> f = Floats(y32);
+  const bf16* h = static_cast<const bf16*>(y16.raw_data());
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(h[i].bits, F32ToBF16Bits(f[i])) << i;
+}
+
+// cuBLASLt's scale layout (lt_scale_layout.h): every entry of our table has
+// its own offset inside the buffer, and the only offsets left over are
+// BLK128x128's padding (K blocks beyond K, up to a multiple of 4). This
+// checks the function is a consistent layout, not that it is cuBLASLt's
+// (block_gemm_gpu_test.cc's probe does that on a GPU).
+TEST(LtScaleLayout, EveryEntryHasItsOwnOffsetAndOnlyTilePaddingIsLeft) {
+  for (const bool tiles : {false, true}) {
+    for (const int64_t rows : {16, 128, 208, 304}) {
+      for (const int64_t K : {16, 128, 384, 512, 1008}) {
+        SCOPED_TRACE(::testing::Message() << (tiles ? "tiles " : "rows ") << rows << " x " << K);
+        const int64_t L = Fp8NumBlocks(K), table_rows = tiles ? Fp8NumBlocks(rows) : rows;
+        const int64_t count = LtScaleCount(tiles, rows, K);
+        std::vector<int> hits(static_cast<size_t>(count), 0);
+        for (int64_t i = 0; i < table_rows; ++i) {
+          for (int64_t j = 0; j < L; ++j) {
+            const int64_t o = LtScaleOffset(tiles, rows, K, i, j);
+            ASSERT_TRUE(o >= 0 && o < count) << i << "," << j << " -> " << o;
+            ++hits[static_cast<size_t>(o)];
+          }
+        }
+        int64_t unused = 0;
+        for (const int h : hits) {
+          ASSERT_LE(h, 1);
+          unused += h == 0;
+        }
+        EXPECT_EQ(unused, tiles ? table_rows * ((L + 3) / 4 * 4 - L) : 0);
+      }
+    }
+  }
+  // The documented examples: 1×128 is [L, rows] (outer-dim-major), 128×128
+  // [ceil(rows/128), L rounded up to 4].
+  EXPECT_EQ(LtScaleOffset(false, 208, 384, 5, 2), 2 * 208 + 5);
+  EXPECT_EQ(LtScaleOffset(true, 304, 384, 2, 1), 2 * 4 + 1);
+  EXPECT_EQ(LtScaleCount(true, 304, 1008), 3 * 8);
+}
+
+TEST(BlockGemmDeathTest, MismatchedShapesAbortSayingWhy) {
   HeapAllocator host;
   const Exec cpu = Exec::Cpu(host);
   const Exec cuda{Device::Cuda(0), &host};
   const Fp8Matrix a{cpu.Empty({2, 130}, DType::kF8E4M3), cpu.Empty({2, 2}), Fp8Layout::kRow1x128};
   const Fp8Matrix b{cpu.Empty({3, 130}, DType::kU8), cpu.Empty({1, 2}), Fp8Layout::kTile128x128};
   const Fp8Matrix b_k{cpu.Empty({3, 129}, DType::kU8), cpu.Empty({1, 2}), Fp8Layout::kTile128x128};
-  EXPECT_DEATH(BlockScaledGemm(cuda, a, b, cpu.Empty({2, 3})), "CUDA path is not written yet");
+  EXPECT_DEATH(BlockScaledGemm(cuda, a, b, cpu.Empty({2, 3})), "a is on cpu, exec on cuda:0");
   EXPECT_DEATH(BlockScaledGemm(cpu, a, b_k, cpu.Empty({2, 3})), "differ in K");
-  EXPECT_DEATH(BlockScaledGemm(cpu, a, b, cpu.Empty({3, 2})), "y must be f32 \\[2, 3\\]");
+  EXPECT_DEATH(BlockScaledGemm(cpu, a, b, cpu.Empty({3, 2})), "y must be f32 or bf16 \\[2, 3\\]");
+  EXPECT_DEATH(BlockScaledGemm(cpu, a, b, cpu.Empty({2, 3}, DType::kF16)), "y must be f32 or bf16");
   const Fp8Matrix b_rows{b.q, b.scales, Fp8Layout::kRow1x128};  // tile scales read as row scales
   EXPECT_DEATH(BlockScaledGemm(cpu, a, b_rows, cpu.Empty({2, 3})), "b must be f32\\[3, 2\\]");
+}
+
+// What the CUDA path adds to the checks, refused before any CUDA call (so
+// this runs without a GPU: host memory labelled cuda:0, never touched).
+class BlockGemmCudaRefusalDeathTest : public ::testing::Test {
+ protected:
+  // An operand [rows, K] in layout l, "on" cuda:0 (host memory).
+  Fp8Matrix Operand(int64_t rows, int64_t K, Fp8Layout l) {
+    return {Wrapped({rows, K}, DType::kF8E4M3), Wrapped(Fp8ScaleShape(rows, K, l), DType::kF32),
+            l};
+  }
+  Tensor Wrapped(const Shape& s, DType t) {
+    buffers_.emplace_back(static_cast<size_t>(s.numel()) * SizeOf(t) + 64);
+    // 64-byte aligned start inside the buffer.
+    const uintptr_t p = reinterpret_cast<uintptr_t>(buffers_.back().data());
+    return Tensor::Wrap(reinterpret_cast<void*>((p + 63) / 64 * 64), s, t, Device::Cuda(0));
+  }
+  HeapAllocator host_;
+  const Exec cuda_{Device::Cuda(0), &host_};
+  std::vector<std::vector<uint8_t>> buffers_;
+};
+
+TEST_F(BlockGemmCudaRefusalDeathTest, ShapesCuBlasLtCannotTakeAbortNamingTheRequirement) {
+  constexpr Fp8Layout kRow = Fp8Layout::kRow1x128, kTile = Fp8Layout::kTile128x128;
+  const char* kNeed16 = "needs M, N and K to be multiples of 16";
+  // M = 200, N = 300, K = 1000 one at a time (each a multiple of 8, not 16).
+  EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(200, 384, kRow), Operand(304, 384, kTile),
+                               Wrapped({200, 304}, DType::kF32)),
+               std::string(kNeed16) + ".*got M=200 N=304 K=384");
+  EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(208, 384, kRow), Operand(300, 384, kTile),
+                               Wrapped({208, 300}, DType::kF32)),
+               std::string(kNeed16) + ".*got M=208 N=300 K=384");
+  EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(208, 1000, kRow), Operand(304, 1000, kRow),
+                               Wrapped({208, 304}, DType::kF32)),
+               std::string(kNeed16) + ".*got M=208 N=304 K=1000");
+  EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(256, 256, kTile), Operand(256, 256, kTile),
+                               Wrapped({256, 256}, DType::kF32)),
+               "no 128x128 x 128x128 block scaling");
+  // A y 8 bytes into an aligned buffer.
+  const Tensor base = Wrapped({1, 128 * 16 * 4 + 8}, DType::kU8);
+  const Tensor y_off = Tensor::Wrap(static_cast<uint8_t*>(base.raw_data()) + 8, {128, 16},
+                                    DType::kF32, Device::Cuda(0));
+  EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(128, 128, kRow), Operand(16, 128, kTile), y_off),
+               "needs 16-byte aligned matrices; the addresses modulo 16 are a.q 0, b.q 0, y 8");
+  // Everything else right, but no BlasContext.
+  EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(128, 128, kRow), Operand(16, 128, kTile),
+                               Wrapped({128, 16}, DType::kBF16)),
+               "needs a BlasContext");
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 // bits as the CPU paths: codes, scales and dequantised values (a NaN's
 // payload aside; same scalar rules, block_scale.h; block_quant_gpu_test.cc
 // compares them). RequantizeRowsTransposed takes an R × C f32 scratch from
-// e.Empty. The GEMM (block_gemm.h) is still CPU only.
+// e.Empty. The GEMM (block_gemm.h) runs on either device too (cuBLASLt on
+// CUDA).
 //
 //   Exec e = Exec::Cpu(host);
 //   fp8::QuantizeBlocks(e, x, fp8::Fp8Layout::kRow1x128, xq, xs);     // xs [N, ceil(in/128)]

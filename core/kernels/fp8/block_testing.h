@@ -117,6 +117,20 @@ inline std::vector<double> RefDequantize(const std::vector<uint8_t>& q,
   return d;
 }
 
+// The summation-order part of the GEMM's error bound, as a multiple γ of
+// S = Σ_k |da_k·db_k| (dequantised values; block_gemm_test.cc derives it):
+// |y − y_deq| ≤ γ·S with γ = L·u_block + (nb + 2)·2⁻²⁴ + K·2⁻⁵², for
+// L = min(K, 128) terms per K block summed with unit roundoff u_block (2⁻²⁴:
+// f32), the 2 roundings of scaling a block's partial sum, nb = ceil(K/128)
+// partials added in f32, and the double reference's own rounding. (To first
+// order: L·u_block bounds γ_{L−1} of a partial sum for the CPU's sequential
+// order and for any summation tree of depth < L alike.)
+inline double GemmRoundingGamma(int64_t K, double u_block = 0x1p-24) {
+  const double L = static_cast<double>(std::min<int64_t>(K, 128));
+  const double nb = static_cast<double>((K + 127) / 128);
+  return L * u_block + (nb + 2) * 0x1p-24 + static_cast<double>(K) * 0x1p-52;
+}
+
 // The scale of element (r, c)'s block.
 inline float ScaleOf(const std::vector<float>& scales, int64_t r, int64_t c, int64_t C,
                      Fp8Layout l) {

@@ -12,14 +12,6 @@
 
 namespace gtp::kernels::fp8::internal {
 
-// Aborts on a CUDA Exec: for BlockScaledGemm only, whose CUDA path is the
-// next step of issue 31 (cuBLASLt's VEC128_32F / BLK128x128_32F scale
-// modes). The quantisers of block_quant.h run on either device.
-inline void CheckCpuOnly(const Exec& e, const char* op) {
-  GTP_CHECK(!e.is_cuda(), op, ": the CUDA path is not written yet (issue 31); this op runs on a ",
-            "CPU Exec only, got ", e.device.ToString());
-}
-
 // A defined, contiguous tensor on e's device, CPU or CUDA (`what` names it).
 inline void CheckOn(const Exec& e, const Tensor& t, const char* op, const char* what) {
   GTP_CHECK(t.defined(), op, ": ", what, " is undefined");

@@ -1,0 +1,74 @@
+// core/kernels/cuda/lt_common.h — the cuBLASLt plumbing that cuda::Gemm
+// (gemm.cc) and fp8::BlockScaledGemm (core/kernels/fp8/block_gemm_cuda.cc)
+// share: the status check, the operand alignment cuBLASLt's heuristic is
+// told, one GEMM shape's cached descriptors and algorithm (LtCall), and the
+// per-context cache that owns them (BlasContext::AlgoCache, declared in
+// cuda.h). The handle and workspace come from the BlasContext the caller
+// passes (an Exec's `blas`); nothing here is global. Not a public API.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "core/kernels/cuda.h"
+#include "core/status.h"
+
+// Aborts with file:line when a cuBLASLt call fails.
+#define GTP_CUBLAS_CHECK(expr)                                          \
+  do {                                                                  \
+    cublasStatus_t gtp_cublas_status_ = (expr);                         \
+    GTP_CHECK(gtp_cublas_status_ == CUBLAS_STATUS_SUCCESS, #expr, ": ", \
+              cublasLtGetStatusString(gtp_cublas_status_));             \
+  } while (0)
+
+namespace gtp::kernels::cuda {
+
+namespace internal {
+
+// Largest power of two (at most 256) that divides the address; cuBLASLt's
+// heuristic otherwise assumes 256-byte aligned operands.
+inline uint32_t LtAlignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align >>= 1;
+  return align;
+}
+
+// The cuBLASLt descriptors and algorithm of one GEMM shape, created on its
+// first call and reused (creating them costs more than a small GEMM). Owns
+// the descriptors.
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+  // Gemm only: no algorithm for an f32 bias gradient with this bf16 C, so the
+  // shape runs with an f32 D.
+  bool via_f32 = false;
+  LtCall() = default;
+  LtCall(const LtCall&) = delete;
+  LtCall& operator=(const LtCall&) = delete;
+  ~LtCall() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace internal
+
+struct BlasContext::AlgoCache {
+  // Gemm: (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias,
+  //  epilogue, aux, ld_aux, bias_grad, align_bias, align_aux)
+  using Key = std::array<int64_t, 20>;
+  std::map<Key, std::unique_ptr<internal::LtCall>> calls;
+  // fp8::BlockScaledGemm: (layout a, layout b, y dtype, M, N, K, align a.q, align b.q, align y)
+  using BlockScaledKey = std::array<int64_t, 9>;
+  std::map<BlockScaledKey, std::unique_ptr<internal::LtCall>> block_scaled;
+};
+
+}  // namespace gtp::kernels::cuda

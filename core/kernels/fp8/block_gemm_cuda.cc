@@ -1,0 +1,190 @@
+// BlockScaledGemm on CUDA (block_gemm_cuda.h): cuBLASLt's FP8 GEMM with
+// per-block f32 scales, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F for a 1×128
+// operand and CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for a 128×128 one.
+//
+// Row-major y[M, N] = a[M, K]·b[N, K]ᵀ is the column-major yᵀ[N, M] =
+// b·aᵀ, and a row-major K-contiguous matrix read as column-major is its own
+// transpose, so (as cuda::Gemm in core/kernels/cuda/gemm.cc) cuBLASLt gets
+// the operands swapped, in the "TN" form its FP8 kernels require:
+//   cuBLASLt A = our b: column-major [K, N], ld K, op T (scale mode of b);
+//   cuBLASLt B = our a: column-major [K, M], ld K, op N (scale mode of a);
+//   cuBLASLt C = D = our y: column-major [N, M], ld N (f32 or bf16), beta 0.
+// Compute CUBLAS_COMPUTE_32F, scale type f32, FAST_ACCUM off (the default:
+// "intermediate results ... periodically promoted to a higher precision",
+// cublasLt.h). Each operand's scales are rewritten into cuBLASLt's layout by
+// lt_scales.cu (lt_scale_layout.h: the one place that layout lives, with
+// its sources; unverified until block_gemm_gpu_test.cc's probe has run) into
+// stream-ordered scratch from e.Empty, freed on return without a sync as in
+// RequantizeRowsTransposed (the caching allocator hands it out again only to
+// work ordered after ours on the same stream).
+//
+// Descriptors and the algorithm are cached per shape in the BlasContext
+// (BlasContext::AlgoCache::block_scaled, core/kernels/cuda/lt_common.h), as
+// cuda::Gemm caches its own: the first call's heuristic pick is reused, so a
+// shape always runs the same algorithm (deterministic). Only the scale
+// pointers are set on every call.
+#include "core/kernels/fp8/block_gemm_cuda.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "core/cuda_runtime.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/cuda/lt_common.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
+#include "core/kernels/fp8/lt_scales_cuda.h"
+#include "core/status.h"
+
+namespace gtp::kernels::fp8::internal {
+namespace {
+
+using kernels::cuda::BlasContext;
+using kernels::cuda::internal::LtAlignment;
+using kernels::cuda::internal::LtCall;
+
+// cuBLAS' FP8 requirements (cublasLtMatmul, "To use FP8 kernels"): every
+// matrix pointer 16-byte aligned, every matrix dimension meeting the Tensor
+// Core Usage requirements, i.e. 16-byte aligned rows: 16 FP8 elements.
+constexpr int64_t kDimMultiple = 16;
+constexpr uintptr_t kPointerAlignment = 16;
+
+bool Tiles(const Fp8Matrix& m) { return m.layout == Fp8Layout::kTile128x128; }
+
+int32_t LtScaleMode(const Fp8Matrix& m) {
+  return Tiles(m) ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                  : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+}
+
+const char* LtScaleModeName(const Fp8Matrix& m) {
+  return Tiles(m) ? "BLK128x128_32F" : "VEC128_32F";
+}
+
+// The operand's scales in cuBLASLt's layout (scratch on e's device).
+Tensor LtScales(const Exec& e, const Fp8Matrix& m) {
+  const int64_t rows = m.q.dim(0), K = m.q.dim(1);
+  Tensor lt = e.Empty({LtScaleCount(Tiles(m), rows, K)}, DType::kF32);
+  cuda::ToLtScales(m.scales.data<float>(), Tiles(m), rows, K, lt.data<float>(), e.stream);
+  return lt;
+}
+
+// The address of t's data modulo 16 (0: aligned).
+uintptr_t Misalignment(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.raw_data()) % kPointerAlignment;
+}
+
+}  // namespace
+
+void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y) {
+  const char* op = "fp8::BlockScaledGemm (CUDA)";
+  const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
+  GTP_CHECK(M % kDimMultiple == 0 && N % kDimMultiple == 0 && K % kDimMultiple == 0, op,
+            ": cuBLASLt's FP8 GEMM needs M, N and K to be multiples of ", kDimMultiple,
+            " (16-byte aligned FP8 rows); got M=", M, " N=", N, " K=", K, " (a ", a.q.ToString(),
+            ", b ", b.q.ToString(), ")");
+  GTP_CHECK(!(Tiles(a) && Tiles(b)), op,
+            ": cuBLASLt has no 128x128 x 128x128 block scaling "
+            "(BLK128x128_32F on both operands); quantise one of them 1x128 (M=",
+            M, " N=", N, " K=", K, ")");
+  GTP_CHECK(
+      Misalignment(a.q) == 0 && Misalignment(b.q) == 0 && Misalignment(y) == 0, op,
+      ": cuBLASLt's FP8 GEMM needs 16-byte aligned matrices; the addresses modulo 16 are a.q ",
+      Misalignment(a.q), ", b.q ", Misalignment(b.q), ", y ", Misalignment(y));
+  GTP_CHECK(e.blas != nullptr, op, ": a CUDA Exec needs a BlasContext (Exec::blas)");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // the empty sum; 0 bits are +0 in f32 and bf16
+    GTP_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), e.stream));
+    return;
+  }
+
+  BlasContext& ctx = *e.blas;
+  cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx.lt_handle());
+  const Tensor a_scales = LtScales(e, a), b_scales = LtScales(e, b);
+  // cuBLASLt's A is our b and its B our a (the header comment).
+  const void* lt_a = b.q.raw_data();
+  const void* lt_b = a.q.raw_data();
+  const void* lt_a_scale = b_scales.raw_data();
+  const void* lt_b_scale = a_scales.raw_data();
+  void* d = y.raw_data();
+  const bool bf16_out = y.dtype() == DType::kBF16;
+  const uint32_t align_a = LtAlignment(lt_a), align_b = LtAlignment(lt_b), align_d = LtAlignment(d);
+  const BlasContext::AlgoCache::BlockScaledKey key = {static_cast<int64_t>(a.layout),
+                                                      static_cast<int64_t>(b.layout),
+                                                      static_cast<int64_t>(bf16_out),
+                                                      M,
+                                                      N,
+                                                      K,
+                                                      align_a,
+                                                      align_b,
+                                                      align_d};
+  auto& calls = ctx.algo_cache().block_scaled;
+  auto cached = calls.find(key);
+  if (cached == calls.end()) {
+    auto call = std::make_unique<LtCall>();
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                                    sizeof(trans_a)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                                    sizeof(trans_b)));
+    const int32_t mode_a = LtScaleMode(b), mode_b = LtScaleMode(a);
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                    &mode_a, sizeof(mode_a)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                    &mode_b, sizeof(mode_b)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                    &lt_a_scale, sizeof(lt_a_scale)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                    &lt_b_scale, sizeof(lt_b_scale)));
+    const int8_t fast_accum = 0;
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                                    &fast_accum, sizeof(fast_accum)));
+    const cudaDataType_t d_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->a, CUDA_R_8F_E4M3, K, N, K));
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->b, CUDA_R_8F_E4M3, K, M, K));
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->c, d_type, N, M, N));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = ctx.workspace_bytes();
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+        handle, call->op, call->a, call->b, call->c, call->c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op, ": cuBLASLt has no algorithm for M=", M,
+              " N=", N, " K=", K, " with a ", Fp8LayoutName(a.layout), " (its B, scale mode ",
+              LtScaleModeName(a), "), b ", Fp8LayoutName(b.layout), " (its A, scale mode ",
+              LtScaleModeName(b), "), y ", DTypeName(y.dtype()), ": ", cublasLtGetStatusString(hs),
+              ", ", found, " algorithms");
+    call->algo = result.algo;
+    cached = calls.emplace(key, std::move(call)).first;
+  }
+  LtCall& call = *cached->second;
+  // The scale buffers are new on every call; the shape is not.
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                  &lt_a_scale, sizeof(lt_a_scale)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                  &lt_b_scale, sizeof(lt_b_scale)));
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t ms =
+      cublasLtMatmul(handle, call.op, &alpha, lt_a, call.a, lt_b, call.b, &beta, d, call.c, d,
+                     call.c, &call.algo, ctx.workspace(), ctx.workspace_bytes(), e.stream);
+  GTP_CHECK(ms == CUBLAS_STATUS_SUCCESS, op, ": cublasLtMatmul failed for M=", M, " N=", N,
+            " K=", K, " with scale modes A ", LtScaleModeName(b), ", B ", LtScaleModeName(a),
+            ", y ", DTypeName(y.dtype()), ": ", cublasLtGetStatusString(ms));
+}
+
+}  // namespace gtp::kernels::fp8::internal

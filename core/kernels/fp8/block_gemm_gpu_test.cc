@@ -1,0 +1,443 @@
+// BlockScaledGemm on CUDA (cuBLASLt's VEC128_32F / BLK128x128_32F block
+// scaling, block_gemm_cuda.cc). Written in a session without a GPU: it
+// compiles, it has not run yet, and the scale layout it depends on
+// (lt_scale_layout.h) is our reading of public sources, not a verified fact.
+// So the first test is a probe of that layout. Skips without a GPU.
+//
+// 1. Layout probe (runs first). Codes 1.0 (e4m3 0x38) in one K block kb of
+//    every row of both operands and 0 elsewhere; the probed operand's scale
+//    table entry f = i·L + j is 2^(f − off), the other operand's scales are
+//    1. Then y[m, n] = 128·2^(f − off) exactly (powers of two and a sum of
+//    128 ones are exact at any accumulation precision), so each output names
+//    the one table entry cuBLASLt applied. Expected: the entry of the output's
+//    row (or 128-row tile) and K block kb. On a mismatch the test prints, per
+//    output, which entry (i, j) of our table cuBLASLt used and at which
+//    offset of the buffer we handed it (LtScaleOffset) — what the next person
+//    needs to correct lt_scale_layout.h. Every pairing we accept: a 1×128
+//    with b 128×128 (forward, dgrad), b 1×128 (wgrad), and a 128×128 with
+//    b 1×128, each operand probed; 128×128 tables with 1, 2 and 3 rows of
+//    tiles and L = 3 and 5 K blocks (so BLK128x128's padding to a multiple
+//    of 4 is exercised).
+//
+// 2. The conversion kernel (lt_scales.cu) against LtScaleOffset on the host,
+//    bit for bit, padding NaN.
+//
+// 3. Against the exact GEMM of the dequantised operands (double), the
+//    tolerance of block_gemm_test.cc (GemmRoundingGamma, block_testing.h):
+//    |y − y_deq| ≤ (L·u_block + (nb + 2)·2⁻²⁴ + K·2⁻⁵²)·Σ_k |da_k·db_k|.
+//    cuBLASLt sums in another order than the CPU; the bound holds for any
+//    order, but u_block is the unit roundoff of the partial sums within a
+//    128-wide K block, which Hopper's FP8 tensor cores keep in fewer than
+//    f32's 24 bits: DeepSeek-V3 (arXiv 2412.19437, §3.3.2) measured "around
+//    14 bits" on H800, the reason for promoting to f32 every 128 elements
+//    (FAST_ACCUM off). So u_block = 2⁻¹³ here (L·u_block = 1/64 at most), and
+//    each case also prints its worst error against the f32 bound (u_block =
+//    2⁻²⁴) as information. A scale applied to the wrong block is still off
+//    by orders of magnitude (BlockyMatrix: each block its own power of two in
+//    2^±26). Each case also checks against the CPU reference
+//    (BlockScaledGemm on a CPU Exec): |y_gpu − y_cpu| ≤ (γ_gpu + γ_cpu)·S.
+//    A bf16 y additionally rounds once: + 2⁻⁸·(|y_deq| + γ·S) (a bf16 ulp,
+//    so truncation would pass too: cuBLASLt's rounding of D is not pinned).
+//    Shapes: M, N, K = 128, 256, and 208 × 304 with K = 384 and 1008 (not
+//    multiples of 128; 1008 ends in a short K block; M, N, K must be
+//    multiples of 16, block_gemm.h, and block_gemm_test.cc checks the
+//    refusal of 200, 300 and 1000 on any machine). A linear layer's forward
+//    (1×128 · 128×128), dgrad (1×128 · TransposeTiles'd 128×128) and wgrad
+//    (1×128 · 1×128, K = tokens = 208).
+//
+// 4. Every output written: y is poisoned (0xff bytes: NaN) before the first
+//    run and with 0x5a bytes before the second; the two runs must agree bit
+//    for bit (the algorithm is cached per shape in the BlasContext).
+//
+// NaN/inf blocks: cuBLAS does not document what its block-scaled GEMM does
+// with NaN codes (0x7f) or NaN scales; not tested, finite data only.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
+#include "core/dtype.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/fp8/block_gemm.h"
+#include "core/kernels/fp8/block_quant.h"
+#include "core/kernels/fp8/block_testing.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
+#include "core/kernels/fp8/lt_scales_cuda.h"
+#include "core/kernels/ops.h"
+#include "core/kernels/testing/gpu.h"
+#include "core/kernels/testing/harness.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::fp8 {
+namespace {
+
+using kernels::testing::DeviceBuffer;
+using testing::BlockyMatrix;
+using testing::Bytes;
+using testing::Floats;
+using testing::GemmRoundingGamma;
+using testing::MakeMatrix;
+using testing::RefDequantize;
+using ByteVec = std::vector<uint8_t>;
+
+#define SKIP_WITHOUT_GPU() \
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason()
+
+constexpr Fp8Layout kRow = Fp8Layout::kRow1x128, kTile = Fp8Layout::kTile128x128;
+// The unit roundoff assumed for the tensor cores' partial sums within a K
+// block (the header comment: DeepSeek-V3's "around 14 bits").
+constexpr double kTensorCoreU = 0x1p-13;
+constexpr uint8_t kOne = 0x38;  // e4m3 1.0
+
+// Host tensors for the CPU path; device copies and poisoned device outputs
+// for the CUDA path on a non-blocking stream, with a BlasContext.
+class Env {
+ public:
+  Env() : stream_(kernels::testing::TestStream()), gpu_alloc_(0), blas_(0) {
+    cpu = Exec::Cpu(heap_);
+    gpu = Exec{Device::Cuda(0), &gpu_alloc_, stream_.get(), &blas_, nullptr};
+  }
+  Tensor Up(const Tensor& host) {
+    bufs_.push_back(std::make_unique<DeviceBuffer<uint8_t>>(Bytes(host)));
+    return Tensor::Wrap(bufs_.back()->get(), host.shape(), host.dtype(), Device::Cuda(0));
+  }
+  Fp8Matrix Up(const Fp8Matrix& m) { return {Up(m.q), Up(m.scales), m.layout}; }
+  Tensor Poisoned(const Shape& s, DType t, uint8_t byte) {
+    auto buf = std::make_unique<DeviceBuffer<uint8_t>>(static_cast<size_t>(s.numel()) * SizeOf(t));
+    if (buf->bytes() > 0) {
+      GTP_CUDA_CHECK(cudaMemset(buf->get(), byte, buf->bytes()));
+      GTP_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    bufs_.push_back(std::move(buf));
+    return Tensor::Wrap(bufs_.back()->get(), s, t, Device::Cuda(0));
+  }
+  ByteVec Down(const Tensor& t) {
+    GTP_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    ByteVec v(t.nbytes());
+    if (!v.empty())
+      GTP_CUDA_CHECK(cudaMemcpy(v.data(), t.raw_data(), v.size(), cudaMemcpyDeviceToHost));
+    return v;
+  }
+  std::vector<float> DownFloats(const Tensor& t) {
+    return kernels::testing::LoadAs(Down(t), t.dtype());
+  }
+
+  Exec cpu, gpu;
+
+ private:
+  HeapAllocator heap_;
+  Stream stream_;
+  CudaCachingAllocator gpu_alloc_;
+  kernels::cuda::BlasContext blas_;
+  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> bufs_;
+};
+
+// A host matrix of one-byte codes or f32 scales from values.
+Tensor HostCodes(const Exec& cpu, const ByteVec& q, int64_t R, int64_t C) {
+  Tensor t = cpu.Empty({R, C}, DType::kF8E4M3);
+  if (!q.empty()) std::memcpy(t.raw_data(), q.data(), q.size());
+  return t;
+}
+Tensor HostScales(const Exec& cpu, const std::vector<float>& s, const Shape& shape) {
+  Tensor t = cpu.Empty(shape, DType::kF32);
+  if (!s.empty()) std::memcpy(t.raw_data(), s.data(), s.size() * sizeof(float));
+  return t;
+}
+
+// ---------------------------------------------------------------- 1. layout probe
+
+struct ProbeCase {
+  const char* name;
+  Fp8Layout la;
+  int64_t M;
+  Fp8Layout lb;
+  int64_t N;
+  int64_t K;
+  bool probe_a;  // which operand's scales are the distinct powers of two
+};
+
+// Every pairing we accept, each operand probed.
+constexpr ProbeCase kProbeCases[] = {
+    // forward / dgrad: a 1×128 (VEC128, cuBLASLt's B), b 128×128 (BLK, its A).
+    {"fwd_a_rows", kRow, 32, kTile, 256, 384, true},
+    {"fwd_b_tiles", kRow, 32, kTile, 256, 384, false},
+    {"fwd_b_tiles_3x5", kRow, 16, kTile, 384, 640, false},
+    {"fwd_b_tile_1x3", kRow, 16, kTile, 48, 384, false},
+    // wgrad: both 1×128.
+    {"wgrad_a_rows", kRow, 32, kRow, 48, 384, true},
+    {"wgrad_b_rows", kRow, 48, kRow, 32, 384, false},
+    // a 128×128 with b 1×128.
+    {"tile_a_tiles", kTile, 256, kRow, 16, 384, true},
+    {"tile_b_rows", kTile, 256, kRow, 32, 384, false},
+};
+
+void RunProbe(Env& env, const ProbeCase& c) {
+  SCOPED_TRACE(c.name);
+  const int64_t L = Fp8NumBlocks(c.K);
+  const Fp8Layout lp = c.probe_a ? c.la : c.lb;
+  const int64_t prow = c.probe_a ? c.M : c.N;  // rows of the probed operand
+  const bool tiles = lp == kTile;
+  const int64_t trows = tiles ? Fp8NumBlocks(prow) : prow;  // rows of its scale table
+  const int64_t entries = trows * L, off = entries / 2;
+  ASSERT_LT(entries, 200) << "2^(f − off) must stay well inside f32";
+  std::vector<float> probe_scales(static_cast<size_t>(entries));
+  for (int64_t f = 0; f < entries; ++f)
+    probe_scales[f] = std::ldexp(1.0f, static_cast<int>(f - off));
+  auto ones = [](const Shape& s) {
+    return std::vector<float>(static_cast<size_t>(s.numel()), 1.0f);
+  };
+  const Shape sa = Fp8ScaleShape(c.M, c.K, c.la), sb = Fp8ScaleShape(c.N, c.K, c.lb);
+  const Tensor scales_a = HostScales(env.cpu, c.probe_a ? probe_scales : ones(sa), sa);
+  const Tensor scales_b = HostScales(env.cpu, c.probe_a ? ones(sb) : probe_scales, sb);
+  const char* which = c.probe_a ? "a" : "b";
+
+  int64_t checked = 0, wrong = 0;
+  std::ostringstream report;
+  for (int64_t kb = 0; kb < L; ++kb) {
+    // Codes 1.0 in K block kb of every row, 0 elsewhere.
+    auto codes = [&](int64_t R) {
+      ByteVec q(static_cast<size_t>(R * c.K), 0);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t k = kb * kFp8Block; k < std::min(c.K, (kb + 1) * kFp8Block); ++k)
+          q[r * c.K + k] = kOne;
+      return q;
+    };
+    const Fp8Matrix a = env.Up(Fp8Matrix{HostCodes(env.cpu, codes(c.M), c.M, c.K), scales_a, c.la});
+    const Fp8Matrix b = env.Up(Fp8Matrix{HostCodes(env.cpu, codes(c.N), c.N, c.K), scales_b, c.lb});
+    const Tensor y = env.Poisoned({c.M, c.N}, DType::kF32, 0xff);
+    BlockScaledGemm(env.gpu, a, b, y);
+    const std::vector<float> yv = env.DownFloats(y);
+    const double ones_in_block =
+        static_cast<double>(std::min(c.K, (kb + 1) * kFp8Block) - kb * kFp8Block);
+    for (int64_t m = 0; m < c.M; ++m) {
+      for (int64_t n = 0; n < c.N; ++n) {
+        ++checked;
+        const int64_t row = c.probe_a ? m : n;
+        const int64_t want_i = tiles ? row / kFp8Block : row;
+        const float v = yv[m * c.N + n];
+        // v = ones_in_block · 2^(f − off) for the entry f cuBLASLt applied.
+        int e = 0;
+        const double fr = std::isfinite(v) && v > 0 ? std::frexp(v / ones_in_block, &e) : 0.0;
+        const int64_t f = fr == 0.5 ? (e - 1) + off : -1;
+        const bool used_one = f >= 0 && f < entries;
+        if (used_one && f / L == want_i && f % L == kb) continue;
+        if (wrong++ >= 24) continue;
+        report << "  y[" << m << "][" << n << "] (codes in K block " << kb << "): ";
+        const int64_t f_inv = fr == 0.5 ? off - (e - 1) : -1;  // y = ones·2^−(f − off)
+        if (f_inv >= 0 && f_inv < entries && f_inv / L == want_i && f_inv % L == kb) {
+          report << "cuBLASLt divided by the expected scale instead of multiplying (it reads "
+                    "scales as reciprocals: hand it 1/scale)";
+        } else if (used_one) {
+          report << "cuBLASLt applied " << which << "-scale (" << f / L << ", " << f % L
+                 << ") of our [" << trows << "][" << L << "] table, which we put at offset "
+                 << LtScaleOffset(tiles, prow, c.K, f / L, f % L) << " of its buffer";
+        } else {
+          report << "y = " << v << " is no single entry of our table ("
+                 << (std::isnan(v) ? "NaN: a padding entry, or y never written"
+                                   : "a mix of entries, or a scale read outside the table")
+                 << ")";
+        }
+        report << "; expected (" << want_i << ", " << kb << ") at offset "
+               << LtScaleOffset(tiles, prow, c.K, want_i, kb) << "\n";
+      }
+    }
+  }
+  std::printf(
+      "layout probe %s (%s-scales %s, [%lld][%lld] table; a %s [%lld, %lld], b %s [%lld, %lld]): "
+      "%lld of %lld outputs used the expected entry\n",
+      c.name, which, tiles ? "BLK128x128_32F" : "VEC128_32F", static_cast<long long>(trows),
+      static_cast<long long>(L), Fp8LayoutName(c.la), static_cast<long long>(c.M),
+      static_cast<long long>(c.K), Fp8LayoutName(c.lb), static_cast<long long>(c.N),
+      static_cast<long long>(c.K), static_cast<long long>(checked - wrong),
+      static_cast<long long>(checked));
+  EXPECT_EQ(wrong, 0)
+      << wrong << " outputs used another scale than lt_scale_layout.h says "
+      << "(first 24; offsets are LtScaleOffset's, i.e. where we wrote each entry):\n"
+      << report.str();
+}
+
+// A plain TEST, defined first in this file: gtest runs these in file order
+// and every parameterised test after them, so the probe's report comes first.
+TEST(LayoutProbe, EachOutputUsesTheScalesOfItsRowAndKBlock) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  for (const ProbeCase& c : kProbeCases) RunProbe(env, c);
+}
+
+// ---------------------------------------------------------------- 2. the conversion kernel
+
+TEST(LtScalesGpu, TheKernelWritesLtScaleOffsetsLayoutAndNaNPadding) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  struct Shape2 {
+    int64_t rows, K;
+  };
+  for (const bool tiles : {false, true}) {
+    for (const Shape2 s : {Shape2{1, 1}, Shape2{16, 16}, Shape2{208, 1008}, Shape2{304, 384},
+                           Shape2{384, 640}, Shape2{1000, 4096}}) {
+      SCOPED_TRACE(::testing::Message() << (tiles ? "tiles " : "rows ") << s.rows << " x " << s.K);
+      const int64_t L = Fp8NumBlocks(s.K), trows = tiles ? Fp8NumBlocks(s.rows) : s.rows;
+      kernels::testing::Rng rng(static_cast<uint64_t>(s.rows * 7 + s.K));
+      const std::vector<float> table = rng.Normal(static_cast<size_t>(trows * L));
+      // Padding: the NaN the kernel's 0xff byte fill leaves.
+      std::vector<float> want(static_cast<size_t>(LtScaleCount(tiles, s.rows, s.K)));
+      const uint32_t nan_bits = 0xffffffffu;
+      for (float& v : want) std::memcpy(&v, &nan_bits, sizeof(v));
+      for (int64_t i = 0; i < trows; ++i)
+        for (int64_t j = 0; j < L; ++j)
+          want[LtScaleOffset(tiles, s.rows, s.K, i, j)] = table[i * L + j];
+      DeviceBuffer<float> src(table), dst(want.size());
+      GTP_CUDA_CHECK(cudaMemset(dst.get(), 0x5a, dst.bytes()));
+      cuda::ToLtScales(src.get(), tiles, s.rows, s.K, dst.get(), nullptr);
+      const std::vector<float> got = dst.Download();
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- 3./4. correctness
+
+// A GEMM operand: its host form (CPU tensors) and exact dequantised values.
+struct Operand {
+  Fp8Matrix host;
+  std::vector<double> deq;
+};
+
+Operand FromHost(const Fp8Matrix& m) {
+  return {m, RefDequantize(Bytes(m.q), Floats(m.scales), m.q.dim(0), m.q.dim(1), m.layout)};
+}
+
+Operand Quantized(const Exec& cpu, const std::vector<float>& x, int64_t R, int64_t K, Fp8Layout l) {
+  Fp8Matrix m{cpu.Empty({R, K}, DType::kF8E4M3), cpu.Empty(Fp8ScaleShape(R, K, l)), l};
+  QuantizeBlocks(cpu, MakeMatrix(x, R, K, *cpu.alloc), l, m.q, m.scales);
+  return FromHost(m);
+}
+
+// Runs y = a·bᵀ on the GPU twice (y poisoned 0xff, then 0x5a) and checks
+// each element against the double reference and the CPU, as in the header.
+void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a, const Operand& b,
+                            DType y_type) {
+  SCOPED_TRACE(what + ", y " + DTypeName(y_type));
+  const int64_t M = a.host.q.dim(0), N = b.host.q.dim(0), K = a.host.q.dim(1);
+  Tensor y_cpu = env.cpu.Empty({M, N});
+  BlockScaledGemm(env.cpu, a.host, b.host, y_cpu);
+  const std::vector<float> cpu = Floats(y_cpu);
+  const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
+  ByteVec first;
+  std::vector<float> got;
+  for (int run = 0; run < 2; ++run) {
+    const Tensor y = env.Poisoned({M, N}, y_type, run == 0 ? 0xff : 0x5a);
+    BlockScaledGemm(env.gpu, ga, gb, y);
+    ByteVec bytes = env.Down(y);
+    if (run == 0) {
+      got = kernels::testing::LoadAs(bytes, y_type);
+      first = std::move(bytes);
+    } else {
+      ASSERT_TRUE(bytes == first) << "the two runs differ";
+    }
+  }
+  const double g_gpu = GemmRoundingGamma(K, kTensorCoreU), g_f32 = GemmRoundingGamma(K);
+  const double rounding = y_type == DType::kBF16 ? 0x1p-8 : 0.0;
+  double worst = 0, worst_f32 = 0;
+  int64_t failures = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double y_deq = 0, S = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = a.deq[m * K + k] * b.deq[n * K + k];
+        y_deq += p;
+        S += std::fabs(p);
+      }
+      const double v = got[m * N + n];
+      const double bound = g_gpu * S + rounding * (std::fabs(y_deq) + g_gpu * S);
+      const double err = std::fabs(v - y_deq);
+      const double vs_cpu = std::fabs(v - cpu[m * N + n]);
+      const double cpu_bound = bound + g_f32 * S;
+      if (!(err <= bound) || !(vs_cpu <= cpu_bound)) {
+        if (failures++ < 8)
+          ADD_FAILURE() << "y[" << m << "][" << n << "] = " << v << ": dequantised reference "
+                        << y_deq << " (|Δ| " << err << ", bound " << bound << "), CPU "
+                        << cpu[m * N + n] << " (|Δ| " << vs_cpu << ", bound " << cpu_bound << ")";
+        continue;
+      }
+      if (bound > 0) worst = std::max(worst, err / bound);
+      const double f32_bound = g_f32 * S + rounding * (std::fabs(y_deq) + g_f32 * S);
+      if (f32_bound > 0) worst_f32 = std::max(worst_f32, err / f32_bound);
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  std::printf(
+      "%-34s y %-4s M=%lld N=%lld K=%lld: worst |Δ|/bound %.3f; against the f32-accumulation "
+      "bound %.3f\n",
+      what.c_str(), DTypeName(y_type), static_cast<long long>(M), static_cast<long long>(N),
+      static_cast<long long>(K), worst, worst_f32);
+}
+
+// A linear layer's three GEMMs, N tokens, in → out, built as the backward
+// will build them (block_scale.h): forward x·Wᵀ, dgrad dy·W with Wᵀ from
+// TransposeTiles, wgrad dyᵀ·x with both operands from QuantizeRowsTransposed
+// (K = tokens).
+TEST(BlockGemmGpu, ALinearLayersForwardDgradAndWgrad) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  const Exec& cpu = env.cpu;
+  const int64_t T = 208, in = 384, out = 304;
+  const std::vector<float> x = BlockyMatrix(T, in, 3), w = BlockyMatrix(out, in, 4),
+                           dy = BlockyMatrix(T, out, 5);
+  const Operand xq = Quantized(cpu, x, T, in, kRow), dyq = Quantized(cpu, dy, T, out, kRow);
+  const Operand wq = Quantized(cpu, w, out, in, kTile);
+  Fp8Matrix wt{cpu.Empty({in, out}, DType::kF8E4M3), cpu.Empty(Fp8ScaleShape(in, out, kTile)),
+               kTile};
+  TransposeTiles(cpu, wq.host.q, wq.host.scales, wt.q, wt.scales);
+  auto rows_transposed = [&](const std::vector<float>& v, int64_t R, int64_t C) {
+    Fp8Matrix m{cpu.Empty({C, R}, DType::kF8E4M3), cpu.Empty(Fp8ScaleShape(C, R, kRow)), kRow};
+    QuantizeRowsTransposed(cpu, MakeMatrix(v, R, C, *cpu.alloc), m.q, m.scales);
+    return FromHost(m);
+  };
+  ExpectMatchesReference(env, "forward y = x·Wᵀ", xq, wq, DType::kF32);
+  ExpectMatchesReference(env, "dgrad dx = dy·W", dyq, FromHost(wt), DType::kF32);
+  ExpectMatchesReference(env, "wgrad dW = dyᵀ·x", rows_transposed(dy, T, out),
+                         rows_transposed(x, T, in), DType::kF32);
+}
+
+struct GemmCase {
+  int64_t M, N, K;
+  Fp8Layout la, lb;
+};
+
+class BlockGemmGpuTest : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(BlockGemmGpuTest, MatchesTheReferenceWithinTheDerivedBound) {
+  SKIP_WITHOUT_GPU();
+  const GemmCase c = GetParam();
+  Env env;
+  const Operand a = Quantized(env.cpu, BlockyMatrix(c.M, c.K, 100 + c.M), c.M, c.K, c.la);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(c.N, c.K, 200 + c.N), c.N, c.K, c.lb);
+  const std::string what = std::string("a ") + Fp8LayoutName(c.la) + " b " + Fp8LayoutName(c.lb);
+  ExpectMatchesReference(env, what, a, b, DType::kF32);
+  ExpectMatchesReference(env, what, a, b, DType::kBF16);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BlockGemmGpuTest,
+    ::testing::Values(GemmCase{128, 128, 128, kRow, kTile}, GemmCase{256, 256, 256, kRow, kTile},
+                      GemmCase{208, 304, 384, kRow, kTile}, GemmCase{208, 304, 1008, kRow, kTile},
+                      GemmCase{128, 128, 128, kRow, kRow}, GemmCase{208, 304, 1008, kRow, kRow},
+                      GemmCase{256, 208, 384, kTile, kRow}, GemmCase{304, 16, 1008, kTile, kRow}),
+    [](const ::testing::TestParamInfo<GemmCase>& i) {
+      const GemmCase& c = i.param;
+      return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + "_" +
+             (c.la == kRow ? "row" : "tile") + "_" + (c.lb == kRow ? "row" : "tile");
+    });
+
+}  // namespace
+}  // namespace gtp::kernels::fp8
