@@ -292,25 +292,10 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
     GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->b, ab_type, second_rows, second_cols, lda));
     GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->c, c_type, d.n, d.m, ldc));
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = ctx.workspace_bytes();
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, call->op, call->a, call->b,
-                                                             call->c, call->c, pref, 1, &result,
-                                                             &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    const cublasStatus_t hs = internal::LtFirstAlgo(handle, *call, ctx.workspace_bytes(), align_a,
+                                                    align_b, align_c, &result, &found);
     const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
     if (!ok && f32_route_allowed) {
       call->via_f32 = true;

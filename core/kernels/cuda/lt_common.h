@@ -59,6 +59,32 @@ struct LtCall {
   }
 };
 
+// Asks cuBLASLt's heuristic for the first algorithm for call's descriptors
+// (C and D share call.c) with `workspace` bytes and these operand alignments
+// (align_c for C and D). Returns the heuristic's status; *found = 0 when it
+// offers nothing.
+inline cublasStatus_t LtFirstAlgo(cublasLtHandle_t handle, const LtCall& call, uint64_t workspace,
+                                  uint32_t align_a, uint32_t align_b, uint32_t align_c,
+                                  cublasLtMatmulHeuristicResult_t* result, int* found) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
+  *found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, call.op, call.a, call.b, call.c,
+                                                           call.c, pref, 1, result, found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  return hs;
+}
+
 }  // namespace internal
 
 struct BlasContext::AlgoCache {

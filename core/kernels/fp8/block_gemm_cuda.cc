@@ -44,6 +44,7 @@ namespace {
 using kernels::cuda::BlasContext;
 using kernels::cuda::internal::LtAlignment;
 using kernels::cuda::internal::LtCall;
+using kernels::cuda::internal::LtFirstAlgo;
 
 // cuBLAS' FP8 requirements (cublasLtMatmul, "To use FP8 kernels"): every
 // matrix pointer 16-byte aligned, every matrix dimension meeting the Tensor
@@ -146,24 +147,10 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
     GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->b, CUDA_R_8F_E4M3, K, M, K));
     GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->c, d_type, N, M, N));
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = ctx.workspace_bytes();
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
-        handle, call->op, call->a, call->b, call->c, call->c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    const cublasStatus_t hs = LtFirstAlgo(handle, *call, ctx.workspace_bytes(), align_a, align_b,
+                                          align_d, &result, &found);
     GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op, ": cuBLASLt has no algorithm for M=", M,
               " N=", N, " K=", K, " with a ", Fp8LayoutName(a.layout), " (its B, scale mode ",
               LtScaleModeName(a), "), b ", Fp8LayoutName(b.layout), " (its A, scale mode ",
