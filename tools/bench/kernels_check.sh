@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tools/bench/kernels_check.sh — issue 31's new kernels in one short device
+# call (about 3 minutes on an H200): their GPU tests, the scan's times beside
+# each other, and the hybrid step with the default kernels.
+#
+#   (here)        tools/gpu.sh bundle
+#   (device tool) run(command="bash tools/bench/kernels_check.sh", carry=[".bundle"])
+#
+# 1. the GPU tests of core/kernels/fp8 (block quantisers, block-scaled GEMM;
+#    the GEMM's layout probe runs first and prints what cuBLASLt did) and of
+#    core/kernels/ssm (both scan kernel sets and kAuto against the CPU);
+# 2. ssm_benchmark: the scan at the hybrid's heads, chunked vs recurrence, and
+#    the default (ScanAuto) at T = 1024, 4096, 8192;
+# 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
+#    steps: the median ms/step of steps 11–40.
+# Each part prints PASS/FAIL or its figures; the exit status is 1 when a
+# test failed. Logs in $OUT/kernels_check when $OUT is set (the device
+# tool), else a temp dir.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+LOG="${OUT:+$OUT/kernels_check}"
+LOG="${LOG:-$(mktemp -d)}"
+mkdir -p "$LOG"
+B="$(mktemp -d)"
+tar -C "$B" -xJf "${GTP_BUNDLE_DIR:-$ROOT/.bundle}/bundle.tar.xz" || {
+  echo "kernels_check: no bundle (run tools/gpu.sh bundle and carry .bundle)" >&2
+  exit 2
+}
+export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+status=0
+
+echo "=== 1. GPU tests"
+for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_test \
+  core_kernels_ssm_ssm_gpu_test; do
+  if [[ ! -x "$B/bin/$t" ]]; then
+    echo "MISSING $t (not in the bundle)"
+    status=1
+    continue
+  fi
+  if (cd "$B" && timeout 300 "./bin/$t" > "$LOG/$t.log" 2>&1); then
+    ok="$(grep -c '^\[       OK' "$LOG/$t.log")"
+    skipped="$(grep -c '^\[  SKIPPED' "$LOG/$t.log")"
+    if ((ok == 0)); then
+      echo "SKIPPED $t (all $skipped skipped: $(grep -m1 -o 'no GPU.*\|GPU.*' "$LOG/$t.log" | head -1))"
+      status=1
+    else
+      echo "PASS $t ($ok ok, $skipped skipped)"
+    fi
+  else
+    echo "FAIL $t"
+    grep -E 'Failure|FAILED|error|probe|layout' "$LOG/$t.log" | head -40
+    status=1
+  fi
+done
+
+echo "=== 2. the scan (f32 ms; B=8)"
+(cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
+  --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence)$|ScanAuto' 2>&1) |
+  grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
+
+echo "=== 3. hybrid step (bf16, B=8, T=1024, default kernels)"
+RUN="$(mktemp -d)"
+if timeout 180 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
+  --noprogress --run_dir "$RUN" --set model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,train.precision=bf16,model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18,data.source=corpus,train.steps=40,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.no_resume=true \
+  > "$LOG/hybrid.log" 2>&1; then
+  python3 - "$RUN/metrics.jsonl" <<'PY'
+import json, statistics, sys
+ms = [r["ms"] for r in map(json.loads, open(sys.argv[1]))
+      if r.get("step", 0) > 10 and "loss" in r and "ms" in r]
+print(f"hybrid: median {statistics.median(ms):.2f} ms/step over {len(ms)} steps" if ms
+      else "hybrid: no step times in metrics.jsonl")
+PY
+else
+  echo "FAIL hybrid run"
+  tail -20 "$LOG/hybrid.log"
+  status=1
+fi
+rm -rf "$RUN" "$B"
+exit $status
