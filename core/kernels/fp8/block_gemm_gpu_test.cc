@@ -68,6 +68,7 @@
 #include "core/kernels/fp8/block_gemm.h"
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/block_testing.h"
+#include "core/kernels/fp8/gpu_env.h"
 #include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/kernels/fp8/lt_scales_cuda.h"
 #include "core/kernels/ops.h"
@@ -97,48 +98,7 @@ constexpr Fp8Layout kRow = Fp8Layout::kRow1x128, kTile = Fp8Layout::kTile128x128
 constexpr double kTensorCoreU = 0x1p-13;
 constexpr uint8_t kOne = 0x38;  // e4m3 1.0
 
-// Host tensors for the CPU path; device copies and poisoned device outputs
-// for the CUDA path on a non-blocking stream, with a BlasContext.
-class Env {
- public:
-  Env() : stream_(kernels::testing::TestStream()), gpu_alloc_(0), blas_(0) {
-    cpu = Exec::Cpu(heap_);
-    gpu = Exec{Device::Cuda(0), &gpu_alloc_, stream_.get(), &blas_, nullptr};
-  }
-  Tensor Up(const Tensor& host) {
-    bufs_.push_back(std::make_unique<DeviceBuffer<uint8_t>>(Bytes(host)));
-    return Tensor::Wrap(bufs_.back()->get(), host.shape(), host.dtype(), Device::Cuda(0));
-  }
-  Fp8Matrix Up(const Fp8Matrix& m) { return {Up(m.q), Up(m.scales), m.layout}; }
-  Tensor Poisoned(const Shape& s, DType t, uint8_t byte) {
-    auto buf = std::make_unique<DeviceBuffer<uint8_t>>(static_cast<size_t>(s.numel()) * SizeOf(t));
-    if (buf->bytes() > 0) {
-      GTP_CUDA_CHECK(cudaMemset(buf->get(), byte, buf->bytes()));
-      GTP_CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    bufs_.push_back(std::move(buf));
-    return Tensor::Wrap(bufs_.back()->get(), s, t, Device::Cuda(0));
-  }
-  ByteVec Down(const Tensor& t) {
-    GTP_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-    ByteVec v(t.nbytes());
-    if (!v.empty())
-      GTP_CUDA_CHECK(cudaMemcpy(v.data(), t.raw_data(), v.size(), cudaMemcpyDeviceToHost));
-    return v;
-  }
-  std::vector<float> DownFloats(const Tensor& t) {
-    return kernels::testing::LoadAs(Down(t), t.dtype());
-  }
-
-  Exec cpu, gpu;
-
- private:
-  HeapAllocator heap_;
-  Stream stream_;
-  CudaCachingAllocator gpu_alloc_;
-  kernels::cuda::BlasContext blas_;
-  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> bufs_;
-};
+using Env = testing::GpuEnv;
 
 // A host matrix of one-byte codes or f32 scales from values.
 Tensor HostCodes(const Exec& cpu, const ByteVec& q, int64_t R, int64_t C) {

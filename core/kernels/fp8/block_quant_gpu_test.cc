@@ -26,6 +26,7 @@
 #include "core/dtype.h"
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/block_testing.h"
+#include "core/kernels/fp8/gpu_env.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
@@ -35,7 +36,6 @@
 namespace gtp::kernels::fp8 {
 namespace {
 
-using kernels::testing::DeviceBuffer;
 using testing::Bytes;
 using testing::MakeMatrix;
 using ByteVec = std::vector<uint8_t>;
@@ -76,49 +76,7 @@ std::vector<float> TestMatrix(int64_t R, int64_t C, uint64_t seed, bool nonfinit
   return x;
 }
 
-// Host tensors for the CPU path; device copies and poisoned device outputs
-// for the CUDA path, on a non-blocking stream.
-class Env {
- public:
-  Env() : stream_(kernels::testing::TestStream()), gpu_alloc_(0) {
-    cpu = Exec::Cpu(heap_);
-    gpu = Exec{Device::Cuda(0), &gpu_alloc_, stream_.get(), nullptr, nullptr};
-  }
-  // A host output filled with 0xff bytes.
-  Tensor HostOut(const Shape& s, DType t) {
-    Tensor h = cpu.Empty(s, t);
-    if (h.nbytes() > 0) std::memset(h.raw_data(), 0xff, h.nbytes());
-    return h;
-  }
-  Tensor Up(const Tensor& host) {
-    bufs_.push_back(std::make_unique<DeviceBuffer<uint8_t>>(Bytes(host)));
-    return Tensor::Wrap(bufs_.back()->get(), host.shape(), host.dtype(), Device::Cuda(0));
-  }
-  Tensor Poisoned(const Shape& s, DType t, uint8_t byte) {
-    auto buf = std::make_unique<DeviceBuffer<uint8_t>>(static_cast<size_t>(s.numel()) * SizeOf(t));
-    if (buf->bytes() > 0) {
-      GTP_CUDA_CHECK(cudaMemset(buf->get(), byte, buf->bytes()));
-      GTP_CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    bufs_.push_back(std::move(buf));
-    return Tensor::Wrap(bufs_.back()->get(), s, t, Device::Cuda(0));
-  }
-  ByteVec Down(const Tensor& t) {
-    GTP_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-    ByteVec v(static_cast<size_t>(t.nbytes()));
-    if (!v.empty())
-      GTP_CUDA_CHECK(cudaMemcpy(v.data(), t.raw_data(), v.size(), cudaMemcpyDeviceToHost));
-    return v;
-  }
-
-  Exec cpu, gpu;
-
- private:
-  HeapAllocator heap_;
-  Stream stream_;
-  CudaCachingAllocator gpu_alloc_;
-  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> bufs_;
-};
+using Env = testing::GpuEnv;
 
 // Element i of a byte vector of dtype t as f32 (f32 or bf16), and its bits.
 float ValueAt(const ByteVec& b, DType t, size_t i) {
