@@ -34,7 +34,9 @@ TEST(Calibrate, MeasuresEveryOpKindOnCpu) {
   EXPECT_EQ(back->size(), rows->size());
   // The scan rows carry their shape class P·N (the quick shape: P = N = 16).
   for (const Measurement& m : *back) {
-    if (m.op == Op::kSsmFwd) EXPECT_EQ(ShapeClass(m), 256) << m.shape;
+    if (m.op == Op::kSsmFwd) {
+      EXPECT_EQ(ShapeClass(m), 256) << m.shape;
+    }
   }
 }
 

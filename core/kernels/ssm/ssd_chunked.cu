@@ -89,8 +89,7 @@ __host__ __device__ __forceinline__ int64_t BackwardSmemBytes(int L, int64_t P, 
 // The chunk length: 64, 32 or 16 (wmma tiles of 16 rows), the largest not
 // above max(chunk, 16) whose blocks fit; 0 when even 16 does not. T need not
 // be a multiple (the last chunk is shorter, its rows zero-padded).
-int ChunkLength(int64_t T, int64_t P, int64_t N, int64_t chunk) {
-  (void)T;
+int ChunkLength(int64_t P, int64_t N, int64_t chunk) {
   for (int l = kMaxChunk; l >= 16; l /= 2) {
     if (l > chunk && l > 16) continue;
     if (BackwardSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
@@ -634,13 +633,12 @@ void EntryStates(const float* x, const float* dt, const float* A, const float* B
 }
 
 // The chunk length of a call, after its argument checks (abort naming op).
-int CheckedChunkLength(const char* op, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
-                       int64_t chunk) {
+int CheckedChunkLength(const char* op, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk) {
   GTP_CU_REQUIRE(G >= 1 && H % G == 0 && P >= 1 && N >= 0 && chunk >= 1,
                  "%s (CUDA): H = %lld, G = %lld, P = %lld, N = %lld, chunk = %lld", op,
                  static_cast<long long>(H), static_cast<long long>(G), static_cast<long long>(P),
                  static_cast<long long>(N), static_cast<long long>(chunk));
-  const int L = ChunkLength(T, P, N, chunk);
+  const int L = ChunkLength(P, N, chunk);
   GTP_CU_REQUIRE(L > 0, "%s (CUDA): P = %lld, N = %lld do not fit a chunk block", op,
                  static_cast<long long>(P), static_cast<long long>(N));
   return L;
@@ -648,13 +646,11 @@ int CheckedChunkLength(const char* op, int64_t T, int64_t H, int64_t P, int64_t 
 
 }  // namespace
 
-bool SsdChunkedFits(int64_t T, int64_t P, int64_t N, int64_t chunk) {
-  return ChunkLength(T, P, N, chunk) > 0;
-}
+bool SsdChunkedFits(int64_t P, int64_t N, int64_t chunk) { return ChunkLength(P, N, chunk) > 0; }
 
 int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
                                 int64_t chunk, bool backward) {
-  const int L = ChunkLength(T, P, N, chunk);
+  const int L = ChunkLength(P, N, chunk);
   GTP_CU_REQUIRE(L > 0, "SsdChunked (CUDA): P = %lld, N = %lld do not fit a chunk block",
                  static_cast<long long>(P), static_cast<long long>(N));
   return ScratchLayout(B, T, H, P, G, N, L, backward, nullptr, nullptr);
@@ -665,7 +661,7 @@ void SsdChunkedForward(const float* x, const float* dt, const float* A, const fl
                        int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
                        cudaStream_t stream) {
   if (B * T * H == 0) return;
-  const int L = CheckedChunkLength("SsdChunkedForward", T, H, P, G, N, chunk);
+  const int L = CheckedChunkLength("SsdChunkedForward", H, P, G, N, chunk);
   Scratch sc;
   ScratchLayout(B, T, H, P, G, N, L, /*backward=*/false, scratch, &sc);
   EntryStates(x, dt, A, Bm, sc.S, sc.dec, B, T, H, P, G, N, L, stream);
@@ -682,14 +678,8 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
                         float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
                         int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
                         cudaStream_t stream) {
-  if (B * T * H == 0) {
-    if (B * T * G * N > 0) {
-      GTP_CU_CHECK(cudaMemsetAsync(dBm, 0, sizeof(float) * B * T * G * N, stream));
-      GTP_CU_CHECK(cudaMemsetAsync(dCm, 0, sizeof(float) * B * T * G * N, stream));
-    }
-    return;
-  }
-  const int L = CheckedChunkLength("SsdChunkedBackward", T, H, P, G, N, chunk);
+  if (B * T * H == 0) return ZeroGroupGrads(dBm, dCm, B * T * G * N, stream);
+  const int L = CheckedChunkLength("SsdChunkedBackward", H, P, G, N, chunk);
   Scratch sc;
   ScratchLayout(B, T, H, P, G, N, L, /*backward=*/true, scratch, &sc);
   const int64_t nc = CeilDiv(T, L);

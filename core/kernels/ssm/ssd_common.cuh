@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/kernels/cuda/common.cuh"
+
 namespace gtp::kernels::ssm::cuda {
 namespace {
 
@@ -22,6 +24,14 @@ __global__ void SumGroupHeadsKernel(const float* __restrict__ in, float* __restr
     for (int64_t k = 0; k < hpg; ++k) s += in[((r * H) + g * hpg + k) * N + n];
     out[i] = s;
   }
+}
+
+// A backward with no (b, t, h) still writes dBm and dCm [B, T, G, N] (n
+// floats each): zeros.
+inline void ZeroGroupGrads(float* dBm, float* dCm, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  GTP_CU_CHECK(cudaMemsetAsync(dBm, 0, sizeof(float) * n, stream));
+  GTP_CU_CHECK(cudaMemsetAsync(dCm, 0, sizeof(float) * n, stream));
 }
 
 }  // namespace

@@ -296,9 +296,9 @@ void BackwardCpu(const Dims& d, const float* dy, const float* x, const float* dt
 // Whether the chunked CUDA kernels run this call: kAuto as SsdAutoKernel
 // says, always for kChunked (a shape that does not fit aborts, naming P and N).
 bool UseChunked(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kernel, bool backward) {
-  if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, d.T, d.P, d.N, chunk);
+  if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, d.P, d.N, chunk);
   if (kernel == SsdCudaKernel::kRecurrence) return false;
-  GTP_CHECK(cuda::SsdChunkedFits(d.T, d.P, d.N, chunk), op,
+  GTP_CHECK(cuda::SsdChunkedFits(d.P, d.N, chunk), op,
             ": the chunked CUDA kernels take P·N up to about 24k, got P = ", d.P, ", N = ", d.N,
             " (use SsdCudaKernel::kAuto or kRecurrence)");
   return true;
@@ -306,8 +306,8 @@ bool UseChunked(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kern
 
 }  // namespace
 
-SsdCudaKernel SsdAutoKernel(bool backward, int64_t T, int64_t P, int64_t N, int64_t chunk) {
-  if (backward && P * N <= 256 && cuda::SsdChunkedFits(T, P, N, chunk)) {
+SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk) {
+  if (backward && P * N <= 256 && cuda::SsdChunkedFits(P, N, chunk)) {
     return SsdCudaKernel::kChunked;
   }
   return SsdCudaKernel::kRecurrence;

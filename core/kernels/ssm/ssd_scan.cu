@@ -588,13 +588,7 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
                      float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
                      int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
                      cudaStream_t stream) {
-  if (B * T * H == 0) {
-    if (B * T * G * N > 0) {
-      GTP_CU_CHECK(cudaMemsetAsync(dBm, 0, sizeof(float) * B * T * G * N, stream));
-      GTP_CU_CHECK(cudaMemsetAsync(dCm, 0, sizeof(float) * B * T * G * N, stream));
-    }
-    return;
-  }
+  if (B * T * H == 0) return ZeroGroupGrads(dBm, dCm, B * T * G * N, stream);
   CheckScanSizes(H, P, G, N);
   GTP_CU_REQUIRE(chunk >= 1, "SsdScanBackward (CUDA): chunk = %lld", static_cast<long long>(chunk));
   const ScanPlan s = MakeScanPlan(P, N, /*backward=*/true);

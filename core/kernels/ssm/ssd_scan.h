@@ -82,7 +82,7 @@ enum class SsdCudaKernel { kRecurrence, kChunked, kAuto };
 // so: the recurrence for every forward, and for the backward the chunked
 // kernels where P·N ≤ 256 (and they fit), else the recurrence. Returns
 // kChunked or kRecurrence.
-SsdCudaKernel SsdAutoKernel(bool backward, int64_t T, int64_t P, int64_t N, int64_t chunk);
+SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk);
 
 // y[B, T, H, P] = the scan of x, dt, A, Bm, Cm, D above (=). chunk ≥ 1; T
 // need not be a multiple of it. The result does not depend on chunk beyond

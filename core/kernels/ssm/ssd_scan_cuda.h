@@ -45,7 +45,7 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
 // (the forward needs some too: the chunk-entry states).
 
 // Whether some chunk length fits these P, N (else use the recurrence above).
-bool SsdChunkedFits(int64_t T, int64_t P, int64_t N, int64_t chunk);
+bool SsdChunkedFits(int64_t P, int64_t N, int64_t chunk);
 int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
                                 int64_t chunk, bool backward);
 void SsdChunkedForward(const float* x, const float* dt, const float* A, const float* Bm,

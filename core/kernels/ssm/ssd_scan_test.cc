@@ -399,15 +399,15 @@ TEST(SsdScanDeathTest, CudaRejectsTooLargeAState) {
 // chunk block fits (the shapes measured faster, ssd_scan.h); a shape the
 // chunked kernels cannot take (P·N = 102400) never gets them.
 TEST(SsdAutoKernel, ChoosesByDirectionAndStateSize) {
-  EXPECT_EQ(SsdAutoKernel(false, 1024, 16, 16, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 1024, 16, 16, 128), SsdCudaKernel::kChunked);
-  EXPECT_EQ(SsdAutoKernel(true, 1, 16, 16, 1), SsdCudaKernel::kChunked);
-  EXPECT_EQ(SsdAutoKernel(true, 1024, 8, 32, 128), SsdCudaKernel::kChunked);
-  EXPECT_EQ(SsdAutoKernel(true, 1024, 16, 17, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 1024, 64, 64, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 4096, 64, 128, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(false, 4096, 64, 128, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 5, 400, 256, 4), SsdCudaKernel::kRecurrence);
+  EXPECT_EQ(SsdAutoKernel(false, 16, 16, 128), SsdCudaKernel::kRecurrence);
+  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 128), SsdCudaKernel::kChunked);
+  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 1), SsdCudaKernel::kChunked);
+  EXPECT_EQ(SsdAutoKernel(true, 8, 32, 128), SsdCudaKernel::kChunked);
+  EXPECT_EQ(SsdAutoKernel(true, 16, 17, 128), SsdCudaKernel::kRecurrence);
+  EXPECT_EQ(SsdAutoKernel(true, 64, 64, 128), SsdCudaKernel::kRecurrence);
+  EXPECT_EQ(SsdAutoKernel(true, 64, 128, 128), SsdCudaKernel::kRecurrence);
+  EXPECT_EQ(SsdAutoKernel(false, 64, 128, 128), SsdCudaKernel::kRecurrence);
+  EXPECT_EQ(SsdAutoKernel(true, 400, 256, 4), SsdCudaKernel::kRecurrence);
 }
 
 }  // namespace
