@@ -45,6 +45,9 @@ def main():
     ap.add_argument("--csv", default="")
     ap.add_argument("--ncu", default="ncu")
     args = ap.parse_args()
+    if args.steps < 1 or args.skip_steps < 0 or args.skip_steps >= args.steps or args.top < 1:
+        ap.error(f"need --steps >= 1, 0 <= --skip_steps < --steps and --top >= 1; got --steps "
+                 f"{args.steps}, --skip_steps {args.skip_steps}, --top {args.top}")
     run_dir = "/tmp/kernel_profile_run"
     base = ("model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,"
             "train.precision=bf16,train.device=cuda,train.cuda_graphs=off,train.eval_every=0,"
