@@ -28,6 +28,15 @@ int CudaDeviceCount() {
   return n;
 }
 
+absl::StatusOr<int> CudaComputeCapability(int device) {
+  int major = 0, minor = 0;
+  GTP_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  GTP_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return 10 * major + minor;
+}
+
 std::string NoGpuReason() {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);

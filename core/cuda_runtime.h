@@ -35,6 +35,10 @@ absl::Status CudaStatus(cudaError_t err, const std::string& what);
 // Never fails; thread-safe.
 int CudaDeviceCount();
 
+// Device `device`'s compute capability as 10·major + minor (90: Hopper), or
+// an error naming the device.
+absl::StatusOr<int> CudaComputeCapability(int device);
+
 // Reason string for tests to GTEST_SKIP with when CudaDeviceCount() == 0.
 std::string NoGpuReason();
 

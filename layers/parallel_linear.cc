@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels/fp8/linear.h"
 #include "core/status.h"
 #include "layers/param_io.h"
 #include "layers/tp_comm.h"
@@ -32,8 +33,13 @@ void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db) {
 }
 
 void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
-                       float beta, const Tensor& db) {
+                       float beta, const Tensor& db, bool fp8) {
   const kernels::Exec& e = chain.exec();
+  if (fp8) {
+    kernels::fp8::Fp8LinearBackwardWeight(e, dy, x, dw, beta);
+    if (db.defined()) AccumulateBiasGrad(chain, dy, db);
+    return;
+  }
   if (!db.defined() || !e.is_cuda()) {
     // On the CPU the separate column sum (a BLAS GEMM against ones) is as
     // fast and keeps the f32 summation order the layout-parity tests pin.
@@ -76,6 +82,45 @@ absl::Status CheckDivisible(const std::string& what, int64_t n, int tp) {
   return absl::OkStatus();
 }
 
+// An fp8 linear's shard [out, in] (linear.h's requirements, named here
+// instead of cuBLASLt's abort).
+absl::Status CheckFp8(const LinearConfig& c, int64_t out, int64_t in) {
+  if (!c.fp8) return absl::OkStatus();
+  if (c.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(c.name, ": FP8 GEMMs need bf16 parameters (train.precision=fp8 sets both)"));
+  }
+  constexpr int64_t kMultiple = 16;
+  if (out % kMultiple != 0 || in % kMultiple != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        c.name, ": FP8 GEMMs need this rank's weight [out, in] = [", out, ", ", in,
+        "] in multiples of ", kMultiple, " (cuBLASLt's FP8 rows); use train.precision=bf16"));
+  }
+  return absl::OkStatus();
+}
+
+// y = x·wᵀ (+ bias), in FP8 or the dtype's GEMM.
+void LinearForward(GtpChain& chain, bool fp8, const Tensor& x, const Tensor& w, const Tensor& y,
+                   const Tensor& bias) {
+  const kernels::Exec& e = chain.exec();
+  if (!fp8) {
+    ops::Linear(e, x, w, y, 0.0f, bias);
+    return;
+  }
+  kernels::fp8::Fp8Linear(e, x, w, y);
+  if (bias.defined()) AddBias(chain, y, bias);
+}
+
+// dx = dy·w + beta·dx.
+void LinearDgrad(const kernels::Exec& e, bool fp8, const Tensor& dy, const Tensor& w,
+                 const Tensor& dx, float beta) {
+  if (fp8) {
+    kernels::fp8::Fp8LinearBackwardData(e, dy, w, dx, beta);
+  } else {
+    ops::LinearBackwardData(e, dy, w, dx, beta);
+  }
+}
+
 }  // namespace
 
 // ---- ColumnParallelLinear -------------------------------------------------------------
@@ -95,6 +140,7 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
   GTP_RETURN_IF_ERROR(CheckDivisible(
       config.name + (parts == 1 ? ".out_features" : ".out_features / fused_parts"),
       config.out_features / parts, g.tp->size()));
+  GTP_RETURN_IF_ERROR(CheckFp8(config, config.out_features / g.tp->size(), config.in_features));
   std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
                                               config.in_features, config.dtype, g.gtp, chain);
@@ -134,11 +180,16 @@ absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direct
   const int64_t n = x_saved_.numel() / config_.in_features;
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
   Tensor y = e.Empty({n, out_tp_}, config_.dtype);
-  if (gelu_pre != nullptr) {
+  const Tensor x2 = x_saved_.View({n, config_.in_features});
+  if (gelu_pre != nullptr && config_.fp8) {
     *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
-    ops::LinearGelu(e, x_saved_.View({n, config_.in_features}), w, bias_.value, y, *gelu_pre);
+    LinearForward(*chain_, true, x2, w, *gelu_pre, bias_.value);
+    ops::GeluForward(e, *gelu_pre, y);
+  } else if (gelu_pre != nullptr) {
+    *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
+    ops::LinearGelu(e, x2, w, bias_.value, y, *gelu_pre);
   } else {
-    ops::Linear(e, x_saved_.View({n, config_.in_features}), w, y, 0.0f, bias_.value);
+    LinearForward(*chain_, config_.fp8, x2, w, y, bias_.value);
   }
   weight_->Release(dir);
   return y;
@@ -152,11 +203,11 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   GTP_CHECK(!accumulate.defined() || config_.caller_reduces_input_grad, config_.name,
             ": accumulating dx needs caller_reduces_input_grad");
   Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
-  ops::LinearBackwardData(e, dy2, w, dx, accumulate.defined() ? 1.0f : 0.0f);
+  LinearDgrad(e, config_.fp8, dy2, w, dx, accumulate.defined() ? 1.0f : 0.0f);
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
   WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, config_.in_features}), wgrad,
-                    fresh ? 0.0f : 1.0f, bias_.grad);
+                    fresh ? 0.0f : 1.0f, bias_.grad, config_.fp8);
   weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();
@@ -175,6 +226,7 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
     const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain) {
   GTP_ASSIGN_OR_RETURN(TpGtpGroups g, TpGtpGroups::From(pgs));
   GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".in_features", config.in_features, g.tp->size()));
+  GTP_RETURN_IF_ERROR(CheckFp8(config, config.out_features, config.in_features / g.tp->size()));
   std::unique_ptr<RowParallelLinear> l(new RowParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", config.out_features,
                                               l->in_tp_, config.dtype, g.gtp, chain);
@@ -200,7 +252,8 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
   // The bias is added once: fused into the GEMM without TP, else after the
   // reduction.
   const bool reduced = groups_.tp->size() > 1;
-  ops::Linear(e, x.View({n, in_tp_}), w, y, 0.0f, reduced ? Tensor() : bias_.value);
+  LinearForward(*chain_, config_.fp8, x.View({n, in_tp_}), w, y,
+                reduced ? Tensor() : bias_.value);
   weight_->Release(dir);
   if (config_.sequence_parallel) {
     GTP_ASSIGN_OR_RETURN(y, ReduceScatterRows(e, *groups_.tp, y));
@@ -234,15 +287,19 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor dy2 = dy_full.View({n, config_.out_features});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
-  if (gelu_pre.defined()) {
+  if (gelu_pre.defined() && config_.fp8) {
+    Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
+    LinearDgrad(e, true, dy2, w, dgelu, 0.0f);
+    ops::GeluBackward(e, dgelu, gelu_pre.View({n, in_tp_}), dx);
+  } else if (gelu_pre.defined()) {
     ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
   } else {
-    ops::LinearBackwardData(e, dy2, w, dx);
+    LinearDgrad(e, config_.fp8, dy2, w, dx, 0.0f);
   }
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
   WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, in_tp_}), wgrad, fresh ? 0.0f : 1.0f,
-                    bias_from_wgrad ? bias_.grad : Tensor());
+                    bias_from_wgrad ? bias_.grad : Tensor(), config_.fp8);
   weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();

@@ -66,6 +66,12 @@ struct LinearConfig {
   // Parameter and activation dtype (f32, or bf16 for mixed precision: the
   // weight, its gathers and the activations are bf16, gradients stay f32).
   DType dtype = DType::kF32;
+  // FP8 GEMMs (train.precision=fp8; needs dtype bf16): the forward, dgrad and
+  // wgrad GEMMs in block-scaled e4m3 (core/kernels/fp8/linear.h: x and dy
+  // 1×128, W 128×128, f32 accumulation); the bias and GELU as separate
+  // kernels after the GEMM. On CUDA the rows N and the shard's in and out
+  // must be multiples of 16 (Create refuses in/out, the trainer N).
+  bool fp8 = false;
 };
 
 // The TP and GTP groups a layer uses, read from a collection.
@@ -146,11 +152,12 @@ class RowParallelLinear {
 // db[C] += Σ_rows dy[rows, C] (one GEMM against the chain's ones vector;
 // db f32, dy f32 or bf16).
 void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db);
-// dw = dyᵀ·x + beta·dw (ops::LinearBackwardWeight) and, when db is defined,
-// db += Σ_rows dy — on CUDA taken from the same GEMM (its bias-gradient
-// epilogue), on the CPU by AccumulateBiasGrad.
+// dw = dyᵀ·x + beta·dw (ops::LinearBackwardWeight; fp8: fp8::
+// Fp8LinearBackwardWeight) and, when db is defined, db += Σ_rows dy — on
+// CUDA in bf16/f32 taken from the same GEMM (its bias-gradient epilogue),
+// else by AccumulateBiasGrad.
 void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
-                       float beta, const Tensor& db);
+                       float beta, const Tensor& db, bool fp8 = false);
 // y[rows, C] += b[C] (same dtype).
 void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b);
 

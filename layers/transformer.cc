@@ -47,6 +47,7 @@ LinearConfig Lin(const std::string& name, const TransformerConfig& c, int64_t in
   l.seed = c.seed;
   l.caller_reduces_input_grad = caller_reduces;
   l.dtype = c.dtype;
+  l.fp8 = c.fp8;
   return l;
 }
 
@@ -377,6 +378,7 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(MixerKind kind, const std::st
       mc.init_std = c.init_std;
       mc.out_std = ProjStd(c);
       mc.dtype = c.dtype;
+      mc.fp8 = c.fp8;
       mc.sequence_parallel = c.sequence_parallel;
       return mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain);
     }

@@ -71,6 +71,10 @@ struct TransformerConfig {
   // statistic and the optimizer's master weights in f32. bf16 attention is
   // the fused flash kernel (no T×T probabilities kept).
   DType dtype = DType::kF32;
+  // train.precision=fp8 (needs dtype bf16): the attention, MLP and Mamba
+  // projections' GEMMs in block-scaled FP8 (LinearConfig::fp8). The routed
+  // experts, the router, the LM head and the embeddings stay in dtype.
+  bool fp8 = false;
   // Mixture of experts (layers/moe): in layers whose LayerKind has
   // FfnKind::kMoe (the layout plan applies moe.every_n / moe.pattern), the
   // MLP is a routed MoE (plus a shared expert of moe.shared_ffn_hidden).

@@ -61,6 +61,9 @@ struct MambaConfig {
   float out_std = 0.02f;
   uint64_t seed = 0;
   DType dtype = DType::kF32;  // f32, or bf16 (mixed precision, above)
+  // in_proj and out_proj's GEMMs in block-scaled FP8 (LinearConfig::fp8;
+  // needs bf16).
+  bool fp8 = false;
   // Sequence parallelism: the mixer's input and output are this TP rank's
   // rows of [B·T] ([B·T/TP, d_model]); the rows are gathered before in_proj
   // and out_proj reduce-scatters them back (the scan runs on whole sequences,

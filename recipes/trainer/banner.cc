@@ -14,7 +14,7 @@ namespace {
 
 // " | attention cudnn 9.14.0" / " | attention flash" on cuda bf16.
 std::string AttentionNote(const RankState& s) {
-  if (!s.exec.is_cuda() || s.recipe.train().precision() != "bf16") return "";
+  if (!s.exec.is_cuda() || s.recipe.train().precision() == "f32") return "";
   if (s.exec.attention == nullptr) return " | attention flash";
   const int64_t v = kernels::CudnnEngine::Version();
   return absl::StrCat(" | attention ", s.exec.attention->name(), " ", v / 10000, ".",
@@ -59,7 +59,11 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
       s.data->size(), RankOrder(s).c_str(),
       s.recipe.parallel().sequence_parallel() ? "on" : "off", s.recipe.train().precision().c_str(),
       s.recipe.train().device().c_str(), cuda_graphs ? " | CUDA graphs" : "",
-      (AttentionNote(s) + (s.recipe.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
+      (AttentionNote(s) +
+       (s.recipe.train().precision() == "fp8"
+            ? " | fp8 GEMMs in the attention/MLP/Mamba linears (LM head, router, experts bf16)"
+            : "") +
+       (s.recipe.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
        (s.recipe.parallel().gtp_reduce_scatter_dtype() == "bf16" ? " | bf16 GTP reduce-scatter" : ""))
           .c_str(),
       m.n_layer(),

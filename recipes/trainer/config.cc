@@ -457,11 +457,26 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.device", t->device()); !e.empty()) return Bad(e);
   if (t->precision().empty()) t->set_precision(t->device() == "cuda" ? "bf16" : "f32");
   if (auto e = ChoiceError("train.precision", t->precision()); !e.empty()) return Bad(e);
+  if (t->precision() == "fp8") {
+    // bf16 training with the linears' GEMMs in block-scaled FP8
+    // (core/kernels/fp8): cuBLASLt's FP8 GEMM on Hopper, rows of 16 bytes.
+    if (t->device() != "cuda") {
+      return Bad(absl::StrCat("train.precision=fp8 needs train.device=cuda (Hopper's FP8 tensor "
+                              "cores); on ", t->device(), " use train.precision=bf16 or f32"));
+    }
+    const int64_t rows = int64_t{t->micro_batch()} * m->seq_len() / std::max(1, p->cp());
+    if (rows % 16 != 0) {
+      return Bad(absl::StrCat("train.precision=fp8 needs train.micro_batch × model.seq_len / "
+                              "parallel.cp (the GEMMs' rows) to be a multiple of 16, got ",
+                              rows, "; e.g. a seq_len that is a multiple of 16, or precision bf16"));
+    }
+  }
   {
+    const std::string params = t->precision() == "f32" ? "f32" : "bf16";
     const std::string& g = r->parallel().gtp_gather_dtype();
-    if (!g.empty() && g != "fp8" && g != t->precision()) {
+    if (!g.empty() && g != "fp8" && g != params) {
       return Bad(absl::StrCat("parallel.gtp_gather_dtype must be fp8 or the params' dtype (",
-                              t->precision(), "), got ", g));
+                              params, "), got ", g));
     }
   }
   {

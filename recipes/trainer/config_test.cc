@@ -117,6 +117,33 @@ TEST(RecipeTrain, CudaGraphsAreAutoOnOrOff) {
       << bad.status();
 }
 
+// train.precision=fp8 (FP8 GEMMs through cuBLASLt) is refused where it
+// cannot run as asked: off CUDA, and with GEMM rows (micro_batch ×
+// seq_len / cp) that are not a multiple of 16. Accepted on CUDA otherwise;
+// the GPU itself (Hopper) is checked when the run starts (world.cc).
+TEST(RecipeTrain, Fp8NeedsCudaAndRowsInSixteens) {
+  const std::string path = WriteRecipe();
+  auto Message = [&](std::vector<std::string> sets) {
+    auto r = LoadRecipe(path, sets);
+    return r.ok() ? std::string("accepted") : std::string(r.status().message());
+  };
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cpu"})
+                .find("train.precision=fp8 needs train.device=cuda"),
+            std::string::npos);
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=60",
+                     "train.micro_batch=2"})
+                .find("multiple of 16, got 120"),
+            std::string::npos);
+  EXPECT_EQ(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
+                     "train.micro_batch=2"}),
+            "accepted");
+  // A gather dtype must name the params' dtype, bf16 under fp8.
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
+                     "parallel.gtp_gather_dtype=f32"})
+                .find("fp8 or the params' dtype (bf16), got f32"),
+            std::string::npos);
+}
+
 // checkpoint.dir is inside the run directory: an absolute path (which used
 // to land nested under the run dir) and a way out of it are refused.
 TEST(RecipeCheckpoint, DirMustStayInsideTheRunDir) {

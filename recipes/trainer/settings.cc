@@ -155,7 +155,7 @@ const std::vector<Choice>& Choices() {
       {"optim.matrices", {"adamw", "muon"}},
       {"optim.decay", {"cosine", "linear", "constant"}},
       {"train.device", {"cpu", "cuda"}},
-      {"train.precision", {"f32", "bf16"}},
+      {"train.precision", {"f32", "bf16", "fp8"}},
       {"train.cuda_graphs", {"auto", "on", "off"}},
       {"train.attention", {"cudnn", "flash"}},
   };

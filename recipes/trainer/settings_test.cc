@@ -73,7 +73,7 @@ TEST(Choices, NameRealSettingsAndRefuseOtherWords) {
   EXPECT_EQ(ChoiceError("train.precision", "bf16"), "");
   EXPECT_EQ(ChoiceError("train.steps", "anything"), "");  // no fixed choices
   EXPECT_EQ(ChoiceError("train.precision", "BF16"),
-            "train.precision must be f32 or bf16, got BF16 (did you mean bf16?)");
+            "train.precision must be f32, bf16 or fp8, got BF16 (did you mean bf16?)");
   EXPECT_EQ(ChoiceError("optim.decay", "cosin"),
             "optim.decay must be cosine, linear or constant, got cosin (did you mean cosine?)");
   EXPECT_EQ(ChoiceError("train.device", "metal"), "train.device must be cpu or cuda, got metal");

@@ -132,7 +132,8 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.block.seed = r.train().seed();
   c.tied_embeddings = !m.untied_embeddings();
   c.vocab_pad_multiple = m.vocab_pad_multiple();
-  c.block.dtype = r.train().precision() == "bf16" ? DType::kBF16 : DType::kF32;
+  c.block.dtype = r.train().precision() == "f32" ? DType::kF32 : DType::kBF16;
+  c.block.fp8 = r.train().precision() == "fp8";
   const auto& e = m.moe();
   if (e.num_experts() > 0) {
     layers::moe::MoeConfig& mc = c.block.moe;

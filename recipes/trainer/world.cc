@@ -57,12 +57,21 @@ absl::Status RunOnRanks(const proto::Recipe& recipe,
           "run under tools/gtprun (e.g. gtprun --nproc 2 -- <recipe>)");
     }
     const int device = local_rank % gpus;
+    if (recipe.train().precision() == "fp8") {
+      // cuBLASLt's block-scaled FP8 GEMM (VEC128/BLK128x128 scales) is Hopper's.
+      GTP_ASSIGN_OR_RETURN(const int cc, CudaComputeCapability(device));
+      if (cc != 90) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "train.precision=fp8 needs a Hopper GPU (compute capability 9.0: H100, H200); GPU ",
+            device, " is ", cc / 10, ".", cc % 10, ": use train.precision=bf16"));
+      }
+    }
     GTP_ASSIGN_OR_RETURN(Stream stream, Stream::Create(device));
     CudaCachingAllocator dev(device);
     kernels::cuda::BlasContext blas(device);
     kernels::Exec exec{Device::Cuda(device), &dev, stream.get(), &blas};
     std::unique_ptr<kernels::CudnnEngine> cudnn;
-    if (recipe.train().attention() == "cudnn" && recipe.train().precision() == "bf16") {
+    if (recipe.train().attention() == "cudnn" && recipe.train().precision() != "f32") {
       absl::StatusOr<std::unique_ptr<kernels::CudnnEngine>> e = kernels::CudnnEngine::Create(device);
       if (!e.ok()) {
         return absl::FailedPreconditionError(

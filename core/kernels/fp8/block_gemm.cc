@@ -35,7 +35,8 @@ int64_t ScaleRow(const Fp8Matrix& m, int64_t r, int64_t kb) {
 
 }  // namespace
 
-void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y) {
+void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                     float beta) {
   const char* op = "fp8::BlockScaledGemm";
   const int64_t M = CheckOperand(e, a, op, "a");
   const int64_t N = CheckOperand(e, b, op, "b");
@@ -46,7 +47,7 @@ void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, cons
   GTP_CHECK((y.dtype() == DType::kF32 || y.dtype() == DType::kBF16) && y.shape() == Shape({M, N}),
             op, ": y must be f32 or bf16 [", M, ", ", N, "], got ", y.ToString());
   if (e.is_cuda()) {
-    internal::BlockScaledGemmCuda(e, a, b, y);
+    internal::BlockScaledGemmCuda(e, a, b, y, beta);
     return;
   }
   const uint8_t* qa = static_cast<const uint8_t*>(a.q.raw_data());
@@ -73,10 +74,13 @@ void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, cons
         for (int64_t k = k0; k < k1; ++k) partial += ar[k] * br[k];  // products exact in f32
         acc += partial * (as[blk] * bs[blk]);
       }
+      // beta·y added to the f32 sum before the one rounding (as cuBLASLt's
+      // epilogue: alpha·acc + beta·C in f32).
       if (yf != nullptr) {
-        yf[m * N + n] = acc;
+        yf[m * N + n] = beta == 0.0f ? acc : acc + beta * yf[m * N + n];
       } else {
-        yb[m * N + n].bits = F32ToBF16Bits(acc);
+        const float old = beta == 0.0f ? 0.0f : beta * BF16BitsToF32(yb[m * N + n].bits);
+        yb[m * N + n].bits = F32ToBF16Bits(acc + old);
       }
     }
   }

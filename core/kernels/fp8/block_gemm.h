@@ -11,8 +11,9 @@
 // (scales [ceil(rows/128), ceil(K/128)]); both block K the same way, so a
 // K block kb has one scale per row of a and per row of b.
 //
-// y is f32 or bf16 [M, N], written (=); a bf16 y is the f32 result rounded
-// once (nearest even). A NaN scale (a block that held NaN or inf) makes every
+// y is f32 or bf16 [M, N]: y = a·bᵀ + beta·y (beta 0: written, y's old
+// values never read, so NaN there does not show); a bf16 y is the f32 result
+// rounded once (nearest even). A NaN scale (a block that held NaN or inf) makes every
 // y it touches NaN on the CPU; what cuBLASLt does with one is not documented
 // and not tested (the GPU test uses finite data only).
 //
@@ -50,7 +51,9 @@ struct Fp8Matrix {
   Fp8Layout layout = Fp8Layout::kRow1x128;
 };
 
-// y [M, N] (f32 or bf16, =) = dequant(a) [M, K] · dequant(b) [N, K]ᵀ, as above.
-void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y);
+// y [M, N] (f32 or bf16) = dequant(a) [M, K] · dequant(b) [N, K]ᵀ + beta·y,
+// as above.
+void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                     float beta = 0.0f);
 
 }  // namespace gtp::kernels::fp8

@@ -8,7 +8,7 @@
 // the operands swapped, in the "TN" form its FP8 kernels require:
 //   cuBLASLt A = our b: column-major [K, N], ld K, op T (scale mode of b);
 //   cuBLASLt B = our a: column-major [K, M], ld K, op N (scale mode of a);
-//   cuBLASLt C = D = our y: column-major [N, M], ld N (f32 or bf16), beta 0.
+//   cuBLASLt C = D = our y: column-major [N, M], ld N (f32 or bf16), beta as given.
 // Compute CUBLAS_COMPUTE_32F, scale type f32, FAST_ACCUM off (the default:
 // "intermediate results ... periodically promoted to a higher precision",
 // cublasLt.h). Each operand's scales are rewritten into cuBLASLt's layout by
@@ -78,7 +78,8 @@ uintptr_t Misalignment(const Tensor& t) {
 
 }  // namespace
 
-void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y) {
+void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                         float beta) {
   const char* op = "fp8::BlockScaledGemm (CUDA)";
   const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
   GTP_CHECK(M % kDimMultiple == 0 && N % kDimMultiple == 0 && K % kDimMultiple == 0, op,
@@ -96,7 +97,9 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
   GTP_CHECK(e.blas != nullptr, op, ": a CUDA Exec needs a BlasContext (Exec::blas)");
   if (M == 0 || N == 0) return;
   if (K == 0) {  // the empty sum; 0 bits are +0 in f32 and bf16
-    GTP_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), e.stream));
+    GTP_CHECK(beta == 0.0f || beta == 1.0f, op, ": K = 0 with beta ", beta,
+              " (only 0 or 1) is not supported");
+    if (beta == 0.0f) GTP_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), e.stream));
     return;
   }
 
@@ -165,7 +168,7 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
                                                   &lt_a_scale, sizeof(lt_a_scale)));
   GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                   &lt_b_scale, sizeof(lt_b_scale)));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f;
   const cublasStatus_t ms =
       cublasLtMatmul(handle, call.op, &alpha, lt_a, call.a, lt_b, call.b, &beta, d, call.c, d,
                      call.c, &call.algo, ctx.workspace(), ctx.workspace_bytes(), e.stream);

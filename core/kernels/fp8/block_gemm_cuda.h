@@ -9,11 +9,12 @@
 
 namespace gtp::kernels::fp8::internal {
 
-// y [M, N] (f32 or bf16, =) = dequant(a)·dequant(b)ᵀ on e.stream with
+// y [M, N] (f32 or bf16) = dequant(a)·dequant(b)ᵀ + beta·y on e.stream with
 // e.blas's cuBLASLt handle and workspace. a, b and y have passed
 // BlockScaledGemm's checks (on e's device, codes and scales of matching
 // shapes); this checks what cuBLASLt adds (block_gemm.h) and aborts, naming
 // the scale modes and the shape, where cuBLASLt finds no algorithm.
-void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y);
+void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                         float beta);
 
 }  // namespace gtp::kernels::fp8::internal

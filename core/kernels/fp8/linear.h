@@ -1,0 +1,44 @@
+// core/kernels/fp8/linear.h — a linear layer's three GEMMs in block-scaled
+// FP8 (DeepSeek-V3's recipe), each quantising its operands on the way in:
+//
+//   forward  y  = x·Wᵀ    x 1×128 along in,  W 128×128
+//   dgrad    dx = dy·W    dy 1×128 along out, Wᵀ 128×128 (W's tiles transposed,
+//                         no second rounding: TransposeTiles)
+//   wgrad    dW = dyᵀ·x   dyᵀ and xᵀ 1×128 along N (QuantizeRowsTransposed,
+//                         from the high-precision dy and x)
+//
+// x, dy, W are f32 or bf16 (ops::Linear's shapes: x [N, in], W [out, in],
+// dy [N, out]); f32 accumulation per 128-wide K block (block_gemm.h);
+// outputs f32 or bf16, y = … + beta·y. The quantised copies are scratch from
+// e.Empty, freed on return (stream-ordered on CUDA). CPU: the reference
+// (block_gemm.cc's loops, O(N·in·out), for tests); CUDA: the quantisers of
+// block_quant.cu and cuBLASLt (block_gemm_cuda.cc, which needs N, in and out
+// to be multiples of 16 and aborts naming them otherwise).
+//
+// Error: each output is within block_gemm.h's bound of the product of the
+// dequantised operands; about 3.5 % relative RMS error against the
+// unquantised product for Gaussian data (block_gemm_test.cc).
+//
+//   fp8::Fp8Linear(e, x, w, y);                      // y = x·Wᵀ
+//   fp8::Fp8LinearBackwardData(e, dy, w, dx);        // dx = dy·W
+//   fp8::Fp8LinearBackwardWeight(e, dy, x, dw, 1);   // dW += dyᵀ·x
+#pragma once
+
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels::fp8 {
+
+// y [N, out] = x [N, in]·w [out, in]ᵀ + beta·y.
+void Fp8Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
+               float beta = 0.0f);
+
+// dx [N, in] = dy [N, out]·w [out, in] + beta·dx.
+void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
+                           float beta = 0.0f);
+
+// dw [out, in] = dy [N, out]ᵀ·x [N, in] + beta·dw.
+void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                             float beta = 0.0f);
+
+}  // namespace gtp::kernels::fp8
