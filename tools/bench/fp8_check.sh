@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# tools/bench/fp8_check.sh — train.precision=fp8 against bf16 in one device
+# call: the same model, weights (seed) and batches, STEPS steps each, on one
+# GPU (issue 31's fp8 rows).
+#
+#   (here)        tools/gpu.sh bundle
+#   (device tool) run(command="bash tools/bench/fp8_check.sh", carry=[".bundle"])
+#
+# Cases (B=8, T=1024, vocab 50257, the corpus data): GPT-2 124M (12 L,
+# C=768), 350M (24 L, C=1024, 16 heads), 1.3B (24 L, C=2048, 16 heads), the
+# hybrid (`M*-` × 6, width 768) and the MoE shape (124M, every MLP 8 experts
+# of 1536, top-2; its experts stay bf16 under fp8). CASES picks some
+# (default: all); STEPS (default 300) and SHORT_STEPS (hybrid/MoE, 60).
+# Per case it prints, for bf16 and fp8: median ms/step over steps 11..N,
+# tokens/s, MFU (on the bf16 peak, 989 TFLOP/s, whatever the precision),
+# peak memory; then fp8/bf16's speed ratio and the losses' agreement (mean
+# |Δloss| over all steps, the final step's relative difference, and the mean
+# of the last 10 steps'). Logs and metrics in $OUT/fp8_check (device tool)
+# or a temp dir. Exit 1 when a run failed.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+LOG="${OUT:+$OUT/fp8_check}"
+LOG="${LOG:-$(mktemp -d)}"
+mkdir -p "$LOG"
+B="$(mktemp -d)"
+tar -C "$B" -xJf "${GTP_BUNDLE_DIR:-$ROOT/.bundle}/bundle.tar.xz" || {
+  echo "fp8_check: no bundle (run tools/gpu.sh bundle and carry .bundle)" >&2
+  exit 2
+}
+export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+STEPS="${STEPS:-300}"
+SHORT_STEPS="${SHORT_STEPS:-60}"
+CASES="${CASES:-g124 g350 g1p3 hybrid moe}"
+status=0
+BASE="model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,data.source=corpus,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.no_resume=true"
+
+run() {  # case precision steps extra-settings
+  local name="$1_$2" dir
+  dir="$(mktemp -d)"
+  if timeout 400 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
+    --noprogress --run_dir "$dir" --set "$BASE,train.precision=$2,train.steps=$3${4:+,$4}" \
+    > "$LOG/$name.log" 2>&1; then
+    cp "$dir/metrics.jsonl" "$LOG/$name.jsonl"
+  else
+    echo "FAIL $name (rc $?)"
+    tail -15 "$LOG/$name.log"
+    status=1
+  fi
+  rm -rf "$dir"
+}
+
+for c in $CASES; do
+  case "$c" in
+    g124) steps=$STEPS; extra="" ;;
+    g350) steps=$STEPS; extra="model.n_layer=24,model.n_embd=1024,model.n_head=16" ;;
+    g1p3) steps=$STEPS; extra="model.n_layer=24,model.n_embd=2048,model.n_head=16" ;;
+    hybrid) steps=$SHORT_STEPS; extra="model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18" ;;
+    moe) steps=$SHORT_STEPS; extra="model.moe.num_experts=8,model.moe.ffn_hidden=1536,model.moe.top_k=2" ;;
+    *) echo "fp8_check: unknown case $c (g124 g350 g1p3 hybrid moe)" >&2; exit 2 ;;
+  esac
+  echo "=== $c ($steps steps)"
+  run "$c" bf16 "$steps" "$extra"
+  run "$c" fp8 "$steps" "$extra"
+  grep -m1 "fp8 GEMMs" "$LOG/${c}_fp8.log" | sed 's/^/  banner: /' | cut -c1-200
+  /usr/bin/env python3 - "$LOG/${c}_bf16.jsonl" "$LOG/${c}_fp8.jsonl" <<'PY'
+import json, os, statistics, sys
+runs = {}
+for p in sys.argv[1:]:
+    if not os.path.exists(p):
+        print(f"  {os.path.basename(p)}: missing"); continue
+    rows = [r for r in map(json.loads, open(p)) if "loss" in r]
+    runs[p] = rows
+    t = [r for r in rows if r["step"] > 10]
+    ms = statistics.median(r["ms"] for r in t)
+    tok = statistics.median(r["tokens_per_s"] for r in t)
+    mfu = statistics.median(r.get("mfu", 0) for r in t)
+    peak = max(r["peak_mem_bytes"] for r in rows) / 2**30
+    tag = "fp8 " if p.endswith("_fp8.jsonl") else "bf16"
+    print(f"  {tag}: {ms:8.2f} ms/step  {tok:9.0f} tok/s  MFU {100*mfu:5.1f} %  peak {peak:6.2f} GiB  final loss {rows[-1]['loss']:.4f}")
+if len(runs) == 2:
+    a, b = runs.values()
+    ma = statistics.median(r["ms"] for r in a if r["step"] > 10)
+    mb = statistics.median(r["ms"] for r in b if r["step"] > 10)
+    la = {r["step"]: r["loss"] for r in a}; lb = {r["step"]: r["loss"] for r in b}
+    steps = sorted(s for s in la if s in lb)
+    d = [abs(la[s] - lb[s]) for s in steps]
+    last10 = steps[-10:]
+    fa = statistics.mean(la[s] for s in last10); fb = statistics.mean(lb[s] for s in last10)
+    print(f"  fp8 / bf16 speed {ma/mb:.3f}x;  losses over {len(steps)} steps: mean |d| {statistics.mean(d):.4f}, "
+          f"max |d| {max(d):.4f}, final step rel {abs(lb[steps[-1]]-la[steps[-1]])/la[steps[-1]]*100:.2f} %, "
+          f"last-10 mean rel {abs(fb-fa)/fa*100:.2f} %")
+PY
+done
+rm -rf "$B"
+exit $status
