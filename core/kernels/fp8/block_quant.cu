@@ -23,7 +23,28 @@
 //   Dequantisation and the scale transpose: one thread per element. The code
 //     transpose: 32×32 byte tiles through shared memory.
 // Edge blocks are masked (padding reads as 0, which never raises amax);
-// R·C = 0 launches nothing. Deterministic, no atomics.
+// R·C = 0 launches nothing. Deterministic.
+//
+// Vectorised paths (taken when C is a multiple of 8 and the pointers are
+// 16-byte aligned, as every tensor of a trainer's linear is; the kernels
+// above stay for the rest):
+//   1×128: a thread loads 8 consecutive elements (16 bytes of bf16), 16
+//     threads share a block (a half-warp max), 8 codes go out as one 8-byte
+//     store.
+//   128×128: three passes over the matrix, all in parallel over 1×8 chunks:
+//     each 1×128 row block's amax goes into its tile's slot by atomicMax on
+//     the amax bits (an unsigned max: exact and order-independent, so
+//     deterministic), the chunks are encoded with their tile's scale, and a
+//     last pass turns the slots (the scales buffer itself) into scales.
+//   Transposed 1×128: tiles of 128 rows × 64 columns loaded 8 elements per
+//     thread; a lane encodes 4 consecutive rows of a column of xᵀ and stores
+//     them as one 4-byte word (needs R a multiple of 4).
+// Codes come from the hardware's e4m3 conversion (cvt.rn.satfinite, round
+// to nearest even, saturating to ±448) of the IEEE quotient x / scale: for
+// the finite quotients that reach it (|x / scale| ≤ 448·(1 + 2⁻²³); a NaN
+// scale gives the NaN code first) the same bits as F32ToE4M3Bits, which
+// block_quant_gpu_test.cc checks against the CPU byte for byte.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -62,6 +83,39 @@ __device__ __forceinline__ void Store(bf16* __restrict__ y, int64_t i, float v) 
 // The bits of |v| (ordered as unsigned: 0 < finite < inf < NaN).
 __device__ __forceinline__ uint32_t AbsBits(float v) { return FloatBits(v) & 0x7fffffffu; }
 __device__ __forceinline__ uint32_t MaxU(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+// Fp8BlockEncode with the hardware's conversion (the file comment).
+__device__ __forceinline__ uint8_t EncodeHw(float x, float scale) {
+  if (scale != scale) return kE4M3NaNCode;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
+}
+
+// 8 consecutive elements (16-byte aligned) as f32.
+__device__ __forceinline__ void Load8(const float* __restrict__ p, float v[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void Load8(const bf16* __restrict__ p, float v[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {  // little-endian: the lower half is the earlier element
+    v[2 * k] = BitsFloat(w[k] << 16);
+    v[2 * k + 1] = BitsFloat(w[k] & 0xffff0000u);
+  }
+}
+
+// 8 codes of v with scale s, packed for one 8-byte store (byte k = v[k]).
+__device__ __forceinline__ uint2 Encode8(const float v[8], float s) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    lo |= static_cast<uint32_t>(EncodeHw(v[k], s)) << (8 * k);
+    hi |= static_cast<uint32_t>(EncodeHw(v[k + 4], s)) << (8 * k);
+  }
+  return make_uint2(lo, hi);
+}
 
 // Unsigned max over the warp; every lane gets it. All 32 lanes must call.
 __device__ __forceinline__ uint32_t WarpMaxBits(uint32_t v) {
@@ -230,6 +284,138 @@ __global__ void __launch_bounds__(kThreads)
     st[(k % cb) * rb + k / cb] = s[k];
 }
 
+// ---------------------------------------------------------------- vectorised
+
+constexpr int kVec = 8;                      // elements per thread
+constexpr int kChunksPerBlock = kBlock / kVec;  // 16: a half-warp per 1×128 block
+constexpr int kVTCols = 64;                  // x columns per vectorised transposed tile
+static_assert(2 * kChunksPerBlock == kWarpSize, "two 1x128 blocks per warp");
+
+// Max over the 16 lanes of each half-warp (xor offsets < 16 stay inside it).
+__device__ __forceinline__ uint32_t HalfWarpMaxBits(uint32_t v) {
+  for (int o = kChunksPerBlock / 2; o > 0; o >>= 1) v = MaxU(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// The 1×8 chunks of x [R, C] (C % 8 == 0): chunk g = w·16 + sub is block
+// w = r·nb + b's sub-th, columns 128·b + 8·sub … + 8 (absent when ≥ C). The
+// loop is warp-uniform (all lanes shuffle); `Body(live, r, c, w, sub, v,
+// block_amax_bits)` runs for every lane, live when its chunk exists.
+template <typename T, typename Body>
+__device__ __forceinline__ void ForEachChunk(const T* __restrict__ x, int64_t R, int64_t C,
+                                             int64_t nb, Body body) {
+  const int64_t chunks = R * nb * kChunksPerBlock, stride = int64_t{gridDim.x} * kThreads;
+  for (int64_t g0 = blockIdx.x * int64_t{kThreads} + (threadIdx.x & ~(kWarpSize - 1)); g0 < chunks;
+       g0 += stride) {
+    const int64_t g = g0 + threadIdx.x % kWarpSize;
+    const int64_t w = g / kChunksPerBlock;
+    const int sub = static_cast<int>(g % kChunksPerBlock);
+    const int64_t r = w / nb, c = (w % nb) * kBlock + sub * kVec;
+    const bool live = g < chunks && c < C;
+    float v[kVec] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint32_t amax = 0;
+    if (live) {
+      Load8(x + r * C + c, v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[k]));
+    }
+    body(live, r, c, w, sub, v, HalfWarpMaxBits(amax));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    QuantizeRowVecKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nb,
+                         uint8_t* __restrict__ q, float* __restrict__ scales) {
+  ForEachChunk(x, R, C, nb, [&](bool live, int64_t r, int64_t c, int64_t w, int sub,
+                                const float* v, uint32_t amax) {
+    if (!live) return;
+    const float s = Fp8BlockScale(amax);
+    if (sub == 0) scales[w] = s;
+    *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
+  });
+}
+
+// Pass 1 of 128×128: slot[tile] = max(slot[tile], the 1×128 block's amax
+// bits) (slots zeroed before).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    TileAmaxKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nb,
+                   uint32_t* __restrict__ slots) {
+  ForEachChunk(x, R, C, nb, [&](bool live, int64_t r, int64_t c, int64_t, int sub, const float*,
+                                uint32_t amax) {
+    if (live && sub == 0) atomicMax(slots + (r / kBlock) * nb + c / kBlock, amax);
+  });
+}
+
+// Pass 2: every chunk encoded with its tile's scale (from the slot's bits).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    TileEncodeKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nb,
+                     const uint32_t* __restrict__ slots, uint8_t* __restrict__ q) {
+  ForEachChunk(x, R, C, nb, [&](bool live, int64_t r, int64_t c, int64_t, int, const float* v,
+                                uint32_t) {
+    if (!live) return;
+    const float s = Fp8BlockScale(slots[(r / kBlock) * nb + c / kBlock]);
+    *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
+  });
+}
+
+// Pass 3: each slot's amax bits become its scale, in place.
+__global__ void __launch_bounds__(kThreads) TileScalesKernel(int64_t n, float* __restrict__ scales) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n;
+       t += int64_t{gridDim.x} * blockDim.x)
+    scales[t] = Fp8BlockScale(FloatBits(scales[t]));
+}
+
+// Transposed 1×128, tiles of 128 rows × 64 columns (C % 8 == 0, R % 4 ==
+// 0): 8 threads load a row's 64 columns, 32 rows a pass; then warp w takes
+// columns w, w + 8, …, lane l rows 4l … 4l + 3 of the column (one word out).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    QuantizeRowsTransposedVecKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nbr,
+                                    int64_t ncb, uint8_t* __restrict__ qt,
+                                    float* __restrict__ scales_t) {
+  __shared__ float tile[kBlock][kVTCols + 1];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  constexpr int kThreadsPerRow = kVTCols / kVec;           // 8
+  constexpr int kRowsPerPass = kThreads / kThreadsPerRow;  // 32
+  for (int64_t t = blockIdx.x; t < nbr * ncb; t += gridDim.x) {  // the same for the whole block
+    const int64_t bi = t / ncb, r0 = bi * kBlock, c0 = (t % ncb) * kVTCols;
+    const int cl = (threadIdx.x % kThreadsPerRow) * kVec;
+    for (int r = threadIdx.x / kThreadsPerRow; r < kBlock; r += kRowsPerPass) {
+      float v[kVec] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (r0 + r < R && c0 + cl < C) Load8(x + (r0 + r) * C + c0 + cl, v);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) tile[r][cl + k] = v[k];
+    }
+    __syncthreads();
+    for (int cc = warp; cc < kVTCols; cc += kWarps) {
+      const int64_t c = c0 + cc;
+      if (c >= C) break;  // the same for the whole warp
+      float v[4];
+      uint32_t amax = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        v[k] = tile[4 * lane + k][cc];
+        amax = MaxU(amax, AbsBits(v[k]));
+      }
+      const float s = Fp8BlockScale(WarpMaxBits(amax));
+      if (lane == 0) scales_t[c * nbr + bi] = s;
+      const int64_t r = r0 + 4 * lane;
+      if (r < R) {  // R % 4 == 0: all four rows exist
+        uint32_t word = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) word |= static_cast<uint32_t>(EncodeHw(v[k], s)) << (8 * k);
+        *reinterpret_cast<uint32_t*>(qt + c * R + r) = word;
+      }
+    }
+    __syncthreads();  // every warp has read `tile` before the next tile overwrites it
+  }
+}
+
+bool Aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
 // ---------------------------------------------------------------- launchers
 
 void RequireShape(int64_t R, int64_t C, const char* op) {
@@ -242,7 +428,12 @@ void LaunchRow(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, cuda
   RequireShape(R, C, "fp8::cuda::QuantizeRow1x128");
   if (R == 0 || C == 0) return;
   const int64_t nb = Fp8NumBlocks(C);
-  QuantizeRowKernel<T><<<GridFor(R * nb, kWarps), kThreads, 0, stream>>>(x, R, C, nb, q, scales);
+  if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
+    QuantizeRowVecKernel<T><<<GridFor(R * nb * kChunksPerBlock, kThreads), kThreads, 0, stream>>>(
+        x, R, C, nb, q, scales);
+  } else {
+    QuantizeRowKernel<T><<<GridFor(R * nb, kWarps), kThreads, 0, stream>>>(x, R, C, nb, q, scales);
+  }
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -251,7 +442,18 @@ void LaunchTile(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, cud
   RequireShape(R, C, "fp8::cuda::QuantizeTile128x128");
   if (R == 0 || C == 0) return;
   const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
-  QuantizeTileKernel<T><<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(x, R, C, rb, cb, q, scales);
+  if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
+    uint32_t* slots = reinterpret_cast<uint32_t*>(scales);
+    GTP_CU_CHECK(cudaMemsetAsync(slots, 0, sizeof(uint32_t) * rb * cb, stream));
+    const unsigned grid = GridFor(R * cb * kChunksPerBlock, kThreads);
+    TileAmaxKernel<T><<<grid, kThreads, 0, stream>>>(x, R, C, cb, slots);
+    GTP_CU_LAUNCH_CHECK();
+    TileEncodeKernel<T><<<grid, kThreads, 0, stream>>>(x, R, C, cb, slots, q);
+    GTP_CU_LAUNCH_CHECK();
+    TileScalesKernel<<<GridFor(rb * cb, kThreads), kThreads, 0, stream>>>(rb * cb, scales);
+  } else {
+    QuantizeTileKernel<T><<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(x, R, C, rb, cb, q, scales);
+  }
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -270,9 +472,16 @@ void LaunchRowsTransposed(const T* x, int64_t R, int64_t C, uint8_t* qt, float* 
                           cudaStream_t stream) {
   RequireShape(R, C, "fp8::cuda::QuantizeRowsTransposed");
   if (R == 0 || C == 0) return;
-  const int64_t nbr = Fp8NumBlocks(R), ncb = CeilDiv(C, kTCols);
-  QuantizeRowsTransposedKernel<T>
-      <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t);
+  const int64_t nbr = Fp8NumBlocks(R);
+  if (C % kVec == 0 && R % 4 == 0 && Aligned(x, 16) && Aligned(qt, 4)) {
+    const int64_t ncb = CeilDiv(C, kVTCols);
+    QuantizeRowsTransposedVecKernel<T>
+        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t);
+  } else {
+    const int64_t ncb = CeilDiv(C, kTCols);
+    QuantizeRowsTransposedKernel<T>
+        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t);
+  }
   GTP_CU_LAUNCH_CHECK();
 }
 
