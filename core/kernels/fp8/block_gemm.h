@@ -22,8 +22,8 @@
 // CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F for a 1×128 operand and
 // BLK128x128_32F for a 128×128 one, f32 accumulation promoted per K block, on
 // e.stream with e.blas's handle and workspace; the scales are rewritten into
-// cuBLASLt's layout on the way (lt_scale_layout.h — UNVERIFIED until
-// block_gemm_gpu_test.cc has run on a GPU). It adds these requirements, each
+// cuBLASLt's layout on the way (lt_scale_layout.h — verified by
+// block_gemm_gpu_test.cc's probe on an H200). It adds these requirements, each
 // an abort that names it: M, N and K multiples of 16 (cuBLAS' FP8 rule of
 // 16-byte aligned rows; whether cuBLASLt takes a K that is not a multiple of
 // 128 is untested: the GPU test runs K = 1008), not both operands
