@@ -33,13 +33,8 @@ void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db) {
 }
 
 void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
-                       float beta, const Tensor& db, bool fp8) {
+                       float beta, const Tensor& db) {
   const kernels::Exec& e = chain.exec();
-  if (fp8) {
-    kernels::fp8::Fp8LinearBackwardWeight(e, dy, x, dw, beta);
-    if (db.defined()) AccumulateBiasGrad(chain, dy, db);
-    return;
-  }
   if (!db.defined() || !e.is_cuda()) {
     // On the CPU the separate column sum (a BLAS GEMM against ones) is as
     // fast and keeps the f32 summation order the layout-parity tests pin.
@@ -99,26 +94,41 @@ absl::Status CheckFp8(const LinearConfig& c, int64_t out, int64_t in) {
   return absl::OkStatus();
 }
 
-// y = x·wᵀ (+ bias), in FP8 or the dtype's GEMM.
-void LinearForward(GtpChain& chain, bool fp8, const Tensor& x, const Tensor& w, const Tensor& y,
-                   const Tensor& bias) {
+namespace fp8 = kernels::fp8;
+using Fp8Cache = std::optional<fp8::Fp8Matrix>;
+
+// fp8: y = x·wᵀ (+ bias), x's codes from `shared` (or made here), and Wᵀ's
+// codes kept in *wt for the backward's dgrad.
+void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x, const Tensor& w,
+                const Tensor& y, const Tensor& bias, Fp8Cache* wt) {
   const kernels::Exec& e = chain.exec();
-  if (!fp8) {
-    ops::Linear(e, x, w, y, 0.0f, bias);
-    return;
-  }
-  kernels::fp8::Fp8Linear(e, x, w, y);
+  fp8::Fp8SharedInput local(e);
+  const fp8::Fp8Matrix wq = fp8::QuantizeWeight(e, w);
+  fp8::Fp8Linear(e, (shared != nullptr ? shared : &local)->Rows(x), wq, y);
+  *wt = fp8::TransposeWeight(e, wq);
   if (bias.defined()) AddBias(chain, y, bias);
 }
 
-// dx = dy·w + beta·dx.
-void LinearDgrad(const kernels::Exec& e, bool fp8, const Tensor& dy, const Tensor& w,
-                 const Tensor& dx, float beta) {
-  if (fp8) {
-    kernels::fp8::Fp8LinearBackwardData(e, dy, w, dx, beta);
-  } else {
-    ops::LinearBackwardData(e, dy, w, dx, beta);
-  }
+// fp8: dx = dy·w + beta·dx from the forward's Wᵀ codes (made here when no
+// forward kept them, e.g. the second of two micro-batches in flight: the
+// weights only change at the optimizer step, so the codes are the same),
+// released after.
+void Fp8Dgrad(const kernels::Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
+              float beta, Fp8Cache* wt) {
+  if (!wt->has_value()) *wt = fp8::TransposeWeight(e, fp8::QuantizeWeight(e, w));
+  fp8::Fp8LinearBackwardData(e, dy, **wt, dx, beta);
+  wt->reset();
+}
+
+// fp8: dw = dyᵀ·x + beta·dw (x's transposed codes from `shared` or made
+// here) and db += Σ_rows dy.
+void Fp8WeightAndBiasGrad(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& dy,
+                          const Tensor& x, const Tensor& dw, float beta, const Tensor& db) {
+  const kernels::Exec& e = chain.exec();
+  fp8::Fp8SharedInput local(e);
+  fp8::Fp8LinearBackwardWeight(e, dy, (shared != nullptr ? shared : &local)->Transposed(x), dw,
+                               beta);
+  if (db.defined()) AccumulateBiasGrad(chain, dy, db);
 }
 
 }  // namespace
@@ -160,17 +170,19 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
   return l;
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Direction dir) {
-  return ForwardImpl(x, dir, nullptr);
+absl::StatusOr<Tensor> ColumnParallelLinear::Forward(const Tensor& x, Direction dir,
+                                                     fp8::Fp8SharedInput* shared) {
+  return ForwardImpl(x, dir, nullptr, shared);
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::ForwardGelu(const Tensor& x, Direction dir,
                                                          Tensor* pre) {
-  return ForwardImpl(x, dir, pre);
+  return ForwardImpl(x, dir, pre, nullptr);
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direction dir,
-                                                         Tensor* gelu_pre) {
+                                                         Tensor* gelu_pre,
+                                                         fp8::Fp8SharedInput* shared) {
   const kernels::Exec& e = chain_->exec();
   if (config_.sequence_parallel && !config_.caller_reduces_input_grad) {
     GTP_ASSIGN_OR_RETURN(x_saved_, AllGatherRows(e, *groups_.tp, x));
@@ -181,21 +193,21 @@ absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direct
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
   Tensor y = e.Empty({n, out_tp_}, config_.dtype);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
-  if (gelu_pre != nullptr && config_.fp8) {
-    *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
-    LinearForward(*chain_, true, x2, w, *gelu_pre, bias_.value);
-    ops::GeluForward(e, *gelu_pre, y);
+  if (gelu_pre != nullptr) *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
+  if (config_.fp8) {
+    Fp8Forward(*chain_, shared, x2, w, gelu_pre != nullptr ? *gelu_pre : y, bias_.value, &wt_q_);
+    if (gelu_pre != nullptr) ops::GeluForward(e, *gelu_pre, y);
   } else if (gelu_pre != nullptr) {
-    *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
     ops::LinearGelu(e, x2, w, bias_.value, y, *gelu_pre);
   } else {
-    LinearForward(*chain_, config_.fp8, x2, w, y, bias_.value);
+    ops::Linear(e, x2, w, y, 0.0f, bias_.value);
   }
   weight_->Release(dir);
   return y;
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Tensor& accumulate) {
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Tensor& accumulate,
+                                                      fp8::Fp8SharedInput* shared) {
   const kernels::Exec& e = chain_->exec();
   const int64_t n = x_saved_.numel() / config_.in_features;
   Tensor dy2 = dy.View({n, out_tp_});
@@ -203,11 +215,17 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   GTP_CHECK(!accumulate.defined() || config_.caller_reduces_input_grad, config_.name,
             ": accumulating dx needs caller_reduces_input_grad");
   Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
-  LinearDgrad(e, config_.fp8, dy2, w, dx, accumulate.defined() ? 1.0f : 0.0f);
+  const float dx_beta = accumulate.defined() ? 1.0f : 0.0f;
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
-  WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, config_.in_features}), wgrad,
-                    fresh ? 0.0f : 1.0f, bias_.grad, config_.fp8);
+  const Tensor x2 = x_saved_.View({n, config_.in_features});
+  if (config_.fp8) {
+    Fp8Dgrad(e, dy2, w, dx, dx_beta, &wt_q_);
+    Fp8WeightAndBiasGrad(*chain_, shared, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
+  } else {
+    ops::LinearBackwardData(e, dy2, w, dx, dx_beta);
+    WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
+  }
   weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();
@@ -252,8 +270,12 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
   // The bias is added once: fused into the GEMM without TP, else after the
   // reduction.
   const bool reduced = groups_.tp->size() > 1;
-  LinearForward(*chain_, config_.fp8, x.View({n, in_tp_}), w, y,
-                reduced ? Tensor() : bias_.value);
+  const Tensor bias = reduced ? Tensor() : bias_.value;
+  if (config_.fp8) {
+    Fp8Forward(*chain_, nullptr, x.View({n, in_tp_}), w, y, bias, &wt_q_);
+  } else {
+    ops::Linear(e, x.View({n, in_tp_}), w, y, 0.0f, bias);
+  }
   weight_->Release(dir);
   if (config_.sequence_parallel) {
     GTP_ASSIGN_OR_RETURN(y, ReduceScatterRows(e, *groups_.tp, y));
@@ -287,19 +309,26 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor dy2 = dy_full.View({n, config_.out_features});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
-  if (gelu_pre.defined() && config_.fp8) {
-    Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
-    LinearDgrad(e, true, dy2, w, dgelu, 0.0f);
-    ops::GeluBackward(e, dgelu, gelu_pre.View({n, in_tp_}), dx);
-  } else if (gelu_pre.defined()) {
-    ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
-  } else {
-    LinearDgrad(e, config_.fp8, dy2, w, dx, 0.0f);
-  }
   bool fresh = false;
   Tensor wgrad = weight_->Wgrad(&fresh);
-  WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, in_tp_}), wgrad, fresh ? 0.0f : 1.0f,
-                    bias_from_wgrad ? bias_.grad : Tensor(), config_.fp8);
+  const Tensor x2 = x_saved_.View({n, in_tp_}), db = bias_from_wgrad ? bias_.grad : Tensor();
+  if (config_.fp8) {
+    if (gelu_pre.defined()) {
+      Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
+      Fp8Dgrad(e, dy2, w, dgelu, 0.0f, &wt_q_);
+      ops::GeluBackward(e, dgelu, gelu_pre.View({n, in_tp_}), dx);
+    } else {
+      Fp8Dgrad(e, dy2, w, dx, 0.0f, &wt_q_);
+    }
+    Fp8WeightAndBiasGrad(*chain_, nullptr, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
+  } else {
+    if (gelu_pre.defined()) {
+      ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
+    } else {
+      ops::LinearBackwardData(e, dy2, w, dx);
+    }
+    WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
+  }
   weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();

@@ -33,10 +33,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
+#include "core/kernels/fp8/linear.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
 #include "layers/replicated_param.h"
@@ -70,7 +72,10 @@ struct LinearConfig {
   // wgrad GEMMs in block-scaled e4m3 (core/kernels/fp8/linear.h: x and dy
   // 1×128, W 128×128, f32 accumulation); the bias and GELU as separate
   // kernels after the GEMM. On CUDA the rows N and the shard's in and out
-  // must be multiples of 16 (Create refuses in/out, the trainer N).
+  // must be multiples of 16 (Create refuses in/out, the trainer N). The
+  // forward keeps Wᵀ's codes for the backward's dgrad (1 byte per weight
+  // element until then); several column-parallel linears reading one input
+  // quantise it once through a shared kernels::fp8::Fp8SharedInput.
   bool fp8 = false;
 };
 
@@ -87,18 +92,27 @@ class ColumnParallelLinear {
       const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
 
   // y_t[N, out/TP]. Keeps what backward needs (the gathered input).
-  // `dir` is kRecompute when re-run for activation recompute.
-  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
+  // `dir` is kRecompute when re-run for activation recompute. With fp8, a
+  // `shared` input (the same x for several linears, caller_reduces_input_grad)
+  // is quantised once for all of them.
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward,
+                                 kernels::fp8::Fp8SharedInput* shared = nullptr);
   // Forward with GELU fused into the GEMM epilogue: returns gelu(x·W_tᵀ + b_t)
   // and sets *pre to x·W_tᵀ + b_t (what GELU's backward needs).
   absl::StatusOr<Tensor> ForwardGelu(const Tensor& x, Direction dir, Tensor* pre);
   // Frees what Forward kept (activation recompute re-creates it).
-  void DropActivations() { x_saved_ = Tensor(); }
+  void DropActivations() {
+    x_saved_ = Tensor();
+    wt_q_.reset();
+  }
   // dx (see file comment). Weight grad goes to the GTP reduce-scatter; bias
   // grad accumulates locally. With caller_reduces_input_grad, a given
   // `accumulate` [N, in] receives dx added in the GEMM (no extra pass; q, k
-  // and v share one dx) and is returned.
-  absl::StatusOr<Tensor> Backward(const Tensor& dy, const Tensor& accumulate = Tensor());
+  // and v share one dx) and is returned. With fp8, `shared` (bound to this
+  // linear's input, as in Forward) quantises it once for several linears'
+  // weight gradients.
+  absl::StatusOr<Tensor> Backward(const Tensor& dy, const Tensor& accumulate = Tensor(),
+                                  kernels::fp8::Fp8SharedInput* shared = nullptr);
 
   ShardedParam& weight() { return *weight_; }
   ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
@@ -113,7 +127,9 @@ class ColumnParallelLinear {
   std::unique_ptr<ShardedParam> weight_;
   ReplicatedParam bias_;
   Tensor x_saved_;  // [N, in]
-  absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Direction dir, Tensor* gelu_pre);
+  std::optional<kernels::fp8::Fp8Matrix> wt_q_;  // fp8: Wᵀ's codes from the forward
+  absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Direction dir, Tensor* gelu_pre,
+                                     kernels::fp8::Fp8SharedInput* shared);
 };
 
 class RowParallelLinear {
@@ -123,7 +139,10 @@ class RowParallelLinear {
 
   // x_t[N, in/TP] → y[N, out] (SP: [N_tp, out]).
   absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
-  void DropActivations() { x_saved_ = Tensor(); }
+  void DropActivations() {
+    x_saved_ = Tensor();
+    wt_q_.reset();
+  }
   // dy[N, out] (SP: [N_tp, out]) → dx_t[N, in/TP].
   absl::StatusOr<Tensor> Backward(const Tensor& dy);
   // Backward when this layer's input was gelu(pre) (pre [N, in/TP], from
@@ -144,6 +163,7 @@ class RowParallelLinear {
   std::unique_ptr<ShardedParam> weight_;
   ReplicatedParam bias_;
   Tensor x_saved_;  // [N, in/TP]
+  std::optional<kernels::fp8::Fp8Matrix> wt_q_;  // fp8: Wᵀ's codes from the forward
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& dy, const Tensor& gelu_pre);
 };
 
@@ -152,12 +172,11 @@ class RowParallelLinear {
 // db[C] += Σ_rows dy[rows, C] (one GEMM against the chain's ones vector;
 // db f32, dy f32 or bf16).
 void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db);
-// dw = dyᵀ·x + beta·dw (ops::LinearBackwardWeight; fp8: fp8::
-// Fp8LinearBackwardWeight) and, when db is defined, db += Σ_rows dy — on
-// CUDA in bf16/f32 taken from the same GEMM (its bias-gradient epilogue),
-// else by AccumulateBiasGrad.
+// dw = dyᵀ·x + beta·dw (ops::LinearBackwardWeight) and, when db is defined,
+// db += Σ_rows dy — on CUDA taken from the same GEMM (its bias-gradient
+// epilogue), on the CPU by AccumulateBiasGrad.
 void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
-                       float beta, const Tensor& db, bool fp8 = false);
+                       float beta, const Tensor& db);
 // y[rows, C] += b[C] (same dtype).
 void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b);
 

@@ -222,11 +222,12 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   }
   // The projections in the model dtype; everything up to out_proj in f32.
   const DType f32 = DType::kF32;
-  GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor xr_in, in_x_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor br_in, in_b_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor cr_in, in_c_->Forward(hin, dir));
-  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(hin, dir));
+  kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: hin quantised once for the five parts
+  GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(hin, dir, &hin_fp8));
+  GTP_ASSIGN_OR_RETURN(Tensor xr_in, in_x_->Forward(hin, dir, &hin_fp8));
+  GTP_ASSIGN_OR_RETURN(Tensor br_in, in_b_->Forward(hin, dir, &hin_fp8));
+  GTP_ASSIGN_OR_RETURN(Tensor cr_in, in_c_->Forward(hin, dir, &hin_fp8));
+  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(hin, dir, &hin_fp8));
   z_ = As(e, z, f32);
   const Tensor xr = As(e, xr_in, f32), br = As(e, br_in, f32), cr = As(e, cr_in, f32);
   dtr_ = As(e, dtr, f32);
@@ -327,11 +328,12 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   // The in_proj parts in reverse forward order (the GTP chain's backward order), their
   // output gradients back in the model dtype; one TP reduction.
   const DType dt = c_.dtype;
-  GTP_ASSIGN_OR_RETURN(Tensor dh, in_dt_->Backward(As(e, ddtr, dt)));
-  GTP_RETURN_IF_ERROR(in_c_->Backward(As(e, dcr.View({N, g_ * Ns}), dt), dh).status());
-  GTP_RETURN_IF_ERROR(in_b_->Backward(As(e, dbr.View({N, g_ * Ns}), dt), dh).status());
-  GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh).status());
-  GTP_RETURN_IF_ERROR(in_z_->Backward(As(e, dz, dt), dh).status());
+  kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: one transposed quantisation of hin
+  GTP_ASSIGN_OR_RETURN(Tensor dh, in_dt_->Backward(As(e, ddtr, dt), Tensor(), &hin_fp8));
+  GTP_RETURN_IF_ERROR(in_c_->Backward(As(e, dcr.View({N, g_ * Ns}), dt), dh, &hin_fp8).status());
+  GTP_RETURN_IF_ERROR(in_b_->Backward(As(e, dbr.View({N, g_ * Ns}), dt), dh, &hin_fp8).status());
+  GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh, &hin_fp8).status());
+  GTP_RETURN_IF_ERROR(in_z_->Backward(As(e, dz, dt), dh, &hin_fp8).status());
   DropActivations();
   // The TP ranks' partial input gradients: summed, or under SP summed and
   // scattered back to each rank's rows.

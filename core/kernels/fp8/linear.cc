@@ -1,7 +1,6 @@
 // The FP8 linear GEMMs (linear.h): quantise, then BlockScaledGemm.
 #include "core/kernels/fp8/linear.h"
 
-#include "core/kernels/fp8/block_gemm.h"
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/internal.h"
 #include "core/status.h"
@@ -33,15 +32,74 @@ void CheckShapes(const Exec& e, const Tensor& a, const Tensor& b, const Tensor& 
   internal::CheckMatrix(e, c, op, cn);
 }
 
+// A quantised operand in the layout the GEMM's role needs.
+void CheckQuantized(const Fp8Matrix& m, Fp8Layout l, const char* op, const char* what) {
+  GTP_CHECK(m.q.defined() && m.q.rank() == 2 && m.layout == l, op, ": ", what, " must be ",
+            Fp8LayoutName(l), " codes, got ", Fp8LayoutName(m.layout), " ",
+            m.q.defined() ? m.q.ToString() : std::string("(undefined)"));
+}
+
 }  // namespace
+
+// ---- Fp8SharedInput ------------------------------------------------------------------
+
+void Fp8SharedInput::Bind(const Tensor& x) {
+  const char* op = "fp8::Fp8SharedInput";
+  internal::CheckMatrix(e_, x, op, "x");
+  if (!x_.defined()) {
+    x_ = x;  // keeps the storage alive: its address cannot be reused meanwhile
+    return;
+  }
+  GTP_CHECK(x.storage() == x_.storage() && x.raw_data() == x_.raw_data() &&
+                x.shape() == x_.shape() && x.dtype() == x_.dtype(),
+            op, ": bound to ", x_.ToString(), ", asked for another tensor ", x.ToString(),
+            " (a quantisation of the first would be stale for it)");
+}
+
+const Fp8Matrix& Fp8SharedInput::Rows(const Tensor& x) {
+  Bind(x);
+  if (!rows_) rows_ = Quantize(e_, x_, Fp8Layout::kRow1x128);
+  return *rows_;
+}
+
+const Fp8Matrix& Fp8SharedInput::Transposed(const Tensor& x) {
+  Bind(x);
+  if (!transposed_) transposed_ = QuantizeTransposed(e_, x_);
+  return *transposed_;
+}
+
+// ---- weights -------------------------------------------------------------------------
+
+Fp8Matrix QuantizeWeight(const Exec& e, const Tensor& w) {
+  internal::CheckMatrix(e, w, "fp8::QuantizeWeight", "w");
+  return Quantize(e, w, Fp8Layout::kTile128x128);
+}
+
+Fp8Matrix TransposeWeight(const Exec& e, const Fp8Matrix& wq) {
+  CheckQuantized(wq, Fp8Layout::kTile128x128, "fp8::TransposeWeight", "wq");
+  const int64_t out = wq.q.dim(0), in = wq.q.dim(1);
+  Fp8Matrix wt{e.Empty({in, out}, DType::kF8E4M3),
+               e.Empty(Fp8ScaleShape(in, out, Fp8Layout::kTile128x128)), Fp8Layout::kTile128x128};
+  TransposeTiles(e, wq.q, wq.scales, wt.q, wt.scales);
+  return wt;
+}
+
+// ---- the three GEMMs -----------------------------------------------------------------
 
 void Fp8Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta) {
   const char* op = "fp8::Fp8Linear";
   CheckShapes(e, x, w, y, op, "x", "w", "y");
   GTP_CHECK(x.dim(1) == w.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), op, ": x ",
             x.ToString(), ", w ", w.ToString(), ", y ", y.ToString(), " do not form y = x·wᵀ");
-  BlockScaledGemm(e, Quantize(e, x, Fp8Layout::kRow1x128), Quantize(e, w, Fp8Layout::kTile128x128),
-                  y, beta);
+  Fp8Linear(e, Quantize(e, x, Fp8Layout::kRow1x128), QuantizeWeight(e, w), y, beta);
+}
+
+void Fp8Linear(const Exec& e, const Fp8Matrix& xq, const Fp8Matrix& wq, const Tensor& y,
+               float beta) {
+  const char* op = "fp8::Fp8Linear";
+  CheckQuantized(xq, Fp8Layout::kRow1x128, op, "xq");
+  CheckQuantized(wq, Fp8Layout::kTile128x128, op, "wq");
+  BlockScaledGemm(e, xq, wq, y, beta);  // checks the shapes, naming them
 }
 
 void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
@@ -50,12 +108,15 @@ void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, con
   CheckShapes(e, dy, w, dx, op, "dy", "w", "dx");
   GTP_CHECK(dy.dim(1) == w.dim(0) && dx.dim(0) == dy.dim(0) && dx.dim(1) == w.dim(1), op, ": dy ",
             dy.ToString(), ", w ", w.ToString(), ", dx ", dx.ToString(), " do not form dx = dy·w");
-  const int64_t out = w.dim(0), in = w.dim(1);
-  const Fp8Matrix wq = Quantize(e, w, Fp8Layout::kTile128x128);
-  Fp8Matrix wt{e.Empty({in, out}, DType::kF8E4M3),
-               e.Empty(Fp8ScaleShape(in, out, Fp8Layout::kTile128x128)), Fp8Layout::kTile128x128};
-  TransposeTiles(e, wq.q, wq.scales, wt.q, wt.scales);
-  BlockScaledGemm(e, Quantize(e, dy, Fp8Layout::kRow1x128), wt, dx, beta);
+  Fp8LinearBackwardData(e, dy, TransposeWeight(e, QuantizeWeight(e, w)), dx, beta);
+}
+
+void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Fp8Matrix& wtq,
+                           const Tensor& dx, float beta) {
+  const char* op = "fp8::Fp8LinearBackwardData";
+  internal::CheckMatrix(e, dy, op, "dy");
+  CheckQuantized(wtq, Fp8Layout::kTile128x128, op, "wtq");
+  BlockScaledGemm(e, Quantize(e, dy, Fp8Layout::kRow1x128), wtq, dx, beta);
 }
 
 void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
@@ -65,7 +126,17 @@ void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, c
   GTP_CHECK(dy.dim(0) == x.dim(0) && dw.dim(0) == dy.dim(1) && dw.dim(1) == x.dim(1), op, ": dy ",
             dy.ToString(), ", x ", x.ToString(), ", dw ", dw.ToString(),
             " do not form dw = dyᵀ·x");
-  BlockScaledGemm(e, QuantizeTransposed(e, dy), QuantizeTransposed(e, x), dw, beta);
+  Fp8LinearBackwardWeight(e, dy, QuantizeTransposed(e, x), dw, beta);
+}
+
+void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Fp8Matrix& xtq,
+                             const Tensor& dw, float beta) {
+  const char* op = "fp8::Fp8LinearBackwardWeight";
+  internal::CheckMatrix(e, dy, op, "dy");
+  CheckQuantized(xtq, Fp8Layout::kRow1x128, op, "xtq");
+  GTP_CHECK(xtq.q.dim(1) == dy.dim(0), op, ": xᵀ's codes ", xtq.q.ToString(), " and dy ",
+            dy.ToString(), " differ in N");
+  BlockScaledGemm(e, QuantizeTransposed(e, dy), xtq, dw, beta);
 }
 
 }  // namespace gtp::kernels::fp8

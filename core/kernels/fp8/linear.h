@@ -22,23 +22,68 @@
 //   fp8::Fp8Linear(e, x, w, y);                      // y = x·Wᵀ
 //   fp8::Fp8LinearBackwardData(e, dy, w, dx);        // dx = dy·W
 //   fp8::Fp8LinearBackwardWeight(e, dy, x, dw, 1);   // dW += dyᵀ·x
+//
+// Several linears reading one input (attention's q, k and v; Mamba's in_proj
+// parts) quantise it once through an Fp8SharedInput, and a weight quantised
+// for the forward can be kept for the backward's dgrad (QuantizeWeight /
+// the Fp8Matrix overloads): the same codes as quantising again, so the same
+// results bit for bit (linear_test.cc checks both).
 #pragma once
 
+#include <optional>
+
+#include "core/kernels/fp8/block_gemm.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
 
 namespace gtp::kernels::fp8 {
 
+// One input's quantisations, made on first use and reused while the caller
+// keeps this object (scratch from e.Empty, released with it). Every call
+// must pass the same tensor (same storage, offset and shape): a different
+// one aborts, naming both (a stale quantisation is never used).
+class Fp8SharedInput {
+ public:
+  explicit Fp8SharedInput(const Exec& e) : e_(e) {}
+  // x [N, in] quantised 1×128 along in (the forward's a).
+  const Fp8Matrix& Rows(const Tensor& x);
+  // xᵀ [in, N] quantised 1×128 along N (the wgrad's b).
+  const Fp8Matrix& Transposed(const Tensor& x);
+
+ private:
+  void Bind(const Tensor& x);
+  Exec e_;
+  Tensor x_;
+  std::optional<Fp8Matrix> rows_, transposed_;
+};
+
+// w [out, in] quantised 128×128 (the forward's b).
+Fp8Matrix QuantizeWeight(const Exec& e, const Tensor& w);
+// Wᵀ [in, out] from w's 128×128 codes (TransposeTiles: no second rounding;
+// the dgrad's b).
+Fp8Matrix TransposeWeight(const Exec& e, const Fp8Matrix& wq);
+
 // y [N, out] = x [N, in]·w [out, in]ᵀ + beta·y.
 void Fp8Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
+               float beta = 0.0f);
+
+// The same from x quantised already (xq: Fp8SharedInput::Rows) and w
+// quantised already (wq: QuantizeWeight).
+void Fp8Linear(const Exec& e, const Fp8Matrix& xq, const Fp8Matrix& wq, const Tensor& y,
                float beta = 0.0f);
 
 // dx [N, in] = dy [N, out]·w [out, in] + beta·dx.
 void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
                            float beta = 0.0f);
+// The same from Wᵀ's codes (wtq: TransposeWeight of the forward's QuantizeWeight).
+void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Fp8Matrix& wtq,
+                           const Tensor& dx, float beta = 0.0f);
 
 // dw [out, in] = dy [N, out]ᵀ·x [N, in] + beta·dw.
 void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
                              float beta = 0.0f);
+// The same from xᵀ's codes (xtq: Fp8SharedInput::Transposed).
+void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Fp8Matrix& xtq,
+                             const Tensor& dw, float beta = 0.0f);
 
 }  // namespace gtp::kernels::fp8

@@ -424,6 +424,67 @@ TEST_F(Fp8LinearTest, ARowOfTheOutputIsTheFunctionOnItsRowOrColumnAlone) {
 }
 
 // Part 4.
+// The shared-input and kept-weight forms (what q/k/v and a layer's forward →
+// backward use) give the very bits of the plain functions: the quantisation
+// is deterministic, so doing it once and reusing it changes nothing. Three
+// linears read one x (as q, k, v do), each GEMM against the plain call.
+TEST_F(Fp8LinearTest, SharedInputAndKeptWeightGiveThePlainFunctionsBits) {
+  const Dims d{208, 304, 144};
+  const Layer l = MakeLayer(host_, d, DType::kBF16, 40);
+  auto same_bits = [](const Tensor& a, const Tensor& b) { return testing::Bytes(a) == testing::Bytes(b); };
+  Fp8SharedInput shared(e_);
+  for (uint64_t k = 0; k < 3; ++k) {
+    SCOPED_TRACE(::testing::Message() << "linear " << k);
+    const Tensor w = MakeMatrix(BlockyMatrix(d.out, d.in, 50 + k), d.out, d.in, host_, DType::kBF16);
+    const Fp8Matrix wq = QuantizeWeight(e_, w);
+    Tensor y0 = e_.Empty({d.N, d.out}, DType::kBF16), y1 = e_.Empty({d.N, d.out}, DType::kBF16);
+    Fp8Linear(e_, l.tx, w, y0);
+    Fp8Linear(e_, shared.Rows(l.tx), wq, y1);
+    EXPECT_TRUE(same_bits(y0, y1)) << "forward";
+    Tensor dx0 = e_.Empty({d.N, d.in}), dx1 = e_.Empty({d.N, d.in});
+    Fp8LinearBackwardData(e_, l.tdy, w, dx0);
+    Fp8LinearBackwardData(e_, l.tdy, TransposeWeight(e_, wq), dx1);
+    EXPECT_TRUE(same_bits(dx0, dx1)) << "dgrad";
+    Tensor dw0 = e_.Empty({d.out, d.in}), dw1 = e_.Empty({d.out, d.in});
+    Fp8LinearBackwardWeight(e_, l.tdy, l.tx, dw0);
+    Fp8LinearBackwardWeight(e_, l.tdy, shared.Transposed(l.tx), dw1);
+    EXPECT_TRUE(same_bits(dw0, dw1)) << "wgrad";
+    // Not vacuous: another weight gives other bits.
+    if (k > 0) {
+      Tensor other = e_.Empty({d.N, d.out}, DType::kBF16);
+      Fp8Linear(e_, l.tx, MakeMatrix(BlockyMatrix(d.out, d.in, 49 + k), d.out, d.in, host_,
+                                     DType::kBF16), other);
+      EXPECT_FALSE(same_bits(y0, other));
+    }
+  }
+}
+
+// A shared input bound to one tensor refuses another (even one with the same
+// values: it cannot know they are), and the quantised forms refuse codes in
+// the wrong layout.
+TEST(Fp8LinearDeathTest, SharedInputRefusesAnotherTensorAndWrongLayouts) {
+  HeapAllocator host;
+  const Exec cpu = Exec::Cpu(host);
+  const std::vector<float> v = BlockyMatrix(16, 32, 1);
+  const Tensor x = MakeMatrix(v, 16, 32, host), copy = MakeMatrix(v, 16, 32, host);
+  EXPECT_DEATH(
+      {
+        Fp8SharedInput shared(cpu);
+        shared.Rows(x);
+        shared.Transposed(copy);
+      },
+      "fp8::Fp8SharedInput: bound to f32\\[16, 32\\] cpu, asked for another tensor");
+  const Tensor w = MakeMatrix(BlockyMatrix(48, 32, 2), 48, 32, host);
+  Fp8SharedInput shared(cpu);
+  const Fp8Matrix wq = QuantizeWeight(cpu, w);
+  EXPECT_DEATH(Fp8Linear(cpu, wq, wq, cpu.Empty({48, 48})),
+               "fp8::Fp8Linear: xq must be row1x128 codes, got tile128x128");
+  EXPECT_DEATH(Fp8Linear(cpu, shared.Rows(x), shared.Rows(x), cpu.Empty({16, 16})),
+               "fp8::Fp8Linear: wq must be tile128x128 codes, got row1x128");
+  EXPECT_DEATH(Fp8LinearBackwardWeight(cpu, cpu.Empty({16, 48}), wq, cpu.Empty({48, 48})),
+               "fp8::Fp8LinearBackwardWeight: xtq must be row1x128 codes, got tile128x128");
+}
+
 TEST(Fp8LinearDeathTest, ShapesThatDoNotFormTheGemmAbortNamingEveryTensor) {
   HeapAllocator host;
   const Exec cpu = Exec::Cpu(host);
