@@ -186,7 +186,9 @@ TEST_P(GptFp8, LossAndGradientsMatchF32WithinFp8Error) {
     const bool fp8_linear = name.find(".weight") != std::string::npos &&
                             (name.find("attn.") != std::string::npos ||
                              name.find("mlp.") != std::string::npos);
-    if (fp8_linear) EXPECT_GT(err, 0.01) << "no fp8 error in an fp8 linear's gradient";
+    if (fp8_linear) {
+      EXPECT_GT(err, 0.01) << "no fp8 error in an fp8 linear's gradient";
+    }
   }
 }
 

@@ -93,7 +93,7 @@ struct BlasContext::AlgoCache {
   using Key = std::array<int64_t, 20>;
   std::map<Key, std::unique_ptr<internal::LtCall>> calls;
   // fp8::BlockScaledGemm: (layout a, layout b, y dtype, M, N, K, align a.q, align b.q, align y)
-  using BlockScaledKey = std::array<int64_t, 9>;
+  using BlockScaledKey = std::array<int64_t, 11>;
   std::map<BlockScaledKey, std::unique_ptr<internal::LtCall>> block_scaled;
 };
 

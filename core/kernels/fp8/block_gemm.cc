@@ -36,7 +36,7 @@ int64_t ScaleRow(const Fp8Matrix& m, int64_t r, int64_t kb) {
 }  // namespace
 
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
-                     float beta) {
+                     float beta, const Tensor& bias) {
   const char* op = "fp8::BlockScaledGemm";
   const int64_t M = CheckOperand(e, a, op, "a");
   const int64_t N = CheckOperand(e, b, op, "b");
@@ -46,8 +46,15 @@ void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, cons
   internal::CheckOn(e, y, op, "y");
   GTP_CHECK((y.dtype() == DType::kF32 || y.dtype() == DType::kBF16) && y.shape() == Shape({M, N}),
             op, ": y must be f32 or bf16 [", M, ", ", N, "], got ", y.ToString());
+  if (bias.defined()) {
+    internal::CheckOn(e, bias, op, "bias");
+    GTP_CHECK(bias.dtype() == y.dtype() && bias.shape() == Shape({N}), op, ": bias must be ",
+              DTypeName(y.dtype()), "[", N, "] (y's dtype, one per column), got ",
+              bias.ToString());
+    GTP_CHECK(beta == 0.0f, op, ": a bias with beta ", beta, " (only 0) is not supported");
+  }
   if (e.is_cuda()) {
-    internal::BlockScaledGemmCuda(e, a, b, y, beta);
+    internal::BlockScaledGemmCuda(e, a, b, y, beta, bias);
     return;
   }
   const uint8_t* qa = static_cast<const uint8_t*>(a.q.raw_data());
@@ -74,8 +81,9 @@ void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, cons
         for (int64_t k = k0; k < k1; ++k) partial += ar[k] * br[k];  // products exact in f32
         acc += partial * (as[blk] * bs[blk]);
       }
-      // beta·y added to the f32 sum before the one rounding (as cuBLASLt's
-      // epilogue: alpha·acc + beta·C in f32).
+      // beta·y (or the bias) added to the f32 sum before the one rounding
+      // (as cuBLASLt's epilogue: alpha·acc + beta·C, + bias, in f32).
+      if (bias.defined()) acc += internal::LoadF32(bias.raw_data(), bias.dtype(), n);
       if (yf != nullptr) {
         yf[m * N + n] = beta == 0.0f ? acc : acc + beta * yf[m * N + n];
       } else {

@@ -52,8 +52,9 @@ struct Fp8Matrix {
 };
 
 // y [M, N] (f32 or bf16) = dequant(a) [M, K] · dequant(b) [N, K]ᵀ + beta·y,
-// as above.
+// as above; with a bias [N] (y's dtype; beta must then be 0) y = (that sum
+// + bias[n]) in f32, rounded once — cuBLASLt's BIAS epilogue on CUDA.
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
-                     float beta = 0.0f);
+                     float beta = 0.0f, const Tensor& bias = Tensor());
 
 }  // namespace gtp::kernels::fp8

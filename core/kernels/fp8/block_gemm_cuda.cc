@@ -79,7 +79,7 @@ uintptr_t Misalignment(const Tensor& t) {
 }  // namespace
 
 void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
-                         float beta) {
+                         float beta, const Tensor& bias) {
   const char* op = "fp8::BlockScaledGemm (CUDA)";
   const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
   GTP_CHECK(M % kDimMultiple == 0 && N % kDimMultiple == 0 && K % kDimMultiple == 0, op,
@@ -96,6 +96,10 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
       Misalignment(a.q), ", b.q ", Misalignment(b.q), ", y ", Misalignment(y));
   GTP_CHECK(e.blas != nullptr, op, ": a CUDA Exec needs a BlasContext (Exec::blas)");
   if (M == 0 || N == 0) return;
+  GTP_CHECK(!bias.defined() || Misalignment(bias) == 0, op,
+            ": cuBLASLt's bias epilogue needs a 16-byte aligned bias; its address modulo 16 is ",
+            bias.defined() ? Misalignment(bias) : 0);
+  GTP_CHECK(K > 0 || !bias.defined(), op, ": K = 0 with a bias is not supported");
   if (K == 0) {  // the empty sum; 0 bits are +0 in f32 and bf16
     GTP_CHECK(beta == 0.0f || beta == 1.0f, op, ": K = 0 with beta ", beta,
               " (only 0 or 1) is not supported");
@@ -114,6 +118,7 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
   void* d = y.raw_data();
   const bool bf16_out = y.dtype() == DType::kBF16;
   const uint32_t align_a = LtAlignment(lt_a), align_b = LtAlignment(lt_b), align_d = LtAlignment(d);
+  const void* bias_ptr = bias.defined() ? bias.raw_data() : nullptr;
   const BlasContext::AlgoCache::BlockScaledKey key = {static_cast<int64_t>(a.layout),
                                                       static_cast<int64_t>(b.layout),
                                                       static_cast<int64_t>(bf16_out),
@@ -122,7 +127,9 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
                                                       K,
                                                       align_a,
                                                       align_b,
-                                                      align_d};
+                                                      align_d,
+                                                      bias_ptr != nullptr,
+                                                      beta != 0.0f};
   auto& calls = ctx.algo_cache().block_scaled;
   auto cached = calls.find(key);
   if (cached == calls.end()) {
@@ -142,6 +149,18 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
                                                     &lt_a_scale, sizeof(lt_a_scale)));
     GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                     &lt_b_scale, sizeof(lt_b_scale)));
+    if (bias_ptr != nullptr) {
+      // Column-major D is [N, M]: cuBLASLt's bias per D row is our bias per
+      // column n, in D's type.
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                      sizeof(epi)));
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                      &bias_ptr, sizeof(bias_ptr)));
+    }
     const int8_t fast_accum = 0;
     GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                                                     &fast_accum, sizeof(fast_accum)));
@@ -157,13 +176,18 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
     GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op, ": cuBLASLt has no algorithm for M=", M,
               " N=", N, " K=", K, " with a ", Fp8LayoutName(a.layout), " (its B, scale mode ",
               LtScaleModeName(a), "), b ", Fp8LayoutName(b.layout), " (its A, scale mode ",
-              LtScaleModeName(b), "), y ", DTypeName(y.dtype()), ": ", cublasLtGetStatusString(hs),
-              ", ", found, " algorithms");
+              LtScaleModeName(b), "), y ", DTypeName(y.dtype()),
+              bias_ptr != nullptr ? " with the BIAS epilogue" : "", ": ",
+              cublasLtGetStatusString(hs), ", ", found, " algorithms");
     call->algo = result.algo;
     cached = calls.emplace(key, std::move(call)).first;
   }
   LtCall& call = *cached->second;
-  // The scale buffers are new on every call; the shape is not.
+  // The scale buffers (and the bias) are new on every call; the shape is not.
+  if (bias_ptr != nullptr) {
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias_ptr, sizeof(bias_ptr)));
+  }
   GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                                   &lt_a_scale, sizeof(lt_a_scale)));
   GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,

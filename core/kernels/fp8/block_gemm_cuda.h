@@ -15,6 +15,6 @@ namespace gtp::kernels::fp8::internal {
 // shapes); this checks what cuBLASLt adds (block_gemm.h) and aborts, naming
 // the scale modes and the shape, where cuBLASLt finds no algorithm.
 void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
-                         float beta);
+                         float beta, const Tensor& bias);
 
 }  // namespace gtp::kernels::fp8::internal

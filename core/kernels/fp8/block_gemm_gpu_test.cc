@@ -282,21 +282,30 @@ Operand Quantized(const Exec& cpu, const std::vector<float>& x, int64_t R, int64
   return FromHost(m);
 }
 
-// Runs y = a·bᵀ on the GPU twice (y poisoned 0xff, then 0x5a) and checks
-// each element against the double reference and the CPU, as in the header.
+// Runs y = a·bᵀ (+ bias, when given: [N] values representable in y_type)
+// on the GPU twice (y poisoned 0xff, then 0x5a) and checks each element
+// against the double reference and the CPU, as in the header; a bias adds
+// one f32 rounding of the sum (2⁻²⁴ of |y| + |bias|, doubled for the order
+// cuBLASLt adds in).
 void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a, const Operand& b,
-                            DType y_type) {
-  SCOPED_TRACE(what + ", y " + DTypeName(y_type));
+                            DType y_type, const std::vector<float>* bias = nullptr) {
+  SCOPED_TRACE(what + ", y " + DTypeName(y_type) + (bias != nullptr ? " + bias" : ""));
   const int64_t M = a.host.q.dim(0), N = b.host.q.dim(0), K = a.host.q.dim(1);
+  Tensor bias_host, bias_cpu32;
+  if (bias != nullptr) {
+    bias_host = MakeMatrix(*bias, 1, N, *env.cpu.alloc, y_type).View({N});
+    bias_cpu32 = MakeMatrix(*bias, 1, N, *env.cpu.alloc).View({N});
+  }
   Tensor y_cpu = env.cpu.Empty({M, N});
-  BlockScaledGemm(env.cpu, a.host, b.host, y_cpu);
+  BlockScaledGemm(env.cpu, a.host, b.host, y_cpu, 0.0f, bias_cpu32);
   const std::vector<float> cpu = Floats(y_cpu);
   const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
+  const Tensor gbias = bias != nullptr ? env.Up(bias_host) : Tensor();
   ByteVec first;
   std::vector<float> got;
   for (int run = 0; run < 2; ++run) {
     const Tensor y = env.Poisoned({M, N}, y_type, run == 0 ? 0xff : 0x5a);
-    BlockScaledGemm(env.gpu, ga, gb, y);
+    BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, gbias);
     ByteVec bytes = env.Down(y);
     if (run == 0) {
       got = kernels::testing::LoadAs(bytes, y_type);
@@ -317,8 +326,11 @@ void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a,
         y_deq += p;
         S += std::fabs(p);
       }
+      const double bv = bias != nullptr ? (*bias)[n] : 0.0;
+      const double add = bias != nullptr ? 0x1p-23 * (std::fabs(y_deq) + S + std::fabs(bv)) : 0.0;
+      y_deq += bv;
       const double v = got[m * N + n];
-      const double bound = g_gpu * S + rounding * (std::fabs(y_deq) + g_gpu * S);
+      const double bound = g_gpu * S + add + rounding * (std::fabs(y_deq) + g_gpu * S + add);
       const double err = std::fabs(v - y_deq);
       const double vs_cpu = std::fabs(v - cpu[m * N + n]);
       const double cpu_bound = bound + g_f32 * S;
@@ -367,6 +379,25 @@ TEST(BlockGemmGpu, ALinearLayersForwardDgradAndWgrad) {
   ExpectMatchesReference(env, "dgrad dx = dy·W", dyq, FromHost(wt), DType::kF32);
   ExpectMatchesReference(env, "wgrad dW = dyᵀ·x", rows_transposed(dy, T, out),
                          rows_transposed(x, T, in), DType::kF32);
+}
+
+// The BIAS epilogue (what an fp8 linear's forward uses): a bias per output
+// column, f32 and bf16 y, against the reference plus the bias; the bias
+// values span magnitudes like the outputs', so one added to the wrong column
+// (or not at all) breaks the bound.
+TEST(BlockGemmGpu, TheBiasEpilogueAddsOneBiasPerColumn) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  const int64_t M = 208, N = 304, K = 384;
+  const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 31), M, K, kRow);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 32), N, K, kTile);
+  for (const DType t : {DType::kF32, DType::kBF16}) {
+    std::vector<float> raw = BlockyMatrix(1, N, 33);
+    for (float& v : raw) v *= 1e3f;  // about the outputs' size
+    // The values as y_type holds them (bf16-rounded for a bf16 y).
+    const std::vector<float> bias = Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, t));
+    ExpectMatchesReference(env, "bias epilogue", a, b, t, &bias);
+  }
 }
 
 struct GemmCase {

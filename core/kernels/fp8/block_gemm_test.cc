@@ -346,6 +346,47 @@ TEST(LtScaleLayout, EveryEntryHasItsOwnOffsetAndOnlyTilePaddingIsLeft) {
   EXPECT_EQ(LtScaleCount(true, 304, 1008), 3 * 8);
 }
 
+// A bias is added to each output's f32 sum before its one rounding: for an
+// f32 y exactly fl(y₀ + bias[n]) with y₀ the bias-free result, for a bf16 y
+// that sum rounded once to bf16 (not the bf16 y₀ plus the bias).
+TEST_F(BlockGemm, ABiasIsAddedPerColumnBeforeTheRounding) {
+  const int64_t M = 20, N = 40, K = 300;
+  const Operand a = Quantized(e_, BlockyMatrix(M, K, 12), M, K, Fp8Layout::kRow1x128);
+  const Operand b = Quantized(e_, BlockyMatrix(N, K, 13), N, K, Fp8Layout::kTile128x128);
+  std::vector<float> bias = BlockyMatrix(1, N, 14);
+  for (float& v : bias) v = BF16BitsToF32(F32ToBF16Bits(v));  // bf16 values
+  Tensor y0 = e_.Empty({M, N}), y32 = e_.Empty({M, N}), y16 = e_.Empty({M, N}, DType::kBF16);
+  BlockScaledGemm(e_, a.m, b.m, y0);
+  BlockScaledGemm(e_, a.m, b.m, y32, 0.0f, MakeMatrix(bias, 1, N, host_).View({N}));
+  BlockScaledGemm(e_, a.m, b.m, y16, 0.0f, MakeMatrix(bias, 1, N, host_, DType::kBF16).View({N}));
+  const std::vector<float> f0 = Floats(y0), f32 = Floats(y32);
+  const bf16* h = static_cast<const bf16*>(y16.raw_data());
+  int64_t changed = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t i = m * N + n;
+      const float want = f0[i] + bias[n];
+      ASSERT_EQ(FloatBits(f32[i]), FloatBits(want)) << m << "," << n;
+      ASSERT_EQ(h[i].bits, F32ToBF16Bits(want)) << m << "," << n;
+      changed += f32[i] != f0[i];
+    }
+  }
+  EXPECT_GT(changed, M * N / 2);  // the bias really moved the outputs
+}
+
+TEST(BlockGemmDeathTest, ABiasOfAnotherShapeTypeOrWithBetaAborts) {
+  HeapAllocator host;
+  const Exec cpu = Exec::Cpu(host);
+  const Fp8Matrix a{cpu.Empty({2, 130}, DType::kF8E4M3), cpu.Empty({2, 2}), Fp8Layout::kRow1x128};
+  const Fp8Matrix b{cpu.Empty({3, 130}, DType::kU8), cpu.Empty({1, 2}), Fp8Layout::kTile128x128};
+  EXPECT_DEATH(BlockScaledGemm(cpu, a, b, cpu.Empty({2, 3}), 0.0f, cpu.Empty({2})),
+               "bias must be f32\\[3\\] \\(y's dtype, one per column\\), got f32\\[2\\]");
+  EXPECT_DEATH(BlockScaledGemm(cpu, a, b, cpu.Empty({2, 3}), 0.0f, cpu.Empty({3}, DType::kBF16)),
+               "bias must be f32\\[3\\]");
+  EXPECT_DEATH(BlockScaledGemm(cpu, a, b, cpu.Empty({2, 3}), 1.0f, cpu.Empty({3})),
+               "a bias with beta 1 \\(only 0\\) is not supported");
+}
+
 TEST(BlockGemmDeathTest, MismatchedShapesAbortSayingWhy) {
   HeapAllocator host;
   const Exec cpu = Exec::Cpu(host);

@@ -95,11 +95,11 @@ void Fp8Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
 }
 
 void Fp8Linear(const Exec& e, const Fp8Matrix& xq, const Fp8Matrix& wq, const Tensor& y,
-               float beta) {
+               float beta, const Tensor& bias) {
   const char* op = "fp8::Fp8Linear";
   CheckQuantized(xq, Fp8Layout::kRow1x128, op, "xq");
   CheckQuantized(wq, Fp8Layout::kTile128x128, op, "wq");
-  BlockScaledGemm(e, xq, wq, y, beta);  // checks the shapes, naming them
+  BlockScaledGemm(e, xq, wq, y, beta, bias);  // checks the shapes, naming them
 }
 
 void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,

@@ -68,9 +68,10 @@ void Fp8Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
                float beta = 0.0f);
 
 // The same from x quantised already (xq: Fp8SharedInput::Rows) and w
-// quantised already (wq: QuantizeWeight).
+// quantised already (wq: QuantizeWeight); with a bias [out] (y's dtype, beta
+// 0) added to the f32 result before its rounding (BlockScaledGemm's bias).
 void Fp8Linear(const Exec& e, const Fp8Matrix& xq, const Fp8Matrix& wq, const Tensor& y,
-               float beta = 0.0f);
+               float beta = 0.0f, const Tensor& bias = Tensor());
 
 // dx [N, in] = dy [N, out]·w [out, in] + beta·dx.
 void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
