@@ -24,11 +24,12 @@ struct Result {
   std::map<std::string, std::vector<float>> grads;  // global f32 gradients
 };
 
-GptConfig Config(bool llama, DType dt, bool fp8 = false) {
+GptConfig Config(bool llama, DType dt, bool fp8 = false, bool recompute = false) {
   GptConfig c = GptConfig::Gpt2(300, 32, 2, 64, 4);
   c.block.seed = 5;
   c.block.dtype = dt;
   c.block.fp8 = fp8;
+  c.block.recompute = recompute;
   if (llama) {
     c.block.rope = true;
     c.learned_positions = false;
@@ -44,7 +45,7 @@ GptConfig Config(bool llama, DType dt, bool fp8 = false) {
 // 4 sequences in all, split over the data lanes (shards / tp of them).
 // training: the trainer's ForwardAsync(backward_follows) + TakeLossSum.
 Result RunModel(bool llama, DType dt, int tp, int shards, bool training = false,
-                bool fp8 = false) {
+                bool fp8 = false, bool recompute = false) {
   const int64_t lanes = shards / tp, B = 4 / lanes, T = 32;
   Result out;
   absl::Mutex mu;
@@ -56,7 +57,7 @@ Result RunModel(bool llama, DType dt, int tp, int shards, bool training = false,
     GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
     HeapAllocator host;
     kernels::Exec e = kernels::Exec::Cpu(host);
-    GTP_ASSIGN_OR_RETURN(auto model, GptModel::Create(Config(llama, dt, fp8), B, T, pgs, e));
+    GTP_ASSIGN_OR_RETURN(auto model, GptModel::Create(Config(llama, dt, fp8, recompute), B, T, pgs, e));
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs.Get("data"));
     std::vector<int32_t> tok(B * T), tgt(B * T);
     for (int64_t i = 0; i < B * T; ++i) {
@@ -199,6 +200,22 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GptFp8,
                            return absl::StrCat(std::get<0>(i.param) ? "llama" : "gpt2", "_tp",
                                                std::get<1>(i.param), "_shards", std::get<2>(i.param));
                          });
+
+// Activation recompute re-runs each block's forward (its own quantisations,
+// the kept Wᵀ codes made again) before the block's backward: the fp8 model's
+// loss and gradients come out bit for bit as without it, on one rank and
+// TP2·GTP2.
+TEST(GptFp8Recompute, GivesTheSameBitsAsWithout) {
+  for (auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
+    SCOPED_TRACE(absl::StrCat("tp", tp, " shards", shards));
+    const Result a = RunModel(false, DType::kBF16, tp, shards, false, /*fp8=*/true);
+    const Result b = RunModel(false, DType::kBF16, tp, shards, false, /*fp8=*/true,
+                              /*recompute=*/true);
+    EXPECT_EQ(a.loss, b.loss);
+    ASSERT_EQ(a.grads.size(), b.grads.size());
+    for (const auto& [name, want] : a.grads) EXPECT_EQ(b.grads.at(name), want) << name;
+  }
+}
 
 // The training path (the loss gradient computed with the loss, in one call,
 // when TP = 1; the staged path when TP > 1) gives the Forward/Backward path's
