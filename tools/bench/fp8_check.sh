@@ -15,8 +15,12 @@
 # tokens/s, MFU (on the bf16 peak, 989 TFLOP/s, whatever the precision),
 # peak memory; then fp8/bf16's speed ratio and the losses' agreement (mean
 # |Δloss| over all steps, the final step's relative difference, and the mean
-# of the last 10 steps'). Logs and metrics in $OUT/fp8_check (device tool)
-# or a temp dir. Exit 1 when a run failed.
+# of the last 10 steps'). PROFILE=1 adds, after the cases, where the 124M
+# fp8 step's kernel time goes (tools/bench/kernel_profile.py; needs ncu);
+# GEMMS=1 the linears' GEMMs alone, bf16 vs fp8 with and without the
+# quantisation (core/kernels/bench:fp8_linear_benchmark, about a minute).
+# Logs and metrics in $OUT/fp8_check (device tool) or a temp dir. Exit 1
+# when a run failed.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -92,5 +96,15 @@ if len(runs) == 2:
           f"last-10 mean rel {abs(fb-fa)/fa*100:.2f} %")
 PY
 done
+if [[ "${GEMMS:-0}" == 1 ]]; then
+  echo "=== a linear's GEMMs, N = 8192 tokens (ms per call)"
+  timeout 240 "$B/bin/core_kernels_bench_fp8_linear_benchmark" 2>&1 | grep '^BM_' |
+    awk '{printf "%-52s %8s ms %s\n", $1, $2, $NF}'
+fi
+if [[ "${PROFILE:-0}" == 1 ]]; then
+  echo "=== kernel time of the 124M fp8 step"
+  timeout 240 python3 tools/bench/kernel_profile.py --bin "$B/bin" --steps 4 --skip_steps 2 \
+    --top 25 --set train.precision=fp8 2>&1 | tail -28
+fi
 rm -rf "$B"
 exit $status

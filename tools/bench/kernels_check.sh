@@ -6,8 +6,9 @@
 #   (here)        tools/gpu.sh bundle
 #   (device tool) run(command="bash tools/bench/kernels_check.sh", carry=[".bundle"])
 #
-# 1. the GPU tests of core/kernels/fp8 (block quantisers, block-scaled GEMM;
-#    the GEMM's layout probe runs first and prints what cuBLASLt did) and of
+# 1. the GPU tests of core/kernels/fp8 (block quantisers, block-scaled GEMM
+#    with its bias epilogue, the linear's three GEMMs; the GEMM's layout probe
+#    runs first and prints what cuBLASLt did) and of
 #    core/kernels/ssm (both scan kernel sets and kAuto against the CPU);
 # 2. ssm_benchmark: the scan at the hybrid's heads, chunked vs recurrence, and
 #    the default (ScanAuto) at T = 1024, 4096, 8192;
@@ -32,7 +33,7 @@ status=0
 
 echo "=== 1. GPU tests"
 for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_test \
-  core_kernels_ssm_ssm_gpu_test; do
+  core_kernels_fp8_linear_gpu_test core_kernels_ssm_ssm_gpu_test; do
   if [[ ! -x "$B/bin/$t" ]]; then
     echo "MISSING $t (not in the bundle)"
     status=1

@@ -1,0 +1,181 @@
+// A linear layer's three GEMMs in bf16 against block-scaled FP8, at the
+// linears of GPT-2 124M, 350M and 1.3B (N = 8192 tokens: B=8, T=1024), on
+// the GPU (CUDA only; nothing registers without one):
+//
+//   bazel run -c opt //core/kernels/bench:fp8_linear_benchmark
+//   (GPU machine, bundled) ./bin/core_kernels_bench_fp8_linear_benchmark
+//
+// For each shape (in → out) and pass (fwd y = x·Wᵀ, dgrad dx = dy·W, wgrad
+// dW += dyᵀ·x into f32), three implementations on the same bf16 tensors:
+//   bf16      ops::Linear / LinearBackwardData / LinearBackwardWeight (what
+//             train.precision=bf16 runs, without its epilogues);
+//   fp8       fp8::Fp8Linear* from the bf16 tensors: quantisation + GEMM,
+//             what a linear pays today under train.precision=fp8 when
+//             nothing is shared;
+//   fp8_gemm  fp8::BlockScaledGemm alone on operands quantised beforehand:
+//             the GEMM's own speed, the floor quantisation fusion could reach.
+// Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
+// TFLOP/s = 2·N·in·out per call.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/fp8/block_gemm.h"
+#include "core/kernels/fp8/block_quant.h"
+#include "core/kernels/fp8/linear.h"
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels {
+namespace {
+
+constexpr int64_t kTokens = 8192;
+
+enum class Pass { kFwd, kDgrad, kWgrad };
+enum class Impl { kBf16, kFp8, kFp8Gemm };
+
+// Random bf16 values in ±[0.5, 1) (never zeros: tensor cores run zeros
+// faster), from a cheap LCG.
+Tensor RandomBF16(const Exec& e, const Shape& s, uint64_t seed) {
+  Tensor t = e.Empty(s, DType::kBF16);
+  std::vector<uint16_t> host(t.numel());
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < host.size(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const float u = 0.5f + static_cast<float>(x >> 41) / static_cast<float>(1 << 24);
+    host[i] = F32ToBF16Bits((x >> 40) & 1 ? u : -u);
+  }
+  GTP_CUDA_CHECK(cudaMemcpy(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
+  return t;
+}
+
+fp8::Fp8Matrix Quantized(const Exec& e, const Tensor& m, fp8::Fp8Layout l) {
+  const int64_t R = m.dim(0), C = m.dim(1);
+  fp8::Fp8Matrix q{e.Empty({R, C}, DType::kF8E4M3), e.Empty(fp8::Fp8ScaleShape(R, C, l)), l};
+  fp8::QuantizeBlocks(e, m, l, q.q, q.scales);
+  return q;
+}
+
+fp8::Fp8Matrix QuantizedTransposed(const Exec& e, const Tensor& m) {
+  const int64_t R = m.dim(0), C = m.dim(1);
+  fp8::Fp8Matrix q{e.Empty({C, R}, DType::kF8E4M3),
+                   e.Empty(fp8::Fp8ScaleShape(C, R, fp8::Fp8Layout::kRow1x128)),
+                   fp8::Fp8Layout::kRow1x128};
+  fp8::QuantizeRowsTransposed(e, m, q.q, q.scales);
+  return q;
+}
+
+void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, Impl impl) {
+  GTP_CUDA_CHECK(cudaSetDevice(0));
+  CudaCachingAllocator alloc(0);
+  cuda::BlasContext ctx(0);
+  cudaStream_t stream;
+  GTP_CUDA_CHECK(cudaStreamCreate(&stream));
+  const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
+  const int64_t N = kTokens;
+  const Tensor x = RandomBF16(e, {N, in}, 1), w = RandomBF16(e, {out, in}, 2),
+               dy = RandomBF16(e, {N, out}, 3);
+  const Tensor y = e.Empty({N, out}, DType::kBF16), dx = e.Empty({N, in}, DType::kBF16),
+               dw = e.Zeros({out, in}, DType::kF32);
+  // fp8_gemm's operands, quantised once outside the timed loop.
+  fp8::Fp8Matrix a, b;
+  if (impl == Impl::kFp8Gemm) {
+    switch (pass) {
+      case Pass::kFwd:
+        a = Quantized(e, x, fp8::Fp8Layout::kRow1x128);
+        b = Quantized(e, w, fp8::Fp8Layout::kTile128x128);
+        break;
+      case Pass::kDgrad:
+        a = Quantized(e, dy, fp8::Fp8Layout::kRow1x128);
+        b = fp8::TransposeWeight(e, fp8::QuantizeWeight(e, w));
+        break;
+      case Pass::kWgrad:
+        a = QuantizedTransposed(e, dy);
+        b = QuantizedTransposed(e, x);
+        break;
+    }
+  }
+  auto run = [&] {
+    switch (impl) {
+      case Impl::kBf16:
+        if (pass == Pass::kFwd) return ops::Linear(e, x, w, y);
+        if (pass == Pass::kDgrad) return ops::LinearBackwardData(e, dy, w, dx);
+        return ops::LinearBackwardWeight(e, dy, x, dw, 1.0f);
+      case Impl::kFp8:
+        if (pass == Pass::kFwd) return fp8::Fp8Linear(e, x, w, y);
+        if (pass == Pass::kDgrad) return fp8::Fp8LinearBackwardData(e, dy, w, dx);
+        return fp8::Fp8LinearBackwardWeight(e, dy, x, dw, 1.0f);
+      case Impl::kFp8Gemm:
+        if (pass == Pass::kFwd) return fp8::BlockScaledGemm(e, a, b, y);
+        if (pass == Pass::kDgrad) return fp8::BlockScaledGemm(e, a, b, dx);
+        return fp8::BlockScaledGemm(e, a, b, dw, 1.0f);
+    }
+  };
+  cudaEvent_t start, stop;
+  GTP_CUDA_CHECK(cudaEventCreate(&start));
+  GTP_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) run();  // warm-up (algorithm choice, allocator)
+  const int reps = 10;
+  for (auto _ : state) {
+    GTP_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < reps; ++i) run();
+    GTP_CUDA_CHECK(cudaEventRecord(stop, stream));
+    GTP_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    GTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms / 1000.0 / reps);
+  }
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * N * in * out * 1e-12,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+}
+
+void Register() {
+  struct Shape2 {
+    const char* model;
+    int64_t in, out;
+  };
+  const Shape2 shapes[] = {
+      {"124m", 768, 768},    {"124m", 768, 3072},   {"124m", 3072, 768},
+      {"350m", 1024, 1024},  {"350m", 1024, 4096},  {"350m", 4096, 1024},
+      {"1p3b", 2048, 2048},  {"1p3b", 2048, 8192},  {"1p3b", 8192, 2048},
+  };
+  for (const Shape2& s : shapes) {
+    for (auto [pass_name, pass] : {std::make_pair("fwd", Pass::kFwd),
+                                   std::make_pair("dgrad", Pass::kDgrad),
+                                   std::make_pair("wgrad", Pass::kWgrad)}) {
+      for (auto [impl_name, impl] : {std::make_pair("bf16", Impl::kBf16),
+                                     std::make_pair("fp8", Impl::kFp8),
+                                     std::make_pair("fp8_gemm", Impl::kFp8Gemm)}) {
+        const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
+                                 std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
+                                 pass_name + "/" + impl_name;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [in = s.in, out = s.out, pass = pass,
+                                      impl = impl](benchmark::State& st) {
+                                       BM_Fp8Linear(st, in, out, pass, impl);
+                                     })
+            ->UseManualTime()
+            ->MinTime(0.05)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gtp::kernels
+
+int main(int argc, char** argv) {
+  if (gtp::CudaDeviceCount() > 0) gtp::kernels::Register();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}
