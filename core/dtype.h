@@ -7,6 +7,9 @@
 //     saturating to ±448; NaN -> 0x7F.
 //   - f32 -> fp8 e5m2 (IEEE-like, max 57344, has inf): round to nearest even,
 //     saturating finite values to ±57344; inf stays inf; NaN -> 0x7F.
+//   - f32 -> fp4 e2m1 (OCP MX "FP4": no inf, no NaN, max 6): round to
+//     nearest even, saturating to ±6 (inf included); NaN -> 0x7 (+6: the
+//     format cannot carry NaN, NVFP4 carries it in its scales).
 // All functions here are pure and thread-safe.
 #pragma once
 
@@ -185,9 +188,28 @@ GTP_HD float E5M2BitsToF32(uint8_t b) {
 GTP_HD fp8_e5m2 ToE5M2(float f) { return fp8_e5m2{F32ToE5M2Bits(f)}; }
 GTP_HD float ToF32(fp8_e5m2 v) { return E5M2BitsToF32(v.bits); }
 
+// ---- fp4 e2m1 (bias 1, 1 mantissa bit; max 6 = code 0x7; no inf, no NaN) -------
+// A code is a nibble: sign 0x8, magnitude codes 0..7 = {0, 0.5, 1, 1.5, 2, 3,
+// 4, 6}; 0x8 is −0. Two codes share a byte in packed formats (NVFP4,
+// core/kernels/kernels.h); these functions take and return one nibble (the
+// decoder ignores the high nibble of its argument).
+GTP_HD uint8_t F32ToE2M1Bits(float f) {
+  uint32_t u = FloatBits(f);
+  uint8_t sign = static_cast<uint8_t>((u >> 28) & 0x8u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7;  // NaN: no code for it
+  // inf saturates through the encoder (its exponent is far above 6's).
+  return sign | static_cast<uint8_t>(EncodeSmallFloatMagnitude(BitsFloat(a), 1, 1, 0x7u));
+}
+GTP_HD float E2M1BitsToF32(uint8_t b) {
+  uint32_t sign = (static_cast<uint32_t>(b) & 0x8u) << 28;
+  return BitsFloat(sign | FloatBits(DecodeSmallFloatMagnitude(b & 0x7u, 1, 1)));
+}
+
 // Largest finite magnitudes.
 inline constexpr float kE4M3Max = 448.0f;
 inline constexpr float kE5M2Max = 57344.0f;
+inline constexpr float kE2M1Max = 6.0f;
 
 // Compile-time DType of a C++ element type.
 template <typename T> struct DTypeOf;

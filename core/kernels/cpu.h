@@ -108,6 +108,12 @@ void DequantizeFp8Blockwise(const uint8_t* q, const uint8_t* scales, void* y, DT
                             int64_t n, DType fmt);
 // Backward of quantize→dequantize is the straight-through estimator: dx = dy.
 
+// NVFP4 (cpu/nvfp4.cc; format, rules and error bound in kernels.h): wire
+// (Nvfp4WireBytes(n) bytes, every one written) ← x (n elements, f32 or bf16:
+// x_type); y (n elements, f32 or bf16: y_type) ← wire.
+void EncodeNvfp4(const void* x, DType x_type, uint8_t* wire, int64_t n);
+void DecodeNvfp4(const uint8_t* wire, void* y, DType y_type, int64_t n);
+
 // ---- Optimizer math ------------------------------------------------------------------
 // AdamW on n elements: m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²;
 // p ← p − lr·(m̂ / (√v̂ + eps) + wd·p), m̂ = m/(1−β1^t), v̂ = v/(1−β2^t).

@@ -168,6 +168,14 @@ void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, uint8_t* scal
                           DType fmt, cudaStream_t stream);
 void DequantizeFp8Blockwise(const uint8_t* q, const uint8_t* scales, void* y, DType y_type,
                             int64_t n, DType fmt, cudaStream_t stream);
+// NVFP4 (the CPU's bits; kernels.h): two kernels, the tensor amax (an
+// unsigned atomicMax of |x|'s bits into amax_scratch, one device u32 that
+// the call zeroes first: order-free and exact), then the encode, one thread
+// per code byte. amax_scratch must not be shared with concurrent calls.
+void EncodeNvfp4(const void* x, DType x_type, uint8_t* wire, int64_t n, uint32_t* amax_scratch,
+                 cudaStream_t stream);
+// One thread per code byte (two elements).
+void DecodeNvfp4(const uint8_t* wire, void* y, DType y_type, int64_t n, cudaStream_t stream);
 
 // Multi-tensor AdamW in one launch (see cpu.h): `segments` is a device
 // array of num_segments entries; `chunks` a device array of num_chunks

@@ -179,4 +179,115 @@ GTP_HD float E8M0ToF32(uint8_t e) {
   return BitsFloat(e == 0 ? 0x00400000u : e == kE8M0NaN ? 0x7fc00000u : uint32_t{e} << 23);
 }
 
+// ---- NVFP4 (issue 31: a GTP gather wire format) --------------------------------
+// n values (f32 or bf16) as e2m1 codes (core/dtype.h), one e4m3 scale per
+// block of 16 and one f32 scale per tensor; the receiver dequantises before
+// its (Hopper: bf16/fp8) GEMMs. ops::EncodeNvfp4 / DecodeNvfp4 (CPU
+// cpu/nvfp4.cc, CUDA cuda/nvfp4.cu) write the same bits: the scalar rules
+// are the GTP_HD functions below, with IEEE f32 division and
+// multiplication (no fast math, no FMA, subnormals kept).
+//
+// Wire of n elements, Nvfp4WireBytes(n) bytes:
+//   [0, 4)           g, the f32 tensor scale (host byte order: little-endian)
+//   [4, 4 + ⌈n/2⌉)   codes: byte i holds element 2i in its low nibble and
+//                    2i + 1 in its high one (0 past n when n is odd)
+//   next ⌈n/16⌉      block scale codes s_b (e4m3), block b = elements
+//                    [16b, 16b + 16) (the last block may be short)
+//   then zeros up to a multiple of 16 bytes (wires laid end to end keep g
+//   4-byte aligned). n = 0 is 16 bytes: g = 1 and zeros.
+//
+// Encoding (bf16 inputs are widened exactly first):
+//   A   = max_i |x_i|, the unsigned max of the bits of |x_i| (exact and
+//         order-free: NaN > inf > every finite value)
+//   g   = Nvfp4TensorScale: 1 if A = 0; NaN if A is NaN or ±inf; else
+//         max(A / 2688, 2⁻¹²⁶) (2688 = 6·448, one f32 division; the clamp
+//         only acts for A < 3.2e-35 and keeps g a normal, non-zero f32)
+//   a_b = max |x_i| over block b (the same bits max)
+//   s_b = e4m3((a_b / 6) / g)  two f32 divisions, then round to nearest
+//         even saturating at 448 (a NaN g gives 0x7F)
+//   d_b = e4m3⁻¹(s_b)·g        f32 product, the block's decoded scale
+//   c_i = 0 if d_b == 0 (the whole block codes to +0), else e2m1(x_i / d_b):
+//         nearest even, saturating at ±6 (a NaN d_b gives 0x7 everywhere)
+// Decoding: y_i = e2m1⁻¹(c_i)·d_b (f32 product; a bf16 y is that product
+//   rounded to nearest even), and NaN (0x7FC00000) wherever d_b is NaN.
+//   A non-finite input therefore poisons the whole wire: g is NaN and every
+//   element of every block decodes to NaN (NaN is never hidden, but NVFP4
+//   cannot say which element it was).
+//
+// Error of one element (derivation; nvfp4_test checks it). Let t =
+// (a_b/6)/g; e4m3 rounding gives |e4m3⁻¹(s_b) − t| ≤ t/16 + 2⁻¹⁰ (half an ulp
+// of 3 mantissa bits, or half the subnormal spacing 2⁻⁹), so d_b lies within
+// (1 ± 1/16)·a_b/6 ± 2⁻¹⁰·g. With z = x/d_b, e2m1 rounding gives |e2m1(z) − z|
+// ≤ max(|z|/5, 1/4) for |z| ≤ 6 (the worst relative case is a tie such as
+// 1.25 → 1; below 1 the spacing is 0.5); |z| > 6 happens only through the
+// scale's rounding and saturates with an error ≤ |x|/16 + 6·2⁻¹⁰·g; when
+// s_b rounds to 0 (t ≤ 2⁻¹⁰) the block decodes to zeros and loses |x| ≤ a_b
+// ≤ 6·2⁻¹⁰·g. Together, f32 rounding included:
+//   |y − x| ≤ kNvfp4RelativeError·|x| + kNvfp4BlockFloor·a_b + kNvfp4ScaleFloor·g
+// i.e. 20 % of |x|, plus 4.4 % of the block's amax (what the smallest code
+// step and rounding to 0 lose: d_b/4), plus 2.2e-6·A for an unclamped g
+// (the e4m3 subnormal floor of the block scale). A bf16 y adds its own
+// rounding: the bound B becomes B·(1 + 2⁻⁹) + 2⁻⁹·|x| (for |y| ≥ 2⁻¹²⁶,
+// bf16's normal range). Blocks whose amax is far below A lose the
+// most: their scale code is an e4m3 subnormal (a_b < A/28672) or 0.
+inline constexpr int kNvfp4BlockSize = 16;
+inline constexpr double kNvfp4RelativeError = 0.2 + 0x1p-20;
+inline constexpr double kNvfp4BlockFloor = 17.0 / 384.0 * (1 + 0x1p-20);
+inline constexpr double kNvfp4ScaleFloor = 6 * 0x1p-10 * (1 + 0x1p-10);
+// The smallest tensor scale (FLT_MIN = 2⁻¹²⁶).
+inline constexpr float kNvfp4MinTensorScale = 1.17549435082228750797e-38f;
+
+// Bytes of the NVFP4 wire of n ≥ 0 elements (layout above): 4 + ⌈n/2⌉ +
+// ⌈n/16⌉ rounded up to a multiple of 16.
+GTP_HD constexpr int64_t Nvfp4WireBytes(int64_t n) {
+  return (4 + (n + 1) / 2 + (n + kNvfp4BlockSize - 1) / kNvfp4BlockSize + 15) / 16 * 16;
+}
+// Byte offsets of the codes and of the block scales in the wire of n elements.
+inline constexpr int64_t kNvfp4CodesOffset = 4;
+GTP_HD constexpr int64_t Nvfp4ScalesOffset(int64_t n) { return kNvfp4CodesOffset + (n + 1) / 2; }
+
+// One f32 division / product rounded to nearest, spelled out on the device
+// (so no compiler may contract or approximate them).
+GTP_HD float DivRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+GTP_HD float MulRn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// g from the bits of A (bits of a non-negative float: NaN and inf above
+// every finite value).
+GTP_HD float Nvfp4TensorScale(uint32_t amax_bits) {
+  if (amax_bits >= 0x7f800000u) return BitsFloat(0x7fc00000u);
+  if (amax_bits == 0) return 1.0f;
+  const float g = DivRn(BitsFloat(amax_bits), kE2M1Max * kE4M3Max);
+  return g < kNvfp4MinTensorScale ? kNvfp4MinTensorScale : g;
+}
+
+// s_b of a block whose largest |x| has bits amax_bits, under tensor scale g.
+GTP_HD uint8_t Nvfp4BlockScaleCode(uint32_t amax_bits, float g) {
+  return F32ToE4M3Bits(DivRn(DivRn(BitsFloat(amax_bits), kE2M1Max), g));
+}
+
+// d_b: the f32 scale a block's codes are multiplied by.
+GTP_HD float Nvfp4BlockScale(uint8_t s, float g) { return MulRn(E4M3BitsToF32(s), g); }
+
+// c_i of x in a block of decoded scale d (a nibble).
+GTP_HD uint8_t Nvfp4ElementCode(float x, float d) {
+  return d == 0.0f ? uint8_t{0} : F32ToE2M1Bits(DivRn(x, d));
+}
+
+// y_i of code c (low nibble) in a block of decoded scale d.
+GTP_HD float Nvfp4ElementValue(uint8_t c, float d) {
+  return d != d ? BitsFloat(0x7fc00000u) : MulRn(E2M1BitsToF32(c), d);
+}
+
 }  // namespace gtp::kernels

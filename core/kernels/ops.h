@@ -249,5 +249,19 @@ void QuantizeFp8Blockwise(const Exec& e, const Tensor& x, const Tensor& q, const
 void DequantizeFp8Blockwise(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& y,
                             DType fmt = DType::kF8E4M3);
 
+// NVFP4, a GTP gather wire format (issue 31; kernels.h has the layout, the
+// rules and the error bound): e2m1 codes, an e4m3 scale per
+// kNvfp4BlockSize = 16 elements and an f32 scale per tensor, 0.5625 bytes
+// per element for large n. CPU and CUDA write the same bits, every byte of
+// the wire included (padding 0). A NaN or ±inf anywhere in x poisons the
+// whole wire: every element decodes to NaN.
+// wire (u8 [Nvfp4WireBytes(x.numel())]) ← x (f32 or bf16, contiguous, any
+// shape; flattened). CUDA: two kernels on e.stream and a 4-byte scratch
+// from e.alloc; never blocks.
+void EncodeNvfp4(const Exec& e, const Tensor& x, const Tensor& wire);
+// y (f32 or bf16, contiguous, n elements, any shape) ← wire (u8
+// [Nvfp4WireBytes(n)]). CUDA: one kernel on e.stream; never blocks.
+void DecodeNvfp4(const Exec& e, const Tensor& wire, const Tensor& y);
+
 }  // namespace ops
 }  // namespace gtp::kernels

@@ -1,5 +1,6 @@
 // core/kernels/ops/cast.cc — Dispatch of the dtype conversions (cpu/cast.cc,
-// cuda/cast.cu): f32 ↔ bf16 Cast and the MXFP8 blockwise quantisation.
+// cuda/cast.cu): f32 ↔ bf16 Cast and the MXFP8 blockwise quantisation; the
+// NVFP4 wire codec (cpu/nvfp4.cc, cuda/nvfp4.cu).
 #include <cstdint>
 
 #include "core/kernels/cpu.h"
@@ -75,6 +76,44 @@ void DequantizeFp8Blockwise(const Exec& e, const Tensor& q, const Tensor& scales
       [&] {
         cuda::DequantizeFp8Blockwise(qp, sp, y.raw_data(), y.dtype(), y.numel(), fmt, e.stream);
       });
+}
+
+namespace {
+
+// data (x or y, named `what`) f32 or bf16; wire u8 of its element count's size.
+void CheckNvfp4(const Exec& e, const char* op, const Tensor& data, const char* what,
+                const Tensor& wire) {
+  CheckOn(e, data, what);
+  CheckOn(e, wire, "wire");
+  GTP_CHECK((data.dtype() == DType::kF32 || data.dtype() == DType::kBF16) &&
+                wire.dtype() == DType::kU8 && wire.numel() == Nvfp4WireBytes(data.numel()),
+            op, ": ", what, " ", data.ToString(), " wire ", wire.ToString(), " (want u8 [",
+            Nvfp4WireBytes(data.numel()), "])");
+}
+
+}  // namespace
+
+void EncodeNvfp4(const Exec& e, const Tensor& x, const Tensor& wire) {
+  CheckNvfp4(e, "EncodeNvfp4", x, "x", wire);
+  uint8_t* w = static_cast<uint8_t*>(wire.raw_data());
+  OnDevice(
+      e, [&] { cpu::EncodeNvfp4(x.raw_data(), x.dtype(), w, x.numel()); },
+      [&] {
+        // Freed on return while the kernels may still be queued, like every
+        // op's CUDA scratch: e.alloc serves work ordered after them on
+        // e.stream (allocator.h: no stream tracking).
+        Tensor amax = e.Empty({1}, DType::kI32);
+        cuda::EncodeNvfp4(x.raw_data(), x.dtype(), w, x.numel(),
+                          static_cast<uint32_t*>(amax.raw_data()), e.stream);
+      });
+}
+
+void DecodeNvfp4(const Exec& e, const Tensor& wire, const Tensor& y) {
+  CheckNvfp4(e, "DecodeNvfp4", y, "y", wire);
+  const uint8_t* w = static_cast<const uint8_t*>(wire.raw_data());
+  OnDevice(
+      e, [&] { cpu::DecodeNvfp4(w, y.raw_data(), y.dtype(), y.numel()); },
+      [&] { cuda::DecodeNvfp4(w, y.raw_data(), y.dtype(), y.numel(), e.stream); });
 }
 
 }  // namespace gtp::kernels::ops
