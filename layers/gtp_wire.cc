@@ -7,35 +7,49 @@ namespace gtp::layers {
 
 namespace ops = kernels::ops;
 
-int64_t Fp8WireBytes(int64_t n) {
+const char* GatherCodecName(GatherCodec c) {
+  return c == GatherCodec::kMxfp8 ? "mxfp8" : "nvfp4";
+}
+
+int64_t WireBytes(GatherCodec c, int64_t n) {
+  if (c == GatherCodec::kNvfp4) return kernels::Nvfp4WireBytes(n);
   const int64_t blocks = (n + kernels::kFp8BlockSize - 1) / kernels::kFp8BlockSize;
   return n + blocks;
 }
 
-void EncodeFp8Wire(const kernels::Exec& e, const Tensor& x, const Tensor& wire) {
+void EncodeWire(GatherCodec c, const kernels::Exec& e, const Tensor& x, const Tensor& wire) {
   const int64_t n = x.numel(), w = wire.numel();
-  GTP_CHECK(w == Fp8WireBytes(n), "fp8 wire of ", x.ToString(), ": ", wire.ToString());
-  ops::QuantizeFp8Blockwise(e, x.View({n}), wire.Slice(0, n), wire.Slice(n, w));
+  GTP_CHECK(w == WireBytes(c, n), GatherCodecName(c), " wire of ", x.ToString(), ": ",
+            wire.ToString());
+  if (c == GatherCodec::kNvfp4) {
+    ops::EncodeNvfp4(e, x.View({n}), wire);
+  } else {
+    ops::QuantizeFp8Blockwise(e, x.View({n}), wire.Slice(0, n), wire.Slice(n, w));
+  }
 }
 
-void DecodeFp8Wire(const kernels::Exec& e, const Tensor& wire, const Tensor& out) {
+void DecodeWire(GatherCodec c, const kernels::Exec& e, const Tensor& wire, const Tensor& out) {
   const int64_t n = out.numel(), w = wire.numel();
-  GTP_CHECK(w == Fp8WireBytes(n), "fp8 wire ", wire.ToString(), " into ", out.ToString());
-  ops::DequantizeFp8Blockwise(e, wire.Slice(0, n), wire.Slice(n, w), out.View({n}));
+  GTP_CHECK(w == WireBytes(c, n), GatherCodecName(c), " wire ", wire.ToString(), " into ",
+            out.ToString());
+  if (c == GatherCodec::kNvfp4) {
+    ops::DecodeNvfp4(e, wire, out.View({n}));
+  } else {
+    ops::DequantizeFp8Blockwise(e, wire.Slice(0, n), wire.Slice(n, w), out.View({n}));
+  }
 }
 
-void DecodeGatheredFp8Wire(const kernels::Exec& e, const Tensor& gathered, int ranks,
-                           const Tensor& out) {
-  GTP_CHECK(ranks > 0 && out.dim(0) % ranks == 0, "fp8 wire of ", ranks, " ranks into ",
-            out.ToString());
+void DecodeGatheredWire(GatherCodec c, const kernels::Exec& e, const Tensor& gathered, int ranks,
+                        const Tensor& out) {
+  GTP_CHECK(ranks > 0 && out.dim(0) % ranks == 0, GatherCodecName(c), " wire of ", ranks,
+            " ranks into ", out.ToString());
   const int64_t rows = out.dim(0) / ranks;
-  const int64_t n = out.numel() / ranks, w = Fp8WireBytes(n);
-  GTP_CHECK(gathered.numel() == ranks * w, "gathered fp8 wire ", gathered.ToString(), " for ",
-            ranks, " ranks of ", n, " elements");
+  const int64_t n = out.numel() / ranks, w = WireBytes(c, n);
+  GTP_CHECK(gathered.numel() == ranks * w, "gathered ", GatherCodecName(c), " wire ",
+            gathered.ToString(), " for ", ranks, " ranks of ", n, " elements");
   for (int r = 0; r < ranks; ++r) {
-    Tensor wr = gathered.Slice(r * w, (r + 1) * w);
-    ops::DequantizeFp8Blockwise(e, wr.Slice(0, n), wr.Slice(n, w),
-                                out.Slice(r * rows, (r + 1) * rows).View({n}));
+    DecodeWire(c, e, gathered.Slice(r * w, (r + 1) * w),
+               out.Slice(r * rows, (r + 1) * rows).View({n}));
   }
 }
 

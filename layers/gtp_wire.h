@@ -1,14 +1,19 @@
 // layers/gtp_wire.h — the GTP wire codecs: what a weight gather or a gradient
 // reduce-scatter puts on the wire when that is not the plain param / f32
-// gradient (GtpOptions::fp8_gather, GtpOptions::bf16_reduce_scatter), and
-// how it is turned back. ShardedParam owns the buffers and the collectives;
-// these functions only encode and decode.
+// gradient (GtpOptions::fp8_gather / nvfp4_gather, GtpOptions::
+// bf16_reduce_scatter), and how it is turned back. ShardedParam owns the
+// buffers and the collectives; these functions only encode and decode.
 //
 //   MXFP8 gather wire (one per shard of n elements): u8
 //     [e4m3 codes (n bytes) | E8M0 scales (ceil(n / 32) bytes)]
 //   bytes throughout, so no padding (kernels::kFp8BlockSize,
-//   ops::QuantizeFp8Blockwise). An all-gather of it puts the ranks' wires
-//   end to end; each decodes into its rank's block of the gathered weight.
+//   ops::QuantizeFp8Blockwise).
+//   NVFP4 gather wire: u8 [f32 scale of the shard | e2m1 codes, two per byte
+//   | e4m3 scales, one per 16 elements], padded to 16 bytes
+//   (kernels::Nvfp4WireBytes, ops::EncodeNvfp4): 0.5625 bytes per element
+//   plus 4 + padding per shard.
+//   An all-gather of either puts the ranks' wires end to end; each decodes
+//   into its rank's block of the gathered weight.
 //
 //   bf16 reduce-scatter wire: the f32 wgrad [padded_rows, cols] rounded to
 //   bf16 and exchanged by all-to-all; each rank then holds the GTP ranks'
@@ -28,17 +33,22 @@
 
 namespace gtp::layers {
 
-// Bytes of the MXFP8 wire of n elements: n codes + ceil(n / 32) scales.
-int64_t Fp8WireBytes(int64_t n);
-// wire (u8 [Fp8WireBytes(x.numel())]) ← x (f32 or bf16, contiguous).
-void EncodeFp8Wire(const kernels::Exec& e, const Tensor& x, const Tensor& wire);
-// out (f32 or bf16, contiguous, n elements) ← wire (u8 [Fp8WireBytes(n)]).
-void DecodeFp8Wire(const kernels::Exec& e, const Tensor& wire, const Tensor& out);
-// out [ranks · rows, cols] ← gathered (u8 [ranks · Fp8WireBytes(rows · cols)],
+// The gather wire codecs.
+enum class GatherCodec { kMxfp8, kNvfp4 };
+const char* GatherCodecName(GatherCodec c);  // "mxfp8" / "nvfp4"
+
+// Bytes of the wire of n elements: MXFP8 n codes + ceil(n / 32) scales;
+// NVFP4 kernels::Nvfp4WireBytes(n).
+int64_t WireBytes(GatherCodec c, int64_t n);
+// wire (u8 [WireBytes(c, x.numel())]) ← x (f32 or bf16, contiguous).
+void EncodeWire(GatherCodec c, const kernels::Exec& e, const Tensor& x, const Tensor& wire);
+// out (f32 or bf16, contiguous, n elements) ← wire (u8 [WireBytes(c, n)]).
+void DecodeWire(GatherCodec c, const kernels::Exec& e, const Tensor& wire, const Tensor& out);
+// out [ranks · rows, cols] ← gathered (u8 [ranks · WireBytes(c, rows · cols)],
 // the ranks' wires end to end): rank r's wire decodes into out's rows
 // [r · rows, (r + 1) · rows).
-void DecodeGatheredFp8Wire(const kernels::Exec& e, const Tensor& gathered, int ranks,
-                           const Tensor& out);
+void DecodeGatheredWire(GatherCodec c, const kernels::Exec& e, const Tensor& gathered, int ranks,
+                        const Tensor& out);
 
 // wire (bf16, wgrad's shape) ← wgrad (f32), rounded.
 void EncodeBf16Wire(const kernels::Exec& e, const Tensor& wgrad, const Tensor& wire);

@@ -131,18 +131,22 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
   shard_rows_ = padded_rows_ / gtp_size();
   shard_ = chain_->exec().Zeros({shard_rows_, cols_}, dtype_);
   main_grad_ = chain_->exec().Zeros({shard_rows_, cols_}, DType::kF32);
-  if (chain_->options().fp8_gather) {
-    // The MXFP8 wire of this shard (gtp_wire.h).
-    wire_ = chain_->exec().Zeros({Fp8WireBytes(shard_rows_ * cols_)}, DType::kU8);
-    // GTP 1 gathers nothing, but its weight takes the same MXFP8 round trip
-    // (GtpOptions::fp8_gather), into a copy of its own.
+  const GtpOptions& o = chain_->options();
+  GTP_CHECK(!(o.fp8_gather && o.nvfp4_gather), "ShardedParam ", name_,
+            ": fp8_gather and nvfp4_gather are exclusive");
+  if (o.fp8_gather || o.nvfp4_gather) {
+    // The coded wire of this shard (gtp_wire.h).
+    codec_ = o.nvfp4_gather ? GatherCodec::kNvfp4 : GatherCodec::kMxfp8;
+    wire_ = chain_->exec().Zeros({WireBytes(codec_, shard_rows_ * cols_)}, DType::kU8);
+    // GTP 1 gathers nothing, but its weight takes the same round trip
+    // (GtpOptions::fp8_gather / nvfp4_gather), into a copy of its own.
     if (gtp_size() == 1) rounded_ = chain_->exec().Zeros({padded_rows_, cols_}, dtype_);
   }
 }
 
 int64_t ShardedParam::gather_wire_bytes() const {
   if (gtp_size() == 1) return 0;
-  return fp8() ? wire_.numel() : shard_.nbytes();
+  return coded() ? wire_.numel() : shard_.nbytes();
 }
 
 const kernels::Exec& ShardedParam::exec() const { return chain_->exec(); }
@@ -163,10 +167,10 @@ absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
   GTP_CHECK(g.state == CommState::kNone, name_, ": gather issued twice in ", DirectionName(dir));
   g.buffer = chain_->cache().Acquire({padded_rows_, cols_}, dtype_,
                                      static_cast<BufferCache::Purpose>(dir));
-  if (fp8()) {
+  if (coded()) {
     const int64_t w = wire_.numel();
     if (!wire_fresh_) {  // once per weight update, not per micro-batch
-      EncodeFp8Wire(chain_->exec(), shard_, wire_);
+      EncodeWire(codec_, chain_->exec(), shard_, wire_);
       wire_fresh_ = true;
     }
     g.wire = chain_->cache().Acquire({gtp_size() * w}, DType::kU8,
@@ -190,8 +194,8 @@ absl::Status ShardedParam::WaitGather(Direction dir) {
                                                 DirectionName(dir), "): ", st.message()));
   }
   g.work.reset();
-  if (fp8()) {  // each rank's codes and scales → its rows of the gathered weight
-    DecodeGatheredFp8Wire(chain_->exec(), g.wire, gtp_size(), g.buffer);
+  if (coded()) {  // each rank's codes and scales → its rows of the gathered weight
+    DecodeGatheredWire(codec_, chain_->exec(), g.wire, gtp_size(), g.buffer);
     chain_->cache().Release(g.wire, static_cast<BufferCache::Purpose>(dir));
     g.wire = Tensor();
   }
@@ -209,11 +213,11 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
   GTP_CHECK(dir != Direction::kRecompute || chain_->order_frozen(), name_,
             ": recompute before the chain was recorded");
   if (gtp_size() == 1) {
-    if (fp8()) {
+    if (coded()) {
       // Rounded at every use, not once per update: a CUDA graph replays
       // this after every update (the host-side flag would not be re-read).
-      EncodeFp8Wire(chain_->exec(), shard_, wire_);
-      DecodeFp8Wire(chain_->exec(), wire_, rounded_);
+      EncodeWire(codec_, chain_->exec(), shard_, wire_);
+      DecodeWire(codec_, chain_->exec(), wire_, rounded_);
       chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, rounded_.raw_data());
       return rounded_.Slice(0, rows_);
     }

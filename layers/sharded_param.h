@@ -51,6 +51,7 @@
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
 #include "core/timeline.h"
+#include "layers/gtp_wire.h"
 
 namespace gtp::layers {
 
@@ -75,6 +76,15 @@ struct GtpOptions {
   // shard (shard_rows · cols elements) is a whole number of 32-blocks, as the
   // blocks then fall on the same elements of the flattened weight.
   bool fp8_gather = false;
+  // NVFP4 gather (exclusive with fp8_gather): the same, with a shard
+  // travelling as NVFP4 — e2m1 values, an e4m3 scale per 16 elements and an
+  // f32 scale for the shard (kernels::Nvfp4WireBytes, ops::EncodeNvfp4):
+  // 0.5625 bytes per element (0.28× bf16). At GTP 1 the same round trip,
+  // exactly a sharded layout's when its shards are whole 16-blocks and the
+  // shard scale is the same — which it is not in general (each shard's own
+  // amax sets its scale), so unlike MXFP8 a one-rank run is close to, not
+  // equal to, a sharded one.
+  bool nvfp4_gather = false;
   // Gradient reduce-scatter with bf16 on the wire and f32 accumulation (as
   // Megatron's --gtp-remat-reduce-scatter-with-fp32-accumulation): the f32
   // wgrad is rounded to bf16, exchanged by all-to-all, and each rank adds the
@@ -226,8 +236,8 @@ class ShardedParam {
   // Whoever writes it (optimizer, checkpoint restore, initialisation) calls
   // MarkUpdated afterwards.
   const Tensor& shard() const { return shard_; }
-  // The shard's values changed: the FP8 gather re-quantises it before the
-  // next gather (a no-op without GtpOptions::fp8_gather).
+  // The shard's values changed: a coded gather (GtpOptions::fp8_gather /
+  // nvfp4_gather) re-quantises it before the next gather (else a no-op).
   void MarkUpdated() { wire_fresh_ = false; }
   // Bytes this rank sends per gather of the weight.
   int64_t gather_wire_bytes() const;
@@ -320,10 +330,10 @@ class ShardedParam {
   struct GatherSlot {
     CommState state = CommState::kNone;
     Tensor buffer;  // [padded_rows, cols]
-    Tensor wire;    // fp8 gather: u8 [gtp · wire bytes], the ranks' packed shards
+    Tensor wire;    // coded gather: u8 [gtp · wire bytes], the ranks' packed shards
     comm::WorkPtr work;
   };
-  bool fp8() const { return wire_.defined(); }
+  bool coded() const { return wire_.defined(); }
   struct ReduceSlot {
     CommState state = CommState::kNone;
     bool open = false;  // wgrad acquired, not yet reduced
@@ -342,11 +352,12 @@ class ShardedParam {
   comm::Communicator* gtp_;
   GtpChain* chain_;
   Tensor shard_, main_grad_;
-  // fp8 gather: this shard's MXFP8 wire (gtp_wire.h: u8 [e4m3 codes | E8M0
-  // scales], no padding), and whether it holds the current values.
+  // coded gather: this shard's wire (gtp_wire.h, codec_), and whether it
+  // holds the current values.
+  GatherCodec codec_ = GatherCodec::kMxfp8;
   Tensor wire_;
   bool wire_fresh_ = false;
-  Tensor rounded_;  // GTP 1 with fp8_gather: the shard after the MXFP8 round trip
+  Tensor rounded_;  // GTP 1 with a coded gather: the shard after the round trip
   GatherSlot gather_[3];
   ReduceSlot reduce_;
   std::function<void(ShardedParam&)> ready_hook_;

@@ -50,6 +50,7 @@ absl::StatusOr<Layout> LayoutFromRecipe(const recipes::proto::Recipe& r) {
   l.global_batch = r.train().global_batch() > 0 ? r.train().global_batch() : l.micro_batch * l.lanes();
   l.precision = r.train().precision().empty() ? "bf16" : r.train().precision();
   l.fp8_gather = p.gtp_gather_dtype() == "fp8";
+  l.nvfp4_gather = p.gtp_gather_dtype() == "nvfp4";
   l.bf16_reduce_scatter = p.gtp_reduce_scatter_dtype() == "bf16";
   return l;
 }
@@ -217,7 +218,9 @@ absl::StatusOr<ModelCost> CostModelOf(const recipes::proto::Recipe& r, const Lay
 
   const bool f32 = l.precision == "f32";
   const double ab = f32 ? 4 : 2;   // activations / params on the wire
-  const double wire = l.fp8_gather || l.precision == "fp8" ? 1 + 1.0 / 32 : ab;
+  const double wire = l.nvfp4_gather                              ? 0.5 + 1.0 / 16
+                      : l.fp8_gather || l.precision == "fp8" ? 1 + 1.0 / 32
+                                                             : ab;
   const double rs_wire = l.bf16_reduce_scatter ? 2 : 4;
   mc.gemm_dtype = l.precision;
   const Kernels k{cost, l.precision, f32 ? "f32" : "bf16", ab, &mc.kernels};

@@ -72,6 +72,7 @@ struct Layout {
   int64_t global_batch = 0;  // sequences per step
   std::string precision = "bf16";  // f32 | bf16 | fp8 (bf16 training with fp8 GEMMs and MXFP8 gathers)
   bool fp8_gather = false;           // parallel.gtp_gather_dtype=fp8
+  bool nvfp4_gather = false;         // parallel.gtp_gather_dtype=nvfp4 (0.5625 bytes an element)
   bool bf16_reduce_scatter = false;  // parallel.gtp_reduce_scatter_dtype=bf16
   // Attention that materialises the T × T scores (the project's f32 path;
   // Megatron-LM of 2021: batched GEMMs over the full square + a fused

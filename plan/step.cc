@@ -282,7 +282,9 @@ absl::StatusOr<Prediction> Predict(const recipes::proto::Recipe& r, const Layout
     Memory m;
     const double local = dense_local[s] + expert_local[s];
     const double pbytes = f32 ? 4 : 2;
-    m.weights = local * pbytes + (l.fp8_gather || l.precision == "fp8" ? local * (1 + 1.0 / 32) : 0.0);
+    m.weights = local * pbytes + (l.nvfp4_gather                          ? local * (0.5 + 1.0 / 16)
+                                  : l.fp8_gather || l.precision == "fp8" ? local * (1 + 1.0 / 32)
+                                                                         : 0.0);
     m.grads = 4 * local;
     m.optimizer = (dense_local[s] / R + expert_local[s] / EDP) * (f32 ? 8 : 12);
     const double flight = std::max(1, pr->max_in_flight[s]);

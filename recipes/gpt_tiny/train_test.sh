@@ -232,7 +232,7 @@ grep -q "^train: 2 steps, .* lr 1.00e-03" "$tmp/two_sets.log" || { echo "two --s
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
   expect_error no_gpu "train.device is cuda but" --set "train.device=cuda"
 fi
-expect_error gather_dtype "gtp_gather_dtype must be fp8 or the params' dtype (f32)" --set "parallel.gtp_gather_dtype=bf16"
+expect_error gather_dtype "gtp_gather_dtype must be fp8, nvfp4 or the params' dtype (f32)" --set "parallel.gtp_gather_dtype=bf16"
 expect_error attention "train.attention must be cudnn or flash" --set "train.attention=sdpa"
 expect_error reduce_dtype "gtp_reduce_scatter_dtype must be f32 or bf16" --set "parallel.gtp_reduce_scatter_dtype=fp8"
 expect_error order "order" --set "parallel.order=tp-tp-dp"

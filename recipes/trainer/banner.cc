@@ -63,7 +63,9 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
        (s.recipe.train().precision() == "fp8"
             ? " | fp8 GEMMs in the attention/MLP/Mamba linears (LM head, router, experts bf16)"
             : "") +
-       (s.recipe.parallel().gtp_gather_dtype() == "fp8" ? " | fp8 GTP gathers" : "") +
+       (s.recipe.parallel().gtp_gather_dtype() == "fp8"     ? " | fp8 GTP gathers"
+        : s.recipe.parallel().gtp_gather_dtype() == "nvfp4" ? " | nvfp4 GTP gathers"
+                                                             : "") +
        (s.recipe.parallel().gtp_reduce_scatter_dtype() == "bf16" ? " | bf16 GTP reduce-scatter" : ""))
           .c_str(),
       m.n_layer(),

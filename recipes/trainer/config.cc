@@ -474,8 +474,8 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   {
     const std::string params = t->precision() == "f32" ? "f32" : "bf16";
     const std::string& g = r->parallel().gtp_gather_dtype();
-    if (!g.empty() && g != "fp8" && g != params) {
-      return Bad(absl::StrCat("parallel.gtp_gather_dtype must be fp8 or the params' dtype (",
+    if (!g.empty() && g != "fp8" && g != "nvfp4" && g != params) {
+      return Bad(absl::StrCat("parallel.gtp_gather_dtype must be fp8, nvfp4 or the params' dtype (",
                               params, "), got ", g));
     }
   }

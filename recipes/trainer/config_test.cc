@@ -140,7 +140,7 @@ TEST(RecipeTrain, Fp8NeedsCudaAndRowsInSixteens) {
   // A gather dtype must name the params' dtype, bf16 under fp8.
   EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
                      "parallel.gtp_gather_dtype=f32"})
-                .find("fp8 or the params' dtype (bf16), got f32"),
+                .find("fp8, nvfp4 or the params' dtype (bf16), got f32"),
             std::string::npos);
 }
 

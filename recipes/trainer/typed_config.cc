@@ -200,6 +200,7 @@ optimizer::OptimizerConfig OptimConfig(const proto::Recipe& r) {
 layers::GtpOptions GtpOptionsOf(const proto::Recipe& r) {
   layers::GtpOptions g;
   g.fp8_gather = r.parallel().gtp_gather_dtype() == "fp8";
+  g.nvfp4_gather = r.parallel().gtp_gather_dtype() == "nvfp4";
   g.bf16_reduce_scatter = r.parallel().gtp_reduce_scatter_dtype() == "bf16";
   return g;
 }
