@@ -137,6 +137,11 @@ TEST(RecipeTrain, Fp8NeedsCudaAndRowsInSixteens) {
   EXPECT_EQ(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
                      "train.micro_batch=2"}),
             "accepted");
+  // NVFP4 gathers: the CPU only until the CUDA codec has run on a GPU.
+  EXPECT_EQ(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cpu"}), "accepted");
+  EXPECT_NE(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda"})
+                .find("parallel.gtp_gather_dtype=nvfp4 runs on the CPU only for now"),
+            std::string::npos);
   // A gather dtype must name the params' dtype, bf16 under fp8.
   EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
                      "parallel.gtp_gather_dtype=f32"})

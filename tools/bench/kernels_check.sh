@@ -33,7 +33,7 @@ status=0
 
 echo "=== 1. GPU tests"
 for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_test \
-  core_kernels_fp8_linear_gpu_test core_kernels_ssm_ssm_gpu_test; do
+  core_kernels_fp8_linear_gpu_test core_kernels_nvfp4_gpu_test core_kernels_ssm_ssm_gpu_test; do
   if [[ ! -x "$B/bin/$t" ]]; then
     echo "MISSING $t (not in the bundle)"
     status=1
