@@ -10,7 +10,7 @@
 #   run(command="bash tools/bench/nccl_parity.sh 2 --precision f32", ...)       2 of them, f32 only
 #   bash tools/bench/nccl_parity.sh 8 --dry_run                                 the commands, nothing run
 #
-# Usage: nccl_parity.sh [N] [--dry_run] [--precision f32|bf16|both]
+# Usage: nccl_parity.sh [N] [--dry_run] [--precision f32|bf16|fp8|both]
 #                       [--cells "SPEC..."] [--min_ranks M] [--max_ranks M] [--graphs]
 #   N            GPUs to use (default: all nvidia-smi lists; with DEVICE=cpu
 #                required: N processes on the CPU, UCX instead of NCCL)
@@ -29,6 +29,11 @@
 #                (bf16 keeps 8 bits of mantissa, 3.9e-3 relative: other
 #                reduction orders move a step's loss by a few of those and the
 #                50 steps carry that on)
+#                fp8 (train.precision=fp8: the linears' GEMMs in block-scaled
+#                e4m3; CUDA only) runs as bf16 does — BF16_STEPS, BF16_LR and
+#                the tolerance from measured noise, its rows labelled fp8 (the
+#                one-rank fp8 run against the micro-batch-halved fp8 run and
+#                against f32)
 #   --cells      layout specs to consider (tools/bench/layouts.sh names); default: the list below
 #   --min_ranks  leave out cells of fewer ranks (to split an -x8 run in two calls)
 #   bf16 tolerance from measured noise: for each model, the one-rank bf16 run
@@ -108,7 +113,7 @@ usage() { sed -n '/^# Usage:/,/^#   --dry_run/p' "$0" | sed 's/^# \{0,1\}//' >&2
 while (($#)); do
   case "$1" in
     --dry_run) DRY=1 ;;
-    --precision) shift; case "${1:-}" in f32|bf16) PRECISIONS="$1" ;; both) PRECISIONS="f32 bf16" ;; *) usage ;; esac ;;
+    --precision) shift; case "${1:-}" in f32|bf16|fp8) PRECISIONS="$1" ;; both) PRECISIONS="f32 bf16" ;; *) usage ;; esac ;;
     --cells) shift; CELLS="${1:-}"; CELLS_SET=1 ;;
     --graphs) GRAPHS=1 ;;
     --min_ranks) shift; [[ "${1:-}" =~ ^[0-9]+$ ]] || usage; MIN_RANKS="$1" ;;
@@ -151,7 +156,7 @@ model_set() {  # gpt2 | llama | moe
 }
 base_set() {  # precision [steps [lr]]
   local steps="$F32_STEPS" lr="$LR"
-  [[ "$1" == bf16 ]] && steps="$BF16_STEPS" lr="$BF16_LR"
+  [[ "$1" != f32 ]] && steps="$BF16_STEPS" lr="$BF16_LR"
   [[ -n "${2:-}" ]] && steps="$2"
   [[ -n "${3:-}" ]] && lr="$3"
   printf '%s' "model.vocab_size=$VOCAB,model.seq_len=$SEQ,model.n_layer=$N_LAYER,model.n_embd=$N_EMBD,model.n_head=$N_HEAD"
@@ -238,7 +243,7 @@ if ((GRAPHS)); then graph_cells; LOOP_PRECISIONS=""; fi
 for prec in $LOOP_PRECISIONS; do
   base="$(base_set "$prec")"
   tol="$F32_TOL" mean_tol="-"
-  [[ "$prec" == bf16 ]] && tol="$BF16_TOL" mean_tol="$BF16_MEAN_TOL"
+  [[ "$prec" != f32 ]] && tol="$BF16_TOL" mean_tol="$BF16_MEAN_TOL"
   mkdir -p "$WORK/$prec"
   for spec in $CELLS; do
     layout_parse "$spec" || exit 2
@@ -263,7 +268,7 @@ for prec in $LOOP_PRECISIONS; do
         REF_DONE[$prec.$model]="reference failed: $(tail_reason "$ref.log")"
         echo "nccl_parity: $prec $model reference failed (log $ref.log)" >&2
         tail -5 "$ref.log" >&2 || true
-      elif [[ "$prec" == bf16 ]] && ((MICRO > 1)) && [[ "$BF16_NOISE_FACTOR" != 0 ]]; then
+      elif [[ "$prec" != f32 ]] && ((MICRO > 1)) && [[ "$BF16_NOISE_FACTOR" != 0 ]]; then
         # The noise: the same one-rank run, micro-batch halved (sums in another order).
         noise="$WORK/$prec/noise_$model"
         nlabel="1 rank, micro-batch $((MICRO / 2)) (noise, $model)"
@@ -283,25 +288,25 @@ for prec in $LOOP_PRECISIONS; do
         # understate it where training is sensitive (a loss spike amplifies
         # bf16's error but barely a reordering's).
         truth="$WORK/$prec/f32_$model"
-        tlabel="1 rank, bf16 vs f32 (bf16 rounding, $model)"
+        tlabel="1 rank, $prec vs f32 ($prec rounding, $model)"
         rmax=0 rmean=0
         if launch "$truth.log" 0 --run_dir "$truth" --set "$(base_set f32 "$BF16_STEPS" "$BF16_LR")$mset,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1${GTP_SET:+,$GTP_SET}"; then
           if ! ((DRY)); then
             read -r rmax rmean < <("$PYTHON" "$ROOT/tools/bench/parity.py" --noise "$truth/metrics.jsonl" "$ref/metrics.jsonl")
-            printf '%s\t1\t%s\tran\t%s\t%s\tinf\t-\tmeasured bf16 error: max %s, mean %s\n' "$tlabel" "$prec" \
-              "$truth/metrics.jsonl" "$ref/metrics.jsonl" "$rmax" "$rmean" >> "$TSV"
+            printf '%s\t1\t%s\tran\t%s\t%s\tinf\t-\tmeasured %s error: max %s, mean %s\n' "$tlabel" "$prec" \
+              "$truth/metrics.jsonl" "$ref/metrics.jsonl" "$prec" "$rmax" "$rmean" >> "$TSV"
           fi
         else
           printf '%s\t1\t%s\terror\t-\t-\t-\t-\tf32 run failed: %s\n' "$tlabel" "$prec" "$(tail_reason "$truth.log")" >> "$TSV"
         fi
         if ! ((DRY)) && [[ -n "${nmax:-}" ]]; then
-          NOISE_TOL[$model]="$("$PYTHON" -c "print('%.2e' % max($BF16_NOISE_FACTOR * max($nmax, $rmax), $BF16_FLOOR))")"
-          NOISE_MEAN_TOL[$model]="$("$PYTHON" -c "print('%.2e' % max($BF16_NOISE_FACTOR * max($nmean, $rmean), $BF16_FLOOR / 4))")"
+          NOISE_TOL[$prec.$model]="$("$PYTHON" -c "print('%.2e' % max($BF16_NOISE_FACTOR * max($nmax, $rmax), $BF16_FLOOR))")"
+          NOISE_MEAN_TOL[$prec.$model]="$("$PYTHON" -c "print('%.2e' % max($BF16_NOISE_FACTOR * max($nmean, $rmean), $BF16_FLOOR / 4))")"
         fi
       fi
     fi
-    if [[ "$prec" == bf16 && -n "${NOISE_TOL[$model]:-}" ]]; then
-      cell_tol="${NOISE_TOL[$model]}" cell_mean_tol="${NOISE_MEAN_TOL[$model]}"
+    if [[ "$prec" != f32 && -n "${NOISE_TOL[$prec.$model]:-}" ]]; then
+      cell_tol="${NOISE_TOL[$prec.$model]}" cell_mean_tol="${NOISE_MEAN_TOL[$prec.$model]}"
     fi
     run="$WORK/$prec/$spec"
     ((DRY)) && echo "# $label ($world ranks, $prec, $model; tolerance $cell_tol)"
