@@ -13,7 +13,11 @@
 #      PyTorch Mamba-2 on the machine);
 #   8. the SSD scan alone at the hybrid's heads (H96·P16·N16, B=8), T = 1024,
 #      4096, 8192: gtp's default kernels (ssm_benchmark ScanAuto, f32) beside
-#      torch.compile's chunked form (tools/bench/torch_ssd.py, bf16).
+#      torch.compile's chunked form (tools/bench/torch_ssd.py, bf16);
+#   9. train.precision=fp8 at 124M (case 1's weights and batches: speed, and
+#      its losses against gtp bf16's) and 350M (speed; case 3's shape).
+#      tools/bench/fp8_check.sh has the fuller fp8 comparison (1.3B, hybrid,
+#      MoE, 300 steps).
 # Each case's log and gtp metrics land in $ACC_DIR/<case>.{log,jsonl}
 # (default /tmp/gtp_acceptance); torch's per-step losses are in the logs.
 set -uo pipefail
@@ -56,6 +60,27 @@ if steps:
     last = steps[-1]
     print("gtp-bf16 vs gtp-f32: steps %d..%d: mean |Δ| %.5f, max |Δ| %.5f, final loss rel diff %.2e"
           % (steps[0], last, sum(d) / len(d), max(d), abs(a[last] - b[last]) / abs(b[last])))
+PY
+
+run_case gpt124m_b8_fp8 STEPS="${STEPS:-200}" PRECISION=fp8 MODES=" "
+run_case gpt350m_b8_fp8 STEPS="${STEPS_SHORT:-40}" N_LAYER=24 N_EMBD=1024 N_HEAD=16 PRECISION=fp8 MODES=" "
+python3 - "$ACC_DIR/gpt124m_b8.jsonl" "$ACC_DIR/gpt124m_b8_fp8.jsonl" <<'PY'
+import json, statistics, sys
+def rows(p):
+    try:
+        return {r["step"]: r for r in map(json.loads, open(p)) if "loss" in r}
+    except OSError:
+        return {}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+steps = sorted(s for s in a if s in b)
+if steps:
+    d = [abs(a[s]["loss"] - b[s]["loss"]) for s in steps]
+    ma = statistics.median(a[s]["ms"] for s in steps if s > 10)
+    mb = statistics.median(b[s]["ms"] for s in steps if s > 10)
+    last = steps[-1]
+    print("gtp-fp8 vs gtp-bf16 (124M): %.3fx the speed; losses over %d steps: mean |d| %.4f, "
+          "final rel diff %.2e" % (ma / mb, len(steps), sum(d) / len(d),
+                                   abs(b[last]["loss"] - a[last]["loss"]) / a[last]["loss"]))
 PY
 
 echo "=== hybrid M*- x 6"
