@@ -70,7 +70,9 @@ struct Layout {
   bool recompute = false;  // full activation recompute per block
   int64_t micro_batch = 1;
   int64_t global_batch = 0;  // sequences per step
-  std::string precision = "bf16";  // f32 | bf16 | fp8 (bf16 training with fp8 GEMMs and MXFP8 gathers)
+  // f32 | bf16 | fp8: the plan's fp8 is a what-if (GEMMs at the fp8 peak, MXFP8 gathers), not
+  // the trainer's train.precision=fp8, which gathers bf16 unless gtp_gather_dtype says otherwise.
+  std::string precision = "bf16";
   bool fp8_gather = false;           // parallel.gtp_gather_dtype=fp8
   bool nvfp4_gather = false;         // parallel.gtp_gather_dtype=nvfp4 (0.5625 bytes an element)
   bool bf16_reduce_scatter = false;  // parallel.gtp_reduce_scatter_dtype=bf16
