@@ -27,6 +27,9 @@
 #   graphs_bf16  the same in bf16 (10 steps): GTP2, TP2·GTP2, GTP2·DP2
 #   mimo      mimo_parity.sh: disjoint 1+1, fan-in 2→1, fan-out 1→2, TP2·GTP2, colocated 2+2
 #   death     rank death: 4 ranks, one SIGKILLed mid-step, 5 trials (tests/reliability/rank_death_test.sh)
+#   fp8_gemm  (only when named in --parts) train.precision=fp8 — the linears' GEMMs in
+#             block-scaled e4m3 — at the measured-noise tolerance, BF16_STEPS_2 steps:
+#             GTP2, TP2, DP2, CP2, TP2·GTP2, TP2·GTP2 SP (llama), PP2·GTP2
 #
 # Prints each part's progress, then one PASS/FAIL/SKIP table of every row
 # (tools/bench/parity.py) and the time each part took; exits 1 when a row
@@ -43,6 +46,7 @@ cd "$ROOT"
 source "$ROOT/tools/bench/layouts.sh"
 
 ALL_PARTS="f32_8b f32_8a f32 bf16_4 graphs bf16_2 mimo fp8 graphs_bf16 death"
+OPTIONAL_PARTS="fp8_gemm"  # not in the default table
 PARTS="$ALL_PARTS" JOBS="${JOBS:-3}" DRY=0
 TABLE_LIMIT="${TABLE_LIMIT:-400}" TABLE_DEADLINE="${TABLE_DEADLINE:-570}" BF16_STEPS_2="${BF16_STEPS_2:-30}" BF16_STEPS_4="${BF16_STEPS_4:-20}"
 usage() { sed -n '/^# Usage:/,/^#             finish sooner/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -57,7 +61,8 @@ while (($#)); do
   shift
 done
 for p in $PARTS; do
-  [[ " $ALL_PARTS " == *" $p "* ]] || { echo "nccl_table: unknown part '$p' (parts: $ALL_PARTS)" >&2; exit 2; }
+  [[ " $ALL_PARTS $OPTIONAL_PARTS " == *" $p "* ]] ||
+    { echo "nccl_table: unknown part '$p' (parts: $ALL_PARTS $OPTIONAL_PARTS)" >&2; exit 2; }
 done
 
 # The part's command (bash words); `$B` is the unpacked bundle's bin directory.
@@ -70,6 +75,7 @@ part_cmd() {
     bf16_2) echo "BF16_STEPS=$BF16_STEPS_2 CELL_TIMEOUT=150 $P --max_ranks 2 --precision bf16 --cells 'gtp2 tp2 dp2 cp2 dp2ep2_moe pp2vpp2 pp2vpp2_llama cp2_hybrid pp2_hybrid cp2_moe'" ;;
     bf16_4) echo "BF16_STEPS=$BF16_STEPS_4 CELL_TIMEOUT=150 $P --min_ranks 4 --max_ranks 4 --precision bf16 --cells 'gtp4 tp2gtp2 gtp2dp2 tp2dp2 tp2gtp2_sp_llama pp2gtp2 pp4_llama cp2gtp2 gtp2dp2ep2egtp2_moe'" ;;
     fp8) echo "GTP_SET=parallel.gtp_gather_dtype=fp8 CELL_TIMEOUT=90 $P --max_ranks 4 --precision f32 --cells 'gtp2 tp2gtp2 gtp2dp2 gtp2dp2ep2egtp2_moe'" ;;
+    fp8_gemm) echo "BF16_STEPS=$BF16_STEPS_2 CELL_TIMEOUT=150 $P --max_ranks 4 --precision fp8 --cells 'gtp2 tp2 dp2 cp2 tp2gtp2 tp2gtp2_sp_llama pp2gtp2'" ;;
     graphs) echo "CELL_TIMEOUT=200 $P --max_ranks 8 --graphs --precision f32" ;;
     graphs_bf16) echo "BF16_STEPS=10 CELL_TIMEOUT=90 $P --max_ranks 4 --graphs --precision bf16 --cells 'gtp2 tp2gtp2 gtp2dp2'" ;;
     mimo) echo "CELL_TIMEOUT=150 bash tools/bench/mimo_parity.sh" ;;
