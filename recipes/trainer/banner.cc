@@ -60,9 +60,10 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
       s.recipe.parallel().sequence_parallel() ? "on" : "off", s.recipe.train().precision().c_str(),
       s.recipe.train().device().c_str(), cuda_graphs ? " | CUDA graphs" : "",
       (AttentionNote(s) +
-       (s.recipe.train().precision() == "fp8"
+       (s.recipe.train().precision() != "fp8" ? ""
+        : s.exec.is_cuda()
             ? " | fp8 GEMMs in the attention/MLP/Mamba linears (LM head, router, experts bf16)"
-            : "") +
+            : " | fp8 GEMMs in the attention/MLP/Mamba linears, the CPU's reference GEMMs (slow)") +
        (s.recipe.parallel().gtp_gather_dtype() == "fp8"     ? " | fp8 GTP gathers"
         : s.recipe.parallel().gtp_gather_dtype() == "nvfp4" ? " | nvfp4 GTP gathers"
                                                              : "") +

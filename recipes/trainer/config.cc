@@ -459,11 +459,9 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.precision", t->precision()); !e.empty()) return Bad(e);
   if (t->precision() == "fp8") {
     // bf16 training with the linears' GEMMs in block-scaled FP8
-    // (core/kernels/fp8): cuBLASLt's FP8 GEMM on Hopper, rows of 16 bytes.
-    if (t->device() != "cuda") {
-      return Bad(absl::StrCat("train.precision=fp8 needs train.device=cuda (Hopper's FP8 tensor "
-                              "cores); on ", t->device(), " use train.precision=bf16 or f32"));
-    }
+    // (core/kernels/fp8): cuBLASLt's FP8 GEMM on Hopper (world.cc checks the
+    // GPU), rows of 16 bytes; on the CPU the reference GEMMs (exact to their
+    // definition, slow: for tests and small models), under the same rules.
     const int64_t rows = int64_t{t->micro_batch()} * m->seq_len() / std::max(1, p->cp());
     if (rows % 16 != 0) {
       return Bad(absl::StrCat("train.precision=fp8 needs train.micro_batch × model.seq_len / "
