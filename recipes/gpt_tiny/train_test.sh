@@ -207,19 +207,24 @@ close "$tmp/fp8_1/metrics.jsonl" "$tmp/fp8_g2/metrics.jsonl" 1e-5 || { echo "fp8
 close "$tmp/fp8_1/metrics.jsonl" "$tmp/fp8_tg/metrics.jsonl" 1e-5 || { echo "fp8: TP2·GTP2 differs from one rank"; paste <(losses "$tmp/fp8_1/metrics.jsonl") <(losses "$tmp/fp8_tg/metrics.jsonl"); exit 1; }
 ! close "$tmp/fp8_1/metrics.jsonl" "$tmp/nofp8_1/metrics.jsonl" 1e-5 || { echo "fp8: the round trip changes nothing"; exit 1; }
 
-echo "== 2e. fp8 GEMMs (train.precision=fp8) on the CPU's reference path: one rank and TP2·GTP2"
+echo "== 2e. fp8 GEMMs (train.precision=fp8) on the CPU's reference path: one rank, TP2·GTP2 (± SP), PP2, CP2"
 # Every linear's three GEMMs in block-scaled e4m3 (core/kernels/fp8/linear.h),
 # bf16 otherwise. Against the bf16 run of the same steps: every step's loss
 # within 1 % (one e4m3 GEMM is ≈ 3.5 % relative RMS on its output, but the
 # loss averages those errors away: measured ≤ 1.1e-4 here;
 # layers/gpt_bf16_test's GptFp8 holds the gradients to fp8's error), and not
-# bit-identical (with fp8 off, the run is the bf16 run exactly). TP2·GTP2
-# against one rank: other K blocks in the TP-split GEMMs (in/TP columns), so
-# fp8 rounds differently (measured ≤ 1.1e-4): the same 1 %.
+# bit-identical (with fp8 off, the run is the bf16 run exactly). The layouts
+# against one rank: TP splits the row-parallel GEMMs' K (in/TP columns: other
+# 128-blocks, so fp8 rounds differently), PP and CP change only summation
+# orders; measured ≤ 1.1e-4 (TP2·GTP2 with and without SP, PP2, CP2): the
+# same 1 %.
 f8="$small,train.steps=6,train.eval_every=0,checkpoint.every=0"
 "$bin" --run_dir "$tmp/f8_1" --set "$f8,train.precision=fp8,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1" > "$tmp/f8_1.log"
 "$bin" --run_dir "$tmp/bf_1" --set "$f8,train.precision=bf16,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1" > /dev/null
 "$bin" --run_dir "$tmp/f8_tg" --set "$f8,train.precision=fp8" > /dev/null
+"$bin" --run_dir "$tmp/f8_sp" --set "$f8,train.precision=fp8,parallel.sequence_parallel=true" > /dev/null
+"$bin" --run_dir "$tmp/f8_pp" --set "$f8,train.precision=fp8,parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=1,parallel.pp=2" > /dev/null
+"$bin" --run_dir "$tmp/f8_cp" --set "$f8,train.precision=fp8,parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=1,parallel.cp=2" > /dev/null
 grep -q "fp8 GEMMs in the attention/MLP/Mamba linears, the CPU's reference GEMMs" "$tmp/f8_1.log" ||
   { echo "fp8: the banner does not say so"; head -3 "$tmp/f8_1.log"; exit 1; }
 close6() {  # a b tol: all 6 steps' losses within tol relative
@@ -229,7 +234,10 @@ close6() {  # a b tol: all 6 steps' losses within tol relative
 }
 close6 "$tmp/f8_1/metrics.jsonl" "$tmp/bf_1/metrics.jsonl" 1e-2 || { echo "fp8 vs bf16:"; paste <(losses "$tmp/f8_1/metrics.jsonl") <(losses "$tmp/bf_1/metrics.jsonl"); exit 1; }
 [ "$(losses "$tmp/f8_1/metrics.jsonl")" != "$(losses "$tmp/bf_1/metrics.jsonl")" ] || { echo "fp8: the bf16 run's losses exactly"; exit 1; }
-close6 "$tmp/f8_1/metrics.jsonl" "$tmp/f8_tg/metrics.jsonl" 1e-2 || { echo "fp8: TP2·GTP2 vs one rank:"; paste <(losses "$tmp/f8_1/metrics.jsonl") <(losses "$tmp/f8_tg/metrics.jsonl"); exit 1; }
+for layout in tg sp pp cp; do
+  close6 "$tmp/f8_1/metrics.jsonl" "$tmp/f8_$layout/metrics.jsonl" 1e-2 ||
+    { echo "fp8: layout $layout vs one rank:"; paste <(losses "$tmp/f8_1/metrics.jsonl") <(losses "$tmp/f8_$layout/metrics.jsonl"); exit 1; }
+done
 
 echo "== 3. bad configs"
 expect_error() {  # name, pattern, args...
