@@ -89,7 +89,9 @@ absl::Status CheckFp8(const LinearConfig& c, int64_t out, int64_t in) {
   if (out % kMultiple != 0 || in % kMultiple != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         c.name, ": FP8 GEMMs need this rank's weight [out, in] = [", out, ", ", in,
-        "] in multiples of ", kMultiple, " (cuBLASLt's FP8 rows); use train.precision=bf16"));
+        "] in multiples of ", kMultiple,
+        " (cuBLASLt's FP8 rows): choose model sizes that give that (heads, head_dim, groups, "
+        "ffn_hidden over TP), or use train.precision=bf16"));
   }
   return absl::OkStatus();
 }
