@@ -89,7 +89,11 @@ __global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __rest
 //      rows (thread (cx, ry) takes rows ry, ry + 8, …; then the 8 in order)
 //      into partial[slab, col];
 //   2. out(col, Σ_slab partial[slab, col]) with the slabs in order.
-// The slab size depends on rows only, so reruns give the same bits.
+// The slab size depends on rows only, so reruns give the same bits. A value
+// source V gives each column's accessor once (V::Column(col)), so the index
+// arithmetic that depends on the column alone (divisions by the channel
+// count, the group size) is done once per thread, not once per element; the
+// per-row part uses 32-bit arithmetic (ColumnReduce requires rows < 2³¹).
 constexpr int kColWidth = 32, kColRowThreads = 8;
 
 int64_t ColumnSlabRows(int64_t rows) {
@@ -107,8 +111,10 @@ __global__ void ColumnPartialKernel(V value, float* __restrict__ partial, int64_
   const int64_t col = blockIdx.x * int64_t{kColWidth} + cx, slab = blockIdx.y;
   const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < rows ? r0 + slab_rows : rows;
   float acc = 0.0f;
-  if (col < cols)
-    for (int64_t r = r0 + ry; r < r1; r += kColRowThreads) acc += value(r, col);
+  if (col < cols) {
+    const auto column = value.Column(col);
+    for (int64_t r = r0 + ry; r < r1; r += kColRowThreads) acc += column(r);
+  }
   red[ry][cx] = acc;
   __syncthreads();
   if (ry == 0 && col < cols) {
@@ -133,7 +139,12 @@ __global__ void ColumnFinishKernel(const float* __restrict__ partial, int64_t sl
 struct PlainValue {
   const float* __restrict__ in;
   int64_t cols;
-  __device__ float operator()(int64_t r, int64_t c) const { return in[r * cols + c]; }
+  struct Col {
+    const float* __restrict__ p;  // &in[0, c]
+    int64_t cols;
+    __device__ float operator()(int64_t r) const { return p[r * cols]; }
+  };
+  __device__ Col Column(int64_t c) const { return {in + c, cols}; }
 };
 // out[c] += s.
 struct AddOut {
@@ -148,12 +159,23 @@ struct ConvGradValue {
   const float* __restrict__ gpre;
   const float* __restrict__ x;
   int64_t T, Ch, K;
-  __device__ float operator()(int64_t r, int64_t col) const {
+  struct Col {
+    const float* __restrict__ g;  // &gpre[0, c]
+    const float* __restrict__ xc;  // &x[0, c]
+    int64_t Ch;
+    int32_t T, shift;  // shift = k − (K − 1) ≤ 0: x's row is r + shift
+    bool bias;         // k = K: the bias column (g alone)
+    __device__ float operator()(int64_t r) const {
+      const float gv = g[r * Ch];
+      if (bias) return gv;
+      const int32_t s = static_cast<int32_t>(r) % T + shift;
+      return s >= 0 ? gv * xc[(r + shift) * Ch] : 0.0f;
+    }
+  };
+  __device__ Col Column(int64_t col) const {
     const int64_t k = col / Ch, c = col % Ch;
-    const float g = gpre[r * Ch + c];
-    if (k == K) return g;
-    const int64_t s = r % T - (K - 1) + k;
-    return s >= 0 ? g * x[(r - (K - 1) + k) * Ch + c] : 0.0f;
+    return {gpre + c, x + c, Ch, static_cast<int32_t>(T), static_cast<int32_t>(k - (K - 1)),
+            k == K};
   }
 };
 struct ConvGradOut {
@@ -175,6 +197,8 @@ void ColumnReduce(V value, O out, float* partial, int64_t rows, int64_t cols,
                   cudaStream_t stream) {
   const int64_t slabs = ColumnSlabs(rows);
   if (cols == 0 || slabs == 0) return;  // adding nothing
+  GTP_CU_REQUIRE(rows < (int64_t{1} << 31), "column sums over %lld rows (at most 2^31 - 1)",
+                 static_cast<long long>(rows));
   const dim3 grid(static_cast<unsigned>(CeilDiv(cols, kColWidth)), static_cast<unsigned>(slabs));
   ColumnPartialKernel<<<grid, dim3(kColWidth, kColRowThreads), 0, stream>>>(
       value, partial, rows, cols, ColumnSlabRows(rows));
@@ -283,9 +307,19 @@ struct RmsDwValue {
   const float* __restrict__ z;
   const float* __restrict__ rstd;
   int64_t Ch, group;
-  __device__ float operator()(int64_t n, int64_t c) const {
-    const int64_t i = n * Ch + c;
-    return dy[i] * (x[i] * Silu(z[i])) * rstd[n * (Ch / group) + c / group];
+  struct Col {
+    const float* __restrict__ dy;  // each at [0, c]
+    const float* __restrict__ x;
+    const float* __restrict__ z;
+    const float* __restrict__ rstd;  // &rstd[0, c / group]
+    int64_t Ch, groups;              // groups = Ch / group: rstd's row length
+    __device__ float operator()(int64_t n) const {
+      const int64_t i = n * Ch;
+      return dy[i] * (x[i] * Silu(z[i])) * rstd[n * groups];
+    }
+  };
+  __device__ Col Column(int64_t c) const {
+    return {dy + c, x + c, z + c, rstd + c / group, Ch, Ch / group};
   }
 };
 
