@@ -28,60 +28,70 @@ __device__ __forceinline__ float SiluGrad(float v) {
 
 // ---------------------------------------------------------------- conv1d
 
+// The conv kernels' index arithmetic in Idx: int32_t when B·T·Ch ≤ 2³⁰ (the
+// launchers' choice; so no index or grid-stride step overflows), else int64_t
+// — 64-bit divisions per element cost more than the conv itself. The float
+// operations are the same either way.
+template <typename Idx>
 __device__ __forceinline__ float ConvAt(const float* __restrict__ x, const float* __restrict__ w,
-                                        const float* __restrict__ bias, int64_t T, int64_t Ch,
-                                        int64_t K, int64_t b, int64_t t, int64_t c) {
+                                        const float* __restrict__ bias, Idx T, Idx Ch, Idx K, Idx b,
+                                        Idx t, Idx c) {
   float acc = bias[c];
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t s = t - (K - 1) + k;
+  for (Idx k = 0; k < K; ++k) {
+    const Idx s = t - (K - 1) + k;
     if (s >= 0) acc += w[c * K + k] * x[(b * T + s) * Ch + c];
   }
   return acc;
 }
 
+template <typename Idx>
 __global__ void ConvForwardKernel(const float* __restrict__ x, const float* __restrict__ w,
-                                  const float* __restrict__ bias, float* __restrict__ y,
-                                  int64_t B, int64_t T, int64_t Ch, int64_t K, bool silu) {
-  const int64_t total = B * T * Ch;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i % Ch, t = (i / Ch) % T, b = i / (Ch * T);
-    const float v = ConvAt(x, w, bias, T, Ch, K, b, t, c);
+                                  const float* __restrict__ bias, float* __restrict__ y, Idx B,
+                                  Idx T, Idx Ch, Idx K, bool silu) {
+  const Idx total = B * T * Ch;
+  for (Idx i = blockIdx.x * Idx(blockDim.x) + threadIdx.x; i < total;
+       i += Idx(gridDim.x) * blockDim.x) {
+    const Idx c = i % Ch, t = (i / Ch) % T, b = i / (Ch * T);
+    const float v = ConvAt<Idx>(x, w, bias, T, Ch, K, b, t, c);
     y[i] = silu ? Silu(v) : v;
   }
 }
 
 // g = dy·act'(pre), the gradient of the pre-activation, into scratch.
+template <typename Idx>
 __global__ void ConvPreGradKernel(const float* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ w, const float* __restrict__ bias,
-                                  float* __restrict__ gpre, int64_t B, int64_t T, int64_t Ch,
-                                  int64_t K, bool silu) {
-  const int64_t total = B * T * Ch;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i % Ch, t = (i / Ch) % T, b = i / (Ch * T);
+                                  float* __restrict__ gpre, Idx B, Idx T, Idx Ch, Idx K,
+                                  bool silu) {
+  const Idx total = B * T * Ch;
+  for (Idx i = blockIdx.x * Idx(blockDim.x) + threadIdx.x; i < total;
+       i += Idx(gridDim.x) * blockDim.x) {
+    const Idx c = i % Ch, t = (i / Ch) % T, b = i / (Ch * T);
     float v = dy[i];
-    if (silu) v *= SiluGrad(ConvAt(x, w, bias, T, Ch, K, b, t, c));
+    if (silu) v *= SiluGrad(ConvAt<Idx>(x, w, bias, T, Ch, K, b, t, c));
     gpre[i] = v;
   }
 }
 
 // dx[b, s, c] = Σ_k g[b, s + K − 1 − k, c]·w[c, k] (=).
+template <typename Idx>
 __global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __restrict__ w,
-                             float* __restrict__ dx, int64_t B, int64_t T, int64_t Ch,
-                             int64_t K) {
-  const int64_t total = B * T * Ch;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c = i % Ch, s = (i / Ch) % T, b = i / (Ch * T);
+                             float* __restrict__ dx, Idx B, Idx T, Idx Ch, Idx K) {
+  const Idx total = B * T * Ch;
+  for (Idx i = blockIdx.x * Idx(blockDim.x) + threadIdx.x; i < total;
+       i += Idx(gridDim.x) * blockDim.x) {
+    const Idx c = i % Ch, s = (i / Ch) % T, b = i / (Ch * T);
     float acc = 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t t = s + (K - 1) - k;
+    for (Idx k = 0; k < K; ++k) {
+      const Idx t = s + (K - 1) - k;
       if (t < T) acc += gpre[(b * T + t) * Ch + c] * w[c * K + k];
     }
     dx[i] = acc;
   }
 }
+
+// Whether a conv of `total` elements takes 32-bit indices.
+bool ConvIndex32(int64_t total) { return total <= (int64_t{1} << 30); }
 
 // Column sums of a [rows, cols] matrix of values in two fixed-order passes
 // (one block per column over 8192 rows is serial and starves the GPU):
@@ -331,8 +341,14 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
                          int64_t T, int64_t Ch, int64_t K, bool silu, cudaStream_t stream) {
   const int64_t total = B * T * Ch;
   if (total == 0) return;
-  ConvForwardKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, w, bias, y, B, T, Ch, K,
-                                                                       silu);
+  if (ConvIndex32(total)) {
+    ConvForwardKernel<int32_t><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+        x, w, bias, y, static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
+        static_cast<int32_t>(K), silu);
+  } else {
+    ConvForwardKernel<int64_t><<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, w, bias, y, B,
+                                                                                T, Ch, K, silu);
+  }
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -347,10 +363,20 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
   if (total == 0) return;
   float* gpre = scratch;
   float* partial = scratch + total;
-  ConvPreGradKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(dy, x, w, bias, gpre, B, T,
-                                                                       Ch, K, silu);
-  GTP_CU_LAUNCH_CHECK();
-  ConvDxKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(gpre, w, dx, B, T, Ch, K);
+  const unsigned grid = GridFor(total, kThreads);
+  if (ConvIndex32(total)) {
+    const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
+                  ch = static_cast<int32_t>(Ch), k = static_cast<int32_t>(K);
+    ConvPreGradKernel<int32_t><<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, b, t, ch, k,
+                                                              silu);
+    GTP_CU_LAUNCH_CHECK();
+    ConvDxKernel<int32_t><<<grid, kThreads, 0, stream>>>(gpre, w, dx, b, t, ch, k);
+  } else {
+    ConvPreGradKernel<int64_t><<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, B, T, Ch, K,
+                                                              silu);
+    GTP_CU_LAUNCH_CHECK();
+    ConvDxKernel<int64_t><<<grid, kThreads, 0, stream>>>(gpre, w, dx, B, T, Ch, K);
+  }
   GTP_CU_LAUNCH_CHECK();
   // dw and dbias together: (K + 1)·Ch columns.
   ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, B * T,
