@@ -222,14 +222,17 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
             ": accumulating dx needs caller_reduces_input_grad");
   Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
   const float dx_beta = accumulate.defined() ? 1.0f : 0.0f;
-  bool fresh = false;
+  if (config_.fp8) {
+    Fp8Dgrad(e, dy2, w, dx, dx_beta, &wt_q_);
+  } else {
+    ops::LinearBackwardData(e, dy2, w, dx, dx_beta);
+  }
+  bool fresh = false;  // the wgrad buffer after the dgrad GEMM (as before fp8)
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
   if (config_.fp8) {
-    Fp8Dgrad(e, dy2, w, dx, dx_beta, &wt_q_);
     Fp8WeightAndBiasGrad(*chain_, shared, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
   } else {
-    ops::LinearBackwardData(e, dy2, w, dx, dx_beta);
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
   }
   weight_->Release(Direction::kBackward);
@@ -315,24 +318,23 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor dy2 = dy_full.View({n, config_.out_features});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
-  bool fresh = false;
+  if (config_.fp8 && gelu_pre.defined()) {
+    Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
+    Fp8Dgrad(e, dy2, w, dgelu, 0.0f, &wt_q_);
+    ops::GeluBackward(e, dgelu, gelu_pre.View({n, in_tp_}), dx);
+  } else if (config_.fp8) {
+    Fp8Dgrad(e, dy2, w, dx, 0.0f, &wt_q_);
+  } else if (gelu_pre.defined()) {
+    ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
+  } else {
+    ops::LinearBackwardData(e, dy2, w, dx);
+  }
+  bool fresh = false;  // the wgrad buffer after the dgrad GEMM (as before fp8)
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, in_tp_}), db = bias_from_wgrad ? bias_.grad : Tensor();
   if (config_.fp8) {
-    if (gelu_pre.defined()) {
-      Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
-      Fp8Dgrad(e, dy2, w, dgelu, 0.0f, &wt_q_);
-      ops::GeluBackward(e, dgelu, gelu_pre.View({n, in_tp_}), dx);
-    } else {
-      Fp8Dgrad(e, dy2, w, dx, 0.0f, &wt_q_);
-    }
     Fp8WeightAndBiasGrad(*chain_, nullptr, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
   } else {
-    if (gelu_pre.defined()) {
-      ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
-    } else {
-      ops::LinearBackwardData(e, dy2, w, dx);
-    }
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
   }
   weight_->Release(Direction::kBackward);
