@@ -38,8 +38,10 @@ inline std::vector<uint8_t> Bytes(const Tensor& t) {
 // The f32 values of an f32 or bf16 tensor.
 inline std::vector<float> Floats(const Tensor& t) { return kernels::testing::LoadAs(Bytes(t), t.dtype()); }
 
-inline std::vector<float> Transpose(const std::vector<float>& x, int64_t R, int64_t C) {
-  std::vector<float> t(x.size());
+// xᵀ [C, R] of x [R, C] (any element type).
+template <typename T>
+std::vector<T> Transpose(const std::vector<T>& x, int64_t R, int64_t C) {
+  std::vector<T> t(x.size());
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) t[c * R + r] = x[r * C + c];
   return t;
@@ -115,6 +117,13 @@ inline std::vector<double> RefDequantize(const std::vector<uint8_t>& q,
       d[r * C + c] = reference::E4M3Decode(q[r * C + c]) * scales[sr * cb + c / 128];
   }
   return d;
+}
+
+// v [R, C] through the reference quantiser in layout l, dequantised exactly.
+inline std::vector<double> RefRoundTrip(const std::vector<float>& v, int64_t R, int64_t C,
+                                        Fp8Layout l) {
+  const RefQuantized q = RefQuantize(v, R, C, l);
+  return RefDequantize(q.q, q.scales, R, C, l);
 }
 
 // The summation-order part of the GEMM's error bound, as a multiple γ of

@@ -78,6 +78,7 @@ using testing::MakeMatrix;
 using testing::RefDequantize;
 using testing::RefQuantize;
 using testing::RefQuantized;
+using testing::RefRoundTrip;
 using testing::Transpose;
 using Env = testing::GpuEnv;
 
@@ -94,19 +95,7 @@ struct Dims {
   int64_t N, in, out;
 };
 
-template <typename T>
-std::vector<T> Transposed(const std::vector<T>& v, int64_t R, int64_t C) {
-  std::vector<T> t(v.size());
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) t[c * R + r] = v[r * C + c];
-  return t;
-}
 
-// v [R, C] through the reference quantiser in layout l, dequantised exactly.
-std::vector<double> Deq(const std::vector<float>& v, int64_t R, int64_t C, Fp8Layout l) {
-  const RefQuantized q = RefQuantize(v, R, C, l);
-  return RefDequantize(q.q, q.scales, R, C, l);
-}
 
 // The rows idx of v [R, C], and its columns idx.
 std::vector<float> Rows(const std::vector<float>& v, int64_t C, const std::vector<int64_t>& idx) {
@@ -184,7 +173,7 @@ std::vector<Case> MakeCases(Env& env, Dims d) {
   auto as_bf16 = [&](const std::vector<float>& v, int64_t R, int64_t C) {
     return MakeMatrix(v, R, C, host, DType::kBF16);  // exact: v holds bf16 values
   };
-  const std::vector<double> w_tiles = Deq(wv, d.out, d.in, kTile);
+  const std::vector<double> w_tiles = RefRoundTrip(wv, d.out, d.in, kTile);
   std::vector<Case> cases(3);
 
   Case& fwd = cases[0];  // y [N, out] = x·Wᵀ, K = in
@@ -192,22 +181,22 @@ std::vector<Case> MakeCases(Env& env, Dims d) {
   const int64_t rf = static_cast<int64_t>(fwd.rows.size());
   const std::vector<float> x_rows = Rows(xv, d.in, fwd.rows);
   fwd.cpu = RunCpu(cpu, Fp8Linear, as_bf16(x_rows, rf, d.in), w, rf, d.out);
-  Reference(&fwd, Deq(x_rows, rf, d.in, kRow), w_tiles);
+  Reference(&fwd, RefRoundTrip(x_rows, rf, d.in, kRow), w_tiles);
 
   Case& dgrad = cases[1];  // dx [N, in] = dy·W, K = out
   dgrad = {"dgrad dx = dy·W", Fp8LinearBackwardData, gdy, gw, d.N, d.in, d.out, Sampled(d.N)};
   const int64_t rd = static_cast<int64_t>(dgrad.rows.size());
   const std::vector<float> dy_rows = Rows(dyv, d.out, dgrad.rows);
   dgrad.cpu = RunCpu(cpu, Fp8LinearBackwardData, as_bf16(dy_rows, rd, d.out), w, rd, d.in);
-  Reference(&dgrad, Deq(dy_rows, rd, d.out, kRow), Transposed(w_tiles, d.out, d.in));
+  Reference(&dgrad, RefRoundTrip(dy_rows, rd, d.out, kRow), Transpose(w_tiles, d.out, d.in));
 
   Case& wgrad = cases[2];  // dW [out, in] = dyᵀ·x, K = N
   wgrad = {"wgrad dW = dyᵀ·x", Fp8LinearBackwardWeight, gdy, gx, d.out, d.in, d.N, Sampled(d.out)};
   const int64_t rw = static_cast<int64_t>(wgrad.rows.size());
   const std::vector<float> dy_cols = Cols(dyv, d.N, d.out, wgrad.rows);  // [N, rw]
   wgrad.cpu = RunCpu(cpu, Fp8LinearBackwardWeight, as_bf16(dy_cols, d.N, rw), x, rw, d.in);
-  Reference(&wgrad, Deq(Transpose(dy_cols, d.N, rw), rw, d.N, kRow),
-            Deq(Transpose(xv, d.N, d.in), d.in, d.N, kRow));
+  Reference(&wgrad, RefRoundTrip(Transpose(dy_cols, d.N, rw), rw, d.N, kRow),
+            RefRoundTrip(Transpose(xv, d.N, d.in), d.in, d.N, kRow));
   return cases;
 }
 

@@ -82,6 +82,7 @@ using testing::MakeMatrix;
 using testing::RefDequantize;
 using testing::RefQuantize;
 using testing::RefQuantized;
+using testing::RefRoundTrip;
 using testing::Transpose;
 
 constexpr Fp8Layout kRow = Fp8Layout::kRow1x128, kTile = Fp8Layout::kTile128x128;
@@ -114,21 +115,9 @@ Layer MakeLayer(Allocator& alloc, Dims d, DType t, uint64_t seed) {
   return l;
 }
 
-template <typename T>
-std::vector<T> Transposed(const std::vector<T>& v, int64_t R, int64_t C) {
-  std::vector<T> t(v.size());
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) t[c * R + r] = v[r * C + c];
-  return t;
-}
 
 std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// v [R, C] through the reference quantiser in layout l, dequantised exactly.
-std::vector<double> Deq(const std::vector<float>& v, int64_t R, int64_t C, Fp8Layout l) {
-  const RefQuantized q = RefQuantize(v, R, C, l);
-  return RefDequantize(q.q, q.scales, R, C, l);
-}
 
 // One function's GEMM y [M, N] = a [M, K]·b [N, K]ᵀ: the function, its two
 // inputs, and its operands dequantised in linear.h's layouts and unquantised.
@@ -154,8 +143,8 @@ Problem MakeProblem(Op op, const Layer& l) {
               d.N,
               d.out,
               d.in,
-              Deq(l.x, d.N, d.in, kRow),
-              Deq(l.w, d.out, d.in, kTile),
+              RefRoundTrip(l.x, d.N, d.in, kRow),
+              RefRoundTrip(l.w, d.out, d.in, kTile),
               ToDouble(l.x),
               ToDouble(l.w)};
     case Op::kBackwardData:
@@ -166,8 +155,8 @@ Problem MakeProblem(Op op, const Layer& l) {
               d.N,
               d.in,
               d.out,
-              Deq(l.dy, d.N, d.out, kRow),
-              Transposed(Deq(l.w, d.out, d.in, kTile), d.out, d.in),
+              RefRoundTrip(l.dy, d.N, d.out, kRow),
+              Transpose(RefRoundTrip(l.w, d.out, d.in, kTile), d.out, d.in),
               ToDouble(l.dy),
               ToDouble(Transpose(l.w, d.out, d.in))};
     case Op::kBackwardWeight:
@@ -178,8 +167,8 @@ Problem MakeProblem(Op op, const Layer& l) {
               d.out,
               d.in,
               d.N,
-              Deq(Transpose(l.dy, d.N, d.out), d.out, d.N, kRow),
-              Deq(Transpose(l.x, d.N, d.in), d.in, d.N, kRow),
+              RefRoundTrip(Transpose(l.dy, d.N, d.out), d.out, d.N, kRow),
+              RefRoundTrip(Transpose(l.x, d.N, d.in), d.in, d.N, kRow),
               ToDouble(Transpose(l.dy, d.N, d.out)),
               ToDouble(Transpose(l.x, d.N, d.in))};
   }
@@ -317,16 +306,16 @@ TEST_F(Fp8LinearTest, NegativeControlAReferenceInAnotherLayoutBreaksTheBound) {
     (wrong_a ? p.a_deq : p.b_deq) = std::move(wrong);
     controls.push_back({what, std::move(p)});
   };
-  add("forward, x in 128×128 tiles", Op::kForward, l, true, Deq(l.x, d.N, d.in, kTile));
-  add("forward, W in 1×128 rows", Op::kForward, l, false, Deq(l.w, d.out, d.in, kRow));
+  add("forward, x in 128×128 tiles", Op::kForward, l, true, RefRoundTrip(l.x, d.N, d.in, kTile));
+  add("forward, W in 1×128 rows", Op::kForward, l, false, RefRoundTrip(l.w, d.out, d.in, kRow));
   add("dgrad, W untransposed (dy·Wᵀ)", Op::kBackwardData, ls, false,
-      Deq(ls.w, sq.out, sq.in, kTile));
+      RefRoundTrip(ls.w, sq.out, sq.in, kTile));
   add("dgrad, Wᵀ requantised 1×128 along out", Op::kBackwardData, l, false,
-      Deq(Transpose(l.w, d.out, d.in), d.in, d.out, kRow));
+      RefRoundTrip(Transpose(l.w, d.out, d.in), d.in, d.out, kRow));
   add("wgrad, dyᵀ blocked along out (dy's forward layout)", Op::kBackwardWeight, l, true,
-      Transposed(Deq(l.dy, d.N, d.out, kRow), d.N, d.out));
+      Transpose(RefRoundTrip(l.dy, d.N, d.out, kRow), d.N, d.out));
   add("wgrad, xᵀ blocked along in (x's forward layout)", Op::kBackwardWeight, l, false,
-      Transposed(Deq(l.x, d.N, d.in, kRow), d.N, d.in));
+      Transpose(RefRoundTrip(l.x, d.N, d.in, kRow), d.N, d.in));
   for (const Control& c : controls) {
     SCOPED_TRACE(c.what);
     const Problem& p = c.p;
