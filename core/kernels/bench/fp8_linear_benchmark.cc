@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/kernels/bench/bench_util.h"
 #include "core/allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cuda.h"
 #include "core/kernels/fp8/block_gemm.h"
-#include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/linear.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
@@ -38,37 +38,6 @@ constexpr int64_t kTokens = 8192;
 enum class Pass { kFwd, kDgrad, kWgrad };
 enum class Impl { kBf16, kFp8, kFp8Gemm };
 
-// Random bf16 values in ±[0.5, 1) (never zeros: tensor cores run zeros
-// faster), from a cheap LCG.
-Tensor RandomBF16(const Exec& e, const Shape& s, uint64_t seed) {
-  Tensor t = e.Empty(s, DType::kBF16);
-  std::vector<uint16_t> host(t.numel());
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < host.size(); ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    const float u = 0.5f + static_cast<float>(x >> 41) / static_cast<float>(1 << 24);
-    host[i] = F32ToBF16Bits((x >> 40) & 1 ? u : -u);
-  }
-  GTP_CUDA_CHECK(cudaMemcpy(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
-  return t;
-}
-
-fp8::Fp8Matrix Quantized(const Exec& e, const Tensor& m, fp8::Fp8Layout l) {
-  const int64_t R = m.dim(0), C = m.dim(1);
-  fp8::Fp8Matrix q{e.Empty({R, C}, DType::kF8E4M3), e.Empty(fp8::Fp8ScaleShape(R, C, l)), l};
-  fp8::QuantizeBlocks(e, m, l, q.q, q.scales);
-  return q;
-}
-
-fp8::Fp8Matrix QuantizedTransposed(const Exec& e, const Tensor& m) {
-  const int64_t R = m.dim(0), C = m.dim(1);
-  fp8::Fp8Matrix q{e.Empty({C, R}, DType::kF8E4M3),
-                   e.Empty(fp8::Fp8ScaleShape(C, R, fp8::Fp8Layout::kRow1x128)),
-                   fp8::Fp8Layout::kRow1x128};
-  fp8::QuantizeRowsTransposed(e, m, q.q, q.scales);
-  return q;
-}
-
 void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, Impl impl) {
   GTP_CUDA_CHECK(cudaSetDevice(0));
   CudaCachingAllocator alloc(0);
@@ -77,25 +46,27 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   GTP_CUDA_CHECK(cudaStreamCreate(&stream));
   const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
   const int64_t N = kTokens;
-  const Tensor x = RandomBF16(e, {N, in}, 1), w = RandomBF16(e, {out, in}, 2),
-               dy = RandomBF16(e, {N, out}, 3);
+  const Tensor x = bench::RandomBF16(e, {N, in}, 1), w = bench::RandomBF16(e, {out, in}, 2),
+               dy = bench::RandomBF16(e, {N, out}, 3);
   const Tensor y = e.Empty({N, out}, DType::kBF16), dx = e.Empty({N, in}, DType::kBF16),
                dw = e.Zeros({out, in}, DType::kF32);
-  // fp8_gemm's operands, quantised once outside the timed loop.
+  // fp8_gemm's operands, quantised once outside the timed loop (x and dy
+  // through the linear's own shared-input quantisation, which keeps them).
+  fp8::Fp8SharedInput xq(e), dyq(e);
   fp8::Fp8Matrix a, b;
   if (impl == Impl::kFp8Gemm) {
     switch (pass) {
       case Pass::kFwd:
-        a = Quantized(e, x, fp8::Fp8Layout::kRow1x128);
-        b = Quantized(e, w, fp8::Fp8Layout::kTile128x128);
+        a = xq.Rows(x);
+        b = fp8::QuantizeWeight(e, w);
         break;
       case Pass::kDgrad:
-        a = Quantized(e, dy, fp8::Fp8Layout::kRow1x128);
+        a = dyq.Rows(dy);
         b = fp8::TransposeWeight(e, fp8::QuantizeWeight(e, w));
         break;
       case Pass::kWgrad:
-        a = QuantizedTransposed(e, dy);
-        b = QuantizedTransposed(e, x);
+        a = dyq.Transposed(dy);
+        b = xq.Transposed(x);
         break;
     }
   }
@@ -115,25 +86,9 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
         return fp8::BlockScaledGemm(e, a, b, dw, 1.0f);
     }
   };
-  cudaEvent_t start, stop;
-  GTP_CUDA_CHECK(cudaEventCreate(&start));
-  GTP_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) run();  // warm-up (algorithm choice, allocator)
-  const int reps = 10;
-  for (auto _ : state) {
-    GTP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < reps; ++i) run();
-    GTP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    GTP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    GTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms / 1000.0 / reps);
-  }
+  bench::TimeCalls(state, stream, run);
   state.counters["TFLOP/s"] = benchmark::Counter(2.0 * N * in * out * 1e-12,
                                                  benchmark::Counter::kIsIterationInvariantRate);
-  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/kernels/bench/bench_util.h"
 #include "core/allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cpu.h"
@@ -101,22 +102,6 @@ void BM_CudaGemm(benchmark::State& state, DType ab, DType c_type) {
 
 enum class Pass { kFwd, kDgrad, kWgrad };
 
-// A bf16 tensor of random values in ±[0.5, 1) (never zeros: zeros run
-// faster than real data on tensor cores). A cheap LCG, not Philox: the
-// tensors have tens of millions of elements and are made per benchmark run.
-Tensor RandomBF16(const Exec& e, const Shape& s, uint64_t seed) {
-  Tensor t = e.Empty(s, DType::kBF16);
-  std::vector<uint16_t> host(t.numel());
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < host.size(); ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    const float u = 0.5f + static_cast<float>(x >> 41) / static_cast<float>(1 << 24);  // [0.5, 1)
-    host[i] = F32ToBF16Bits((x >> 40) & 1 ? u : -u);
-  }
-  GTP_CUDA_CHECK(cudaMemcpy(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
-  return t;
-}
-
 void BM_CudaGroupedLinear(benchmark::State& state, int64_t N, int64_t K,
                           std::vector<int64_t> rows, Pass pass, bool grouped) {
   GTP_CUDA_CHECK(cudaSetDevice(0));
@@ -130,8 +115,8 @@ void BM_CudaGroupedLinear(benchmark::State& state, int64_t N, int64_t K,
   std::vector<int64_t> off = {0};
   for (int64_t r : rows) off.push_back(off.back() + r);
   const int64_t M = off.back();
-  const Tensor x = RandomBF16(e, {M, K}, 1), w = RandomBF16(e, {G * N, K}, 2),
-               dy = RandomBF16(e, {M, N}, 3);
+  const Tensor x = bench::RandomBF16(e, {M, K}, 1), w = bench::RandomBF16(e, {G * N, K}, 2),
+               dy = bench::RandomBF16(e, {M, N}, 3);
   const Tensor y = e.Empty({M, N}, DType::kBF16), dx = e.Empty({M, K}, DType::kBF16),
                dw = e.Zeros({G * N, K}, DType::kF32);
   auto run = [&] {
@@ -162,26 +147,10 @@ void BM_CudaGroupedLinear(benchmark::State& state, int64_t N, int64_t K,
       }
     }
   };
-  cudaEvent_t start, stop;
-  GTP_CUDA_CHECK(cudaEventCreate(&start));
-  GTP_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) run();  // warm-up (algorithm choice, allocator)
-  const int reps = 10;
-  for (auto _ : state) {
-    GTP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < reps; ++i) run();
-    GTP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    GTP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    GTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms / 1000.0 / reps);
-  }
+  bench::TimeCalls(state, stream, run);
   state.counters["TFLOP/s"] = benchmark::Counter(2.0 * M * N * K * 1e-12,
                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.counters["grouped_calls"] = static_cast<double>(ctx.grouped_stats().batched_calls);
-  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
 }
 
