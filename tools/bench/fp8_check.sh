@@ -27,12 +27,11 @@ cd "$ROOT"
 LOG="${OUT:+$OUT/fp8_check}"
 LOG="${LOG:-$(mktemp -d)}"
 mkdir -p "$LOG"
-B="$(mktemp -d)"
-tar -C "$B" -xJf "${GTP_BUNDLE_DIR:-$ROOT/.bundle}/bundle.tar.xz" || {
-  echo "fp8_check: no bundle (run tools/gpu.sh bundle and carry .bundle)" >&2
-  exit 2
-}
-export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$ROOT/tools/bench/layouts.sh"  # unpack_bundle
+WORK="$(mktemp -d)"
+unset GTP_TRAIN GTPRUN  # always the carried bundle's binaries
+unpack_bundle "$WORK" "$ROOT" || exit 2
+B="$WORK/bundle"
 STEPS="${STEPS:-300}"
 SHORT_STEPS="${SHORT_STEPS:-60}"
 CASES="${CASES:-g124 g350 g1p3 hybrid moe}"
@@ -106,5 +105,5 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   timeout 240 python3 tools/bench/kernel_profile.py --bin "$B/bin" --steps 4 --skip_steps 2 \
     --top 25 --set train.precision=fp8 2>&1 | tail -28
 fi
-rm -rf "$B"
+rm -rf "$WORK"
 exit $status

@@ -23,12 +23,11 @@ cd "$ROOT"
 LOG="${OUT:+$OUT/kernels_check}"
 LOG="${LOG:-$(mktemp -d)}"
 mkdir -p "$LOG"
-B="$(mktemp -d)"
-tar -C "$B" -xJf "${GTP_BUNDLE_DIR:-$ROOT/.bundle}/bundle.tar.xz" || {
-  echo "kernels_check: no bundle (run tools/gpu.sh bundle and carry .bundle)" >&2
-  exit 2
-}
-export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$ROOT/tools/bench/layouts.sh"  # unpack_bundle
+WORK="$(mktemp -d)"
+unset GTP_TRAIN GTPRUN  # always the carried bundle's binaries
+unpack_bundle "$WORK" "$ROOT" || exit 2
+B="$WORK/bundle"
 status=0
 
 echo "=== 1. GPU tests"
@@ -77,5 +76,5 @@ else
   tail -20 "$LOG/hybrid.log"
   status=1
 fi
-rm -rf "$RUN" "$B"
+rm -rf "$RUN" "$WORK"
 exit $status
