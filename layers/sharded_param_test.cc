@@ -22,6 +22,18 @@ float W(const std::string& name, int64_t r, int64_t c, int64_t cols) {
   return PhiloxNormal(KeyFromName(name), r * cols + c);
 }
 
+// Element i of an f32 or bf16 host tensor, set from / read as f32.
+void SetF32(const Tensor& t, int64_t i, float v) {
+  if (t.dtype() == DType::kF32) {
+    t.data<float>()[i] = v;
+  } else {
+    t.data<bf16>()[i] = ToBF16(v);
+  }
+}
+float GetF32(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kF32 ? t.data<float>()[i] : ToF32(t.data<bf16>()[i]);
+}
+
 // Fills this rank's shard of a [rows, cols] weight from the global weight.
 void FillShard(ShardedParam& p) {
   float* s = p.shard().data<float>();
@@ -108,20 +120,10 @@ TEST(ShardedParamFp8, GatherIsTheBlockwiseRoundTripAtAQuarterOfTheBytes) {
         GtpChain chain(e, opt);
         ShardedParam p("w", rows, cols, dt, &c, &chain);
         // Host tensors of the param dtype from f32 values, and back.
-        auto set = [&](const Tensor& t, int64_t i, float v) {
-          if (dt == DType::kF32) {
-            t.data<float>()[i] = v;
-          } else {
-            t.data<bf16>()[i] = ToBF16(v);
-          }
-        };
-        auto get = [&](const Tensor& t, int64_t i) {
-          return dt == DType::kF32 ? t.data<float>()[i] : ToF32(t.data<bf16>()[i]);
-        };
         for (int64_t r = 0; r < p.shard_rows(); ++r) {
           const int64_t gr = p.shard_row_begin() + r;
           for (int64_t col = 0; col < cols; ++col)
-            set(p.shard(), r * cols + col, gr < rows ? 3 * W("w", gr, col, cols) : 0.0f);
+            SetF32(p.shard(), r * cols + col, gr < rows ? 3 * W("w", gr, col, cols) : 0.0f);
         }
         p.MarkUpdated();
         // The expected weight: every rank's shard through the CPU kernels.
@@ -131,20 +133,20 @@ TEST(ShardedParamFp8, GatherIsTheBlockwiseRoundTripAtAQuarterOfTheBytes) {
           Tensor x = Tensor::Zeros({n}, dt, host);
           for (int64_t i = 0; i < n; ++i) {
             const int64_t gr = g * p.shard_rows() + i / cols, col = i % cols;
-            set(x, i, gr < rows ? 3 * W("w", gr, col, cols) : 0.0f);
+            SetF32(x, i, gr < rows ? 3 * W("w", gr, col, cols) : 0.0f);
           }
           Tensor q = Tensor::Zeros({n}, DType::kU8, host), sc = Tensor::Zeros({blocks}, DType::kU8, host);
           Tensor y = Tensor::Zeros({n}, dt, host);
           kernels::ops::QuantizeFp8Blockwise(e, x, q, sc);
           kernels::ops::DequantizeFp8Blockwise(e, q, sc, y);
-          for (int64_t i = 0; i < n; ++i) want[g * n + i] = get(y, i);
+          for (int64_t i = 0; i < n; ++i) want[g * n + i] = GetF32(y, i);
         }
         for (int round = 0; round < 2; ++round) {
           for (Direction dir : {Direction::kForward, Direction::kBackward}) {
             auto full = p.Materialize(dir);
             ASSERT_TRUE(full.ok()) << full.status();
             for (int64_t i = 0; i < rows * cols; ++i) {
-              const float got = get(*full, i), exact = 3 * W("w", i / cols, i % cols, cols);
+              const float got = GetF32(*full, i), exact = 3 * W("w", i / cols, i % cols, cols);
               ASSERT_EQ(got, want[i]) << i;
               ASSERT_NEAR(got, exact, 0.07 * std::abs(exact) + 0.05) << i;
             }
@@ -242,22 +244,12 @@ TEST(ShardedParamNvfp4, GatherIsTheNvfp4RoundTripAtUnderAThirdOfBf16sBytes) {
         opt.nvfp4_gather = true;
         GtpChain chain(e, opt);
         ShardedParam p("w", rows, cols, dt, &c, &chain);
-        auto set = [&](const Tensor& t, int64_t i, float v) {
-          if (dt == DType::kF32) {
-            t.data<float>()[i] = v;
-          } else {
-            t.data<bf16>()[i] = ToBF16(v);
-          }
-        };
-        auto get = [&](const Tensor& t, int64_t i) {
-          return dt == DType::kF32 ? t.data<float>()[i] : ToF32(t.data<bf16>()[i]);
-        };
         const int64_t n = p.shard_rows() * cols, w = kernels::Nvfp4WireBytes(n);
         for (float scale : {3.0f, 5.0f}) {
           for (int64_t r = 0; r < p.shard_rows(); ++r) {
             const int64_t gr = p.shard_row_begin() + r;
             for (int64_t col = 0; col < cols; ++col)
-              set(p.shard(), r * cols + col, gr < rows ? scale * W("w", gr, col, cols) : 0.0f);
+              SetF32(p.shard(), r * cols + col, gr < rows ? scale * W("w", gr, col, cols) : 0.0f);
           }
           p.MarkUpdated();
           // The expected weight: every rank's shard through the CPU codec.
@@ -267,17 +259,17 @@ TEST(ShardedParamNvfp4, GatherIsTheNvfp4RoundTripAtUnderAThirdOfBf16sBytes) {
             Tensor wire = Tensor::Zeros({w}, DType::kU8, host);
             for (int64_t i = 0; i < n; ++i) {
               const int64_t gr = g * p.shard_rows() + i / cols, col = i % cols;
-              set(x, i, gr < rows ? scale * W("w", gr, col, cols) : 0.0f);
+              SetF32(x, i, gr < rows ? scale * W("w", gr, col, cols) : 0.0f);
             }
             kernels::ops::EncodeNvfp4(e, x, wire);
             kernels::ops::DecodeNvfp4(e, wire, y);
-            for (int64_t i = 0; i < n; ++i) want[g * n + i] = get(y, i);
+            for (int64_t i = 0; i < n; ++i) want[g * n + i] = GetF32(y, i);
           }
           for (Direction dir : {Direction::kForward, Direction::kBackward}) {
             auto full = p.Materialize(dir);
             ASSERT_TRUE(full.ok()) << full.status();
             for (int64_t i = 0; i < rows * cols; ++i) {
-              const double got = get(*full, i), exact = scale * W("w", i / cols, i % cols, cols);
+              const double got = GetF32(*full, i), exact = scale * W("w", i / cols, i % cols, cols);
               ASSERT_EQ(got, want[i]) << i;
               if (c.rank() == 0) err2 += (got - exact) * (got - exact), ref2 += exact * exact;
             }
