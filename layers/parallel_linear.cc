@@ -99,20 +99,16 @@ absl::Status CheckFp8(const LinearConfig& c, int64_t out, int64_t in) {
 namespace fp8 = kernels::fp8;
 using Fp8Cache = std::optional<fp8::Fp8Matrix>;
 
-// fp8: y = x·wᵀ (+ bias), x's codes from `shared` (or made here), and Wᵀ's
-// codes kept in *wt for the backward's dgrad. The bias is added by a GEMM
-// after the fp8 one until the block-scaled GEMM's BIAS epilogue
-// (BlockScaledGemm's bias, CPU-tested) has passed its GPU test
-// (block_gemm_gpu_test's TheBiasEpilogueAddsOneBiasPerColumn); then pass it
-// to Fp8Linear instead.
+// fp8: y = x·wᵀ (+ bias in the GEMM's epilogue: y is bf16, as every fp8
+// linear's parameters are), x's codes from `shared` (or made here), and Wᵀ's
+// codes kept in *wt for the backward's dgrad.
 void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x, const Tensor& w,
                 const Tensor& y, const Tensor& bias, Fp8Cache* wt) {
   const kernels::Exec& e = chain.exec();
   fp8::Fp8SharedInput local(e);
   const fp8::Fp8Matrix wq = fp8::QuantizeWeight(e, w);
-  fp8::Fp8Linear(e, (shared != nullptr ? shared : &local)->Rows(x), wq, y);
+  fp8::Fp8Linear(e, (shared != nullptr ? shared : &local)->Rows(x), wq, y, 0.0f, bias);
   *wt = fp8::TransposeWeight(e, wq);
-  if (bias.defined()) AddBias(chain, y, bias);
 }
 
 // fp8: dx = dy·w + beta·dx from the forward's Wᵀ codes (made here when no

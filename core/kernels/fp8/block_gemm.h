@@ -49,11 +49,18 @@ struct Fp8Matrix {
   Tensor q;       // [rows, cols], fp8_e4m3 or u8
   Tensor scales;  // f32 [Fp8ScaleShape(rows, cols, layout)]
   Fp8Layout layout = Fp8Layout::kRow1x128;
+  // Optional: the same scales in cuBLASLt's layout (f32 [LtScaleCount],
+  // lt_scale_layout.h), written by the quantiser beside `scales`
+  // (block_quant.h's lt_scales). The CUDA GEMM reads it as it is; without
+  // it, it rewrites `scales` into scratch on every call. The CPU ignores it.
+  Tensor lt_scales;
 };
 
 // y [M, N] (f32 or bf16) = dequant(a) [M, K] · dequant(b) [N, K]ᵀ + beta·y,
 // as above; with a bias [N] (y's dtype; beta must then be 0) y = (that sum
-// + bias[n]) in f32, rounded once — cuBLASLt's BIAS epilogue on CUDA.
+// + bias[n]) in f32, rounded once — cuBLASLt's BIAS epilogue on CUDA, where
+// only a bf16 y takes a bias (cuBLASLt has no algorithm for an f32 one: it
+// aborts, naming it).
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
                      float beta = 0.0f, const Tensor& bias = Tensor());
 

@@ -63,10 +63,19 @@ const char* LtScaleModeName(const Fp8Matrix& m) {
   return Tiles(m) ? "BLK128x128_32F" : "VEC128_32F";
 }
 
-// The operand's scales in cuBLASLt's layout (scratch on e's device).
-Tensor LtScales(const Exec& e, const Fp8Matrix& m) {
+// The operand's scales in cuBLASLt's layout: its lt_scales when the
+// quantiser wrote them, else a rewrite of its table (scratch on e's device).
+Tensor LtScales(const Exec& e, const Fp8Matrix& m, const char* op, const char* what) {
   const int64_t rows = m.q.dim(0), K = m.q.dim(1);
-  Tensor lt = e.Empty({LtScaleCount(Tiles(m), rows, K)}, DType::kF32);
+  const int64_t count = LtScaleCount(Tiles(m), rows, K);
+  if (m.lt_scales.defined()) {
+    GTP_CHECK(m.lt_scales.dtype() == DType::kF32 && m.lt_scales.numel() == count &&
+                  m.lt_scales.is_contiguous() && m.lt_scales.device() == m.q.device(),
+              op, ": ", what, ".lt_scales must be f32 [", count, "] beside its codes, got ",
+              m.lt_scales.ToString());
+    return m.lt_scales;
+  }
+  Tensor lt = e.Empty({count}, DType::kF32);
   cuda::ToLtScales(m.scales.data<float>(), Tiles(m), rows, K, lt.data<float>(), e.stream);
   return lt;
 }
@@ -100,6 +109,10 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
             ": cuBLASLt's bias epilogue needs a 16-byte aligned bias; its address modulo 16 is ",
             bias.defined() ? Misalignment(bias) : 0);
   GTP_CHECK(K > 0 || !bias.defined(), op, ": K = 0 with a bias is not supported");
+  GTP_CHECK(!bias.defined() || y.dtype() == DType::kBF16, op,
+            ": cuBLASLt has no block-scaled FP8 GEMM with a BIAS epilogue for an f32 y (none "
+            "found on an H200, CUDA 13.0); pass a bf16 y, or add the bias after the GEMM (M=",
+            M, " N=", N, " K=", K, ")");
   if (K == 0) {  // the empty sum; 0 bits are +0 in f32 and bf16
     GTP_CHECK(beta == 0.0f || beta == 1.0f, op, ": K = 0 with beta ", beta,
               " (only 0 or 1) is not supported");
@@ -109,7 +122,7 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
 
   BlasContext& ctx = *e.blas;
   cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx.lt_handle());
-  const Tensor a_scales = LtScales(e, a), b_scales = LtScales(e, b);
+  const Tensor a_scales = LtScales(e, a, op, "a"), b_scales = LtScales(e, b, op, "b");
   // cuBLASLt's A is our b and its B our a (the header comment).
   const void* lt_a = b.q.raw_data();
   const void* lt_b = a.q.raw_data();

@@ -382,22 +382,22 @@ TEST(BlockGemmGpu, ALinearLayersForwardDgradAndWgrad) {
 }
 
 // The BIAS epilogue (what an fp8 linear's forward uses): a bias per output
-// column, f32 and bf16 y, against the reference plus the bias; the bias
-// values span magnitudes like the outputs', so one added to the wrong column
-// (or not at all) breaks the bound.
+// column, bf16 y (the only one cuBLASLt has an algorithm for: with an f32 y
+// it reported none on the H200, CUDA 13.0, and BlockScaledGemm refuses that
+// case before asking), against the reference plus the bias; the bias values
+// span magnitudes like the outputs', so one added to the wrong column (or
+// not at all) breaks the bound.
 TEST(BlockGemmGpu, TheBiasEpilogueAddsOneBiasPerColumn) {
   SKIP_WITHOUT_GPU();
   Env env;
   const int64_t M = 208, N = 304, K = 384;
   const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 31), M, K, kRow);
   const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 32), N, K, kTile);
-  for (const DType t : {DType::kF32, DType::kBF16}) {
-    std::vector<float> raw = BlockyMatrix(1, N, 33);
-    for (float& v : raw) v *= 1e3f;  // about the outputs' size
-    // The values as y_type holds them (bf16-rounded for a bf16 y).
-    const std::vector<float> bias = Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, t));
-    ExpectMatchesReference(env, "bias epilogue", a, b, t, &bias);
-  }
+  std::vector<float> raw = BlockyMatrix(1, N, 33);
+  for (float& v : raw) v *= 1e3f;  // about the outputs' size
+  // The values as a bf16 y holds them.
+  const std::vector<float> bias = Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, DType::kBF16));
+  ExpectMatchesReference(env, "bias epilogue", a, b, DType::kBF16, &bias);
 }
 
 struct GemmCase {

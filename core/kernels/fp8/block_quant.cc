@@ -10,6 +10,7 @@
 
 #include "core/kernels/fp8/block_quant_cuda.h"
 #include "core/kernels/fp8/internal.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/status.h"
 
 namespace gtp::kernels::fp8 {
@@ -74,6 +75,25 @@ std::pair<int64_t, int64_t> CheckTransposePair(const Exec& e, const Tensor& q, c
   return {R, C};
 }
 
+// lt (optional): f32 [LtScaleCount(tiles, rows, K)] on e's device; its raw
+// pointer, or null when undefined.
+float* CheckLt(const Exec& e, const Tensor& lt, bool tiles, int64_t rows, int64_t K,
+               const char* op) {
+  if (!lt.defined()) return nullptr;
+  CheckScales(e, lt, Shape({LtScaleCount(tiles, rows, K)}), op, "lt_scales");
+  return lt.data<float>();
+}
+
+// The CPU's copy of a scale table [table_rows, ceil(K/128)] into cuBLASLt's
+// layout (lt_scale_layout.h), padding as NaN bytes.
+void WriteLt(const float* table, bool tiles, int64_t rows, int64_t K, float* lt) {
+  if (lt == nullptr) return;
+  const int64_t L = Fp8NumBlocks(K), table_rows = tiles ? Fp8NumBlocks(rows) : rows;
+  std::fill(lt, lt + LtScaleCount(tiles, rows, K), BitsFloat(0xffffffffu));
+  for (int64_t i = 0; i < table_rows; ++i)
+    for (int64_t j = 0; j < L; ++j) lt[LtScaleOffset(tiles, rows, K, i, j)] = table[i * L + j];
+}
+
 }  // namespace
 
 const char* Fp8LayoutName(Fp8Layout l) {
@@ -87,29 +107,32 @@ Shape Fp8ScaleShape(int64_t rows, int64_t cols, Fp8Layout l) {
 }
 
 void QuantizeBlocks(const Exec& e, const Tensor& x, Fp8Layout l, const Tensor& q,
-                    const Tensor& scales) {
+                    const Tensor& scales, const Tensor& lt_scales) {
   const char* op = "fp8::QuantizeBlocks";
   CheckMatrix(e, x, op, "x");
   const int64_t R = x.dim(0), C = x.dim(1);
   CheckCodes(e, q, R, C, op, "q");
   CheckScales(e, scales, Fp8ScaleShape(R, C, l), op, "scales");
+  const bool tiles = l == Fp8Layout::kTile128x128;
+  float* lt = CheckLt(e, lt_scales, tiles, R, C, op);
   uint8_t* qp = Codes(q);
   float* sp = scales.data<float>();
   if (e.is_cuda()) {
     const bool f32 = x.dtype() == DType::kF32;
-    if (l == Fp8Layout::kRow1x128 && f32) {
-      cuda::QuantizeRow1x128(x.data<float>(), R, C, qp, sp, e.stream);
-    } else if (l == Fp8Layout::kRow1x128) {
-      cuda::QuantizeRow1x128(BF16Data(x), R, C, qp, sp, e.stream);
+    if (!tiles && f32) {
+      cuda::QuantizeRow1x128(x.data<float>(), R, C, qp, sp, lt, e.stream);
+    } else if (!tiles) {
+      cuda::QuantizeRow1x128(BF16Data(x), R, C, qp, sp, lt, e.stream);
     } else if (f32) {
-      cuda::QuantizeTile128x128(x.data<float>(), R, C, qp, sp, e.stream);
+      cuda::QuantizeTile128x128(x.data<float>(), R, C, qp, sp, lt, e.stream);
     } else {
-      cuda::QuantizeTile128x128(BF16Data(x), R, C, qp, sp, e.stream);
+      cuda::QuantizeTile128x128(BF16Data(x), R, C, qp, sp, lt, e.stream);
     }
     return;
   }
-  if (l == Fp8Layout::kRow1x128) {
+  if (!tiles) {
     QuantizeRowBlocks(x.raw_data(), x.dtype(), R, C, C, 1, qp, sp);
+    WriteLt(sp, false, R, C, lt);
     return;
   }
   const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
@@ -124,6 +147,7 @@ void QuantizeBlocks(const Exec& e, const Tensor& x, Fp8Layout l, const Tensor& q
           qp[r * C + c] = Fp8BlockEncode(LoadF32(x.raw_data(), x.dtype(), r * C + c), s);
     }
   }
+  WriteLt(sp, true, R, C, lt);
 }
 
 void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8Layout l,
@@ -153,24 +177,26 @@ void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8L
 }
 
 void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
-                            const Tensor& scales_t) {
+                            const Tensor& scales_t, const Tensor& lt_scales) {
   const char* op = "fp8::QuantizeRowsTransposed";
   CheckMatrix(e, x, op, "x");
   const int64_t R = x.dim(0), C = x.dim(1);
   CheckCodes(e, qt, C, R, op, "qt");
   CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kRow1x128), op, "scales_t");
+  float* lt = CheckLt(e, lt_scales, false, C, R, op);
   if (e.is_cuda()) {
     if (x.dtype() == DType::kF32) {
-      cuda::QuantizeRowsTransposed(x.data<float>(), R, C, Codes(qt), scales_t.data<float>(),
+      cuda::QuantizeRowsTransposed(x.data<float>(), R, C, Codes(qt), scales_t.data<float>(), lt,
                                    e.stream);
     } else {
-      cuda::QuantizeRowsTransposed(BF16Data(x), R, C, Codes(qt), scales_t.data<float>(),
+      cuda::QuantizeRowsTransposed(BF16Data(x), R, C, Codes(qt), scales_t.data<float>(), lt,
                                    e.stream);
     }
     return;
   }
   // Xᵀ[c, r] = x[r·C + c]: row stride 1, column stride C.
   QuantizeRowBlocks(x.raw_data(), x.dtype(), C, R, 1, C, Codes(qt), scales_t.data<float>());
+  WriteLt(scales_t.data<float>(), false, C, R, lt);
 }
 
 void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scales,
@@ -187,15 +213,16 @@ void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scal
 }
 
 void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& qt,
-                    const Tensor& scales_t) {
+                    const Tensor& scales_t, const Tensor& lt_scales) {
   const auto [R, C] = CheckTransposePair(e, q, scales, qt, scales_t, Fp8Layout::kTile128x128,
                                          "fp8::TransposeTiles");
+  float* lt = CheckLt(e, lt_scales, true, C, R, "fp8::TransposeTiles");
   const uint8_t* qp = Codes(q);
   uint8_t* qtp = Codes(qt);
   const float* sp = scales.data<float>();
   float* stp = scales_t.data<float>();
   if (e.is_cuda()) {
-    cuda::TransposeTiles(qp, sp, R, C, qtp, stp, e.stream);
+    cuda::TransposeTiles(qp, sp, R, C, qtp, stp, lt, e.stream);
     return;
   }
   for (int64_t r = 0; r < R; ++r)
@@ -203,6 +230,7 @@ void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const 
   const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
   for (int64_t i = 0; i < rb; ++i)
     for (int64_t j = 0; j < cb; ++j) stp[j * rb + i] = sp[i * cb + j];
+  WriteLt(stp, true, C, R, lt);
 }
 
 }  // namespace gtp::kernels::fp8

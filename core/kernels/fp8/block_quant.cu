@@ -53,6 +53,7 @@
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/fp8/block_quant_cuda.h"
 #include "core/kernels/fp8/block_scale.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
 
 namespace gtp::kernels::fp8::cuda {
 namespace {
@@ -130,7 +131,7 @@ __device__ __forceinline__ uint32_t WarpMaxBits(uint32_t v) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     QuantizeRowKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nb,
-                      uint8_t* __restrict__ q, float* __restrict__ scales) {
+                      uint8_t* __restrict__ q, float* __restrict__ scales, float* __restrict__ lt) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t total = R * nb, stride = int64_t{gridDim.x} * kWarps;
   // w is the same for the whole warp: the shuffles see all 32 lanes.
@@ -146,7 +147,10 @@ __global__ void __launch_bounds__(kThreads)
       amax = MaxU(amax, AbsBits(v[k]));
     }
     const float s = Fp8BlockScale(WarpMaxBits(amax));
-    if (lane == 0) scales[w] = s;
+    if (lane == 0) {
+      scales[w] = s;
+      if (lt != nullptr) lt[LtScaleOffset(false, R, C, r, w % nb)] = s;
+    }
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int64_t c = c0 + lane + k * kWarpSize;
@@ -163,7 +167,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     QuantizeTileKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t rb, int64_t cb,
-                       uint8_t* __restrict__ q, float* __restrict__ scales) {
+                       uint8_t* __restrict__ q, float* __restrict__ scales,
+                       float* __restrict__ lt) {
   __shared__ uint32_t partial[kWarps];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   for (int64_t t = blockIdx.x; t < rb * cb; t += gridDim.x) {  // the same for the whole block
@@ -183,7 +188,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kWarps; ++k) m = MaxU(m, partial[k]);
     __syncthreads();  // every thread has read `partial` before the next tile writes it
     const float s = Fp8BlockScale(m);
-    if (threadIdx.x == 0) scales[t] = s;
+    if (threadIdx.x == 0) {
+      scales[t] = s;
+      if (lt != nullptr) lt[LtScaleOffset(true, R, C, t / cb, t % cb)] = s;
+    }
     for (int e = threadIdx.x; e < rows * kBlock; e += kThreads) {
       const int r = e / kBlock, c = e % kBlock;
       if (c < cols) {
@@ -221,7 +229,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     QuantizeRowsTransposedKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nbr,
                                  int64_t ncb, uint8_t* __restrict__ qt,
-                                 float* __restrict__ scales_t) {
+                                 float* __restrict__ scales_t, float* __restrict__ lt) {
   __shared__ float tile[kBlock][kTCols + 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   for (int64_t t = blockIdx.x; t < nbr * ncb; t += gridDim.x) {  // the same for the whole block
@@ -243,7 +251,10 @@ __global__ void __launch_bounds__(kThreads)
         amax = MaxU(amax, AbsBits(v[k]));
       }
       const float s = Fp8BlockScale(WarpMaxBits(amax));
-      if (lane == 0) scales_t[c * nbr + bi] = s;
+      if (lane == 0) {
+        scales_t[c * nbr + bi] = s;
+        if (lt != nullptr) lt[LtScaleOffset(false, C, R, c, bi)] = s;
+      }
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int64_t r = r0 + lane + k * kWarpSize;
@@ -276,12 +287,15 @@ __global__ void __launch_bounds__(kThreads)
 
 // st[j·rb + i] = s[i·cb + j].
 __global__ void __launch_bounds__(kThreads)
-    TransposeScalesKernel(const float* __restrict__ s, int64_t rb, int64_t cb,
-                          float* __restrict__ st) {
+    TransposeScalesKernel(const float* __restrict__ s, int64_t R, int64_t C, int64_t rb,
+                          int64_t cb, float* __restrict__ st, float* __restrict__ lt) {
   const int64_t n = rb * cb;
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n;
-       k += int64_t{gridDim.x} * blockDim.x)
+       k += int64_t{gridDim.x} * blockDim.x) {
     st[(k % cb) * rb + k / cb] = s[k];
+    // Entry (j, i) of the [C, R] operand's tile table.
+    if (lt != nullptr) lt[LtScaleOffset(true, C, R, k % cb, k / cb)] = s[k];
+  }
 }
 
 // ---------------------------------------------------------------- vectorised
@@ -326,12 +340,16 @@ __device__ __forceinline__ void ForEachChunk(const T* __restrict__ x, int64_t R,
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     QuantizeRowVecKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nb,
-                         uint8_t* __restrict__ q, float* __restrict__ scales) {
+                         uint8_t* __restrict__ q, float* __restrict__ scales,
+                         float* __restrict__ lt) {
   ForEachChunk(x, R, C, nb, [&](bool live, int64_t r, int64_t c, int64_t w, int sub,
                                 const float* v, uint32_t amax) {
     if (!live) return;
     const float s = Fp8BlockScale(amax);
-    if (sub == 0) scales[w] = s;
+    if (sub == 0) {
+      scales[w] = s;
+      if (lt != nullptr) lt[LtScaleOffset(false, R, C, r, w % nb)] = s;
+    }
     *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
   });
 }
@@ -362,10 +380,16 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Pass 3: each slot's amax bits become its scale, in place.
-__global__ void __launch_bounds__(kThreads) TileScalesKernel(int64_t n, float* __restrict__ scales) {
+__global__ void __launch_bounds__(kThreads)
+    TileScalesKernel(int64_t R, int64_t C, int64_t cb, float* __restrict__ scales,
+                     float* __restrict__ lt) {
+  const int64_t n = Fp8NumBlocks(R) * cb;
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n;
-       t += int64_t{gridDim.x} * blockDim.x)
-    scales[t] = Fp8BlockScale(FloatBits(scales[t]));
+       t += int64_t{gridDim.x} * blockDim.x) {
+    const float s = Fp8BlockScale(FloatBits(scales[t]));
+    scales[t] = s;
+    if (lt != nullptr) lt[LtScaleOffset(true, R, C, t / cb, t % cb)] = s;
+  }
 }
 
 // Transposed 1×128, tiles of 128 rows × 64 columns (C % 8 == 0, R % 4 ==
@@ -375,7 +399,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     QuantizeRowsTransposedVecKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nbr,
                                     int64_t ncb, uint8_t* __restrict__ qt,
-                                    float* __restrict__ scales_t) {
+                                    float* __restrict__ scales_t, float* __restrict__ lt) {
   __shared__ float tile[kBlock][kVTCols + 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   constexpr int kThreadsPerRow = kVTCols / kVec;           // 8
@@ -401,7 +425,10 @@ __global__ void __launch_bounds__(kThreads)
         amax = MaxU(amax, AbsBits(v[k]));
       }
       const float s = Fp8BlockScale(WarpMaxBits(amax));
-      if (lane == 0) scales_t[c * nbr + bi] = s;
+      if (lane == 0) {
+        scales_t[c * nbr + bi] = s;
+        if (lt != nullptr) lt[LtScaleOffset(false, C, R, c, bi)] = s;
+      }
       const int64_t r = r0 + 4 * lane;
       if (r < R) {  // R % 4 == 0: all four rows exist
         uint32_t word = 0;
@@ -423,25 +450,37 @@ void RequireShape(int64_t R, int64_t C, const char* op) {
                  static_cast<long long>(C));
 }
 
+// A tile operand [rows, K]'s cuBLASLt buffer: its padding entries (K blocks
+// past ceil(K/128), up to a multiple of 4) are NaN bytes, as ToLtScales
+// writes them; the kernels fill the rest.
+void PadLtTiles(float* lt, int64_t rows, int64_t K, cudaStream_t stream) {
+  if (lt == nullptr || Fp8NumBlocks(K) % 4 == 0) return;
+  GTP_CU_CHECK(cudaMemsetAsync(lt, 0xff, sizeof(float) * LtScaleCount(true, rows, K), stream));
+}
+
 template <typename T>
-void LaunchRow(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, cudaStream_t stream) {
+void LaunchRow(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
+               cudaStream_t stream) {
   RequireShape(R, C, "fp8::cuda::QuantizeRow1x128");
   if (R == 0 || C == 0) return;
   const int64_t nb = Fp8NumBlocks(C);
   if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
     QuantizeRowVecKernel<T><<<GridFor(R * nb * kChunksPerBlock, kThreads), kThreads, 0, stream>>>(
-        x, R, C, nb, q, scales);
+        x, R, C, nb, q, scales, lt);
   } else {
-    QuantizeRowKernel<T><<<GridFor(R * nb, kWarps), kThreads, 0, stream>>>(x, R, C, nb, q, scales);
+    QuantizeRowKernel<T>
+        <<<GridFor(R * nb, kWarps), kThreads, 0, stream>>>(x, R, C, nb, q, scales, lt);
   }
   GTP_CU_LAUNCH_CHECK();
 }
 
 template <typename T>
-void LaunchTile(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, cudaStream_t stream) {
+void LaunchTile(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
+                cudaStream_t stream) {
   RequireShape(R, C, "fp8::cuda::QuantizeTile128x128");
   if (R == 0 || C == 0) return;
   const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
+  PadLtTiles(lt, R, C, stream);
   if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
     uint32_t* slots = reinterpret_cast<uint32_t*>(scales);
     GTP_CU_CHECK(cudaMemsetAsync(slots, 0, sizeof(uint32_t) * rb * cb, stream));
@@ -450,9 +489,10 @@ void LaunchTile(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, cud
     GTP_CU_LAUNCH_CHECK();
     TileEncodeKernel<T><<<grid, kThreads, 0, stream>>>(x, R, C, cb, slots, q);
     GTP_CU_LAUNCH_CHECK();
-    TileScalesKernel<<<GridFor(rb * cb, kThreads), kThreads, 0, stream>>>(rb * cb, scales);
+    TileScalesKernel<<<GridFor(rb * cb, kThreads), kThreads, 0, stream>>>(R, C, cb, scales, lt);
   } else {
-    QuantizeTileKernel<T><<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(x, R, C, rb, cb, q, scales);
+    QuantizeTileKernel<T>
+        <<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(x, R, C, rb, cb, q, scales, lt);
   }
   GTP_CU_LAUNCH_CHECK();
 }
@@ -469,40 +509,40 @@ void LaunchDequantize(const uint8_t* q, const float* scales, bool tiles, int64_t
 
 template <typename T>
 void LaunchRowsTransposed(const T* x, int64_t R, int64_t C, uint8_t* qt, float* scales_t,
-                          cudaStream_t stream) {
+                          float* lt, cudaStream_t stream) {
   RequireShape(R, C, "fp8::cuda::QuantizeRowsTransposed");
   if (R == 0 || C == 0) return;
   const int64_t nbr = Fp8NumBlocks(R);
   if (C % kVec == 0 && R % 4 == 0 && Aligned(x, 16) && Aligned(qt, 4)) {
     const int64_t ncb = CeilDiv(C, kVTCols);
     QuantizeRowsTransposedVecKernel<T>
-        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t);
+        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t, lt);
   } else {
     const int64_t ncb = CeilDiv(C, kTCols);
     QuantizeRowsTransposedKernel<T>
-        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t);
+        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t, lt);
   }
   GTP_CU_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void QuantizeRow1x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+void QuantizeRow1x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
                       cudaStream_t stream) {
-  LaunchRow(x, R, C, q, scales, stream);
+  LaunchRow(x, R, C, q, scales, lt, stream);
 }
-void QuantizeRow1x128(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+void QuantizeRow1x128(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
                       cudaStream_t stream) {
-  LaunchRow(x, R, C, q, scales, stream);
+  LaunchRow(x, R, C, q, scales, lt, stream);
 }
 
 void QuantizeTile128x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
-                         cudaStream_t stream) {
-  LaunchTile(x, R, C, q, scales, stream);
+                         float* lt, cudaStream_t stream) {
+  LaunchTile(x, R, C, q, scales, lt, stream);
 }
 void QuantizeTile128x128(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
-                         cudaStream_t stream) {
-  LaunchTile(x, R, C, q, scales, stream);
+                         float* lt, cudaStream_t stream) {
+  LaunchTile(x, R, C, q, scales, lt, stream);
 }
 
 void DequantizeBlocks(const uint8_t* q, const float* scales, bool tiles, int64_t R, int64_t C,
@@ -515,24 +555,25 @@ void DequantizeBlocks(const uint8_t* q, const float* scales, bool tiles, int64_t
 }
 
 void QuantizeRowsTransposed(const float* x, int64_t R, int64_t C, uint8_t* qt, float* scales_t,
-                            cudaStream_t stream) {
-  LaunchRowsTransposed(x, R, C, qt, scales_t, stream);
+                            float* lt, cudaStream_t stream) {
+  LaunchRowsTransposed(x, R, C, qt, scales_t, lt, stream);
 }
 void QuantizeRowsTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* qt, float* scales_t,
-                            cudaStream_t stream) {
-  LaunchRowsTransposed(x, R, C, qt, scales_t, stream);
+                            float* lt, cudaStream_t stream) {
+  LaunchRowsTransposed(x, R, C, qt, scales_t, lt, stream);
 }
 
 void TransposeTiles(const uint8_t* q, const float* scales, int64_t R, int64_t C, uint8_t* qt,
-                    float* scales_t, cudaStream_t stream) {
+                    float* scales_t, float* lt, cudaStream_t stream) {
   RequireShape(R, C, "fp8::cuda::TransposeTiles");
   if (R == 0 || C == 0) return;
   const int64_t nrt = CeilDiv(R, kT), nct = CeilDiv(C, kT);
   TransposeBytesKernel<<<GridFor(nrt * nct, 1), kThreads, 0, stream>>>(q, R, C, nrt, nct, qt);
   GTP_CU_LAUNCH_CHECK();
   const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
-  TransposeScalesKernel<<<GridFor(rb * cb, kThreads), kThreads, 0, stream>>>(scales, rb, cb,
-                                                                             scales_t);
+  PadLtTiles(lt, C, R, stream);
+  TransposeScalesKernel<<<GridFor(rb * cb, kThreads), kThreads, 0, stream>>>(scales, R, C, rb, cb,
+                                                                             scales_t, lt);
   GTP_CU_LAUNCH_CHECK();
 }
 

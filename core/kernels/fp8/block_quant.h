@@ -44,9 +44,16 @@ const char* Fp8LayoutName(Fp8Layout l);
 // The scales' shape for a [rows, cols] matrix in layout l.
 Shape Fp8ScaleShape(int64_t rows, int64_t cols, Fp8Layout l);
 
+// Every quantiser can also write its scales a second time into lt_scales
+// (optional; f32 [LtScaleCount(l == kTile128x128, rows, K)] for the output
+// operand [rows, K]): the layout cuBLASLt's block-scaled GEMM reads
+// (lt_scale_layout.h; a tile operand's padding entries NaN bytes), so the
+// GEMM takes them as they are (Fp8Matrix::lt_scales) instead of rewriting
+// the table on every call.
+
 // x [R, C] (f32 or bf16) → codes q [R, C] and scales [Fp8ScaleShape(R, C, l)].
 void QuantizeBlocks(const Exec& e, const Tensor& x, Fp8Layout l, const Tensor& q,
-                    const Tensor& scales);
+                    const Tensor& scales, const Tensor& lt_scales = Tensor());
 
 // y [R, C] (f32 or bf16) ← e4m3⁻¹(q)·scale of each element's block (the f32
 // product; rounded to nearest even for a bf16 y). NaN-scale blocks give NaN.
@@ -58,7 +65,7 @@ void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8L
 // x. Bit-identical to QuantizeBlocks(xᵀ, kRow1x128) (a fused transpose +
 // quantise: the weight-gradient GEMM's operand from the high-precision x).
 void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
-                            const Tensor& scales_t);
+                            const Tensor& scales_t, const Tensor& lt_scales = Tensor());
 
 // The same from x's forward codes (q [R, C], scales [R, ceil(C/128)], 1×128
 // along C) when the high-precision x is gone: each element's f32 value
@@ -75,6 +82,6 @@ void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scal
 // codes and scales QuantizeBlocks(Wᵀ, kTile128x128) gives (the dgrad GEMM's
 // operand, no requantisation).
 void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& qt,
-                    const Tensor& scales_t);
+                    const Tensor& scales_t, const Tensor& lt_scales = Tensor());
 
 }  // namespace gtp::kernels::fp8

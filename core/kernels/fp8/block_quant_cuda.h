@@ -7,6 +7,11 @@
 // bit-identical to the CPU paths (block_quant.cc): the same scalar rules
 // (block_scale.h), amax as an unsigned max of the |x| bits (exact and
 // order-independent), no fast math. Deterministic, no atomics.
+//
+// `lt` (may be null): a second copy of the scales in cuBLASLt's layout for
+// the operand (lt_scale_layout.h: LtScaleCount floats; a tile operand's
+// padding entries NaN bytes), written beside `scales` so the GEMM needs no
+// rewrite (block_gemm_cuda.cc).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,16 +23,16 @@
 namespace gtp::kernels::fp8::cuda {
 
 // x [R, C] → q [R, C], scales [R, ceil(C/128)] (1×128 blocks along C).
-void QuantizeRow1x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+void QuantizeRow1x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
                       cudaStream_t stream);
-void QuantizeRow1x128(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+void QuantizeRow1x128(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
                       cudaStream_t stream);
 
 // x [R, C] → q [R, C], scales [ceil(R/128), ceil(C/128)] (128×128 tiles).
 void QuantizeTile128x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
-                         cudaStream_t stream);
+                         float* lt, cudaStream_t stream);
 void QuantizeTile128x128(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
-                         cudaStream_t stream);
+                         float* lt, cudaStream_t stream);
 
 // y [R, C] = e4m3⁻¹(q)·scale (f32 product; bf16: rounded to nearest even).
 // scales [R, ceil(C/128)] (tiles = false) or [ceil(R/128), ceil(C/128)]
@@ -40,13 +45,13 @@ void DequantizeBlocks(const uint8_t* q, const float* scales, bool tiles, int64_t
 // x [R, C] → qt [C, R], scales_t [C, ceil(R/128)]: the 1×128 quantisation of
 // xᵀ (blocks of 128 consecutive rows of x), a fused transpose + quantise.
 void QuantizeRowsTransposed(const float* x, int64_t R, int64_t C, uint8_t* qt, float* scales_t,
-                            cudaStream_t stream);
+                            float* lt, cudaStream_t stream);
 void QuantizeRowsTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* qt, float* scales_t,
-                            cudaStream_t stream);
+                            float* lt, cudaStream_t stream);
 
 // q [R, C] → qt [C, R] = qᵀ; scales [ceil(R/128), ceil(C/128)] →
 // scales_t [ceil(C/128), ceil(R/128)] = scalesᵀ.
 void TransposeTiles(const uint8_t* q, const float* scales, int64_t R, int64_t C, uint8_t* qt,
-                    float* scales_t, cudaStream_t stream);
+                    float* scales_t, float* lt, cudaStream_t stream);
 
 }  // namespace gtp::kernels::fp8::cuda

@@ -27,6 +27,7 @@
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/block_testing.h"
 #include "core/kernels/fp8/gpu_env.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
@@ -139,7 +140,7 @@ void ExpectGpuMatchesCpu(Env& env, const std::string& what, const std::vector<Ou
     op(dev);
     for (size_t k = 0; k < outs.size(); ++k) {
       const Tensor& c = outs[k].cpu;
-      const int64_t cols = c.dim(1) > 0 ? c.dim(1) : 1;
+      const int64_t cols = c.rank() == 2 && c.dim(1) > 0 ? c.dim(1) : 1;
       ByteVec got = env.Down(dev[k]);
       EXPECT_TRUE(SameElements(got, Bytes(c), c.dtype(), cols, outs[k].values))
           << what << ": " << outs[k].name << " " << c.shape().ToString() << ", run " << run;
@@ -176,13 +177,19 @@ TEST_P(BlockQuantGpuTest, EveryFunctionMatchesCpuBitForBit) {
 
       for (const Fp8Layout l : {kRow, kTile}) {
         const std::string lt = std::string(Fp8LayoutName(l)) + ", " + tag;
-        // QuantizeBlocks.
+        // QuantizeBlocks, with the scales' cuBLASLt copy (whose layout the
+        // CPU takes from lt_scale_layout.h; block_gemm_gpu_test's probe
+        // checks that against cuBLASLt).
+        const bool tiles = l == kTile;
         const Tensor q = env.HostOut({R, C}, DType::kF8E4M3);
         const Tensor s = env.HostOut(Fp8ScaleShape(R, C, l), DType::kF32);
-        QuantizeBlocks(cpu, x, l, q, s);
-        ExpectGpuMatchesCpu(
-            env, "QuantizeBlocks(" + lt + ")", {{"q", q}, {"scales", s}},
-            [&](const std::vector<Tensor>& o) { QuantizeBlocks(gpu, gx, l, o[0], o[1]); });
+        const Tensor ls = env.HostOut({LtScaleCount(tiles, R, C)}, DType::kF32);
+        QuantizeBlocks(cpu, x, l, q, s, ls);
+        ExpectGpuMatchesCpu(env, "QuantizeBlocks(" + lt + ")",
+                            {{"q", q}, {"scales", s}, {"lt_scales", ls}},
+                            [&](const std::vector<Tensor>& o) {
+                              QuantizeBlocks(gpu, gx, l, o[0], o[1], o[2]);
+                            });
         // DequantizeBlocks of the CPU's codes, into f32 and bf16.
         const Tensor gq = env.Up(q), gs = env.Up(s);
         for (const DType yt : {DType::kF32, DType::kBF16}) {
@@ -207,10 +214,13 @@ TEST_P(BlockQuantGpuTest, EveryFunctionMatchesCpuBitForBit) {
           // code dtype is accepted).
           const Tensor qt = env.HostOut({C, R}, DType::kU8);
           const Tensor st = env.HostOut(Fp8ScaleShape(C, R, kTile), DType::kF32);
-          TransposeTiles(cpu, q, s, qt, st);
-          ExpectGpuMatchesCpu(
-              env, "TransposeTiles(" + tag + ")", {{"qt", qt}, {"scales_t", st}},
-              [&](const std::vector<Tensor>& o) { TransposeTiles(gpu, gq, gs, o[0], o[1]); });
+          const Tensor lst = env.HostOut({LtScaleCount(true, C, R)}, DType::kF32);
+          TransposeTiles(cpu, q, s, qt, st, lst);
+          ExpectGpuMatchesCpu(env, "TransposeTiles(" + tag + ")",
+                              {{"qt", qt}, {"scales_t", st}, {"lt_scales", lst}},
+                              [&](const std::vector<Tensor>& o) {
+                                TransposeTiles(gpu, gq, gs, o[0], o[1], o[2]);
+                              });
         }
         if (R >= 128 && C >= 256) {
           // The data reach what they are meant to (not a comparison with the GPU).
@@ -234,10 +244,13 @@ TEST_P(BlockQuantGpuTest, EveryFunctionMatchesCpuBitForBit) {
       // QuantizeRowsTransposed (u8 codes).
       const Tensor qt = env.HostOut({C, R}, DType::kU8);
       const Tensor st = env.HostOut(Fp8ScaleShape(C, R, kRow), DType::kF32);
-      QuantizeRowsTransposed(cpu, x, qt, st);
-      ExpectGpuMatchesCpu(
-          env, "QuantizeRowsTransposed(" + tag + ")", {{"qt", qt}, {"scales_t", st}},
-          [&](const std::vector<Tensor>& o) { QuantizeRowsTransposed(gpu, gx, o[0], o[1]); });
+      const Tensor lst = env.HostOut({LtScaleCount(false, C, R)}, DType::kF32);
+      QuantizeRowsTransposed(cpu, x, qt, st, lst);
+      ExpectGpuMatchesCpu(env, "QuantizeRowsTransposed(" + tag + ")",
+                          {{"qt", qt}, {"scales_t", st}, {"lt_scales", lst}},
+                          [&](const std::vector<Tensor>& o) {
+                            QuantizeRowsTransposed(gpu, gx, o[0], o[1], o[2]);
+                          });
     }
   }
 }

@@ -18,6 +18,7 @@
 #include "core/allocator.h"
 #include "core/kernels/fp8/block_testing.h"
 #include "core/kernels/fp8/e4m3_reference.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -186,6 +187,55 @@ TEST(BlockQuantSpecial, TileTransposeIsTheQuantisationOfTheTranspose) {
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) differ += rows[r * C + c] != cols[c * R + r];
   EXPECT_GT(differ, R * C / 2);
+}
+
+// The scales' second copy for cuBLASLt (lt_scales): the table written in
+// the order lt_scale_layout.h describes, spelled out here as its own loops —
+// 1×128: entry (r, j) at j·rows + r; 128×128: (i, j) at i·L4 + j with L4 =
+// ceil(K/128) rounded up to 4 and the padding NaN bytes — for each quantiser
+// that writes one. (The layout itself is cuBLASLt's: block_gemm_gpu_test's
+// probe checks it on the GPU.)
+TEST(BlockQuantSpecial, TheCuBlasLtCopyOfTheScalesIsTheTableInItsLayout) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  const int64_t R = 300, C = 200;  // 3 and 2 K blocks: tile padding both ways
+  const std::vector<float> x = BlockyMatrix(R, C, 21);
+  const Tensor xm = MakeMatrix(x, R, C, host);
+  // rows × K operand, its table [table_rows, L] and its copy.
+  auto expect_copy = [](const Tensor& table, const Tensor& lt, bool tiles, int64_t rows,
+                        int64_t K, const std::string& what) {
+    const int64_t L = (K + 127) / 128, L4 = (L + 3) / 4 * 4;
+    const std::vector<float> tv = Floats(table), lv = Floats(lt);
+    ASSERT_EQ(lv.size(), static_cast<size_t>(tiles ? (rows + 127) / 128 * L4 : rows * L)) << what;
+    const int64_t table_rows = tiles ? (rows + 127) / 128 : rows;
+    for (int64_t i = 0; i < table_rows; ++i) {
+      for (int64_t j = 0; j < (tiles ? L4 : L); ++j) {
+        const float got = tiles ? lv[i * L4 + j] : lv[j * rows + i];
+        if (j < L) {
+          ASSERT_EQ(FloatBits(got), FloatBits(tv[i * L + j])) << what << " (" << i << ", " << j << ")";
+        } else {
+          ASSERT_EQ(FloatBits(got), 0xffffffffu) << what << " padding (" << i << ", " << j << ")";
+        }
+      }
+    }
+  };
+  for (const Fp8Layout l : {Fp8Layout::kRow1x128, Fp8Layout::kTile128x128}) {
+    const bool tiles = l == Fp8Layout::kTile128x128;
+    Tensor q = e.Empty({R, C}, DType::kU8), s = e.Empty(Fp8ScaleShape(R, C, l));
+    Tensor lt = e.Empty({LtScaleCount(tiles, R, C)});
+    QuantizeBlocks(e, xm, l, q, s, lt);
+    expect_copy(s, lt, tiles, R, C, std::string("QuantizeBlocks ") + Fp8LayoutName(l));
+    if (tiles) {
+      Tensor qt = e.Empty({C, R}, DType::kU8), st = e.Empty(Fp8ScaleShape(C, R, l));
+      Tensor ltt = e.Empty({LtScaleCount(true, C, R)});
+      TransposeTiles(e, q, s, qt, st, ltt);
+      expect_copy(st, ltt, true, C, R, "TransposeTiles");
+    }
+  }
+  Tensor qt = e.Empty({C, R}, DType::kU8), st = e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kRow1x128));
+  Tensor ltt = e.Empty({LtScaleCount(false, C, R)});
+  QuantizeRowsTransposed(e, xm, qt, st, ltt);
+  expect_copy(st, ltt, false, C, R, "QuantizeRowsTransposed");
 }
 
 // The wgrad operand xᵀ (1×128 along the rows of x), straight from x.

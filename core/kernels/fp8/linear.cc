@@ -3,25 +3,33 @@
 
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/internal.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/status.h"
 
 namespace gtp::kernels::fp8 {
 namespace {
 
+// Scratch for an operand [rows, K] in layout l; on CUDA with the scales'
+// cuBLASLt copy, which the quantiser writes and the GEMM reads as is.
+Fp8Matrix Scratch(const Exec& e, int64_t rows, int64_t K, Fp8Layout l) {
+  Fp8Matrix m{e.Empty({rows, K}, DType::kF8E4M3), e.Empty(Fp8ScaleShape(rows, K, l)), l};
+  if (e.is_cuda()) {
+    m.lt_scales = e.Empty({LtScaleCount(l == Fp8Layout::kTile128x128, rows, K)}, DType::kF32);
+  }
+  return m;
+}
+
 // m [R, C] quantised in layout l into scratch.
 Fp8Matrix Quantize(const Exec& e, const Tensor& m, Fp8Layout l) {
-  const int64_t R = m.dim(0), C = m.dim(1);
-  Fp8Matrix q{e.Empty({R, C}, DType::kF8E4M3), e.Empty(Fp8ScaleShape(R, C, l)), l};
-  QuantizeBlocks(e, m, l, q.q, q.scales);
+  Fp8Matrix q = Scratch(e, m.dim(0), m.dim(1), l);
+  QuantizeBlocks(e, m, l, q.q, q.scales, q.lt_scales);
   return q;
 }
 
 // mᵀ [C, R] quantised 1×128 along R, read from m [R, C].
 Fp8Matrix QuantizeTransposed(const Exec& e, const Tensor& m) {
-  const int64_t R = m.dim(0), C = m.dim(1);
-  Fp8Matrix q{e.Empty({C, R}, DType::kF8E4M3),
-              e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kRow1x128)), Fp8Layout::kRow1x128};
-  QuantizeRowsTransposed(e, m, q.q, q.scales);
+  Fp8Matrix q = Scratch(e, m.dim(1), m.dim(0), Fp8Layout::kRow1x128);
+  QuantizeRowsTransposed(e, m, q.q, q.scales, q.lt_scales);
   return q;
 }
 
@@ -77,10 +85,8 @@ Fp8Matrix QuantizeWeight(const Exec& e, const Tensor& w) {
 
 Fp8Matrix TransposeWeight(const Exec& e, const Fp8Matrix& wq) {
   CheckQuantized(wq, Fp8Layout::kTile128x128, "fp8::TransposeWeight", "wq");
-  const int64_t out = wq.q.dim(0), in = wq.q.dim(1);
-  Fp8Matrix wt{e.Empty({in, out}, DType::kF8E4M3),
-               e.Empty(Fp8ScaleShape(in, out, Fp8Layout::kTile128x128)), Fp8Layout::kTile128x128};
-  TransposeTiles(e, wq.q, wq.scales, wt.q, wt.scales);
+  Fp8Matrix wt = Scratch(e, wq.q.dim(1), wq.q.dim(0), Fp8Layout::kTile128x128);
+  TransposeTiles(e, wq.q, wq.scales, wt.q, wt.scales, wt.lt_scales);
   return wt;
 }
 
