@@ -111,25 +111,26 @@ void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x, c
   *wt = fp8::TransposeWeight(e, wq);
 }
 
-// fp8: dx = dy·w + beta·dx from the forward's Wᵀ codes (made here when no
-// forward kept them, e.g. the second of two micro-batches in flight: the
-// weights only change at the optimizer step, so the codes are the same),
-// released after.
-void Fp8Dgrad(const kernels::Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
-              float beta, Fp8Cache* wt) {
+// fp8: dx = dy·w + beta·dx from dy's codes (dyq) and the forward's Wᵀ codes
+// (made here when no forward kept them, e.g. the second of two micro-batches
+// in flight: the weights only change at the optimizer step, so the codes
+// are the same), released after.
+void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy,
+              const Tensor& w, const Tensor& dx, float beta, Fp8Cache* wt) {
   if (!wt->has_value()) *wt = fp8::TransposeWeight(e, fp8::QuantizeWeight(e, w));
-  fp8::Fp8LinearBackwardData(e, dy, **wt, dx, beta);
+  fp8::Fp8LinearBackwardData(e, dyq.Rows(dy), **wt, dx, beta);
   wt->reset();
 }
 
-// fp8: dw = dyᵀ·x + beta·dw (x's transposed codes from `shared` or made
-// here) and db += Σ_rows dy.
-void Fp8WeightAndBiasGrad(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& dy,
-                          const Tensor& x, const Tensor& dw, float beta, const Tensor& db) {
+// fp8: dw = dyᵀ·x + beta·dw (dyᵀ's codes from dyq, x's transposed codes
+// from `shared` or made here) and db += Σ_rows dy.
+void Fp8WeightAndBiasGrad(GtpChain& chain, fp8::Fp8SharedInput* shared,
+                          fp8::Fp8SharedInput& dyq, const Tensor& dy, const Tensor& x,
+                          const Tensor& dw, float beta, const Tensor& db) {
   const kernels::Exec& e = chain.exec();
   fp8::Fp8SharedInput local(e);
-  fp8::Fp8LinearBackwardWeight(e, dy, (shared != nullptr ? shared : &local)->Transposed(x), dw,
-                               beta);
+  fp8::Fp8LinearBackwardWeight(e, dyq.Transposed(dy),
+                               (shared != nullptr ? shared : &local)->Transposed(x), dw, beta);
   if (db.defined()) AccumulateBiasGrad(chain, dy, db);
 }
 
@@ -218,8 +219,10 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
             ": accumulating dx needs caller_reduces_input_grad");
   Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
   const float dx_beta = accumulate.defined() ? 1.0f : 0.0f;
+  fp8::Fp8SharedInput dyq(e);
   if (config_.fp8) {
-    Fp8Dgrad(e, dy2, w, dx, dx_beta, &wt_q_);
+    dyq.Both(dy2);  // dy's codes for both GEMMs from one read of dy
+    Fp8Dgrad(e, dyq, dy2, w, dx, dx_beta, &wt_q_);
   } else {
     ops::LinearBackwardData(e, dy2, w, dx, dx_beta);
   }
@@ -227,7 +230,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
   if (config_.fp8) {
-    Fp8WeightAndBiasGrad(*chain_, shared, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
+    Fp8WeightAndBiasGrad(*chain_, shared, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
   }
@@ -314,12 +317,14 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor dy2 = dy_full.View({n, config_.out_features});
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
+  fp8::Fp8SharedInput dyq(e);
+  if (config_.fp8) dyq.Both(dy2);  // dy's codes for both GEMMs from one read of dy
   if (config_.fp8 && gelu_pre.defined()) {
     Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
-    Fp8Dgrad(e, dy2, w, dgelu, 0.0f, &wt_q_);
+    Fp8Dgrad(e, dyq, dy2, w, dgelu, 0.0f, &wt_q_);
     ops::GeluBackward(e, dgelu, gelu_pre.View({n, in_tp_}), dx);
   } else if (config_.fp8) {
-    Fp8Dgrad(e, dy2, w, dx, 0.0f, &wt_q_);
+    Fp8Dgrad(e, dyq, dy2, w, dx, 0.0f, &wt_q_);
   } else if (gelu_pre.defined()) {
     ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
   } else {
@@ -329,7 +334,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, in_tp_}), db = bias_from_wgrad ? bias_.grad : Tensor();
   if (config_.fp8) {
-    Fp8WeightAndBiasGrad(*chain_, nullptr, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
+    Fp8WeightAndBiasGrad(*chain_, nullptr, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
   }

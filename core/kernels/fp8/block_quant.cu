@@ -48,6 +48,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/kernels/cuda/common.cuh"
@@ -441,6 +442,105 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---------------------------------------------------------------- both 1×128 layouts
+
+constexpr int kPairCols = kBlock / 2;  // bf16 column pairs (32-bit words) in a tile row
+
+// x [R, C] bf16 (C % 8 == 0) → its 1×128 quantisation along C (q, scales,
+// lt) and that of xᵀ (qt, scales_t, lt_t), one read of x: block t (grid-
+// stride) takes the 128 × 128 tile t = i·ncb + j. Phase 1: 16 threads per
+// row (8 columns each, one 16-byte load), 16 rows a pass, 8 passes, every
+// load issued first; each half-warp holds one 1×128 row block, quantises it
+// and keeps the raw bf16 pairs in shared memory (rows of 65 words: the
+// column reads below hit 32 different banks). Phase 2: warp w takes column
+// pairs w, w + 8, …; lane l holds rows l, l + 32, l + 64, l + 96 of both
+// columns, a warp max per column gives xᵀ's two block scales, and each code
+// goes out as a byte (a warp writes 32 consecutive bytes of a row of qt).
+// The same scalar rules as every other kernel here, so the same bits as the
+// two kernels it fuses.
+__global__ void __launch_bounds__(kThreads)
+    QuantizeRowsAndTransposedKernel(const bf16* __restrict__ x, int64_t R, int64_t C,
+                                    int64_t ncb, uint8_t* __restrict__ q,
+                                    float* __restrict__ scales, float* __restrict__ lt,
+                                    uint8_t* __restrict__ qt, float* __restrict__ scales_t,
+                                    float* __restrict__ lt_t) {
+  __shared__ uint32_t tile[kBlock][kPairCols + 1];
+  constexpr int kRowsPerPass = kThreads / kChunksPerBlock;  // 16
+  constexpr int kPasses = kBlock / kRowsPerPass;            // 8
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int sub = threadIdx.x % kChunksPerBlock, rsub = threadIdx.x / kChunksPerBlock;
+  const int64_t nbc = Fp8NumBlocks(C), nbr = Fp8NumBlocks(R), tiles = nbr * ncb;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {  // the same for the whole block
+    const int64_t bi = t / ncb, bj = t % ncb, r0 = bi * kBlock, c0 = bj * kBlock;
+    const int64_t c = c0 + sub * kVec;
+    uint4 raw[kPasses];
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int64_t r = r0 + p * kRowsPerPass + rsub;
+      raw[p] = (r < R && c < C) ? *reinterpret_cast<const uint4*>(x + r * C + c)
+                                : make_uint4(0, 0, 0, 0);  // +0: never raises amax
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int tr = p * kRowsPerPass + rsub;
+      const int64_t r = r0 + tr;
+      const uint32_t w[4] = {raw[p].x, raw[p].y, raw[p].z, raw[p].w};
+      float v[kVec];
+      uint32_t amax = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        v[2 * k] = BitsFloat(w[k] << 16);
+        v[2 * k + 1] = BitsFloat(w[k] & 0xffff0000u);
+        tile[tr][sub * 4 + k] = w[k];
+      }
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[k]));
+      const float s = Fp8BlockScale(HalfWarpMaxBits(amax));  // all lanes take part
+      if (r < R && c < C) {
+        *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
+        if (sub == 0) {
+          scales[r * nbc + bj] = s;
+          if (lt != nullptr) lt[LtScaleOffset(false, R, C, r, bj)] = s;
+        }
+      }
+    }
+    __syncthreads();
+    for (int cp = warp; cp < kPairCols; cp += kWarps) {
+      const int64_t cc = c0 + 2 * cp;
+      if (cc >= C) break;  // the same for the whole warp; C % 8 == 0: both columns exist
+      float lo[4], hi[4];
+      uint32_t amax_lo = 0, amax_hi = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t w = tile[lane + k * kWarpSize][cp];
+        lo[k] = BitsFloat(w << 16);
+        hi[k] = BitsFloat(w & 0xffff0000u);
+        amax_lo = MaxU(amax_lo, AbsBits(lo[k]));
+        amax_hi = MaxU(amax_hi, AbsBits(hi[k]));
+      }
+      const float s_lo = Fp8BlockScale(WarpMaxBits(amax_lo));
+      const float s_hi = Fp8BlockScale(WarpMaxBits(amax_hi));
+      if (lane == 0) {
+        scales_t[cc * nbr + bi] = s_lo;
+        scales_t[(cc + 1) * nbr + bi] = s_hi;
+        if (lt_t != nullptr) {
+          lt_t[LtScaleOffset(false, C, R, cc, bi)] = s_lo;
+          lt_t[LtScaleOffset(false, C, R, cc + 1, bi)] = s_hi;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t r = r0 + lane + k * kWarpSize;
+        if (r < R) {
+          qt[cc * R + r] = EncodeHw(lo[k], s_lo);
+          qt[(cc + 1) * R + r] = EncodeHw(hi[k], s_hi);
+        }
+      }
+    }
+    __syncthreads();  // every warp has read `tile` before the next tile overwrites it
+  }
+}
+
 bool Aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
 // ---------------------------------------------------------------- launchers
@@ -525,6 +625,25 @@ void LaunchRowsTransposed(const T* x, int64_t R, int64_t C, uint8_t* qt, float* 
   GTP_CU_LAUNCH_CHECK();
 }
 
+template <typename T>
+void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                             float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                             cudaStream_t stream) {
+  RequireShape(R, C, "fp8::cuda::QuantizeRowsAndTransposed");
+  if (R == 0 || C == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
+      const int64_t ncb = Fp8NumBlocks(C);
+      QuantizeRowsAndTransposedKernel<<<GridFor(Fp8NumBlocks(R) * ncb, 1), kThreads, 0, stream>>>(
+          x, R, C, ncb, q, scales, lt, qt, scales_t, lt_t);
+      GTP_CU_LAUNCH_CHECK();
+      return;
+    }
+  }
+  LaunchRow(x, R, C, q, scales, lt, stream);  // f32 or unaligned: the two kernels
+  LaunchRowsTransposed(x, R, C, qt, scales_t, lt_t, stream);
+}
+
 }  // namespace
 
 void QuantizeRow1x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
@@ -561,6 +680,17 @@ void QuantizeRowsTransposed(const float* x, int64_t R, int64_t C, uint8_t* qt, f
 void QuantizeRowsTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* qt, float* scales_t,
                             float* lt, cudaStream_t stream) {
   LaunchRowsTransposed(x, R, C, qt, scales_t, lt, stream);
+}
+
+void QuantizeRowsAndTransposed(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                               float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                               cudaStream_t stream) {
+  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
+}
+void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                               float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                               cudaStream_t stream) {
+  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
 }
 
 void TransposeTiles(const uint8_t* q, const float* scales, int64_t R, int64_t C, uint8_t* qt,

@@ -67,6 +67,16 @@ void DequantizeBlocks(const Exec& e, const Tensor& q, const Tensor& scales, Fp8L
 void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
                             const Tensor& scales_t, const Tensor& lt_scales = Tensor());
 
+// Both 1×128 quantisations of x [R, C] (f32 or bf16) from one read of it:
+// q [R, C], scales [R, ceil(C/128)] as QuantizeBlocks(x, kRow1x128), and
+// qt [C, R], scales_t [C, ceil(R/128)] as QuantizeRowsTransposed(x), bit for
+// bit (a gradient dy is both the dgrad's and the wgrad's operand). lt_scales
+// / lt_scales_t: the optional cuBLASLt copies of scales / scales_t.
+void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
+                               const Tensor& scales, const Tensor& qt, const Tensor& scales_t,
+                               const Tensor& lt_scales = Tensor(),
+                               const Tensor& lt_scales_t = Tensor());
+
 // The same from x's forward codes (q [R, C], scales [R, ceil(C/128)], 1×128
 // along C) when the high-precision x is gone: each element's f32 value
 // e4m3⁻¹(q)·scale (as DequantizeBlocks), transposed, quantised again 1×128

@@ -49,6 +49,15 @@ void QuantizeRowsTransposed(const float* x, int64_t R, int64_t C, uint8_t* qt, f
 void QuantizeRowsTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* qt, float* scales_t,
                             float* lt, cudaStream_t stream);
 
+// Both of the above from one read of x: q, scales (lt) of x and qt,
+// scales_t (lt_t) of xᵀ (a fused kernel for bf16 x; the two kernels else).
+void QuantizeRowsAndTransposed(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                               float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                               cudaStream_t stream);
+void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                               float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                               cudaStream_t stream);
+
 // q [R, C] → qt [C, R] = qᵀ; scales [ceil(R/128), ceil(C/128)] →
 // scales_t [ceil(C/128), ceil(R/128)] = scalesᵀ.
 void TransposeTiles(const uint8_t* q, const float* scales, int64_t R, int64_t C, uint8_t* qt,

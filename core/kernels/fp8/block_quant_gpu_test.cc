@@ -251,6 +251,21 @@ TEST_P(BlockQuantGpuTest, EveryFunctionMatchesCpuBitForBit) {
                           [&](const std::vector<Tensor>& o) {
                             QuantizeRowsTransposed(gpu, gx, o[0], o[1], o[2]);
                           });
+      // Both 1×128 quantisations from one read (the fused kernel for bf16).
+      const Tensor q = env.HostOut({R, C}, DType::kF8E4M3);
+      const Tensor s = env.HostOut(Fp8ScaleShape(R, C, kRow), DType::kF32);
+      const Tensor ls = env.HostOut({LtScaleCount(false, R, C)}, DType::kF32);
+      QuantizeRowsAndTransposed(cpu, x, q, s, qt, st, ls, lst);
+      ExpectGpuMatchesCpu(env, "QuantizeRowsAndTransposed(" + tag + ")",
+                          {{"q", q},
+                           {"scales", s},
+                           {"qt", qt},
+                           {"scales_t", st},
+                           {"lt_scales", ls},
+                           {"lt_scales_t", lst}},
+                          [&](const std::vector<Tensor>& o) {
+                            QuantizeRowsAndTransposed(gpu, gx, o[0], o[1], o[2], o[3], o[4], o[5]);
+                          });
     }
   }
 }

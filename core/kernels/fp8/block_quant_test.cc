@@ -238,6 +238,26 @@ TEST(BlockQuantSpecial, TheCuBlasLtCopyOfTheScalesIsTheTableInItsLayout) {
   expect_copy(st, ltt, false, C, R, "QuantizeRowsTransposed");
 }
 
+// QuantizeRowsAndTransposed: both 1×128 quantisations, each against the
+// reference quantiser (of x, and of xᵀ) bit for bit.
+TEST(BlockQuantSpecial, RowsAndTransposedAreBothReferenceQuantisations) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  for (const DType t : {DType::kF32, DType::kBF16}) {
+    const int64_t R = 300, C = 200;
+    const std::vector<float> x = TestData(R, C, t);
+    Tensor q = e.Empty({R, C}, DType::kU8), s = e.Empty(Fp8ScaleShape(R, C, Fp8Layout::kRow1x128));
+    Tensor qt = e.Empty({C, R}, DType::kU8), st = e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kRow1x128));
+    QuantizeRowsAndTransposed(e, MakeMatrix(x, R, C, host, t), q, s, qt, st);
+    const testing::RefQuantized rows = RefQuantize(x, R, C, Fp8Layout::kRow1x128);
+    const testing::RefQuantized cols = RefQuantize(Transpose(x, R, C), C, R, Fp8Layout::kRow1x128);
+    EXPECT_EQ(Bytes(q), rows.q) << DTypeName(t);
+    ExpectSameBits(Floats(s), rows.scales, "scales");
+    EXPECT_EQ(Bytes(qt), cols.q) << DTypeName(t);
+    ExpectSameBits(Floats(st), cols.scales, "scales_t");
+  }
+}
+
 // The wgrad operand xᵀ (1×128 along the rows of x), straight from x.
 TEST(BlockQuantSpecial, QuantizeRowsTransposedIsTheRowQuantisationOfTheTranspose) {
   HeapAllocator host;

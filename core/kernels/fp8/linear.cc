@@ -1,6 +1,8 @@
 // The FP8 linear GEMMs (linear.h): quantise, then BlockScaledGemm.
 #include "core/kernels/fp8/linear.h"
 
+#include <utility>
+
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/internal.h"
 #include "core/kernels/fp8/lt_scale_layout.h"
@@ -76,6 +78,22 @@ const Fp8Matrix& Fp8SharedInput::Transposed(const Tensor& x) {
   return *transposed_;
 }
 
+void Fp8SharedInput::Both(const Tensor& x) {
+  Bind(x);
+  if (rows_ || transposed_) {  // one exists: make the other alone
+    Rows(x);
+    Transposed(x);
+    return;
+  }
+  const int64_t R = x_.dim(0), C = x_.dim(1);
+  Fp8Matrix rows = Scratch(e_, R, C, Fp8Layout::kRow1x128);
+  Fp8Matrix transposed = Scratch(e_, C, R, Fp8Layout::kRow1x128);
+  QuantizeRowsAndTransposed(e_, x_, rows.q, rows.scales, transposed.q, transposed.scales,
+                            rows.lt_scales, transposed.lt_scales);
+  rows_ = std::move(rows);
+  transposed_ = std::move(transposed);
+}
+
 // ---- weights -------------------------------------------------------------------------
 
 Fp8Matrix QuantizeWeight(const Exec& e, const Tensor& w) {
@@ -119,10 +137,16 @@ void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, con
 
 void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Fp8Matrix& wtq,
                            const Tensor& dx, float beta) {
+  internal::CheckMatrix(e, dy, "fp8::Fp8LinearBackwardData", "dy");
+  Fp8LinearBackwardData(e, Quantize(e, dy, Fp8Layout::kRow1x128), wtq, dx, beta);
+}
+
+void Fp8LinearBackwardData(const Exec& e, const Fp8Matrix& dyq, const Fp8Matrix& wtq,
+                           const Tensor& dx, float beta) {
   const char* op = "fp8::Fp8LinearBackwardData";
-  internal::CheckMatrix(e, dy, op, "dy");
+  CheckQuantized(dyq, Fp8Layout::kRow1x128, op, "dyq");
   CheckQuantized(wtq, Fp8Layout::kTile128x128, op, "wtq");
-  BlockScaledGemm(e, Quantize(e, dy, Fp8Layout::kRow1x128), wtq, dx, beta);
+  BlockScaledGemm(e, dyq, wtq, dx, beta);  // checks the shapes, naming them
 }
 
 void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
@@ -137,12 +161,18 @@ void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, c
 
 void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Fp8Matrix& xtq,
                              const Tensor& dw, float beta) {
+  internal::CheckMatrix(e, dy, "fp8::Fp8LinearBackwardWeight", "dy");
+  Fp8LinearBackwardWeight(e, QuantizeTransposed(e, dy), xtq, dw, beta);
+}
+
+void Fp8LinearBackwardWeight(const Exec& e, const Fp8Matrix& dytq, const Fp8Matrix& xtq,
+                             const Tensor& dw, float beta) {
   const char* op = "fp8::Fp8LinearBackwardWeight";
-  internal::CheckMatrix(e, dy, op, "dy");
+  CheckQuantized(dytq, Fp8Layout::kRow1x128, op, "dytq");
   CheckQuantized(xtq, Fp8Layout::kRow1x128, op, "xtq");
-  GTP_CHECK(xtq.q.dim(1) == dy.dim(0), op, ": xᵀ's codes ", xtq.q.ToString(), " and dy ",
-            dy.ToString(), " differ in N");
-  BlockScaledGemm(e, QuantizeTransposed(e, dy), xtq, dw, beta);
+  GTP_CHECK(xtq.q.dim(1) == dytq.q.dim(1), op, ": xᵀ's codes ", xtq.q.ToString(), " and dyᵀ's ",
+            dytq.q.ToString(), " differ in N");
+  BlockScaledGemm(e, dytq, xtq, dw, beta);
 }
 
 }  // namespace gtp::kernels::fp8

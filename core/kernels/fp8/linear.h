@@ -49,6 +49,10 @@ class Fp8SharedInput {
   const Fp8Matrix& Rows(const Tensor& x);
   // xᵀ [in, N] quantised 1×128 along N (the wgrad's b).
   const Fp8Matrix& Transposed(const Tensor& x);
+  // Both of the above, made from one read of x where neither exists yet
+  // (QuantizeRowsAndTransposed: the same codes): for a dy that is both the
+  // dgrad's a (Rows) and the wgrad's a (Transposed).
+  void Both(const Tensor& x);
 
  private:
   void Bind(const Tensor& x);
@@ -79,12 +83,18 @@ void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, con
 // The same from Wᵀ's codes (wtq: TransposeWeight of the forward's QuantizeWeight).
 void Fp8LinearBackwardData(const Exec& e, const Tensor& dy, const Fp8Matrix& wtq,
                            const Tensor& dx, float beta = 0.0f);
+// The same from dy's codes too (dyq: Fp8SharedInput::Rows of dy).
+void Fp8LinearBackwardData(const Exec& e, const Fp8Matrix& dyq, const Fp8Matrix& wtq,
+                           const Tensor& dx, float beta = 0.0f);
 
 // dw [out, in] = dy [N, out]ᵀ·x [N, in] + beta·dw.
 void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& dw,
                              float beta = 0.0f);
 // The same from xᵀ's codes (xtq: Fp8SharedInput::Transposed).
 void Fp8LinearBackwardWeight(const Exec& e, const Tensor& dy, const Fp8Matrix& xtq,
+                             const Tensor& dw, float beta = 0.0f);
+// The same from dyᵀ's codes too (dytq: Fp8SharedInput::Transposed of dy).
+void Fp8LinearBackwardWeight(const Exec& e, const Fp8Matrix& dytq, const Fp8Matrix& xtq,
                              const Tensor& dw, float beta = 0.0f);
 
 }  // namespace gtp::kernels::fp8

@@ -430,14 +430,23 @@ TEST_F(Fp8LinearTest, SharedInputAndKeptWeightGiveThePlainFunctionsBits) {
     Fp8Linear(e_, l.tx, w, y0);
     Fp8Linear(e_, shared.Rows(l.tx), wq, y1);
     EXPECT_TRUE(same_bits(y0, y1)) << "forward";
-    Tensor dx0 = e_.Empty({d.N, d.in}), dx1 = e_.Empty({d.N, d.in});
+    // dy's codes made once for both backward GEMMs (Both), as a layer's
+    // backward does.
+    Fp8SharedInput dyq(e_);
+    dyq.Both(l.tdy);
+    Tensor dx0 = e_.Empty({d.N, d.in}), dx1 = e_.Empty({d.N, d.in}), dx2 = e_.Empty({d.N, d.in});
     Fp8LinearBackwardData(e_, l.tdy, w, dx0);
     Fp8LinearBackwardData(e_, l.tdy, TransposeWeight(e_, wq), dx1);
+    Fp8LinearBackwardData(e_, dyq.Rows(l.tdy), TransposeWeight(e_, wq), dx2);
     EXPECT_TRUE(same_bits(dx0, dx1)) << "dgrad";
-    Tensor dw0 = e_.Empty({d.out, d.in}), dw1 = e_.Empty({d.out, d.in});
+    EXPECT_TRUE(same_bits(dx0, dx2)) << "dgrad from dy's shared codes";
+    Tensor dw0 = e_.Empty({d.out, d.in}), dw1 = e_.Empty({d.out, d.in}),
+           dw2 = e_.Empty({d.out, d.in});
     Fp8LinearBackwardWeight(e_, l.tdy, l.tx, dw0);
     Fp8LinearBackwardWeight(e_, l.tdy, shared.Transposed(l.tx), dw1);
+    Fp8LinearBackwardWeight(e_, dyq.Transposed(l.tdy), shared.Transposed(l.tx), dw2);
     EXPECT_TRUE(same_bits(dw0, dw1)) << "wgrad";
+    EXPECT_TRUE(same_bits(dw0, dw2)) << "wgrad from dy's shared codes";
     // Not vacuous: another weight gives other bits.
     if (k > 0) {
       Tensor other = e_.Empty({d.N, d.out}, DType::kBF16);
