@@ -106,9 +106,9 @@ void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x, c
                 const Tensor& y, const Tensor& bias, Fp8Cache* wt) {
   const kernels::Exec& e = chain.exec();
   fp8::Fp8SharedInput local(e);
-  const fp8::Fp8Matrix wq = fp8::QuantizeWeight(e, w);
-  fp8::Fp8Linear(e, (shared != nullptr ? shared : &local)->Rows(x), wq, y, 0.0f, bias);
-  *wt = fp8::TransposeWeight(e, wq);
+  fp8::Fp8WeightPair wq = fp8::QuantizeWeightPair(e, w);
+  fp8::Fp8Linear(e, (shared != nullptr ? shared : &local)->Rows(x), wq.w, y, 0.0f, bias);
+  *wt = std::move(wq.wt);
 }
 
 // fp8: dx = dy·w + beta·dx from dy's codes (dyq) and the forward's Wᵀ codes
@@ -117,7 +117,7 @@ void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x, c
 // are the same), released after.
 void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy,
               const Tensor& w, const Tensor& dx, float beta, Fp8Cache* wt) {
-  if (!wt->has_value()) *wt = fp8::TransposeWeight(e, fp8::QuantizeWeight(e, w));
+  if (!wt->has_value()) *wt = fp8::QuantizeWeightPair(e, w).wt;
   fp8::Fp8LinearBackwardData(e, dyq.Rows(dy), **wt, dx, beta);
   wt->reset();
 }

@@ -225,6 +225,32 @@ void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
   }
 }
 
+void QuantizeTilesAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
+                                const Tensor& scales, const Tensor& qt, const Tensor& scales_t,
+                                const Tensor& lt_scales, const Tensor& lt_scales_t) {
+  const char* op = "fp8::QuantizeTilesAndTransposed";
+  if (!e.is_cuda()) {  // the two CPU paths (each checks its arguments)
+    QuantizeBlocks(e, x, Fp8Layout::kTile128x128, q, scales, lt_scales);
+    TransposeTiles(e, q, scales, qt, scales_t, lt_scales_t);
+    return;
+  }
+  CheckMatrix(e, x, op, "x");
+  const int64_t R = x.dim(0), C = x.dim(1);
+  CheckCodes(e, q, R, C, op, "q");
+  CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kTile128x128), op, "scales");
+  CheckCodes(e, qt, C, R, op, "qt");
+  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kTile128x128), op, "scales_t");
+  float* lt = CheckLt(e, lt_scales, true, R, C, op);
+  float* lt_t = CheckLt(e, lt_scales_t, true, C, R, op);
+  if (x.dtype() == DType::kF32) {
+    cuda::QuantizeTileAndTranspose(x.data<float>(), R, C, Codes(q), scales.data<float>(), lt,
+                                   Codes(qt), scales_t.data<float>(), lt_t, e.stream);
+  } else {
+    cuda::QuantizeTileAndTranspose(BF16Data(x), R, C, Codes(q), scales.data<float>(), lt,
+                                   Codes(qt), scales_t.data<float>(), lt_t, e.stream);
+  }
+}
+
 void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scales,
                               const Tensor& qt, const Tensor& scales_t) {
   const auto [R, C] = CheckTransposePair(e, q, scales, qt, scales_t, Fp8Layout::kRow1x128,

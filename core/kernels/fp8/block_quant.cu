@@ -541,6 +541,86 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---------------------------------------------------------------- 128×128 and its transpose
+
+constexpr int kCodeRowWords = kBlock / 4 + 1;  // a tile row of codes in shared memory, padded
+
+// x [R, C] (C % 8 == 0) → its 128×128 quantisation (q, scales, lt) and
+// that of xᵀ (qt, scales_t, lt_t: the transposed codes and scale grid, as
+// TransposeTiles makes them), one thread block per tile t = i·cb + j (grid-
+// stride): 16 threads per row (8 columns each), 16 rows a pass, 8 passes,
+// every load issued first; the tile's amax by warp maxima and a block max;
+// the codes go out row-wise and into shared memory (rows of 33 words), from
+// which warp w writes the tile's columns w, w + 8, … as rows of qt, lane l
+// holding rows l, l + 32, l + 64, l + 96 (a byte each; a warp writes 32
+// consecutive bytes of a row of qt).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    QuantizeTileAndTransposeKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t rb,
+                                   int64_t cb, uint8_t* __restrict__ q,
+                                   float* __restrict__ scales, float* __restrict__ lt,
+                                   uint8_t* __restrict__ qt, float* __restrict__ scales_t,
+                                   float* __restrict__ lt_t) {
+  __shared__ uint32_t codes[kBlock][kCodeRowWords];
+  __shared__ uint32_t partial[kWarps];
+  constexpr int kRowsPerPass = kThreads / kChunksPerBlock;  // 16
+  constexpr int kPasses = kBlock / kRowsPerPass;            // 8
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int sub = threadIdx.x % kChunksPerBlock, rsub = threadIdx.x / kChunksPerBlock;
+  for (int64_t t = blockIdx.x; t < rb * cb; t += gridDim.x) {  // the same for the whole block
+    const int64_t i = t / cb, j = t % cb, r0 = i * kBlock, c0 = j * kBlock;
+    const int64_t c = c0 + sub * kVec;
+    float v[kPasses][kVec];
+    uint32_t amax = 0;
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int64_t r = r0 + p * kRowsPerPass + rsub;
+      if (r < R && c < C) {
+        Load8(x + r * C + c, v[p]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[p][k] = 0.0f;  // +0: never raises amax
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p)
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[p][k]));
+    amax = WarpMaxBits(amax);
+    if (lane == 0) partial[warp] = amax;
+    __syncthreads();
+    uint32_t m = 0;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) m = MaxU(m, partial[k]);
+    const float s = Fp8BlockScale(m);
+    if (threadIdx.x == 0) {
+      scales[t] = s;
+      scales_t[j * rb + i] = s;
+      if (lt != nullptr) lt[LtScaleOffset(true, R, C, i, j)] = s;
+      if (lt_t != nullptr) lt_t[LtScaleOffset(true, C, R, j, i)] = s;
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int tr = p * kRowsPerPass + rsub;
+      const int64_t r = r0 + tr;
+      const uint2 e8 = Encode8(v[p], s);
+      codes[tr][2 * sub] = e8.x;
+      codes[tr][2 * sub + 1] = e8.y;
+      if (r < R && c < C) *reinterpret_cast<uint2*>(q + r * C + c) = e8;
+    }
+    __syncthreads();
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&codes[0][0]);
+    for (int cc = warp; cc < kBlock && c0 + cc < C; cc += kWarps) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int tr = lane + k * kWarpSize;
+        if (r0 + tr < R) qt[(c0 + cc) * R + r0 + tr] = bytes[tr * 4 * kCodeRowWords + cc];
+      }
+    }
+    __syncthreads();  // `codes` and `partial` read by all before the next tile writes them
+  }
+}
+
 bool Aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
 // ---------------------------------------------------------------- launchers
@@ -644,6 +724,25 @@ void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float
   LaunchRowsTransposed(x, R, C, qt, scales_t, lt_t, stream);
 }
 
+template <typename T>
+void LaunchTileAndTranspose(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                            float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                            cudaStream_t stream) {
+  RequireShape(R, C, "fp8::cuda::QuantizeTileAndTranspose");
+  if (R == 0 || C == 0) return;
+  if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
+    const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
+    PadLtTiles(lt, R, C, stream);
+    PadLtTiles(lt_t, C, R, stream);
+    QuantizeTileAndTransposeKernel<T><<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(
+        x, R, C, rb, cb, q, scales, lt, qt, scales_t, lt_t);
+    GTP_CU_LAUNCH_CHECK();
+    return;
+  }
+  LaunchTile(x, R, C, q, scales, lt, stream);  // the tile kernels, then the transpose
+  TransposeTiles(q, scales, R, C, qt, scales_t, lt_t, stream);
+}
+
 }  // namespace
 
 void QuantizeRow1x128(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales, float* lt,
@@ -691,6 +790,17 @@ void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, 
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
                                cudaStream_t stream) {
   LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
+}
+
+void QuantizeTileAndTranspose(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                              float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                              cudaStream_t stream) {
+  LaunchTileAndTranspose(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
+}
+void QuantizeTileAndTranspose(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                              float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                              cudaStream_t stream) {
+  LaunchTileAndTranspose(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
 }
 
 void TransposeTiles(const uint8_t* q, const float* scales, int64_t R, int64_t C, uint8_t* qt,

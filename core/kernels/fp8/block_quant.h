@@ -94,4 +94,13 @@ void RequantizeRowsTransposed(const Exec& e, const Tensor& q, const Tensor& scal
 void TransposeTiles(const Exec& e, const Tensor& q, const Tensor& scales, const Tensor& qt,
                     const Tensor& scales_t, const Tensor& lt_scales = Tensor());
 
+// A weight's two GEMM operands in one pass over x [R, C] (f32 or bf16):
+// its 128×128 quantisation q [R, C], scales [ceil(R/128), ceil(C/128)] (as
+// QuantizeBlocks(x, kTile128x128)) and that of xᵀ, qt [C, R], scales_t
+// [ceil(C/128), ceil(R/128)] (as TransposeTiles of those), bit for bit.
+void QuantizeTilesAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
+                                const Tensor& scales, const Tensor& qt, const Tensor& scales_t,
+                                const Tensor& lt_scales = Tensor(),
+                                const Tensor& lt_scales_t = Tensor());
+
 }  // namespace gtp::kernels::fp8

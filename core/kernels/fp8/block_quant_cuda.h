@@ -58,6 +58,15 @@ void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, 
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
                                cudaStream_t stream);
 
+// x [R, C] → its 128×128 quantisation (q, scales, lt) and xᵀ's (qt,
+// scales_t, lt_t; what TransposeTiles makes of q) in one pass over x.
+void QuantizeTileAndTranspose(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                              float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                              cudaStream_t stream);
+void QuantizeTileAndTranspose(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                              float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                              cudaStream_t stream);
+
 // q [R, C] → qt [C, R] = qᵀ; scales [ceil(R/128), ceil(C/128)] →
 // scales_t [ceil(C/128), ceil(R/128)] = scalesᵀ.
 void TransposeTiles(const uint8_t* q, const float* scales, int64_t R, int64_t C, uint8_t* qt,

@@ -221,6 +221,18 @@ TEST_P(BlockQuantGpuTest, EveryFunctionMatchesCpuBitForBit) {
                               [&](const std::vector<Tensor>& o) {
                                 TransposeTiles(gpu, gq, gs, o[0], o[1], o[2]);
                               });
+          // Both from one pass over x (the fused kernel).
+          ExpectGpuMatchesCpu(env, "QuantizeTilesAndTransposed(" + tag + ")",
+                              {{"q", q},
+                               {"scales", s},
+                               {"qt", qt},
+                               {"scales_t", st},
+                               {"lt_scales", ls},
+                               {"lt_scales_t", lst}},
+                              [&](const std::vector<Tensor>& o) {
+                                QuantizeTilesAndTransposed(gpu, gx, o[0], o[1], o[2], o[3], o[4],
+                                                           o[5]);
+                              });
         }
         if (R >= 128 && C >= 256) {
           // The data reach what they are meant to (not a comparison with the GPU).

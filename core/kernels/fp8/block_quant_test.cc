@@ -177,6 +177,14 @@ TEST(BlockQuantSpecial, TileTransposeIsTheQuantisationOfTheTranspose) {
     ExpectSameBits(Floats(st), Floats(direct.scales), "scales of Wᵀ");
     const testing::RefQuantized ref = RefQuantize(wt, C, R, Fp8Layout::kTile128x128);
     EXPECT_EQ(Bytes(qt), ref.q);
+    // Both in one call: the same bits.
+    Tensor q2 = e.Empty({R, C}, DType::kF8E4M3), s2 = e.Empty(Fp8ScaleShape(R, C, Fp8Layout::kTile128x128));
+    Tensor qt2 = e.Empty({C, R}, DType::kF8E4M3), st2 = e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kTile128x128));
+    QuantizeTilesAndTransposed(e, MakeMatrix(w, R, C, host), q2, s2, qt2, st2);
+    EXPECT_EQ(Bytes(q2), Bytes(qw.q)) << R << "x" << C;
+    ExpectSameBits(Floats(s2), Floats(qw.scales), "scales (both)");
+    EXPECT_EQ(Bytes(qt2), ref.q) << R << "x" << C;
+    ExpectSameBits(Floats(st2), ref.scales, "scales of Wᵀ (both)");
   }
   // 1×128: the row blocks of Wᵀ (columns of W) have other amaxes, so other codes.
   const int64_t R = 256, C = 256;

@@ -108,6 +108,16 @@ Fp8Matrix TransposeWeight(const Exec& e, const Fp8Matrix& wq) {
   return wt;
 }
 
+Fp8WeightPair QuantizeWeightPair(const Exec& e, const Tensor& w) {
+  internal::CheckMatrix(e, w, "fp8::QuantizeWeightPair", "w");
+  const int64_t out = w.dim(0), in = w.dim(1);
+  Fp8WeightPair p{Scratch(e, out, in, Fp8Layout::kTile128x128),
+                  Scratch(e, in, out, Fp8Layout::kTile128x128)};
+  QuantizeTilesAndTransposed(e, w, p.w.q, p.w.scales, p.wt.q, p.wt.scales, p.w.lt_scales,
+                             p.wt.lt_scales);
+  return p;
+}
+
 // ---- the three GEMMs -----------------------------------------------------------------
 
 void Fp8Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta) {

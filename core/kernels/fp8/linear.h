@@ -67,6 +67,14 @@ Fp8Matrix QuantizeWeight(const Exec& e, const Tensor& w);
 // the dgrad's b).
 Fp8Matrix TransposeWeight(const Exec& e, const Fp8Matrix& wq);
 
+// Both in one pass over w (QuantizeTilesAndTransposed): the same codes as
+// QuantizeWeight and TransposeWeight of it.
+struct Fp8WeightPair {
+  Fp8Matrix w;   // the forward's b
+  Fp8Matrix wt;  // the dgrad's b
+};
+Fp8WeightPair QuantizeWeightPair(const Exec& e, const Tensor& w);
+
 // y [N, out] = x [N, in]·w [out, in]ᵀ + beta·y.
 void Fp8Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
                float beta = 0.0f);

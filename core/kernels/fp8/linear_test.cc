@@ -430,6 +430,9 @@ TEST_F(Fp8LinearTest, SharedInputAndKeptWeightGiveThePlainFunctionsBits) {
     Fp8Linear(e_, l.tx, w, y0);
     Fp8Linear(e_, shared.Rows(l.tx), wq, y1);
     EXPECT_TRUE(same_bits(y0, y1)) << "forward";
+    Tensor y2 = e_.Empty({d.N, d.out}, DType::kBF16);
+    Fp8Linear(e_, shared.Rows(l.tx), QuantizeWeightPair(e_, w).w, y2);
+    EXPECT_TRUE(same_bits(y0, y2)) << "forward, W from QuantizeWeightPair";
     // dy's codes made once for both backward GEMMs (Both), as a layer's
     // backward does.
     Fp8SharedInput dyq(e_);
@@ -437,9 +440,9 @@ TEST_F(Fp8LinearTest, SharedInputAndKeptWeightGiveThePlainFunctionsBits) {
     Tensor dx0 = e_.Empty({d.N, d.in}), dx1 = e_.Empty({d.N, d.in}), dx2 = e_.Empty({d.N, d.in});
     Fp8LinearBackwardData(e_, l.tdy, w, dx0);
     Fp8LinearBackwardData(e_, l.tdy, TransposeWeight(e_, wq), dx1);
-    Fp8LinearBackwardData(e_, dyq.Rows(l.tdy), TransposeWeight(e_, wq), dx2);
+    Fp8LinearBackwardData(e_, dyq.Rows(l.tdy), QuantizeWeightPair(e_, w).wt, dx2);
     EXPECT_TRUE(same_bits(dx0, dx1)) << "dgrad";
-    EXPECT_TRUE(same_bits(dx0, dx2)) << "dgrad from dy's shared codes";
+    EXPECT_TRUE(same_bits(dx0, dx2)) << "dgrad from dy's shared codes and QuantizeWeightPair's Wᵀ";
     Tensor dw0 = e_.Empty({d.out, d.in}), dw1 = e_.Empty({d.out, d.in}),
            dw2 = e_.Empty({d.out, d.in});
     Fp8LinearBackwardWeight(e_, l.tdy, l.tx, dw0);
