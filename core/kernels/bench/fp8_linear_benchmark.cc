@@ -16,6 +16,12 @@
 //             the GEMM's own speed, the floor quantisation fusion could reach.
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
+//
+// BM_Fp8GemmAlgo/<model>_<in>x<out>/<pass>/algo<k>: the block-scaled GEMM
+// alone with the k-th algorithm cuBLASLt's heuristic offers
+// (fp8::BlockScaledGemmPlan; BlockScaledGemm runs algo0), labelled with the
+// algorithm's attributes (tile, stages, split-K): which one a shape should
+// run. --benchmark_filter=Fp8GemmAlgo for these alone.
 #include <string>
 #include <tuple>
 #include <vector>
@@ -92,6 +98,54 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   cudaStreamDestroy(stream);
 }
 
+constexpr int kMaxAlgos = 8;
+
+void BM_Fp8GemmAlgo(benchmark::State& state, int64_t in, int64_t out, Pass pass, int k) {
+  GTP_CUDA_CHECK(cudaSetDevice(0));
+  CudaCachingAllocator alloc(0);
+  cuda::BlasContext ctx(0);
+  cudaStream_t stream;
+  GTP_CUDA_CHECK(cudaStreamCreate(&stream));
+  const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
+  const int64_t N = kTokens;
+  const Tensor x = bench::RandomBF16(e, {N, in}, 1), w = bench::RandomBF16(e, {out, in}, 2),
+               dy = bench::RandomBF16(e, {N, out}, 3);
+  fp8::Fp8SharedInput xq(e), dyq(e);
+  fp8::Fp8Matrix a, b;
+  Tensor y;
+  float beta = 0.0f;
+  switch (pass) {
+    case Pass::kFwd:
+      a = xq.Rows(x);
+      b = fp8::QuantizeWeight(e, w);
+      y = e.Empty({N, out}, DType::kBF16);
+      break;
+    case Pass::kDgrad:
+      a = dyq.Rows(dy);
+      b = fp8::QuantizeWeightPair(e, w).wt;
+      y = e.Empty({N, in}, DType::kBF16);
+      break;
+    case Pass::kWgrad:
+      a = dyq.Transposed(dy);
+      b = xq.Transposed(x);
+      y = e.Zeros({out, in}, DType::kF32);
+      beta = 1.0f;
+      break;
+  }
+  const fp8::BlockScaledGemmPlan plan(e, a, b, y, kMaxAlgos);
+  if (k >= plan.num_algos()) {
+    state.SkipWithError(("cuBLASLt offers " + std::to_string(plan.num_algos()) + " algorithms")
+                            .c_str());
+    cudaStreamDestroy(stream);
+    return;
+  }
+  state.SetLabel(plan.Describe(k));
+  bench::TimeCalls(state, stream, [&] { plan.Run(e, k, a, b, y, beta); });
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * N * in * out * 1e-12,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  cudaStreamDestroy(stream);
+}
+
 void Register() {
   struct Shape2 {
     const char* model;
@@ -119,6 +173,19 @@ void Register() {
                                      })
             ->UseManualTime()
             ->MinTime(0.05)
+            ->Unit(benchmark::kMillisecond);
+      }
+      for (int k = 0; k < kMaxAlgos; ++k) {
+        const std::string name = std::string("BM_Fp8GemmAlgo/") + s.model + "_" +
+                                 std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
+                                 pass_name + "/algo" + std::to_string(k);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [in = s.in, out = s.out, pass = pass,
+                                      k](benchmark::State& st) {
+                                       BM_Fp8GemmAlgo(st, in, out, pass, k);
+                                     })
+            ->UseManualTime()
+            ->MinTime(0.02)
             ->Unit(benchmark::kMillisecond);
       }
     }

@@ -59,13 +59,13 @@ struct LtCall {
   }
 };
 
-// Asks cuBLASLt's heuristic for the first algorithm for call's descriptors
-// (C and D share call.c) with `workspace` bytes and these operand alignments
-// (align_c for C and D). Returns the heuristic's status; *found = 0 when it
-// offers nothing.
-inline cublasStatus_t LtFirstAlgo(cublasLtHandle_t handle, const LtCall& call, uint64_t workspace,
-                                  uint32_t align_a, uint32_t align_b, uint32_t align_c,
-                                  cublasLtMatmulHeuristicResult_t* result, int* found) {
+// Asks cuBLASLt's heuristic for up to `requested` algorithms for call's
+// descriptors (C and D share call.c) with `workspace` bytes and these
+// operand alignments (align_c for C and D), best first, into results.
+// Returns the heuristic's status; *found = 0 when it offers nothing.
+inline cublasStatus_t LtAlgos(cublasLtHandle_t handle, const LtCall& call, uint64_t workspace,
+                              uint32_t align_a, uint32_t align_b, uint32_t align_c, int requested,
+                              cublasLtMatmulHeuristicResult_t* results, int* found) {
   cublasLtMatmulPreference_t pref = nullptr;
   GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -79,10 +79,17 @@ inline cublasStatus_t LtFirstAlgo(cublasLtHandle_t handle, const LtCall& call, u
   GTP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
   *found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, call.op, call.a, call.b, call.c,
-                                                           call.c, pref, 1, result, found);
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+      handle, call.op, call.a, call.b, call.c, call.c, pref, requested, results, found);
   cublasLtMatmulPreferenceDestroy(pref);
   return hs;
+}
+
+// The first (the heuristic's best) of LtAlgos.
+inline cublasStatus_t LtFirstAlgo(cublasLtHandle_t handle, const LtCall& call, uint64_t workspace,
+                                  uint32_t align_a, uint32_t align_b, uint32_t align_c,
+                                  cublasLtMatmulHeuristicResult_t* result, int* found) {
+  return LtAlgos(handle, call, workspace, align_a, align_b, align_c, 1, result, found);
 }
 
 }  // namespace internal

@@ -38,6 +38,9 @@
 //                        {wq, ws, Fp8Layout::kTile128x128}, y);   // y = x·Wᵀ
 #pragma once
 
+#include <memory>
+#include <string>
+
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
@@ -63,5 +66,34 @@ struct Fp8Matrix {
 // aborts, naming it).
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
                      float beta = 0.0f, const Tensor& bias = Tensor());
+
+// For benchmarks (CUDA only): the algorithms cuBLASLt's heuristic offers for
+// one block-scaled GEMM configuration (a's and b's layouts and shapes, y's
+// dtype and shape; no bias), best first — BlockScaledGemm always runs the
+// first — and a run with any of them, to compare their times. The
+// descriptors are made once, here; Run sets the operands' pointers.
+class BlockScaledGemmPlan {
+ public:
+  // Up to max_algos algorithms; aborts, naming the configuration, when
+  // cuBLASLt offers none.
+  BlockScaledGemmPlan(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                      int max_algos);
+  ~BlockScaledGemmPlan();
+  BlockScaledGemmPlan(const BlockScaledGemmPlan&) = delete;
+  BlockScaledGemmPlan& operator=(const BlockScaledGemmPlan&) = delete;
+
+  int num_algos() const;
+  // "id 66 tile 19 stages 8 splitK 4 reduction 2 waves 0.97" (cuBLASLt's
+  // algorithm attributes).
+  std::string Describe(int k) const;
+  // y = a·bᵀ + beta·y with algorithm k, for operands of the configuration
+  // the plan was made for.
+  void Run(const Exec& e, int k, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+           float beta) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace gtp::kernels::fp8

@@ -11,7 +11,8 @@
 //   cuBLASLt C = D = our y: column-major [N, M], ld N (f32 or bf16), beta as given.
 // Compute CUBLAS_COMPUTE_32F, scale type f32, FAST_ACCUM off (the default:
 // "intermediate results ... periodically promoted to a higher precision",
-// cublasLt.h). Each operand's scales are rewritten into cuBLASLt's layout by
+// cublasLt.h). Each operand's scales in cuBLASLt's layout are its
+// lt_scales, written by the quantiser, or else rewritten from its table by
 // lt_scales.cu (lt_scale_layout.h: the one place that layout lives, with
 // its sources; verified by block_gemm_gpu_test.cc's probe on an H200) into
 // stream-ordered scratch from e.Empty, freed on return without a sync as in
@@ -30,7 +31,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/lt_common.h"
@@ -85,6 +90,86 @@ uintptr_t Misalignment(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.raw_data()) % kPointerAlignment;
 }
 
+// cuBLASLt's descriptors for y = a·bᵀ (+ beta·y, + bias when bias_ptr is
+// set), without an algorithm.
+std::unique_ptr<LtCall> NewCall(const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                                const void* bias_ptr) {
+  const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
+  const bool bf16_out = y.dtype() == DType::kBF16;
+  auto call = std::make_unique<LtCall>();
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                                  sizeof(trans_a)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                                  sizeof(trans_b)));
+  // cuBLASLt's A is our b and its B our a (the file comment).
+  const int32_t mode_a = LtScaleMode(b), mode_b = LtScaleMode(a);
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                  &mode_a, sizeof(mode_a)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                  &mode_b, sizeof(mode_b)));
+  if (bias_ptr != nullptr) {
+    // Column-major D is [N, M]: cuBLASLt's bias per D row is our bias per
+    // column n, in D's type.
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                    sizeof(epi)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bias_type, sizeof(bias_type)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias_ptr, sizeof(bias_ptr)));
+  }
+  const int8_t fast_accum = 0;
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                                  &fast_accum, sizeof(fast_accum)));
+  const cudaDataType_t d_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
+  GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->a, CUDA_R_8F_E4M3, K, N, K));
+  GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->b, CUDA_R_8F_E4M3, K, M, K));
+  GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->c, d_type, N, M, N));
+  return call;
+}
+
+// Aborts, naming the configuration, when the heuristic offered nothing.
+void CheckFound(const char* op, cublasStatus_t hs, int found, const Fp8Matrix& a,
+                const Fp8Matrix& b, const Tensor& y, bool bias) {
+  GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op, ": cuBLASLt has no algorithm for M=",
+            a.q.dim(0), " N=", b.q.dim(0), " K=", a.q.dim(1), " with a ", Fp8LayoutName(a.layout),
+            " (its B, scale mode ", LtScaleModeName(a), "), b ", Fp8LayoutName(b.layout),
+            " (its A, scale mode ", LtScaleModeName(b), "), y ", DTypeName(y.dtype()),
+            bias ? " with the BIAS epilogue" : "", ": ", cublasLtGetStatusString(hs), ", ",
+            found, " algorithms");
+}
+
+// One cublasLtMatmul with `algo` on e.stream: the operands' scale buffers
+// (and the bias) are set on every call, the rest is the call's.
+void Run(const Exec& e, const LtCall& call, const cublasLtMatmulAlgo_t& algo, const Fp8Matrix& a,
+         const Fp8Matrix& b, const Tensor& y, float beta, const void* bias_ptr, const char* op) {
+  const Tensor a_scales = LtScales(e, a, op, "a"), b_scales = LtScales(e, b, op, "b");
+  const void* lt_a_scale = b_scales.raw_data();
+  const void* lt_b_scale = a_scales.raw_data();
+  if (bias_ptr != nullptr) {
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias_ptr, sizeof(bias_ptr)));
+  }
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                  &lt_a_scale, sizeof(lt_a_scale)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                  &lt_b_scale, sizeof(lt_b_scale)));
+  BlasContext& ctx = *e.blas;
+  const float alpha = 1.0f;
+  void* d = y.raw_data();
+  const cublasStatus_t ms = cublasLtMatmul(
+      static_cast<cublasLtHandle_t>(ctx.lt_handle()), call.op, &alpha, b.q.raw_data(), call.a,
+      a.q.raw_data(), call.b, &beta, d, call.c, d, call.c, &algo, ctx.workspace(),
+      ctx.workspace_bytes(), e.stream);
+  GTP_CHECK(ms == CUBLAS_STATUS_SUCCESS, op, ": cublasLtMatmul failed for M=", a.q.dim(0),
+            " N=", b.q.dim(0), " K=", a.q.dim(1), " with scale modes A ", LtScaleModeName(b),
+            ", B ", LtScaleModeName(a), ", y ", DTypeName(y.dtype()), ": ",
+            cublasLtGetStatusString(ms));
+}
+
 }  // namespace
 
 void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
@@ -122,96 +207,100 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
 
   BlasContext& ctx = *e.blas;
   cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx.lt_handle());
-  const Tensor a_scales = LtScales(e, a, op, "a"), b_scales = LtScales(e, b, op, "b");
-  // cuBLASLt's A is our b and its B our a (the header comment).
-  const void* lt_a = b.q.raw_data();
-  const void* lt_b = a.q.raw_data();
-  const void* lt_a_scale = b_scales.raw_data();
-  const void* lt_b_scale = a_scales.raw_data();
-  void* d = y.raw_data();
-  const bool bf16_out = y.dtype() == DType::kBF16;
-  const uint32_t align_a = LtAlignment(lt_a), align_b = LtAlignment(lt_b), align_d = LtAlignment(d);
   const void* bias_ptr = bias.defined() ? bias.raw_data() : nullptr;
+  const bool bf16_out = y.dtype() == DType::kBF16;
   const BlasContext::AlgoCache::BlockScaledKey key = {static_cast<int64_t>(a.layout),
                                                       static_cast<int64_t>(b.layout),
                                                       static_cast<int64_t>(bf16_out),
                                                       M,
                                                       N,
                                                       K,
-                                                      align_a,
-                                                      align_b,
-                                                      align_d,
+                                                      LtAlignment(b.q.raw_data()),
+                                                      LtAlignment(a.q.raw_data()),
+                                                      LtAlignment(y.raw_data()),
                                                       bias_ptr != nullptr,
                                                       beta != 0.0f};
   auto& calls = ctx.algo_cache().block_scaled;
   auto cached = calls.find(key);
   if (cached == calls.end()) {
-    auto call = std::make_unique<LtCall>();
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
-                                                    sizeof(trans_a)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
-                                                    sizeof(trans_b)));
-    const int32_t mode_a = LtScaleMode(b), mode_b = LtScaleMode(a);
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-                                                    &mode_a, sizeof(mode_a)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-                                                    &mode_b, sizeof(mode_b)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                    &lt_a_scale, sizeof(lt_a_scale)));
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                    &lt_b_scale, sizeof(lt_b_scale)));
-    if (bias_ptr != nullptr) {
-      // Column-major D is [N, M]: cuBLASLt's bias per D row is our bias per
-      // column n, in D's type.
-      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
-      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                      sizeof(epi)));
-      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-      GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bias_ptr, sizeof(bias_ptr)));
-    }
-    const int8_t fast_accum = 0;
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-                                                    &fast_accum, sizeof(fast_accum)));
-    const cudaDataType_t d_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
-    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->a, CUDA_R_8F_E4M3, K, N, K));
-    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->b, CUDA_R_8F_E4M3, K, M, K));
-    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call->c, d_type, N, M, N));
-
+    std::unique_ptr<LtCall> call = NewCall(a, b, y, bias_ptr);
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
-    const cublasStatus_t hs = LtFirstAlgo(handle, *call, ctx.workspace_bytes(), align_a, align_b,
-                                          align_d, &result, &found);
-    GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op, ": cuBLASLt has no algorithm for M=", M,
-              " N=", N, " K=", K, " with a ", Fp8LayoutName(a.layout), " (its B, scale mode ",
-              LtScaleModeName(a), "), b ", Fp8LayoutName(b.layout), " (its A, scale mode ",
-              LtScaleModeName(b), "), y ", DTypeName(y.dtype()),
-              bias_ptr != nullptr ? " with the BIAS epilogue" : "", ": ",
-              cublasLtGetStatusString(hs), ", ", found, " algorithms");
+    const cublasStatus_t hs = LtFirstAlgo(
+        handle, *call, ctx.workspace_bytes(), static_cast<uint32_t>(key[6]),
+        static_cast<uint32_t>(key[7]), static_cast<uint32_t>(key[8]), &result, &found);
+    CheckFound(op, hs, found, a, b, y, bias_ptr != nullptr);
     call->algo = result.algo;
     cached = calls.emplace(key, std::move(call)).first;
   }
-  LtCall& call = *cached->second;
-  // The scale buffers (and the bias) are new on every call; the shape is not.
-  if (bias_ptr != nullptr) {
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &bias_ptr, sizeof(bias_ptr)));
-  }
-  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                  &lt_a_scale, sizeof(lt_a_scale)));
-  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                  &lt_b_scale, sizeof(lt_b_scale)));
-  const float alpha = 1.0f;
-  const cublasStatus_t ms =
-      cublasLtMatmul(handle, call.op, &alpha, lt_a, call.a, lt_b, call.b, &beta, d, call.c, d,
-                     call.c, &call.algo, ctx.workspace(), ctx.workspace_bytes(), e.stream);
-  GTP_CHECK(ms == CUBLAS_STATUS_SUCCESS, op, ": cublasLtMatmul failed for M=", M, " N=", N,
-            " K=", K, " with scale modes A ", LtScaleModeName(b), ", B ", LtScaleModeName(a),
-            ", y ", DTypeName(y.dtype()), ": ", cublasLtGetStatusString(ms));
+  Run(e, *cached->second, cached->second->algo, a, b, y, beta, bias_ptr, op);
 }
 
 }  // namespace gtp::kernels::fp8::internal
+
+namespace gtp::kernels::fp8 {
+
+using kernels::cuda::internal::LtAlgos;
+using kernels::cuda::internal::LtAlignment;
+using kernels::cuda::internal::LtCall;
+using internal::CheckFound;
+using internal::NewCall;
+
+// ---- BlockScaledGemmPlan -------------------------------------------------------------
+
+struct BlockScaledGemmPlan::State {
+  std::unique_ptr<LtCall> call;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;
+};
+
+BlockScaledGemmPlan::BlockScaledGemmPlan(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b,
+                                         const Tensor& y, int max_algos)
+    : state_(std::make_unique<State>()) {
+  const char* op = "fp8::BlockScaledGemmPlan";
+  GTP_CHECK(e.is_cuda() && e.blas != nullptr, op, ": a CUDA Exec with a BlasContext only");
+  GTP_CHECK(max_algos >= 1, op, ": max_algos must be at least 1, got ", max_algos);
+  const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
+  GTP_CHECK(M > 0 && N > 0 && K > 0 && b.q.dim(1) == K && y.shape() == Shape({M, N}), op,
+            ": a ", a.q.ToString(), ", b ", b.q.ToString(), ", y ", y.ToString(),
+            " do not form a non-empty y = a·bᵀ");
+  state_->call = NewCall(a, b, y, nullptr);
+  state_->algos.resize(static_cast<size_t>(max_algos));
+  int found = 0;
+  const cublasStatus_t hs = LtAlgos(
+      static_cast<cublasLtHandle_t>(e.blas->lt_handle()), *state_->call, e.blas->workspace_bytes(),
+      LtAlignment(b.q.raw_data()), LtAlignment(a.q.raw_data()), LtAlignment(y.raw_data()),
+      max_algos, state_->algos.data(), &found);
+  CheckFound(op, hs, found, a, b, y, false);
+  state_->algos.resize(static_cast<size_t>(found));
+}
+
+BlockScaledGemmPlan::~BlockScaledGemmPlan() = default;
+
+int BlockScaledGemmPlan::num_algos() const { return static_cast<int>(state_->algos.size()); }
+
+std::string BlockScaledGemmPlan::Describe(int k) const {
+  GTP_CHECK(k >= 0 && k < num_algos(), "fp8::BlockScaledGemmPlan: no algorithm ", k, " of ",
+            num_algos());
+  const cublasLtMatmulHeuristicResult_t& r = state_->algos[static_cast<size_t>(k)];
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
+    int32_t v = 0;  // every attribute read here is 32 bits or fewer, little-endian
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&r.algo, attr, &v, sizeof(v), &written);
+    return v;
+  };
+  return absl::StrCat("id ", get(CUBLASLT_ALGO_CONFIG_ID), " tile ",
+                      get(CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
+                      get(CUBLASLT_ALGO_CONFIG_STAGES_ID), " splitK ",
+                      get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " reduction ",
+                      get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), " waves ", r.wavesCount);
+}
+
+void BlockScaledGemmPlan::Run(const Exec& e, int k, const Fp8Matrix& a, const Fp8Matrix& b,
+                              const Tensor& y, float beta) const {
+  GTP_CHECK(k >= 0 && k < num_algos(), "fp8::BlockScaledGemmPlan: no algorithm ", k, " of ",
+            num_algos());
+  internal::Run(e, *state_->call, state_->algos[static_cast<size_t>(k)].algo, a, b, y, beta,
+                nullptr, "fp8::BlockScaledGemmPlan");
+}
+
+}  // namespace gtp::kernels::fp8

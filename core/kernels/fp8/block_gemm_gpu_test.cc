@@ -287,8 +287,11 @@ Operand Quantized(const Exec& cpu, const std::vector<float>& x, int64_t R, int64
 // against the double reference and the CPU, as in the header; a bias adds
 // one f32 rounding of the sum (2⁻²⁴ of |y| + |bias|, doubled for the order
 // cuBLASLt adds in).
+// algo ≥ 0: through a BlockScaledGemmPlan's algorithm `algo` instead of
+// BlockScaledGemm (which runs the heuristic's first).
 void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a, const Operand& b,
-                            DType y_type, const std::vector<float>* bias = nullptr) {
+                            DType y_type, const std::vector<float>* bias = nullptr,
+                            int algo = -1) {
   SCOPED_TRACE(what + ", y " + DTypeName(y_type) + (bias != nullptr ? " + bias" : ""));
   const int64_t M = a.host.q.dim(0), N = b.host.q.dim(0), K = a.host.q.dim(1);
   Tensor bias_host, bias_cpu32;
@@ -305,7 +308,11 @@ void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a,
   std::vector<float> got;
   for (int run = 0; run < 2; ++run) {
     const Tensor y = env.Poisoned({M, N}, y_type, run == 0 ? 0xff : 0x5a);
-    BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, gbias);
+    if (algo >= 0) {
+      BlockScaledGemmPlan(env.gpu, ga, gb, y, algo + 1).Run(env.gpu, algo, ga, gb, y, 0.0f);
+    } else {
+      BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, gbias);
+    }
     ByteVec bytes = env.Down(y);
     if (run == 0) {
       got = kernels::testing::LoadAs(bytes, y_type);
@@ -398,6 +405,27 @@ TEST(BlockGemmGpu, TheBiasEpilogueAddsOneBiasPerColumn) {
   // The values as a bf16 y holds them.
   const std::vector<float> bias = Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, DType::kBF16));
   ExpectMatchesReference(env, "bias epilogue", a, b, DType::kBF16, &bias);
+}
+
+// Every algorithm cuBLASLt offers (up to 8) for a wgrad-like shape (long K:
+// where split-K algorithms appear) is right within the same bound, so a
+// faster one than the heuristic's first can be chosen (BlockScaledGemmPlan,
+// fp8_linear_benchmark's BM_Fp8GemmAlgo).
+TEST(BlockGemmGpu, EveryOfferedAlgorithmMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  const int64_t M = 128, N = 256, K = 4096;
+  const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 61), M, K, kRow);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 62), N, K, kRow);
+  const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
+  const Tensor y = env.Poisoned({M, N}, DType::kF32, 0);
+  const BlockScaledGemmPlan plan(env.gpu, ga, gb, y, 8);
+  ASSERT_GE(plan.num_algos(), 1);
+  for (int k = 0; k < plan.num_algos(); ++k) {
+    std::printf("algorithm %d of %d: %s\n", k, plan.num_algos(), plan.Describe(k).c_str());
+    ExpectMatchesReference(env, "algorithm " + std::to_string(k) + " (" + plan.Describe(k) + ")",
+                           a, b, DType::kF32, nullptr, k);
+  }
 }
 
 struct GemmCase {
