@@ -123,15 +123,13 @@ void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy
 }
 
 // fp8: dw = dyᵀ·x + beta·dw (dyᵀ's codes from dyq, x's transposed codes
-// from `shared` or made here) and db += Σ_rows dy.
-void Fp8WeightAndBiasGrad(GtpChain& chain, fp8::Fp8SharedInput* shared,
-                          fp8::Fp8SharedInput& dyq, const Tensor& dy, const Tensor& x,
-                          const Tensor& dw, float beta, const Tensor& db) {
-  const kernels::Exec& e = chain.exec();
+// from `shared` or made here). The bias gradient came with dyq (Both).
+void Fp8WeightGrad(const kernels::Exec& e, fp8::Fp8SharedInput* shared,
+                   fp8::Fp8SharedInput& dyq, const Tensor& dy, const Tensor& x, const Tensor& dw,
+                   float beta) {
   fp8::Fp8SharedInput local(e);
   fp8::Fp8LinearBackwardWeight(e, dyq.Transposed(dy),
                                (shared != nullptr ? shared : &local)->Transposed(x), dw, beta);
-  if (db.defined()) AccumulateBiasGrad(chain, dy, db);
 }
 
 }  // namespace
@@ -221,7 +219,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   const float dx_beta = accumulate.defined() ? 1.0f : 0.0f;
   fp8::Fp8SharedInput dyq(e);
   if (config_.fp8) {
-    dyq.Both(dy2);  // dy's codes for both GEMMs from one read of dy
+    dyq.Both(dy2, bias_.grad);  // dy's codes for both GEMMs and db += Σ dy, one read of dy
     Fp8Dgrad(e, dyq, dy2, w, dx, dx_beta, &wt_q_);
   } else {
     ops::LinearBackwardData(e, dy2, w, dx, dx_beta);
@@ -230,7 +228,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
   if (config_.fp8) {
-    Fp8WeightAndBiasGrad(*chain_, shared, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
+    Fp8WeightGrad(e, shared, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
   }
@@ -318,7 +316,9 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
   fp8::Fp8SharedInput dyq(e);
-  if (config_.fp8) dyq.Both(dy2);  // dy's codes for both GEMMs from one read of dy
+  // fp8: dy's codes for both GEMMs (and db += Σ dy when it is the wgrad's)
+  // from one read of dy.
+  if (config_.fp8) dyq.Both(dy2, bias_from_wgrad ? bias_.grad : Tensor());
   if (config_.fp8 && gelu_pre.defined()) {
     Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
     Fp8Dgrad(e, dyq, dy2, w, dgelu, 0.0f, &wt_q_);
@@ -334,7 +334,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, in_tp_}), db = bias_from_wgrad ? bias_.grad : Tensor();
   if (config_.fp8) {
-    Fp8WeightAndBiasGrad(*chain_, nullptr, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
+    Fp8WeightGrad(e, nullptr, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
   }

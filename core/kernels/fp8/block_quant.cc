@@ -199,29 +199,77 @@ void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
   WriteLt(scales_t.data<float>(), false, C, R, lt);
 }
 
+namespace {
+
+// column_sums[c] += Σ_rows x[r, c] in QuantizeRowsAndTransposed's order.
+void AddColumnSumsCpu(const Tensor& x, const Tensor& column_sums) {
+  const int64_t R = x.dim(0), C = x.dim(1), nbr = Fp8NumBlocks(R);
+  for (int64_t c = 0; c < C; ++c) {
+    float acc = 0.0f;
+    for (int64_t bi = 0; bi < nbr; ++bi) {
+      float p[32];
+      for (int64_t l = 0; l < 32; ++l) {
+        float v[4];
+        for (int64_t k = 0; k < 4; ++k) {
+          const int64_t r = bi * kFp8Block + l + 32 * k;
+          v[k] = r < R ? LoadF32(x.raw_data(), x.dtype(), r * C + c) : 0.0f;
+        }
+        p[l] = ((v[0] + v[1]) + v[2]) + v[3];
+      }
+      for (int64_t o = 16; o > 0; o >>= 1) {
+        float next[32];
+        for (int64_t l = 0; l < 32; ++l) next[l] = p[l] + p[l ^ o];
+        std::copy(next, next + 32, p);
+      }
+      acc += p[0];
+    }
+    StoreF32(column_sums, c, LoadF32(column_sums.raw_data(), column_sums.dtype(), c) + acc);
+  }
+}
+
+}  // namespace
+
 void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
                                const Tensor& scales, const Tensor& qt, const Tensor& scales_t,
-                               const Tensor& lt_scales, const Tensor& lt_scales_t) {
+                               const Tensor& lt_scales, const Tensor& lt_scales_t,
+                               const Tensor& column_sums) {
   const char* op = "fp8::QuantizeRowsAndTransposed";
+  CheckMatrix(e, x, op, "x");
+  const int64_t R = x.dim(0), C = x.dim(1);
+  if (column_sums.defined()) {
+    internal::CheckOn(e, column_sums, op, "column_sums");
+    GTP_CHECK((column_sums.dtype() == DType::kF32 || column_sums.dtype() == DType::kBF16) &&
+                  column_sums.shape() == Shape({C}) && column_sums.is_contiguous(),
+              op, ": column_sums must be f32 or bf16 [", C, "], got ", column_sums.ToString());
+  }
   if (!e.is_cuda()) {  // the two CPU paths (each checks its arguments)
     QuantizeBlocks(e, x, Fp8Layout::kRow1x128, q, scales, lt_scales);
     QuantizeRowsTransposed(e, x, qt, scales_t, lt_scales_t);
+    if (column_sums.defined()) AddColumnSumsCpu(x, column_sums);
     return;
   }
-  CheckMatrix(e, x, op, "x");
-  const int64_t R = x.dim(0), C = x.dim(1);
   CheckCodes(e, q, R, C, op, "q");
   CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kRow1x128), op, "scales");
   CheckCodes(e, qt, C, R, op, "qt");
   CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kRow1x128), op, "scales_t");
   float* lt = CheckLt(e, lt_scales, false, R, C, op);
   float* lt_t = CheckLt(e, lt_scales_t, false, C, R, op);
+  const int64_t nbr = Fp8NumBlocks(R);
+  // The per-block partial sums: stream-ordered scratch (as RequantizeRowsTransposed's).
+  Tensor partial = column_sums.defined() && R > 0 && C > 0 ? e.Empty({nbr, C}) : Tensor();
+  float* pp = partial.defined() ? partial.data<float>() : nullptr;
   if (x.dtype() == DType::kF32) {
     cuda::QuantizeRowsAndTransposed(x.data<float>(), R, C, Codes(q), scales.data<float>(), lt,
-                                    Codes(qt), scales_t.data<float>(), lt_t, e.stream);
+                                    Codes(qt), scales_t.data<float>(), lt_t, pp, e.stream);
   } else {
     cuda::QuantizeRowsAndTransposed(BF16Data(x), R, C, Codes(q), scales.data<float>(), lt,
-                                    Codes(qt), scales_t.data<float>(), lt_t, e.stream);
+                                    Codes(qt), scales_t.data<float>(), lt_t, pp, e.stream);
+  }
+  if (pp == nullptr) return;
+  if (column_sums.dtype() == DType::kF32) {
+    cuda::AddColumnPartials(pp, nbr, C, column_sums.data<float>(), e.stream);
+  } else {
+    cuda::AddColumnPartials(pp, nbr, C, static_cast<bf16*>(column_sums.raw_data()), e.stream);
   }
 }
 

@@ -442,6 +442,54 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---------------------------------------------------------------- column sums
+
+// A column's sum over one 128-row block, in the order block_quant.h fixes
+// (ColumnBlockSumOrder): lane l adds rows l, l + 32, l + 64, l + 96 (v[0..3])
+// left to right, then a butterfly over the lanes (xor 16, 8, 4, 2, 1; f32
+// addition commutes, so every lane ends with the same bits). All 32 lanes
+// must call.
+__device__ __forceinline__ float ColumnBlockSum(const float v[4]) {
+  float p = ((v[0] + v[1]) + v[2]) + v[3];
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) p = p + __shfl_xor_sync(kFullMask, p, o);
+  return p;
+}
+
+// The same for any x (the fused kernel's fallback): warp w (grid-stride)
+// takes (row block bi, column c) = (w / C, w % C); rows past R add +0.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    ColumnPartialSumsKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nbr,
+                            float* __restrict__ col_partial) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t total = nbr * C, stride = int64_t{gridDim.x} * kWarps;
+  for (int64_t w = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarpSize; w < total; w += stride) {
+    const int64_t bi = w / C, c = w % C;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t r = bi * kBlock + lane + k * kWarpSize;
+      v[k] = r < R ? Load(x, r * C + c) : 0.0f;
+    }
+    const float sum = ColumnBlockSum(v);
+    if (lane == 0) col_partial[w] = sum;
+  }
+}
+
+// sums[c] (f32 or bf16) = sums[c] + (the blocks' partial sums added in
+// ascending block order, from +0), in f32, rounded once for bf16.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    AddColumnPartialsKernel(const float* __restrict__ col_partial, int64_t nbr, int64_t C,
+                            T* __restrict__ sums) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t bi = 0; bi < nbr; ++bi) acc += col_partial[bi * C + c];
+    Store(sums, c, Load(sums, c) + acc);
+  }
+}
+
 // ---------------------------------------------------------------- both 1×128 layouts
 
 constexpr int kPairCols = kBlock / 2;  // bf16 column pairs (32-bit words) in a tile row
@@ -463,7 +511,7 @@ __global__ void __launch_bounds__(kThreads)
                                     int64_t ncb, uint8_t* __restrict__ q,
                                     float* __restrict__ scales, float* __restrict__ lt,
                                     uint8_t* __restrict__ qt, float* __restrict__ scales_t,
-                                    float* __restrict__ lt_t) {
+                                    float* __restrict__ lt_t, float* __restrict__ col_partial) {
   __shared__ uint32_t tile[kBlock][kPairCols + 1];
   constexpr int kRowsPerPass = kThreads / kChunksPerBlock;  // 16
   constexpr int kPasses = kBlock / kRowsPerPass;            // 8
@@ -520,6 +568,13 @@ __global__ void __launch_bounds__(kThreads)
       }
       const float s_lo = Fp8BlockScale(WarpMaxBits(amax_lo));
       const float s_hi = Fp8BlockScale(WarpMaxBits(amax_hi));
+      if (col_partial != nullptr) {  // the two columns' sums over the tile's rows
+        const float sum_lo = ColumnBlockSum(lo), sum_hi = ColumnBlockSum(hi);
+        if (lane == 0) {
+          col_partial[bi * C + cc] = sum_lo;
+          col_partial[bi * C + cc + 1] = sum_hi;
+        }
+      }
       if (lane == 0) {
         scales_t[cc * nbr + bi] = s_lo;
         scales_t[(cc + 1) * nbr + bi] = s_hi;
@@ -708,20 +763,26 @@ void LaunchRowsTransposed(const T* x, int64_t R, int64_t C, uint8_t* qt, float* 
 template <typename T>
 void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales,
                              float* lt, uint8_t* qt, float* scales_t, float* lt_t,
-                             cudaStream_t stream) {
+                             float* col_partial, cudaStream_t stream) {
   RequireShape(R, C, "fp8::cuda::QuantizeRowsAndTransposed");
   if (R == 0 || C == 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
     if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
       const int64_t ncb = Fp8NumBlocks(C);
       QuantizeRowsAndTransposedKernel<<<GridFor(Fp8NumBlocks(R) * ncb, 1), kThreads, 0, stream>>>(
-          x, R, C, ncb, q, scales, lt, qt, scales_t, lt_t);
+          x, R, C, ncb, q, scales, lt, qt, scales_t, lt_t, col_partial);
       GTP_CU_LAUNCH_CHECK();
       return;
     }
   }
-  LaunchRow(x, R, C, q, scales, lt, stream);  // f32 or unaligned: the two kernels
+  LaunchRow(x, R, C, q, scales, lt, stream);  // f32 or unaligned: the separate kernels
   LaunchRowsTransposed(x, R, C, qt, scales_t, lt_t, stream);
+  if (col_partial != nullptr) {
+    const int64_t nbr = Fp8NumBlocks(R);
+    ColumnPartialSumsKernel<T>
+        <<<GridFor(nbr * C, kWarps), kThreads, 0, stream>>>(x, R, C, nbr, col_partial);
+    GTP_CU_LAUNCH_CHECK();
+  }
 }
 
 template <typename T>
@@ -783,13 +844,28 @@ void QuantizeRowsTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* qt, fl
 
 void QuantizeRowsAndTransposed(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
-                               cudaStream_t stream) {
-  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
+                               float* col_partial, cudaStream_t stream) {
+  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, col_partial, stream);
 }
 void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
-                               cudaStream_t stream) {
-  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
+                               float* col_partial, cudaStream_t stream) {
+  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, col_partial, stream);
+}
+
+void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, float* sums,
+                       cudaStream_t stream) {
+  if (C == 0) return;
+  AddColumnPartialsKernel<float>
+      <<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C, sums);
+  GTP_CU_LAUNCH_CHECK();
+}
+void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, bf16* sums,
+                       cudaStream_t stream) {
+  if (C == 0) return;
+  AddColumnPartialsKernel<bf16>
+      <<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C, sums);
+  GTP_CU_LAUNCH_CHECK();
 }
 
 void QuantizeTileAndTranspose(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,

@@ -72,10 +72,18 @@ void QuantizeRowsTransposed(const Exec& e, const Tensor& x, const Tensor& qt,
 // qt [C, R], scales_t [C, ceil(R/128)] as QuantizeRowsTransposed(x), bit for
 // bit (a gradient dy is both the dgrad's and the wgrad's operand). lt_scales
 // / lt_scales_t: the optional cuBLASLt copies of scales / scales_t.
+// column_sums (optional, f32 or bf16 [C]): += each column's sum over the
+// rows, from the same read (a linear's bias gradient). The order is fixed,
+// the same bits on CPU and CUDA: per 128-row block, partial sums
+// p_l = ((x[l] + x[l+32]) + x[l+64]) + x[l+96] for l < 32 (rows past R as
+// +0), then a butterfly p_l ← p_l + p_{l xor o} for o = 16, 8, 4, 2, 1
+// (every p_l ends equal); the blocks' sums added in ascending order to an
+// f32 +0, that total added to column_sums in f32 (rounded once for bf16).
 void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
                                const Tensor& scales, const Tensor& qt, const Tensor& scales_t,
                                const Tensor& lt_scales = Tensor(),
-                               const Tensor& lt_scales_t = Tensor());
+                               const Tensor& lt_scales_t = Tensor(),
+                               const Tensor& column_sums = Tensor());
 
 // The same from x's forward codes (q [R, C], scales [R, ceil(C/128)], 1×128
 // along C) when the high-precision x is gone: each element's f32 value

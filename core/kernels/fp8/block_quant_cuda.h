@@ -50,13 +50,21 @@ void QuantizeRowsTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* qt, fl
                             float* lt, cudaStream_t stream);
 
 // Both of the above from one read of x: q, scales (lt) of x and qt,
-// scales_t (lt_t) of xᵀ (a fused kernel for bf16 x; the two kernels else).
+// scales_t (lt_t) of xᵀ (a fused kernel for bf16 x; the two kernels else);
+// with col_partial (may be null; f32 [ceil(R/128), C]) also each column's
+// sum over each 128-row block, in block_quant.h's order.
 void QuantizeRowsAndTransposed(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
-                               cudaStream_t stream);
+                               float* col_partial, cudaStream_t stream);
 void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
-                               cudaStream_t stream);
+                               float* col_partial, cudaStream_t stream);
+// sums [C] += the partials [nbr, C] added over nbr in ascending order (f32;
+// rounded once into a bf16 sums).
+void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, float* sums,
+                       cudaStream_t stream);
+void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, bf16* sums,
+                       cudaStream_t stream);
 
 // x [R, C] → its 128×128 quantisation (q, scales, lt) and xᵀ's (qt,
 // scales_t, lt_t; what TransposeTiles makes of q) in one pass over x.

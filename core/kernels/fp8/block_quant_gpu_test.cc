@@ -278,6 +278,19 @@ TEST_P(BlockQuantGpuTest, EveryFunctionMatchesCpuBitForBit) {
                           [&](const std::vector<Tensor>& o) {
                             QuantizeRowsAndTransposed(gpu, gx, o[0], o[1], o[2], o[3], o[4], o[5]);
                           });
+      // With column sums (+=, into f32 and bf16 sums from the same start):
+      // the CPU's fixed order, bit for bit (NaN columns match by NaN-ness).
+      for (const DType sum_t : {DType::kF32, DType::kBF16}) {
+        std::vector<float> s0(static_cast<size_t>(C));
+        for (int64_t c = 0; c < C; ++c) s0[c] = 0.25f * static_cast<float>(c % 5) - 0.5f;
+        const Tensor sums = MakeMatrix(s0, 1, C, *cpu.alloc, sum_t).View({C});
+        const Tensor gsums = env.Up(sums);
+        QuantizeRowsAndTransposed(cpu, x, q, s, qt, st, Tensor(), Tensor(), sums);
+        const Tensor gq = env.Up(q), gs = env.Up(s), gqt = env.Up(qt), gst = env.Up(st);
+        QuantizeRowsAndTransposed(gpu, gx, gq, gs, gqt, gst, Tensor(), Tensor(), gsums);
+        EXPECT_TRUE(SameElements(env.Down(gsums), Bytes(sums), sum_t, C, /*nans_match=*/true))
+            << "column sums into " << DTypeName(sum_t) << ", " << tag;
+      }
     }
   }
 }

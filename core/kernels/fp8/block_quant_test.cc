@@ -266,6 +266,47 @@ TEST(BlockQuantSpecial, RowsAndTransposedAreBothReferenceQuantisations) {
   }
 }
 
+// The column sums QuantizeRowsAndTransposed adds from its read (a bias
+// gradient) against the double sum: the fixed order is a tree of depth
+// 3 (a lane's four rows) + 5 (the butterfly) per 128-row block, then
+// ceil(R/128) blocks in sequence and the add into the sums, so each result
+// is within γ·(Σ|x| + |s₀|) of the exact s₀ + Σx with γ = (9 + ceil(R/128))·2⁻²⁴
+// (f32); a bf16 sum adds its own rounding (2⁻⁸ relative). The codes are
+// those of the call without sums.
+TEST(BlockQuantSpecial, ColumnSumsAreTheRowSumsWithinTheirOrdersBound) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  for (const DType st : {DType::kF32, DType::kBF16}) {
+    const int64_t R = 300, C = 40;  // 3 row blocks, the last one partial
+    const std::vector<float> x = BlockyMatrix(R, C, 23);
+    std::vector<float> s0(C);
+    for (int64_t c = 0; c < C; ++c) s0[c] = 0.25f * static_cast<float>(c % 5) - 0.5f;
+    const Tensor sums = MakeMatrix(s0, 1, C, host, st).View({C});
+    const std::vector<float> start = Floats(sums);  // as the dtype holds them
+    Tensor q = e.Empty({R, C}, DType::kU8), s = e.Empty(Fp8ScaleShape(R, C, Fp8Layout::kRow1x128));
+    Tensor qt = e.Empty({C, R}, DType::kU8), sct = e.Empty(Fp8ScaleShape(C, R, Fp8Layout::kRow1x128));
+    QuantizeRowsAndTransposed(e, MakeMatrix(x, R, C, host), q, s, qt, sct, Tensor(), Tensor(), sums);
+    EXPECT_EQ(Bytes(q), RefQuantize(x, R, C, Fp8Layout::kRow1x128).q);
+    const std::vector<float> got = Floats(sums);
+    const double gamma = (9.0 + 3.0) * 0x1p-24;
+    int moved = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      double exact = start[c], mag = std::fabs(start[c]);
+      for (int64_t r = 0; r < R; ++r) {
+        exact += x[r * C + c];
+        mag += std::fabs(x[r * C + c]);
+      }
+      // bf16 (8 significant bits) rounds the f32 result r once: ≤ 2⁻⁸·|r|.
+      const double f32_err = gamma * mag;
+      const double bound =
+          f32_err + (st == DType::kBF16 ? 0x1p-8 * (std::fabs(exact) + f32_err) : 0.0);
+      EXPECT_LE(std::fabs(got[c] - exact), bound) << DTypeName(st) << " column " << c;
+      moved += std::fabs(got[c] - start[c]) > 10 * bound;
+    }
+    EXPECT_GT(moved, C / 2) << "the sums really moved";
+  }
+}
+
 // The wgrad operand xᵀ (1×128 along the rows of x), straight from x.
 TEST(BlockQuantSpecial, QuantizeRowsTransposedIsTheRowQuantisationOfTheTranspose) {
   HeapAllocator host;

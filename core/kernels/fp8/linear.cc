@@ -78,8 +78,11 @@ const Fp8Matrix& Fp8SharedInput::Transposed(const Tensor& x) {
   return *transposed_;
 }
 
-void Fp8SharedInput::Both(const Tensor& x) {
+void Fp8SharedInput::Both(const Tensor& x, const Tensor& column_sums) {
   Bind(x);
+  GTP_CHECK(!column_sums.defined() || (!rows_ && !transposed_),
+            "fp8::Fp8SharedInput::Both: column sums of ", x_.ToString(),
+            " asked after it was quantised already (they come from the quantisation's read)");
   if (rows_ || transposed_) {  // one exists: make the other alone
     Rows(x);
     Transposed(x);
@@ -89,7 +92,7 @@ void Fp8SharedInput::Both(const Tensor& x) {
   Fp8Matrix rows = Scratch(e_, R, C, Fp8Layout::kRow1x128);
   Fp8Matrix transposed = Scratch(e_, C, R, Fp8Layout::kRow1x128);
   QuantizeRowsAndTransposed(e_, x_, rows.q, rows.scales, transposed.q, transposed.scales,
-                            rows.lt_scales, transposed.lt_scales);
+                            rows.lt_scales, transposed.lt_scales, column_sums);
   rows_ = std::move(rows);
   transposed_ = std::move(transposed);
 }
