@@ -40,7 +40,9 @@ BASE="model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global
 
 run() {  # case precision steps extra-settings
   local name="$1_$2" dir
-  dir="$(mktemp -d)"
+  # In memory where there is room: the run's final checkpoint (16 GiB at
+  # 1.3B with the optimizer state) takes minutes to write to disk.
+  dir="$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)"
   if timeout 400 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
     --noprogress --run_dir "$dir" --set "$BASE,train.precision=$2,train.steps=$3${4:+,$4}" \
     > "$LOG/$name.log" 2>&1; then

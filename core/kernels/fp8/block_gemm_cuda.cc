@@ -91,9 +91,12 @@ uintptr_t Misalignment(const Tensor& t) {
 }
 
 // cuBLASLt's descriptors for y = a·bᵀ (+ beta·y, + bias when bias_ptr is
-// set), without an algorithm.
+// set), without an algorithm. The scale buffers (cuBLASLt's layout) are set
+// too: its heuristic offers nothing for block scaling without them (the
+// H200, CUDA 13.0); Run sets them again for each call's operands.
 std::unique_ptr<LtCall> NewCall(const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
-                                const void* bias_ptr) {
+                                const void* bias_ptr, const Tensor& a_scales,
+                                const Tensor& b_scales) {
   const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
   const bool bf16_out = y.dtype() == DType::kBF16;
   auto call = std::make_unique<LtCall>();
@@ -109,6 +112,12 @@ std::unique_ptr<LtCall> NewCall(const Fp8Matrix& a, const Fp8Matrix& b, const Te
                                                   &mode_a, sizeof(mode_a)));
   GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
                                                   &mode_b, sizeof(mode_b)));
+  const void* lt_a_scale = b_scales.raw_data();
+  const void* lt_b_scale = a_scales.raw_data();
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                  &lt_a_scale, sizeof(lt_a_scale)));
+  GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                  &lt_b_scale, sizeof(lt_b_scale)));
   if (bias_ptr != nullptr) {
     // Column-major D is [N, M]: cuBLASLt's bias per D row is our bias per
     // column n, in D's type.
@@ -145,8 +154,8 @@ void CheckFound(const char* op, cublasStatus_t hs, int found, const Fp8Matrix& a
 // One cublasLtMatmul with `algo` on e.stream: the operands' scale buffers
 // (and the bias) are set on every call, the rest is the call's.
 void Run(const Exec& e, const LtCall& call, const cublasLtMatmulAlgo_t& algo, const Fp8Matrix& a,
-         const Fp8Matrix& b, const Tensor& y, float beta, const void* bias_ptr, const char* op) {
-  const Tensor a_scales = LtScales(e, a, op, "a"), b_scales = LtScales(e, b, op, "b");
+         const Fp8Matrix& b, const Tensor& y, float beta, const void* bias_ptr,
+         const Tensor& a_scales, const Tensor& b_scales, const char* op) {
   const void* lt_a_scale = b_scales.raw_data();
   const void* lt_b_scale = a_scales.raw_data();
   if (bias_ptr != nullptr) {
@@ -220,10 +229,11 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
                                                       LtAlignment(y.raw_data()),
                                                       bias_ptr != nullptr,
                                                       beta != 0.0f};
+  const Tensor a_scales = LtScales(e, a, op, "a"), b_scales = LtScales(e, b, op, "b");
   auto& calls = ctx.algo_cache().block_scaled;
   auto cached = calls.find(key);
   if (cached == calls.end()) {
-    std::unique_ptr<LtCall> call = NewCall(a, b, y, bias_ptr);
+    std::unique_ptr<LtCall> call = NewCall(a, b, y, bias_ptr, a_scales, b_scales);
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
     const cublasStatus_t hs = LtFirstAlgo(
@@ -233,7 +243,7 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
     call->algo = result.algo;
     cached = calls.emplace(key, std::move(call)).first;
   }
-  Run(e, *cached->second, cached->second->algo, a, b, y, beta, bias_ptr, op);
+  Run(e, *cached->second, cached->second->algo, a, b, y, beta, bias_ptr, a_scales, b_scales, op);
 }
 
 }  // namespace gtp::kernels::fp8::internal
@@ -263,7 +273,8 @@ BlockScaledGemmPlan::BlockScaledGemmPlan(const Exec& e, const Fp8Matrix& a, cons
   GTP_CHECK(M > 0 && N > 0 && K > 0 && b.q.dim(1) == K && y.shape() == Shape({M, N}), op,
             ": a ", a.q.ToString(), ", b ", b.q.ToString(), ", y ", y.ToString(),
             " do not form a non-empty y = a·bᵀ");
-  state_->call = NewCall(a, b, y, nullptr);
+  const Tensor a_scales = internal::LtScales(e, a, op, "a"), b_scales = internal::LtScales(e, b, op, "b");
+  state_->call = NewCall(a, b, y, nullptr, a_scales, b_scales);
   state_->algos.resize(static_cast<size_t>(max_algos));
   int found = 0;
   const cublasStatus_t hs = LtAlgos(
@@ -299,8 +310,10 @@ void BlockScaledGemmPlan::Run(const Exec& e, int k, const Fp8Matrix& a, const Fp
                               const Tensor& y, float beta) const {
   GTP_CHECK(k >= 0 && k < num_algos(), "fp8::BlockScaledGemmPlan: no algorithm ", k, " of ",
             num_algos());
+  const char* op = "fp8::BlockScaledGemmPlan";
+  const Tensor a_scales = internal::LtScales(e, a, op, "a"), b_scales = internal::LtScales(e, b, op, "b");
   internal::Run(e, *state_->call, state_->algos[static_cast<size_t>(k)].algo, a, b, y, beta,
-                nullptr, "fp8::BlockScaledGemmPlan");
+                nullptr, a_scales, b_scales, op);
 }
 
 }  // namespace gtp::kernels::fp8
