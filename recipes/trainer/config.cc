@@ -476,12 +476,13 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
       return Bad(absl::StrCat("parallel.gtp_gather_dtype must be fp8, nvfp4 or the params' dtype (",
                               params, "), got ", g));
     }
-    // The NVFP4 codec's CUDA kernels have not yet run on a GPU (their test,
-    // core/kernels:nvfp4_gpu_test, compares them with the CPU byte for byte):
-    // refused there until it has passed.
+    // The NVFP4 codec's CUDA kernels match the CPU byte for byte on an H200
+    // (core/kernels:nvfp4_gpu_test, 2026-12-04), but no training run has yet
+    // gathered NVFP4 weights over NCCL (tools/bench/nccl_parity.sh): refused
+    // on cuda until one has, against its one-rank run.
     if (g == "nvfp4" && t->device() == "cuda") {
-      return Bad("parallel.gtp_gather_dtype=nvfp4 runs on the CPU only for now (its CUDA kernels "
-                 "are not yet verified on a GPU); on cuda use fp8 or the params' dtype");
+      return Bad("parallel.gtp_gather_dtype=nvfp4 runs on the CPU only for now (its gathers over "
+                 "NCCL are not yet verified on a GPU); on cuda use fp8 or the params' dtype");
     }
   }
   {

@@ -136,7 +136,7 @@ TEST(RecipeTrain, Fp8NeedsRowsInSixteens) {
   EXPECT_EQ(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
                      "train.micro_batch=2"}),
             "accepted");
-  // NVFP4 gathers: the CPU only until the CUDA codec has run on a GPU.
+  // NVFP4 gathers: the CPU only until they have run over NCCL on a GPU.
   EXPECT_EQ(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cpu"}), "accepted");
   EXPECT_NE(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda"})
                 .find("parallel.gtp_gather_dtype=nvfp4 runs on the CPU only for now"),
