@@ -1,0 +1,338 @@
+// core/kernels/fp8/fused_quant.cu — the fused quantisers (block_quant_cuda.h):
+// a gradient's two 1×128 quantisations from one read, optionally with its
+// column sums (QuantizeRowsAndTransposed, AddColumnPartials), and a weight's
+// 128×128 codes with its transpose's in one pass (QuantizeTileAndTranspose).
+// The same scalar rules as block_quant.cu's kernels (quant_device.cuh), so
+// the same bits as the separate kernels they replace and as the CPU
+// (block_quant_gpu_test.cc); where a fast path's conditions do not hold
+// (f32 data, unaligned pointers) the launchers run those separate kernels.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/dtype.h"
+#include "core/kernels/fp8/block_quant_cuda.h"
+#include "core/kernels/fp8/quant_device.cuh"
+
+namespace gtp::kernels::fp8::cuda {
+namespace {
+
+// ---------------------------------------------------------------- column sums
+
+// A column's sum over one 128-row block, in the order block_quant.h fixes
+// (ColumnBlockSumOrder): lane l adds rows l, l + 32, l + 64, l + 96 (v[0..3])
+// left to right, then a butterfly over the lanes (xor 16, 8, 4, 2, 1; f32
+// addition commutes, so every lane ends with the same bits). All 32 lanes
+// must call.
+__device__ __forceinline__ float ColumnBlockSum(const float v[4]) {
+  float p = ((v[0] + v[1]) + v[2]) + v[3];
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) p = p + __shfl_xor_sync(kFullMask, p, o);
+  return p;
+}
+
+// The same for any x (the fused kernel's fallback): warp w (grid-stride)
+// takes (row block bi, column c) = (w / C, w % C); rows past R add +0.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    ColumnPartialSumsKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t nbr,
+                            float* __restrict__ col_partial) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t total = nbr * C, stride = int64_t{gridDim.x} * kWarps;
+  for (int64_t w = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarpSize; w < total; w += stride) {
+    const int64_t bi = w / C, c = w % C;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t r = bi * kBlock + lane + k * kWarpSize;
+      v[k] = r < R ? Load(x, r * C + c) : 0.0f;
+    }
+    const float sum = ColumnBlockSum(v);
+    if (lane == 0) col_partial[w] = sum;
+  }
+}
+
+// sums[c] (f32 or bf16) = sums[c] + (the blocks' partial sums added in
+// ascending block order, from +0), in f32, rounded once for bf16.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    AddColumnPartialsKernel(const float* __restrict__ col_partial, int64_t nbr, int64_t C,
+                            T* __restrict__ sums) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C;
+       c += int64_t{gridDim.x} * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t bi = 0; bi < nbr; ++bi) acc += col_partial[bi * C + c];
+    Store(sums, c, Load(sums, c) + acc);
+  }
+}
+
+// ---------------------------------------------------------------- both 1×128 layouts
+
+constexpr int kPairCols = kBlock / 2;  // bf16 column pairs (32-bit words) in a tile row
+
+// x [R, C] bf16 (C % 8 == 0) → its 1×128 quantisation along C (q, scales,
+// lt) and that of xᵀ (qt, scales_t, lt_t), one read of x: block t (grid-
+// stride) takes the 128 × 128 tile t = i·ncb + j. Phase 1: 16 threads per
+// row (8 columns each, one 16-byte load), 16 rows a pass, 8 passes, every
+// load issued first; each half-warp holds one 1×128 row block, quantises it
+// and keeps the raw bf16 pairs in shared memory (rows of 65 words: the
+// column reads below hit 32 different banks). Phase 2: warp w takes column
+// pairs w, w + 8, …; lane l holds rows l, l + 32, l + 64, l + 96 of both
+// columns, a warp max per column gives xᵀ's two block scales, and each code
+// goes out as a byte (a warp writes 32 consecutive bytes of a row of qt).
+// The same scalar rules as every other kernel here, so the same bits as the
+// two kernels it fuses.
+__global__ void __launch_bounds__(kThreads)
+    QuantizeRowsAndTransposedKernel(const bf16* __restrict__ x, int64_t R, int64_t C,
+                                    int64_t ncb, uint8_t* __restrict__ q,
+                                    float* __restrict__ scales, float* __restrict__ lt,
+                                    uint8_t* __restrict__ qt, float* __restrict__ scales_t,
+                                    float* __restrict__ lt_t, float* __restrict__ col_partial) {
+  __shared__ uint32_t tile[kBlock][kPairCols + 1];
+  constexpr int kRowsPerPass = kThreads / kChunksPerBlock;  // 16
+  constexpr int kPasses = kBlock / kRowsPerPass;            // 8
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int sub = threadIdx.x % kChunksPerBlock, rsub = threadIdx.x / kChunksPerBlock;
+  const int64_t nbc = Fp8NumBlocks(C), nbr = Fp8NumBlocks(R), tiles = nbr * ncb;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {  // the same for the whole block
+    const int64_t bi = t / ncb, bj = t % ncb, r0 = bi * kBlock, c0 = bj * kBlock;
+    const int64_t c = c0 + sub * kVec;
+    uint4 raw[kPasses];
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int64_t r = r0 + p * kRowsPerPass + rsub;
+      raw[p] = (r < R && c < C) ? *reinterpret_cast<const uint4*>(x + r * C + c)
+                                : make_uint4(0, 0, 0, 0);  // +0: never raises amax
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int tr = p * kRowsPerPass + rsub;
+      const int64_t r = r0 + tr;
+      const uint32_t w[4] = {raw[p].x, raw[p].y, raw[p].z, raw[p].w};
+      float v[kVec];
+      uint32_t amax = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        v[2 * k] = BitsFloat(w[k] << 16);
+        v[2 * k + 1] = BitsFloat(w[k] & 0xffff0000u);
+        tile[tr][sub * 4 + k] = w[k];
+      }
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[k]));
+      const float s = Fp8BlockScale(HalfWarpMaxBits(amax));  // all lanes take part
+      if (r < R && c < C) {
+        *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
+        if (sub == 0) {
+          scales[r * nbc + bj] = s;
+          if (lt != nullptr) lt[LtScaleOffset(false, R, C, r, bj)] = s;
+        }
+      }
+    }
+    __syncthreads();
+    for (int cp = warp; cp < kPairCols; cp += kWarps) {
+      const int64_t cc = c0 + 2 * cp;
+      if (cc >= C) break;  // the same for the whole warp; C % 8 == 0: both columns exist
+      float lo[4], hi[4];
+      uint32_t amax_lo = 0, amax_hi = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t w = tile[lane + k * kWarpSize][cp];
+        lo[k] = BitsFloat(w << 16);
+        hi[k] = BitsFloat(w & 0xffff0000u);
+        amax_lo = MaxU(amax_lo, AbsBits(lo[k]));
+        amax_hi = MaxU(amax_hi, AbsBits(hi[k]));
+      }
+      const float s_lo = Fp8BlockScale(WarpMaxBits(amax_lo));
+      const float s_hi = Fp8BlockScale(WarpMaxBits(amax_hi));
+      if (col_partial != nullptr) {  // the two columns' sums over the tile's rows
+        const float sum_lo = ColumnBlockSum(lo), sum_hi = ColumnBlockSum(hi);
+        if (lane == 0) {
+          col_partial[bi * C + cc] = sum_lo;
+          col_partial[bi * C + cc + 1] = sum_hi;
+        }
+      }
+      if (lane == 0) {
+        scales_t[cc * nbr + bi] = s_lo;
+        scales_t[(cc + 1) * nbr + bi] = s_hi;
+        if (lt_t != nullptr) {
+          lt_t[LtScaleOffset(false, C, R, cc, bi)] = s_lo;
+          lt_t[LtScaleOffset(false, C, R, cc + 1, bi)] = s_hi;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t r = r0 + lane + k * kWarpSize;
+        if (r < R) {
+          qt[cc * R + r] = EncodeHw(lo[k], s_lo);
+          qt[(cc + 1) * R + r] = EncodeHw(hi[k], s_hi);
+        }
+      }
+    }
+    __syncthreads();  // every warp has read `tile` before the next tile overwrites it
+  }
+}
+
+// ---------------------------------------------------------------- 128×128 and its transpose
+
+constexpr int kCodeRowWords = kBlock / 4 + 1;  // a tile row of codes in shared memory, padded
+
+// x [R, C] (C % 8 == 0) → its 128×128 quantisation (q, scales, lt) and
+// that of xᵀ (qt, scales_t, lt_t: the transposed codes and scale grid, as
+// TransposeTiles makes them), one thread block per tile t = i·cb + j (grid-
+// stride): 16 threads per row (8 columns each), 16 rows a pass, 8 passes,
+// every load issued first; the tile's amax by warp maxima and a block max;
+// the codes go out row-wise and into shared memory (rows of 33 words), from
+// which warp w writes the tile's columns w, w + 8, … as rows of qt, lane l
+// holding rows l, l + 32, l + 64, l + 96 (a byte each; a warp writes 32
+// consecutive bytes of a row of qt).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    QuantizeTileAndTransposeKernel(const T* __restrict__ x, int64_t R, int64_t C, int64_t rb,
+                                   int64_t cb, uint8_t* __restrict__ q,
+                                   float* __restrict__ scales, float* __restrict__ lt,
+                                   uint8_t* __restrict__ qt, float* __restrict__ scales_t,
+                                   float* __restrict__ lt_t) {
+  __shared__ uint32_t codes[kBlock][kCodeRowWords];
+  __shared__ uint32_t partial[kWarps];
+  constexpr int kRowsPerPass = kThreads / kChunksPerBlock;  // 16
+  constexpr int kPasses = kBlock / kRowsPerPass;            // 8
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int sub = threadIdx.x % kChunksPerBlock, rsub = threadIdx.x / kChunksPerBlock;
+  for (int64_t t = blockIdx.x; t < rb * cb; t += gridDim.x) {  // the same for the whole block
+    const int64_t i = t / cb, j = t % cb, r0 = i * kBlock, c0 = j * kBlock;
+    const int64_t c = c0 + sub * kVec;
+    float v[kPasses][kVec];
+    uint32_t amax = 0;
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int64_t r = r0 + p * kRowsPerPass + rsub;
+      if (r < R && c < C) {
+        Load8(x + r * C + c, v[p]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[p][k] = 0.0f;  // +0: never raises amax
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p)
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[p][k]));
+    amax = WarpMaxBits(amax);
+    if (lane == 0) partial[warp] = amax;
+    __syncthreads();
+    uint32_t m = 0;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) m = MaxU(m, partial[k]);
+    const float s = Fp8BlockScale(m);
+    if (threadIdx.x == 0) {
+      scales[t] = s;
+      scales_t[j * rb + i] = s;
+      if (lt != nullptr) lt[LtScaleOffset(true, R, C, i, j)] = s;
+      if (lt_t != nullptr) lt_t[LtScaleOffset(true, C, R, j, i)] = s;
+    }
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      const int tr = p * kRowsPerPass + rsub;
+      const int64_t r = r0 + tr;
+      const uint2 e8 = Encode8(v[p], s);
+      codes[tr][2 * sub] = e8.x;
+      codes[tr][2 * sub + 1] = e8.y;
+      if (r < R && c < C) *reinterpret_cast<uint2*>(q + r * C + c) = e8;
+    }
+    __syncthreads();
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&codes[0][0]);
+    for (int cc = warp; cc < kBlock && c0 + cc < C; cc += kWarps) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int tr = lane + k * kWarpSize;
+        if (r0 + tr < R) qt[(c0 + cc) * R + r0 + tr] = bytes[tr * 4 * kCodeRowWords + cc];
+      }
+    }
+    __syncthreads();  // `codes` and `partial` read by all before the next tile writes them
+  }
+}
+
+template <typename T>
+void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                             float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                             float* col_partial, cudaStream_t stream) {
+  RequireShape(R, C, "fp8::cuda::QuantizeRowsAndTransposed");
+  if (R == 0 || C == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
+      const int64_t ncb = Fp8NumBlocks(C);
+      QuantizeRowsAndTransposedKernel<<<GridFor(Fp8NumBlocks(R) * ncb, 1), kThreads, 0, stream>>>(
+          x, R, C, ncb, q, scales, lt, qt, scales_t, lt_t, col_partial);
+      GTP_CU_LAUNCH_CHECK();
+      return;
+    }
+  }
+  QuantizeRow1x128(x, R, C, q, scales, lt, stream);  // f32 or unaligned: the separate kernels
+  QuantizeRowsTransposed(x, R, C, qt, scales_t, lt_t, stream);
+  if (col_partial != nullptr) {
+    const int64_t nbr = Fp8NumBlocks(R);
+    ColumnPartialSumsKernel<T>
+        <<<GridFor(nbr * C, kWarps), kThreads, 0, stream>>>(x, R, C, nbr, col_partial);
+    GTP_CU_LAUNCH_CHECK();
+  }
+}
+
+template <typename T>
+void LaunchTileAndTranspose(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                            float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                            cudaStream_t stream) {
+  RequireShape(R, C, "fp8::cuda::QuantizeTileAndTranspose");
+  if (R == 0 || C == 0) return;
+  if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
+    const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
+    PadLtTiles(lt, R, C, stream);
+    PadLtTiles(lt_t, C, R, stream);
+    QuantizeTileAndTransposeKernel<T><<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(
+        x, R, C, rb, cb, q, scales, lt, qt, scales_t, lt_t);
+    GTP_CU_LAUNCH_CHECK();
+    return;
+  }
+  QuantizeTile128x128(x, R, C, q, scales, lt, stream);  // the tile kernels, then the transpose
+  TransposeTiles(q, scales, R, C, qt, scales_t, lt_t, stream);
+}
+
+}  // namespace
+
+void QuantizeRowsAndTransposed(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                               float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                               float* col_partial, cudaStream_t stream) {
+  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, col_partial, stream);
+}
+void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                               float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                               float* col_partial, cudaStream_t stream) {
+  LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, col_partial, stream);
+}
+
+void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, float* sums,
+                       cudaStream_t stream) {
+  if (C == 0) return;
+  AddColumnPartialsKernel<float>
+      <<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C, sums);
+  GTP_CU_LAUNCH_CHECK();
+}
+void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, bf16* sums,
+                       cudaStream_t stream) {
+  if (C == 0) return;
+  AddColumnPartialsKernel<bf16>
+      <<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C, sums);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+void QuantizeTileAndTranspose(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                              float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                              cudaStream_t stream) {
+  LaunchTileAndTranspose(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
+}
+void QuantizeTileAndTranspose(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                              float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                              cudaStream_t stream) {
+  LaunchTileAndTranspose(x, R, C, q, scales, lt, qt, scales_t, lt_t, stream);
+}
+
+}  // namespace gtp::kernels::fp8::cuda

@@ -1,0 +1,117 @@
+// core/kernels/fp8/quant_device.cuh — what the quantiser kernels of
+// block_quant.cu and fused_quant.cu share (private to this package): the
+// launch constants, the element loads and stores, the scalar steps of
+// block_scale.h's rules on the device (amax bits, the hardware e4m3
+// encoding of x / scale), 8-element vector loads and code packing, the warp
+// and half-warp maxima, and the launchers' argument helpers.
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/kernels/cuda/common.cuh"
+#include "core/kernels/fp8/block_scale.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
+
+namespace gtp::kernels::fp8::cuda {
+
+using ::gtp::kernels::cuda::internal::CeilDiv;
+using ::gtp::kernels::cuda::internal::GridFor;
+using ::gtp::kernels::cuda::internal::kFullMask;
+using ::gtp::kernels::cuda::internal::kWarpSize;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;         // 8
+constexpr int kBlock = static_cast<int>(kFp8Block);  // 128
+constexpr int kPerLane = kBlock / kWarpSize;         // 4 elements of a 1×128 block per lane
+constexpr int kTCols = 32;                           // x columns per transposed-quantise tile
+constexpr int kT = 32;                               // side of a byte-transpose tile
+static_assert(kPerLane * kWarpSize == kBlock, "a warp covers a 1x128 block");
+static_assert(kTCols == kWarpSize && kT == kWarpSize, "one lane per tile column");
+
+__device__ __forceinline__ float Load(const float* __restrict__ x, int64_t i) { return x[i]; }
+__device__ __forceinline__ float Load(const bf16* __restrict__ x, int64_t i) {
+  return BF16BitsToF32(x[i].bits);
+}
+__device__ __forceinline__ void Store(float* __restrict__ y, int64_t i, float v) { y[i] = v; }
+__device__ __forceinline__ void Store(bf16* __restrict__ y, int64_t i, float v) {
+  y[i].bits = F32ToBF16Bits(v);  // as the CPU's StoreF32
+}
+
+// The bits of |v| (ordered as unsigned: 0 < finite < inf < NaN).
+__device__ __forceinline__ uint32_t AbsBits(float v) { return FloatBits(v) & 0x7fffffffu; }
+__device__ __forceinline__ uint32_t MaxU(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+// Fp8BlockEncode with the hardware's conversion (the file comment).
+__device__ __forceinline__ uint8_t EncodeHw(float x, float scale) {
+  if (scale != scale) return kE4M3NaNCode;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
+}
+
+// 8 consecutive elements (16-byte aligned) as f32.
+__device__ __forceinline__ void Load8(const float* __restrict__ p, float v[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void Load8(const bf16* __restrict__ p, float v[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {  // little-endian: the lower half is the earlier element
+    v[2 * k] = BitsFloat(w[k] << 16);
+    v[2 * k + 1] = BitsFloat(w[k] & 0xffff0000u);
+  }
+}
+
+// 8 codes of v with scale s, packed for one 8-byte store (byte k = v[k]).
+__device__ __forceinline__ uint2 Encode8(const float v[8], float s) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    lo |= static_cast<uint32_t>(EncodeHw(v[k], s)) << (8 * k);
+    hi |= static_cast<uint32_t>(EncodeHw(v[k + 4], s)) << (8 * k);
+  }
+  return make_uint2(lo, hi);
+}
+
+// Unsigned max over the warp; every lane gets it. All 32 lanes must call.
+__device__ __forceinline__ uint32_t WarpMaxBits(uint32_t v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = MaxU(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// ---------------------------------------------------------------- vectorised
+
+constexpr int kVec = 8;                      // elements per thread
+constexpr int kChunksPerBlock = kBlock / kVec;  // 16: a half-warp per 1×128 block
+constexpr int kVTCols = 64;                  // x columns per vectorised transposed tile
+static_assert(2 * kChunksPerBlock == kWarpSize, "two 1x128 blocks per warp");
+
+// Max over the 16 lanes of each half-warp (xor offsets < 16 stay inside it).
+__device__ __forceinline__ uint32_t HalfWarpMaxBits(uint32_t v) {
+  for (int o = kChunksPerBlock / 2; o > 0; o >>= 1) v = MaxU(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+inline bool Aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+// ---------------------------------------------------------------- launch helpers
+
+inline void RequireShape(int64_t R, int64_t C, const char* op) {
+  GTP_CU_REQUIRE(R >= 0 && C >= 0, "%s: negative shape %lld x %lld", op, static_cast<long long>(R),
+                 static_cast<long long>(C));
+}
+
+// A tile operand [rows, K]'s cuBLASLt buffer: its padding entries (K blocks
+// past ceil(K/128), up to a multiple of 4) are NaN bytes, as ToLtScales
+// writes them; the kernels fill the rest.
+inline void PadLtTiles(float* lt, int64_t rows, int64_t K, cudaStream_t stream) {
+  if (lt == nullptr || Fp8NumBlocks(K) % 4 == 0) return;
+  GTP_CU_CHECK(cudaMemsetAsync(lt, 0xff, sizeof(float) * LtScaleCount(true, rows, K), stream));
+}
+
+}  // namespace gtp::kernels::fp8::cuda
