@@ -218,8 +218,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
   const float dx_beta = accumulate.defined() ? 1.0f : 0.0f;
   fp8::Fp8SharedInput dyq(e);
+  const bool fp8_wgrad = config_.fp8 && config_.fp8_wgrad;
+  if (fp8_wgrad) dyq.Both(dy2, bias_.grad);  // dy's codes for both GEMMs and db += Σ dy, one read
   if (config_.fp8) {
-    dyq.Both(dy2, bias_.grad);  // dy's codes for both GEMMs and db += Σ dy, one read of dy
     Fp8Dgrad(e, dyq, dy2, w, dx, dx_beta, &wt_q_);
   } else {
     ops::LinearBackwardData(e, dy2, w, dx, dx_beta);
@@ -227,7 +228,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   bool fresh = false;  // the wgrad buffer after the dgrad GEMM (as before fp8)
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
-  if (config_.fp8) {
+  if (fp8_wgrad) {
     Fp8WeightGrad(e, shared, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
@@ -317,8 +318,9 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
   fp8::Fp8SharedInput dyq(e);
   // fp8: dy's codes for both GEMMs (and db += Σ dy when it is the wgrad's)
-  // from one read of dy.
-  if (config_.fp8) dyq.Both(dy2, bias_from_wgrad ? bias_.grad : Tensor());
+  // from one read of dy; with a bf16 wgrad, the dgrad's alone (made there).
+  const bool fp8_wgrad = config_.fp8 && config_.fp8_wgrad;
+  if (fp8_wgrad) dyq.Both(dy2, bias_from_wgrad ? bias_.grad : Tensor());
   if (config_.fp8 && gelu_pre.defined()) {
     Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
     Fp8Dgrad(e, dyq, dy2, w, dgelu, 0.0f, &wt_q_);
@@ -333,7 +335,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   bool fresh = false;  // the wgrad buffer after the dgrad GEMM (as before fp8)
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor x2 = x_saved_.View({n, in_tp_}), db = bias_from_wgrad ? bias_.grad : Tensor();
-  if (config_.fp8) {
+  if (fp8_wgrad) {
     Fp8WeightGrad(e, nullptr, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);

@@ -70,13 +70,18 @@ struct LinearConfig {
   DType dtype = DType::kF32;
   // FP8 GEMMs (train.precision=fp8; needs dtype bf16): the forward, dgrad and
   // wgrad GEMMs in block-scaled e4m3 (core/kernels/fp8/linear.h: x and dy
-  // 1×128, W 128×128, f32 accumulation); the bias and GELU as separate
-  // kernels after the GEMM. On CUDA the rows N and the shard's in and out
+  // 1×128, W 128×128, f32 accumulation); the bias in the forward GEMM's
+  // epilogue, GELU as a separate kernel after it. On CUDA the rows N and the shard's in and out
   // must be multiples of 16 (Create refuses in/out, the trainer N). The
   // forward keeps Wᵀ's codes for the backward's dgrad (1 byte per weight
   // element until then); several column-parallel linears reading one input
   // quantise it once through a shared kernels::fp8::Fp8SharedInput.
   bool fp8 = false;
+  // With fp8: the wgrad GEMM in fp8 too (true: dy's two quantisations come
+  // from one read, with the bias gradient); false: the wgrad GEMM in bf16 as
+  // without fp8 (with its bias-gradient epilogue), dy quantised for the
+  // dgrad only (train.fp8_wgrad=bf16).
+  bool fp8_wgrad = true;
 };
 
 // The TP and GTP groups a layer uses, read from a collection.

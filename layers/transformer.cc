@@ -48,6 +48,7 @@ LinearConfig Lin(const std::string& name, const TransformerConfig& c, int64_t in
   l.caller_reduces_input_grad = caller_reduces;
   l.dtype = c.dtype;
   l.fp8 = c.fp8;
+  l.fp8_wgrad = c.fp8_wgrad;
   return l;
 }
 
@@ -382,6 +383,7 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(MixerKind kind, const std::st
       mc.out_std = ProjStd(c);
       mc.dtype = c.dtype;
       mc.fp8 = c.fp8;
+      mc.fp8_wgrad = c.fp8_wgrad;
       mc.sequence_parallel = c.sequence_parallel;
       return mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain);
     }

@@ -75,6 +75,8 @@ struct TransformerConfig {
   // projections' GEMMs in block-scaled FP8 (LinearConfig::fp8). The routed
   // experts, the router, the LM head and the embeddings stay in dtype.
   bool fp8 = false;
+  // With fp8: the linears' wgrad GEMM in fp8 too (else bf16; LinearConfig).
+  bool fp8_wgrad = true;
   // Mixture of experts (layers/moe): in layers whose LayerKind has
   // FfnKind::kMoe (the layout plan applies moe.every_n / moe.pattern), the
   // MLP is a routed MoE (plus a shared expert of moe.shared_ffn_hidden).

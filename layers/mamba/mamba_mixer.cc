@@ -37,7 +37,8 @@ ReplicatedParam ByHead(const kernels::Exec& e, const std::string& name, int64_t 
 }
 
 LinearConfig Lin(const std::string& name, int64_t in, int64_t out, float std, uint64_t seed,
-                 bool caller_reduces, DType dtype, bool fp8, bool sequence_parallel = false) {
+                 bool caller_reduces, DType dtype, bool fp8, bool fp8_wgrad,
+                 bool sequence_parallel = false) {
   LinearConfig l{name, in, out};
   l.bias = false;
   l.sequence_parallel = sequence_parallel;
@@ -46,6 +47,7 @@ LinearConfig Lin(const std::string& name, int64_t in, int64_t out, float std, ui
   l.caller_reduces_input_grad = caller_reduces;
   l.dtype = dtype;
   l.fp8 = fp8;
+  l.fp8_wgrad = fp8_wgrad;
   return l;
 }
 
@@ -96,7 +98,8 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   GTP_RETURN_IF_ERROR(m->SetUpContextParallel(name, pgs));
   auto in_proj = [&](const std::string& part, int64_t out) {
     return ColumnParallelLinear::Create(
-        Lin(name + ".in_proj_" + part, c.d_model, out, c.init_std, c.seed, true, c.dtype, c.fp8),
+        Lin(name + ".in_proj_" + part, c.d_model, out, c.init_std, c.seed, true, c.dtype, c.fp8,
+            c.fp8_wgrad),
         pgs,
         chain);
   };
@@ -108,7 +111,7 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   // Under SP out_proj reduce-scatters its output rows (and gathers dout back).
   GTP_ASSIGN_OR_RETURN(m->out_, RowParallelLinear::Create(Lin(name + ".out_proj", Di, c.d_model,
                                                               c.out_std, c.seed, false, c.dtype,
-                                                              c.fp8, m->sp_),
+                                                              c.fp8, c.fp8_wgrad, m->sp_),
                                                           pgs, chain));
   const kernels::Exec& e = m->exec_;
   // Conv filters ~ U(−1/√K, 1/√K), zero biases; by global channel.

@@ -64,6 +64,7 @@ struct MambaConfig {
   // in_proj and out_proj's GEMMs in block-scaled FP8 (LinearConfig::fp8;
   // needs bf16).
   bool fp8 = false;
+  bool fp8_wgrad = true;  // with fp8: the wgrad GEMMs in fp8 too (LinearConfig)
   // Sequence parallelism: the mixer's input and output are this TP rank's
   // rows of [B·T] ([B·T/TP, d_model]); the rows are gathered before in_proj
   // and out_proj reduce-scatters them back (the scan runs on whole sequences,

@@ -64,6 +64,9 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
         : s.exec.is_cuda()
             ? " | fp8 GEMMs in the attention/MLP/Mamba linears (LM head, router, experts bf16)"
             : " | fp8 GEMMs in the attention/MLP/Mamba linears, the CPU's reference GEMMs (slow)") +
+       (s.recipe.train().precision() == "fp8" && s.recipe.train().fp8_wgrad() == "bf16"
+            ? " | their wgrad GEMMs bf16"
+            : "") +
        (s.recipe.parallel().gtp_gather_dtype() == "fp8"     ? " | fp8 GTP gathers"
         : s.recipe.parallel().gtp_gather_dtype() == "nvfp4" ? " | nvfp4 GTP gathers"
                                                              : "") +

@@ -457,6 +457,15 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.device", t->device()); !e.empty()) return Bad(e);
   if (t->precision().empty()) t->set_precision(t->device() == "cuda" ? "bf16" : "f32");
   if (auto e = ChoiceError("train.precision", t->precision()); !e.empty()) return Bad(e);
+  if (!t->fp8_wgrad().empty() && t->precision() != "fp8") {
+    return Bad(absl::StrCat("train.fp8_wgrad=", t->fp8_wgrad(),
+                            " applies to train.precision=fp8 only, got precision ",
+                            t->precision(), "; drop it or set train.precision=fp8"));
+  }
+  if (t->precision() == "fp8" && t->fp8_wgrad().empty()) t->set_fp8_wgrad("fp8");
+  if (auto e = ChoiceError("train.fp8_wgrad", t->fp8_wgrad()); !t->fp8_wgrad().empty() && !e.empty()) {
+    return Bad(e);
+  }
   if (t->precision() == "fp8") {
     // bf16 training with the linears' GEMMs in block-scaled FP8
     // (core/kernels/fp8): cuBLASLt's FP8 GEMM on Hopper (world.cc checks the

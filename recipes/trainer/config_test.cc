@@ -136,6 +136,17 @@ TEST(RecipeTrain, Fp8NeedsRowsInSixteens) {
   EXPECT_EQ(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
                      "train.micro_batch=2"}),
             "accepted");
+  // train.fp8_wgrad: fp8 (the default under fp8) or bf16, and only with fp8.
+  EXPECT_EQ(Message({"train.precision=fp8", "train.device=cpu", "model.seq_len=64",
+                     "train.fp8_wgrad=bf16"}),
+            "accepted");
+  EXPECT_NE(Message({"train.device=cpu", "train.fp8_wgrad=bf16"})
+                .find("train.fp8_wgrad=bf16 applies to train.precision=fp8 only, got precision f32"),
+            std::string::npos);
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cpu", "model.seq_len=64",
+                     "train.fp8_wgrad=e4m3"})
+                .find("train.fp8_wgrad must be fp8 or bf16, got e4m3"),
+            std::string::npos);
   // NVFP4 gathers: the CPU only until they have run over NCCL on a GPU.
   EXPECT_EQ(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cpu"}), "accepted");
   EXPECT_NE(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda"})

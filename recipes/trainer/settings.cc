@@ -156,6 +156,7 @@ const std::vector<Choice>& Choices() {
       {"optim.decay", {"cosine", "linear", "constant"}},
       {"train.device", {"cpu", "cuda"}},
       {"train.precision", {"f32", "bf16", "fp8"}},
+      {"train.fp8_wgrad", {"fp8", "bf16"}},
       {"train.cuda_graphs", {"auto", "on", "off"}},
       {"train.attention", {"cudnn", "flash"}},
   };

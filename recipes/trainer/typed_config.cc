@@ -134,6 +134,7 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.vocab_pad_multiple = m.vocab_pad_multiple();
   c.block.dtype = r.train().precision() == "f32" ? DType::kF32 : DType::kBF16;
   c.block.fp8 = r.train().precision() == "fp8";
+  c.block.fp8_wgrad = r.train().fp8_wgrad() != "bf16";
   const auto& e = m.moe();
   if (e.num_experts() > 0) {
     layers::moe::MoeConfig& mc = c.block.moe;

@@ -19,6 +19,8 @@
 # fp8 step's kernel time goes (tools/bench/kernel_profile.py; needs ncu);
 # GEMMS=1 the linears' GEMMs alone, bf16 vs fp8 with and without the
 # quantisation (core/kernels/bench:fp8_linear_benchmark, about a minute).
+# FP8_EXTRA adds settings to the fp8 runs only, e.g.
+# FP8_EXTRA=train.fp8_wgrad=bf16 (the wgrad GEMMs unquantised).
 # Logs and metrics in $OUT/fp8_check (device tool) or a temp dir. Exit 1
 # when a run failed.
 set -uo pipefail
@@ -66,7 +68,8 @@ for c in $CASES; do
   esac
   echo "=== $c ($steps steps)"
   run "$c" bf16 "$steps" "$extra"
-  run "$c" fp8 "$steps" "$extra"
+  fp8_extra="$extra${FP8_EXTRA:+${extra:+,}$FP8_EXTRA}"
+  run "$c" fp8 "$steps" "$fp8_extra"
   grep -m1 "fp8 GEMMs" "$LOG/${c}_fp8.log" | sed 's/^/  banner: /' | cut -c1-200
   /usr/bin/env python3 - "$LOG/${c}_bf16.jsonl" "$LOG/${c}_fp8.jsonl" <<'PY'
 import json, os, statistics, sys
