@@ -18,9 +18,12 @@
 # of the last 10 steps'). PROFILE=1 adds, after the cases, where the 124M
 # fp8 step's kernel time goes (tools/bench/kernel_profile.py; needs ncu);
 # GEMMS=1 the linears' GEMMs alone, bf16 vs fp8 with and without the
-# quantisation (core/kernels/bench:fp8_linear_benchmark, about a minute).
-# FP8_EXTRA adds settings to the fp8 runs only, e.g.
-# FP8_EXTRA=train.fp8_wgrad=bf16 (the wgrad GEMMs unquantised).
+# quantisation (core/kernels/bench:fp8_linear_benchmark, about two minutes;
+# GEMM_FILTER picks its benchmarks, e.g. 'Fp8GemmAlgo/124m.*/wgrad' for
+# every algorithm cuBLASLt offers the 124M wgrad GEMMs).
+# VARIANTS (default fp8) lists the fp8 runs beside each case's bf16 run:
+# fp8 (all three GEMMs), fp8w (train.fp8_wgrad=bf16: the wgrad GEMMs
+# unquantised); FP8_EXTRA adds settings to every fp8 run.
 # Logs and metrics in $OUT/fp8_check (device tool) or a temp dir. Exit 1
 # when a run failed.
 set -uo pipefail
@@ -40,13 +43,13 @@ CASES="${CASES:-g124 g350 g1p3 hybrid moe}"
 status=0
 BASE="model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,data.source=corpus,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.no_resume=true"
 
-run() {  # case precision steps extra-settings
+run() {  # case label precision steps extra-settings (logs as <case>_<label>)
   local name="$1_$2" dir
   # In memory where there is room: the run's final checkpoint (16 GiB at
   # 1.3B with the optimizer state) takes minutes to write to disk.
   dir="$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)"
   if timeout 400 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
-    --noprogress --run_dir "$dir" --set "$BASE,train.precision=$2,train.steps=$3${4:+,$4}" \
+    --noprogress --run_dir "$dir" --set "$BASE,train.precision=$3,train.steps=$4${5:+,$5}" \
     > "$LOG/$name.log" 2>&1; then
     cp "$dir/metrics.jsonl" "$LOG/$name.jsonl"
   else
@@ -67,14 +70,21 @@ for c in $CASES; do
     *) echo "fp8_check: unknown case $c (g124 g350 g1p3 hybrid moe)" >&2; exit 2 ;;
   esac
   echo "=== $c ($steps steps)"
-  run "$c" bf16 "$steps" "$extra"
-  fp8_extra="$extra${FP8_EXTRA:+${extra:+,}$FP8_EXTRA}"
-  run "$c" fp8 "$steps" "$fp8_extra"
-  grep -m1 "fp8 GEMMs" "$LOG/${c}_fp8.log" | sed 's/^/  banner: /' | cut -c1-200
-  /usr/bin/env python3 - "$LOG/${c}_bf16.jsonl" "$LOG/${c}_fp8.jsonl" <<'PY'
+  run "$c" bf16 bf16 "$steps" "$extra"
+  for v in ${VARIANTS:-fp8}; do
+    case "$v" in
+      fp8) vx="" ;;
+      fp8w) vx="train.fp8_wgrad=bf16" ;;
+      *) echo "fp8_check: unknown variant $v (fp8 fp8w)" >&2; exit 2 ;;
+    esac
+    vx="$vx${FP8_EXTRA:+${vx:+,}$FP8_EXTRA}"
+    run "$c" "$v" fp8 "$steps" "$extra${vx:+${extra:+,}$vx}"
+    grep -m1 "fp8 GEMMs" "$LOG/${c}_$v.log" | sed 's/^/  banner: /' | cut -c1-200
+    /usr/bin/env python3 - "$LOG/${c}_bf16.jsonl" "$LOG/${c}_$v.jsonl" "$v" <<'PY'
 import json, os, statistics, sys
 runs = {}
-for p in sys.argv[1:]:
+variant = sys.argv[3]
+for p in sys.argv[1:3]:
     if not os.path.exists(p):
         print(f"  {os.path.basename(p)}: missing"); continue
     rows = [r for r in map(json.loads, open(p)) if "loss" in r]
@@ -84,7 +94,7 @@ for p in sys.argv[1:]:
     tok = statistics.median(r["tokens_per_s"] for r in t)
     mfu = statistics.median(r.get("mfu", 0) for r in t)
     peak = max(r["peak_mem_bytes"] for r in rows) / 2**30
-    tag = "fp8 " if p.endswith("_fp8.jsonl") else "bf16"
+    tag = "bf16" if p.endswith("_bf16.jsonl") else variant
     print(f"  {tag}: {ms:8.2f} ms/step  {tok:9.0f} tok/s  MFU {100*mfu:5.1f} %  peak {peak:6.2f} GiB  final loss {rows[-1]['loss']:.4f}")
 if len(runs) == 2:
     a, b = runs.values()
@@ -95,15 +105,16 @@ if len(runs) == 2:
     d = [abs(la[s] - lb[s]) for s in steps]
     last10 = steps[-10:]
     fa = statistics.mean(la[s] for s in last10); fb = statistics.mean(lb[s] for s in last10)
-    print(f"  fp8 / bf16 speed {ma/mb:.3f}x;  losses over {len(steps)} steps: mean |d| {statistics.mean(d):.4f}, "
+    print(f"  {variant} / bf16 speed {ma/mb:.3f}x;  losses over {len(steps)} steps: mean |d| {statistics.mean(d):.4f}, "
           f"max |d| {max(d):.4f}, final step rel {abs(lb[steps[-1]]-la[steps[-1]])/la[steps[-1]]*100:.2f} %, "
           f"last-10 mean rel {abs(fb-fa)/fa*100:.2f} %")
 PY
+  done
 done
 if [[ "${GEMMS:-0}" == 1 ]]; then
   echo "=== a linear's GEMMs, N = 8192 tokens (ms per call)"
-  timeout 240 "$B/bin/core_kernels_bench_fp8_linear_benchmark" 2>&1 | grep '^BM_' |
-    awk '{printf "%-52s %8s ms %s\n", $1, $2, $NF}'
+  timeout 240 "$B/bin/core_kernels_bench_fp8_linear_benchmark" \
+    --benchmark_filter="${GEMM_FILTER:-BM_Fp8Linear/}" 2>&1 | grep '^BM_' | cut -c1-220
 fi
 if [[ "${PROFILE:-0}" == 1 ]]; then
   echo "=== kernel time of the 124M fp8 step"
