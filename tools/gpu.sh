@@ -55,7 +55,9 @@ bundle() {
     if [[ "$t" == *test* ]]; then echo "$name" >> "$stage/tests.txt"; fi
   done
   mkdir -p "$BUNDLE"
-  tar -C "$stage" -cJf "$BUNDLE/bundle.tar.xz" .
+  # xz -9: a 64 MiB window spans many binaries, which share most of their
+  # code (the bundle must fit the device tool's carry beside the tree).
+  tar -C "$stage" -cf - . | xz -9 -T1 > "$BUNDLE/bundle.tar.xz"
   rm -rf "$stage"
   echo "gpu.sh: $(du -h "$BUNDLE/bundle.tar.xz" | cut -f1) in .bundle/bundle.tar.xz"
 }
