@@ -193,6 +193,10 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
             ": cuBLASLt has no 128x128 x 128x128 block scaling "
             "(BLK128x128_32F on both operands); quantise one of them 1x128 (M=",
             M, " N=", N, " K=", K, ")");
+  GTP_CHECK(!bias.defined() || y.dtype() == DType::kBF16, op,
+            ": cuBLASLt has no block-scaled FP8 GEMM with a BIAS epilogue for an f32 y (none "
+            "found on an H200, CUDA 13.0); pass a bf16 y, or add the bias after the GEMM (M=",
+            M, " N=", N, " K=", K, ")");
   GTP_CHECK(
       Misalignment(a.q) == 0 && Misalignment(b.q) == 0 && Misalignment(y) == 0, op,
       ": cuBLASLt's FP8 GEMM needs 16-byte aligned matrices; the addresses modulo 16 are a.q ",
@@ -203,10 +207,6 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
             ": cuBLASLt's bias epilogue needs a 16-byte aligned bias; its address modulo 16 is ",
             bias.defined() ? Misalignment(bias) : 0);
   GTP_CHECK(K > 0 || !bias.defined(), op, ": K = 0 with a bias is not supported");
-  GTP_CHECK(!bias.defined() || y.dtype() == DType::kBF16, op,
-            ": cuBLASLt has no block-scaled FP8 GEMM with a BIAS epilogue for an f32 y (none "
-            "found on an H200, CUDA 13.0); pass a bf16 y, or add the bias after the GEMM (M=",
-            M, " N=", N, " K=", K, ")");
   if (K == 0) {  // the empty sum; 0 bits are +0 in f32 and bf16
     GTP_CHECK(beta == 0.0f || beta == 1.0f, op, ": K = 0 with beta ", beta,
               " (only 0 or 1) is not supported");

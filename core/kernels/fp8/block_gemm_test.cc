@@ -444,6 +444,16 @@ TEST_F(BlockGemmCudaRefusalDeathTest, ShapesCuBlasLtCannotTakeAbortNamingTheRequ
                                     DType::kF32, Device::Cuda(0));
   EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(128, 128, kRow), Operand(16, 128, kTile), y_off),
                "needs 16-byte aligned matrices; the addresses modulo 16 are a.q 0, b.q 0, y 8");
+  // A bias with an f32 y (cuBLASLt has no algorithm for it).
+  EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(128, 128, kRow), Operand(16, 128, kTile),
+                               Wrapped({128, 16}, DType::kF32), 0.0f, Wrapped({16}, DType::kF32)),
+               "no block-scaled FP8 GEMM with a BIAS epilogue for an f32 y.*pass a bf16 y");
+  // The algorithm plan (benchmarks) on the CPU.
+  HeapAllocator host;
+  const Exec cpu = Exec::Cpu(host);
+  const Fp8Matrix a{cpu.Empty({16, 128}, DType::kF8E4M3), cpu.Empty({16, 1}), kRow};
+  EXPECT_DEATH(BlockScaledGemmPlan(cpu, a, a, cpu.Empty({16, 16}), 4),
+               "fp8::BlockScaledGemmPlan: a CUDA Exec with a BlasContext only");
   // Everything else right, but no BlasContext.
   EXPECT_DEATH(BlockScaledGemm(cuda_, Operand(128, 128, kRow), Operand(16, 128, kTile),
                                Wrapped({128, 16}, DType::kBF16)),

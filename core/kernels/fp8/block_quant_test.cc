@@ -381,6 +381,13 @@ TEST(BlockQuantDeathTest, WrongDeviceAndBadShapesAbortSayingWhy) {
                "scales must be f32\\[1, 1\\]");
   EXPECT_DEATH(QuantizeBlocks(cpu, x, Fp8Layout::kRow1x128, cpu.Empty({3, 2}, DType::kU8), s),
                "q must be fp8_e4m3 or u8 \\[2, 3\\]");
+  // Column sums of another length or dtype.
+  const Tensor qt = cpu.Empty({3, 2}, DType::kU8), st = cpu.Empty({3, 1});
+  EXPECT_DEATH(QuantizeRowsAndTransposed(cpu, x, q, s, qt, st, Tensor(), Tensor(), cpu.Empty({2})),
+               "fp8::QuantizeRowsAndTransposed: column_sums must be f32 or bf16 \\[3\\], got f32\\[2\\]");
+  EXPECT_DEATH(QuantizeRowsAndTransposed(cpu, x, q, s, qt, st, Tensor(), Tensor(),
+                                         cpu.Empty({3}, DType::kF16)),
+               "column_sums must be f32 or bf16 \\[3\\], got f16\\[3\\]");
 }
 
 }  // namespace

@@ -484,6 +484,14 @@ TEST(Fp8LinearDeathTest, SharedInputRefusesAnotherTensorAndWrongLayouts) {
                "fp8::Fp8Linear: wq must be tile128x128 codes, got row1x128");
   EXPECT_DEATH(Fp8LinearBackwardWeight(cpu, cpu.Empty({16, 48}), wq, cpu.Empty({48, 48})),
                "fp8::Fp8LinearBackwardWeight: xtq must be row1x128 codes, got tile128x128");
+  // Column sums come from the first quantisation's read: not after Rows.
+  EXPECT_DEATH(
+      {
+        Fp8SharedInput dyq(cpu);
+        dyq.Rows(x);
+        dyq.Both(x, cpu.Zeros({32}));
+      },
+      "fp8::Fp8SharedInput::Both: column sums of f32\\[16, 32\\] cpu asked after it was quantised");
 }
 
 TEST(Fp8LinearDeathTest, ShapesThatDoNotFormTheGemmAbortNamingEveryTensor) {
