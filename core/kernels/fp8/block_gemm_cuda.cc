@@ -261,7 +261,21 @@ using internal::NewCall;
 struct BlockScaledGemmPlan::State {
   std::unique_ptr<LtCall> call;
   std::vector<cublasLtMatmulHeuristicResult_t> algos;
+  // The configuration the descriptors describe (Run checks its operands).
+  int64_t M = 0, N = 0, K = 0;
+  Fp8Layout la = Fp8Layout::kRow1x128, lb = Fp8Layout::kRow1x128;
+  DType y_type = DType::kF32;
 };
+
+namespace {
+
+// a, b and y's scale buffers in cuBLASLt's layout (internal::LtScales).
+std::pair<Tensor, Tensor> PlanScales(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b,
+                                     const char* op) {
+  return {internal::LtScales(e, a, op, "a"), internal::LtScales(e, b, op, "b")};
+}
+
+}  // namespace
 
 BlockScaledGemmPlan::BlockScaledGemmPlan(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b,
                                          const Tensor& y, int max_algos)
@@ -273,8 +287,10 @@ BlockScaledGemmPlan::BlockScaledGemmPlan(const Exec& e, const Fp8Matrix& a, cons
   GTP_CHECK(M > 0 && N > 0 && K > 0 && b.q.dim(1) == K && y.shape() == Shape({M, N}), op,
             ": a ", a.q.ToString(), ", b ", b.q.ToString(), ", y ", y.ToString(),
             " do not form a non-empty y = a·bᵀ");
-  const Tensor a_scales = internal::LtScales(e, a, op, "a"), b_scales = internal::LtScales(e, b, op, "b");
+  const auto [a_scales, b_scales] = PlanScales(e, a, b, op);
   state_->call = NewCall(a, b, y, nullptr, a_scales, b_scales);
+  state_->M = M, state_->N = N, state_->K = K;
+  state_->la = a.layout, state_->lb = b.layout, state_->y_type = y.dtype();
   state_->algos.resize(static_cast<size_t>(max_algos));
   int found = 0;
   const cublasStatus_t hs = LtAlgos(
@@ -311,7 +327,13 @@ void BlockScaledGemmPlan::Run(const Exec& e, int k, const Fp8Matrix& a, const Fp
   GTP_CHECK(k >= 0 && k < num_algos(), "fp8::BlockScaledGemmPlan: no algorithm ", k, " of ",
             num_algos());
   const char* op = "fp8::BlockScaledGemmPlan";
-  const Tensor a_scales = internal::LtScales(e, a, op, "a"), b_scales = internal::LtScales(e, b, op, "b");
+  const State& p = *state_;
+  GTP_CHECK(a.q.dim(0) == p.M && b.q.dim(0) == p.N && a.q.dim(1) == p.K && b.q.dim(1) == p.K &&
+                a.layout == p.la && b.layout == p.lb && y.shape() == Shape({p.M, p.N}) &&
+                y.dtype() == p.y_type,
+            op, ": planned for M=", p.M, " N=", p.N, " K=", p.K, ", run with a ", a.q.ToString(),
+            ", b ", b.q.ToString(), ", y ", y.ToString(), " (or other layouts)");
+  const auto [a_scales, b_scales] = PlanScales(e, a, b, op);
   internal::Run(e, *state_->call, state_->algos[static_cast<size_t>(k)].algo, a, b, y, beta,
                 nullptr, a_scales, b_scales, op);
 }
