@@ -254,6 +254,13 @@ for other in f8_1 bf_1; do
     { echo "fp8_wgrad=bf16: the losses of $other exactly"; exit 1; }
 done
 
+echo "== 2f. checkpoint.disable: the run trains and writes no checkpoint"
+"$bin" --run_dir "$tmp/nockpt" --set "$small,train.steps=3,train.eval_every=0,checkpoint.every=0,checkpoint.disable=true" > "$tmp/nockpt.log"
+[ ! -e "$tmp/nockpt/checkpoints" ] || { echo "checkpoint.disable: a checkpoint directory was written"; ls -R "$tmp/nockpt"; exit 1; }
+grep -q "done: 3 steps; checkpoint none (checkpoint.disable)" "$tmp/nockpt.log" ||
+  { echo "checkpoint.disable: the last line does not say so"; tail -2 "$tmp/nockpt.log"; exit 1; }
+[ "$(losses "$tmp/nockpt/metrics.jsonl" | wc -l)" = 3 ] || { echo "checkpoint.disable: not 3 steps of metrics"; exit 1; }
+
 echo "== 3. bad configs"
 expect_error() {  # name, pattern, args...
   local name="$1" pattern="$2"; shift 2
@@ -283,6 +290,7 @@ expect_error gather_dtype "gtp_gather_dtype must be fp8, nvfp4 or the params' dt
 expect_error attention "train.attention must be cudnn or flash" --set "train.attention=sdpa"
 expect_error reduce_dtype "gtp_reduce_scatter_dtype must be f32 or bf16" --set "parallel.gtp_reduce_scatter_dtype=fp8"
 expect_error fp8_wgrad "train.fp8_wgrad=bf16 applies to train.precision=fp8 only" --set "train.fp8_wgrad=bf16"
+expect_error no_ckpt_every "checkpoint.disable=true writes no checkpoint, but checkpoint.every asks for one" --set "checkpoint.disable=true"
 expect_error fp8_wgrad_value "train.fp8_wgrad must be fp8 or bf16" --set "train.precision=fp8,train.fp8_wgrad=f32"
 expect_error order "order" --set "parallel.order=tp-tp-dp"
 # An unknown flag or a bad value is bad usage: exit 2, one line naming it (absl alone exits 1).

@@ -506,6 +506,17 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.attention", t->attention()); !e.empty()) return Bad(e);
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");
+  if (c->disable()) {
+    for (const auto& [name, set] :
+         {std::pair<const char*, bool>{"checkpoint.every", c->every() > 0},
+          {"checkpoint.save_initial", c->save_initial()},
+          {"checkpoint.async_save", c->async_save()}}) {
+      if (set) {
+        return Bad(absl::StrCat("checkpoint.disable=true writes no checkpoint, but ", name,
+                                " asks for one; drop one of the two"));
+      }
+    }
+  }
   // The checkpoints belong to the run directory (its lock covers them): an
   // absolute path used to land nested under the run dir, unannounced.
   if (c->dir().front() == '/' ||

@@ -117,6 +117,28 @@ TEST(RecipeTrain, CudaGraphsAreAutoOnOrOff) {
       << bad.status();
 }
 
+// checkpoint.disable writes no checkpoint, so a setting that asks for one
+// is refused, naming both (the test recipe saves asynchronously every 5).
+TEST(RecipeCheckpoint, DisableRefusesWhatAsksForACheckpoint) {
+  const std::string path = WriteRecipe();
+  auto Message = [&](std::vector<std::string> sets) {
+    auto r = LoadRecipe(path, sets);
+    return r.ok() ? std::string("accepted") : std::string(r.status().message());
+  };
+  const std::vector<std::string> off = {"checkpoint.disable=true", "checkpoint.every=0",
+                                        "checkpoint.async_save=false"};
+  EXPECT_EQ(Message(off), "accepted");
+  for (const std::string other :
+       {"checkpoint.every=10", "checkpoint.save_initial=true", "checkpoint.async_save=true"}) {
+    std::vector<std::string> sets = off;
+    sets.push_back(other);
+    EXPECT_NE(Message(sets).find("checkpoint.disable=true writes no checkpoint, but " +
+                                 other.substr(0, other.find('=')) + " asks for one"),
+              std::string::npos)
+        << other;
+  }
+}
+
 // train.precision=fp8 (FP8 GEMMs: cuBLASLt on CUDA, the reference GEMMs on
 // the CPU) is refused with GEMM rows (micro_batch × seq_len / cp) that are
 // not a multiple of 16 (cuBLASLt's rule, kept on the CPU so a CPU run means

@@ -19,6 +19,11 @@ absl::StatusOr<StepBoundary> AtStepBoundary(comm::Communicator& host, int64_t st
 }
 
 void PrintStoppedBySignal(int64_t step, const std::string& ckpt_root) {
+  if (ckpt_root.empty()) {
+    std::printf("\nstopped by signal after step %lld; no checkpoint written (checkpoint.disable)\n",
+                static_cast<long long>(step));
+    return;
+  }
   std::printf("\nstopped by signal after step %lld; checkpoint written to %s\n",
               static_cast<long long>(step), ckpt_root.c_str());
 }
@@ -33,7 +38,8 @@ void PrintRunEnd(int64_t first, int64_t step, int64_t steps, const std::string& 
         static_cast<int>(nothing_note.size()), nothing_note.data());
   } else {
     std::printf("done: %lld steps; checkpoint %s; metrics %s\n", static_cast<long long>(step),
-                ckpt_root.c_str(), metrics_path.c_str());
+                ckpt_root.empty() ? "none (checkpoint.disable)" : ckpt_root.c_str(),
+                metrics_path.c_str());
   }
   std::fflush(stdout);
 }

@@ -38,12 +38,14 @@ struct StepBoundary {
 absl::StatusOr<StepBoundary> AtStepBoundary(comm::Communicator& host, int64_t step,
                                             int64_t steps, int64_t every);
 
-// Rank 0's line when a signal ended the run after `step`.
+// Rank 0's line when a signal ended the run after `step` (ckpt_root ""
+// when no checkpoint was written: checkpoint.disable).
 void PrintStoppedBySignal(int64_t step, const std::string& ckpt_root);
 
 // Rank 0's last line: "done: …" or, when the run resumed at or past the last
 // step (first >= steps), "nothing to train: …" with `nothing_note` inside its
-// parentheses (e.g. "; the run that reached it captioned").
+// parentheses (e.g. "; the run that reached it captioned"). ckpt_root "":
+// the run wrote none (checkpoint.disable).
 void PrintRunEnd(int64_t first, int64_t step, int64_t steps, const std::string& ckpt_root,
                  const std::string& metrics_path, absl::string_view nothing_note);
 

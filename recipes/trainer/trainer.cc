@@ -143,7 +143,7 @@ class RankRun {
       }
       GTP_ASSIGN_OR_RETURN(const StepBoundary b,
                            AtStepBoundary(host_, step_, steps, r_.checkpoint().every()));
-      if (b.save) {
+      if (b.save && !r_.checkpoint().disable()) {
         GTP_RETURN_IF_ERROR(ckpt_->Save(step_, b.wait));
         if (rank0() && !b.stop) {
           std::printf("%scheckpoint: step %lld %s %s\n", o_.progress_bar ? "\n" : "",
@@ -155,18 +155,24 @@ class RankRun {
       }
       if (b.stop) {
         g_stopped_by_signal.store(true);
-        if (rank0()) PrintStoppedBySignal(step_, ckpt_->root());
+        if (rank0()) PrintStoppedBySignal(step_, SavedRoot());
         return absl::OkStatus();
       }
     }
     if (rank0() && o_.progress_bar && first_step < steps) std::printf("\n");
     // Resumed at (or past) the last step: nothing trained, nothing saved.
-    if (rank0()) PrintRunEnd(first_step, step_, steps, ckpt_->root(), metrics_->path(), "");
+    // (Nothing to train names the checkpoint it resumed from, written or not.)
+    if (rank0()) {
+      PrintRunEnd(first_step, step_, steps, first_step >= steps ? ckpt_->root() : SavedRoot(),
+                  metrics_->path(), "");
+    }
     return absl::OkStatus();
   }
 
  private:
   bool rank0() const { return world_.rank() == 0; }
+  // Where this run's checkpoints go; "" when it writes none (checkpoint.disable).
+  std::string SavedRoot() const { return r_.checkpoint().disable() ? std::string() : ckpt_->root(); }
   void MarkResults() {
     if (has_results_ != nullptr) has_results_->store(true);
   }

@@ -41,13 +41,13 @@ STEPS="${STEPS:-300}"
 SHORT_STEPS="${SHORT_STEPS:-60}"
 CASES="${CASES:-g124 g350 g1p3 hybrid moe}"
 status=0
-BASE="model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,data.source=corpus,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.no_resume=true"
+BASE="model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,data.source=corpus,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.disable=true,checkpoint.no_resume=true"
 
 run() {  # case label precision steps extra-settings (logs as <case>_<label>)
   local name="$1_$2" dir
-  # In memory where there is room: the run's final checkpoint (16 GiB at
-  # 1.3B with the optimizer state) takes minutes to write to disk.
-  dir="$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)"
+  # No checkpoint (checkpoint.disable in BASE): a 1.3B run's final save, 16
+  # GiB with the optimizer state, took minutes on disk.
+  dir="$(mktemp -d)"
   if timeout 400 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
     --noprogress --run_dir "$dir" --set "$BASE,train.precision=$3,train.steps=$4${5:+,$5}" \
     > "$LOG/$name.log" 2>&1; then

@@ -62,7 +62,7 @@ echo "=== 2. the scan (f32 ms; B=8)"
 echo "=== 3. hybrid step (bf16, B=8, T=1024, default kernels)"
 RUN="$(mktemp -d)"
 if timeout 180 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
-  --noprogress --run_dir "$RUN" --set model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,train.precision=bf16,model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18,data.source=corpus,train.steps=40,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.no_resume=true \
+  --noprogress --run_dir "$RUN" --set model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,train.precision=bf16,model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18,data.source=corpus,train.steps=40,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.disable=true,checkpoint.no_resume=true \
   > "$LOG/hybrid.log" 2>&1; then
   python3 - "$RUN/metrics.jsonl" <<'PY'
 import json, statistics, sys
