@@ -44,38 +44,72 @@ constexpr int64_t kTokens = 8192;
 enum class Pass { kFwd, kDgrad, kWgrad };
 enum class Impl { kBf16, kFp8, kFp8Gemm };
 
-void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, Impl impl) {
-  GTP_CUDA_CHECK(cudaSetDevice(0));
-  CudaCachingAllocator alloc(0);
-  cuda::BlasContext ctx(0);
-  cudaStream_t stream;
-  GTP_CUDA_CHECK(cudaStreamCreate(&stream));
-  const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
-  const int64_t N = kTokens;
-  const Tensor x = bench::RandomBF16(e, {N, in}, 1), w = bench::RandomBF16(e, {out, in}, 2),
-               dy = bench::RandomBF16(e, {N, out}, 3);
-  const Tensor y = e.Empty({N, out}, DType::kBF16), dx = e.Empty({N, in}, DType::kBF16),
-               dw = e.Zeros({out, in}, DType::kF32);
-  // fp8_gemm's operands, quantised once outside the timed loop (x and dy
-  // through the linear's own shared-input quantisation, which keeps them).
-  fp8::Fp8SharedInput xq(e), dyq(e);
-  fp8::Fp8Matrix a, b;
-  if (impl == Impl::kFp8Gemm) {
+// One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
+// a pass, its block-scaled GEMM's operands quantised once (x and dy through
+// the linear's own shared-input quantisation, which keeps them) and output:
+// forward y [N, out] bf16, dgrad dx [N, in] bf16, wgrad dW [out, in] f32
+// accumulated into (beta 1).
+struct LinearBench {
+  LinearBench(int64_t in, int64_t out)
+      : in(in),
+        out(out),
+        x(bench::RandomBF16(e, {kTokens, in}, 1)),
+        w(bench::RandomBF16(e, {out, in}, 2)),
+        dy(bench::RandomBF16(e, {kTokens, out}, 3)) {}
+  ~LinearBench() { cudaStreamDestroy(stream); }
+  LinearBench(const LinearBench&) = delete;
+  LinearBench& operator=(const LinearBench&) = delete;
+
+  struct Gemm {
+    fp8::Fp8Matrix a, b;
+    Tensor y;
+    float beta = 0.0f;
+  };
+  Gemm Quantized(Pass pass) {
+    Gemm g;
     switch (pass) {
       case Pass::kFwd:
-        a = xq.Rows(x);
-        b = fp8::QuantizeWeight(e, w);
+        g = {xq.Rows(x), fp8::QuantizeWeight(e, w), e.Empty({kTokens, out}, DType::kBF16)};
         break;
       case Pass::kDgrad:
-        a = dyq.Rows(dy);
-        b = fp8::TransposeWeight(e, fp8::QuantizeWeight(e, w));
+        g = {dyq.Rows(dy), fp8::QuantizeWeightPair(e, w).wt, e.Empty({kTokens, in}, DType::kBF16)};
         break;
       case Pass::kWgrad:
-        a = dyq.Transposed(dy);
-        b = xq.Transposed(x);
+        g = {dyq.Transposed(dy), xq.Transposed(x), e.Zeros({out, in}, DType::kF32), 1.0f};
         break;
     }
+    return g;
   }
+  // 2·N·in·out per call.
+  benchmark::Counter Tflops() const {
+    return benchmark::Counter(2.0 * kTokens * in * out * 1e-12,
+                              benchmark::Counter::kIsIterationInvariantRate);
+  }
+
+  // Initialised in this order (the device is set before anything uses it).
+  static cudaStream_t NewStream() {
+    GTP_CUDA_CHECK(cudaSetDevice(0));
+    cudaStream_t s = nullptr;
+    GTP_CUDA_CHECK(cudaStreamCreate(&s));
+    return s;
+  }
+  cudaStream_t stream = NewStream();
+  CudaCachingAllocator alloc{0};
+  cuda::BlasContext ctx{0};
+  Exec e{Device::Cuda(0), &alloc, stream, &ctx};
+  int64_t in, out;
+  Tensor x, w, dy;
+  fp8::Fp8SharedInput xq{e}, dyq{e};
+};
+
+void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, Impl impl) {
+  LinearBench lb(in, out);
+  const Exec& e = lb.e;
+  const Tensor &x = lb.x, &w = lb.w, &dy = lb.dy;
+  const Tensor y = e.Empty({kTokens, out}, DType::kBF16), dx = e.Empty({kTokens, in}, DType::kBF16),
+               dw = e.Zeros({out, in}, DType::kF32);
+  LinearBench::Gemm g;
+  if (impl == Impl::kFp8Gemm) g = lb.Quantized(pass);  // outside the timed loop
   auto run = [&] {
     switch (impl) {
       case Impl::kBf16:
@@ -87,63 +121,27 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
         if (pass == Pass::kDgrad) return fp8::Fp8LinearBackwardData(e, dy, w, dx);
         return fp8::Fp8LinearBackwardWeight(e, dy, x, dw, 1.0f);
       case Impl::kFp8Gemm:
-        if (pass == Pass::kFwd) return fp8::BlockScaledGemm(e, a, b, y);
-        if (pass == Pass::kDgrad) return fp8::BlockScaledGemm(e, a, b, dx);
-        return fp8::BlockScaledGemm(e, a, b, dw, 1.0f);
+        return fp8::BlockScaledGemm(e, g.a, g.b, g.y, g.beta);
     }
   };
-  bench::TimeCalls(state, stream, run);
-  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * N * in * out * 1e-12,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  cudaStreamDestroy(stream);
+  bench::TimeCalls(state, lb.stream, run);
+  state.counters["TFLOP/s"] = lb.Tflops();
 }
 
 constexpr int kMaxAlgos = 8;
 
 void BM_Fp8GemmAlgo(benchmark::State& state, int64_t in, int64_t out, Pass pass, int k) {
-  GTP_CUDA_CHECK(cudaSetDevice(0));
-  CudaCachingAllocator alloc(0);
-  cuda::BlasContext ctx(0);
-  cudaStream_t stream;
-  GTP_CUDA_CHECK(cudaStreamCreate(&stream));
-  const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
-  const int64_t N = kTokens;
-  const Tensor x = bench::RandomBF16(e, {N, in}, 1), w = bench::RandomBF16(e, {out, in}, 2),
-               dy = bench::RandomBF16(e, {N, out}, 3);
-  fp8::Fp8SharedInput xq(e), dyq(e);
-  fp8::Fp8Matrix a, b;
-  Tensor y;
-  float beta = 0.0f;
-  switch (pass) {
-    case Pass::kFwd:
-      a = xq.Rows(x);
-      b = fp8::QuantizeWeight(e, w);
-      y = e.Empty({N, out}, DType::kBF16);
-      break;
-    case Pass::kDgrad:
-      a = dyq.Rows(dy);
-      b = fp8::QuantizeWeightPair(e, w).wt;
-      y = e.Empty({N, in}, DType::kBF16);
-      break;
-    case Pass::kWgrad:
-      a = dyq.Transposed(dy);
-      b = xq.Transposed(x);
-      y = e.Zeros({out, in}, DType::kF32);
-      beta = 1.0f;
-      break;
-  }
-  const fp8::BlockScaledGemmPlan plan(e, a, b, y, kMaxAlgos);
+  LinearBench lb(in, out);
+  const LinearBench::Gemm g = lb.Quantized(pass);
+  const fp8::BlockScaledGemmPlan plan(lb.e, g.a, g.b, g.y, kMaxAlgos);
   if (k >= plan.num_algos()) {
     state.SkipWithError(("cuBLASLt offers " + std::to_string(plan.num_algos()) + " algorithms")
                             .c_str());
-    cudaStreamDestroy(stream);
     return;
   }
   state.SetLabel(plan.Describe(k));
-  bench::TimeCalls(state, stream, [&] { plan.Run(e, k, a, b, y, beta); });
-  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * N * in * out * 1e-12,
-                                                 benchmark::Counter::kIsIterationInvariantRate);
-  cudaStreamDestroy(stream);
+  bench::TimeCalls(state, lb.stream, [&] { plan.Run(lb.e, k, g.a, g.b, g.y, g.beta); });
+  state.counters["TFLOP/s"] = lb.Tflops();
 }
 
 void Register() {
