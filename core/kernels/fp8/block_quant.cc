@@ -75,6 +75,18 @@ std::pair<int64_t, int64_t> CheckTransposePair(const Exec& e, const Tensor& q, c
   return {R, C};
 }
 
+// The checks of a fused quantiser's outputs: x [R, C]'s codes q and scales
+// in layout l, and xᵀ's, qt [C, R] and scales_t (CheckTransposePair).
+// Returns {R, C}.
+std::pair<int64_t, int64_t> CheckFusedOutputs(const Exec& e, const Tensor& x, const Tensor& q,
+                                              const Tensor& scales, const Tensor& qt,
+                                              const Tensor& scales_t, Fp8Layout l,
+                                              const char* op) {
+  CheckMatrix(e, x, op, "x");
+  CheckCodes(e, q, x.dim(0), x.dim(1), op, "q");
+  return CheckTransposePair(e, q, scales, qt, scales_t, l, op);
+}
+
 // lt (optional): f32 [LtScaleCount(tiles, rows, K)] on e's device; its raw
 // pointer, or null when undefined.
 float* CheckLt(const Exec& e, const Tensor& lt, bool tiles, int64_t rows, int64_t K,
@@ -248,10 +260,7 @@ void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
     if (column_sums.defined()) AddColumnSumsCpu(x, column_sums);
     return;
   }
-  CheckCodes(e, q, R, C, op, "q");
-  CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kRow1x128), op, "scales");
-  CheckCodes(e, qt, C, R, op, "qt");
-  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kRow1x128), op, "scales_t");
+  CheckFusedOutputs(e, x, q, scales, qt, scales_t, Fp8Layout::kRow1x128, op);
   float* lt = CheckLt(e, lt_scales, false, R, C, op);
   float* lt_t = CheckLt(e, lt_scales_t, false, C, R, op);
   const int64_t nbr = Fp8NumBlocks(R);
@@ -282,12 +291,8 @@ void QuantizeTilesAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
     TransposeTiles(e, q, scales, qt, scales_t, lt_scales_t);
     return;
   }
-  CheckMatrix(e, x, op, "x");
-  const int64_t R = x.dim(0), C = x.dim(1);
-  CheckCodes(e, q, R, C, op, "q");
-  CheckScales(e, scales, Fp8ScaleShape(R, C, Fp8Layout::kTile128x128), op, "scales");
-  CheckCodes(e, qt, C, R, op, "qt");
-  CheckScales(e, scales_t, Fp8ScaleShape(C, R, Fp8Layout::kTile128x128), op, "scales_t");
+  const auto [R, C] =
+      CheckFusedOutputs(e, x, q, scales, qt, scales_t, Fp8Layout::kTile128x128, op);
   float* lt = CheckLt(e, lt_scales, true, R, C, op);
   float* lt_t = CheckLt(e, lt_scales_t, true, C, R, op);
   if (x.dtype() == DType::kF32) {
