@@ -29,14 +29,8 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-LOG="${OUT:+$OUT/fp8_check}"
-LOG="${LOG:-$(mktemp -d)}"
-mkdir -p "$LOG"
-source "$ROOT/tools/bench/layouts.sh"  # unpack_bundle
-WORK="$(mktemp -d)"
-unset GTP_TRAIN GTPRUN  # always the carried bundle's binaries
-unpack_bundle "$WORK" "$ROOT" || exit 2
-B="$WORK/bundle"
+source "$ROOT/tools/bench/layouts.sh"  # bench_start
+bench_start fp8_check "$ROOT" || exit 2  # LOG, WORK, B
 STEPS="${STEPS:-300}"
 SHORT_STEPS="${SHORT_STEPS:-60}"
 CASES="${CASES:-g124 g350 g1p3 hybrid moe}"

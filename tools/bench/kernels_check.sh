@@ -20,14 +20,8 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-LOG="${OUT:+$OUT/kernels_check}"
-LOG="${LOG:-$(mktemp -d)}"
-mkdir -p "$LOG"
-source "$ROOT/tools/bench/layouts.sh"  # unpack_bundle
-WORK="$(mktemp -d)"
-unset GTP_TRAIN GTPRUN  # always the carried bundle's binaries
-unpack_bundle "$WORK" "$ROOT" || exit 2
-B="$WORK/bundle"
+source "$ROOT/tools/bench/layouts.sh"  # bench_start
+bench_start kernels_check "$ROOT" || exit 2  # LOG, WORK, B
 status=0
 
 echo "=== 1. GPU tests"

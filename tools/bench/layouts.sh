@@ -91,6 +91,21 @@ count_gpus() {
   echo "${n:-0}"
 }
 
+# The start of a device script: its logs in $OUT/<name> (the device tool)
+# or a temp dir (LOG), and the carried bundle's binaries — never a
+# GTP_TRAIN / GTPRUN from the environment — unpacked under WORK, at B.
+#   bench_start fp8_check "$ROOT" || exit 2
+bench_start() {
+  local name="$1" root="$2"
+  LOG="${OUT:+$OUT/$name}"
+  LOG="${LOG:-$(mktemp -d)}"
+  mkdir -p "$LOG"
+  WORK="$(mktemp -d)"
+  unset GTP_TRAIN GTPRUN
+  unpack_bundle "$WORK" "$root" || return 2
+  B="$WORK/bundle"
+}
+
 # Unpacks the bundle (tools/gpu.sh bundle) into $1 unless GTP_TRAIN and
 # GTPRUN are set, and sets GTP_TRAIN, GTPRUN, LD_LIBRARY_PATH the way
 # `tools/gpu.sh run` does. Returns 1 with a message when a binary is missing.
