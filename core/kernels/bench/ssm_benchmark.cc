@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/kernels/bench/bench_util.h"
 #include "core/allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/ops.h"
@@ -51,29 +52,13 @@ Tensor Uniform(const Exec& e, const Shape& s, uint64_t seed, float lo, float hi)
   return t;
 }
 
-// ms per call of `run` into state; `bytes` per call for the GB/s counter.
+// ms per call of `run` into state (bench::TimeCalls); `bytes` per call for
+// the GB/s counter.
 void TimeCalls(benchmark::State& state, cudaStream_t stream, const std::function<void()>& run,
                double bytes) {
-  cudaEvent_t start, stop;
-  GTP_CUDA_CHECK(cudaEventCreate(&start));
-  GTP_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) run();  // warm-up
-  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const int reps = 10;
-  for (auto _ : state) {
-    GTP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < reps; ++i) run();
-    GTP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    GTP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    GTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms / 1000.0 / reps);
-  }
+  bench::TimeCalls(state, stream, run);
   state.counters["GB/s"] =
       benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  GTP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 // One stream, a caching allocator and the exec over them, per benchmark.
