@@ -1,0 +1,126 @@
+// The FP8 quantisers alone (core/kernels/fp8/block_quant.h) at the tensors a
+// GPT step quantises (N = 8192 tokens: B=8, T=1024), on the GPU (CUDA only;
+// nothing registers without one), beside a device-to-device copy of the same
+// input as the memory ceiling:
+//
+//   bazel run -c opt //core/kernels/bench:fp8_quant_benchmark
+//   (GPU machine, bundled) ./bin/core_kernels_bench_fp8_quant_benchmark
+//
+// BM_Fp8Quant/<op>/<R>x<C>, x [R, C] bf16 (random, bench_util.h):
+//   copy       cudaMemcpyAsync of x (reads and writes 2 bytes an element);
+//   rows       QuantizeBlocks(x, 1×128): a forward input's codes;
+//   rows_t     QuantizeRowsTransposed(x): the wgrad's xᵀ codes;
+//   both       QuantizeRowsAndTransposed(x): a gradient dy's two codes;
+//   both_sums  the same with its column sums into an f32 [C] (a bias grad);
+//   tile_pair  QuantizeTilesAndTransposed(x): a weight's W and Wᵀ tiles.
+// Every quantiser writes the cuBLASLt copy of its scales, as the linears do.
+// Counter GB/s: bytes read + written per call (x once, each code once; the
+// scales, under 1 %, not counted) over the call's time.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "benchmark/benchmark.h"
+#include "core/allocator.h"
+#include "core/cuda_runtime.h"
+#include "core/kernels/bench/bench_util.h"
+#include "core/kernels/cuda.h"
+#include "core/kernels/fp8/block_quant.h"
+#include "core/kernels/fp8/lt_scale_layout.h"
+#include "core/kernels/ops.h"
+#include "core/tensor.h"
+
+namespace gtp::kernels {
+namespace {
+
+enum class Op { kCopy, kRows, kRowsT, kBoth, kBothSums, kTilePair };
+
+struct Env {
+  static cudaStream_t NewStream() {
+    GTP_CUDA_CHECK(cudaSetDevice(0));
+    cudaStream_t s = nullptr;
+    GTP_CUDA_CHECK(cudaStreamCreate(&s));
+    return s;
+  }
+  ~Env() { cudaStreamDestroy(stream); }
+  cudaStream_t stream = NewStream();
+  CudaCachingAllocator alloc{0};
+  cuda::BlasContext ctx{0};
+  Exec e{Device::Cuda(0), &alloc, stream, &ctx};
+};
+
+// Codes, scales and their cuBLASLt copy for a [rows, K] operand.
+struct Codes {
+  Codes(const Exec& e, int64_t rows, int64_t K, fp8::Fp8Layout l)
+      : q(e.Empty({rows, K}, DType::kF8E4M3)),
+        scales(e.Empty(fp8::Fp8ScaleShape(rows, K, l))),
+        lt(e.Empty({fp8::LtScaleCount(l == fp8::Fp8Layout::kTile128x128, rows, K)}, DType::kF32)) {}
+  Tensor q, scales, lt;
+};
+
+void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
+  Env env;
+  const Exec& e = env.e;
+  const Tensor x = bench::RandomBF16(e, {R, C}, 1);
+  const fp8::Fp8Layout row = fp8::Fp8Layout::kRow1x128, tile = fp8::Fp8Layout::kTile128x128;
+  const fp8::Fp8Layout l = op == Op::kTilePair ? tile : row;
+  Codes a(e, R, C, l), b(e, C, R, l);
+  const Tensor copy = e.Empty({R, C}, DType::kBF16), sums = e.Zeros({C}, DType::kF32);
+  double bytes = 2.0 * R * C;  // x read
+  switch (op) {
+    case Op::kCopy: bytes += 2.0 * R * C; break;
+    case Op::kRows: case Op::kRowsT: bytes += 1.0 * R * C; break;
+    default: bytes += 2.0 * R * C; break;
+  }
+  bench::TimeCalls(state, env.stream, [&] {
+    switch (op) {
+      case Op::kCopy:
+        GTP_CUDA_CHECK(cudaMemcpyAsync(copy.raw_data(), x.raw_data(), x.nbytes(),
+                                       cudaMemcpyDeviceToDevice, env.stream));
+        return;
+      case Op::kRows: return fp8::QuantizeBlocks(e, x, row, a.q, a.scales, a.lt);
+      case Op::kRowsT: return fp8::QuantizeRowsTransposed(e, x, b.q, b.scales, b.lt);
+      case Op::kBoth:
+        return fp8::QuantizeRowsAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt);
+      case Op::kBothSums:
+        return fp8::QuantizeRowsAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt,
+                                              sums);
+      case Op::kTilePair:
+        return fp8::QuantizeTilesAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt);
+    }
+  });
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void Register() {
+  const std::pair<const char*, Op> ops[] = {
+      {"copy", Op::kCopy}, {"rows", Op::kRows},           {"rows_t", Op::kRowsT},
+      {"both", Op::kBoth}, {"both_sums", Op::kBothSums},  {"tile_pair", Op::kTilePair}};
+  // Activations and gradients [8192, C] of the 124M/350M/1.3B linears; the
+  // weights [out, in] for tile_pair.
+  const std::pair<int64_t, int64_t> act[] = {{8192, 768}, {8192, 2048}, {8192, 3072}, {8192, 8192}};
+  const std::pair<int64_t, int64_t> weights[] = {{768, 768}, {3072, 768}, {2048, 2048}, {8192, 2048}};
+  for (const auto& [name, op] : ops) {
+    for (const auto& [R, C] : op == Op::kTilePair ? weights : act) {
+      const std::string bm = std::string("BM_Fp8Quant/") + name + "/" + std::to_string(R) + "x" +
+                             std::to_string(C);
+      benchmark::RegisterBenchmark(bm.c_str(), [op = op, R = R, C = C](benchmark::State& st) {
+        BM_Fp8Quant(st, op, R, C);
+      })
+          ->UseManualTime()
+          ->MinTime(0.05)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gtp::kernels
+
+int main(int argc, char** argv) {
+  if (gtp::CudaDeviceCount() > 0) gtp::kernels::Register();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}
