@@ -20,7 +20,10 @@
 # GEMMS=1 the linears' GEMMs alone, bf16 vs fp8 with and without the
 # quantisation (core/kernels/bench:fp8_linear_benchmark, about two minutes;
 # GEMM_FILTER picks its benchmarks, e.g. 'Fp8GemmAlgo/124m.*/wgrad' for
-# every algorithm cuBLASLt offers the 124M wgrad GEMMs).
+# every algorithm cuBLASLt offers the 124M wgrad GEMMs); QUANT=1 the
+# quantisers alone (core/kernels/bench:fp8_quant_benchmark, GB/s beside a
+# device copy; QUANT_OLD=<another build of it> runs that one first, for a
+# before/after in the same call).
 # VARIANTS (default fp8) lists the fp8 runs beside each case's bf16 run:
 # fp8 (all three GEMMs), fp8w (train.fp8_wgrad=bf16: the wgrad GEMMs
 # unquantised); FP8_EXTRA adds settings to every fp8 run.
@@ -109,6 +112,14 @@ if [[ "${GEMMS:-0}" == 1 ]]; then
   echo "=== a linear's GEMMs, N = 8192 tokens (ms per call)"
   timeout 240 "$B/bin/core_kernels_bench_fp8_linear_benchmark" \
     --benchmark_filter="${GEMM_FILTER:-BM_Fp8Linear/}" 2>&1 | grep '^BM_' | cut -c1-220
+fi
+if [[ "${QUANT:-0}" == 1 ]]; then
+  echo "=== the quantisers alone, x [8192, C] bf16 (time per call, GB/s)"
+  for bin in ${QUANT_OLD:+"$QUANT_OLD"} "$B/bin/core_kernels_bench_fp8_quant_benchmark"; do
+    echo "--- $bin"
+    timeout 120 "$bin" 2>&1 | grep '^BM_' | sed 's|/min_time:[0-9.]*/manual_time||' |
+      awk '{print $1, $2, $3, $NF}'
+  done
 fi
 if [[ "${PROFILE:-0}" == 1 ]]; then
   echo "=== kernel time of the 124M fp8 step"
