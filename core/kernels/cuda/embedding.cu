@@ -98,8 +98,24 @@ __global__ void __launch_bounds__(kThreads)
         acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
         acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
       }
-#pragma unroll 4
-      for (int64_t k = i; k < end; ++k) {
+      // A frequent token's segment runs to hundreds of rows: kBatch rows are
+      // loaded before any is added (their loads in flight together), then
+      // added in order, so the sums are those of the plain loop.
+      constexpr int kBatch = kVec == 1 ? 16 : 8;
+      int64_t k = i;
+      for (; k + kBatch <= end; k += kBatch) {
+        float x[kBatch][kVec];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          LoadVec<kVec>(dout + static_cast<int64_t>(pos[k + b]) * C + c, x[b]);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) acc[j] += x[b][j];
+        }
+      }
+      for (; k < end; ++k) {
         float x[kVec];
         LoadVec<kVec>(dout + static_cast<int64_t>(pos[k]) * C + c, x);
 #pragma unroll

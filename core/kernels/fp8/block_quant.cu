@@ -249,7 +249,18 @@ __device__ __forceinline__ void ForEachChunk(const T* __restrict__ x, int64_t R,
     const int64_t g = g0 + threadIdx.x % kWarpSize;
     const int64_t w = g / kChunksPerBlock;
     const int sub = static_cast<int>(g % kChunksPerBlock);
-    const int64_t r = w / nb, c = (w % nb) * kBlock + sub * kVec;
+    // Row and K block of w (a 32-bit division where both fit: the 64-bit
+    // one is a long instruction sequence, once per 8 elements).
+    int64_t r, j;
+    if (w <= INT32_MAX && nb <= INT32_MAX) {
+      const uint32_t w32 = static_cast<uint32_t>(w), nb32 = static_cast<uint32_t>(nb);
+      r = w32 / nb32;
+      j = w32 - static_cast<uint32_t>(r) * nb32;
+    } else {
+      r = w / nb;
+      j = w % nb;
+    }
+    const int64_t c = j * kBlock + sub * kVec;
     const bool live = g < chunks && c < C;
     float v[kVec] = {0, 0, 0, 0, 0, 0, 0, 0};
     uint32_t amax = 0;
@@ -275,7 +286,7 @@ __global__ void __launch_bounds__(kThreads)
       scales[w] = s;
       if (lt != nullptr) lt[LtScaleOffset(false, R, C, r, w % nb)] = s;
     }
-    *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
+    *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, MakeCoder(s));
   });
 }
 
@@ -300,7 +311,7 @@ __global__ void __launch_bounds__(kThreads)
                                 uint32_t) {
     if (!live) return;
     const float s = Fp8BlockScale(slots[(r / kBlock) * nb + c / kBlock]);
-    *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
+    *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, MakeCoder(s));
   });
 }
 
@@ -356,10 +367,9 @@ __global__ void __launch_bounds__(kThreads)
       }
       const int64_t r = r0 + 4 * lane;
       if (r < R) {  // R % 4 == 0: all four rows exist
-        uint32_t word = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) word |= static_cast<uint32_t>(EncodeHw(v[k], s)) << (8 * k);
-        *reinterpret_cast<uint32_t*>(qt + c * R + r) = word;
+        const Fp8Coder kc = MakeCoder(s);
+        *reinterpret_cast<uint32_t*>(qt + c * R + r) =
+            Encode2(v[0], v[1], kc) | Encode2(v[2], v[3], kc) << 16;
       }
     }
     __syncthreads();  // every warp has read `tile` before the next tile overwrites it

@@ -81,6 +81,7 @@
 //   transpose, quantise again — DeepSeek-V3's procedure, one more rounding).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -115,6 +116,25 @@ GTP_HD float Fp8BlockScale(uint32_t amax_bits) {
 // scale).
 GTP_HD uint8_t Fp8BlockEncode(float x, float scale) {
   return scale != scale ? kE4M3NaNCode : F32ToE4M3Bits(x / scale);
+}
+
+// x / s correctly rounded (the division Fp8BlockEncode does) without a
+// division per element, from r = RN(1/s) (one IEEE division per block):
+// q = RN(x·r) is within an ulp of x/s, the remainder x − q·s is exact by
+// FMA, and q + remainder·r rounded once is RN(x/s) (Markstein's theorem),
+// provided the remainder does not underflow: so for s ≥
+// kFp8FastDivMinScale and |x| ≥ 2⁻¹⁰⁰. A smaller x has |x/s| < 2⁻⁴⁰,
+// where the result may differ in its last bits but keeps x's sign, and the
+// e4m3 code of either is the same ±0. A zero remainder keeps q as it is
+// (x = −0 stays −0). The CUDA quantisers use it for s ≥
+// kFp8FastDivMinScale and divide otherwise (e4m3_test.cc checks it against
+// the division, bit for bit, over every bf16 x for a sweep of scales and
+// random f32 pairs).
+inline constexpr float kFp8FastDivMinScale = 0x1p-60f;
+GTP_HD float Fp8Quotient(float x, float s, float r) {
+  const float q = x * r;
+  const float e = fmaf(-q, s, x);
+  return e == 0.0f ? q : fmaf(e, r, q);
 }
 
 // The f32 value of a code in a block of the given scale.

@@ -58,10 +58,19 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     AddColumnPartialsKernel(const float* __restrict__ col_partial, int64_t nbr, int64_t C,
                             T* __restrict__ sums) {
+  constexpr int kBatch = 16;  // loads in flight a thread (the adds stay in order)
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C;
        c += int64_t{gridDim.x} * blockDim.x) {
     float acc = 0.0f;
-    for (int64_t bi = 0; bi < nbr; ++bi) acc += col_partial[bi * C + c];
+    int64_t bi = 0;
+    for (; bi + kBatch <= nbr; bi += kBatch) {
+      float p[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) p[k] = col_partial[(bi + k) * C + c];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) acc += p[k];
+    }
+    for (; bi < nbr; ++bi) acc += col_partial[bi * C + c];
     Store(sums, c, Load(sums, c) + acc);
   }
 }
@@ -121,7 +130,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[k]));
       const float s = Fp8BlockScale(HalfWarpMaxBits(amax));  // all lanes take part
       if (r < R && c < C) {
-        *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, s);
+        *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, MakeCoder(s));
         if (sub == 0) {
           scales[r * nbc + bj] = s;
           if (lt != nullptr) lt[LtScaleOffset(false, R, C, r, bj)] = s;
@@ -159,12 +168,13 @@ __global__ void __launch_bounds__(kThreads)
           lt_t[LtScaleOffset(false, C, R, cc + 1, bi)] = s_hi;
         }
       }
+      const Fp8Coder k_lo = MakeCoder(s_lo), k_hi = MakeCoder(s_hi);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int64_t r = r0 + lane + k * kWarpSize;
         if (r < R) {
-          qt[cc * R + r] = EncodeHw(lo[k], s_lo);
-          qt[(cc + 1) * R + r] = EncodeHw(hi[k], s_hi);
+          qt[cc * R + r] = EncodeHw(lo[k], k_lo);
+          qt[(cc + 1) * R + r] = EncodeHw(hi[k], k_hi);
         }
       }
     }
@@ -224,6 +234,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kWarps; ++k) m = MaxU(m, partial[k]);
     const float s = Fp8BlockScale(m);
+    const Fp8Coder kc = MakeCoder(s);
     if (threadIdx.x == 0) {
       scales[t] = s;
       scales_t[j * rb + i] = s;
@@ -234,7 +245,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int p = 0; p < kPasses; ++p) {
       const int tr = p * kRowsPerPass + rsub;
       const int64_t r = r0 + tr;
-      const uint2 e8 = Encode8(v[p], s);
+      const uint2 e8 = Encode8(v[p], kc);
       codes[tr][2 * sub] = e8.x;
       codes[tr][2 * sub + 1] = e8.y;
       if (r < R && c < C) *reinterpret_cast<uint2*>(q + r * C + c) = e8;

@@ -45,10 +45,34 @@ __device__ __forceinline__ void Store(bf16* __restrict__ y, int64_t i, float v) 
 __device__ __forceinline__ uint32_t AbsBits(float v) { return FloatBits(v) & 0x7fffffffu; }
 __device__ __forceinline__ uint32_t MaxU(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
+// What encoding by one block's scale needs, made once per block: the
+// reciprocal for Fp8Quotient (block_scale.h), which stands for the
+// division when the scale allows it (not NaN, ≥ kFp8FastDivMinScale; the
+// test is uniform over the block).
+struct Fp8Coder {
+  float s, r;
+  bool nan, fast;
+};
+__device__ __forceinline__ Fp8Coder MakeCoder(float s) {
+  return {s, 1.0f / s, s != s, s >= kFp8FastDivMinScale};
+}
+
+// x / s rounded to nearest, as Fp8BlockEncode divides.
+__device__ __forceinline__ float Quotient(float x, const Fp8Coder& c) {
+  return c.fast ? Fp8Quotient(x, c.s, c.r) : x / c.s;
+}
+
 // Fp8BlockEncode with the hardware's conversion (the file comment).
-__device__ __forceinline__ uint8_t EncodeHw(float x, float scale) {
-  if (scale != scale) return kE4M3NaNCode;
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
+__device__ __forceinline__ uint8_t EncodeHw(float x, const Fp8Coder& c) {
+  if (c.nan) return kE4M3NaNCode;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(Quotient(x, c), __NV_SATFINITE, __NV_E4M3));
+}
+
+// The codes of a and b in one conversion: a in the low byte, b above it.
+__device__ __forceinline__ uint32_t Encode2(float a, float b, const Fp8Coder& c) {
+  if (c.nan) return kE4M3NaNCode * 0x0101u;
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(
+      make_float2(Quotient(a, c), Quotient(b, c)), __NV_SATFINITE, __NV_E4M3));
 }
 
 // 8 consecutive elements (16-byte aligned) as f32.
@@ -67,15 +91,11 @@ __device__ __forceinline__ void Load8(const bf16* __restrict__ p, float v[8]) {
   }
 }
 
-// 8 codes of v with scale s, packed for one 8-byte store (byte k = v[k]).
-__device__ __forceinline__ uint2 Encode8(const float v[8], float s) {
-  uint32_t lo = 0, hi = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    lo |= static_cast<uint32_t>(EncodeHw(v[k], s)) << (8 * k);
-    hi |= static_cast<uint32_t>(EncodeHw(v[k + 4], s)) << (8 * k);
-  }
-  return make_uint2(lo, hi);
+// 8 codes of v with a block's coder, packed for one 8-byte store (byte k =
+// v[k]).
+__device__ __forceinline__ uint2 Encode8(const float v[8], const Fp8Coder& c) {
+  return make_uint2(Encode2(v[0], v[1], c) | Encode2(v[2], v[3], c) << 16,
+                    Encode2(v[4], v[5], c) | Encode2(v[6], v[7], c) << 16);
 }
 
 // Unsigned max over the warp; every lane gets it. All 32 lanes must call.
