@@ -22,14 +22,19 @@
 // (fp8::BlockScaledGemmPlan; BlockScaledGemm runs algo0), labelled with the
 // algorithm's attributes (tile, stages, split-K): which one a shape should
 // run. --benchmark_filter=Fp8GemmAlgo for these alone.
+//
+// BM_Fp8EpilogueProbe/<model>_<in>x<out>/{gelu_aux_bias,dgelu}: how many
+// algorithms cuBLASLt offers for the forward GEMM with a fused bias + GELU
+// (and its input kept), or the dgrad with the GELU's derivative applied —
+// whether fp8 can fuse GELU as the bf16 linears do (counter `algos`).
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "core/kernels/bench/bench_util.h"
 #include "core/allocator.h"
 #include "core/cuda_runtime.h"
+#include "core/kernels/bench/bench_util.h"
 #include "core/kernels/cuda.h"
 #include "core/kernels/fp8/block_gemm.h"
 #include "core/kernels/fp8/linear.h"
@@ -135,13 +140,28 @@ void BM_Fp8GemmAlgo(benchmark::State& state, int64_t in, int64_t out, Pass pass,
   const LinearBench::Gemm g = lb.Quantized(pass);
   const fp8::BlockScaledGemmPlan plan(lb.e, g.a, g.b, g.y, kMaxAlgos);
   if (k >= plan.num_algos()) {
-    state.SkipWithError(("cuBLASLt offers " + std::to_string(plan.num_algos()) + " algorithms")
-                            .c_str());
+    state.SkipWithError(
+        ("cuBLASLt offers " + std::to_string(plan.num_algos()) + " algorithms").c_str());
     return;
   }
   state.SetLabel(plan.Describe(k));
   bench::TimeCalls(state, lb.stream, [&] { plan.Run(lb.e, k, g.a, g.b, g.y, g.beta); });
   state.counters["TFLOP/s"] = lb.Tflops();
+}
+
+// Whether cuBLASLt fuses GELU into the block-scaled GEMM as bf16's linears
+// do (fp8::BlockScaledEpilogueAlgos): the forward with GELU_AUX_BIAS, the
+// dgrad with DGELU; counter `algos` (0: none); nothing is timed.
+void BM_Fp8EpilogueProbe(benchmark::State& state, int64_t in, int64_t out,
+                         fp8::Fp8ProbeEpilogue epi) {
+  LinearBench lb(in, out);
+  const bool gelu = epi == fp8::Fp8ProbeEpilogue::kGeluAuxBias;
+  const LinearBench::Gemm g = lb.Quantized(gelu ? Pass::kFwd : Pass::kDgrad);
+  const Tensor aux = lb.e.Empty(g.y.shape(), DType::kBF16);
+  const Tensor bias = gelu ? lb.e.Zeros({g.y.dim(1)}, DType::kBF16) : Tensor();
+  const int n = fp8::BlockScaledEpilogueAlgos(lb.e, g.a, g.b, g.y, epi, aux, bias);
+  for (auto _ : state) state.SetIterationTime(1e-9);
+  state.counters["algos"] = n;
 }
 
 void Register() {
@@ -150,25 +170,35 @@ void Register() {
     int64_t in, out;
   };
   const Shape2 shapes[] = {
-      {"124m", 768, 768},    {"124m", 768, 3072},   {"124m", 3072, 768},
-      {"350m", 1024, 1024},  {"350m", 1024, 4096},  {"350m", 4096, 1024},
-      {"1p3b", 2048, 2048},  {"1p3b", 2048, 8192},  {"1p3b", 8192, 2048},
+      {"124m", 768, 768},   {"124m", 768, 3072},  {"124m", 3072, 768},
+      {"350m", 1024, 1024}, {"350m", 1024, 4096}, {"350m", 4096, 1024},
+      {"1p3b", 2048, 2048}, {"1p3b", 2048, 8192}, {"1p3b", 8192, 2048},
   };
   for (const Shape2& s : shapes) {
-    for (auto [pass_name, pass] : {std::make_pair("fwd", Pass::kFwd),
-                                   std::make_pair("dgrad", Pass::kDgrad),
-                                   std::make_pair("wgrad", Pass::kWgrad)}) {
-      for (auto [impl_name, impl] : {std::make_pair("bf16", Impl::kBf16),
-                                     std::make_pair("fp8", Impl::kFp8),
-                                     std::make_pair("fp8_gemm", Impl::kFp8Gemm)}) {
+    for (auto [epi_name, epi] :
+         {std::make_pair("gelu_aux_bias", fp8::Fp8ProbeEpilogue::kGeluAuxBias),
+          std::make_pair("dgelu", fp8::Fp8ProbeEpilogue::kDGelu)}) {
+      const std::string name = std::string("BM_Fp8EpilogueProbe/") + s.model + "_" +
+                               std::to_string(s.in) + "x" + std::to_string(s.out) + "/" + epi_name;
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [in = s.in, out = s.out, epi = epi](benchmark::State& st) {
+                                     BM_Fp8EpilogueProbe(st, in, out, epi);
+                                   })
+          ->UseManualTime()
+          ->Iterations(1);
+    }
+    for (auto [pass_name, pass] :
+         {std::make_pair("fwd", Pass::kFwd), std::make_pair("dgrad", Pass::kDgrad),
+          std::make_pair("wgrad", Pass::kWgrad)}) {
+      for (auto [impl_name, impl] :
+           {std::make_pair("bf16", Impl::kBf16), std::make_pair("fp8", Impl::kFp8),
+            std::make_pair("fp8_gemm", Impl::kFp8Gemm)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [in = s.in, out = s.out, pass = pass,
-                                      impl = impl](benchmark::State& st) {
-                                       BM_Fp8Linear(st, in, out, pass, impl);
-                                     })
+        benchmark::RegisterBenchmark(
+            name.c_str(), [in = s.in, out = s.out, pass = pass, impl = impl](
+                              benchmark::State& st) { BM_Fp8Linear(st, in, out, pass, impl); })
             ->UseManualTime()
             ->MinTime(0.05)
             ->Unit(benchmark::kMillisecond);
@@ -177,11 +207,9 @@ void Register() {
         const std::string name = std::string("BM_Fp8GemmAlgo/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/algo" + std::to_string(k);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [in = s.in, out = s.out, pass = pass,
-                                      k](benchmark::State& st) {
-                                       BM_Fp8GemmAlgo(st, in, out, pass, k);
-                                     })
+        benchmark::RegisterBenchmark(
+            name.c_str(), [in = s.in, out = s.out, pass = pass,
+                           k](benchmark::State& st) { BM_Fp8GemmAlgo(st, in, out, pass, k); })
             ->UseManualTime()
             ->MinTime(0.02)
             ->Unit(benchmark::kMillisecond);

@@ -68,9 +68,16 @@ void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
   const Tensor copy = e.Empty({R, C}, DType::kBF16), sums = e.Zeros({C}, DType::kF32);
   double bytes = 2.0 * R * C;  // x read
   switch (op) {
-    case Op::kCopy: bytes += 2.0 * R * C; break;
-    case Op::kRows: case Op::kRowsT: bytes += 1.0 * R * C; break;
-    default: bytes += 2.0 * R * C; break;
+    case Op::kCopy:
+      bytes += 2.0 * R * C;
+      break;
+    case Op::kRows:
+    case Op::kRowsT:
+      bytes += 1.0 * R * C;
+      break;
+    default:
+      bytes += 2.0 * R * C;
+      break;
   }
   bench::TimeCalls(state, env.stream, [&] {
     switch (op) {
@@ -78,13 +85,14 @@ void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
         GTP_CUDA_CHECK(cudaMemcpyAsync(copy.raw_data(), x.raw_data(), x.nbytes(),
                                        cudaMemcpyDeviceToDevice, env.stream));
         return;
-      case Op::kRows: return fp8::QuantizeBlocks(e, x, row, a.q, a.scales, a.lt);
-      case Op::kRowsT: return fp8::QuantizeRowsTransposed(e, x, b.q, b.scales, b.lt);
+      case Op::kRows:
+        return fp8::QuantizeBlocks(e, x, row, a.q, a.scales, a.lt);
+      case Op::kRowsT:
+        return fp8::QuantizeRowsTransposed(e, x, b.q, b.scales, b.lt);
       case Op::kBoth:
         return fp8::QuantizeRowsAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt);
       case Op::kBothSums:
-        return fp8::QuantizeRowsAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt,
-                                              sums);
+        return fp8::QuantizeRowsAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt, sums);
       case Op::kTilePair:
         return fp8::QuantizeTilesAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt);
     }
@@ -95,19 +103,19 @@ void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
 
 void Register() {
   const std::pair<const char*, Op> ops[] = {
-      {"copy", Op::kCopy}, {"rows", Op::kRows},           {"rows_t", Op::kRowsT},
-      {"both", Op::kBoth}, {"both_sums", Op::kBothSums},  {"tile_pair", Op::kTilePair}};
+      {"copy", Op::kCopy}, {"rows", Op::kRows},          {"rows_t", Op::kRowsT},
+      {"both", Op::kBoth}, {"both_sums", Op::kBothSums}, {"tile_pair", Op::kTilePair}};
   // Activations and gradients [8192, C] of the 124M/350M/1.3B linears; the
   // weights [out, in] for tile_pair.
   const std::pair<int64_t, int64_t> act[] = {{8192, 768}, {8192, 2048}, {8192, 3072}, {8192, 8192}};
-  const std::pair<int64_t, int64_t> weights[] = {{768, 768}, {3072, 768}, {2048, 2048}, {8192, 2048}};
+  const std::pair<int64_t, int64_t> weights[] = {
+      {768, 768}, {3072, 768}, {2048, 2048}, {8192, 2048}};
   for (const auto& [name, op] : ops) {
     for (const auto& [R, C] : op == Op::kTilePair ? weights : act) {
-      const std::string bm = std::string("BM_Fp8Quant/") + name + "/" + std::to_string(R) + "x" +
-                             std::to_string(C);
-      benchmark::RegisterBenchmark(bm.c_str(), [op = op, R = R, C = C](benchmark::State& st) {
-        BM_Fp8Quant(st, op, R, C);
-      })
+      const std::string bm =
+          std::string("BM_Fp8Quant/") + name + "/" + std::to_string(R) + "x" + std::to_string(C);
+      benchmark::RegisterBenchmark(
+          bm.c_str(), [op = op, R = R, C = C](benchmark::State& st) { BM_Fp8Quant(st, op, R, C); })
           ->UseManualTime()
           ->MinTime(0.05)
           ->Unit(benchmark::kMicrosecond);

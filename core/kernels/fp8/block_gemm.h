@@ -96,4 +96,18 @@ class BlockScaledGemmPlan {
   std::unique_ptr<State> state_;
 };
 
+// For benchmarks (CUDA only): whether cuBLASLt fuses more than a bias into
+// a block-scaled GEMM — the count of algorithms its heuristic offers (up to
+// 8; 0 where it has none) for the configuration with one of these
+// epilogues, as the bf16 linears use them:
+//   kGeluAuxBias  y = gelu(a·bᵀ + bias), aux = a·bᵀ + bias (the MLP's fc1);
+//                 aux [M, N] and bias [N] bf16, y bf16
+//   kDGelu        y = (a·bᵀ)·gelu'(aux) (fc2's dgrad into the GELU's
+//                 input); aux [M, N] bf16, y bf16
+// Nothing runs; the answer decides whether fp8 can fuse GELU the way bf16
+// does (docs/PERFORMANCE.md).
+enum class Fp8ProbeEpilogue { kGeluAuxBias, kDGelu };
+int BlockScaledEpilogueAlgos(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                             Fp8ProbeEpilogue epilogue, const Tensor& aux, const Tensor& bias);
+
 }  // namespace gtp::kernels::fp8

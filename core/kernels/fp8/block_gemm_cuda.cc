@@ -123,8 +123,8 @@ std::unique_ptr<LtCall> NewCall(const Fp8Matrix& a, const Fp8Matrix& b, const Te
     // column n, in D's type.
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bias_type = bf16_out ? CUDA_R_16BF : CUDA_R_32F;
-    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                                    sizeof(epi)));
+    GTP_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bias_type, sizeof(bias_type)));
     GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -143,12 +143,12 @@ std::unique_ptr<LtCall> NewCall(const Fp8Matrix& a, const Fp8Matrix& b, const Te
 // Aborts, naming the configuration, when the heuristic offered nothing.
 void CheckFound(const char* op, cublasStatus_t hs, int found, const Fp8Matrix& a,
                 const Fp8Matrix& b, const Tensor& y, bool bias) {
-  GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op, ": cuBLASLt has no algorithm for M=",
-            a.q.dim(0), " N=", b.q.dim(0), " K=", a.q.dim(1), " with a ", Fp8LayoutName(a.layout),
-            " (its B, scale mode ", LtScaleModeName(a), "), b ", Fp8LayoutName(b.layout),
-            " (its A, scale mode ", LtScaleModeName(b), "), y ", DTypeName(y.dtype()),
-            bias ? " with the BIAS epilogue" : "", ": ", cublasLtGetStatusString(hs), ", ",
-            found, " algorithms");
+  GTP_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op,
+            ": cuBLASLt has no algorithm for M=", a.q.dim(0), " N=", b.q.dim(0), " K=", a.q.dim(1),
+            " with a ", Fp8LayoutName(a.layout), " (its B, scale mode ", LtScaleModeName(a),
+            "), b ", Fp8LayoutName(b.layout), " (its A, scale mode ", LtScaleModeName(b), "), y ",
+            DTypeName(y.dtype()), bias ? " with the BIAS epilogue" : "", ": ",
+            cublasLtGetStatusString(hs), ", ", found, " algorithms");
 }
 
 // One cublasLtMatmul with `algo` on e.stream: the operands' scale buffers
@@ -169,10 +169,10 @@ void Run(const Exec& e, const LtCall& call, const cublasLtMatmulAlgo_t& algo, co
   BlasContext& ctx = *e.blas;
   const float alpha = 1.0f;
   void* d = y.raw_data();
-  const cublasStatus_t ms = cublasLtMatmul(
-      static_cast<cublasLtHandle_t>(ctx.lt_handle()), call.op, &alpha, b.q.raw_data(), call.a,
-      a.q.raw_data(), call.b, &beta, d, call.c, d, call.c, &algo, ctx.workspace(),
-      ctx.workspace_bytes(), e.stream);
+  const cublasStatus_t ms =
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(ctx.lt_handle()), call.op, &alpha,
+                     b.q.raw_data(), call.a, a.q.raw_data(), call.b, &beta, d, call.c, d, call.c,
+                     &algo, ctx.workspace(), ctx.workspace_bytes(), e.stream);
   GTP_CHECK(ms == CUBLAS_STATUS_SUCCESS, op, ": cublasLtMatmul failed for M=", a.q.dim(0),
             " N=", b.q.dim(0), " K=", a.q.dim(1), " with scale modes A ", LtScaleModeName(b),
             ", B ", LtScaleModeName(a), ", y ", DTypeName(y.dtype()), ": ",
@@ -236,9 +236,9 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
     std::unique_ptr<LtCall> call = NewCall(a, b, y, bias_ptr, a_scales, b_scales);
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
-    const cublasStatus_t hs = LtFirstAlgo(
-        handle, *call, ctx.workspace_bytes(), static_cast<uint32_t>(key[6]),
-        static_cast<uint32_t>(key[7]), static_cast<uint32_t>(key[8]), &result, &found);
+    const cublasStatus_t hs =
+        LtFirstAlgo(handle, *call, ctx.workspace_bytes(), static_cast<uint32_t>(key[6]),
+                    static_cast<uint32_t>(key[7]), static_cast<uint32_t>(key[8]), &result, &found);
     CheckFound(op, hs, found, a, b, y, bias_ptr != nullptr);
     call->algo = result.algo;
     cached = calls.emplace(key, std::move(call)).first;
@@ -250,11 +250,11 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
 
 namespace gtp::kernels::fp8 {
 
+using internal::CheckFound;
+using internal::NewCall;
 using kernels::cuda::internal::LtAlgos;
 using kernels::cuda::internal::LtAlignment;
 using kernels::cuda::internal::LtCall;
-using internal::CheckFound;
-using internal::NewCall;
 
 // ---- BlockScaledGemmPlan -------------------------------------------------------------
 
@@ -284,8 +284,8 @@ BlockScaledGemmPlan::BlockScaledGemmPlan(const Exec& e, const Fp8Matrix& a, cons
   GTP_CHECK(e.is_cuda() && e.blas != nullptr, op, ": a CUDA Exec with a BlasContext only");
   GTP_CHECK(max_algos >= 1, op, ": max_algos must be at least 1, got ", max_algos);
   const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
-  GTP_CHECK(M > 0 && N > 0 && K > 0 && b.q.dim(1) == K && y.shape() == Shape({M, N}), op,
-            ": a ", a.q.ToString(), ", b ", b.q.ToString(), ", y ", y.ToString(),
+  GTP_CHECK(M > 0 && N > 0 && K > 0 && b.q.dim(1) == K && y.shape() == Shape({M, N}), op, ": a ",
+            a.q.ToString(), ", b ", b.q.ToString(), ", y ", y.ToString(),
             " do not form a non-empty y = a·bᵀ");
   const auto [a_scales, b_scales] = PlanScales(e, a, b, op);
   state_->call = NewCall(a, b, y, nullptr, a_scales, b_scales);
@@ -293,10 +293,10 @@ BlockScaledGemmPlan::BlockScaledGemmPlan(const Exec& e, const Fp8Matrix& a, cons
   state_->la = a.layout, state_->lb = b.layout, state_->y_type = y.dtype();
   state_->algos.resize(static_cast<size_t>(max_algos));
   int found = 0;
-  const cublasStatus_t hs = LtAlgos(
-      static_cast<cublasLtHandle_t>(e.blas->lt_handle()), *state_->call, e.blas->workspace_bytes(),
-      LtAlignment(b.q.raw_data()), LtAlignment(a.q.raw_data()), LtAlignment(y.raw_data()),
-      max_algos, state_->algos.data(), &found);
+  const cublasStatus_t hs =
+      LtAlgos(static_cast<cublasLtHandle_t>(e.blas->lt_handle()), *state_->call,
+              e.blas->workspace_bytes(), LtAlignment(b.q.raw_data()), LtAlignment(a.q.raw_data()),
+              LtAlignment(y.raw_data()), max_algos, state_->algos.data(), &found);
   CheckFound(op, hs, found, a, b, y, false);
   state_->algos.resize(static_cast<size_t>(found));
 }
@@ -315,11 +315,10 @@ std::string BlockScaledGemmPlan::Describe(int k) const {
     cublasLtMatmulAlgoConfigGetAttribute(&r.algo, attr, &v, sizeof(v), &written);
     return v;
   };
-  return absl::StrCat("id ", get(CUBLASLT_ALGO_CONFIG_ID), " tile ",
-                      get(CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
-                      get(CUBLASLT_ALGO_CONFIG_STAGES_ID), " splitK ",
-                      get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " reduction ",
-                      get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), " waves ", r.wavesCount);
+  return absl::StrCat(
+      "id ", get(CUBLASLT_ALGO_CONFIG_ID), " tile ", get(CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
+      get(CUBLASLT_ALGO_CONFIG_STAGES_ID), " splitK ", get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+      " reduction ", get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), " waves ", r.wavesCount);
 }
 
 void BlockScaledGemmPlan::Run(const Exec& e, int k, const Fp8Matrix& a, const Fp8Matrix& b,
@@ -336,6 +335,57 @@ void BlockScaledGemmPlan::Run(const Exec& e, int k, const Fp8Matrix& a, const Fp
   const auto [a_scales, b_scales] = PlanScales(e, a, b, op);
   internal::Run(e, *state_->call, state_->algos[static_cast<size_t>(k)].algo, a, b, y, beta,
                 nullptr, a_scales, b_scales, op);
+}
+
+// ---- BlockScaledEpilogueAlgos ---------------------------------------------------------
+
+int BlockScaledEpilogueAlgos(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                             Fp8ProbeEpilogue epilogue, const Tensor& aux, const Tensor& bias) {
+  const char* op = "fp8::BlockScaledEpilogueAlgos";
+  GTP_CHECK(e.is_cuda() && e.blas != nullptr, op, ": a CUDA Exec with a BlasContext only");
+  const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
+  GTP_CHECK(M > 0 && N > 0 && K > 0 && b.q.dim(1) == K && y.shape() == Shape({M, N}), op, ": a ",
+            a.q.ToString(), ", b ", b.q.ToString(), ", y ", y.ToString(),
+            " do not form a non-empty y = a·bᵀ");
+  const bool gelu = epilogue == Fp8ProbeEpilogue::kGeluAuxBias;
+  GTP_CHECK(y.dtype() == DType::kBF16 && aux.defined() && aux.shape() == y.shape() &&
+                aux.dtype() == DType::kBF16,
+            op, ": a bf16 y and a bf16 aux of its shape; got y ", y.ToString(), ", aux ",
+            aux.defined() ? aux.ToString() : "none");
+  GTP_CHECK(gelu == (bias.defined() && bias.dtype() == DType::kBF16 && bias.shape() == Shape({N})),
+            op, ": GELU_AUX_BIAS takes a bf16 bias [N], DGELU none");
+  const auto [a_scales, b_scales] = PlanScales(e, a, b, op);
+  const std::unique_ptr<LtCall> call = NewCall(a, b, y, nullptr, a_scales, b_scales);
+  const cublasLtEpilogue_t epi = gelu ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_DGELU;
+  GTP_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  const cudaDataType_t bf16 = CUDA_R_16BF;
+  if (bias.defined()) {
+    const void* ptr = bias.raw_data();
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bf16, sizeof(bf16)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &ptr, sizeof(ptr)));
+  }
+  {
+    // Column-major D is [N, M] with leading dimension N; the aux the same.
+    const void* ptr = aux.raw_data();
+    const int64_t ld = N;
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        call->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ptr, sizeof(ptr)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(call->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ld, sizeof(ld)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        call->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &bf16, sizeof(bf16)));
+  }
+  constexpr int kMax = 8;
+  cublasLtMatmulHeuristicResult_t results[kMax] = {};
+  int found = 0;
+  const cublasStatus_t hs =
+      LtAlgos(static_cast<cublasLtHandle_t>(e.blas->lt_handle()), *call, e.blas->workspace_bytes(),
+              LtAlignment(b.q.raw_data()), LtAlignment(a.q.raw_data()), LtAlignment(y.raw_data()),
+              kMax, results, &found);
+  return hs == CUBLAS_STATUS_SUCCESS ? found : 0;
 }
 
 }  // namespace gtp::kernels::fp8

@@ -43,9 +43,9 @@ TEST(E4M3, EveryCodeDecodesToItsDefinitionAndEncodesBack) {
   EXPECT_EQ(E4M3BitsToF32(0x7e), 448.0f);
   EXPECT_EQ(E4M3BitsToF32(0xfe), -448.0f);
   EXPECT_EQ(E4M3BitsToF32(0x38), 1.0f);
-  EXPECT_EQ(E4M3BitsToF32(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(E4M3BitsToF32(0x08), std::ldexp(1.0f, -6));      // smallest normal
   EXPECT_EQ(E4M3BitsToF32(0x07), 7 * std::ldexp(1.0f, -9));  // largest subnormal
-  EXPECT_EQ(E4M3BitsToF32(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(E4M3BitsToF32(0x01), std::ldexp(1.0f, -9));      // smallest subnormal
   EXPECT_EQ(E4M3BitsToF32(0x77), 240.0f);
 }
 
@@ -124,9 +124,9 @@ TEST(E4M3, MatchesTheReferenceOverASweepOfF32) {
 // The scalar rules of block_scale.h.
 TEST(BlockScale, ScaleRule) {
   auto bits = [](float f) { return FloatBits(f) & 0x7fffffffu; };
-  EXPECT_EQ(Fp8BlockScale(0), 1.0f);                  // an all-zero block
-  EXPECT_EQ(Fp8BlockScale(bits(448.0f)), 1.0f);       // exact
-  EXPECT_EQ(Fp8BlockScale(bits(7.0f)), 7.0f / 448.0f);  // one f32 division
+  EXPECT_EQ(Fp8BlockScale(0), 1.0f);                            // an all-zero block
+  EXPECT_EQ(Fp8BlockScale(bits(448.0f)), 1.0f);                 // exact
+  EXPECT_EQ(Fp8BlockScale(bits(7.0f)), 7.0f / 448.0f);          // one f32 division
   EXPECT_EQ(Fp8BlockScale(bits(1.0f)), 0.002232142857142857f);  // 1/448 rounded to f32
   EXPECT_TRUE(std::isnan(Fp8BlockScale(bits(kInf))));
   EXPECT_TRUE(std::isnan(Fp8BlockScale(0x7fc00000u)));
@@ -182,9 +182,10 @@ TEST(BlockScale, QuotientByTheReciprocalIsTheDivision) {
     return static_cast<uint32_t>(st >> 32);
   };
   for (int i = 0; i < (1 << 21); ++i) {
-    const float amax = std::ldexp(1.0f + (next() >> 9) * 0x1p-23f, static_cast<int>(next() % 200) - 70);
-    const float x = (next() & 1 ? -amax : amax) * std::ldexp(1.0f + (next() >> 9) * 0x1p-23f,
-                                                               -static_cast<int>(next() % 40) - 1);
+    const float amax =
+        std::ldexp(1.0f + (next() >> 9) * 0x1p-23f, static_cast<int>(next() % 200) - 70);
+    const float x = (next() & 1 ? -amax : amax) *
+                    std::ldexp(1.0f + (next() >> 9) * 0x1p-23f, -static_cast<int>(next() % 40) - 1);
     check(x, Fp8BlockScale(FloatBits(amax) & 0x7fffffffu));
   }
   EXPECT_GT(checked, 10000000);
