@@ -189,11 +189,13 @@ __global__ void NormBackwardPartialKernel(const T* __restrict__ dy, const T* __r
   }
 }
 
-// Pass 2: dw[c] += Σ_p partial_w[p, c] (and db likewise). A block takes 32
-// columns; its 8 warps each add the chunks p ≡ warp (mod 8) in increasing p
-// (coalesced rows of partials, several loads in flight), then warp 0 adds
-// the 8 sums in warp order: a fixed order for a given chunk count.
-constexpr int kFinalCols = 32;
+// Pass 2: dw[c] += Σ_p partial_w[p, c] (and db likewise). A block takes 8
+// columns (C / 8 blocks: a 768-wide norm spreads over 96 SMs, not 24); its
+// 32 thread groups each add the chunks p ≡ group (mod 32) in increasing p,
+// kBatch of them loaded before any is added (loads in flight together), then
+// group 0 adds the 32 sums in group order: a fixed order for a given chunk
+// count.
+constexpr int kFinalCols = 8;
 constexpr int kFinalGroups = kColThreads / kFinalCols;
 
 __global__ void __launch_bounds__(kColThreads)
@@ -205,8 +207,22 @@ __global__ void __launch_bounds__(kColThreads)
   const int64_t c = blockIdx.x * int64_t{kFinalCols} + cx;
   float aw = 0.0f, ab = 0.0f;
   if (c < C) {
-#pragma unroll 8
-    for (int64_t p = gy; p < chunks; p += kFinalGroups) {
+    constexpr int kBatch = 8;
+    int64_t p = gy;
+    for (; p + (kBatch - 1) * kFinalGroups < chunks; p += kBatch * kFinalGroups) {
+      float pw[kBatch], pb[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        pw[k] = partial_w[(p + k * kFinalGroups) * C + c];
+        pb[k] = partial_b != nullptr ? partial_b[(p + k * kFinalGroups) * C + c] : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        aw += pw[k];
+        ab += pb[k];
+      }
+    }
+    for (; p < chunks; p += kFinalGroups) {
       aw += partial_w[p * C + c];
       if (partial_b != nullptr) ab += partial_b[p * C + c];
     }
