@@ -123,7 +123,18 @@ __global__ void ColumnPartialKernel(V value, float* __restrict__ partial, int64_
   float acc = 0.0f;
   if (col < cols) {
     const auto column = value.Column(col);
-    for (int64_t r = r0 + ry; r < r1; r += kColRowThreads) acc += column(r);
+    // kBatch rows read before any is added (their loads in flight together),
+    // then added in row order: the sums of the one-at-a-time loop.
+    constexpr int kBatch = 8;
+    int64_t r = r0 + ry;
+    for (; r + (kBatch - 1) * kColRowThreads < r1; r += kBatch * kColRowThreads) {
+      float v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) v[k] = column(r + k * kColRowThreads);
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) acc += v[k];
+    }
+    for (; r < r1; r += kColRowThreads) acc += column(r);
   }
   red[ry][cx] = acc;
   __syncthreads();
@@ -140,7 +151,16 @@ __global__ void ColumnFinishKernel(const float* __restrict__ partial, int64_t sl
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
        c += int64_t{gridDim.x} * blockDim.x) {
     float s = 0.0f;
-    for (int64_t k = 0; k < slabs; ++k) s += partial[k * cols + c];
+    constexpr int kBatch = 8;  // loads in flight; the adds in slab order
+    int64_t k = 0;
+    for (; k + kBatch <= slabs; k += kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = partial[(k + j) * cols + c];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) s += v[j];
+    }
+    for (; k < slabs; ++k) s += partial[k * cols + c];
     out(c, s);
   }
 }
