@@ -5,6 +5,8 @@
 // norm weight grads, biases) in two fixed-order passes over row slabs.
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/ssm/mamba_ops_cuda.h"
 
@@ -90,8 +92,149 @@ __global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __rest
   }
 }
 
+// The same three conv kernels by runs: a thread takes channel c of kConvRun
+// consecutive steps of one sequence, loads the window of x (or g) those
+// outputs read once and keeps the kernel's K ≤ kConvMaxK taps in registers
+// (kK a template parameter), and does its index divisions once per run —
+// the kernels above divide three times and load K inputs per output. Each
+// output adds the same products in the same order (bias, then k = 0 … K−1
+// for the forward; k = 0 … K−1 for dx), so the same bits. int32 indices
+// (the launchers take these where ConvIndex32 holds and K ≤ kConvMaxK).
+constexpr int kConvRun = 8, kConvMaxK = 4;
+
+// Runs of (b, run, c) with c fastest (coalesced across a warp).
+struct ConvRun {
+  int32_t b, t0, c;
+  __device__ ConvRun(int32_t i, int32_t T, int32_t Ch) {
+    const int32_t runs = (T + kConvRun - 1) / kConvRun;
+    c = i % Ch;
+    const int32_t rest = i / Ch;
+    t0 = (rest % runs) * kConvRun;
+    b = rest / runs;
+  }
+};
+
+// pre[t0 + j] for j < kConvRun (steps past T left as they are).
+template <int kK>
+__device__ __forceinline__ void ConvRunPre(const float* __restrict__ x, const float* __restrict__ w,
+                                           const float* __restrict__ bias, int32_t T, int32_t Ch,
+                                           const ConvRun& r, float pre[kConvRun]) {
+  float win[kConvRun + kK - 1];  // x at steps t0 − (kK−1) … t0 + kConvRun − 1
+#pragma unroll
+  for (int j = 0; j < kConvRun + kK - 1; ++j) {
+    const int32_t s = r.t0 - (kK - 1) + j;
+    win[j] = s >= 0 && s < T ? x[(r.b * T + s) * Ch + r.c] : 0.0f;
+  }
+  float wk[kK];
+#pragma unroll
+  for (int k = 0; k < kK; ++k) wk[k] = w[r.c * kK + k];
+  const float b0 = bias[r.c];
+#pragma unroll
+  for (int j = 0; j < kConvRun; ++j) {
+    float acc = b0;
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      if (r.t0 + j - (kK - 1) + k >= 0) acc += wk[k] * win[j + k];  // as ConvAt skips s < 0
+    }
+    pre[j] = acc;
+  }
+}
+
+template <int kK>
+__global__ void ConvForwardRunKernel(const float* __restrict__ x, const float* __restrict__ w,
+                                     const float* __restrict__ bias, float* __restrict__ y,
+                                     int32_t B, int32_t T, int32_t Ch, bool silu) {
+  const int32_t items = B * ((T + kConvRun - 1) / kConvRun) * Ch;
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
+    const ConvRun r(i, T, Ch);
+    float pre[kConvRun];
+    ConvRunPre<kK>(x, w, bias, T, Ch, r, pre);
+#pragma unroll
+    for (int j = 0; j < kConvRun; ++j) {
+      if (r.t0 + j < T) y[(r.b * T + r.t0 + j) * Ch + r.c] = silu ? Silu(pre[j]) : pre[j];
+    }
+  }
+}
+
+template <int kK>
+__global__ void ConvPreGradRunKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                     const float* __restrict__ w, const float* __restrict__ bias,
+                                     float* __restrict__ gpre, int32_t B, int32_t T, int32_t Ch,
+                                     bool silu) {
+  const int32_t items = B * ((T + kConvRun - 1) / kConvRun) * Ch;
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
+    const ConvRun r(i, T, Ch);
+    float pre[kConvRun];
+    if (silu) ConvRunPre<kK>(x, w, bias, T, Ch, r, pre);
+#pragma unroll
+    for (int j = 0; j < kConvRun; ++j) {
+      if (r.t0 + j >= T) continue;
+      const int32_t at = (r.b * T + r.t0 + j) * Ch + r.c;
+      float v = dy[at];
+      if (silu) v *= SiluGrad(pre[j]);
+      gpre[at] = v;
+    }
+  }
+}
+
+// dx[b, s, c] = Σ_k g[b, s + K − 1 − k, c]·w[c, k] over t = s + K − 1 − k < T.
+template <int kK>
+__global__ void ConvDxRunKernel(const float* __restrict__ gpre, const float* __restrict__ w,
+                                float* __restrict__ dx, int32_t B, int32_t T, int32_t Ch) {
+  const int32_t items = B * ((T + kConvRun - 1) / kConvRun) * Ch;
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
+    const ConvRun r(i, T, Ch);
+    float win[kConvRun + kK - 1];  // g at steps s0 … s0 + kConvRun + kK − 2
+#pragma unroll
+    for (int j = 0; j < kConvRun + kK - 1; ++j) {
+      const int32_t t = r.t0 + j;
+      win[j] = t < T ? gpre[(r.b * T + t) * Ch + r.c] : 0.0f;
+    }
+    float wk[kK];
+#pragma unroll
+    for (int k = 0; k < kK; ++k) wk[k] = w[r.c * kK + k];
+#pragma unroll
+    for (int j = 0; j < kConvRun; ++j) {
+      if (r.t0 + j >= T) continue;
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        if (r.t0 + j + (kK - 1) - k < T) acc += win[j + (kK - 1) - k] * wk[k];
+      }
+      dx[(r.b * T + r.t0 + j) * Ch + r.c] = acc;
+    }
+  }
+}
+
+// f(std::integral_constant<int, K>) for K ∈ [1, kConvMaxK] (ConvRuns holds).
+template <typename F>
+void WithConvK(int64_t K, F&& f) {
+  switch (K) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, kConvMaxK>{});
+  }
+}
+static_assert(kConvMaxK == 4, "WithConvK lists 1 … kConvMaxK");
+
+// Launch size for the run kernels: one thread a run.
+unsigned ConvRunGrid(int64_t B, int64_t T, int64_t Ch) {
+  return GridFor(B * CeilDiv(T, kConvRun) * Ch, kThreads);
+}
+
 // Whether a conv of `total` elements takes 32-bit indices.
 bool ConvIndex32(int64_t total) { return total <= (int64_t{1} << 30); }
+
+// Whether the run kernels take a conv: K ≤ kConvMaxK taps and 32-bit indices
+// (with a run's overhang); else the per-output kernels.
+bool ConvRuns(int64_t B, int64_t T, int64_t Ch, int64_t K) {
+  return K >= 1 && K <= kConvMaxK && ConvIndex32(B * (T + kConvRun) * Ch);
+}
 
 // Column sums of a [rows, cols] matrix of values in two fixed-order passes
 // (one block per column over 8192 rows is serial and starves the GPU):
@@ -190,7 +333,7 @@ struct ConvGradValue {
   const float* __restrict__ x;
   int64_t T, Ch, K;
   struct Col {
-    const float* __restrict__ g;  // &gpre[0, c]
+    const float* __restrict__ g;   // &gpre[0, c]
     const float* __restrict__ xc;  // &x[0, c]
     int64_t Ch;
     int32_t T, shift;  // shift = k − (K − 1) ≤ 0: x's row is r + shift
@@ -223,8 +366,7 @@ struct ConvGradOut {
 };
 
 template <class V, class O>
-void ColumnReduce(V value, O out, float* partial, int64_t rows, int64_t cols,
-                  cudaStream_t stream) {
+void ColumnReduce(V value, O out, float* partial, int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t slabs = ColumnSlabs(rows);
   if (cols == 0 || slabs == 0) return;  // adding nothing
   GTP_CU_REQUIRE(rows < (int64_t{1} << 31), "column sums over %lld rows (at most 2^31 - 1)",
@@ -249,8 +391,7 @@ __global__ void SoftplusForwardKernel(const float* __restrict__ raw, const float
   }
 }
 
-__global__ void SoftplusBackwardKernel(const float* __restrict__ ddt,
-                                       const float* __restrict__ raw,
+__global__ void SoftplusBackwardKernel(const float* __restrict__ ddt, const float* __restrict__ raw,
                                        const float* __restrict__ bias, float* __restrict__ draw,
                                        int64_t N, int64_t H) {
   const int64_t total = N * H;
@@ -303,8 +444,7 @@ __global__ void GatedRmsNormForwardKernel(const float* __restrict__ x, const flo
 
 // dg = r·w·dy − g·r³·mean(w·dy·g); dx = dg·silu(z), dz = dg·x·silu'(z).
 __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
-                                           const float* __restrict__ x,
-                                           const float* __restrict__ z,
+                                           const float* __restrict__ x, const float* __restrict__ z,
                                            const float* __restrict__ w,
                                            const float* __restrict__ rstd, float* __restrict__ dx,
                                            float* __restrict__ dz, int64_t N, int64_t Ch,
@@ -361,13 +501,19 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
                          int64_t T, int64_t Ch, int64_t K, bool silu, cudaStream_t stream) {
   const int64_t total = B * T * Ch;
   if (total == 0) return;
-  if (ConvIndex32(total)) {
+  if (ConvRuns(B, T, Ch, K)) {
+    WithConvK(K, [&](auto kk) {
+      ConvForwardRunKernel<decltype(kk)::value><<<ConvRunGrid(B, T, Ch), kThreads, 0, stream>>>(
+          x, w, bias, y, static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
+          silu);
+    });
+  } else if (ConvIndex32(total)) {
     ConvForwardKernel<int32_t><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
         x, w, bias, y, static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
         static_cast<int32_t>(K), silu);
   } else {
-    ConvForwardKernel<int64_t><<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, w, bias, y, B,
-                                                                                T, Ch, K, silu);
+    ConvForwardKernel<int64_t>
+        <<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, w, bias, y, B, T, Ch, K, silu);
   }
   GTP_CU_LAUNCH_CHECK();
 }
@@ -377,23 +523,33 @@ int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int6
 }
 
 void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
-                          bool silu, float* dx, float* dw, float* dbias, float* scratch,
-                          int64_t B, int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
+                          bool silu, float* dx, float* dw, float* dbias, float* scratch, int64_t B,
+                          int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
   const int64_t total = B * T * Ch;
   if (total == 0) return;
   float* gpre = scratch;
   float* partial = scratch + total;
   const unsigned grid = GridFor(total, kThreads);
-  if (ConvIndex32(total)) {
+  if (ConvRuns(B, T, Ch, K)) {
+    const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
+                  ch = static_cast<int32_t>(Ch);
+    WithConvK(K, [&](auto kk) {
+      constexpr int kK = decltype(kk)::value;
+      ConvPreGradRunKernel<kK>
+          <<<ConvRunGrid(B, T, Ch), kThreads, 0, stream>>>(dy, x, w, bias, gpre, b, t, ch, silu);
+      GTP_CU_LAUNCH_CHECK();
+      ConvDxRunKernel<kK><<<ConvRunGrid(B, T, Ch), kThreads, 0, stream>>>(gpre, w, dx, b, t, ch);
+    });
+  } else if (ConvIndex32(total)) {
     const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
                   ch = static_cast<int32_t>(Ch), k = static_cast<int32_t>(K);
-    ConvPreGradKernel<int32_t><<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, b, t, ch, k,
-                                                              silu);
+    ConvPreGradKernel<int32_t>
+        <<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, b, t, ch, k, silu);
     GTP_CU_LAUNCH_CHECK();
     ConvDxKernel<int32_t><<<grid, kThreads, 0, stream>>>(gpre, w, dx, b, t, ch, k);
   } else {
-    ConvPreGradKernel<int64_t><<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, B, T, Ch, K,
-                                                              silu);
+    ConvPreGradKernel<int64_t>
+        <<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, B, T, Ch, K, silu);
     GTP_CU_LAUNCH_CHECK();
     ConvDxKernel<int64_t><<<grid, kThreads, 0, stream>>>(gpre, w, dx, B, T, Ch, K);
   }
@@ -413,11 +569,10 @@ void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t
 int64_t SoftplusBiasBackwardScratchFloats(int64_t N, int64_t H) { return ColumnSlabs(N) * H; }
 
 void SoftplusBiasBackward(const float* ddt, const float* raw, const float* bias, float* draw,
-                          float* dbias, float* scratch, int64_t N, int64_t H,
-                          cudaStream_t stream) {
+                          float* dbias, float* scratch, int64_t N, int64_t H, cudaStream_t stream) {
   if (N * H == 0) return;
-  SoftplusBackwardKernel<<<GridFor(N * H, kThreads), kThreads, 0, stream>>>(ddt, raw, bias, draw,
-                                                                            N, H);
+  SoftplusBackwardKernel<<<GridFor(N * H, kThreads), kThreads, 0, stream>>>(ddt, raw, bias, draw, N,
+                                                                            H);
   GTP_CU_LAUNCH_CHECK();
   ColumnReduce(PlainValue{draw, H}, AddOut{dbias}, scratch, N, H, stream);
 }
