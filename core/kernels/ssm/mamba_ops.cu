@@ -470,6 +470,97 @@ __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
   }
 }
 
+// The same two kernels for wide groups (kRowNormMin ≤ group ≤ kThreads·
+// kRowNormPer; the hybrid's is d_inner / n_groups = 1536): a block per
+// (n, group) item, each thread keeping its ≤ kRowNormPer elements in
+// registers from the reduction to the writes. The warp-per-item kernels
+// above read x, z (and dy) twice, and at a group of 1536 the second read
+// misses L2 (the live items' data exceed it). The sums are a block's (lane-
+// strided per thread, then the warps' in warp order): a fixed order.
+constexpr int kRowNormPer = 8;
+constexpr int64_t kRowNormMin = 256;
+
+// Σ v over the block, the same value in every thread (red: kWarpsPerBlock
+// floats of shared memory; all threads must call).
+__device__ __forceinline__ float BlockSum(float v, float* red) {
+  v = WarpSum(v);
+  if (threadIdx.x % kWarpSize == 0) red[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  float t = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWarpsPerBlock; ++k) t += red[k];
+  __syncthreads();  // red is read by all before the next call writes it
+  return t;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    GatedRmsNormForwardRowKernel(const float* __restrict__ x, const float* __restrict__ z,
+                                 const float* __restrict__ w, float* __restrict__ y,
+                                 float* __restrict__ rstd, int64_t N, int64_t Ch, int64_t group,
+                                 float eps) {
+  __shared__ float red[kWarpsPerBlock];
+  const int64_t Gs = Ch / group;
+  for (int64_t item = blockIdx.x; item < N * Gs; item += gridDim.x) {  // uniform over the block
+    const int64_t n = item / Gs, gi = item % Gs, base = n * Ch + gi * group;
+    float g[kRowNormPer];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      g[k] = j < group ? x[base + j] * Silu(z[base + j]) : 0.0f;
+      ss += g[k] * g[k];
+    }
+    ss = BlockSum(ss, red);
+    const float r = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
+    if (threadIdx.x == 0) rstd[item] = r;
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      if (j < group) y[base + j] = g[k] * r * w[gi * group + j];
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    GatedRmsNormBackwardRowKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                  const float* __restrict__ z, const float* __restrict__ w,
+                                  const float* __restrict__ rstd, float* __restrict__ dx,
+                                  float* __restrict__ dz, int64_t N, int64_t Ch, int64_t group) {
+  __shared__ float red[kWarpsPerBlock];
+  const int64_t Gs = Ch / group;
+  for (int64_t item = blockIdx.x; item < N * Gs; item += gridDim.x) {  // uniform over the block
+    const int64_t n = item / Gs, gi = item % Gs, base = n * Ch + gi * group;
+    const float r = rstd[item];
+    float xv[kRowNormPer], zv[kRowNormPer], dyv[kRowNormPer];
+    float dot = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      xv[k] = zv[k] = dyv[k] = 0.0f;
+      if (j < group) {
+        xv[k] = x[base + j], zv[k] = z[base + j], dyv[k] = dy[base + j];
+        dot += w[gi * group + j] * dyv[k] * (xv[k] * Silu(zv[k]));
+      }
+    }
+    const float m = BlockSum(dot, red) / static_cast<float>(group);
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      if (j >= group) continue;
+      const float zi = zv[k], xi = xv[k], si = Silu(zi);
+      const float g = xi * si;
+      const float dg = r * w[gi * group + j] * dyv[k] - g * r * r * r * m;
+      dx[base + j] = dg * si;
+      dz[base + j] = dg * xi * SiluGrad(zi);
+    }
+  }
+}
+
+bool RowNorm(int64_t group) { return group >= kRowNormMin && group <= kThreads * kRowNormPer; }
+unsigned RowNormGrid(int64_t items) {
+  return static_cast<unsigned>(items < (int64_t{1} << 20) ? items : (int64_t{1} << 20));
+}
+
 // dw's terms: dy[n, c]·g[n, c]·rstd[n, c / group], column c, row n.
 struct RmsDwValue {
   const float* __restrict__ dy;
@@ -594,8 +685,13 @@ void GatedRmsNormForward(const float* x, const float* z, const float* w, float* 
                          int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream) {
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
-  GatedRmsNormForwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
-                              stream>>>(x, z, w, y, rstd, N, Ch, group, eps);
+  if (RowNorm(group)) {
+    GatedRmsNormForwardRowKernel<<<RowNormGrid(items), kThreads, 0, stream>>>(x, z, w, y, rstd, N,
+                                                                              Ch, group, eps);
+  } else {
+    GatedRmsNormForwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
+                                stream>>>(x, z, w, y, rstd, N, Ch, group, eps);
+  }
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -606,8 +702,13 @@ void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const
                           int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
-  GatedRmsNormBackwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
-                               stream>>>(dy, x, z, w, rstd, dx, dz, N, Ch, group);
+  if (RowNorm(group)) {
+    GatedRmsNormBackwardRowKernel<<<RowNormGrid(items), kThreads, 0, stream>>>(
+        dy, x, z, w, rstd, dx, dz, N, Ch, group);
+  } else {
+    GatedRmsNormBackwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
+                                 stream>>>(dy, x, z, w, rstd, dx, dz, N, Ch, group);
+  }
   GTP_CU_LAUNCH_CHECK();
   ColumnReduce(RmsDwValue{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);
 }

@@ -269,7 +269,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormGpuTest,
                          ::testing::Values(NormCase{37, 96, 32}, NormCase{37, 96, 48},
                                            NormCase{5, 96, 96}, NormCase{64, 256, 256},
                                            NormCase{3, 12, 4},
-                                           NormCase{600, 64, 32}));  // 3 column slabs
+                                           NormCase{600, 64, 32},  // 3 column slabs
+                                           // the block-per-item kernels (group >= 256), at
+                                           // the hybrid's group of 1536 and past a multiple
+                                           // of 256
+                                           NormCase{16, 3072, 1536}, NormCase{7, 600, 300}));
 
 // ---------------------------------------------------------------- SSD scan
 
