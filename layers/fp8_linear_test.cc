@@ -1,7 +1,8 @@
 // The parallel linears with FP8 GEMMs (LinearConfig::fp8, train.precision=
 // fp8) on the CPU reference path: a Column(GELU-fused)→Row pair in bf16
 // parameters against an unsharded double-precision reference, on one rank
-// and sharded (TP 2 × GTP 2 with SP; GTP 2). Also what Create refuses.
+// and sharded (TP 2 × GTP 2 with SP; GTP 2), and that the backward gathers
+// no weight (it reads the forward's Wᵀ codes). Also what Create refuses.
 //
 // Tolerances. Each FP8 GEMM quantises both operands to e4m3 (3 mantissa
 // bits): for Gaussian data a relative RMS error of about 2.5 % per element
@@ -65,7 +66,8 @@ Tensor Bf16(HeapAllocator& a, const Mat& m, int64_t row0, int64_t rows, int64_t 
             int64_t ld) {
   Tensor f = Tensor::Empty({rows, cols}, DType::kF32, a);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) f.data<float>()[r * cols + c] = m[(row0 + r) * ld + col0 + c];
+    for (int64_t c = 0; c < cols; ++c)
+      f.data<float>()[r * cols + c] = m[(row0 + r) * ld + col0 + c];
   Tensor b = Tensor::Empty({rows, cols}, DType::kBF16, a);
   ops::Cast(kernels::Exec::Cpu(a), f, b);
   return b;
@@ -108,19 +110,20 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
   // Multiples of 16 (cuBLASLt's rule, kept on the CPU too); hidden spans two
   // 128-tiles per TP rank at TP 2, and out one partial tile.
   const int64_t N = 64, in = 160, hidden = 512, out = 144;
-  const Mat W1 = GlobalWeight("fc.weight", hidden, in), W2 = GlobalWeight("proj.weight", out, hidden);
+  const Mat W1 = GlobalWeight("fc.weight", hidden, in),
+            W2 = GlobalWeight("proj.weight", out, hidden);
   // The same x and dy on every GTP lane, so the GTP-averaged weight gradients
   // equal one lane's.
   const Mat x = Normal(KeyFromName("x"), N * in, 1.0), dy = Normal(KeyFromName("dy"), N * out, 1.0);
   const Mat pre = Product(x, in, 1, W1, in, 1, N, hidden, in);  // x·W1ᵀ
   Mat h(pre.size()), dh(pre.size());
   for (size_t i = 0; i < pre.size(); ++i) h[i] = Gelu(pre[i]);
-  const Mat y = Product(h, hidden, 1, W2, hidden, 1, N, out, hidden);       // h·W2ᵀ
-  const Mat dhg = Product(dy, out, 1, W2, 1, hidden, N, hidden, out);       // dy·W2
+  const Mat y = Product(h, hidden, 1, W2, hidden, 1, N, out, hidden);  // h·W2ᵀ
+  const Mat dhg = Product(dy, out, 1, W2, 1, hidden, N, hidden, out);  // dy·W2
   for (size_t i = 0; i < pre.size(); ++i) dh[i] = dhg[i] * GeluGrad(pre[i]);
-  const Mat dx = Product(dh, hidden, 1, W1, 1, in, N, in, hidden);          // dh·W1
-  const Mat dW2 = Product(dy, 1, out, h, 1, hidden, out, hidden, N);        // dyᵀ·h
-  const Mat dW1 = Product(dh, 1, hidden, x, 1, in, hidden, in, N);          // dhᵀ·x
+  const Mat dx = Product(dh, hidden, 1, W1, 1, in, N, in, hidden);    // dh·W1
+  const Mat dW2 = Product(dy, 1, out, h, 1, hidden, out, hidden, N);  // dyᵀ·h
+  const Mat dW1 = Product(dh, 1, hidden, x, 1, in, hidden, in, N);    // dhᵀ·x
 
   HeapAllocator host;
   absl::Status st = comm::RunRanks(k.tp * k.gtp, [&](comm::Communicator& world) {
@@ -132,6 +135,7 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
     ASSERT_TRUE(pgs.ok()) << pgs.status();
     const int t = (*pgs->Get("tp"))->rank();
     GtpChain chain(kernels::Exec::Cpu(host), GtpOptions{});
+    chain.set_tracing(true);
     LinearConfig c1{"fc", in, hidden, true, k.sp, kStd, kSeed};
     LinearConfig c2{"proj", hidden, out, true, k.sp, kStd, kSeed};
     for (LinearConfig* c : {&c1, &c2}) c->dtype = DType::kBF16, c->fp8 = true;
@@ -141,7 +145,8 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
     ASSERT_TRUE(l2.ok()) << l2.status();
     const int64_t rows = k.sp ? N / k.tp : N, row0 = k.sp ? t * rows : 0, h_tp = hidden / k.tp;
     Tensor gelu_pre;
-    auto ht = (*l1)->ForwardGelu(Bf16(host, x, row0, rows, 0, in, in), Direction::kForward, &gelu_pre);
+    auto ht =
+        (*l1)->ForwardGelu(Bf16(host, x, row0, rows, 0, in, in), Direction::kForward, &gelu_pre);
     ASSERT_TRUE(ht.ok()) << ht.status();
     auto yt = (*l2)->Forward(*ht);
     ASSERT_TRUE(yt.ok()) << yt.status();
@@ -150,15 +155,25 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
     auto dxt = (*l1)->Backward(*dht);
     ASSERT_TRUE(dxt.ok()) << dxt.status();
     ASSERT_TRUE(chain.FinishBackward().ok());
+    // The backward reads Wᵀ's codes kept by the forward: no weight is
+    // gathered for it (under GTP the forward's gathers are still there).
+    int forward_gathers = 0, backward_gathers = 0;
+    for (const GtpTraceEvent& ev : chain.trace()) {
+      if (ev.kind != GtpTraceEvent::kGatherIssued) continue;
+      (ev.dir == Direction::kForward ? forward_gathers : backward_gathers) += 1;
+    }
+    EXPECT_EQ(forward_gathers, k.gtp > 1 ? 2 : 0);
+    EXPECT_EQ(backward_gathers, 0);
 
     auto expect_fp8_error = [&](const char* what, double err, double lo) {
-      EXPECT_TRUE(err >= lo && err <= 0.08) << what << ": relative error " << err
-                                            << " outside [" << lo << ", 0.08]";
-      std::printf("tp%d gtp%d%s rank t%d %-4s rel. error %.4f\n", k.tp, k.gtp, k.sp ? " sp" : "",
-                  t, what, err);
+      EXPECT_TRUE(err >= lo && err <= 0.08)
+          << what << ": relative error " << err << " outside [" << lo << ", 0.08]";
+      std::printf("tp%d gtp%d%s rank t%d %-4s rel. error %.4f\n", k.tp, k.gtp, k.sp ? " sp" : "", t,
+                  what, err);
     };
     // One quantised GEMM stands behind pre and dh; two behind y and dx.
-    expect_fp8_error("pre", RelError(Values(host, gelu_pre), pre, 0, N, t * h_tp, h_tp, hidden), 0.01);
+    expect_fp8_error("pre", RelError(Values(host, gelu_pre), pre, 0, N, t * h_tp, h_tp, hidden),
+                     0.01);
     expect_fp8_error("y", RelError(Values(host, *yt), y, row0, rows, 0, out, out), 0.01);
     expect_fp8_error("dh", RelError(Values(host, *dht), dh, 0, N, t * h_tp, h_tp, hidden), 0.01);
     expect_fp8_error("dx", RelError(Values(host, *dxt), dx, row0, rows, 0, in, in), 0.01);
@@ -166,7 +181,8 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
     auto shard_error = [&](ShardedParam& p, const Mat& ref, int64_t ref_cols, int64_t row_off,
                            int64_t col_off) {
       const std::vector<double> got = Values(host, p.main_grad());
-      const int64_t n = std::max<int64_t>(0, std::min(p.shard_rows(), p.rows() - p.shard_row_begin()));
+      const int64_t n =
+          std::max<int64_t>(0, std::min(p.shard_rows(), p.rows() - p.shard_row_begin()));
       return RelError(got, ref, row_off + p.shard_row_begin(), n, col_off, p.cols(), ref_cols);
     };
     expect_fp8_error("dW1", shard_error((*l1)->weight(), dW1, in, t * h_tp, 0), 0.01);
@@ -180,7 +196,8 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
     for (int64_t r = row0; r < row0 + rows; ++r) {
       for (int64_t j = 0; j < out; ++j) db2[j] += dy[r * out + j];
     }
-    const double e1 = RelError(Values(host, (*l1)->bias()->grad), db1, 0, 1, t * h_tp, h_tp, hidden);
+    const double e1 =
+        RelError(Values(host, (*l1)->bias()->grad), db1, 0, 1, t * h_tp, h_tp, hidden);
     const double e2 = RelError(Values(host, (*l2)->bias()->grad), db2, 0, 1, 0, out, out);
     EXPECT_TRUE(e1 <= 0.08) << "db1 " << e1;
     EXPECT_TRUE(e2 <= 0.01) << "db2 " << e2;  // bf16 dy only
@@ -210,8 +227,9 @@ TEST(Fp8LinearConfig, RefusesF32ParamsAndShardsNotInSixteens) {
     odd.fp8 = true;
     odd.dtype = DType::kBF16;
     auto b = RowParallelLinear::Create(odd, *pgs, &chain);
-    EXPECT_NE(b.status().message().find("proj: FP8 GEMMs need this rank's weight [out, in] = [64, 24]"),
-              std::string::npos)
+    EXPECT_NE(
+        b.status().message().find("proj: FP8 GEMMs need this rank's weight [out, in] = [64, 24]"),
+        std::string::npos)
         << b.status();
   });
   ASSERT_TRUE(st.ok()) << st;

@@ -72,7 +72,8 @@ absl::Status CheckDivisible(const std::string& what, int64_t n, int tp) {
   if (n % tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, " = ", n,
                                                    " is not divisible by the tensor-parallel "
-                                                   "size ", tp));
+                                                   "size ",
+                                                   tp));
   }
   return absl::OkStatus();
 }
@@ -115,18 +116,34 @@ void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x, c
 // (made here when no forward kept them, e.g. the second of two micro-batches
 // in flight: the weights only change at the optimizer step, so the codes
 // are the same), released after.
-void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy,
-              const Tensor& w, const Tensor& dx, float beta, Fp8Cache* wt) {
+void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy, const Tensor& w,
+              const Tensor& dx, float beta, Fp8Cache* wt) {
   if (!wt->has_value()) *wt = fp8::QuantizeWeightPair(e, w).wt;
   fp8::Fp8LinearBackwardData(e, dyq.Rows(dy), **wt, dx, beta);
   wt->reset();
 }
 
+// The weight a backward needs, gathered: none under fp8 when the forward
+// kept Wᵀ's codes (the dgrad reads those and the wgrad needs no weight), so
+// the backward's GTP gather is skipped — the linears' weights are marked
+// not gathered in backward (ShardedParam::set_gathered_in_backward), so the
+// chain does not prefetch them either. Otherwise (no codes kept: a pipeline
+// schedule's backward after another micro-batch's) Materialize, without
+// that prefetch. *gathered: whether the caller must Release it.
+absl::StatusOr<Tensor> BackwardWeight(GtpChain& chain, ShardedParam& weight, bool fp8,
+                                      const Fp8Cache& wt, bool* gathered) {
+  *gathered = !(fp8 && wt.has_value());
+  if (!*gathered) {
+    chain.Freeze();  // as the first backward materialisation would
+    return Tensor();
+  }
+  return weight.Materialize(Direction::kBackward);
+}
+
 // fp8: dw = dyᵀ·x + beta·dw (dyᵀ's codes from dyq, x's transposed codes
 // from `shared` or made here). The bias gradient came with dyq (Both).
-void Fp8WeightGrad(const kernels::Exec& e, fp8::Fp8SharedInput* shared,
-                   fp8::Fp8SharedInput& dyq, const Tensor& dy, const Tensor& x, const Tensor& dw,
-                   float beta) {
+void Fp8WeightGrad(const kernels::Exec& e, fp8::Fp8SharedInput* shared, fp8::Fp8SharedInput& dyq,
+                   const Tensor& dy, const Tensor& x, const Tensor& dw, float beta) {
   fp8::Fp8SharedInput local(e);
   fp8::Fp8LinearBackwardWeight(e, dyq.Transposed(dy),
                                (shared != nullptr ? shared : &local)->Transposed(x), dw, beta);
@@ -144,13 +161,13 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
   GTP_ASSIGN_OR_RETURN(TpGtpGroups g, TpGtpGroups::From(pgs));
   const int parts = config.fused_parts;
   if (parts < 1 || config.out_features % parts != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(config.name, ".out_features = ",
-                                                   config.out_features, " is not divisible by ",
-                                                   parts, " fused parts"));
+    return absl::InvalidArgumentError(absl::StrCat(config.name,
+                                                   ".out_features = ", config.out_features,
+                                                   " is not divisible by ", parts, " fused parts"));
   }
-  GTP_RETURN_IF_ERROR(CheckDivisible(
-      config.name + (parts == 1 ? ".out_features" : ".out_features / fused_parts"),
-      config.out_features / parts, g.tp->size()));
+  GTP_RETURN_IF_ERROR(
+      CheckDivisible(config.name + (parts == 1 ? ".out_features" : ".out_features / fused_parts"),
+                     config.out_features / parts, g.tp->size()));
   GTP_RETURN_IF_ERROR(CheckFp8(config, config.out_features / g.tp->size(), config.in_features));
   std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
@@ -162,6 +179,7 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
       {config.out_features, config.in_features,
        [=](int64_t r) { return (r / part_tp) * part_rows + t * part_tp + r % part_tp; }, 0},
       config.seed, config.init_std);
+  if (config.fp8) l->weight_->set_gathered_in_backward(false);  // BackwardWeight
   if (config.bias) {
     l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_,
                         l->weight_->global_layout(), g.tp->size() > 1, config.dtype);
@@ -212,7 +230,8 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   const kernels::Exec& e = chain_->exec();
   const int64_t n = x_saved_.numel() / config_.in_features;
   Tensor dy2 = dy.View({n, out_tp_});
-  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
+  bool gathered = false;
+  GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, wt_q_, &gathered));
   GTP_CHECK(!accumulate.defined() || config_.caller_reduces_input_grad, config_.name,
             ": accumulating dx needs caller_reduces_input_grad");
   Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
@@ -233,7 +252,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
   }
-  weight_->Release(Direction::kBackward);
+  if (gathered) weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();
   if (config_.caller_reduces_input_grad) return dx;
@@ -250,7 +269,8 @@ RowParallelLinear::RowParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpCh
 absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
     const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain) {
   GTP_ASSIGN_OR_RETURN(TpGtpGroups g, TpGtpGroups::From(pgs));
-  GTP_RETURN_IF_ERROR(CheckDivisible(config.name + ".in_features", config.in_features, g.tp->size()));
+  GTP_RETURN_IF_ERROR(
+      CheckDivisible(config.name + ".in_features", config.in_features, g.tp->size()));
   GTP_RETURN_IF_ERROR(CheckFp8(config, config.out_features, config.in_features / g.tp->size()));
   std::unique_ptr<RowParallelLinear> l(new RowParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", config.out_features,
@@ -259,10 +279,11 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
                       {config.out_features, config.in_features, [](int64_t r) { return r; },
                        static_cast<int64_t>(g.tp->rank()) * l->in_tp_},
                       config.seed, config.init_std);
+  if (config.fp8) l->weight_->set_gathered_in_backward(false);  // BackwardWeight
   if (config.bias) {
-    l->bias_ = MakeBias(chain->exec(), config.name + ".bias", config.out_features,
-                        {config.out_features, 1, [](int64_t r) { return r; }, 0}, false,
-                        config.dtype);
+    l->bias_ =
+        MakeBias(chain->exec(), config.name + ".bias", config.out_features,
+                 {config.out_features, 1, [](int64_t r) { return r; }, 0}, false, config.dtype);
     l->bias_.grad_needs_tp_sum = config.sequence_parallel && g.tp->size() > 1;
   }
   return l;
@@ -314,7 +335,8 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   }
   const int64_t n = x_saved_.numel() / in_tp_;
   Tensor dy2 = dy_full.View({n, config_.out_features});
-  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(Direction::kBackward));
+  bool gathered = false;
+  GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, wt_q_, &gathered));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
   fp8::Fp8SharedInput dyq(e);
   // fp8: dy's codes for both GEMMs (and db += Σ dy when it is the wgrad's)
@@ -340,7 +362,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   } else {
     WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
   }
-  weight_->Release(Direction::kBackward);
+  if (gathered) weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
   x_saved_ = Tensor();
   return dx;
