@@ -164,6 +164,10 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
     }
     EXPECT_EQ(forward_gathers, k.gtp > 1 ? 2 : 0);
     EXPECT_EQ(backward_gathers, 0);
+    // fc's shards are whole 128-row tiles under GTP (512 / TP / GTP rows):
+    // gathered as FP8 tiles; proj's 144 rows are not.
+    EXPECT_EQ((*l1)->weight().fp8_tiles(), k.gtp > 1);
+    EXPECT_FALSE((*l2)->weight().fp8_tiles());
 
     auto expect_fp8_error = [&](const char* what, double err, double lo) {
       EXPECT_TRUE(err >= lo && err <= 0.08)

@@ -100,41 +100,61 @@ absl::Status CheckFp8(const LinearConfig& c, int64_t out, int64_t in) {
 namespace fp8 = kernels::fp8;
 using Fp8Cache = std::optional<fp8::Fp8Matrix>;
 
+// fp8: the weight's GEMM operands for `dir`: its 128×128 codes — gathered as
+// codes (ShardedParam::fp8_tiles) or quantised from the gathered weight, the
+// same codes either way — and Wᵀ's (TransposeTiles: no second rounding).
+// The caller Releases the weight after the GEMMs that read them.
+absl::StatusOr<fp8::Fp8WeightPair> Fp8Weight(const kernels::Exec& e, ShardedParam& weight,
+                                             Direction dir) {
+  if (weight.fp8_tiles()) {
+    GTP_ASSIGN_OR_RETURN(fp8::Fp8Matrix w, weight.MaterializeFp8(dir));
+    fp8::Fp8Matrix wt = fp8::TransposeWeight(e, w);
+    return fp8::Fp8WeightPair{std::move(w), std::move(wt)};
+  }
+  GTP_ASSIGN_OR_RETURN(Tensor w, weight.Materialize(dir));
+  return fp8::QuantizeWeightPair(e, w);
+}
+
 // fp8: y = x·wᵀ (+ bias in the GEMM's epilogue: y is bf16, as every fp8
 // linear's parameters are), x's codes from `shared` (or made here), and Wᵀ's
 // codes kept in *wt for the backward's dgrad.
-void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x, const Tensor& w,
-                const Tensor& y, const Tensor& bias, Fp8Cache* wt) {
+void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x,
+                fp8::Fp8WeightPair wq, const Tensor& y, const Tensor& bias, Fp8Cache* wt) {
   const kernels::Exec& e = chain.exec();
   fp8::Fp8SharedInput local(e);
-  fp8::Fp8WeightPair wq = fp8::QuantizeWeightPair(e, w);
   fp8::Fp8Linear(e, (shared != nullptr ? shared : &local)->Rows(x), wq.w, y, 0.0f, bias);
   *wt = std::move(wq.wt);
 }
 
-// fp8: dx = dy·w + beta·dx from dy's codes (dyq) and the forward's Wᵀ codes
-// (made here when no forward kept them, e.g. the second of two micro-batches
-// in flight: the weights only change at the optimizer step, so the codes
-// are the same), released after.
-void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy, const Tensor& w,
-              const Tensor& dx, float beta, Fp8Cache* wt) {
-  if (!wt->has_value()) *wt = fp8::QuantizeWeightPair(e, w).wt;
+// fp8: dx = dy·w + beta·dx from dy's codes (dyq) and Wᵀ's codes (*wt:
+// BackwardWeight made sure of them), released after.
+void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy, const Tensor& dx,
+              float beta, Fp8Cache* wt) {
+  GTP_CHECK(wt->has_value(), "fp8 dgrad without Wᵀ's codes");
   fp8::Fp8LinearBackwardData(e, dyq.Rows(dy), **wt, dx, beta);
   wt->reset();
 }
 
-// The weight a backward needs, gathered: none under fp8 when the forward
-// kept Wᵀ's codes (the dgrad reads those and the wgrad needs no weight), so
-// the backward's GTP gather is skipped — the linears' weights are marked
-// not gathered in backward (ShardedParam::set_gathered_in_backward), so the
-// chain does not prefetch them either. Otherwise (no codes kept: a pipeline
-// schedule's backward after another micro-batch's) Materialize, without
-// that prefetch. *gathered: whether the caller must Release it.
-absl::StatusOr<Tensor> BackwardWeight(GtpChain& chain, ShardedParam& weight, bool fp8,
-                                      const Fp8Cache& wt, bool* gathered) {
-  *gathered = !(fp8 && wt.has_value());
-  if (!*gathered) {
+// What a backward needs of the weight. Under fp8 only Wᵀ's codes (the
+// wgrad needs no weight): the forward's, kept in *wt — then the backward's
+// GTP gather is skipped, and the linears' weights are marked not gathered in
+// backward (ShardedParam::set_gathered_in_backward) so the chain does not
+// prefetch them either — or, when no forward kept them (a pipeline
+// schedule's backward after another micro-batch's), made here from a
+// gather. Otherwise the gathered weight. *gathered: whether the caller must
+// Release it.
+absl::StatusOr<Tensor> BackwardWeight(GtpChain& chain, ShardedParam& weight, bool fp8, Fp8Cache* wt,
+                                      bool* gathered) {
+  *gathered = false;
+  if (fp8 && wt->has_value()) {
     chain.Freeze();  // as the first backward materialisation would
+    return Tensor();
+  }
+  *gathered = true;
+  if (fp8) {
+    GTP_ASSIGN_OR_RETURN(fp8::Fp8WeightPair wq,
+                         Fp8Weight(chain.exec(), weight, Direction::kBackward));
+    *wt = std::move(wq.wt);
     return Tensor();
   }
   return weight.Materialize(Direction::kBackward);
@@ -179,7 +199,10 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
       {config.out_features, config.in_features,
        [=](int64_t r) { return (r / part_tp) * part_rows + t * part_tp + r % part_tp; }, 0},
       config.seed, config.init_std);
-  if (config.fp8) l->weight_->set_gathered_in_backward(false);  // BackwardWeight
+  if (config.fp8) {
+    l->weight_->set_gathered_in_backward(false);  // BackwardWeight
+    l->weight_->UseFp8TileGather();               // where its shards are whole tiles
+  }
   if (config.bias) {
     l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_,
                         l->weight_->global_layout(), g.tp->size() > 1, config.dtype);
@@ -209,17 +232,21 @@ absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direct
     x_saved_ = x;
   }
   const int64_t n = x_saved_.numel() / config_.in_features;
-  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
   Tensor y = e.Empty({n, out_tp_}, config_.dtype);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
   if (gelu_pre != nullptr) *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
   if (config_.fp8) {
-    Fp8Forward(*chain_, shared, x2, w, gelu_pre != nullptr ? *gelu_pre : y, bias_.value, &wt_q_);
+    GTP_ASSIGN_OR_RETURN(fp8::Fp8WeightPair wq, Fp8Weight(e, *weight_, dir));
+    Fp8Forward(*chain_, shared, x2, std::move(wq), gelu_pre != nullptr ? *gelu_pre : y, bias_.value,
+               &wt_q_);
     if (gelu_pre != nullptr) ops::GeluForward(e, *gelu_pre, y);
-  } else if (gelu_pre != nullptr) {
-    ops::LinearGelu(e, x2, w, bias_.value, y, *gelu_pre);
   } else {
-    ops::Linear(e, x2, w, y, 0.0f, bias_.value);
+    GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
+    if (gelu_pre != nullptr) {
+      ops::LinearGelu(e, x2, w, bias_.value, y, *gelu_pre);
+    } else {
+      ops::Linear(e, x2, w, y, 0.0f, bias_.value);
+    }
   }
   weight_->Release(dir);
   return y;
@@ -231,7 +258,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   const int64_t n = x_saved_.numel() / config_.in_features;
   Tensor dy2 = dy.View({n, out_tp_});
   bool gathered = false;
-  GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, wt_q_, &gathered));
+  GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, &wt_q_, &gathered));
   GTP_CHECK(!accumulate.defined() || config_.caller_reduces_input_grad, config_.name,
             ": accumulating dx needs caller_reduces_input_grad");
   Tensor dx = accumulate.defined() ? accumulate : e.Empty({n, config_.in_features}, config_.dtype);
@@ -240,7 +267,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   const bool fp8_wgrad = config_.fp8 && config_.fp8_wgrad;
   if (fp8_wgrad) dyq.Both(dy2, bias_.grad);  // dy's codes for both GEMMs and db += Σ dy, one read
   if (config_.fp8) {
-    Fp8Dgrad(e, dyq, dy2, w, dx, dx_beta, &wt_q_);
+    Fp8Dgrad(e, dyq, dy2, dx, dx_beta, &wt_q_);
   } else {
     ops::LinearBackwardData(e, dy2, w, dx, dx_beta);
   }
@@ -279,7 +306,10 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
                       {config.out_features, config.in_features, [](int64_t r) { return r; },
                        static_cast<int64_t>(g.tp->rank()) * l->in_tp_},
                       config.seed, config.init_std);
-  if (config.fp8) l->weight_->set_gathered_in_backward(false);  // BackwardWeight
+  if (config.fp8) {
+    l->weight_->set_gathered_in_backward(false);  // BackwardWeight
+    l->weight_->UseFp8TileGather();               // where its shards are whole tiles
+  }
   if (config.bias) {
     l->bias_ =
         MakeBias(chain->exec(), config.name + ".bias", config.out_features,
@@ -293,15 +323,16 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
   const kernels::Exec& e = chain_->exec();
   x_saved_ = x;
   const int64_t n = x.numel() / in_tp_;
-  GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
   Tensor y = e.Empty({n, config_.out_features}, config_.dtype);
   // The bias is added once: fused into the GEMM without TP, else after the
   // reduction.
   const bool reduced = groups_.tp->size() > 1;
   const Tensor bias = reduced ? Tensor() : bias_.value;
   if (config_.fp8) {
-    Fp8Forward(*chain_, nullptr, x.View({n, in_tp_}), w, y, bias, &wt_q_);
+    GTP_ASSIGN_OR_RETURN(fp8::Fp8WeightPair wq, Fp8Weight(e, *weight_, dir));
+    Fp8Forward(*chain_, nullptr, x.View({n, in_tp_}), std::move(wq), y, bias, &wt_q_);
   } else {
+    GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
     ops::Linear(e, x.View({n, in_tp_}), w, y, 0.0f, bias);
   }
   weight_->Release(dir);
@@ -336,7 +367,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   const int64_t n = x_saved_.numel() / in_tp_;
   Tensor dy2 = dy_full.View({n, config_.out_features});
   bool gathered = false;
-  GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, wt_q_, &gathered));
+  GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, &wt_q_, &gathered));
   Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
   fp8::Fp8SharedInput dyq(e);
   // fp8: dy's codes for both GEMMs (and db += Σ dy when it is the wgrad's)
@@ -345,10 +376,10 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   if (fp8_wgrad) dyq.Both(dy2, bias_from_wgrad ? bias_.grad : Tensor());
   if (config_.fp8 && gelu_pre.defined()) {
     Tensor dgelu = e.Empty({n, in_tp_}, config_.dtype);  // dy·W, before GELU's derivative
-    Fp8Dgrad(e, dyq, dy2, w, dgelu, 0.0f, &wt_q_);
+    Fp8Dgrad(e, dyq, dy2, dgelu, 0.0f, &wt_q_);
     ops::GeluBackward(e, dgelu, gelu_pre.View({n, in_tp_}), dx);
   } else if (config_.fp8) {
-    Fp8Dgrad(e, dyq, dy2, w, dx, 0.0f, &wt_q_);
+    Fp8Dgrad(e, dyq, dy2, dx, 0.0f, &wt_q_);
   } else if (gelu_pre.defined()) {
     ops::LinearBackwardDataDGelu(e, dy2, w, gelu_pre.View({n, in_tp_}), dx);
   } else {

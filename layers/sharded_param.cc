@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/kernels/fp8/block_quant.h"
 #include "core/status.h"
 #include "layers/gtp_wire.h"
 
@@ -12,9 +13,12 @@ namespace ops = kernels::ops;
 
 const char* DirectionName(Direction d) {
   switch (d) {
-    case Direction::kForward: return "forward";
-    case Direction::kBackward: return "backward";
-    case Direction::kRecompute: return "recompute";
+    case Direction::kForward:
+      return "forward";
+    case Direction::kBackward:
+      return "backward";
+    case Direction::kRecompute:
+      return "recompute";
   }
   return "?";
 }
@@ -146,7 +150,24 @@ ShardedParam::ShardedParam(std::string name, int64_t rows, int64_t cols, DType d
 
 int64_t ShardedParam::gather_wire_bytes() const {
   if (gtp_size() == 1) return 0;
+  if (fp8_tiles_) return tile_q_.nbytes() + tile_s_.nbytes();
   return coded() ? wire_.numel() : shard_.nbytes();
+}
+
+bool ShardedParam::UseFp8TileGather() {
+  namespace fp8 = kernels::fp8;
+  if (gtp_size() == 1 || coded() || dtype_ != DType::kBF16 || shard_rows_ % fp8::kFp8Block != 0) {
+    return false;
+  }
+  GTP_CHECK(gather_[0].state == CommState::kNone && gather_[1].state == CommState::kNone &&
+                gather_[2].state == CommState::kNone,
+            name_, ": UseFp8TileGather after a gather was issued");
+  const kernels::Exec& e = chain_->exec();
+  tile_q_ = e.Zeros({shard_rows_, cols_}, DType::kF8E4M3);
+  tile_s_ = e.Zeros(fp8::Fp8ScaleShape(shard_rows_, cols_, fp8::Fp8Layout::kTile128x128));
+  fp8_tiles_ = true;
+  wire_fresh_ = false;
+  return true;
 }
 
 const kernels::Exec& ShardedParam::exec() const { return chain_->exec(); }
@@ -158,15 +179,36 @@ void ShardedParam::set_main_grad_storage(const Tensor& storage) {
             storage.ToString());
   GTP_CHECK(reduce_.state == CommState::kNone && !reduce_.open, name_,
             ": set_main_grad_storage while a gradient reduction is pending");
-  if (storage.raw_data() != main_grad_.raw_data()) ops::CopyInto(chain_->exec(), main_grad_, storage);
+  if (storage.raw_data() != main_grad_.raw_data())
+    ops::CopyInto(chain_->exec(), main_grad_, storage);
   main_grad_ = storage;
 }
 
 absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
   GatherSlot& g = gather_[static_cast<int>(dir)];
   GTP_CHECK(g.state == CommState::kNone, name_, ": gather issued twice in ", DirectionName(dir));
-  g.buffer = chain_->cache().Acquire({padded_rows_, cols_}, dtype_,
-                                     static_cast<BufferCache::Purpose>(dir));
+  const auto purpose = static_cast<BufferCache::Purpose>(dir);
+  if (fp8_tiles_) {
+    namespace fp8 = kernels::fp8;
+    const fp8::Fp8Layout tiles = fp8::Fp8Layout::kTile128x128;
+    if (!wire_fresh_) {  // once per weight update, not per micro-batch
+      fp8::QuantizeBlocks(chain_->exec(), shard_, tiles, tile_q_, tile_s_);
+      wire_fresh_ = true;
+    }
+    g.codes = chain_->cache().Acquire({padded_rows_, cols_}, DType::kF8E4M3, purpose);
+    g.scales = chain_->cache().Acquire(fp8::Fp8ScaleShape(padded_rows_, cols_, tiles), DType::kF32,
+                                       purpose);
+    // The shards are whole tiles: rank r's codes and scales are rows
+    // [r·shard_rows, …) of the codes and [r·shard_rows/128, …) of the scales.
+    GTP_ASSIGN_OR_RETURN(g.work, gtp_->AllGather(tile_q_.raw_data(), g.codes.raw_data(),
+                                                 tile_q_.numel(), DType::kU8));
+    GTP_ASSIGN_OR_RETURN(g.scales_work, gtp_->AllGather(tile_s_.raw_data(), g.scales.raw_data(),
+                                                        tile_s_.numel(), DType::kF32));
+    g.state = CommState::kAsyncWait;
+    chain_->Record(GtpTraceEvent::kGatherIssued, *this, dir, async);
+    return absl::OkStatus();
+  }
+  g.buffer = chain_->cache().Acquire({padded_rows_, cols_}, dtype_, purpose);
   if (coded()) {
     const int64_t w = wire_.numel();
     if (!wire_fresh_) {  // once per weight update, not per micro-batch
@@ -175,10 +217,11 @@ absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
     }
     g.wire = chain_->cache().Acquire({gtp_size() * w}, DType::kU8,
                                      static_cast<BufferCache::Purpose>(dir));
-    GTP_ASSIGN_OR_RETURN(g.work, gtp_->AllGather(wire_.raw_data(), g.wire.raw_data(), w, DType::kU8));
+    GTP_ASSIGN_OR_RETURN(g.work,
+                         gtp_->AllGather(wire_.raw_data(), g.wire.raw_data(), w, DType::kU8));
   } else {
-    GTP_ASSIGN_OR_RETURN(g.work, gtp_->AllGather(shard_.raw_data(), g.buffer.raw_data(),
-                                                 shard_.numel(), dtype_));
+    GTP_ASSIGN_OR_RETURN(
+        g.work, gtp_->AllGather(shard_.raw_data(), g.buffer.raw_data(), shard_.numel(), dtype_));
   }
   g.state = CommState::kAsyncWait;
   chain_->Record(GtpTraceEvent::kGatherIssued, *this, dir, async);
@@ -194,6 +237,14 @@ absl::Status ShardedParam::WaitGather(Direction dir) {
                                                 DirectionName(dir), "): ", st.message()));
   }
   g.work.reset();
+  if (g.scales_work != nullptr) {
+    st = chain_->exposed_.Wait(*g.scales_work, chain_->comm_timeline(), "gather", name_);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("gathering weight ", name_, "'s FP8 scales (",
+                                                  DirectionName(dir), "): ", st.message()));
+    }
+    g.scales_work.reset();
+  }
   if (coded()) {  // each rank's codes and scales → its rows of the gathered weight
     DecodeGatheredWire(codec_, chain_->exec(), g.wire, gtp_size(), g.buffer);
     chain_->cache().Release(g.wire, static_cast<BufferCache::Purpose>(dir));
@@ -224,6 +275,33 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
     chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, shard_.raw_data());
     return shard_.Slice(0, rows_);
   }
+  GTP_CHECK(!fp8_tiles_, name_, ": gathered as FP8 tiles (UseFp8TileGather): MaterializeFp8");
+  GTP_RETURN_IF_ERROR(Gathered(dir, prefetch));
+  GatherSlot& g = gather_[static_cast<int>(dir)];
+  chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, g.buffer.raw_data());
+  return g.buffer.Slice(0, rows_);
+}
+
+absl::StatusOr<kernels::fp8::Fp8Matrix> ShardedParam::MaterializeFp8(Direction dir, bool prefetch) {
+  namespace fp8 = kernels::fp8;
+  GTP_CHECK(fp8_tiles_, name_, ": MaterializeFp8 without UseFp8TileGather");
+  if (dir == Direction::kForward) {
+    chain_->Register(this);
+  } else {
+    chain_->Freeze();
+  }
+  GTP_CHECK(dir != Direction::kRecompute || chain_->order_frozen(), name_,
+            ": recompute before the chain was recorded");
+  GTP_RETURN_IF_ERROR(Gathered(dir, prefetch));
+  GatherSlot& g = gather_[static_cast<int>(dir)];
+  chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, g.codes.raw_data());
+  // Rows past `rows` are zero padding: a partial last tile's scale is its
+  // real rows' (zeros never raise amax).
+  return fp8::Fp8Matrix{g.codes.Slice(0, rows_), g.scales.Slice(0, fp8::Fp8NumBlocks(rows_)),
+                        fp8::Fp8Layout::kTile128x128};
+}
+
+absl::Status ShardedParam::Gathered(Direction dir, bool prefetch) {
   GatherSlot& g = gather_[static_cast<int>(dir)];
   if (g.state == CommState::kNone) GTP_RETURN_IF_ERROR(IssueGather(dir, /*async=*/false));
   GTP_RETURN_IF_ERROR(WaitGather(dir));
@@ -241,8 +319,7 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
       if (next == nullptr || next->prefetch_group() != group) break;
     }
   }
-  chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, g.buffer.raw_data());
-  return g.buffer.Slice(0, rows_);
+  return absl::OkStatus();
 }
 
 void ShardedParam::Release(Direction dir) {
@@ -250,8 +327,15 @@ void ShardedParam::Release(Direction dir) {
   GatherSlot& g = gather_[static_cast<int>(dir)];
   GTP_CHECK(g.state == CommState::kDataReady, name_, ": Release without Materialize (",
             DirectionName(dir), ")");
-  chain_->cache().Release(g.buffer, static_cast<BufferCache::Purpose>(dir));
-  g.buffer = Tensor();
+  const auto purpose = static_cast<BufferCache::Purpose>(dir);
+  if (fp8_tiles_) {
+    chain_->cache().Release(g.codes, purpose);
+    chain_->cache().Release(g.scales, purpose);
+    g.codes = g.scales = Tensor();
+  } else {
+    chain_->cache().Release(g.buffer, purpose);
+    g.buffer = Tensor();
+  }
   g.state = CommState::kNone;
 }
 
@@ -284,19 +368,22 @@ absl::Status ShardedParam::ReduceGrad() {
   GTP_CHECK(reduce_.state == CommState::kNone, name_, ": ReduceGrad while a reduction is pending");
   reduce_.open = false;
   if (gtp_size() > 1) {
-    reduce_.scatter = chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
+    reduce_.scatter =
+        chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
     if (chain_->options().bf16_reduce_scatter) {
-      reduce_.wire = chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
-      reduce_.pieces = chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
+      reduce_.wire =
+          chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
+      reduce_.pieces =
+          chain_->cache().Acquire({padded_rows_, cols_}, DType::kBF16, BufferCache::kWgrad);
       EncodeBf16Wire(chain_->exec(), reduce_.wgrad, reduce_.wire);
       GTP_ASSIGN_OR_RETURN(reduce_.work,
                            gtp_->AllToAll(reduce_.wire.raw_data(), reduce_.pieces.raw_data(),
                                           shard_rows_ * cols_, DType::kBF16));
     } else {
-      GTP_ASSIGN_OR_RETURN(reduce_.work, gtp_->ReduceScatter(reduce_.wgrad.raw_data(),
-                                                             reduce_.scatter.raw_data(),
-                                                             shard_rows_ * cols_, DType::kF32,
-                                                             chain_->options().grad_reduce));
+      GTP_ASSIGN_OR_RETURN(
+          reduce_.work,
+          gtp_->ReduceScatter(reduce_.wgrad.raw_data(), reduce_.scatter.raw_data(),
+                              shard_rows_ * cols_, DType::kF32, chain_->options().grad_reduce));
     }
   }
   reduce_.state = CommState::kAsyncWait;
@@ -319,14 +406,15 @@ absl::Status ShardedParam::FinalizeReduce(bool deferred) {
     absl::Status st =
         chain_->exposed_.Wait(*reduce_.work, chain_->comm_timeline(), "reduce-scatter", name_);
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("reduce-scattering the gradient of ", name_,
-                                                  ": ", st.message()));
+      return absl::Status(
+          st.code(), absl::StrCat("reduce-scattering the gradient of ", name_, ": ", st.message()));
     }
     reduce_.work.reset();
     reduce_.state = CommState::kDataReady;
     if (reduce_.pieces.defined()) {
       // Σ over the GTP ranks' pieces in rank order, in f32; then the mean.
-      Tensor piece = chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
+      Tensor piece =
+          chain_->cache().Acquire({shard_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
       SumBf16Pieces(e, reduce_.pieces, gtp_size(), chain_->options().grad_reduce, piece,
                     reduce_.scatter);
       chain_->cache().Release(piece, BufferCache::kWgrad);

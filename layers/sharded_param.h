@@ -48,6 +48,7 @@
 #include "comm/communicator.h"
 #include "comm/exposed_comm.h"
 #include "core/allocator.h"
+#include "core/kernels/fp8/block_gemm.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
 #include "core/timeline.h"
@@ -254,6 +255,21 @@ class ShardedParam {
   // the neighbour's prefetch (unless `prefetch` is false: a tied weight's
   // second use). Blocks on this param's gather only.
   absl::StatusOr<Tensor> Materialize(Direction dir, bool prefetch = true);
+
+  // Under train.precision=fp8: gather the weight as the FP8 GEMM's operand —
+  // each rank's shard quantised in 128×128 tiles (once per update, as a coded
+  // gather is), its codes and scales all-gathered — instead of the bf16 weight
+  // quantised after the gather. When the shards are whole tiles (shard_rows %
+  // 128 == 0) the gathered tiles are the tiles of the gathered weight, so the
+  // codes are those of quantising it, bit for bit, for half the bytes on the
+  // wire. Takes effect (true) for a bf16, uncoded weight with GTP > 1 whose
+  // shards are whole tiles, called before its first gather; else (false)
+  // nothing changes.
+  bool UseFp8TileGather();
+  bool fp8_tiles() const { return fp8_tiles_; }
+  // With fp8_tiles(): the gathered weight's 128×128 codes [rows, cols] and
+  // scales, for `dir`'s GEMMs, as Materialize (which it replaces) otherwise.
+  absl::StatusOr<kernels::fp8::Fp8Matrix> MaterializeFp8(Direction dir, bool prefetch = true);
   // Returns the gathered buffer to the cache (after its GEMMs were issued;
   // on GPU the cache is stream-ordered with the compute stream).
   void Release(Direction dir);
@@ -312,7 +328,9 @@ class ShardedParam {
     matrix_layout_ = std::move(layout);
     matrix_blocks_ = blocks;
   }
-  const GlobalLayout& matrix_layout() const { return matrix_layout_.row_map ? matrix_layout_ : layout_; }
+  const GlobalLayout& matrix_layout() const {
+    return matrix_layout_.row_map ? matrix_layout_ : layout_;
+  }
   int matrix_blocks() const { return matrix_blocks_; }
 
   // Called after each finalisation {reduce-scatter → add} (optimizer buckets).
@@ -329,16 +347,21 @@ class ShardedParam {
   friend class GtpChain;
   struct GatherSlot {
     CommState state = CommState::kNone;
-    Tensor buffer;  // [padded_rows, cols]
-    Tensor wire;    // coded gather: u8 [gtp · wire bytes], the ranks' packed shards
+    Tensor buffer;         // [padded_rows, cols]
+    Tensor wire;           // coded gather: u8 [gtp · wire bytes], the ranks' packed shards
+    Tensor codes, scales;  // fp8_tiles: the gathered 128×128 codes and their scales
     comm::WorkPtr work;
+    comm::WorkPtr scales_work;  // fp8_tiles: the scales' gather
   };
+  // Waits for the gathers Materialize and MaterializeFp8 need (issuing them
+  // on a cold start) and issues the neighbours' prefetch.
+  absl::Status Gathered(Direction dir, bool prefetch);
   bool coded() const { return wire_.defined(); }
   struct ReduceSlot {
     CommState state = CommState::kNone;
-    bool open = false;  // wgrad acquired, not yet reduced
-    Tensor wgrad;    // [padded_rows, cols] f32
-    Tensor scatter;  // [shard_rows, cols] f32
+    bool open = false;    // wgrad acquired, not yet reduced
+    Tensor wgrad;         // [padded_rows, cols] f32
+    Tensor scatter;       // [shard_rows, cols] f32
     Tensor wire, pieces;  // bf16 reduce-scatter: bf16 wgrad, the ranks' pieces of this shard
     comm::WorkPtr work;
   };
@@ -357,7 +380,9 @@ class ShardedParam {
   GatherCodec codec_ = GatherCodec::kMxfp8;
   Tensor wire_;
   bool wire_fresh_ = false;
-  Tensor rounded_;  // GTP 1 with a coded gather: the shard after the round trip
+  bool fp8_tiles_ = false;
+  Tensor tile_q_, tile_s_;  // fp8_tiles: the shard's 128×128 codes and scales
+  Tensor rounded_;          // GTP 1 with a coded gather: the shard after the round trip
   GatherSlot gather_[3];
   ReduceSlot reduce_;
   std::function<void(ShardedParam&)> ready_hook_;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/counting.h"
 #include "comm/local/local_communicator.h"
+#include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/ops.h"
 #include "core/philox.h"
 #include "gtest/gtest.h"
@@ -135,7 +136,8 @@ TEST(ShardedParamFp8, GatherIsTheBlockwiseRoundTripAtAQuarterOfTheBytes) {
             const int64_t gr = g * p.shard_rows() + i / cols, col = i % cols;
             SetF32(x, i, gr < rows ? 3 * W("w", gr, col, cols) : 0.0f);
           }
-          Tensor q = Tensor::Zeros({n}, DType::kU8, host), sc = Tensor::Zeros({blocks}, DType::kU8, host);
+          Tensor q = Tensor::Zeros({n}, DType::kU8, host),
+                 sc = Tensor::Zeros({blocks}, DType::kU8, host);
           Tensor y = Tensor::Zeros({n}, dt, host);
           kernels::ops::QuantizeFp8Blockwise(e, x, q, sc);
           kernels::ops::DequantizeFp8Blockwise(e, q, sc, y);
@@ -163,11 +165,90 @@ TEST(ShardedParamFp8, GatherIsTheBlockwiseRoundTripAtAQuarterOfTheBytes) {
       EXPECT_EQ(b[comm::OpKind::kAllGather], 4 * gtp * wire);
       const double vs_bf16 = static_cast<double>(wire) / (2.0 * n);
       EXPECT_LE(vs_bf16, 0.55);  // the project's target for fp8 gathers
-      std::printf("fp8 gather, %s gtp %d: %lld wire bytes per shard of %lld elements (%.4f x bf16)\n",
-                  DTypeName(dt), gtp, static_cast<long long>(wire), static_cast<long long>(n),
-                  vs_bf16);
+      std::printf(
+          "fp8 gather, %s gtp %d: %lld wire bytes per shard of %lld elements (%.4f x bf16)\n",
+          DTypeName(dt), gtp, static_cast<long long>(wire), static_cast<long long>(n), vs_bf16);
     }
   }
+}
+
+// The FP8 GEMM's weight gathered as 128×128 tiles (UseFp8TileGather): on
+// GTP 2 and 4 with shards of whole tiles (rows 384 and 512; 400 leaves a
+// partial last tile) the gathered codes and scales are exactly the CPU's
+// QuantizeBlocks of the whole bf16 weight (a tile of the weight is a tile of
+// one shard), after every update (the shard re-quantised once per update),
+// for a bit over half bf16's bytes. Shards that are not whole tiles (GTP 2
+// of 200 rows: 100-row shards) or a GTP of 1 leave the param as it was.
+TEST(ShardedParamFp8Tiles, GatheredTilesAreTheWholeWeightsQuantisation) {
+  namespace fp8 = kernels::fp8;
+  const fp8::Fp8Layout tiles = fp8::Fp8Layout::kTile128x128;
+  struct TileCase {
+    int gtp;
+    int64_t rows, cols;
+  };
+  for (const TileCase k : {TileCase{2, 384, 160}, TileCase{4, 512, 144}, TileCase{2, 400, 128}}) {
+    SCOPED_TRACE(absl::StrCat("gtp ", k.gtp, " rows ", k.rows));
+    HeapAllocator host;
+    auto counter = std::make_shared<comm::ByteCounter>();
+    absl::Status st = comm::RunRanks(k.gtp, [&](comm::Communicator& inner) {
+      comm::CountingCommunicator c(&inner, counter);
+      const kernels::Exec e = kernels::Exec::Cpu(host);
+      GtpOptions opt;
+      opt.alignment = 128;  // 400 rows pad to 512: shards of 256, the last tile partial
+      GtpChain chain(e, opt);
+      ShardedParam p("w", k.rows, k.cols, DType::kBF16, &c, &chain);
+      ASSERT_TRUE(p.UseFp8TileGather());
+      for (int update = 0; update < 2; ++update) {
+        const float scale = update == 0 ? 1.0f : -3.0f;
+        for (int64_t r = 0; r < p.shard_rows(); ++r) {
+          const int64_t gr = p.shard_row_begin() + r;
+          for (int64_t col = 0; col < k.cols; ++col) {
+            SetF32(p.shard(), r * k.cols + col,
+                   gr < k.rows ? scale * W("w", gr, col, k.cols) : 0.0f);
+          }
+        }
+        p.MarkUpdated();
+        // The whole weight, quantised on one rank.
+        Tensor w = Tensor::Zeros({k.rows, k.cols}, DType::kBF16, host);
+        for (int64_t i = 0; i < k.rows * k.cols; ++i)
+          SetF32(w, i, scale * W("w", i / k.cols, i % k.cols, k.cols));
+        Tensor q = Tensor::Zeros({k.rows, k.cols}, DType::kF8E4M3, host);
+        Tensor sc = Tensor::Zeros(fp8::Fp8ScaleShape(k.rows, k.cols, tiles), DType::kF32, host);
+        fp8::QuantizeBlocks(e, w, tiles, q, sc);
+        for (Direction dir : {Direction::kForward, Direction::kBackward}) {
+          auto got = p.MaterializeFp8(dir);
+          ASSERT_TRUE(got.ok()) << got.status();
+          ASSERT_EQ(got->q.shape(), q.shape());
+          ASSERT_EQ(got->scales.shape(), sc.shape());
+          EXPECT_EQ(got->layout, tiles);
+          const uint8_t* gq = static_cast<const uint8_t*>(got->q.raw_data());
+          const uint8_t* wq = static_cast<const uint8_t*>(q.raw_data());
+          for (int64_t i = 0; i < q.numel(); ++i) ASSERT_EQ(gq[i], wq[i]) << "code " << i;
+          for (int64_t i = 0; i < sc.numel(); ++i)
+            ASSERT_EQ(got->scales.data<float>()[i], sc.data<float>()[i]) << "scale " << i;
+          p.Release(dir);
+        }
+      }
+    });
+    ASSERT_TRUE(st.ok()) << st;
+    // 2 updates × 2 directions × gtp ranks, each sending its codes and scales.
+    const int64_t shard_rows = PaddedRows(k.rows, k.gtp, 128) / k.gtp;
+    const int64_t per_rank = shard_rows * k.cols + 4 * (shard_rows / 128) * ((k.cols + 127) / 128);
+    EXPECT_EQ(counter->Snapshot()[comm::OpKind::kAllGather], 4 * k.gtp * per_rank);
+    EXPECT_LE(static_cast<double>(per_rank) / (2.0 * shard_rows * k.cols), 0.51);
+  }
+  // Not whole tiles, or nothing to gather: the param stays as it was.
+  HeapAllocator host;
+  absl::Status st = comm::RunRanks(2, [&](comm::Communicator& c) {
+    GtpChain chain(kernels::Exec::Cpu(host), GtpOptions{});
+    ShardedParam p("w", 200, 64, DType::kBF16, &c, &chain);
+    EXPECT_FALSE(p.UseFp8TileGather());
+    EXPECT_FALSE(p.fp8_tiles());
+  });
+  ASSERT_TRUE(st.ok()) << st;
+  GtpChain chain(kernels::Exec::Cpu(host), GtpOptions{});
+  ShardedParam one("w", 256, 64, DType::kBF16, nullptr, &chain);
+  EXPECT_FALSE(one.UseFp8TileGather());
 }
 
 // FP8 gather at GTP 1: nothing travels, but the weight takes the same MXFP8
@@ -291,10 +372,11 @@ TEST(ShardedParamNvfp4, GatherIsTheNvfp4RoundTripAtUnderAThirdOfBf16sBytes) {
       EXPECT_EQ(b[comm::OpKind::kAllGather], 4 * gtp * wire);
       const double vs_bf16 = static_cast<double>(wire) / (2.0 * n);
       EXPECT_LE(vs_bf16, 0.30);
-      std::printf("nvfp4 gather, %s gtp %d: %lld wire bytes per shard of %lld elements (%.4f x "
-                  "bf16), relative RMS error %.4f\n",
-                  DTypeName(dt), gtp, static_cast<long long>(wire), static_cast<long long>(n),
-                  vs_bf16, rel_rms);
+      std::printf(
+          "nvfp4 gather, %s gtp %d: %lld wire bytes per shard of %lld elements (%.4f x "
+          "bf16), relative RMS error %.4f\n",
+          DTypeName(dt), gtp, static_cast<long long>(wire), static_cast<long long>(n), vs_bf16,
+          rel_rms);
     }
   }
 }
@@ -328,7 +410,8 @@ TEST(ShardedParamBf16ReduceScatter, MeanOfRoundedContributionsAtHalfTheBytes) {
           const int64_t gr = p.shard_row_begin() + r;
           for (int64_t col = 0; col < cols; ++col) {
             const double want = gr < rows ? (gtp + 1) / 2.0 * W("g", gr, col, cols) : 0.0;
-            const double tol = bf16_wire ? 4e-3 * std::abs(want) + 1e-6 : 1e-5 * (1 + std::abs(want));
+            const double tol =
+                bf16_wire ? 4e-3 * std::abs(want) + 1e-6 : 1e-5 * (1 + std::abs(want));
             ASSERT_NEAR(mg[r * cols + col], want, tol) << r << "," << col;
           }
         }
@@ -480,9 +563,11 @@ TEST(GtpChain, UnconsumedBackwardPrefetchDoesNotOutliveTheStep) {
     // Row r of the gathered weight: rank r / 2's shard row r % 2.
     for (int64_t r = 0; r < 4; ++r) {
       for (int64_t col = 0; col < 3; ++col) {
-        const float want = 1000.0f + 100.0f * static_cast<float>(r / 2) + static_cast<float>((r % 2) * 3 + col);
+        const float want =
+            1000.0f + 100.0f * static_cast<float>(r / 2) + static_cast<float>((r % 2) * 3 + col);
         if (w.data<float>()[r * 3 + col] != want) {
-          return absl::InternalError(absl::StrCat("a[", r, ", ", col, "] = ", w.data<float>()[r * 3 + col],
+          return absl::InternalError(absl::StrCat("a[", r, ", ", col,
+                                                  "] = ", w.data<float>()[r * 3 + col],
                                                   ", want the updated ", want));
         }
       }
