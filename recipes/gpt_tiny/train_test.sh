@@ -234,6 +234,15 @@ f8="$small,train.steps=6,train.eval_every=0,checkpoint.every=0"
 # one rank and TP2·GTP2 with SP (the bias gradients from before the gather).
 "$bin" --run_dir "$tmp/f8_w1" --set "$f8,train.precision=fp8,train.fp8_wgrad=bf16,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1" > "$tmp/f8_w1.log"
 "$bin" --run_dir "$tmp/f8_wsp" --set "$f8,train.precision=fp8,train.fp8_wgrad=bf16,parallel.sequence_parallel=true" > /dev/null
+# The FP8 GTP gather (ShardedParam::UseFp8TileGather): at C=256 every linear's
+# GTP-2 shards are whole 128-row tiles, so those weights travel as the GEMM's
+# own codes — the codes one rank makes from the whole weight; the same 1 % of
+# one rank as the other layouts (the wgrad sums differ in order).
+f8c="$f8,train.precision=fp8,model.n_embd=256,model.n_head=4,parallel.tp=1"
+"$bin" --run_dir "$tmp/f8_c1" --set "$f8c,parallel.world_size=1,parallel.tp_num_weight_shards=1" > /dev/null
+"$bin" --run_dir "$tmp/f8_ct" --set "$f8c,parallel.world_size=2,parallel.tp_num_weight_shards=2" > "$tmp/f8_ct.log"
+grep -q "| 12 of 13 GTP-gathered weights as FP8 tiles" "$tmp/f8_ct.log" ||
+  { echo "fp8 tile gather: not in the banner"; head -1 "$tmp/f8_ct.log"; exit 1; }
 grep -q "their wgrad GEMMs bf16" "$tmp/f8_w1.log" || { echo "fp8_wgrad=bf16: the banner does not say so"; head -3 "$tmp/f8_w1.log"; exit 1; }
 grep -q "fp8 GEMMs in the attention/MLP/Mamba linears, the CPU's reference GEMMs" "$tmp/f8_1.log" ||
   { echo "fp8: the banner does not say so"; head -3 "$tmp/f8_1.log"; exit 1; }
@@ -248,6 +257,8 @@ for layout in tg sp pp cp mx nv w1 wsp; do
   close6 "$tmp/f8_1/metrics.jsonl" "$tmp/f8_$layout/metrics.jsonl" 1e-2 ||
     { echo "fp8: layout $layout vs one rank:"; paste <(losses "$tmp/f8_1/metrics.jsonl") <(losses "$tmp/f8_$layout/metrics.jsonl"); exit 1; }
 done
+close6 "$tmp/f8_c1/metrics.jsonl" "$tmp/f8_ct/metrics.jsonl" 1e-2 ||
+  { echo "fp8 tile gather vs one rank:"; paste <(losses "$tmp/f8_c1/metrics.jsonl") <(losses "$tmp/f8_ct/metrics.jsonl"); exit 1; }
 close6 "$tmp/f8_w1/metrics.jsonl" "$tmp/bf_1/metrics.jsonl" 1e-2 || { echo "fp8_wgrad=bf16 vs bf16:"; paste <(losses "$tmp/f8_w1/metrics.jsonl") <(losses "$tmp/bf_1/metrics.jsonl"); exit 1; }
 for other in f8_1 bf_1; do
   [ "$(losses "$tmp/f8_w1/metrics.jsonl")" != "$(losses "$tmp/$other/metrics.jsonl")" ] ||

@@ -23,6 +23,19 @@ std::string AttentionNote(const RankState& s) {
 
 // The dense grid's rank order as resolved (and the expert grid's, when
 // the model has experts).
+// Under fp8 and GTP: how many of this rank's weights travel as FP8 tiles
+// (ShardedParam::UseFp8TileGather), the rest as the gather dtype says.
+std::string Fp8TileGatherNote(const RankState& s) {
+  int tiles = 0, gathered = 0;
+  for (const layers::ShardedParam* p : s.params.sharded) {
+    if (p->gtp_size() == 1) continue;
+    ++gathered;
+    tiles += p->fp8_tiles() ? 1 : 0;
+  }
+  if (tiles == 0) return "";
+  return absl::StrCat(" | ", tiles, " of ", gathered, " GTP-gathered weights as FP8 tiles");
+}
+
 std::string RankOrder(const RankState& s) {
   return s.has_moe() ? absl::StrCat(s.order, ", experts ", s.expert_order) : s.order;
 }
@@ -67,6 +80,7 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
        (s.recipe.train().precision() == "fp8" && s.recipe.train().fp8_wgrad() == "bf16"
             ? " | their wgrad GEMMs bf16"
             : "") +
+       Fp8TileGatherNote(s) +
        (s.recipe.parallel().gtp_gather_dtype() == "fp8"     ? " | fp8 GTP gathers"
         : s.recipe.parallel().gtp_gather_dtype() == "nvfp4" ? " | nvfp4 GTP gathers"
                                                              : "") +
