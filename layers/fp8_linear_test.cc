@@ -134,7 +134,9 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
     auto pgs = parallel::ProcessGroupCollection::Build(pc, world);
     ASSERT_TRUE(pgs.ok()) << pgs.status();
     const int t = (*pgs->Get("tp"))->rank();
-    GtpChain chain(kernels::Exec::Cpu(host), GtpOptions{});
+    GtpOptions gtp_options;
+    gtp_options.fp8_tile_gather = true;  // fc's shards are whole tiles under GTP; proj's are not
+    GtpChain chain(kernels::Exec::Cpu(host), gtp_options);
     chain.set_tracing(true);
     LinearConfig c1{"fc", in, hidden, true, k.sp, kStd, kSeed};
     LinearConfig c2{"proj", hidden, out, true, k.sp, kStd, kSeed};

@@ -201,7 +201,8 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
       config.seed, config.init_std);
   if (config.fp8) {
     l->weight_->set_gathered_in_backward(false);  // BackwardWeight
-    l->weight_->UseFp8TileGather();               // where its shards are whole tiles
+    // GtpOptions::fp8_tile_gather: where its shards are whole tiles.
+    if (chain->options().fp8_tile_gather) l->weight_->UseFp8TileGather();
   }
   if (config.bias) {
     l->bias_ = MakeBias(chain->exec(), config.name + ".bias", l->out_tp_,
@@ -308,7 +309,8 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
                       config.seed, config.init_std);
   if (config.fp8) {
     l->weight_->set_gathered_in_backward(false);  // BackwardWeight
-    l->weight_->UseFp8TileGather();               // where its shards are whole tiles
+    // GtpOptions::fp8_tile_gather: where its shards are whole tiles.
+    if (chain->options().fp8_tile_gather) l->weight_->UseFp8TileGather();
   }
   if (config.bias) {
     l->bias_ =

@@ -86,6 +86,12 @@ struct GtpOptions {
   // amax sets its scale), so unlike MXFP8 a one-rank run is close to, not
   // equal to, a sharded one.
   bool nvfp4_gather = false;
+  // FP8 tile gather (train.precision=fp8): the FP8 linears' weights travel as
+  // their GEMMs' own 128×128 e4m3 tiles where their shards are whole tiles
+  // (ShardedParam::UseFp8TileGather: the same codes as quantising after the
+  // gather, about half bf16's bytes); every other weight as the params'
+  // dtype. The linears read it at Create.
+  bool fp8_tile_gather = false;
   // Gradient reduce-scatter with bf16 on the wire and f32 accumulation (as
   // Megatron's --gtp-remat-reduce-scatter-with-fp32-accumulation): the f32
   // wgrad is rounded to bf16, exchanged by all-to-all, and each rank adds the

@@ -234,11 +234,11 @@ f8="$small,train.steps=6,train.eval_every=0,checkpoint.every=0"
 # one rank and TP2·GTP2 with SP (the bias gradients from before the gather).
 "$bin" --run_dir "$tmp/f8_w1" --set "$f8,train.precision=fp8,train.fp8_wgrad=bf16,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1" > "$tmp/f8_w1.log"
 "$bin" --run_dir "$tmp/f8_wsp" --set "$f8,train.precision=fp8,train.fp8_wgrad=bf16,parallel.sequence_parallel=true" > /dev/null
-# The FP8 GTP gather (ShardedParam::UseFp8TileGather): at C=256 every linear's
+# The FP8 tile gather (parallel.gtp_gather_dtype=fp8_tiles): at C=256 every linear's
 # GTP-2 shards are whole 128-row tiles, so those weights travel as the GEMM's
 # own codes — the codes one rank makes from the whole weight; the same 1 % of
 # one rank as the other layouts (the wgrad sums differ in order).
-f8c="$f8,train.precision=fp8,model.n_embd=256,model.n_head=4,parallel.tp=1"
+f8c="$f8,train.precision=fp8,model.n_embd=256,model.n_head=4,parallel.tp=1,parallel.gtp_gather_dtype=fp8_tiles"
 "$bin" --run_dir "$tmp/f8_c1" --set "$f8c,parallel.world_size=1,parallel.tp_num_weight_shards=1" > /dev/null
 "$bin" --run_dir "$tmp/f8_ct" --set "$f8c,parallel.world_size=2,parallel.tp_num_weight_shards=2" > "$tmp/f8_ct.log"
 grep -q "| 12 of 13 GTP-gathered weights as FP8 tiles" "$tmp/f8_ct.log" ||
@@ -297,7 +297,7 @@ grep -q "^train: 2 steps, .* lr 1.00e-03" "$tmp/two_sets.log" || { echo "two --s
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
   expect_error no_gpu "train.device is cuda but" --set "train.device=cuda"
 fi
-expect_error gather_dtype "gtp_gather_dtype must be fp8, nvfp4 or the params' dtype (f32)" --set "parallel.gtp_gather_dtype=bf16"
+expect_error gather_dtype "gtp_gather_dtype must be fp8, nvfp4, fp8_tiles or the params' dtype (f32)" --set "parallel.gtp_gather_dtype=bf16"
 expect_error attention "train.attention must be cudnn or flash" --set "train.attention=sdpa"
 expect_error reduce_dtype "gtp_reduce_scatter_dtype must be f32 or bf16" --set "parallel.gtp_reduce_scatter_dtype=fp8"
 expect_error fp8_wgrad "train.fp8_wgrad=bf16 applies to train.precision=fp8 only" --set "train.fp8_wgrad=bf16"

@@ -481,9 +481,21 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   {
     const std::string params = t->precision() == "f32" ? "f32" : "bf16";
     const std::string& g = r->parallel().gtp_gather_dtype();
-    if (!g.empty() && g != "fp8" && g != "nvfp4" && g != params) {
-      return Bad(absl::StrCat("parallel.gtp_gather_dtype must be fp8, nvfp4 or the params' dtype (",
-                              params, "), got ", g));
+    if (!g.empty() && g != "fp8" && g != "nvfp4" && g != "fp8_tiles" && g != params) {
+      return Bad(absl::StrCat("parallel.gtp_gather_dtype must be fp8, nvfp4, fp8_tiles or the ",
+                              "params' dtype (", params, "), got ", g));
+    }
+    if (g == "fp8_tiles" && t->precision() != "fp8") {
+      return Bad(absl::StrCat("parallel.gtp_gather_dtype=fp8_tiles gathers the FP8 GEMMs' weights "
+                              "as their own 128x128 tiles: it needs train.precision=fp8, got ",
+                              t->precision(), "; for an 8-bit gather of any weight use fp8"));
+    }
+    // Its collectives are the MXFP8 wire's (bytes) and f32, but no training
+    // run has yet gathered FP8 tiles over NCCL (tools/bench/nccl_parity.sh):
+    // refused on cuda until one has, against its one-rank run.
+    if (g == "fp8_tiles" && t->device() == "cuda") {
+      return Bad("parallel.gtp_gather_dtype=fp8_tiles runs on the CPU only for now (its gathers "
+                 "over NCCL are not yet verified on a GPU); on cuda use fp8 or the params' dtype");
     }
     // The NVFP4 codec's CUDA kernels match the CPU byte for byte on an H200
     // (core/kernels:nvfp4_gpu_test, 2026-12-04), but no training run has yet

@@ -177,7 +177,20 @@ TEST(RecipeTrain, Fp8NeedsRowsInSixteens) {
   // A gather dtype must name the params' dtype, bf16 under fp8.
   EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
                      "parallel.gtp_gather_dtype=f32"})
-                .find("fp8, nvfp4 or the params' dtype (bf16), got f32"),
+                .find("fp8, nvfp4, fp8_tiles or the params' dtype (bf16), got f32"),
+            std::string::npos);
+  // FP8 tile gathers: under train.precision=fp8 only, and the CPU only until
+  // they have run over NCCL on a GPU.
+  EXPECT_EQ(Message({"train.precision=fp8", "train.device=cpu", "model.seq_len=64",
+                     "parallel.gtp_gather_dtype=fp8_tiles"}),
+            "accepted");
+  EXPECT_NE(Message({"train.device=cpu", "parallel.gtp_gather_dtype=fp8_tiles"})
+                .find("parallel.gtp_gather_dtype=fp8_tiles gathers the FP8 GEMMs' weights as "
+                      "their own 128x128 tiles: it needs train.precision=fp8, got f32"),
+            std::string::npos);
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
+                     "parallel.gtp_gather_dtype=fp8_tiles"})
+                .find("parallel.gtp_gather_dtype=fp8_tiles runs on the CPU only for now"),
             std::string::npos);
 }
 

@@ -129,6 +129,22 @@ absl::StatusOr<std::unique_ptr<RankState>> RankState::Build(const proto::Recipe&
     s.params.replicated.insert(s.params.replicated.end(), part->replicated_params().begin(),
                               part->replicated_params().end());
   }
+  if (gtp_options.fp8_tile_gather) {
+    // Asked for, but no FP8 linear's shard here is whole tiles: refused
+    // rather than gathered as bf16 under a name that says otherwise.
+    int gathered = 0, tiles = 0;
+    for (const layers::ShardedParam* p : s.params.sharded) {
+      if (p->gtp_size() == 1) continue;
+      ++gathered;
+      tiles += p->fp8_tiles() ? 1 : 0;
+    }
+    if (gathered > 0 && tiles == 0) {
+      return absl::FailedPreconditionError(
+          "parallel.gtp_gather_dtype=fp8_tiles: no FP8 linear's GTP shard is a whole number of "
+          "128-row tiles (its rows / TP / GTP a multiple of 128), so none would travel as FP8 "
+          "tiles; choose model sizes or fewer weight shards that give that, or the params' dtype");
+    }
+  }
   if (P > 1) {
     std::vector<layers::GptModel*> raw;
     for (auto& part : s.parts) raw.push_back(part.get());

@@ -202,6 +202,7 @@ layers::GtpOptions GtpOptionsOf(const proto::Recipe& r) {
   layers::GtpOptions g;
   g.fp8_gather = r.parallel().gtp_gather_dtype() == "fp8";
   g.nvfp4_gather = r.parallel().gtp_gather_dtype() == "nvfp4";
+  g.fp8_tile_gather = r.parallel().gtp_gather_dtype() == "fp8_tiles";
   g.bf16_reduce_scatter = r.parallel().gtp_reduce_scatter_dtype() == "bf16";
   return g;
 }
