@@ -303,6 +303,7 @@ expect_error reduce_dtype "gtp_reduce_scatter_dtype must be f32 or bf16" --set "
 expect_error fp8_wgrad "train.fp8_wgrad=bf16 applies to train.precision=fp8 only" --set "train.fp8_wgrad=bf16"
 expect_error no_ckpt_every "checkpoint.disable=true writes no checkpoint, but checkpoint.every asks for one" --set "checkpoint.disable=true"
 expect_error fp8_wgrad_value "train.fp8_wgrad must be fp8 or bf16" --set "train.precision=fp8,train.fp8_wgrad=f32"
+expect_error fp8_tiles_none "fp8_tiles: no FP8 linear's GTP shard is a whole number of 128-row tiles" --set "train.precision=fp8,model.n_embd=96,model.n_head=2,parallel.gtp_gather_dtype=fp8_tiles"
 expect_error order "order" --set "parallel.order=tp-tp-dp"
 # An unknown flag or a bad value is bad usage: exit 2, one line naming it (absl alone exits 1).
 rc=0; "$bin" --run-dir "$tmp/x" > /dev/null 2> "$tmp/flag.err" || rc=$?
