@@ -255,7 +255,7 @@ absl::Status ShardedParam::WaitGather(Direction dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
+void ShardedParam::BeginUse(Direction dir) {
   if (dir == Direction::kForward) {
     chain_->Register(this);
   } else {
@@ -263,6 +263,10 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
   }
   GTP_CHECK(dir != Direction::kRecompute || chain_->order_frozen(), name_,
             ": recompute before the chain was recorded");
+}
+
+absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
+  BeginUse(dir);
   if (gtp_size() == 1) {
     if (coded()) {
       // Rounded at every use, not once per update: a CUDA graph replays
@@ -285,13 +289,7 @@ absl::StatusOr<Tensor> ShardedParam::Materialize(Direction dir, bool prefetch) {
 absl::StatusOr<kernels::fp8::Fp8Matrix> ShardedParam::MaterializeFp8(Direction dir, bool prefetch) {
   namespace fp8 = kernels::fp8;
   GTP_CHECK(fp8_tiles_, name_, ": MaterializeFp8 without UseFp8TileGather");
-  if (dir == Direction::kForward) {
-    chain_->Register(this);
-  } else {
-    chain_->Freeze();
-  }
-  GTP_CHECK(dir != Direction::kRecompute || chain_->order_frozen(), name_,
-            ": recompute before the chain was recorded");
+  BeginUse(dir);
   GTP_RETURN_IF_ERROR(Gathered(dir, prefetch));
   GatherSlot& g = gather_[static_cast<int>(dir)];
   chain_->Record(GtpTraceEvent::kConsumed, *this, dir, false, g.codes.raw_data());

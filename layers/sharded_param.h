@@ -359,6 +359,9 @@ class ShardedParam {
     comm::WorkPtr work;
     comm::WorkPtr scales_work;  // fp8_tiles: the scales' gather
   };
+  // What every use of the weight in `dir` does first: the forward records the
+  // chain's order, anything else ends the recording.
+  void BeginUse(Direction dir);
   // Waits for the gathers Materialize and MaterializeFp8 need (issuing them
   // on a cold start) and issues the neighbours' prefetch.
   absl::Status Gathered(Direction dir, bool prefetch);
