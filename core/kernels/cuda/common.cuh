@@ -77,6 +77,24 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// acc + p[0] + p[stride] + … + p[(n − 1)·stride], added in that order (the
+// plain loop's sum, bit for bit) with kBatch loads issued before any is
+// added: a reduction over many partials otherwise waits on one load at a time.
+template <int kBatch>
+__device__ __forceinline__ float InOrderSum(const float* __restrict__ p, int64_t n, int64_t stride,
+                                            float acc = 0.0f) {
+  int64_t i = 0;
+  for (; i + kBatch <= n; i += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) v[k] = p[(i + k) * stride];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) acc += v[k];
+  }
+  for (; i < n; ++i) acc += p[i * stride];
+  return acc;
+}
+
 // Sum over a block of kThreads threads (a multiple of 32, at most 1024);
 // every thread gets the result. All threads of the block must call it.
 template <int kThreads>

@@ -33,6 +33,7 @@ namespace {
 
 using internal::Aligned16;
 using internal::CeilDiv;
+using internal::InOrderSum;
 using internal::kBf16Vec;
 using internal::kWarpSize;
 using internal::LoadVec;
@@ -206,26 +207,10 @@ __global__ void __launch_bounds__(kColThreads)
   const int cx = threadIdx.x % kFinalCols, gy = threadIdx.x / kFinalCols;
   const int64_t c = blockIdx.x * int64_t{kFinalCols} + cx;
   float aw = 0.0f, ab = 0.0f;
-  if (c < C) {
-    constexpr int kBatch = 8;
-    int64_t p = gy;
-    for (; p + (kBatch - 1) * kFinalGroups < chunks; p += kBatch * kFinalGroups) {
-      float pw[kBatch], pb[kBatch];
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        pw[k] = partial_w[(p + k * kFinalGroups) * C + c];
-        pb[k] = partial_b != nullptr ? partial_b[(p + k * kFinalGroups) * C + c] : 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        aw += pw[k];
-        ab += pb[k];
-      }
-    }
-    for (; p < chunks; p += kFinalGroups) {
-      aw += partial_w[p * C + c];
-      if (partial_b != nullptr) ab += partial_b[p * C + c];
-    }
+  if (c < C && gy < chunks) {
+    const int64_t n = (chunks - gy + kFinalGroups - 1) / kFinalGroups;  // p = gy, gy + 32, …
+    aw = InOrderSum<8>(partial_w + gy * C + c, n, kFinalGroups * C);
+    if (partial_b != nullptr) ab = InOrderSum<8>(partial_b + gy * C + c, n, kFinalGroups * C);
   }
   sw[gy][cx] = aw;
   sb[gy][cx] = ab;

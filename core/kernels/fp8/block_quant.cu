@@ -106,7 +106,6 @@ __global__ void __launch_bounds__(kThreads)
                        uint8_t* __restrict__ q, float* __restrict__ scales,
                        float* __restrict__ lt) {
   __shared__ uint32_t partial[kWarps];
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   for (int64_t t = blockIdx.x; t < rb * cb; t += gridDim.x) {  // the same for the whole block
     const int64_t r0 = (t / cb) * kBlock, c0 = (t % cb) * kBlock;
     const int rows = static_cast<int>(R - r0 < kBlock ? R - r0 : kBlock);
@@ -116,12 +115,7 @@ __global__ void __launch_bounds__(kThreads)
       const int r = e / kBlock, c = e % kBlock;
       if (c < cols) amax = MaxU(amax, AbsBits(Load(x, (r0 + r) * C + c0 + c)));
     }
-    amax = WarpMaxBits(amax);
-    if (lane == 0) partial[warp] = amax;
-    __syncthreads();
-    uint32_t m = 0;
-#pragma unroll
-    for (int k = 0; k < kWarps; ++k) m = MaxU(m, partial[k]);
+    const uint32_t m = BlockMaxBits(amax, partial);
     __syncthreads();  // every thread has read `partial` before the next tile writes it
     const float s = Fp8BlockScale(m);
     if (threadIdx.x == 0) {

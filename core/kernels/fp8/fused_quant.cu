@@ -58,20 +58,9 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     AddColumnPartialsKernel(const float* __restrict__ col_partial, int64_t nbr, int64_t C,
                             T* __restrict__ sums) {
-  constexpr int kBatch = 16;  // loads in flight a thread (the adds stay in order)
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C;
        c += int64_t{gridDim.x} * blockDim.x) {
-    float acc = 0.0f;
-    int64_t bi = 0;
-    for (; bi + kBatch <= nbr; bi += kBatch) {
-      float p[kBatch];
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) p[k] = col_partial[(bi + k) * C + c];
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) acc += p[k];
-    }
-    for (; bi < nbr; ++bi) acc += col_partial[bi * C + c];
-    Store(sums, c, Load(sums, c) + acc);
+    Store(sums, c, Load(sums, c) + InOrderSum<16>(col_partial + c, nbr, C));
   }
 }
 
@@ -227,13 +216,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int p = 0; p < kPasses; ++p)
 #pragma unroll
       for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[p][k]));
-    amax = WarpMaxBits(amax);
-    if (lane == 0) partial[warp] = amax;
-    __syncthreads();
-    uint32_t m = 0;
-#pragma unroll
-    for (int k = 0; k < kWarps; ++k) m = MaxU(m, partial[k]);
-    const float s = Fp8BlockScale(m);
+    const float s = Fp8BlockScale(BlockMaxBits(amax, partial));
     const Fp8Coder kc = MakeCoder(s);
     if (threadIdx.x == 0) {
       scales[t] = s;
@@ -307,6 +290,15 @@ void LaunchTileAndTranspose(const T* x, int64_t R, int64_t C, uint8_t* q, float*
   TransposeTiles(q, scales, R, C, qt, scales_t, lt_t, stream);
 }
 
+template <typename T>
+void LaunchAddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, T* sums,
+                             cudaStream_t stream) {
+  if (C == 0) return;
+  AddColumnPartialsKernel<T><<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C,
+                                                                            sums);
+  GTP_CU_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 void QuantizeRowsAndTransposed(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,
@@ -322,17 +314,11 @@ void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, 
 
 void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, float* sums,
                        cudaStream_t stream) {
-  if (C == 0) return;
-  AddColumnPartialsKernel<float>
-      <<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C, sums);
-  GTP_CU_LAUNCH_CHECK();
+  LaunchAddColumnPartials(col_partial, nbr, C, sums, stream);
 }
 void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, bf16* sums,
                        cudaStream_t stream) {
-  if (C == 0) return;
-  AddColumnPartialsKernel<bf16>
-      <<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C, sums);
-  GTP_CU_LAUNCH_CHECK();
+  LaunchAddColumnPartials(col_partial, nbr, C, sums, stream);
 }
 
 void QuantizeTileAndTranspose(const float* x, int64_t R, int64_t C, uint8_t* q, float* scales,

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/cuda/elem.cuh"
 #include "core/kernels/fp8/block_scale.h"
 #include "core/kernels/fp8/lt_scale_layout.h"
 
@@ -20,7 +21,9 @@ namespace gtp::kernels::fp8::cuda {
 
 using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::GridFor;
+using ::gtp::kernels::cuda::internal::InOrderSum;
 using ::gtp::kernels::cuda::internal::kFullMask;
+using ::gtp::kernels::cuda::internal::LoadVec;
 using ::gtp::kernels::cuda::internal::kWarpSize;
 
 constexpr int kThreads = 256;
@@ -75,20 +78,14 @@ __device__ __forceinline__ uint32_t Encode2(float a, float b, const Fp8Coder& c)
       make_float2(Quotient(a, c), Quotient(b, c)), __NV_SATFINITE, __NV_E4M3));
 }
 
-// 8 consecutive elements (16-byte aligned) as f32.
-__device__ __forceinline__ void Load8(const float* __restrict__ p, float v[8]) {
+// 8 consecutive elements (16-byte aligned) as f32 (bf16: elem.cuh's LoadVec).
+__device__ __forceinline__ void Load8(const float* __restrict__ p, float (&v)[8]) {
   const float4 a = *reinterpret_cast<const float4*>(p);
   const float4 b = *reinterpret_cast<const float4*>(p + 4);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
-__device__ __forceinline__ void Load8(const bf16* __restrict__ p, float v[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {  // little-endian: the lower half is the earlier element
-    v[2 * k] = BitsFloat(w[k] << 16);
-    v[2 * k + 1] = BitsFloat(w[k] & 0xffff0000u);
-  }
+__device__ __forceinline__ void Load8(const bf16* __restrict__ p, float (&v)[8]) {
+  LoadVec<8>(p, v);
 }
 
 // 8 codes of v with a block's coder, packed for one 8-byte store (byte k =
@@ -102,6 +99,19 @@ __device__ __forceinline__ uint2 Encode8(const float v[8], const Fp8Coder& c) {
 __device__ __forceinline__ uint32_t WarpMaxBits(uint32_t v) {
   for (int o = kWarpSize / 2; o > 0; o >>= 1) v = MaxU(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
+}
+
+// Unsigned max over the block's kWarps warps; every thread gets it. All
+// threads must call. `partial` (kWarps words of shared memory) may be
+// written again only after a __syncthreads that follows the call.
+__device__ __forceinline__ uint32_t BlockMaxBits(uint32_t v, uint32_t* partial) {
+  v = WarpMaxBits(v);
+  if (threadIdx.x % kWarpSize == 0) partial[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  uint32_t m = 0;
+#pragma unroll
+  for (int k = 0; k < kWarps; ++k) m = MaxU(m, partial[k]);
+  return m;
 }
 
 // ---------------------------------------------------------------- vectorised

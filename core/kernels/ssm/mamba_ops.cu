@@ -13,8 +13,10 @@
 namespace gtp::kernels::ssm::cuda {
 namespace {
 
+using ::gtp::kernels::cuda::internal::BlockSum;
 using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::GridFor;
+using ::gtp::kernels::cuda::internal::InOrderSum;
 using ::gtp::kernels::cuda::internal::kWarpSize;
 using ::gtp::kernels::cuda::internal::WarpSum;
 
@@ -293,18 +295,7 @@ __global__ void ColumnFinishKernel(const float* __restrict__ partial, int64_t sl
                                    O out) {
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
        c += int64_t{gridDim.x} * blockDim.x) {
-    float s = 0.0f;
-    constexpr int kBatch = 8;  // loads in flight; the adds in slab order
-    int64_t k = 0;
-    for (; k + kBatch <= slabs; k += kBatch) {
-      float v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) v[j] = partial[(k + j) * cols + c];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) s += v[j];
-    }
-    for (; k < slabs; ++k) s += partial[k * cols + c];
-    out(c, s);
+    out(c, InOrderSum<8>(partial + c, slabs, cols));  // the slabs in order
   }
 }
 
@@ -475,30 +466,16 @@ __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
 // (n, group) item, each thread keeping its ≤ kRowNormPer elements in
 // registers from the reduction to the writes. The warp-per-item kernels
 // above read x, z (and dy) twice, and at a group of 1536 the second read
-// misses L2 (the live items' data exceed it). The sums are a block's (lane-
-// strided per thread, then the warps' in warp order): a fixed order.
+// misses L2 (the live items' data exceed it). The sums are internal::
+// BlockSum's (lane-strided per thread, then its fixed tree): a fixed order.
 constexpr int kRowNormPer = 8;
 constexpr int64_t kRowNormMin = 256;
-
-// Σ v over the block, the same value in every thread (red: kWarpsPerBlock
-// floats of shared memory; all threads must call).
-__device__ __forceinline__ float BlockSum(float v, float* red) {
-  v = WarpSum(v);
-  if (threadIdx.x % kWarpSize == 0) red[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  float t = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kWarpsPerBlock; ++k) t += red[k];
-  __syncthreads();  // red is read by all before the next call writes it
-  return t;
-}
 
 __global__ void __launch_bounds__(kThreads)
     GatedRmsNormForwardRowKernel(const float* __restrict__ x, const float* __restrict__ z,
                                  const float* __restrict__ w, float* __restrict__ y,
                                  float* __restrict__ rstd, int64_t N, int64_t Ch, int64_t group,
                                  float eps) {
-  __shared__ float red[kWarpsPerBlock];
   const int64_t Gs = Ch / group;
   for (int64_t item = blockIdx.x; item < N * Gs; item += gridDim.x) {  // uniform over the block
     const int64_t n = item / Gs, gi = item % Gs, base = n * Ch + gi * group;
@@ -510,7 +487,7 @@ __global__ void __launch_bounds__(kThreads)
       g[k] = j < group ? x[base + j] * Silu(z[base + j]) : 0.0f;
       ss += g[k] * g[k];
     }
-    ss = BlockSum(ss, red);
+    ss = BlockSum<kThreads>(ss);
     const float r = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
     if (threadIdx.x == 0) rstd[item] = r;
 #pragma unroll
@@ -526,7 +503,6 @@ __global__ void __launch_bounds__(kThreads)
                                   const float* __restrict__ z, const float* __restrict__ w,
                                   const float* __restrict__ rstd, float* __restrict__ dx,
                                   float* __restrict__ dz, int64_t N, int64_t Ch, int64_t group) {
-  __shared__ float red[kWarpsPerBlock];
   const int64_t Gs = Ch / group;
   for (int64_t item = blockIdx.x; item < N * Gs; item += gridDim.x) {  // uniform over the block
     const int64_t n = item / Gs, gi = item % Gs, base = n * Ch + gi * group;
@@ -542,7 +518,7 @@ __global__ void __launch_bounds__(kThreads)
         dot += w[gi * group + j] * dyv[k] * (xv[k] * Silu(zv[k]));
       }
     }
-    const float m = BlockSum(dot, red) / static_cast<float>(group);
+    const float m = BlockSum<kThreads>(dot) / static_cast<float>(group);
 #pragma unroll
     for (int k = 0; k < kRowNormPer; ++k) {
       const int64_t j = threadIdx.x + int64_t{k} * kThreads;
