@@ -1,5 +1,6 @@
 // core/kernels/bench/bench_util.h — what the CUDA benchmarks share: random
-// bf16 operands and the CUDA-event timing of a call.
+// bf16 operands, a CUDA environment (CudaEnv) and the CUDA-event timing of a
+// call.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,7 +9,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "core/allocator.h"
 #include "core/cuda_runtime.h"
+#include "core/kernels/cuda.h"
 #include "core/dtype.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
@@ -30,6 +33,27 @@ inline Tensor RandomBF16(const Exec& e, const Shape& s, uint64_t seed) {
   GTP_CUDA_CHECK(cudaMemcpy(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice));
   return t;
 }
+
+// A stream, caching allocator and BLAS context on device 0 and the Exec
+// over them (initialised in this order: the device is set before anything
+// uses it).
+struct CudaEnv {
+  static cudaStream_t NewStream() {
+    GTP_CUDA_CHECK(cudaSetDevice(0));
+    cudaStream_t s = nullptr;
+    GTP_CUDA_CHECK(cudaStreamCreate(&s));
+    return s;
+  }
+  CudaEnv() = default;
+  ~CudaEnv() { cudaStreamDestroy(stream); }
+  CudaEnv(const CudaEnv&) = delete;
+  CudaEnv& operator=(const CudaEnv&) = delete;
+
+  cudaStream_t stream = NewStream();
+  CudaCachingAllocator alloc{0};
+  cuda::BlasContext ctx{0};
+  Exec e{Device::Cuda(0), &alloc, stream, &ctx};
+};
 
 // Times run() on `stream`: 3 warm-up calls (algorithm choice, allocator),
 // then per benchmark iteration 10 calls between two CUDA events; sets the

@@ -54,16 +54,13 @@ enum class Impl { kBf16, kFp8, kFp8Gemm };
 // the linear's own shared-input quantisation, which keeps them) and output:
 // forward y [N, out] bf16, dgrad dx [N, in] bf16, wgrad dW [out, in] f32
 // accumulated into (beta 1).
-struct LinearBench {
+struct LinearBench : bench::CudaEnv {
   LinearBench(int64_t in, int64_t out)
       : in(in),
         out(out),
         x(bench::RandomBF16(e, {kTokens, in}, 1)),
         w(bench::RandomBF16(e, {out, in}, 2)),
         dy(bench::RandomBF16(e, {kTokens, out}, 3)) {}
-  ~LinearBench() { cudaStreamDestroy(stream); }
-  LinearBench(const LinearBench&) = delete;
-  LinearBench& operator=(const LinearBench&) = delete;
 
   struct Gemm {
     fp8::Fp8Matrix a, b;
@@ -91,17 +88,6 @@ struct LinearBench {
                               benchmark::Counter::kIsIterationInvariantRate);
   }
 
-  // Initialised in this order (the device is set before anything uses it).
-  static cudaStream_t NewStream() {
-    GTP_CUDA_CHECK(cudaSetDevice(0));
-    cudaStream_t s = nullptr;
-    GTP_CUDA_CHECK(cudaStreamCreate(&s));
-    return s;
-  }
-  cudaStream_t stream = NewStream();
-  CudaCachingAllocator alloc{0};
-  cuda::BlasContext ctx{0};
-  Exec e{Device::Cuda(0), &alloc, stream, &ctx};
   int64_t in, out;
   Tensor x, w, dy;
   fp8::Fp8SharedInput xq{e}, dyq{e};

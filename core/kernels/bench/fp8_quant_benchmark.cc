@@ -21,10 +21,8 @@
 #include <string>
 
 #include "benchmark/benchmark.h"
-#include "core/allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/bench/bench_util.h"
-#include "core/kernels/cuda.h"
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/kernels/ops.h"
@@ -34,20 +32,6 @@ namespace gtp::kernels {
 namespace {
 
 enum class Op { kCopy, kRows, kRowsT, kBoth, kBothSums, kTilePair };
-
-struct Env {
-  static cudaStream_t NewStream() {
-    GTP_CUDA_CHECK(cudaSetDevice(0));
-    cudaStream_t s = nullptr;
-    GTP_CUDA_CHECK(cudaStreamCreate(&s));
-    return s;
-  }
-  ~Env() { cudaStreamDestroy(stream); }
-  cudaStream_t stream = NewStream();
-  CudaCachingAllocator alloc{0};
-  cuda::BlasContext ctx{0};
-  Exec e{Device::Cuda(0), &alloc, stream, &ctx};
-};
 
 // Codes, scales and their cuBLASLt copy for a [rows, K] operand.
 struct Codes {
@@ -59,7 +43,7 @@ struct Codes {
 };
 
 void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
-  Env env;
+  bench::CudaEnv env;
   const Exec& e = env.e;
   const Tensor x = bench::RandomBF16(e, {R, C}, 1);
   const fp8::Fp8Layout row = fp8::Fp8Layout::kRow1x128, tile = fp8::Fp8Layout::kTile128x128;
