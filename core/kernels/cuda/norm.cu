@@ -10,7 +10,7 @@
 // Row statistics and dx: one warp per row. dw/db deterministically in two
 // passes: the rows are cut into P chunks (P depends on N only); pass 1 writes
 // each chunk's column sums to scratch[P, C], pass 2 adds the P partials of a
-// column in a fixed order (8 strided sums, then those in order) and then
+// column in a fixed order (32 strided sums, then those in order) and then
 // adds the total into dw/db. For
 // bf16 rows with C a multiple of 256 up to 1536 (every GPU training shape we
 // run) pass 1 is fused into the dx kernel: one read of dy and x in all.

@@ -120,19 +120,31 @@ GTP_HD uint8_t Fp8BlockEncode(float x, float scale) {
 
 // x / s correctly rounded (the division Fp8BlockEncode does) without a
 // division per element, from r = RN(1/s) (one IEEE division per block):
-// q = RN(x·r) is within an ulp of x/s, the remainder x − q·s is exact by
-// FMA, and q + remainder·r rounded once is RN(x/s) (Markstein's theorem),
-// provided the remainder does not underflow: so for s ≥
-// kFp8FastDivMinScale and |x| ≥ 2⁻¹⁰⁰. A smaller x has |x/s| < 2⁻⁴⁰,
-// where the result may differ in its last bits but keeps x's sign, and the
-// e4m3 code of either is the same ±0. A zero remainder keeps q as it is
-// (x = −0 stays −0). The CUDA quantisers use it for s ≥
-// kFp8FastDivMinScale and divide otherwise (e4m3_test.cc checks it against
-// the division, bit for bit, over every bf16 x for a sweep of scales and
-// random f32 pairs).
+// q = RN(x·r), the remainder x − q·s is exact by FMA, and q + remainder·r
+// rounded once is RN(x/s). q itself can be more than an ulp from x/s (about
+// 1 % of random pairs), so this is not Markstein's theorem as usually
+// stated (it assumes a faithful q); the argument: near a rounding midpoint
+// m of x/s, q two floats away would need |x·r − x/s| ≥ an ulp, i.e.
+// |r·s − 1| > 2⁻²⁴, which RN(1/s) cannot be, so there q is a neighbour and
+// the faithful case applies; away from midpoints the corrected value is
+// within about 1.5·2⁻²⁴ ulp of x/s, far less than its distance to one. That
+// needs the remainder not to underflow and a normal quotient: s ≥
+// kFp8FastDivMinScale, |x| ≥ 2⁻¹⁰⁰ and |x/s| ≥ 2⁻¹²⁶. Otherwise (a smaller
+// x has |x/s| < 2⁻⁴⁰) the result may differ in its last bits but keeps x's
+// sign, and the e4m3 code of either is the same ±0 (e4m3's smallest
+// subnormal is 2⁻⁹).
+// A zero remainder keeps q as it is (x = −0 stays −0). The CUDA quantisers
+// use it for s ≥ kFp8FastDivMinScale and divide otherwise. e4m3_test.cc
+// checks it against the division, bit for bit: every bf16 x against scales
+// of every bf16 mantissa, pairs whose quotient lies next to a midpoint, and
+// random f32 pairs.
 inline constexpr float kFp8FastDivMinScale = 0x1p-60f;
 GTP_HD float Fp8Quotient(float x, float s, float r) {
+#if defined(__CUDA_ARCH__)
+  const float q = __fmul_rn(x, r);  // never contracted into an FMA
+#else
   const float q = x * r;
+#endif
   const float e = fmaf(-q, s, x);
   return e == 0.0f ? q : fmaf(e, r, q);
 }

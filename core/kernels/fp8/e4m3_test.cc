@@ -150,25 +150,28 @@ TEST(BlockScale, ScaleRule) {
 }
 
 // Fp8Quotient (the CUDA quantisers' division by a block's scale) is x / s
-// bit for bit wherever s >= kFp8FastDivMinScale and |x| >= 2^-100, and
-// gives the same e4m3 code (±0) for smaller x. Every finite bf16 x against the
-// scales of 510 bf16 amaxes spread over the whole range (every 64th
-// positive finite bf16), then 2^21 random f32 (x, amax) pairs with
-// log-uniform magnitudes (the f32 inputs' path).
+// bit for bit wherever s >= kFp8FastDivMinScale, |x| >= 2^-100 and x / s is
+// normal, and gives the same e4m3 code (±0) otherwise. Every finite bf16 x
+// against the scales of 518 bf16 amaxes spread over the whole range and over
+// every mantissa (every 63rd positive finite bf16), then 2^21 random f32
+// (x, amax) pairs with log-uniform magnitudes (the f32 inputs' path), then
+// 2^20 pairs whose quotient lies next to a rounding midpoint.
 TEST(BlockScale, QuotientByTheReciprocalIsTheDivision) {
   int64_t checked = 0, below = 0;
   auto check = [&](float x, float s) {
     if (!(s >= kFp8FastDivMinScale)) return;
     const float want = x / s, got = Fp8Quotient(x, s, 1.0f / s);
     ++checked;
-    if (std::fabs(x) >= 0x1p-100f) {
+    if (std::fabs(x) >= 0x1p-100f && std::fabs(want) >= 0x1p-126f) {
       ASSERT_EQ(FloatBits(got), FloatBits(want)) << x << " / " << s;
     } else {
       ++below;
       ASSERT_EQ(F32ToE4M3Bits(got), F32ToE4M3Bits(want)) << x << " / " << s;
     }
   };
-  for (uint32_t a = 1; a < 0x7f80u; a += 64) {  // positive finite bf16 amax
+  // Positive finite bf16 amax; the step 63 is coprime to 128, so the amaxes
+  // (and their scales) take every bf16 mantissa.
+  for (uint32_t a = 1; a < 0x7f80u; a += 63) {
     const float amax = BitsFloat(a << 16);
     const float s = Fp8BlockScale(FloatBits(amax));
     for (uint32_t b = 0; b < 0x10000u; ++b) {
@@ -183,10 +186,18 @@ TEST(BlockScale, QuotientByTheReciprocalIsTheDivision) {
   };
   for (int i = 0; i < (1 << 21); ++i) {
     const float amax =
-        std::ldexp(1.0f + (next() >> 9) * 0x1p-23f, static_cast<int>(next() % 200) - 70);
+        std::ldexp(1.0f + (next() >> 9) * 0x1p-23f, static_cast<int>(next() % 198) - 70);
     const float x = (next() & 1 ? -amax : amax) *
                     std::ldexp(1.0f + (next() >> 9) * 0x1p-23f, -static_cast<int>(next() % 40) - 1);
     check(x, Fp8BlockScale(FloatBits(amax) & 0x7fffffffu));
+  }
+  // Quotients next to a rounding midpoint: x = RN(s·m) for m halfway
+  // between two floats, so x/s lies within a few ulp of m (where a wrong
+  // correction step would round the other way).
+  for (int i = 0; i < (1 << 20); ++i) {
+    const float s = std::ldexp(1.0f + (next() >> 9) * 0x1p-23f, static_cast<int>(next() % 60) - 30);
+    const double m = std::ldexp(1.0 + ((next() >> 9) + 0.5) * 0x1p-23, static_cast<int>(next() % 20) - 10);
+    check(static_cast<float>(s * m), s);
   }
   EXPECT_GT(checked, 10000000);
   EXPECT_GT(below, 0);  // the tiny-quotient branch was reached

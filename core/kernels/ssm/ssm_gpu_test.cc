@@ -162,7 +162,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1dGpuTest,
                                            ConvCase{1, 2, 300, 4, true},
                                            ConvCase{4, 129, 64, 1, false},
                                            // B·T = 1200 rows: 5 slabs of the column sums.
-                                           ConvCase{4, 300, 40, 4, true}));
+                                           ConvCase{4, 300, 40, 4, true},
+                                           // K = 2, and T a multiple of the kernels' runs of 8.
+                                           ConvCase{2, 64, 24, 2, true},
+                                           // K = 5: the per-output kernels (runs take K ≤ 4).
+                                           ConvCase{2, 33, 16, 5, false}));
 
 // ---------------------------------------------------------------- softplus
 
