@@ -27,6 +27,8 @@ absl::StatusOr<std::unique_ptr<MoeFeedForward>> MoeFeedForward::Create(
   s.init_std = c.init_std;
   s.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
   s.seed = c.seed;
+  s.fp8 = c.fp8;
+  s.fp8_wgrad = c.fp8_wgrad;
   GTP_ASSIGN_OR_RETURN(f->moe_, moe::MoeLayer::Create(name, c.moe, s, pgs, chain));
   if (c.moe.shared_ffn_hidden > 0) {
     TransformerConfig shared = c;

@@ -22,6 +22,21 @@
 // each rank's outputs (and input gradients) are partial sums over its hidden
 // slice; the dispatcher sums them. Weight gradients are scaled by
 // `wgrad_scale` (moe_layer.h says why). Driven by one thread; not thread-safe.
+//
+// FP8 (ExpertsConfig::fp8, train.precision=fp8): the six GEMMs in
+// block-scaled e4m3 through core/kernels/fp8/grouped.h, each expert's
+// weight quantised 128×128 on its own. cuBLASLt's FP8 GEMMs need row counts
+// that are multiples of 16, so each expert's rows are padded with zero rows
+// to a multiple of kFp8RowAlign (128: row counts then take at most
+// tokens/128 values, so cuBLASLt's per-shape algorithm cache fills within a
+// few steps) in a copy of the input, and its output rows are copied back out.
+// Zero rows stay zero through fc1, GELU or SwiGLU and fc2, their gradient
+// rows are zero, and they add exactly 0 to the weight gradients (and leave
+// the wgrad's 1×128 block maxima unchanged): the results are the unpadded
+// experts' (experts_test.cc). As the dense fp8 linears do, the forward keeps
+// the weights' transposed codes for the dgrad, so the backward gathers no
+// expert weight (fc1/fc2 are marked not gathered in backward); with
+// fp8_wgrad false the wgrad GEMMs run in the params' dtype.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +45,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/kernels/fp8/grouped.h"
 #include "core/kernels/ops.h"
 #include "layers/sharded_param.h"
 
@@ -45,7 +61,13 @@ struct ExpertsConfig {
   int ep_size = 1, ep_rank = 0;    // this rank's experts: [ep_rank·E/EP, (ep_rank+1)·E/EP)
   int etp_size = 1, etp_rank = 0;  // this rank's hidden slice: [etp_rank·H_l, (etp_rank+1)·H_l)
   float wgrad_scale = 1.0f;        // multiplies every expert weight gradient
+  // FP8 GEMMs (dtype bf16; C, H/ETP multiples of 16: the caller checks).
+  bool fp8 = false;
+  bool fp8_wgrad = true;  // with fp8: the wgrad GEMMs in fp8 too
 };
+
+// fp8: each expert's rows are padded to a multiple of this.
+inline constexpr int64_t kFp8RowAlign = 128;
 
 class GroupedExperts {
  public:
@@ -66,11 +88,23 @@ class GroupedExperts {
   void DropActivations();
 
   ShardedParam& fc1() { return *fc1_; }
+  bool fp8() const { return fp8_; }
   ShardedParam& fc2() { return *fc2_; }
   int num_local_experts() const { return e_loc_; }
 
  private:
+  absl::StatusOr<Tensor> ForwardFp8(const Tensor& xe, Direction dir);
+  absl::StatusOr<Tensor> BackwardFp8(const Tensor& dye);
+  // fp8: the codes of p's experts for the backward: the forward's (kept in
+  // *kept, then the chain is frozen as a first backward gather would) or,
+  // when none were kept, quantised from a backward gather (*gathered: the
+  // caller Releases p).
+  absl::Status Fp8BackwardWeight(ShardedParam& p, std::vector<kernels::fp8::Fp8WeightPair>* kept,
+                                 bool* gathered);
+
   kernels::Exec exec_;
+  GtpChain* chain_ = nullptr;
+  bool fp8_ = false, fp8_wgrad_ = true;
   int64_t C_ = 0, H_loc_ = 0, H1_ = 0;  // width; hidden per ETP rank (and fc1's rows per expert)
   bool swiglu_ = false;
   int e_loc_ = 0;
@@ -80,6 +114,10 @@ class GroupedExperts {
   // output and the activation.
   std::vector<int64_t> off_;
   Tensor xe_, pre_, act_;
+  // fp8: the padded row offsets (kFp8RowAlign) — xe_, pre_ and act_ are then
+  // padded — and each expert's Wᵀ codes of fc1 and fc2 (the dgrads' b).
+  std::vector<int64_t> poff_;
+  std::vector<kernels::fp8::Fp8WeightPair> w1q_, w2q_;
 };
 
 }  // namespace gtp::layers::moe

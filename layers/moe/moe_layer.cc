@@ -45,6 +45,18 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
     return absl::InvalidArgumentError(absl::StrCat(name, ": expert hidden size ", s.H,
                                                    " is not divisible by ETP = ", etp->size()));
   }
+  if (s.fp8) {
+    // cuBLASLt's FP8 GEMMs: 16-byte rows (block_gemm.h); the CPU refuses the same.
+    const int64_t h_loc = s.H / etp->size();
+    if (s.dtype != DType::kBF16 || s.C % 16 != 0 || h_loc % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": FP8 expert GEMMs need bf16 parameters and the width (", s.C,
+          ") and each expert's hidden units per ETP rank (", s.H, " / ETP ", etp->size(), " = ",
+          h_loc, ") to be multiples of 16 (got dtype ", DTypeName(s.dtype),
+          "); set moe.ffn_hidden (or model.n_embd) to a multiple of 16·ETP, or "
+          "train.precision=bf16"));
+    }
+  }
   const int E = c.router.num_experts;
   m->k_ = c.router.top_k;
   if (E % ep->size() != 0) {
@@ -98,6 +110,8 @@ absl::StatusOr<std::unique_ptr<MoeLayer>> MoeLayer::Create(const std::string& na
   ec.ep_rank = ep->rank();
   ec.etp_size = etp->size();
   ec.etp_rank = etp->rank();
+  ec.fp8 = s.fp8;
+  ec.fp8_wgrad = s.fp8_wgrad;
   // Expert wgrads: see the file comment.
   ec.wgrad_scale =
       s.loss_sum ? 1.0f : static_cast<float>(tp) / static_cast<float>(etp->size() * ep->size());

@@ -244,7 +244,7 @@ f8c="$f8,train.precision=fp8,model.n_embd=256,model.n_head=4,parallel.tp=1,paral
 grep -q "| 12 of 13 GTP-gathered weights as FP8 tiles" "$tmp/f8_ct.log" ||
   { echo "fp8 tile gather: not in the banner"; head -1 "$tmp/f8_ct.log"; exit 1; }
 grep -q "their wgrad GEMMs bf16" "$tmp/f8_w1.log" || { echo "fp8_wgrad=bf16: the banner does not say so"; head -3 "$tmp/f8_w1.log"; exit 1; }
-grep -q "fp8 GEMMs in the attention/MLP/Mamba linears, the CPU's reference GEMMs" "$tmp/f8_1.log" ||
+grep -q "fp8 GEMMs in the attention/MLP/Mamba linears and experts, the CPU's reference GEMMs" "$tmp/f8_1.log" ||
   { echo "fp8: the banner does not say so"; head -3 "$tmp/f8_1.log"; exit 1; }
 close6() {  # a b tol: all 6 steps' losses within tol relative
   paste <(losses "$1") <(losses "$2") | awk -v t="$3" '

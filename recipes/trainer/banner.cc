@@ -75,8 +75,9 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
       (AttentionNote(s) +
        (s.recipe.train().precision() != "fp8" ? ""
         : s.exec.is_cuda()
-            ? " | fp8 GEMMs in the attention/MLP/Mamba linears (LM head, router, experts bf16)"
-            : " | fp8 GEMMs in the attention/MLP/Mamba linears, the CPU's reference GEMMs (slow)") +
+            ? " | fp8 GEMMs in the attention/MLP/Mamba linears and experts (LM head, router bf16)"
+            : " | fp8 GEMMs in the attention/MLP/Mamba linears and experts, the CPU's reference "
+              "GEMMs (slow)") +
        (s.recipe.train().precision() == "fp8" && s.recipe.train().fp8_wgrad() == "bf16"
             ? " | their wgrad GEMMs bf16"
             : "") +
