@@ -117,6 +117,26 @@ same_losses "padded" 0 1e-5 "$tmp/c1/metrics.jsonl" "$tmp/c2/metrics.jsonl"
 grep -q "dropped [1-9]" "$tmp/c1.log" || { echo "capacity 1.0 dropped nothing"; grep moe "$tmp/c1.log" | head -2; exit 1; }
 echo "allgather dispatcher and pad_to_capacity: same losses"
 
+# FP8 experts (train.precision=fp8: every expert's six GEMMs in block-scaled e4m3,
+# layers/moe/experts.h): one rank and EP2·EGTP2 agree within fp8's rounding (1e-2 relative:
+# the experts' wgrads quantise an expert's rows in 128-row blocks, and under EP its rows
+# come from two lanes, so the blocks hold other rows), fp8 is within 1e-2 of bf16 but not
+# bf16 exactly, and fp8 with bf16 wgrads runs the same way.
+f8="$small,train.steps=6,checkpoint.every=0,model.moe.aux_loss_coeff=0"
+one="parallel.world_size=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1"
+"$bin" --run_dir "$tmp/f8_1" --set "$f8,train.precision=fp8,$one" > "$tmp/f8_1.log"
+"$bin" --run_dir "$tmp/f8_4" --set "$f8,train.precision=fp8" > "$tmp/f8_4.log"
+"$bin" --run_dir "$tmp/f8_w" --set "$f8,train.precision=fp8,train.fp8_wgrad=bf16" > "$tmp/f8_w.log"
+"$bin" --run_dir "$tmp/bf_1" --set "$f8,train.precision=bf16,$one" > "$tmp/bf_1.log"
+grep -q "fp8 GEMMs in the attention/MLP/Mamba linears and experts" "$tmp/f8_1.log" ||
+  { echo "fp8: the banner does not name the experts"; head -1 "$tmp/f8_1.log"; exit 1; }
+same_losses "fp8 EP2·EGTP2" 6 1e-2 "$tmp/f8_1/metrics.jsonl" "$tmp/f8_4/metrics.jsonl"
+same_losses "fp8 bf16 wgrads" 6 1e-2 "$tmp/f8_1/metrics.jsonl" "$tmp/f8_w/metrics.jsonl"
+same_losses "fp8 vs bf16" 6 1e-2 "$tmp/bf_1/metrics.jsonl" "$tmp/f8_1/metrics.jsonl"
+[ "$(losses "$tmp/f8_1/metrics.jsonl")" != "$(losses "$tmp/bf_1/metrics.jsonl")" ] ||
+  { echo "fp8: the bf16 run's losses exactly"; exit 1; }
+echo "fp8 experts: one rank, EP2·EGTP2 and bf16 wgrads within 1e-2 of each other and of bf16"
+
 expect_error() {  # overrides, text the error must contain
   if "$bin" --run_dir "$tmp/bad" --set "$small,train.steps=2,$1" > "$tmp/bad.log" 2>&1; then
     echo "accepted: $1"; exit 1
@@ -132,4 +152,7 @@ expect_error "model.moe.dispatcher=ring" "model.moe.dispatcher"
 # Capacity dropping picks among a rank's own tokens, which under CP are chunks of the sequences.
 expect_error "parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=1,parallel.ep=1,parallel.expert_tp_num_weight_shards=1,parallel.cp=2,model.moe.capacity_factor=1.25" \
   "capacity dropping (moe.capacity_factor = 1.25) is not supported under context parallelism (CP = 2).*use moe.capacity_factor=0"
+# FP8 expert GEMMs need widths that are multiples of 16 (cuBLASLt's rule, kept on the CPU).
+expect_error "train.precision=fp8,model.moe.ffn_hidden=40" \
+  "FP8 expert GEMMs need bf16 parameters and the width (64) and each expert's hidden units per ETP rank (40 / ETP 1 = 40) to be multiples of 16"
 echo "moe_tiny: ok"
