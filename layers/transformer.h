@@ -73,8 +73,9 @@ struct TransformerConfig {
   DType dtype = DType::kF32;
   // train.precision=fp8 (needs dtype bf16): the attention, MLP and Mamba
   // projections' and the routed experts' GEMMs in block-scaled FP8
-  // (LinearConfig::fp8, moe::MoeShape::fp8). The router, the LM head and the
-  // embeddings stay in dtype.
+  // (LinearConfig::fp8, moe::MoeShape::fp8; the experts on the CPU only for
+  // now: moe_feed_forward.cc). The router, the LM head and the embeddings
+  // stay in dtype.
   bool fp8 = false;
   // With fp8: the linears' wgrad GEMM in fp8 too (else bf16; LinearConfig).
   bool fp8_wgrad = true;
