@@ -137,6 +137,10 @@ void Axpby(float alpha, const float* x, float beta, float* y, int64_t n);
 void Fill(float* x, float value, int64_t n);
 // Σ x² accumulated in double, written to *out (host pointer for CPU; device for CUDA).
 void SumSquares(const float* x, int64_t n, double* out);
+// sums[c] += Σ_r x[r, c] over x [R, C] (f32 sums [C]), in the fixed order of
+// kernels.h's kColumnSumSlabRows (the same bits on both backends).
+void ColumnSumAccumulate(const float* x, int64_t R, int64_t C, float* sums);
+void ColumnSumAccumulate(const bf16* x, int64_t R, int64_t C, float* sums);
 
 
 // ---- Rotary position embedding (RoPE, the "rotate half" convention of Llama) ----

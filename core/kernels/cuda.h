@@ -204,6 +204,15 @@ void Axpby(float alpha, const float* x, float beta, float* y, int64_t n, cudaStr
 void Fill(float* x, float value, int64_t n, cudaStream_t stream);
 // Σ x² accumulated in double, written to *out (host pointer for CPU; device for CUDA).
 void SumSquares(const float* x, int64_t n, double* out, cudaStream_t stream);
+// sums[c] += Σ_r x[r, c] over x [R, C] (f32 sums [C]), in the fixed order of
+// kernels.h's kColumnSumSlabRows (the same bits on both backends). Two
+// launches: the slabs' partials into `partial` (device scratch, f32
+// [ColumnSumPartials(R, C)]), then each column's in-order total.
+void ColumnSumAccumulate(const float* x, int64_t R, int64_t C, float* sums, float* partial,
+                         cudaStream_t stream);
+void ColumnSumAccumulate(const bf16* x, int64_t R, int64_t C, float* sums, float* partial,
+                         cudaStream_t stream);
+int64_t ColumnSumPartials(int64_t R, int64_t C);
 
 
 // ---- Rotary position embedding (RoPE, the "rotate half" convention of Llama) ----

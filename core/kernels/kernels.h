@@ -106,6 +106,16 @@ void CheckGroupedGemm(const GemmDesc& d, const GemmGroup* groups, int count);
 //   kSimple:  (a, b, c) = (3.4445, −4.7750, 2.0315) every step.
 //   kQuintic: the 5-step cycle (4.0848, −6.8946, 2.9270), (3.9505, −6.3029, 2.6377),
 //             (3.7418, −5.5913, 2.3037), (2.8769, −3.1427, 1.2046), (2.8366, −3.0525, 1.2012).
+// ColumnSumAccumulate's summation order (sums[c] += Σ_r x[r, c]; cpu and
+// cuda run it, so they agree bit for bit): the rows are cut into slabs of
+// kColumnSumSlabRows; within a slab, lane l (0 ≤ l < kColumnSumLanes) adds
+// the slab's rows l, l + lanes, … in increasing order in f32 from 0; the
+// slab's partial is ((lane 0 + lane 1) + lane 2) + …; the total is the
+// slabs' partials added in order from 0; and sums[c] = sums[c] + total
+// (R = 0: sums untouched).
+inline constexpr int64_t kColumnSumSlabRows = 64;
+inline constexpr int kColumnSumLanes = 8;
+
 enum class NsCoefficients { kSimple, kQuintic };
 
 // Per-step (a, b, c) of a coefficient set: step i of the iteration.

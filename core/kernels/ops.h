@@ -134,6 +134,10 @@ void GroupedLinearBackwardWeight(const Exec& e, const Tensor& dy, const Tensor& 
 
 // y ← alpha·x + beta·y (same numel).
 void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor& y);
+// sums (f32 [C]) += Σ_r x[r, c] over x [R, C] (f32 or bf16; any rank, rows =
+// numel / C), in kernels.h's fixed order on both backends (the same bits);
+// CUDA scratch from e.Empty. A bias gradient from its dy.
+void ColumnSumAccumulate(const Exec& e, const Tensor& x, const Tensor& sums);
 void Fill(const Exec& e, const Tensor& x, float value);
 // Σ x² (synchronises the stream on CUDA).
 double SumSquares(const Exec& e, const Tensor& x);

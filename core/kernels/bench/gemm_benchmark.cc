@@ -12,6 +12,9 @@
 // (balanced) or 8192 rows split 4000/2000/1000/500/300/200/100/92 (skewed).
 // Names: BM_CudaGroupedLinear/<fc>/<split>/<pass>/<grouped|loop>; the time
 // column is ms per call.
+//
+// Bias gradients (BM_CudaBiasGrad, below): cuBLASLt's BGRADB epilogue against
+// ops::ColumnSumAccumulate.
 #include <string>
 #include <tuple>
 #include <vector>
@@ -180,6 +183,62 @@ void RegisterGroupedLinear() {
   }
 }
 
+// A bias'd linear's weight and bias gradients on CUDA (bf16 dy [8192, out],
+// x [8192, in], f32 dw and db, beta 1), four ways:
+//   epilogue  ops::LinearBackwardWeightBGrad (cuBLASLt's BGRADB epilogue,
+//             db written to scratch) + Axpby into db: the layers until
+//             the fourteenth session
+//   colsum    ops::LinearBackwardWeight + ops::ColumnSumAccumulate into db
+//             (what layers/parallel_linear.cc runs now)
+//   wgrad     ops::LinearBackwardWeight alone; sum  ColumnSumAccumulate alone
+// Names: BM_CudaBiasGrad/<in>x<out>/<way>, ms per call.
+void BM_CudaBiasGrad(benchmark::State& state, int64_t in, int64_t out, int way) {
+  bench::CudaEnv env;
+  const Exec& e = env.e;
+  const int64_t N = 8192;
+  const Tensor x = bench::RandomBF16(e, {N, in}, 1), dy = bench::RandomBF16(e, {N, out}, 2);
+  const Tensor dw = e.Zeros({out, in}), db = e.Zeros({out}), part = e.Empty({out});
+  bench::TimeCalls(state, env.stream, [&] {
+    switch (way) {
+      case 0:
+        ops::LinearBackwardWeightBGrad(e, dy, x, dw, 1.0f, part);
+        ops::Axpby(e, 1.0f, part, 1.0f, db);
+        break;
+      case 1:
+        ops::LinearBackwardWeight(e, dy, x, dw, 1.0f);
+        ops::ColumnSumAccumulate(e, dy, db);
+        break;
+      case 2:
+        ops::LinearBackwardWeight(e, dy, x, dw, 1.0f);
+        break;
+      default:
+        ops::ColumnSumAccumulate(e, dy, db);
+    }
+  });
+  state.counters["dy_GB/s"] = benchmark::Counter(
+      static_cast<double>(dy.nbytes()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void RegisterBiasGrad() {
+  const char* ways[] = {"epilogue", "colsum", "wgrad", "sum"};
+  for (auto [in, out] : {std::make_pair(int64_t{768}, int64_t{768}),
+                         std::make_pair(int64_t{768}, int64_t{2304}),
+                         std::make_pair(int64_t{768}, int64_t{3072}),
+                         std::make_pair(int64_t{3072}, int64_t{768}),
+                         std::make_pair(int64_t{2048}, int64_t{8192})}) {
+    for (int way = 0; way < 4; ++way) {
+      const std::string name = "BM_CudaBiasGrad/" + std::to_string(in) + "x" +
+                               std::to_string(out) + "/" + ways[way];
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [in = in, out = out, way](benchmark::State& st) {
+                                     BM_CudaBiasGrad(st, in, out, way);
+                                   })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gtp::kernels
 
@@ -194,6 +253,7 @@ int main(int argc, char** argv) {
       })->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
     }
     gtp::kernels::RegisterGroupedLinear();
+    gtp::kernels::RegisterBiasGrad();
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

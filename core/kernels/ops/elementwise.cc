@@ -1,6 +1,6 @@
 // core/kernels/ops/elementwise.cc — Dispatch of the elementwise ops
 // (cpu/elementwise.cc, cuda/elementwise.cu): Axpby, Fill, SumSquares, and
-// CopyInto.
+// CopyInto; ColumnSumAccumulate (cpu/column_sum.cc, cuda/column_sum.cu).
 #include <cuda_runtime_api.h>
 
 #include "core/cuda_runtime.h"
@@ -24,6 +24,23 @@ void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor
       e, ActDType("Axpby", {{"x", &x}, {"y", &y}}),
       [&](auto a) { cpu::Axpby(alpha, a.In(x), beta, a.Out(y), x.numel()); },
       [&](auto a) { cuda::Axpby(alpha, a.In(x), beta, a.Out(y), x.numel(), e.stream); });
+}
+
+void ColumnSumAccumulate(const Exec& e, const Tensor& x, const Tensor& sums) {
+  CheckOn(e, x, "x");
+  CheckOn(e, sums, "sums");
+  GTP_CHECK(x.rank() >= 1 && sums.dtype() == DType::kF32 && sums.numel() == x.dim(-1),
+            "ColumnSumAccumulate: want x [R, C] and f32 sums [C], got x ", x.ToString(),
+            " sums ", sums.ToString());
+  const int64_t C = x.dim(-1), R = C == 0 ? 0 : x.numel() / C;
+  float* s = sums.data<float>();
+  Dispatch(
+      e, ActDType("ColumnSumAccumulate", {{"x", &x}}),
+      [&](auto a) { cpu::ColumnSumAccumulate(a.In(x), R, C, s); },
+      [&](auto a) {
+        const Tensor partial = e.Empty({cuda::ColumnSumPartials(R, C)});
+        cuda::ColumnSumAccumulate(a.In(x), R, C, s, partial.data<float>(), e.stream);
+      });
 }
 
 void Fill(const Exec& e, const Tensor& x, float value) {
