@@ -42,9 +42,13 @@ void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const
     if (db.defined()) AccumulateBiasGrad(chain, dy, db);
     return;
   }
-  Tensor part = e.Empty({dy.dim(-1)});  // the epilogue writes (=); db accumulates
-  ops::LinearBackwardWeightBGrad(e, dy, x, dw, beta, part);
-  ops::Axpby(e, 1.0f, part, 1.0f, db);
+  // CUDA: db += Σ dy by ops::ColumnSumAccumulate (one read of dy, straight
+  // into db), not cuBLASLt's BGRADB epilogue, which writes (=) through its
+  // own reduction kernel (5.4 % of a 124M step: docs/PERFORMANCE.md) and
+  // needed an Axpby after it; core/kernels/bench:gemm_benchmark
+  // BM_CudaBiasGrad compares the two.
+  ops::LinearBackwardWeight(e, dy, x, dw, beta);
+  ops::ColumnSumAccumulate(e, dy, db);
 }
 
 void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b) {
