@@ -153,25 +153,60 @@ __device__ __forceinline__ void StageDecays(const float* __restrict__ dt, float 
   __syncthreads();
 }
 
+// For i = threadIdx.x, + blockDim.x, … < n: store(i, value(i)), with
+// kStageBatch of a thread's global loads issued before any is stored. A plain
+// staging loop waits for each load before the next (the store needs it), so
+// a backward block spent ~18 load round trips staging its chunk; batched it
+// is one per tensor. The same values land in the same places.
+constexpr int kStageBatch = 4;
+template <class Value, class Store>
+__device__ __forceinline__ void StageBatched(int n, Value value, Store store) {
+  for (int i0 = threadIdx.x; i0 < n; i0 += kStageBatch * blockDim.x) {
+    float v[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int i = i0 + u * static_cast<int>(blockDim.x);
+      v[u] = i < n ? value(i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int i = i0 + u * static_cast<int>(blockDim.x);
+      if (i < n) store(i, v[u]);
+    }
+  }
+}
+
 // dst[i][0..P) (row stride ld) = the chunk's rows of head h of a [B, T, H, P] tensor.
 __device__ __forceinline__ void StageHead(const float* __restrict__ src, float* dst, int ld,
                                           const ChunkIdx& k, int64_t T, int64_t H, int64_t P) {
-  const int p_ = static_cast<int>(P), n = k.len * p_;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int r = i / p_, p = i - r * p_;
-    dst[r * ld + p] = src[((k.b * T + k.t0 + r) * H + k.h) * P + p];
-  }
+  const int p_ = static_cast<int>(P);
+  StageBatched(
+      k.len * p_,
+      [=](int i) {
+        const int r = i / p_, p = i - r * p_;
+        return src[((k.b * T + k.t0 + r) * H + k.h) * P + p];
+      },
+      [=](int i, float v) {
+        const int r = i / p_, p = i - r * p_;
+        dst[r * ld + p] = v;
+      });
 }
 
 // dst[i][0..N) (row stride ld) = the chunk's rows of group g of a [B, T, G, N] tensor.
 __device__ __forceinline__ void StageGroup(const float* __restrict__ src, float* dst, int ld,
                                            const ChunkIdx& k, int64_t g, int64_t T, int64_t G,
                                            int64_t N) {
-  const int n_ = static_cast<int>(N), n = k.len * n_;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int r = i / n_, j = i - r * n_;
-    dst[r * ld + j] = src[((k.b * T + k.t0 + r) * G + g) * N + j];
-  }
+  const int n_ = static_cast<int>(N);
+  StageBatched(
+      k.len * n_,
+      [=](int i) {
+        const int r = i / n_, j = i - r * n_;
+        return src[((k.b * T + k.t0 + r) * G + g) * N + j];
+      },
+      [=](int i, float v) {
+        const int r = i / n_, j = i - r * n_;
+        dst[r * ld + j] = v;
+      });
 }
 
 // The block's sum of v in double, in a fixed order (warp xor butterfly, then
@@ -298,21 +333,33 @@ using Col = wmma::col_major;
 __device__ __forceinline__ void StagePadded(const float* __restrict__ src, float* dst, int ld,
                                             const ChunkIdx& k, int L, int64_t T, int64_t X,
                                             int64_t x, int D) {
-  const int dp = static_cast<int>(Pad16(D)), n = L * dp;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int r = i / dp, c = i - r * dp;
-    dst[r * ld + c] = r < k.len && c < D ? src[((k.b * T + k.t0 + r) * X + x) * D + c] : 0.0f;
-  }
+  const int dp = static_cast<int>(Pad16(D));
+  StageBatched(
+      L * dp,
+      [=](int i) {
+        const int r = i / dp, c = i - r * dp;
+        return r < k.len && c < D ? src[((k.b * T + k.t0 + r) * X + x) * D + c] : 0.0f;
+      },
+      [=](int i, float v) {
+        const int r = i / dp, c = i - r * dp;
+        dst[r * ld + c] = v;
+      });
 }
 
 // dst[p][n] (stride ld), p < Pad16(P), n < Pad16(N): a [P, N] state, zero-padded.
 __device__ __forceinline__ void StageStatePadded(const float* __restrict__ src, float* dst, int ld,
                                                  int P, int N) {
-  const int pp = static_cast<int>(Pad16(P)), np = static_cast<int>(Pad16(N)), n = pp * np;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int p = i / np, c = i - p * np;
-    dst[p * ld + c] = p < P && c < N ? src[p * N + c] : 0.0f;
-  }
+  const int pp = static_cast<int>(Pad16(P)), np = static_cast<int>(Pad16(N));
+  StageBatched(
+      pp * np,
+      [=](int i) {
+        const int p = i / np, c = i - p * np;
+        return p < P && c < N ? src[p * N + c] : 0.0f;
+      },
+      [=](int i, float v) {
+        const int p = i / np, c = i - p * np;
+        dst[p * ld + c] = v;
+      });
 }
 
 // Grid B·H·nc: y of the chunk (see the top of the file). sin = S_in [BH, nc, P, N].
