@@ -2,7 +2,8 @@
 // fp8) on the CPU reference path: a Column(GELU-fused)→Row pair in bf16
 // parameters against an unsharded double-precision reference, on one rank
 // and sharded (TP 2 × GTP 2 with SP; GTP 2), and that the backward gathers
-// no weight (it reads the forward's Wᵀ codes). Also what Create refuses.
+// no weight (it reads the forward's Wᵀ codes), and that with an fp8 wgrad it
+// reads no input either (the forward's xᵀ codes). Also what Create refuses.
 //
 // Tolerances. Each FP8 GEMM quantises both operands to e4m3 (3 mantissa
 // bits): for Gaussian data a relative RMS error of about 2.5 % per element
@@ -214,6 +215,62 @@ TEST_P(Fp8Linear, GeluMlpMatchesTheDoubleReferenceWithinFp8Error) {
 INSTANTIATE_TEST_SUITE_P(Layouts, Fp8Linear,
                          ::testing::Values(Case{1, 1, false}, Case{1, 2, false}, Case{2, 2, true}),
                          Name);
+
+// With an fp8 wgrad the backward reads the codes of xᵀ the forward made, not
+// x: overwriting both linears' inputs with NaN between forward and backward
+// changes no gradient bit. With a bf16 wgrad (fp8_wgrad false) the backward
+// reads x itself, and the same overwrite makes the weight gradients NaN —
+// the control that shows the overwrite reaches what a backward would read.
+TEST(Fp8LinearInput, AnFp8WgradBackwardReadsTheForwardsCodesNotTheInput) {
+  const int64_t N = 64, in = 160, hidden = 256, out = 144;
+  const Mat x = Normal(KeyFromName("x"), N * in, 1.0), dy = Normal(KeyFromName("dy"), N * out, 1.0);
+  HeapAllocator host;
+  // The weight gradients of fc and proj after one forward and backward.
+  auto run = [&](bool fp8_wgrad, bool poison) {
+    std::vector<double> grads;
+    absl::Status st = comm::RunRanks(1, [&](comm::Communicator& world) {
+      auto pgs = parallel::ProcessGroupCollection::Build(parallel::ParallelConfig{}, world);
+      ASSERT_TRUE(pgs.ok()) << pgs.status();
+      const kernels::Exec e = kernels::Exec::Cpu(host);
+      GtpChain chain(e, GtpOptions{});
+      LinearConfig c1{"fc", in, hidden, true, false, kStd, kSeed};
+      LinearConfig c2{"proj", hidden, out, true, false, kStd, kSeed};
+      for (LinearConfig* c : {&c1, &c2}) {
+        c->dtype = DType::kBF16, c->fp8 = true, c->fp8_wgrad = fp8_wgrad;
+      }
+      auto l1 = ColumnParallelLinear::Create(c1, *pgs, &chain);
+      auto l2 = RowParallelLinear::Create(c2, *pgs, &chain);
+      ASSERT_TRUE(l1.ok() && l2.ok());
+      Tensor xt = Bf16(host, x, 0, N, 0, in, in), gelu_pre;
+      auto ht = (*l1)->ForwardGelu(xt, Direction::kForward, &gelu_pre);
+      ASSERT_TRUE(ht.ok()) << ht.status();
+      auto yt = (*l2)->Forward(*ht);
+      ASSERT_TRUE(yt.ok()) << yt.status();
+      if (poison) {
+        ops::Fill(e, xt, std::nanf(""));
+        ops::Fill(e, *ht, std::nanf(""));
+      }
+      auto dht = (*l2)->BackwardDGelu(Bf16(host, dy, 0, N, 0, out, out), gelu_pre);
+      ASSERT_TRUE(dht.ok()) << dht.status();
+      ASSERT_TRUE((*l1)->Backward(*dht).ok());
+      ASSERT_TRUE(chain.FinishBackward().ok());
+      for (ShardedParam* p : {&(*l1)->weight(), &(*l2)->weight()}) {
+        const std::vector<double> v = Values(host, p->main_grad());
+        grads.insert(grads.end(), v.begin(), v.end());
+      }
+    });
+    EXPECT_TRUE(st.ok()) << st;
+    return grads;
+  };
+  const std::vector<double> clean = run(true, false), poisoned = run(true, true);
+  ASSERT_FALSE(clean.empty());
+  for (double g : clean) ASSERT_TRUE(std::isfinite(g));
+  EXPECT_TRUE(clean == poisoned) << "an fp8 wgrad read the overwritten input";
+  const std::vector<double> bf16_wgrad = run(false, true);
+  size_t nan = 0;
+  for (double g : bf16_wgrad) nan += std::isnan(g) ? 1 : 0;
+  EXPECT_GT(nan, bf16_wgrad.size() / 2) << "the control: a bf16 wgrad reads x";
+}
 
 // What Create refuses, naming the layer and a way out.
 TEST(Fp8LinearConfig, RefusesF32ParamsAndShardsNotInSixteens) {

@@ -121,12 +121,20 @@ absl::StatusOr<fp8::Fp8WeightPair> Fp8Weight(const kernels::Exec& e, ShardedPara
 
 // fp8: y = x·wᵀ (+ bias in the GEMM's epilogue: y is bf16, as every fp8
 // linear's parameters are), x's codes from `shared` (or made here), and Wᵀ's
-// codes kept in *wt for the backward's dgrad.
+// codes kept in *wt for the backward's dgrad. With xt (an fp8 wgrad), x is
+// quantised both ways from one read (QuantizeRowsAndTransposed: the same
+// codes) and xᵀ's codes are kept in *xt for the wgrad.
 void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x,
-                fp8::Fp8WeightPair wq, const Tensor& y, const Tensor& bias, Fp8Cache* wt) {
+                fp8::Fp8WeightPair wq, const Tensor& y, const Tensor& bias, Fp8Cache* wt,
+                Fp8Cache* xt) {
   const kernels::Exec& e = chain.exec();
   fp8::Fp8SharedInput local(e);
-  fp8::Fp8Linear(e, (shared != nullptr ? shared : &local)->Rows(x), wq.w, y, 0.0f, bias);
+  fp8::Fp8SharedInput& in = shared != nullptr ? *shared : local;
+  if (xt != nullptr) {
+    in.Both(x);
+    *xt = in.Transposed(x);
+  }
+  fp8::Fp8Linear(e, in.Rows(x), wq.w, y, 0.0f, bias);
   *wt = std::move(wq.wt);
 }
 
@@ -164,13 +172,13 @@ absl::StatusOr<Tensor> BackwardWeight(GtpChain& chain, ShardedParam& weight, boo
   return weight.Materialize(Direction::kBackward);
 }
 
-// fp8: dw = dyᵀ·x + beta·dw (dyᵀ's codes from dyq, x's transposed codes
-// from `shared` or made here). The bias gradient came with dyq (Both).
-void Fp8WeightGrad(const kernels::Exec& e, fp8::Fp8SharedInput* shared, fp8::Fp8SharedInput& dyq,
-                   const Tensor& dy, const Tensor& x, const Tensor& dw, float beta) {
-  fp8::Fp8SharedInput local(e);
-  fp8::Fp8LinearBackwardWeight(e, dyq.Transposed(dy),
-                               (shared != nullptr ? shared : &local)->Transposed(x), dw, beta);
+// fp8: dw = dyᵀ·x + beta·dw (dyᵀ's codes from dyq; xᵀ's the forward kept
+// in *xt, released here). The bias gradient came with dyq (Both).
+void Fp8WeightGrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy,
+                   const Tensor& dw, float beta, Fp8Cache* xt) {
+  GTP_CHECK(xt->has_value(), "fp8 wgrad without xᵀ's codes");
+  fp8::Fp8LinearBackwardWeight(e, dyq.Transposed(dy), **xt, dw, beta);
+  xt->reset();
 }
 
 }  // namespace
@@ -240,10 +248,13 @@ absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direct
   Tensor y = e.Empty({n, out_tp_}, config_.dtype);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
   if (gelu_pre != nullptr) *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
+  rows_ = n;
   if (config_.fp8) {
     GTP_ASSIGN_OR_RETURN(fp8::Fp8WeightPair wq, Fp8Weight(e, *weight_, dir));
+    const bool keep_xt = config_.fp8_wgrad;
     Fp8Forward(*chain_, shared, x2, std::move(wq), gelu_pre != nullptr ? *gelu_pre : y, bias_.value,
-               &wt_q_);
+               &wt_q_, keep_xt ? &xt_q_ : nullptr);
+    if (keep_xt) x_saved_ = Tensor();  // the wgrad reads xt_q_
     if (gelu_pre != nullptr) ops::GeluForward(e, *gelu_pre, y);
   } else {
     GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
@@ -257,10 +268,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direct
   return y;
 }
 
-absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Tensor& accumulate,
-                                                      fp8::Fp8SharedInput* shared) {
+absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Tensor& accumulate) {
   const kernels::Exec& e = chain_->exec();
-  const int64_t n = x_saved_.numel() / config_.in_features;
+  const int64_t n = rows_;
   Tensor dy2 = dy.View({n, out_tp_});
   bool gathered = false;
   GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, &wt_q_, &gathered));
@@ -278,11 +288,11 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   }
   bool fresh = false;  // the wgrad buffer after the dgrad GEMM (as before fp8)
   Tensor wgrad = weight_->Wgrad(&fresh);
-  const Tensor x2 = x_saved_.View({n, config_.in_features});
   if (fp8_wgrad) {
-    Fp8WeightGrad(e, shared, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f);
+    Fp8WeightGrad(e, dyq, dy2, wgrad, fresh ? 0.0f : 1.0f, &xt_q_);
   } else {
-    WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, bias_.grad);
+    WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, config_.in_features}), wgrad,
+                      fresh ? 0.0f : 1.0f, bias_.grad);
   }
   if (gathered) weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());
@@ -329,6 +339,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
   const kernels::Exec& e = chain_->exec();
   x_saved_ = x;
   const int64_t n = x.numel() / in_tp_;
+  rows_ = n;
   Tensor y = e.Empty({n, config_.out_features}, config_.dtype);
   // The bias is added once: fused into the GEMM without TP, else after the
   // reduction.
@@ -336,7 +347,10 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
   const Tensor bias = reduced ? Tensor() : bias_.value;
   if (config_.fp8) {
     GTP_ASSIGN_OR_RETURN(fp8::Fp8WeightPair wq, Fp8Weight(e, *weight_, dir));
-    Fp8Forward(*chain_, nullptr, x.View({n, in_tp_}), std::move(wq), y, bias, &wt_q_);
+    const bool keep_xt = config_.fp8_wgrad;
+    Fp8Forward(*chain_, nullptr, x.View({n, in_tp_}), std::move(wq), y, bias, &wt_q_,
+               keep_xt ? &xt_q_ : nullptr);
+    if (keep_xt) x_saved_ = Tensor();  // the wgrad reads xt_q_
   } else {
     GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
     ops::Linear(e, x.View({n, in_tp_}), w, y, 0.0f, bias);
@@ -370,7 +384,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   if (config_.sequence_parallel) {
     GTP_ASSIGN_OR_RETURN(dy_full, AllGatherRows(e, *groups_.tp, dy));
   }
-  const int64_t n = x_saved_.numel() / in_tp_;
+  const int64_t n = rows_;
   Tensor dy2 = dy_full.View({n, config_.out_features});
   bool gathered = false;
   GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, &wt_q_, &gathered));
@@ -393,11 +407,11 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   }
   bool fresh = false;  // the wgrad buffer after the dgrad GEMM (as before fp8)
   Tensor wgrad = weight_->Wgrad(&fresh);
-  const Tensor x2 = x_saved_.View({n, in_tp_}), db = bias_from_wgrad ? bias_.grad : Tensor();
+  const Tensor db = bias_from_wgrad ? bias_.grad : Tensor();
   if (fp8_wgrad) {
-    Fp8WeightGrad(e, nullptr, dyq, dy2, x2, wgrad, fresh ? 0.0f : 1.0f);
+    Fp8WeightGrad(e, dyq, dy2, wgrad, fresh ? 0.0f : 1.0f, &xt_q_);
   } else {
-    WeightAndBiasGrad(*chain_, dy2, x2, wgrad, fresh ? 0.0f : 1.0f, db);
+    WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, in_tp_}), wgrad, fresh ? 0.0f : 1.0f, db);
   }
   if (gathered) weight_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(weight_->ReduceGrad());

@@ -78,9 +78,10 @@ struct LinearConfig {
   // quantise it once through a shared kernels::fp8::Fp8SharedInput.
   bool fp8 = false;
   // With fp8: the wgrad GEMM in fp8 too (true: dy's two quantisations come
-  // from one read, with the bias gradient); false: the wgrad GEMM in bf16 as
-  // without fp8 (with its bias-gradient epilogue), dy quantised for the
-  // dgrad only (train.fp8_wgrad=bf16).
+  // from one read, with the bias gradient; the forward quantises x both ways
+  // from one read and keeps xᵀ's codes for the wgrad instead of x itself);
+  // false: the wgrad GEMM in bf16 as without fp8, dy quantised for the dgrad
+  // only (train.fp8_wgrad=bf16).
   bool fp8_wgrad = true;
 };
 
@@ -109,15 +110,15 @@ class ColumnParallelLinear {
   void DropActivations() {
     x_saved_ = Tensor();
     wt_q_.reset();
+    xt_q_.reset();
   }
   // dx (see file comment). Weight grad goes to the GTP reduce-scatter; bias
   // grad accumulates locally. With caller_reduces_input_grad, a given
   // `accumulate` [N, in] receives dx added in the GEMM (no extra pass; q, k
-  // and v share one dx) and is returned. With fp8, `shared` (bound to this
-  // linear's input, as in Forward) quantises it once for several linears'
-  // weight gradients.
-  absl::StatusOr<Tensor> Backward(const Tensor& dy, const Tensor& accumulate = Tensor(),
-                                  kernels::fp8::Fp8SharedInput* shared = nullptr);
+  // and v share one dx) and is returned. With an fp8 wgrad the forward's
+  // xᵀ codes serve (kept per linear; several linears sharing an input share
+  // them).
+  absl::StatusOr<Tensor> Backward(const Tensor& dy, const Tensor& accumulate = Tensor());
 
   ShardedParam& weight() { return *weight_; }
   ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
@@ -131,8 +132,10 @@ class ColumnParallelLinear {
   int64_t out_tp_;
   std::unique_ptr<ShardedParam> weight_;
   ReplicatedParam bias_;
-  Tensor x_saved_;  // [N, in]
+  Tensor x_saved_;  // [N, in]; not kept when xt_q_ is
+  int64_t rows_ = 0;  // N of the last forward
   std::optional<kernels::fp8::Fp8Matrix> wt_q_;  // fp8: Wᵀ's codes from the forward
+  std::optional<kernels::fp8::Fp8Matrix> xt_q_;  // fp8 wgrad: xᵀ's codes from the forward
   absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Direction dir, Tensor* gelu_pre,
                                      kernels::fp8::Fp8SharedInput* shared);
 };
@@ -147,6 +150,7 @@ class RowParallelLinear {
   void DropActivations() {
     x_saved_ = Tensor();
     wt_q_.reset();
+    xt_q_.reset();
   }
   // dy[N, out] (SP: [N_tp, out]) → dx_t[N, in/TP].
   absl::StatusOr<Tensor> Backward(const Tensor& dy);
@@ -167,8 +171,10 @@ class RowParallelLinear {
   int64_t in_tp_;
   std::unique_ptr<ShardedParam> weight_;
   ReplicatedParam bias_;
-  Tensor x_saved_;  // [N, in/TP]
+  Tensor x_saved_;  // [N, in/TP]; not kept when xt_q_ is
+  int64_t rows_ = 0;  // N of the last forward
   std::optional<kernels::fp8::Fp8Matrix> wt_q_;  // fp8: Wᵀ's codes from the forward
+  std::optional<kernels::fp8::Fp8Matrix> xt_q_;  // fp8 wgrad: xᵀ's codes from the forward
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& dy, const Tensor& gelu_pre);
 };
 
@@ -178,8 +184,8 @@ class RowParallelLinear {
 // db f32, dy f32 or bf16).
 void AccumulateBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& db);
 // dw = dyᵀ·x + beta·dw (ops::LinearBackwardWeight) and, when db is defined,
-// db += Σ_rows dy — on CUDA taken from the same GEMM (its bias-gradient
-// epilogue), on the CPU by AccumulateBiasGrad.
+// db += Σ_rows dy — on CUDA by ops::ColumnSumAccumulate, on the CPU by
+// AccumulateBiasGrad.
 void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const Tensor& dw,
                        float beta, const Tensor& db);
 // y[rows, C] += b[C] (same dtype).

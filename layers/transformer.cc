@@ -160,7 +160,7 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
   {
     Timeline::Scope span(tl, "qkv", e.stream);
-    kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: hin quantised once for q, k and v
+    kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: hin quantised once (both ways) for q, k, v
     GTP_ASSIGN_OR_RETURN(q_out_, q_->Forward(hin, dir, &hin_fp8));
     GTP_ASSIGN_OR_RETURN(k_out_, k_->Forward(hin, dir, &hin_fp8));
     GTP_ASSIGN_OR_RETURN(v_out_, v_->Forward(hin, dir, &hin_fp8));
@@ -249,11 +249,10 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   // Backward in reverse forward order (v, k, q) keeps the GTP chain's order.
   span.emplace(tl, "qkv bwd", e.stream);
   // One dh: k's and q's input gradients are added into v's by their GEMMs.
-  // fp8: their common input quantised (transposed) once for the three wgrads.
-  kernels::fp8::Fp8SharedInput hin_fp8(e);
-  GTP_ASSIGN_OR_RETURN(Tensor dh, v_->Backward(dv.View({B_ * T_, nkv_tp_ * hs_}), Tensor(), &hin_fp8));
-  GTP_RETURN_IF_ERROR(k_->Backward(dk.View({B_ * T_, nkv_tp_ * hs_}), dh, &hin_fp8).status());
-  GTP_RETURN_IF_ERROR(q_->Backward(dq.View({B_ * T_, nh_tp_ * hs_}), dh, &hin_fp8).status());
+  // fp8: their wgrads read the codes of xᵀ the forward made once for all three.
+  GTP_ASSIGN_OR_RETURN(Tensor dh, v_->Backward(dv.View({B_ * T_, nkv_tp_ * hs_})));
+  GTP_RETURN_IF_ERROR(k_->Backward(dk.View({B_ * T_, nkv_tp_ * hs_}), dh).status());
+  GTP_RETURN_IF_ERROR(q_->Backward(dq.View({B_ * T_, nh_tp_ * hs_}), dh).status());
   return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
 }
 

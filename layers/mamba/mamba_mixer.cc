@@ -331,12 +331,11 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   // The in_proj parts in reverse forward order (the GTP chain's backward order), their
   // output gradients back in the model dtype; one TP reduction.
   const DType dt = c_.dtype;
-  kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: one transposed quantisation of hin
-  GTP_ASSIGN_OR_RETURN(Tensor dh, in_dt_->Backward(As(e, ddtr, dt), Tensor(), &hin_fp8));
-  GTP_RETURN_IF_ERROR(in_c_->Backward(As(e, dcr.View({N, g_ * Ns}), dt), dh, &hin_fp8).status());
-  GTP_RETURN_IF_ERROR(in_b_->Backward(As(e, dbr.View({N, g_ * Ns}), dt), dh, &hin_fp8).status());
-  GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh, &hin_fp8).status());
-  GTP_RETURN_IF_ERROR(in_z_->Backward(As(e, dz, dt), dh, &hin_fp8).status());
+  GTP_ASSIGN_OR_RETURN(Tensor dh, in_dt_->Backward(As(e, ddtr, dt)));
+  GTP_RETURN_IF_ERROR(in_c_->Backward(As(e, dcr.View({N, g_ * Ns}), dt), dh).status());
+  GTP_RETURN_IF_ERROR(in_b_->Backward(As(e, dbr.View({N, g_ * Ns}), dt), dh).status());
+  GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh).status());
+  GTP_RETURN_IF_ERROR(in_z_->Backward(As(e, dz, dt), dh).status());
   DropActivations();
   // The TP ranks' partial input gradients: summed, or under SP summed and
   // scattered back to each rank's rows.
