@@ -201,6 +201,10 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
       CheckDivisible(config.name + (parts == 1 ? ".out_features" : ".out_features / fused_parts"),
                      config.out_features / parts, g.tp->size()));
   GTP_RETURN_IF_ERROR(CheckFp8(config, config.out_features / g.tp->size(), config.in_features));
+  if (config.f32_output && config.bias) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.name, ": an f32 output is for bias-free linears"));
+  }
   std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
                                               config.in_features, config.dtype, g.gtp, chain);
@@ -245,7 +249,9 @@ absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direct
     x_saved_ = x;
   }
   const int64_t n = x_saved_.numel() / config_.in_features;
-  Tensor y = e.Empty({n, out_tp_}, config_.dtype);
+  GTP_CHECK(!config_.f32_output || gelu_pre == nullptr, config_.name,
+            ": ForwardGelu with an f32 output");
+  Tensor y = e.Empty({n, out_tp_}, config_.f32_output ? DType::kF32 : config_.dtype);
   const Tensor x2 = x_saved_.View({n, config_.in_features});
   if (gelu_pre != nullptr) *gelu_pre = e.Empty({n, out_tp_}, config_.dtype);
   rows_ = n;
@@ -388,7 +394,9 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor dy2 = dy_full.View({n, config_.out_features});
   bool gathered = false;
   GTP_ASSIGN_OR_RETURN(Tensor w, BackwardWeight(*chain_, *weight_, config_.fp8, &wt_q_, &gathered));
-  Tensor dx = e.Empty({n, in_tp_}, config_.dtype);
+  GTP_CHECK(!config_.f32_input_grad || !gelu_pre.defined(), config_.name,
+            ": BackwardDGelu with an f32 input gradient");
+  Tensor dx = e.Empty({n, in_tp_}, config_.f32_input_grad ? DType::kF32 : config_.dtype);
   fp8::Fp8SharedInput dyq(e);
   // fp8: dy's codes for both GEMMs (and db += Σ dy when it is the wgrad's)
   // from one read of dy; with a bf16 wgrad, the dgrad's alone (made there).

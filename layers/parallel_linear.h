@@ -83,6 +83,13 @@ struct LinearConfig {
   // false: the wgrad GEMM in bf16 as without fp8, dy quantised for the dgrad
   // only (train.fp8_wgrad=bf16).
   bool fp8_wgrad = true;
+  // Column-parallel only: y in f32 whatever dtype is (the GEMM writes the
+  // f32 result unrounded; no bias, no fused GELU) — for a consumer that
+  // computes in f32 (the Mamba mixer's in_proj parts), saving a cast pass.
+  bool f32_output = false;
+  // Row-parallel only: dx in f32 whatever dtype is (likewise: the Mamba
+  // mixer's out_proj, whose input gradient goes into f32 math).
+  bool f32_input_grad = false;
 };
 
 // The TP and GTP groups a layer uses, read from a collection.

@@ -97,11 +97,10 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   const int64_t Ns = c.d_state, K = c.d_conv;
   GTP_RETURN_IF_ERROR(m->SetUpContextParallel(name, pgs));
   auto in_proj = [&](const std::string& part, int64_t out) {
-    return ColumnParallelLinear::Create(
-        Lin(name + ".in_proj_" + part, c.d_model, out, c.init_std, c.seed, true, c.dtype, c.fp8,
-            c.fp8_wgrad),
-        pgs,
-        chain);
+    LinearConfig l = Lin(name + ".in_proj_" + part, c.d_model, out, c.init_std, c.seed, true,
+                         c.dtype, c.fp8, c.fp8_wgrad);
+    l.f32_output = true;  // the SSM's math is f32: no cast after the GEMM
+    return ColumnParallelLinear::Create(l, pgs, chain);
   };
   GTP_ASSIGN_OR_RETURN(m->in_z_, in_proj("z", Di));
   GTP_ASSIGN_OR_RETURN(m->in_x_, in_proj("x", Di));
@@ -109,10 +108,10 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   GTP_ASSIGN_OR_RETURN(m->in_c_, in_proj("C", G * Ns));
   GTP_ASSIGN_OR_RETURN(m->in_dt_, in_proj("dt", H));
   // Under SP out_proj reduce-scatters its output rows (and gathers dout back).
-  GTP_ASSIGN_OR_RETURN(m->out_, RowParallelLinear::Create(Lin(name + ".out_proj", Di, c.d_model,
-                                                              c.out_std, c.seed, false, c.dtype,
-                                                              c.fp8, c.fp8_wgrad, m->sp_),
-                                                          pgs, chain));
+  LinearConfig out_proj = Lin(name + ".out_proj", Di, c.d_model, c.out_std, c.seed, false, c.dtype,
+                              c.fp8, c.fp8_wgrad, m->sp_);
+  out_proj.f32_input_grad = true;  // into the gated norm's f32 backward: no cast
+  GTP_ASSIGN_OR_RETURN(m->out_, RowParallelLinear::Create(out_proj, pgs, chain));
   const kernels::Exec& e = m->exec_;
   // Conv filters ~ U(−1/√K, 1/√K), zero biases; by global channel.
   auto conv = [&](const std::string& n, int64_t rows_tp) {
@@ -223,7 +222,8 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   if (sp_) {
     GTP_ASSIGN_OR_RETURN(hin, AllGatherRows(e, *tp_, h));
   }
-  // The projections in the model dtype; everything up to out_proj in f32.
+  // The projections read the model dtype and write f32 (LinearConfig::f32_output);
+  // everything up to out_proj is f32.
   const DType f32 = DType::kF32;
   kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: hin quantised once for the five parts
   GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(hin, dir, &hin_fp8));

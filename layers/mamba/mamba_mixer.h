@@ -32,7 +32,10 @@
 // the norms' weights: the optimizer keeps their f32 masters); everything
 // between in_proj and out_proj (conv, softplus, A, the scan, the gated norm)
 // runs in f32 on f32 copies, as Mamba implementations keep the scan in f32.
-// Every gradient is f32 until it re-enters a projection's backward.
+// The in_proj GEMMs write their f32 results directly and out_proj's dgrad
+// writes an f32 input gradient (LinearConfig::f32_output / f32_input_grad),
+// so no cast pass sits between them and the f32 math. Every gradient is f32
+// until it re-enters a projection's backward.
 #pragma once
 
 #include <memory>
