@@ -6,6 +6,7 @@
 #include "layers/linear.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "comm/local/local_communicator.h"
@@ -189,6 +190,91 @@ TEST(Linear, OutFeaturesNotDivisibleByTpIsAClearError) {
     auto l = ColumnParallelLinear::Create(LinearConfig{"fc", 4, 7}, *pgs, &chain);
     EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(l.status().message().find("fc.out_features = 7"), std::string::npos) << l.status();
+  });
+  ASSERT_TRUE(st.ok()) << st;
+}
+
+// LinearConfig::f32_output / f32_input_grad (the Mamba mixer's): a bf16
+// column linear writes its GEMM's f32 result unrounded — the bf16 output is
+// that result rounded once, the control — and a bf16 row linear's dx
+// likewise; each flag is refused on the other kind of linear, and f32_output
+// with a bias.
+TEST(Linear, F32OutputIsTheUnroundedResultAndMisplacedFlagsAreRefused) {
+  HeapAllocator host;
+  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) {
+    auto pgs = parallel::ProcessGroupCollection::Build(parallel::ParallelConfig{}, w);
+    ASSERT_TRUE(pgs.ok());
+    const kernels::Exec e = kernels::Exec::Cpu(host);
+    GtpChain chain(e, GtpOptions{});
+    LinearConfig c{"fc", 32, 48, /*bias=*/false};
+    c.dtype = DType::kBF16;
+    LinearConfig c32 = c;
+    c32.name = "fc32";
+    c32.f32_output = true;
+    auto l = ColumnParallelLinear::Create(c, *pgs, &chain);
+    auto l32 = ColumnParallelLinear::Create(c32, *pgs, &chain);
+    ASSERT_TRUE(l.ok() && l32.ok());
+    std::vector<float> xv(16 * 32);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = PhiloxNormal(7, i);
+    Tensor x = e.Empty({16, 32}, DType::kBF16);
+    kernels::ops::Cast(e, Tensor::Wrap(xv.data(), {16, 32}, DType::kF32, Device::Cpu()), x);
+    auto y = (*l)->Forward(x);
+    auto y32 = (*l32)->Forward(x);
+    ASSERT_TRUE(y.ok() && y32.ok());
+    ASSERT_EQ(y32->dtype(), DType::kF32);
+    // fc and fc32 have different names, so different initial weights: give
+    // fc32 fc's weight to compare the two outputs.
+    kernels::ops::CopyInto(e, (*l)->weight().shard(), (*l32)->weight().shard());
+    y32 = (*l32)->Forward(x);
+    ASSERT_TRUE(y32.ok());
+    Tensor rounded = e.Empty({16, 48}, DType::kBF16);
+    kernels::ops::Cast(e, *y32, rounded);
+    EXPECT_EQ(std::memcmp(rounded.raw_data(), y->raw_data(), rounded.nbytes()), 0)
+        << "the bf16 output is the f32 output rounded once";
+    size_t unrounded = 0;
+    const float* f = y32->data<float>();
+    for (int64_t i = 0; i < y32->numel(); ++i) {
+      unrounded += (FloatBits(f[i]) & 0xffffu) != 0 ? 1 : 0;
+    }
+    EXPECT_GT(unrounded, static_cast<size_t>(y32->numel() / 2)) << "f32 results, not bf16 widened";
+    // Misplaced flags.
+    LinearConfig bad = c32;
+    bad.bias = true;
+    bad.name = "b1";
+    EXPECT_NE(ColumnParallelLinear::Create(bad, *pgs, &chain).status().message().find(
+                  "b1: an f32 output is for bias-free linears"),
+              std::string::npos);
+    bad = c;
+    bad.name = "b2";
+    bad.f32_input_grad = true;
+    EXPECT_NE(ColumnParallelLinear::Create(bad, *pgs, &chain).status().message().find(
+                  "b2: f32_input_grad is a row-parallel linear's setting"),
+              std::string::npos);
+    bad = c32;
+    bad.name = "b3";
+    EXPECT_NE(RowParallelLinear::Create(bad, *pgs, &chain).status().message().find(
+                  "b3: f32_output is a column-parallel linear's setting"),
+              std::string::npos);
+    // A row linear's f32 input gradient, likewise the unrounded dgrad.
+    LinearConfig r = c;
+    r.name = "proj";
+    LinearConfig r32 = r;
+    r32.name = "proj32";
+    r32.f32_input_grad = true;
+    auto p = RowParallelLinear::Create(r, *pgs, &chain);
+    auto p32 = RowParallelLinear::Create(r32, *pgs, &chain);
+    ASSERT_TRUE(p.ok() && p32.ok());
+    kernels::ops::CopyInto(e, (*p)->weight().shard(), (*p32)->weight().shard());
+    ASSERT_TRUE((*p)->Forward(x).ok() && (*p32)->Forward(x).ok());
+    Tensor dy = e.Empty({16, 48}, DType::kBF16);
+    kernels::ops::Cast(e, *y32, dy);
+    auto dx = (*p)->Backward(dy);
+    auto dx32 = (*p32)->Backward(dy);
+    ASSERT_TRUE(dx.ok() && dx32.ok());
+    ASSERT_EQ(dx32->dtype(), DType::kF32);
+    Tensor dxr = e.Empty({16, 32}, DType::kBF16);
+    kernels::ops::Cast(e, *dx32, dxr);
+    EXPECT_EQ(std::memcmp(dxr.raw_data(), dx->raw_data(), dxr.nbytes()), 0);
   });
   ASSERT_TRUE(st.ok()) << st;
 }

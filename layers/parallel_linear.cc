@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include <string>
+
 #include "core/kernels/fp8/linear.h"
 #include "core/status.h"
 #include "layers/param_io.h"
@@ -119,8 +121,8 @@ absl::StatusOr<fp8::Fp8WeightPair> Fp8Weight(const kernels::Exec& e, ShardedPara
   return fp8::QuantizeWeightPair(e, w);
 }
 
-// fp8: y = x·wᵀ (+ bias in the GEMM's epilogue: y is bf16, as every fp8
-// linear's parameters are), x's codes from `shared` (or made here), and Wᵀ's
+// fp8: y = x·wᵀ (+ bias in the GEMM's epilogue: y is then bf16, the params'
+// dtype), x's codes from `shared` (or made here), and Wᵀ's
 // codes kept in *wt for the backward's dgrad. With xt (an fp8 wgrad), x is
 // quantised both ways from one read (QuantizeRowsAndTransposed: the same
 // codes) and xᵀ's codes are kept in *xt for the wgrad.
@@ -151,10 +153,13 @@ void Fp8Dgrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy
 // wgrad needs no weight): the forward's, kept in *wt — then the backward's
 // GTP gather is skipped, and the linears' weights are marked not gathered in
 // backward (ShardedParam::set_gathered_in_backward) so the chain does not
-// prefetch them either — or, when no forward kept them (a pipeline
-// schedule's backward after another micro-batch's), made here from a
+// prefetch them either — or, when no forward kept them, made here from a
 // gather. Otherwise the gathered weight. *gathered: whether the caller must
-// Release it.
+// Release it. (Every backward follows its own forward — the pipeline runner
+// re-runs a micro-batch's forward before its backward, as block recompute
+// does — so the gather serves only a bf16-wgrad linear whose codes a
+// backward already consumed; an fp8 wgrad needs the forward's xᵀ codes too
+// and refuses to run without them, naming the layer.)
 absl::StatusOr<Tensor> BackwardWeight(GtpChain& chain, ShardedParam& weight, bool fp8, Fp8Cache* wt,
                                       bool* gathered) {
   *gathered = false;
@@ -174,9 +179,11 @@ absl::StatusOr<Tensor> BackwardWeight(GtpChain& chain, ShardedParam& weight, boo
 
 // fp8: dw = dyᵀ·x + beta·dw (dyᵀ's codes from dyq; xᵀ's the forward kept
 // in *xt, released here). The bias gradient came with dyq (Both).
-void Fp8WeightGrad(const kernels::Exec& e, fp8::Fp8SharedInput& dyq, const Tensor& dy,
-                   const Tensor& dw, float beta, Fp8Cache* xt) {
-  GTP_CHECK(xt->has_value(), "fp8 wgrad without xᵀ's codes");
+void Fp8WeightGrad(const std::string& name, const kernels::Exec& e, fp8::Fp8SharedInput& dyq,
+                   const Tensor& dy, const Tensor& dw, float beta, Fp8Cache* xt) {
+  GTP_CHECK(xt->has_value(), name,
+            ": an fp8 wgrad without the codes of xᵀ its forward keeps (a backward needs its "
+            "own forward first)");
   fp8::Fp8LinearBackwardWeight(e, dyq.Transposed(dy), **xt, dw, beta);
   xt->reset();
 }
@@ -204,6 +211,10 @@ absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> ColumnParallelLinear::Crea
   if (config.f32_output && config.bias) {
     return absl::InvalidArgumentError(
         absl::StrCat(config.name, ": an f32 output is for bias-free linears"));
+  }
+  if (config.f32_input_grad) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.name, ": f32_input_grad is a row-parallel linear's setting"));
   }
   std::unique_ptr<ColumnParallelLinear> l(new ColumnParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", l->out_tp_,
@@ -295,7 +306,7 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   bool fresh = false;  // the wgrad buffer after the dgrad GEMM (as before fp8)
   Tensor wgrad = weight_->Wgrad(&fresh);
   if (fp8_wgrad) {
-    Fp8WeightGrad(e, dyq, dy2, wgrad, fresh ? 0.0f : 1.0f, &xt_q_);
+    Fp8WeightGrad(config_.name, e, dyq, dy2, wgrad, fresh ? 0.0f : 1.0f, &xt_q_);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, config_.in_features}), wgrad,
                       fresh ? 0.0f : 1.0f, bias_.grad);
@@ -320,6 +331,10 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
   GTP_RETURN_IF_ERROR(
       CheckDivisible(config.name + ".in_features", config.in_features, g.tp->size()));
   GTP_RETURN_IF_ERROR(CheckFp8(config, config.out_features, config.in_features / g.tp->size()));
+  if (config.f32_output) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.name, ": f32_output is a column-parallel linear's setting"));
+  }
   std::unique_ptr<RowParallelLinear> l(new RowParallelLinear(config, g, chain));
   l->weight_ = std::make_unique<ShardedParam>(config.name + ".weight", config.out_features,
                                               l->in_tp_, config.dtype, g.gtp, chain);
@@ -383,8 +398,8 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   const kernels::Exec& e = chain_->exec();
   Tensor dy_full = dy;
   // With SP the bias grad covers this rank's rows only (summed over TP in
-  // finalisation), so it comes from dy before the gather; otherwise from the
-  // wgrad GEMM's epilogue.
+  // finalisation), so it comes from dy before the gather; otherwise with the
+  // wgrad (WeightAndBiasGrad, or dy's fp8 codes: Both).
   const bool bias_from_wgrad = bias_.value.defined() && !config_.sequence_parallel;
   if (bias_.value.defined() && !bias_from_wgrad) AccumulateBiasGrad(*chain_, dy, bias_.grad);
   if (config_.sequence_parallel) {
@@ -417,7 +432,7 @@ absl::StatusOr<Tensor> RowParallelLinear::BackwardImpl(const Tensor& dy, const T
   Tensor wgrad = weight_->Wgrad(&fresh);
   const Tensor db = bias_from_wgrad ? bias_.grad : Tensor();
   if (fp8_wgrad) {
-    Fp8WeightGrad(e, dyq, dy2, wgrad, fresh ? 0.0f : 1.0f, &xt_q_);
+    Fp8WeightGrad(config_.name, e, dyq, dy2, wgrad, fresh ? 0.0f : 1.0f, &xt_q_);
   } else {
     WeightAndBiasGrad(*chain_, dy2, x_saved_.View({n, in_tp_}), wgrad, fresh ? 0.0f : 1.0f, db);
   }

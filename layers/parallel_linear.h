@@ -104,7 +104,8 @@ class ColumnParallelLinear {
   static absl::StatusOr<std::unique_ptr<ColumnParallelLinear>> Create(
       const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
 
-  // y_t[N, out/TP]. Keeps what backward needs (the gathered input).
+  // y_t[N, out/TP]. Keeps what backward needs (the gathered input, or with
+  // an fp8 wgrad the codes of its transpose).
   // `dir` is kRecompute when re-run for activation recompute. With fp8, a
   // `shared` input (the same x for several linears, caller_reduces_input_grad)
   // is quantised once for all of them.

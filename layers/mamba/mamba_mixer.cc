@@ -284,7 +284,8 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   const kernels::Exec& e = exec_;
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
   if (!y_.defined()) return absl::FailedPreconditionError("mamba mixer: Backward without Forward");
-  // out_proj keeps its own input (the normalised, gated scan output).
+  // out_proj keeps what its backward needs of its input (the normalised,
+  // gated scan output, or its codes).
   const DType f32 = DType::kF32;
   const F32Values& v = v32_;
   GTP_ASSIGN_OR_RETURN(Tensor dyn, out_->Backward(dout));

@@ -33,7 +33,7 @@
 // Zero rows stay zero through fc1, GELU or SwiGLU and fc2, their gradient
 // rows are zero, and they add exactly 0 to the weight gradients (and leave
 // the wgrad's 1×128 block maxima unchanged): the results are the unpadded
-// experts' (experts_test.cc). As the dense fp8 linears do, the forward keeps
+// experts' (experts_fp8_test.cc). As the dense fp8 linears do, the forward keeps
 // the weights' transposed codes for the dgrad, so the backward gathers no
 // expert weight (fc1/fc2 are marked not gathered in backward); with
 // fp8_wgrad false the wgrad GEMMs run in the params' dtype.

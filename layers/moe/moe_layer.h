@@ -106,9 +106,10 @@ struct MoeShape {
   DType dtype = DType::kF32;
   float init_std = 0.02f, out_std = 0.02f;  // fc1, fc2
   uint64_t seed = 0;
-  // train.precision=fp8: the experts' GEMMs in block-scaled FP8 (experts.h;
-  // dtype bf16, C and H/ETP multiples of 16, refused by name otherwise); the
-  // router stays in dtype. fp8_wgrad: their wgrad GEMMs too.
+  // The experts' GEMMs in block-scaled FP8 (experts.h; dtype bf16, C and
+  // H/ETP multiples of 16, refused by name otherwise); the router stays in
+  // dtype. fp8_wgrad: their wgrad GEMMs too. train.precision=fp8 sets it on
+  // the CPU only for now (layers/moe_feed_forward.cc says why).
   bool fp8 = false;
   bool fp8_wgrad = true;
 };

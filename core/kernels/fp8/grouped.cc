@@ -105,7 +105,10 @@ void Fp8GroupedLinearBackwardWeight(const Exec& e, Fp8GroupedInput& dy, Fp8Group
       if (beta == 0.0f) {
         ops::Fill(e, dwg, 0.0f);
       } else if (beta != 1.0f) {
-        ops::Axpby(e, 0.0f, dwg, beta, dwg);
+        // dwg = beta·dwg through a copy (Axpby's x and y must not alias on CUDA).
+        const Tensor old = e.Empty({N, K}, DType::kF32);
+        ops::CopyInto(e, dwg, old);
+        ops::Axpby(e, beta, old, 0.0f, dwg);
       }
       continue;
     }

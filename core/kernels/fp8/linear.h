@@ -51,8 +51,10 @@ class Fp8SharedInput {
   const Fp8Matrix& Transposed(const Tensor& x);
   // Both of the above, made from one read of x where neither exists yet
   // (QuantizeRowsAndTransposed: the same codes): for a dy that is both the
-  // dgrad's a (Rows) and the wgrad's a (Transposed). With column_sums (f32
-  // or bf16 [in]) also adds x's column sums to it from the same read (a
+  // dgrad's a (Rows) and the wgrad's a (Transposed), or an x that is both the
+  // forward's a and (kept) the wgrad's b; where one exists it makes the other
+  // alone, where both do nothing. With column_sums (f32 or bf16 [in]) also
+  // adds x's column sums to it from the same read (a
   // bias gradient; QuantizeRowsAndTransposed's order): then it must be the
   // first quantisation of x here (aborts otherwise: the sums need the read).
   void Both(const Tensor& x, const Tensor& column_sums = Tensor());
