@@ -78,12 +78,12 @@ __host__ __device__ __forceinline__ int64_t OutputSmemBytes(int L, int64_t P, in
   return int64_t{8} * L +
          int64_t{4} * (L + 2 * L * Ld(P) + 3 * L * Ld(N) + Pad16(P) * Ld(N) + L * Ld(L));
 }
-// doubles: cs, expl, dcs, rw [L], red [2·kWarps]; floats: dt [L], X, dY, dX
-// [L][Ld(P)], B, C, Bw, DyS, XG, dC, dB [L][Ld(N)], S, G [Pad16(P)][Ld(N)],
-// CB, DX, Q [L][Ld(L)].
+// doubles: cs, expl, dcs, rw [L], red [2·kWarps]; floats: dt, e, w [L], X,
+// dY, dX [L][Ld(P)], B, C, Bw, DyS, XG, dC, dB [L][Ld(N)], S, G
+// [Pad16(P)][Ld(N)], CB, DX, Q [L][Ld(L)].
 __host__ __device__ __forceinline__ int64_t BackwardSmemBytes(int L, int64_t P, int64_t N) {
   return int64_t{8} * (4 * L + 2 * kWarps) +
-         int64_t{4} * (L + 3 * L * Ld(P) + 7 * L * Ld(N) + 2 * Pad16(P) * Ld(N) + 3 * L * Ld(L));
+         int64_t{4} * (3 * L + 3 * L * Ld(P) + 7 * L * Ld(N) + 2 * Pad16(P) * Ld(N) + 3 * L * Ld(L));
 }
 
 // The chunk length: 64, 32 or 16 (wmma tiles of 16 rows), the largest not
@@ -454,7 +454,9 @@ __global__ void __launch_bounds__(kThreads)
   double* sRw = sDcs + L;    // R_j·w_j
   double* sRed = sRw + L;    // [2·kWarps] block sums
   float* sDt = reinterpret_cast<float*>(sRed + 2 * kWarps);
-  float* sX = sDt + L;
+  float* sE = sDt + L;  // e_i = exp(cs_i)
+  float* sW = sE + L;   // w_j = exp(cs_last − cs_j)·dt_j
+  float* sX = sW + L;
   float* sDy = sX + L * lp;
   float* sOx = sDy + L * lp;  // dx before D·dy
   float* sB = sOx + L * lp;
@@ -482,21 +484,28 @@ __global__ void __launch_bounds__(kThreads)
   StageStatePadded(gout + state, sG, ln, P, N);
   const int last = k.len - 1;
   const double cs_last = sCs[last];
-  __syncthreads();  // B staged
+  // The per-step factors, once a step (StageDecays' barrier made sCs, sDt).
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    sE[j] = j < k.len ? expf(static_cast<float>(sCs[j])) : 0.0f;
+    sW[j] = j < k.len ? expf(static_cast<float>(cs_last - sCs[j])) * sDt[j] : 0.0f;
+  }
+  __syncthreads();  // B staged, e and w made
   for (int e = threadIdx.x; e < L * Np; e += blockDim.x) {
     const int j = e / Np, n = e - j * Np;
-    sBw[j * ln + n] =
-        j < k.len ? expf(static_cast<float>(cs_last - sCs[j])) * sDt[j] * sB[j * ln + n] : 0.0f;
+    sBw[j * ln + n] = j < k.len ? sW[j] * sB[j * ln + n] : 0.0f;
   }
   __syncthreads();
   const int warp = threadIdx.x / kWarpSize, Lt = L / 16, Pt = Pp / 16, Nt = Np / 16;
-  // Phase A: C·Bᵀ and dY·Xᵀ (lower tiles), dY·S_in, X·G.
-  for (int t = warp; t < 2 * Lt * Lt + 2 * Lt * Nt; t += kWarps) {
+  // Phase A: C·Bᵀ and dY·Xᵀ (their lower tiles only, so every warp's turn
+  // has work), dY·S_in, X·G.
+  const int tri = Lt * (Lt + 1) / 2;
+  for (int t = warp; t < 2 * tri + 2 * Lt * Nt; t += kWarps) {
     Acc acc;
     wmma::fill_fragment(acc, 0.0f);
-    if (t < 2 * Lt * Lt) {
-      const int which = t / (Lt * Lt), r = t - which * Lt * Lt, ti = r / Lt, tj = r - ti * Lt;
-      if (tj > ti) continue;
+    if (t < 2 * tri) {
+      const int which = t / tri;
+      int tj = t - which * tri, ti = 0;  // the r-th lower tile, row by row
+      while (tj > ti) tj -= ++ti;
       if (which == 0) {
         Mma3<Row, Col>(acc, sC, ln, sB, ln, ti * 16, tj * 16, 0, Np);
         wmma::store_matrix_sync(sM1 + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
@@ -505,7 +514,7 @@ __global__ void __launch_bounds__(kThreads)
         wmma::store_matrix_sync(sM2 + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
       }
     } else {
-      const int u = t - 2 * Lt * Lt, which = u / (Lt * Nt), r = u - which * Lt * Nt, ti = r / Nt,
+      const int u = t - 2 * tri, which = u / (Lt * Nt), r = u - which * Lt * Nt, ti = r / Nt,
                 tn = r - ti * Nt;
       if (which == 0) {
         Mma3<Row, Row>(acc, sDy, lp, sS, ln, ti * 16, tn * 16, 0, Pp);
@@ -532,8 +541,11 @@ __global__ void __launch_bounds__(kThreads)
     sQ[i * ll + j] = q;
   }
   __syncthreads();
-  // Phase B: dx = M1'ᵀ·dY + Bw·Gᵀ, dC = M2'·B, dB = M2'ᵀ·C.
-  for (int t = warp; t < Lt * Pt + 2 * Lt * Nt; t += kWarps) {
+  // Phase B: dx = M1'ᵀ·dY + Bw·Gᵀ, dC = M2'·B, dB = M2'ᵀ·C. A warp's turn
+  // is a dx tile, or the dC and dB tiles of one (ti, tn): dC's K extent is
+  // (ti + 1)·16 and dB's (Lt − ti)·16, so every pair costs the same, as
+  // near as a dx tile does ((Lt − tj)·16 + Np).
+  for (int t = warp; t < Lt * Pt + Lt * Nt; t += kWarps) {
     Acc acc;
     wmma::fill_fragment(acc, 0.0f);
     if (t < Lt * Pt) {
@@ -542,15 +554,12 @@ __global__ void __launch_bounds__(kThreads)
       Mma3<Row, Col>(acc, sBw, ln, sG, ln, tj * 16, tp * 16, 0, Np);
       wmma::store_matrix_sync(sOx + tj * 16 * lp + tp * 16, acc, lp, wmma::mem_row_major);
     } else {
-      const int u = t - Lt * Pt, which = u / (Lt * Nt), r = u - which * Lt * Nt, ti = r / Nt,
-                tn = r - ti * Nt;
-      if (which == 0) {
-        Mma3<Row, Row>(acc, sM2, ll, sB, ln, ti * 16, tn * 16, 0, (ti + 1) * 16);
-        wmma::store_matrix_sync(sOc + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
-      } else {
-        Mma3<Col, Row>(acc, sM2, ll, sC, ln, ti * 16, tn * 16, ti * 16, L);
-        wmma::store_matrix_sync(sOb + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
-      }
+      const int r = t - Lt * Pt, ti = r / Nt, tn = r - ti * Nt;
+      Mma3<Row, Row>(acc, sM2, ll, sB, ln, ti * 16, tn * 16, 0, (ti + 1) * 16);
+      wmma::store_matrix_sync(sOc + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
+      wmma::fill_fragment(acc, 0.0f);
+      Mma3<Col, Row>(acc, sM2, ll, sC, ln, ti * 16, tn * 16, ti * 16, L);
+      wmma::store_matrix_sync(sOb + ti * 16 * ln + tn * 16, acc, ln, wmma::mem_row_major);
     }
   }
   // The per-step scalars, q = kThreads / L threads a step (their lanes are
@@ -598,8 +607,7 @@ __global__ void __launch_bounds__(kThreads)
   const bool direct = H == G;
   for (int e = threadIdx.x; e < k.len * N; e += blockDim.x) {
     const int r = e / N, n = e - r * N;
-    const float er = expf(static_cast<float>(sCs[r]));
-    const float wr = expf(static_cast<float>(cs_last - sCs[r])) * sDt[r];
+    const float er = sE[r], wr = sW[r];
     const int64_t tt = k.b * T + k.t0 + r;
     const int64_t at = direct ? (tt * G + g) * N64 + n : (tt * H + k.h) * N64 + n;
     dC[at] = fmaf(er, sDyS[r * ln + n], sOc[r * ln + n]);
