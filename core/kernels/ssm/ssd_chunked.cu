@@ -32,7 +32,7 @@
 // Nothing is saved by the forward: the backward recomputes S_in (two of the
 // forward's three kernels). Shared memory bounds the shapes: ChunkLength
 // takes the largest of 64, 32, 16 not above max(chunk, 16) whose blocks fit;
-// a shape none fits (P·N beyond ~24k) is refused (SsdChunkedFits), and
+// a shape none fits (P·N beyond ~14k) is refused (SsdChunkedFits), and
 // ssd_scan.cc's kAuto runs the recurrence kernels for it. Which kernel is
 // faster for which shape: ssd_scan.h (SsdAutoKernel).
 #include <cuda_runtime.h>

@@ -299,7 +299,7 @@ bool UseChunked(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kern
   if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, d.P, d.N, chunk);
   if (kernel == SsdCudaKernel::kRecurrence) return false;
   GTP_CHECK(cuda::SsdChunkedFits(d.P, d.N, chunk), op,
-            ": the chunked CUDA kernels take P·N up to about 24k, got P = ", d.P, ", N = ", d.N,
+            ": the chunked CUDA kernels take P·N up to about 14k, got P = ", d.P, ", N = ", d.N,
             " (use SsdCudaKernel::kAuto or kRecurrence)");
   return true;
 }

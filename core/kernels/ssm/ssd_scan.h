@@ -67,7 +67,7 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // chunked form). kRecurrence: ssd_scan.cu, serial in T per state element.
 // kChunked: ssd_chunked.cu, the chunked form parallel over (b, h, chunk),
 // its products on the tensor cores as 3×TF32 (f32 accuracy); it aborts on a
-// shape whose block does not fit shared memory (P·N beyond about 24k).
+// shape whose block does not fit shared memory (P·N beyond about 14k).
 // kAuto (the default): SsdAutoKernel's choice.
 enum class SsdCudaKernel { kRecurrence, kChunked, kAuto };
 

@@ -39,7 +39,7 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
 
 // ---- The chunked form (ssd_chunked.cu): parallel over (b, h, chunk), chunks
 // of 64, 32 or 16 steps (the largest not above max(chunk, 16) whose blocks
-// fit shared memory: P·N up to about 24k), the chunk products on the tensor
+// fit shared memory: P·N up to about 14k), the chunk products on the tensor
 // cores as 3×TF32. Same math and conventions; the scalar gradients in double;
 // deterministic. Scratch: SsdChunkedScratchFloats floats of device memory
 // (the forward needs some too: the chunk-entry states).
