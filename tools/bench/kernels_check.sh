@@ -9,9 +9,12 @@
 # 1. the GPU tests of core/kernels/fp8 (block quantisers, block-scaled GEMM
 #    with its bias epilogue, the linear's three GEMMs; the GEMM's layout probe
 #    runs first and prints what cuBLASLt did) and of
-#    core/kernels/ssm (both scan kernel sets and kAuto against the CPU);
-# 2. ssm_benchmark: the scan at the hybrid's heads, chunked vs recurrence, and
-#    the default (ScanAuto) at T = 1024, 4096, 8192;
+#    core/kernels/ssm (both scan kernel sets and kAuto against the CPU), the
+#    column sums (bias gradients) and the FP8 experts against the CPU;
+# 2. ssm_benchmark: the scan at the hybrid's heads, chunked (64- and 32-step
+#    chunks) vs recurrence, and the default (ScanAuto) at T = 1024, 4096,
+#    8192; gemm_benchmark's bias gradients, cuBLASLt's epilogue vs
+#    ColumnSumAccumulate;
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
 #    steps: the median ms/step of steps 11–40.
 # Each part prints PASS/FAIL or its figures; the exit status is 1 when a
@@ -26,7 +29,8 @@ status=0
 
 echo "=== 1. GPU tests"
 for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_test \
-  core_kernels_fp8_linear_gpu_test core_kernels_nvfp4_gpu_test core_kernels_ssm_ssm_gpu_test; do
+  core_kernels_fp8_linear_gpu_test core_kernels_nvfp4_gpu_test core_kernels_ssm_ssm_gpu_test \
+  core_kernels_column_sum_gpu_test layers_moe_experts_fp8_gpu_test; do
   if [[ ! -x "$B/bin/$t" ]]; then
     echo "MISSING $t (not in the bundle)"
     status=1
@@ -50,7 +54,12 @@ done
 
 echo "=== 2. the scan (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence)$|ScanAuto' 2>&1) |
+  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence)$|ScanAuto' 2>&1) |
+  grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
+
+echo "=== 2b. bias gradients (ms per call; N = 8192)"
+(cd "$B" && timeout 120 ./bin/core_kernels_bench_gemm_benchmark \
+  --benchmark_filter='BiasGrad' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 
 echo "=== 3. hybrid step (bf16, B=8, T=1024, default kernels)"
