@@ -613,18 +613,36 @@ __global__ void __launch_bounds__(kThreads)
     dC[at] = fmaf(er, sDyS[r * ln + n], sOc[r * ln + n]);
     dB[at] = fmaf(wr, sXG[r * ln + n], sOb[r * ln + n]);
   }
-  if (threadIdx.x == 0) {
-    double extra = static_cast<double>(dec[k.bh * nc + k.c]) * gs;
-    for (int j = 0; j < k.len; ++j) extra += sRw[j];
-    sDcs[last] += extra;
-    double da = 0.0, dA_acc = 0.0;
-    for (int t = last; t >= 0; --t) {
-      da += sDcs[t];
-      dA_acc += static_cast<double>(sDt[t]) * da;
-      sExpl[t] += static_cast<double>(Ah) * da;  // now ddt_t
+  // The chunk's tail, by warp 0 (lane l owns steps 2l and 2l + 1; L ≤ 64),
+  // in fixed shuffle orders: the last step's extra term, ∂L/∂a_t = Σ_{s ≥ t}
+  // ∂L/∂cs_s (a suffix scan), ddt_t += A·∂L/∂a_t, and dA's partial
+  // Σ_t dt_t·∂L/∂a_t. (One thread walking the 64 steps serially kept the
+  // other 255 waiting at the barrier below.)
+  if (threadIdx.x < kWarpSize) {
+    const int lane = threadIdx.x, i0 = 2 * lane, i1 = i0 + 1;
+    const bool v0 = i0 < k.len, v1 = i1 < k.len;
+    double rw = (v0 ? sRw[i0] : 0.0) + (v1 ? sRw[i1] : 0.0);
+    for (int o = kWarpSize / 2; o > 0; o >>= 1) rw += __shfl_xor_sync(kFullMask, rw, o);
+    const double extra = static_cast<double>(dec[k.bh * nc + k.c]) * gs + rw;
+    double d0 = v0 ? sDcs[i0] : 0.0, d1 = v1 ? sDcs[i1] : 0.0;
+    if (i0 == last) d0 += extra;
+    if (i1 == last) d1 += extra;
+    double incl = d0 + d1;  // Σ of the pair sums of lanes ≥ lane
+    for (int o = 1; o < kWarpSize; o <<= 1) {
+      const double below = __shfl_down_sync(kFullMask, incl, o);
+      if (lane + o < kWarpSize) incl += below;
     }
-    dad[(k.bh * nc + k.c) * 2] = dA_acc;
-    dad[(k.bh * nc + k.c) * 2 + 1] = xd;
+    const double later = __shfl_down_sync(kFullMask, incl, 1);
+    const double da1 = d1 + (lane + 1 < kWarpSize ? later : 0.0), da0 = d0 + da1;
+    if (v0) sExpl[i0] += static_cast<double>(Ah) * da0;  // now ddt
+    if (v1) sExpl[i1] += static_cast<double>(Ah) * da1;
+    double da_dt = (v0 ? static_cast<double>(sDt[i0]) * da0 : 0.0) +
+                   (v1 ? static_cast<double>(sDt[i1]) * da1 : 0.0);
+    for (int o = kWarpSize / 2; o > 0; o >>= 1) da_dt += __shfl_xor_sync(kFullMask, da_dt, o);
+    if (lane == 0) {
+      dad[(k.bh * nc + k.c) * 2] = da_dt;
+      dad[(k.bh * nc + k.c) * 2 + 1] = xd;
+    }
   }
   __syncthreads();
   for (int t = threadIdx.x; t < k.len; t += blockDim.x)
