@@ -526,19 +526,26 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-    const int i = e / L, j = e - i * L;
-    float m1 = 0.0f, m2 = 0.0f, q = 0.0f;
-    if (i < k.len && j <= i) {
-      const float E = expf(static_cast<float>(sCs[i] - sCs[j]));
-      const float cb = sM1[i * ll + j], dxx = sM2[i * ll + j];
-      q = cb * dxx * E;
-      m1 = cb * E * sDt[j];
-      m2 = dxx * E * sDt[j];
+  // M1', M2', Q on the lower tiles only: phase B and the scalars read nothing
+  // above the diagonal tiles (the zeros above the diagonal inside them are
+  // written). A thread per element of a 16×16 tile.
+  static_assert(kThreads == 16 * 16, "one thread per element of a tile");
+  for (int ti = 0; ti < Lt; ++ti) {
+    for (int tj = 0; tj <= ti; ++tj) {
+      const int i = ti * 16 + static_cast<int>(threadIdx.x) / 16;
+      const int j = tj * 16 + static_cast<int>(threadIdx.x) % 16;
+      float m1 = 0.0f, m2 = 0.0f, q = 0.0f;
+      if (i < k.len && j <= i) {
+        const float E = expf(static_cast<float>(sCs[i] - sCs[j]));
+        const float cb = sM1[i * ll + j], dxx = sM2[i * ll + j];
+        q = cb * dxx * E;
+        m1 = cb * E * sDt[j];
+        m2 = dxx * E * sDt[j];
+      }
+      sM1[i * ll + j] = m1;
+      sM2[i * ll + j] = m2;
+      sQ[i * ll + j] = q;
     }
-    sM1[i * ll + j] = m1;
-    sM2[i * ll + j] = m2;
-    sQ[i * ll + j] = q;
   }
   __syncthreads();
   // Phase B: dx = M1'ᵀ·dY + Bw·Gᵀ, dC = M2'·B, dB = M2'ᵀ·C. A warp's turn
