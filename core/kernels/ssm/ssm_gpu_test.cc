@@ -277,7 +277,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormGpuTest,
                                            // the block-per-item kernels (group >= 256), at
                                            // the hybrid's group of 1536 and past a multiple
                                            // of 256
-                                           NormCase{16, 3072, 1536}, NormCase{7, 600, 300}));
+                                           NormCase{16, 3072, 1536}, NormCase{7, 600, 300},
+                                           // the boundaries between them: 255 and 2049 run
+                                           // the warp kernels, 256 and 2048 the block ones
+                                           NormCase{4, 510, 255}, NormCase{3, 4096, 2048},
+                                           NormCase{2, 4098, 2049}));
 
 // ---------------------------------------------------------------- SSD scan
 
