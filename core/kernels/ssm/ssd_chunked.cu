@@ -153,29 +153,6 @@ __device__ __forceinline__ void StageDecays(const float* __restrict__ dt, float 
   __syncthreads();
 }
 
-// For i = threadIdx.x, + blockDim.x, … < n: store(i, value(i)), with
-// kStageBatch of a thread's global loads issued before any is stored. A plain
-// staging loop waits for each load before the next (the store needs it), so
-// a backward block spent ~18 load round trips staging its chunk; batched it
-// is one per tensor. The same values land in the same places.
-constexpr int kStageBatch = 4;
-template <class Value, class Store>
-__device__ __forceinline__ void StageBatched(int n, Value value, Store store) {
-  for (int i0 = threadIdx.x; i0 < n; i0 += kStageBatch * blockDim.x) {
-    float v[kStageBatch];
-#pragma unroll
-    for (int u = 0; u < kStageBatch; ++u) {
-      const int i = i0 + u * static_cast<int>(blockDim.x);
-      v[u] = i < n ? value(i) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kStageBatch; ++u) {
-      const int i = i0 + u * static_cast<int>(blockDim.x);
-      if (i < n) store(i, v[u]);
-    }
-  }
-}
-
 // dst[i][0..P) (row stride ld) = the chunk's rows of head h of a [B, T, H, P] tensor.
 __device__ __forceinline__ void StageHead(const float* __restrict__ src, float* dst, int ld,
                                           const ChunkIdx& k, int64_t T, int64_t H, int64_t P) {

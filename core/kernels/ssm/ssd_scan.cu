@@ -90,10 +90,13 @@ __device__ __forceinline__ void StageHeadRows(const float* __restrict__ src, flo
                                               int64_t b, int64_t h, int64_t t0, int steps,
                                               int64_t T, int64_t H, int64_t P, int64_t p0,
                                               int rows, int prow) {
-  for (int i = threadIdx.x; i < steps * rows; i += blockDim.x) {
-    const int s = i / rows, r = i % rows;
-    dst[i] = r < prow ? src[((b * T + t0 + s) * H + h) * P + p0 + r] : 0.0f;
-  }
+  StageBatched(
+      steps * rows,
+      [=](int i) {
+        const int s = i / rows, r = i % rows;
+        return r < prow ? src[((b * T + t0 + s) * H + h) * P + p0 + r] : 0.0f;
+      },
+      [=](int i, float v) { dst[i] = v; });
 }
 
 // The inverse of StageHeadRows for r < prow.
@@ -111,10 +114,13 @@ __device__ __forceinline__ void StoreHeadRows(const float* src, float* __restric
 __device__ __forceinline__ void StageGroupRows(const float* __restrict__ src, float* dst,
                                                int64_t b, int64_t g, int64_t t0, int steps,
                                                int64_t T, int64_t G, int64_t N, int np) {
-  for (int i = threadIdx.x; i < steps * np; i += blockDim.x) {
-    const int s = i / np, n = i % np;
-    dst[i] = n < N ? src[((b * T + t0 + s) * G + g) * N + n] : 0.0f;
-  }
+  StageBatched(
+      steps * np,
+      [=](int i) {
+        const int s = i / np, n = i % np;
+        return n < N ? src[((b * T + t0 + s) * G + g) * N + n] : 0.0f;
+      },
+      [=](int i, float v) { dst[i] = v; });
 }
 
 // sDt[s] = dt_t, sA[s] = α_t = exp(dt_t·A_h).
