@@ -639,10 +639,26 @@ __global__ void AddChunkParamsKernel(const double* __restrict__ dad, float* __re
   const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (h >= H) return;
   double sa = 0.0, sd = 0.0;
+  constexpr int kBatch = 8;  // loads in flight; the adds stay in order
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t c = 0; c < nc; ++c) {
-      sa += dad[((b * H + h) * nc + c) * 2];
-      sd += dad[((b * H + h) * nc + c) * 2 + 1];
+    const double* p = dad + (b * H + h) * nc * 2;
+    int64_t c = 0;
+    for (; c + kBatch <= nc; c += kBatch) {
+      double a[kBatch], d[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        a[u] = p[(c + u) * 2];
+        d[u] = p[(c + u) * 2 + 1];
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        sa += a[u];
+        sd += d[u];
+      }
+    }
+    for (; c < nc; ++c) {
+      sa += p[c * 2];
+      sd += p[c * 2 + 1];
     }
   }
   dA[h] += static_cast<float>(sa);
