@@ -90,7 +90,7 @@ __device__ __forceinline__ void StageHeadRows(const float* __restrict__ src, flo
                                               int64_t b, int64_t h, int64_t t0, int steps,
                                               int64_t T, int64_t H, int64_t P, int64_t p0,
                                               int rows, int prow) {
-  StageBatched(
+  StageBatched<2>(
       steps * rows,
       [=](int i) {
         const int s = i / rows, r = i % rows;
@@ -114,7 +114,7 @@ __device__ __forceinline__ void StoreHeadRows(const float* src, float* __restric
 __device__ __forceinline__ void StageGroupRows(const float* __restrict__ src, float* dst,
                                                int64_t b, int64_t g, int64_t t0, int steps,
                                                int64_t T, int64_t G, int64_t N, int np) {
-  StageBatched(
+  StageBatched<2>(
       steps * np,
       [=](int i) {
         const int s = i / np, n = i % np;
