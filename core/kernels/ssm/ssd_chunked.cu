@@ -157,7 +157,7 @@ __device__ __forceinline__ void StageDecays(const float* __restrict__ dt, float 
 __device__ __forceinline__ void StageHead(const float* __restrict__ src, float* dst, int ld,
                                           const ChunkIdx& k, int64_t T, int64_t H, int64_t P) {
   const int p_ = static_cast<int>(P);
-  StageBatched(
+  StageBatched<2>(
       k.len * p_,
       [=](int i) {
         const int r = i / p_, p = i - r * p_;
@@ -174,7 +174,7 @@ __device__ __forceinline__ void StageGroup(const float* __restrict__ src, float*
                                            const ChunkIdx& k, int64_t g, int64_t T, int64_t G,
                                            int64_t N) {
   const int n_ = static_cast<int>(N);
-  StageBatched(
+  StageBatched<2>(
       k.len * n_,
       [=](int i) {
         const int r = i / n_, j = i - r * n_;
