@@ -147,4 +147,16 @@ inline float ScaleOf(const std::vector<float>& scales, int64_t r, int64_t c, int
   return scales[(l == Fp8Layout::kRow1x128 ? r : r / 128) * cb + c / 128];
 }
 
+// ‖got − want‖ / ‖want‖ over all elements (NaN if got holds NaN): the
+// relative Frobenius error the tests' quantisation-error bands use.
+inline double RelFrobenius(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = got[i] - want[i];
+    num += d * d;
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
 }  // namespace gtp::kernels::fp8::testing

@@ -37,6 +37,7 @@ using testing::BlockyMatrix;
 using testing::Bytes;
 using testing::Floats;
 using testing::MakeMatrix;
+using testing::RelFrobenius;
 
 // G = 4 groups of 48, 0, 128 and 32 rows; K = 160 (a partial K block),
 // N = 144 (a partial tile).
@@ -111,17 +112,6 @@ TEST_F(Fp8GroupedTest, EachGroupIsTheLinearFunctionOnItsSlices) {
   ops::Fill(e_, empty_rows, 3.0f);
   Fp8GroupedLinearBackwardWeight(e_, dyq, xq, 1.0f, 0.5f, dw);
   for (float v : Floats(empty_rows)) ASSERT_EQ(v, 1.5f);
-}
-
-// ‖got − want‖ / ‖want‖ (NaN if got holds NaN).
-double RelFrobenius(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = got[i] - want[i];
-    num += d * d;
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 TEST_F(Fp8GroupedTest, EachGroupUsesItsOwnWeightWithinE4m3sError) {

@@ -79,6 +79,7 @@ using testing::BlockyMatrix;
 using testing::Floats;
 using testing::GemmRoundingGamma;
 using testing::MakeMatrix;
+using testing::RelFrobenius;
 using testing::RefDequantize;
 using testing::RefQuantize;
 using testing::RefQuantized;
@@ -228,17 +229,6 @@ Measured MeasureRounding(const std::vector<float>& y, const Product& deq, int64_
     }
   }
   return m;
-}
-
-// ‖y − y_exact‖ / ‖y_exact‖ (NaN if y holds NaN).
-double RelFrobenius(const std::vector<float>& y, const std::vector<double>& exact) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    const double d = y[i] - exact[i];
-    num += d * d;
-    den += exact[i] * exact[i];
-  }
-  return std::sqrt(num / den);
 }
 
 // An output [M, N] of dtype t with every element NaN.
