@@ -123,4 +123,35 @@ __device__ __forceinline__ float BlockMax(float v) {
   return WarpMax(r);
 }
 
+// ---- cp.async (sm_80+): global → shared copies that do not hold registers
+// while in flight. Each thread commits its copies as a group and waits for
+// its own groups; a barrier after the wait makes every thread's copies
+// visible to the block.
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global → shared (both 16-byte aligned); when !valid nothing is
+// read and zeros are written.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
+}
+// One float global → shared; when !valid nothing is read and a zero is
+// written (src must still be a valid address).
+__device__ __forceinline__ void CpAsync4(float* dst, const float* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(SmemAddr(dst)), "l"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are in flight.
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 }  // namespace gtp::kernels::cuda::internal

@@ -293,15 +293,19 @@ void BackwardCpu(const Dims& d, const float* dy, const float* x, const float* dt
   }
 }
 
-// Whether the chunked CUDA kernels run this call: kAuto as SsdAutoKernel
-// says, always for kChunked (a shape that does not fit aborts, naming P and N).
-bool UseChunked(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kernel, bool backward) {
+// The kernels that run this call: kAuto resolved (SsdAutoKernel); a chunked
+// kernel on a shape that does not fit aborts, naming P and N.
+SsdCudaKernel Resolve(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kernel,
+                      bool backward) {
   if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, d.P, d.N, chunk);
-  if (kernel == SsdCudaKernel::kRecurrence) return false;
-  GTP_CHECK(cuda::SsdChunkedFits(d.P, d.N, chunk), op,
-            ": the chunked CUDA kernels take P·N up to about 14k, got P = ", d.P, ", N = ", d.N,
-            " (use SsdCudaKernel::kAuto or kRecurrence)");
-  return true;
+  if (kernel == SsdCudaKernel::kRecurrence) return kernel;
+  const bool heads = backward && kernel == SsdCudaKernel::kChunkedHeads;
+  GTP_CHECK(cuda::SsdChunkedFits(d.P, d.N, chunk,
+                                 heads ? cuda::ChunkedBackward::kHeadGroups
+                                       : cuda::ChunkedBackward::kPerHead),
+            op, ": the chunked CUDA kernels take P·N up to about 14k (less for kChunkedHeads' ",
+            "backward), got P = ", d.P, ", N = ", d.N, " (use SsdCudaKernel::kAuto or kRecurrence)");
+  return kernel;
 }
 
 }  // namespace
@@ -313,6 +317,16 @@ SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk) 
   return SsdCudaKernel::kRecurrence;
 }
 
+bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N, int64_t chunk) {
+  if (P < 1 || P > 1024 || N < 0 || N > cuda::kSsdMaxN || chunk < 1) return false;
+  if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, P, N, chunk);
+  if (kernel == SsdCudaKernel::kRecurrence) return true;
+  return cuda::SsdChunkedFits(P, N, chunk,
+                              backward && kernel == SsdCudaKernel::kChunkedHeads
+                                  ? cuda::ChunkedBackward::kHeadGroups
+                                  : cuda::ChunkedBackward::kPerHead);
+}
+
 void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
                     const Tensor& Bm, const Tensor& Cm, const Tensor& D, const Tensor& y,
                     int64_t chunk, SsdCudaKernel kernel) {
@@ -322,7 +336,8 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
   if (e.is_cuda()) {
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
-    if (UseChunked(op, d, chunk, kernel, /*backward=*/false)) {
+    if (Resolve(op, d, chunk, kernel, /*backward=*/false) != SsdCudaKernel::kRecurrence) {
+      // (kChunkedHeads differs from kChunked in the backward only.)
       // Freed on return without a sync: the caching allocator hands it out
       // again only to work ordered after ours on the same stream.
       Tensor scratch = e.Empty({std::max<int64_t>(
@@ -357,14 +372,18 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
   if (e.is_cuda()) {
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
-    if (UseChunked(op, d, chunk, kernel, /*backward=*/true)) {
+    const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/true);
+    if (k != SsdCudaKernel::kRecurrence) {
+      const cuda::ChunkedBackward which = k == SsdCudaKernel::kChunkedHeads
+                                              ? cuda::ChunkedBackward::kHeadGroups
+                                              : cuda::ChunkedBackward::kPerHead;
       Tensor scratch = e.Empty({std::max<int64_t>(
-          cuda::SsdChunkedScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, true), 1)});
+          cuda::SsdChunkedScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, true, which), 1)});
       cuda::SsdChunkedBackward(
           dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
           Cm.data<float>(), D.data<float>(), dx.data<float>(), ddt.data<float>(), dA.data<float>(),
           dBm.data<float>(), dCm.data<float>(), dD.data<float>(), scratch.data<float>(), d.B, d.T,
-          d.H, d.P, d.G, d.N, chunk, e.stream);
+          d.H, d.P, d.G, d.N, chunk, e.stream, which);
       return;
     }
     // Freed on return without a sync: the caching allocator hands it out

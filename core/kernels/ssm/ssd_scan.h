@@ -68,8 +68,13 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // kChunked: ssd_chunked.cu, the chunked form parallel over (b, h, chunk),
 // its products on the tensor cores as 3×TF32 (f32 accuracy); it aborts on a
 // shape whose block does not fit shared memory (P·N beyond about 14k).
+// kChunkedHeads: kChunked, but the backward's per-chunk kernel takes a block
+// per (b, chunk, heads of a group), B, C and C·Bᵀ staged once for the heads
+// (ssd_chunked_backward.cu): with one block per group and chunk (B·⌈T/L⌉·G ≥
+// 128) its outputs are kChunked's bit for bit, else dB and dC are summed in
+// another fixed order. Not yet timed on a GPU, so kAuto does not pick it.
 // kAuto (the default): SsdAutoKernel's choice.
-enum class SsdCudaKernel { kRecurrence, kChunked, kAuto };
+enum class SsdCudaKernel { kRecurrence, kChunked, kChunkedHeads, kAuto };
 
 // The kernel kAuto runs, from the two kernels' times side by side on one
 // H200 (2026-12-04, docs/PERFORMANCE.md; f32, ms):
@@ -83,6 +88,12 @@ enum class SsdCudaKernel { kRecurrence, kChunked, kAuto };
 // kernels where P·N ≤ 256 (and they fit), else the recurrence. Returns
 // kChunked or kRecurrence.
 SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk);
+
+// Whether `kernel` runs a CUDA forward (backward) of this P, N and chunk
+// rather than aborting: the chunked kernels need their chunk block to fit
+// shared memory (kChunkedHeads' backward block is the larger); all need
+// N ≤ 256 and P ≤ 1024.
+bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N, int64_t chunk);
 
 // y[B, T, H, P] = the scan of x, dt, A, Bm, Cm, D above (=). chunk ≥ 1; T
 // need not be a multiple of it. The result does not depend on chunk beyond

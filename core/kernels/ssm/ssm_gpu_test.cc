@@ -291,6 +291,24 @@ struct ScanCase {
 
 class SsdScanGpuTest : public ::testing::TestWithParam<ScanCase> {};
 
+// Whether kChunkedHeads' outputs are kChunked's bit for bit: the same chunk
+// length L (the largest of 64, 32, 16 not above max(chunk, 16); the cases
+// below whose P·N would shorten kChunkedHeads' L more than kChunked's do not
+// fit it at all or are listed here), and dB, dC summed in head order in one
+// block: one split of a group's heads, or one head a block
+// (ssd_chunked_backward.cu HeadSplits: the fewest splits S, a divisor of H/G,
+// with B·⌈T/L⌉·G·S ≥ 128).
+bool HeadsBitwise(const ScanCase& c) {
+  if (c.P == 16 && c.N == 128) return false;  // kChunked L = 32, kChunkedHeads L = 16
+  if (c.P == 64 && c.N == 64) return false;   // the same
+  const int64_t L = c.chunk >= 64 ? 64 : c.chunk >= 32 ? 32 : 16;
+  const int64_t hpg = c.H / c.G, blocks = c.B * ((c.T + L - 1) / L) * c.G;
+  for (int64_t s = 1; s < hpg; ++s) {
+    if (hpg % s == 0 && blocks * s >= 128) return s == 1;
+  }
+  return true;  // a head a block
+}
+
 TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
   SKIP_WITHOUT_GPU();
   const ScanCase c = GetParam();
@@ -314,14 +332,21 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
   // (the recurrence forward, the chunked backward where P·N ≤ 256).
   Tensor gx = env.Up(x, xs), gdt = env.Up(dt, ts), gA = env.Up(A, hs), gB = env.Up(Bm, bs),
          gC = env.Up(Cm, bs), gD = env.Up(D, hs), gdy = env.Up(dy, xs);
-  for (SsdCudaKernel kernel :
-       {SsdCudaKernel::kChunked, SsdCudaKernel::kRecurrence, SsdCudaKernel::kAuto}) {
-    // The chunked kernels refuse the last KernelEdges case (P·N = 102400, far
-    // beyond the ~14k that fits); every other case fits.
-    if (kernel == SsdCudaKernel::kChunked && c.P * c.N > 20000) continue;
-    SCOPED_TRACE(kernel == SsdCudaKernel::kChunked      ? "kChunked"
-                 : kernel == SsdCudaKernel::kRecurrence ? "kRecurrence"
-                                                        : "kAuto");
+  Vec chunked[7];  // kChunked's outputs, for kChunkedHeads
+  for (SsdCudaKernel kernel : {SsdCudaKernel::kChunked, SsdCudaKernel::kChunkedHeads,
+                               SsdCudaKernel::kRecurrence, SsdCudaKernel::kAuto}) {
+    // The chunked kernels refuse shapes whose chunk block does not fit
+    // (KernelEdges' last case for both; kChunkedHeads' larger backward block
+    // also the P·N ≥ 8192 cases); every other case fits.
+    if (!SsdCudaKernelFits(kernel, /*backward=*/true, c.P, c.N, c.chunk)) {
+      EXPECT_NE(kernel, SsdCudaKernel::kRecurrence);
+      EXPECT_NE(kernel, SsdCudaKernel::kAuto);
+      continue;
+    }
+    SCOPED_TRACE(kernel == SsdCudaKernel::kChunked        ? "kChunked"
+                 : kernel == SsdCudaKernel::kChunkedHeads ? "kChunkedHeads"
+                 : kernel == SsdCudaKernel::kRecurrence   ? "kRecurrence"
+                                                          : "kAuto");
     Vec run[2][7];
     for (int r = 0; r < 2; ++r) {
       Tensor gy = env.Poisoned(xs), gdx = env.Poisoned(xs), gddt = env.Poisoned(ts),
@@ -353,6 +378,16 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
     ExpectRelL2(run[0][5], dA, kScanBwdL2, "dA");
     ExpectRelL2(run[0][6], dD, kScanBwdL2, "dD");
     for (int k = 0; k < 7; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+    if (kernel == SsdCudaKernel::kChunked) {
+      for (int k = 0; k < 7; ++k) chunked[k] = run[0][k];
+    } else if (kernel == SsdCudaKernel::kChunkedHeads && !chunked[0].empty() &&
+               HeadsBitwise(c)) {
+      // The same products of each head in the same order, and dB, dC summed
+      // over the heads in SumGroupHeadsKernel's order: kChunked's bits.
+      for (int k = 0; k < 7; ++k) {
+        EXPECT_TRUE(BitEqual(run[0][k], chunked[k])) << "output " << k << " vs kChunked";
+      }
+    }
   }
 }
 
@@ -383,6 +418,20 @@ INSTANTIATE_TEST_SUITE_P(
         ScanCase{1, 200, 2, 64, 1, 128, 128},  // chunked: L = 16 (32 does not fit P·N = 8192)
         ScanCase{1, 5, 1, 400, 1, 256,
                  4}));  // chunked fits no L: kChunked skipped, kAuto the recurrence
+
+// kChunkedHeads with several heads a block (the cases above have so few chunks
+// that each block gets one head): one split of a group, so kChunked's bits
+// (G = 1, G < H, G = H, T % 64 ≠ 0, odd P and N, L = 16); and several splits of
+// several heads each (dB, dC in another order: within the tolerances only).
+INSTANTIATE_TEST_SUITE_P(
+    HeadGroups, SsdScanGpuTest,
+    ::testing::Values(ScanCase{2, 4096, 8, 16, 1, 16, 128},  // 128 blocks, 8 heads each
+                      ScanCase{3, 4000, 4, 16, 2, 16, 128},  // the last chunk 32 steps
+                      ScanCase{2, 4096, 4, 16, 4, 16, 128},  // G = H: a head a block
+                      ScanCase{3, 2700, 2, 5, 1, 7, 64},     // P = 5, N = 7
+                      ScanCase{4, 1000, 4, 5, 2, 7, 16},     // L = 16
+                      ScanCase{1, 1024, 32, 16, 1, 16, 128}  // 8 splits of 4 heads
+                      ));
 
 }  // namespace
 }  // namespace gtp::kernels::ssm

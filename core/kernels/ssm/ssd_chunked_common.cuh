@@ -1,0 +1,323 @@
+// core/kernels/ssm/ssd_chunked_common.cuh — what the chunked SSD scan's two
+// .cu files share (ssd_chunked.cu: the chunk states and the forward;
+// ssd_chunked_backward.cu: the backward): the shared-memory sizes and chunk
+// length, the staging helpers, the 3×TF32 tensor-core products, the scratch
+// layout, and the two state launchers the backward reuses. The math is at the
+// top of ssd_chunked.cu. Private to this package's .cu files (internal linkage
+// but for the launchers in chunked_internal, defined in ssd_chunked.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/kernels/cuda/common.cuh"
+#include "core/kernels/ssm/ssd_common.cuh"
+#include "core/kernels/ssm/ssd_scan_cuda.h"
+
+namespace gtp::kernels::ssm::cuda {
+namespace {
+using ::gtp::kernels::cuda::internal::CeilDiv;
+using ::gtp::kernels::cuda::internal::GridFor;
+using ::gtp::kernels::cuda::internal::kFullMask;
+using ::gtp::kernels::cuda::internal::kWarpSize;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kMaxChunk = 2 * kWarpSize;  // StageDecays: two steps a lane
+constexpr size_t kMaxSmemBytes = 200 * 1024;
+
+// ------------------------------------------------------------ shared memory
+//
+// Every chunk kernel starts its shared memory with the doubles (cumulative
+// decays and scalars), then floats. The tensor-core kernels (Output,
+// Backward) keep their matrices zero-padded to 16 rows/columns (the wmma
+// tile) with row strides of a multiple of 16 plus 4 floats: a multiple of
+// 4 (wmma's ldm for f32), every 16-row or 8-column tile start 32-byte
+// aligned, and rows 4 banks apart.
+
+__host__ __device__ __forceinline__ int64_t Pad16(int64_t d) { return (d + 15) / 16 * 16; }
+__host__ __device__ __forceinline__ int64_t Ld(int64_t d) { return Pad16(d) + 4; }
+
+__host__ __device__ __forceinline__ int64_t OuterSmemBytes(int L, int64_t P, int64_t N) {
+  return int64_t{8} * L + int64_t{4} * (2 * L + L * P + L * N);
+}
+// doubles: cs [L]; floats: dt [L], X, Y [L][Ld(P)], B, C, Ce [L][Ld(N)],
+// S [Pad16(P)][Ld(N)], M [L][Ld(L)].
+__host__ __device__ __forceinline__ int64_t OutputSmemBytes(int L, int64_t P, int64_t N) {
+  return int64_t{8} * L +
+         int64_t{4} * (L + 2 * L * Ld(P) + 3 * L * Ld(N) + Pad16(P) * Ld(N) + L * Ld(L));
+}
+// doubles: cs, expl, dcs, rw [L], red [2·kWarps]; floats: dt, e, w [L], X,
+// dY, dX [L][Ld(P)], B, C, Bw, DyS, XG, dC, dB [L][Ld(N)], S, G
+// [Pad16(P)][Ld(N)], CB, DX, Q [L][Ld(L)].
+__host__ __device__ __forceinline__ int64_t BackwardSmemBytes(int L, int64_t P, int64_t N) {
+  return int64_t{8} * (4 * L + 2 * kWarps) +
+         int64_t{4} * (3 * L + 3 * L * Ld(P) + 7 * L * Ld(N) + 2 * Pad16(P) * Ld(N) + 3 * L * Ld(L));
+}
+// ChunkHeadsBackwardKernel: as BackwardSmemBytes, with dt, X, dY, S and G
+// twice (this head's and the next's), C·Bᵀ kept apart from M1, and the dC,
+// dB sums over the block's heads [L][Ld(N)].
+__host__ __device__ __forceinline__ int64_t HeadsBackwardSmemBytes(int L, int64_t P, int64_t N) {
+  return int64_t{8} * (4 * L + 2 * kWarps) +
+         int64_t{4} * (4 * L + 5 * L * Ld(P) + 9 * L * Ld(N) + 4 * Pad16(P) * Ld(N) + 4 * L * Ld(L));
+}
+
+// The chunk length: 64, 32 or 16 (wmma tiles of 16 rows), the largest not
+// above max(chunk, 16) whose blocks fit; 0 when even 16 does not. T need not
+// be a multiple (the last chunk is shorter, its rows zero-padded). With
+// kHeadGroups the backward's blocks are larger, so L may be shorter.
+int ChunkLength(int64_t P, int64_t N, int64_t chunk,
+                ChunkedBackward kernel = ChunkedBackward::kPerHead) {
+  for (int l = kMaxChunk; l >= 16; l /= 2) {
+    if (l > chunk && l > 16) continue;
+    if (kernel == ChunkedBackward::kHeadGroups &&
+        HeadsBackwardSmemBytes(l, P, N) > static_cast<int64_t>(kMaxSmemBytes))
+      continue;
+    if (BackwardSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
+        OutputSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
+        OuterSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes))
+      return l;
+  }
+  return 0;
+}
+
+template <class K>
+void AllowSmem(K kernel, int64_t bytes) {
+  GTP_CU_REQUIRE(bytes <= static_cast<int64_t>(kMaxSmemBytes),
+                 "SsdChunked (CUDA): %lld bytes of shared memory", static_cast<long long>(bytes));
+  if (bytes > 48 * 1024) {
+    GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)));
+  }
+}
+
+// ------------------------------------------------------------ device helpers
+
+// Block b·H·nc + … → (b, h, c), the chunk's first step and its length.
+struct ChunkIdx {
+  int64_t b, h, c, bh, t0;
+  int len;
+};
+__device__ __forceinline__ ChunkIdx ThisChunk(int64_t H, int64_t nc, int64_t T, int L) {
+  ChunkIdx k;
+  k.c = blockIdx.x % nc;
+  k.bh = blockIdx.x / nc;
+  k.b = k.bh / H;
+  k.h = k.bh % H;
+  k.t0 = k.c * L;
+  k.len = static_cast<int>(T - k.t0 < L ? T - k.t0 : L);
+  return k;
+}
+
+// sCs[i] = Σ_{k ≤ i} sDt[k]·A in double, for i < len ≤ 64 (sDt staged and
+// visible): warp 0 scans, lane l owning steps 2l and 2l + 1 (a fixed tree:
+// the same bits every run). Ends with a barrier.
+__device__ __forceinline__ void ScanDecays(const float* sDt, float Ah, int len, double* sCs) {
+  if (threadIdx.x < kWarpSize) {
+    const int lane = threadIdx.x, i0 = 2 * lane, i1 = i0 + 1;
+    const double a0 = i0 < len ? static_cast<double>(sDt[i0]) * Ah : 0.0;
+    const double a1 = i1 < len ? static_cast<double>(sDt[i1]) * Ah : 0.0;
+    double incl = a0 + a1;  // inclusive scan of the lanes' pair sums
+    for (int o = 1; o < kWarpSize; o <<= 1) {
+      const double up = __shfl_up_sync(kFullMask, incl, o);
+      if (lane >= o) incl += up;
+    }
+    const double prev = __shfl_up_sync(kFullMask, incl, 1);
+    const double before = lane > 0 ? prev : 0.0;
+    if (i0 < len) sCs[i0] = before + a0;
+    if (i1 < len) sCs[i1] = incl;
+  }
+  __syncthreads();
+}
+
+// sDt[i] = dt_{t0+i}, then ScanDecays. Ends with a barrier.
+__device__ __forceinline__ void StageDecays(const float* __restrict__ dt, float Ah,
+                                            const ChunkIdx& k, int64_t T, int64_t H, float* sDt,
+                                            double* sCs) {
+  for (int i = threadIdx.x; i < k.len; i += blockDim.x) sDt[i] = dt[(k.b * T + k.t0 + i) * H + k.h];
+  __syncthreads();
+  ScanDecays(sDt, Ah, k.len, sCs);
+}
+
+// dst[i][0..P) (row stride ld) = the chunk's rows of head h of a [B, T, H, P] tensor.
+__device__ __forceinline__ void StageHead(const float* __restrict__ src, float* dst, int ld,
+                                          const ChunkIdx& k, int64_t T, int64_t H, int64_t P) {
+  const int p_ = static_cast<int>(P);
+  StageBatched<2>(
+      k.len * p_,
+      [=](int i) {
+        const int r = i / p_, p = i - r * p_;
+        return src[((k.b * T + k.t0 + r) * H + k.h) * P + p];
+      },
+      [=](int i, float v) {
+        const int r = i / p_, p = i - r * p_;
+        dst[r * ld + p] = v;
+      });
+}
+
+// dst[i][0..N) (row stride ld) = the chunk's rows of group g of a [B, T, G, N] tensor.
+__device__ __forceinline__ void StageGroup(const float* __restrict__ src, float* dst, int ld,
+                                           const ChunkIdx& k, int64_t g, int64_t T, int64_t G,
+                                           int64_t N) {
+  const int n_ = static_cast<int>(N);
+  StageBatched<2>(
+      k.len * n_,
+      [=](int i) {
+        const int r = i / n_, j = i - r * n_;
+        return src[((k.b * T + k.t0 + r) * G + g) * N + j];
+      },
+      [=](int i, float v) {
+        const int r = i / n_, j = i - r * n_;
+        dst[r * ld + j] = v;
+      });
+}
+
+// The block's sum of v in double, in a fixed order (warp xor butterfly, then
+// the warps in order); every thread gets it. `scratch` holds kWarps doubles.
+__device__ __forceinline__ double BlockSumDouble(double v, double* scratch) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  const int warp = threadIdx.x / kWarpSize;
+  __syncthreads();
+  if (threadIdx.x % kWarpSize == 0) scratch[warp] = v;
+  __syncthreads();
+  double s = 0.0;
+  for (int w = 0; w < kWarps; ++w) s += scratch[w];
+  return s;
+}
+
+// ------------------------------------------------------------ tensor cores
+//
+// The chunk products run on the tensor cores as 3×TF32 (wmma m16n16k8): each
+// f32 operand is split into a TF32 head and the TF32 of its remainder, and
+// a·b ≈ a_hi·b_hi + a_hi·b_lo + a_lo·b_hi with f32 accumulation, which keeps
+// about 21 bits of each product (single TF32 keeps 10, not enough for the
+// f32 tolerances of ssm_gpu_test). Warps take 16×16 output tiles round-robin.
+
+namespace wmma = nvcuda::wmma;
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+
+template <class Frag>
+__device__ __forceinline__ void SplitTf32(Frag& hi, Frag& lo) {
+#pragma unroll
+  for (int t = 0; t < hi.num_elements; ++t) {
+    const float v = hi.x[t];
+    const float h = wmma::__float_to_tf32(v);
+    hi.x[t] = h;
+    lo.x[t] = wmma::__float_to_tf32(v - h);
+  }
+}
+
+// acc += A[row0 : row0 + 16, k0 : k1] · B[k0 : k1, col0 : col0 + 16] (k0, k1
+// multiples of 8). A row-major: a[r·lda + k]; col-major: a[r + k·lda]. B
+// row-major: b[k·ldb + c]; col-major: b[k + c·ldb].
+template <class LayoutA, class LayoutB>
+__device__ __forceinline__ void Mma3(Acc& acc, const float* a, int lda, const float* b, int ldb,
+                                     int row0, int col0, int k0, int k1) {
+  constexpr bool kArow = std::is_same<LayoutA, wmma::row_major>::value;
+  constexpr bool kBrow = std::is_same<LayoutB, wmma::row_major>::value;
+  for (int k = k0; k < k1; k += 8) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> ah, al;
+    wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> bh, bl;
+    wmma::load_matrix_sync(ah, kArow ? a + row0 * lda + k : a + row0 + k * lda, lda);
+    wmma::load_matrix_sync(bh, kBrow ? b + k * ldb + col0 : b + k + col0 * ldb, ldb);
+    SplitTf32(ah, al);
+    SplitTf32(bh, bl);
+    wmma::mma_sync(acc, al, bh, acc);
+    wmma::mma_sync(acc, ah, bl, acc);
+    wmma::mma_sync(acc, ah, bh, acc);
+  }
+}
+
+using Row = wmma::row_major;
+using Col = wmma::col_major;
+
+// dst[r][c] (stride ld), r < L, c < Pad16(D): the chunk's rows of a [B, T, X, D]
+// tensor at index x (head or group), zero for r ≥ len or c ≥ D.
+__device__ __forceinline__ void StagePadded(const float* __restrict__ src, float* dst, int ld,
+                                            const ChunkIdx& k, int L, int64_t T, int64_t X,
+                                            int64_t x, int D) {
+  const int dp = static_cast<int>(Pad16(D));
+  StageBatched(
+      L * dp,
+      [=](int i) {
+        const int r = i / dp, c = i - r * dp;
+        return r < k.len && c < D ? src[((k.b * T + k.t0 + r) * X + x) * D + c] : 0.0f;
+      },
+      [=](int i, float v) {
+        const int r = i / dp, c = i - r * dp;
+        dst[r * ld + c] = v;
+      });
+}
+
+// dst[p][n] (stride ld), p < Pad16(P), n < Pad16(N): a [P, N] state, zero-padded.
+__device__ __forceinline__ void StageStatePadded(const float* __restrict__ src, float* dst, int ld,
+                                                 int P, int N) {
+  const int pp = static_cast<int>(Pad16(P)), np = static_cast<int>(Pad16(N));
+  StageBatched(
+      pp * np,
+      [=](int i) {
+        const int p = i / np, c = i - p * np;
+        return p < P && c < N ? src[p * N + c] : 0.0f;
+      },
+      [=](int i, float v) {
+        const int p = i / np, c = i - p * np;
+        dst[p * ld + c] = v;
+      });
+}
+
+// Scratch, doubles first: dad [BH·nc·2] (backward), then floats: dec [BH·nc],
+// S [BH·nc·P·N], Gs [BH·nc·P·N] (backward), parts 2·[B·T·H·N] (backward, G < H;
+// kHeadGroups uses the first B·T·G·S·N of each, S ≤ H/G its head splits).
+struct Scratch {
+  double* dad;
+  float *dec, *S, *Gs, *dB_part, *dC_part;
+};
+int64_t ScratchLayout(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int L,
+                      bool backward, float* base, Scratch* out) {
+  const int64_t nc = CeilDiv(T, L), BHc = B * H * nc, states = BHc * P * N;
+  const int64_t dad_floats = backward ? 4 * BHc : 0;  // doubles as float pairs
+  const int64_t parts = backward && H != G ? B * T * H * N : 0;
+  if (out != nullptr) {
+    out->dad = backward ? reinterpret_cast<double*>(base) : nullptr;
+    out->dec = base + dad_floats;
+    out->S = out->dec + BHc;
+    out->Gs = backward ? out->S + states : nullptr;
+    out->dB_part = parts > 0 ? out->S + 2 * states : nullptr;
+    out->dC_part = parts > 0 ? out->dB_part + parts : nullptr;
+  }
+  return dad_floats + BHc + (backward ? 2 : 1) * states + 2 * parts;
+}
+
+// The chunk length of a call, after its argument checks (abort naming op).
+int CheckedChunkLength(const char* op, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
+                       ChunkedBackward kernel = ChunkedBackward::kPerHead) {
+  GTP_CU_REQUIRE(G >= 1 && H % G == 0 && P >= 1 && N >= 0 && chunk >= 1,
+                 "%s (CUDA): H = %lld, G = %lld, P = %lld, N = %lld, chunk = %lld", op,
+                 static_cast<long long>(H), static_cast<long long>(G), static_cast<long long>(P),
+                 static_cast<long long>(N), static_cast<long long>(chunk));
+  const int L = ChunkLength(P, N, chunk, kernel);
+  GTP_CU_REQUIRE(L > 0, "%s (CUDA): P = %lld, N = %lld do not fit a chunk block", op,
+                 static_cast<long long>(P), static_cast<long long>(N));
+  return L;
+}
+
+}  // namespace
+
+// Defined in ssd_chunked.cu, used by both files.
+namespace chunked_internal {
+// S ← S_in [BH, nc, P, N] and dec [BH, nc], from the inputs (the forward's
+// first two kernels).
+void EntryStates(const float* x, const float* dt, const float* A, const float* Bm, float* S,
+                 float* dec, int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
+                 int L, cudaStream_t stream);
+// Gs ← G_c = ∂L/∂S_in[c+1] [BH, nc, P, N], from dy, C and dec (the
+// backward's first two kernels after EntryStates).
+void ExitGradients(const float* dy, const float* Cm, const float* dt, const float* A,
+                   const float* dec, float* Gs, int64_t B, int64_t T, int64_t H, int64_t P,
+                   int64_t G, int64_t N, int L, cudaStream_t stream);
+}  // namespace chunked_internal
+
+}  // namespace gtp::kernels::ssm::cuda
