@@ -4,7 +4,7 @@
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark -- --benchmark_filter=Scan
 // Shapes: batch 8 × 1024 tokens (B·T = 8192 rows), d_inner 1536.
-//   Scan/<shape>/<fwd|bwd>/<chunked|recurrence|chunked32|chunked16>, and bwd/heads:
+//   Scan/<shape>/<fwd|bwd>/<chunked|recurrence|chunked32|chunked16|heads>:
 //     ssm::SsdScanForward / SsdScanBackward with that SsdCudaKernel (chunked32/16: chunk 32/16;
 //     heads: kChunkedHeads),
 //     f32, chunk 128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
@@ -203,12 +203,12 @@ void RegisterAll() {
         Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + kn,
                  [s, bwd, k](benchmark::State& st) { BM_Scan(st, s, bwd, k, kChunk); });
       }
-      // The backward with a block per (b, chunk, heads of a group), where its
-      // block fits (h96p16n16 only: the P = 64 shapes take 16-step chunks or none).
-      if (bwd && ssm::SsdCudaKernelFits(ssm::SsdCudaKernel::kChunkedHeads, true, s.P, s.N, kChunk)) {
-        Register(std::string("BM_CudaSsm/Scan/") + s.name + "/bwd/heads",
-                 [s](benchmark::State& st) {
-                   BM_Scan(st, s, true, ssm::SsdCudaKernel::kChunkedHeads, kChunk);
+      // A block per (b, chunk, heads of a group), where its block fits (the
+      // backward's at h96p16n16 only: the P = 64 shapes take 16-step chunks or none).
+      if (ssm::SsdCudaKernelFits(ssm::SsdCudaKernel::kChunkedHeads, bwd, s.P, s.N, kChunk)) {
+        Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/heads",
+                 [s, bwd](benchmark::State& st) {
+                   BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedHeads, kChunk);
                  });
       }
       // The chunked kernels' other chunk lengths (kChunk = 128 runs 64-step chunks).

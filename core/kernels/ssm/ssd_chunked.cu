@@ -3,8 +3,8 @@
 // (ssd_scan.cu) are serial in T per state element; here the sequence is cut
 // into chunks of L = 16, 32 or 64 steps and everything but a short pass over
 // the chunks runs parallel over (b, h, chunk). f32 data; the chunk products
-// on the tensor cores as 3×TF32 with f32 accumulation (see "tensor cores"
-// below), the chunk states on CUDA cores; the cumulative decays and the
+// on the tensor cores as 3×TF32 with f32 accumulation (ssd_chunked_common.cuh
+// Mma3), the chunk states on CUDA cores; the cumulative decays and the
 // per-step scalar gradients in double; no atomics, every sum in a fixed
 // order: bit-identical run to run.
 //
@@ -35,8 +35,11 @@
 // a shape none fits (P·N beyond ~14k) is refused (SsdChunkedFits), and
 // ssd_scan.cc's kAuto runs the recurrence kernels for it. Which kernel is
 // faster for which shape: ssd_scan.h (SsdAutoKernel).
-#include <cuda_runtime.h>
-#include <mma.h>
+//
+// This file: the chunk states (EntryStates, ExitGradients) and the forward's
+// chunk kernels, a block per (b, h, chunk) or, for kHeadGroups, per (b,
+// chunk, heads of a group). The backward's chunk kernels are in
+// ssd_chunked_backward.cu; what both files share in ssd_chunked_common.cuh.
 #include <cuda_runtime.h>
 #include <mma.h>
 
@@ -107,55 +110,56 @@ __global__ void ChunkPassKernel(float* __restrict__ s, const float* __restrict__
   }
 }
 
-// Grid B·H·nc: y of the chunk (see the top of the file). sin = S_in [BH, nc, P, N].
-__global__ void __launch_bounds__(kThreads)
-    ChunkOutputKernel(const float* __restrict__ x, const float* __restrict__ dt,
-                      const float* __restrict__ A, const float* __restrict__ Bm,
-                      const float* __restrict__ Cm, const float* __restrict__ D,
-                      const float* __restrict__ sin, float* __restrict__ y, int64_t T, int64_t H,
-                      int64_t P64, int64_t G, int64_t N64, int L, int64_t nc) {
-  extern __shared__ __align__(128) double smem_d[];
-  const int P = static_cast<int>(P64), N = static_cast<int>(N64);
+// The forward's shared memory for one head: doubles cs [L]; floats dt [L],
+// X, Y [L][Ld(P)], B, C, Ce [L][Ld(N)], S [Pad16(P)][Ld(N)], M [L][Ld(L)]
+// (OutputSmemBytes; the heads kernel's layout is its own).
+struct HeadOutSmem {
+  double* cs;
+  float *dt, *X, *Y, *B, *C, *Ce, *S, *M;
+};
+
+// One head's y for the chunk from its staged rows: everything after the
+// staging. On entry a barrier has made cs, dt and the rows (X, B, C, S)
+// visible; with kSharedCB, cb holds C·Bᵀ's lower tiles (else they are formed
+// here in s.M, and cb = s.M). Ends after its last barrier with the y stores.
+template <bool kSharedCB>
+__device__ __forceinline__ void HeadOutput(const HeadOutSmem& s, const float* cb, const ChunkIdx& k,
+                                           int L, int P, int N, float Dh, float* __restrict__ y,
+                                           int64_t T, int64_t H) {
+  const int64_t P64 = P;
   const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N)),
             ll = static_cast<int>(Ld(L));
   const int Pp = static_cast<int>(Pad16(P)), Np = static_cast<int>(Pad16(N));
-  double* sCs = smem_d;
-  float* sDt = reinterpret_cast<float*>(sCs + L);
-  float* sX = sDt + L;
-  float* sY = sX + L * lp;
-  float* sB = sY + L * lp;
-  float* sC = sB + L * ln;
-  float* sCe = sC + L * ln;
-  float* sS = sCe + L * ln;
-  float* sM = sS + Pp * ln;
-  const ChunkIdx k = ThisChunk(H, nc, T, L);
-  const int64_t g = k.h / (H / G);
-  StageDecays(dt, A[k.h], k, T, H, sDt, sCs);
-  StagePadded(x, sX, lp, k, L, T, H, k.h, P);
-  StagePadded(Bm, sB, ln, k, L, T, G, g, N);
-  StagePadded(Cm, sC, ln, k, L, T, G, g, N);
-  StageStatePadded(sin + (k.bh * nc + k.c) * P64 * N64, sS, ln, P, N);
-  __syncthreads();
+  const double* sCs = s.cs;
+  const float* sDt = s.dt;
+  float* sX = s.X;
+  float* sY = s.Y;
+  float* sB = s.B;
+  float* sC = s.C;
+  float* sCe = s.Ce;
+  float* sS = s.S;
+  float* sM = s.M;
   for (int e = threadIdx.x; e < L * Np; e += blockDim.x) {
     const int i = e / Np, n = e - i * Np;
     sCe[i * ln + n] = i < k.len ? expf(static_cast<float>(sCs[i])) * sC[i * ln + n] : 0.0f;
   }
   const int warp = threadIdx.x / kWarpSize, Lt = L / 16;
-  // C·Bᵀ, lower tiles.
-  for (int t = warp; t < Lt * Lt; t += kWarps) {
-    const int ti = t / Lt, tj = t - ti * Lt;
-    if (tj > ti) continue;
-    Acc acc;
-    wmma::fill_fragment(acc, 0.0f);
-    Mma3<Row, Col>(acc, sC, ln, sB, ln, ti * 16, tj * 16, 0, Np);
-    wmma::store_matrix_sync(sM + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
+  if (!kSharedCB) {  // C·Bᵀ, lower tiles.
+    for (int t = warp; t < Lt * Lt; t += kWarps) {
+      const int ti = t / Lt, tj = t - ti * Lt;
+      if (tj > ti) continue;
+      Acc acc;
+      wmma::fill_fragment(acc, 0.0f);
+      Mma3<Row, Col>(acc, sC, ln, sB, ln, ti * 16, tj * 16, 0, Np);
+      wmma::store_matrix_sync(sM + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
+    }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
     const int i = e / L, j = e - i * L;
     float m = 0.0f;
     if (i < k.len && j <= i)
-      m = sM[i * ll + j] * expf(static_cast<float>(sCs[i] - sCs[j])) * sDt[j];
+      m = cb[i * ll + j] * expf(static_cast<float>(sCs[i] - sCs[j])) * sDt[j];
     sM[i * ll + j] = m;
   }
   __syncthreads();
@@ -170,12 +174,131 @@ __global__ void __launch_bounds__(kThreads)
     wmma::store_matrix_sync(sY + ti * 16 * lp + tp * 16, acc, lp, wmma::mem_row_major);
   }
   __syncthreads();
-  const float Dh = D[k.h];
   for (int e = threadIdx.x; e < k.len * P; e += blockDim.x) {
     const int i = e / P, p = e - i * P;
     y[((k.b * T + k.t0 + i) * H + k.h) * P64 + p] = fmaf(Dh, sX[i * lp + p], sY[i * lp + p]);
   }
 }
+
+// Grid B·H·nc: y of the chunk (see the top of the file). sin = S_in [BH, nc, P, N].
+__global__ void __launch_bounds__(kThreads)
+    ChunkOutputKernel(const float* __restrict__ x, const float* __restrict__ dt,
+                      const float* __restrict__ A, const float* __restrict__ Bm,
+                      const float* __restrict__ Cm, const float* __restrict__ D,
+                      const float* __restrict__ sin, float* __restrict__ y, int64_t T, int64_t H,
+                      int64_t P64, int64_t G, int64_t N64, int L, int64_t nc) {
+  extern __shared__ __align__(128) double smem_d[];
+  const int P = static_cast<int>(P64), N = static_cast<int>(N64);
+  const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N));
+  const int Pp = static_cast<int>(Pad16(P));
+  HeadOutSmem s;
+  s.cs = smem_d;
+  s.dt = reinterpret_cast<float*>(s.cs + L);
+  s.X = s.dt + L;
+  s.Y = s.X + L * lp;
+  s.B = s.Y + L * lp;
+  s.C = s.B + L * ln;
+  s.Ce = s.C + L * ln;
+  s.S = s.Ce + L * ln;
+  s.M = s.S + Pp * ln;
+  const ChunkIdx k = ThisChunk(H, nc, T, L);
+  const int64_t g = k.h / (H / G);
+  StageDecays(dt, A[k.h], k, T, H, s.dt, s.cs);
+  StagePadded(x, s.X, lp, k, L, T, H, k.h, P);
+  StagePadded(Bm, s.B, ln, k, L, T, G, g, N);
+  StagePadded(Cm, s.C, ln, k, L, T, G, g, N);
+  StageStatePadded(sin + (k.bh * nc + k.c) * P64 * N64, s.S, ln, P, N);
+  __syncthreads();
+  HeadOutput<false>(s, s.M, k, L, P, N, D[k.h], y, T, H);
+}
+
+// Grid B·G·S·nc (block = ((b·G + g)·S + split)·nc + c): y of the chunk for
+// the hs = H/(G·S) heads g·(H/G) + split·hs + i, in order, through
+// HeadOutput (so ChunkOutputKernel's bits for any S): B, C and C·Bᵀ staged
+// and formed once, the next head's dt, X and S_in[c] copied in (cp.async)
+// while one head computes. Shared memory (HeadsOutputSmemBytes): doubles cs
+// [L]; floats dt ×2 [L], X ×2, Y [L][Ld(P)], B, C, Ce [L][Ld(N)], S ×2
+// [Pad16(P)][Ld(N)], CB, M [L][Ld(L)].
+__global__ void __launch_bounds__(kThreads)
+    ChunkHeadsOutputKernel(const float* __restrict__ x, const float* __restrict__ dt,
+                           const float* __restrict__ A, const float* __restrict__ Bm,
+                           const float* __restrict__ Cm, const float* __restrict__ D,
+                           const float* __restrict__ sin, float* __restrict__ y, int64_t T,
+                           int64_t H, int64_t P64, int64_t G, int64_t N64, int L, int64_t nc,
+                           int64_t S) {
+  extern __shared__ __align__(128) double smem_d[];
+  const int P = static_cast<int>(P64), N = static_cast<int>(N64);
+  const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N)),
+            ll = static_cast<int>(Ld(L));
+  const int Pp = static_cast<int>(Pad16(P)), Np = static_cast<int>(Pad16(N));
+  HeadOutSmem s;
+  s.cs = smem_d;
+  float* sDt2 = reinterpret_cast<float*>(s.cs + L);
+  float* sX2 = sDt2 + 2 * L;
+  s.Y = sX2 + 2 * L * lp;
+  s.B = s.Y + L * lp;
+  s.C = s.B + L * ln;
+  s.Ce = s.C + L * ln;
+  float* sS2 = s.Ce + L * ln;
+  float* sCB = sS2 + 2 * Pp * ln;
+  s.M = sCB + L * ll;
+
+  ChunkIdx k;
+  k.c = blockIdx.x % nc;
+  const int64_t rest = blockIdx.x / nc, split = rest % S, bg = rest / S;
+  const int64_t g = bg % G;
+  k.b = bg / G;
+  k.t0 = k.c * L;
+  k.len = static_cast<int>(T - k.t0 < L ? T - k.t0 : L);
+  const int64_t hs = H / G / S, h0 = g * (H / G) + split * hs;
+  k.h = h0;
+  k.bh = k.b * H + h0;
+  const int64_t PN = P64 * N64;
+  CopyDtAsync(dt, k, L, T, H, sDt2);
+  CopyHeadRowsAsync(x, sX2, lp, k, L, T, H, P);
+  CopyStateAsync(sin + (k.bh * nc + k.c) * PN, sS2, ln, P, N);
+  CpAsyncCommit();
+  StagePadded(Bm, s.B, ln, k, L, T, G, g, N);
+  StagePadded(Cm, s.C, ln, k, L, T, G, g, N);
+  __syncthreads();  // B and C staged
+  // C·Bᵀ's lower tiles, once for the block's heads (HeadOutput's products).
+  const int warp = threadIdx.x / kWarpSize, Lt = L / 16;
+  for (int t = warp; t < Lt * Lt; t += kWarps) {
+    const int ti = t / Lt, tj = t - ti * Lt;
+    if (tj > ti) continue;
+    Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    Mma3<Row, Col>(acc, s.C, ln, s.B, ln, ti * 16, tj * 16, 0, Np);
+    wmma::store_matrix_sync(sCB + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
+  }
+  for (int64_t i = 0; i < hs; ++i) {
+    const int cur = static_cast<int>(i & 1);
+    CpAsyncWait<0>();
+    __syncthreads();  // head i's rows landed; the previous head is done with the other set
+    k.h = h0 + i;
+    k.bh = k.b * H + k.h;
+    if (i + 1 < hs) {
+      ChunkIdx next = k;
+      next.h = k.h + 1;
+      next.bh = k.bh + 1;
+      const int o = cur ^ 1;
+      CopyDtAsync(dt, next, L, T, H, sDt2 + o * L);
+      CopyHeadRowsAsync(x, sX2 + o * L * lp, lp, next, L, T, H, P);
+      CopyStateAsync(sin + (next.bh * nc + next.c) * PN, sS2 + o * Pp * ln, ln, P, N);
+    }
+    CpAsyncCommit();
+    s.dt = sDt2 + cur * L;
+    s.X = sX2 + cur * L * lp;
+    s.S = sS2 + cur * Pp * ln;
+    ScanDecays(s.dt, A[k.h], k.len, s.cs);
+    HeadOutput<true>(s, sCB, k, L, P, N, D[k.h], y, T, H);
+  }
+}
+
+// About three forward heads blocks per SM of an H100/H200 (132 SMs; at
+// P = N = 16 a block takes about 68 KB of shared memory). The splits do not
+// change y's bits (no sum crosses heads).
+constexpr int64_t kHeadsOutputBlocks = 384;
 
 }  // namespace
 
@@ -218,13 +341,13 @@ void ExitGradients(const float* dy, const float* Cm, const float* dt, const floa
 
 }  // namespace chunked_internal
 
-bool SsdChunkedFits(int64_t P, int64_t N, int64_t chunk, ChunkedBackward kernel) {
+bool SsdChunkedFits(int64_t P, int64_t N, int64_t chunk, ChunkedBlocks kernel) {
   return ChunkLength(P, N, chunk, kernel) > 0;
 }
 
 int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
-                                int64_t chunk, bool backward, ChunkedBackward kernel) {
-  const int L = ChunkLength(P, N, chunk, kernel);
+                                int64_t chunk, bool backward, ChunkedBlocks kernel) {
+  const int L = ChunkLength(P, N, chunk, backward ? kernel : ChunkedBlocks::kPerHead);
   GTP_CU_REQUIRE(L > 0, "SsdChunked (CUDA): P = %lld, N = %lld do not fit a chunk block",
                  static_cast<long long>(P), static_cast<long long>(N));
   return ScratchLayout(B, T, H, P, G, N, L, backward, nullptr, nullptr);
@@ -233,13 +356,24 @@ int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int6
 void SsdChunkedForward(const float* x, const float* dt, const float* A, const float* Bm,
                        const float* Cm, const float* D, float* y, float* scratch, int64_t B,
                        int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, ChunkedBlocks kernel) {
   if (B * T * H == 0) return;
+  // kPerHead's chunk length either way (the heads block is smaller than the
+  // per-head backward block, which that length fits), so y has its bits.
   const int L = CheckedChunkLength("SsdChunkedForward", H, P, G, N, chunk);
   Scratch sc;
   ScratchLayout(B, T, H, P, G, N, L, /*backward=*/false, scratch, &sc);
   chunked_internal::EntryStates(x, dt, A, Bm, sc.S, sc.dec, B, T, H, P, G, N, L, stream);
   const int64_t nc = CeilDiv(T, L);
+  if (kernel == ChunkedBlocks::kHeadGroups) {
+    const int64_t S = HeadSplits(B, nc, H, G, kHeadsOutputBlocks);
+    const int64_t bytes = HeadsOutputSmemBytes(L, P, N);
+    AllowSmem(ChunkHeadsOutputKernel, bytes);
+    ChunkHeadsOutputKernel<<<static_cast<unsigned>(B * G * S * nc), kThreads, bytes, stream>>>(
+        x, dt, A, Bm, Cm, D, sc.S, y, T, H, P, G, N, L, nc, S);
+    GTP_CU_LAUNCH_CHECK();
+    return;
+  }
   const int64_t bytes = OutputSmemBytes(L, P, N);
   AllowSmem(ChunkOutputKernel, bytes);
   ChunkOutputKernel<<<static_cast<unsigned>(B * H * nc), kThreads, bytes, stream>>>(

@@ -15,6 +15,7 @@
 //     usual case: HeadSplits) that is SumGroupHeadsKernel's sum, so every
 //     output is bit for bit ChunkBackwardKernel's; with S splits the S split
 //     sums are then added in order, a different association.
+// (ssd_chunked.cu's ChunkHeadsOutputKernel is the forward's heads kernel.)
 // Shared memory allows one heads block an SM at P = N = 16 (about 146 KB).
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -25,10 +26,6 @@
 
 namespace gtp::kernels::ssm::cuda {
 namespace {
-
-using ::gtp::kernels::cuda::internal::CpAsync4;
-using ::gtp::kernels::cuda::internal::CpAsyncCommit;
-using ::gtp::kernels::cuda::internal::CpAsyncWait;
 
 // The shared memory of one head's backward (see BackwardSmemBytes).
 struct HeadSmem {
@@ -330,10 +327,8 @@ __global__ void __launch_bounds__(kThreads)
                       });
 }
 
-// cp.async copies of head k.h's rows of the chunk into one buffer set, every
-// element of it written (zeros where padded): dt [L], X and dY [L][lp] (rows
-// ≥ len and columns ≥ P zero, up to Pad16(P)), S_in[c] and G_c
-// [Pad16(P)][ln] (zero past P, N, up to Pad16(N)).
+// cp.async copies of head k.h's rows of the chunk into one buffer set (every
+// element written): dt, X, dY, S_in[c] and G_c.
 __device__ __forceinline__ void PrefetchHead(const float* __restrict__ dt,
                                              const float* __restrict__ x,
                                              const float* __restrict__ dy,
@@ -343,26 +338,12 @@ __device__ __forceinline__ void PrefetchHead(const float* __restrict__ dt,
                                              float* sDt, float* sX, float* sDy, float* sS,
                                              float* sG) {
   const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N));
-  const int Pp = static_cast<int>(Pad16(P)), Np = static_cast<int>(Pad16(N));
-  for (int i = threadIdx.x; i < L; i += blockDim.x) {
-    const bool v = i < k.len;
-    CpAsync4(sDt + i, dt + (v ? (k.b * T + k.t0 + i) * H + k.h : 0), v);
-  }
-  for (int i = threadIdx.x; i < L * Pp; i += blockDim.x) {
-    const int r = i / Pp, c = i - r * Pp;
-    const bool v = r < k.len && c < P;
-    const int64_t at = v ? ((k.b * T + k.t0 + r) * H + k.h) * P + c : 0;
-    CpAsync4(sX + r * lp + c, x + at, v);
-    CpAsync4(sDy + r * lp + c, dy + at, v);
-  }
+  CopyDtAsync(dt, k, L, T, H, sDt);
+  CopyHeadRowsAsync(x, sX, lp, k, L, T, H, P);
+  CopyHeadRowsAsync(dy, sDy, lp, k, L, T, H, P);
   const int64_t state = (k.bh * nc + k.c) * int64_t{P} * N;
-  for (int i = threadIdx.x; i < Pp * Np; i += blockDim.x) {
-    const int p = i / Np, n = i - p * Np;
-    const bool v = p < P && n < N;
-    const int64_t at = v ? state + int64_t{p} * N + n : 0;
-    CpAsync4(sS + p * ln + n, sin + at, v);
-    CpAsync4(sG + p * ln + n, gout + at, v);
-  }
+  CopyStateAsync(sin + state, sS, ln, P, N);
+  CopyStateAsync(gout + state, sG, ln, P, N);
 }
 
 // Grid B·G·S·nc (block = ((b·G + g)·S + split)·nc + c): the chunk's backward
@@ -521,20 +502,8 @@ __global__ void AddChunkParamsKernel(const double* __restrict__ dad, float* __re
 }
 
 // About one heads block per SM of an H100/H200 (132 SMs), where shared memory
-// lets one block an SM run. A constant, not the device's SM count, so that
-// the splits, and with them the order of dB's and dC's sums, depend on the
-// shape only.
-constexpr int64_t kHeadsBlocks = 128;
-
-// The splits S of a group's H/G heads over blocks: the fewest (a divisor of
-// H/G) that give B·nc·G·S ≥ kHeadsBlocks blocks, else H/G (a head a block).
-int64_t HeadSplits(int64_t B, int64_t nc, int64_t H, int64_t G) {
-  const int64_t hpg = H / G, blocks = B * nc * G;
-  for (int64_t s = 1; s < hpg; ++s) {
-    if (hpg % s == 0 && blocks * s >= kHeadsBlocks) return s;
-  }
-  return hpg;
-}
+// lets one backward heads block an SM run (HeadSplits).
+constexpr int64_t kHeadsBackwardBlocks = 128;
 
 }  // namespace
 
@@ -542,7 +511,7 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
                         const float* Bm, const float* Cm, const float* D, float* dx, float* ddt,
                         float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
                         int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
-                        cudaStream_t stream, ChunkedBackward kernel) {
+                        cudaStream_t stream, ChunkedBlocks kernel) {
   if (B * T * H == 0) return ZeroGroupGrads(dBm, dCm, B * T * G * N, stream);
   const int L = CheckedChunkLength("SsdChunkedBackward", H, P, G, N, chunk, kernel);
   Scratch sc;
@@ -554,8 +523,8 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
   // dC when they are not dB, dC themselves; SumGroupHeadsKernel adds the
   // `parts` of each group in order.
   int64_t parts = H / G;
-  if (kernel == ChunkedBackward::kHeadGroups) {
-    const int64_t S = HeadSplits(B, nc, H, G);
+  if (kernel == ChunkedBlocks::kHeadGroups) {
+    const int64_t S = HeadSplits(B, nc, H, G, kHeadsBackwardBlocks);
     parts = S;
     float* dB_out = S == 1 ? dBm : sc.dB_part;
     float* dC_out = S == 1 ? dCm : sc.dC_part;

@@ -19,6 +19,10 @@
 
 namespace gtp::kernels::ssm::cuda {
 namespace {
+
+using ::gtp::kernels::cuda::internal::CpAsync4;
+using ::gtp::kernels::cuda::internal::CpAsyncCommit;
+using ::gtp::kernels::cuda::internal::CpAsyncWait;
 using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::GridFor;
 using ::gtp::kernels::cuda::internal::kFullMask;
@@ -57,6 +61,12 @@ __host__ __device__ __forceinline__ int64_t BackwardSmemBytes(int L, int64_t P, 
   return int64_t{8} * (4 * L + 2 * kWarps) +
          int64_t{4} * (3 * L + 3 * L * Ld(P) + 7 * L * Ld(N) + 2 * Pad16(P) * Ld(N) + 3 * L * Ld(L));
 }
+// ChunkHeadsOutputKernel: as OutputSmemBytes, with dt, X and S twice (this
+// head's and the next's) and C·Bᵀ kept apart from M.
+__host__ __device__ __forceinline__ int64_t HeadsOutputSmemBytes(int L, int64_t P, int64_t N) {
+  return int64_t{8} * L +
+         int64_t{4} * (2 * L + 3 * L * Ld(P) + 3 * L * Ld(N) + 2 * Pad16(P) * Ld(N) + 2 * L * Ld(L));
+}
 // ChunkHeadsBackwardKernel: as BackwardSmemBytes, with dt, X, dY, S and G
 // twice (this head's and the next's), C·Bᵀ kept apart from M1, and the dC,
 // dB sums over the block's heads [L][Ld(N)].
@@ -70,10 +80,10 @@ __host__ __device__ __forceinline__ int64_t HeadsBackwardSmemBytes(int L, int64_
 // be a multiple (the last chunk is shorter, its rows zero-padded). With
 // kHeadGroups the backward's blocks are larger, so L may be shorter.
 int ChunkLength(int64_t P, int64_t N, int64_t chunk,
-                ChunkedBackward kernel = ChunkedBackward::kPerHead) {
+                ChunkedBlocks kernel = ChunkedBlocks::kPerHead) {
   for (int l = kMaxChunk; l >= 16; l /= 2) {
     if (l > chunk && l > 16) continue;
-    if (kernel == ChunkedBackward::kHeadGroups &&
+    if (kernel == ChunkedBlocks::kHeadGroups &&
         HeadsBackwardSmemBytes(l, P, N) > static_cast<int64_t>(kMaxSmemBytes))
       continue;
     if (BackwardSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
@@ -268,6 +278,57 @@ __device__ __forceinline__ void StageStatePadded(const float* __restrict__ src, 
       });
 }
 
+// ------------------------------------------------------------ cp.async staging
+//
+// The heads kernels (a block per chunk and heads of a group) copy the next
+// head's rows while one head computes. Every element of the destination is
+// written (zeros where padded), so nothing of an earlier head is left.
+
+// sDt[i] = dt_{t0+i} of head k.h for i < len, 0 for len ≤ i < L.
+__device__ __forceinline__ void CopyDtAsync(const float* __restrict__ dt, const ChunkIdx& k, int L,
+                                            int64_t T, int64_t H, float* sDt) {
+  for (int i = threadIdx.x; i < L; i += blockDim.x) {
+    const bool v = i < k.len;
+    CpAsync4(sDt + i, dt + (v ? (k.b * T + k.t0 + i) * H + k.h : 0), v);
+  }
+}
+
+// dst[r][c] (stride ld), r < L, c < Pad16(P): the chunk's rows of head k.h of
+// a [B, T, H, P] tensor, zero for r ≥ len or c ≥ P.
+__device__ __forceinline__ void CopyHeadRowsAsync(const float* __restrict__ src, float* dst, int ld,
+                                                  const ChunkIdx& k, int L, int64_t T, int64_t H,
+                                                  int P) {
+  const int pp = static_cast<int>(Pad16(P));
+  for (int i = threadIdx.x; i < L * pp; i += blockDim.x) {
+    const int r = i / pp, c = i - r * pp;
+    const bool v = r < k.len && c < P;
+    CpAsync4(dst + r * ld + c, src + (v ? ((k.b * T + k.t0 + r) * H + k.h) * P + c : 0), v);
+  }
+}
+
+// dst[p][n] (stride ld), p < Pad16(P), n < Pad16(N): a [P, N] state, zero-padded.
+__device__ __forceinline__ void CopyStateAsync(const float* __restrict__ src, float* dst, int ld,
+                                               int P, int N) {
+  const int pp = static_cast<int>(Pad16(P)), np = static_cast<int>(Pad16(N));
+  for (int i = threadIdx.x; i < pp * np; i += blockDim.x) {
+    const int p = i / np, n = i - p * np;
+    const bool v = p < P && n < N;
+    CpAsync4(dst + p * ld + n, src + (v ? int64_t{p} * N + n : 0), v);
+  }
+}
+
+// The splits S of a group's H/G heads over a heads kernel's blocks: the
+// fewest (a divisor of H/G) that give B·nc·G·S ≥ `blocks` blocks, else H/G
+// (a head a block). A function of the shape only (not of the device), so
+// that an order of sums that follows the splits depends on the shape only.
+int64_t HeadSplits(int64_t B, int64_t nc, int64_t H, int64_t G, int64_t blocks) {
+  const int64_t hpg = H / G, have = B * nc * G;
+  for (int64_t s = 1; s < hpg; ++s) {
+    if (hpg % s == 0 && have * s >= blocks) return s;
+  }
+  return hpg;
+}
+
 // Scratch, doubles first: dad [BH·nc·2] (backward), then floats: dec [BH·nc],
 // S [BH·nc·P·N], Gs [BH·nc·P·N] (backward), parts 2·[B·T·H·N] (backward, G < H;
 // kHeadGroups uses the first B·T·G·S·N of each, S ≤ H/G its head splits).
@@ -293,7 +354,7 @@ int64_t ScratchLayout(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int
 
 // The chunk length of a call, after its argument checks (abort naming op).
 int CheckedChunkLength(const char* op, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
-                       ChunkedBackward kernel = ChunkedBackward::kPerHead) {
+                       ChunkedBlocks kernel = ChunkedBlocks::kPerHead) {
   GTP_CU_REQUIRE(G >= 1 && H % G == 0 && P >= 1 && N >= 0 && chunk >= 1,
                  "%s (CUDA): H = %lld, G = %lld, P = %lld, N = %lld, chunk = %lld", op,
                  static_cast<long long>(H), static_cast<long long>(G), static_cast<long long>(P),

@@ -301,8 +301,8 @@ SsdCudaKernel Resolve(const char* op, const Dims& d, int64_t chunk, SsdCudaKerne
   if (kernel == SsdCudaKernel::kRecurrence) return kernel;
   const bool heads = backward && kernel == SsdCudaKernel::kChunkedHeads;
   GTP_CHECK(cuda::SsdChunkedFits(d.P, d.N, chunk,
-                                 heads ? cuda::ChunkedBackward::kHeadGroups
-                                       : cuda::ChunkedBackward::kPerHead),
+                                 heads ? cuda::ChunkedBlocks::kHeadGroups
+                                       : cuda::ChunkedBlocks::kPerHead),
             op, ": the chunked CUDA kernels take P·N up to about 14k (less for kChunkedHeads' ",
             "backward), got P = ", d.P, ", N = ", d.N, " (use SsdCudaKernel::kAuto or kRecurrence)");
   return kernel;
@@ -323,8 +323,8 @@ bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N
   if (kernel == SsdCudaKernel::kRecurrence) return true;
   return cuda::SsdChunkedFits(P, N, chunk,
                               backward && kernel == SsdCudaKernel::kChunkedHeads
-                                  ? cuda::ChunkedBackward::kHeadGroups
-                                  : cuda::ChunkedBackward::kPerHead);
+                                  ? cuda::ChunkedBlocks::kHeadGroups
+                                  : cuda::ChunkedBlocks::kPerHead);
 }
 
 void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
@@ -336,15 +336,17 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
   if (e.is_cuda()) {
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
-    if (Resolve(op, d, chunk, kernel, /*backward=*/false) != SsdCudaKernel::kRecurrence) {
-      // (kChunkedHeads differs from kChunked in the backward only.)
+    const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/false);
+    if (k != SsdCudaKernel::kRecurrence) {
       // Freed on return without a sync: the caching allocator hands it out
       // again only to work ordered after ours on the same stream.
       Tensor scratch = e.Empty({std::max<int64_t>(
           cuda::SsdChunkedScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, false), 1)});
       cuda::SsdChunkedForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
                               Cm.data<float>(), D.data<float>(), y.data<float>(),
-                              scratch.data<float>(), d.B, d.T, d.H, d.P, d.G, d.N, chunk, e.stream);
+                              scratch.data<float>(), d.B, d.T, d.H, d.P, d.G, d.N, chunk, e.stream,
+                              k == SsdCudaKernel::kChunkedHeads ? cuda::ChunkedBlocks::kHeadGroups
+                                                                : cuda::ChunkedBlocks::kPerHead);
       return;
     }
     cuda::SsdScanForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
@@ -374,9 +376,9 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/true);
     if (k != SsdCudaKernel::kRecurrence) {
-      const cuda::ChunkedBackward which = k == SsdCudaKernel::kChunkedHeads
-                                              ? cuda::ChunkedBackward::kHeadGroups
-                                              : cuda::ChunkedBackward::kPerHead;
+      const cuda::ChunkedBlocks which = k == SsdCudaKernel::kChunkedHeads
+                                              ? cuda::ChunkedBlocks::kHeadGroups
+                                              : cuda::ChunkedBlocks::kPerHead;
       Tensor scratch = e.Empty({std::max<int64_t>(
           cuda::SsdChunkedScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, true, which), 1)});
       cuda::SsdChunkedBackward(

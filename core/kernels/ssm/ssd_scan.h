@@ -68,11 +68,11 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // kChunked: ssd_chunked.cu, the chunked form parallel over (b, h, chunk),
 // its products on the tensor cores as 3×TF32 (f32 accuracy); it aborts on a
 // shape whose block does not fit shared memory (P·N beyond about 14k).
-// kChunkedHeads: kChunked, but the backward's per-chunk kernel takes a block
-// per (b, chunk, heads of a group), B, C and C·Bᵀ staged once for the heads
-// (ssd_chunked_backward.cu): with one block per group and chunk (B·⌈T/L⌉·G ≥
-// 128) its outputs are kChunked's bit for bit, else dB and dC are summed in
-// another fixed order. Not yet timed on a GPU, so kAuto does not pick it.
+// kChunkedHeads: kChunked with a block per (b, chunk, heads of a group) in
+// the per-chunk kernels (ssd_scan_cuda.h ChunkedBlocks::kHeadGroups): B, C
+// and C·Bᵀ staged once for the block's heads. y is kChunked's bit for bit;
+// the gradients too where B·⌈T/L⌉·G ≥ 128 (else dB and dC are summed in
+// another fixed order). Not yet timed on a GPU, so kAuto does not pick it.
 // kAuto (the default): SsdAutoKernel's choice.
 enum class SsdCudaKernel { kRecurrence, kChunked, kChunkedHeads, kAuto };
 

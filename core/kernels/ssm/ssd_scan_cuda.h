@@ -44,30 +44,33 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
 // deterministic. Scratch: SsdChunkedScratchFloats floats of device memory
 // (the forward needs some too: the chunk-entry states).
 
-// Which kernel does the chunked backward's per-chunk work.
-//   kPerHead: a block per (b, h, chunk), as the forward's kernels.
-//   kHeadGroups: a block per (b, chunk, heads of one group): B, C and C·Bᵀ
-//     staged once for the block's heads (the heads of a group share them), the
-//     next head's rows copied in (cp.async) while one head computes, and dB, dC
-//     summed over the block's heads in head order inside the block. The group's
-//     heads are split over blocks only where B·⌈T/L⌉·G is small (ssd_chunked_backward.cu
-//     HeadSplits); without a split every output is bit for bit kPerHead's.
-enum class ChunkedBackward { kPerHead, kHeadGroups };
+// How the chunked kernels' per-chunk work is cut into blocks.
+//   kPerHead: a block per (b, h, chunk).
+//   kHeadGroups: a block per (b, chunk, heads of one group), walking its heads
+//     in order: B, C and C·Bᵀ staged once for the block's heads (the heads of a
+//     group share them), the next head's rows copied in (cp.async) while one
+//     head computes. The forward's y is kPerHead's bit for bit. The backward
+//     sums dB, dC over the block's heads in head order inside the block; the
+//     group's heads are split over blocks only where B·⌈T/L⌉·G is small
+//     (HeadSplits), and without a split every output is kPerHead's bit for bit.
+//     Its backward block is larger, so it may take shorter chunks (or none).
+enum class ChunkedBlocks { kPerHead, kHeadGroups };
 
 // Whether some chunk length fits these P, N (else use the recurrence above).
 bool SsdChunkedFits(int64_t P, int64_t N, int64_t chunk,
-                    ChunkedBackward kernel = ChunkedBackward::kPerHead);
+                    ChunkedBlocks kernel = ChunkedBlocks::kPerHead);
 int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
                                 int64_t chunk, bool backward,
-                                ChunkedBackward kernel = ChunkedBackward::kPerHead);
+                                ChunkedBlocks kernel = ChunkedBlocks::kPerHead);
+// (The forward's chunk length and scratch do not depend on `kernel`.)
 void SsdChunkedForward(const float* x, const float* dt, const float* A, const float* Bm,
                        const float* Cm, const float* D, float* y, float* scratch, int64_t B,
                        int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
-                       cudaStream_t stream);
+                       cudaStream_t stream, ChunkedBlocks kernel = ChunkedBlocks::kPerHead);
 void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const float* A,
                         const float* Bm, const float* Cm, const float* D, float* dx, float* ddt,
                         float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
                         int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
-                        cudaStream_t stream, ChunkedBackward kernel = ChunkedBackward::kPerHead);
+                        cudaStream_t stream, ChunkedBlocks kernel = ChunkedBlocks::kPerHead);
 
 }  // namespace gtp::kernels::ssm::cuda

@@ -380,11 +380,12 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
     for (int k = 0; k < 7; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
     if (kernel == SsdCudaKernel::kChunked) {
       for (int k = 0; k < 7; ++k) chunked[k] = run[0][k];
-    } else if (kernel == SsdCudaKernel::kChunkedHeads && !chunked[0].empty() &&
-               HeadsBitwise(c)) {
-      // The same products of each head in the same order, and dB, dC summed
-      // over the heads in SumGroupHeadsKernel's order: kChunked's bits.
-      for (int k = 0; k < 7; ++k) {
+    } else if (kernel == SsdCudaKernel::kChunkedHeads && !chunked[0].empty()) {
+      // The same products of each head in the same order: y always (the
+      // forward's chunk length is kChunked's), the gradients where dB and dC
+      // are summed over the heads in SumGroupHeadsKernel's order too.
+      const int outputs = HeadsBitwise(c) ? 7 : 1;
+      for (int k = 0; k < outputs; ++k) {
         EXPECT_TRUE(BitEqual(run[0][k], chunked[k])) << "output " << k << " vs kChunked";
       }
     }
@@ -420,9 +421,11 @@ INSTANTIATE_TEST_SUITE_P(
                  4}));  // chunked fits no L: kChunked skipped, kAuto the recurrence
 
 // kChunkedHeads with several heads a block (the cases above have so few chunks
-// that each block gets one head): one split of a group, so kChunked's bits
-// (G = 1, G < H, G = H, T % 64 ≠ 0, odd P and N, L = 16); and several splits of
-// several heads each (dB, dC in another order: within the tolerances only).
+// that each block gets one head). The backward (splits for ≥ 128 blocks): one
+// split of a group, so kChunked's bits (G = 1, G < H, G = H, T % 64 ≠ 0, odd
+// P and N, L = 16); several splits of several heads each (dB, dC in another
+// order: within the tolerances only). The forward (splits for ≥ 384 blocks):
+// 2 heads a block in the first, fifth and last cases.
 INSTANTIATE_TEST_SUITE_P(
     HeadGroups, SsdScanGpuTest,
     ::testing::Values(ScanCase{2, 4096, 8, 16, 1, 16, 128},  // 128 blocks, 8 heads each
@@ -430,8 +433,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ScanCase{2, 4096, 4, 16, 4, 16, 128},  // G = H: a head a block
                       ScanCase{3, 2700, 2, 5, 1, 7, 64},     // P = 5, N = 7
                       ScanCase{4, 1000, 4, 5, 2, 7, 16},     // L = 16
-                      ScanCase{1, 1024, 32, 16, 1, 16, 128}  // 8 splits of 4 heads
-                      ));
+                      ScanCase{1, 1024, 32, 16, 1, 16, 128},  // 8 splits of 4 heads
+                      ScanCase{1, 4096, 12, 5, 1, 7, 64}));   // 2 splits of 6 heads
+
 
 }  // namespace
 }  // namespace gtp::kernels::ssm
