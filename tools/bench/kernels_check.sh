@@ -12,8 +12,9 @@
 #    core/kernels/ssm (both scan kernel sets and kAuto against the CPU), the
 #    column sums (bias gradients) and the FP8 experts against the CPU;
 # 2. ssm_benchmark: the scan at the hybrid's heads, chunked (64- and 32-step
-#    chunks) vs recurrence, and the default (ScanAuto) at T = 1024, 4096,
-#    8192; gemm_benchmark's bias gradients, cuBLASLt's epilogue vs
+#    chunks, and a block per chunk and heads: kChunkedHeads) vs recurrence,
+#    and the default (ScanAuto) at T = 1024, 4096, 8192; gemm_benchmark's
+#    bias gradients, cuBLASLt's epilogue vs
 #    ColumnSumAccumulate;
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
 #    steps: the median ms/step of steps 11–40.
@@ -54,7 +55,7 @@ done
 
 echo "=== 2. the scan (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence)$|ScanAuto' 2>&1) |
+  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads)$|ScanAuto' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 
 echo "=== 2b. bias gradients (ms per call; N = 8192)"
