@@ -4,9 +4,9 @@
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark
 //   bazel run -c opt //core/kernels/bench:ssm_benchmark -- --benchmark_filter=Scan
 // Shapes: batch 8 × 1024 tokens (B·T = 8192 rows), d_inner 1536.
-//   Scan/<shape>/<fwd|bwd>/<chunked|recurrence|chunked32|chunked16|heads>:
+//   Scan/<shape>/<fwd|bwd>/<chunked|recurrence|chunked32|chunked16|heads|heads32|heads16>:
 //     ssm::SsdScanForward / SsdScanBackward with that SsdCudaKernel (chunked32/16: chunk 32/16;
-//     heads: kChunkedHeads),
+//     heads: kChunkedHeads, heads32/16 with chunk 32/16),
 //     f32, chunk 128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
 //     "h24p64n128" and "h24p64n64" (Mamba-2's usual head dim and states, G = 1).
 //   ScanAuto/h96p16n16_t<T>/<fwd|bwd>: the default kernels (kAuto) at T = 1024,
@@ -204,11 +204,17 @@ void RegisterAll() {
                  [s, bwd, k](benchmark::State& st) { BM_Scan(st, s, bwd, k, kChunk); });
       }
       // A block per (b, chunk, heads of a group), where its block fits (the
-      // backward's at h96p16n16 only: the P = 64 shapes take 16-step chunks or none).
-      if (ssm::SsdCudaKernelFits(ssm::SsdCudaKernel::kChunkedHeads, bwd, s.P, s.N, kChunk)) {
-        Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/heads",
-                 [s, bwd](benchmark::State& st) {
-                   BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedHeads, kChunk);
+      // backward's 64-step block at h96p16n16 only). With 64-step chunks one
+      // backward block fits an SM, with 32-step chunks three: heads32 and
+      // heads16 say which the SM's latency hiding prefers.
+      for (int64_t chunk : {kChunk, int64_t{32}, int64_t{16}}) {
+        if (!ssm::SsdCudaKernelFits(ssm::SsdCudaKernel::kChunkedHeads, bwd, s.P, s.N, chunk)) {
+          continue;
+        }
+        Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/heads" +
+                     (chunk == kChunk ? "" : std::to_string(chunk)),
+                 [s, bwd, chunk](benchmark::State& st) {
+                   BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedHeads, chunk);
                  });
       }
       // The chunked kernels' other chunk lengths (kChunk = 128 runs 64-step chunks).
