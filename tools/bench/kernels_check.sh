@@ -10,7 +10,9 @@
 #    with its bias epilogue, the linear's three GEMMs; the GEMM's layout probe
 #    runs first and prints what cuBLASLt did) and of
 #    core/kernels/ssm (both scan kernel sets and kAuto against the CPU), the
-#    column sums (bias gradients) and the FP8 experts against the CPU;
+#    column sums (bias gradients) and the FP8 experts against the CPU; then
+#    compute-sanitizer's racecheck, synccheck and memcheck on the scan's
+#    heads kernels at small shapes (ssm_gpu_test's HeadGroupsSmall);
 # 2. ssm_benchmark: the scan at the hybrid's heads, chunked (64- and 32-step
 #    chunks, and a block per chunk and heads: kChunkedHeads) vs recurrence,
 #    and the default (ScanAuto) at T = 1024, 4096, 8192; gemm_benchmark's
@@ -52,6 +54,26 @@ for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_t
     status=1
   fi
 done
+
+echo "=== 1b. compute-sanitizer on the scan's heads kernels (small shapes)"
+# (On a gVisor runtime compute-sanitizer refuses the device: device/KINDS.md.)
+if PATH="$PATH:/usr/local/cuda/bin" command -v compute-sanitizer > /dev/null; then
+  for tool in racecheck synccheck memcheck; do
+    if (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 240 compute-sanitizer --tool "$tool" \
+      --error-exitcode 3 ./bin/core_kernels_ssm_ssm_gpu_test --gtest_filter='HeadGroupsSmall/*' \
+      > "$LOG/sanitizer_$tool.log" 2>&1); then
+      echo "PASS $tool ($(grep -c '^\[       OK' "$LOG/sanitizer_$tool.log") ok)"
+    elif grep -q 'Device not supported' "$LOG/sanitizer_$tool.log"; then
+      echo "SKIPPED $tool (this runtime refuses compute-sanitizer: Device not supported)"
+    else
+      echo "FAIL $tool"
+      grep -E 'ERROR|Error|hazard|Race|Invalid|FAILED' "$LOG/sanitizer_$tool.log" | head -20
+      status=1
+    fi
+  done
+else
+  echo "SKIPPED compute-sanitizer (not on PATH)"
+fi
 
 echo "=== 2. the scan (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \

@@ -203,10 +203,10 @@ void RegisterAll() {
         Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + kn,
                  [s, bwd, k](benchmark::State& st) { BM_Scan(st, s, bwd, k, kChunk); });
       }
-      // A block per (b, chunk, heads of a group), where its block fits (the
-      // backward's 64-step block at h96p16n16 only). With 64-step chunks one
-      // backward block fits an SM, with 32-step chunks three: heads32 and
-      // heads16 say which the SM's latency hiding prefers.
+      // A block per (b, chunk, heads of a group), where its block fits at
+      // kChunked's chunk length (the backward: h96p16n16, and h24p64n64 at 16
+      // steps). At P = N = 16 one 64-step backward block fits an SM, three
+      // 32-step ones: heads32 and heads16 say which hides latency better.
       for (int64_t chunk : {kChunk, int64_t{32}, int64_t{16}}) {
         if (!ssm::SsdCudaKernelFits(ssm::SsdCudaKernel::kChunkedHeads, bwd, s.P, s.N, chunk)) {
           continue;

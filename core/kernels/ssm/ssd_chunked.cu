@@ -345,6 +345,10 @@ bool SsdChunkedFits(int64_t P, int64_t N, int64_t chunk, ChunkedBlocks kernel) {
   return ChunkLength(P, N, chunk, kernel) > 0;
 }
 
+int SsdChunkedLength(int64_t P, int64_t N, int64_t chunk, ChunkedBlocks kernel) {
+  return ChunkLength(P, N, chunk, kernel);
+}
+
 int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
                                 int64_t chunk, bool backward, ChunkedBlocks kernel) {
   const int L = ChunkLength(P, N, chunk, backward ? kernel : ChunkedBlocks::kPerHead);

@@ -13,8 +13,9 @@
 //     copied in with cp.async while this head computes; dB and dC are summed
 //     over the heads in the block in f32, in head order. With one split (the
 //     usual case: HeadSplits) that is SumGroupHeadsKernel's sum, so every
-//     output is bit for bit ChunkBackwardKernel's; with S splits the S split
-//     sums are then added in order, a different association.
+//     output is bit for bit ChunkBackwardKernel's (the chunk length is the
+//     same: ChunkLength); with S splits the S split sums are then added in
+//     order, a different association.
 // (ssd_chunked.cu's ChunkHeadsOutputKernel is the forward's heads kernel.)
 // Shared memory allows one heads block an SM at P = N = 16 (about 146 KB).
 #include <cuda_runtime.h>

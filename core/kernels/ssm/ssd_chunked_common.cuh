@@ -77,19 +77,22 @@ __host__ __device__ __forceinline__ int64_t HeadsBackwardSmemBytes(int L, int64_
 
 // The chunk length: 64, 32 or 16 (wmma tiles of 16 rows), the largest not
 // above max(chunk, 16) whose blocks fit; 0 when even 16 does not. T need not
-// be a multiple (the last chunk is shorter, its rows zero-padded). With
-// kHeadGroups the backward's blocks are larger, so L may be shorter.
+// be a multiple (the last chunk is shorter, its rows zero-padded). kHeadGroups
+// takes kPerHead's length or none (0 when its larger backward block does not
+// fit at that length), so that both cut the sequence alike and their
+// outputs can be the same bits.
 int ChunkLength(int64_t P, int64_t N, int64_t chunk,
                 ChunkedBlocks kernel = ChunkedBlocks::kPerHead) {
   for (int l = kMaxChunk; l >= 16; l /= 2) {
     if (l > chunk && l > 16) continue;
-    if (kernel == ChunkedBlocks::kHeadGroups &&
-        HeadsBackwardSmemBytes(l, P, N) > static_cast<int64_t>(kMaxSmemBytes))
-      continue;
     if (BackwardSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
         OutputSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
-        OuterSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes))
+        OuterSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes)) {
+      if (kernel == ChunkedBlocks::kHeadGroups &&
+          HeadsBackwardSmemBytes(l, P, N) > static_cast<int64_t>(kMaxSmemBytes))
+        return 0;
       return l;
+    }
   }
   return 0;
 }

@@ -327,6 +327,17 @@ bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N
                                   : cuda::ChunkedBlocks::kPerHead);
 }
 
+int64_t SsdCudaChunkLength(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N,
+                           int64_t chunk) {
+  GTP_CHECK(kernel == SsdCudaKernel::kChunked || kernel == SsdCudaKernel::kChunkedHeads,
+            "SsdCudaChunkLength: kChunked or kChunkedHeads only");
+  if (!SsdCudaKernelFits(kernel, backward, P, N, chunk)) return 0;
+  return cuda::SsdChunkedLength(P, N, chunk,
+                                backward && kernel == SsdCudaKernel::kChunkedHeads
+                                    ? cuda::ChunkedBlocks::kHeadGroups
+                                    : cuda::ChunkedBlocks::kPerHead);
+}
+
 void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tensor& A,
                     const Tensor& Bm, const Tensor& Cm, const Tensor& D, const Tensor& y,
                     int64_t chunk, SsdCudaKernel kernel) {

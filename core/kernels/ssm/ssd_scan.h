@@ -70,9 +70,13 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // shape whose block does not fit shared memory (P·N beyond about 14k).
 // kChunkedHeads: kChunked with a block per (b, chunk, heads of a group) in
 // the per-chunk kernels (ssd_scan_cuda.h ChunkedBlocks::kHeadGroups): B, C
-// and C·Bᵀ staged once for the block's heads. y is kChunked's bit for bit;
-// the gradients too where B·⌈T/L⌉·G ≥ 128 (else dB and dC are summed in
-// another fixed order). Not yet timed on a GPU, so kAuto does not pick it.
+// and C·Bᵀ staged once for the block's heads. Same chunk length as kChunked
+// (it aborts where its larger backward block does not fit at that length,
+// e.g. P·N above about 512 at 64-step chunks: SsdCudaKernelFits), so y is
+// kChunked's bit for bit;
+// the gradients too where B·⌈T/L⌉·G ≥ 128 or each block has one head (else
+// dB and dC are summed in another fixed order). Not yet timed on a GPU, so
+// kAuto does not pick it.
 // kAuto (the default): SsdAutoKernel's choice.
 enum class SsdCudaKernel { kRecurrence, kChunked, kChunkedHeads, kAuto };
 
@@ -94,6 +98,12 @@ SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk);
 // shared memory (kChunkedHeads' backward block is the larger); all need
 // N ≤ 256 and P ≤ 1024.
 bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N, int64_t chunk);
+
+// The chunk length L (64, 32 or 16) the chunked CUDA kernels (kChunked,
+// kChunkedHeads) cut T into for this P, N and chunk; 0 where their blocks do
+// not fit. kChunkedHeads takes kChunked's length or none.
+int64_t SsdCudaChunkLength(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N,
+                           int64_t chunk);
 
 // y[B, T, H, P] = the scan of x, dt, A, Bm, Cm, D above (=). chunk ≥ 1; T
 // need not be a multiple of it. The result does not depend on chunk beyond

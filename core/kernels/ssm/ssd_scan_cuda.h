@@ -53,12 +53,17 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
 //     sums dB, dC over the block's heads in head order inside the block; the
 //     group's heads are split over blocks only where B·⌈T/L⌉·G is small
 //     (HeadSplits), and without a split every output is kPerHead's bit for bit.
-//     Its backward block is larger, so it may take shorter chunks (or none).
+//     It takes kPerHead's chunk length, where its larger backward block fits
+//     at that length (else SsdChunkedFits says no).
 enum class ChunkedBlocks { kPerHead, kHeadGroups };
 
 // Whether some chunk length fits these P, N (else use the recurrence above).
 bool SsdChunkedFits(int64_t P, int64_t N, int64_t chunk,
                     ChunkedBlocks kernel = ChunkedBlocks::kPerHead);
+// The chunk length (64, 32 or 16; 0 when nothing fits). kHeadGroups takes
+// kPerHead's length or none.
+int SsdChunkedLength(int64_t P, int64_t N, int64_t chunk,
+                     ChunkedBlocks kernel = ChunkedBlocks::kPerHead);
 int64_t SsdChunkedScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
                                 int64_t chunk, bool backward,
                                 ChunkedBlocks kernel = ChunkedBlocks::kPerHead);

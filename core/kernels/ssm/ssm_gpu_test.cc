@@ -291,17 +291,14 @@ struct ScanCase {
 
 class SsdScanGpuTest : public ::testing::TestWithParam<ScanCase> {};
 
-// Whether kChunkedHeads' outputs are kChunked's bit for bit: the same chunk
-// length L (the largest of 64, 32, 16 not above max(chunk, 16); the cases
-// below whose P·N would shorten kChunkedHeads' L more than kChunked's do not
-// fit it at all or are listed here), and dB, dC summed in head order in one
-// block: one split of a group's heads, or one head a block
-// (ssd_chunked_backward.cu HeadSplits: the fewest splits S, a divisor of H/G,
-// with B·⌈T/L⌉·G·S ≥ 128).
+// Whether kChunkedHeads' gradients are kChunked's bit for bit (y always is):
+// dB and dC summed in head order in one block, i.e. one split of a group's
+// heads, or one head a block (ssd_chunked_backward.cu HeadSplits: the fewest
+// splits S, a divisor of H/G, with B·⌈T/L⌉·G·S ≥ 128). Both cut T into
+// chunks of the same L where kChunkedHeads fits.
 bool HeadsBitwise(const ScanCase& c) {
-  if (c.P == 16 && c.N == 128) return false;  // kChunked L = 32, kChunkedHeads L = 16
-  if (c.P == 64 && c.N == 64) return false;   // the same
-  const int64_t L = c.chunk >= 64 ? 64 : c.chunk >= 32 ? 32 : 16;
+  const int64_t L = SsdCudaChunkLength(SsdCudaKernel::kChunkedHeads, true, c.P, c.N, c.chunk);
+  EXPECT_EQ(L, SsdCudaChunkLength(SsdCudaKernel::kChunked, true, c.P, c.N, c.chunk));
   const int64_t hpg = c.H / c.G, blocks = c.B * ((c.T + L - 1) / L) * c.G;
   for (int64_t s = 1; s < hpg; ++s) {
     if (hpg % s == 0 && blocks * s >= 128) return s == 1;
@@ -336,8 +333,8 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
   for (SsdCudaKernel kernel : {SsdCudaKernel::kChunked, SsdCudaKernel::kChunkedHeads,
                                SsdCudaKernel::kRecurrence, SsdCudaKernel::kAuto}) {
     // The chunked kernels refuse shapes whose chunk block does not fit
-    // (KernelEdges' last case for both; kChunkedHeads' larger backward block
-    // also the P·N ≥ 8192 cases); every other case fits.
+    // (KernelEdges' last case for both; kChunkedHeads, whose backward block is
+    // larger, also N = 256, N = 128 and P = 64 here); every other case fits.
     if (!SsdCudaKernelFits(kernel, /*backward=*/true, c.P, c.N, c.chunk)) {
       EXPECT_NE(kernel, SsdCudaKernel::kRecurrence);
       EXPECT_NE(kernel, SsdCudaKernel::kAuto);
@@ -435,6 +432,14 @@ INSTANTIATE_TEST_SUITE_P(
                       ScanCase{4, 1000, 4, 5, 2, 7, 16},     // L = 16
                       ScanCase{1, 1024, 32, 16, 1, 16, 128},  // 8 splits of 4 heads
                       ScanCase{1, 4096, 12, 5, 1, 7, 64}));   // 2 splits of 6 heads
+
+// The same paths at small sizes, for compute-sanitizer's racecheck, synccheck
+// and memcheck (tools/bench/kernels_check.sh): 8 heads a backward block and 2
+// a forward block; 2 heads a block with a 36-step last chunk; 4 splits of 2.
+INSTANTIATE_TEST_SUITE_P(HeadGroupsSmall, SsdScanGpuTest,
+                         ::testing::Values(ScanCase{128, 16, 8, 16, 1, 16, 16},
+                                           ScanCase{64, 100, 2, 16, 1, 16, 64},
+                                           ScanCase{16, 128, 8, 5, 1, 7, 64}));
 
 
 }  // namespace
