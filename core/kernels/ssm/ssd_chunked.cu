@@ -15,8 +15,8 @@
 //   S_in[c+1] = dec_c·S_in[c] + S_c,  S_in[0] = 0          (ChunkPassKernel, forward)
 //   y_i = Σ_{j ≤ i} (C_i·B_j)·E_ij·dt_j·x_j + e_i·S_in[c]·C_i + D·x_i   (ChunkOutputKernel)
 // Backward, with dy given and G_c = ∂L/∂S_in[c+1]:
-//   local_c = Σ_i e_i · dy_i ⊗ C_i                          (ChunkOuterKernel, kDState)
-//   ∂L/∂S_in[c] = local_c + dec_c·G_c,  G_{nc−1} = 0          (ChunkPassKernel, reverse)
+//   local_c = Σ_i e_i · dy_i ⊗ C_i                          (ChunkStatesKernel)
+//   ∂L/∂S_in[c] = local_c + dec_c·G_c,  G_{nc−1} = 0          (ChunkPassBothKernel, reverse)
 // and per chunk (ChunkBackwardKernel), with CB_ij = C_i·B_j, DX_ij = dy_i·x_j,
 // M1 = CB∘E, M2 = DX∘E, Q = CB∘DX∘E (all zero above the diagonal):
 //   dx_j = dt_j·Σ_{i ≥ j} M1_ij·dy_i + w_j·G_c·B_j + D·dy_j
@@ -36,9 +36,10 @@
 // ssd_scan.cc's kAuto runs the recurrence kernels for it. Which kernel is
 // faster for which shape: ssd_scan.h (SsdAutoKernel).
 //
-// This file: the chunk states (EntryStates, ExitGradients) and the forward's
-// chunk kernels, a block per (b, h, chunk) or, for kHeadGroups, per (b,
-// chunk, heads of a group). The backward's chunk kernels are in
+// This file: the chunk states (EntryStates; BackwardStates: the backward's
+// two outer sums in one kernel, ChunkStatesKernel, and its two passes in
+// another) and the forward's chunk kernels, a block per (b, h, chunk) or, for
+// kHeadGroups, per (b, chunk, heads of a group). The backward's chunk kernels are in
 // ssd_chunked_backward.cu; what both files share in ssd_chunked_common.cuh.
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -53,6 +54,18 @@ namespace {
 // ------------------------------------------------------------ kernels
 
 enum OuterKind { kState = 0, kDState = 1 };
+
+// o[p·N + n] = Σ_{j < len} sW[j]·sU[j][p]·sV[j][n], j in order (a thread
+// per (p, n)).
+__device__ __forceinline__ void OuterAccumulate(const float* sW, const float* sU, const float* sV,
+                                                int len, int P, int N, float* __restrict__ o) {
+  for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
+    const int p = e / N, n = e - p * N;
+    float acc = 0.0f;
+    for (int j = 0; j < len; ++j) acc = fmaf(sW[j] * sU[j * P + p], sV[j * N + n], acc);
+    o[e] = acc;
+  }
+}
 
 // Grid B·H·nc. kState:  out[bh, c] = Σ_j w_j·x_j ⊗ B_j, dec[bh, c] = exp(cs_last);
 //              kDState: out[bh, c] = Σ_i e_i·dy_i ⊗ C_i.
@@ -81,14 +94,64 @@ __global__ void __launch_bounds__(kThreads)
   StageHead(u, sU, static_cast<int>(P), k, T, H, P);
   StageGroup(v, sV, static_cast<int>(N), k, g, T, G, N);
   __syncthreads();
-  float* o = out + (k.bh * nc + k.c) * P * N;
-  for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
-    const int p = e / N, n = e - p * N;
-    float acc = 0.0f;
-    for (int j = 0; j < k.len; ++j) acc = fmaf(sW[j] * sU[j * P + p], sV[j * N + n], acc);
-    o[e] = acc;
-  }
+  OuterAccumulate(sW, sU, sV, k.len, P, N, out + (k.bh * nc + k.c) * P * N);
   if (kKind == kState && threadIdx.x == 0) dec[k.bh * nc + k.c] = static_cast<float>(exp(last));
+}
+
+// Grid B·H·nc: the backward's two chunk sums in one pass over the chunk's
+// decays, ChunkOuterKernel<kState>'s and <kDState>'s values bit for bit:
+// S[bh, c] = Σ_j w_j·x_j ⊗ B_j, dec[bh, c] = exp(cs_last), Gs[bh, c] =
+// Σ_i e_i·dy_i ⊗ C_i. Shared memory (StatesSmemBytes): doubles cs [L];
+// floats dt, w, e [L], X, dY [L][P], B, C [L][N].
+__global__ void __launch_bounds__(kThreads)
+    ChunkStatesKernel(const float* __restrict__ x, const float* __restrict__ dy,
+                      const float* __restrict__ Bm, const float* __restrict__ Cm,
+                      const float* __restrict__ dt, const float* __restrict__ A,
+                      float* __restrict__ S, float* __restrict__ Gs, float* __restrict__ dec,
+                      int64_t T, int64_t H, int64_t P64, int64_t G, int64_t N64, int L,
+                      int64_t nc) {
+  const int P = static_cast<int>(P64), N = static_cast<int>(N64);
+  extern __shared__ double smem_d[];
+  double* sCs = smem_d;
+  float* sDt = reinterpret_cast<float*>(sCs + L);
+  float* sW = sDt + L;
+  float* sE = sW + L;
+  float* sX = sE + L;
+  float* sDy = sX + L * P;
+  float* sB = sDy + L * P;
+  float* sC = sB + L * N;
+  const ChunkIdx k = ThisChunk(H, nc, T, L);
+  const int64_t g = k.h / (H / G);
+  StageDecays(dt, A[k.h], k, T, H, sDt, sCs);
+  const double last = sCs[k.len - 1];
+  for (int i = threadIdx.x; i < k.len; i += blockDim.x) {
+    sW[i] = static_cast<float>(exp(last - sCs[i])) * sDt[i];
+    sE[i] = static_cast<float>(exp(sCs[i]));
+  }
+  StageHead(x, sX, P, k, T, H, P);
+  StageHead(dy, sDy, P, k, T, H, P);
+  StageGroup(Bm, sB, N, k, g, T, G, N);
+  StageGroup(Cm, sC, N, k, g, T, G, N);
+  __syncthreads();
+  const int64_t at = (k.bh * nc + k.c) * P64 * N64;
+  OuterAccumulate(sW, sX, sB, k.len, P, N, S + at);
+  OuterAccumulate(sE, sDy, sC, k.len, P, N, Gs + at);
+  if (threadIdx.x == 0) dec[k.bh * nc + k.c] = static_cast<float>(exp(last));
+}
+
+// s[bh, c] for c in order (kReverse: from the last): each ← the carry, and
+// carry ← dec[bh, c]·carry + its old value, from 0.
+template <bool kReverse>
+__device__ __forceinline__ void PassChain(float* __restrict__ s, const float* __restrict__ dec,
+                                          int64_t bh, int64_t e, int64_t PN, int64_t nc) {
+  float carry = 0.0f;
+  for (int64_t step = 0; step < nc; ++step) {
+    const int64_t c = kReverse ? nc - 1 - step : step;
+    float* at = s + (bh * nc + c) * PN + e;
+    const float here = *at;
+    *at = carry;
+    carry = fmaf(dec[bh * nc + c], carry, here);
+  }
 }
 
 // One thread per (b, h, p, n). Forward: s[bh, c] ← S_in[c] (from S_c, in
@@ -98,15 +161,19 @@ __global__ void ChunkPassKernel(float* __restrict__ s, const float* __restrict__
                                 int64_t PN, int64_t nc) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < BH * PN;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t bh = i / PN, e = i % PN;
-    float carry = 0.0f;
-    for (int64_t step = 0; step < nc; ++step) {
-      const int64_t c = kReverse ? nc - 1 - step : step;
-      float* at = s + (bh * nc + c) * PN + e;
-      const float here = *at;
-      *at = carry;
-      carry = fmaf(dec[bh * nc + c], carry, here);
-    }
+    PassChain<kReverse>(s, dec, i / PN, i % PN, PN, nc);
+  }
+}
+
+// Both passes of the backward in one launch: S forward, Gs reverse (the two
+// ChunkPassKernels' values bit for bit).
+__global__ void ChunkPassBothKernel(float* __restrict__ S, float* __restrict__ Gs,
+                                    const float* __restrict__ dec, int64_t BH, int64_t PN,
+                                    int64_t nc) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < BH * PN;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    PassChain<false>(S, dec, i / PN, i % PN, PN, nc);
+    PassChain<true>(Gs, dec, i / PN, i % PN, PN, nc);
   }
 }
 
@@ -322,19 +389,19 @@ void EntryStates(const float* x, const float* dt, const float* A, const float* B
   }
 }
 
-void ExitGradients(const float* dy, const float* Cm, const float* dt, const float* A,
-                   const float* dec, float* Gs, int64_t B, int64_t T, int64_t H, int64_t P,
-                   int64_t G, int64_t N, int L, cudaStream_t stream) {
+void BackwardStates(const float* x, const float* dy, const float* dt, const float* A,
+                    const float* Bm, const float* Cm, float* S, float* Gs, float* dec, int64_t B,
+                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int L,
+                    cudaStream_t stream) {
   const int64_t nc = CeilDiv(T, L);
-  const unsigned blocks = static_cast<unsigned>(B * H * nc);
-  const int64_t outer = OuterSmemBytes(L, P, N);
-  AllowSmem(ChunkOuterKernel<kDState>, outer);
-  ChunkOuterKernel<kDState>
-      <<<blocks, kThreads, outer, stream>>>(dy, Cm, dt, A, Gs, nullptr, T, H, P, G, N, L, nc);
+  const int64_t bytes = StatesSmemBytes(L, P, N);
+  AllowSmem(ChunkStatesKernel, bytes);
+  ChunkStatesKernel<<<static_cast<unsigned>(B * H * nc), kThreads, bytes, stream>>>(
+      x, dy, Bm, Cm, dt, A, S, Gs, dec, T, H, P, G, N, L, nc);
   GTP_CU_LAUNCH_CHECK();
   if (P * N > 0) {
-    ChunkPassKernel<true>
-        <<<GridFor(B * H * P * N, kThreads), kThreads, 0, stream>>>(Gs, dec, B * H, P * N, nc);
+    ChunkPassBothKernel<<<GridFor(B * H * P * N, kThreads), kThreads, 0, stream>>>(
+        S, Gs, dec, B * H, P * N, nc);
     GTP_CU_LAUNCH_CHECK();
   }
 }

@@ -1,7 +1,7 @@
 // core/kernels/ssm/ssd_chunked_backward.cu — the chunked SSD scan's backward
 // (ssd_scan_cuda.h SsdChunkedBackward; the math at the top of ssd_chunked.cu).
 //
-// After the chunk states (chunked_internal::EntryStates, ExitGradients), one
+// After the chunk states (chunked_internal::BackwardStates), one
 // of two kernels does each chunk's work, both through HeadBackward below (the
 // same code, so the same bits for a head):
 //   ChunkBackwardKernel: a block per (b, h, chunk). It stages its head's rows,
@@ -518,8 +518,8 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
   Scratch sc;
   ScratchLayout(B, T, H, P, G, N, L, /*backward=*/true, scratch, &sc);
   const int64_t nc = CeilDiv(T, L);
-  chunked_internal::EntryStates(x, dt, A, Bm, sc.S, sc.dec, B, T, H, P, G, N, L, stream);
-  chunked_internal::ExitGradients(dy, Cm, dt, A, sc.dec, sc.Gs, B, T, H, P, G, N, L, stream);
+  chunked_internal::BackwardStates(x, dy, dt, A, Bm, Cm, sc.S, sc.Gs, sc.dec, B, T, H, P, G, N, L,
+                                   stream);
   // Per-head (kPerHead) or per-split (kHeadGroups, S splits) partials of dB,
   // dC when they are not dB, dC themselves; SumGroupHeadsKernel adds the
   // `parts` of each group in order.

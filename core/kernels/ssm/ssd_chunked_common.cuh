@@ -48,6 +48,11 @@ __host__ __device__ __forceinline__ int64_t Ld(int64_t d) { return Pad16(d) + 4;
 __host__ __device__ __forceinline__ int64_t OuterSmemBytes(int L, int64_t P, int64_t N) {
   return int64_t{8} * L + int64_t{4} * (2 * L + L * P + L * N);
 }
+// ChunkStatesKernel: both of the backward's outer sums (never more than the
+// backward block, so ChunkLength's check of it cannot bind).
+__host__ __device__ __forceinline__ int64_t StatesSmemBytes(int L, int64_t P, int64_t N) {
+  return int64_t{8} * L + int64_t{4} * (3 * L + 2 * L * P + 2 * L * N);
+}
 // doubles: cs [L]; floats: dt [L], X, Y [L][Ld(P)], B, C, Ce [L][Ld(N)],
 // S [Pad16(P)][Ld(N)], M [L][Ld(L)].
 __host__ __device__ __forceinline__ int64_t OutputSmemBytes(int L, int64_t P, int64_t N) {
@@ -87,7 +92,8 @@ int ChunkLength(int64_t P, int64_t N, int64_t chunk,
     if (l > chunk && l > 16) continue;
     if (BackwardSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
         OutputSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
-        OuterSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes)) {
+        OuterSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes) &&
+        StatesSmemBytes(l, P, N) <= static_cast<int64_t>(kMaxSmemBytes)) {
       if (kernel == ChunkedBlocks::kHeadGroups &&
           HeadsBackwardSmemBytes(l, P, N) > static_cast<int64_t>(kMaxSmemBytes))
         return 0;
@@ -377,11 +383,12 @@ namespace chunked_internal {
 void EntryStates(const float* x, const float* dt, const float* A, const float* Bm, float* S,
                  float* dec, int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
                  int L, cudaStream_t stream);
-// Gs ← G_c = ∂L/∂S_in[c+1] [BH, nc, P, N], from dy, C and dec (the
-// backward's first two kernels after EntryStates).
-void ExitGradients(const float* dy, const float* Cm, const float* dt, const float* A,
-                   const float* dec, float* Gs, int64_t B, int64_t T, int64_t H, int64_t P,
-                   int64_t G, int64_t N, int L, cudaStream_t stream);
+// The backward's chunk states, two kernels: S ← S_in, dec as EntryStates,
+// and Gs ← G_c = ∂L/∂S_in[c+1] [BH, nc, P, N] (from dy, C and dec).
+void BackwardStates(const float* x, const float* dy, const float* dt, const float* A,
+                    const float* Bm, const float* Cm, float* S, float* Gs, float* dec, int64_t B,
+                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int L,
+                    cudaStream_t stream);
 }  // namespace chunked_internal
 
 }  // namespace gtp::kernels::ssm::cuda
