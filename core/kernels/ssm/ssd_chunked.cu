@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
 // decays, ChunkOuterKernel<kState>'s and <kDState>'s values bit for bit:
 // S[bh, c] = Σ_j w_j·x_j ⊗ B_j, dec[bh, c] = exp(cs_last), Gs[bh, c] =
 // Σ_i e_i·dy_i ⊗ C_i. Shared memory (StatesSmemBytes): doubles cs [L];
-// floats dt, w, e [L], X, dY [L][P], B, C [L][N].
+// floats dt, w, e [L], X, dY [L][P], B, C [L][N] (rows < len copied).
 __global__ void __launch_bounds__(kThreads)
     ChunkStatesKernel(const float* __restrict__ x, const float* __restrict__ dy,
                       const float* __restrict__ Bm, const float* __restrict__ Cm,
@@ -122,16 +122,21 @@ __global__ void __launch_bounds__(kThreads)
   float* sC = sB + L * N;
   const ChunkIdx k = ThisChunk(H, nc, T, L);
   const int64_t g = k.h / (H / G);
-  StageDecays(dt, A[k.h], k, T, H, sDt, sCs);
+  // Every load of the chunk in flight at once (cp.async), then one wait.
+  CopyDtAsync(dt, k, L, T, H, sDt);
+  CopyRowsAsync(x, sX, P, k, k.len, P, T, H, k.h, P);
+  CopyRowsAsync(dy, sDy, P, k, k.len, P, T, H, k.h, P);
+  CopyRowsAsync(Bm, sB, N, k, k.len, N, T, G, g, N);
+  CopyRowsAsync(Cm, sC, N, k, k.len, N, T, G, g, N);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncthreads();
+  ScanDecays(sDt, A[k.h], k.len, sCs);
   const double last = sCs[k.len - 1];
   for (int i = threadIdx.x; i < k.len; i += blockDim.x) {
     sW[i] = static_cast<float>(exp(last - sCs[i])) * sDt[i];
     sE[i] = static_cast<float>(exp(sCs[i]));
   }
-  StageHead(x, sX, P, k, T, H, P);
-  StageHead(dy, sDy, P, k, T, H, P);
-  StageGroup(Bm, sB, N, k, g, T, G, N);
-  StageGroup(Cm, sC, N, k, g, T, G, N);
   __syncthreads();
   const int64_t at = (k.bh * nc + k.c) * P64 * N64;
   OuterAccumulate(sW, sX, sB, k.len, P, N, S + at);

@@ -302,17 +302,24 @@ __device__ __forceinline__ void CopyDtAsync(const float* __restrict__ dt, const 
   }
 }
 
+// dst[r][c] (stride ld), r < rows, c < cols: the chunk's rows of index x
+// (head or group) of a [B, T, X, D] tensor, zero for r ≥ len or c ≥ D.
+__device__ __forceinline__ void CopyRowsAsync(const float* __restrict__ src, float* dst, int ld,
+                                              const ChunkIdx& k, int rows, int cols, int64_t T,
+                                              int64_t X, int64_t x, int D) {
+  for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
+    const int r = i / cols, c = i - r * cols;
+    const bool v = r < k.len && c < D;
+    CpAsync4(dst + r * ld + c, src + (v ? ((k.b * T + k.t0 + r) * X + x) * D + c : 0), v);
+  }
+}
+
 // dst[r][c] (stride ld), r < L, c < Pad16(P): the chunk's rows of head k.h of
 // a [B, T, H, P] tensor, zero for r ≥ len or c ≥ P.
 __device__ __forceinline__ void CopyHeadRowsAsync(const float* __restrict__ src, float* dst, int ld,
                                                   const ChunkIdx& k, int L, int64_t T, int64_t H,
                                                   int P) {
-  const int pp = static_cast<int>(Pad16(P));
-  for (int i = threadIdx.x; i < L * pp; i += blockDim.x) {
-    const int r = i / pp, c = i - r * pp;
-    const bool v = r < k.len && c < P;
-    CpAsync4(dst + r * ld + c, src + (v ? ((k.b * T + k.t0 + r) * H + k.h) * P + c : 0), v);
-  }
+  CopyRowsAsync(src, dst, ld, k, L, static_cast<int>(Pad16(P)), T, H, k.h, P);
 }
 
 // dst[p][n] (stride ld), p < Pad16(P), n < Pad16(N): a [P, N] state, zero-padded.
