@@ -85,14 +85,19 @@ __global__ void __launch_bounds__(kThreads)
   float* sV = sU + L * P;
   const ChunkIdx k = ThisChunk(H, nc, T, L);
   const int64_t g = k.h / (H / G);
-  StageDecays(dt, A[k.h], k, T, H, sDt, sCs);
+  // Every load of the chunk in flight at once (cp.async), then one wait.
+  CopyDtAsync(dt, k, L, T, H, sDt);
+  CopyRowsAsync(u, sU, P, k, k.len, P, T, H, k.h, P);
+  CopyRowsAsync(v, sV, N, k, k.len, N, T, G, g, N);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncthreads();
+  ScanDecays(sDt, A[k.h], k.len, sCs);
   const double last = sCs[k.len - 1];
   for (int i = threadIdx.x; i < k.len; i += blockDim.x) {
     sW[i] = kKind == kState ? static_cast<float>(exp(last - sCs[i])) * sDt[i]
                             : static_cast<float>(exp(sCs[i]));
   }
-  StageHead(u, sU, static_cast<int>(P), k, T, H, P);
-  StageGroup(v, sV, static_cast<int>(N), k, g, T, G, N);
   __syncthreads();
   OuterAccumulate(sW, sU, sV, k.len, P, N, out + (k.bh * nc + k.c) * P * N);
   if (kKind == kState && threadIdx.x == 0) dec[k.bh * nc + k.c] = static_cast<float>(exp(last));
@@ -275,12 +280,17 @@ __global__ void __launch_bounds__(kThreads)
   s.M = s.S + Pp * ln;
   const ChunkIdx k = ThisChunk(H, nc, T, L);
   const int64_t g = k.h / (H / G);
-  StageDecays(dt, A[k.h], k, T, H, s.dt, s.cs);
-  StagePadded(x, s.X, lp, k, L, T, H, k.h, P);
-  StagePadded(Bm, s.B, ln, k, L, T, G, g, N);
-  StagePadded(Cm, s.C, ln, k, L, T, G, g, N);
-  StageStatePadded(sin + (k.bh * nc + k.c) * P64 * N64, s.S, ln, P, N);
+  // Every load of the chunk in flight at once (cp.async), then one wait.
+  const int Np = static_cast<int>(Pad16(N));
+  CopyDtAsync(dt, k, L, T, H, s.dt);
+  CopyHeadRowsAsync(x, s.X, lp, k, L, T, H, P);
+  CopyRowsAsync(Bm, s.B, ln, k, L, Np, T, G, g, N);
+  CopyRowsAsync(Cm, s.C, ln, k, L, Np, T, G, g, N);
+  CopyStateAsync(sin + (k.bh * nc + k.c) * P64 * N64, s.S, ln, P, N);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
   __syncthreads();
+  ScanDecays(s.dt, A[k.h], k.len, s.cs);
   HeadOutput<false>(s, s.M, k, L, P, N, D[k.h], y, T, H);
 }
 
@@ -329,10 +339,11 @@ __global__ void __launch_bounds__(kThreads)
   CopyDtAsync(dt, k, L, T, H, sDt2);
   CopyHeadRowsAsync(x, sX2, lp, k, L, T, H, P);
   CopyStateAsync(sin + (k.bh * nc + k.c) * PN, sS2, ln, P, N);
+  CopyRowsAsync(Bm, s.B, ln, k, L, Np, T, G, g, N);
+  CopyRowsAsync(Cm, s.C, ln, k, L, Np, T, G, g, N);
   CpAsyncCommit();
-  StagePadded(Bm, s.B, ln, k, L, T, G, g, N);
-  StagePadded(Cm, s.C, ln, k, L, T, G, g, N);
-  __syncthreads();  // B and C staged
+  CpAsyncWait<0>();
+  __syncthreads();  // B, C and the first head's rows staged
   // C·Bᵀ's lower tiles, once for the block's heads (HeadOutput's products).
   const int warp = threadIdx.x / kWarpSize, Lt = L / 16;
   for (int t = warp; t < Lt * Lt; t += kWarps) {

@@ -310,14 +310,20 @@ __global__ void __launch_bounds__(kThreads)
   const ChunkIdx k = ThisChunk(H, nc, T, L);
   const int64_t g = k.h / (H / G);
   const float Ah = A[k.h], Dh = D[k.h];
-  StageDecays(dt, Ah, k, T, H, s.dt, s.cs);
-  StagePadded(x, s.X, lp, k, L, T, H, k.h, P);
-  StagePadded(dy, s.dY, lp, k, L, T, H, k.h, P);
-  StagePadded(Bm, s.B, ln, k, L, T, G, g, N);
-  StagePadded(Cm, s.C, ln, k, L, T, G, g, N);
+  // Every load of the chunk in flight at once (cp.async), then one wait.
+  const int Np = static_cast<int>(Pad16(N));
+  CopyDtAsync(dt, k, L, T, H, s.dt);
+  CopyHeadRowsAsync(x, s.X, lp, k, L, T, H, P);
+  CopyHeadRowsAsync(dy, s.dY, lp, k, L, T, H, P);
+  CopyRowsAsync(Bm, s.B, ln, k, L, Np, T, G, g, N);
+  CopyRowsAsync(Cm, s.C, ln, k, L, Np, T, G, g, N);
   const int64_t state = (k.bh * nc + k.c) * P64 * N64;
-  StageStatePadded(sin + state, s.S, ln, P, N);
-  StageStatePadded(gout + state, s.G, ln, P, N);
+  CopyStateAsync(sin + state, s.S, ln, P, N);
+  CopyStateAsync(gout + state, s.G, ln, P, N);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncthreads();
+  ScanDecays(s.dt, Ah, k.len, s.cs);
   const bool direct = H == G;
   HeadBackward<false>(s, s.M1, k, L, P, N, Ah, Dh, dec, dx, ddt, dad, T, H, nc,
                       [=](int r, int n, float c_v, float b_v) {
@@ -408,10 +414,11 @@ __global__ void __launch_bounds__(kThreads)
   k.h = h0;
   k.bh = k.b * H + h0;
   PrefetchHead(dt, x, dy, sin, gout, k, L, T, H, P, N, nc, sDt2, sX2, sDy2, sS2, sG2);
+  CopyRowsAsync(Bm, s.B, ln, k, L, Np, T, G, g, N);
+  CopyRowsAsync(Cm, s.C, ln, k, L, Np, T, G, g, N);
   CpAsyncCommit();
-  StagePadded(Bm, s.B, ln, k, L, T, G, g, N);
-  StagePadded(Cm, s.C, ln, k, L, T, G, g, N);
-  __syncthreads();  // B and C staged
+  CpAsyncWait<0>();
+  __syncthreads();  // B, C and the first head's rows staged
   // C·Bᵀ's lower tiles, once for the block's heads (phase A's products).
   const int warp = threadIdx.x / kWarpSize, Lt = L / 16, tri = Lt * (Lt + 1) / 2;
   for (int t = warp; t < tri; t += kWarps) {

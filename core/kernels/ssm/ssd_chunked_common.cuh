@@ -30,7 +30,7 @@ using ::gtp::kernels::cuda::internal::kWarpSize;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr int kMaxChunk = 2 * kWarpSize;  // StageDecays: two steps a lane
+constexpr int kMaxChunk = 2 * kWarpSize;  // ScanDecays: two steps a lane
 constexpr size_t kMaxSmemBytes = 200 * 1024;
 
 // ------------------------------------------------------------ shared memory
@@ -152,48 +152,6 @@ __device__ __forceinline__ void ScanDecays(const float* sDt, float Ah, int len, 
   __syncthreads();
 }
 
-// sDt[i] = dt_{t0+i}, then ScanDecays. Ends with a barrier.
-__device__ __forceinline__ void StageDecays(const float* __restrict__ dt, float Ah,
-                                            const ChunkIdx& k, int64_t T, int64_t H, float* sDt,
-                                            double* sCs) {
-  for (int i = threadIdx.x; i < k.len; i += blockDim.x) sDt[i] = dt[(k.b * T + k.t0 + i) * H + k.h];
-  __syncthreads();
-  ScanDecays(sDt, Ah, k.len, sCs);
-}
-
-// dst[i][0..P) (row stride ld) = the chunk's rows of head h of a [B, T, H, P] tensor.
-__device__ __forceinline__ void StageHead(const float* __restrict__ src, float* dst, int ld,
-                                          const ChunkIdx& k, int64_t T, int64_t H, int64_t P) {
-  const int p_ = static_cast<int>(P);
-  StageBatched<2>(
-      k.len * p_,
-      [=](int i) {
-        const int r = i / p_, p = i - r * p_;
-        return src[((k.b * T + k.t0 + r) * H + k.h) * P + p];
-      },
-      [=](int i, float v) {
-        const int r = i / p_, p = i - r * p_;
-        dst[r * ld + p] = v;
-      });
-}
-
-// dst[i][0..N) (row stride ld) = the chunk's rows of group g of a [B, T, G, N] tensor.
-__device__ __forceinline__ void StageGroup(const float* __restrict__ src, float* dst, int ld,
-                                           const ChunkIdx& k, int64_t g, int64_t T, int64_t G,
-                                           int64_t N) {
-  const int n_ = static_cast<int>(N);
-  StageBatched<2>(
-      k.len * n_,
-      [=](int i) {
-        const int r = i / n_, j = i - r * n_;
-        return src[((k.b * T + k.t0 + r) * G + g) * N + j];
-      },
-      [=](int i, float v) {
-        const int r = i / n_, j = i - r * n_;
-        dst[r * ld + j] = v;
-      });
-}
-
 // The block's sum of v in double, in a fixed order (warp xor butterfly, then
 // the warps in order); every thread gets it. `scratch` holds kWarps doubles.
 __device__ __forceinline__ double BlockSumDouble(double v, double* scratch) {
@@ -253,45 +211,14 @@ __device__ __forceinline__ void Mma3(Acc& acc, const float* a, int lda, const fl
 using Row = wmma::row_major;
 using Col = wmma::col_major;
 
-// dst[r][c] (stride ld), r < L, c < Pad16(D): the chunk's rows of a [B, T, X, D]
-// tensor at index x (head or group), zero for r ≥ len or c ≥ D.
-__device__ __forceinline__ void StagePadded(const float* __restrict__ src, float* dst, int ld,
-                                            const ChunkIdx& k, int L, int64_t T, int64_t X,
-                                            int64_t x, int D) {
-  const int dp = static_cast<int>(Pad16(D));
-  StageBatched(
-      L * dp,
-      [=](int i) {
-        const int r = i / dp, c = i - r * dp;
-        return r < k.len && c < D ? src[((k.b * T + k.t0 + r) * X + x) * D + c] : 0.0f;
-      },
-      [=](int i, float v) {
-        const int r = i / dp, c = i - r * dp;
-        dst[r * ld + c] = v;
-      });
-}
-
-// dst[p][n] (stride ld), p < Pad16(P), n < Pad16(N): a [P, N] state, zero-padded.
-__device__ __forceinline__ void StageStatePadded(const float* __restrict__ src, float* dst, int ld,
-                                                 int P, int N) {
-  const int pp = static_cast<int>(Pad16(P)), np = static_cast<int>(Pad16(N));
-  StageBatched(
-      pp * np,
-      [=](int i) {
-        const int p = i / np, c = i - p * np;
-        return p < P && c < N ? src[p * N + c] : 0.0f;
-      },
-      [=](int i, float v) {
-        const int p = i / np, c = i - p * np;
-        dst[p * ld + c] = v;
-      });
-}
-
 // ------------------------------------------------------------ cp.async staging
 //
-// The heads kernels (a block per chunk and heads of a group) copy the next
-// head's rows while one head computes. Every element of the destination is
-// written (zeros where padded), so nothing of an earlier head is left.
+// Every chunk kernel copies its rows in with cp.async: all of a thread's
+// loads in flight at once, then one wait (a plain staging loop waits for
+// each load before the next store). The heads kernels (a block per chunk and
+// heads of a group) copy the next head's rows while one head computes. The
+// padded copies write every element of the destination (zeros where
+// padded), so nothing of an earlier head is left.
 
 // sDt[i] = dt_{t0+i} of head k.h for i < len, 0 for len ≤ i < L.
 __device__ __forceinline__ void CopyDtAsync(const float* __restrict__ dt, const ChunkIdx& k, int L,
