@@ -25,32 +25,6 @@ __global__ void SumGroupHeadsKernel(const float* __restrict__ in, float* __restr
   }
 }
 
-// For i = threadIdx.x, + blockDim.x, … < n: store(i, value(i)), with
-// kBatch of a thread's global loads issued before any is stored. A plain
-// staging loop waits for each load before the next (the store needs it); the
-// scan kernels stage their tiles this way (a chunked backward block spent ~18
-// load round trips staging its chunk). The same values land in the same
-// places.
-// kBatch trades registers for loads in flight: the recurrence kernels,
-// whose occupancy registers bound, take 2 (4 cost the forward a block an SM).
-constexpr int kStageBatch = 4;
-template <int kBatch = kStageBatch, class Value, class Store>
-__device__ __forceinline__ void StageBatched(int n, Value value, Store store) {
-  for (int i0 = threadIdx.x; i0 < n; i0 += kBatch * blockDim.x) {
-    float v[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * static_cast<int>(blockDim.x);
-      v[u] = i < n ? value(i) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = i0 + u * static_cast<int>(blockDim.x);
-      if (i < n) store(i, v[u]);
-    }
-  }
-}
-
 // A backward with no (b, t, h) still writes dBm and dCm [B, T, G, N] (n
 // floats each): zeros.
 inline void ZeroGroupGrads(float* dBm, float* dCm, int64_t n, cudaStream_t stream) {
