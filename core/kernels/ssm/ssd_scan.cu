@@ -123,8 +123,11 @@ __device__ __forceinline__ void CopyGroupRows(const float* __restrict__ src, flo
                                               int64_t T, int64_t G, int64_t N, int np) {
   for (int i = threadIdx.x; i < steps * np; i += blockDim.x) {
     const int st = i / np, n = i % np;
-    const bool v = n < N;
-    CpAsync4(dst + i, src + (v ? ((b * T + t0 + st) * G + g) * N + n : 0), v);
+    if (n < N) {
+      CpAsync4(dst + i, src + ((b * T + t0 + st) * G + g) * N + n, true);
+    } else {
+      dst[i] = 0.0f;  // a plain store: with N = 0, src may be null (no rows)
+    }
   }
 }
 
@@ -281,7 +284,7 @@ __global__ void __launch_bounds__(kScanMaxThreads)
     const int64_t t0 = (reverse ? tiles - 1 - k : k) * ts;
     const int steps = static_cast<int>(T - t0 < ts ? T - t0 : ts);
     // The next tile's copies go into the set tile k − 1 used (its compute
-    // ended before iteration k − 1's second barrier).
+    // ended before iteration k − 1's third barrier).
     if (k + 1 < tiles) copy_tile(k + 1);
     CpAsyncCommit();
     CpAsyncWait<1>();  // all but the newest group: tile k's copies are in
@@ -561,6 +564,37 @@ void AllowSmem(K kernel, size_t bytes) {
   }
 }
 
+// The tile length of a launch: among the plan's ts (the longest within
+// kScanSmemTarget) and its halvings down to 8, the longest whose blocks run
+// as many at once on an SM as the best of them (the occupancy calculator:
+// registers, threads, shared memory). The second copy set of the double
+// buffer made some blocks large enough to lose a block an SM (e.g. the
+// forward at P = 64, N = 128: 3 → 2 at ts = 32, 3 again at 16). No output
+// depends on ts: the forward carries S in registers across tiles, the
+// backward reduces each step over the warps in one order and keys its
+// checkpoints by absolute t. Call after AllowSmem(kernel, plan.smem).
+template <class K>
+int TileSteps(K kernel, const ScanPlan& s, bool backward) {
+  const int np = s.nl * s.r;
+  int best_ts = s.ts, best = -1;
+  for (int ts = s.ts; ts >= 1 && (ts >= 8 || ts == s.ts); ts /= 2) {
+    const size_t bytes =
+        static_cast<size_t>(ScanSmemFloats(backward, s.rows, np, s.warps, ts)) * sizeof(float);
+    int blocks = 0;
+    GTP_CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, s.threads, bytes));
+    if (blocks > best) {  // strictly more: a tie keeps the longer tile
+      best = blocks;
+      best_ts = ts;
+    }
+  }
+  return best_ts;
+}
+
+size_t TileSmemBytes(const ScanPlan& s, bool backward, int ts) {
+  return static_cast<size_t>(ScanSmemFloats(backward, s.rows, s.nl * s.r, s.warps, ts)) *
+         sizeof(float);
+}
+
 void CheckScanSizes(int64_t H, int64_t P, int64_t G, int64_t N) {
   GTP_CU_REQUIRE(P >= 1 && P <= 1024, "SsdScan (CUDA): head dim P = %lld must be in [1, 1024]",
                  static_cast<long long>(P));
@@ -623,9 +657,11 @@ void SsdScanForward(const float* x, const float* dt, const float* A, const float
   DispatchLanes(s, [&](auto nl, auto r) {
     constexpr int kNL = decltype(nl)::value, kR = decltype(r)::value;
     AllowSmem(SsdScanForwardKernel<kNL, kR>, s.smem);
+    const int ts = TileSteps(SsdScanForwardKernel<kNL, kR>, s, /*backward=*/false);
     SsdScanForwardKernel<kNL, kR>
-        <<<static_cast<unsigned>(B * H * s.pt), static_cast<unsigned>(s.threads), s.smem,
-           stream>>>(x, dt, A, Bm, Cm, D, y, T, H, P, G, N, s.rows, s.pt, s.ts);
+        <<<static_cast<unsigned>(B * H * s.pt), static_cast<unsigned>(s.threads),
+           TileSmemBytes(s, false, ts), stream>>>(x, dt, A, Bm, Cm, D, y, T, H, P, G, N, s.rows,
+                                                  s.pt, ts);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -653,10 +689,12 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
   DispatchLanes(s, [&](auto nl, auto r) {
     constexpr int kNL = decltype(nl)::value, kR = decltype(r)::value;
     AllowSmem(SsdScanBackwardSweepKernel<kNL, kR>, s.smem);
+    const int ts = TileSteps(SsdScanBackwardSweepKernel<kNL, kR>, s, /*backward=*/true);
     SsdScanBackwardSweepKernel<kNL, kR>
-        <<<dim3(static_cast<unsigned>(B * H * s.pt), 2), static_cast<unsigned>(s.threads), s.smem,
-           stream>>>(dy, x, dt, A, Bm, Cm, D, dx, dB_part, dC_part, sc.f_part, sc.g_part,
-                     sc.dD_part, sc.ck_S, sc.ck_G, T, H, P, G, N, L, nb, s.rows, s.pt, s.ts);
+        <<<dim3(static_cast<unsigned>(B * H * s.pt), 2), static_cast<unsigned>(s.threads),
+           TileSmemBytes(s, true, ts), stream>>>(dy, x, dt, A, Bm, Cm, D, dx, dB_part, dC_part,
+                                                 sc.f_part, sc.g_part, sc.dD_part, sc.ck_S,
+                                                 sc.ck_G, T, H, P, G, N, L, nb, s.rows, s.pt, ts);
   });
   GTP_CU_LAUNCH_CHECK();
   if (nb > 0) {
