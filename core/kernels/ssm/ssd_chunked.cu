@@ -11,7 +11,7 @@
 // Per (b, h) and chunk c of len ≤ L steps from t0, with cs_i = Σ_{k ≤ i} dt_k·A
 // (inside the chunk), E_ij = exp(cs_i − cs_j) for j ≤ i, e_i = exp(cs_i),
 // w_j = exp(cs_last − cs_j)·dt_j and dec_c = exp(cs_last):
-//   S_c       = Σ_j w_j · x_j ⊗ B_j                        (ChunkOuterKernel, kState)
+//   S_c       = Σ_j w_j · x_j ⊗ B_j                        (ChunkOuterKernel)
 //   S_in[c+1] = dec_c·S_in[c] + S_c,  S_in[0] = 0          (ChunkPassKernel, forward)
 //   y_i = Σ_{j ≤ i} (C_i·B_j)·E_ij·dt_j·x_j + e_i·S_in[c]·C_i + D·x_i   (ChunkOutputKernel)
 // Backward, with dy given and G_c = ∂L/∂S_in[c+1]:
@@ -29,8 +29,8 @@
 // then ∂L/∂a_k = Σ_{t ≥ k} ∂L/∂cs_t inside the chunk (a_k = dt_k·A), so
 // ddt_k = explicit_k + A·∂L/∂a_k and dA += Σ_k dt_k·∂L/∂a_k.
 //
-// Nothing is saved by the forward: the backward recomputes S_in (two of the
-// forward's three kernels). Shared memory bounds the shapes: ChunkLength
+// Nothing is saved by the forward: the backward recomputes S_in (with the
+// dy ⊗ C sums, ChunkStatesKernel and ChunkPassBothKernel). Shared memory bounds the shapes: ChunkLength
 // takes the largest of 64, 32, 16 not above max(chunk, 16) whose blocks fit;
 // a shape none fits (P·N beyond ~14k) is refused (SsdChunkedFits), and
 // ssd_scan.cc's kAuto runs the recurrence kernels for it. Which kernel is
@@ -53,8 +53,6 @@ namespace {
 
 // ------------------------------------------------------------ kernels
 
-enum OuterKind { kState = 0, kDState = 1 };
-
 // o[p·N + n] = Σ_{j < len} sW[j]·sU[j][p]·sV[j][n], j in order (a thread
 // per (p, n)).
 __device__ __forceinline__ void OuterAccumulate(const float* sW, const float* sU, const float* sV,
@@ -67,10 +65,9 @@ __device__ __forceinline__ void OuterAccumulate(const float* sW, const float* sU
   }
 }
 
-// Grid B·H·nc. kState:  out[bh, c] = Σ_j w_j·x_j ⊗ B_j, dec[bh, c] = exp(cs_last);
-//              kDState: out[bh, c] = Σ_i e_i·dy_i ⊗ C_i.
-// (u = src rows [T, H, P], v = group rows [T, G, N].)
-template <int kKind>
+// Grid B·H·nc (the forward's chunk sums): out[bh, c] = Σ_j w_j·x_j ⊗ B_j,
+// dec[bh, c] = exp(cs_last). (u = x's rows [T, H, P], v = B's group rows
+// [T, G, N].)
 __global__ void __launch_bounds__(kThreads)
     ChunkOuterKernel(const float* __restrict__ u, const float* __restrict__ v,
                      const float* __restrict__ dt, const float* __restrict__ A,
@@ -95,16 +92,16 @@ __global__ void __launch_bounds__(kThreads)
   ScanDecays(sDt, A[k.h], k.len, sCs);
   const double last = sCs[k.len - 1];
   for (int i = threadIdx.x; i < k.len; i += blockDim.x) {
-    sW[i] = kKind == kState ? static_cast<float>(exp(last - sCs[i])) * sDt[i]
-                            : static_cast<float>(exp(sCs[i]));
+    sW[i] = static_cast<float>(exp(last - sCs[i])) * sDt[i];
   }
   __syncthreads();
   OuterAccumulate(sW, sU, sV, k.len, P, N, out + (k.bh * nc + k.c) * P * N);
-  if (kKind == kState && threadIdx.x == 0) dec[k.bh * nc + k.c] = static_cast<float>(exp(last));
+  if (threadIdx.x == 0) dec[k.bh * nc + k.c] = static_cast<float>(exp(last));
 }
 
 // Grid B·H·nc: the backward's two chunk sums in one pass over the chunk's
-// decays, ChunkOuterKernel<kState>'s and <kDState>'s values bit for bit:
+// decays, bit for bit what ChunkOuterKernel and the same loop over dy, C and
+// e_i = exp(cs_i) give:
 // S[bh, c] = Σ_j w_j·x_j ⊗ B_j, dec[bh, c] = exp(cs_last), Gs[bh, c] =
 // Σ_i e_i·dy_i ⊗ C_i. Shared memory (StatesSmemBytes): doubles cs [L];
 // floats dt, w, e [L], X, dY [L][P], B, C [L][N] (rows < len copied).
@@ -394,8 +391,8 @@ void EntryStates(const float* x, const float* dt, const float* A, const float* B
   const int64_t nc = CeilDiv(T, L);
   const unsigned blocks = static_cast<unsigned>(B * H * nc);
   const int64_t outer = OuterSmemBytes(L, P, N);
-  AllowSmem(ChunkOuterKernel<kState>, outer);
-  ChunkOuterKernel<kState>
+  AllowSmem(ChunkOuterKernel, outer);
+  ChunkOuterKernel
       <<<blocks, kThreads, outer, stream>>>(x, Bm, dt, A, S, dec, T, H, P, G, N, L, nc);
   GTP_CU_LAUNCH_CHECK();
   if (P * N > 0) {

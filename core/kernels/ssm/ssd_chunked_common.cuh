@@ -1,8 +1,9 @@
 // core/kernels/ssm/ssd_chunked_common.cuh — what the chunked SSD scan's two
 // .cu files share (ssd_chunked.cu: the chunk states and the forward;
 // ssd_chunked_backward.cu: the backward): the shared-memory sizes and chunk
-// length, the staging helpers, the 3×TF32 tensor-core products, the scratch
-// layout, and the two state launchers the backward reuses. The math is at the
+// length, the cp.async copy helpers, the 3×TF32 tensor-core products, the
+// scratch layout, and the state launchers (EntryStates for the forward,
+// BackwardStates for the backward). The math is at the
 // top of ssd_chunked.cu. Private to this package's .cu files (internal linkage
 // but for the launchers in chunked_internal, defined in ssd_chunked.cu).
 #pragma once

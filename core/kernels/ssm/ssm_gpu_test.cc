@@ -435,10 +435,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The same paths at small sizes, for compute-sanitizer's racecheck, synccheck
 // and memcheck (tools/bench/kernels_check.sh): 8 heads a backward block and 2
-// a forward block; 2 heads a block with a 36-step last chunk; 4 splits of 2.
+// a forward block, in one chunk and with a 36-step last chunk; 4 splits of 2.
 INSTANTIATE_TEST_SUITE_P(HeadGroupsSmall, SsdScanGpuTest,
                          ::testing::Values(ScanCase{128, 16, 8, 16, 1, 16, 16},
-                                           ScanCase{64, 100, 2, 16, 1, 16, 64},
+                                           ScanCase{64, 100, 8, 16, 1, 16, 64},
                                            ScanCase{16, 128, 8, 5, 1, 7, 64}));
 
 
