@@ -56,10 +56,9 @@ struct HeadSmem {
 };
 
 // One head's chunk backward from its staged rows: everything after the
-// staging. On entry a barrier has made s.cs and s.dt visible, and the rows
-// (X, dY, B, C, S, G) are staged (the first barrier inside publishes them);
-// with kSharedCB, cb holds C·Bᵀ's lower tiles (else phase A forms them in
-// s.M1, and cb = s.M1). Writes dx, ddt and
+// staging. On entry a barrier has made s.dt, the rows (X, dY, B, C, S, G)
+// and ScanDecays<true>'s s.cs, s.e, s.w visible; with kSharedCB, cb holds
+// C·Bᵀ's lower tiles (else phase A forms them in s.M1, and cb = s.M1). Writes dx, ddt and
 // dad[bh, c, 0..1]; hands each (r < len, n < N) of the head's dC and dB to
 // group_out(r, n, dC, dB), always on the same thread for the same (r, n).
 // Ends with a barrier.
@@ -98,17 +97,11 @@ __device__ __forceinline__ void HeadBackward(const HeadSmem& s, const float* cb,
   float* sQ = s.Q;
   const int last = k.len - 1;
   const double cs_last = sCs[last];
-  // The per-step factors, once a step.
-  for (int j = threadIdx.x; j < L; j += blockDim.x) {
-    sE[j] = j < k.len ? expf(static_cast<float>(sCs[j])) : 0.0f;
-    sW[j] = j < k.len ? expf(static_cast<float>(cs_last - sCs[j])) * sDt[j] : 0.0f;
-  }
-  __syncthreads();  // the rows staged, e and w made
+  // w_j·B_j, read first in phase B (so no barrier of its own).
   for (int e = threadIdx.x; e < L * Np; e += blockDim.x) {
     const int j = e / Np, n = e - j * Np;
     sBw[j * ln + n] = j < k.len ? sW[j] * sB[j * ln + n] : 0.0f;
   }
-  __syncthreads();
   const int warp = threadIdx.x / kWarpSize, Lt = L / 16, Pt = Pp / 16, Nt = Np / 16;
   // Phase A: C·Bᵀ (unless shared) and dY·Xᵀ (their lower tiles only, so
   // every warp's turn has work), dY·S_in, X·G.
@@ -323,7 +316,7 @@ __global__ void __launch_bounds__(kThreads)
   CpAsyncCommit();
   CpAsyncWait<0>();
   __syncthreads();
-  ScanDecays(s.dt, Ah, k.len, s.cs);
+  ScanDecays<true>(s.dt, Ah, k.len, s.cs, L, s.e, s.w);
   const bool direct = H == G;
   HeadBackward<false>(s, s.M1, k, L, P, N, Ah, Dh, dec, dx, ddt, dad, T, H, nc,
                       [=](int r, int n, float c_v, float b_v) {
@@ -451,7 +444,7 @@ __global__ void __launch_bounds__(kThreads)
     s.S = sS2 + cur * Pp * ln;
     s.G = sG2 + cur * Pp * ln;
     const float Ah = A[k.h], Dh = D[k.h];
-    ScanDecays(s.dt, Ah, k.len, s.cs);
+    ScanDecays<true>(s.dt, Ah, k.len, s.cs, L, s.e, s.w);
     const bool first = i == 0, only = hs == 1;
     HeadBackward<true>(s, sCB, k, L, P, N, Ah, Dh, dec, dx, ddt, dad, T, H, nc,
                        [=](int r, int n, float c_v, float b_v) {

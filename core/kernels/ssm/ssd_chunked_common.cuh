@@ -134,8 +134,14 @@ __device__ __forceinline__ ChunkIdx ThisChunk(int64_t H, int64_t nc, int64_t T, 
 
 // sCs[i] = Σ_{k ≤ i} sDt[k]·A in double, for i < len ≤ 64 (sDt staged and
 // visible): warp 0 scans, lane l owning steps 2l and 2l + 1 (a fixed tree:
-// the same bits every run). Ends with a barrier.
-__device__ __forceinline__ void ScanDecays(const float* sDt, float Ah, int len, double* sCs) {
+// the same bits every run). With kFactors the same warp also writes, for
+// i < L, sE[i] = e_i = exp(cs_i) and sW[i] = w_i = exp(cs_last − cs_i)·dt_i
+// (0 for i ≥ len), from the same doubles it stores in sCs (the backward's
+// per-step factors, without a pass and a barrier of their own). Ends with a
+// barrier.
+template <bool kFactors = false>
+__device__ __forceinline__ void ScanDecays(const float* sDt, float Ah, int len, double* sCs,
+                                           int L = 0, float* sE = nullptr, float* sW = nullptr) {
   if (threadIdx.x < kWarpSize) {
     const int lane = threadIdx.x, i0 = 2 * lane, i1 = i0 + 1;
     const double a0 = i0 < len ? static_cast<double>(sDt[i0]) * Ah : 0.0;
@@ -147,8 +153,21 @@ __device__ __forceinline__ void ScanDecays(const float* sDt, float Ah, int len, 
     }
     const double prev = __shfl_up_sync(kFullMask, incl, 1);
     const double before = lane > 0 ? prev : 0.0;
-    if (i0 < len) sCs[i0] = before + a0;
-    if (i1 < len) sCs[i1] = incl;
+    const double c0 = before + a0, c1 = incl;  // cs at i0, i1
+    if (i0 < len) sCs[i0] = c0;
+    if (i1 < len) sCs[i1] = c1;
+    if (kFactors) {
+      const int last = len - 1;
+      const double cs_last = __shfl_sync(kFullMask, (last & 1) ? c1 : c0, last / 2);
+      if (i0 < L) {
+        sE[i0] = i0 < len ? expf(static_cast<float>(c0)) : 0.0f;
+        sW[i0] = i0 < len ? expf(static_cast<float>(cs_last - c0)) * sDt[i0] : 0.0f;
+      }
+      if (i1 < L) {
+        sE[i1] = i1 < len ? expf(static_cast<float>(c1)) : 0.0f;
+        sW[i1] = i1 < len ? expf(static_cast<float>(cs_last - c1)) * sDt[i1] : 0.0f;
+      }
+    }
   }
   __syncthreads();
 }
