@@ -322,16 +322,9 @@ __global__ void __launch_bounds__(kThreads)
   float* sCB = sS2 + 2 * Pp * ln;
   s.M = sCB + L * ll;
 
-  ChunkIdx k;
-  k.c = blockIdx.x % nc;
-  const int64_t rest = blockIdx.x / nc, split = rest % S, bg = rest / S;
-  const int64_t g = bg % G;
-  k.b = bg / G;
-  k.t0 = k.c * L;
-  k.len = static_cast<int>(T - k.t0 < L ? T - k.t0 : L);
-  const int64_t hs = H / G / S, h0 = g * (H / G) + split * hs;
-  k.h = h0;
-  k.bh = k.b * H + h0;
+  const HeadsChunk hc = ThisHeadsChunk(H, G, S, nc, T, L);
+  ChunkIdx k = hc.k;
+  const int64_t g = hc.g;
   const int64_t PN = P64 * N64;
   CopyDtAsync(dt, k, L, T, H, sDt2);
   CopyHeadRowsAsync(x, sX2, lp, k, L, T, H, P);
@@ -341,26 +334,14 @@ __global__ void __launch_bounds__(kThreads)
   CpAsyncCommit();
   CpAsyncWait<0>();
   __syncthreads();  // B, C and the first head's rows staged
-  // C·Bᵀ's lower tiles, once for the block's heads (HeadOutput's products).
-  const int warp = threadIdx.x / kWarpSize, Lt = L / 16;
-  for (int t = warp; t < Lt * Lt; t += kWarps) {
-    const int ti = t / Lt, tj = t - ti * Lt;
-    if (tj > ti) continue;
-    Acc acc;
-    wmma::fill_fragment(acc, 0.0f);
-    Mma3<Row, Col>(acc, s.C, ln, s.B, ln, ti * 16, tj * 16, 0, Np);
-    wmma::store_matrix_sync(sCB + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
-  }
-  for (int64_t i = 0; i < hs; ++i) {
+  LowerCB(s.C, s.B, sCB, ln, ll, L, Np);  // once for the block's heads
+  for (int64_t i = 0; i < hc.hs; ++i) {
     const int cur = static_cast<int>(i & 1);
     CpAsyncWait<0>();
     __syncthreads();  // head i's rows landed; the previous head is done with the other set
-    k.h = h0 + i;
-    k.bh = k.b * H + k.h;
-    if (i + 1 < hs) {
-      ChunkIdx next = k;
-      next.h = k.h + 1;
-      next.bh = k.bh + 1;
+    if (i > 0) k = NextHead(k);
+    if (i + 1 < hc.hs) {
+      const ChunkIdx next = NextHead(k);
       const int o = cur ^ 1;
       CopyDtAsync(dt, next, L, T, H, sDt2 + o * L);
       CopyHeadRowsAsync(x, sX2 + o * L * lp, lp, next, L, T, H, P);

@@ -396,43 +396,24 @@ __global__ void __launch_bounds__(kThreads)
   s.M2 = s.M1 + L * ll;
   s.Q = s.M2 + L * ll;
 
-  ChunkIdx k;
-  k.c = blockIdx.x % nc;
-  const int64_t rest = blockIdx.x / nc, split = rest % S, bg = rest / S;
-  const int64_t g = bg % G;
-  k.b = bg / G;
-  k.t0 = k.c * L;
-  k.len = static_cast<int>(T - k.t0 < L ? T - k.t0 : L);
-  const int64_t hs = H / G / S, h0 = g * (H / G) + split * hs;
-  k.h = h0;
-  k.bh = k.b * H + h0;
+  const HeadsChunk hc = ThisHeadsChunk(H, G, S, nc, T, L);
+  ChunkIdx k = hc.k;
+  const int64_t g = hc.g, split = hc.split, hs = hc.hs;
   PrefetchHead(dt, x, dy, sin, gout, k, L, T, H, P, N, nc, sDt2, sX2, sDy2, sS2, sG2);
   CopyRowsAsync(Bm, s.B, ln, k, L, Np, T, G, g, N);
   CopyRowsAsync(Cm, s.C, ln, k, L, Np, T, G, g, N);
   CpAsyncCommit();
   CpAsyncWait<0>();
   __syncthreads();  // B, C and the first head's rows staged
-  // C·Bᵀ's lower tiles, once for the block's heads (phase A's products).
-  const int warp = threadIdx.x / kWarpSize, Lt = L / 16, tri = Lt * (Lt + 1) / 2;
-  for (int t = warp; t < tri; t += kWarps) {
-    int tj = t, ti = 0;
-    while (tj > ti) tj -= ++ti;
-    Acc acc;
-    wmma::fill_fragment(acc, 0.0f);
-    Mma3<Row, Col>(acc, s.C, ln, s.B, ln, ti * 16, tj * 16, 0, Np);
-    wmma::store_matrix_sync(sCB + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
-  }
+  LowerCB(s.C, s.B, sCB, ln, ll, L, Np);  // once for the block's heads (phase A's products)
   const int64_t GS = G * S;
   for (int64_t i = 0; i < hs; ++i) {
     const int cur = static_cast<int>(i & 1);
     CpAsyncWait<0>();
     __syncthreads();  // head i's rows landed; the previous head is done with the other set
-    k.h = h0 + i;
-    k.bh = k.b * H + k.h;
+    if (i > 0) k = NextHead(k);
     if (i + 1 < hs) {
-      ChunkIdx next = k;
-      next.h = k.h + 1;
-      next.bh = k.bh + 1;
+      const ChunkIdx next = NextHead(k);
       const int o = cur ^ 1;
       PrefetchHead(dt, x, dy, sin, gout, next, L, T, H, P, N, nc, sDt2 + o * L,
                    sX2 + o * L * lp, sDy2 + o * L * lp, sS2 + o * Pp * ln, sG2 + o * Pp * ln);

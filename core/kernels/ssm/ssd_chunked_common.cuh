@@ -231,6 +231,54 @@ __device__ __forceinline__ void Mma3(Acc& acc, const float* a, int lda, const fl
 using Row = wmma::row_major;
 using Col = wmma::col_major;
 
+// sCB's lower 16×16 tiles = C·Bᵀ's (sC, sB: [L][ln], zero-padded to Np
+// columns), warps taking tiles round-robin: what the per-head kernels form in
+// their own M (the same products). The heads kernels form it once for their
+// heads.
+__device__ __forceinline__ void LowerCB(const float* sC, const float* sB, float* sCB, int ln, int ll,
+                                        int L, int Np) {
+  const int warp = threadIdx.x / kWarpSize, Lt = L / 16, tri = Lt * (Lt + 1) / 2;
+  for (int t = warp; t < tri; t += kWarps) {
+    int tj = t, ti = 0;  // the t-th lower tile, row by row
+    while (tj > ti) tj -= ++ti;
+    Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+    Mma3<Row, Col>(acc, sC, ln, sB, ln, ti * 16, tj * 16, 0, Np);
+    wmma::store_matrix_sync(sCB + ti * 16 * ll + tj * 16, acc, ll, wmma::mem_row_major);
+  }
+}
+
+// ------------------------------------------------------------ heads kernels
+//
+// A heads kernel's block ((b·G + g)·S + split)·nc + c walks the hs = H/(G·S)
+// heads g·(H/G) + split·hs + i of chunk c in order (HeadSplits picks S).
+struct HeadsChunk {
+  ChunkIdx k;  // h, bh: the block's first head
+  int64_t g, split, hs;
+};
+__device__ __forceinline__ HeadsChunk ThisHeadsChunk(int64_t H, int64_t G, int64_t S, int64_t nc,
+                                                     int64_t T, int L) {
+  HeadsChunk hc;
+  hc.k.c = blockIdx.x % nc;
+  const int64_t rest = blockIdx.x / nc, bg = rest / S;
+  hc.split = rest % S;
+  hc.g = bg % G;
+  hc.k.b = bg / G;
+  hc.k.t0 = hc.k.c * L;
+  hc.k.len = static_cast<int>(T - hc.k.t0 < L ? T - hc.k.t0 : L);
+  hc.hs = H / G / S;
+  hc.k.h = hc.g * (H / G) + hc.split * hc.hs;
+  hc.k.bh = hc.k.b * H + hc.k.h;
+  return hc;
+}
+
+// The same chunk of the next head.
+__device__ __forceinline__ ChunkIdx NextHead(ChunkIdx k) {
+  ++k.h;
+  ++k.bh;
+  return k;
+}
+
 // ------------------------------------------------------------ cp.async staging
 //
 // Every chunk kernel copies its rows in with cp.async: all of a thread's
