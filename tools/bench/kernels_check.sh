@@ -14,7 +14,8 @@
 #    column sums (bias gradients) and the FP8 experts against the CPU;
 # 2. ssm_benchmark: the scan at the hybrid's heads, chunked (64- and 32-step
 #    chunks, and a block per chunk and heads: kChunkedHeads) vs recurrence,
-#    and the default (ScanAuto) at T = 1024, 4096, 8192; gemm_benchmark's
+#    and the default (ScanAuto) at T = 1024, 4096, 8192, and the mixer's
+#    conv1d and gated RMSNorm; gemm_benchmark's
 #    bias gradients, cuBLASLt's epilogue vs
 #    ColumnSumAccumulate;
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
@@ -56,9 +57,9 @@ for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_t
   fi
 done
 
-echo "=== 2. the scan (f32 ms; B=8)"
+echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32)$|ScanAuto' 2>&1) |
+  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32)$|ScanAuto|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 
 echo "=== 2b. bias gradients (ms per call; N = 8192)"

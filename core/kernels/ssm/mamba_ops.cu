@@ -356,6 +356,81 @@ struct ConvGradOut {
   }
 };
 
+// ColumnPartialKernel for ConvGradValue with a channel's K + 1 columns on one
+// thread: g[r, c] is read once for all the taps (K + 1 loads a row, not
+// 2K + 1), and each column is summed in ColumnPartialKernel's order (rows
+// ry, ry + 8, … of the slab in row order, then the 8 row-threads in order)
+// with ConvGradValue's values. The products and sums are rounded one by one
+// (__fmul_rn, __fadd_rn: ptxas may not fuse them), so the partials are the
+// same bits as ColumnReduce's wherever ptxas did not fuse its mul and add.
+// Grid (⌈Ch / 32⌉, slabs), block (32, 8).
+template <int kK>
+__global__ void ConvGradPartialKernel(const float* __restrict__ gpre, const float* __restrict__ x,
+                                      float* __restrict__ partial, int64_t rows, int32_t T,
+                                      int32_t Ch, int64_t slab_rows) {
+  __shared__ float red[kK + 1][kColRowThreads][kColWidth + 1];
+  const int cx = threadIdx.x, ry = threadIdx.y;
+  const int64_t c = blockIdx.x * int64_t{kColWidth} + cx, slab = blockIdx.y;
+  const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < rows ? r0 + slab_rows : rows;
+  float acc[kK + 1];
+#pragma unroll
+  for (int k = 0; k <= kK; ++k) acc[k] = 0.0f;
+  if (c < Ch) {
+    const float* __restrict__ g = gpre + c;
+    const float* __restrict__ xc = x + c;
+    // Tap k < K of row r: g·x[r + k − (K − 1)] where that row is in r's
+    // sequence, else 0 (ConvGradValue); tap K: g alone (the bias).
+    auto add_row = [&](int64_t r, float gv, const float* xv) {
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        const int32_t s = static_cast<int32_t>(r) % T + (k - (kK - 1));
+        acc[k] = __fadd_rn(acc[k], s >= 0 ? __fmul_rn(gv, xv[k]) : 0.0f);
+      }
+      acc[kK] = __fadd_rn(acc[kK], gv);
+    };
+    auto load_x = [&](int64_t r, float* xv) {
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        const int32_t shift = k - (kK - 1);
+        const int32_t s = static_cast<int32_t>(r) % T + shift;
+        xv[k] = s >= 0 ? xc[(r + shift) * Ch] : 0.0f;
+      }
+    };
+    // 8 rows' loads in flight before their adds, as ColumnPartialKernel.
+    constexpr int kBatch = 8;
+    int64_t r = r0 + ry;
+    for (; r + (kBatch - 1) * kColRowThreads < r1; r += kBatch * kColRowThreads) {
+      float gv[kBatch], xv[kBatch][kK];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int64_t ru = r + u * kColRowThreads;
+        gv[u] = g[ru * Ch];
+        load_x(ru, xv[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) add_row(r + u * kColRowThreads, gv[u], xv[u]);
+    }
+    for (; r < r1; r += kColRowThreads) {
+      float xv[kK];
+      const float gv = g[r * Ch];
+      load_x(r, xv);
+      add_row(r, gv, xv);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k <= kK; ++k) red[k][ry][cx] = acc[k];
+  __syncthreads();
+  if (ry == 0 && c < Ch) {
+    const int64_t cols = int64_t{kK + 1} * Ch;
+#pragma unroll
+    for (int k = 0; k <= kK; ++k) {
+      float sum = 0.0f;
+      for (int q = 0; q < kColRowThreads; ++q) sum += red[k][q][cx];
+      partial[slab * cols + k * int64_t{Ch} + c] = sum;
+    }
+  }
+}
+
 template <class V, class O>
 void ColumnReduce(V value, O out, float* partial, int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t slabs = ColumnSlabs(rows);
@@ -621,9 +696,26 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
     ConvDxKernel<int64_t><<<grid, kThreads, 0, stream>>>(gpre, w, dx, B, T, Ch, K);
   }
   GTP_CU_LAUNCH_CHECK();
-  // dw and dbias together: (K + 1)·Ch columns.
-  ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, B * T,
-               (K + 1) * Ch, stream);
+  // dw and dbias together: (K + 1)·Ch columns, a channel's on one thread
+  // where the runs take K (the same partials as ColumnReduce's).
+  const int64_t rows = B * T, cols = (K + 1) * Ch, slabs = ColumnSlabs(rows);
+  if (ConvRuns(B, T, Ch, K) && ConvIndex32(rows * cols)) {
+    WithConvK(K, [&](auto kk) {
+      constexpr int kK = decltype(kk)::value;
+      const dim3 blocks(static_cast<unsigned>(CeilDiv(Ch, kColWidth)),
+                        static_cast<unsigned>(slabs));
+      ConvGradPartialKernel<kK><<<blocks, dim3(kColWidth, kColRowThreads), 0, stream>>>(
+          gpre, x, partial, rows, static_cast<int32_t>(T), static_cast<int32_t>(Ch),
+          ColumnSlabRows(rows));
+    });
+    GTP_CU_LAUNCH_CHECK();
+    ColumnFinishKernel<<<GridFor(cols, kThreads), kThreads, 0, stream>>>(
+        partial, slabs, cols, ConvGradOut{dw, dbias, Ch, K});
+    GTP_CU_LAUNCH_CHECK();
+    return;
+  }
+  ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, rows,
+               cols, stream);
 }
 
 void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t N, int64_t H,
