@@ -411,7 +411,8 @@ __global__ void __launch_bounds__(kThreads)
     const int cur = static_cast<int>(i & 1);
     CpAsyncWait<0>();
     __syncthreads();  // head i's rows landed; the previous head is done with the other set
-    if (i > 0) k = NextHead(k);
+    k.h = hc.k.h + i;  // (stepping k by NextHead cost 8 registers)
+    k.bh = k.b * H + k.h;
     if (i + 1 < hs) {
       const ChunkIdx next = NextHead(k);
       const int o = cur ^ 1;

@@ -235,8 +235,8 @@ using Col = wmma::col_major;
 // columns), warps taking tiles round-robin: what the per-head kernels form in
 // their own M (the same products). The heads kernels form it once for their
 // heads.
-__device__ __forceinline__ void LowerCB(const float* sC, const float* sB, float* sCB, int ln, int ll,
-                                        int L, int Np) {
+__device__ __forceinline__ void LowerCB(const float* sC, const float* sB, float* sCB, int ln,
+                                        int ll, int L, int Np) {
   const int warp = threadIdx.x / kWarpSize, Lt = L / 16, tri = Lt * (Lt + 1) / 2;
   for (int t = warp; t < tri; t += kWarps) {
     int tj = t, ti = 0;  // the t-th lower tile, row by row
