@@ -85,11 +85,29 @@ __global__ void __launch_bounds__(kThreads)
   if (aligned(seg.p, 16) && aligned(seg.g, 16) && aligned(seg.m, 16) && aligned(seg.v, 16) &&
       (seg.p_bf16 == nullptr || aligned(seg.p_bf16, 8))) {
     const int64_t vec_end = c.begin + (end - c.begin) / 4 * 4;  // c.begin % 4 == 0
-    for (int64_t j = i + 4 * int64_t{threadIdx.x}; j < vec_end; j += 4 * int64_t{kThreads}) {
-      const float4 g4 = *reinterpret_cast<const float4*>(seg.g + j);
-      float4 m4 = *reinterpret_cast<const float4*>(seg.m + j);
-      float4 v4 = *reinterpret_cast<const float4*>(seg.v + j);
-      float4 p4 = *reinterpret_cast<const float4*>(seg.p + j);
+    // Software-pipelined: the next 4 elements' loads are issued before this
+    // 4's arithmetic (two IEEE divisions and a square root each), so a warp's
+    // loads overlap its compute (loads then compute, in turn, kept the
+    // optimizer at ~65 % of the memory bandwidth). Each element's arithmetic
+    // is unchanged: the same bits.
+    int64_t j = i + 4 * int64_t{threadIdx.x};
+    float4 g4n, m4n, v4n, p4n;
+    if (j < vec_end) {
+      g4n = *reinterpret_cast<const float4*>(seg.g + j);
+      m4n = *reinterpret_cast<const float4*>(seg.m + j);
+      v4n = *reinterpret_cast<const float4*>(seg.v + j);
+      p4n = *reinterpret_cast<const float4*>(seg.p + j);
+    }
+    for (; j < vec_end; j += 4 * int64_t{kThreads}) {
+      const float4 g4 = g4n;
+      float4 m4 = m4n, v4 = v4n, p4 = p4n;
+      const int64_t jn = j + 4 * int64_t{kThreads};
+      if (jn < vec_end) {
+        g4n = *reinterpret_cast<const float4*>(seg.g + jn);
+        m4n = *reinterpret_cast<const float4*>(seg.m + jn);
+        v4n = *reinterpret_cast<const float4*>(seg.v + jn);
+        p4n = *reinterpret_cast<const float4*>(seg.p + jn);
+      }
       AdamWElem(s, wd, gscale, g4.x, m4.x, v4.x, p4.x);
       AdamWElem(s, wd, gscale, g4.y, m4.y, v4.y, p4.y);
       AdamWElem(s, wd, gscale, g4.z, m4.z, v4.z, p4.z);
