@@ -15,7 +15,7 @@
 # 2. ssm_benchmark: the scan at the hybrid's heads, chunked (64- and 32-step
 #    chunks, and a block per chunk and heads: kChunkedHeads) vs recurrence,
 #    and the default (ScanAuto) at T = 1024, 4096, 8192, and the mixer's
-#    conv1d and gated RMSNorm; gemm_benchmark's
+#    conv1d and gated RMSNorm; the optimizer's AdamW; gemm_benchmark's
 #    bias gradients, cuBLASLt's epilogue vs
 #    ColumnSumAccumulate;
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
@@ -66,6 +66,10 @@ echo "=== 2b. bias gradients (ms per call; N = 8192)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_gemm_benchmark \
   --benchmark_filter='BiasGrad' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
+
+echo "=== 2c. AdamW (ms per call, GB/s of the 30 bytes an element)"
+(cd "$B" && timeout 60 ./bin/core_kernels_bench_adamw_benchmark 2>&1) |
+  grep '^BM_' | awk '{s = ""; for (i = 6; i <= NF; ++i) s = s " " $i; printf "%-40s %s %s%s\n", $1, $2, $3, s}'
 
 echo "=== 3. hybrid step (bf16, B=8, T=1024, default kernels)"
 RUN="$(mktemp -d)"
