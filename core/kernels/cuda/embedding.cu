@@ -18,6 +18,7 @@
 // always f32 (bf16 gradients widen exactly, then add in the same order).
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <type_traits>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -78,55 +79,87 @@ __global__ void SortKeysKernel(const int32_t* __restrict__ idx, int32_t* __restr
 // increasing n: the order of the plain sequential loop.
 // kVec columns per thread (8, as 16-byte loads of bf16 dout and two float4
 // of dtable, for bf16 rows with C % 8 == 0 and aligned buffers; else 1).
+// A frequent token's segment runs to thousands of rows, so the block finds
+// the segment's end together (blockDim rows a pass; one thread walking it
+// made as many dependent loads as the segment has rows) and stages the
+// segment's positions in shared memory kPosChunk at a time (a dout row's
+// address then needs no global load first). Each column's sum runs through
+// the chunks in order, stored and reloaded between them (exactly), so the
+// sums are the plain loop's.
+constexpr int kPosChunk = 2048;
+
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
     SegmentAddKernel(const int32_t* __restrict__ rows, const int32_t* __restrict__ pos,
                      const T* __restrict__ dout, float* __restrict__ dtable, int64_t N, int64_t V,
                      int64_t C) {
+  __shared__ int32_t spos[kPosChunk];
+  __shared__ int s_first;  // the pass's first offset past the segment
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const int32_t r = rows[i];
     if (r >= V || (i > 0 && rows[i - 1] == r)) continue;  // uniform over the block
+    // The segment's end: the first entry past i whose row differs (the rows
+    // are sorted, so every entry before it is r's).
     int64_t end = i + 1;
-    while (end < N && rows[end] == r) ++end;
-    for (int64_t c = threadIdx.x * int64_t{kVec}; c < C; c += int64_t{blockDim.x} * kVec) {
-      float* d = dtable + r * C + c;
-      float acc[kVec];
-      if constexpr (kVec == 1) {
-        acc[0] = d[0];
-      } else {
-        const float4 a = reinterpret_cast<const float4*>(d)[0], b = reinterpret_cast<const float4*>(d)[1];
-        acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
-        acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
+    for (;;) {
+      if (threadIdx.x == 0) s_first = INT_MAX;
+      __syncthreads();
+      const int64_t cand = end + threadIdx.x;
+      if (cand >= N || rows[cand] != r) atomicMin(&s_first, static_cast<int>(threadIdx.x));
+      __syncthreads();
+      const int first = s_first;
+      __syncthreads();  // every thread has read s_first before the next pass resets it
+      if (first != INT_MAX) {
+        end += first;
+        break;
       }
-      // A frequent token's segment runs to hundreds of rows: kBatch rows are
-      // loaded before any is added (their loads in flight together), then
-      // added in order, so the sums are those of the plain loop.
-      constexpr int kBatch = kVec == 1 ? 16 : 8;
-      int64_t k = i;
-      for (; k + kBatch <= end; k += kBatch) {
-        float x[kBatch][kVec];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          LoadVec<kVec>(dout + static_cast<int64_t>(pos[k + b]) * C + c, x[b]);
+      end += blockDim.x;
+    }
+    for (int64_t k0 = i; k0 < end; k0 += kPosChunk) {
+      const int64_t k1 = k0 + kPosChunk < end ? k0 + kPosChunk : end;
+      for (int64_t k = k0 + threadIdx.x; k < k1; k += blockDim.x) spos[k - k0] = pos[k];
+      __syncthreads();
+      for (int64_t c = threadIdx.x * int64_t{kVec}; c < C; c += int64_t{blockDim.x} * kVec) {
+        float* d = dtable + r * C + c;
+        float acc[kVec];
+        if constexpr (kVec == 1) {
+          acc[0] = d[0];
+        } else {
+          const float4 a = reinterpret_cast<const float4*>(d)[0],
+                       b = reinterpret_cast<const float4*>(d)[1];
+          acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
+          acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
         }
+        // kBatch rows are loaded before any is added (their loads in flight
+        // together), then added in order: the plain loop's sums.
+        constexpr int kBatch = kVec == 1 ? 16 : 8;
+        int64_t k = k0;
+        for (; k + kBatch <= k1; k += kBatch) {
+          float x[kBatch][kVec];
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
+          for (int b = 0; b < kBatch; ++b) {
+            LoadVec<kVec>(dout + static_cast<int64_t>(spos[k + b - k0]) * C + c, x[b]);
+          }
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) acc[j] += x[b][j];
+          for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) acc[j] += x[b][j];
+          }
+        }
+        for (; k < k1; ++k) {
+          float x[kVec];
+          LoadVec<kVec>(dout + static_cast<int64_t>(spos[k - k0]) * C + c, x);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) acc[j] += x[j];
+        }
+        if constexpr (kVec == 1) {
+          d[0] = acc[0];
+        } else {
+          reinterpret_cast<float4*>(d)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+          reinterpret_cast<float4*>(d)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
         }
       }
-      for (; k < end; ++k) {
-        float x[kVec];
-        LoadVec<kVec>(dout + static_cast<int64_t>(pos[k]) * C + c, x);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) acc[j] += x[j];
-      }
-      if constexpr (kVec == 1) {
-        d[0] = acc[0];
-      } else {
-        reinterpret_cast<float4*>(d)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        reinterpret_cast<float4*>(d)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      }
+      __syncthreads();  // spos is read before the next chunk overwrites it
     }
   }
 }
