@@ -11,7 +11,8 @@
 #    with its bias epilogue, the linear's three GEMMs; the GEMM's layout probe
 #    runs first and prints what cuBLASLt did) and of
 #    core/kernels/ssm (both scan kernel sets and kAuto against the CPU), the
-#    column sums (bias gradients) and the FP8 experts against the CPU;
+#    column sums (bias gradients), the FP8 experts, the embedding backward and
+#    AdamW against the CPU;
 # 2. ssm_benchmark: the scan at the hybrid's heads, chunked (64- and 32-step
 #    chunks, and a block per chunk and heads: kChunkedHeads) vs recurrence,
 #    and the default (ScanAuto) at T = 1024, 4096, 8192, and the mixer's
@@ -35,7 +36,8 @@ status=0
 echo "=== 1. GPU tests"
 for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_test \
   core_kernels_fp8_linear_gpu_test core_kernels_nvfp4_gpu_test core_kernels_ssm_ssm_gpu_test \
-  core_kernels_column_sum_gpu_test layers_moe_experts_fp8_gpu_test; do
+  core_kernels_column_sum_gpu_test layers_moe_experts_fp8_gpu_test \
+  core_kernels_embedding_gpu_test core_kernels_adamw_gpu_test; do
   if [[ ! -x "$B/bin/$t" ]]; then
     echo "MISSING $t (not in the bundle)"
     status=1
