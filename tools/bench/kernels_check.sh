@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tools/bench/kernels_check.sh — issue 31's new kernels in one short device
-# call (about 3 minutes on an H200, up to 5 more for the sanitizer runs, which
-# come last): their GPU tests, the scan's times beside each other, and the
-# hybrid step with the default kernels.
+# call (about 3 minutes on an H200, plus the sanitizer runs, which come last:
+# up to 6 × 100 s, so a call's 600 s may cut them; SANITIZE=0 skips them):
+# their GPU tests, the scan's times beside each other, and the hybrid step
+# with the default kernels.
 #
 #   (here)        tools/gpu.sh bundle
 #   (device tool) run(command="bash tools/bench/kernels_check.sh", carry=[".bundle"])
@@ -22,7 +23,8 @@
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
 #    steps: the median ms/step of steps 11–40;
 # 4. compute-sanitizer's racecheck, synccheck and memcheck on the scan's
-#    heads kernels at small shapes (ssm_gpu_test's HeadGroupsSmall).
+#    heads kernels at small shapes (ssm_gpu_test's HeadGroupsSmall) and on
+#    the embedding backward's skewed-id tests.
 # Each part prints PASS/FAIL or its figures; the exit status is 1 when a
 # test failed. Logs in $OUT/kernels_check when $OUT is set (the device
 # tool), else a temp dir.
@@ -69,9 +71,9 @@ echo "=== 2b. bias gradients (ms per call; N = 8192)"
   --benchmark_filter='BiasGrad' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 
-echo "=== 2c. AdamW (ms per call, GB/s of the 30 bytes an element)"
+echo "=== 2c. AdamW (ms per call; bytes: the rate of the 30 bytes an element, T/s = TB/s)"
 (cd "$B" && timeout 60 ./bin/core_kernels_bench_adamw_benchmark 2>&1) |
-  grep '^BM_' | awk '{s = ""; for (i = 6; i <= NF; ++i) s = s " " $i; printf "%-40s %s %s%s\n", $1, $2, $3, s}'
+  grep '^BM_' | awk '{s = ""; for (i = 7; i <= NF; ++i) s = s " " $i; printf "%-40s %s %s%s\n", $1, $2, $3, s}'
 
 echo "=== 3. hybrid step (bf16, B=8, T=1024, default kernels)"
 RUN="$(mktemp -d)"
@@ -90,28 +92,38 @@ else
   tail -20 "$LOG/hybrid.log"
   status=1
 fi
-echo "=== 4. compute-sanitizer on the scan's heads kernels (small shapes; up to 3 × 100 s)"
+echo "=== 4. compute-sanitizer on the shared-memory protocols changed last (small shapes)"
+# The scan's heads kernels (ssm_gpu_test's HeadGroupsSmall, 3 cases) and the
+# embedding backward's segment blocks (embedding_gpu_test's two skewed-id
+# tests); racecheck, synccheck, memcheck each, up to 100 s a run.
 # (On a gVisor runtime compute-sanitizer refuses the device: device/KINDS.md.)
-if PATH="$PATH:/usr/local/cuda/bin" command -v compute-sanitizer > /dev/null; then
+sanitize() {  # binary gtest-filter expected-ok-count
+  local bin="$1" filter="$2" want="$3" tool log ok
   for tool in racecheck synccheck memcheck; do
+    log="$LOG/sanitizer_${bin}_$tool.log"
     if (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 100 compute-sanitizer --tool "$tool" \
-      --error-exitcode 3 ./bin/core_kernels_ssm_ssm_gpu_test --gtest_filter='HeadGroupsSmall/*' \
-      > "$LOG/sanitizer_$tool.log" 2>&1); then
-      ok="$(grep -c '^\[       OK' "$LOG/sanitizer_$tool.log")"
-      if ((ok == 3)); then
-        echo "PASS $tool ($ok ok)"
-      else  # all skipped (no GPU seen) or the filter matched nothing
-        echo "FAIL $tool ($ok of the 3 HeadGroupsSmall cases ran and passed)"
+      --error-exitcode 3 "./bin/$bin" --gtest_filter="$filter" > "$log" 2>&1); then
+      ok="$(grep -c '^\[       OK' "$log")"
+      if ((ok == want)); then
+        echo "PASS $tool $bin ($ok ok)"
+      else  # all skipped (no GPU seen) or the filter matched fewer
+        echo "FAIL $tool $bin ($ok of the $want cases of $filter ran and passed)"
         status=1
       fi
-    elif grep -q 'Device not supported' "$LOG/sanitizer_$tool.log"; then
-      echo "SKIPPED $tool (this runtime refuses compute-sanitizer: Device not supported)"
+    elif grep -q 'Device not supported' "$log"; then
+      echo "SKIPPED $tool $bin (this runtime refuses compute-sanitizer: Device not supported)"
     else
-      echo "FAIL $tool"
-      grep -E 'ERROR|Error|hazard|Race|Invalid|FAILED' "$LOG/sanitizer_$tool.log" | head -20
+      echo "FAIL $tool $bin"
+      grep -E 'ERROR|Error|hazard|Race|Invalid|FAILED' "$log" | head -20
       status=1
     fi
   done
+}
+if [[ "${SANITIZE:-1}" == 0 ]]; then
+  echo "SKIPPED compute-sanitizer (SANITIZE=0)"
+elif PATH="$PATH:/usr/local/cuda/bin" command -v compute-sanitizer > /dev/null; then
+  sanitize core_kernels_ssm_ssm_gpu_test 'HeadGroupsSmall/*' 3
+  sanitize core_kernels_embedding_gpu_test '*SkewedIds*' 2
 else
   echo "SKIPPED compute-sanitizer (not on PATH)"
 fi

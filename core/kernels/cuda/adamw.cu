@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
       (seg.p_bf16 == nullptr || aligned(seg.p_bf16, 8))) {
     const int64_t vec_end = c.begin + (end - c.begin) / 4 * 4;  // c.begin % 4 == 0
     // Software-pipelined: the next 4 elements' loads are issued before this
-    // 4's arithmetic (two IEEE divisions and a square root each), so a warp's
+    // 4's arithmetic (three IEEE divisions and a square root each), so a warp's
     // loads overlap its compute (loads then compute, in turn, kept the
     // optimizer at ~65 % of the memory bandwidth). Each element's arithmetic
     // is unchanged: the same bits.

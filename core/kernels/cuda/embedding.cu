@@ -10,8 +10,9 @@
 // started from the table value, one column (or 8) per thread. Every dtable element
 // therefore receives its updates one at a time in increasing n, the order of
 // the plain sequential loop (bit-identical to the CPU), and a frequent id
-// (real text is Zipfian) is one register chain, not a chain of
-// read-modify-writes through memory.
+// (real text is Zipfian) is one register chain a column (stored and reloaded
+// once every 2048 rows, exactly), not a chain of read-modify-writes through
+// memory.
 //
 // table/out are f32 or bf16 (the forward is a copy: 16-byte chunks for bf16
 // rows with C % 8 == 0 and aligned buffers); dout is f32 or bf16, dtable

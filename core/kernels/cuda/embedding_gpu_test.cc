@@ -101,6 +101,27 @@ TEST(EmbeddingGpu, BackwardSkewedIdsBitForBit) {
   EXPECT_TRUE(BitEqual(d_dtable.Download(), want));
 }
 
+// The same in bf16 with C % 8 == 0 (the 8-column path: 16-byte dout loads),
+// the frequent id's segment (~2760 rows) longer than the kernel's 2048
+// staged positions, so its sums cross a chunk boundary.
+TEST(EmbeddingGpu, Bf16BackwardSkewedIdsBitForBit) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(16);
+  const int64_t N = 8192, V = 50304, C = 768;
+  std::vector<int32_t> idx = rng.Ints(N, 0, 255);
+  for (int64_t i = 0; i < N; i += 3) idx[i] = 32;  // one very frequent id
+  const std::vector<bf16> dout = ToBF16(rng.Uniform(N * C));
+  const std::vector<float> dtable0 = rng.Uniform(V * C);
+  std::vector<float> want = dtable0;
+  cpu::EmbeddingBackward(idx.data(), dout.data(), want.data(), N, V, C, 0);
+  DeviceBuffer<int32_t> d_idx(idx);
+  DeviceBuffer<bf16> d_dout(dout);
+  DeviceBuffer<float> d_dtable(dtable0);
+  cuda::EmbeddingBackward(d_idx.get(), d_dout.get(), d_dtable.get(), N, V, C, 0, stream.get());
+  EXPECT_TRUE(BitEqual(d_dtable.Download(), want));
+}
+
 TEST(EmbeddingGpu, EmptyInputsAreNoOps) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
