@@ -30,29 +30,17 @@ namespace flash_dev {
 namespace {
 
 using internal::CeilDiv;
+using internal::CpAsync16;
+using internal::CpAsyncCommit;
+using internal::CpAsyncWait;
 using internal::kWarpSize;
+using internal::SmemAddr;
 using internal::WarpSum;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kPad = 8;  // bf16 elements of padding per shared-memory row
 
 // ---- PTX helpers ---------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared; when !valid nothing is read and zeros are written.
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

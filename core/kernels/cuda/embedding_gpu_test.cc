@@ -80,46 +80,43 @@ TEST(EmbeddingGpu, BackwardAccumulatesLikeCpuBitForBit) {
   }
 }
 
-// Byte-level text in a GPT-2 vocabulary: every id in a few rows, some rows
-// hit thousands of times (the case the sort exists for).
-TEST(EmbeddingGpu, BackwardSkewedIdsBitForBit) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+// Byte-level text in a GPT-2 vocabulary: every id in a few rows, one row hit
+// thousands of times (~2760: the case the sort exists for, and longer than
+// the kernel's 2048 staged positions, so its sums cross a chunk boundary).
+// dout of type T (f32 at C = 96; bf16 at C = 768, the 8-column path).
+template <typename T>
+void ExpectSkewedBackwardLikeCpu(int64_t C, uint64_t seed) {
   Stream stream = TestStream();
-  Rng rng(13);
-  const int64_t N = 8192, V = 50304, C = 96;
+  Rng rng(seed);
+  const int64_t N = 8192, V = 50304;
   std::vector<int32_t> idx = rng.Ints(N, 0, 255);
   for (int64_t i = 0; i < N; i += 3) idx[i] = 32;  // one very frequent id
-  const std::vector<float> dout = rng.Uniform(N * C);
+  std::vector<T> dout;
+  if constexpr (std::is_same_v<T, bf16>) {
+    dout = ToBF16(rng.Uniform(N * C));
+  } else {
+    dout = rng.Uniform(N * C);
+  }
   const std::vector<float> dtable0 = rng.Uniform(V * C);
   std::vector<float> want = dtable0;
   cpu::EmbeddingBackward(idx.data(), dout.data(), want.data(), N, V, C, 0);
   DeviceBuffer<int32_t> d_idx(idx);
-  DeviceBuffer<float> d_dout(dout), d_dtable(dtable0);
+  DeviceBuffer<T> d_dout(dout);
+  DeviceBuffer<float> d_dtable(dtable0);
   DeviceBuffer<uint8_t> scratch(cuda::EmbeddingBackwardScratchBytes(N, V));
   cuda::EmbeddingBackward(d_idx.get(), d_dout.get(), d_dtable.get(), N, V, C, 0, stream.get(),
                           scratch.get());
   EXPECT_TRUE(BitEqual(d_dtable.Download(), want));
 }
 
-// The same in bf16 with C % 8 == 0 (the 8-column path: 16-byte dout loads),
-// the frequent id's segment (~2760 rows) longer than the kernel's 2048
-// staged positions, so its sums cross a chunk boundary.
+TEST(EmbeddingGpu, BackwardSkewedIdsBitForBit) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  ExpectSkewedBackwardLikeCpu<float>(96, 13);
+}
+
 TEST(EmbeddingGpu, Bf16BackwardSkewedIdsBitForBit) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
-  Stream stream = TestStream();
-  Rng rng(16);
-  const int64_t N = 8192, V = 50304, C = 768;
-  std::vector<int32_t> idx = rng.Ints(N, 0, 255);
-  for (int64_t i = 0; i < N; i += 3) idx[i] = 32;  // one very frequent id
-  const std::vector<bf16> dout = ToBF16(rng.Uniform(N * C));
-  const std::vector<float> dtable0 = rng.Uniform(V * C);
-  std::vector<float> want = dtable0;
-  cpu::EmbeddingBackward(idx.data(), dout.data(), want.data(), N, V, C, 0);
-  DeviceBuffer<int32_t> d_idx(idx);
-  DeviceBuffer<bf16> d_dout(dout);
-  DeviceBuffer<float> d_dtable(dtable0);
-  cuda::EmbeddingBackward(d_idx.get(), d_dout.get(), d_dtable.get(), N, V, C, 0, stream.get());
-  EXPECT_TRUE(BitEqual(d_dtable.Download(), want));
+  ExpectSkewedBackwardLikeCpu<bf16>(768, 16);
 }
 
 TEST(EmbeddingGpu, EmptyInputsAreNoOps) {
