@@ -147,17 +147,39 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // s[bh, c] for c in order (kReverse: from the last): each ← the carry, and
-// carry ← dec[bh, c]·carry + its old value, from 0.
+// carry ← dec[bh, c]·carry + its old value, from 0. The loads of 8 chunks
+// are issued before their stores and fmas (they do not depend on the carry;
+// one at a time made as many serial round trips as there are chunks); the
+// carry runs through the same fmas in the same order.
 template <bool kReverse>
 __device__ __forceinline__ void PassChain(float* __restrict__ s, const float* __restrict__ dec,
                                           int64_t bh, int64_t e, int64_t PN, int64_t nc) {
+  constexpr int kBatch = 8;
+  // Step step0 + u's element is at[u·ds], its decay dc[u·dd]; the pointers
+  // step a batch at a time, and only to steps inside the range.
+  const int64_t first = kReverse ? nc - 1 : 0;
+  float* at = s + (bh * nc + first) * PN + e;
+  const float* dc = dec + bh * nc + first;
+  const int64_t ds = kReverse ? -PN : PN, dd = kReverse ? -1 : 1;
   float carry = 0.0f;
-  for (int64_t step = 0; step < nc; ++step) {
-    const int64_t c = kReverse ? nc - 1 - step : step;
-    float* at = s + (bh * nc + c) * PN + e;
-    const float here = *at;
-    *at = carry;
-    carry = fmaf(dec[bh * nc + c], carry, here);
+  for (int64_t step0 = 0; step0 < nc; step0 += kBatch) {
+    if (step0 > 0) {
+      at += kBatch * ds;
+      dc += kBatch * dd;
+    }
+    float here[kBatch], d[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      here[u] = step0 + u < nc ? at[u * ds] : 0.0f;
+      d[u] = step0 + u < nc ? dc[u * dd] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (step0 + u < nc) {
+        at[u * ds] = carry;
+        carry = fmaf(d[u], carry, here[u]);
+      }
+    }
   }
 }
 
