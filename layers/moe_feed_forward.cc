@@ -27,11 +27,9 @@ absl::StatusOr<std::unique_ptr<MoeFeedForward>> MoeFeedForward::Create(
   s.init_std = c.init_std;
   s.out_std = c.init_std / std::sqrt(2.0f * c.n_layer);
   s.seed = c.seed;
-  // FP8 experts (moe::GroupedExperts' fp8 path) are CPU-tested but have not
-  // yet run on a GPU (layers/moe:experts_fp8_gpu_test): on cuda the experts
-  // stay in dtype until that test has passed there, and the trainer's
-  // banner says so. Drop the device condition then.
-  s.fp8 = c.fp8 && !chain->exec().is_cuda();
+  // FP8 experts (moe::GroupedExperts' fp8 path; layers/moe:experts_fp8_gpu_test
+  // passed on the H200, 2026-12-05).
+  s.fp8 = c.fp8;
   s.fp8_wgrad = c.fp8_wgrad;
   GTP_ASSIGN_OR_RETURN(f->moe_, moe::MoeLayer::Create(name, c.moe, s, pgs, chain));
   if (c.moe.shared_ffn_hidden > 0) {

@@ -75,8 +75,7 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
       (AttentionNote(s) +
        (s.recipe.train().precision() != "fp8" ? ""
         : s.exec.is_cuda()
-            ? " | fp8 GEMMs in the attention/MLP/Mamba linears (LM head, router bf16; experts "
-              "bf16 on cuda until their FP8 path has run on a GPU)"
+            ? " | fp8 GEMMs in the attention/MLP/Mamba linears and experts (LM head, router bf16)"
             : " | fp8 GEMMs in the attention/MLP/Mamba linears and experts, the CPU's reference "
               "GEMMs (slow)") +
        (s.recipe.train().precision() == "fp8" && s.recipe.train().fp8_wgrad() == "bf16"

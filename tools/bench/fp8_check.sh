@@ -9,8 +9,8 @@
 # Cases (B=8, T=1024, vocab 50257, the corpus data): GPT-2 124M (12 L,
 # C=768), 350M (24 L, C=1024, 16 heads), 1.3B (24 L, C=2048, 16 heads), the
 # hybrid (`M*-` × 6, width 768) and the MoE shape (124M, every MLP 8 experts
-# of 1536, top-2; on cuda its experts stay bf16 under fp8 until
-# layers/moe:experts_fp8_gpu_test passes: layers/moe_feed_forward.cc). CASES picks some
+# of 1536, top-2; its experts in fp8 under fp8 since
+# layers/moe:experts_fp8_gpu_test passed on the H200). CASES picks some
 # (default: all); STEPS (default 300) and SHORT_STEPS (hybrid/MoE, 60).
 # Per case it prints, for bf16 and fp8: median ms/step over steps 11..N,
 # tokens/s, MFU (on the bf16 peak, 989 TFLOP/s, whatever the precision),

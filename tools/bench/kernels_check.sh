@@ -63,7 +63,7 @@ done
 
 echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32)$|ScanAuto|Conv1d|GatedRmsNorm' 2>&1) |
+  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32)/|ScanAuto|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 
 echo "=== 2b. bias gradients (ms per call; N = 8192)"
