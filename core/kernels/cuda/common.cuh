@@ -126,8 +126,10 @@ __device__ __forceinline__ float BlockMax(float v) {
 // ---- cp.async (sm_80+): global → shared copies that do not hold registers
 // while in flight. Each thread commits its copies as a group and waits for
 // its own groups; a barrier after the wait makes every thread's copies
-// visible to the block.
+// visible to the block. (With GTP_CUDA_HOST_EMULATION a host test's warp
+// emulator, core/kernels/ssm/testing/warp_emulator.h, defines them instead.)
 
+#if !defined(GTP_CUDA_HOST_EMULATION)
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -153,5 +155,7 @@ template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+
+#endif  // !GTP_CUDA_HOST_EMULATION
 
 }  // namespace gtp::kernels::cuda::internal

@@ -299,6 +299,11 @@ SsdCudaKernel Resolve(const char* op, const Dims& d, int64_t chunk, SsdCudaKerne
                       bool backward) {
   if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, d.P, d.N, chunk);
   if (kernel == SsdCudaKernel::kRecurrence) return kernel;
+  if (kernel == SsdCudaKernel::kChunkedMma) {
+    GTP_CHECK(cuda::SsdMmaFits(d.P, d.N), op, ": kChunkedMma takes P and N up to 64, got P = ",
+              d.P, ", N = ", d.N, " (use SsdCudaKernel::kAuto or kRecurrence)");
+    return kernel;
+  }
   const bool heads = backward && kernel == SsdCudaKernel::kChunkedHeads;
   GTP_CHECK(cuda::SsdChunkedFits(d.P, d.N, chunk,
                                  heads ? cuda::ChunkedBlocks::kHeadGroups
@@ -321,6 +326,7 @@ bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N
   if (P < 1 || P > 1024 || N < 0 || N > cuda::kSsdMaxN || chunk < 1) return false;
   if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, P, N, chunk);
   if (kernel == SsdCudaKernel::kRecurrence) return true;
+  if (kernel == SsdCudaKernel::kChunkedMma) return cuda::SsdMmaFits(P, N);
   return cuda::SsdChunkedFits(P, N, chunk,
                               backward && kernel == SsdCudaKernel::kChunkedHeads
                                   ? cuda::ChunkedBlocks::kHeadGroups
@@ -348,6 +354,14 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/false);
+    if (k == SsdCudaKernel::kChunkedMma) {
+      Tensor scratch = e.Empty(
+          {std::max<int64_t>(cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, false), 1)});
+      cuda::SsdMmaForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
+                          Cm.data<float>(), D.data<float>(), y.data<float>(), scratch.data<float>(),
+                          d.B, d.T, d.H, d.P, d.G, d.N, e.stream);
+      return;
+    }
     if (k != SsdCudaKernel::kRecurrence) {
       // Freed on return without a sync: the caching allocator hands it out
       // again only to work ordered after ours on the same stream.
@@ -386,6 +400,16 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/true);
+    if (k == SsdCudaKernel::kChunkedMma) {
+      Tensor scratch = e.Empty(
+          {std::max<int64_t>(cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, true), 1)});
+      cuda::SsdMmaBackward(dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),
+                           Bm.data<float>(), Cm.data<float>(), D.data<float>(), dx.data<float>(),
+                           ddt.data<float>(), dA.data<float>(), dBm.data<float>(),
+                           dCm.data<float>(), dD.data<float>(), scratch.data<float>(), d.B, d.T,
+                           d.H, d.P, d.G, d.N, e.stream);
+      return;
+    }
     if (k != SsdCudaKernel::kRecurrence) {
       const cuda::ChunkedBlocks which = k == SsdCudaKernel::kChunkedHeads
                                               ? cuda::ChunkedBlocks::kHeadGroups

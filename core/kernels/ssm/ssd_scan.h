@@ -77,8 +77,13 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // the gradients too where B·⌈T/L⌉·G ≥ 128 or each block has one head (else
 // dB and dC are summed in another fixed order). Not yet timed on a GPU, so
 // kAuto does not pick it.
+// kChunkedMma: ssd_mma.cu, the chunked form with a warp per (b, h, chunk)
+// and its products as bf16 mma.sync with split operands (about f32
+// accuracy); P and N up to 64. Checked on the CPU by a warp emulator
+// (ssd_mma_emulation_test) but not yet run or timed on a GPU, so kAuto does
+// not pick it.
 // kAuto (the default): SsdAutoKernel's choice.
-enum class SsdCudaKernel { kRecurrence, kChunked, kChunkedHeads, kAuto };
+enum class SsdCudaKernel { kRecurrence, kChunked, kChunkedHeads, kChunkedMma, kAuto };
 
 // The kernel kAuto runs, from the two kernels' times side by side on one
 // H200 (2026-12-04, docs/PERFORMANCE.md; f32, ms):

@@ -1,0 +1,273 @@
+// core/kernels/ssm/ssd_mma_common.cuh — what the warp-level chunked SSD
+// scan's two .cu files share (ssd_mma.cu: the chunk states, the passes and
+// the forward; ssd_mma_backward.cu: the backward): the tile shapes, the
+// bf16 tensor-core product of a warp (mma.sync m16n8k16) with operands
+// split into two bf16 terms, the chunk staging and the per-step decays.
+// The math is at the top of ssd_mma.cu. Private to this package's .cu files
+// (internal linkage but for the launchers declared in ssd_scan_cuda.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/kernels/cuda/common.cuh"
+
+namespace gtp::kernels::ssm::cuda {
+namespace {
+
+using ::gtp::kernels::cuda::internal::CeilDiv;
+using ::gtp::kernels::cuda::internal::CpAsync16;
+using ::gtp::kernels::cuda::internal::CpAsync4;
+using ::gtp::kernels::cuda::internal::CpAsyncCommit;
+using ::gtp::kernels::cuda::internal::CpAsyncWait;
+using ::gtp::kernels::cuda::internal::GridFor;
+using ::gtp::kernels::cuda::internal::kFullMask;
+using ::gtp::kernels::cuda::internal::kWarpSize;
+using ::gtp::kernels::cuda::internal::SmemAddr;
+
+// ------------------------------------------------------------ shapes
+//
+// A warp owns one (b, h, chunk): the chunk's L = 64 steps (32 where P or N
+// pads to 64) as 16-row tiles, P and N zero-padded to kD (16, 32 or 64),
+// every product a sum of 16×8 tiles. A block is hb ∈ {1, 2, 4} warps: hb
+// consecutive heads of one group at the same (b, chunk), which share B and
+// C (staged once a block).
+
+constexpr int kMaxHeadsPerBlock = 4;
+
+template <int kD>
+struct MmaShape {
+  static_assert(kD == 16 || kD == 32 || kD == 64, "kD: 16, 32 or 64");
+  static constexpr int kL = kD == 64 ? 32 : 64;  // steps a chunk
+  // Row stride of the staged [kL][kD] matrices: ≡ 8 (mod 16) words, so a
+  // fragment's paired loads (8 rows × 4 pairs) hit 32 distinct banks in
+  // each half-warp.
+  static constexpr int kLd = kD + 8;
+  static constexpr int kTiles = kL / 16;  // 16-row tiles of the chunk
+};
+
+// The padded width of P and N that the kernels instantiate (0: too large).
+inline int MmaWidth(int64_t P, int64_t N) {
+  const int64_t m = P > N ? P : N;
+  return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 0;
+}
+
+// ------------------------------------------------------------ fragments
+//
+// mma.sync.m16n8k16 (bf16 in, f32 accumulate), lane = 4·g + t:
+//   A 16×16 (row r, col k): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+//   B 16×8  (row k, col n): b0 (2t..2t+1, g), b1 (2t+8..2t+9, g)
+//   D 16×8  (row r, col n): d0, d1 (g, 2t..2t+1), d2, d3 (g+8, 2t..2t+1)
+// Each f32 operand v is split into hi = bf16(v) and lo = bf16(v − hi)
+// (|v − hi − lo| ≤ 2⁻¹⁸·|v|), and a·b ≈ a_lo·b_hi + a_hi·b_lo + a_hi·b_hi
+// (the dropped a_lo·b_lo is below 2⁻¹⁶ of |a·b|): about f32 accuracy from
+// three bf16 products, accumulated in f32.
+
+struct FragA {
+  uint32_t hi[4], lo[4];
+};
+struct FragB {
+  uint32_t hi[2], lo[2];
+};
+using Acc = float[4];
+
+__device__ __forceinline__ uint32_t PackBf16(__nv_bfloat16 lo_half, __nv_bfloat16 hi_half) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo_half)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi_half)) << 16);
+}
+
+// (a, b) → hi and lo pairs, a in the low half (the smaller k).
+__device__ __forceinline__ void SplitPair(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat16 ah = __float2bfloat16_rn(a), bh = __float2bfloat16_rn(b);
+  const __nv_bfloat16 al = __float2bfloat16_rn(a - __bfloat162float(ah));
+  const __nv_bfloat16 bl = __float2bfloat16_rn(b - __bfloat162float(bh));
+  hi = PackBf16(ah, bh);
+  lo = PackBf16(al, bl);
+}
+
+#if defined(GTP_CUDA_HOST_EMULATION)
+// The host test's warp emulator (testing/warp_emulator.h) runs the product.
+__device__ __forceinline__ void MmaBf16(Acc& d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ::gtp::emu::MmaM16N8K16Bf16(d, a, b);
+}
+#else
+__device__ __forceinline__ void MmaBf16(Acc& d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+// d += a·b, the split product (small terms first).
+__device__ __forceinline__ void MmaSplit(Acc& d, const FragA& a, const FragB& b) {
+  MmaBf16(d, a.lo, b.hi);
+  MmaBf16(d, a.hi, b.lo);
+  MmaBf16(d, a.hi, b.hi);
+}
+
+__device__ __forceinline__ int LaneG() { return (threadIdx.x & 31) >> 2; }
+__device__ __forceinline__ int LaneT() { return threadIdx.x & 3; }
+
+// A fragment of the 16×16 tile at(r, k), r, k < 16 (at: a functor of the
+// tile's row and column returning the f32 value).
+template <class F>
+__device__ __forceinline__ FragA MakeA(F at) {
+  const int g = LaneG(), t = LaneT();
+  FragA f;
+  SplitPair(at(g, 2 * t), at(g, 2 * t + 1), f.hi[0], f.lo[0]);
+  SplitPair(at(g + 8, 2 * t), at(g + 8, 2 * t + 1), f.hi[1], f.lo[1]);
+  SplitPair(at(g, 2 * t + 8), at(g, 2 * t + 9), f.hi[2], f.lo[2]);
+  SplitPair(at(g + 8, 2 * t + 8), at(g + 8, 2 * t + 9), f.hi[3], f.lo[3]);
+  return f;
+}
+
+// A B fragment of the 16×8 tile at(k, n).
+template <class F>
+__device__ __forceinline__ FragB MakeB(F at) {
+  const int g = LaneG(), t = LaneT();
+  FragB f;
+  SplitPair(at(2 * t, g), at(2 * t + 1, g), f.hi[0], f.lo[0]);
+  SplitPair(at(2 * t + 8, g), at(2 * t + 9, g), f.hi[1], f.lo[1]);
+  return f;
+}
+
+// The A fragment of two accumulator tiles side by side (columns 0..7 in
+// left, 8..15 in right) — the accumulator layout is the A layout's, so no
+// data moves between lanes.
+__device__ __forceinline__ FragA AccToA(const Acc& left, const Acc& right) {
+  FragA f;
+  SplitPair(left[0], left[1], f.hi[0], f.lo[0]);
+  SplitPair(left[2], left[3], f.hi[1], f.lo[1]);
+  SplitPair(right[0], right[1], f.hi[2], f.lo[2]);
+  SplitPair(right[2], right[3], f.hi[3], f.lo[3]);
+  return f;
+}
+
+__device__ __forceinline__ void Zero(Acc& a) { a[0] = a[1] = a[2] = a[3] = 0.0f; }
+
+// The sum of a row of an accumulator tile set over the 4 lanes of its quad
+// (lanes 4g..4g+3 hold row g's columns): a fixed butterfly, every lane of the
+// quad gets it.
+__device__ __forceinline__ double QuadSum(double v) {
+  v += __shfl_xor_sync(kFullMask, v, 1);
+  v += __shfl_xor_sync(kFullMask, v, 2);
+  return v;
+}
+
+// ------------------------------------------------------------ staging
+
+// Rows t0..t0+len−1 of a [.., T, S, W] tensor's slice s (row r at
+// src[((b·T + t0 + r)·S + s)·W + c], c < W) into dst[r][c] (row stride ld,
+// kL rows, kD columns): cp.async for the rows < len and columns < W, zeros
+// elsewhere. The warp's lanes (or the block's threads: `lane`, `lanes`)
+// share the copies. Commits nothing.
+template <int kL, int kD, int kLd>
+__device__ __forceinline__ void StageRows(const float* __restrict__ src, float* dst, int64_t b,
+                                          int64_t T, int64_t S, int64_t s, int W, int64_t t0,
+                                          int len, int lane, int lanes) {
+  if (W % 4 == 0) {
+    const int quads = kD / 4;
+    for (int e = lane; e < kL * quads; e += lanes) {
+      const int r = e / quads, c = (e - r * quads) * 4;
+      float* d = dst + r * kLd + c;
+      if (r < len && c < W) {
+        CpAsync16(SmemAddr(d), src + ((b * T + t0 + r) * S + s) * W + c, true);
+      } else {
+        d[0] = d[1] = d[2] = d[3] = 0.0f;
+      }
+    }
+  } else {
+    for (int e = lane; e < kL * kD; e += lanes) {
+      const int r = e / kD, c = e - r * kD;
+      float* d = dst + r * kLd + c;
+      if (r < len && c < W) {
+        CpAsync4(d, src + ((b * T + t0 + r) * S + s) * W + c, true);
+      } else {
+        *d = 0.0f;
+      }
+    }
+  }
+}
+
+// A P×N state matrix (row stride N in global) into dst[p][n] (row stride
+// ld, kD×kD, zero-padded). Synchronous (small).
+template <int kD, int kLd>
+__device__ __forceinline__ void StageState(const float* __restrict__ src, float* dst, int P, int N,
+                                           int lane, int lanes) {
+  for (int e = lane; e < kD * kD; e += lanes) {
+    const int p = e / kD, n = e - p * kD;
+    dst[p * kLd + n] = p < P && n < N ? src[p * N + n] : 0.0f;
+  }
+}
+
+// The chunk's per-step decays, by one warp (lane l owns steps 2l, 2l + 1;
+// L ≤ 64): cs_i = Σ_{k ≤ i} dt_k·A in double by a fixed shuffle tree, steps
+// ≥ len taking cs_last (their dt is 0); e_i = exp(cs_i); r_i = exp(cs_last −
+// cs_i); dec = exp(cs_last) returned. dt[i] must be staged (0 at i ≥ len).
+template <int kL>
+__device__ __forceinline__ float ChunkDecays(const float* dt, float Ah, int len, double* cs,
+                                             float* e, float* r) {
+  const int lane = threadIdx.x & 31, i0 = 2 * lane, i1 = i0 + 1;
+  const double a0 = i0 < kL ? static_cast<double>(dt[i0]) * Ah : 0.0;
+  const double a1 = i1 < kL ? static_cast<double>(dt[i1]) * Ah : 0.0;
+  double incl = a0 + a1;
+  for (int o = 1; o < kWarpSize; o <<= 1) {
+    const double up = __shfl_up_sync(kFullMask, incl, o);
+    if (lane >= o) incl += up;
+  }
+  const double prev = __shfl_up_sync(kFullMask, incl, 1);  // every lane: the mask names all
+  const double before = lane > 0 ? prev : 0.0;
+  const double c0 = before + a0, c1 = incl;
+  const int last = len - 1;
+  const double cs_last = __shfl_sync(kFullMask, (last & 1) ? c1 : c0, last / 2);
+  if (i0 < kL) {
+    const double v = i0 < len ? c0 : cs_last;
+    cs[i0] = v;
+    e[i0] = expf(static_cast<float>(v));
+    r[i0] = expf(static_cast<float>(cs_last - v));
+  }
+  if (i1 < kL) {
+    const double v = i1 < len ? c1 : cs_last;
+    cs[i1] = v;
+    e[i1] = expf(static_cast<float>(v));
+    r[i1] = expf(static_cast<float>(cs_last - v));
+  }
+  __syncwarp();
+  return expf(static_cast<float>(cs_last));
+}
+
+// ------------------------------------------------------------ launches
+
+// kernel<<<grid, block, bytes, stream>>>(args…) after raising the kernel's
+// dynamic shared-memory limit where bytes pass 48 KB; checks the launch.
+// Under GTP_CUDA_HOST_EMULATION the warp emulator runs the grid on the host
+// (one block at a time, its threads side by side), synchronously.
+template <class... Params, class... Args>
+void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes,
+            cudaStream_t stream, Args... args) {
+  GTP_CU_REQUIRE(bytes <= 200 * 1024, "SsdMma (CUDA): %lld bytes of shared memory",
+                 static_cast<long long>(bytes));
+#if defined(GTP_CUDA_HOST_EMULATION)
+  (void)stream;
+  ::gtp::emu::RunGrid(grid, block, bytes, [&] { kernel(args...); });
+#else
+  if (bytes > 48 * 1024) {
+    GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(bytes)));
+  }
+  kernel<<<static_cast<unsigned>(grid), block, bytes, stream>>>(args...);
+  GTP_CU_CHECK(cudaGetLastError());
+#endif
+}
+
+// exp(cs_i − cs_j) for j ≤ i, else 0 (never evaluated above the diagonal).
+__device__ __forceinline__ float Decay(const double* cs, int i, int j) {
+  return j <= i ? expf(static_cast<float>(cs[i] - cs[j])) : 0.0f;
+}
+
+}  // namespace
+}  // namespace gtp::kernels::ssm::cuda

@@ -1,0 +1,190 @@
+// The warp-level chunked SSD scan (ssd_mma.cu, ssd_mma_backward.cu;
+// SsdCudaKernel::kChunkedMma) run on the CPU by the warp emulator
+// (testing/warp_emulator.h): the kernels' own source, every lane a thread,
+// mma.sync by the PTX fragment layouts. It checks the indexing, the masks,
+// the tiles' orientations, the head sums and the scalar gradients against
+// an independent reference (the recurrence and its adjoint, in double) on
+// any machine; ssm_gpu_test runs the same kernels on a GPU.
+#define GTP_CUDA_HOST_EMULATION
+#include "core/kernels/ssm/testing/warp_emulator.h"
+
+namespace gtp::kernels::ssm::cuda {
+namespace {
+alignas(16) double smem_d[200 * 1024 / 8];  // the kernels' extern __shared__ array
+}  // namespace
+}  // namespace gtp::kernels::ssm::cuda
+
+#include "core/kernels/ssm/ssd_mma.cu"
+#include "core/kernels/ssm/ssd_mma_backward.cu"
+// (their launchers now run the grids on the host, synchronously)
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::ssm {
+namespace {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+struct Case {
+  int64_t B, T, H, P, G, N;
+};
+
+Vec Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The scan as its definition (ssd_scan.h), in double: S_t = exp(dt_t·A)·S_{t−1}
+// + dt_t·x_t ⊗ B_t, y_t = S_t·C_t + D·x_t; the backward by the adjoint of that
+// recurrence, from t = T − 1 down (dS carries ∂L/∂S_t).
+struct Reference {
+  DVec y, dx, ddt, dA, dB, dC, dD;
+};
+Reference RunReference(const Case& c, const Vec& x, const Vec& dt, const Vec& A, const Vec& Bm,
+                       const Vec& Cm, const Vec& D, const Vec& dy) {
+  const int64_t B = c.B, T = c.T, H = c.H, P = c.P, G = c.G, N = c.N, hpg = H / G;
+  Reference r;
+  r.y.assign(B * T * H * P, 0.0);
+  r.dx.assign(B * T * H * P, 0.0);
+  r.ddt.assign(B * T * H, 0.0);
+  r.dA.assign(H, 0.0);
+  r.dD.assign(H, 0.0);
+  r.dB.assign(B * T * G * N, 0.0);
+  r.dC.assign(B * T * G * N, 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / hpg;
+      auto xi = [&](int64_t t, int64_t p) { return double{x[((b * T + t) * H + h) * P + p]}; };
+      auto dyi = [&](int64_t t, int64_t p) { return double{dy[((b * T + t) * H + h) * P + p]}; };
+      auto Bi = [&](int64_t t, int64_t n) { return double{Bm[((b * T + t) * G + g) * N + n]}; };
+      auto Ci = [&](int64_t t, int64_t n) { return double{Cm[((b * T + t) * G + g) * N + n]}; };
+      auto dti = [&](int64_t t) { return double{dt[(b * T + t) * H + h]}; };
+      std::vector<DVec> S(T + 1, DVec(P * N, 0.0));  // S[t + 1] = S_t
+      for (int64_t t = 0; t < T; ++t) {
+        const double a = std::exp(dti(t) * A[h]);
+        for (int64_t p = 0; p < P; ++p) {
+          double yp = double{D[h]} * xi(t, p);
+          for (int64_t n = 0; n < N; ++n) {
+            S[t + 1][p * N + n] = a * S[t][p * N + n] + dti(t) * xi(t, p) * Bi(t, n);
+            yp += S[t + 1][p * N + n] * Ci(t, n);
+          }
+          r.y[((b * T + t) * H + h) * P + p] = yp;
+        }
+      }
+      DVec dS(P * N, 0.0);
+      for (int64_t t = T - 1; t >= 0; --t) {
+        const double a = std::exp(dti(t) * A[h]);
+        for (int64_t p = 0; p < P; ++p) {
+          for (int64_t n = 0; n < N; ++n) dS[p * N + n] += dyi(t, p) * Ci(t, n);
+        }
+        double dS_Sprev = 0.0, x_dS_B = 0.0;
+        for (int64_t p = 0; p < P; ++p) {
+          double dxp = double{D[h]} * dyi(t, p);
+          for (int64_t n = 0; n < N; ++n) {
+            const double s = S[t + 1][p * N + n], d = dS[p * N + n];
+            r.dC[((b * T + t) * G + g) * N + n] += s * dyi(t, p);
+            dxp += dti(t) * d * Bi(t, n);
+            r.dB[((b * T + t) * G + g) * N + n] += dti(t) * d * xi(t, p);
+            x_dS_B += xi(t, p) * d * Bi(t, n);
+            dS_Sprev += d * S[t][p * N + n];
+          }
+          r.dx[((b * T + t) * H + h) * P + p] = dxp;
+          r.dD[h] += dyi(t, p) * xi(t, p);
+        }
+        r.ddt[(b * T + t) * H + h] = x_dS_B + double{A[h]} * a * dS_Sprev;
+        r.dA[h] += dti(t) * a * dS_Sprev;
+        for (double& d : dS) d *= a;
+      }
+    }
+  }
+  return r;
+}
+
+// Every element within tol·max(max|want|, 1) of want, and finite. The
+// inputs are O(1), so 1 is the scale of the terms an output sums: an output
+// whose reference is exactly 0 (dA at T = 1, where S_{−1} = 0) is the f32
+// cancellation of such terms.
+void ExpectClose(const Vec& got, const DVec& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double m = 1.0;
+  for (double w : want) m = std::fmax(m, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
+    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
+  }
+}
+
+class SsdMmaEmulationTest : public ::testing::TestWithParam<Case> {};
+
+// kChunkedMma's split bf16 products keep about 2⁻¹⁶ of each product
+// (ssm_gpu_test kMmaFwdL2); the outputs sum up to a few hundred products of
+// O(1) terms, whose errors mostly cancel: 2e-4 of the largest |value| (the GPU
+// test's per-element bound, kScanTol) leaves an order of magnitude. The
+// emulator's mma sums in f32 in k order, as the tensor cores do up to
+// their rounding.
+constexpr double kTol = 2e-4;
+
+TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceAndRepeatsBitForBit) {
+  const Case c = GetParam();
+  gtp::emu::SetShared(cuda::smem_d, sizeof(cuda::smem_d));
+  const int64_t nx = c.B * c.T * c.H * c.P, nt = c.B * c.T * c.H, nb = c.B * c.T * c.G * c.N;
+  Vec x = Random(nx, 1), Bm = Random(nb, 2), Cm = Random(nb, 3), D = Random(c.H, 4),
+      dy = Random(nx, 5), dt = Random(nt, 6, 0.2f), A = Random(c.H, 7, 0.5f);
+  for (float& v : dt) v = 0.05f + std::fabs(v);
+  for (float& v : A) v = -std::exp(v);
+  const Reference ref = RunReference(c, x, dt, A, Bm, Cm, D, dy);
+  Vec out[2][7];
+  for (int run = 0; run < 2; ++run) {
+    Vec y(nx, NAN), dx(nx, NAN), ddt(nt, NAN), dB(nb, NAN), dC(nb, NAN), dA(c.H, 0.5f),
+        dD(c.H, -0.25f);  // dA, dD accumulate onto these
+    Vec scratch(cuda::SsdMmaScratchFloats(c.B, c.T, c.H, c.P, c.G, c.N, true) + 1, NAN);
+    cuda::SsdMmaForward(x.data(), dt.data(), A.data(), Bm.data(), Cm.data(), D.data(), y.data(),
+                        scratch.data(), c.B, c.T, c.H, c.P, c.G, c.N, nullptr);
+    cuda::SsdMmaBackward(dy.data(), x.data(), dt.data(), A.data(), Bm.data(), Cm.data(), D.data(),
+                         dx.data(), ddt.data(), dA.data(), dB.data(), dC.data(), dD.data(),
+                         scratch.data(), c.B, c.T, c.H, c.P, c.G, c.N, nullptr);
+    for (float& v : dA) v -= 0.5f;
+    for (float& v : dD) v += 0.25f;
+    out[run][0] = y;
+    out[run][1] = dx;
+    out[run][2] = ddt;
+    out[run][3] = dB;
+    out[run][4] = dC;
+    out[run][5] = dA;
+    out[run][6] = dD;
+  }
+  const char* names[7] = {"y", "dx", "ddt", "dB", "dC", "dA", "dD"};
+  const DVec* want[7] = {&ref.y, &ref.dx, &ref.ddt, &ref.dB, &ref.dC, &ref.dA, &ref.dD};
+  for (int k = 0; k < 7; ++k) {
+    ExpectClose(out[0][k], *want[k], kTol, names[k]);
+    EXPECT_EQ(0, std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * sizeof(float)))
+        << names[k] << " differs between two runs";
+  }
+}
+
+// Widths 16, 32, 64 (64: 32-step chunks); 4, 2 and 1 heads a block; the
+// head sums in the block (H/hb = G) and through partials (H/hb > G); T not a
+// multiple of the chunk, one step, one chunk exactly, odd P and N.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SsdMmaEmulationTest,
+    ::testing::Values(Case{1, 70, 4, 16, 1, 16},   // 4 heads a block, the group's sum in it
+                      Case{2, 37, 4, 8, 2, 16},    // 2 heads a block, G = 2
+                      Case{1, 50, 6, 5, 1, 7},     // 2 heads a block, 3 partials a group
+                      Case{1, 64, 2, 16, 2, 16},   // G = H: a head a block; T = one chunk
+                      Case{2, 1, 4, 16, 1, 16},    // T = 1
+                      Case{1, 40, 2, 32, 1, 20},   // width 32
+                      Case{1, 45, 2, 64, 1, 33}));  // width 64: 32-step chunks, 2 of them
+
+}  // namespace
+}  // namespace gtp::kernels::ssm
