@@ -59,7 +59,7 @@ bundle() {
   # code (the bundle must fit the device tool's carry beside the tree).
   tar -C "$stage" -cf - . | xz -9 -T1 > "$BUNDLE/bundle.tar.xz"
   rm -rf "$stage"
-  echo "gpu.sh: $(du -h "$BUNDLE/bundle.tar.xz" | cut -f1) in .bundle/bundle.tar.xz"
+  echo "gpu.sh: $(du -h "$BUNDLE/bundle.tar.xz" | cut -f1) in $BUNDLE/bundle.tar.xz"
 }
 
 run() {

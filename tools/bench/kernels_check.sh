@@ -15,8 +15,10 @@
 #    column sums (bias gradients), the FP8 experts, the embedding backward and
 #    AdamW against the CPU;
 # 2. ssm_benchmark: the scan at the hybrid's heads, chunked (64- and 32-step
-#    chunks, and a block per chunk and heads: kChunkedHeads) vs recurrence,
-#    and the default (ScanAuto) at T = 1024, 4096, 8192, and the mixer's
+#    chunks, a block per chunk and heads: kChunkedHeads, a warp per chunk:
+#    kChunkedMma) vs recurrence, and the default (ScanAuto) and kChunkedMma
+#    (ScanMma) at T = 1024, 4096, 8192 beside torch.compile's chunked form
+#    (tools/bench/torch_ssd.py, bf16), and the mixer's
 #    conv1d and gated RMSNorm; the optimizer's AdamW; gemm_benchmark's
 #    bias gradients, cuBLASLt's epilogue vs
 #    ColumnSumAccumulate;
@@ -63,8 +65,10 @@ done
 
 echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32)/|ScanAuto|Conv1d|GatedRmsNorm' 2>&1) |
+  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32|mma)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMma|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
+echo "=== 2a. torch.compile's chunked scan (bf16; the acceptance anchor for ScanAuto/ScanMma)"
+timeout 150 python3 tools/bench/torch_ssd.py --shapes h96p16n16 2>&1 | grep -v '^W[0-9]' | tail -8
 
 echo "=== 2b. bias gradients (ms per call; N = 8192)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_gemm_benchmark \
