@@ -191,13 +191,15 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
     if (i0 >= len) break;
     Acc acc[kD / 8];
     for (int pt = 0; pt < kD / 8; ++pt) Zero(acc[pt]);
+    const RowFrags<kD, kLd> fc(sC, i0);  // C rows i
     for (int kt = 0; kt <= it; ++kt) {
       const int j0 = kt * 16;
       Acc cb[2];
       Zero(cb[0]);
       Zero(cb[1]);
+#pragma unroll
       for (int nk = 0; nk < kD / 16; ++nk) {
-        const FragA a = MakeA([&](int r, int k) { return sC[(i0 + r) * kLd + nk * 16 + k]; });
+        const FragA a = fc[nk];
         for (int half = 0; half < 2; ++half) {
           const FragB bf = MakeB(
               [&](int k, int n) { return sB[(j0 + half * 8 + n) * kLd + nk * 16 + k]; });

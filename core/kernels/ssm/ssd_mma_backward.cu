@@ -128,6 +128,7 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
       Zero(dba[k]);
     }
     double cq[2] = {0.0, 0.0};
+    const RowFrags<kD, kLd> fb(sB, j0), fx(sX, j0);  // B and X rows j
     for (int it = jt; it < kL / 16; ++it) {
       const int i0 = it * 16;
       if (i0 >= len) break;
@@ -136,9 +137,9 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
         Zero(bc[half]);
         Zero(xd[half]);
       }
+#pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const FragA ab = MakeA([&](int r, int k) { return sB[(j0 + r) * kLd + kk * 16 + k]; });
-        const FragA ax = MakeA([&](int r, int k) { return sX[(j0 + r) * kLd + kk * 16 + k]; });
+        const FragA ab = fb[kk], ax = fx[kk];
         for (int half = 0; half < 2; ++half) {
           const int n0 = i0 + half * 8;
           MmaSplit(bc[half], ab,
@@ -169,9 +170,9 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
       Zero(u[k]);
       Zero(xg[k]);
     }
+#pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      const FragA ab = MakeA([&](int r, int k) { return sB[(j0 + r) * kLd + kk * 16 + k]; });
-      const FragA ax = MakeA([&](int r, int k) { return sX[(j0 + r) * kLd + kk * 16 + k]; });
+      const FragA ab = fb[kk], ax = fx[kk];
       for (int nt = 0; nt < kD / 8; ++nt) {
         MmaSplit(u[nt], ab, MakeB([&](int k, int n) { return sG[(nt * 8 + n) * kLd + kk * 16 + k]; }));
         MmaSplit(xg[nt], ax, MakeB([&](int k, int n) { return sG[(kk * 16 + k) * kLd + nt * 8 + n]; }));
@@ -205,6 +206,7 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
     Acc dca[kD / 8];
     for (int k = 0; k < kD / 8; ++k) Zero(dca[k]);
     double rq[2] = {0.0, 0.0};
+    const RowFrags<kD, kLd> fd(sDY, i0), fc(sC, i0);  // dY and C rows i
     for (int jt = 0; jt <= it; ++jt) {
       const int j0 = jt * 16;
       Acc dm[2], cb[2];
@@ -212,9 +214,9 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
         Zero(dm[half]);
         Zero(cb[half]);
       }
+#pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const FragA ad = MakeA([&](int r, int k) { return sDY[(i0 + r) * kLd + kk * 16 + k]; });
-        const FragA ac = MakeA([&](int r, int k) { return sC[(i0 + r) * kLd + kk * 16 + k]; });
+        const FragA ad = fd[kk], ac = fc[kk];
         for (int half = 0; half < 2; ++half) {
           const int n0 = j0 + half * 8;
           MmaSplit(dm[half], ad,
@@ -242,9 +244,9 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
       Zero(v[k]);
       Zero(wv[k]);
     }
+#pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      const FragA ac = MakeA([&](int r, int k) { return sC[(i0 + r) * kLd + kk * 16 + k]; });
-      const FragA ad = MakeA([&](int r, int k) { return sDY[(i0 + r) * kLd + kk * 16 + k]; });
+      const FragA ac = fc[kk], ad = fd[kk];
       for (int nt = 0; nt < kD / 8; ++nt) {
         MmaSplit(v[nt], ac, MakeB([&](int k, int n) { return sS[(nt * 8 + n) * kLd + kk * 16 + k]; }));
         MmaSplit(wv[nt], ad, MakeB([&](int k, int n) { return sS[(kk * 16 + k) * kLd + nt * 8 + n]; }));

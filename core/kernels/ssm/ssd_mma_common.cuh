@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/kernels/cuda/common.cuh"
 
@@ -73,18 +74,18 @@ struct FragB {
 };
 using Acc = float[4];
 
-__device__ __forceinline__ uint32_t PackBf16(__nv_bfloat16 lo_half, __nv_bfloat16 hi_half) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo_half)) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(hi_half)) << 16);
-}
-
 // (a, b) → hi and lo pairs, a in the low half (the smaller k).
+// Both halves rounded by one paired conversion (cvt.rn.bf16x2.f32), the hi
+// values widened back by bit shifts (a bf16 is a float's upper 16 bits).
 __device__ __forceinline__ void SplitPair(float a, float b, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat16 ah = __float2bfloat16_rn(a), bh = __float2bfloat16_rn(b);
-  const __nv_bfloat16 al = __float2bfloat16_rn(a - __bfloat162float(ah));
-  const __nv_bfloat16 bl = __float2bfloat16_rn(b - __bfloat162float(bh));
-  hi = PackBf16(ah, bh);
-  lo = PackBf16(al, bl);
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // .x (a) in the low half
+  std::memcpy(&hi, &h, sizeof(hi));
+  const uint32_t a_bits = hi << 16, b_bits = hi & 0xffff0000u;
+  float ah, bh;
+  std::memcpy(&ah, &a_bits, sizeof(ah));
+  std::memcpy(&bh, &b_bits, sizeof(bh));
+  const __nv_bfloat162 l = __floats2bfloat162_rn(a - ah, b - bh);
+  std::memcpy(&lo, &l, sizeof(lo));
 }
 
 #if defined(GTP_CUDA_HOST_EMULATION)
@@ -146,6 +147,33 @@ __device__ __forceinline__ FragA AccToA(const Acc& left, const Acc& right) {
   SplitPair(right[2], right[3], f.hi[3], f.lo[3]);
   return f;
 }
+
+// The A fragments of rows r0..r0+15 of a staged [kL][kLd] matrix, one per
+// 16-column k-step: formed once and kept where kD ≤ 32 (up to 16 registers
+// each), else formed at each use (kD = 64 has no registers to spare).
+template <int kD, int kLd>
+struct RowFrags {
+  static constexpr bool kKeep = kD <= 32;
+  const float* m;
+  int r0;
+  FragA kept[kKeep ? kD / 16 : 1];
+  __device__ __forceinline__ RowFrags(const float* matrix, int row0) : m(matrix), r0(row0) {
+    if constexpr (kKeep) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) kept[kk] = Make(kk);
+    }
+  }
+  __device__ __forceinline__ FragA Make(int kk) const {
+    return MakeA([&](int r, int k) { return m[(r0 + r) * kLd + kk * 16 + k]; });
+  }
+  __device__ __forceinline__ FragA operator[](int kk) const {
+    if constexpr (kKeep) {
+      return kept[kk];
+    } else {
+      return Make(kk);
+    }
+  }
+};
 
 __device__ __forceinline__ void Zero(Acc& a) { a[0] = a[1] = a[2] = a[3] = 0.0f; }
 
