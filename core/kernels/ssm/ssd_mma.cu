@@ -147,8 +147,8 @@ __global__ void MmaPassKernel(float* __restrict__ S, const float* __restrict__ d
 template <int kD>
 int64_t OutputBytes(int hb) {
   using S = MmaShape<kD>;
-  return int64_t{8} * hb * S::kL +
-         4 * (2 * int64_t{S::kL} * S::kLd + hb * (int64_t{S::kL} * S::kLd + kD * S::kLd + 3 * S::kL));
+  return int64_t{8} * hb * S::kL + 4 * (2 * int64_t{S::kL} * S::kLd +
+                                        hb * (int64_t{S::kL} * S::kLd + kD * S::kLd + 3 * S::kL));
 }
 
 // Grid B·(H/hb)·nc, hb warps: y (=) from the entry states Sin [bh, c, P, N].
@@ -201,8 +201,8 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
       for (int nk = 0; nk < kD / 16; ++nk) {
         const FragA a = fc[nk];
         for (int half = 0; half < 2; ++half) {
-          const FragB bf = MakeB(
-              [&](int k, int n) { return sB[(j0 + half * 8 + n) * kLd + nk * 16 + k]; });
+          const FragB bf =
+              MakeB([&](int k, int n) { return sB[(j0 + half * 8 + n) * kLd + nk * 16 + k]; });
           MmaSplit(cb[half], a, bf);
         }
       }
@@ -221,8 +221,8 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
     }
     // y_i += e_i·S_in·C_i: (e∘C) [16 × N] · S_inᵀ [N × P].
     for (int nk = 0; nk < kD / 16; ++nk) {
-      const FragA a = MakeA(
-          [&](int r, int k) { return sE[i0 + r] * sC[(i0 + r) * kLd + nk * 16 + k]; });
+      const FragA a =
+          MakeA([&](int r, int k) { return sE[i0 + r] * sC[(i0 + r) * kLd + nk * 16 + k]; });
       for (int pt = 0; pt < kD / 8; ++pt) {
         const FragB bf = MakeB([&](int k, int n) { return sS[(pt * 8 + n) * kLd + nk * 16 + k]; });
         MmaSplit(acc[pt], a, bf);
@@ -266,8 +266,8 @@ void States(const float* x, const float* dy, const float* Bm, const float* Cm, c
     Launch(MmaStatesKernel<kD, true>, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S, Lc,
            dec, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
   } else {
-    Launch(MmaStatesKernel<kD, false>, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S,
-           Lc, dec, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
+    Launch(MmaStatesKernel<kD, false>, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S, Lc,
+           dec, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
   }
   // S (and L) → the entry states S_in[c] (and G_c).
   const int64_t n = B * H * P * N;
@@ -285,18 +285,18 @@ void Output(const float* x, const float* dt, const float* A, const float* Bm, co
             int64_t G, int64_t N, cudaStream_t stream) {
   const int hb = HeadsPerBlock(H, G);
   const int64_t nc = CeilDiv(T, MmaShape<kD>::kL);
-  Launch(MmaOutputKernel<kD>, B * (H / hb) * nc, 32 * hb, OutputBytes<kD>(hb), stream, x, dt, A,
-         Bm, Cm, D, static_cast<const float*>(Sin), y, T, H, static_cast<int>(P), G,
+  Launch(MmaOutputKernel<kD>, B * (H / hb) * nc, 32 * hb, OutputBytes<kD>(hb), stream, x, dt, A, Bm,
+         Cm, D, static_cast<const float*>(Sin), y, T, H, static_cast<int>(P), G,
          static_cast<int>(N), nc, hb);
 }
 
-#define GTP_SSD_MMA_INSTANTIATE(kD)                                                              \
-  template void States<kD>(const float*, const float*, const float*, const float*, const float*, \
-                           const float*, float*, float*, float*, int64_t, int64_t, int64_t,      \
-                           int64_t, int64_t, int64_t, cudaStream_t);                             \
-  template void Output<kD>(const float*, const float*, const float*, const float*, const float*, \
-                           const float*, const float*, float*, int64_t, int64_t, int64_t,        \
-                           int64_t, int64_t, int64_t, cudaStream_t);
+#define GTP_SSD_MMA_INSTANTIATE(kD)                                                                \
+  template void States<kD>(const float*, const float*, const float*, const float*, const float*,   \
+                           const float*, float*, float*, float*, int64_t, int64_t, int64_t,        \
+                           int64_t, int64_t, int64_t, cudaStream_t);                               \
+  template void Output<kD>(const float*, const float*, const float*, const float*, const float*,   \
+                           const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, \
+                           int64_t, int64_t, cudaStream_t);
 GTP_SSD_MMA_INSTANTIATE(16)
 GTP_SSD_MMA_INSTANTIATE(32)
 GTP_SSD_MMA_INSTANTIATE(64)
@@ -369,11 +369,11 @@ void SsdMmaBackward(const float* dy, const float* x, const float* dt, const floa
   float* dCp = Hp == G ? nullptr : dBp + B * T * Hp * N;
   if (Hp == G) dBp = nullptr;
   switch (MmaWidth(P, N)) {
-#define GTP_SSD_MMA_CASE(kD)                                                                    \
-  case kD:                                                                                      \
-    mma_internal::States<kD>(x, dy, Bm, Cm, dt, A, S, Lc, dec, B, T, H, P, G, N, stream);       \
-    mma_internal::Backward<kD>(dy, x, dt, A, Bm, Cm, D, S, Lc, dec, dx, ddt, dA, dBm, dCm, dD,  \
-                               dAp, dDp, dBp, dCp, B, T, H, P, G, N, stream);                   \
+#define GTP_SSD_MMA_CASE(kD)                                                                   \
+  case kD:                                                                                     \
+    mma_internal::States<kD>(x, dy, Bm, Cm, dt, A, S, Lc, dec, B, T, H, P, G, N, stream);      \
+    mma_internal::Backward<kD>(dy, x, dt, A, Bm, Cm, D, S, Lc, dec, dx, ddt, dA, dBm, dCm, dD, \
+                               dAp, dDp, dBp, dCp, B, T, H, P, G, N, stream);                  \
     break;
     GTP_SSD_MMA_CASE(16)
     GTP_SSD_MMA_CASE(32)

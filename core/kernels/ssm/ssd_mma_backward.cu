@@ -174,8 +174,10 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
     for (int kk = 0; kk < kD / 16; ++kk) {
       const FragA ab = fb[kk], ax = fx[kk];
       for (int nt = 0; nt < kD / 8; ++nt) {
-        MmaSplit(u[nt], ab, MakeB([&](int k, int n) { return sG[(nt * 8 + n) * kLd + kk * 16 + k]; }));
-        MmaSplit(xg[nt], ax, MakeB([&](int k, int n) { return sG[(kk * 16 + k) * kLd + nt * 8 + n]; }));
+        MmaSplit(u[nt], ab,
+                 MakeB([&](int k, int n) { return sG[(nt * 8 + n) * kLd + kk * 16 + k]; }));
+        MmaSplit(xg[nt], ax,
+                 MakeB([&](int k, int n) { return sG[(kk * 16 + k) * kLd + nt * 8 + n]; }));
       }
     }
     double rs[2] = {0.0, 0.0};
@@ -248,8 +250,10 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
     for (int kk = 0; kk < kD / 16; ++kk) {
       const FragA ac = fc[kk], ad = fd[kk];
       for (int nt = 0; nt < kD / 8; ++nt) {
-        MmaSplit(v[nt], ac, MakeB([&](int k, int n) { return sS[(nt * 8 + n) * kLd + kk * 16 + k]; }));
-        MmaSplit(wv[nt], ad, MakeB([&](int k, int n) { return sS[(kk * 16 + k) * kLd + nt * 8 + n]; }));
+        MmaSplit(v[nt], ac,
+                 MakeB([&](int k, int n) { return sS[(nt * 8 + n) * kLd + kk * 16 + k]; }));
+        MmaSplit(wv[nt], ad,
+                 MakeB([&](int k, int n) { return sS[(kk * 16 + k) * kLd + nt * 8 + n]; }));
       }
     }
     double os[2] = {0.0, 0.0};
@@ -288,8 +292,8 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
     dcs[s] = expl[s] = 0.0;
     if (t < len) {
       const double w = static_cast<double>(sR[t]) * sDt[t];
-      dcs[s] = rowQ[t] - static_cast<double>(sDt[t]) * colQ[t] + static_cast<double>(sE[t]) * Os[t] -
-               Rs[t] * w;
+      dcs[s] = rowQ[t] - static_cast<double>(sDt[t]) * colQ[t] +
+               static_cast<double>(sE[t]) * Os[t] - Rs[t] * w;
       expl[s] = colQ[t] + Rs[t] * sR[t];
       rw += Rs[t] * w;
     }

@@ -275,8 +275,8 @@ __device__ __forceinline__ float ChunkDecays(const float* dt, float Ah, int len,
 // Under GTP_CUDA_HOST_EMULATION the warp emulator runs the grid on the host
 // (one block at a time, its threads side by side), synchronously.
 template <class... Params, class... Args>
-void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes,
-            cudaStream_t stream, Args... args) {
+void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes, cudaStream_t stream,
+            Args... args) {
   GTP_CU_REQUIRE(bytes <= 200 * 1024, "SsdMma (CUDA): %lld bytes of shared memory",
                  static_cast<long long>(bytes));
 #if defined(GTP_CUDA_HOST_EMULATION)

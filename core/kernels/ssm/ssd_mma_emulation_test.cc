@@ -178,12 +178,12 @@ TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceAndRepeatsBitForBit) {
 // multiple of the chunk, one step, one chunk exactly, odd P and N.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SsdMmaEmulationTest,
-    ::testing::Values(Case{1, 70, 4, 16, 1, 16},   // 4 heads a block, the group's sum in it
-                      Case{2, 37, 4, 8, 2, 16},    // 2 heads a block, G = 2
-                      Case{1, 50, 6, 5, 1, 7},     // 2 heads a block, 3 partials a group
-                      Case{1, 64, 2, 16, 2, 16},   // G = H: a head a block; T = one chunk
-                      Case{2, 1, 4, 16, 1, 16},    // T = 1
-                      Case{1, 40, 2, 32, 1, 20},   // width 32
+    ::testing::Values(Case{1, 70, 4, 16, 1, 16},    // 4 heads a block, the group's sum in it
+                      Case{2, 37, 4, 8, 2, 16},     // 2 heads a block, G = 2
+                      Case{1, 50, 6, 5, 1, 7},      // 2 heads a block, 3 partials a group
+                      Case{1, 64, 2, 16, 2, 16},    // G = H: a head a block; T = one chunk
+                      Case{2, 1, 4, 16, 1, 16},     // T = 1
+                      Case{1, 40, 2, 32, 1, 20},    // width 32
                       Case{1, 45, 2, 64, 1, 33}));  // width 64: 32-step chunks, 2 of them
 
 }  // namespace

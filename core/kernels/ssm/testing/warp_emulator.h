@@ -4,8 +4,9 @@
 // (bf16 in, f32 accumulate) meet at barriers, so a warp's lanes exchange
 // values as on the GPU. cp.async copies at once. Shared memory is filled
 // with NaN before every block, so a read of a word the block never wrote
-// shows up as NaN in the outputs. A barrier that some threads never reach
-// (divergent code around a warp-wide instruction) aborts after 30 s.
+// shows up as NaN in the outputs. A lane that skips a warp-wide operation
+// the others meet aborts (MeetWarp), and a barrier that some threads never
+// reach aborts after 30 s.
 //
 // For tests only (it holds process-wide state: the block in flight). Use:
 //   #define GTP_CUDA_HOST_EMULATION
@@ -52,8 +53,9 @@ class Barrier {
       return;
     }
     if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return gen_ != gen; })) {
-      std::fprintf(stderr, "warp_emulator: a barrier of %d threads waited 30 s (%d arrived): "
-                           "divergent code around a warp- or block-wide operation?\n",
+      std::fprintf(stderr,
+                   "warp_emulator: a barrier of %d threads waited 30 s (%d arrived): "
+                   "divergent code around a warp- or block-wide operation?\n",
                    n_, count_);
       std::abort();
     }
@@ -73,6 +75,7 @@ struct Block {
   std::unique_ptr<Barrier> all;
   std::vector<std::unique_ptr<Barrier>> warps;
   std::vector<uint64_t> slot;  // a shuffle's value per thread
+  std::vector<int64_t> seq;    // how many warp operations each thread has met
   std::vector<uint32_t> frag;  // an mma's A (4) and B (2) registers per thread
 };
 
@@ -105,21 +108,49 @@ inline Idx BlockDim() { return {static_cast<unsigned>(Current()->threads), 1, 1}
 inline Idx GridDim() { return {Current()->grid, 1, 1}; }
 
 inline void SyncThreads() { Current()->all->Wait(); }
-inline void SyncWarp() { Current()->warps[Tid() / 32]->Wait(); }
+
+// A warp-wide operation (__syncwarp, a shuffle of some kind, an mma) met by
+// all 32 lanes: each lane says which operation it is at and how many it has
+// met, and after the barrier every lane checks that the warp agrees. A lane
+// that skipped one (a full-mask shuffle under a branch: undefined on the
+// GPU, an illegal instruction on the H200) meets the others at a different
+// operation, or fewer in all, and aborts here, naming the lanes.
+enum class WarpOp : int64_t { kSync = 1, kShflXor, kShflUp, kShflDown, kShflIdx, kMma };
+inline void MeetWarp(WarpOp op) {
+  Block* b = Current();
+  const int tid = Tid(), base = tid / 32 * 32;
+  const int64_t mine = ((b->seq[tid] >> 8) + 1) << 8 | static_cast<int64_t>(op);
+  b->seq[tid] = mine;
+  b->warps[tid / 32]->Wait();
+  for (int l = 0; l < 32; ++l) {
+    if (b->seq[base + l] != mine) {
+      std::fprintf(stderr,
+                   "warp_emulator: lane %d is at warp-wide operation #%lld (kind %d), "
+                   "lane %d at #%lld (kind %d): a lane skipped a shuffle, mma or "
+                   "__syncwarp that the others met\n",
+                   tid % 32, static_cast<long long>(mine >> 8), static_cast<int>(mine & 255), l,
+                   static_cast<long long>(b->seq[base + l] >> 8),
+                   static_cast<int>(b->seq[base + l] & 255));
+      std::abort();
+    }
+  }
+  b->warps[tid / 32]->Wait();  // nobody moves on before all have checked
+}
+inline void SyncWarp() { MeetWarp(WarpOp::kSync); }
 
 // Lane `src` of this warp's value (own value where src is outside 0..31).
 template <class T>
-T Exchange(T v, int src) {
+T Exchange(T v, int src, WarpOp op) {
   static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
   Block* b = Current();
   const int tid = Tid(), base = tid / 32 * 32;
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   b->slot[tid] = bits;
-  SyncWarp();
+  MeetWarp(op);
   T out = v;
   if (src >= 0 && src < 32) std::memcpy(&out, &b->slot[base + src], sizeof(T));
-  SyncWarp();
+  b->warps[tid / 32]->Wait();
   return out;
 }
 
@@ -140,7 +171,7 @@ inline void MmaM16N8K16Bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_
   for (int i = 0; i < 4; ++i) mine[i] = a[i];
   mine[4] = b[0];
   mine[5] = b[1];
-  SyncWarp();
+  MeetWarp(WarpOp::kMma);
   auto A = [&](int r, int k) {
     const int l = 4 * (r % 8) + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
     return Bf16Half(blk->frag[6 * (base + l) + reg], k % 2);
@@ -156,7 +187,7 @@ inline void MmaM16N8K16Bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_
     for (int k = 0; k < 16; ++k) acc += A(r, k) * B(k, n);
     d[q] = acc;
   }
-  SyncWarp();
+  blk->warps[tid / 32]->Wait();
 }
 
 // Runs fn (a kernel call with its arguments bound) on `block` threads for
@@ -164,8 +195,9 @@ inline void MmaM16N8K16Bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_
 template <class Fn>
 void RunGrid(int64_t grid, int block, int64_t smem_bytes, Fn fn) {
   if (block % 32 != 0 || static_cast<size_t>(smem_bytes) > SharedMem().bytes) {
-    std::fprintf(stderr, "warp_emulator: block %d (a multiple of 32?), %lld bytes of shared "
-                         "memory (SetShared gave %zu)\n",
+    std::fprintf(stderr,
+                 "warp_emulator: block %d (a multiple of 32?), %lld bytes of shared "
+                 "memory (SetShared gave %zu)\n",
                  block, static_cast<long long>(smem_bytes), SharedMem().bytes);
     std::abort();
   }
@@ -177,6 +209,7 @@ void RunGrid(int64_t grid, int block, int64_t smem_bytes, Fn fn) {
     b.all = std::make_unique<Barrier>(block);
     for (int w = 0; w < block / 32; ++w) b.warps.push_back(std::make_unique<Barrier>(32));
     b.slot.assign(block, 0);
+    b.seq.assign(block, 0);
     b.frag.assign(6 * static_cast<size_t>(block), 0);
     float* f = reinterpret_cast<float*>(SharedMem().base);
     for (size_t i = 0; i < SharedMem().bytes / sizeof(float); ++i) {
@@ -215,19 +248,21 @@ inline void __syncthreads() { ::gtp::emu::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::gtp::emu::SyncWarp(); }
 template <class T>
 T __shfl_xor_sync(unsigned, T v, int mask) {
-  return ::gtp::emu::Exchange(v, (::gtp::emu::Tid() % 32) ^ mask);
+  return ::gtp::emu::Exchange(v, (::gtp::emu::Tid() % 32) ^ mask, ::gtp::emu::WarpOp::kShflXor);
 }
 template <class T>
 T __shfl_up_sync(unsigned, T v, unsigned d) {
-  return ::gtp::emu::Exchange(v, ::gtp::emu::Tid() % 32 - static_cast<int>(d));
+  return ::gtp::emu::Exchange(v, ::gtp::emu::Tid() % 32 - static_cast<int>(d),
+                              ::gtp::emu::WarpOp::kShflUp);
 }
 template <class T>
 T __shfl_down_sync(unsigned, T v, unsigned d) {
-  return ::gtp::emu::Exchange(v, ::gtp::emu::Tid() % 32 + static_cast<int>(d));
+  return ::gtp::emu::Exchange(v, ::gtp::emu::Tid() % 32 + static_cast<int>(d),
+                              ::gtp::emu::WarpOp::kShflDown);
 }
 template <class T>
 T __shfl_sync(unsigned, T v, int src) {
-  return ::gtp::emu::Exchange(v, src & 31);
+  return ::gtp::emu::Exchange(v, src & 31, ::gtp::emu::WarpOp::kShflIdx);
 }
 
 namespace gtp::kernels::cuda::internal {
