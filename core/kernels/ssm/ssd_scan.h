@@ -46,7 +46,9 @@
 // take scratch from exec.alloc: the recurrence's backward O(B·T·H) floats, the states at the chunk
 // boundaries (2·B·H·(⌈T/chunk⌉ − 1)·P·N), and 2·B·T·H·⌈P/rows⌉·N more when G < H or P is split over
 // blocks; the chunked forward B·H·⌈T/L⌉·(P·N + 1) floats, its backward twice that plus 2·B·T·H·N
-// when G < H. Thread-safe for distinct output tensors.
+// when G < H. kChunkedMma (ssd_mma.cu; P, N ≤ 64) gives each (b, h, chunk) one warp and keeps a
+// chunk's products in registers between mma.sync instructions; scratch: the chunk states and
+// per-chunk scalars (ssd_scan_cuda.h SsdMmaScratchFloats). Thread-safe for distinct output tensors.
 //
 //   Exec e = Exec::Cpu(host);
 //   ssm::SsdScanForward(e, x, dt, A, Bm, Cm, D, y);
