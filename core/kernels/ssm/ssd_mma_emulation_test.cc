@@ -181,6 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{1, 70, 4, 16, 1, 16},    // 4 heads a block, the group's sum in it
                       Case{2, 37, 4, 8, 2, 16},     // 2 heads a block, G = 2
                       Case{1, 50, 6, 5, 1, 7},      // 2 heads a block, 3 partials a group
+                      Case{2, 130, 8, 16, 1, 16},   // 4 heads a block, 2 partials; 3 chunks
                       Case{1, 64, 2, 16, 2, 16},    // G = H: a head a block; T = one chunk
                       Case{2, 1, 4, 16, 1, 16},     // T = 1
                       Case{1, 40, 2, 32, 1, 20},    // width 32
