@@ -36,8 +36,6 @@ using ::gtp::kernels::cuda::internal::SmemAddr;
 // consecutive heads of one group at the same (b, chunk), which share B and
 // C (staged once a block).
 
-constexpr int kMaxHeadsPerBlock = 4;
-
 template <int kD>
 struct MmaShape {
   static_assert(kD == 16 || kD == 32 || kD == 64, "kD: 16, 32 or 64");
@@ -46,7 +44,6 @@ struct MmaShape {
   // fragment's paired loads (8 rows × 4 pairs) hit 32 distinct banks in
   // each half-warp.
   static constexpr int kLd = kD + 8;
-  static constexpr int kTiles = kL / 16;  // 16-row tiles of the chunk
 };
 
 // The padded width of P and N that the kernels instantiate (0: too large).
