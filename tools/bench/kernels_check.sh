@@ -23,7 +23,9 @@
 #    bias gradients, cuBLASLt's epilogue vs
 #    ColumnSumAccumulate;
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
-#    steps: the median ms/step of steps 11–40;
+#    steps: the median ms/step of steps 11–40; with BASE_BUNDLE_DIR=<folder
+#    of another bundle.tar.xz> the same through that bundle too, and the two
+#    runs' losses side by side (a kernel change's speed and agreement);
 # 4. compute-sanitizer's racecheck, synccheck and memcheck on the scan's
 #    heads kernels at small shapes (ssm_gpu_test's HeadGroupsSmall) and on
 #    the embedding backward's skewed-id tests.
@@ -80,22 +82,44 @@ echo "=== 2c. AdamW (ms per call; bytes: the rate of the 30 bytes an element, T/
   grep '^BM_' | awk '{s = ""; for (i = 7; i <= NF; ++i) s = s " " $i; printf "%-40s %s %s%s\n", $1, $2, $3, s}'
 
 echo "=== 3. hybrid step (bf16, B=8, T=1024, default kernels)"
-RUN="$(mktemp -d)"
-if timeout 180 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
-  --noprogress --run_dir "$RUN" --set model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,train.precision=bf16,model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18,data.source=corpus,train.steps=40,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.disable=true,checkpoint.no_resume=true \
-  > "$LOG/hybrid.log" 2>&1; then
-  python3 - "$RUN/metrics.jsonl" <<'PY'
-import json, statistics, sys
-ms = [r["ms"] for r in map(json.loads, open(sys.argv[1]))
-      if r.get("step", 0) > 10 and "loss" in r and "ms" in r]
-print(f"hybrid: median {statistics.median(ms):.2f} ms/step over {len(ms)} steps" if ms
-      else "hybrid: no step times in metrics.jsonl")
-PY
-else
-  echo "FAIL hybrid run"
-  tail -20 "$LOG/hybrid.log"
-  status=1
+# With BASE_BUNDLE_DIR (a folder holding another bundle.tar.xz, e.g. the tree
+# before a kernel change, carried beside .bundle) the same run also goes
+# through that bundle's trainer: both medians and the two runs' losses.
+HYBRID_SET=model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,train.precision=bf16,model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18,data.source=corpus,train.steps=40,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.disable=true,checkpoint.no_resume=true
+hybrid() {  # label bundle-dir (unpacked)
+  local run
+  run="$(mktemp -d)"
+  if LD_LIBRARY_PATH="$2/lib:/usr/local/cuda/lib64" timeout 180 "$2/bin/recipes_gpt_124m_train" \
+    --config recipes/gpt_124m/gpt_124m.pbtxt --noprogress --run_dir "$run" --set "$HYBRID_SET" \
+    > "$LOG/hybrid_$1.log" 2>&1; then
+    cp "$run/metrics.jsonl" "$LOG/hybrid_$1.jsonl"
+  else
+    echo "FAIL hybrid run ($1)"
+    tail -20 "$LOG/hybrid_$1.log"
+    status=1
+  fi
+  rm -rf "$run"
+}
+hybrid this "$B"
+if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
+  mkdir -p "$WORK/base" && tar -C "$WORK/base" -xJf "$BASE_BUNDLE_DIR/bundle.tar.xz" && hybrid base "$WORK/base"
 fi
+python3 - "$LOG"/hybrid_*.jsonl <<'PY'
+import json, statistics, sys
+runs = {}
+for f in sys.argv[1:]:
+    rows = [r for r in map(json.loads, open(f)) if "loss" in r and "step" in r]
+    runs[f.rsplit("hybrid_", 1)[1][:-6]] = rows
+    ms = [r["ms"] for r in rows if r["step"] > 10 and "ms" in r]
+    print(f"hybrid ({f.rsplit('hybrid_', 1)[1][:-6]}): median {statistics.median(ms):.2f} ms/step "
+          f"over {len(ms)} steps, final loss {rows[-1]['loss']:.4f}" if ms else f"{f}: no step times")
+if len(runs) == 2:
+    a, b = runs.values()
+    d = [abs(x["loss"] - y["loss"]) for x, y in zip(a, b)]
+    print(f"hybrid losses, this vs base: mean |d| {sum(d) / len(d):.2e}, max |d| {max(d):.2e} "
+          f"over {len(d)} steps")
+PY
+
 echo "=== 4. compute-sanitizer on the shared-memory protocols changed last (small shapes)"
 # The scan's heads kernels (ssm_gpu_test's HeadGroupsSmall, 3 cases) and the
 # embedding backward's segment blocks (embedding_gpu_test's two skewed-id
@@ -132,5 +156,5 @@ else
   echo "SKIPPED compute-sanitizer (not on PATH)"
 fi
 
-rm -rf "$RUN" "$WORK"
+rm -rf "$WORK"
 exit $status
