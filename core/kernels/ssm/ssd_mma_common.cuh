@@ -230,15 +230,18 @@ __device__ __forceinline__ void StageState(const float* __restrict__ src, float*
 }
 
 // The chunk's per-step decays, by one warp (lane l owns steps 2l, 2l + 1;
-// L ≤ 64): cs_i = Σ_{k ≤ i} dt_k·A in double by a fixed shuffle tree, steps
-// ≥ len taking cs_last (their dt is 0); e_i = exp(cs_i); r_i = exp(cs_last −
-// cs_i); dec = exp(cs_last) returned. dt[i] must be staged (0 at i ≥ len).
+// L ≤ 64): cs_i = log2(e)·Σ_{k ≤ i} dt_k·A in double by a fixed shuffle
+// tree — base-2 exponents, so every exp below is one exp2f (ex2, ≤ 2 ulp)
+// instead of expf's range reduction — steps ≥ len taking cs_last (their dt
+// is 0); e_i = 2^cs_i; r_i = 2^(cs_last − cs_i); dec = 2^cs_last returned.
+// dt[i] must be staged (0 at i ≥ len).
 template <int kL>
 __device__ __forceinline__ float ChunkDecays(const float* dt, float Ah, int len, double* cs,
                                              float* e, float* r) {
   const int lane = threadIdx.x & 31, i0 = 2 * lane, i1 = i0 + 1;
-  const double a0 = i0 < kL ? static_cast<double>(dt[i0]) * Ah : 0.0;
-  const double a1 = i1 < kL ? static_cast<double>(dt[i1]) * Ah : 0.0;
+  const double A2 = static_cast<double>(Ah) * 1.4426950408889634;  // log2(e)
+  const double a0 = i0 < kL ? static_cast<double>(dt[i0]) * A2 : 0.0;
+  const double a1 = i1 < kL ? static_cast<double>(dt[i1]) * A2 : 0.0;
   double incl = a0 + a1;
   for (int o = 1; o < kWarpSize; o <<= 1) {
     const double up = __shfl_up_sync(kFullMask, incl, o);
@@ -252,17 +255,17 @@ __device__ __forceinline__ float ChunkDecays(const float* dt, float Ah, int len,
   if (i0 < kL) {
     const double v = i0 < len ? c0 : cs_last;
     cs[i0] = v;
-    e[i0] = expf(static_cast<float>(v));
-    r[i0] = expf(static_cast<float>(cs_last - v));
+    e[i0] = exp2f(static_cast<float>(v));
+    r[i0] = exp2f(static_cast<float>(cs_last - v));
   }
   if (i1 < kL) {
     const double v = i1 < len ? c1 : cs_last;
     cs[i1] = v;
-    e[i1] = expf(static_cast<float>(v));
-    r[i1] = expf(static_cast<float>(cs_last - v));
+    e[i1] = exp2f(static_cast<float>(v));
+    r[i1] = exp2f(static_cast<float>(cs_last - v));
   }
   __syncwarp();
-  return expf(static_cast<float>(cs_last));
+  return exp2f(static_cast<float>(cs_last));
 }
 
 // ------------------------------------------------------------ launches
@@ -289,9 +292,10 @@ void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes, c
 #endif
 }
 
-// exp(cs_i − cs_j) for j ≤ i, else 0 (never evaluated above the diagonal).
+// exp(Σ_{j < k ≤ i} dt_k·A) = 2^(cs_i − cs_j) for j ≤ i (ChunkDecays' base-2
+// cs), else 0 (never evaluated above the diagonal).
 __device__ __forceinline__ float Decay(const double* cs, int i, int j) {
-  return j <= i ? expf(static_cast<float>(cs[i] - cs[j])) : 0.0f;
+  return j <= i ? exp2f(static_cast<float>(cs[i] - cs[j])) : 0.0f;
 }
 
 }  // namespace
