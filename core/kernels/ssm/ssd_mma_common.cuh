@@ -194,7 +194,9 @@ template <int kL, int kD, int kLd>
 __device__ __forceinline__ void StageRows(const float* __restrict__ src, float* dst, int64_t b,
                                           int64_t T, int64_t S, int64_t s, int W, int64_t t0,
                                           int len, int lane, int lanes) {
-  if (W % 4 == 0) {
+  // 16-byte copies where every row start is 16-byte aligned (a tensor view
+  // may start anywhere: then one float a copy).
+  if (W % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
     const int quads = kD / 4;
     for (int e = lane; e < kL * quads; e += lanes) {
       const int r = e / quads, c = (e - r * quads) * 4;

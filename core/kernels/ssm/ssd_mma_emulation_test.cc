@@ -35,6 +35,7 @@ using DVec = std::vector<double>;
 
 struct Case {
   int64_t B, T, H, P, G, N;
+  int offset = 0;  // x, dy, B, C start this many floats into their buffers (a view's start)
 };
 
 Vec Random(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -144,16 +145,24 @@ TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceAndRepeatsBitForBit) {
   for (float& v : dt) v = 0.05f + std::fabs(v);
   for (float& v : A) v = -std::exp(v);
   const Reference ref = RunReference(c, x, dt, A, Bm, Cm, D, dy);
+  auto at = [&](const Vec& v) {  // v's values `offset` floats into a new buffer
+    Vec buf(c.offset, NAN);
+    buf.insert(buf.end(), v.begin(), v.end());
+    return buf;
+  };
+  const Vec xo = at(x), dyo = at(dy), Bo = at(Bm), Co = at(Cm);
+  const float *px = xo.data() + c.offset, *pdy = dyo.data() + c.offset, *pB = Bo.data() + c.offset,
+              *pC = Co.data() + c.offset;
   Vec out[2][7];
   for (int run = 0; run < 2; ++run) {
     Vec y(nx, NAN), dx(nx, NAN), ddt(nt, NAN), dB(nb, NAN), dC(nb, NAN), dA(c.H, 0.5f),
         dD(c.H, -0.25f);  // dA, dD accumulate onto these
     Vec scratch(cuda::SsdMmaScratchFloats(c.B, c.T, c.H, c.P, c.G, c.N, true) + 1, NAN);
-    cuda::SsdMmaForward(x.data(), dt.data(), A.data(), Bm.data(), Cm.data(), D.data(), y.data(),
-                        scratch.data(), c.B, c.T, c.H, c.P, c.G, c.N, nullptr);
-    cuda::SsdMmaBackward(dy.data(), x.data(), dt.data(), A.data(), Bm.data(), Cm.data(), D.data(),
-                         dx.data(), ddt.data(), dA.data(), dB.data(), dC.data(), dD.data(),
-                         scratch.data(), c.B, c.T, c.H, c.P, c.G, c.N, nullptr);
+    cuda::SsdMmaForward(px, dt.data(), A.data(), pB, pC, D.data(), y.data(), scratch.data(), c.B,
+                        c.T, c.H, c.P, c.G, c.N, nullptr);
+    cuda::SsdMmaBackward(pdy, px, dt.data(), A.data(), pB, pC, D.data(), dx.data(), ddt.data(),
+                         dA.data(), dB.data(), dC.data(), dD.data(), scratch.data(), c.B, c.T, c.H,
+                         c.P, c.G, c.N, nullptr);
     for (float& v : dA) v -= 0.5f;
     for (float& v : dD) v += 0.25f;
     out[run][0] = y;
@@ -178,14 +187,15 @@ TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceAndRepeatsBitForBit) {
 // multiple of the chunk, one step, one chunk exactly, odd P and N.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SsdMmaEmulationTest,
-    ::testing::Values(Case{1, 70, 4, 16, 1, 16},    // 4 heads a block, the group's sum in it
-                      Case{2, 37, 4, 8, 2, 16},     // 2 heads a block, G = 2
-                      Case{1, 50, 6, 5, 1, 7},      // 2 heads a block, 3 partials a group
-                      Case{2, 130, 8, 16, 1, 16},   // 4 heads a block, 2 partials; 3 chunks
-                      Case{1, 64, 2, 16, 2, 16},    // G = H: a head a block; T = one chunk
-                      Case{2, 1, 4, 16, 1, 16},     // T = 1
-                      Case{1, 40, 2, 32, 1, 20},    // width 32
-                      Case{1, 45, 2, 64, 1, 33}));  // width 64: 32-step chunks, 2 of them
+    ::testing::Values(Case{1, 70, 4, 16, 1, 16},       // 4 heads a block, the group's sum in it
+                      Case{2, 37, 4, 8, 2, 16},        // 2 heads a block, G = 2
+                      Case{1, 50, 6, 5, 1, 7},         // 2 heads a block, 3 partials a group
+                      Case{2, 130, 8, 16, 1, 16},      // 4 heads a block, 2 partials; 3 chunks
+                      Case{1, 64, 2, 16, 2, 16},       // G = H: a head a block; T = one chunk
+                      Case{2, 1, 4, 16, 1, 16},        // T = 1
+                      Case{1, 40, 2, 32, 1, 20},       // width 32
+                      Case{1, 45, 2, 64, 1, 33},       // width 64: 32-step chunks, 2 of them
+                      Case{1, 70, 4, 16, 1, 16, 1}));  // inputs 4 bytes past 16-byte alignment
 
 }  // namespace
 }  // namespace gtp::kernels::ssm

@@ -273,6 +273,14 @@ inline uint32_t SmemAddr(const void* p) {
 }
 inline void CpAsync16(uint32_t dst, const void* src, bool valid) {
   char* d = ::gtp::emu::SharedMem().base + dst;
+  if (reinterpret_cast<uintptr_t>(d) % 16 != 0 ||
+      (valid && reinterpret_cast<uintptr_t>(src) % 16)) {
+    std::fprintf(stderr,
+                 "warp_emulator: cp.async of 16 bytes from %p to shared offset %u: both "
+                 "must be 16-byte aligned\n",
+                 src, dst);
+    std::abort();
+  }
   if (valid) {
     std::memcpy(d, src, 16);
   } else {
