@@ -243,9 +243,19 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
 
 namespace mma_internal {
 
-int HeadsPerBlock(int64_t H, int64_t G) {
+// The most heads of a group a block takes: 4, 2 or 1, dividing H/G, whose
+// backward block fits shared memory (at width 64 four do not). The forward
+// takes the same, so that both cut the heads alike.
+int HeadsPerBlock(int64_t H, int64_t G, int64_t P, int64_t N) {
   const int64_t hpg = H / G;
-  return hpg % 4 == 0 ? 4 : hpg % 2 == 0 ? 2 : 1;
+  const int w = MmaWidth(P, N);
+  for (int hb : {4, 2}) {
+    const int64_t bytes = w == 16   ? BackwardBytes<16>(hb)
+                          : w == 32 ? BackwardBytes<32>(hb)
+                                    : BackwardBytes<64>(hb);
+    if (hpg % hb == 0 && bytes <= kMaxSmemBytes) return hb;
+  }
+  return 1;
 }
 
 int64_t Chunks(int64_t T, int64_t P, int64_t N) {
@@ -257,7 +267,7 @@ template <int kD>
 void States(const float* x, const float* dy, const float* Bm, const float* Cm, const float* dt,
             const float* A, float* S, float* Lc, float* dec, int64_t B, int64_t T, int64_t H,
             int64_t P, int64_t G, int64_t N, cudaStream_t stream) {
-  const int hb = HeadsPerBlock(H, G);
+  const int hb = HeadsPerBlock(H, G, P, N);
   const int64_t nc = CeilDiv(T, MmaShape<kD>::kL);
   const int64_t blocks = B * (H / hb) * nc;
   const bool both = dy != nullptr;
@@ -283,7 +293,7 @@ template <int kD>
 void Output(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
             const float* D, const float* Sin, float* y, int64_t B, int64_t T, int64_t H, int64_t P,
             int64_t G, int64_t N, cudaStream_t stream) {
-  const int hb = HeadsPerBlock(H, G);
+  const int hb = HeadsPerBlock(H, G, P, N);
   const int64_t nc = CeilDiv(T, MmaShape<kD>::kL);
   Launch(MmaOutputKernel<kD>, B * (H / hb) * nc, 32 * hb, OutputBytes<kD>(hb), stream, x, dt, A, Bm,
          Cm, D, static_cast<const float*>(Sin), y, T, H, static_cast<int>(P), G,
@@ -321,7 +331,7 @@ int64_t SsdMmaScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t 
                             bool backward) {
   const int64_t nc = mma_internal::Chunks(T, P, N), states = B * H * nc * P * N;
   if (!backward) return states + B * H * nc;
-  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G);
+  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G, P, N);
   return 4 * B * H * nc + 2 * states + B * H * nc + (Hp == G ? 0 : 2 * B * T * Hp * N);
 }
 
@@ -359,7 +369,7 @@ void SsdMmaBackward(const float* dy, const float* x, const float* dt, const floa
     return;
   }
   const int64_t nc = mma_internal::Chunks(T, P, N), states = B * H * nc * P * N;
-  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G);
+  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G, P, N);
   double* dAp = reinterpret_cast<double*>(scratch);
   double* dDp = dAp + B * H * nc;
   float* S = scratch + 4 * B * H * nc;

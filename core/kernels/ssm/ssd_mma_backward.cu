@@ -29,17 +29,6 @@
 namespace gtp::kernels::ssm::cuda {
 namespace {
 
-// doubles: cs, colQ, rowQ, R, O [hb][kL]; floats: B, C [kL][kLd], the
-// head-sum slots [hb][16][kLd], per warp X, dY [kL][kLd], S, G [kD][kLd],
-// dt, e, r [kL].
-template <int kD>
-int64_t BackwardBytes(int hb) {
-  using S = MmaShape<kD>;
-  const int64_t mat = int64_t{S::kL} * S::kLd;
-  return int64_t{8} * 5 * hb * S::kL +
-         4 * (2 * mat + hb * 16 * S::kLd + hb * (2 * mat + 2 * kD * S::kLd + 3 * S::kL));
-}
-
 // The block's dB or dC rows j0..j0+15 from each warp's accumulator tiles
 // (rows = the tile's, columns n): slot[warp] ← tiles, then the heads in
 // order into out[((b·T + t)·Hp + hblk)·N + n] for t < len. Two barriers.
@@ -351,7 +340,7 @@ __global__ void MmaScalarsKernel(const double* __restrict__ dAp, const double* _
 
 namespace mma_internal {
 
-int HeadsPerBlock(int64_t H, int64_t G);
+int HeadsPerBlock(int64_t H, int64_t G, int64_t P, int64_t N);
 
 template <int kD>
 void Backward(const float* dy, const float* x, const float* dt, const float* A, const float* Bm,
@@ -359,7 +348,7 @@ void Backward(const float* dy, const float* x, const float* dt, const float* A, 
               float* dx, float* ddt, float* dA, float* dBm, float* dCm, float* dD, double* dAp,
               double* dDp, float* dBp, float* dCp, int64_t B, int64_t T, int64_t H, int64_t P,
               int64_t G, int64_t N, cudaStream_t stream) {
-  const int hb = HeadsPerBlock(H, G);
+  const int hb = HeadsPerBlock(H, G, P, N);
   const int64_t nc = CeilDiv(T, MmaShape<kD>::kL), Hp = H / hb;
   const bool direct = Hp == G;  // the block's heads are the group's
   float* outB = direct ? dBm : dBp;

@@ -46,6 +46,21 @@ struct MmaShape {
   static constexpr int kLd = kD + 8;
 };
 
+// The most dynamic shared memory a block takes (of the H200's 227 KB).
+constexpr int64_t kMaxSmemBytes = 200 * 1024;
+
+// The backward block's shared memory, the largest of the kernels' (hb warps).
+// doubles: cs, colQ, rowQ, R, O [hb][kL]; floats: B, C [kL][kLd], the
+// head-sum slots [hb][16][kLd], per warp X, dY [kL][kLd], S, G [kD][kLd],
+// dt, e, r [kL].
+template <int kD>
+int64_t BackwardBytes(int hb) {
+  using S = MmaShape<kD>;
+  const int64_t mat = int64_t{S::kL} * S::kLd;
+  return int64_t{8} * 5 * hb * S::kL +
+         4 * (2 * mat + hb * 16 * S::kLd + hb * (2 * mat + 2 * kD * S::kLd + 3 * S::kL));
+}
+
 // The padded width of P and N that the kernels instantiate (0: too large).
 inline int MmaWidth(int64_t P, int64_t N) {
   const int64_t m = P > N ? P : N;
@@ -279,7 +294,7 @@ __device__ __forceinline__ float ChunkDecays(const float* dt, float Ah, int len,
 template <class... Params, class... Args>
 void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes, cudaStream_t stream,
             Args... args) {
-  GTP_CU_REQUIRE(bytes <= 200 * 1024, "SsdMma (CUDA): %lld bytes of shared memory",
+  GTP_CU_REQUIRE(bytes <= kMaxSmemBytes, "SsdMma (CUDA): %lld bytes of shared memory",
                  static_cast<long long>(bytes));
 #if defined(GTP_CUDA_HOST_EMULATION)
   (void)stream;

@@ -195,6 +195,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 1, 4, 16, 1, 16},        // T = 1
                       Case{1, 40, 2, 32, 1, 20},       // width 32
                       Case{1, 45, 2, 64, 1, 33},       // width 64: 32-step chunks, 2 of them
+                      Case{1, 40, 4, 64, 1, 64},       // width 64, 4 heads a group: 2 a block fit
                       Case{1, 70, 4, 16, 1, 16, 1}));  // inputs 4 bytes past 16-byte alignment
 
 }  // namespace
