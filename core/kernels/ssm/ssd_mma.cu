@@ -15,7 +15,7 @@
 // exp(cs_i − cs_j) for j ≤ i, e_i = exp(cs_i), r_j = exp(cs_last − cs_j),
 // w_j = r_j·dt_j and dec_c = exp(cs_last):
 //   S_c       = Σ_j w_j · x_j ⊗ B_j                        (MmaStatesKernel)
-//   S_in[c+1] = dec_c·S_in[c] + S_c,  S_in[0] = 0          (MmaPassKernel)
+//   S_in[c+1] = dec_c·S_in[c] + S_c,  S_in[0] = 0          (ssd_pass.cuh)
 //   y_i = Σ_{j ≤ i} (C_i·B_j)·E_ij·dt_j·x_j + e_i·S_in[c]·C_i + D·x_i   (MmaOutputKernel)
 // The backward (ssd_mma_backward.cu) has the same states plus
 // local_c = Σ_i e_i·dy_i ⊗ C_i, and G_c = ∂L/∂S_in[c+1] from the reverse
@@ -30,6 +30,7 @@
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/ssm/ssd_common.cuh"
 #include "core/kernels/ssm/ssd_mma_common.cuh"
+#include "core/kernels/ssm/ssd_pass.cuh"
 #include "core/kernels/ssm/ssd_scan_cuda.h"
 
 namespace gtp::kernels::ssm::cuda {
@@ -56,10 +57,9 @@ __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __rest
   constexpr int kL = Sh::kL, kLd = Sh::kLd, kMat = kL * kLd;
   extern __shared__ double smem_d[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t c = blockIdx.x % nc, bhb = blockIdx.x / nc, hblocks = H / hb;
-  const int64_t b = bhb / hblocks, h = (bhb % hblocks) * hb + warp, g = h / (H / G);
-  const int64_t t0 = c * kL;
-  const int len = static_cast<int>(T - t0 < kL ? T - t0 : kL);
+  const MmaChunk k = ThisMmaChunk<kL>(T, H, G, nc, hb);
+  const int64_t b = k.b, h = k.h, g = k.g, c = k.c, t0 = k.t0;
+  const int len = k.len;
   double* cs = smem_d + warp * kL;
   float* sB = reinterpret_cast<float*>(smem_d + hb * kL);
   float* sC = sB + kMat;  // kBoth only
@@ -74,7 +74,7 @@ __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __rest
   StageRows<kL, kD, kLd>(x, sX, b, T, H, h, P, t0, len, lane, kWarpSize);
   if (kBoth) StageRows<kL, kD, kLd>(dy, sDY, b, T, H, h, P, t0, len, lane, kWarpSize);
   CpAsyncCommit();
-  for (int i = lane; i < kL; i += kWarpSize) sDt[i] = i < len ? dt[(b * T + t0 + i) * H + h] : 0.0f;
+  StageDt<kL>(dt, sDt, k, T, H);
   __syncwarp();
   const float d = ChunkDecays<kL>(sDt, A[h], len, cs, sE, sR);
   CpAsyncWait<0>();
@@ -111,39 +111,6 @@ __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __rest
   if (lane == 0) dec[(b * H + h) * nc + c] = d;
 }
 
-// Thread per (bh, e < P·N), in place over the chunks: forward (S: the chunk
-// sums in, the entry states S_in[c] out; run = dec_c·run + S_c) or reverse
-// (L: the local sums in, G_c out; g = L_c + dec_c·g). Eight chunks' loads
-// are issued before their arithmetic.
-__global__ void MmaPassKernel(float* __restrict__ S, const float* __restrict__ dec, int64_t BH,
-                              int64_t nc, int64_t PN, bool reverse) {
-  constexpr int kAhead = 8;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < BH * PN;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t bh = i / PN, e = i - bh * PN;
-    float* s = S + bh * nc * PN + e;
-    const float* dd = dec + bh * nc;
-    float run = 0.0f;
-    for (int64_t c0 = 0; c0 < nc; c0 += kAhead) {
-      float v[kAhead], dv[kAhead];
-#pragma unroll
-      for (int k = 0; k < kAhead; ++k) {
-        const int64_t c = reverse ? nc - 1 - (c0 + k) : c0 + k;
-        const bool ok = c0 + k < nc;
-        v[k] = ok ? s[c * PN] : 0.0f;
-        dv[k] = ok ? dd[c] : 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < kAhead; ++k) {
-        if (c0 + k >= nc) break;
-        const int64_t c = reverse ? nc - 1 - (c0 + k) : c0 + k;
-        s[c * PN] = run;
-        run = fmaf(dv[k], run, v[k]);
-      }
-    }
-  }
-}
-
 template <int kD>
 int64_t OutputBytes(int hb) {
   using S = MmaShape<kD>;
@@ -162,10 +129,9 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
   constexpr int kL = Sh::kL, kLd = Sh::kLd, kMat = kL * kLd;
   extern __shared__ double smem_d[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t c = blockIdx.x % nc, bhb = blockIdx.x / nc, hblocks = H / hb;
-  const int64_t b = bhb / hblocks, h = (bhb % hblocks) * hb + warp, g = h / (H / G);
-  const int64_t t0 = c * kL;
-  const int len = static_cast<int>(T - t0 < kL ? T - t0 : kL);
+  const MmaChunk k = ThisMmaChunk<kL>(T, H, G, nc, hb);
+  const int64_t b = k.b, h = k.h, g = k.g, c = k.c, t0 = k.t0;
+  const int len = k.len;
   double* cs = smem_d + warp * kL;
   float* sB = reinterpret_cast<float*>(smem_d + hb * kL);
   float* sC = sB + kMat;
@@ -178,7 +144,7 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
   StageRows<kL, kD, kLd>(Cm, sC, b, T, G, g, N, t0, len, threadIdx.x, blockDim.x);
   StageRows<kL, kD, kLd>(x, sX, b, T, H, h, P, t0, len, lane, kWarpSize);
   CpAsyncCommit();
-  for (int i = lane; i < kL; i += kWarpSize) sDt[i] = i < len ? dt[(b * T + t0 + i) * H + h] : 0.0f;
+  StageDt<kL>(dt, sDt, k, T, H);
   StageState<kD, kLd>(Sin + ((b * H + h) * nc + c) * P * N, sS, P, N, lane, kWarpSize);
   __syncwarp();
   ChunkDecays<kL>(sDt, A[h], len, cs, sE, sR);
@@ -279,13 +245,14 @@ void States(const float* x, const float* dy, const float* Bm, const float* Cm, c
     Launch(MmaStatesKernel<kD, false>, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S, Lc,
            dec, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
   }
-  // S (and L) → the entry states S_in[c] (and G_c).
+  // S (and L) → the entry states S_in[c] (and G_c): ssd_pass.cuh's passes.
   const int64_t n = B * H * P * N;
-  Launch(MmaPassKernel, GridFor(n, 256), 256, 0, stream, S, static_cast<const float*>(dec), B * H,
-         nc, P * N, false);
   if (both) {
-    Launch(MmaPassKernel, GridFor(n, 256), 256, 0, stream, Lc, static_cast<const float*>(dec),
-           B * H, nc, P * N, true);
+    Launch(ChunkPassBothKernel, GridFor(n, 256), 256, 0, stream, S, Lc,
+           static_cast<const float*>(dec), B * H, P * N, nc);
+  } else {
+    Launch(ChunkPassKernel<false>, GridFor(n, 256), 256, 0, stream, S,
+           static_cast<const float*>(dec), B * H, P * N, nc);
   }
 }
 

@@ -71,10 +71,10 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
   constexpr int kL = Sh::kL, kLd = Sh::kLd, kMat = kL * kLd;
   extern __shared__ double smem_d[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t c = blockIdx.x % nc, bhb = blockIdx.x / nc, Hp = H / hb;
-  const int64_t b = bhb / Hp, hblk = bhb % Hp, h = hblk * hb + warp, g = h / (H / G);
-  const int64_t t0 = c * kL;
-  const int len = static_cast<int>(T - t0 < kL ? T - t0 : kL);
+  const MmaChunk k = ThisMmaChunk<kL>(T, H, G, nc, hb);
+  const int64_t b = k.b, h = k.h, g = k.g, c = k.c, t0 = k.t0;
+  const int len = k.len;
+  const int64_t Hp = H / hb, hblk = k.hblk;
   double* cs = smem_d + warp * kL;
   double* colQ = smem_d + (hb + warp) * kL;
   double* rowQ = smem_d + (2 * hb + warp) * kL;
@@ -95,7 +95,7 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
   StageRows<kL, kD, kLd>(x, sX, b, T, H, h, P, t0, len, lane, kWarpSize);
   StageRows<kL, kD, kLd>(dy, sDY, b, T, H, h, P, t0, len, lane, kWarpSize);
   CpAsyncCommit();
-  for (int i = lane; i < kL; i += kWarpSize) sDt[i] = i < len ? dt[(b * T + t0 + i) * H + h] : 0.0f;
+  StageDt<kL>(dt, sDt, k, T, H);
   const int64_t state = ((b * H + h) * nc + c) * P * N;
   StageState<kD, kLd>(Sin + state, sS, P, N, lane, kWarpSize);
   StageState<kD, kLd>(Gc + state, sG, P, N, lane, kWarpSize);

@@ -200,6 +200,37 @@ __device__ __forceinline__ double QuadSum(double v) {
 
 // ------------------------------------------------------------ staging
 
+// A block's place: blockIdx.x = (b·(H/hb) + hblk)·nc + c, the heads
+// hblk·hb … hblk·hb + hb − 1 of group g; this warp's head h; the chunk's
+// first step t0 and length len ≤ kL.
+struct MmaChunk {
+  int64_t b, hblk, h, g, c, t0;
+  int len;
+};
+template <int kL>
+__device__ __forceinline__ MmaChunk ThisMmaChunk(int64_t T, int64_t H, int64_t G, int64_t nc,
+                                                 int hb) {
+  MmaChunk k;
+  const int64_t hblocks = H / hb, bhb = blockIdx.x / nc;
+  k.c = blockIdx.x % nc;
+  k.b = bhb / hblocks;
+  k.hblk = bhb % hblocks;
+  k.h = k.hblk * hb + (threadIdx.x >> 5);
+  k.g = k.h / (H / G);
+  k.t0 = k.c * kL;
+  k.len = static_cast<int>(T - k.t0 < kL ? T - k.t0 : kL);
+  return k;
+}
+
+// The warp's head's dt [B, T, H] over the chunk into sDt[kL] (0 at i ≥ len).
+template <int kL>
+__device__ __forceinline__ void StageDt(const float* __restrict__ dt, float* sDt, const MmaChunk& k,
+                                        int64_t T, int64_t H) {
+  for (int i = threadIdx.x & 31; i < kL; i += kWarpSize) {
+    sDt[i] = i < k.len ? dt[(k.b * T + k.t0 + i) * H + k.h] : 0.0f;
+  }
+}
+
 // Rows t0..t0+len−1 of a [.., T, S, W] tensor's slice s (row r at
 // src[((b·T + t0 + r)·S + s)·W + c], c < W) into dst[r][c] (row stride ld,
 // kL rows, kD columns): cp.async for the rows < len and columns < W, zeros
@@ -304,7 +335,10 @@ void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes, c
     GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(bytes)));
   }
+  // clang-format reads .cuh as C++ and would split the launch's >>>.
+  // clang-format off
   kernel<<<static_cast<unsigned>(grid), block, bytes, stream>>>(args...);
+  // clang-format on
   GTP_CU_CHECK(cudaGetLastError());
 #endif
 }

@@ -6,7 +6,7 @@
 // with NaN before every block, so a read of a word the block never wrote
 // shows up as NaN in the outputs. A lane that skips a warp-wide operation
 // the others meet aborts (MeetWarp), and a barrier that some threads never
-// reach aborts after 30 s.
+// reach aborts after 120 s (a hang detector: far beyond any wait on a loaded machine).
 //
 // For tests only (it holds process-wide state: the block in flight). Use:
 //   #define GTP_CUDA_HOST_EMULATION
@@ -52,9 +52,9 @@ class Barrier {
       cv_.notify_all();
       return;
     }
-    if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return gen_ != gen; })) {
+    if (!cv_.wait_for(lock, std::chrono::seconds(120), [&] { return gen_ != gen; })) {
       std::fprintf(stderr,
-                   "warp_emulator: a barrier of %d threads waited 30 s (%d arrived): "
+                   "warp_emulator: a barrier of %d threads waited 120 s (%d arrived): "
                    "divergent code around a warp- or block-wide operation?\n",
                    n_, count_);
       std::abort();
