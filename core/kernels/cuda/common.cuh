@@ -127,7 +127,7 @@ __device__ __forceinline__ float BlockMax(float v) {
 // while in flight. Each thread commits its copies as a group and waits for
 // its own groups; a barrier after the wait makes every thread's copies
 // visible to the block. (With GTP_CUDA_HOST_EMULATION a host test's warp
-// emulator, core/kernels/ssm/testing/warp_emulator.h, defines them instead.)
+// emulator, core/kernels/cuda/testing/warp_emulator.h, defines them instead.)
 
 #if !defined(GTP_CUDA_HOST_EMULATION)
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {

@@ -101,7 +101,7 @@ __device__ __forceinline__ void SplitPair(float a, float b, uint32_t& hi, uint32
 }
 
 #if defined(GTP_CUDA_HOST_EMULATION)
-// The host test's warp emulator (testing/warp_emulator.h) runs the product.
+// The host test's warp emulator (core/kernels/cuda/testing/warp_emulator.h) runs the product.
 __device__ __forceinline__ void MmaBf16(Acc& d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   ::gtp::emu::MmaM16N8K16Bf16(d, a, b);
 }

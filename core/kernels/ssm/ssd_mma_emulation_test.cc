@@ -1,12 +1,12 @@
 // The warp-level chunked SSD scan (ssd_mma.cu, ssd_mma_backward.cu;
 // SsdCudaKernel::kChunkedMma) run on the CPU by the warp emulator
-// (testing/warp_emulator.h): the kernels' own source, every lane a thread,
+// (core/kernels/cuda/testing/warp_emulator.h): the kernels' own source, every lane a thread,
 // mma.sync by the PTX fragment layouts. It checks the indexing, the masks,
 // the tiles' orientations, the head sums and the scalar gradients against
 // an independent reference (the recurrence and its adjoint, in double) on
 // any machine; ssm_gpu_test runs the same kernels on a GPU.
 #define GTP_CUDA_HOST_EMULATION
-#include "core/kernels/ssm/testing/warp_emulator.h"
+#include "core/kernels/cuda/testing/warp_emulator.h"
 
 namespace gtp::kernels::ssm::cuda {
 namespace {
@@ -136,7 +136,7 @@ class SsdMmaEmulationTest : public ::testing::TestWithParam<Case> {};
 // their rounding.
 constexpr double kTol = 2e-4;
 
-TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceAndRepeatsBitForBit) {
+TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceInEverySchedule) {
   const Case c = GetParam();
   gtp::emu::SetShared(cuda::smem_d, sizeof(cuda::smem_d));
   const int64_t nx = c.B * c.T * c.H * c.P, nt = c.B * c.T * c.H, nb = c.B * c.T * c.G * c.N;
@@ -153,8 +153,15 @@ TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceAndRepeatsBitForBit) {
   const Vec xo = at(x), dyo = at(dy), Bo = at(Bm), Co = at(Cm);
   const float *px = xo.data() + c.offset, *pdy = dyo.data() + c.offset, *pB = Bo.data() + c.offset,
               *pC = Co.data() + c.offset;
-  Vec out[2][7];
-  for (int run = 0; run < 2; ++run) {
+  // Three runs, each in another order of the block's threads between
+  // barriers (the emulator's schedules): outputs equal bit for bit, so no
+  // thread reads shared memory another writes without a barrier between.
+  const gtp::emu::Schedule schedules[3] = {gtp::emu::Schedule::kInOrder,
+                                           gtp::emu::Schedule::kReverse,
+                                           gtp::emu::Schedule::kShuffled};
+  Vec out[3][7];
+  for (int run = 0; run < 3; ++run) {
+    gtp::emu::SetSchedule(schedules[run], 11);
     Vec y(nx, NAN), dx(nx, NAN), ddt(nt, NAN), dB(nb, NAN), dC(nb, NAN), dA(c.H, 0.5f),
         dD(c.H, -0.25f);  // dA, dD accumulate onto these
     Vec scratch(cuda::SsdMmaScratchFloats(c.B, c.T, c.H, c.P, c.G, c.N, true) + 1, NAN);
@@ -177,8 +184,11 @@ TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceAndRepeatsBitForBit) {
   const DVec* want[7] = {&ref.y, &ref.dx, &ref.ddt, &ref.dB, &ref.dC, &ref.dA, &ref.dD};
   for (int k = 0; k < 7; ++k) {
     ExpectClose(out[0][k], *want[k], kTol, names[k]);
-    EXPECT_EQ(0, std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * sizeof(float)))
-        << names[k] << " differs between two runs";
+    for (int run = 1; run < 3; ++run) {
+      EXPECT_EQ(0, std::memcmp(out[0][k].data(), out[run][k].data(),
+                               out[0][k].size() * sizeof(float)))
+          << names[k] << " differs between schedules 0 and " << run;
+    }
   }
 }
 

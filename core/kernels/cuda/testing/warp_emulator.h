@@ -1,0 +1,455 @@
+// core/kernels/cuda/testing/warp_emulator.h — runs CUDA kernel source on the
+// host for a CPU test. Every thread of a block is a fiber (its own stack,
+// switched with ucontext on one OS thread), one block at a time; a fiber
+// runs until it meets a synchronisation point (__syncthreads, __syncwarp, a
+// shuffle, mma.sync m16n8k16 with bf16 inputs and f32 accumulation) and the
+// scheduler then picks the next ready thread in the order SetSchedule names.
+// So a run is deterministic, and a kernel can be run in several orders the
+// GPU may take: outputs that differ between them mean a thread reads shared
+// memory that another writes with no barrier between (a race).
+//
+// What aborts, with a message naming the threads:
+// - a lane that skips a warp-wide operation the others meet (a full-mask
+//   shuffle under a branch: undefined on the GPU, an illegal instruction on
+//   the H200);
+// - a barrier that some threads never reach (divergent __syncthreads, or a
+//   thread that returned early): found at once, when no thread can run;
+// - cp.async of 16 bytes to or from an address that is not 16-byte aligned,
+//   and a thread that ends with cp.async copies it never waited for.
+// What shows in the outputs: shared memory is NaN before every block, so a
+// read of a word no thread wrote comes out NaN; cp.async copies land when
+// the issuing thread's cp.async.wait_group lets them, not before, so a read
+// that comes too early sees the old contents (NaN at first).
+//
+// For tests only (it holds process-wide state: the block in flight). Use:
+//   #define GTP_CUDA_HOST_EMULATION
+//   #include "core/kernels/cuda/testing/warp_emulator.h"
+//   namespace <the kernels' namespace> { namespace { alignas(16) double smem_d[N]; } }
+//   #include "<the .cu file>"           // its launchers call RunGrid
+//   gtp::emu::SetShared(smem_d, sizeof(smem_d));
+// A kernel file opts in by routing its inline PTX and its launches through
+// helpers that GTP_CUDA_HOST_EMULATION swaps (common.cuh's cp.async; see
+// core/kernels/ssm/ssd_mma_common.cuh's MmaBf16 and Launch). Only dynamic
+// (extern __shared__) shared memory is emulated: a static __shared__ array
+// in a kernel would become one per thread. Blocks are one-dimensional.
+// It checks a kernel's logic (indexing, masks, the fragments' layouts as the
+// PTX ISA documents them, barriers, races between barriers); timing, memory
+// ordering and the tensor cores' own rounding inside an mma are not
+// emulated.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#ifndef GTP_CUDA_HOST_EMULATION
+#error "define GTP_CUDA_HOST_EMULATION before including warp_emulator.h"
+#endif
+
+namespace gtp::emu {
+
+// The order of a block's threads between synchronisation points: thread 0
+// first, the last thread first, or a seeded random ready thread each time.
+enum class Schedule { kInOrder, kReverse, kShuffled };
+struct Settings {
+  Schedule schedule = Schedule::kInOrder;
+  uint32_t seed = 1;
+};
+inline Settings& CurrentSettings() {
+  static Settings s;
+  return s;
+}
+inline void SetSchedule(Schedule schedule, uint32_t seed = 1) {
+  CurrentSettings() = Settings{schedule, seed};
+}
+
+struct Shared {
+  char* base = nullptr;
+  size_t bytes = 0;
+};
+inline Shared& SharedMem() {
+  static Shared s;
+  return s;
+}
+inline void SetShared(void* base, size_t bytes) {
+  SharedMem() = Shared{static_cast<char*>(base), bytes};
+}
+
+[[noreturn]] inline void Fail(const char* what) {
+  std::fprintf(stderr, "warp_emulator: %s\n", what);
+  std::fflush(stderr);
+  std::abort();
+}
+
+enum class WarpOp : int64_t { kSync = 1, kShflXor, kShflUp, kShflDown, kShflIdx, kMma };
+
+struct CpCopy {
+  char* dst;
+  const void* src;
+  int bytes;
+  bool valid;
+};
+
+struct Thread {
+  enum class State { kReady, kWaiting, kDone };
+  ucontext_t ctx;
+  State state = State::kReady;
+  const char* waits_at = "";
+  int64_t seq = 0;   // warp-wide operations met (<< 8) | the last one's kind
+  uint64_t slot = 0; // a shuffle's value
+  uint32_t frag[6] = {};  // an mma's A (4) and B (2) registers
+  std::vector<CpCopy> open;                 // cp.async copies not yet committed
+  std::deque<std::vector<CpCopy>> pending;  // committed groups, oldest first
+};
+
+struct Barrier {
+  int n = 0;
+  std::vector<int> arrived;
+};
+
+struct Block {
+  unsigned id = 0, grid = 0;
+  int threads = 0;
+  int current = 0;  // the thread running now
+  std::vector<Thread> t;
+  Barrier all;
+  std::vector<Barrier> warps;
+  ucontext_t scheduler;
+  const std::function<void()>* fn = nullptr;
+};
+
+inline Block*& Current() {
+  static Block* block = nullptr;
+  return block;
+}
+inline Thread& Me() { return Current()->t[Current()->current]; }
+inline int Tid() { return Current()->current; }
+
+struct Idx {
+  unsigned x, y, z;
+};
+inline Idx ThreadIdx() { return {static_cast<unsigned>(Tid()), 0, 0}; }
+inline Idx BlockIdx() { return {Current()->id, 0, 0}; }
+inline Idx BlockDim() { return {static_cast<unsigned>(Current()->threads), 1, 1}; }
+inline Idx GridDim() { return {Current()->grid, 1, 1}; }
+
+// This thread arrives at `bar` and gives the CPU back to the scheduler; the
+// last to arrive makes them all ready again.
+inline void Wait(Barrier& bar, const char* what) {
+  Block* b = Current();
+  Thread& me = Me();
+  bar.arrived.push_back(b->current);
+  me.state = Thread::State::kWaiting;
+  me.waits_at = what;
+  if (static_cast<int>(bar.arrived.size()) == bar.n) {
+    for (int i : bar.arrived) b->t[i].state = Thread::State::kReady;
+    bar.arrived.clear();
+  }
+  if (swapcontext(&me.ctx, &b->scheduler) != 0) Fail("swapcontext failed");
+}
+
+inline void SyncThreads() { Wait(Current()->all, "__syncthreads"); }
+
+// A warp-wide operation (__syncwarp, a shuffle, an mma) met by all 32 lanes:
+// each lane says which operation it is at and how many it has met, and after
+// the barrier every lane checks that the warp agrees. A lane that skipped one
+// meets the others at a different operation, or never, and aborts.
+inline void MeetWarp(WarpOp op) {
+  Block* b = Current();
+  const int tid = Tid(), base = tid / 32 * 32;
+  const int64_t mine = ((Me().seq >> 8) + 1) << 8 | static_cast<int64_t>(op);
+  Me().seq = mine;
+  Wait(b->warps[tid / 32], "a warp-wide operation");
+  for (int l = 0; l < 32; ++l) {
+    const int64_t other = b->t[base + l].seq;
+    if (other != mine) {
+      std::fprintf(stderr,
+                   "warp_emulator: block %u lane %d is at warp-wide operation #%lld (kind %d), "
+                   "lane %d at #%lld (kind %d): a lane skipped a shuffle, mma or __syncwarp "
+                   "that the others met\n",
+                   b->id, tid % 32, static_cast<long long>(mine >> 8),
+                   static_cast<int>(mine & 255), l, static_cast<long long>(other >> 8),
+                   static_cast<int>(other & 255));
+      Fail("warp-wide operations out of step");
+    }
+  }
+  Wait(b->warps[tid / 32], "a warp-wide operation");  // all checked before any moves on
+}
+inline void SyncWarp() { MeetWarp(WarpOp::kSync); }
+
+// Lane `src` of this warp's value (own value where src is outside 0..31).
+template <class T>
+T Exchange(T v, int src, WarpOp op) {
+  static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
+  Block* b = Current();
+  const int tid = Tid(), base = tid / 32 * 32;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  Me().slot = bits;
+  MeetWarp(op);
+  T out = v;
+  if (src >= 0 && src < 32) std::memcpy(&out, &b->t[base + src].slot, sizeof(T));
+  Wait(b->warps[tid / 32], "a shuffle");  // all read before any writes its next value
+  return out;
+}
+
+inline float Bf16Half(uint32_t reg, int half) {
+  const uint16_t h = static_cast<uint16_t>(half ? reg >> 16 : reg & 0xffffu);
+  return __bfloat162float(__ushort_as_bfloat16(h));
+}
+
+// d += A·B for the warp, the registers laid out as the PTX ISA's
+// mma.m16n8k16 (.bf16) fragments: lane = 4g + t; A a0 (g, 2t..2t+1), a1
+// (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..); B b0 (k 2t..2t+1, n g), b1
+// (k 2t+8.., n g); D d0, d1 (g, 2t..2t+1), d2, d3 (g+8, 2t..2t+1). The lower
+// half of a register holds the smaller column (k) index. The sum runs in
+// f32 in k order.
+inline void MmaM16N8K16Bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  Block* blk = Current();
+  const int tid = Tid(), base = tid / 32 * 32, lane = tid % 32;
+  uint32_t* mine = Me().frag;
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  mine[4] = b[0];
+  mine[5] = b[1];
+  MeetWarp(WarpOp::kMma);
+  auto A = [&](int r, int k) {
+    const int l = 4 * (r % 8) + (k % 8) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return Bf16Half(blk->t[base + l].frag[reg], k % 2);
+  };
+  auto B = [&](int k, int n) {
+    const int l = 4 * n + (k % 8) / 2, reg = k >= 8 ? 1 : 0;
+    return Bf16Half(blk->t[base + l].frag[4 + reg], k % 2);
+  };
+  const int g = lane / 4, t = lane % 4;
+  for (int q = 0; q < 4; ++q) {
+    const int r = g + (q >> 1) * 8, n = 2 * t + (q & 1);
+    float acc = d[q];
+    for (int k = 0; k < 16; ++k) acc += A(r, k) * B(k, n);
+    d[q] = acc;
+  }
+  Wait(blk->warps[tid / 32], "an mma");  // all read before any writes its next fragments
+}
+
+// ---- cp.async: queued per thread; a group lands at the wait that covers it.
+inline void CpAsyncIssue(char* dst, const void* src, int bytes, bool valid) {
+  if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||
+      (valid && reinterpret_cast<uintptr_t>(src) % bytes != 0)) {
+    std::fprintf(stderr,
+                 "warp_emulator: cp.async of %d bytes from %p to shared offset %td: both must "
+                 "be %d-byte aligned\n",
+                 bytes, src, dst - SharedMem().base, bytes);
+    Fail("misaligned cp.async");
+  }
+  if (dst < SharedMem().base || dst + bytes > SharedMem().base + SharedMem().bytes) {
+    Fail("cp.async to an address outside shared memory");
+  }
+  Me().open.push_back(CpCopy{dst, src, bytes, valid});
+}
+inline void CpAsyncCommitGroup() {
+  Thread& me = Me();
+  me.pending.push_back(std::move(me.open));
+  me.open.clear();
+}
+inline void CpAsyncWaitGroup(int n) {
+  Thread& me = Me();
+  while (static_cast<int>(me.pending.size()) > n) {
+    for (const CpCopy& c : me.pending.front()) {
+      if (c.valid) {
+        std::memcpy(c.dst, c.src, c.bytes);
+      } else {
+        std::memset(c.dst, 0, c.bytes);
+      }
+    }
+    me.pending.pop_front();
+  }
+}
+
+// ---- the scheduler
+
+class Stacks {
+ public:
+  static constexpr size_t kBytes = 512 * 1024;  // each, below a guard page
+  char* Get(int i) {
+    while (static_cast<int>(stacks_.size()) <= i) {
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      void* p = mmap(nullptr, kBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+      if (p == MAP_FAILED) Fail("mmap of a fiber stack failed");
+      if (mprotect(p, page, PROT_NONE) != 0) Fail("mprotect of a guard page failed");
+      stacks_.push_back(static_cast<char*>(p) + page);
+    }
+    return stacks_[i];
+  }
+
+ private:
+  std::vector<char*> stacks_;  // kept for the process (a test's lifetime)
+};
+inline Stacks& FiberStacks() {
+  static Stacks s;
+  return s;
+}
+
+inline void FiberEntry() {
+  Block* b = Current();
+  (*b->fn)();
+  Thread& me = Me();
+  if (!me.open.empty() || !me.pending.empty()) {
+    std::fprintf(stderr, "warp_emulator: block %u thread %d ended with cp.async copies it never "
+                         "waited for\n", b->id, b->current);
+    Fail("cp.async copies left in flight");
+  }
+  me.state = Thread::State::kDone;
+  // returning resumes uc_link: the scheduler
+}
+
+inline int PickReady(const Block& b, std::mt19937& rng) {
+  const Schedule s = CurrentSettings().schedule;
+  if (s == Schedule::kShuffled) {
+    int ready[1024];
+    int n = 0;
+    for (int i = 0; i < b.threads; ++i) {
+      if (b.t[i].state == Thread::State::kReady) ready[n++] = i;
+    }
+    return n == 0 ? -1 : ready[std::uniform_int_distribution<int>(0, n - 1)(rng)];
+  }
+  for (int k = 0; k < b.threads; ++k) {
+    const int i = s == Schedule::kInOrder ? k : b.threads - 1 - k;
+    if (b.t[i].state == Thread::State::kReady) return i;
+  }
+  return -1;
+}
+
+[[noreturn]] inline void Deadlock(const Block& b) {
+  int done = 0;
+  for (const Thread& th : b.t) done += th.state == Thread::State::kDone;
+  std::fprintf(stderr,
+               "warp_emulator: block %u cannot go on: %d of %d threads have returned and the "
+               "others wait:\n",
+               b.id, done, b.threads);
+  for (int i = 0, shown = 0; i < b.threads && shown < 8; ++i) {
+    if (b.t[i].state != Thread::State::kWaiting) continue;
+    std::fprintf(stderr, "  thread %d (warp %d lane %d) at %s\n", i, i / 32, i % 32,
+                 b.t[i].waits_at);
+    ++shown;
+  }
+  Fail("a barrier that some threads never reach (divergent code around __syncthreads or a "
+       "warp-wide operation?)");
+}
+
+// Runs fn (a kernel call with its arguments bound) on `block` threads for
+// each of `grid` blocks in order.
+template <class Fn>
+void RunGrid(int64_t grid, int block, int64_t smem_bytes, Fn fn) {
+  if (block % 32 != 0 || block > 1024 || static_cast<size_t>(smem_bytes) > SharedMem().bytes) {
+    std::fprintf(stderr,
+                 "warp_emulator: block %d (a multiple of 32, at most 1024?), %lld bytes of shared "
+                 "memory (SetShared gave %zu)\n",
+                 block, static_cast<long long>(smem_bytes), SharedMem().bytes);
+    Fail("launch out of the emulator's bounds");
+  }
+  const std::function<void()> body = fn;
+  std::mt19937 rng(CurrentSettings().seed);
+  for (int64_t id = 0; id < grid; ++id) {
+    Block b;
+    b.id = static_cast<unsigned>(id);
+    b.grid = static_cast<unsigned>(grid);
+    b.threads = block;
+    b.fn = &body;
+    b.t.resize(block);
+    b.all.n = block;
+    b.warps.assign(block / 32, Barrier{32, {}});
+    float* f = reinterpret_cast<float*>(SharedMem().base);
+    for (size_t i = 0; i < SharedMem().bytes / sizeof(float); ++i) {
+      f[i] = std::numeric_limits<float>::quiet_NaN();
+    }
+    for (int i = 0; i < block; ++i) {
+      ucontext_t& ctx = b.t[i].ctx;
+      if (getcontext(&ctx) != 0) Fail("getcontext failed");
+      ctx.uc_stack.ss_sp = FiberStacks().Get(i);
+      ctx.uc_stack.ss_size = Stacks::kBytes;
+      ctx.uc_link = &b.scheduler;
+      makecontext(&ctx, &FiberEntry, 0);
+    }
+    Current() = &b;
+    for (;;) {
+      const int next = PickReady(b, rng);
+      if (next < 0) {
+        for (const Thread& th : b.t) {
+          if (th.state != Thread::State::kDone) Deadlock(b);
+        }
+        break;
+      }
+      b.current = next;
+      if (swapcontext(&b.scheduler, &b.t[next].ctx) != 0) Fail("swapcontext failed");
+    }
+    Current() = nullptr;
+  }
+}
+
+}  // namespace gtp::emu
+
+// ---- The CUDA names the kernels use, on the host.
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__
+#define threadIdx (::gtp::emu::ThreadIdx())
+#define blockIdx (::gtp::emu::BlockIdx())
+#define blockDim (::gtp::emu::BlockDim())
+#define gridDim (::gtp::emu::GridDim())
+
+inline void __syncthreads() { ::gtp::emu::SyncThreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::gtp::emu::SyncWarp(); }
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int mask) {
+  return ::gtp::emu::Exchange(v, (::gtp::emu::Tid() % 32) ^ mask, ::gtp::emu::WarpOp::kShflXor);
+}
+template <class T>
+T __shfl_up_sync(unsigned, T v, unsigned d) {
+  return ::gtp::emu::Exchange(v, ::gtp::emu::Tid() % 32 - static_cast<int>(d),
+                              ::gtp::emu::WarpOp::kShflUp);
+}
+template <class T>
+T __shfl_down_sync(unsigned, T v, unsigned d) {
+  return ::gtp::emu::Exchange(v, ::gtp::emu::Tid() % 32 + static_cast<int>(d),
+                              ::gtp::emu::WarpOp::kShflDown);
+}
+template <class T>
+T __shfl_sync(unsigned, T v, int src) {
+  return ::gtp::emu::Exchange(v, src & 31, ::gtp::emu::WarpOp::kShflIdx);
+}
+
+namespace gtp::kernels::cuda::internal {
+// cp.async (common.cuh's helpers): SmemAddr is the offset in the emulated
+// shared memory.
+inline uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(static_cast<const char*>(p) - ::gtp::emu::SharedMem().base);
+}
+inline void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  ::gtp::emu::CpAsyncIssue(::gtp::emu::SharedMem().base + dst, src, 16, valid);
+}
+inline void CpAsync4(float* dst, const float* src, bool valid) {
+  ::gtp::emu::CpAsyncIssue(reinterpret_cast<char*>(dst), src, 4, valid);
+}
+inline void CpAsyncCommit() { ::gtp::emu::CpAsyncCommitGroup(); }
+template <int N>
+inline void CpAsyncWait() {
+  ::gtp::emu::CpAsyncWaitGroup(N);
+}
+}  // namespace gtp::kernels::cuda::internal
