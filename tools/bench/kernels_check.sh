@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tools/bench/kernels_check.sh — issue 31's new kernels in one short device
-# call (about 3 minutes on an H200, plus the sanitizer runs, which come last:
-# up to 6 × 100 s, so a call's 600 s may cut them; SANITIZE=0 skips them):
-# their GPU tests, the scan's times beside each other, and the hybrid step
-# with the default kernels.
+# call (about 3 minutes on an H200, plus the sanitizer runs and the profile,
+# which come last: up to 6 × 100 s and 4 × 60 s, so a call's 600 s may cut
+# them; SANITIZE=0 and PROFILE=0 skip them): their GPU tests, the scan's
+# times beside each other, and the hybrid step with the default kernels.
 #
 #   (here)        tools/gpu.sh bundle
 #   (device tool) run(command="bash tools/bench/kernels_check.sh", carry=[".bundle"])
@@ -27,8 +27,11 @@
 #    of another bundle.tar.xz> the same through that bundle too, and the two
 #    runs' losses side by side (a kernel change's speed and agreement);
 # 4. compute-sanitizer's racecheck, synccheck and memcheck on the scan's
-#    heads kernels at small shapes (ssm_gpu_test's HeadGroupsSmall) and on
-#    the embedding backward's skewed-id tests.
+#    kernels at small shapes (ssm_gpu_test's HeadGroupsSmall: every kernel,
+#    kChunkedMma's included) and on the embedding backward's skewed-id tests;
+# 5. Nsight Compute on the scan's kernels at the hybrid's shape (kChunkedMma
+#    and the defaults): duration, occupancy, issue rate (PROFILE=0 skips);
+#    with BASE_BUNDLE_DIR, part 2's scan rows also through that bundle.
 # Each part prints PASS/FAIL or its figures; the exit status is 1 when a
 # test failed. Logs in $OUT/kernels_check when $OUT is set (the device
 # tool), else a temp dir.
@@ -69,6 +72,16 @@ echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
   --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32|mma)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMma|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
+if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
+  # The same scan rows through the other bundle's benchmark (a kernel change's
+  # speed, old and new side by side in this call).
+  mkdir -p "$WORK/base_scan" && tar -C "$WORK/base_scan" -xJf "$BASE_BUNDLE_DIR/bundle.tar.xz"
+  echo "--- the same rows through BASE_BUNDLE_DIR's bundle"
+  (cd "$WORK/base_scan" && LD_LIBRARY_PATH="$WORK/base_scan/lib:/usr/local/cuda/lib64" timeout 120 \
+    ./bin/core_kernels_bench_ssm_benchmark \
+    --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma)/|ScanMma' 2>&1) |
+    grep '^BM_' | awk '{printf "base %-55s %s %s\n", $1, $2, $3}'
+fi
 echo "=== 2a. torch.compile's chunked scan (bf16; the acceptance anchor for ScanAuto/ScanMma)"
 timeout 150 python3 tools/bench/torch_ssd.py --shapes h96p16n16 2>&1 | grep -v '^W[0-9]' | tail -8
 
@@ -154,6 +167,49 @@ elif PATH="$PATH:/usr/local/cuda/bin" command -v compute-sanitizer > /dev/null; 
   sanitize core_kernels_embedding_gpu_test '*SkewedIds*' 2
 else
   echo "SKIPPED compute-sanitizer (not on PATH)"
+fi
+
+echo "=== 5. Nsight Compute on the scan's kernels at the hybrid's shape (PROFILE=0 skips)"
+# One forward and one backward of kChunkedMma and of the default kernels
+# (H96·P16·N16, B=8, T=1024): per kernel its duration, occupancy, issue rate
+# and the sizes that bound its blocks an SM — what decides the next change
+# to the warp-level scan. Up to 240 s.
+if [[ "${PROFILE:-1}" == 0 ]]; then
+  echo "SKIPPED Nsight Compute (PROFILE=0)"
+elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
+  for row in 'Scan/h96p16n16/bwd/mma/' 'Scan/h96p16n16/fwd/mma/' 'Scan/h96p16n16/bwd/chunked/' \
+    'Scan/h96p16n16/fwd/recurrence/'; do
+    name="$(echo "$row" | tr '/' '_')"
+    (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page details \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+      --section WarpStateStats --launch-skip 10 --launch-count 6 \
+      ./bin/core_kernels_bench_ssm_benchmark --benchmark_filter="$row" \
+      > "$LOG/ncu_$name.csv" 2> "$LOG/ncu_$name.err") || true
+    echo "--- $row"
+    python3 - "$LOG/ncu_$name.csv" <<'PY'
+import csv, re, sys
+keep = ["Duration", "Registers Per Thread", "Dynamic Shared Memory Per Block",
+        "Theoretical Occupancy", "Achieved Occupancy", "Block Limit Registers",
+        "Block Limit Shared Mem", "Compute (SM) Throughput", "Memory Throughput",
+        "Issued Warp Per Scheduler", "No Eligible", "Warp Cycles Per Issued Instruction"]
+lines = open(sys.argv[1], errors="replace").read().splitlines()
+start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+if start is None:
+    print("  (no ncu rows: see the .err log)")
+    sys.exit(0)
+seen = {}
+for r in csv.DictReader(lines[start:]):
+    k = re.sub(r"\(.*", "", r["Kernel Name"].replace("(anonymous namespace)::", ""))
+    k = re.sub(r"^void |gtp::kernels::ssm::cuda::", "", k)
+    m = r["Metric Name"]
+    if m in keep and (k, m) not in seen:
+        seen[(k, m)] = f'{r["Metric Value"]} {r["Metric Unit"]}'.strip()
+for k in dict.fromkeys(k for k, _ in seen):
+    print("  " + k + ": " + "; ".join(f"{m} {seen[(k, m)]}" for m in keep if (k, m) in seen))
+PY
+  done
+else
+  echo "SKIPPED Nsight Compute (ncu not on PATH)"
 fi
 
 rm -rf "$WORK"
