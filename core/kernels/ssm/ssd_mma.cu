@@ -24,7 +24,9 @@
 //
 // Blocks: hb ∈ {4, 2, 1} warps (the largest dividing H/G), the heads
 // hblk·hb … hblk·hb + hb − 1 of one group at one (b, chunk), which share
-// B and C (staged once a block, with cp.async).
+// B and C (staged once a block, with cp.async) and so C·Bᵀ: its lower tiles
+// are formed once a block, shared out over the warps (FormBlockCB), and each
+// warp masks them with its own head's decays.
 #include <cuda_runtime.h>
 
 #include "core/kernels/cuda/common.cuh"
@@ -111,11 +113,15 @@ __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __rest
   if (lane == 0) dec[(b * H + h) * nc + c] = d;
 }
 
+// Shared memory of the output kernel: doubles cs [hb][kL]; floats B, C
+// [kL][kLd], C·Bᵀ [kL][CbLd], per warp X [kL][kLd], S_in [kD][kLd], dt, e,
+// r [kL].
 template <int kD>
 int64_t OutputBytes(int hb) {
   using S = MmaShape<kD>;
-  return int64_t{8} * hb * S::kL + 4 * (2 * int64_t{S::kL} * S::kLd +
-                                        hb * (int64_t{S::kL} * S::kLd + kD * S::kLd + 3 * S::kL));
+  return int64_t{8} * hb * S::kL +
+         4 * (2 * int64_t{S::kL} * S::kLd + int64_t{S::kL} * CbLd<S::kL>() +
+              hb * (int64_t{S::kL} * S::kLd + kD * S::kLd + 3 * S::kL));
 }
 
 // Grid B·(H/hb)·nc, hb warps: y (=) from the entry states Sin [bh, c, P, N].
@@ -135,7 +141,8 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
   double* cs = smem_d + warp * kL;
   float* sB = reinterpret_cast<float*>(smem_d + hb * kL);
   float* sC = sB + kMat;
-  float* sX = sC + kMat + warp * (kMat + kD * kLd + 3 * kL);
+  float* sCB = sC + kMat;
+  float* sX = sCB + kL * CbLd<kL>() + warp * (kMat + kD * kLd + 3 * kL);
   float* sS = sX + kMat;
   float* sDt = sS + kD * kLd;
   float* sE = sDt + kL;
@@ -150,6 +157,8 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
   ChunkDecays<kL>(sDt, A[h], len, cs, sE, sR);
   CpAsyncWait<0>();
   __syncthreads();
+  FormBlockCB<kD, kLd>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
+  __syncthreads();
   const float Dh = D[h];
   const int gq = LaneG(), tq = LaneT();
   for (int it = 0; it < kL / 16; ++it) {
@@ -157,21 +166,10 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
     if (i0 >= len) break;
     Acc acc[kD / 8];
     for (int pt = 0; pt < kD / 8; ++pt) Zero(acc[pt]);
-    const RowFrags<kD, kLd> fc(sC, i0);  // C rows i
     for (int kt = 0; kt <= it; ++kt) {
       const int j0 = kt * 16;
       Acc cb[2];
-      Zero(cb[0]);
-      Zero(cb[1]);
-#pragma unroll
-      for (int nk = 0; nk < kD / 16; ++nk) {
-        const FragA a = fc[nk];
-        for (int half = 0; half < 2; ++half) {
-          const FragB bf =
-              MakeB([&](int k, int n) { return sB[(j0 + half * 8 + n) * kLd + nk * 16 + k]; });
-          MmaSplit(cb[half], a, bf);
-        }
-      }
+      LoadCB<kL>(sCB, i0, j0, cb);
       // M_ij = C_i·B_j · E_ij · dt_j (0 above the diagonal).
       for (int half = 0; half < 2; ++half) {
         for (int q = 0; q < 4; ++q) {

@@ -14,7 +14,8 @@
 // A warp forms the chunk's tiles twice: with j as rows (dx, dB and the
 // column sums of Q: B·Cᵀ and X·dYᵀ) and with i as rows (dC and the row sums:
 // dY·Xᵀ and C·Bᵀ), so each product's masked accumulator is the next
-// product's A operand in place. The block's warps (heads of one group) add
+// product's A operand in place. C·Bᵀ is the block's heads' common matrix,
+// formed once a block (FormBlockCB) and read in either orientation. The block's warps (heads of one group) add
 // their dB and dC tiles in shared memory in head order; blocks of other
 // heads of the group write partials that SumGroupHeadsKernel adds in order.
 // dA and dD: per-(b, chunk) doubles, added per head in order by
@@ -82,7 +83,8 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
   double* Os = smem_d + (4 * hb + warp) * kL;
   float* sB = reinterpret_cast<float*>(smem_d + 5 * hb * kL);
   float* sC = sB + kMat;
-  float* slots = sC + kMat;
+  float* sCB = sC + kMat;
+  float* slots = sCB + kL * CbLd<kL>();
   float* sX = slots + hb * 16 * kLd + warp * (2 * kMat + 2 * kD * kLd + 3 * kL);
   float* sDY = sX + kMat;
   float* sS = sDY + kMat;
@@ -104,6 +106,8 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
   const float dec_c = dec[(b * H + h) * nc + c];
   CpAsyncWait<0>();
   __syncthreads();
+  FormBlockCB<kD, kLd>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
+  __syncthreads();
   const float Dh = D[h];
   const int gq = LaneG(), tq = LaneT();
 
@@ -122,17 +126,14 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
       const int i0 = it * 16;
       if (i0 >= len) break;
       Acc bc[2], xd[2];
-      for (int half = 0; half < 2; ++half) {
-        Zero(bc[half]);
-        Zero(xd[half]);
-      }
+      LoadBC<kL>(sCB, j0, i0, bc);
+      Zero(xd[0]);
+      Zero(xd[1]);
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const FragA ab = fb[kk], ax = fx[kk];
+        const FragA ax = fx[kk];
         for (int half = 0; half < 2; ++half) {
           const int n0 = i0 + half * 8;
-          MmaSplit(bc[half], ab,
-                   MakeB([&](int k, int n) { return sC[(n0 + n) * kLd + kk * 16 + k]; }));
           MmaSplit(xd[half], ax,
                    MakeB([&](int k, int n) { return sDY[(n0 + n) * kLd + kk * 16 + k]; }));
         }
@@ -201,19 +202,16 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
     for (int jt = 0; jt <= it; ++jt) {
       const int j0 = jt * 16;
       Acc dm[2], cb[2];
-      for (int half = 0; half < 2; ++half) {
-        Zero(dm[half]);
-        Zero(cb[half]);
-      }
+      LoadCB<kL>(sCB, i0, j0, cb);
+      Zero(dm[0]);
+      Zero(dm[1]);
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const FragA ad = fd[kk], ac = fc[kk];
+        const FragA ad = fd[kk];
         for (int half = 0; half < 2; ++half) {
           const int n0 = j0 + half * 8;
           MmaSplit(dm[half], ad,
                    MakeB([&](int k, int n) { return sX[(n0 + n) * kLd + kk * 16 + k]; }));
-          MmaSplit(cb[half], ac,
-                   MakeB([&](int k, int n) { return sB[(n0 + n) * kLd + kk * 16 + k]; }));
         }
       }
       for (int half = 0; half < 2; ++half) {

@@ -49,17 +49,7 @@ struct MmaShape {
 // The most dynamic shared memory a block takes (of the H200's 227 KB).
 constexpr int64_t kMaxSmemBytes = 200 * 1024;
 
-// The backward block's shared memory, the largest of the kernels' (hb warps).
-// doubles: cs, colQ, rowQ, R, O [hb][kL]; floats: B, C [kL][kLd], the
-// head-sum slots [hb][16][kLd], per warp X, dY [kL][kLd], S, G [kD][kLd],
-// dt, e, r [kL].
-template <int kD>
-int64_t BackwardBytes(int hb) {
-  using S = MmaShape<kD>;
-  const int64_t mat = int64_t{S::kL} * S::kLd;
-  return int64_t{8} * 5 * hb * S::kL +
-         4 * (2 * mat + hb * 16 * S::kLd + hb * (2 * mat + 2 * kD * S::kLd + 3 * S::kL));
-}
+
 
 // The padded width of P and N that the kernels instantiate (0: too large).
 inline int MmaWidth(int64_t P, int64_t N) {
@@ -314,6 +304,95 @@ __device__ __forceinline__ float ChunkDecays(const float* dt, float Ah, int len,
   }
   __syncwarp();
   return exp2f(static_cast<float>(cs_last));
+}
+
+// ------------------------------------------------------------ C·Bᵀ once a block
+//
+// A block's heads share B and C, so C·Bᵀ (before each head's decay mask) is
+// one matrix for them all. Its lower 16×16 tiles (kt ≤ it, it < ⌈len/16⌉)
+// are formed once a block — tile n (row by row over the lower triangle) by
+// warp n mod hb, with the products a warp forming it alone would run, so
+// the same bits — and kept in shared memory, f32 [kL][CbLd]. The stride
+// ≡ 8 (mod 32) words: a half-warp's paired accesses in the accumulator
+// layout hit distinct banks. Callers meet at a barrier before reading it.
+template <int kL>
+constexpr int CbLd() {
+  return kL + 8;
+}
+
+template <int kD, int kLd>
+__device__ __forceinline__ void FormBlockCB(const float* sC, const float* sB, float* sCB, int len,
+                                            int warp, int hb) {
+  constexpr int kCb = CbLd<MmaShape<kD>::kL>();
+  const int gq = LaneG(), tq = LaneT(), tiles = (len + 15) / 16;
+  int n = 0;
+  for (int it = 0; it < tiles; ++it) {
+    for (int kt = 0; kt <= it; ++kt, ++n) {
+      if (n % hb != warp) continue;
+      const int i0 = it * 16, j0 = kt * 16;
+      Acc cb[2];
+      Zero(cb[0]);
+      Zero(cb[1]);
+#pragma unroll
+      for (int nk = 0; nk < kD / 16; ++nk) {
+        const FragA a = MakeA([&](int r, int k) { return sC[(i0 + r) * kLd + nk * 16 + k]; });
+        for (int half = 0; half < 2; ++half) {
+          const FragB bf =
+              MakeB([&](int k, int c) { return sB[(j0 + half * 8 + c) * kLd + nk * 16 + k]; });
+          MmaSplit(cb[half], a, bf);
+        }
+      }
+      for (int half = 0; half < 2; ++half) {
+        for (int hr = 0; hr < 2; ++hr) {
+          float2* d = reinterpret_cast<float2*>(sCB + (i0 + gq + hr * 8) * kCb + j0 + half * 8 +
+                                                2 * tq);
+          *d = make_float2(cb[half][2 * hr], cb[half][2 * hr + 1]);
+        }
+      }
+    }
+  }
+}
+
+// The tile of C·Bᵀ at rows i0.., columns j0.. (cb[half]: columns j0 + 8·half
+// …) in the accumulator layout.
+template <int kL>
+__device__ __forceinline__ void LoadCB(const float* sCB, int i0, int j0, Acc (&cb)[2]) {
+  constexpr int kCb = CbLd<kL>();
+  const int gq = LaneG(), tq = LaneT();
+  for (int half = 0; half < 2; ++half) {
+    for (int hr = 0; hr < 2; ++hr) {
+      const float2 v = *reinterpret_cast<const float2*>(sCB + (i0 + gq + hr * 8) * kCb + j0 +
+                                                        half * 8 + 2 * tq);
+      cb[half][2 * hr] = v.x;
+      cb[half][2 * hr + 1] = v.y;
+    }
+  }
+}
+
+// The tile of B·Cᵀ = (C·Bᵀ)ᵀ at rows j0.., columns i0.. (bc[half]: columns
+// i0 + 8·half …) in the accumulator layout.
+template <int kL>
+__device__ __forceinline__ void LoadBC(const float* sCB, int j0, int i0, Acc (&bc)[2]) {
+  constexpr int kCb = CbLd<kL>();
+  const int gq = LaneG(), tq = LaneT();
+  for (int half = 0; half < 2; ++half) {
+    for (int q = 0; q < 4; ++q) {
+      bc[half][q] = sCB[(i0 + half * 8 + 2 * tq + (q & 1)) * kCb + j0 + gq + (q >> 1) * 8];
+    }
+  }
+}
+
+// The backward block's shared memory, the largest of the kernels' (hb warps).
+// doubles: cs, colQ, rowQ, R, O [hb][kL]; floats: B, C [kL][kLd], C·Bᵀ
+// [kL][CbLd], the head-sum slots [hb][16][kLd], per warp X, dY [kL][kLd],
+// S, G [kD][kLd], dt, e, r [kL].
+template <int kD>
+int64_t BackwardBytes(int hb) {
+  using S = MmaShape<kD>;
+  const int64_t mat = int64_t{S::kL} * S::kLd;
+  return int64_t{8} * 5 * hb * S::kL +
+         4 * (2 * mat + int64_t{S::kL} * CbLd<S::kL>() + hb * 16 * S::kLd +
+              hb * (2 * mat + 2 * kD * S::kLd + 3 * S::kL));
 }
 
 // ------------------------------------------------------------ launches
