@@ -35,7 +35,21 @@ namespace gtp::kernels::cuda::internal {
   } while (0)
 
 // Checks the launch just made (bad configuration, or an earlier async error).
+// (Under GTP_CUDA_HOST_EMULATION the host warp emulator ran it: nothing to check.)
+#if defined(GTP_CUDA_HOST_EMULATION)
+#define GTP_CU_LAUNCH_CHECK() ((void)0)
+#else
 #define GTP_CU_LAUNCH_CHECK() GTP_CU_CHECK(cudaGetLastError())
+#endif
+
+// The block's dynamic shared memory as `T name[]`. Kernels declare it so,
+// and launch through Launch below, so that a CPU test can run them on the
+// host warp emulator (core/kernels/cuda/testing/warp_emulator.h).
+#if defined(GTP_CUDA_HOST_EMULATION)
+#define GTP_DYNAMIC_SHARED(T, name) T* name = ::gtp::emu::DynamicShared<T>()
+#else
+#define GTP_DYNAMIC_SHARED(T, name) extern __shared__ __align__(16) T name[]
+#endif
 
 // Host-side invariant check with a printf-style message.
 #define GTP_CU_REQUIRE(cond, ...)                                                   \
@@ -50,6 +64,27 @@ namespace gtp::kernels::cuda::internal {
   } while (0)
 
 namespace gtp::kernels::cuda::internal {
+
+// kernel<<<grid, block, smem_bytes, stream>>>(args…), first raising the
+// kernel's dynamic shared-memory limit where smem_bytes pass 48 KB. Under
+// GTP_CUDA_HOST_EMULATION the host warp emulator runs the grid, at once.
+// The caller checks the launch (GTP_CU_LAUNCH_CHECK).
+template <class... Params, class... Args>
+void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+            cudaStream_t stream, Args... args) {
+#if defined(GTP_CUDA_HOST_EMULATION)
+  (void)stream;
+  ::gtp::emu::RunGrid(grid, block, static_cast<int64_t>(smem_bytes), [&] { kernel(args...); });
+#else
+  if (smem_bytes > 48 * 1024) {
+    GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem_bytes)));
+  }
+  // clang-format off
+  kernel<<<grid, block, smem_bytes, stream>>>(args...);
+  // clang-format on
+#endif
+}
 
 inline constexpr int kWarpSize = 32;
 inline constexpr unsigned kFullMask = 0xffffffffu;

@@ -70,7 +70,7 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
                                   int hb) {
   using Sh = MmaShape<kD>;
   constexpr int kL = Sh::kL, kLd = Sh::kLd, kMat = kL * kLd;
-  extern __shared__ double smem_d[];
+  GTP_DYNAMIC_SHARED(double, smem_d);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const MmaChunk k = ThisMmaChunk<kL>(T, H, G, nc, hb);
   const int64_t b = k.b, h = k.h, g = k.g, c = k.c, t0 = k.t0;

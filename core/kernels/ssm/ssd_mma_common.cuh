@@ -397,29 +397,17 @@ int64_t BackwardBytes(int hb) {
 
 // ------------------------------------------------------------ launches
 
-// kernel<<<grid, block, bytes, stream>>>(args…) after raising the kernel's
-// dynamic shared-memory limit where bytes pass 48 KB; checks the launch.
-// Under GTP_CUDA_HOST_EMULATION the warp emulator runs the grid on the host
-// (one block at a time, its threads side by side), synchronously.
+// The kernel on grid × block with `bytes` of dynamic shared memory (common.cuh
+// Launch: on the GPU, or on the host warp emulator in a CPU test), checked.
 template <class... Params, class... Args>
 void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes, cudaStream_t stream,
             Args... args) {
   GTP_CU_REQUIRE(bytes <= kMaxSmemBytes, "SsdMma (CUDA): %lld bytes of shared memory",
                  static_cast<long long>(bytes));
-#if defined(GTP_CUDA_HOST_EMULATION)
-  (void)stream;
-  ::gtp::emu::RunGrid(grid, block, bytes, [&] { kernel(args...); });
-#else
-  if (bytes > 48 * 1024) {
-    GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
-  }
-  // clang-format reads .cuh as C++ and would split the launch's >>>.
-  // clang-format off
-  kernel<<<static_cast<unsigned>(grid), block, bytes, stream>>>(args...);
-  // clang-format on
-  GTP_CU_CHECK(cudaGetLastError());
-#endif
+  ::gtp::kernels::cuda::internal::Launch(kernel, dim3(static_cast<unsigned>(grid)),
+                                         dim3(static_cast<unsigned>(block)),
+                                         static_cast<size_t>(bytes), stream, args...);
+  GTP_CU_LAUNCH_CHECK();
 }
 
 // exp(Σ_{j < k ≤ i} dt_k·A) = 2^(cs_i − cs_j) for j ≤ i (ChunkDecays' base-2

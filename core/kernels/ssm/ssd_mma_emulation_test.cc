@@ -8,12 +8,6 @@
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
 
-namespace gtp::kernels::ssm::cuda {
-namespace {
-alignas(16) double smem_d[200 * 1024 / 8];  // the kernels' extern __shared__ array
-}  // namespace
-}  // namespace gtp::kernels::ssm::cuda
-
 #include "core/kernels/ssm/ssd_mma.cu"
 #include "core/kernels/ssm/ssd_mma_backward.cu"
 // (their launchers now run the grids on the host, synchronously)
@@ -29,6 +23,8 @@ alignas(16) double smem_d[200 * 1024 / 8];  // the kernels' extern __shared__ ar
 
 namespace gtp::kernels::ssm {
 namespace {
+
+alignas(16) double smem[200 * 1024 / 8];  // the blocks' dynamic shared memory
 
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
@@ -138,7 +134,7 @@ constexpr double kTol = 2e-4;
 
 TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceInEverySchedule) {
   const Case c = GetParam();
-  gtp::emu::SetShared(cuda::smem_d, sizeof(cuda::smem_d));
+  gtp::emu::SetShared(smem, sizeof(smem));
   const int64_t nx = c.B * c.T * c.H * c.P, nt = c.B * c.T * c.H, nb = c.B * c.T * c.G * c.N;
   Vec x = Random(nx, 1), Bm = Random(nb, 2), Cm = Random(nb, 3), D = Random(c.H, 4),
       dy = Random(nx, 5), dt = Random(nt, 6, 0.2f), A = Random(c.H, 7, 0.5f);

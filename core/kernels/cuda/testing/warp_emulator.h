@@ -24,14 +24,16 @@
 // For tests only (it holds process-wide state: the block in flight). Use:
 //   #define GTP_CUDA_HOST_EMULATION
 //   #include "core/kernels/cuda/testing/warp_emulator.h"
-//   namespace <the kernels' namespace> { namespace { alignas(16) double smem_d[N]; } }
-//   #include "<the .cu file>"           // its launchers call RunGrid
-//   gtp::emu::SetShared(smem_d, sizeof(smem_d));
+//   #include "<the .cu file>"           // its launches run here, in order
+//   alignas(16) double smem[N];          // the blocks' dynamic shared memory
+//   gtp::emu::SetShared(smem, sizeof(smem));
 // A kernel file opts in by routing its inline PTX and its launches through
 // helpers that GTP_CUDA_HOST_EMULATION swaps (common.cuh's cp.async; see
-// core/kernels/ssm/ssd_mma_common.cuh's MmaBf16 and Launch). Only dynamic
-// (extern __shared__) shared memory is emulated: a static __shared__ array
-// in a kernel would become one per thread. Blocks are one-dimensional.
+// core/kernels/ssm/ssd_mma_common.cuh's MmaBf16) and declares its dynamic
+// shared memory with common.cuh's GTP_DYNAMIC_SHARED and launches through
+// common.cuh's Launch. A static __shared__ array becomes a static local: one
+// for the block, as on the GPU, but not NaN-filled between blocks (it
+// starts at zero). Blocks and grids may have up to three dimensions.
 // It checks a kernel's logic (indexing, masks, the fragments' layouts as the
 // PTX ISA documents them, barriers, races between barriers); timing, memory
 // ordering and the tensor cores' own rounding inside an mma are not
@@ -48,6 +50,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -120,7 +123,8 @@ struct Barrier {
 };
 
 struct Block {
-  unsigned id = 0, grid = 0;
+  dim3 idx, grid, dim;  // blockIdx, gridDim, blockDim
+  unsigned id = 0;      // the block's linear index, for messages
   int threads = 0;
   int current = 0;  // the thread running now
   std::vector<Thread> t;
@@ -137,13 +141,20 @@ inline Block*& Current() {
 inline Thread& Me() { return Current()->t[Current()->current]; }
 inline int Tid() { return Current()->current; }
 
-struct Idx {
-  unsigned x, y, z;
-};
-inline Idx ThreadIdx() { return {static_cast<unsigned>(Tid()), 0, 0}; }
-inline Idx BlockIdx() { return {Current()->id, 0, 0}; }
-inline Idx BlockDim() { return {static_cast<unsigned>(Current()->threads), 1, 1}; }
-inline Idx GridDim() { return {Current()->grid, 1, 1}; }
+inline dim3 ThreadIdx() {
+  const dim3 d = Current()->dim;
+  const unsigned t = static_cast<unsigned>(Tid());
+  return dim3(t % d.x, t / d.x % d.y, t / (d.x * d.y));
+}
+inline dim3 BlockIdx() { return Current()->idx; }
+inline dim3 BlockDim() { return Current()->dim; }
+inline dim3 GridDim() { return Current()->grid; }
+
+// The block's dynamic shared memory (common.cuh's GTP_DYNAMIC_SHARED).
+template <class T>
+T* DynamicShared() {
+  return reinterpret_cast<T*>(SharedMem().base);
+}
 
 // This thread arrives at `bar` and gives the CPU back to the scheduler; the
 // last to arrive makes them all ready again.
@@ -168,11 +179,11 @@ inline void SyncThreads() { Wait(Current()->all, "__syncthreads"); }
 // meets the others at a different operation, or never, and aborts.
 inline void MeetWarp(WarpOp op) {
   Block* b = Current();
-  const int tid = Tid(), base = tid / 32 * 32;
+  const int tid = Tid(), base = tid / 32 * 32, lanes = b->warps[tid / 32].n;
   const int64_t mine = ((Me().seq >> 8) + 1) << 8 | static_cast<int64_t>(op);
   Me().seq = mine;
   Wait(b->warps[tid / 32], "a warp-wide operation");
-  for (int l = 0; l < 32; ++l) {
+  for (int l = 0; l < lanes; ++l) {
     const int64_t other = b->t[base + l].seq;
     if (other != mine) {
       std::fprintf(stderr,
@@ -200,7 +211,7 @@ T Exchange(T v, int src, WarpOp op) {
   Me().slot = bits;
   MeetWarp(op);
   T out = v;
-  if (src >= 0 && src < 32) std::memcpy(&out, &b->t[base + src].slot, sizeof(T));
+  if (src >= 0 && src < b->warps[tid / 32].n) std::memcpy(&out, &b->t[base + src].slot, sizeof(T));
   Wait(b->warps[tid / 32], "a shuffle");  // all read before any writes its next value
   return out;
 }
@@ -348,28 +359,33 @@ inline int PickReady(const Block& b, std::mt19937& rng) {
        "warp-wide operation?)");
 }
 
-// Runs fn (a kernel call with its arguments bound) on `block` threads for
-// each of `grid` blocks in order.
+// Runs fn (a kernel call with its arguments bound) on the block's threads
+// for each block of the grid in order (x fastest).
 template <class Fn>
-void RunGrid(int64_t grid, int block, int64_t smem_bytes, Fn fn) {
-  if (block % 32 != 0 || block > 1024 || static_cast<size_t>(smem_bytes) > SharedMem().bytes) {
+void RunGrid(dim3 grid, dim3 dim, int64_t smem_bytes, Fn fn) {
+  const int block = static_cast<int>(dim.x * dim.y * dim.z);
+  if (block < 1 || block > 1024 || static_cast<size_t>(smem_bytes) > SharedMem().bytes) {
     std::fprintf(stderr,
-                 "warp_emulator: block %d (a multiple of 32, at most 1024?), %lld bytes of shared "
-                 "memory (SetShared gave %zu)\n",
+                 "warp_emulator: block of %d threads (1 to 1024?), %lld bytes of shared memory "
+                 "(SetShared gave %zu)\n",
                  block, static_cast<long long>(smem_bytes), SharedMem().bytes);
     Fail("launch out of the emulator's bounds");
   }
   const std::function<void()> body = fn;
   std::mt19937 rng(CurrentSettings().seed);
-  for (int64_t id = 0; id < grid; ++id) {
+  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+  for (int64_t id = 0; id < blocks; ++id) {
     Block b;
+    b.idx = dim3(static_cast<unsigned>(id % grid.x), static_cast<unsigned>(id / grid.x % grid.y),
+                 static_cast<unsigned>(id / (int64_t{grid.x} * grid.y)));
+    b.grid = grid;
+    b.dim = dim;
     b.id = static_cast<unsigned>(id);
-    b.grid = static_cast<unsigned>(grid);
     b.threads = block;
     b.fn = &body;
     b.t.resize(block);
     b.all.n = block;
-    b.warps.assign(block / 32, Barrier{32, {}});
+    for (int w = 0; w * 32 < block; ++w) b.warps.push_back(Barrier{std::min(32, block - 32 * w), {}});
     float* f = reinterpret_cast<float*>(SharedMem().base);
     for (size_t i = 0; i < SharedMem().bytes / sizeof(float); ++i) {
       f[i] = std::numeric_limits<float>::quiet_NaN();
@@ -405,10 +421,12 @@ void RunGrid(int64_t grid, int block, int64_t smem_bytes, Fn fn) {
 #undef __device__
 #undef __host__
 #undef __shared__
+#undef __launch_bounds__
 #define __global__
 #define __device__
 #define __host__
-#define __shared__
+#define __shared__ static
+#define __launch_bounds__(...)
 #define threadIdx (::gtp::emu::ThreadIdx())
 #define blockIdx (::gtp::emu::BlockIdx())
 #define blockDim (::gtp::emu::BlockDim())
