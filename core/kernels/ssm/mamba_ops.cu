@@ -18,6 +18,7 @@ using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::GridFor;
 using ::gtp::kernels::cuda::internal::InOrderSum;
 using ::gtp::kernels::cuda::internal::kWarpSize;
+using ::gtp::kernels::cuda::internal::Launch;
 using ::gtp::kernels::cuda::internal::WarpSum;
 
 constexpr int kThreads = 256;
@@ -438,10 +439,11 @@ void ColumnReduce(V value, O out, float* partial, int64_t rows, int64_t cols, cu
   GTP_CU_REQUIRE(rows < (int64_t{1} << 31), "column sums over %lld rows (at most 2^31 - 1)",
                  static_cast<long long>(rows));
   const dim3 grid(static_cast<unsigned>(CeilDiv(cols, kColWidth)), static_cast<unsigned>(slabs));
-  ColumnPartialKernel<<<grid, dim3(kColWidth, kColRowThreads), 0, stream>>>(
-      value, partial, rows, cols, ColumnSlabRows(rows));
+  Launch(ColumnPartialKernel<V>, grid, dim3(kColWidth, kColRowThreads), 0, stream, value, partial,
+         rows, cols, ColumnSlabRows(rows));
   GTP_CU_LAUNCH_CHECK();
-  ColumnFinishKernel<<<GridFor(cols, kThreads), kThreads, 0, stream>>>(partial, slabs, cols, out);
+  Launch(ColumnFinishKernel<O>, GridFor(cols, kThreads), kThreads, 0, stream, partial, slabs, cols,
+         out);
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -645,17 +647,17 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
   if (total == 0) return;
   if (ConvRuns(B, T, Ch, K)) {
     WithConvK(K, [&](auto kk) {
-      ConvForwardRunKernel<decltype(kk)::value><<<ConvRunGrid(B, T, Ch), kThreads, 0, stream>>>(
-          x, w, bias, y, static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
-          silu);
+      Launch(ConvForwardRunKernel<decltype(kk)::value>, ConvRunGrid(B, T, Ch), kThreads, 0, stream,
+             x, w, bias, y, static_cast<int32_t>(B), static_cast<int32_t>(T),
+             static_cast<int32_t>(Ch), silu);
     });
   } else if (ConvIndex32(total)) {
-    ConvForwardKernel<int32_t><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
-        x, w, bias, y, static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
-        static_cast<int32_t>(K), silu);
+    Launch(ConvForwardKernel<int32_t>, GridFor(total, kThreads), kThreads, 0, stream, x, w, bias, y,
+           static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
+           static_cast<int32_t>(K), silu);
   } else {
-    ConvForwardKernel<int64_t>
-        <<<GridFor(total, kThreads), kThreads, 0, stream>>>(x, w, bias, y, B, T, Ch, K, silu);
+    Launch(ConvForwardKernel<int64_t>, GridFor(total, kThreads), kThreads, 0, stream, x, w, bias, y,
+           B, T, Ch, K, silu);
   }
   GTP_CU_LAUNCH_CHECK();
 }
@@ -677,23 +679,24 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
                   ch = static_cast<int32_t>(Ch);
     WithConvK(K, [&](auto kk) {
       constexpr int kK = decltype(kk)::value;
-      ConvPreGradRunKernel<kK>
-          <<<ConvRunGrid(B, T, Ch), kThreads, 0, stream>>>(dy, x, w, bias, gpre, b, t, ch, silu);
+      Launch(ConvPreGradRunKernel<kK>, ConvRunGrid(B, T, Ch), kThreads, 0, stream, dy, x, w, bias,
+             gpre, b, t, ch, silu);
       GTP_CU_LAUNCH_CHECK();
-      ConvDxRunKernel<kK><<<ConvRunGrid(B, T, Ch), kThreads, 0, stream>>>(gpre, w, dx, b, t, ch);
+      Launch(ConvDxRunKernel<kK>, ConvRunGrid(B, T, Ch), kThreads, 0, stream, gpre, w, dx, b, t,
+             ch);
     });
   } else if (ConvIndex32(total)) {
     const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
                   ch = static_cast<int32_t>(Ch), k = static_cast<int32_t>(K);
-    ConvPreGradKernel<int32_t>
-        <<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, b, t, ch, k, silu);
+    Launch(ConvPreGradKernel<int32_t>, grid, kThreads, 0, stream, dy, x, w, bias, gpre, b, t, ch, k,
+           silu);
     GTP_CU_LAUNCH_CHECK();
-    ConvDxKernel<int32_t><<<grid, kThreads, 0, stream>>>(gpre, w, dx, b, t, ch, k);
+    Launch(ConvDxKernel<int32_t>, grid, kThreads, 0, stream, gpre, w, dx, b, t, ch, k);
   } else {
-    ConvPreGradKernel<int64_t>
-        <<<grid, kThreads, 0, stream>>>(dy, x, w, bias, gpre, B, T, Ch, K, silu);
+    Launch(ConvPreGradKernel<int64_t>, grid, kThreads, 0, stream, dy, x, w, bias, gpre, B, T, Ch, K,
+           silu);
     GTP_CU_LAUNCH_CHECK();
-    ConvDxKernel<int64_t><<<grid, kThreads, 0, stream>>>(gpre, w, dx, B, T, Ch, K);
+    Launch(ConvDxKernel<int64_t>, grid, kThreads, 0, stream, gpre, w, dx, B, T, Ch, K);
   }
   GTP_CU_LAUNCH_CHECK();
   // dw and dbias together: (K + 1)·Ch columns, a channel's on one thread
@@ -704,13 +707,13 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
       constexpr int kK = decltype(kk)::value;
       const dim3 blocks(static_cast<unsigned>(CeilDiv(Ch, kColWidth)),
                         static_cast<unsigned>(slabs));
-      ConvGradPartialKernel<kK><<<blocks, dim3(kColWidth, kColRowThreads), 0, stream>>>(
-          gpre, x, partial, rows, static_cast<int32_t>(T), static_cast<int32_t>(Ch),
-          ColumnSlabRows(rows));
+      Launch(ConvGradPartialKernel<kK>, blocks, dim3(kColWidth, kColRowThreads), 0, stream, gpre, x,
+             partial, rows, static_cast<int32_t>(T), static_cast<int32_t>(Ch),
+             ColumnSlabRows(rows));
     });
     GTP_CU_LAUNCH_CHECK();
-    ColumnFinishKernel<<<GridFor(cols, kThreads), kThreads, 0, stream>>>(
-        partial, slabs, cols, ConvGradOut{dw, dbias, Ch, K});
+    Launch(ColumnFinishKernel<ConvGradOut>, GridFor(cols, kThreads), kThreads, 0, stream, partial,
+           slabs, cols, ConvGradOut{dw, dbias, Ch, K});
     GTP_CU_LAUNCH_CHECK();
     return;
   }
@@ -721,7 +724,7 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
 void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t N, int64_t H,
                          cudaStream_t stream) {
   if (N * H == 0) return;
-  SoftplusForwardKernel<<<GridFor(N * H, kThreads), kThreads, 0, stream>>>(raw, bias, dt, N, H);
+  Launch(SoftplusForwardKernel, GridFor(N * H, kThreads), kThreads, 0, stream, raw, bias, dt, N, H);
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -730,22 +733,22 @@ int64_t SoftplusBiasBackwardScratchFloats(int64_t N, int64_t H) { return ColumnS
 void SoftplusBiasBackward(const float* ddt, const float* raw, const float* bias, float* draw,
                           float* dbias, float* scratch, int64_t N, int64_t H, cudaStream_t stream) {
   if (N * H == 0) return;
-  SoftplusBackwardKernel<<<GridFor(N * H, kThreads), kThreads, 0, stream>>>(ddt, raw, bias, draw, N,
-                                                                            H);
+  Launch(SoftplusBackwardKernel, GridFor(N * H, kThreads), kThreads, 0, stream, ddt, raw, bias,
+         draw, N, H);
   GTP_CU_LAUNCH_CHECK();
   ColumnReduce(PlainValue{draw, H}, AddOut{dbias}, scratch, N, H, stream);
 }
 
 void NegExpForward(const float* a_log, float* a, int64_t H, cudaStream_t stream) {
   if (H == 0) return;
-  NegExpForwardKernel<<<Blocks(H), kThreads, 0, stream>>>(a_log, a, H);
+  Launch(NegExpForwardKernel, Blocks(H), kThreads, 0, stream, a_log, a, H);
   GTP_CU_LAUNCH_CHECK();
 }
 
 void NegExpBackwardAccumulate(const float* da, const float* a, float* a_log_grad, int64_t H,
                               cudaStream_t stream) {
   if (H == 0) return;
-  NegExpBackwardKernel<<<Blocks(H), kThreads, 0, stream>>>(da, a, a_log_grad, H);
+  Launch(NegExpBackwardKernel, Blocks(H), kThreads, 0, stream, da, a, a_log_grad, H);
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -754,11 +757,11 @@ void GatedRmsNormForward(const float* x, const float* z, const float* w, float* 
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
   if (RowNorm(group)) {
-    GatedRmsNormForwardRowKernel<<<RowNormGrid(items), kThreads, 0, stream>>>(x, z, w, y, rstd, N,
-                                                                              Ch, group, eps);
+    Launch(GatedRmsNormForwardRowKernel, RowNormGrid(items), kThreads, 0, stream, x, z, w, y, rstd,
+           N, Ch, group, eps);
   } else {
-    GatedRmsNormForwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
-                                stream>>>(x, z, w, y, rstd, N, Ch, group, eps);
+    Launch(GatedRmsNormForwardKernel, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
+           kThreads, 0, stream, x, z, w, y, rstd, N, Ch, group, eps);
   }
   GTP_CU_LAUNCH_CHECK();
 }
@@ -771,11 +774,11 @@ void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
   if (RowNorm(group)) {
-    GatedRmsNormBackwardRowKernel<<<RowNormGrid(items), kThreads, 0, stream>>>(
-        dy, x, z, w, rstd, dx, dz, N, Ch, group);
+    Launch(GatedRmsNormBackwardRowKernel, RowNormGrid(items), kThreads, 0, stream, dy, x, z, w,
+           rstd, dx, dz, N, Ch, group);
   } else {
-    GatedRmsNormBackwardKernel<<<static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)), kThreads, 0,
-                                 stream>>>(dy, x, z, w, rstd, dx, dz, N, Ch, group);
+    Launch(GatedRmsNormBackwardKernel, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
+           kThreads, 0, stream, dy, x, z, w, rstd, dx, dz, N, Ch, group);
   }
   GTP_CU_LAUNCH_CHECK();
   ColumnReduce(RmsDwValue{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);

@@ -46,6 +46,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -431,6 +432,14 @@ void RunGrid(dim3 grid, dim3 dim, int64_t smem_bytes, Fn fn) {
 #define blockIdx (::gtp::emu::BlockIdx())
 #define blockDim (::gtp::emu::BlockDim())
 #define gridDim (::gtp::emu::GridDim())
+
+// The rounding intrinsics (round to nearest, no contraction): plain host
+// operations (no FMA contraction on the host build's default x86-64 target).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 
 inline void __syncthreads() { ::gtp::emu::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::gtp::emu::SyncWarp(); }

@@ -1,0 +1,253 @@
+// The Mamba mixer's small CUDA kernels (mamba_ops.cu: causal conv1d, gated
+// RMSNorm, the dt softplus and A = −exp(A_log), with their column sums) run
+// on the CPU by the warp emulator (core/kernels/cuda/testing/warp_emulator.h),
+// against the ops' definitions in double (mamba_ops.h), in three orders of
+// each block's threads (bit-identical outputs: no race between barriers).
+// ssm_gpu_test runs the same kernels on a GPU against the CPU ops.
+#define GTP_CUDA_HOST_EMULATION
+#include "core/kernels/cuda/testing/warp_emulator.h"
+
+#include "core/kernels/ssm/mamba_ops.cu"
+// (its launchers now run the grids on the host, synchronously)
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::ssm {
+namespace {
+
+alignas(16) double smem[1024];  // the blocks' dynamic shared memory (these kernels take none)
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+Vec Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  Vec v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+double Sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+double SiluD(double v) { return v * Sig(v); }
+double SiluGradD(double v) { return Sig(v) * (1.0 + v * (1.0 - Sig(v))); }
+
+// Every element within tol·max(max|want|, 1) of want, and finite. The
+// kernels sum up to a few thousand O(1) f32 terms (a norm's group, a column
+// sum over the rows): an error of a few hundred ulps of the largest value at
+// worst, so 1e-4 of it bounds them, and a wrong index or mask is O(1).
+void ExpectClose(const Vec& got, const DVec& want, const std::string& what, double tol = 1e-4) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double m = 1.0;
+  for (double w : want) m = std::fmax(m, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
+    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
+  }
+}
+
+// Runs `run` (which fills its outputs) under the three schedules and checks
+// that they agree bit for bit; returns the first run's outputs.
+std::vector<Vec> InEverySchedule(const std::function<std::vector<Vec>()>& run) {
+  const gtp::emu::Schedule schedules[3] = {gtp::emu::Schedule::kInOrder,
+                                           gtp::emu::Schedule::kReverse,
+                                           gtp::emu::Schedule::kShuffled};
+  std::vector<Vec> first;
+  for (int s = 0; s < 3; ++s) {
+    gtp::emu::SetSchedule(schedules[s], 5);
+    std::vector<Vec> out = run();
+    if (s == 0) {
+      first = out;
+      continue;
+    }
+    for (size_t k = 0; k < out.size(); ++k) {
+      EXPECT_EQ(0, std::memcmp(out[k].data(), first[k].data(), out[k].size() * sizeof(float)))
+          << "output " << k << " differs between schedules 0 and " << s;
+    }
+  }
+  return first;
+}
+
+// ---------------------------------------------------------------- conv1d
+
+struct ConvCase {
+  int64_t B, T, Ch, K;
+  bool silu;
+};
+
+class ConvEmulationTest : public ::testing::TestWithParam<ConvCase> {};
+
+// pre[b, t, c] = bias[c] + Σ_k w[c, k]·x[b, t − (K−1) + k, c] (x = 0 before
+// the sequence), y = silu(pre) or pre; the backward by the chain rule.
+TEST_P(ConvEmulationTest, MatchesTheDefinition) {
+  const ConvCase c = GetParam();
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t n = c.B * c.T * c.Ch;
+  const Vec x = Random(n, 1), w = Random(c.Ch * c.K, 2, 0.5f), bias = Random(c.Ch, 3),
+            dy = Random(n, 4), dw0 = Random(c.Ch * c.K, 5), db0 = Random(c.Ch, 6);
+  DVec pre(n), y(n), dx(n, 0.0), dw(dw0.begin(), dw0.end()), db(db0.begin(), db0.end());
+  auto at = [&](int64_t b, int64_t t, int64_t ch) { return (b * c.T + t) * c.Ch + ch; };
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t t = 0; t < c.T; ++t) {
+      for (int64_t ch = 0; ch < c.Ch; ++ch) {
+        double acc = bias[ch];
+        for (int64_t k = 0; k < c.K; ++k) {
+          const int64_t s = t - (c.K - 1) + k;
+          if (s >= 0) acc += double{w[ch * c.K + k]} * x[at(b, s, ch)];
+        }
+        pre[at(b, t, ch)] = acc;
+        y[at(b, t, ch)] = c.silu ? SiluD(acc) : acc;
+      }
+    }
+  }
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t t = 0; t < c.T; ++t) {
+      for (int64_t ch = 0; ch < c.Ch; ++ch) {
+        const int64_t i = at(b, t, ch);
+        const double g = dy[i] * (c.silu ? SiluGradD(pre[i]) : 1.0);
+        db[ch] += g;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const int64_t s = t - (c.K - 1) + k;
+          if (s < 0) continue;
+          dw[ch * c.K + k] += g * x[at(b, s, ch)];
+          dx[at(b, s, ch)] += g * w[ch * c.K + k];
+        }
+      }
+    }
+  }
+  const std::vector<Vec> out = InEverySchedule([&] {
+    Vec yo(n, NAN), dxo(n, NAN), dwo = dw0, dbo = db0;
+    Vec scratch(cuda::CausalConv1dBackwardScratchFloats(c.B, c.T, c.Ch, c.K), NAN);
+    cuda::CausalConv1dForward(x.data(), w.data(), bias.data(), yo.data(), c.B, c.T, c.Ch, c.K,
+                              c.silu, nullptr);
+    cuda::CausalConv1dBackward(dy.data(), x.data(), w.data(), bias.data(), c.silu, dxo.data(),
+                               dwo.data(), dbo.data(), scratch.data(), c.B, c.T, c.Ch, c.K,
+                               nullptr);
+    return std::vector<Vec>{yo, dxo, dwo, dbo};
+  });
+  ExpectClose(out[0], y, "y");
+  ExpectClose(out[1], dx, "dx");
+  ExpectClose(out[2], dw, "dw");
+  ExpectClose(out[3], db, "dbias");
+}
+
+// The run kernels (K ≤ 4, T not a multiple of the 8-step run) and the
+// per-output kernels (K = 5), with and without the SiLU.
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvEmulationTest,
+                         ::testing::Values(ConvCase{2, 37, 40, 4, true},
+                                           ConvCase{1, 20, 33, 3, false},
+                                           ConvCase{3, 5, 8, 1, true},
+                                           ConvCase{2, 19, 12, 5, true},
+                                           ConvCase{1, 70, 64, 2, true}));
+
+// ---------------------------------------------------------------- gated RMSNorm
+
+struct NormCase {
+  int64_t N, Ch, group;
+};
+
+class GatedRmsNormEmulationTest : public ::testing::TestWithParam<NormCase> {};
+
+// g = x·silu(z); per (row, group) r = 1/√(mean(g²) + eps); y = g·r·w; the
+// backward by the chain rule (dw summed over rows).
+TEST_P(GatedRmsNormEmulationTest, MatchesTheDefinition) {
+  const NormCase c = GetParam();
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t n = c.N * c.Ch, gs = c.Ch / c.group;
+  const float eps = 1e-5f;
+  const Vec x = Random(n, 11), z = Random(n, 12), w = Random(c.Ch, 13, 0.5f), dy = Random(n, 14),
+            dw0 = Random(c.Ch, 15);
+  DVec y(n), rstd(c.N * gs), dx(n), dz(n), dw(dw0.begin(), dw0.end());
+  for (int64_t r = 0; r < c.N; ++r) {
+    for (int64_t gi = 0; gi < gs; ++gi) {
+      const int64_t base = r * c.Ch + gi * c.group;
+      double ss = 0.0, dot = 0.0;
+      for (int64_t j = 0; j < c.group; ++j) {
+        const double g = x[base + j] * SiluD(z[base + j]);
+        ss += g * g;
+        dot += double{w[gi * c.group + j]} * dy[base + j] * g;
+      }
+      const double rs = 1.0 / std::sqrt(ss / c.group + eps), m = dot / c.group;
+      rstd[r * gs + gi] = rs;
+      for (int64_t j = 0; j < c.group; ++j) {
+        const int64_t i = base + j, col = gi * c.group + j;
+        const double si = SiluD(z[i]), g = x[i] * si;
+        y[i] = g * rs * w[col];
+        const double dg = rs * w[col] * dy[i] - g * rs * rs * rs * m;
+        dx[i] = dg * si;
+        dz[i] = dg * x[i] * SiluGradD(z[i]);
+        dw[col] += dy[i] * g * rs;
+      }
+    }
+  }
+  const std::vector<Vec> out = InEverySchedule([&] {
+    Vec yo(n, NAN), ro(c.N * gs, NAN), dxo(n, NAN), dzo(n, NAN), dwo = dw0;
+    Vec scratch(cuda::GatedRmsNormBackwardScratchFloats(c.N, c.Ch), NAN);
+    cuda::GatedRmsNormForward(x.data(), z.data(), w.data(), yo.data(), ro.data(), c.N, c.Ch,
+                              c.group, eps, nullptr);
+    cuda::GatedRmsNormBackward(dy.data(), x.data(), z.data(), w.data(), ro.data(), dxo.data(),
+                               dzo.data(), dwo.data(), scratch.data(), c.N, c.Ch, c.group,
+                               nullptr);
+    return std::vector<Vec>{yo, ro, dxo, dzo, dwo};
+  });
+  ExpectClose(out[0], y, "y");
+  ExpectClose(out[1], rstd, "rstd");
+  ExpectClose(out[2], dx, "dx");
+  ExpectClose(out[3], dz, "dz");
+  ExpectClose(out[4], dw, "dw");
+}
+
+// The warp-per-item kernels (group < 256), the block-per-item ones (256 ≤
+// group ≤ 2048: the hybrid's 1536, one not a multiple of 256), and several
+// groups a row.
+INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormEmulationTest,
+                         ::testing::Values(NormCase{7, 96, 32}, NormCase{5, 96, 96},
+                                           NormCase{3, 12, 4}, NormCase{4, 1536, 1536},
+                                           NormCase{3, 600, 300}, NormCase{2, 510, 255},
+                                           NormCase{2, 4096, 2048}));
+
+// ---------------------------------------------------------------- dt, A
+
+TEST(MambaScalarsEmulationTest, SoftplusAndNegExpMatchTheDefinitions) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t N = 300, H = 6;
+  const Vec raw = Random(N * H, 21, 2.0f), bias = Random(H, 22), ddt = Random(N * H, 23),
+            db0 = Random(H, 24), a_log = Random(H, 25), da = Random(H, 26), g0 = Random(H, 27);
+  DVec dt(N * H), draw(N * H), db(db0.begin(), db0.end()), a(H), g(g0.begin(), g0.end());
+  for (int64_t i = 0; i < N * H; ++i) {
+    const double v = double{raw[i]} + bias[i % H];
+    dt[i] = std::log1p(std::exp(v));
+    draw[i] = ddt[i] * Sig(v);
+    db[i % H] += draw[i];
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    a[h] = -std::exp(double{a_log[h]});
+    g[h] += da[h] * a[h];
+  }
+  const std::vector<Vec> out = InEverySchedule([&] {
+    Vec dto(N * H, NAN), drawo(N * H, NAN), dbo = db0, ao(H, NAN), go = g0;
+    Vec scratch(cuda::SoftplusBiasBackwardScratchFloats(N, H), NAN);
+    cuda::SoftplusBiasForward(raw.data(), bias.data(), dto.data(), N, H, nullptr);
+    cuda::SoftplusBiasBackward(ddt.data(), raw.data(), bias.data(), drawo.data(), dbo.data(),
+                               scratch.data(), N, H, nullptr);
+    cuda::NegExpForward(a_log.data(), ao.data(), H, nullptr);
+    cuda::NegExpBackwardAccumulate(da.data(), ao.data(), go.data(), H, nullptr);
+    return std::vector<Vec>{dto, drawo, dbo, ao, go};
+  });
+  ExpectClose(out[0], dt, "dt");
+  ExpectClose(out[1], draw, "draw");
+  ExpectClose(out[2], db, "dbias");
+  ExpectClose(out[3], a, "a");
+  ExpectClose(out[4], g, "a_log grad");
+}
+
+}  // namespace
+}  // namespace gtp::kernels::ssm
