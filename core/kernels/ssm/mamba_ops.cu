@@ -95,14 +95,15 @@ __global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __rest
   }
 }
 
-// The same three conv kernels by runs: a thread takes channel c of kConvRun
-// consecutive steps of one sequence, loads the window of x (or g) those
-// outputs read once and keeps the kernel's K ≤ kConvMaxK taps in registers
-// (kK a template parameter), and does its index divisions once per run —
-// the kernels above divide three times and load K inputs per output. Each
-// output adds the same products in the same order (bias, then k = 0 … K−1
-// for the forward; k = 0 … K−1 for dx), so the same bits. int32 indices
-// (the launchers take these where ConvIndex32 holds and K ≤ kConvMaxK).
+// The conv by runs (the forward here, the backward's one pass below:
+// ConvBackwardRunKernel): a thread takes channel c of kConvRun consecutive
+// steps of one sequence, loads the window of x those outputs read once and
+// keeps the kernel's K ≤ kConvMaxK taps in registers (kK a template
+// parameter), and does its index divisions once per run — the kernels above
+// divide three times and load K inputs per output. Each output adds the same
+// products in the same order (bias, then k = 0 … K−1 for the forward; k = 0
+// … K−1 for dx), so the same bits. int32 indices (the launchers take these
+// where ConvIndex32 holds and K ≤ kConvMaxK).
 constexpr int kConvRun = 8, kConvMaxK = 4;
 
 // Runs of (b, run, c) with c fastest (coalesced across a warp).
@@ -155,56 +156,6 @@ __global__ void ConvForwardRunKernel(const float* __restrict__ x, const float* _
 #pragma unroll
     for (int j = 0; j < kConvRun; ++j) {
       if (r.t0 + j < T) y[(r.b * T + r.t0 + j) * Ch + r.c] = silu ? Silu(pre[j]) : pre[j];
-    }
-  }
-}
-
-template <int kK>
-__global__ void ConvPreGradRunKernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                     const float* __restrict__ w, const float* __restrict__ bias,
-                                     float* __restrict__ gpre, int32_t B, int32_t T, int32_t Ch,
-                                     bool silu) {
-  const int32_t items = B * ((T + kConvRun - 1) / kConvRun) * Ch;
-  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
-    const ConvRun r(i, T, Ch);
-    float pre[kConvRun];
-    if (silu) ConvRunPre<kK>(x, w, bias, T, Ch, r, pre);
-#pragma unroll
-    for (int j = 0; j < kConvRun; ++j) {
-      if (r.t0 + j >= T) continue;
-      const int32_t at = (r.b * T + r.t0 + j) * Ch + r.c;
-      float v = dy[at];
-      if (silu) v *= SiluGrad(pre[j]);
-      gpre[at] = v;
-    }
-  }
-}
-
-// dx[b, s, c] = Σ_k g[b, s + K − 1 − k, c]·w[c, k] over t = s + K − 1 − k < T.
-template <int kK>
-__global__ void ConvDxRunKernel(const float* __restrict__ gpre, const float* __restrict__ w,
-                                float* __restrict__ dx, int32_t B, int32_t T, int32_t Ch) {
-  const int32_t items = B * ((T + kConvRun - 1) / kConvRun) * Ch;
-  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
-    const ConvRun r(i, T, Ch);
-    float win[kConvRun + kK - 1];  // g at steps s0 … s0 + kConvRun + kK − 2
-#pragma unroll
-    for (int j = 0; j < kConvRun + kK - 1; ++j) {
-      const int32_t t = r.t0 + j;
-      win[j] = t < T ? gpre[(r.b * T + t) * Ch + r.c] : 0.0f;
-    }
-    float wk[kK];
-#pragma unroll
-    for (int k = 0; k < kK; ++k) wk[k] = w[r.c * kK + k];
-#pragma unroll
-    for (int j = 0; j < kConvRun; ++j) {
-      if (r.t0 + j >= T) continue;
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kK; ++k) {
-        if (r.t0 + j + (kK - 1) - k < T) acc += win[j + (kK - 1) - k] * wk[k];
-      }
-      dx[(r.b * T + r.t0 + j) * Ch + r.c] = acc;
     }
   }
 }
@@ -357,65 +308,83 @@ struct ConvGradOut {
   }
 };
 
-// ColumnPartialKernel for ConvGradValue with a channel's K + 1 columns on one
-// thread: g[r, c] is read once for all the taps (K + 1 loads a row, not
-// 2K + 1), and each column is summed in ColumnPartialKernel's order (rows
-// ry, ry + 8, … of the slab in row order, then the 8 row-threads in order)
-// with ConvGradValue's values. The products and sums are rounded one by one
-// (__fmul_rn, __fadd_rn: ptxas may not fuse them), so the partials are the
-// same bits as ColumnReduce's wherever ptxas did not fuse its mul and add.
-// Grid (⌈Ch / 32⌉, slabs), block (32, 8).
+// The run path's whole backward (K ≤ kConvMaxK) in one pass. Grid
+// (⌈Ch / 32⌉, slabs), block (32 channels × 8 row-threads); a slab is
+// `slab_runs` consecutive entries of the B·⌈T / 8⌉ (b, run) list
+// (ConvSlabRuns), row-thread ry takes entries ry, ry + 8, … of it. For its
+// run a thread forms g = dy·act'(pre) at the run's 8 steps and the K − 1
+// after them (those its dx reads: recomputed, not stored), writes dx, and
+// adds the dw and dbias terms of its own steps (ConvGradValue's columns);
+// the 8 row-threads' sums go in order into partial[slab, k·Ch + c], and
+// ColumnFinishKernel adds the slabs in order. Every pre, g and dx is the
+// per-output kernels' expression (bias, then k = 0 … K−1; dx over k = 0 …
+// K−1), so the same bits; the dw and dbias sums are rounded one by one
+// (__fmul_rn, __fadd_rn: ptxas may not fuse them). It reads x and dy once
+// and writes dx (the three-kernel form wrote g and read it twice).
 template <int kK>
-__global__ void ConvGradPartialKernel(const float* __restrict__ gpre, const float* __restrict__ x,
-                                      float* __restrict__ partial, int64_t rows, int32_t T,
-                                      int32_t Ch, int64_t slab_rows) {
+__global__ void ConvBackwardRunKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                      const float* __restrict__ w, const float* __restrict__ bias,
+                                      float* __restrict__ dx, float* __restrict__ partial,
+                                      int32_t B, int32_t T, int32_t Ch, int32_t slab_runs,
+                                      bool silu) {
   __shared__ float red[kK + 1][kColRowThreads][kColWidth + 1];
+  constexpr int kJ = kConvRun + kK - 1;  // the steps whose g a run needs
   const int cx = threadIdx.x, ry = threadIdx.y;
-  const int64_t c = blockIdx.x * int64_t{kColWidth} + cx, slab = blockIdx.y;
-  const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < rows ? r0 + slab_rows : rows;
+  const int32_t c = blockIdx.x * kColWidth + cx;
+  const int32_t runs = (T + kConvRun - 1) / kConvRun, total = B * runs;
+  const int32_t q0 = blockIdx.y * slab_runs;
+  const int32_t q1 = q0 + slab_runs < total ? q0 + slab_runs : total;
   float acc[kK + 1];
 #pragma unroll
   for (int k = 0; k <= kK; ++k) acc[k] = 0.0f;
   if (c < Ch) {
-    const float* __restrict__ g = gpre + c;
-    const float* __restrict__ xc = x + c;
-    // Tap k < K of row r: g·x[r + k − (K − 1)] where that row is in r's
-    // sequence, else 0 (ConvGradValue); tap K: g alone (the bias).
-    auto add_row = [&](int64_t r, float gv, const float* xv) {
+    float wk[kK];
 #pragma unroll
-      for (int k = 0; k < kK; ++k) {
-        const int32_t s = static_cast<int32_t>(r) % T + (k - (kK - 1));
-        acc[k] = __fadd_rn(acc[k], s >= 0 ? __fmul_rn(gv, xv[k]) : 0.0f);
+    for (int k = 0; k < kK; ++k) wk[k] = w[c * kK + k];
+    const float b0 = bias[c];
+    for (int32_t q = q0 + ry; q < q1; q += kColRowThreads) {
+      const int32_t b = q / runs, t0 = (q % runs) * kConvRun;
+      float win[kJ + kK - 1];  // x at steps t0 − (kK−1) … t0 + kJ − 1
+#pragma unroll
+      for (int j = 0; j < kJ + kK - 1; ++j) {
+        const int32_t s = t0 - (kK - 1) + j;
+        win[j] = s >= 0 && s < T ? x[(b * T + s) * Ch + c] : 0.0f;
       }
-      acc[kK] = __fadd_rn(acc[kK], gv);
-    };
-    auto load_x = [&](int64_t r, float* xv) {
+      float g[kJ];  // g at steps t0 … t0 + kJ − 1 (0 past T)
 #pragma unroll
-      for (int k = 0; k < kK; ++k) {
-        const int32_t shift = k - (kK - 1);
-        const int32_t s = static_cast<int32_t>(r) % T + shift;
-        xv[k] = s >= 0 ? xc[(r + shift) * Ch] : 0.0f;
-      }
-    };
-    // 8 rows' loads in flight before their adds, as ColumnPartialKernel.
-    constexpr int kBatch = 8;
-    int64_t r = r0 + ry;
-    for (; r + (kBatch - 1) * kColRowThreads < r1; r += kBatch * kColRowThreads) {
-      float gv[kBatch], xv[kBatch][kK];
+      for (int j = 0; j < kJ; ++j) {
+        const int32_t t = t0 + j;
+        g[j] = 0.0f;
+        if (t < T) {
+          float gv = dy[(b * T + t) * Ch + c];
+          if (silu) {
+            float pre = b0;
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int64_t ru = r + u * kColRowThreads;
-        gv[u] = g[ru * Ch];
-        load_x(ru, xv[u]);
+            for (int k = 0; k < kK; ++k) {
+              if (t - (kK - 1) + k >= 0) pre += wk[k] * win[j + k];  // as ConvAt skips s < 0
+            }
+            gv *= SiluGrad(pre);
+          }
+          g[j] = gv;
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) add_row(r + u * kColRowThreads, gv[u], xv[u]);
-    }
-    for (; r < r1; r += kColRowThreads) {
-      float xv[kK];
-      const float gv = g[r * Ch];
-      load_x(r, xv);
-      add_row(r, gv, xv);
+      for (int j = 0; j < kConvRun; ++j) {
+        const int32_t t = t0 + j;
+        if (t >= T) continue;
+        float d = 0.0f;  // dx[t] = Σ_k g[t + K − 1 − k]·w[k] over t + K − 1 − k < T
+#pragma unroll
+        for (int k = 0; k < kK; ++k) {
+          if (t + (kK - 1) - k < T) d += g[j + (kK - 1) - k] * wk[k];
+        }
+        dx[(b * T + t) * Ch + c] = d;
+#pragma unroll
+        for (int k = 0; k < kK; ++k) {
+          const int32_t s = t - (kK - 1) + k;
+          acc[k] = __fadd_rn(acc[k], s >= 0 ? __fmul_rn(g[j], win[j + k]) : 0.0f);
+        }
+        acc[kK] = __fadd_rn(acc[kK], g[j]);
+      }
     }
   }
 #pragma unroll
@@ -426,10 +395,21 @@ __global__ void ConvGradPartialKernel(const float* __restrict__ gpre, const floa
 #pragma unroll
     for (int k = 0; k <= kK; ++k) {
       float sum = 0.0f;
-      for (int q = 0; q < kColRowThreads; ++q) sum += red[k][q][cx];
-      partial[slab * cols + k * int64_t{Ch} + c] = sum;
+      for (int qy = 0; qy < kColRowThreads; ++qy) sum += red[k][qy][cx];
+      partial[blockIdx.y * cols + k * int64_t{Ch} + c] = sum;
     }
   }
+}
+
+// Entries of the (b, run) list a slab of ConvBackwardRunKernel: about 64
+// slabs, at least 16 entries (2 a row-thread) each; a function of the list's
+// length alone, so reruns sum in the same order.
+int64_t ConvSlabRuns(int64_t B, int64_t T) {
+  const int64_t total = B * CeilDiv(T, kConvRun), r = CeilDiv(total, 64);
+  return r > 16 ? r : 16;
+}
+int64_t ConvSlabs(int64_t B, int64_t T) {
+  return CeilDiv(B * CeilDiv(T, kConvRun), ConvSlabRuns(B, T));
 }
 
 template <class V, class O>
@@ -575,14 +555,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The backward also sums dw: block (slab, gi) takes group gi of rows
+// slab·R … (slab + 1)·R − 1 (R = NormSlabRows(N)) in order, each thread
+// adding its columns' dy·g·r over those rows, and writes the slab's sums to
+// partial[slab, gi·group + j]; ColumnFinishKernel adds the slabs in order.
+// (So dy, x and z are read once; a separate column pass read them again.)
 __global__ void __launch_bounds__(kThreads)
     GatedRmsNormBackwardRowKernel(const float* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ z, const float* __restrict__ w,
                                   const float* __restrict__ rstd, float* __restrict__ dx,
-                                  float* __restrict__ dz, int64_t N, int64_t Ch, int64_t group) {
-  const int64_t Gs = Ch / group;
-  for (int64_t item = blockIdx.x; item < N * Gs; item += gridDim.x) {  // uniform over the block
-    const int64_t n = item / Gs, gi = item % Gs, base = n * Ch + gi * group;
+                                  float* __restrict__ dz, float* __restrict__ partial, int64_t N,
+                                  int64_t Ch, int64_t group, int64_t slab_rows) {
+  const int64_t Gs = Ch / group, gi = blockIdx.x % Gs, slab = blockIdx.x / Gs;
+  const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < N ? r0 + slab_rows : N;
+  float dwp[kRowNormPer];
+#pragma unroll
+  for (int k = 0; k < kRowNormPer; ++k) dwp[k] = 0.0f;
+  for (int64_t n = r0; n < r1; ++n) {  // uniform over the block
+    const int64_t item = n * Gs + gi, base = n * Ch + gi * group;
     const float r = rstd[item];
     float xv[kRowNormPer], zv[kRowNormPer], dyv[kRowNormPer];
     float dot = 0.0f;
@@ -605,8 +595,22 @@ __global__ void __launch_bounds__(kThreads)
       const float dg = r * w[gi * group + j] * dyv[k] - g * r * r * r * m;
       dx[base + j] = dg * si;
       dz[base + j] = dg * xi * SiluGrad(zi);
+      dwp[k] += dyv[k] * g * r;
     }
   }
+#pragma unroll
+  for (int k = 0; k < kRowNormPer; ++k) {
+    const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+    if (j < group) partial[slab * Ch + gi * group + j] = dwp[k];
+  }
+}
+
+// Rows a slab of the row backward: about 1024 slabs (enough blocks for the
+// GPU at one group a row), at least 4 rows each; a function of N alone, so
+// reruns sum in the same order.
+int64_t NormSlabRows(int64_t N) {
+  const int64_t r = CeilDiv(N, 1024);
+  return r > 4 ? r : 4;
 }
 
 bool RowNorm(int64_t group) { return group >= kRowNormMin && group <= kThreads * kRowNormPer; }
@@ -663,7 +667,8 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
 }
 
 int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int64_t K) {
-  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;
+  if (ConvRuns(B, T, Ch, K)) return ConvSlabs(B, T) * (K + 1) * Ch;  // the slabs' partials
+  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;              // g, then the partials
 }
 
 void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
@@ -671,21 +676,27 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
                           int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
   const int64_t total = B * T * Ch;
   if (total == 0) return;
+  const int64_t cols = (K + 1) * Ch;
+  if (ConvRuns(B, T, Ch, K)) {  // one pass (ConvBackwardRunKernel), then the slabs' sums
+    const int64_t slabs = ConvSlabs(B, T);
+    WithConvK(K, [&](auto kk) {
+      constexpr int kK = decltype(kk)::value;
+      Launch(ConvBackwardRunKernel<kK>,
+             dim3(static_cast<unsigned>(CeilDiv(Ch, kColWidth)), static_cast<unsigned>(slabs)),
+             dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch,
+             static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
+             static_cast<int32_t>(ConvSlabRuns(B, T)), silu);
+    });
+    GTP_CU_LAUNCH_CHECK();
+    Launch(ColumnFinishKernel<ConvGradOut>, GridFor(cols, kThreads), kThreads, 0, stream,
+           static_cast<const float*>(scratch), slabs, cols, ConvGradOut{dw, dbias, Ch, K});
+    GTP_CU_LAUNCH_CHECK();
+    return;
+  }
   float* gpre = scratch;
   float* partial = scratch + total;
   const unsigned grid = GridFor(total, kThreads);
-  if (ConvRuns(B, T, Ch, K)) {
-    const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
-                  ch = static_cast<int32_t>(Ch);
-    WithConvK(K, [&](auto kk) {
-      constexpr int kK = decltype(kk)::value;
-      Launch(ConvPreGradRunKernel<kK>, ConvRunGrid(B, T, Ch), kThreads, 0, stream, dy, x, w, bias,
-             gpre, b, t, ch, silu);
-      GTP_CU_LAUNCH_CHECK();
-      Launch(ConvDxRunKernel<kK>, ConvRunGrid(B, T, Ch), kThreads, 0, stream, gpre, w, dx, b, t,
-             ch);
-    });
-  } else if (ConvIndex32(total)) {
+  if (ConvIndex32(total)) {
     const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
                   ch = static_cast<int32_t>(Ch), k = static_cast<int32_t>(K);
     Launch(ConvPreGradKernel<int32_t>, grid, kThreads, 0, stream, dy, x, w, bias, gpre, b, t, ch, k,
@@ -699,25 +710,7 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
     Launch(ConvDxKernel<int64_t>, grid, kThreads, 0, stream, gpre, w, dx, B, T, Ch, K);
   }
   GTP_CU_LAUNCH_CHECK();
-  // dw and dbias together: (K + 1)·Ch columns, a channel's on one thread
-  // where the runs take K (the same partials as ColumnReduce's).
-  const int64_t rows = B * T, cols = (K + 1) * Ch, slabs = ColumnSlabs(rows);
-  if (ConvRuns(B, T, Ch, K)) {  // (K ≤ 4; rows < 2^31 for its int32 r % T)
-    WithConvK(K, [&](auto kk) {
-      constexpr int kK = decltype(kk)::value;
-      const dim3 blocks(static_cast<unsigned>(CeilDiv(Ch, kColWidth)),
-                        static_cast<unsigned>(slabs));
-      Launch(ConvGradPartialKernel<kK>, blocks, dim3(kColWidth, kColRowThreads), 0, stream, gpre, x,
-             partial, rows, static_cast<int32_t>(T), static_cast<int32_t>(Ch),
-             ColumnSlabRows(rows));
-    });
-    GTP_CU_LAUNCH_CHECK();
-    Launch(ColumnFinishKernel<ConvGradOut>, GridFor(cols, kThreads), kThreads, 0, stream, partial,
-           slabs, cols, ConvGradOut{dw, dbias, Ch, K});
-    GTP_CU_LAUNCH_CHECK();
-    return;
-  }
-  ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, rows,
+  ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, B * T,
                cols, stream);
 }
 
@@ -766,7 +759,11 @@ void GatedRmsNormForward(const float* x, const float* z, const float* w, float* 
   GTP_CU_LAUNCH_CHECK();
 }
 
-int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) { return ColumnSlabs(N) * Ch; }
+int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) {
+  // The column pass's partials (narrow groups) or the row kernel's slabs.
+  const int64_t row_slabs = N > 0 ? CeilDiv(N, NormSlabRows(N)) : 0;
+  return (ColumnSlabs(N) > row_slabs ? ColumnSlabs(N) : row_slabs) * Ch;
+}
 
 void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
                           const float* rstd, float* dx, float* dz, float* dw, float* scratch,
@@ -774,12 +771,19 @@ void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
   if (RowNorm(group)) {
-    Launch(GatedRmsNormBackwardRowKernel, RowNormGrid(items), kThreads, 0, stream, dy, x, z, w,
-           rstd, dx, dz, N, Ch, group);
-  } else {
-    Launch(GatedRmsNormBackwardKernel, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
-           kThreads, 0, stream, dy, x, z, w, rstd, dx, dz, N, Ch, group);
+    const int64_t slab_rows = NormSlabRows(N), slabs = CeilDiv(N, slab_rows);
+    GTP_CU_REQUIRE(slabs * (Ch / group) < (int64_t{1} << 31), "gated RMSNorm backward: %lld blocks",
+                   static_cast<long long>(slabs * (Ch / group)));
+    Launch(GatedRmsNormBackwardRowKernel, static_cast<unsigned>(slabs * (Ch / group)), kThreads, 0,
+           stream, dy, x, z, w, rstd, dx, dz, scratch, N, Ch, group, slab_rows);
+    GTP_CU_LAUNCH_CHECK();
+    Launch(ColumnFinishKernel<AddOut>, GridFor(Ch, kThreads), kThreads, 0, stream,
+           static_cast<const float*>(scratch), slabs, Ch, AddOut{dw});
+    GTP_CU_LAUNCH_CHECK();
+    return;
   }
+  Launch(GatedRmsNormBackwardKernel, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
+         kThreads, 0, stream, dy, x, z, w, rstd, dx, dz, N, Ch, group);
   GTP_CU_LAUNCH_CHECK();
   ColumnReduce(RmsDwValue{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);
 }

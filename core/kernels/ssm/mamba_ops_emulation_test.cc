@@ -139,14 +139,17 @@ TEST_P(ConvEmulationTest, MatchesTheDefinition) {
   ExpectClose(out[3], db, "dbias");
 }
 
-// The run kernels (K ≤ 4, T not a multiple of the 8-step run) and the
-// per-output kernels (K = 5), with and without the SiLU.
+// The run kernels (K ≤ 4, T not a multiple of the 8-step run; the
+// backward's slabs of 16 runs, one across two sequences) and the per-output
+// kernels (K = 5), with and without the SiLU.
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvEmulationTest,
                          ::testing::Values(ConvCase{2, 37, 40, 4, true},
                                            ConvCase{1, 20, 33, 3, false},
                                            ConvCase{3, 5, 8, 1, true},
                                            ConvCase{2, 19, 12, 5, true},
-                                           ConvCase{1, 70, 64, 2, true}));
+                                           ConvCase{1, 70, 64, 2, true},
+                                           ConvCase{3, 50, 36, 4, true},    // 21 runs: 2 slabs
+                                           ConvCase{5, 30, 20, 3, false}));  // 20 runs: 2 slabs
 
 // ---------------------------------------------------------------- gated RMSNorm
 
@@ -206,13 +209,15 @@ TEST_P(GatedRmsNormEmulationTest, MatchesTheDefinition) {
 }
 
 // The warp-per-item kernels (group < 256), the block-per-item ones (256 ≤
-// group ≤ 2048: the hybrid's 1536, one not a multiple of 256), and several
-// groups a row.
+// group ≤ 2048: the hybrid's 1536, one not a multiple of 256), several
+// groups a row, and the row backward's dw over several slabs of 4 rows (the
+// last one short).
 INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormEmulationTest,
                          ::testing::Values(NormCase{7, 96, 32}, NormCase{5, 96, 96},
                                            NormCase{3, 12, 4}, NormCase{4, 1536, 1536},
                                            NormCase{3, 600, 300}, NormCase{2, 510, 255},
-                                           NormCase{2, 4096, 2048}));
+                                           NormCase{2, 4096, 2048}, NormCase{13, 512, 256},
+                                           NormCase{9, 1536, 1536}));
 
 // ---------------------------------------------------------------- dt, A
 

@@ -168,7 +168,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1dGpuTest,
                                            ConvCase{3, 5, 7, 3, false},
                                            ConvCase{1, 2, 300, 4, true},
                                            ConvCase{4, 129, 64, 1, false},
-                                           // B·T = 1200 rows: 5 slabs of the column sums.
+                                           // 4 sequences of 38 runs: 10 slabs of the
+                                           // backward's 16 runs, some across sequences.
                                            ConvCase{4, 300, 40, 4, true},
                                            // K = 2, and T a multiple of the kernels' runs of 8.
                                            ConvCase{2, 64, 24, 2, true},
@@ -288,7 +289,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormGpuTest,
                                            // the boundaries between them: 255 and 2049 run
                                            // the warp kernels, 256 and 2048 the block ones
                                            NormCase{4, 510, 255}, NormCase{3, 4096, 2048},
-                                           NormCase{2, 4098, 2049}));
+                                           NormCase{2, 4098, 2049},
+                                           // the row backward's dw over slabs of 4 rows,
+                                           // the last one short, 2 groups a row
+                                           NormCase{13, 512, 256}));
 
 // ---------------------------------------------------------------- SSD scan
 
