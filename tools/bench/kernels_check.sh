@@ -73,13 +73,13 @@ echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
   --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32|mma)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMma|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
-  # The same scan rows through the other bundle's benchmark (a kernel change's
-  # speed, old and new side by side in this call).
+  # The same scan, conv1d and gated-norm rows through the other bundle's
+  # benchmark (a kernel change's speed, old and new side by side in this call).
   mkdir -p "$WORK/base_scan" && tar -C "$WORK/base_scan" -xJf "$BASE_BUNDLE_DIR/bundle.tar.xz"
   echo "--- the same rows through BASE_BUNDLE_DIR's bundle"
   (cd "$WORK/base_scan" && LD_LIBRARY_PATH="$WORK/base_scan/lib:/usr/local/cuda/lib64" timeout 120 \
     ./bin/core_kernels_bench_ssm_benchmark \
-    --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma)/|ScanMma' 2>&1) |
+    --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma)/|ScanMma|Conv1d|GatedRmsNorm' 2>&1) |
     grep '^BM_' | awk '{printf "base %-55s %s %s\n", $1, $2, $3}'
 fi
 echo "=== 2a. torch.compile's chunked scan (bf16; the acceptance anchor for ScanAuto/ScanMma)"
