@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/bench/kernels_check.sh — issue 31's new kernels in one short device
 # call (about 3 minutes on an H200, plus the sanitizer runs and the profile,
-# which come last: up to 6 × 100 s and 4 × 60 s, so a call's 600 s may cut
+# which come last: up to 6 × 100 s and 5 × 60 s, so a call's 600 s may cut
 # them; SANITIZE=0 and PROFILE=0 skip them): their GPU tests, the scan's
 # times beside each other, and the hybrid step with the default kernels.
 #
@@ -70,7 +70,7 @@ done
 
 echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 (cd "$B" && timeout 120 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32|mma)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMma|Conv1d|GatedRmsNorm' 2>&1) |
+  --benchmark_filter='Scan/h96p16n16/.*(chunked|chunked32|recurrence|heads|heads32|mma|mma_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma|mma_bf16)/|ScanAuto|ScanMma|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
   # The same scan, conv1d and gated-norm rows through the other bundle's
@@ -177,8 +177,8 @@ echo "=== 5. Nsight Compute on the scan's kernels at the hybrid's shape (PROFILE
 if [[ "${PROFILE:-1}" == 0 ]]; then
   echo "SKIPPED Nsight Compute (PROFILE=0)"
 elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
-  for row in 'Scan/h96p16n16/bwd/mma/' 'Scan/h96p16n16/fwd/mma/' 'Scan/h96p16n16/bwd/chunked/' \
-    'Scan/h96p16n16/fwd/recurrence/'; do
+  for row in 'Scan/h96p16n16/bwd/mma/' 'Scan/h96p16n16/fwd/mma/' 'Scan/h96p16n16/bwd/mma_bf16/' \
+    'Scan/h96p16n16/bwd/chunked/' 'Scan/h96p16n16/fwd/recurrence/'; do
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page details \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \

@@ -6,12 +6,13 @@
 // Shapes: batch 8 × 1024 tokens (B·T = 8192 rows), d_inner 1536.
 //   Scan/<shape>/<fwd|bwd>/<chunked|recurrence|chunked32|chunked16|heads|heads32|heads16>:
 //     ssm::SsdScanForward / SsdScanBackward with that SsdCudaKernel (chunked32/16: chunk 32/16;
-//     heads: kChunkedHeads, heads32/16 with chunk 32/16; mma: kChunkedMma),
+//     heads: kChunkedHeads, heads32/16 with chunk 32/16; mma: kChunkedMma;
+//     mma_bf16: kChunkedMmaBf16),
 //     f32, chunk 128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
 //     "h24p64n128" and "h24p64n64" (Mamba-2's usual head dim and states, G = 1).
 //   ScanAuto/h96p16n16_t<T>/<fwd|bwd>: the default kernels (kAuto) at T = 1024,
 //     4096, 8192 (B = 8): the side-by-side with tools/bench/torch_ssd.py;
-//     ScanMma/…: the same with kChunkedMma.
+//     ScanMma/…, ScanMmaBf16/…: the same with kChunkedMma, kChunkedMmaBf16.
 //   Conv1d/<fwd|bwd>: CausalConv1d on [8, 1024, 1536], K = 4, SiLU.
 //   GatedRmsNorm/<fwd|bwd>: [8192, 1536], one group of 1536 (ngroups = 1).
 //   SoftplusBias/<fwd|bwd>: dt [8192, 96].
@@ -218,11 +219,16 @@ void RegisterAll() {
                    BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedHeads, chunk);
                  });
       }
-      // A warp per (b, h, chunk) (kChunkedMma; P, N ≤ 64).
+      // A warp per (b, h, chunk) (kChunkedMma; P, N ≤ 64), and the same with
+      // bf16 products (kChunkedMmaBf16).
       if (ssm::SsdCudaKernelFits(ssm::SsdCudaKernel::kChunkedMma, bwd, s.P, s.N, kChunk)) {
         Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/mma",
                  [s, bwd](benchmark::State& st) {
                    BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedMma, kChunk);
+                 });
+        Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/mma_bf16",
+                 [s, bwd](benchmark::State& st) {
+                   BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedMmaBf16, kChunk);
                  });
       }
       // The chunked kernels' other chunk lengths (kChunk = 128 runs 64-step chunks).
@@ -248,6 +254,10 @@ void RegisterAll() {
       Register(std::string("BM_CudaSsm/ScanMma/") + s.name + (bwd ? "/bwd" : "/fwd"),
                [s, bwd](benchmark::State& st) {
                  BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedMma, kChunk);
+               });
+      Register(std::string("BM_CudaSsm/ScanMmaBf16/") + s.name + (bwd ? "/bwd" : "/fwd"),
+               [s, bwd](benchmark::State& st) {
+                 BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedMmaBf16, kChunk);
                });
     }
   }

@@ -668,7 +668,7 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
 
 int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int64_t K) {
   if (ConvRuns(B, T, Ch, K)) return ConvSlabs(B, T) * (K + 1) * Ch;  // the slabs' partials
-  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;              // g, then the partials
+  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;             // g, then the partials
 }
 
 void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,

@@ -6,7 +6,6 @@
 // ssm_gpu_test runs the same kernels on a GPU against the CPU ops.
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
-
 #include "core/kernels/ssm/mamba_ops.cu"
 // (its launchers now run the grids on the host, synchronously)
 
@@ -57,9 +56,8 @@ void ExpectClose(const Vec& got, const DVec& want, const std::string& what, doub
 // Runs `run` (which fills its outputs) under the three schedules and checks
 // that they agree bit for bit; returns the first run's outputs.
 std::vector<Vec> InEverySchedule(const std::function<std::vector<Vec>()>& run) {
-  const gtp::emu::Schedule schedules[3] = {gtp::emu::Schedule::kInOrder,
-                                           gtp::emu::Schedule::kReverse,
-                                           gtp::emu::Schedule::kShuffled};
+  const gtp::emu::Schedule schedules[3] = {
+      gtp::emu::Schedule::kInOrder, gtp::emu::Schedule::kReverse, gtp::emu::Schedule::kShuffled};
   std::vector<Vec> first;
   for (int s = 0; s < 3; ++s) {
     gtp::emu::SetSchedule(schedules[s], 5);
@@ -145,10 +143,9 @@ TEST_P(ConvEmulationTest, MatchesTheDefinition) {
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvEmulationTest,
                          ::testing::Values(ConvCase{2, 37, 40, 4, true},
                                            ConvCase{1, 20, 33, 3, false},
-                                           ConvCase{3, 5, 8, 1, true},
-                                           ConvCase{2, 19, 12, 5, true},
+                                           ConvCase{3, 5, 8, 1, true}, ConvCase{2, 19, 12, 5, true},
                                            ConvCase{1, 70, 64, 2, true},
-                                           ConvCase{3, 50, 36, 4, true},    // 21 runs: 2 slabs
+                                           ConvCase{3, 50, 36, 4, true},     // 21 runs: 2 slabs
                                            ConvCase{5, 30, 20, 3, false}));  // 20 runs: 2 slabs
 
 // ---------------------------------------------------------------- gated RMSNorm
@@ -197,8 +194,7 @@ TEST_P(GatedRmsNormEmulationTest, MatchesTheDefinition) {
     cuda::GatedRmsNormForward(x.data(), z.data(), w.data(), yo.data(), ro.data(), c.N, c.Ch,
                               c.group, eps, nullptr);
     cuda::GatedRmsNormBackward(dy.data(), x.data(), z.data(), w.data(), ro.data(), dxo.data(),
-                               dzo.data(), dwo.data(), scratch.data(), c.N, c.Ch, c.group,
-                               nullptr);
+                               dzo.data(), dwo.data(), scratch.data(), c.N, c.Ch, c.group, nullptr);
     return std::vector<Vec>{yo, ro, dxo, dzo, dwo};
   });
   ExpectClose(out[0], y, "y");

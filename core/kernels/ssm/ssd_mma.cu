@@ -48,7 +48,7 @@ int64_t StatesBytes(int hb, bool both) {
 
 // Grid B·(H/hb)·nc, hb warps: S[bh, c] = Σ_j w_j·x_j ⊗ B_j [P][N], dec[bh, c]
 // = exp(cs_last), and with kBoth L[bh, c] = Σ_i e_i·dy_i ⊗ C_i.
-template <int kD, bool kBoth>
+template <int kD, bool kBoth, bool kSplit>
 __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __restrict__ dy,
                                 const float* __restrict__ Bm, const float* __restrict__ Cm,
                                 const float* __restrict__ dt, const float* __restrict__ A,
@@ -99,7 +99,7 @@ __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __rest
         });
         for (int nt = 0; nt < kD / 8; ++nt) {
           const FragB bf = MakeB([&](int k, int n) { return V[(j0 + k) * kLd + nt * 8 + n]; });
-          MmaSplit(acc[nt], a, bf);
+          MmaProd<kSplit>(acc[nt], a, bf);
         }
       }
       for (int nt = 0; nt < kD / 8; ++nt) {
@@ -125,7 +125,7 @@ int64_t OutputBytes(int hb) {
 }
 
 // Grid B·(H/hb)·nc, hb warps: y (=) from the entry states Sin [bh, c, P, N].
-template <int kD>
+template <int kD, bool kSplit>
 __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __restrict__ dt,
                                 const float* __restrict__ A, const float* __restrict__ Bm,
                                 const float* __restrict__ Cm, const float* __restrict__ D,
@@ -157,7 +157,7 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
   ChunkDecays<kL>(sDt, A[h], len, cs, sE, sR);
   CpAsyncWait<0>();
   __syncthreads();
-  FormBlockCB<kD, kLd>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
+  FormBlockCB<kD, kLd, kSplit>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
   __syncthreads();
   const float Dh = D[h];
   const int gq = LaneG(), tq = LaneT();
@@ -180,7 +180,7 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
       const FragA m = AccToA(cb[0], cb[1]);
       for (int pt = 0; pt < kD / 8; ++pt) {
         const FragB bf = MakeB([&](int k, int n) { return sX[(j0 + k) * kLd + pt * 8 + n]; });
-        MmaSplit(acc[pt], m, bf);
+        MmaProd<kSplit>(acc[pt], m, bf);
       }
     }
     // y_i += e_i·S_in·C_i: (e∘C) [16 × N] · S_inᵀ [N × P].
@@ -189,7 +189,7 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
           MakeA([&](int r, int k) { return sE[i0 + r] * sC[(i0 + r) * kLd + nk * 16 + k]; });
       for (int pt = 0; pt < kD / 8; ++pt) {
         const FragB bf = MakeB([&](int k, int n) { return sS[(pt * 8 + n) * kLd + nk * 16 + k]; });
-        MmaSplit(acc[pt], a, bf);
+        MmaProd<kSplit>(acc[pt], a, bf);
       }
     }
     for (int pt = 0; pt < kD / 8; ++pt) {
@@ -230,18 +230,20 @@ int64_t Chunks(int64_t T, int64_t P, int64_t N) {
 template <int kD>
 void States(const float* x, const float* dy, const float* Bm, const float* Cm, const float* dt,
             const float* A, float* S, float* Lc, float* dec, int64_t B, int64_t T, int64_t H,
-            int64_t P, int64_t G, int64_t N, cudaStream_t stream) {
+            int64_t P, int64_t G, int64_t N, bool split, cudaStream_t stream) {
   const int hb = HeadsPerBlock(H, G, P, N);
   const int64_t nc = CeilDiv(T, MmaShape<kD>::kL);
   const int64_t blocks = B * (H / hb) * nc;
   const bool both = dy != nullptr;
   const int64_t bytes = StatesBytes<kD>(hb, both);
+  auto launch = [&](auto kernel) {
+    Launch(kernel, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S, Lc, dec, T, H,
+           static_cast<int>(P), G, static_cast<int>(N), nc, hb);
+  };
   if (both) {
-    Launch(MmaStatesKernel<kD, true>, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S, Lc,
-           dec, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
+    split ? launch(MmaStatesKernel<kD, true, true>) : launch(MmaStatesKernel<kD, true, false>);
   } else {
-    Launch(MmaStatesKernel<kD, false>, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S, Lc,
-           dec, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
+    split ? launch(MmaStatesKernel<kD, false, true>) : launch(MmaStatesKernel<kD, false, false>);
   }
   // S (and L) → the entry states S_in[c] (and G_c): ssd_pass.cuh's passes.
   const int64_t n = B * H * P * N;
@@ -257,21 +259,21 @@ void States(const float* x, const float* dy, const float* Bm, const float* Cm, c
 template <int kD>
 void Output(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
             const float* D, const float* Sin, float* y, int64_t B, int64_t T, int64_t H, int64_t P,
-            int64_t G, int64_t N, cudaStream_t stream) {
+            int64_t G, int64_t N, bool split, cudaStream_t stream) {
   const int hb = HeadsPerBlock(H, G, P, N);
   const int64_t nc = CeilDiv(T, MmaShape<kD>::kL);
-  Launch(MmaOutputKernel<kD>, B * (H / hb) * nc, 32 * hb, OutputBytes<kD>(hb), stream, x, dt, A, Bm,
-         Cm, D, static_cast<const float*>(Sin), y, T, H, static_cast<int>(P), G,
-         static_cast<int>(N), nc, hb);
+  Launch(split ? MmaOutputKernel<kD, true> : MmaOutputKernel<kD, false>, B * (H / hb) * nc, 32 * hb,
+         OutputBytes<kD>(hb), stream, x, dt, A, Bm, Cm, D, static_cast<const float*>(Sin), y, T, H,
+         static_cast<int>(P), G, static_cast<int>(N), nc, hb);
 }
 
 #define GTP_SSD_MMA_INSTANTIATE(kD)                                                                \
   template void States<kD>(const float*, const float*, const float*, const float*, const float*,   \
                            const float*, float*, float*, float*, int64_t, int64_t, int64_t,        \
-                           int64_t, int64_t, int64_t, cudaStream_t);                               \
+                           int64_t, int64_t, int64_t, bool, cudaStream_t);                         \
   template void Output<kD>(const float*, const float*, const float*, const float*, const float*,   \
                            const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, \
-                           int64_t, int64_t, cudaStream_t);
+                           int64_t, int64_t, bool, cudaStream_t);
 GTP_SSD_MMA_INSTANTIATE(16)
 GTP_SSD_MMA_INSTANTIATE(32)
 GTP_SSD_MMA_INSTANTIATE(64)
@@ -282,7 +284,7 @@ void Backward(const float* dy, const float* x, const float* dt, const float* A, 
               const float* Cm, const float* D, const float* Sin, const float* Gc, const float* dec,
               float* dx, float* ddt, float* dA, float* dBm, float* dCm, float* dD, double* dAp,
               double* dDp, float* dBp, float* dCp, int64_t B, int64_t T, int64_t H, int64_t P,
-              int64_t G, int64_t N, cudaStream_t stream);  // ssd_mma_backward.cu
+              int64_t G, int64_t N, bool split, cudaStream_t stream);  // ssd_mma_backward.cu
 
 }  // namespace mma_internal
 
@@ -302,7 +304,7 @@ int64_t SsdMmaScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t 
 
 void SsdMmaForward(const float* x, const float* dt, const float* A, const float* Bm,
                    const float* Cm, const float* D, float* y, float* scratch, int64_t B, int64_t T,
-                   int64_t H, int64_t P, int64_t G, int64_t N, cudaStream_t stream) {
+                   int64_t H, int64_t P, int64_t G, int64_t N, bool split, cudaStream_t stream) {
   GTP_CU_REQUIRE(SsdMmaFits(P, N), "SsdMmaForward: P, N in 1..64, got P = %lld, N = %lld",
                  static_cast<long long>(P), static_cast<long long>(N));
   if (B * T * H == 0) return;
@@ -313,8 +315,8 @@ void SsdMmaForward(const float* x, const float* dt, const float* A, const float*
 #define GTP_SSD_MMA_CASE(kD)                                                                    \
   case kD:                                                                                      \
     mma_internal::States<kD>(x, nullptr, Bm, nullptr, dt, A, S, nullptr, dec, B, T, H, P, G, N, \
-                             stream);                                                           \
-    mma_internal::Output<kD>(x, dt, A, Bm, Cm, D, S, y, B, T, H, P, G, N, stream);              \
+                             split, stream);                                                    \
+    mma_internal::Output<kD>(x, dt, A, Bm, Cm, D, S, y, B, T, H, P, G, N, split, stream);       \
     break;
     GTP_SSD_MMA_CASE(16)
     GTP_SSD_MMA_CASE(32)
@@ -326,7 +328,8 @@ void SsdMmaForward(const float* x, const float* dt, const float* A, const float*
 void SsdMmaBackward(const float* dy, const float* x, const float* dt, const float* A,
                     const float* Bm, const float* Cm, const float* D, float* dx, float* ddt,
                     float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
-                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, cudaStream_t stream) {
+                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, bool split,
+                    cudaStream_t stream) {
   GTP_CU_REQUIRE(SsdMmaFits(P, N), "SsdMmaBackward: P, N in 1..64, got P = %lld, N = %lld",
                  static_cast<long long>(P), static_cast<long long>(N));
   if (B * T * H == 0) {
@@ -344,11 +347,11 @@ void SsdMmaBackward(const float* dy, const float* x, const float* dt, const floa
   float* dCp = Hp == G ? nullptr : dBp + B * T * Hp * N;
   if (Hp == G) dBp = nullptr;
   switch (MmaWidth(P, N)) {
-#define GTP_SSD_MMA_CASE(kD)                                                                   \
-  case kD:                                                                                     \
-    mma_internal::States<kD>(x, dy, Bm, Cm, dt, A, S, Lc, dec, B, T, H, P, G, N, stream);      \
-    mma_internal::Backward<kD>(dy, x, dt, A, Bm, Cm, D, S, Lc, dec, dx, ddt, dA, dBm, dCm, dD, \
-                               dAp, dDp, dBp, dCp, B, T, H, P, G, N, stream);                  \
+#define GTP_SSD_MMA_CASE(kD)                                                                     \
+  case kD:                                                                                       \
+    mma_internal::States<kD>(x, dy, Bm, Cm, dt, A, S, Lc, dec, B, T, H, P, G, N, split, stream); \
+    mma_internal::Backward<kD>(dy, x, dt, A, Bm, Cm, D, S, Lc, dec, dx, ddt, dA, dBm, dCm, dD,   \
+                               dAp, dDp, dBp, dCp, B, T, H, P, G, N, split, stream);             \
     break;
     GTP_SSD_MMA_CASE(16)
     GTP_SSD_MMA_CASE(32)

@@ -15,11 +15,10 @@
 // column sums of Q: B·Cᵀ and X·dYᵀ) and with i as rows (dC and the row sums:
 // dY·Xᵀ and C·Bᵀ), so each product's masked accumulator is the next
 // product's A operand in place. C·Bᵀ is the block's heads' common matrix,
-// formed once a block (FormBlockCB) and read in either orientation. The block's warps (heads of one group) add
-// their dB and dC tiles in shared memory in head order; blocks of other
-// heads of the group write partials that SumGroupHeadsKernel adds in order.
-// dA and dD: per-(b, chunk) doubles, added per head in order by
-// MmaScalarsKernel.
+// formed once a block (FormBlockCB) and read in either orientation. The block's warps (heads of one
+// group) add their dB and dC tiles in shared memory in head order; blocks of other heads of the
+// group write partials that SumGroupHeadsKernel adds in order. dA and dD: per-(b, chunk) doubles,
+// added per head in order by MmaScalarsKernel.
 #include <cuda_runtime.h>
 
 #include "core/kernels/cuda/common.cuh"
@@ -57,7 +56,7 @@ __device__ __forceinline__ void HeadSum(const Acc (&tile)[kD / 8], float* slots,
 
 // Grid B·(H/hb)·nc, hb warps. Sin, Gc: [bh, c, P, N]; dBp, dCp: [B, T,
 // H/hb, N] (the group's sums when H/hb = G); dAp, dDp: [h, b, c].
-template <int kD>
+template <int kD, bool kSplit>
 __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ dt, const float* __restrict__ A,
                                   const float* __restrict__ Bm, const float* __restrict__ Cm,
@@ -106,7 +105,7 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
   const float dec_c = dec[(b * H + h) * nc + c];
   CpAsyncWait<0>();
   __syncthreads();
-  FormBlockCB<kD, kLd>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
+  FormBlockCB<kD, kLd, kSplit>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
   __syncthreads();
   const float Dh = D[h];
   const int gq = LaneG(), tq = LaneT();
@@ -134,8 +133,8 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
         const FragA ax = fx[kk];
         for (int half = 0; half < 2; ++half) {
           const int n0 = i0 + half * 8;
-          MmaSplit(xd[half], ax,
-                   MakeB([&](int k, int n) { return sDY[(n0 + n) * kLd + kk * 16 + k]; }));
+          MmaProd<kSplit>(xd[half], ax,
+                          MakeB([&](int k, int n) { return sDY[(n0 + n) * kLd + kk * 16 + k]; }));
         }
       }
       for (int half = 0; half < 2; ++half) {
@@ -149,9 +148,10 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
       }
       const FragA m1 = AccToA(bc[0], bc[1]), m2 = AccToA(xd[0], xd[1]);
       for (int nt = 0; nt < kD / 8; ++nt) {
-        MmaSplit(dxa[nt], m1,
-                 MakeB([&](int k, int n) { return sDY[(i0 + k) * kLd + nt * 8 + n]; }));
-        MmaSplit(dba[nt], m2, MakeB([&](int k, int n) { return sC[(i0 + k) * kLd + nt * 8 + n]; }));
+        MmaProd<kSplit>(dxa[nt], m1,
+                        MakeB([&](int k, int n) { return sDY[(i0 + k) * kLd + nt * 8 + n]; }));
+        MmaProd<kSplit>(dba[nt], m2,
+                        MakeB([&](int k, int n) { return sC[(i0 + k) * kLd + nt * 8 + n]; }));
       }
     }
     // U = B·Gᵀ [j × p] and XG = X·G [j × n].
@@ -164,10 +164,10 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
     for (int kk = 0; kk < kD / 16; ++kk) {
       const FragA ab = fb[kk], ax = fx[kk];
       for (int nt = 0; nt < kD / 8; ++nt) {
-        MmaSplit(u[nt], ab,
-                 MakeB([&](int k, int n) { return sG[(nt * 8 + n) * kLd + kk * 16 + k]; }));
-        MmaSplit(xg[nt], ax,
-                 MakeB([&](int k, int n) { return sG[(kk * 16 + k) * kLd + nt * 8 + n]; }));
+        MmaProd<kSplit>(u[nt], ab,
+                        MakeB([&](int k, int n) { return sG[(nt * 8 + n) * kLd + kk * 16 + k]; }));
+        MmaProd<kSplit>(xg[nt], ax,
+                        MakeB([&](int k, int n) { return sG[(kk * 16 + k) * kLd + nt * 8 + n]; }));
       }
     }
     double rs[2] = {0.0, 0.0};
@@ -210,8 +210,8 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
         const FragA ad = fd[kk];
         for (int half = 0; half < 2; ++half) {
           const int n0 = j0 + half * 8;
-          MmaSplit(dm[half], ad,
-                   MakeB([&](int k, int n) { return sX[(n0 + n) * kLd + kk * 16 + k]; }));
+          MmaProd<kSplit>(dm[half], ad,
+                          MakeB([&](int k, int n) { return sX[(n0 + n) * kLd + kk * 16 + k]; }));
         }
       }
       for (int half = 0; half < 2; ++half) {
@@ -224,7 +224,8 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
       }
       const FragA m = AccToA(dm[0], dm[1]);
       for (int nt = 0; nt < kD / 8; ++nt) {
-        MmaSplit(dca[nt], m, MakeB([&](int k, int n) { return sB[(j0 + k) * kLd + nt * 8 + n]; }));
+        MmaProd<kSplit>(dca[nt], m,
+                        MakeB([&](int k, int n) { return sB[(j0 + k) * kLd + nt * 8 + n]; }));
       }
     }
     // V = C·Sᵀ [i × p] and W = dY·S [i × n].
@@ -237,10 +238,10 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
     for (int kk = 0; kk < kD / 16; ++kk) {
       const FragA ac = fc[kk], ad = fd[kk];
       for (int nt = 0; nt < kD / 8; ++nt) {
-        MmaSplit(v[nt], ac,
-                 MakeB([&](int k, int n) { return sS[(nt * 8 + n) * kLd + kk * 16 + k]; }));
-        MmaSplit(wv[nt], ad,
-                 MakeB([&](int k, int n) { return sS[(kk * 16 + k) * kLd + nt * 8 + n]; }));
+        MmaProd<kSplit>(v[nt], ac,
+                        MakeB([&](int k, int n) { return sS[(nt * 8 + n) * kLd + kk * 16 + k]; }));
+        MmaProd<kSplit>(wv[nt], ad,
+                        MakeB([&](int k, int n) { return sS[(kk * 16 + k) * kLd + nt * 8 + n]; }));
       }
     }
     double os[2] = {0.0, 0.0};
@@ -345,15 +346,15 @@ void Backward(const float* dy, const float* x, const float* dt, const float* A, 
               const float* Cm, const float* D, const float* Sin, const float* Gc, const float* dec,
               float* dx, float* ddt, float* dA, float* dBm, float* dCm, float* dD, double* dAp,
               double* dDp, float* dBp, float* dCp, int64_t B, int64_t T, int64_t H, int64_t P,
-              int64_t G, int64_t N, cudaStream_t stream) {
+              int64_t G, int64_t N, bool split, cudaStream_t stream) {
   const int hb = HeadsPerBlock(H, G, P, N);
   const int64_t nc = CeilDiv(T, MmaShape<kD>::kL), Hp = H / hb;
   const bool direct = Hp == G;  // the block's heads are the group's
   float* outB = direct ? dBm : dBp;
   float* outC = direct ? dCm : dCp;
-  Launch(MmaBackwardKernel<kD>, B * Hp * nc, 32 * hb, BackwardBytes<kD>(hb), stream, dy, x, dt, A,
-         Bm, Cm, D, Sin, Gc, dec, dx, ddt, outB, outC, dAp, dDp, B, T, H, static_cast<int>(P), G,
-         static_cast<int>(N), nc, hb);
+  Launch(split ? MmaBackwardKernel<kD, true> : MmaBackwardKernel<kD, false>, B * Hp * nc, 32 * hb,
+         BackwardBytes<kD>(hb), stream, dy, x, dt, A, Bm, Cm, D, Sin, Gc, dec, dx, ddt, outB, outC,
+         dAp, dDp, B, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
   if (!direct) {
     const int64_t n = B * T * G * N;
     Launch(SumGroupHeadsKernel, GridFor(n, 256), 256, 0, stream, static_cast<const float*>(dBp),
@@ -368,17 +369,17 @@ void Backward(const float* dy, const float* x, const float* dt, const float* A, 
 template void Backward<16>(const float*, const float*, const float*, const float*, const float*,
                            const float*, const float*, const float*, const float*, const float*,
                            float*, float*, float*, float*, float*, float*, double*, double*, float*,
-                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
                            cudaStream_t);
 template void Backward<32>(const float*, const float*, const float*, const float*, const float*,
                            const float*, const float*, const float*, const float*, const float*,
                            float*, float*, float*, float*, float*, float*, double*, double*, float*,
-                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
                            cudaStream_t);
 template void Backward<64>(const float*, const float*, const float*, const float*, const float*,
                            const float*, const float*, const float*, const float*, const float*,
                            float*, float*, float*, float*, float*, float*, double*, double*, float*,
-                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
                            cudaStream_t);
 
 }  // namespace mma_internal

@@ -49,8 +49,6 @@ struct MmaShape {
 // The most dynamic shared memory a block takes (of the H200's 227 KB).
 constexpr int64_t kMaxSmemBytes = 200 * 1024;
 
-
-
 // The padded width of P and N that the kernels instantiate (0: too large).
 inline int MmaWidth(int64_t P, int64_t N) {
   const int64_t m = P > N ? P : N;
@@ -110,6 +108,18 @@ __device__ __forceinline__ void MmaSplit(Acc& d, const FragA& a, const FragB& b)
   MmaBf16(d, a.lo, b.hi);
   MmaBf16(d, a.hi, b.lo);
   MmaBf16(d, a.hi, b.hi);
+}
+
+// d += a·b at the kernels' chosen precision: the split product (kSplit:
+// about f32 accuracy, three mma) or the bf16 one (a.hi·b.hi, one mma: the
+// precision of Mamba-2's own kernels, which take bf16 operands).
+template <bool kSplit>
+__device__ __forceinline__ void MmaProd(Acc& d, const FragA& a, const FragB& b) {
+  if constexpr (kSplit) {
+    MmaSplit(d, a, b);
+  } else {
+    MmaBf16(d, a.hi, b.hi);
+  }
 }
 
 __device__ __forceinline__ int LaneG() { return (threadIdx.x & 31) >> 2; }
@@ -320,7 +330,7 @@ constexpr int CbLd() {
   return kL + 8;
 }
 
-template <int kD, int kLd>
+template <int kD, int kLd, bool kSplit>
 __device__ __forceinline__ void FormBlockCB(const float* sC, const float* sB, float* sCB, int len,
                                             int warp, int hb) {
   constexpr int kCb = CbLd<MmaShape<kD>::kL>();
@@ -339,13 +349,13 @@ __device__ __forceinline__ void FormBlockCB(const float* sC, const float* sB, fl
         for (int half = 0; half < 2; ++half) {
           const FragB bf =
               MakeB([&](int k, int c) { return sB[(j0 + half * 8 + c) * kLd + nk * 16 + k]; });
-          MmaSplit(cb[half], a, bf);
+          MmaProd<kSplit>(cb[half], a, bf);
         }
       }
       for (int half = 0; half < 2; ++half) {
         for (int hr = 0; hr < 2; ++hr) {
-          float2* d = reinterpret_cast<float2*>(sCB + (i0 + gq + hr * 8) * kCb + j0 + half * 8 +
-                                                2 * tq);
+          float2* d =
+              reinterpret_cast<float2*>(sCB + (i0 + gq + hr * 8) * kCb + j0 + half * 8 + 2 * tq);
           *d = make_float2(cb[half][2 * hr], cb[half][2 * hr + 1]);
         }
       }
@@ -361,8 +371,8 @@ __device__ __forceinline__ void LoadCB(const float* sCB, int i0, int j0, Acc (&c
   const int gq = LaneG(), tq = LaneT();
   for (int half = 0; half < 2; ++half) {
     for (int hr = 0; hr < 2; ++hr) {
-      const float2 v = *reinterpret_cast<const float2*>(sCB + (i0 + gq + hr * 8) * kCb + j0 +
-                                                        half * 8 + 2 * tq);
+      const float2 v =
+          *reinterpret_cast<const float2*>(sCB + (i0 + gq + hr * 8) * kCb + j0 + half * 8 + 2 * tq);
       cb[half][2 * hr] = v.x;
       cb[half][2 * hr + 1] = v.y;
     }

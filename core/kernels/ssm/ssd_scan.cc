@@ -293,15 +293,21 @@ void BackwardCpu(const Dims& d, const float* dy, const float* x, const float* dt
   }
 }
 
+// The warp-level kernels (ssd_mma.cu), split-bf16 or bf16 products.
+bool IsMma(SsdCudaKernel k) {
+  return k == SsdCudaKernel::kChunkedMma || k == SsdCudaKernel::kChunkedMmaBf16;
+}
+
 // The kernels that run this call: kAuto resolved (SsdAutoKernel); a chunked
 // kernel on a shape that does not fit aborts, naming P and N.
 SsdCudaKernel Resolve(const char* op, const Dims& d, int64_t chunk, SsdCudaKernel kernel,
                       bool backward) {
   if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, d.P, d.N, chunk);
   if (kernel == SsdCudaKernel::kRecurrence) return kernel;
-  if (kernel == SsdCudaKernel::kChunkedMma) {
-    GTP_CHECK(cuda::SsdMmaFits(d.P, d.N), op, ": kChunkedMma takes P and N up to 64, got P = ",
-              d.P, ", N = ", d.N, " (use SsdCudaKernel::kAuto or kRecurrence)");
+  if (IsMma(kernel)) {
+    GTP_CHECK(cuda::SsdMmaFits(d.P, d.N), op, ": kChunkedMma and kChunkedMmaBf16 take P and N ",
+              "up to 64, got P = ", d.P, ", N = ", d.N,
+              " (use SsdCudaKernel::kAuto or kRecurrence)");
     return kernel;
   }
   const bool heads = backward && kernel == SsdCudaKernel::kChunkedHeads;
@@ -326,7 +332,7 @@ bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N
   if (P < 1 || P > 1024 || N < 0 || N > cuda::kSsdMaxN || chunk < 1) return false;
   if (kernel == SsdCudaKernel::kAuto) kernel = SsdAutoKernel(backward, P, N, chunk);
   if (kernel == SsdCudaKernel::kRecurrence) return true;
-  if (kernel == SsdCudaKernel::kChunkedMma) return cuda::SsdMmaFits(P, N);
+  if (IsMma(kernel)) return cuda::SsdMmaFits(P, N);
   return cuda::SsdChunkedFits(P, N, chunk,
                               backward && kernel == SsdCudaKernel::kChunkedHeads
                                   ? cuda::ChunkedBlocks::kHeadGroups
@@ -354,12 +360,12 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/false);
-    if (k == SsdCudaKernel::kChunkedMma) {
+    if (IsMma(k)) {
       Tensor scratch = e.Empty(
           {std::max<int64_t>(cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, false), 1)});
       cuda::SsdMmaForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
                           Cm.data<float>(), D.data<float>(), y.data<float>(), scratch.data<float>(),
-                          d.B, d.T, d.H, d.P, d.G, d.N, e.stream);
+                          d.B, d.T, d.H, d.P, d.G, d.N, k == SsdCudaKernel::kChunkedMma, e.stream);
       return;
     }
     if (k != SsdCudaKernel::kRecurrence) {
@@ -400,14 +406,14 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
     GTP_CHECK(d.N <= cuda::kSsdMaxN, op, ": CUDA takes N ≤ ", cuda::kSsdMaxN, ", got ", d.N);
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/true);
-    if (k == SsdCudaKernel::kChunkedMma) {
+    if (IsMma(k)) {
       Tensor scratch = e.Empty(
           {std::max<int64_t>(cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, true), 1)});
       cuda::SsdMmaBackward(dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),
                            Bm.data<float>(), Cm.data<float>(), D.data<float>(), dx.data<float>(),
                            ddt.data<float>(), dA.data<float>(), dBm.data<float>(),
                            dCm.data<float>(), dD.data<float>(), scratch.data<float>(), d.B, d.T,
-                           d.H, d.P, d.G, d.N, e.stream);
+                           d.H, d.P, d.G, d.N, k == SsdCudaKernel::kChunkedMma, e.stream);
       return;
     }
     if (k != SsdCudaKernel::kRecurrence) {

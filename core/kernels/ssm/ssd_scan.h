@@ -84,8 +84,18 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // accuracy); P and N up to 64. Checked on the CPU by a warp emulator
 // (ssd_mma_emulation_test) but not yet run or timed on a GPU, so kAuto does
 // not pick it.
+// kChunkedMmaBf16: the same with each product's operands rounded to bf16
+// (one mma where kChunkedMma takes three; Mamba-2's own kernels' precision:
+// about 1e-2 of the outputs' scale). Opt-in, for timing beside kChunkedMma.
 // kAuto (the default): SsdAutoKernel's choice.
-enum class SsdCudaKernel { kRecurrence, kChunked, kChunkedHeads, kChunkedMma, kAuto };
+enum class SsdCudaKernel {
+  kRecurrence,
+  kChunked,
+  kChunkedHeads,
+  kChunkedMma,
+  kChunkedMmaBf16,
+  kAuto
+};
 
 // The kernel kAuto runs, from the two kernels' times side by side on one
 // H200 (2026-12-04, docs/PERFORMANCE.md; f32, ms):

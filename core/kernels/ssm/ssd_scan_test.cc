@@ -410,17 +410,19 @@ TEST(SsdAutoKernel, ChoosesByDirectionAndStateSize) {
   EXPECT_EQ(SsdAutoKernel(true, 400, 256, 4), SsdCudaKernel::kRecurrence);
 }
 
-// kChunkedMma pads P and N to 16, 32 or 64 (ssd_mma_common.cuh MmaWidth):
-// every shape up to 64 fits, at any chunk (its chunk length is its own),
-// nothing wider.
+// kChunkedMma (and kChunkedMmaBf16, the same kernels with bf16 products)
+// pads P and N to 16, 32 or 64 (ssd_mma_common.cuh MmaWidth): every shape up
+// to 64 fits, at any chunk (its chunk length is its own), nothing wider.
 TEST(SsdCudaKernelFits, ChunkedMmaTakesPAndNUpTo64) {
-  for (bool bwd : {false, true}) {
-    EXPECT_TRUE(SsdCudaKernelFits(SsdCudaKernel::kChunkedMma, bwd, 16, 16, 128));
-    EXPECT_TRUE(SsdCudaKernelFits(SsdCudaKernel::kChunkedMma, bwd, 1, 1, 1));
-    EXPECT_TRUE(SsdCudaKernelFits(SsdCudaKernel::kChunkedMma, bwd, 5, 7, 16));
-    EXPECT_TRUE(SsdCudaKernelFits(SsdCudaKernel::kChunkedMma, bwd, 64, 64, 128));
-    EXPECT_FALSE(SsdCudaKernelFits(SsdCudaKernel::kChunkedMma, bwd, 65, 16, 128));
-    EXPECT_FALSE(SsdCudaKernelFits(SsdCudaKernel::kChunkedMma, bwd, 16, 128, 128));
+  for (SsdCudaKernel k : {SsdCudaKernel::kChunkedMma, SsdCudaKernel::kChunkedMmaBf16}) {
+    for (bool bwd : {false, true}) {
+      EXPECT_TRUE(SsdCudaKernelFits(k, bwd, 16, 16, 128));
+      EXPECT_TRUE(SsdCudaKernelFits(k, bwd, 1, 1, 1));
+      EXPECT_TRUE(SsdCudaKernelFits(k, bwd, 5, 7, 16));
+      EXPECT_TRUE(SsdCudaKernelFits(k, bwd, 64, 64, 128));
+      EXPECT_FALSE(SsdCudaKernelFits(k, bwd, 65, 16, 128));
+      EXPECT_FALSE(SsdCudaKernelFits(k, bwd, 16, 128, 128));
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include "core/kernels/ops.h"
 #include "core/kernels/ssm/mamba_ops.h"
 #include "core/kernels/ssm/ssd_scan.h"
+#include "core/kernels/ssm/testing/ssd_reference.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/philox.h"
 #include "gtest/gtest.h"
@@ -119,6 +120,13 @@ constexpr double kScanBwdL2 = 1e-4;
 // signs average to well under that in L2. Its forward L2 bound is that worst
 // case; the gradients keep kScanBwdL2 (an order above both).
 constexpr double kMmaFwdL2 = 2.5e-5;
+// kChunkedMmaBf16 rounds each product's operands to bf16 (2⁻⁹ relative):
+// y, dx, dB, dC and ddt go through two products in a row, ≤ ~4·2⁻⁹ ≈ 7.8e-3
+// a term (the warp emulator measured ≤ 5.5e-3 of the largest value), so
+// 2e-2 per element and 1e-2 in L2; dA, a sum of B·T terms that cancel,
+// within 2e-2 of Σ|term| (the double reference's; ssd_mma_emulation_test).
+constexpr double kMmaBf16Tol = 2e-2;
+constexpr double kMmaBf16L2 = 1e-2;
 
 // ---------------------------------------------------------------- conv1d
 
@@ -341,9 +349,9 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
   Tensor gx = env.Up(x, xs), gdt = env.Up(dt, ts), gA = env.Up(A, hs), gB = env.Up(Bm, bs),
          gC = env.Up(Cm, bs), gD = env.Up(D, hs), gdy = env.Up(dy, xs);
   Vec chunked[7];  // kChunked's outputs, for kChunkedHeads
-  for (SsdCudaKernel kernel : {SsdCudaKernel::kChunked, SsdCudaKernel::kChunkedHeads,
-                               SsdCudaKernel::kChunkedMma, SsdCudaKernel::kRecurrence,
-                               SsdCudaKernel::kAuto}) {
+  for (SsdCudaKernel kernel :
+       {SsdCudaKernel::kChunked, SsdCudaKernel::kChunkedHeads, SsdCudaKernel::kChunkedMma,
+        SsdCudaKernel::kChunkedMmaBf16, SsdCudaKernel::kRecurrence, SsdCudaKernel::kAuto}) {
     // The chunked kernels refuse shapes whose chunk block does not fit
     // (KernelEdges' last case for both; kChunkedHeads, whose backward block is
     // larger, also N = 256, N = 128 and P = 64 here); every other case fits.
@@ -352,11 +360,12 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
       EXPECT_NE(kernel, SsdCudaKernel::kAuto);
       continue;
     }
-    SCOPED_TRACE(kernel == SsdCudaKernel::kChunked        ? "kChunked"
-                 : kernel == SsdCudaKernel::kChunkedHeads ? "kChunkedHeads"
-                 : kernel == SsdCudaKernel::kChunkedMma   ? "kChunkedMma"
-                 : kernel == SsdCudaKernel::kRecurrence   ? "kRecurrence"
-                                                          : "kAuto");
+    SCOPED_TRACE(kernel == SsdCudaKernel::kChunked          ? "kChunked"
+                 : kernel == SsdCudaKernel::kChunkedHeads   ? "kChunkedHeads"
+                 : kernel == SsdCudaKernel::kChunkedMma     ? "kChunkedMma"
+                 : kernel == SsdCudaKernel::kChunkedMmaBf16 ? "kChunkedMmaBf16"
+                 : kernel == SsdCudaKernel::kRecurrence     ? "kRecurrence"
+                                                            : "kAuto");
     Vec run[2][7];
     for (int r = 0; r < 2; ++r) {
       Tensor gy = env.Poisoned(xs), gdx = env.Poisoned(xs), gddt = env.Poisoned(ts),
@@ -372,6 +381,24 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
       run[r][4] = env.Down(gdC);
       run[r][5] = env.Down(gdA);
       run[r][6] = env.Down(gdD);
+    }
+    if (kernel == SsdCudaKernel::kChunkedMmaBf16) {  // bf16 products: bf16's bounds
+      const Vec* want[7] = {&y, &dx, &ddt, &dBm, &dCm, &dA, &dD};
+      const char* names[7] = {"y", "dx", "ddt", "dBm", "dCm", "dA", "dD"};
+      for (int k = 0; k < 7; ++k) {
+        if (k == 5) continue;
+        ExpectClose(run[0][k], *want[k], kMmaBf16Tol, names[k]);
+        ExpectRelL2(run[0][k], *want[k], kMmaBf16L2, names[k]);
+      }
+      const reference::SsdReference ref =
+          reference::RunSsdReference({c.B, c.T, c.H, c.P, c.G, c.N}, x, dt, A, Bm, Cm, D, dy);
+      for (int64_t h = 0; h < c.H; ++h) {
+        ASSERT_TRUE(std::isfinite(run[0][5][h])) << "dA[" << h << "]";
+        EXPECT_NEAR(run[0][5][h], dA[h], kMmaBf16Tol * std::fmax(ref.dA_terms[h], 1.0))
+            << "dA[" << h << "]";
+      }
+      for (int k = 0; k < 7; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+      continue;
     }
     ExpectClose(run[0][0], y, kScanTol, "y");
     ExpectClose(run[0][1], dx, kScanTol, "dx");

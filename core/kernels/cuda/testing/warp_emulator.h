@@ -46,12 +46,12 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -111,9 +111,9 @@ struct Thread {
   ucontext_t ctx;
   State state = State::kReady;
   const char* waits_at = "";
-  int64_t seq = 0;   // warp-wide operations met (<< 8) | the last one's kind
-  uint64_t slot = 0; // a shuffle's value
-  uint32_t frag[6] = {};  // an mma's A (4) and B (2) registers
+  int64_t seq = 0;                          // warp-wide operations met (<< 8) | the last one's kind
+  uint64_t slot = 0;                        // a shuffle's value
+  uint32_t frag[6] = {};                    // an mma's A (4) and B (2) registers
   std::vector<CpCopy> open;                 // cp.async copies not yet committed
   std::deque<std::vector<CpCopy>> pending;  // committed groups, oldest first
 };
@@ -191,9 +191,8 @@ inline void MeetWarp(WarpOp op) {
                    "warp_emulator: block %u lane %d is at warp-wide operation #%lld (kind %d), "
                    "lane %d at #%lld (kind %d): a lane skipped a shuffle, mma or __syncwarp "
                    "that the others met\n",
-                   b->id, tid % 32, static_cast<long long>(mine >> 8),
-                   static_cast<int>(mine & 255), l, static_cast<long long>(other >> 8),
-                   static_cast<int>(other & 255));
+                   b->id, tid % 32, static_cast<long long>(mine >> 8), static_cast<int>(mine & 255),
+                   l, static_cast<long long>(other >> 8), static_cast<int>(other & 255));
       Fail("warp-wide operations out of step");
     }
   }
@@ -296,8 +295,8 @@ class Stacks {
   char* Get(int i) {
     while (static_cast<int>(stacks_.size()) <= i) {
       const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-      void* p = mmap(nullptr, kBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+      void* p =
+          mmap(nullptr, kBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) Fail("mmap of a fiber stack failed");
       if (mprotect(p, page, PROT_NONE) != 0) Fail("mprotect of a guard page failed");
       stacks_.push_back(static_cast<char*>(p) + page);
@@ -318,8 +317,10 @@ inline void FiberEntry() {
   (*b->fn)();
   Thread& me = Me();
   if (!me.open.empty() || !me.pending.empty()) {
-    std::fprintf(stderr, "warp_emulator: block %u thread %d ended with cp.async copies it never "
-                         "waited for\n", b->id, b->current);
+    std::fprintf(stderr,
+                 "warp_emulator: block %u thread %d ended with cp.async copies it never "
+                 "waited for\n",
+                 b->id, b->current);
     Fail("cp.async copies left in flight");
   }
   me.state = Thread::State::kDone;
@@ -356,8 +357,9 @@ inline int PickReady(const Block& b, std::mt19937& rng) {
                  b.t[i].waits_at);
     ++shown;
   }
-  Fail("a barrier that some threads never reach (divergent code around __syncthreads or a "
-       "warp-wide operation?)");
+  Fail(
+      "a barrier that some threads never reach (divergent code around __syncthreads or a "
+      "warp-wide operation?)");
 }
 
 // Runs fn (a kernel call with its arguments bound) on the block's threads
@@ -386,7 +388,8 @@ void RunGrid(dim3 grid, dim3 dim, int64_t smem_bytes, Fn fn) {
     b.fn = &body;
     b.t.resize(block);
     b.all.n = block;
-    for (int w = 0; w * 32 < block; ++w) b.warps.push_back(Barrier{std::min(32, block - 32 * w), {}});
+    for (int w = 0; w * 32 < block; ++w)
+      b.warps.push_back(Barrier{std::min(32, block - 32 * w), {}});
     float* f = reinterpret_cast<float*>(SharedMem().base);
     for (size_t i = 0; i < SharedMem().bytes / sizeof(float); ++i) {
       f[i] = std::numeric_limits<float>::quiet_NaN();

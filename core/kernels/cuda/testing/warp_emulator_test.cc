@@ -54,10 +54,9 @@ TEST_F(WarpEmulatorTest, MmaIsThePlainProduct) {
   std::memset(D, 0xff, sizeof(D));  // NaN
   RunGrid(1, 32, 0, [&] {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const uint32_t a[4] = {Pack(A[g][2 * t], A[g][2 * t + 1]),
-                           Pack(A[g + 8][2 * t], A[g + 8][2 * t + 1]),
-                           Pack(A[g][2 * t + 8], A[g][2 * t + 9]),
-                           Pack(A[g + 8][2 * t + 8], A[g + 8][2 * t + 9])};
+    const uint32_t a[4] = {
+        Pack(A[g][2 * t], A[g][2 * t + 1]), Pack(A[g + 8][2 * t], A[g + 8][2 * t + 1]),
+        Pack(A[g][2 * t + 8], A[g][2 * t + 9]), Pack(A[g + 8][2 * t + 8], A[g + 8][2 * t + 9])};
     const uint32_t b[2] = {Pack(B[2 * t][g], B[2 * t + 1][g]),
                            Pack(B[2 * t + 8][g], B[2 * t + 9][g])};
     float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};  // accumulates onto 1
@@ -88,7 +87,7 @@ TEST_F(WarpEmulatorTest, ShufflesReadTheNamedLane) {
   for (int t = 0; t < 64; ++t) {
     const int lane = t % 32, base = t - lane;
     EXPECT_EQ(x[t], 100 * (base + (lane ^ 5)));
-    EXPECT_EQ(u[t], 100 * (lane >= 3 ? t - 3 : t));   // out of range: own value
+    EXPECT_EQ(u[t], 100 * (lane >= 3 ? t - 3 : t));  // out of range: own value
     EXPECT_EQ(d[t], 100 * (lane < 30 ? t + 2 : t));
     EXPECT_EQ(i[t], 100 * (base + 7));
   }
