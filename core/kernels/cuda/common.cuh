@@ -45,10 +45,15 @@ namespace gtp::kernels::cuda::internal {
 // The block's dynamic shared memory as `T name[]`. Kernels declare it so,
 // and launch through Launch below, so that a CPU test can run them on the
 // host warp emulator (core/kernels/cuda/testing/warp_emulator.h).
+// GTP_DYNAMIC_SHARED_ALIGNED names a larger alignment (wmma's 32 bytes and up).
 #if defined(GTP_CUDA_HOST_EMULATION)
 #define GTP_DYNAMIC_SHARED(T, name) T* name = ::gtp::emu::DynamicShared<T>()
+#define GTP_DYNAMIC_SHARED_ALIGNED(T, name, bytes) T* name = ::gtp::emu::DynamicShared<T>()
 #else
 #define GTP_DYNAMIC_SHARED(T, name) extern __shared__ __align__(16) T name[]
+#define GTP_DYNAMIC_SHARED_ALIGNED(T, name, bytes) \
+  extern __shared__ __align__(bytes)               \
+  T name[]
 #endif
 
 // Host-side invariant check with a printf-style message.

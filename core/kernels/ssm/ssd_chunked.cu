@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
                      float* __restrict__ out, float* __restrict__ dec, int64_t T, int64_t H,
                      int64_t P64, int64_t G, int64_t N64, int L, int64_t nc) {
   const int P = static_cast<int>(P64), N = static_cast<int>(N64);  // < 2^31: they fit shared memory
-  extern __shared__ double smem_d[];
+  GTP_DYNAMIC_SHARED_ALIGNED(double, smem_d, 128);  // one symbol a file, one alignment
   double* sCs = smem_d;
   float* sDt = reinterpret_cast<float*>(sCs + L);
   float* sW = sDt + L;
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
                       int64_t T, int64_t H, int64_t P64, int64_t G, int64_t N64, int L,
                       int64_t nc) {
   const int P = static_cast<int>(P64), N = static_cast<int>(N64);
-  extern __shared__ double smem_d[];
+  GTP_DYNAMIC_SHARED_ALIGNED(double, smem_d, 128);  // one symbol a file, one alignment
   double* sCs = smem_d;
   float* sDt = reinterpret_cast<float*>(sCs + L);
   float* sW = sDt + L;
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kThreads)
                       const float* __restrict__ Cm, const float* __restrict__ D,
                       const float* __restrict__ sin, float* __restrict__ y, int64_t T, int64_t H,
                       int64_t P64, int64_t G, int64_t N64, int L, int64_t nc) {
-  extern __shared__ __align__(128) double smem_d[];
+  GTP_DYNAMIC_SHARED_ALIGNED(double, smem_d, 128);
   const int P = static_cast<int>(P64), N = static_cast<int>(N64);
   const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N));
   const int Pp = static_cast<int>(Pad16(P));
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kThreads)
                            const float* __restrict__ sin, float* __restrict__ y, int64_t T,
                            int64_t H, int64_t P64, int64_t G, int64_t N64, int L, int64_t nc,
                            int64_t S) {
-  extern __shared__ __align__(128) double smem_d[];
+  GTP_DYNAMIC_SHARED_ALIGNED(double, smem_d, 128);
   const int P = static_cast<int>(P64), N = static_cast<int>(N64);
   const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N)),
             ll = static_cast<int>(Ld(L));
@@ -336,13 +336,13 @@ void EntryStates(const float* x, const float* dt, const float* A, const float* B
   const int64_t nc = CeilDiv(T, L);
   const unsigned blocks = static_cast<unsigned>(B * H * nc);
   const int64_t outer = OuterSmemBytes(L, P, N);
-  AllowSmem(ChunkOuterKernel, outer);
-  ChunkOuterKernel
-      <<<blocks, kThreads, outer, stream>>>(x, Bm, dt, A, S, dec, T, H, P, G, N, L, nc);
+  CheckSmem(outer);
+  Launch(ChunkOuterKernel, blocks, kThreads, outer, stream, x, Bm, dt, A, S, dec, T, H, P, G, N, L,
+         nc);
   GTP_CU_LAUNCH_CHECK();
   if (P * N > 0) {
-    ChunkPassKernel<false>
-        <<<GridFor(B * H * P * N, kThreads), kThreads, 0, stream>>>(S, dec, B * H, P * N, nc);
+    Launch(ChunkPassKernel<false>, GridFor(B * H * P * N, kThreads), kThreads, 0, stream, S, dec,
+           B * H, P * N, nc);
     GTP_CU_LAUNCH_CHECK();
   }
 }
@@ -353,13 +353,13 @@ void BackwardStates(const float* x, const float* dy, const float* dt, const floa
                     cudaStream_t stream) {
   const int64_t nc = CeilDiv(T, L);
   const int64_t bytes = StatesSmemBytes(L, P, N);
-  AllowSmem(ChunkStatesKernel, bytes);
-  ChunkStatesKernel<<<static_cast<unsigned>(B * H * nc), kThreads, bytes, stream>>>(
-      x, dy, Bm, Cm, dt, A, S, Gs, dec, T, H, P, G, N, L, nc);
+  CheckSmem(bytes);
+  Launch(ChunkStatesKernel, static_cast<unsigned>(B * H * nc), kThreads, bytes, stream, x, dy, Bm,
+         Cm, dt, A, S, Gs, dec, T, H, P, G, N, L, nc);
   GTP_CU_LAUNCH_CHECK();
   if (P * N > 0) {
-    ChunkPassBothKernel<<<GridFor(B * H * P * N, kThreads), kThreads, 0, stream>>>(
-        S, Gs, dec, B * H, P * N, nc);
+    Launch(ChunkPassBothKernel, GridFor(B * H * P * N, kThreads), kThreads, 0, stream, S, Gs, dec,
+           B * H, P * N, nc);
     GTP_CU_LAUNCH_CHECK();
   }
 }
@@ -397,16 +397,16 @@ void SsdChunkedForward(const float* x, const float* dt, const float* A, const fl
   if (kernel == ChunkedBlocks::kHeadGroups) {
     const int64_t S = HeadSplits(B, nc, H, G, kHeadsOutputBlocks);
     const int64_t bytes = HeadsOutputSmemBytes(L, P, N);
-    AllowSmem(ChunkHeadsOutputKernel, bytes);
-    ChunkHeadsOutputKernel<<<static_cast<unsigned>(B * G * S * nc), kThreads, bytes, stream>>>(
-        x, dt, A, Bm, Cm, D, sc.S, y, T, H, P, G, N, L, nc, S);
+    CheckSmem(bytes);
+    Launch(ChunkHeadsOutputKernel, static_cast<unsigned>(B * G * S * nc), kThreads, bytes, stream,
+           x, dt, A, Bm, Cm, D, sc.S, y, T, H, P, G, N, L, nc, S);
     GTP_CU_LAUNCH_CHECK();
     return;
   }
   const int64_t bytes = OutputSmemBytes(L, P, N);
-  AllowSmem(ChunkOutputKernel, bytes);
-  ChunkOutputKernel<<<static_cast<unsigned>(B * H * nc), kThreads, bytes, stream>>>(
-      x, dt, A, Bm, Cm, D, sc.S, y, T, H, P, G, N, L, nc);
+  CheckSmem(bytes);
+  Launch(ChunkOutputKernel, static_cast<unsigned>(B * H * nc), kThreads, bytes, stream, x, dt, A,
+         Bm, Cm, D, sc.S, y, T, H, P, G, N, L, nc);
   GTP_CU_LAUNCH_CHECK();
 }
 

@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
                         float* __restrict__ dx, float* __restrict__ ddt, float* __restrict__ dB,
                         float* __restrict__ dC, double* __restrict__ dad, int64_t T, int64_t H,
                         int64_t P64, int64_t G, int64_t N64, int L, int64_t nc) {
-  extern __shared__ __align__(128) double smem_d[];
+  GTP_DYNAMIC_SHARED_ALIGNED(double, smem_d, 128);
   const int P = static_cast<int>(P64), N = static_cast<int>(N64);
   const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N)),
             ll = static_cast<int>(Ld(L));
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kThreads)
                              float* __restrict__ dB, float* __restrict__ dC,
                              double* __restrict__ dad, int64_t T, int64_t H, int64_t P64,
                              int64_t G, int64_t N64, int L, int64_t nc, int64_t S) {
-  extern __shared__ __align__(128) double smem_d[];
+  GTP_DYNAMIC_SHARED_ALIGNED(double, smem_d, 128);
   const int P = static_cast<int>(P64), N = static_cast<int>(N64);
   const int lp = static_cast<int>(Ld(P)), ln = static_cast<int>(Ld(N)),
             ll = static_cast<int>(Ld(L));
@@ -513,33 +513,33 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
     float* dB_out = S == 1 ? dBm : sc.dB_part;
     float* dC_out = S == 1 ? dCm : sc.dC_part;
     const int64_t bytes = HeadsBackwardSmemBytes(L, P, N);
-    AllowSmem(ChunkHeadsBackwardKernel, bytes);
-    ChunkHeadsBackwardKernel<<<static_cast<unsigned>(B * G * S * nc), kThreads, bytes, stream>>>(
-        dy, x, dt, A, Bm, Cm, D, sc.S, sc.Gs, sc.dec, dx, ddt, dB_out, dC_out, sc.dad, T, H, P, G,
-        N, L, nc, S);
+    CheckSmem(bytes);
+    Launch(ChunkHeadsBackwardKernel, static_cast<unsigned>(B * G * S * nc), kThreads, bytes, stream,
+           dy, x, dt, A, Bm, Cm, D, sc.S, sc.Gs, sc.dec, dx, ddt, dB_out, dC_out, sc.dad, T, H, P,
+           G, N, L, nc, S);
     GTP_CU_LAUNCH_CHECK();
   } else {
     const bool direct = H == G;
     float* dB_out = direct ? dBm : sc.dB_part;
     float* dC_out = direct ? dCm : sc.dC_part;
     const int64_t bytes = BackwardSmemBytes(L, P, N);
-    AllowSmem(ChunkBackwardKernel, bytes);
-    ChunkBackwardKernel<<<static_cast<unsigned>(B * H * nc), kThreads, bytes, stream>>>(
-        dy, x, dt, A, Bm, Cm, D, sc.S, sc.Gs, sc.dec, dx, ddt, dB_out, dC_out, sc.dad, T, H, P, G,
-        N, L, nc);
+    CheckSmem(bytes);
+    Launch(ChunkBackwardKernel, static_cast<unsigned>(B * H * nc), kThreads, bytes, stream, dy, x,
+           dt, A, Bm, Cm, D, sc.S, sc.Gs, sc.dec, dx, ddt, dB_out, dC_out, sc.dad, T, H, P, G, N, L,
+           nc);
     GTP_CU_LAUNCH_CHECK();
   }
   const int64_t out = B * T * G * N;
   if (parts > 1 && out > 0) {
-    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dB_part, dBm, B * T,
-                                                                         G * parts, G, N);
+    Launch(SumGroupHeadsKernel, GridFor(out, kThreads), kThreads, 0, stream, sc.dB_part, dBm, B * T,
+           G * parts, G, N);
     GTP_CU_LAUNCH_CHECK();
-    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dC_part, dCm, B * T,
-                                                                         G * parts, G, N);
+    Launch(SumGroupHeadsKernel, GridFor(out, kThreads), kThreads, 0, stream, sc.dC_part, dCm, B * T,
+           G * parts, G, N);
     GTP_CU_LAUNCH_CHECK();
   }
-  AddChunkParamsKernel<<<static_cast<unsigned>(CeilDiv(H, kThreads)), kThreads, 0, stream>>>(
-      sc.dad, dA, dD, B, H, nc);
+  Launch(AddChunkParamsKernel, static_cast<unsigned>(CeilDiv(H, kThreads)), kThreads, 0, stream,
+         sc.dad, dA, dD, B, H, nc);
   GTP_CU_LAUNCH_CHECK();
 }
 

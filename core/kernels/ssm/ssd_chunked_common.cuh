@@ -21,13 +21,14 @@
 namespace gtp::kernels::ssm::cuda {
 namespace {
 
+using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::CpAsync4;
 using ::gtp::kernels::cuda::internal::CpAsyncCommit;
 using ::gtp::kernels::cuda::internal::CpAsyncWait;
-using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::GridFor;
 using ::gtp::kernels::cuda::internal::kFullMask;
 using ::gtp::kernels::cuda::internal::kWarpSize;
+using ::gtp::kernels::cuda::internal::Launch;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
@@ -104,14 +105,11 @@ int ChunkLength(int64_t P, int64_t N, int64_t chunk,
   return 0;
 }
 
-template <class K>
-void AllowSmem(K kernel, int64_t bytes) {
+// A block's shared memory within the kernels' budget (Launch raises the
+// kernel's limit where it passes 48 KB).
+inline void CheckSmem(int64_t bytes) {
   GTP_CU_REQUIRE(bytes <= static_cast<int64_t>(kMaxSmemBytes),
                  "SsdChunked (CUDA): %lld bytes of shared memory", static_cast<long long>(bytes));
-  if (bytes > 48 * 1024) {
-    GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
-  }
 }
 
 // ------------------------------------------------------------ device helpers

@@ -56,6 +56,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #ifndef GTP_CUDA_HOST_EMULATION
@@ -111,9 +112,11 @@ struct Thread {
   ucontext_t ctx;
   State state = State::kReady;
   const char* waits_at = "";
-  int64_t seq = 0;                          // warp-wide operations met (<< 8) | the last one's kind
-  uint64_t slot = 0;                        // a shuffle's value
-  uint32_t frag[6] = {};                    // an mma's A (4) and B (2) registers
+  int64_t seq = 0;                // warp-wide operations met (<< 8) | the last one's kind
+  uint64_t slot = 0;              // a shuffle's value
+  uint32_t frag[6] = {};          // an mma's A (4) and B (2) registers
+  const float* wmma_a = nullptr;  // a wmma::mma_sync's fragments' elements
+  const float* wmma_b = nullptr;
   std::vector<CpCopy> open;                 // cp.async copies not yet committed
   std::deque<std::vector<CpCopy>> pending;  // committed groups, oldest first
 };
@@ -253,6 +256,48 @@ inline void MmaM16N8K16Bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_
   Wait(blk->warps[tid / 32], "an mma");  // all read before any writes its next fragments
 }
 
+// ---- wmma (nvcuda::wmma below) for 16×16×8 tf32 fragments: element e of
+// a fragment of R×C elements is lane e % 32's x[e / 32], at row e / C,
+// column e % C. (CUDA leaves the mapping unspecified, so code that is right
+// on the GPU does not depend on it.) The product's sum runs in f32 in k
+// order; operands that the caller rounded to tf32 (__float_to_tf32) multiply
+// exactly in f32.
+
+// d = a·b + c over the warp: a 16×8 (row-major elements), b 8×16, c and d
+// 16×16 accumulators (8 elements a lane).
+inline void WmmaMma(float* d, const float* a, const float* b, const float* c) {
+  Block* blk = Current();
+  const int tid = Tid(), base = tid / 32 * 32, lane = tid % 32;
+  Me().wmma_a = a;
+  Me().wmma_b = b;
+  MeetWarp(WarpOp::kMma);
+  auto A = [&](int r, int k) {
+    const int e = r * 8 + k;
+    return blk->t[base + e % 32].wmma_a[e / 32];
+  };
+  auto B = [&](int k, int n) {
+    const int e = k * 16 + n;
+    return blk->t[base + e % 32].wmma_b[e / 32];
+  };
+  float out[8];
+  for (int t = 0; t < 8; ++t) {
+    const int e = lane + 32 * t, r = e / 16, n = e % 16;
+    float acc = c[t];
+    for (int k = 0; k < 8; ++k) acc += A(r, k) * B(k, n);
+    out[t] = acc;
+  }
+  Wait(blk->warps[tid / 32], "a wmma");  // all read a and b before any writes d
+  for (int t = 0; t < 8; ++t) d[t] = out[t];
+}
+
+inline float RoundTf32(float v) {  // cvt.rna.tf32.f32: nearest, ties away from zero
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & ~0x1fffu;
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
 // ---- cp.async: queued per thread; a group lands at the wait that covers it.
 inline void CpAsyncIssue(char* dst, const void* src, int bytes, bool valid) {
   if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||
@@ -316,7 +361,9 @@ inline void FiberEntry() {
   Block* b = Current();
   (*b->fn)();
   Thread& me = Me();
-  if (!me.open.empty() || !me.pending.empty()) {
+  bool in_flight = !me.open.empty();  // (an empty committed group holds nothing)
+  for (const std::vector<CpCopy>& g : me.pending) in_flight = in_flight || !g.empty();
+  if (in_flight) {
     std::fprintf(stderr,
                  "warp_emulator: block %u thread %d ended with cp.async copies it never "
                  "waited for\n",
@@ -464,6 +511,74 @@ template <class T>
 T __shfl_sync(unsigned, T v, int src) {
   return ::gtp::emu::Exchange(v, src & 31, ::gtp::emu::WarpOp::kShflIdx);
 }
+
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment;
+template <class Layout>
+struct fragment<matrix_a, 16, 16, 8, precision::tf32, Layout> {
+  static constexpr int num_elements = 4, kRows = 16, kCols = 8;
+  float x[num_elements];
+};
+template <class Layout>
+struct fragment<matrix_b, 16, 16, 8, precision::tf32, Layout> {
+  static constexpr int num_elements = 4, kRows = 8, kCols = 16;
+  float x[num_elements];
+};
+template <>
+struct fragment<accumulator, 16, 16, 8, float, void> {
+  static constexpr int num_elements = 8, kRows = 16, kCols = 16;
+  float x[num_elements];
+};
+
+inline float __float_to_tf32(float v) { return ::gtp::emu::RoundTf32(v); }
+
+template <class Frag>
+void fill_fragment(Frag& f, float v) {
+  for (float& e : f.x) e = v;
+}
+
+// A fragment's elements from memory, row- or column-major with leading
+// dimension ldm; the warp meets, as on the GPU.
+template <class Use, class Layout>
+void load_matrix_sync(fragment<Use, 16, 16, 8, precision::tf32, Layout>& f, const float* p,
+                      unsigned ldm) {
+  using Frag = fragment<Use, 16, 16, 8, precision::tf32, Layout>;
+  ::gtp::emu::SyncWarp();
+  const int lane = ::gtp::emu::Tid() % 32;
+  const bool rows = std::is_same<Layout, row_major>::value;
+  for (int t = 0; t < Frag::num_elements; ++t) {
+    const int e = lane + 32 * t, r = e / Frag::kCols, c = e % Frag::kCols;
+    f.x[t] = rows ? p[r * ldm + c] : p[r + c * ldm];
+  }
+}
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 8, float>& f,
+                              unsigned ldm, layout_t layout) {
+  ::gtp::emu::SyncWarp();
+  const int lane = ::gtp::emu::Tid() % 32;
+  for (int t = 0; t < 8; ++t) {
+    const int e = lane + 32 * t, r = e / 16, c = e % 16;
+    (layout == mem_row_major ? p[r * ldm + c] : p[r + c * ldm]) = f.x[t];
+  }
+}
+template <class LA, class LB>
+void mma_sync(fragment<accumulator, 16, 16, 8, float>& d,
+              const fragment<matrix_a, 16, 16, 8, precision::tf32, LA>& a,
+              const fragment<matrix_b, 16, 16, 8, precision::tf32, LB>& b,
+              const fragment<accumulator, 16, 16, 8, float>& c) {
+  ::gtp::emu::WmmaMma(d.x, a.x, b.x, c.x);
+}
+}  // namespace nvcuda::wmma
 
 namespace gtp::kernels::cuda::internal {
 // cp.async (common.cuh's helpers): SmemAddr is the offset in the emulated
