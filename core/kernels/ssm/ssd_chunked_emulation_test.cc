@@ -124,11 +124,11 @@ INSTANTIATE_TEST_SUITE_P(
                                          cuda::ChunkedBlocks::kHeadGroups)));
 
 // kHeadGroups' backward with 2 heads a block (B·⌈T/L⌉·G = 64 blocks: two
-// splits of the group's 4 heads), the last chunk short. (Larger batches, for
-// more heads a block, take minutes on the emulator; ssm_gpu_test's
-// HeadGroupsSmall runs them on the GPU.)
+// splits of the group's 4 heads; the chunk short) and with 4 (128 blocks:
+// one split).
 INSTANTIATE_TEST_SUITE_P(HeadGroups, SsdChunkedEmulationTest,
-                         ::testing::Combine(::testing::Values(Case{64, 12, 4, 8, 1, 8, 16}),
+                         ::testing::Combine(::testing::Values(Case{64, 12, 4, 8, 1, 8, 16},
+                                                              Case{128, 16, 4, 8, 1, 8, 16}),
                                             ::testing::Values(cuda::ChunkedBlocks::kHeadGroups)));
 
 }  // namespace

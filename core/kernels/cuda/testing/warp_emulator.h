@@ -1,6 +1,6 @@
 // core/kernels/cuda/testing/warp_emulator.h — runs CUDA kernel source on the
 // host for a CPU test. Every thread of a block is a fiber (its own stack,
-// switched with ucontext on one OS thread), one block at a time; a fiber
+// switched on one OS thread), one block at a time; a fiber
 // runs until it meets a synchronisation point (__syncthreads, __syncwarp, a
 // shuffle, mma.sync m16n8k16 with bf16 inputs and f32 accumulation) and the
 // scheduler then picks the next ready thread in the order SetSchedule names.
@@ -63,7 +63,89 @@
 #error "define GTP_CUDA_HOST_EMULATION before including warp_emulator.h"
 #endif
 
+// ---- Fiber contexts: on x86-64 a switch that saves the callee-saved
+// registers and the FP control words on the fiber's own stack (ucontext's
+// swapcontext also saves the signal mask, a system call a switch, which made
+// the emulator several times slower); elsewhere ucontext.
+#if defined(__x86_64__)
+extern "C" void gtp_emu_switch(void** save_sp, void* load_sp);
+// (weak: each test binary that includes this header gets one copy)
+asm(R"(
+  .text
+  .weak gtp_emu_switch
+  .type gtp_emu_switch, @function
+gtp_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size gtp_emu_switch, .-gtp_emu_switch
+)");
+#endif
+
 namespace gtp::emu {
+
+[[noreturn]] inline void Fail(const char* what);
+
+struct Context {
+#if defined(__x86_64__)
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+// Saves the running context in `from` and resumes `to`.
+inline void Switch(Context& from, Context& to) {
+#if defined(__x86_64__)
+  gtp_emu_switch(&from.sp, to.sp);
+#else
+  if (swapcontext(&from.uc, &to.uc) != 0) Fail("swapcontext failed");
+#endif
+}
+
+// `ctx` starts entry() on the stack [stack, stack + bytes) at its first
+// Switch; entry must not return (it switches away for good).
+inline void MakeContext(Context& ctx, char* stack, size_t bytes, void (*entry)()) {
+#if defined(__x86_64__)
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
+  auto* slot = reinterpret_cast<uint64_t*>(top);
+  slot[-1] = 0;                                     // entry's (never used) return address
+  slot[-2] = reinterpret_cast<uint64_t>(entry);     // gtp_emu_switch's ret goes here
+  for (int r = 3; r <= 8; ++r) slot[-r] = 0;        // rbp, rbx, r12 … r15
+  uint32_t mxcsr;
+  uint16_t fpcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpcw));
+  auto* words = reinterpret_cast<uint32_t*>(&slot[-9]);
+  words[0] = mxcsr;
+  words[1] = fpcw;
+  ctx.sp = &slot[-9];
+#else
+  if (getcontext(&ctx.uc) != 0) Fail("getcontext failed");
+  ctx.uc.uc_stack.ss_sp = stack;
+  ctx.uc.uc_stack.ss_size = bytes;
+  ctx.uc.uc_link = nullptr;
+  makecontext(&ctx.uc, entry, 0);
+#endif
+}
 
 // The order of a block's threads between synchronisation points: thread 0
 // first, the last thread first, or a seeded random ready thread each time.
@@ -109,7 +191,7 @@ struct CpCopy {
 
 struct Thread {
   enum class State { kReady, kWaiting, kDone };
-  ucontext_t ctx;
+  Context ctx;
   State state = State::kReady;
   const char* waits_at = "";
   int64_t seq = 0;                // warp-wide operations met (<< 8) | the last one's kind
@@ -134,7 +216,7 @@ struct Block {
   std::vector<Thread> t;
   Barrier all;
   std::vector<Barrier> warps;
-  ucontext_t scheduler;
+  Context scheduler;
   const std::function<void()>* fn = nullptr;
 };
 
@@ -172,7 +254,7 @@ inline void Wait(Barrier& bar, const char* what) {
     for (int i : bar.arrived) b->t[i].state = Thread::State::kReady;
     bar.arrived.clear();
   }
-  if (swapcontext(&me.ctx, &b->scheduler) != 0) Fail("swapcontext failed");
+  Switch(me.ctx, b->scheduler);
 }
 
 inline void SyncThreads() { Wait(Current()->all, "__syncthreads"); }
@@ -371,7 +453,8 @@ inline void FiberEntry() {
     Fail("cp.async copies left in flight");
   }
   me.state = Thread::State::kDone;
-  // returning resumes uc_link: the scheduler
+  Switch(me.ctx, b->scheduler);  // for good: a done thread is never resumed
+  Fail("a finished thread was resumed");
 }
 
 inline int PickReady(const Block& b, std::mt19937& rng) {
@@ -442,12 +525,7 @@ void RunGrid(dim3 grid, dim3 dim, int64_t smem_bytes, Fn fn) {
       f[i] = std::numeric_limits<float>::quiet_NaN();
     }
     for (int i = 0; i < block; ++i) {
-      ucontext_t& ctx = b.t[i].ctx;
-      if (getcontext(&ctx) != 0) Fail("getcontext failed");
-      ctx.uc_stack.ss_sp = FiberStacks().Get(i);
-      ctx.uc_stack.ss_size = Stacks::kBytes;
-      ctx.uc_link = &b.scheduler;
-      makecontext(&ctx, &FiberEntry, 0);
+      MakeContext(b.t[i].ctx, FiberStacks().Get(i), Stacks::kBytes, &FiberEntry);
     }
     Current() = &b;
     for (;;) {
@@ -459,7 +537,7 @@ void RunGrid(dim3 grid, dim3 dim, int64_t smem_bytes, Fn fn) {
         break;
       }
       b.current = next;
-      if (swapcontext(&b.scheduler, &b.t[next].ctx) != 0) Fail("swapcontext failed");
+      Switch(b.scheduler, b.t[next].ctx);
     }
     Current() = nullptr;
   }
