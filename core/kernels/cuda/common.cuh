@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace gtp::kernels::cuda::internal {
 
@@ -88,6 +89,35 @@ void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
   // clang-format off
   kernel<<<grid, block, smem_bytes, stream>>>(args...);
   // clang-format on
+#endif
+}
+
+// The blocks of `kernel` an SM runs at once with `threads` threads and
+// `smem_bytes` of dynamic shared memory (the occupancy calculator). Under
+// GTP_CUDA_HOST_EMULATION a model of an H100/H200 SM by threads and shared
+// memory alone (2048 threads, 228 KB, 1 KB reserved a block), so that the
+// callers' choices run on the emulator too.
+template <class K>
+int BlocksPerSm(K kernel, int threads, size_t smem_bytes) {
+#if defined(GTP_CUDA_HOST_EMULATION)
+  (void)kernel;
+  const int by_threads = 2048 / threads;
+  const int by_smem = static_cast<int>((228 * 1024) / (smem_bytes + 1024));
+  return by_threads < by_smem ? by_threads : by_smem;
+#else
+  int blocks = 0;
+  GTP_CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
+  return blocks;
+#endif
+}
+
+// n bytes of zeros at p, in stream order (at once under emulation).
+inline void ZeroAsync(void* p, size_t n, cudaStream_t stream) {
+#if defined(GTP_CUDA_HOST_EMULATION)
+  (void)stream;
+  std::memset(p, 0, n);
+#else
+  GTP_CU_CHECK(cudaMemsetAsync(p, 0, n, stream));
 #endif
 }
 

@@ -29,8 +29,8 @@ __global__ void SumGroupHeadsKernel(const float* __restrict__ in, float* __restr
 // floats each): zeros.
 inline void ZeroGroupGrads(float* dBm, float* dCm, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  GTP_CU_CHECK(cudaMemsetAsync(dBm, 0, sizeof(float) * n, stream));
-  GTP_CU_CHECK(cudaMemsetAsync(dCm, 0, sizeof(float) * n, stream));
+  ::gtp::kernels::cuda::internal::ZeroAsync(dBm, sizeof(float) * n, stream);
+  ::gtp::kernels::cuda::internal::ZeroAsync(dCm, sizeof(float) * n, stream);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 namespace gtp::kernels::ssm::cuda {
 namespace {
 
+using ::gtp::kernels::cuda::internal::BlocksPerSm;
 using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::CpAsync4;
 using ::gtp::kernels::cuda::internal::CpAsyncCommit;
@@ -24,6 +25,7 @@ using ::gtp::kernels::cuda::internal::CpAsyncWait;
 using ::gtp::kernels::cuda::internal::GridFor;
 using ::gtp::kernels::cuda::internal::kFullMask;
 using ::gtp::kernels::cuda::internal::kWarpSize;
+using ::gtp::kernels::cuda::internal::Launch;
 
 constexpr int kThreads = 256;
 constexpr size_t kMaxSharedBytes = 227 * 1024;
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kScanMaxThreads)
                          float* __restrict__ y, int64_t T, int64_t H, int64_t P, int64_t G,
                          int64_t N, int rows, int pt, int ts) {
   constexpr int NP = kNL * kR;
-  extern __shared__ float smem[];
+  GTP_DYNAMIC_SHARED(float, smem);
   float* sA = smem;
   float* sY = sA + ts;
   float* stage = sY + ts * rows;  // two sets of dt, x, B, C
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(kScanMaxThreads)
                                int64_t G, int64_t N, int64_t L, int64_t nb, int rows, int pt,
                                int ts) {
   constexpr int NP = kNL * kR, kCols = NP + 1;
-  extern __shared__ float smem[];
+  GTP_DYNAMIC_SHARED(float, smem);
   __shared__ double sDD[kScanMaxWarps];
   const int W = static_cast<int>(blockDim.x) / kWarpSize;
   float* sA = smem;
@@ -553,15 +555,20 @@ void DispatchLanes(const ScanPlan& s, F&& f) {
   GTP_CU_REQUIRE(false, "SsdScan (CUDA): no kernel for %d lanes × %d states", s.nl, s.r);
 }
 
-// Raises a kernel's dynamic shared-memory limit when the plan needs > 48 KB.
+// Raises a kernel's dynamic shared-memory limit when the plan needs > 48 KB
+// (before the occupancy calculator sees it; Launch raises it to the tile's).
 template <class K>
 void AllowSmem(K kernel, size_t bytes) {
   GTP_CU_REQUIRE(bytes + sizeof(double) * kScanMaxWarps <= kMaxSharedBytes,
                  "SsdScan (CUDA): %zu bytes of shared memory", bytes);
+#if !defined(GTP_CUDA_HOST_EMULATION)
   if (bytes > 48 * 1024) {
     GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(bytes)));
   }
+#else
+  (void)kernel;
+#endif
 }
 
 // The tile length of a launch: among the plan's ts (the longest within
@@ -580,8 +587,7 @@ int TileSteps(K kernel, const ScanPlan& s, bool backward) {
   for (int ts = s.ts; ts >= 1 && (ts >= 8 || ts == s.ts); ts /= 2) {
     const size_t bytes =
         static_cast<size_t>(ScanSmemFloats(backward, s.rows, np, s.warps, ts)) * sizeof(float);
-    int blocks = 0;
-    GTP_CU_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, s.threads, bytes));
+    const int blocks = BlocksPerSm(kernel, s.threads, bytes);
     if (blocks > best) {  // strictly more: a tie keeps the longer tile
       best = blocks;
       best_ts = ts;
@@ -658,10 +664,9 @@ void SsdScanForward(const float* x, const float* dt, const float* A, const float
     constexpr int kNL = decltype(nl)::value, kR = decltype(r)::value;
     AllowSmem(SsdScanForwardKernel<kNL, kR>, s.smem);
     const int ts = TileSteps(SsdScanForwardKernel<kNL, kR>, s, /*backward=*/false);
-    SsdScanForwardKernel<kNL, kR>
-        <<<static_cast<unsigned>(B * H * s.pt), static_cast<unsigned>(s.threads),
-           TileSmemBytes(s, false, ts), stream>>>(x, dt, A, Bm, Cm, D, y, T, H, P, G, N, s.rows,
-                                                  s.pt, ts);
+    Launch(SsdScanForwardKernel<kNL, kR>, static_cast<unsigned>(B * H * s.pt),
+           static_cast<unsigned>(s.threads), TileSmemBytes(s, false, ts), stream, x, dt, A, Bm, Cm,
+           D, y, T, H, P, G, N, s.rows, s.pt, ts);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -690,33 +695,31 @@ void SsdScanBackward(const float* dy, const float* x, const float* dt, const flo
     constexpr int kNL = decltype(nl)::value, kR = decltype(r)::value;
     AllowSmem(SsdScanBackwardSweepKernel<kNL, kR>, s.smem);
     const int ts = TileSteps(SsdScanBackwardSweepKernel<kNL, kR>, s, /*backward=*/true);
-    SsdScanBackwardSweepKernel<kNL, kR>
-        <<<dim3(static_cast<unsigned>(B * H * s.pt), 2), static_cast<unsigned>(s.threads),
-           TileSmemBytes(s, true, ts), stream>>>(dy, x, dt, A, Bm, Cm, D, dx, dB_part, dC_part,
-                                                 sc.f_part, sc.g_part, sc.dD_part, sc.ck_S,
-                                                 sc.ck_G, T, H, P, G, N, L, nb, s.rows, s.pt, ts);
+    Launch(SsdScanBackwardSweepKernel<kNL, kR>, dim3(static_cast<unsigned>(B * H * s.pt), 2),
+           static_cast<unsigned>(s.threads), TileSmemBytes(s, true, ts), stream, dy, x, dt, A, Bm,
+           Cm, D, dx, dB_part, dC_part, sc.f_part, sc.g_part, sc.dD_part, sc.ck_S, sc.ck_G, T, H, P,
+           G, N, L, nb, s.rows, s.pt, ts);
   });
   GTP_CU_LAUNCH_CHECK();
   if (nb > 0) {
-    SsdBoundaryKernel<<<static_cast<unsigned>(CeilDiv(B * H * nb, kScalarWarps)), kScalarThreads,
-                        0, stream>>>(sc.ck_S, sc.ck_G, sc.R, B * H * nb, P * N);
+    Launch(SsdBoundaryKernel, static_cast<unsigned>(CeilDiv(B * H * nb, kScalarWarps)),
+           kScalarThreads, 0, stream, sc.ck_S, sc.ck_G, sc.R, B * H * nb, P * N);
     GTP_CU_LAUNCH_CHECK();
   }
-  SsdScalarKernel<<<static_cast<unsigned>(CeilDiv(B * H, kScalarWarps)), kScalarThreads, 0,
-                    stream>>>(sc.f_part, sc.g_part, sc.dD_part, sc.R, dt, A, ddt, sc.dad, B, T,
-                              H, L, nb, s.pt);
+  Launch(SsdScalarKernel, static_cast<unsigned>(CeilDiv(B * H, kScalarWarps)), kScalarThreads, 0,
+         stream, sc.f_part, sc.g_part, sc.dD_part, sc.R, dt, A, ddt, sc.dad, B, T, H, L, nb, s.pt);
   GTP_CU_LAUNCH_CHECK();
   const int64_t out = B * T * G * N;
   if (!in_place && out > 0) {
     // The [H·pt] partial rows of a group are consecutive: a group sum over H·pt "heads".
-    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dB_part, dBm, B * T,
-                                                                         H * s.pt, G, N);
+    Launch(SumGroupHeadsKernel, GridFor(out, kThreads), kThreads, 0, stream, sc.dB_part, dBm, B * T,
+           H * s.pt, G, N);
     GTP_CU_LAUNCH_CHECK();
-    SumGroupHeadsKernel<<<GridFor(out, kThreads), kThreads, 0, stream>>>(sc.dC_part, dCm, B * T,
-                                                                         H * s.pt, G, N);
+    Launch(SumGroupHeadsKernel, GridFor(out, kThreads), kThreads, 0, stream, sc.dC_part, dCm, B * T,
+           H * s.pt, G, N);
     GTP_CU_LAUNCH_CHECK();
   }
-  AddHeadParamsKernel<<<Blocks(H), kThreads, 0, stream>>>(sc.dad, dA, dD, B, H);
+  Launch(AddHeadParamsKernel, Blocks(H), kThreads, 0, stream, sc.dad, dA, dD, B, H);
   GTP_CU_LAUNCH_CHECK();
 }
 }  // namespace gtp::kernels::ssm::cuda
