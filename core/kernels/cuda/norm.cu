@@ -36,6 +36,7 @@ using internal::CeilDiv;
 using internal::InOrderSum;
 using internal::kBf16Vec;
 using internal::kWarpSize;
+using internal::Launch;
 using internal::LoadVec;
 using internal::StoreVec;
 using internal::WarpSum;
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(kRowThreads)
                             float* __restrict__ partial_b, int64_t N, int64_t rows_per_chunk) {
   constexpr int kV = kBf16Vec;
   constexpr int64_t C = int64_t{kIters} * kWarpSize * kV;
-  extern __shared__ float colsum[];  // [kRowsPerBlock][C]
+  GTP_DYNAMIC_SHARED(float, colsum);  // [kRowsPerBlock][C]
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t p = blockIdx.x;
   const int64_t r0 = p * rows_per_chunk;
@@ -331,8 +332,8 @@ void LaunchFused(const bf16* dy, const bf16* x, const bf16* w, const float* mean
                  float* partial_b, int64_t N, int64_t chunks, int64_t rows_per_chunk,
                  cudaStream_t stream) {
   const size_t smem = sizeof(float) * kRowsPerBlock * kIters * kWarpSize * kBf16Vec;
-  NormBackwardFusedKernel<kIters><<<static_cast<unsigned>(chunks), kRowThreads, smem, stream>>>(
-      dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N, rows_per_chunk);
+  Launch(NormBackwardFusedKernel<kIters>, static_cast<unsigned>(chunks), kRowThreads, smem, stream,
+         dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N, rows_per_chunk);
 }
 
 template <typename T, int kVec>
@@ -404,16 +405,16 @@ void NormBackward(const T* dy, const T* x, const T* w, const float* mean, const 
         default: launch(std::integral_constant<int, 6>{}); break;
       }
       GTP_CU_LAUNCH_CHECK();
-      NormBackwardFinalKernel<<<static_cast<unsigned>(CeilDiv(C, kFinalCols)), kColThreads, 0,
-                                stream>>>(partial_w, partial_b, dw, db, C, chunks);
+      Launch(NormBackwardFinalKernel, static_cast<unsigned>(CeilDiv(C, kFinalCols)), kColThreads, 0,
+             stream, partial_w, partial_b, dw, db, C, chunks);
       GTP_CU_LAUNCH_CHECK();
       return;
     }
   }
   WithVec<T>(vec, [&](auto v) {
     constexpr int kVec = decltype(v)::value;
-    NormBackwardDxKernel<T, kVec>
-        <<<RowBlocks(N), kRowThreads, 0, stream>>>(dy, x, w, mean, rstd, dx, N, C, dres);
+    Launch(NormBackwardDxKernel<T, kVec>, RowBlocks(N), kRowThreads, 0, stream, dy, x, w, mean,
+           rstd, dx, N, C, dres);
   });
   GTP_CU_LAUNCH_CHECK();
   if (dw == nullptr && db == nullptr) return;
@@ -427,12 +428,12 @@ void NormBackward(const T* dy, const T* x, const T* w, const float* mean, const 
     constexpr int kVec = decltype(v)::value;
     const dim3 grid(static_cast<unsigned>(CeilDiv(C, kColThreads * kVec)),
                     static_cast<unsigned>(chunks));
-    NormBackwardPartialKernel<T, kVec><<<grid, kColThreads, 0, stream>>>(
-        dy, x, mean, rstd, partial_w, partial_b, N, C, rows_per_chunk);
+    Launch(NormBackwardPartialKernel<T, kVec>, grid, kColThreads, 0, stream, dy, x, mean, rstd,
+           partial_w, partial_b, N, C, rows_per_chunk);
   });
   GTP_CU_LAUNCH_CHECK();
-  NormBackwardFinalKernel<<<static_cast<unsigned>(CeilDiv(C, kFinalCols)), kColThreads, 0,
-                            stream>>>(partial_w, partial_b, dw, db, C, chunks);
+  Launch(NormBackwardFinalKernel, static_cast<unsigned>(CeilDiv(C, kFinalCols)), kColThreads, 0,
+         stream, partial_w, partial_b, dw, db, C, chunks);
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -444,8 +445,8 @@ void LayerNormForwardT(const T* x, const T* w, const T* b, T* y, float* mean, fl
   GTP_CU_REQUIRE(C > 0, "LayerNormForward: C must be positive");
   WithVec<T>(VecRows(C, {x, w, b, y}), [&](auto v) {
     constexpr int kVec = decltype(v)::value;
-    LayerNormForwardKernel<T, kVec>
-        <<<RowBlocks(N), kRowThreads, 0, stream>>>(x, w, b, y, mean, rstd, N, C, eps);
+    Launch(LayerNormForwardKernel<T, kVec>, RowBlocks(N), kRowThreads, 0, stream, x, w, b, y, mean,
+           rstd, N, C, eps);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -467,8 +468,8 @@ void RMSNormForwardT(const T* x, const T* w, T* y, float* rstd, int64_t N, int64
   GTP_CU_REQUIRE(C > 0, "RMSNormForward: C must be positive");
   WithVec<T>(VecRows(C, {x, w, y}), [&](auto v) {
     constexpr int kVec = decltype(v)::value;
-    RMSNormForwardKernel<T, kVec>
-        <<<RowBlocks(N), kRowThreads, 0, stream>>>(x, w, y, rstd, N, C, eps);
+    Launch(RMSNormForwardKernel<T, kVec>, RowBlocks(N), kRowThreads, 0, stream, x, w, y, rstd, N, C,
+           eps);
   });
   GTP_CU_LAUNCH_CHECK();
 }

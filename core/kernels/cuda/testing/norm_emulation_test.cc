@@ -1,0 +1,201 @@
+// The LayerNorm and RMSNorm CUDA kernels (core/kernels/cuda/norm.cu: the
+// row kernels, the two-pass dw/db reduction, the fused bf16 backward of the
+// GPU training path) run on the CPU by the warp emulator
+// (core/kernels/cuda/testing/warp_emulator.h) against the norms' definitions
+// in double, f32 and bf16, in three orders of each block's threads
+// (bit-identical outputs: no race between barriers). norm_gpu_test runs the
+// same kernels on a GPU.
+#define GTP_CUDA_HOST_EMULATION
+#include "core/kernels/cuda/norm.cu"
+#include "core/kernels/cuda/testing/warp_emulator.h"
+// (its launchers now run the grids on the host, synchronously)
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::cuda {
+namespace {
+
+alignas(16) double smem[64 * 1024];  // the blocks' dynamic shared memory
+
+using DVec = std::vector<double>;
+
+// Values of type T (float or bf16) from N(0, scale²), and the same as doubles.
+template <class T>
+struct Data {
+  std::vector<T> v;
+  DVec d;
+};
+template <class T>
+Data<T> Random(size_t n, uint32_t seed, float scale = 1.0f, float shift = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(shift, scale);
+  Data<T> out;
+  for (size_t i = 0; i < n; ++i) {
+    const float f = dist(rng);
+    if constexpr (std::is_same_v<T, float>) {
+      out.v.push_back(f);
+      out.d.push_back(f);
+    } else {
+      const bf16 b = ToBF16(f);
+      out.v.push_back(b);
+      out.d.push_back(ToF32(b));
+    }
+  }
+  return out;
+}
+template <class T>
+std::vector<float> AsFloat(const std::vector<T>& v) {
+  std::vector<float> out;
+  for (const T& x : v) {
+    if constexpr (std::is_same_v<T, float>) {
+      out.push_back(x);
+    } else {
+      out.push_back(ToF32(x));
+    }
+  }
+  return out;
+}
+template <class T>
+std::vector<T> Nans(size_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return std::vector<T>(n, NAN);
+  } else {
+    return std::vector<T>(n, ToBF16(NAN));
+  }
+}
+
+// Every element within tol·max(max|want|, 1) of want, and finite.
+void ExpectClose(const std::vector<float>& got, const DVec& want, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double m = 1.0;
+  for (double w : want) m = std::fmax(m, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
+    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
+  }
+}
+
+// Runs `run` under the three schedules; their outputs must agree bit for bit.
+std::vector<std::vector<float>> InEverySchedule(
+    const std::function<std::vector<std::vector<float>>()>& run) {
+  const gtp::emu::Schedule schedules[3] = {
+      gtp::emu::Schedule::kInOrder, gtp::emu::Schedule::kReverse, gtp::emu::Schedule::kShuffled};
+  std::vector<std::vector<float>> first;
+  for (int s = 0; s < 3; ++s) {
+    gtp::emu::SetSchedule(schedules[s], 17);
+    std::vector<std::vector<float>> out = run();
+    if (s == 0) {
+      first = out;
+      continue;
+    }
+    for (size_t k = 0; k < out.size(); ++k) {
+      EXPECT_EQ(0, std::memcmp(out[k].data(), first[k].data(), out[k].size() * sizeof(float)))
+          << "output " << k << " differs between schedules 0 and " << s;
+    }
+  }
+  return first;
+}
+
+struct Case {
+  int64_t N, C;
+  bool rms;
+};
+
+// f32: sums over C ≤ 768 and N ≤ 600 rows of O(1) terms in f32: far within
+// 1e-4 of the largest value. bf16: the outputs are rounded to bf16 (2⁻⁹
+// relative) after f32 math on bf16 inputs: 1e-2. (f32 dw, db stay f32 sums.)
+template <class T>
+constexpr double Tol() {
+  return std::is_same_v<T, float> ? 1e-4 : 1e-2;
+}
+
+template <class T>
+void RunCase(const Case& c) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t N = c.N, C = c.C, n = N * C;
+  const float eps = 1e-5f;
+  const Data<T> x = Random<T>(n, 1, 1.5f, 0.3f), w = Random<T>(C, 2, 0.5f, 1.0f),
+                b = Random<T>(C, 3), dy = Random<T>(n, 4), dres = Random<T>(n, 5);
+  const Data<float> dw0 = Random<float>(C, 6), db0 = Random<float>(C, 7);
+  // The definition, in double.
+  DVec y(n), mean(N), rstd(N), dx(n), dw(dw0.d), db(db0.d);
+  for (int64_t r = 0; r < N; ++r) {
+    const double* xr = &x.d[r * C];
+    double mu = 0.0, ss = 0.0;
+    if (!c.rms) {
+      for (int64_t j = 0; j < C; ++j) mu += xr[j];
+      mu /= C;
+    }
+    for (int64_t j = 0; j < C; ++j) ss += (xr[j] - mu) * (xr[j] - mu);
+    const double rs = 1.0 / std::sqrt(ss / C + eps);
+    mean[r] = mu;
+    rstd[r] = rs;
+    double m1 = 0.0, m2 = 0.0;  // mean(dx̂), mean(dx̂·x̂)
+    for (int64_t j = 0; j < C; ++j) {
+      const double xh = (xr[j] - mu) * rs, g = dy.d[r * C + j] * w.d[j];
+      y[r * C + j] = xh * w.d[j] + (c.rms ? 0.0 : b.d[j]);
+      m1 += g;
+      m2 += g * xh;
+      dw[j] += dy.d[r * C + j] * xh;
+      db[j] += dy.d[r * C + j];
+    }
+    m1 /= C;
+    m2 /= C;
+    for (int64_t j = 0; j < C; ++j) {
+      const double xh = (xr[j] - mu) * rs, g = dy.d[r * C + j] * w.d[j];
+      dx[r * C + j] = rs * (g - (c.rms ? 0.0 : m1) - xh * m2) + dres.d[r * C + j];
+    }
+  }
+  const auto out = InEverySchedule([&] {
+    std::vector<T> yo = Nans<T>(n), dxo = Nans<T>(n);
+    std::vector<float> mo(N, NAN), ro(N, NAN), dwo = dw0.v, dbo = db0.v;
+    std::vector<float> scratch(LayerNormBackwardScratchFloats(N, C), NAN);
+    if (c.rms) {
+      RMSNormForward(x.v.data(), w.v.data(), yo.data(), ro.data(), N, C, eps, nullptr);
+      RMSNormBackward(dy.v.data(), x.v.data(), w.v.data(), ro.data(), dxo.data(), dwo.data(),
+                      scratch.data(), N, C, nullptr, dres.v.data());
+    } else {
+      LayerNormForward(x.v.data(), w.v.data(), b.v.data(), yo.data(), mo.data(), ro.data(), N, C,
+                       eps, nullptr);
+      LayerNormBackward(dy.v.data(), x.v.data(), w.v.data(), mo.data(), ro.data(), dxo.data(),
+                        dwo.data(), dbo.data(), scratch.data(), N, C, nullptr, dres.v.data());
+    }
+    return std::vector<std::vector<float>>{AsFloat(yo), ro, AsFloat(dxo), dwo, dbo, mo};
+  });
+  const double tol = Tol<T>();
+  ExpectClose(out[0], y, tol, "y");
+  ExpectClose(out[1], rstd, 1e-4, "rstd");
+  ExpectClose(out[2], dx, tol, "dx");
+  ExpectClose(out[3], dw, 1e-4, "dw");
+  if (!c.rms) {
+    ExpectClose(out[4], db, 1e-4, "db");
+    ExpectClose(out[5], mean, 1e-4, "mean");
+  }
+}
+
+class NormEmulationTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(NormEmulationTest, F32MatchesTheDefinition) { RunCase<float>(GetParam()); }
+TEST_P(NormEmulationTest, Bf16MatchesTheDefinition) { RunCase<bf16>(GetParam()); }
+
+// C = 768 (GPT-2's width: bf16's fused backward, 3 passes of 256 columns),
+// 256 (one pass), 200 (16-byte rows, not the fused backward), 30 (no
+// 16-byte rows); N = 600 (38 chunks of the dw/db reduction) and odd N.
+INSTANTIATE_TEST_SUITE_P(Shapes, NormEmulationTest,
+                         ::testing::Values(Case{37, 768, false}, Case{37, 768, true},
+                                           Case{600, 256, false}, Case{20, 200, false},
+                                           Case{20, 200, true}, Case{9, 30, false},
+                                           Case{9, 30, true}));
+
+}  // namespace
+}  // namespace gtp::kernels::cuda
