@@ -6,8 +6,9 @@
 // (bit-identical outputs: no race between barriers). norm_gpu_test runs the
 // same kernels on a GPU.
 #define GTP_CUDA_HOST_EMULATION
-#include "core/kernels/cuda/norm.cu"
 #include "core/kernels/cuda/testing/warp_emulator.h"
+
+#include "core/kernels/cuda/norm.cu"
 // (its launchers now run the grids on the host, synchronously)
 
 #include <cmath>
