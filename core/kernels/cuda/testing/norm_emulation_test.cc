@@ -5,11 +5,12 @@
 // in double, f32 and bf16, in three orders of each block's threads
 // (bit-identical outputs: no race between barriers). norm_gpu_test runs the
 // same kernels on a GPU.
+// clang-format off (the emulator before the kernel source)
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
-
 #include "core/kernels/cuda/norm.cu"
-// (its launchers now run the grids on the host, synchronously)
+// clang-format on
+// (norm.cu's launchers now run the grids on the host, synchronously)
 
 #include <cmath>
 #include <cstdint>
