@@ -5,7 +5,8 @@
 // in double, f32 and bf16, in three orders of each block's threads
 // (bit-identical outputs: no race between barriers). norm_gpu_test runs the
 // same kernels on a GPU.
-// clang-format off (the emulator before the kernel source)
+// The emulator before the kernel source:
+// clang-format off
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
 #include "core/kernels/cuda/norm.cu"
