@@ -111,6 +111,19 @@ int BlocksPerSm(K kernel, int threads, size_t smem_bytes) {
 #endif
 }
 
+// The current device's SM count (4 under GTP_CUDA_HOST_EMULATION: few
+// enough that grid-stride loops take several turns in a CPU test).
+inline int SmCount() {
+#if defined(GTP_CUDA_HOST_EMULATION)
+  return 4;
+#else
+  int device = 0, sms = 0;
+  GTP_CU_CHECK(cudaGetDevice(&device));
+  GTP_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms > 0 ? sms : 1;
+#endif
+}
+
 // n bytes of zeros at p, in stream order (at once under emulation).
 inline void ZeroAsync(void* p, size_t n, cudaStream_t stream) {
 #if defined(GTP_CUDA_HOST_EMULATION)

@@ -35,6 +35,7 @@ using internal::BlockSum;
 using internal::CeilDiv;
 using internal::GridFor;
 using internal::kBf16Vec;
+using internal::Launch;
 using internal::Load;
 using internal::LoadVec;
 using internal::StoreVec;
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(kFusedThreads)
 #pragma unroll
         for (int k = 0; k < kV; ++k) f[k] = v + k < V ? f[k] : 0.0f;
       }
-      if (t >= v && t < v + kV) {
+      if (t >= v && t < v + kV && t < V) {  // (a target past V: no one-hot in the padding)
 #pragma unroll
         for (int k = 0; k < kV; ++k) f[k] -= v + k == t ? g : 0.0f;
       }
@@ -230,8 +231,8 @@ void StatsT(const T* logits, const int32_t* targets, float* row_max, float* targ
   if (N == 0) return;
   WithVec<T>(VecRows(ld, {logits}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    StatsKernel<T, kVec><<<RowGrid(N), kThreads, 0, stream>>>(logits, targets, row_max,
-                                                              target_logit, N, V, ld, vocab_start);
+    Launch(StatsKernel<T, kVec>, RowGrid(N), kThreads, 0, stream, logits, targets, row_max,
+           target_logit, N, V, ld, vocab_start);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -244,7 +245,8 @@ void SumExpT(const T* logits, const float* row_max, float* sumexp, int64_t N, in
   if (N == 0) return;
   WithVec<T>(VecRows(ld, {logits}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    SumExpKernel<T, kVec><<<RowGrid(N), kThreads, 0, stream>>>(logits, row_max, sumexp, N, V, ld);
+    Launch(SumExpKernel<T, kVec>, RowGrid(N), kThreads, 0, stream, logits, row_max, sumexp, N, V,
+           ld);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -258,8 +260,8 @@ void BackwardT(const T* logits, const float* row_max, const float* sumexp, const
   if (N == 0 || ld == 0) return;
   WithVec<T>(VecRows(ld, {logits, dlogits}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    BackwardKernel<T, kVec><<<RowGrid(N), kThreads, 0, stream>>>(logits, row_max, sumexp, targets,
-                                                                 dloss, dlogits, N, V, ld, vocab_start);
+    Launch(BackwardKernel<T, kVec>, RowGrid(N), kThreads, 0, stream, logits, row_max, sumexp,
+           targets, dloss, dlogits, N, V, ld, vocab_start);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -290,8 +292,8 @@ void CrossEntropyLoss(const float* row_max, const float* sumexp, const float* ta
                       const int32_t* targets, float* loss, int64_t N, cudaStream_t stream) {
   CheckArgs("CrossEntropyLoss", N, 0);
   if (N == 0) return;
-  LossKernel<<<GridFor(N, kThreads), kThreads, 0, stream>>>(row_max, sumexp, target_logit, targets,
-                                                            loss, N);
+  Launch(LossKernel, GridFor(N, kThreads), kThreads, 0, stream, row_max, sumexp, target_logit,
+         targets, loss, N);
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -317,12 +319,9 @@ void CrossEntropyFused(bf16* logits, const int32_t* targets, const float* dloss,
                  "CrossEntropyFused: unsupported V=%lld ld=%lld (see CrossEntropyFusedSupported)",
                  static_cast<long long>(V), static_cast<long long>(ld));
   if (N == 0) return;
-  int device = 0, sms = 0;
-  GTP_CU_CHECK(cudaGetDevice(&device));
-  GTP_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t grid = std::min<int64_t>(N, int64_t{kFusedBlocksPerSm} * (sms > 0 ? sms : 1));
-  FusedKernel<<<static_cast<unsigned>(grid), kFusedThreads, 0, stream>>>(logits, targets, dloss,
-                                                                         loss, N, V, ld);
+  const int64_t grid = std::min<int64_t>(N, int64_t{kFusedBlocksPerSm} * internal::SmCount());
+  Launch(FusedKernel, static_cast<unsigned>(grid), kFusedThreads, 0, stream, logits, targets, dloss,
+         loss, N, V, ld);
   GTP_CU_LAUNCH_CHECK();
 }
 
