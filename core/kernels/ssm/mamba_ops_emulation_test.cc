@@ -4,9 +4,12 @@
 // against the ops' definitions in double (mamba_ops.h), in three orders of
 // each block's threads (bit-identical outputs: no race between barriers).
 // ssm_gpu_test runs the same kernels on a GPU against the CPU ops.
+// The emulator before the kernel source:
+// clang-format off
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
 #include "core/kernels/ssm/mamba_ops.cu"
+// clang-format on
 // (its launchers now run the grids on the host, synchronously)
 
 #include <cmath>
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kernels/cuda/testing/emulation_checks.h"
 #include "gtest/gtest.h"
 
 namespace gtp::kernels::ssm {
@@ -27,52 +31,21 @@ alignas(16) double smem[1024];  // the blocks' dynamic shared memory (these kern
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
 
+// The kernels sum up to a few thousand O(1) f32 terms (a norm's group, a
+// column sum over the rows): an error of a few hundred ulps of the largest
+// value at worst, so 1e-4 of it bounds them, and a wrong index or mask is O(1).
+constexpr double kTol = 1e-4;
+
+using ::gtp::emu::ExpectNear;
+using ::gtp::emu::InEverySchedule;
+
 Vec Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  Vec v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
+  return ::gtp::emu::RandomNormal(n, seed, scale);
 }
 
 double Sig(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 double SiluD(double v) { return v * Sig(v); }
 double SiluGradD(double v) { return Sig(v) * (1.0 + v * (1.0 - Sig(v))); }
-
-// Every element within tol·max(max|want|, 1) of want, and finite. The
-// kernels sum up to a few thousand O(1) f32 terms (a norm's group, a column
-// sum over the rows): an error of a few hundred ulps of the largest value at
-// worst, so 1e-4 of it bounds them, and a wrong index or mask is O(1).
-void ExpectClose(const Vec& got, const DVec& want, const std::string& what, double tol = 1e-4) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double m = 1.0;
-  for (double w : want) m = std::fmax(m, std::fabs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
-    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
-  }
-}
-
-// Runs `run` (which fills its outputs) under the three schedules and checks
-// that they agree bit for bit; returns the first run's outputs.
-std::vector<Vec> InEverySchedule(const std::function<std::vector<Vec>()>& run) {
-  const gtp::emu::Schedule schedules[3] = {
-      gtp::emu::Schedule::kInOrder, gtp::emu::Schedule::kReverse, gtp::emu::Schedule::kShuffled};
-  std::vector<Vec> first;
-  for (int s = 0; s < 3; ++s) {
-    gtp::emu::SetSchedule(schedules[s], 5);
-    std::vector<Vec> out = run();
-    if (s == 0) {
-      first = out;
-      continue;
-    }
-    for (size_t k = 0; k < out.size(); ++k) {
-      EXPECT_EQ(0, std::memcmp(out[k].data(), first[k].data(), out[k].size() * sizeof(float)))
-          << "output " << k << " differs between schedules 0 and " << s;
-    }
-  }
-  return first;
-}
 
 // ---------------------------------------------------------------- conv1d
 
@@ -131,10 +104,10 @@ TEST_P(ConvEmulationTest, MatchesTheDefinition) {
                                nullptr);
     return std::vector<Vec>{yo, dxo, dwo, dbo};
   });
-  ExpectClose(out[0], y, "y");
-  ExpectClose(out[1], dx, "dx");
-  ExpectClose(out[2], dw, "dw");
-  ExpectClose(out[3], db, "dbias");
+  ExpectNear(out[0], y, kTol, "y");
+  ExpectNear(out[1], dx, kTol, "dx");
+  ExpectNear(out[2], dw, kTol, "dw");
+  ExpectNear(out[3], db, kTol, "dbias");
 }
 
 // The run kernels (K ≤ 4, T not a multiple of the 8-step run; the
@@ -197,11 +170,11 @@ TEST_P(GatedRmsNormEmulationTest, MatchesTheDefinition) {
                                dzo.data(), dwo.data(), scratch.data(), c.N, c.Ch, c.group, nullptr);
     return std::vector<Vec>{yo, ro, dxo, dzo, dwo};
   });
-  ExpectClose(out[0], y, "y");
-  ExpectClose(out[1], rstd, "rstd");
-  ExpectClose(out[2], dx, "dx");
-  ExpectClose(out[3], dz, "dz");
-  ExpectClose(out[4], dw, "dw");
+  ExpectNear(out[0], y, kTol, "y");
+  ExpectNear(out[1], rstd, kTol, "rstd");
+  ExpectNear(out[2], dx, kTol, "dx");
+  ExpectNear(out[3], dz, kTol, "dz");
+  ExpectNear(out[4], dw, kTol, "dw");
 }
 
 // The warp-per-item kernels (group < 256), the block-per-item ones (256 ≤
@@ -243,11 +216,11 @@ TEST(MambaScalarsEmulationTest, SoftplusAndNegExpMatchTheDefinitions) {
     cuda::NegExpBackwardAccumulate(da.data(), ao.data(), go.data(), H, nullptr);
     return std::vector<Vec>{dto, drawo, dbo, ao, go};
   });
-  ExpectClose(out[0], dt, "dt");
-  ExpectClose(out[1], draw, "draw");
-  ExpectClose(out[2], db, "dbias");
-  ExpectClose(out[3], a, "a");
-  ExpectClose(out[4], g, "a_log grad");
+  ExpectNear(out[0], dt, kTol, "dt");
+  ExpectNear(out[1], draw, kTol, "draw");
+  ExpectNear(out[2], db, kTol, "dbias");
+  ExpectNear(out[3], a, kTol, "a");
+  ExpectNear(out[4], g, kTol, "a_log grad");
 }
 
 }  // namespace

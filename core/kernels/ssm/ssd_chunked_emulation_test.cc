@@ -5,21 +5,20 @@
 // definition) against the recurrence and its adjoint in double, in three
 // orders of each block's threads (bit-identical outputs: no race between
 // barriers). ssm_gpu_test runs the same kernels on a GPU.
+// The emulator before the kernel source:
+// clang-format off
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
 #include "core/kernels/ssm/ssd_chunked.cu"
 #include "core/kernels/ssm/ssd_chunked_backward.cu"
+// clang-format on
 // (their launchers now run the grids on the host, synchronously)
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <random>
-#include <string>
 #include <tuple>
-#include <vector>
 
-#include "core/kernels/ssm/testing/ssd_reference.h"
+#include "core/kernels/cuda/testing/emulation_checks.h"
+#include "core/kernels/ssm/testing/ssd_emulation.h"
 #include "gtest/gtest.h"
 
 namespace gtp::kernels::ssm {
@@ -27,31 +26,9 @@ namespace {
 
 alignas(128) double smem[200 * 1024 / 8];  // the blocks' dynamic shared memory
 
-using Vec = std::vector<float>;
-using DVec = std::vector<double>;
-
 struct Case {
   int64_t B, T, H, P, G, N, chunk;
 };
-
-Vec Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  Vec v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Every element within tol·max(max|want|, 1) of want, and finite.
-void ExpectClose(const Vec& got, const DVec& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double m = 1.0;
-  for (double w : want) m = std::fmax(m, std::fabs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
-    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
-  }
-}
 
 // 3×TF32 keeps about 21 bits of each product (ssd_chunked_common.cuh Mma3),
 // ≈ 5e-7 relative, and the outputs sum up to a few hundred O(1) products
@@ -68,45 +45,23 @@ TEST_P(SsdChunkedEmulationTest, MatchesTheRecurrenceInEverySchedule) {
   const cuda::ChunkedBlocks blocks = std::get<1>(GetParam());
   ASSERT_TRUE(cuda::SsdChunkedFits(c.P, c.N, c.chunk, blocks));
   gtp::emu::SetShared(smem, sizeof(smem));
-  const int64_t nx = c.B * c.T * c.H * c.P, nt = c.B * c.T * c.H, nb = c.B * c.T * c.G * c.N;
-  Vec x = Random(nx, 1), Bm = Random(nb, 2), Cm = Random(nb, 3), D = Random(c.H, 4),
-      dy = Random(nx, 5), dt = Random(nt, 6, 0.2f), A = Random(c.H, 7, 0.5f);
-  for (float& v : dt) v = 0.05f + std::fabs(v);
-  for (float& v : A) v = -std::exp(v);
-  const reference::SsdReference ref =
-      reference::RunSsdReference({c.B, c.T, c.H, c.P, c.G, c.N}, x, dt, A, Bm, Cm, D, dy);
-  const gtp::emu::Schedule schedules[3] = {
-      gtp::emu::Schedule::kInOrder, gtp::emu::Schedule::kReverse, gtp::emu::Schedule::kShuffled};
-  Vec out[3][7];
-  for (int run = 0; run < 3; ++run) {
-    gtp::emu::SetSchedule(schedules[run], 3);
-    Vec y(nx, NAN), dx(nx, NAN), ddt(nt, NAN), dB(nb, NAN), dC(nb, NAN), dA(c.H, 0.5f),
-        dD(c.H, -0.25f);  // dA, dD accumulate onto these
-    Vec fwd(cuda::SsdChunkedScratchFloats(c.B, c.T, c.H, c.P, c.G, c.N, c.chunk, false, blocks) + 1,
-            NAN),
-        bwd(cuda::SsdChunkedScratchFloats(c.B, c.T, c.H, c.P, c.G, c.N, c.chunk, true, blocks) + 1,
-            NAN);
-    cuda::SsdChunkedForward(x.data(), dt.data(), A.data(), Bm.data(), Cm.data(), D.data(), y.data(),
-                            fwd.data(), c.B, c.T, c.H, c.P, c.G, c.N, c.chunk, nullptr, blocks);
-    cuda::SsdChunkedBackward(dy.data(), x.data(), dt.data(), A.data(), Bm.data(), Cm.data(),
-                             D.data(), dx.data(), ddt.data(), dA.data(), dB.data(), dC.data(),
-                             dD.data(), bwd.data(), c.B, c.T, c.H, c.P, c.G, c.N, c.chunk, nullptr,
-                             blocks);
-    for (float& v : dA) v -= 0.5f;
-    for (float& v : dD) v += 0.25f;
-    Vec* o = out[run];
-    o[0] = y, o[1] = dx, o[2] = ddt, o[3] = dB, o[4] = dC, o[5] = dA, o[6] = dD;
-  }
-  const char* names[7] = {"y", "dx", "ddt", "dB", "dC", "dA", "dD"};
-  const DVec* want[7] = {&ref.y, &ref.dx, &ref.ddt, &ref.dB, &ref.dC, &ref.dA, &ref.dD};
-  for (int k = 0; k < 7; ++k) {
-    ExpectClose(out[0][k], *want[k], kTol, names[k]);
-    for (int run = 1; run < 3; ++run) {
-      EXPECT_EQ(0,
-                std::memcmp(out[0][k].data(), out[run][k].data(), out[0][k].size() * sizeof(float)))
-          << names[k] << " differs between schedules 0 and " << run;
-    }
-  }
+  const reference::SsdProblem p = reference::MakeSsdProblem({c.B, c.T, c.H, c.P, c.G, c.N});
+  const auto out = reference::RunSsdInEverySchedule(p, [&](const auto& p, auto& o) {
+    std::vector<float> fwd(
+        cuda::SsdChunkedScratchFloats(c.B, c.T, c.H, c.P, c.G, c.N, c.chunk, false, blocks) + 1,
+        NAN);
+    std::vector<float> bwd(
+        cuda::SsdChunkedScratchFloats(c.B, c.T, c.H, c.P, c.G, c.N, c.chunk, true, blocks) + 1,
+        NAN);
+    cuda::SsdChunkedForward(p.x.data(), p.dt.data(), p.A.data(), p.Bm.data(), p.Cm.data(),
+                            p.D.data(), o.y.data(), fwd.data(), c.B, c.T, c.H, c.P, c.G, c.N,
+                            c.chunk, nullptr, blocks);
+    cuda::SsdChunkedBackward(p.dy.data(), p.x.data(), p.dt.data(), p.A.data(), p.Bm.data(),
+                             p.Cm.data(), p.D.data(), o.dx.data(), o.ddt.data(), o.dA.data(),
+                             o.dB.data(), o.dC.data(), o.dD.data(), bwd.data(), c.B, c.T, c.H, c.P,
+                             c.G, c.N, c.chunk, nullptr, blocks);
+  });
+  reference::ExpectSsdNear(out, p.ref, kTol);
 }
 
 // Chunks of 64, 32 and 16 steps (the chunk argument caps the kernels'

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/kernels/cuda/testing/emulation_checks.h"
 #include "gtest/gtest.h"
 
 namespace gtp::kernels::cuda {
@@ -47,35 +48,6 @@ float To(T v) {
   } else {
     return ToF32(v);
   }
-}
-
-void ExpectClose(const FVec& got, const DVec& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double m = 1.0;
-  for (double w : want) m = std::fmax(m, std::fabs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
-    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
-  }
-}
-
-std::vector<FVec> InEverySchedule(const std::function<std::vector<FVec>()>& run) {
-  const gtp::emu::Schedule schedules[3] = {
-      gtp::emu::Schedule::kInOrder, gtp::emu::Schedule::kReverse, gtp::emu::Schedule::kShuffled};
-  std::vector<FVec> first;
-  for (int s = 0; s < 3; ++s) {
-    gtp::emu::SetSchedule(schedules[s], 23);
-    std::vector<FVec> out = run();
-    if (s == 0) {
-      first = out;
-      continue;
-    }
-    for (size_t k = 0; k < out.size(); ++k) {
-      EXPECT_EQ(0, std::memcmp(out[k].data(), first[k].data(), out[k].size() * sizeof(float)))
-          << "output " << k << " differs between schedules 0 and " << s;
-    }
-  }
-  return first;
 }
 
 struct Case {
@@ -131,7 +103,7 @@ template <class T>
 void RunShard(const Case& c) {
   gtp::emu::SetShared(smem, sizeof(smem));
   const Problem<T> p = MakeProblem<T>(c);
-  const auto out = InEverySchedule([&] {
+  const auto out = gtp::emu::InEverySchedule([&] {
     FVec row_max(c.N, NAN), target_logit(c.N, NAN), sumexp(c.N, NAN), loss(c.N, NAN);
     std::vector<T> dl(c.N * c.ld, From<T>(NAN));
     CrossEntropyStats(p.logits.data(), p.targets.data(), row_max.data(), target_logit.data(), c.N,
@@ -145,11 +117,11 @@ void RunShard(const Case& c) {
     for (const T& v : dl) dlf.push_back(To(v));
     return std::vector<FVec>{row_max, target_logit, sumexp, loss, dlf};
   });
-  ExpectClose(out[0], p.row_max, 1e-6, "row_max");
-  ExpectClose(out[1], p.target_logit, 1e-6, "target_logit");
-  ExpectClose(out[2], p.sumexp, 1e-5, "sumexp");
-  ExpectClose(out[3], p.loss, 1e-5, "loss");
-  ExpectClose(out[4], p.dlogits, std::is_same_v<T, float> ? 1e-5 : 1e-2, "dlogits");
+  gtp::emu::ExpectNear(out[0], p.row_max, 1e-6, "row_max");
+  gtp::emu::ExpectNear(out[1], p.target_logit, 1e-6, "target_logit");
+  gtp::emu::ExpectNear(out[2], p.sumexp, 1e-5, "sumexp");
+  gtp::emu::ExpectNear(out[3], p.loss, 1e-5, "loss");
+  gtp::emu::ExpectNear(out[4], p.dlogits, std::is_same_v<T, float> ? 1e-5 : 1e-2, "dlogits");
 }
 
 class CrossEntropyEmulationTest : public ::testing::TestWithParam<Case> {};
@@ -166,7 +138,7 @@ TEST_P(CrossEntropyEmulationTest, FusedBf16MatchesTheDefinition) {
   if (c.vocab_start != 0 || c.ld % kBf16Vec != 0) GTEST_SKIP() << "the fused pass: unsharded rows";
   gtp::emu::SetShared(smem, sizeof(smem));
   const Problem<bf16> p = MakeProblem<bf16>(c);
-  const auto out = InEverySchedule([&] {
+  const auto out = gtp::emu::InEverySchedule([&] {
     std::vector<bf16> l = p.logits;
     FVec loss(c.N, NAN);
     CrossEntropyFused(l.data(), p.targets.data(), p.dloss.data(), loss.data(), c.N, c.V, c.ld,
@@ -175,8 +147,8 @@ TEST_P(CrossEntropyEmulationTest, FusedBf16MatchesTheDefinition) {
     for (const bf16& v : l) lf.push_back(ToF32(v));
     return std::vector<FVec>{loss, lf};
   });
-  ExpectClose(out[0], p.loss, 1e-5, "loss");
-  ExpectClose(out[1], p.dlogits, 1e-2, "dlogits");
+  gtp::emu::ExpectNear(out[0], p.loss, 1e-5, "loss");
+  gtp::emu::ExpectNear(out[1], p.dlogits, 1e-2, "dlogits");
 }
 
 // V a multiple of the 16-byte vector and not; pad columns (ld > V); a shard

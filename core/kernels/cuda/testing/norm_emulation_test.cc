@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/kernels/cuda/testing/emulation_checks.h"
 #include "gtest/gtest.h"
 
 namespace gtp::kernels::cuda {
@@ -76,39 +77,6 @@ std::vector<T> Nans(size_t n) {
   }
 }
 
-// Every element within tol·max(max|want|, 1) of want, and finite.
-void ExpectClose(const std::vector<float>& got, const DVec& want, double tol,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double m = 1.0;
-  for (double w : want) m = std::fmax(m, std::fabs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
-    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
-  }
-}
-
-// Runs `run` under the three schedules; their outputs must agree bit for bit.
-std::vector<std::vector<float>> InEverySchedule(
-    const std::function<std::vector<std::vector<float>>()>& run) {
-  const gtp::emu::Schedule schedules[3] = {
-      gtp::emu::Schedule::kInOrder, gtp::emu::Schedule::kReverse, gtp::emu::Schedule::kShuffled};
-  std::vector<std::vector<float>> first;
-  for (int s = 0; s < 3; ++s) {
-    gtp::emu::SetSchedule(schedules[s], 17);
-    std::vector<std::vector<float>> out = run();
-    if (s == 0) {
-      first = out;
-      continue;
-    }
-    for (size_t k = 0; k < out.size(); ++k) {
-      EXPECT_EQ(0, std::memcmp(out[k].data(), first[k].data(), out[k].size() * sizeof(float)))
-          << "output " << k << " differs between schedules 0 and " << s;
-    }
-  }
-  return first;
-}
-
 struct Case {
   int64_t N, C;
   bool rms;
@@ -159,7 +127,7 @@ void RunCase(const Case& c) {
       dx[r * C + j] = rs * (g - (c.rms ? 0.0 : m1) - xh * m2) + dres.d[r * C + j];
     }
   }
-  const auto out = InEverySchedule([&] {
+  const auto out = gtp::emu::InEverySchedule([&] {
     std::vector<T> yo = Nans<T>(n), dxo = Nans<T>(n);
     std::vector<float> mo(N, NAN), ro(N, NAN), dwo = dw0.v, dbo = db0.v;
     std::vector<float> scratch(LayerNormBackwardScratchFloats(N, C), NAN);
@@ -176,13 +144,13 @@ void RunCase(const Case& c) {
     return std::vector<std::vector<float>>{AsFloat(yo), ro, AsFloat(dxo), dwo, dbo, mo};
   });
   const double tol = Tol<T>();
-  ExpectClose(out[0], y, tol, "y");
-  ExpectClose(out[1], rstd, 1e-4, "rstd");
-  ExpectClose(out[2], dx, tol, "dx");
-  ExpectClose(out[3], dw, 1e-4, "dw");
+  gtp::emu::ExpectNear(out[0], y, tol, "y");
+  gtp::emu::ExpectNear(out[1], rstd, 1e-4, "rstd");
+  gtp::emu::ExpectNear(out[2], dx, tol, "dx");
+  gtp::emu::ExpectNear(out[3], dw, 1e-4, "dw");
   if (!c.rms) {
-    ExpectClose(out[4], db, 1e-4, "db");
-    ExpectClose(out[5], mean, 1e-4, "mean");
+    gtp::emu::ExpectNear(out[4], db, 1e-4, "db");
+    gtp::emu::ExpectNear(out[5], mean, 1e-4, "mean");
   }
 }
 

@@ -127,9 +127,9 @@ inline void MakeContext(Context& ctx, char* stack, size_t bytes, void (*entry)()
 #if defined(__x86_64__)
   uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
   auto* slot = reinterpret_cast<uint64_t*>(top);
-  slot[-1] = 0;                                     // entry's (never used) return address
-  slot[-2] = reinterpret_cast<uint64_t>(entry);     // gtp_emu_switch's ret goes here
-  for (int r = 3; r <= 8; ++r) slot[-r] = 0;        // rbp, rbx, r12 … r15
+  slot[-1] = 0;                                  // entry's (never used) return address
+  slot[-2] = reinterpret_cast<uint64_t>(entry);  // gtp_emu_switch's ret goes here
+  for (int r = 3; r <= 8; ++r) slot[-r] = 0;     // rbp, rbx, r12 … r15
   uint32_t mxcsr;
   uint16_t fpcw;
   asm volatile("stmxcsr %0" : "=m"(mxcsr));

@@ -1,0 +1,75 @@
+// core/kernels/cuda/testing/emulation_checks.h — what the warp emulator's
+// kernel tests share: inputs, the closeness check against a double
+// reference, and the run in the three schedules (include after
+// warp_emulator.h).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#ifndef GTP_CUDA_HOST_EMULATION
+#error "include core/kernels/cuda/testing/warp_emulator.h first"
+#endif
+
+namespace gtp::emu {
+
+// n values from N(shift, scale²), from `seed`.
+inline std::vector<float> RandomNormal(size_t n, uint32_t seed, float scale = 1.0f,
+                                       float shift = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(shift, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Every element finite and within tol·max(max|want|, 1) of want. The inputs
+// are O(1), so 1 is the scale of the terms an output sums: an output whose
+// reference is 0 (or near it) is the f32 cancellation of such terms.
+inline void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double tol,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double m = 1.0;
+  for (double w : want) m = std::fmax(m, std::fabs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
+    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
+  }
+}
+
+// run() (which launches kernels and returns their outputs) in each of the
+// emulator's three schedules — thread 0 first, the last thread first, a
+// seeded shuffle — whose outputs must agree bit for bit: a thread that reads
+// shared memory another writes with no barrier between makes them differ.
+// Returns the first run's outputs.
+inline std::vector<std::vector<float>> InEverySchedule(
+    const std::function<std::vector<std::vector<float>>()>& run, uint32_t seed = 1) {
+  const Schedule schedules[3] = {Schedule::kInOrder, Schedule::kReverse, Schedule::kShuffled};
+  std::vector<std::vector<float>> first;
+  for (int s = 0; s < 3; ++s) {
+    SetSchedule(schedules[s], seed);
+    std::vector<std::vector<float>> out = run();
+    if (s == 0) {
+      first = out;
+      continue;
+    }
+    EXPECT_EQ(out.size(), first.size());
+    for (size_t k = 0; k < out.size() && k < first.size(); ++k) {
+      EXPECT_EQ(out[k].size(), first[k].size());
+      EXPECT_EQ(0, std::memcmp(out[k].data(), first[k].data(),
+                               std::min(out[k].size(), first[k].size()) * sizeof(float)))
+          << "output " << k << " differs between schedules 0 and " << s;
+    }
+  }
+  return first;
+}
+
+}  // namespace gtp::emu
