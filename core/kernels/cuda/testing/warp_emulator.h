@@ -8,14 +8,16 @@
 // GPU may take: outputs that differ between them mean a thread reads shared
 // memory that another writes with no barrier between (a race).
 //
-// What aborts, with a message naming the threads:
+// What aborts, with a message naming the threads (or the block):
 // - a lane that skips a warp-wide operation the others meet (a full-mask
 //   shuffle under a branch: undefined on the GPU, an illegal instruction on
 //   the H200);
 // - a barrier that some threads never reach (divergent __syncthreads, or a
 //   thread that returned early): found at once, when no thread can run;
 // - cp.async of 16 bytes to or from an address that is not 16-byte aligned,
-//   and a thread that ends with cp.async copies it never waited for.
+//   and a thread that ends with cp.async copies it never waited for;
+// - a block that wrote dynamic shared memory past the bytes its launch
+//   asked for.
 // What shows in the outputs: shared memory is NaN before every block, so a
 // read of a word no thread wrote comes out NaN; cp.async copies land when
 // the issuing thread's cp.async.wait_group lets them, not before, so a read
@@ -540,6 +542,20 @@ void RunGrid(dim3 grid, dim3 dim, int64_t smem_bytes, Fn fn) {
       Switch(b.scheduler, b.t[next].ctx);
     }
     Current() = nullptr;
+    // Shared memory past the launch's bytes must still be the NaN fill: a
+    // block that wrote there overran its allocation (an error on the GPU).
+    const size_t used = (static_cast<size_t>(smem_bytes) + sizeof(float) - 1) / sizeof(float);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (size_t i = used; i < SharedMem().bytes / sizeof(float); ++i) {
+      if (std::memcmp(&f[i], &nan, sizeof(float)) != 0) {
+        std::fprintf(stderr,
+                     "warp_emulator: block %lld wrote shared memory at byte %zu, past the %lld "
+                     "bytes its launch asked for\n",
+                     static_cast<long long>(id), i * sizeof(float),
+                     static_cast<long long>(smem_bytes));
+        Fail("a write past the block's shared memory");
+      }
+    }
   }
 }
 

@@ -2,7 +2,7 @@
 // mma fragments against a plain product, the shuffles, a race that shows as
 // outputs differing between schedules, cp.async landing at its wait, and the
 // aborts (a lane that skips a shuffle, a barrier some threads never reach, a
-// misaligned or never-awaited cp.async).
+// misaligned or never-awaited cp.async, a write past the shared memory).
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
 
@@ -159,6 +159,11 @@ TEST_F(WarpEmulatorDeathTest, ABarrierSomeThreadsNeverReachAborts) {
                          __syncthreads();
                        }),
                "32 of 64 threads have returned");
+}
+
+TEST_F(WarpEmulatorDeathTest, AWritePastTheBlocksSharedMemoryAborts) {
+  EXPECT_DEATH(RunGrid(1, 32, 64, [] { smem[threadIdx.x] = 1.0f; }), "past the 64 bytes");
+  RunGrid(1, 32, 128, [] { smem[threadIdx.x] = 1.0f; });  // 32 floats: within
 }
 
 TEST_F(WarpEmulatorDeathTest, MisalignedOrUnawaitedCpAsyncAborts) {
