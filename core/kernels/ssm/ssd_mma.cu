@@ -171,10 +171,11 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
       Acc cb[2];
       LoadCB<kL>(sCB, i0, j0, cb);
       // M_ij = C_i·B_j · E_ij · dt_j (0 above the diagonal).
+      const TileDecays E = MakeTileDecays<true>(cs, i0, j0);
       for (int half = 0; half < 2; ++half) {
         for (int q = 0; q < 4; ++q) {
-          const int i = i0 + gq + (q >> 1) * 8, j = j0 + half * 8 + 2 * tq + (q & 1);
-          cb[half][q] *= Decay(cs, i, j) * sDt[j];
+          const int j = j0 + half * 8 + 2 * tq + (q & 1);
+          cb[half][q] *= E.e[half][q] * sDt[j];
         }
       }
       const FragA m = AccToA(cb[0], cb[1]);

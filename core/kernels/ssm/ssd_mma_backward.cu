@@ -137,15 +137,20 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
                           MakeB([&](int k, int n) { return sDY[(n0 + n) * kLd + kk * 16 + k]; }));
         }
       }
+      // Q's terms summed in f32 over the tile's 4 columns a lane, then in
+      // double over the tiles.
+      const TileDecays E = MakeTileDecays<false>(cs, j0, i0);
+      float cqt[2] = {0.0f, 0.0f};
       for (int half = 0; half < 2; ++half) {
         for (int q = 0; q < 4; ++q) {
-          const int j = j0 + gq + (q >> 1) * 8, i = i0 + half * 8 + 2 * tq + (q & 1);
-          const float E = Decay(cs, i, j);
-          cq[q >> 1] += static_cast<double>(bc[half][q] * xd[half][q] * E);
-          bc[half][q] *= E * sDt[j];
-          xd[half][q] *= E * sDt[j];
+          const int j = j0 + gq + (q >> 1) * 8;
+          cqt[q >> 1] += bc[half][q] * xd[half][q] * E.e[half][q];
+          bc[half][q] *= E.e[half][q] * sDt[j];
+          xd[half][q] *= E.e[half][q] * sDt[j];
         }
       }
+      cq[0] += static_cast<double>(cqt[0]);
+      cq[1] += static_cast<double>(cqt[1]);
       const FragA m1 = AccToA(bc[0], bc[1]), m2 = AccToA(xd[0], xd[1]);
       for (int nt = 0; nt < kD / 8; ++nt) {
         MmaProd<kSplit>(dxa[nt], m1,
@@ -214,14 +219,17 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
                           MakeB([&](int k, int n) { return sX[(n0 + n) * kLd + kk * 16 + k]; }));
         }
       }
+      const TileDecays E = MakeTileDecays<true>(cs, i0, j0);
+      float rqt[2] = {0.0f, 0.0f};
       for (int half = 0; half < 2; ++half) {
         for (int q = 0; q < 4; ++q) {
-          const int i = i0 + gq + (q >> 1) * 8, j = j0 + half * 8 + 2 * tq + (q & 1);
-          const float f = Decay(cs, i, j) * sDt[j];
-          dm[half][q] *= f;
-          rq[q >> 1] += static_cast<double>(cb[half][q] * dm[half][q]);
+          const int j = j0 + half * 8 + 2 * tq + (q & 1);
+          dm[half][q] *= E.e[half][q] * sDt[j];
+          rqt[q >> 1] += cb[half][q] * dm[half][q];
         }
       }
+      rq[0] += static_cast<double>(rqt[0]);
+      rq[1] += static_cast<double>(rqt[1]);
       const FragA m = AccToA(dm[0], dm[1]);
       for (int nt = 0; nt < kD / 8; ++nt) {
         MmaProd<kSplit>(dca[nt], m,

@@ -420,10 +420,45 @@ void Launch(void (*kernel)(Params...), int64_t grid, int block, int64_t bytes, c
   GTP_CU_LAUNCH_CHECK();
 }
 
-// exp(Σ_{j < k ≤ i} dt_k·A) = 2^(cs_i − cs_j) for j ≤ i (ChunkDecays' base-2
-// cs), else 0 (never evaluated above the diagonal).
-__device__ __forceinline__ float Decay(const double* cs, int i, int j) {
-  return j <= i ? exp2f(static_cast<float>(cs[i] - cs[j])) : 0.0f;
+// The decays E_ij = exp(Σ_{j < k ≤ i} dt_k·A) = 2^(cs_i − cs_j) (ChunkDecays'
+// base-2 cs) for j ≤ i, else 0, of a 16×16 tile in the accumulator layout
+// (e[half][q] at row r0 + g + 8·(q >> 1), column c0 + 8·half + 2t + (q & 1)):
+// rows i and columns j (kRowsI), or rows j and columns i. Each lane turns
+// its 2 rows' and 4 columns' cs into floats relative to cs[r0] once (6
+// double subtractions and conversions, not one a element), so an element
+// costs a float subtraction and one ex2. The relative values span at most
+// the chunk's decay, so the float subtraction loses ≈ 2⁻²⁴ of that span:
+// ≈ 4e-6 of E where the span is 100 (a decay of 2⁻¹⁰⁰), below the split
+// products' 1.1e-5.
+struct TileDecays {
+  float e[2][4];
+};
+template <bool kRowsI>
+__device__ __forceinline__ TileDecays MakeTileDecays(const double* cs, int r0, int c0) {
+  const int g = LaneG(), t = LaneT();
+  const double ref = cs[r0];
+  float fr[2], fc[2][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) fr[h] = static_cast<float>(cs[r0 + g + 8 * h] - ref);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      fc[half][k] = static_cast<float>(cs[c0 + half * 8 + 2 * t + k] - ref);
+  }
+  TileDecays d;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int row = r0 + g + 8 * (q >> 1), col = c0 + half * 8 + 2 * t + (q & 1);
+      const float fi = kRowsI ? fr[q >> 1] : fc[half][q & 1];
+      const float fj = kRowsI ? fc[half][q & 1] : fr[q >> 1];
+      const bool live = kRowsI ? col <= row : row <= col;
+      d.e[half][q] = live ? exp2f(fi - fj) : 0.0f;
+    }
+  }
+  return d;
 }
 
 }  // namespace
