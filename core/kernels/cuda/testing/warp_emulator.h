@@ -65,6 +65,21 @@
 #error "define GTP_CUDA_HOST_EMULATION before including warp_emulator.h"
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define GTP_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GTP_EMU_ASAN 1
+#endif
+#endif
+#ifndef GTP_EMU_ASAN
+#define GTP_EMU_ASAN 0
+#endif
+#if GTP_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 // ---- Fiber contexts: on x86-64 a switch that saves the callee-saved
 // registers and the FP control words on the fiber's own stack (ucontext's
 // swapcontext also saves the signal mask, a system call a switch, which made
@@ -112,20 +127,57 @@ struct Context {
 #else
   ucontext_t uc;
 #endif
+  // The context's stack, for AddressSanitizer's fiber annotations (under
+  // --config=asan the emulated kernels' host-memory accesses are checked
+  // too: a CPU memcheck). The scheduler's is learned at the first switch.
+  const void* stack = nullptr;
+  size_t stack_bytes = 0;
+  void* fake_stack = nullptr;
 };
 
-// Saves the running context in `from` and resumes `to`.
-inline void Switch(Context& from, Context& to) {
+#if GTP_EMU_ASAN
+// Where the context that resumed us runs (the scheduler's stack, learned
+// by a fiber).
+inline void FinishSwitch(void* fake_stack, Context* resumer) {
+  const void* bottom = nullptr;
+  size_t bytes = 0;
+  __sanitizer_finish_switch_fiber(fake_stack, &bottom, &bytes);
+  if (resumer != nullptr && resumer->stack == nullptr) {
+    resumer->stack = bottom;
+    resumer->stack_bytes = bytes;
+  }
+}
+#endif
+
+// Saves the running context in `from` and resumes `to` (`from` for good
+// where done: its stack is not resumed again).
+inline void Switch(Context& from, Context& to, bool done = false) {
+#if GTP_EMU_ASAN
+  __sanitizer_start_switch_fiber(done ? nullptr : &from.fake_stack, to.stack, to.stack_bytes);
+#else
+  (void)done;
+#endif
 #if defined(__x86_64__)
   gtp_emu_switch(&from.sp, to.sp);
 #else
   if (swapcontext(&from.uc, &to.uc) != 0) Fail("swapcontext failed");
+#endif
+#if GTP_EMU_ASAN
+  FinishSwitch(from.fake_stack, &to);
 #endif
 }
 
 // `ctx` starts entry() on the stack [stack, stack + bytes) at its first
 // Switch; entry must not return (it switches away for good).
 inline void MakeContext(Context& ctx, char* stack, size_t bytes, void (*entry)()) {
+  ctx.stack = stack;
+  ctx.stack_bytes = bytes;
+  ctx.fake_stack = nullptr;
+#if GTP_EMU_ASAN
+  // A fiber that ran here before never returned: its frames' redzones are
+  // still poisoned.
+  __asan_unpoison_memory_region(stack, bytes);
+#endif
 #if defined(__x86_64__)
   uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
   auto* slot = reinterpret_cast<uint64_t*>(top);
@@ -443,6 +495,9 @@ inline Stacks& FiberStacks() {
 
 inline void FiberEntry() {
   Block* b = Current();
+#if GTP_EMU_ASAN
+  FinishSwitch(nullptr, &b->scheduler);  // the first switch into this fiber
+#endif
   (*b->fn)();
   Thread& me = Me();
   bool in_flight = !me.open.empty();  // (an empty committed group holds nothing)
@@ -455,7 +510,7 @@ inline void FiberEntry() {
     Fail("cp.async copies left in flight");
   }
   me.state = Thread::State::kDone;
-  Switch(me.ctx, b->scheduler);  // for good: a done thread is never resumed
+  Switch(me.ctx, b->scheduler, /*done=*/true);  // a done thread is never resumed
   Fail("a finished thread was resumed");
 }
 
