@@ -170,7 +170,8 @@ void AdamWMulti(const AdamWSegment* segments, const AdamWChunk* chunks, int num_
   GTP_CU_REQUIRE(hp.step >= 1, "AdamWMulti: step is 1-based, got %lld",
                  static_cast<long long>(hp.step));
   if (num_chunks == 0) return;
-  AdamWMultiKernel<<<num_chunks, kThreads, 0, stream>>>(segments, chunks, Scalars(hp));
+  internal::Launch(AdamWMultiKernel, num_chunks, kThreads, 0, stream, segments, chunks,
+                   Scalars(hp));
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -181,7 +182,7 @@ void AdamW(float* p, const float* g, float* m, float* v, int64_t n, const AdamWP
   GTP_CU_REQUIRE(hp.step >= 1, "AdamW: step is 1-based, got %lld", static_cast<long long>(hp.step));
   if (n == 0) return;
   const AdamWScalars s = Scalars(hp);
-  AdamWKernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(p, g, m, v, n, s);
+  internal::Launch(AdamWKernel, GridFor(n, kThreads), kThreads, 0, stream, p, g, m, v, n, s);
   GTP_CU_LAUNCH_CHECK();
 }
 

@@ -113,11 +113,11 @@ void ColumnSumAccumulateT(const T* x, int64_t R, int64_t C, float* sums, float* 
     GTP_CU_REQUIRE(tiles <= 65535, "ColumnSumAccumulate: %lld columns exceed the grid",
                    static_cast<long long>(C));
     const dim3 grid(static_cast<unsigned>(slabs), static_cast<unsigned>(tiles));
-    ColumnSlabKernel<T, kVec><<<grid, kThreads, 0, stream>>>(x, R, C, partial);
+    internal::Launch(ColumnSlabKernel<T, kVec>, grid, kThreads, 0, stream, x, R, C, partial);
     GTP_CU_LAUNCH_CHECK();
   });
-  ColumnTotalKernel<<<static_cast<unsigned>(CeilDiv(C, 256)), 256, 0, stream>>>(partial, slabs, C,
-                                                                               sums);
+  internal::Launch(ColumnTotalKernel, static_cast<unsigned>(CeilDiv(C, 256)), 256, 0, stream,
+                   partial, slabs, C, sums);
   GTP_CU_LAUNCH_CHECK();
 }
 
