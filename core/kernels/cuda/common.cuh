@@ -124,15 +124,16 @@ inline int SmCount() {
 #endif
 }
 
-// n bytes of zeros at p, in stream order (at once under emulation).
-inline void ZeroAsync(void* p, size_t n, cudaStream_t stream) {
+// n bytes of `byte` at p, in stream order (at once under emulation).
+inline void FillBytesAsync(void* p, int byte, size_t n, cudaStream_t stream) {
 #if defined(GTP_CUDA_HOST_EMULATION)
   (void)stream;
-  std::memset(p, 0, n);
+  std::memset(p, byte, n);
 #else
-  GTP_CU_CHECK(cudaMemsetAsync(p, 0, n, stream));
+  GTP_CU_CHECK(cudaMemsetAsync(p, byte, n, stream));
 #endif
 }
+inline void ZeroAsync(void* p, size_t n, cudaStream_t stream) { FillBytesAsync(p, 0, n, stream); }
 
 inline constexpr int kWarpSize = 32;
 inline constexpr unsigned kFullMask = 0xffffffffu;

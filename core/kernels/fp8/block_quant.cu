@@ -377,11 +377,11 @@ void LaunchRow(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, floa
   if (R == 0 || C == 0) return;
   const int64_t nb = Fp8NumBlocks(C);
   if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
-    QuantizeRowVecKernel<T><<<GridFor(R * nb * kChunksPerBlock, kThreads), kThreads, 0, stream>>>(
-        x, R, C, nb, q, scales, lt);
+    Launch(QuantizeRowVecKernel<T>, GridFor(R * nb * kChunksPerBlock, kThreads), kThreads, 0,
+           stream, x, R, C, nb, q, scales, lt);
   } else {
-    QuantizeRowKernel<T>
-        <<<GridFor(R * nb, kWarps), kThreads, 0, stream>>>(x, R, C, nb, q, scales, lt);
+    Launch(QuantizeRowKernel<T>, GridFor(R * nb, kWarps), kThreads, 0, stream, x, R, C, nb, q,
+           scales, lt);
   }
   GTP_CU_LAUNCH_CHECK();
 }
@@ -395,16 +395,16 @@ void LaunchTile(const T* x, int64_t R, int64_t C, uint8_t* q, float* scales, flo
   PadLtTiles(lt, R, C, stream);
   if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
     uint32_t* slots = reinterpret_cast<uint32_t*>(scales);
-    GTP_CU_CHECK(cudaMemsetAsync(slots, 0, sizeof(uint32_t) * rb * cb, stream));
+    ::gtp::kernels::cuda::internal::ZeroAsync(slots, sizeof(uint32_t) * rb * cb, stream);
     const unsigned grid = GridFor(R * cb * kChunksPerBlock, kThreads);
-    TileAmaxKernel<T><<<grid, kThreads, 0, stream>>>(x, R, C, cb, slots);
+    Launch(TileAmaxKernel<T>, grid, kThreads, 0, stream, x, R, C, cb, slots);
     GTP_CU_LAUNCH_CHECK();
-    TileEncodeKernel<T><<<grid, kThreads, 0, stream>>>(x, R, C, cb, slots, q);
+    Launch(TileEncodeKernel<T>, grid, kThreads, 0, stream, x, R, C, cb, slots, q);
     GTP_CU_LAUNCH_CHECK();
-    TileScalesKernel<<<GridFor(rb * cb, kThreads), kThreads, 0, stream>>>(R, C, cb, scales, lt);
+    Launch(TileScalesKernel, GridFor(rb * cb, kThreads), kThreads, 0, stream, R, C, cb, scales, lt);
   } else {
-    QuantizeTileKernel<T>
-        <<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(x, R, C, rb, cb, q, scales, lt);
+    Launch(QuantizeTileKernel<T>, GridFor(rb * cb, 1), kThreads, 0, stream, x, R, C, rb, cb, q,
+           scales, lt);
   }
   GTP_CU_LAUNCH_CHECK();
 }
@@ -414,8 +414,8 @@ void LaunchDequantize(const uint8_t* q, const float* scales, bool tiles, int64_t
                       cudaStream_t stream) {
   RequireShape(R, C, "fp8::cuda::DequantizeBlocks");
   if (R == 0 || C == 0) return;
-  DequantizeKernel<T><<<GridFor(R * C, kThreads), kThreads, 0, stream>>>(q, scales, tiles, R, C,
-                                                                         Fp8NumBlocks(C), y);
+  Launch(DequantizeKernel<T>, GridFor(R * C, kThreads), kThreads, 0, stream, q, scales, tiles, R, C,
+         Fp8NumBlocks(C), y);
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -427,12 +427,12 @@ void LaunchRowsTransposed(const T* x, int64_t R, int64_t C, uint8_t* qt, float* 
   const int64_t nbr = Fp8NumBlocks(R);
   if (C % kVec == 0 && R % 4 == 0 && Aligned(x, 16) && Aligned(qt, 4)) {
     const int64_t ncb = CeilDiv(C, kVTCols);
-    QuantizeRowsTransposedVecKernel<T>
-        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t, lt);
+    Launch(QuantizeRowsTransposedVecKernel<T>, GridFor(nbr * ncb, 1), kThreads, 0, stream, x, R, C,
+           nbr, ncb, qt, scales_t, lt);
   } else {
     const int64_t ncb = CeilDiv(C, kTCols);
-    QuantizeRowsTransposedKernel<T>
-        <<<GridFor(nbr * ncb, 1), kThreads, 0, stream>>>(x, R, C, nbr, ncb, qt, scales_t, lt);
+    Launch(QuantizeRowsTransposedKernel<T>, GridFor(nbr * ncb, 1), kThreads, 0, stream, x, R, C,
+           nbr, ncb, qt, scales_t, lt);
   }
   GTP_CU_LAUNCH_CHECK();
 }
@@ -480,12 +480,12 @@ void TransposeTiles(const uint8_t* q, const float* scales, int64_t R, int64_t C,
   RequireShape(R, C, "fp8::cuda::TransposeTiles");
   if (R == 0 || C == 0) return;
   const int64_t nrt = CeilDiv(R, kT), nct = CeilDiv(C, kT);
-  TransposeBytesKernel<<<GridFor(nrt * nct, 1), kThreads, 0, stream>>>(q, R, C, nrt, nct, qt);
+  Launch(TransposeBytesKernel, GridFor(nrt * nct, 1), kThreads, 0, stream, q, R, C, nrt, nct, qt);
   GTP_CU_LAUNCH_CHECK();
   const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
   PadLtTiles(lt, C, R, stream);
-  TransposeScalesKernel<<<GridFor(rb * cb, kThreads), kThreads, 0, stream>>>(scales, R, C, rb, cb,
-                                                                             scales_t, lt);
+  Launch(TransposeScalesKernel, GridFor(rb * cb, kThreads), kThreads, 0, stream, scales, R, C, rb,
+         cb, scales_t, lt);
   GTP_CU_LAUNCH_CHECK();
 }
 

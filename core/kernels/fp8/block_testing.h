@@ -14,6 +14,7 @@
 
 #include "core/allocator.h"
 #include "core/kernels/fp8/block_quant.h"
+#include "core/kernels/fp8/block_reference.h"
 #include "core/kernels/fp8/e4m3_reference.h"
 #include "core/kernels/testing/harness.h"
 #include "core/tensor.h"
@@ -62,46 +63,10 @@ inline std::vector<float> BlockyMatrix(int64_t R, int64_t C, uint64_t seed) {
   return x;
 }
 
-// Codes and scales in a layout, from the design note: amax in double, scale
-// = the f32 nearest amax/448 (double rounding through double is harmless
-// for one division of floats: 53 ≥ 2·24 + 2 bits), clamped below at FLT_MIN,
-// 1 for amax = 0, NaN for a non-finite block; code = e4m3 of the f32
-// nearest x/scale (the same argument), 0x7F in a NaN block.
-struct RefQuantized {
-  std::vector<uint8_t> q;
-  std::vector<float> scales;
-};
-
+// Codes and scales in a layout (block_reference.h's quantiser).
+using RefQuantized = reference::RefBlocks;
 inline RefQuantized RefQuantize(const std::vector<float>& x, int64_t R, int64_t C, Fp8Layout l) {
-  const int64_t cb = (C + 127) / 128;
-  const int64_t bh = l == Fp8Layout::kRow1x128 ? 1 : 128;  // rows per block
-  const int64_t rb = (R + bh - 1) / bh;
-  RefQuantized out{std::vector<uint8_t>(static_cast<size_t>(R * C)),
-                   std::vector<float>(static_cast<size_t>(rb * cb))};
-  for (int64_t i = 0; i < rb; ++i) {
-    for (int64_t j = 0; j < cb; ++j) {
-      const int64_t r0 = i * bh, r1 = std::min(R, r0 + bh), c0 = j * 128,
-                    c1 = std::min(C, c0 + 128);
-      double amax = 0;
-      bool finite = true;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c) {
-          finite = finite && std::isfinite(x[r * C + c]);
-          amax = std::max(amax, std::fabs(static_cast<double>(x[r * C + c])));
-        }
-      float s = !finite ? std::numeric_limits<float>::quiet_NaN()
-                : amax == 0 ? 1.0f
-                            : std::max(static_cast<float>(amax / 448.0),
-                                       std::numeric_limits<float>::min());
-      out.scales[i * cb + j] = s;
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t c = c0; c < c1; ++c)
-          out.q[r * C + c] =
-              !finite ? 0x7f
-                      : reference::E4M3Encode(static_cast<float>(static_cast<double>(x[r * C + c]) / s));
-    }
-  }
-  return out;
+  return reference::RefQuantizeBlocks(x, R, C, l == Fp8Layout::kRow1x128 ? 1 : 128);
 }
 
 // The exact value e4m3⁻¹(code)·scale of every element (double: 4 + 24

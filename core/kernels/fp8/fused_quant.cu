@@ -255,8 +255,8 @@ void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float
   if constexpr (std::is_same_v<T, bf16>) {
     if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
       const int64_t ncb = Fp8NumBlocks(C);
-      QuantizeRowsAndTransposedKernel<<<GridFor(Fp8NumBlocks(R) * ncb, 1), kThreads, 0, stream>>>(
-          x, R, C, ncb, q, scales, lt, qt, scales_t, lt_t, col_partial);
+      Launch(QuantizeRowsAndTransposedKernel, GridFor(Fp8NumBlocks(R) * ncb, 1), kThreads, 0,
+             stream, x, R, C, ncb, q, scales, lt, qt, scales_t, lt_t, col_partial);
       GTP_CU_LAUNCH_CHECK();
       return;
     }
@@ -265,8 +265,8 @@ void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float
   QuantizeRowsTransposed(x, R, C, qt, scales_t, lt_t, stream);
   if (col_partial != nullptr) {
     const int64_t nbr = Fp8NumBlocks(R);
-    ColumnPartialSumsKernel<T>
-        <<<GridFor(nbr * C, kWarps), kThreads, 0, stream>>>(x, R, C, nbr, col_partial);
+    Launch(ColumnPartialSumsKernel<T>, GridFor(nbr * C, kWarps), kThreads, 0, stream, x, R, C, nbr,
+           col_partial);
     GTP_CU_LAUNCH_CHECK();
   }
 }
@@ -281,8 +281,8 @@ void LaunchTileAndTranspose(const T* x, int64_t R, int64_t C, uint8_t* q, float*
     const int64_t rb = Fp8NumBlocks(R), cb = Fp8NumBlocks(C);
     PadLtTiles(lt, R, C, stream);
     PadLtTiles(lt_t, C, R, stream);
-    QuantizeTileAndTransposeKernel<T><<<GridFor(rb * cb, 1), kThreads, 0, stream>>>(
-        x, R, C, rb, cb, q, scales, lt, qt, scales_t, lt_t);
+    Launch(QuantizeTileAndTransposeKernel<T>, GridFor(rb * cb, 1), kThreads, 0, stream, x, R, C, rb,
+           cb, q, scales, lt, qt, scales_t, lt_t);
     GTP_CU_LAUNCH_CHECK();
     return;
   }
@@ -294,8 +294,8 @@ template <typename T>
 void LaunchAddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, T* sums,
                              cudaStream_t stream) {
   if (C == 0) return;
-  AddColumnPartialsKernel<T><<<GridFor(C, kThreads), kThreads, 0, stream>>>(col_partial, nbr, C,
-                                                                            sums);
+  Launch(AddColumnPartialsKernel<T>, GridFor(C, kThreads), kThreads, 0, stream, col_partial, nbr, C,
+         sums);
   GTP_CU_LAUNCH_CHECK();
 }
 

@@ -23,8 +23,9 @@ using ::gtp::kernels::cuda::internal::CeilDiv;
 using ::gtp::kernels::cuda::internal::GridFor;
 using ::gtp::kernels::cuda::internal::InOrderSum;
 using ::gtp::kernels::cuda::internal::kFullMask;
-using ::gtp::kernels::cuda::internal::LoadVec;
 using ::gtp::kernels::cuda::internal::kWarpSize;
+using ::gtp::kernels::cuda::internal::Launch;
+using ::gtp::kernels::cuda::internal::LoadVec;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;         // 8
@@ -141,7 +142,8 @@ inline void RequireShape(int64_t R, int64_t C, const char* op) {
 // writes them; the kernels fill the rest.
 inline void PadLtTiles(float* lt, int64_t rows, int64_t K, cudaStream_t stream) {
   if (lt == nullptr || Fp8NumBlocks(K) % 4 == 0) return;
-  GTP_CU_CHECK(cudaMemsetAsync(lt, 0xff, sizeof(float) * LtScaleCount(true, rows, K), stream));
+  ::gtp::kernels::cuda::internal::FillBytesAsync(
+      lt, 0xff, sizeof(float) * LtScaleCount(true, rows, K), stream);
 }
 
 }  // namespace gtp::kernels::fp8::cuda

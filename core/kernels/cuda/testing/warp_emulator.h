@@ -643,6 +643,13 @@ inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 
+// Atomics: the block's threads run one at a time, so a plain update is atomic.
+inline unsigned int atomicMax(unsigned int* p, unsigned int v) {
+  const unsigned int old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+
 inline void __syncthreads() { ::gtp::emu::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::gtp::emu::SyncWarp(); }
 template <class T>

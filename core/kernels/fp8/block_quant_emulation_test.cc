@@ -1,0 +1,211 @@
+// The FP8 block quantisers' CUDA kernels (block_quant.cu, fused_quant.cu:
+// 1×128 rows, 128×128 tiles, the transposed and fused forms, dequantisation)
+// run on the CPU by the warp emulator
+// (core/kernels/cuda/testing/warp_emulator.h), in three orders of each
+// block's threads, against the reference quantiser written from the design
+// note (block_reference.h: amax and scales in double, e4m3 by nearest value),
+// codes and scales bit for bit. block_quant_gpu_test runs the same kernels on
+// a GPU against the CPU quantisers.
+// The emulator before the kernel source:
+// clang-format off
+#define GTP_CUDA_HOST_EMULATION
+#include "core/kernels/cuda/testing/warp_emulator.h"
+#include "core/kernels/fp8/block_quant.cu"
+#include "core/kernels/fp8/fused_quant.cu"
+// clang-format on
+// (their launchers now run the grids on the host, synchronously)
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/kernels/cuda/testing/emulation_checks.h"
+#include "core/kernels/fp8/block_reference.h"
+#include "core/kernels/fp8/e4m3_reference.h"
+#include "gtest/gtest.h"
+
+namespace gtp::kernels::fp8 {
+namespace {
+
+alignas(16) double smem[8 * 1024];  // the blocks' dynamic shared memory
+
+using FVec = std::vector<float>;
+using Codes = std::vector<uint8_t>;
+
+// A matrix whose 1×128 blocks span magnitudes from 2⁻³⁰ to 2³⁰ (so scales
+// clamp, codes saturate at ±448 and subnormal codes occur), one all-zero
+// block, and with `nonfinite` a NaN and an inf in two blocks.
+FVec TestMatrix(int64_t R, int64_t C, bool nonfinite) {
+  FVec x = gtp::emu::RandomNormal(R * C, static_cast<uint32_t>(R * 7919 + C));
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      x[r * C + c] = std::ldexp(x[r * C + c], static_cast<int>((r * 7 + c / 128 * 13) % 61) - 30);
+    }
+  }
+  if (R * C > 300) {
+    for (int64_t c = 128; c < std::min<int64_t>(C, 256); ++c) x[c] = 0.0f;  // row 0, block 1
+  }
+  if (nonfinite && R * C > 2) {
+    x[R * C / 2] = std::numeric_limits<float>::quiet_NaN();
+    x[R * C - 1] = std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
+template <class T>
+std::vector<T> As(const FVec& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    std::vector<T> out;
+    for (float v : x) out.push_back(ToBF16(v));
+    return out;
+  }
+}
+template <class T>
+FVec Values(const std::vector<T>& x) {  // what the kernels read
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    FVec out;
+    for (const T& v : x) out.push_back(ToF32(v));
+    return out;
+  }
+}
+
+template <class V>
+V Transposed(const V& x, int64_t R, int64_t C) {  // [R, C] → [C, R]
+  V t(x.size());
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < C; ++c) t[c * R + r] = x[r * C + c];
+  }
+  return t;
+}
+
+FVec AsFloats(const Codes& q) { return FVec(q.begin(), q.end()); }
+
+void ExpectSameBits(const FVec& got, const FVec& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
+    if (bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " differ, the first at "
+                     << first << ": " << got[first] << " vs " << want[first];
+}
+
+struct Case {
+  int64_t R, C;
+};
+
+class BlockQuantEmulationTest : public ::testing::TestWithParam<Case> {};
+
+template <class T>
+void RunCase(const Case& c, bool nonfinite) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t R = c.R, C = c.C, n = R * C;
+  const std::vector<T> x = As<T>(TestMatrix(R, C, nonfinite));
+  const FVec xv = Values(x);
+  const reference::RefBlocks rows = reference::RefQuantizeBlocks(xv, R, C, 1);
+  const reference::RefBlocks tiles = reference::RefQuantizeBlocks(xv, R, C, 128);
+  const reference::RefBlocks cols = reference::RefQuantizeBlocks(Transposed(xv, R, C), C, R, 1);
+  const int64_t cb = (C + 127) / 128, rb = (R + 127) / 128;
+  const auto out = gtp::emu::InEverySchedule([&] {
+    std::vector<FVec> o;
+    Codes q(n, 0xaa), qt(n, 0xaa);
+    FVec s(R * cb, NAN), st(C * rb, NAN), ts(rb * cb, NAN), tst(cb * rb, NAN);
+    cuda::QuantizeRow1x128(x.data(), R, C, q.data(), s.data(), nullptr, nullptr);
+    o.push_back(AsFloats(q));
+    o.push_back(s);
+    cuda::QuantizeTile128x128(x.data(), R, C, q.data(), ts.data(), nullptr, nullptr);
+    o.push_back(AsFloats(q));
+    o.push_back(ts);
+    cuda::QuantizeRowsTransposed(x.data(), R, C, qt.data(), st.data(), nullptr, nullptr);
+    o.push_back(AsFloats(qt));
+    o.push_back(st);
+    Codes q2(n, 0x55), qt2(n, 0x55);
+    FVec s2(R * cb, NAN), st2(C * rb, NAN);
+    cuda::QuantizeRowsAndTransposed(x.data(), R, C, q2.data(), s2.data(), nullptr, qt2.data(),
+                                    st2.data(), nullptr, nullptr, nullptr);
+    o.push_back(AsFloats(q2));
+    o.push_back(s2);
+    o.push_back(AsFloats(qt2));
+    o.push_back(st2);
+    Codes q3(n, 0x55), qt3(n, 0x55);
+    FVec ts3(rb * cb, NAN);
+    cuda::QuantizeTileAndTranspose(x.data(), R, C, q3.data(), ts3.data(), nullptr, qt3.data(),
+                                   tst.data(), nullptr, nullptr);
+    o.push_back(AsFloats(q3));
+    o.push_back(ts3);
+    o.push_back(AsFloats(qt3));
+    o.push_back(tst);
+    return o;
+  });
+  const FVec tile_scales_t = Transposed(tiles.scales, rb, cb);
+  const std::string tag =
+      std::string(std::is_same_v<T, float> ? "f32" : "bf16") + (nonfinite ? ", NaN/inf" : "");
+  ExpectSameBits(out[0], AsFloats(rows.q), "1x128 codes, " + tag);
+  ExpectSameBits(out[1], rows.scales, "1x128 scales, " + tag);
+  ExpectSameBits(out[2], AsFloats(tiles.q), "128x128 codes, " + tag);
+  ExpectSameBits(out[3], tiles.scales, "128x128 scales, " + tag);
+  ExpectSameBits(out[4], AsFloats(cols.q), "transposed codes, " + tag);
+  ExpectSameBits(out[5], cols.scales, "transposed scales, " + tag);
+  ExpectSameBits(out[6], AsFloats(rows.q), "fused 1x128 codes, " + tag);
+  ExpectSameBits(out[7], rows.scales, "fused 1x128 scales, " + tag);
+  ExpectSameBits(out[8], AsFloats(cols.q), "fused transposed codes, " + tag);
+  ExpectSameBits(out[9], cols.scales, "fused transposed scales, " + tag);
+  ExpectSameBits(out[10], AsFloats(tiles.q), "tile+transpose codes, " + tag);
+  ExpectSameBits(out[11], tiles.scales, "tile+transpose scales, " + tag);
+  ExpectSameBits(out[12], AsFloats(Transposed(tiles.q, R, C)), "tile+transpose qt, " + tag);
+  ExpectSameBits(out[13], tile_scales_t, "tile+transpose scales_t, " + tag);
+}
+
+TEST_P(BlockQuantEmulationTest, QuantisersMatchTheReference) {
+  for (bool nonfinite : {false, true}) {
+    RunCase<float>(GetParam(), nonfinite);
+    RunCase<bf16>(GetParam(), nonfinite);
+  }
+}
+
+// y = e4m3⁻¹(q)·scale, exact in double, rounded once to f32 (and from the
+// f32 product to bf16, nearest even), for both scale layouts.
+TEST_P(BlockQuantEmulationTest, DequantisationMatchesTheReference) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t R = GetParam().R, C = GetParam().C, cb = (C + 127) / 128;
+  const FVec xv = TestMatrix(R, C, false);
+  for (const bool tiles : {false, true}) {
+    const reference::RefBlocks ref = reference::RefQuantizeBlocks(xv, R, C, tiles ? 128 : 1);
+    FVec want(R * C), want_b(R * C);
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t c = 0; c < C; ++c) {
+        const float s = ref.scales[(tiles ? r / 128 : r) * cb + c / 128];
+        const float v = static_cast<float>(reference::E4M3Decode(ref.q[r * C + c]) * s);
+        want[r * C + c] = v;
+        want_b[r * C + c] = ToF32(ToBF16(v));
+      }
+    }
+    const auto out = gtp::emu::InEverySchedule([&] {
+      FVec y(R * C, NAN);
+      std::vector<bf16> yb(R * C, ToBF16(NAN));
+      cuda::DequantizeBlocks(ref.q.data(), ref.scales.data(), tiles, R, C, y.data(), nullptr);
+      cuda::DequantizeBlocks(ref.q.data(), ref.scales.data(), tiles, R, C, yb.data(), nullptr);
+      return std::vector<FVec>{y, Values(yb)};
+    });
+    ExpectSameBits(out[0], want, tiles ? "tiles, f32" : "rows, f32");
+    ExpectSameBits(out[1], want_b, tiles ? "tiles, bf16" : "rows, bf16");
+  }
+}
+
+// One element, a partial block, a column, a row, exact tiles, tiles with
+// partial edges on both sides.
+INSTANTIATE_TEST_SUITE_P(Shapes, BlockQuantEmulationTest,
+                         ::testing::Values(Case{1, 1}, Case{3, 5}, Case{1, 300}, Case{300, 1},
+                                           Case{128, 128}, Case{129, 257}));
+
+}  // namespace
+}  // namespace gtp::kernels::fp8
