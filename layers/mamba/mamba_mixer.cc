@@ -273,7 +273,8 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   } else {
     y_ = ys;
   }
-  Tensor yn = e.Empty({N, di_});
+  // The norm writes out_proj's input in the model dtype (no cast after it).
+  Tensor yn = e.Empty({N, di_}, c_.dtype == DType::kBF16 ? DType::kBF16 : f32);
   rstd_ = e.Empty({N, di_ / (c_.d_inner() / c_.n_groups)});
   ssm::GatedRmsNormForward(e, y_.View({N, di_}), z_, v.norm_w, yn, rstd_,
                            c_.d_inner() / c_.n_groups, c_.norm_eps);

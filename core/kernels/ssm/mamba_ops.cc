@@ -169,7 +169,12 @@ void NegExpBackwardAccumulate(const Exec& e, const Tensor& da, const Tensor& a,
 
 void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
                          const Tensor& y, const Tensor& rstd, int64_t group, float eps) {
-  CheckF32(e, "GatedRmsNormForward", {&x, &z, &w, &y, &rstd});
+  CheckF32(e, "GatedRmsNormForward", {&x, &z, &w, &rstd});
+  GTP_CHECK(y.defined() && (y.dtype() == DType::kF32 || y.dtype() == DType::kBF16) &&
+                y.device() == e.device && y.is_contiguous(),
+            "GatedRmsNormForward: y must be a contiguous f32 or bf16 tensor on ",
+            e.device.ToString(), ", got ", y.defined() ? y.ToString() : std::string("undefined"));
+  const bool y_bf16 = y.dtype() == DType::kBF16;
   GTP_CHECK(x.rank() == 2 && z.shape() == x.shape() && y.shape() == x.shape() &&
                 w.numel() == x.dim(1) && group > 0 && x.dim(1) % group == 0 &&
                 rstd.numel() == x.dim(0) * (x.dim(1) / group),
@@ -177,7 +182,12 @@ void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const 
             " rstd ", rstd.ToString(), " group ", group);
   const int64_t N = x.dim(0), Ch = x.dim(1), Gs = Ch / group;
   if (e.is_cuda()) {
-    cuda::GatedRmsNormForward(F(x), F(z), F(w), M(y), M(rstd), N, Ch, group, eps, e.stream);
+    if (y_bf16) {
+      cuda::GatedRmsNormForward(F(x), F(z), F(w), y.data<bf16>(), M(rstd), N, Ch, group, eps,
+                                e.stream);
+    } else {
+      cuda::GatedRmsNormForward(F(x), F(z), F(w), M(y), M(rstd), N, Ch, group, eps, e.stream);
+    }
     return;
   }
   for (int64_t n = 0; n < N; ++n)
@@ -193,7 +203,12 @@ void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const 
       for (int64_t j = 0; j < group; ++j) {
         const int64_t c = gi * group + j, i = n * Ch + c;
         const float g = x.data<float>()[i] * Silu(z.data<float>()[i]);
-        y.data<float>()[i] = g * r * w.data<float>()[c];
+        const float v = g * r * w.data<float>()[c];
+        if (y_bf16) {
+          y.data<bf16>()[i] = ToBF16(v);
+        } else {
+          y.data<float>()[i] = v;
+        }
       }
     }
 }

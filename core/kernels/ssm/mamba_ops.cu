@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/cuda/elem.cuh"
 #include "core/kernels/ssm/mamba_ops_cuda.h"
 
 namespace gtp::kernels::ssm::cuda {
@@ -19,6 +20,7 @@ using ::gtp::kernels::cuda::internal::GridFor;
 using ::gtp::kernels::cuda::internal::InOrderSum;
 using ::gtp::kernels::cuda::internal::kWarpSize;
 using ::gtp::kernels::cuda::internal::Launch;
+using ::gtp::kernels::cuda::internal::Store;
 using ::gtp::kernels::cuda::internal::WarpSum;
 
 constexpr int kThreads = 256;
@@ -466,9 +468,12 @@ __global__ void NegExpBackwardKernel(const float* __restrict__ da, const float* 
 
 // ---------------------------------------------------------------- gated RMSNorm
 
-// One warp per (row, group); lanes stride over the group's channels.
+// One warp per (row, group); lanes stride over the group's channels. y in
+// f32 or bf16 (TY: the out-projection's input dtype, rounded here instead of
+// by a cast kernel after).
+template <typename TY>
 __global__ void GatedRmsNormForwardKernel(const float* __restrict__ x, const float* __restrict__ z,
-                                          const float* __restrict__ w, float* __restrict__ y,
+                                          const float* __restrict__ w, TY* __restrict__ y,
                                           float* __restrict__ rstd, int64_t N, int64_t Ch,
                                           int64_t group, float eps) {
   const int64_t Gs = Ch / group;
@@ -486,7 +491,7 @@ __global__ void GatedRmsNormForwardKernel(const float* __restrict__ x, const flo
   if (lane == 0) rstd[item] = r;
   for (int64_t j = lane; j < group; j += kWarpSize) {
     const float g = x[base + j] * Silu(z[base + j]);
-    y[base + j] = g * r * w[gi * group + j];
+    y[base + j] = Store<TY>(g * r * w[gi * group + j]);
   }
 }
 
@@ -528,9 +533,10 @@ __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
 constexpr int kRowNormPer = 8;
 constexpr int64_t kRowNormMin = 256;
 
+template <typename TY>
 __global__ void __launch_bounds__(kThreads)
     GatedRmsNormForwardRowKernel(const float* __restrict__ x, const float* __restrict__ z,
-                                 const float* __restrict__ w, float* __restrict__ y,
+                                 const float* __restrict__ w, TY* __restrict__ y,
                                  float* __restrict__ rstd, int64_t N, int64_t Ch, int64_t group,
                                  float eps) {
   const int64_t Gs = Ch / group;
@@ -550,7 +556,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kRowNormPer; ++k) {
       const int64_t j = threadIdx.x + int64_t{k} * kThreads;
-      if (j < group) y[base + j] = g[k] * r * w[gi * group + j];
+      if (j < group) y[base + j] = Store<TY>(g[k] * r * w[gi * group + j]);
     }
   }
 }
@@ -745,18 +751,30 @@ void NegExpBackwardAccumulate(const float* da, const float* a, float* a_log_grad
   GTP_CU_LAUNCH_CHECK();
 }
 
-void GatedRmsNormForward(const float* x, const float* z, const float* w, float* y, float* rstd,
-                         int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream) {
+namespace {
+template <typename TY>
+void GatedRmsNormForwardT(const float* x, const float* z, const float* w, TY* y, float* rstd,
+                          int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream) {
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
   if (RowNorm(group)) {
-    Launch(GatedRmsNormForwardRowKernel, RowNormGrid(items), kThreads, 0, stream, x, z, w, y, rstd,
-           N, Ch, group, eps);
+    Launch(GatedRmsNormForwardRowKernel<TY>, RowNormGrid(items), kThreads, 0, stream, x, z, w, y,
+           rstd, N, Ch, group, eps);
   } else {
-    Launch(GatedRmsNormForwardKernel, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
+    Launch(GatedRmsNormForwardKernel<TY>, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
            kThreads, 0, stream, x, z, w, y, rstd, N, Ch, group, eps);
   }
   GTP_CU_LAUNCH_CHECK();
+}
+}  // namespace
+
+void GatedRmsNormForward(const float* x, const float* z, const float* w, float* y, float* rstd,
+                         int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream) {
+  GatedRmsNormForwardT(x, z, w, y, rstd, N, Ch, group, eps, stream);
+}
+void GatedRmsNormForward(const float* x, const float* z, const float* w, bf16* y, float* rstd,
+                         int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream) {
+  GatedRmsNormForwardT(x, z, w, y, rstd, N, Ch, group, eps, stream);
 }
 
 int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) {

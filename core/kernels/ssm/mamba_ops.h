@@ -43,6 +43,8 @@ void NegExpBackwardAccumulate(const Exec& e, const Tensor& da, const Tensor& a,
 // not applied: g = x·silu(z) is normalised): for each row and each group of
 // `group` channels, y = g·rstd·w with rstd = 1/√(mean(g²) + eps).
 // x, z, y [N, Ch]; w [Ch]; rstd [N, Ch/group] (written, for the backward).
+// x, z, w, rstd f32; y f32 or bf16 (the f32 value rounded to nearest even,
+// as a cast: the out-projection's input without a cast kernel).
 void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
                          const Tensor& y, const Tensor& rstd, int64_t group, float eps);
 // dx, dz (=); dw (+=).

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace gtp::kernels::ssm::cuda {
 
 // x, y [B, T, Ch]; w [Ch, K]; bias [Ch].
@@ -37,8 +39,11 @@ void NegExpForward(const float* a_log, float* a, int64_t H, cudaStream_t stream)
 void NegExpBackwardAccumulate(const float* da, const float* a, float* a_log_grad, int64_t H,
                               cudaStream_t stream);
 
-// x, z, y [N, Ch]; w [Ch]; rstd [N, Ch/group].
+// x, z, y [N, Ch]; w [Ch]; rstd [N, Ch/group]. y f32, or bf16 (each value
+// the f32 result rounded to nearest even: a cast's bits).
 void GatedRmsNormForward(const float* x, const float* z, const float* w, float* y, float* rstd,
+                         int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream);
+void GatedRmsNormForward(const float* x, const float* z, const float* w, bf16* y, float* rstd,
                          int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream);
 int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch);
 // dx, dz (=), dw (+=).

@@ -168,8 +168,17 @@ TEST_P(GatedRmsNormEmulationTest, MatchesTheDefinition) {
                               c.group, eps, nullptr);
     cuda::GatedRmsNormBackward(dy.data(), x.data(), z.data(), w.data(), ro.data(), dxo.data(),
                                dzo.data(), dwo.data(), scratch.data(), c.N, c.Ch, c.group, nullptr);
-    return std::vector<Vec>{yo, ro, dxo, dzo, dwo};
+    // y in bf16 (the out-projection's input in bf16 training): as a cast of yo.
+    std::vector<bf16> yb(n, ToBF16(NAN));
+    Vec rb(c.N * gs, NAN), ybf;
+    cuda::GatedRmsNormForward(x.data(), z.data(), w.data(), yb.data(), rb.data(), c.N, c.Ch,
+                              c.group, eps, nullptr);
+    for (const bf16& v : yb) ybf.push_back(ToF32(v));
+    return std::vector<Vec>{yo, ro, dxo, dzo, dwo, ybf};
   });
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ToBF16(out[0][i]).bits, ToBF16(out[5][i]).bits) << "bf16 y[" << i << "]";
+  }
   ExpectNear(out[0], y, kTol, "y");
   ExpectNear(out[1], rstd, kTol, "rstd");
   ExpectNear(out[2], dx, kTol, "dx");

@@ -173,6 +173,13 @@ TEST(GatedRmsNorm, ForwardAndBackwardMatchTheReference) {
     Tensor y = NaNs(a, {N, Ch}), rstd = NaNs(a, {N, Ch / group});
     GatedRmsNormForward(e, T(a, x, {N, Ch}), T(a, z, {N, Ch}), T(a, w, {Ch}), y, rstd, group, eps);
     ExpectClose(y, ref(x, z, w), 1e-5, "y");
+    // A bf16 y (what out_proj reads in bf16 training) is the f32 y rounded to
+    // nearest even, bit for bit: a cast's result without the cast.
+    Tensor yb = e.Empty({N, Ch}, DType::kBF16), rb = NaNs(a, {N, Ch / group});
+    GatedRmsNormForward(e, T(a, x, {N, Ch}), T(a, z, {N, Ch}), T(a, w, {Ch}), yb, rb, group, eps);
+    for (int64_t i = 0; i < N * Ch; ++i) {
+      ASSERT_EQ(yb.data<bf16>()[i].bits, ToBF16(y.data<float>()[i]).bits) << "bf16 y[" << i << "]";
+    }
     Tensor dx = NaNs(a, {N, Ch}), dz = NaNs(a, {N, Ch}), dw = Zeros(a, {Ch});
     GatedRmsNormBackward(e, T(a, R, {N, Ch}), T(a, x, {N, Ch}), T(a, z, {N, Ch}), T(a, w, {Ch}), rstd,
                          group, dx, dz, dw);

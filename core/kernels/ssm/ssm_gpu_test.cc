@@ -6,6 +6,7 @@
 // values. Skips without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -282,6 +283,17 @@ TEST_P(GatedRmsNormGpuTest, MatchesCpuDeterministicAndAccumulates) {
   ExpectClose(run[0][2], dx, kTol, "dx");
   ExpectClose(run[0][3], dz, kTol, "dz");
   ExpectClose(run[0][4], dw, kTol, "dw");
+  // y in bf16 (out_proj's input in bf16 training): the f32 y rounded to nearest
+  // even, bit for bit, as a cast would.
+  Tensor gyb = env.gpu.Empty(xs, DType::kBF16), grb = env.Poisoned(rs);
+  GatedRmsNormForward(env.gpu, gx, gz, gw, gyb, grb, c.group, eps);
+  Tensor yb32 = env.gpu.Empty(xs, DType::kF32);
+  ops::Cast(env.gpu, gyb, yb32);
+  const Vec ybv = env.Down(yb32);
+  for (size_t i = 0; i < ybv.size(); ++i) {
+    const float want = ToF32(ToBF16(run[0][0][i]));
+    ASSERT_EQ(std::memcmp(&ybv[i], &want, sizeof(float)), 0) << "bf16 y[" << i << "]";
+  }
   for (int k = 0; k < 5; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
 }
 
