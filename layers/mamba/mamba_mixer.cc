@@ -290,7 +290,9 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   const DType f32 = DType::kF32;
   const F32Values& v = v32_;
   GTP_ASSIGN_OR_RETURN(Tensor dyn, out_->Backward(dout));
-  Tensor dy = e.Empty({N, di_}), dz = e.Empty({N, di_});
+  // dz in the model dtype for in_proj_z's backward (written so, not cast).
+  Tensor dy = e.Empty({N, di_}),
+         dz = e.Empty({N, di_}, c_.dtype == DType::kBF16 ? DType::kBF16 : f32);
   ssm::GatedRmsNormBackward(e, As(e, dyn, f32), y_.View({N, di_}), z_, v.norm_w, rstd_,
                             c_.d_inner() / c_.n_groups, dy, dz, norm_w_.grad);
   Tensor dys;

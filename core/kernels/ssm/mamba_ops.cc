@@ -216,7 +216,12 @@ void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const 
 void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& z,
                           const Tensor& w, const Tensor& rstd, int64_t group, const Tensor& dx,
                           const Tensor& dz, const Tensor& dw) {
-  CheckF32(e, "GatedRmsNormBackward", {&dy, &x, &z, &w, &rstd, &dx, &dz, &dw});
+  CheckF32(e, "GatedRmsNormBackward", {&dy, &x, &z, &w, &rstd, &dx, &dw});
+  GTP_CHECK(dz.defined() && (dz.dtype() == DType::kF32 || dz.dtype() == DType::kBF16) &&
+                dz.device() == e.device && dz.is_contiguous(),
+            "GatedRmsNormBackward: dz must be a contiguous f32 or bf16 tensor on ",
+            e.device.ToString(), ", got ", dz.defined() ? dz.ToString() : std::string("undefined"));
+  const bool dz_bf16 = dz.dtype() == DType::kBF16;
   GTP_CHECK(dy.shape() == x.shape() && z.shape() == x.shape() && dx.shape() == x.shape() &&
                 dz.shape() == x.shape() && dw.numel() == w.numel() && w.numel() == x.dim(1) &&
                 group > 0 && x.dim(1) % group == 0,
@@ -226,8 +231,13 @@ void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
   if (e.is_cuda()) {
     Tensor scratch =
         e.Empty({std::max<int64_t>(cuda::GatedRmsNormBackwardScratchFloats(N, Ch), 1)});
-    cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), M(dz), M(dw), M(scratch),
-                               N, Ch, group, e.stream);
+    if (dz_bf16) {
+      cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), dz.data<bf16>(), M(dw),
+                                 M(scratch), N, Ch, group, e.stream);
+    } else {
+      cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), M(dz), M(dw), M(scratch),
+                                 N, Ch, group, e.stream);
+    }
     return;
   }
   for (int64_t n = 0; n < N; ++n)
@@ -248,7 +258,12 @@ void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
         const float g = xi * Silu(zi);
         const float dg = r * w.data<float>()[c] * dy.data<float>()[i] - g * r * r * r * m;
         dx.data<float>()[i] = dg * Silu(zi);
-        dz.data<float>()[i] = dg * xi * SiluGrad(zi);
+        const float dzi = dg * xi * SiluGrad(zi);
+        if (dz_bf16) {
+          dz.data<bf16>()[i] = ToBF16(dzi);
+        } else {
+          dz.data<float>()[i] = dzi;
+        }
       }
     }
 }

@@ -495,12 +495,14 @@ __global__ void GatedRmsNormForwardKernel(const float* __restrict__ x, const flo
   }
 }
 
-// dg = r·w·dy − g·r³·mean(w·dy·g); dx = dg·silu(z), dz = dg·x·silu'(z).
+// dg = r·w·dy − g·r³·mean(w·dy·g); dx = dg·silu(z), dz = dg·x·silu'(z) (dz
+// f32 or bf16: TZ, in_proj_z's gradient input, rounded here, not by a cast).
+template <typename TZ>
 __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
                                            const float* __restrict__ x, const float* __restrict__ z,
                                            const float* __restrict__ w,
                                            const float* __restrict__ rstd, float* __restrict__ dx,
-                                           float* __restrict__ dz, int64_t N, int64_t Ch,
+                                           TZ* __restrict__ dz, int64_t N, int64_t Ch,
                                            int64_t group) {
   const int64_t Gs = Ch / group;
   const int64_t item = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / kWarpSize;
@@ -519,7 +521,7 @@ __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
     const float g = xi * si;
     const float dg = r * w[gi * group + j] * dy[base + j] - g * r * r * r * m;
     dx[base + j] = dg * si;
-    dz[base + j] = dg * xi * SiluGrad(zi);
+    dz[base + j] = Store<TZ>(dg * xi * SiluGrad(zi));
   }
 }
 
@@ -566,11 +568,12 @@ __global__ void __launch_bounds__(kThreads)
 // adding its columns' dy·g·r over those rows, and writes the slab's sums to
 // partial[slab, gi·group + j]; ColumnFinishKernel adds the slabs in order.
 // (So dy, x and z are read once; a separate column pass read them again.)
+template <typename TZ>
 __global__ void __launch_bounds__(kThreads)
     GatedRmsNormBackwardRowKernel(const float* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ z, const float* __restrict__ w,
                                   const float* __restrict__ rstd, float* __restrict__ dx,
-                                  float* __restrict__ dz, float* __restrict__ partial, int64_t N,
+                                  TZ* __restrict__ dz, float* __restrict__ partial, int64_t N,
                                   int64_t Ch, int64_t group, int64_t slab_rows) {
   const int64_t Gs = Ch / group, gi = blockIdx.x % Gs, slab = blockIdx.x / Gs;
   const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < N ? r0 + slab_rows : N;
@@ -600,7 +603,7 @@ __global__ void __launch_bounds__(kThreads)
       const float g = xi * si;
       const float dg = r * w[gi * group + j] * dyv[k] - g * r * r * r * m;
       dx[base + j] = dg * si;
-      dz[base + j] = dg * xi * SiluGrad(zi);
+      dz[base + j] = Store<TZ>(dg * xi * SiluGrad(zi));
       dwp[k] += dyv[k] * g * r;
     }
   }
@@ -783,27 +786,41 @@ int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) {
   return (ColumnSlabs(N) > row_slabs ? ColumnSlabs(N) : row_slabs) * Ch;
 }
 
-void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
-                          const float* rstd, float* dx, float* dz, float* dw, float* scratch,
-                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
+namespace {
+template <typename TZ>
+void GatedRmsNormBackwardT(const float* dy, const float* x, const float* z, const float* w,
+                           const float* rstd, float* dx, TZ* dz, float* dw, float* scratch,
+                           int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
   if (RowNorm(group)) {
     const int64_t slab_rows = NormSlabRows(N), slabs = CeilDiv(N, slab_rows);
     GTP_CU_REQUIRE(slabs * (Ch / group) < (int64_t{1} << 31), "gated RMSNorm backward: %lld blocks",
                    static_cast<long long>(slabs * (Ch / group)));
-    Launch(GatedRmsNormBackwardRowKernel, static_cast<unsigned>(slabs * (Ch / group)), kThreads, 0,
-           stream, dy, x, z, w, rstd, dx, dz, scratch, N, Ch, group, slab_rows);
+    Launch(GatedRmsNormBackwardRowKernel<TZ>, static_cast<unsigned>(slabs * (Ch / group)), kThreads,
+           0, stream, dy, x, z, w, rstd, dx, dz, scratch, N, Ch, group, slab_rows);
     GTP_CU_LAUNCH_CHECK();
     Launch(ColumnFinishKernel<AddOut>, GridFor(Ch, kThreads), kThreads, 0, stream,
            static_cast<const float*>(scratch), slabs, Ch, AddOut{dw});
     GTP_CU_LAUNCH_CHECK();
     return;
   }
-  Launch(GatedRmsNormBackwardKernel, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
+  Launch(GatedRmsNormBackwardKernel<TZ>, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
          kThreads, 0, stream, dy, x, z, w, rstd, dx, dz, N, Ch, group);
   GTP_CU_LAUNCH_CHECK();
   ColumnReduce(RmsDwValue{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);
+}
+}  // namespace
+
+void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
+                          const float* rstd, float* dx, float* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
+  GatedRmsNormBackwardT(dy, x, z, w, rstd, dx, dz, dw, scratch, N, Ch, group, stream);
+}
+void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
+                          const float* rstd, float* dx, bf16* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
+  GatedRmsNormBackwardT(dy, x, z, w, rstd, dx, dz, dw, scratch, N, Ch, group, stream);
 }
 
 }  // namespace gtp::kernels::ssm::cuda

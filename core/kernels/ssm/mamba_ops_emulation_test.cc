@@ -174,10 +174,18 @@ TEST_P(GatedRmsNormEmulationTest, MatchesTheDefinition) {
     cuda::GatedRmsNormForward(x.data(), z.data(), w.data(), yb.data(), rb.data(), c.N, c.Ch,
                               c.group, eps, nullptr);
     for (const bf16& v : yb) ybf.push_back(ToF32(v));
-    return std::vector<Vec>{yo, ro, dxo, dzo, dwo, ybf};
+    // dz in bf16 (in_proj_z's gradient input): as a cast of dzo.
+    std::vector<bf16> dzb(n, ToBF16(NAN));
+    Vec dx2(n, NAN), dw2 = dw0, dzbf;
+    cuda::GatedRmsNormBackward(dy.data(), x.data(), z.data(), w.data(), ro.data(), dx2.data(),
+                               dzb.data(), dw2.data(), scratch.data(), c.N, c.Ch, c.group, nullptr);
+    for (const bf16& v : dzb) dzbf.push_back(ToF32(v));
+    return std::vector<Vec>{yo, ro, dxo, dzo, dwo, ybf, dzbf, dx2};
   });
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(ToBF16(out[0][i]).bits, ToBF16(out[5][i]).bits) << "bf16 y[" << i << "]";
+    ASSERT_EQ(ToBF16(out[3][i]).bits, ToBF16(out[6][i]).bits) << "bf16 dz[" << i << "]";
+    ASSERT_EQ(out[2][i], out[7][i]) << "dx[" << i << "] with a bf16 dz";
   }
   ExpectNear(out[0], y, kTol, "y");
   ExpectNear(out[1], rstd, kTol, "rstd");

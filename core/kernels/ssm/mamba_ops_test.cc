@@ -183,6 +183,16 @@ TEST(GatedRmsNorm, ForwardAndBackwardMatchTheReference) {
     Tensor dx = NaNs(a, {N, Ch}), dz = NaNs(a, {N, Ch}), dw = Zeros(a, {Ch});
     GatedRmsNormBackward(e, T(a, R, {N, Ch}), T(a, x, {N, Ch}), T(a, z, {N, Ch}), T(a, w, {Ch}), rstd,
                          group, dx, dz, dw);
+    // A bf16 dz (in_proj_z's gradient input in bf16 training): the f32 dz
+    // rounded to nearest even, bit for bit; dx and dw as before.
+    Tensor dx2 = NaNs(a, {N, Ch}), dzb = e.Empty({N, Ch}, DType::kBF16), dw2 = Zeros(a, {Ch});
+    GatedRmsNormBackward(e, T(a, R, {N, Ch}), T(a, x, {N, Ch}), T(a, z, {N, Ch}), T(a, w, {Ch}),
+                         rstd, group, dx2, dzb, dw2);
+    for (int64_t i = 0; i < N * Ch; ++i) {
+      ASSERT_EQ(dzb.data<bf16>()[i].bits, ToBF16(dz.data<float>()[i]).bits)
+          << "bf16 dz[" << i << "]";
+      ASSERT_EQ(dx2.data<float>()[i], dx.data<float>()[i]) << "dx[" << i << "]";
+    }
     ExpectClose(dx, FiniteDiff(x, [&](const Vec& v) { return Dot(ref(v, z, w), R); }), 1e-4, "dx");
     ExpectClose(dz, FiniteDiff(z, [&](const Vec& v) { return Dot(ref(x, v, w), R); }), 1e-4, "dz");
     ExpectClose(dw, FiniteDiff(w, [&](const Vec& v) { return Dot(ref(x, z, v), R); }), 1e-4, "dw");

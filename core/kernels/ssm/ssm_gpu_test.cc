@@ -294,6 +294,16 @@ TEST_P(GatedRmsNormGpuTest, MatchesCpuDeterministicAndAccumulates) {
     const float want = ToF32(ToBF16(run[0][0][i]));
     ASSERT_EQ(std::memcmp(&ybv[i], &want, sizeof(float)), 0) << "bf16 y[" << i << "]";
   }
+  // dz in bf16 (in_proj_z's gradient input): likewise of the f32 dz.
+  Tensor gdx2 = env.Poisoned(xs), gdzb = env.gpu.Empty(xs, DType::kBF16), gdw2 = env.Up(dw0, ws);
+  GatedRmsNormBackward(env.gpu, gdy, gx, gz, gw, grb, c.group, gdx2, gdzb, gdw2);
+  Tensor dzb32 = env.gpu.Empty(xs, DType::kF32);
+  ops::Cast(env.gpu, gdzb, dzb32);
+  const Vec dzbv = env.Down(dzb32);
+  for (size_t i = 0; i < dzbv.size(); ++i) {
+    const float want = ToF32(ToBF16(run[0][3][i]));
+    ASSERT_EQ(std::memcmp(&dzbv[i], &want, sizeof(float)), 0) << "bf16 dz[" << i << "]";
+  }
   for (int k = 0; k < 5; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
 }
 
