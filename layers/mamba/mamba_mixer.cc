@@ -314,7 +314,11 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   ssm::NegExpBackwardAccumulate(e, da, a_, a_log_.grad);
   // The conv params' gradients land in this part's rows (the other parts'
   // rows come from their CP ranks through the dp_cp gradient reduction).
-  Tensor dxs = e.Empty({B_, Ts, cx}), dbs = e.Empty({B_, Ts, cb}), dcs = e.Empty({B_, Ts, cb});
+  // Without CP the conv writes in_proj_x's gradient input in the model dtype
+  // (not cast after; under CP it goes through the exchange in f32 first).
+  const DType dx_type = !cp_ && c_.dtype == DType::kBF16 ? DType::kBF16 : f32;
+  Tensor dxs = e.Empty({B_, Ts, cx}, dx_type), dbs = e.Empty({B_, Ts, cb}),
+         dcs = e.Empty({B_, Ts, cb});
   const int64_t ox = x_split_.offset[cp_ ? cp_->part() : 0];
   const int64_t ob = bc_split_.offset[cp_ ? cp_->part() : 0];
   ssm::CausalConv1dBackward(e, dxc.View({B_, Ts, cx}), xs_, w.conv_x_w, w.conv_x_b, true, dxs,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/kernels/ssm/mamba_ops_cuda.h"
 #include "core/status.h"
@@ -69,7 +70,12 @@ void CausalConv1dForward(const Exec& e, const Tensor& x, const Tensor& w, const 
 void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
                           const Tensor& bias, bool silu, const Tensor& dx, const Tensor& dw,
                           const Tensor& dbias) {
-  CheckF32(e, "CausalConv1dBackward", {&dy, &x, &w, &bias, &dx, &dw, &dbias});
+  CheckF32(e, "CausalConv1dBackward", {&dy, &x, &w, &bias, &dw, &dbias});
+  GTP_CHECK(dx.defined() && (dx.dtype() == DType::kF32 || dx.dtype() == DType::kBF16) &&
+                dx.device() == e.device && dx.is_contiguous(),
+            "CausalConv1dBackward: dx must be a contiguous f32 or bf16 tensor on ",
+            e.device.ToString(), ", got ", dx.defined() ? dx.ToString() : std::string("undefined"));
+  const bool dx_bf16 = dx.dtype() == DType::kBF16;
   GTP_CHECK(dy.shape() == x.shape() && dx.shape() == x.shape() && dw.shape() == w.shape() &&
                 dbias.numel() == bias.numel() && x.rank() == 3 && w.dim(0) == x.dim(2),
             "CausalConv1dBackward: dy ", dy.ToString(), " x ", x.ToString(), " w ", w.ToString());
@@ -78,13 +84,21 @@ void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
     // Freed on return without a sync: reused only by later work on the stream.
     Tensor scratch =
         e.Empty({std::max<int64_t>(cuda::CausalConv1dBackwardScratchFloats(B, T, Ch, K), 1)});
-    cuda::CausalConv1dBackward(F(dy), F(x), F(w), F(bias), silu, M(dx), M(dw), M(dbias),
-                               M(scratch), B, T, Ch, K, e.stream);
+    if (dx_bf16) {
+      cuda::CausalConv1dBackward(F(dy), F(x), F(w), F(bias), silu, dx.data<bf16>(), M(dw), M(dbias),
+                                 M(scratch), B, T, Ch, K, e.stream);
+    } else {
+      cuda::CausalConv1dBackward(F(dy), F(x), F(w), F(bias), silu, M(dx), M(dw), M(dbias),
+                                 M(scratch), B, T, Ch, K, e.stream);
+    }
     return;
   }
   const float *px = x.data<float>(), *pw = w.data<float>(), *pb = bias.data<float>(),
               *pdy = dy.data<float>();
-  float *pdx = dx.data<float>(), *pdw = dw.data<float>(), *pdb = dbias.data<float>();
+  // A bf16 dx: the f32 sums below, then rounded (as a cast).
+  std::vector<float> dx32(dx_bf16 ? static_cast<size_t>(dx.numel()) : 0);
+  float *pdx = dx_bf16 ? dx32.data() : dx.data<float>(), *pdw = dw.data<float>(),
+        *pdb = dbias.data<float>();
   for (int64_t i = 0; i < dx.numel(); ++i) pdx[i] = 0.0f;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
@@ -99,6 +113,9 @@ void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
           pdx[(b * T + s) * Ch + c] += g * pw[c * K + k];
         }
       }
+  if (dx_bf16) {
+    for (int64_t i = 0; i < dx.numel(); ++i) dx.data<bf16>()[i] = ToBF16(dx32[i]);
+  }
 }
 
 void SoftplusBiasForward(const Exec& e, const Tensor& raw, const Tensor& bias, const Tensor& dt) {

@@ -80,10 +80,10 @@ __global__ void ConvPreGradKernel(const float* __restrict__ dy, const float* __r
   }
 }
 
-// dx[b, s, c] = Σ_k g[b, s + K − 1 − k, c]·w[c, k] (=).
-template <typename Idx>
+// dx[b, s, c] = Σ_k g[b, s + K − 1 − k, c]·w[c, k] (=); dx f32 or bf16 (TX).
+template <typename Idx, typename TX>
 __global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __restrict__ w,
-                             float* __restrict__ dx, Idx B, Idx T, Idx Ch, Idx K) {
+                             TX* __restrict__ dx, Idx B, Idx T, Idx Ch, Idx K) {
   const Idx total = B * T * Ch;
   for (Idx i = blockIdx.x * Idx(blockDim.x) + threadIdx.x; i < total;
        i += Idx(gridDim.x) * blockDim.x) {
@@ -93,7 +93,7 @@ __global__ void ConvDxKernel(const float* __restrict__ gpre, const float* __rest
       const Idx t = s + (K - 1) - k;
       if (t < T) acc += gpre[(b * T + t) * Ch + c] * w[c * K + k];
     }
-    dx[i] = acc;
+    dx[i] = Store<TX>(acc);
   }
 }
 
@@ -323,12 +323,11 @@ struct ConvGradOut {
 // K−1), so the same bits; the dw and dbias sums are rounded one by one
 // (__fmul_rn, __fadd_rn: ptxas may not fuse them). It reads x and dy once
 // and writes dx (the three-kernel form wrote g and read it twice).
-template <int kK>
+template <int kK, typename TX>
 __global__ void ConvBackwardRunKernel(const float* __restrict__ dy, const float* __restrict__ x,
                                       const float* __restrict__ w, const float* __restrict__ bias,
-                                      float* __restrict__ dx, float* __restrict__ partial,
-                                      int32_t B, int32_t T, int32_t Ch, int32_t slab_runs,
-                                      bool silu) {
+                                      TX* __restrict__ dx, float* __restrict__ partial, int32_t B,
+                                      int32_t T, int32_t Ch, int32_t slab_runs, bool silu) {
   __shared__ float red[kK + 1][kColRowThreads][kColWidth + 1];
   constexpr int kJ = kConvRun + kK - 1;  // the steps whose g a run needs
   const int cx = threadIdx.x, ry = threadIdx.y;
@@ -379,7 +378,7 @@ __global__ void ConvBackwardRunKernel(const float* __restrict__ dy, const float*
         for (int k = 0; k < kK; ++k) {
           if (t + (kK - 1) - k < T) d += g[j + (kK - 1) - k] * wk[k];
         }
-        dx[(b * T + t) * Ch + c] = d;
+        dx[(b * T + t) * Ch + c] = Store<TX>(d);
 #pragma unroll
         for (int k = 0; k < kK; ++k) {
           const int32_t s = t - (kK - 1) + k;
@@ -680,9 +679,11 @@ int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int6
   return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;             // g, then the partials
 }
 
-void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
-                          bool silu, float* dx, float* dw, float* dbias, float* scratch, int64_t B,
-                          int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
+namespace {
+template <typename TX>
+void CausalConv1dBackwardT(const float* dy, const float* x, const float* w, const float* bias,
+                           bool silu, TX* dx, float* dw, float* dbias, float* scratch, int64_t B,
+                           int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
   const int64_t total = B * T * Ch;
   if (total == 0) return;
   const int64_t cols = (K + 1) * Ch;
@@ -690,7 +691,7 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
     const int64_t slabs = ConvSlabs(B, T);
     WithConvK(K, [&](auto kk) {
       constexpr int kK = decltype(kk)::value;
-      Launch(ConvBackwardRunKernel<kK>,
+      Launch(ConvBackwardRunKernel<kK, TX>,
              dim3(static_cast<unsigned>(CeilDiv(Ch, kColWidth)), static_cast<unsigned>(slabs)),
              dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch,
              static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
@@ -711,16 +712,28 @@ void CausalConv1dBackward(const float* dy, const float* x, const float* w, const
     Launch(ConvPreGradKernel<int32_t>, grid, kThreads, 0, stream, dy, x, w, bias, gpre, b, t, ch, k,
            silu);
     GTP_CU_LAUNCH_CHECK();
-    Launch(ConvDxKernel<int32_t>, grid, kThreads, 0, stream, gpre, w, dx, b, t, ch, k);
+    Launch(ConvDxKernel<int32_t, TX>, grid, kThreads, 0, stream, gpre, w, dx, b, t, ch, k);
   } else {
     Launch(ConvPreGradKernel<int64_t>, grid, kThreads, 0, stream, dy, x, w, bias, gpre, B, T, Ch, K,
            silu);
     GTP_CU_LAUNCH_CHECK();
-    Launch(ConvDxKernel<int64_t>, grid, kThreads, 0, stream, gpre, w, dx, B, T, Ch, K);
+    Launch(ConvDxKernel<int64_t, TX>, grid, kThreads, 0, stream, gpre, w, dx, B, T, Ch, K);
   }
   GTP_CU_LAUNCH_CHECK();
   ColumnReduce(ConvGradValue{gpre, x, T, Ch, K}, ConvGradOut{dw, dbias, Ch, K}, partial, B * T,
                cols, stream);
+}
+}  // namespace
+
+void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
+                          bool silu, float* dx, float* dw, float* dbias, float* scratch, int64_t B,
+                          int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
+  CausalConv1dBackwardT(dy, x, w, bias, silu, dx, dw, dbias, scratch, B, T, Ch, K, stream);
+}
+void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
+                          bool silu, bf16* dx, float* dw, float* dbias, float* scratch, int64_t B,
+                          int64_t T, int64_t Ch, int64_t K, cudaStream_t stream) {
+  CausalConv1dBackwardT(dy, x, w, bias, silu, dx, dw, dbias, scratch, B, T, Ch, K, stream);
 }
 
 void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t N, int64_t H,

@@ -20,7 +20,9 @@ namespace gtp::kernels::ssm {
 // act = SiLU when `silu`, else identity.
 void CausalConv1dForward(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& bias,
                          const Tensor& y, bool silu);
-// dx (=), dw and dbias (+=). The pre-activation is recomputed from x.
+// dx (=), dw and dbias (+=). The pre-activation is recomputed from x. dx
+// f32 or bf16 (as a cast of the f32 dx: in_proj_x's gradient input without a
+// cast kernel); the rest f32.
 void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& w,
                           const Tensor& bias, bool silu, const Tensor& dx, const Tensor& dw,
                           const Tensor& dbias);

@@ -19,10 +19,13 @@ namespace gtp::kernels::ssm::cuda {
 void CausalConv1dForward(const float* x, const float* w, const float* bias, float* y, int64_t B,
                          int64_t T, int64_t Ch, int64_t K, bool silu, cudaStream_t stream);
 int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int64_t K);
-// dx (=), dw, dbias (+=).
+// dx (=), dw, dbias (+=); dx f32 or bf16 (rounded to nearest even, as a cast).
 void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
                           bool silu, float* dx, float* dw, float* dbias, float* scratch,
                           int64_t B, int64_t T, int64_t Ch, int64_t K, cudaStream_t stream);
+void CausalConv1dBackward(const float* dy, const float* x, const float* w, const float* bias,
+                          bool silu, bf16* dx, float* dw, float* dbias, float* scratch, int64_t B,
+                          int64_t T, int64_t Ch, int64_t K, cudaStream_t stream);
 
 // raw, dt [N, H]; bias [H].
 void SoftplusBiasForward(const float* raw, const float* bias, float* dt, int64_t N, int64_t H,

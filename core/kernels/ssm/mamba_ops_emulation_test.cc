@@ -102,8 +102,18 @@ TEST_P(ConvEmulationTest, MatchesTheDefinition) {
     cuda::CausalConv1dBackward(dy.data(), x.data(), w.data(), bias.data(), c.silu, dxo.data(),
                                dwo.data(), dbo.data(), scratch.data(), c.B, c.T, c.Ch, c.K,
                                nullptr);
-    return std::vector<Vec>{yo, dxo, dwo, dbo};
+    // dx in bf16 (in_proj_x's gradient input): as a cast of dxo.
+    std::vector<bf16> dxb(n, ToBF16(NAN));
+    Vec dw2 = dw0, db2 = db0, dxbf;
+    cuda::CausalConv1dBackward(dy.data(), x.data(), w.data(), bias.data(), c.silu, dxb.data(),
+                               dw2.data(), db2.data(), scratch.data(), c.B, c.T, c.Ch, c.K,
+                               nullptr);
+    for (const bf16& v : dxb) dxbf.push_back(ToF32(v));
+    return std::vector<Vec>{yo, dxo, dwo, dbo, dxbf};
   });
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(ToBF16(out[1][i]).bits, ToBF16(out[4][i]).bits) << "bf16 dx[" << i << "]";
+  }
   ExpectNear(out[0], y, kTol, "y");
   ExpectNear(out[1], dx, kTol, "dx");
   ExpectNear(out[2], dw, kTol, "dw");

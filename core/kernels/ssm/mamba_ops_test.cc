@@ -111,6 +111,15 @@ TEST(CausalConv1d, ForwardAndBackwardMatchTheReference) {
     ExpectClose(dx, FiniteDiff(x, [&](const Vec& v) { return L(v, w, bias); }), 1e-5, "dx");
     ExpectClose(dw, FiniteDiff(w, [&](const Vec& v) { return L(x, v, bias); }), 1e-5, "dw");
     ExpectClose(db, FiniteDiff(bias, [&](const Vec& v) { return L(x, w, v); }), 1e-5, "dbias");
+    // A bf16 dx (in_proj_x's gradient input in bf16 training): the f32 dx
+    // rounded to nearest even, bit for bit.
+    Tensor dxb = e.Empty({B, Tn, Ch}, DType::kBF16), dw2 = Zeros(a, {Ch, K}), db2 = Zeros(a, {Ch});
+    CausalConv1dBackward(e, T(a, R, {B, Tn, Ch}), T(a, x, {B, Tn, Ch}), T(a, w, {Ch, K}),
+                         T(a, bias, {Ch}), silu, dxb, dw2, db2);
+    for (int64_t i = 0; i < B * Tn * Ch; ++i) {
+      ASSERT_EQ(dxb.data<bf16>()[i].bits, ToBF16(dx.data<float>()[i]).bits)
+          << "bf16 dx[" << i << "]";
+    }
     // Parameter gradients accumulate.
     CausalConv1dBackward(e, T(a, R, {B, Tn, Ch}), T(a, x, {B, Tn, Ch}), T(a, w, {Ch, K}),
                          T(a, bias, {Ch}), silu, dx, dw, db);

@@ -170,6 +170,17 @@ TEST_P(CausalConv1dGpuTest, MatchesCpuDeterministicAndAccumulates) {
   ExpectClose(run[0][2], dw, kTol, "dw");
   ExpectClose(run[0][3], db, kTol, "dbias");
   for (int k = 0; k < 4; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
+  // dx in bf16 (in_proj_x's gradient input in bf16 training): the f32 dx
+  // rounded to nearest even, bit for bit, as a cast would.
+  Tensor gdxb = env.gpu.Empty(xs, DType::kBF16), gdw2 = env.Up(dw0, ws), gdb2 = env.Up(db0, bs);
+  CausalConv1dBackward(env.gpu, gdy, gx, gw, gb, c.silu, gdxb, gdw2, gdb2);
+  Tensor dxb32 = env.gpu.Empty(xs, DType::kF32);
+  ops::Cast(env.gpu, gdxb, dxb32);
+  const Vec dxbv = env.Down(dxb32);
+  for (size_t i = 0; i < dxbv.size(); ++i) {
+    const float want = ToF32(ToBF16(run[0][1][i]));
+    ASSERT_EQ(std::memcmp(&dxbv[i], &want, sizeof(float)), 0) << "bf16 dx[" << i << "]";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1dGpuTest,
