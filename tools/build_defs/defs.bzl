@@ -64,3 +64,17 @@ def version_header(name, version_file, namespace, out):
 def gpu_test(name, tags = [], **kwargs):
     """A cc_test tagged `gpu`; it must GTEST_SKIP with a reason when no GPU is visible."""
     native.cc_test(name = name, tags = tags + ["gpu"], **kwargs)
+
+def emulation_test(name, srcs, deps = [], size = "small", **kwargs):
+    """A cc_test that runs CUDA kernel sources on the host warp emulator
+    (core/kernels/cuda/testing/warp_emulator.h): `deps` bring the sources
+    (textual headers) and the references; GoogleTest's main is added. The
+    kernels' `#pragma unroll` is nvcc's, so gcc's unknown-pragma warning is off."""
+    native.cc_test(
+        name = name,
+        srcs = srcs,
+        size = size,
+        copts = ["-Wno-unknown-pragmas"],
+        deps = deps + ["//third_party:gtest_main"],
+        **kwargs
+    )

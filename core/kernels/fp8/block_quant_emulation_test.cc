@@ -88,17 +88,6 @@ V Transposed(const V& x, int64_t R, int64_t C) {  // [R, C] → [C, R]
 
 FVec AsFloats(const Codes& q) { return FVec(q.begin(), q.end()); }
 
-void ExpectSameBits(const FVec& got, const FVec& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
-    if (bad++ == 0) first = i;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " differ, the first at "
-                     << first << ": " << got[first] << " vs " << want[first];
-}
-
 struct Case {
   int64_t R, C;
 };
@@ -149,20 +138,21 @@ void RunCase(const Case& c, bool nonfinite) {
   const FVec tile_scales_t = Transposed(tiles.scales, rb, cb);
   const std::string tag =
       std::string(std::is_same_v<T, float> ? "f32" : "bf16") + (nonfinite ? ", NaN/inf" : "");
-  ExpectSameBits(out[0], AsFloats(rows.q), "1x128 codes, " + tag);
-  ExpectSameBits(out[1], rows.scales, "1x128 scales, " + tag);
-  ExpectSameBits(out[2], AsFloats(tiles.q), "128x128 codes, " + tag);
-  ExpectSameBits(out[3], tiles.scales, "128x128 scales, " + tag);
-  ExpectSameBits(out[4], AsFloats(cols.q), "transposed codes, " + tag);
-  ExpectSameBits(out[5], cols.scales, "transposed scales, " + tag);
-  ExpectSameBits(out[6], AsFloats(rows.q), "fused 1x128 codes, " + tag);
-  ExpectSameBits(out[7], rows.scales, "fused 1x128 scales, " + tag);
-  ExpectSameBits(out[8], AsFloats(cols.q), "fused transposed codes, " + tag);
-  ExpectSameBits(out[9], cols.scales, "fused transposed scales, " + tag);
-  ExpectSameBits(out[10], AsFloats(tiles.q), "tile+transpose codes, " + tag);
-  ExpectSameBits(out[11], tiles.scales, "tile+transpose scales, " + tag);
-  ExpectSameBits(out[12], AsFloats(Transposed(tiles.q, R, C)), "tile+transpose qt, " + tag);
-  ExpectSameBits(out[13], tile_scales_t, "tile+transpose scales_t, " + tag);
+  gtp::emu::ExpectSameBits(out[0], AsFloats(rows.q), "1x128 codes, " + tag);
+  gtp::emu::ExpectSameBits(out[1], rows.scales, "1x128 scales, " + tag);
+  gtp::emu::ExpectSameBits(out[2], AsFloats(tiles.q), "128x128 codes, " + tag);
+  gtp::emu::ExpectSameBits(out[3], tiles.scales, "128x128 scales, " + tag);
+  gtp::emu::ExpectSameBits(out[4], AsFloats(cols.q), "transposed codes, " + tag);
+  gtp::emu::ExpectSameBits(out[5], cols.scales, "transposed scales, " + tag);
+  gtp::emu::ExpectSameBits(out[6], AsFloats(rows.q), "fused 1x128 codes, " + tag);
+  gtp::emu::ExpectSameBits(out[7], rows.scales, "fused 1x128 scales, " + tag);
+  gtp::emu::ExpectSameBits(out[8], AsFloats(cols.q), "fused transposed codes, " + tag);
+  gtp::emu::ExpectSameBits(out[9], cols.scales, "fused transposed scales, " + tag);
+  gtp::emu::ExpectSameBits(out[10], AsFloats(tiles.q), "tile+transpose codes, " + tag);
+  gtp::emu::ExpectSameBits(out[11], tiles.scales, "tile+transpose scales, " + tag);
+  gtp::emu::ExpectSameBits(out[12], AsFloats(Transposed(tiles.q, R, C)),
+                           "tile+transpose qt, " + tag);
+  gtp::emu::ExpectSameBits(out[13], tile_scales_t, "tile+transpose scales_t, " + tag);
 }
 
 TEST_P(BlockQuantEmulationTest, QuantisersMatchTheReference) {
@@ -196,8 +186,8 @@ TEST_P(BlockQuantEmulationTest, DequantisationMatchesTheReference) {
       cuda::DequantizeBlocks(ref.q.data(), ref.scales.data(), tiles, R, C, yb.data(), nullptr);
       return std::vector<FVec>{y, Values(yb)};
     });
-    ExpectSameBits(out[0], want, tiles ? "tiles, f32" : "rows, f32");
-    ExpectSameBits(out[1], want_b, tiles ? "tiles, bf16" : "rows, bf16");
+    gtp::emu::ExpectSameBits(out[0], want, tiles ? "tiles, f32" : "rows, f32");
+    gtp::emu::ExpectSameBits(out[1], want_b, tiles ? "tiles, bf16" : "rows, bf16");
   }
 }
 

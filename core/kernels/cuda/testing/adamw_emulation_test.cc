@@ -29,12 +29,6 @@ alignas(16) double smem[1024];  // the blocks' dynamic shared memory (these kern
 
 using FVec = std::vector<float>;
 
-void ExpectBitEqual(const FVec& got, const FVec& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-      << what << " differs from the CPU kernel's bits";
-}
-
 // Three tensors: one 16-byte aligned with a tail (n % 4 = 3) spanning two
 // chunks of kAdamWChunk, one starting 4 bytes past alignment (the scalar
 // path), one short; each with its own weight decay; step 3.
@@ -83,9 +77,9 @@ TEST(AdamWEmulationTest, MultiAndSingleMatchTheCpuBitForBit) {
     return flat;
   });
   for (int i = 0; i < 3; ++i) {
-    ExpectBitEqual(out[3 * i], cp[i], "p");
-    ExpectBitEqual(out[3 * i + 1], cm[i], "m");
-    ExpectBitEqual(out[3 * i + 2], cv[i], "v");
+    gtp::emu::ExpectSameBits(out[3 * i], cp[i], "p");
+    gtp::emu::ExpectSameBits(out[3 * i + 1], cm[i], "m");
+    gtp::emu::ExpectSameBits(out[3 * i + 2], cv[i], "v");
   }
   // The one-tensor kernel, on the first tensor (no decay).
   AdamWParams one = hp;
@@ -95,9 +89,9 @@ TEST(AdamWEmulationTest, MultiAndSingleMatchTheCpuBitForBit) {
   FVec ep = p0[1], em = m0[1], ev = v0[1];
   AdamW(ep.data(), g[1].data(), em.data(), ev.data(), static_cast<int64_t>(ep.size()), one,
         nullptr);
-  ExpectBitEqual(ep, sp, "p (one tensor)");
-  ExpectBitEqual(em, sm, "m (one tensor)");
-  ExpectBitEqual(ev, sv, "v (one tensor)");
+  gtp::emu::ExpectSameBits(ep, sp, "p (one tensor)");
+  gtp::emu::ExpectSameBits(em, sm, "m (one tensor)");
+  gtp::emu::ExpectSameBits(ev, sv, "v (one tensor)");
 }
 
 }  // namespace

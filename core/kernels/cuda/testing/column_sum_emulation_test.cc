@@ -28,12 +28,6 @@ alignas(16) double smem[1024];  // the blocks' dynamic shared memory (these kern
 
 using FVec = std::vector<float>;
 
-void ExpectBitEqual(const FVec& got, const FVec& want, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-      << what << " differs from the CPU kernel's bits";
-}
-
 // Three tensors: one 16-byte aligned with a tail (n % 4 = 3) spanning two
 // chunks of kAdamWChunk, one starting 4 bytes past alignment (the scalar
 // path), one short; each with its own weight decay; step 3.
@@ -55,8 +49,8 @@ TEST(ColumnSumEmulationTest, MatchesTheCpuBitForBit) {
       ColumnSumAccumulate(xb.data(), R, C, sums_b.data(), partial.data(), nullptr);
       return std::vector<FVec>{sums, sums_b};
     });
-    ExpectBitEqual(out[0], want, "f32 sums");
-    ExpectBitEqual(out[1], want_b, "bf16 sums");
+    gtp::emu::ExpectSameBits(out[0], want, "f32 sums");
+    gtp::emu::ExpectSameBits(out[1], want_b, "bf16 sums");
   }
 }
 

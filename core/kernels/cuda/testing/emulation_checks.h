@@ -45,6 +45,21 @@ inline void ExpectNear(const std::vector<float>& got, const std::vector<double>&
   }
 }
 
+// got and want the same bits element for element (codes, scales, or values
+// a backend documents as rounded alike); names the count and the first that
+// differs.
+inline void ExpectSameBits(const std::vector<float>& got, const std::vector<float>& want,
+                           const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
+    if (bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " differ, the first at ["
+                     << first << "]: " << got[first] << " vs " << want[first];
+}
+
 // run() (which launches kernels and returns their outputs) in each of the
 // emulator's three schedules — thread 0 first, the last thread first, a
 // seeded shuffle — whose outputs must agree bit for bit: a thread that reads
