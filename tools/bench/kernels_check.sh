@@ -182,7 +182,8 @@ elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page details \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
-      --section WarpStateStats --launch-skip 10 --launch-count 6 \
+      --section WarpStateStats --kernel-name 'regex:Mma|Chunk|Ssd|Pass|Scalars|SumGroup' \
+      --launch-skip 4 --launch-count 8 \
       ./bin/core_kernels_bench_ssm_benchmark --benchmark_filter="$row" \
       > "$LOG/ncu_$name.csv" 2> "$LOG/ncu_$name.err") || true
     echo "--- $row"
