@@ -2,8 +2,9 @@
 // host for a CPU test. Every thread of a block is a fiber (its own stack,
 // switched on one OS thread), one block at a time; a fiber
 // runs until it meets a synchronisation point (__syncthreads, __syncwarp, a
-// shuffle, mma.sync m16n8k16 with bf16 inputs and f32 accumulation) and the
-// scheduler then picks the next ready thread in the order SetSchedule names.
+// shuffle, mma.sync m16n8k16 with bf16 inputs and f32 accumulation, a wmma
+// call on 16×16×8 tf32 fragments) and the scheduler then picks the next
+// ready thread in the order SetSchedule names.
 // So a run is deterministic, and a kernel can be run in several orders the
 // GPU may take: outputs that differ between them mean a thread reads shared
 // memory that another writes with no barrier between (a race).
@@ -39,7 +40,9 @@
 // It checks a kernel's logic (indexing, masks, the fragments' layouts as the
 // PTX ISA documents them, barriers, races between barriers); timing, memory
 // ordering and the tensor cores' own rounding inside an mma are not
-// emulated.
+// emulated. Under AddressSanitizer (--config=asan) the fiber switches are
+// annotated, so a kernel's out-of-bounds access to the test's host buffers
+// is reported as well.
 #pragma once
 
 #include <cuda_bf16.h>
