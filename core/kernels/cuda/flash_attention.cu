@@ -67,6 +67,20 @@ constexpr int kPad = 8;  // bf16 elements of padding per shared-memory row
 
 // ---- PTX helpers ---------------------------------------------------------------------
 
+#if defined(GTP_CUDA_HOST_EMULATION)
+// The host warp emulator (core/kernels/cuda/testing/warp_emulator.h) runs them.
+__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
+  ::gtp::emu::LdMatrixX4(r, addr, /*trans=*/false);
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], uint32_t addr) {
+  ::gtp::emu::LdMatrixX4(r, addr, /*trans=*/true);
+}
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  const uint32_t b[2] = {b0, b1};
+  ::gtp::emu::MmaM16N8K16Bf16(c, a, b);
+}
+#else
 __device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -90,15 +104,21 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+#endif
+
 __device__ __forceinline__ uint32_t PackBF16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
 __device__ __forceinline__ float Exp2(float x) {
+#if defined(GTP_CUDA_HOST_EMULATION)
+  return exp2f(x);  // (ex2.approx's error is within the tests' bf16 bounds)
+#else
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+#endif
 }
 
 // ---- Fragment addressing (per lane; `s` is a tile with row stride kS elements) --------
@@ -193,7 +213,7 @@ __global__ void __launch_bounds__(FwdCfg<HS, kBlockM, kBlockN>::kThreads)
                    float* __restrict__ lse, int T, int NH, int NKV, float scale) {
   using Cfg = FwdCfg<HS, kBlockM, kBlockN>;
   constexpr int kS = Cfg::kS, kThreads = Cfg::kThreads;
-  extern __shared__ __align__(16) unsigned char smem[];
+  GTP_DYNAMIC_SHARED(unsigned char, smem);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);  // [kBlockM][kS]
   uint16_t* sK = sQ + kBlockM * kS;                   // [2][kBlockN][kS]
   uint16_t* sV = sK + 2 * kBlockN * kS;               // [2][kBlockN][kS]
@@ -377,7 +397,7 @@ __device__ __forceinline__ void DkDvBody(
     int NH, int NKV, float scale, int bx, int by) {
   using Cfg = DkDvCfg<HS, kBlockN, kBlockM>;
   constexpr int kS = Cfg::kS, kThreads = Cfg::kThreads;
-  extern __shared__ __align__(16) unsigned char smem[];
+  GTP_DYNAMIC_SHARED(unsigned char, smem);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem);  // [kBlockN][kS]
   uint16_t* sV = sK + kBlockN * kS;                   // [kBlockN][kS]
   uint16_t* sQ = sV + kBlockN * kS;                   // [2][kBlockM][kS]
@@ -566,7 +586,7 @@ __device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
                                        int T, int NH, int NKV, float scale, int bh0, int qtile) {
   using Cfg = DqCfg<HS, kBlockM, kBlockN>;
   constexpr int kS = Cfg::kS, kThreads = Cfg::kThreads;
-  extern __shared__ __align__(16) unsigned char smem[];
+  GTP_DYNAMIC_SHARED(unsigned char, smem);
   uint16_t* sQ = reinterpret_cast<uint16_t*>(smem);  // [kBlockM][kS]
   uint16_t* sdO = sQ + kBlockM * kS;                  // [kBlockM][kS]
   uint16_t* sK = sdO + kBlockM * kS;                  // [2][kBlockN][kS]
@@ -759,22 +779,15 @@ void CheckArgs(const char* what, const void* const* bf16_ptrs, int n_bf16,
   }
 }
 
-template <typename Kernel>
-void AllowSmem(Kernel kernel, size_t bytes) {
-  GTP_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(bytes)));
-}
-
 template <int HS, bool kCausal>
 void LaunchForward(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* out,
                    float* lse, int64_t B, int64_t T, int64_t NH, int64_t NKV, cudaStream_t stream) {
   using Cfg = FwdCfg<HS, kFwdBlockM, kFwdBlockN>;
   auto kernel = FlashFwdKernel<HS, kFwdBlockM, kFwdBlockN, kCausal>;
-  AllowSmem(kernel, Cfg::kSmem);
   const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>(CeilDiv(T, kFwdBlockM)));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      q, k, v, out, lse, static_cast<int>(T), static_cast<int>(NH), static_cast<int>(NKV),
-      1.0f / sqrtf(static_cast<float>(HS)));
+  internal::Launch(kernel, grid, Cfg::kThreads, Cfg::kSmem, stream, q, k, v, out, lse,
+                   static_cast<int>(T), static_cast<int>(NH), static_cast<int>(NKV),
+                   1.0f / sqrtf(static_cast<float>(HS)));
   GTP_CU_LAUNCH_CHECK();
 }
 
@@ -792,8 +805,8 @@ void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, 
     constexpr int kThreads = 256;
     const int64_t rows = B * T * NH;
     const int64_t blocks = std::min<int64_t>(CeilDiv(rows, kThreads / kWarpSize), 1 << 16);
-    FlashBwdDotKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(dout, out, Dsum,
-                                                                               rows, Ti, NHi, HS);
+    internal::Launch(FlashBwdDotKernel, static_cast<unsigned>(blocks), kThreads, 0, stream, dout,
+                     out, Dsum, rows, Ti, NHi, HS);
     GTP_CU_LAUNCH_CHECK();
   }
   if constexpr (kMerged) {
@@ -801,31 +814,28 @@ void LaunchBackward(const uint16_t* dout, const uint16_t* q, const uint16_t* k, 
     using DkDv = DkDvCfg<HS, kDkDvBlockN, kM>;
     auto kernel = FlashBwdMergedKernel<HS, kDkDvBlockN, kM, kDqBlockM, kN, 3, kCausal>;
     constexpr size_t smem = std::max(DkDv::kSmem, DqCfg<HS, kDqBlockM, kN>::kSmem);
-    AllowSmem(kernel, smem);
     const int64_t blocks = CeilDiv(T, int64_t{kDkDvBlockN}) * (B * NKV + B * NH);
-    kernel<<<static_cast<unsigned>(blocks), DkDv::kThreads, smem, stream>>>(
-        dout, q, k, v, lse, Dsum, dq, dk, dv, Ti, NHi, NKVi, static_cast<int>(B), scale);
+    internal::Launch(kernel, static_cast<unsigned>(blocks), DkDv::kThreads, smem, stream, dout, q,
+                     k, v, lse, Dsum, dq, dk, dv, Ti, NHi, NKVi, static_cast<int>(B), scale);
     GTP_CU_LAUNCH_CHECK();
   } else {
     {
       constexpr int kBlockM = DkDvBlockM<HS>();
       using Cfg = DkDvCfg<HS, kDkDvBlockN, kBlockM>;
       auto kernel = FlashBwdDkDvKernel<HS, kDkDvBlockN, kBlockM, kCausal>;
-      AllowSmem(kernel, Cfg::kSmem);
       const dim3 grid(static_cast<unsigned>(B * NKV),
                       static_cast<unsigned>(CeilDiv(T, kDkDvBlockN)));
-      kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dk, dv, Ti,
-                                                           NHi, NKVi, scale);
+      internal::Launch(kernel, grid, Cfg::kThreads, Cfg::kSmem, stream, dout, q, k, v, lse, Dsum,
+                       dk, dv, Ti, NHi, NKVi, scale);
       GTP_CU_LAUNCH_CHECK();
     }
     {
       constexpr int kBlockN = DqBlockN<HS>();
       using Cfg = DqCfg<HS, kDqBlockM, kBlockN>;
       auto kernel = FlashBwdDqKernel<HS, kDqBlockM, kBlockN, kCausal>;
-      AllowSmem(kernel, Cfg::kSmem);
       const dim3 grid(static_cast<unsigned>(B * NH), static_cast<unsigned>(CeilDiv(T, kDqBlockM)));
-      kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(dout, q, k, v, lse, Dsum, dq, Ti, NHi,
-                                                           NKVi, scale);
+      internal::Launch(kernel, grid, Cfg::kThreads, Cfg::kSmem, stream, dout, q, k, v, lse, Dsum,
+                       dq, Ti, NHi, NKVi, scale);
       GTP_CU_LAUNCH_CHECK();
     }
   }

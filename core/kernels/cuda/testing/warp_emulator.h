@@ -2,9 +2,9 @@
 // host for a CPU test. Every thread of a block is a fiber (its own stack,
 // switched on one OS thread), one block at a time; a fiber
 // runs until it meets a synchronisation point (__syncthreads, __syncwarp, a
-// shuffle, mma.sync m16n8k16 with bf16 inputs and f32 accumulation, a wmma
-// call on 16×16×8 tf32 fragments) and the scheduler then picks the next
-// ready thread in the order SetSchedule names.
+// shuffle, ldmatrix .x4 (.trans), mma.sync m16n8k16 with bf16 inputs and
+// f32 accumulation, a wmma call on 16×16×8 tf32 fragments) and the
+// scheduler then picks the next ready thread in the order SetSchedule names.
 // So a run is deterministic, and a kernel can be run in several orders the
 // GPU may take: outputs that differ between them mean a thread reads shared
 // memory that another writes with no barrier between (a race).
@@ -237,7 +237,7 @@ inline void SetShared(void* base, size_t bytes) {
   std::abort();
 }
 
-enum class WarpOp : int64_t { kSync = 1, kShflXor, kShflUp, kShflDown, kShflIdx, kMma };
+enum class WarpOp : int64_t { kSync = 1, kShflXor, kShflUp, kShflDown, kShflIdx, kMma, kLdMatrix };
 
 struct CpCopy {
   char* dst;
@@ -393,6 +393,33 @@ inline void MmaM16N8K16Bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_
     d[q] = acc;
   }
   Wait(blk->warps[tid / 32], "an mma");  // all read before any writes its next fragments
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane i names row i % 8
+// of 8×8 matrix i / 8 (16 bytes at shared offset addr). Without .trans lane
+// l gets in r[j] matrix j's row l / 4, columns 2(l % 4) and 2(l % 4) + 1;
+// with .trans its column l / 4, rows 2(l % 4) and 2(l % 4) + 1 (the smaller
+// index in the low half).
+inline void LdMatrixX4(uint32_t (&r)[4], uint32_t addr, bool trans) {
+  Block* b = Current();
+  const int tid = Tid(), base = tid / 32 * 32, lane = tid % 32;
+  Me().slot = addr;
+  MeetWarp(WarpOp::kLdMatrix);
+  auto element = [&](int j, int row, int col) {
+    const uint32_t a = static_cast<uint32_t>(b->t[base + 8 * j + row].slot) + 2 * col;
+    if (a % 2 != 0 || a + 2 > SharedMem().bytes) Fail("ldmatrix row address outside shared memory");
+    uint16_t v;
+    std::memcpy(&v, SharedMem().base + a, sizeof(v));
+    return static_cast<uint32_t>(v);
+  };
+  uint32_t out[4];
+  const int g = lane / 4, t = lane % 4;
+  for (int j = 0; j < 4; ++j) {
+    out[j] = trans ? element(j, 2 * t, g) | element(j, 2 * t + 1, g) << 16
+                   : element(j, g, 2 * t) | element(j, g, 2 * t + 1) << 16;
+  }
+  Wait(b->warps[tid / 32], "an ldmatrix");  // all read the addresses before any moves on
+  for (int j = 0; j < 4; ++j) r[j] = out[j];
 }
 
 // ---- wmma (nvcuda::wmma below) for 16×16×8 tf32 fragments: element e of
@@ -645,6 +672,20 @@ inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
+
+// CUDA's device-side integer min/max and bit casts.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline float __uint_as_float(unsigned int u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
 
 // Atomics: the block's threads run one at a time, so a plain update is atomic.
 inline unsigned int atomicMax(unsigned int* p, unsigned int v) {

@@ -75,6 +75,41 @@ TEST_F(WarpEmulatorTest, MmaIsThePlainProduct) {
   }
 }
 
+// ldmatrix.x4 as the PTX ISA draws it: lane i gives row i % 8 of matrix
+// i / 8; lane l receives (row l/4, columns 2(l%4), +1) of each matrix, or
+// with .trans (rows 2(l%4), +1 of column l/4).
+TEST_F(WarpEmulatorTest, LdMatrixHandsOutTheIsaFragments) {
+  // Four 8×8 matrices of u16, matrix j's (row, col) = 1000·j + 10·row + col,
+  // rows 24 bytes apart (padded), the matrices one after another.
+  auto* h = reinterpret_cast<uint16_t*>(smem);
+  constexpr int kRow = 12;  // u16 a row
+  uint32_t got[2][32][4];
+  for (int trans = 0; trans < 2; ++trans) {
+    RunGrid(1, 32, 8 * 4 * kRow * 2, [&] {
+      const int lane = threadIdx.x % 32;
+      for (int row = 0; row < 8; ++row) {  // lane 8j + row writes its row
+        if (lane % 8 == row) {
+          for (int col = 0; col < 8; ++col) {
+            h[lane * kRow + col] = static_cast<uint16_t>(1000 * (lane / 8) + 10 * row + col);
+          }
+        }
+      }
+      __syncwarp();
+      uint32_t r[4];
+      LdMatrixX4(r, static_cast<uint32_t>(lane * kRow * 2), trans == 1);
+      for (int j = 0; j < 4; ++j) got[trans][lane][j] = r[j];
+    });
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 4; ++j) {
+      auto at = [&](int row, int col) { return static_cast<uint32_t>(1000 * j + 10 * row + col); };
+      EXPECT_EQ(got[0][lane][j], at(g, 2 * t) | at(g, 2 * t + 1) << 16) << lane << "," << j;
+      EXPECT_EQ(got[1][lane][j], at(2 * t, g) | at(2 * t + 1, g) << 16) << lane << "," << j;
+    }
+  }
+}
+
 TEST_F(WarpEmulatorTest, ShufflesReadTheNamedLane) {
   std::vector<int> x(64), u(64), d(64), i(64);
   RunGrid(1, 64, 0, [&] {
