@@ -22,7 +22,13 @@
 #include <climits>
 #include <type_traits>
 
+#if !defined(GTP_CUDA_HOST_EMULATION)
 #include <cub/device/device_radix_sort.cuh>
+#else
+#include <algorithm>
+#include <numeric>
+#include <vector>
+#endif
 
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
@@ -35,6 +41,7 @@ using internal::Aligned16;
 using internal::CeilDiv;
 using internal::kBf16Vec;
 using internal::kWarpSize;
+using internal::Launch;
 using internal::LoadVec;
 using internal::WithVec;
 
@@ -181,8 +188,8 @@ void EmbeddingForwardT(const int32_t* idx, const T* table, T* out, int64_t N, in
     const int threads =
         chunks >= kThreads ? kThreads : static_cast<int>(CeilDiv(chunks, kWarpSize) * kWarpSize);
     const unsigned blocks = static_cast<unsigned>(N < (int64_t{1} << 20) ? N : (int64_t{1} << 20));
-    EmbeddingForwardKernel<T, kVec>
-        <<<blocks, threads, 0, stream>>>(idx, table, out, N, V, C, vocab_start);
+    Launch(EmbeddingForwardKernel<T, kVec>, blocks, threads, 0, stream, idx, table, out, N, V, C,
+           vocab_start);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -193,14 +200,41 @@ int EndBit(int64_t V) {
   return bits;
 }
 
+// cub's pairs radix sort (stable, by the keys' low `end_bit` bits) and its
+// temporary bytes; under GTP_CUDA_HOST_EMULATION a stable sort on the host,
+// which orders alike.
 size_t SortTempBytes(int64_t N, int64_t V) {
   size_t bytes = 0;
+#if defined(GTP_CUDA_HOST_EMULATION)
+  (void)N;
+  (void)V;
+#else
   GTP_CU_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
                                                static_cast<int32_t*>(nullptr),
                                                static_cast<const int32_t*>(nullptr),
                                                static_cast<int32_t*>(nullptr), static_cast<int>(N),
                                                0, EndBit(V)));
+#endif
   return bytes;
+}
+void SortPairs(void* temp, size_t temp_bytes, const int32_t* keys, int32_t* keys_sorted,
+               const int32_t* vals, int32_t* vals_sorted, int64_t N, int end_bit,
+               cudaStream_t stream) {
+#if defined(GTP_CUDA_HOST_EMULATION)
+  (void)temp, (void)temp_bytes, (void)end_bit, (void)stream;
+  std::vector<int64_t> order(static_cast<size_t>(N));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return keys[a] < keys[b]; });
+  for (int64_t i = 0; i < N; ++i) {
+    keys_sorted[i] = keys[order[i]];
+    vals_sorted[i] = vals[order[i]];
+  }
+#else
+  GTP_CU_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, vals,
+                                               vals_sorted, static_cast<int>(N), 0, end_bit,
+                                               stream));
+#endif
 }
 
 template <typename T>
@@ -222,18 +256,17 @@ void EmbeddingBackwardT(const int32_t* idx, const T* dout, float* dtable, int64_
   size_t temp_bytes = SortTempBytes(N, V);
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>(CeilDiv(N, threads) < 65535 ? CeilDiv(N, threads) : 65535);
-  SortKeysKernel<<<blocks, threads, 0, stream>>>(idx, keys, pos, N, V, vocab_start);
+  Launch(SortKeysKernel, blocks, threads, 0, stream, idx, keys, pos, N, V, vocab_start);
   GTP_CU_LAUNCH_CHECK();
-  GTP_CU_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, pos, pos_sorted,
-                                               static_cast<int>(N), 0, EndBit(V), stream));
+  SortPairs(temp, temp_bytes, keys, keys_sorted, pos, pos_sorted, N, EndBit(V), stream);
   const unsigned seg_blocks = static_cast<unsigned>(N < (int64_t{1} << 20) ? N : (int64_t{1} << 20));
   WithVec<T>(C % kBf16Vec == 0 && Aligned16({dout, dtable}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
     const int64_t chunks = C / kVec;
     const int threads =
         chunks >= kThreads ? kThreads : static_cast<int>(CeilDiv(chunks, kWarpSize) * kWarpSize);
-    SegmentAddKernel<T, kVec><<<seg_blocks, threads, 0, stream>>>(keys_sorted, pos_sorted, dout,
-                                                                   dtable, N, V, C);
+    Launch(SegmentAddKernel<T, kVec>, seg_blocks, threads, 0, stream, keys_sorted, pos_sorted, dout,
+           dtable, N, V, C);
   });
   GTP_CU_LAUNCH_CHECK();
   if (own) GTP_CU_CHECK(cudaFreeAsync(scratch, stream));

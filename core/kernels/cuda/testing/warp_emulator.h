@@ -693,6 +693,11 @@ inline unsigned int atomicMax(unsigned int* p, unsigned int v) {
   if (v > old) *p = v;
   return old;
 }
+inline int atomicMin(int* p, int v) {
+  const int old = *p;
+  if (v < old) *p = v;
+  return old;
+}
 
 inline void __syncthreads() { ::gtp::emu::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::gtp::emu::SyncWarp(); }
