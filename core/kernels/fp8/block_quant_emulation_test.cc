@@ -56,27 +56,6 @@ FVec TestMatrix(int64_t R, int64_t C, bool nonfinite) {
   return x;
 }
 
-template <class T>
-std::vector<T> As(const FVec& x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    std::vector<T> out;
-    for (float v : x) out.push_back(ToBF16(v));
-    return out;
-  }
-}
-template <class T>
-FVec Values(const std::vector<T>& x) {  // what the kernels read
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    FVec out;
-    for (const T& v : x) out.push_back(ToF32(v));
-    return out;
-  }
-}
-
 template <class V>
 V Transposed(const V& x, int64_t R, int64_t C) {  // [R, C] → [C, R]
   V t(x.size());
@@ -98,8 +77,8 @@ template <class T>
 void RunCase(const Case& c, bool nonfinite) {
   gtp::emu::SetShared(smem, sizeof(smem));
   const int64_t R = c.R, C = c.C, n = R * C;
-  const std::vector<T> x = As<T>(TestMatrix(R, C, nonfinite));
-  const FVec xv = Values(x);
+  const std::vector<T> x = gtp::emu::Converted<T>(TestMatrix(R, C, nonfinite));
+  const FVec xv = gtp::emu::Widened(x);
   const reference::RefBlocks rows = reference::RefQuantizeBlocks(xv, R, C, 1);
   const reference::RefBlocks tiles = reference::RefQuantizeBlocks(xv, R, C, 128);
   const reference::RefBlocks cols = reference::RefQuantizeBlocks(Transposed(xv, R, C), C, R, 1);
@@ -184,7 +163,7 @@ TEST_P(BlockQuantEmulationTest, DequantisationMatchesTheReference) {
       std::vector<bf16> yb(R * C, ToBF16(NAN));
       cuda::DequantizeBlocks(ref.q.data(), ref.scales.data(), tiles, R, C, y.data(), nullptr);
       cuda::DequantizeBlocks(ref.q.data(), ref.scales.data(), tiles, R, C, yb.data(), nullptr);
-      return std::vector<FVec>{y, Values(yb)};
+      return std::vector<FVec>{y, gtp::emu::Widened(yb)};
     });
     gtp::emu::ExpectSameBits(out[0], want, tiles ? "tiles, f32" : "rows, f32");
     gtp::emu::ExpectSameBits(out[1], want_b, tiles ? "tiles, bf16" : "rows, bf16");

@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include "core/kernels/cpu.h"
@@ -30,27 +29,6 @@ namespace {
 alignas(16) double smem[1024];  // the blocks' dynamic shared memory (these kernels take none)
 
 using FVec = std::vector<float>;
-
-template <class T>
-std::vector<T> Values(const FVec& x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    std::vector<T> out;
-    for (float v : x) out.push_back(ToBF16(v));
-    return out;
-  }
-}
-template <class T>
-FVec Floats(const std::vector<T>& x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    FVec out;
-    for (const T& v : x) out.push_back(ToF32(v));
-    return out;
-  }
-}
 
 struct Case {
   int64_t N, V, C, vocab_start;
@@ -72,8 +50,8 @@ template <class T>
 void RunCase(const Case& c) {
   gtp::emu::SetShared(smem, sizeof(smem));
   const std::vector<int32_t> idx = Ids(c);
-  const std::vector<T> table = Values<T>(gtp::emu::RandomNormal(c.V * c.C, 1));
-  const std::vector<T> dout = Values<T>(gtp::emu::RandomNormal(c.N * c.C, 2));
+  const std::vector<T> table = gtp::emu::Converted<T>(gtp::emu::RandomNormal(c.V * c.C, 1));
+  const std::vector<T> dout = gtp::emu::Converted<T>(gtp::emu::RandomNormal(c.N * c.C, 2));
   const FVec dtable0 = gtp::emu::RandomNormal(c.V * c.C, 3);
   std::vector<T> want_out(c.N * c.C);
   FVec want_dtable = dtable0;
@@ -88,9 +66,9 @@ void RunCase(const Case& c) {
     EmbeddingForward(idx.data(), table.data(), o.data(), c.N, c.V, c.C, c.vocab_start, nullptr);
     EmbeddingBackward(idx.data(), dout.data(), dtable.data(), c.N, c.V, c.C, c.vocab_start, nullptr,
                       scratch16);
-    return std::vector<FVec>{Floats(o), dtable};
+    return std::vector<FVec>{gtp::emu::Widened(o), dtable};
   });
-  gtp::emu::ExpectSameBits(out[0], Floats(want_out), "out");
+  gtp::emu::ExpectSameBits(out[0], gtp::emu::Widened(want_out), "out");
   gtp::emu::ExpectSameBits(out[1], want_dtable, "dtable");
 }
 

@@ -11,8 +11,10 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "gtest/gtest.h"
 
 #ifndef GTP_CUDA_HOST_EMULATION
@@ -29,6 +31,28 @@ inline std::vector<float> RandomNormal(size_t n, uint32_t seed, float scale = 1.
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// x as T: float, or bf16 rounded to nearest even (core/dtype.h); and back.
+template <class T>
+std::vector<T> Converted(const std::vector<float>& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    std::vector<T> out;
+    for (float v : x) out.push_back(ToBF16(v));
+    return out;
+  }
+}
+template <class T>
+std::vector<float> Widened(const std::vector<T>& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    std::vector<float> out;
+    for (const T& v : x) out.push_back(ToF32(v));
+    return out;
+  }
 }
 
 // Every element finite and within tol·max(max|want|, 1) of want. The inputs

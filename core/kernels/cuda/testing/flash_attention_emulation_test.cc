@@ -32,17 +32,6 @@ struct Case {
   bool causal;
 };
 
-std::vector<bf16> ToBf16(const FVec& x) {
-  std::vector<bf16> out;
-  for (float v : x) out.push_back(gtp::ToBF16(v));
-  return out;
-}
-FVec Floats(const std::vector<bf16>& x) {
-  FVec out;
-  for (const bf16& v : x) out.push_back(ToF32(v));
-  return out;
-}
-
 // Attention and its gradients in double from the bf16 inputs' values:
 // s = q·kᵀ/√HS (masked above the diagonal when causal), p = softmax(s), out =
 // p·v, lse = log Σ exp(s); dp = dout·vᵀ, ds = p∘(dp − Σ_j p·dp), dq = ds·k/√HS,
@@ -118,11 +107,12 @@ TEST_P(FlashAttentionEmulationTest, MatchesAttentionInDouble) {
   const Case c = GetParam();
   gtp::emu::SetShared(smem, sizeof(smem));
   const int64_t nq = c.B * c.T * c.NH * c.HS, nk = c.B * c.T * c.NKV * c.HS;
-  const std::vector<bf16> q = ToBf16(gtp::emu::RandomNormal(nq, 1)),
-                          k = ToBf16(gtp::emu::RandomNormal(nk, 2)),
-                          v = ToBf16(gtp::emu::RandomNormal(nk, 3)),
-                          dout = ToBf16(gtp::emu::RandomNormal(nq, 4));
-  const Reference ref = Attention(c, Floats(q), Floats(k), Floats(v), Floats(dout));
+  const std::vector<bf16> q = gtp::emu::Converted<bf16>(gtp::emu::RandomNormal(nq, 1)),
+                          k = gtp::emu::Converted<bf16>(gtp::emu::RandomNormal(nk, 2)),
+                          v = gtp::emu::Converted<bf16>(gtp::emu::RandomNormal(nk, 3)),
+                          dout = gtp::emu::Converted<bf16>(gtp::emu::RandomNormal(nq, 4));
+  const Reference ref = Attention(c, gtp::emu::Widened(q), gtp::emu::Widened(k),
+                                  gtp::emu::Widened(v), gtp::emu::Widened(dout));
   const auto out = gtp::emu::InEverySchedule(
       [&] {
         std::vector<bf16> o(nq, gtp::ToBF16(NAN)), dq(nq, gtp::ToBF16(NAN)),
@@ -137,7 +127,8 @@ TEST_P(FlashAttentionEmulationTest, MatchesAttentionInDouble) {
         FlashAttentionBackward(dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(),
                                dq.data(), dk.data(), dv.data(), scratch16, c.B, c.T, c.NH, c.NKV,
                                c.HS, nullptr, c.causal);
-        return std::vector<FVec>{Floats(o), lse, Floats(dq), Floats(dk), Floats(dv)};
+        return std::vector<FVec>{gtp::emu::Widened(o), lse, gtp::emu::Widened(dq),
+                                 gtp::emu::Widened(dk), gtp::emu::Widened(dv)};
       },
       29);
   gtp::emu::ExpectNear(out[0], ref.out, kTol, "out");
