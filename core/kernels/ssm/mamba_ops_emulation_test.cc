@@ -1,6 +1,6 @@
-// The Mamba mixer's small CUDA kernels (mamba_ops.cu: causal conv1d, gated
-// RMSNorm, the dt softplus and A = −exp(A_log), with their column sums) run
-// on the CPU by the warp emulator (core/kernels/cuda/testing/warp_emulator.h),
+// The Mamba mixer's small CUDA kernels (mamba_conv.cu: causal conv1d;
+// mamba_ops.cu: gated RMSNorm, the dt softplus and A = −exp(A_log); their
+// column sums) run on the CPU by the warp emulator (core/kernels/cuda/testing/warp_emulator.h),
 // against the ops' definitions in double (mamba_ops.h), in three orders of
 // each block's threads (bit-identical outputs: no race between barriers).
 // ssm_gpu_test runs the same kernels on a GPU against the CPU ops.
@@ -8,6 +8,7 @@
 // clang-format off
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
+#include "core/kernels/ssm/mamba_conv.cu"
 #include "core/kernels/ssm/mamba_ops.cu"
 // clang-format on
 // (its launchers now run the grids on the host, synchronously)
