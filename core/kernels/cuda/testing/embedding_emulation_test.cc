@@ -68,8 +68,8 @@ void RunCase(const Case& c) {
                       scratch16);
     return std::vector<FVec>{gtp::emu::Widened(o), dtable};
   });
-  gtp::emu::ExpectSameBits(out[0], gtp::emu::Widened(want_out), "out");
-  gtp::emu::ExpectSameBits(out[1], want_dtable, "dtable");
+  EXPECT_TRUE(gtp::emu::SameBits(out[0], gtp::emu::Widened(want_out), "out"));
+  EXPECT_TRUE(gtp::emu::SameBits(out[1], want_dtable, "dtable"));
 }
 
 class EmbeddingEmulationTest : public ::testing::TestWithParam<Case> {};

@@ -57,31 +57,46 @@ std::vector<float> Widened(const std::vector<T>& x) {
 
 // Every element finite and within tol·max(max|want|, 1) of want. The inputs
 // are O(1), so 1 is the scale of the terms an output sums: an output whose
-// reference is 0 (or near it) is the f32 cancellation of such terms.
-inline void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double tol,
-                       const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
+// reference is 0 (or near it) is the f32 cancellation of such terms. For
+// EXPECT_TRUE(Near(…)); the failure names the first element out of bounds.
+inline ::testing::AssertionResult Near(const std::vector<float>& got,
+                                       const std::vector<double>& want, double tol,
+                                       const std::string& what) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << what << ": " << got.size() << " values, the reference has " << want.size();
+  }
   double m = 1.0;
   for (double w : want) m = std::fmax(m, std::fabs(w));
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(got[i])) << what << "[" << i << "]";
-    ASSERT_NEAR(got[i], want[i], tol * m) << what << "[" << i << "] of " << got.size();
+    if (!std::isfinite(got[i]) || !(std::fabs(got[i] - want[i]) <= tol * m)) {
+      return ::testing::AssertionFailure()
+             << what << "[" << i << "] of " << got.size() << " = " << got[i] << ", want " << want[i]
+             << " within " << tol * m;
+    }
   }
+  return ::testing::AssertionSuccess();
 }
 
 // got and want the same bits element for element (codes, scales, or values
-// a backend documents as rounded alike); names the count and the first that
-// differs.
-inline void ExpectSameBits(const std::vector<float>& got, const std::vector<float>& want,
-                           const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
+// a backend documents as rounded alike). For EXPECT_TRUE(SameBits(…)); the
+// failure names the count and the first that differs.
+inline ::testing::AssertionResult SameBits(const std::vector<float>& got,
+                                           const std::vector<float>& want,
+                                           const std::string& what) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << what << ": " << got.size() << " values, want " << want.size();
+  }
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(float)) == 0) continue;
     if (bad++ == 0) first = i;
   }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " differ, the first at ["
-                     << first << "]: " << got[first] << " vs " << want[first];
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << got.size() << " differ, the first at [" << first
+         << "]: " << got[first] << " vs " << want[first];
 }
 
 // run() (which launches kernels and returns their outputs) in each of the

@@ -63,17 +63,21 @@ inline std::vector<std::vector<float>> RunSsdInEverySchedule(
 
 inline const char* const kSsdOutputNames[7] = {"y", "dx", "ddt", "dB", "dC", "dA", "dD"};
 
-// Each output within tol of the reference (emu::ExpectNear), but those in
-// `skip` (indices into the order above).
-inline void ExpectSsdNear(const std::vector<std::vector<float>>& out, const SsdReference& ref,
-                          double tol, std::vector<int> skip = {}) {
+// Each output within tol of the reference (emu::Near), but those in `skip`
+// (indices into the order above). For EXPECT_TRUE(SsdNear(…)).
+inline ::testing::AssertionResult SsdNear(const std::vector<std::vector<float>>& out,
+                                          const SsdReference& ref, double tol,
+                                          std::vector<int> skip = {}) {
   const std::vector<double>* want[7] = {&ref.y,  &ref.dx, &ref.ddt, &ref.dB,
                                         &ref.dC, &ref.dA, &ref.dD};
   for (int k = 0; k < 7; ++k) {
     bool skipped = false;
     for (int s : skip) skipped = skipped || s == k;
-    if (!skipped) emu::ExpectNear(out[k], *want[k], tol, kSsdOutputNames[k]);
+    if (skipped) continue;
+    ::testing::AssertionResult r = emu::Near(out[k], *want[k], tol, kSsdOutputNames[k]);
+    if (!r) return r;
   }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace gtp::kernels::ssm::reference
