@@ -29,6 +29,16 @@ void CheckF32(const Exec& e, const char* op, std::initializer_list<const Tensor*
   }
 }
 
+// An output the model dtype may take: f32 or bf16 (the value rounded to
+// nearest even, as a cast), contiguous on e's device; `name` in the error.
+bool CheckF32OrBf16(const Exec& e, const char* op, const char* name, const Tensor& t) {
+  GTP_CHECK(t.defined() && (t.dtype() == DType::kF32 || t.dtype() == DType::kBF16) &&
+                t.device() == e.device && t.is_contiguous(),
+            op, ": ", name, " must be a contiguous f32 or bf16 tensor on ", e.device.ToString(),
+            ", got ", t.defined() ? t.ToString() : std::string("undefined"));
+  return t.dtype() == DType::kBF16;
+}
+
 const float* F(const Tensor& t) { return t.data<float>(); }
 float* M(const Tensor& t) { return t.data<float>(); }
 
@@ -71,11 +81,7 @@ void CausalConv1dBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
                           const Tensor& bias, bool silu, const Tensor& dx, const Tensor& dw,
                           const Tensor& dbias) {
   CheckF32(e, "CausalConv1dBackward", {&dy, &x, &w, &bias, &dw, &dbias});
-  GTP_CHECK(dx.defined() && (dx.dtype() == DType::kF32 || dx.dtype() == DType::kBF16) &&
-                dx.device() == e.device && dx.is_contiguous(),
-            "CausalConv1dBackward: dx must be a contiguous f32 or bf16 tensor on ",
-            e.device.ToString(), ", got ", dx.defined() ? dx.ToString() : std::string("undefined"));
-  const bool dx_bf16 = dx.dtype() == DType::kBF16;
+  const bool dx_bf16 = CheckF32OrBf16(e, "CausalConv1dBackward", "dx", dx);
   GTP_CHECK(dy.shape() == x.shape() && dx.shape() == x.shape() && dw.shape() == w.shape() &&
                 dbias.numel() == bias.numel() && x.rank() == 3 && w.dim(0) == x.dim(2),
             "CausalConv1dBackward: dy ", dy.ToString(), " x ", x.ToString(), " w ", w.ToString());
@@ -187,11 +193,7 @@ void NegExpBackwardAccumulate(const Exec& e, const Tensor& da, const Tensor& a,
 void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
                          const Tensor& y, const Tensor& rstd, int64_t group, float eps) {
   CheckF32(e, "GatedRmsNormForward", {&x, &z, &w, &rstd});
-  GTP_CHECK(y.defined() && (y.dtype() == DType::kF32 || y.dtype() == DType::kBF16) &&
-                y.device() == e.device && y.is_contiguous(),
-            "GatedRmsNormForward: y must be a contiguous f32 or bf16 tensor on ",
-            e.device.ToString(), ", got ", y.defined() ? y.ToString() : std::string("undefined"));
-  const bool y_bf16 = y.dtype() == DType::kBF16;
+  const bool y_bf16 = CheckF32OrBf16(e, "GatedRmsNormForward", "y", y);
   GTP_CHECK(x.rank() == 2 && z.shape() == x.shape() && y.shape() == x.shape() &&
                 w.numel() == x.dim(1) && group > 0 && x.dim(1) % group == 0 &&
                 rstd.numel() == x.dim(0) * (x.dim(1) / group),
@@ -234,11 +236,7 @@ void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
                           const Tensor& w, const Tensor& rstd, int64_t group, const Tensor& dx,
                           const Tensor& dz, const Tensor& dw) {
   CheckF32(e, "GatedRmsNormBackward", {&dy, &x, &z, &w, &rstd, &dx, &dw});
-  GTP_CHECK(dz.defined() && (dz.dtype() == DType::kF32 || dz.dtype() == DType::kBF16) &&
-                dz.device() == e.device && dz.is_contiguous(),
-            "GatedRmsNormBackward: dz must be a contiguous f32 or bf16 tensor on ",
-            e.device.ToString(), ", got ", dz.defined() ? dz.ToString() : std::string("undefined"));
-  const bool dz_bf16 = dz.dtype() == DType::kBF16;
+  const bool dz_bf16 = CheckF32OrBf16(e, "GatedRmsNormBackward", "dz", dz);
   GTP_CHECK(dy.shape() == x.shape() && z.shape() == x.shape() && dx.shape() == x.shape() &&
                 dz.shape() == x.shape() && dw.numel() == w.numel() && w.numel() == x.dim(1) &&
                 group > 0 && x.dim(1) % group == 0,

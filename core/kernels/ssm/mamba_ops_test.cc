@@ -252,6 +252,14 @@ TEST(MambaOpsDeathTest, BadShapesAreNamed) {
                                    Zeros(a, {2, 6}), Zeros(a, {2, 1}), 4, 1e-5f),
                "GatedRmsNormForward");
   EXPECT_DEATH(NegExpForward(e, Zeros(a, {4}), Zeros(a, {3})), "NegExpForward");
+  // The outputs that take bf16 take f32 or bf16 only, and say so.
+  EXPECT_DEATH(GatedRmsNormForward(e, Zeros(a, {2, 6}), Zeros(a, {2, 6}), Zeros(a, {6}),
+                                   e.Empty({2, 6}, DType::kF16), Zeros(a, {2, 2}), 3, 1e-5f),
+               "GatedRmsNormForward: y must be a contiguous f32 or bf16");
+  EXPECT_DEATH(CausalConv1dBackward(e, Zeros(a, {2, 3, 4}), Zeros(a, {2, 3, 4}), Zeros(a, {4, 2}),
+                                    Zeros(a, {4}), true, e.Empty({2, 3, 4}, DType::kF16),
+                                    Zeros(a, {4, 2}), Zeros(a, {4})),
+               "CausalConv1dBackward: dx must be a contiguous f32 or bf16");
 }
 
 }  // namespace
