@@ -82,8 +82,7 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // kChunkedMma: ssd_mma.cu, the chunked form with a warp per (b, h, chunk)
 // and its products as bf16 mma.sync with split operands (about f32
 // accuracy); P and N up to 64. Checked on the CPU by a warp emulator
-// (ssd_mma_emulation_test) but not yet run or timed on a GPU, so kAuto does
-// not pick it.
+// (ssd_mma_emulation_test) and on the GPU by ssm_gpu_test.
 // kChunkedMmaBf16: the same with each product's operands rounded to bf16
 // (one mma where kChunkedMma takes three; Mamba-2's own kernels' precision:
 // about 1e-2 of the outputs' scale). Opt-in, for timing beside kChunkedMma.
@@ -97,17 +96,19 @@ enum class SsdCudaKernel {
   kAuto
 };
 
-// The kernel kAuto runs, from the two kernels' times side by side on one
-// H200 (2026-12-04, docs/PERFORMANCE.md; f32, ms):
+// The kernel kAuto runs. kChunkedMma where P·N ≤ 256 (every P, N ≤ 16),
+// from its times beside the others on one H100 (2026-12-05,
+// docs/PERFORMANCE.md; f32, ms, B = 8, T = 1024, H = 96, P = N = 16):
+//   forward  mma 0.188, recurrence 0.383, chunked 0.580
+//   backward mma 0.568, chunked 1.36, recurrence 2.49
+// and the hybrid step 27.12 → 21.27 ms. Wider states keep the earlier rule
+// until kChunkedMma is timed there, from one H200 (2026-12-04; f32, ms):
 //   shape (B, T, H, P, N)     forward chunked / recurrence   backward chunked / recurrence
-//   8, 1024, 96, 16, 16       0.67 / 0.39                    1.88 / 2.48
-//   1, 1024, 96, 16, 16       0.10 / 0.18                    0.27 / 0.66
-//   4, 4096, 128, 16, 16      1.86 / 1.10                    5.07 / 6.71
 //   8, 1024, 24, 64, 64       1.31 / 0.63                    3.97 / 3.41
 //   2, 4096, 128, 64, 128     19.2 / 4.83                    56.2 / 37.0
-// so: the recurrence for every forward, and for the backward the chunked
-// kernels where P·N ≤ 256 (and they fit), else the recurrence. Returns
-// kChunked or kRecurrence.
+// so the recurrence for the forward, and for the backward the chunked
+// kernels where P·N ≤ 256 and they fit (none of these wider shapes), else
+// the recurrence. Returns kChunkedMma, kChunked or kRecurrence.
 SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk);
 
 // Whether `kernel` runs a CUDA forward (backward) of this P, N and chunk

@@ -394,16 +394,19 @@ TEST(SsdScanDeathTest, CudaRejectsTooLargeAState) {
                "CUDA takes N ≤ 256");
 }
 
-// kAuto's choice (host logic, no GPU needed): the recurrence for every
-// forward; the chunked kernels for the backward only where P·N ≤ 256 and a
-// chunk block fits (the shapes measured faster, ssd_scan.h); a shape the
-// chunked kernels cannot take (P·N = 102400) never gets them.
+// kAuto's choice (host logic, no GPU needed): kChunkedMma in both
+// directions where P·N ≤ 256 (the shapes measured faster, ssd_scan.h); wider
+// states keep the recurrence forward and, where the chunked kernels fit, the
+// chunked backward; a shape neither chunked form can take (P·N = 102400)
+// never gets them.
 TEST(SsdAutoKernel, ChoosesByDirectionAndStateSize) {
-  EXPECT_EQ(SsdAutoKernel(false, 16, 16, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 128), SsdCudaKernel::kChunked);
-  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 1), SsdCudaKernel::kChunked);
-  EXPECT_EQ(SsdAutoKernel(true, 8, 32, 128), SsdCudaKernel::kChunked);
+  EXPECT_EQ(SsdAutoKernel(false, 16, 16, 128), SsdCudaKernel::kChunkedMma);
+  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 128), SsdCudaKernel::kChunkedMma);
+  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 1), SsdCudaKernel::kChunkedMma);
+  EXPECT_EQ(SsdAutoKernel(true, 8, 32, 128), SsdCudaKernel::kChunkedMma);
+  EXPECT_EQ(SsdAutoKernel(false, 8, 32, 128), SsdCudaKernel::kChunkedMma);
   EXPECT_EQ(SsdAutoKernel(true, 16, 17, 128), SsdCudaKernel::kRecurrence);
+  EXPECT_EQ(SsdAutoKernel(false, 16, 17, 128), SsdCudaKernel::kRecurrence);
   EXPECT_EQ(SsdAutoKernel(true, 64, 64, 128), SsdCudaKernel::kRecurrence);
   EXPECT_EQ(SsdAutoKernel(true, 64, 128, 128), SsdCudaKernel::kRecurrence);
   EXPECT_EQ(SsdAutoKernel(false, 64, 128, 128), SsdCudaKernel::kRecurrence);
