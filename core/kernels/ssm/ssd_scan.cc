@@ -322,7 +322,7 @@ SsdCudaKernel Resolve(const char* op, const Dims& d, int64_t chunk, SsdCudaKerne
 }  // namespace
 
 SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk) {
-  if (P * N <= 256 && cuda::SsdMmaFits(P, N)) return SsdCudaKernel::kChunkedMma;
+  if (cuda::SsdMmaFits(P, N)) return SsdCudaKernel::kChunkedMma;
   if (backward && P * N <= 256 && cuda::SsdChunkedFits(P, N, chunk)) {
     return SsdCudaKernel::kChunked;
   }

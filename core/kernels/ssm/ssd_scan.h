@@ -96,19 +96,19 @@ enum class SsdCudaKernel {
   kAuto
 };
 
-// The kernel kAuto runs. kChunkedMma where P·N ≤ 256 (every P, N ≤ 16),
-// from its times beside the others on one H100 (2026-12-05,
-// docs/PERFORMANCE.md; f32, ms, B = 8, T = 1024, H = 96, P = N = 16):
-//   forward  mma 0.188, recurrence 0.383, chunked 0.580
-//   backward mma 0.568, chunked 1.36, recurrence 2.49
-// and the hybrid step 27.12 → 21.27 ms. Wider states keep the earlier rule
-// until kChunkedMma is timed there, from one H200 (2026-12-04; f32, ms):
+// The kernel kAuto runs: kChunkedMma wherever it fits (P and N up to 64),
+// from its times beside the others (f32, ms, B = 8; docs/PERFORMANCE.md):
+//   H200, 2026-12-05           forward mma / recurrence / chunked   backward mma / chunked / recurrence
+//   T 1024, H 96, P = N = 16   0.178 / 0.383* / 0.580*              0.550 / 1.36* / 2.49*
+//   T 1024, H 24, P = N = 64   0.504 / 0.612 / 0.827                2.04 / 2.28 / 3.21
+// (* the same call's H100 figures; the hybrid step on the H200 went from
+// 27.03 to 19.66 ms). Wider states take the earlier rule, from one H200
+// (2026-12-04; f32, ms):
 //   shape (B, T, H, P, N)     forward chunked / recurrence   backward chunked / recurrence
-//   8, 1024, 24, 64, 64       1.31 / 0.63                    3.97 / 3.41
 //   2, 4096, 128, 64, 128     19.2 / 4.83                    56.2 / 37.0
 // so the recurrence for the forward, and for the backward the chunked
-// kernels where P·N ≤ 256 and they fit (none of these wider shapes), else
-// the recurrence. Returns kChunkedMma, kChunked or kRecurrence.
+// kernels where P·N ≤ 256 and they fit, else the recurrence. Returns
+// kChunkedMma, kChunked or kRecurrence.
 SsdCudaKernel SsdAutoKernel(bool backward, int64_t P, int64_t N, int64_t chunk);
 
 // Whether `kernel` runs a CUDA forward (backward) of this P, N and chunk

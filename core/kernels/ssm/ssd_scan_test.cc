@@ -395,22 +395,25 @@ TEST(SsdScanDeathTest, CudaRejectsTooLargeAState) {
 }
 
 // kAuto's choice (host logic, no GPU needed): kChunkedMma in both
-// directions where P·N ≤ 256 (the shapes measured faster, ssd_scan.h); wider
-// states keep the recurrence forward and, where the chunked kernels fit, the
-// chunked backward; a shape neither chunked form can take (P·N = 102400)
-// never gets them.
+// directions wherever it fits, P and N up to 64 (the shapes measured faster,
+// ssd_scan.h); wider states keep the recurrence forward and, where the
+// chunked kernels fit and P·N ≤ 256 (none of these), the chunked backward; a
+// shape neither chunked form can take (P·N = 102400) never gets them.
 TEST(SsdAutoKernel, ChoosesByDirectionAndStateSize) {
-  EXPECT_EQ(SsdAutoKernel(false, 16, 16, 128), SsdCudaKernel::kChunkedMma);
-  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 128), SsdCudaKernel::kChunkedMma);
-  EXPECT_EQ(SsdAutoKernel(true, 16, 16, 1), SsdCudaKernel::kChunkedMma);
-  EXPECT_EQ(SsdAutoKernel(true, 8, 32, 128), SsdCudaKernel::kChunkedMma);
-  EXPECT_EQ(SsdAutoKernel(false, 8, 32, 128), SsdCudaKernel::kChunkedMma);
-  EXPECT_EQ(SsdAutoKernel(true, 16, 17, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(false, 16, 17, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 64, 64, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 64, 128, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(false, 64, 128, 128), SsdCudaKernel::kRecurrence);
-  EXPECT_EQ(SsdAutoKernel(true, 400, 256, 4), SsdCudaKernel::kRecurrence);
+  for (bool bwd : {false, true}) {
+    EXPECT_EQ(SsdAutoKernel(bwd, 16, 16, 128), SsdCudaKernel::kChunkedMma);
+    EXPECT_EQ(SsdAutoKernel(bwd, 16, 16, 1), SsdCudaKernel::kChunkedMma);
+    EXPECT_EQ(SsdAutoKernel(bwd, 8, 32, 128), SsdCudaKernel::kChunkedMma);
+    EXPECT_EQ(SsdAutoKernel(bwd, 16, 17, 128), SsdCudaKernel::kChunkedMma);
+    EXPECT_EQ(SsdAutoKernel(bwd, 64, 64, 128), SsdCudaKernel::kChunkedMma);
+    EXPECT_EQ(SsdAutoKernel(bwd, 1, 1, 128), SsdCudaKernel::kChunkedMma);
+    EXPECT_EQ(SsdAutoKernel(bwd, 64, 128, 128), SsdCudaKernel::kRecurrence);
+    EXPECT_EQ(SsdAutoKernel(bwd, 65, 16, 128), SsdCudaKernel::kRecurrence);
+    EXPECT_EQ(SsdAutoKernel(bwd, 400, 256, 4), SsdCudaKernel::kRecurrence);
+  }
+  // P·N ≤ 256 but N past 64: the chunked backward, the recurrence forward.
+  EXPECT_EQ(SsdAutoKernel(true, 2, 128, 128), SsdCudaKernel::kChunked);
+  EXPECT_EQ(SsdAutoKernel(false, 2, 128, 128), SsdCudaKernel::kRecurrence);
 }
 
 // kChunkedMma (and kChunkedMmaBf16, the same kernels with bf16 products)

@@ -378,8 +378,8 @@ TEST_P(SsdScanGpuTest, MatchesCpuDeterministicAndAccumulates) {
                   env.Host(ddt, ts), env.Host(dA, hs), env.Host(dBm, bs), env.Host(dCm, bs),
                   env.Host(dD, hs), c.chunk);
   // CUDA, twice, with each kernel: the chunked forms, the recurrence, and kAuto
-  // (kChunkedMma where P·N ≤ 256, else the recurrence forward and the chunked
-  // backward where it fits).
+  // (kChunkedMma where P and N ≤ 64, else the recurrence forward and, where
+  // P·N ≤ 256 and it fits, the chunked backward).
   Tensor gx = env.Up(x, xs), gdt = env.Up(dt, ts), gA = env.Up(A, hs), gB = env.Up(Bm, bs),
          gC = env.Up(Cm, bs), gD = env.Up(D, hs), gdy = env.Up(dy, xs);
   Vec chunked[7];  // kChunked's outputs, for kChunkedHeads
