@@ -1,12 +1,14 @@
 #include "layers/mamba/mamba_mixer.h"
 
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/kernels/ssm/mamba_ops.h"
 #include "core/kernels/ssm/ssd_scan.h"
 #include "core/philox.h"
 #include "core/status.h"
+#include "core/timeline.h"
 
 namespace gtp::layers::mamba {
 
@@ -79,6 +81,7 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
   std::unique_ptr<MambaMixer> m(new MambaMixer());
   m->c_ = c;
   m->exec_ = chain->exec();
+  m->chain_ = chain;
   GTP_ASSIGN_OR_RETURN(m->tp_, pgs.Get(parallel::groups::kTp));
   const int tp = m->tp_->size(), t = m->tp_->rank();
   if (H % tp != 0 || G % tp != 0) {
@@ -217,6 +220,13 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
                                                    c_.d_model, "] ", DTypeName(c_.dtype),
                                                    ", got ", h.ToString()));
   }
+  // The mixer's parts as trace spans (train.trace_steps; no-ops otherwise).
+  std::optional<Timeline::Scope> span;
+  auto section = [&](const char* name) {
+    span.reset();
+    span.emplace(chain_->timeline(), name, e.stream);
+  };
+  section("mamba in_proj");
   // Sequence parallelism: every TP rank's rows, in order (whole sequences).
   Tensor hin = h;
   if (sp_) {
@@ -255,6 +265,7 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
     xs_ = xr.View({B_, T_, di_}), bs_ = br.View({B_, T_, g_ * Ns}), cs_ = cr.View({B_, T_, g_ * Ns});
     dts_ = dt.View({B_, T_, h_});
   }
+  section("mamba conv");
   const int64_t Ts = xs_.dim(1), cx = x_split_.part, cb = bc_split_.part;
   const PartSlices w = Slices(v);
   xc_ = e.Empty({B_, Ts, cx});
@@ -263,6 +274,7 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   ssm::CausalConv1dForward(e, xs_, w.conv_x_w, w.conv_x_b, xc_, true);
   ssm::CausalConv1dForward(e, bs_, w.conv_b_w, w.conv_b_b, bc_, true);
   ssm::CausalConv1dForward(e, cs_, w.conv_c_w, w.conv_c_b, cc_, true);
+  section("mamba scan");
   Tensor ys = e.Empty({B_, Ts, hs_, P});
   ssm::SsdScanForward(e, xc_.View({B_, Ts, hs_, P}), dts_.View({B_, Ts, hs_}), w.a,
                       bc_.View({B_, Ts, cb / Ns, Ns}), cc_.View({B_, Ts, cb / Ns, Ns}), w.d, ys,
@@ -273,11 +285,13 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   } else {
     y_ = ys;
   }
+  section("mamba norm");
   // The norm writes out_proj's input in the model dtype (no cast after it).
   Tensor yn = e.Empty({N, di_}, c_.dtype == DType::kBF16 ? DType::kBF16 : f32);
   rstd_ = e.Empty({N, di_ / (c_.d_inner() / c_.n_groups)});
   ssm::GatedRmsNormForward(e, y_.View({N, di_}), z_, v.norm_w, yn, rstd_,
                            c_.d_inner() / c_.n_groups, c_.norm_eps);
+  section("mamba out_proj");
   return out_->Forward(As(e, yn, c_.dtype), dir);
 }
 
@@ -289,7 +303,14 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   // gated scan output, or its codes).
   const DType f32 = DType::kF32;
   const F32Values& v = v32_;
+  std::optional<Timeline::Scope> span;
+  auto section = [&](const char* name) {
+    span.reset();
+    span.emplace(chain_->timeline(), name, e.stream);
+  };
+  section("mamba out_proj bwd");
   GTP_ASSIGN_OR_RETURN(Tensor dyn, out_->Backward(dout));
+  section("mamba norm bwd");
   // dz in the model dtype for in_proj_z's backward (written so, not cast).
   Tensor dy = e.Empty({N, di_}),
          dz = e.Empty({N, di_}, c_.dtype == DType::kBF16 ? DType::kBF16 : f32);
@@ -307,10 +328,12 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   const PartSlices w = Slices(v);
   Tensor dxc = e.Empty({B_, Ts, hs_, P}), ddts = e.Empty({B_, Ts, hs_}),
          dbc = e.Empty({B_, Ts, cb / Ns, Ns}), dcc = e.Empty({B_, Ts, cb / Ns, Ns}), da = e.Zeros({h_});
+  section("mamba scan bwd");
   ssm::SsdScanBackward(e, dys.View({B_, Ts, hs_, P}), xc_.View({B_, Ts, hs_, P}),
                        dts_.View({B_, Ts, hs_}), w.a, bc_.View({B_, Ts, cb / Ns, Ns}),
                        cc_.View({B_, Ts, cb / Ns, Ns}), w.d, dxc, ddts, da.Slice(oh, oh + hs_),
                        dbc, dcc, d_.grad.Slice(oh, oh + hs_), c_.chunk);
+  section("mamba conv bwd");
   ssm::NegExpBackwardAccumulate(e, da, a_, a_log_.grad);
   // The conv params' gradients land in this part's rows (the other parts'
   // rows come from their CP ranks through the dp_cp gradient reduction).
@@ -334,6 +357,7 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
                                         {x_split_, bc_split_, bc_split_, dt_split_}));
     dxr = t[0], dbr = t[1], dcr = t[2], ddt = t[3];
   }
+  section("mamba in_proj bwd");
   Tensor ddtr = e.Empty({N, h_});
   ssm::SoftplusBiasBackward(e, ddt.View({N, h_}), dtr_, v.dt_bias, ddtr, dt_bias_.grad);
   // The in_proj parts in reverse forward order (the GTP chain's backward order), their

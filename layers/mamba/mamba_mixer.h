@@ -107,6 +107,7 @@ class MambaMixer : public Mixer {
   MambaMixer() = default;
   MambaConfig c_;
   kernels::Exec exec_;
+  GtpChain* chain_ = nullptr;  // its timeline (set after Create): the mixer's trace spans
   comm::Communicator* tp_ = nullptr;
   int64_t B_ = 0, T_ = 0, di_ = 0, h_ = 0, g_ = 0;  // TP-local d_inner, heads, groups
   bool sp_ = false;  // sequence parallel (TP > 1)
