@@ -10,10 +10,10 @@
 // f32 accuracy); the cumulative decays and the per-step scalar gradients
 // in double; no atomics, every sum in a fixed order: bit-identical run to run.
 //
-// Per (b, h) and chunk c of len ≤ L steps from t0 (L = 64, or 32 where P or
-// N pads to 64), with cs_i = Σ_{k ≤ i} dt_k·A (inside the chunk), E_ij =
-// exp(cs_i − cs_j) for j ≤ i, e_i = exp(cs_i), r_j = exp(cs_last − cs_j),
-// w_j = r_j·dt_j and dec_c = exp(cs_last):
+// Per (b, h) and chunk c of len ≤ L steps from t0 (L = 64 where the
+// caller's chunk ≥ 64 and P, N ≤ 32, else 32: MmaChunkLength), with cs_i = Σ_{k ≤ i} dt_k·A (inside
+// the chunk), E_ij = exp(cs_i − cs_j) for j ≤ i, e_i = exp(cs_i), r_j = exp(cs_last − cs_j), w_j =
+// r_j·dt_j and dec_c = exp(cs_last):
 //   S_c       = Σ_j w_j · x_j ⊗ B_j                        (MmaStatesKernel)
 //   S_in[c+1] = dec_c·S_in[c] + S_c,  S_in[0] = 0          (ssd_pass.cuh)
 //   y_i = Σ_{j ≤ i} (C_i·B_j)·E_ij·dt_j·x_j + e_i·S_in[c]·C_i + D·x_i   (MmaOutputKernel)
@@ -39,23 +39,23 @@ namespace gtp::kernels::ssm::cuda {
 namespace {
 
 // Shared memory of the states kernel (kBoth: also dy and C).
-template <int kD>
+template <int kD, int kL>
 int64_t StatesBytes(int hb, bool both) {
-  using S = MmaShape<kD>;
+  using S = MmaShape<kD, kL>;
   const int64_t mats = (both ? 2 : 1) * int64_t{S::kL} * S::kLd;
   return int64_t{8} * hb * S::kL + 4 * (mats + hb * (mats + 3 * S::kL));
 }
 
 // Grid B·(H/hb)·nc, hb warps: S[bh, c] = Σ_j w_j·x_j ⊗ B_j [P][N], dec[bh, c]
 // = exp(cs_last), and with kBoth L[bh, c] = Σ_i e_i·dy_i ⊗ C_i.
-template <int kD, bool kBoth, bool kSplit>
+template <int kD, int kLen, bool kBoth, bool kSplit>
 __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __restrict__ dy,
                                 const float* __restrict__ Bm, const float* __restrict__ Cm,
                                 const float* __restrict__ dt, const float* __restrict__ A,
                                 float* __restrict__ S, float* __restrict__ Lc,
                                 float* __restrict__ dec, int64_t T, int64_t H, int P, int64_t G,
                                 int N, int64_t nc, int hb) {
-  using Sh = MmaShape<kD>;
+  using Sh = MmaShape<kD, kLen>;
   constexpr int kL = Sh::kL, kLd = Sh::kLd, kMat = kL * kLd;
   GTP_DYNAMIC_SHARED(double, smem_d);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -116,22 +116,22 @@ __global__ void MmaStatesKernel(const float* __restrict__ x, const float* __rest
 // Shared memory of the output kernel: doubles cs [hb][kL]; floats B, C
 // [kL][kLd], C·Bᵀ [kL][CbLd], per warp X [kL][kLd], S_in [kD][kLd], dt, e,
 // r [kL].
-template <int kD>
+template <int kD, int kL>
 int64_t OutputBytes(int hb) {
-  using S = MmaShape<kD>;
+  using S = MmaShape<kD, kL>;
   return int64_t{8} * hb * S::kL +
          4 * (2 * int64_t{S::kL} * S::kLd + int64_t{S::kL} * CbLd<S::kL>() +
               hb * (int64_t{S::kL} * S::kLd + kD * S::kLd + 3 * S::kL));
 }
 
 // Grid B·(H/hb)·nc, hb warps: y (=) from the entry states Sin [bh, c, P, N].
-template <int kD, bool kSplit>
+template <int kD, int kLen, bool kSplit>
 __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __restrict__ dt,
                                 const float* __restrict__ A, const float* __restrict__ Bm,
                                 const float* __restrict__ Cm, const float* __restrict__ D,
                                 const float* __restrict__ Sin, float* __restrict__ y, int64_t T,
                                 int64_t H, int P, int64_t G, int N, int64_t nc, int hb) {
-  using Sh = MmaShape<kD>;
+  using Sh = MmaShape<kD, kLen>;
   constexpr int kL = Sh::kL, kLd = Sh::kLd, kMat = kL * kLd;
   GTP_DYNAMIC_SHARED(double, smem_d);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -157,7 +157,7 @@ __global__ void MmaOutputKernel(const float* __restrict__ x, const float* __rest
   ChunkDecays<kL>(sDt, A[h], len, cs, sE, sR);
   CpAsyncWait<0>();
   __syncthreads();
-  FormBlockCB<kD, kLd, kSplit>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
+  FormBlockCB<kD, kL, kLd, kSplit>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
   __syncthreads();
   const float Dh = D[h];
   const int gq = LaneG(), tq = LaneT();
@@ -211,40 +211,38 @@ namespace mma_internal {
 // The most heads of a group a block takes: 4, 2 or 1, dividing H/G, whose
 // backward block fits shared memory (at width 64 four do not). The forward
 // takes the same, so that both cut the heads alike.
-int HeadsPerBlock(int64_t H, int64_t G, int64_t P, int64_t N) {
+int HeadsPerBlock(int64_t H, int64_t G, int64_t P, int64_t N, int L) {
   const int64_t hpg = H / G;
   const int w = MmaWidth(P, N);
   for (int hb : {4, 2}) {
-    const int64_t bytes = w == 16   ? BackwardBytes<16>(hb)
-                          : w == 32 ? BackwardBytes<32>(hb)
-                                    : BackwardBytes<64>(hb);
+    const int64_t bytes = w == 64 ? BackwardBytes<64, 32>(hb)
+                          : w == 32
+                              ? (L == 64 ? BackwardBytes<32, 64>(hb) : BackwardBytes<32, 32>(hb))
+                              : (L == 64 ? BackwardBytes<16, 64>(hb) : BackwardBytes<16, 32>(hb));
     if (hpg % hb == 0 && bytes <= kMaxSmemBytes) return hb;
   }
   return 1;
 }
 
-int64_t Chunks(int64_t T, int64_t P, int64_t N) {
-  const int w = MmaWidth(P, N);
-  return CeilDiv(T, w == 64 ? 32 : 64);
-}
-
-template <int kD>
+template <int kD, int kL>
 void States(const float* x, const float* dy, const float* Bm, const float* Cm, const float* dt,
             const float* A, float* S, float* Lc, float* dec, int64_t B, int64_t T, int64_t H,
             int64_t P, int64_t G, int64_t N, bool split, cudaStream_t stream) {
-  const int hb = HeadsPerBlock(H, G, P, N);
-  const int64_t nc = CeilDiv(T, MmaShape<kD>::kL);
+  const int hb = HeadsPerBlock(H, G, P, N, kL);
+  const int64_t nc = CeilDiv(T, kL);
   const int64_t blocks = B * (H / hb) * nc;
   const bool both = dy != nullptr;
-  const int64_t bytes = StatesBytes<kD>(hb, both);
+  const int64_t bytes = StatesBytes<kD, kL>(hb, both);
   auto launch = [&](auto kernel) {
     Launch(kernel, blocks, 32 * hb, bytes, stream, x, dy, Bm, Cm, dt, A, S, Lc, dec, T, H,
            static_cast<int>(P), G, static_cast<int>(N), nc, hb);
   };
   if (both) {
-    split ? launch(MmaStatesKernel<kD, true, true>) : launch(MmaStatesKernel<kD, true, false>);
+    split ? launch(MmaStatesKernel<kD, kL, true, true>)
+          : launch(MmaStatesKernel<kD, kL, true, false>);
   } else {
-    split ? launch(MmaStatesKernel<kD, false, true>) : launch(MmaStatesKernel<kD, false, false>);
+    split ? launch(MmaStatesKernel<kD, kL, false, true>)
+          : launch(MmaStatesKernel<kD, kL, false, false>);
   }
   // S (and L) → the entry states S_in[c] (and G_c): ssd_pass.cuh's passes.
   const int64_t n = B * H * P * N;
@@ -257,30 +255,33 @@ void States(const float* x, const float* dy, const float* Bm, const float* Cm, c
   }
 }
 
-template <int kD>
+template <int kD, int kL>
 void Output(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
             const float* D, const float* Sin, float* y, int64_t B, int64_t T, int64_t H, int64_t P,
             int64_t G, int64_t N, bool split, cudaStream_t stream) {
-  const int hb = HeadsPerBlock(H, G, P, N);
-  const int64_t nc = CeilDiv(T, MmaShape<kD>::kL);
-  Launch(split ? MmaOutputKernel<kD, true> : MmaOutputKernel<kD, false>, B * (H / hb) * nc, 32 * hb,
-         OutputBytes<kD>(hb), stream, x, dt, A, Bm, Cm, D, static_cast<const float*>(Sin), y, T, H,
-         static_cast<int>(P), G, static_cast<int>(N), nc, hb);
+  const int hb = HeadsPerBlock(H, G, P, N, kL);
+  const int64_t nc = CeilDiv(T, kL);
+  Launch(split ? MmaOutputKernel<kD, kL, true> : MmaOutputKernel<kD, kL, false>, B * (H / hb) * nc,
+         32 * hb, OutputBytes<kD, kL>(hb), stream, x, dt, A, Bm, Cm, D,
+         static_cast<const float*>(Sin), y, T, H, static_cast<int>(P), G, static_cast<int>(N), nc,
+         hb);
 }
 
-#define GTP_SSD_MMA_INSTANTIATE(kD)                                                                \
-  template void States<kD>(const float*, const float*, const float*, const float*, const float*,   \
-                           const float*, float*, float*, float*, int64_t, int64_t, int64_t,        \
-                           int64_t, int64_t, int64_t, bool, cudaStream_t);                         \
-  template void Output<kD>(const float*, const float*, const float*, const float*, const float*,   \
-                           const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t, \
-                           int64_t, int64_t, bool, cudaStream_t);
-GTP_SSD_MMA_INSTANTIATE(16)
-GTP_SSD_MMA_INSTANTIATE(32)
-GTP_SSD_MMA_INSTANTIATE(64)
+#define GTP_SSD_MMA_INSTANTIATE(kD, kL)                                                            \
+  template void States<kD, kL>(const float*, const float*, const float*, const float*,             \
+                               const float*, const float*, float*, float*, float*, int64_t,        \
+                               int64_t, int64_t, int64_t, int64_t, int64_t, bool, cudaStream_t);   \
+  template void Output<kD, kL>(const float*, const float*, const float*, const float*,             \
+                               const float*, const float*, const float*, float*, int64_t, int64_t, \
+                               int64_t, int64_t, int64_t, int64_t, bool, cudaStream_t);
+GTP_SSD_MMA_INSTANTIATE(16, 64)
+GTP_SSD_MMA_INSTANTIATE(16, 32)
+GTP_SSD_MMA_INSTANTIATE(32, 64)
+GTP_SSD_MMA_INSTANTIATE(32, 32)
+GTP_SSD_MMA_INSTANTIATE(64, 32)
 #undef GTP_SSD_MMA_INSTANTIATE
 
-template <int kD>
+template <int kD, int kL>
 void Backward(const float* dy, const float* x, const float* dt, const float* A, const float* Bm,
               const float* Cm, const float* D, const float* Sin, const float* Gc, const float* dec,
               float* dx, float* ddt, float* dA, float* dBm, float* dCm, float* dD, double* dAp,
@@ -291,54 +292,73 @@ void Backward(const float* dy, const float* x, const float* dt, const float* A, 
 
 bool SsdMmaFits(int64_t P, int64_t N) { return P >= 1 && N >= 1 && MmaWidth(P, N) != 0; }
 
+int64_t SsdMmaChunkLength(int64_t P, int64_t N, int64_t chunk) {
+  return SsdMmaFits(P, N) ? MmaChunkLength(MmaWidth(P, N), chunk) : 0;
+}
+
 // Scratch (floats): the backward's dA, dD partials first (doubles, [H, B,
 // nc] each), then the chunk states S [B, H, nc, P, N], the backward's L,
 // dec [B, H, nc], and the backward's dB, dC partials [B, T, H/hb, N] where
 // a block's heads are not all of a group's.
 int64_t SsdMmaScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
-                            bool backward) {
-  const int64_t nc = mma_internal::Chunks(T, P, N), states = B * H * nc * P * N;
+                            int64_t chunk, bool backward) {
+  const int L = static_cast<int>(SsdMmaChunkLength(P, N, chunk));
+  const int64_t nc = CeilDiv(T, L), states = B * H * nc * P * N;
   if (!backward) return states + B * H * nc;
-  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G, P, N);
+  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G, P, N, L);
   return 4 * B * H * nc + 2 * states + B * H * nc + (Hp == G ? 0 : 2 * B * T * Hp * N);
 }
 
+// Runs body<kD, kL>() for P, N's width and the chunk length (MmaChunkLength).
+#define GTP_SSD_MMA_DISPATCH(P, N, chunk, CALL) \
+  do {                                          \
+    const int w_ = MmaWidth(P, N);              \
+    const int l_ = MmaChunkLength(w_, chunk);   \
+    if (w_ == 16 && l_ == 64) {                 \
+      CALL(16, 64);                             \
+    } else if (w_ == 16) {                      \
+      CALL(16, 32);                             \
+    } else if (w_ == 32 && l_ == 64) {          \
+      CALL(32, 64);                             \
+    } else if (w_ == 32) {                      \
+      CALL(32, 32);                             \
+    } else {                                    \
+      CALL(64, 32);                             \
+    }                                           \
+  } while (0)
+
 void SsdMmaForward(const float* x, const float* dt, const float* A, const float* Bm,
                    const float* Cm, const float* D, float* y, float* scratch, int64_t B, int64_t T,
-                   int64_t H, int64_t P, int64_t G, int64_t N, bool split, cudaStream_t stream) {
+                   int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk, bool split,
+                   cudaStream_t stream) {
   GTP_CU_REQUIRE(SsdMmaFits(P, N), "SsdMmaForward: P, N in 1..64, got P = %lld, N = %lld",
                  static_cast<long long>(P), static_cast<long long>(N));
   if (B * T * H == 0) return;
-  const int64_t nc = mma_internal::Chunks(T, P, N);
+  const int64_t nc = CeilDiv(T, SsdMmaChunkLength(P, N, chunk));
   float* S = scratch;
   float* dec = S + B * H * nc * P * N;
-  switch (MmaWidth(P, N)) {
-#define GTP_SSD_MMA_CASE(kD)                                                                    \
-  case kD:                                                                                      \
-    mma_internal::States<kD>(x, nullptr, Bm, nullptr, dt, A, S, nullptr, dec, B, T, H, P, G, N, \
-                             split, stream);                                                    \
-    mma_internal::Output<kD>(x, dt, A, Bm, Cm, D, S, y, B, T, H, P, G, N, split, stream);       \
-    break;
-    GTP_SSD_MMA_CASE(16)
-    GTP_SSD_MMA_CASE(32)
-    GTP_SSD_MMA_CASE(64)
-#undef GTP_SSD_MMA_CASE
-  }
+#define GTP_SSD_MMA_FORWARD(kD, kL)                                                               \
+  mma_internal::States<kD, kL>(x, nullptr, Bm, nullptr, dt, A, S, nullptr, dec, B, T, H, P, G, N, \
+                               split, stream);                                                    \
+  mma_internal::Output<kD, kL>(x, dt, A, Bm, Cm, D, S, y, B, T, H, P, G, N, split, stream)
+  GTP_SSD_MMA_DISPATCH(P, N, chunk, GTP_SSD_MMA_FORWARD);
+#undef GTP_SSD_MMA_FORWARD
 }
 
 void SsdMmaBackward(const float* dy, const float* x, const float* dt, const float* A,
                     const float* Bm, const float* Cm, const float* D, float* dx, float* ddt,
                     float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
-                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, bool split,
-                    cudaStream_t stream) {
+                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
+                    bool split, cudaStream_t stream) {
   GTP_CU_REQUIRE(SsdMmaFits(P, N), "SsdMmaBackward: P, N in 1..64, got P = %lld, N = %lld",
                  static_cast<long long>(P), static_cast<long long>(N));
   if (B * T * H == 0) {
     ZeroGroupGrads(dBm, dCm, B * T * G * N, stream);
     return;
   }
-  const int64_t nc = mma_internal::Chunks(T, P, N), states = B * H * nc * P * N;
-  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G, P, N);
+  const int L = static_cast<int>(SsdMmaChunkLength(P, N, chunk));
+  const int64_t nc = CeilDiv(T, L), states = B * H * nc * P * N;
+  const int64_t Hp = H / mma_internal::HeadsPerBlock(H, G, P, N, L);
   double* dAp = reinterpret_cast<double*>(scratch);
   double* dDp = dAp + B * H * nc;
   float* S = scratch + 4 * B * H * nc;
@@ -347,18 +367,14 @@ void SsdMmaBackward(const float* dy, const float* x, const float* dt, const floa
   float* dBp = dec + B * H * nc;
   float* dCp = Hp == G ? nullptr : dBp + B * T * Hp * N;
   if (Hp == G) dBp = nullptr;
-  switch (MmaWidth(P, N)) {
-#define GTP_SSD_MMA_CASE(kD)                                                                     \
-  case kD:                                                                                       \
-    mma_internal::States<kD>(x, dy, Bm, Cm, dt, A, S, Lc, dec, B, T, H, P, G, N, split, stream); \
-    mma_internal::Backward<kD>(dy, x, dt, A, Bm, Cm, D, S, Lc, dec, dx, ddt, dA, dBm, dCm, dD,   \
-                               dAp, dDp, dBp, dCp, B, T, H, P, G, N, split, stream);             \
-    break;
-    GTP_SSD_MMA_CASE(16)
-    GTP_SSD_MMA_CASE(32)
-    GTP_SSD_MMA_CASE(64)
-#undef GTP_SSD_MMA_CASE
-  }
+#define GTP_SSD_MMA_BACKWARD(kD, kL)                                                               \
+  mma_internal::States<kD, kL>(x, dy, Bm, Cm, dt, A, S, Lc, dec, B, T, H, P, G, N, split, stream); \
+  mma_internal::Backward<kD, kL>(dy, x, dt, A, Bm, Cm, D, S, Lc, dec, dx, ddt, dA, dBm, dCm, dD,   \
+                                 dAp, dDp, dBp, dCp, B, T, H, P, G, N, split, stream)
+  GTP_SSD_MMA_DISPATCH(P, N, chunk, GTP_SSD_MMA_BACKWARD);
+#undef GTP_SSD_MMA_BACKWARD
 }
+
+#undef GTP_SSD_MMA_DISPATCH
 
 }  // namespace gtp::kernels::ssm::cuda

@@ -56,7 +56,7 @@ __device__ __forceinline__ void HeadSum(const Acc (&tile)[kD / 8], float* slots,
 
 // Grid B·(H/hb)·nc, hb warps. Sin, Gc: [bh, c, P, N]; dBp, dCp: [B, T,
 // H/hb, N] (the group's sums when H/hb = G); dAp, dDp: [h, b, c].
-template <int kD, bool kSplit>
+template <int kD, int kLen, bool kSplit>
 __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ dt, const float* __restrict__ A,
                                   const float* __restrict__ Bm, const float* __restrict__ Cm,
@@ -67,7 +67,7 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
                                   double* __restrict__ dAp, double* __restrict__ dDp, int64_t Bsz,
                                   int64_t T, int64_t H, int P, int64_t G, int N, int64_t nc,
                                   int hb) {
-  using Sh = MmaShape<kD>;
+  using Sh = MmaShape<kD, kLen>;
   constexpr int kL = Sh::kL, kLd = Sh::kLd, kMat = kL * kLd;
   GTP_DYNAMIC_SHARED(double, smem_d);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -105,7 +105,7 @@ __global__ void MmaBackwardKernel(const float* __restrict__ dy, const float* __r
   const float dec_c = dec[(b * H + h) * nc + c];
   CpAsyncWait<0>();
   __syncthreads();
-  FormBlockCB<kD, kLd, kSplit>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
+  FormBlockCB<kD, kL, kLd, kSplit>(sC, sB, sCB, len, warp, hb);  // the heads' common C·Bᵀ
   __syncthreads();
   const float Dh = D[h];
   const int gq = LaneG(), tq = LaneT();
@@ -347,22 +347,22 @@ __global__ void MmaScalarsKernel(const double* __restrict__ dAp, const double* _
 
 namespace mma_internal {
 
-int HeadsPerBlock(int64_t H, int64_t G, int64_t P, int64_t N);
+int HeadsPerBlock(int64_t H, int64_t G, int64_t P, int64_t N, int L);
 
-template <int kD>
+template <int kD, int kL>
 void Backward(const float* dy, const float* x, const float* dt, const float* A, const float* Bm,
               const float* Cm, const float* D, const float* Sin, const float* Gc, const float* dec,
               float* dx, float* ddt, float* dA, float* dBm, float* dCm, float* dD, double* dAp,
               double* dDp, float* dBp, float* dCp, int64_t B, int64_t T, int64_t H, int64_t P,
               int64_t G, int64_t N, bool split, cudaStream_t stream) {
-  const int hb = HeadsPerBlock(H, G, P, N);
-  const int64_t nc = CeilDiv(T, MmaShape<kD>::kL), Hp = H / hb;
+  const int hb = HeadsPerBlock(H, G, P, N, kL);
+  const int64_t nc = CeilDiv(T, kL), Hp = H / hb;
   const bool direct = Hp == G;  // the block's heads are the group's
   float* outB = direct ? dBm : dBp;
   float* outC = direct ? dCm : dCp;
-  Launch(split ? MmaBackwardKernel<kD, true> : MmaBackwardKernel<kD, false>, B * Hp * nc, 32 * hb,
-         BackwardBytes<kD>(hb), stream, dy, x, dt, A, Bm, Cm, D, Sin, Gc, dec, dx, ddt, outB, outC,
-         dAp, dDp, B, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
+  Launch(split ? MmaBackwardKernel<kD, kL, true> : MmaBackwardKernel<kD, kL, false>, B * Hp * nc,
+         32 * hb, BackwardBytes<kD, kL>(hb), stream, dy, x, dt, A, Bm, Cm, D, Sin, Gc, dec, dx, ddt,
+         outB, outC, dAp, dDp, B, T, H, static_cast<int>(P), G, static_cast<int>(N), nc, hb);
   if (!direct) {
     const int64_t n = B * T * G * N;
     Launch(SumGroupHeadsKernel, GridFor(n, 256), 256, 0, stream, static_cast<const float*>(dBp),
@@ -374,21 +374,18 @@ void Backward(const float* dy, const float* x, const float* dt, const float* A, 
          static_cast<const double*>(dDp), dA, dD, H, B * nc);
 }
 
-template void Backward<16>(const float*, const float*, const float*, const float*, const float*,
-                           const float*, const float*, const float*, const float*, const float*,
-                           float*, float*, float*, float*, float*, float*, double*, double*, float*,
-                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                           cudaStream_t);
-template void Backward<32>(const float*, const float*, const float*, const float*, const float*,
-                           const float*, const float*, const float*, const float*, const float*,
-                           float*, float*, float*, float*, float*, float*, double*, double*, float*,
-                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                           cudaStream_t);
-template void Backward<64>(const float*, const float*, const float*, const float*, const float*,
-                           const float*, const float*, const float*, const float*, const float*,
-                           float*, float*, float*, float*, float*, float*, double*, double*, float*,
-                           float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                           cudaStream_t);
+#define GTP_SSD_MMA_INSTANTIATE(kD, kL)                                                      \
+  template void Backward<kD, kL>(const float*, const float*, const float*, const float*,     \
+                                 const float*, const float*, const float*, const float*,     \
+                                 const float*, const float*, float*, float*, float*, float*, \
+                                 float*, float*, double*, double*, float*, float*, int64_t,  \
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, bool, cudaStream_t);
+GTP_SSD_MMA_INSTANTIATE(16, 64)
+GTP_SSD_MMA_INSTANTIATE(16, 32)
+GTP_SSD_MMA_INSTANTIATE(32, 64)
+GTP_SSD_MMA_INSTANTIATE(32, 32)
+GTP_SSD_MMA_INSTANTIATE(64, 32)
+#undef GTP_SSD_MMA_INSTANTIATE
 
 }  // namespace mma_internal
 }  // namespace gtp::kernels::ssm::cuda

@@ -30,16 +30,17 @@ using ::gtp::kernels::cuda::internal::SmemAddr;
 
 // ------------------------------------------------------------ shapes
 //
-// A warp owns one (b, h, chunk): the chunk's L = 64 steps (32 where P or N
-// pads to 64) as 16-row tiles, P and N zero-padded to kD (16, 32 or 64),
+// A warp owns one (b, h, chunk): the chunk's L = 64 or 32 steps
+// (MmaChunkLength) as 16-row tiles, P and N zero-padded to kD (16, 32 or 64),
 // every product a sum of 16×8 tiles. A block is hb ∈ {1, 2, 4} warps: hb
 // consecutive heads of one group at the same (b, chunk), which share B and
 // C (staged once a block).
 
-template <int kD>
+template <int kD, int kLen>
 struct MmaShape {
   static_assert(kD == 16 || kD == 32 || kD == 64, "kD: 16, 32 or 64");
-  static constexpr int kL = kD == 64 ? 32 : 64;  // steps a chunk
+  static_assert(kLen == 32 || (kLen == 64 && kD < 64), "kLen: 32, or 64 where kD < 64");
+  static constexpr int kL = kLen;  // steps a chunk
   // Row stride of the staged [kL][kD] matrices: ≡ 8 (mod 16) words, so a
   // fragment's paired loads (8 rows × 4 pairs) hit 32 distinct banks in
   // each half-warp.
@@ -54,6 +55,11 @@ inline int MmaWidth(int64_t P, int64_t N) {
   const int64_t m = P > N ? P : N;
   return m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 0;
 }
+
+// The chunk length the kernels take for the caller's `chunk`: 64 steps
+// where chunk ≥ 64 and the width is 16 or 32, else 32 (at width 64 a
+// 64-step block would not fit shared memory).
+inline int MmaChunkLength(int width, int64_t chunk) { return width < 64 && chunk >= 64 ? 64 : 32; }
 
 // ------------------------------------------------------------ fragments
 //
@@ -330,10 +336,10 @@ constexpr int CbLd() {
   return kL + 8;
 }
 
-template <int kD, int kLd, bool kSplit>
+template <int kD, int kL, int kLd, bool kSplit>
 __device__ __forceinline__ void FormBlockCB(const float* sC, const float* sB, float* sCB, int len,
                                             int warp, int hb) {
-  constexpr int kCb = CbLd<MmaShape<kD>::kL>();
+  constexpr int kCb = CbLd<kL>();
   const int gq = LaneG(), tq = LaneT(), tiles = (len + 15) / 16;
   int n = 0;
   for (int it = 0; it < tiles; ++it) {
@@ -396,9 +402,9 @@ __device__ __forceinline__ void LoadBC(const float* sCB, int j0, int i0, Acc (&b
 // doubles: cs, colQ, rowQ, R, O [hb][kL]; floats: B, C [kL][kLd], C·Bᵀ
 // [kL][CbLd], the head-sum slots [hb][16][kLd], per warp X, dY [kL][kLd],
 // S, G [kD][kLd], dt, e, r [kL].
-template <int kD>
+template <int kD, int kL>
 int64_t BackwardBytes(int hb) {
-  using S = MmaShape<kD>;
+  using S = MmaShape<kD, kL>;
   const int64_t mat = int64_t{S::kL} * S::kLd;
   return int64_t{8} * 5 * hb * S::kL +
          4 * (2 * mat + int64_t{S::kL} * CbLd<S::kL>() + hb * 16 * S::kLd +

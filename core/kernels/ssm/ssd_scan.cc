@@ -342,9 +342,11 @@ bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N
 
 int64_t SsdCudaChunkLength(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N,
                            int64_t chunk) {
-  GTP_CHECK(kernel == SsdCudaKernel::kChunked || kernel == SsdCudaKernel::kChunkedHeads,
-            "SsdCudaChunkLength: kChunked or kChunkedHeads only");
+  GTP_CHECK(kernel == SsdCudaKernel::kChunked || kernel == SsdCudaKernel::kChunkedHeads ||
+                IsMma(kernel),
+            "SsdCudaChunkLength: kChunked, kChunkedHeads, kChunkedMma or kChunkedMmaBf16 only");
   if (!SsdCudaKernelFits(kernel, backward, P, N, chunk)) return 0;
+  if (IsMma(kernel)) return cuda::SsdMmaChunkLength(P, N, chunk);
   return cuda::SsdChunkedLength(P, N, chunk,
                                 backward && kernel == SsdCudaKernel::kChunkedHeads
                                     ? cuda::ChunkedBlocks::kHeadGroups
@@ -362,11 +364,12 @@ void SsdScanForward(const Exec& e, const Tensor& x, const Tensor& dt, const Tens
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/false);
     if (IsMma(k)) {
-      Tensor scratch = e.Empty(
-          {std::max<int64_t>(cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, false), 1)});
+      Tensor scratch = e.Empty({std::max<int64_t>(
+          cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, false), 1)});
       cuda::SsdMmaForward(x.data<float>(), dt.data<float>(), A.data<float>(), Bm.data<float>(),
                           Cm.data<float>(), D.data<float>(), y.data<float>(), scratch.data<float>(),
-                          d.B, d.T, d.H, d.P, d.G, d.N, k == SsdCudaKernel::kChunkedMma, e.stream);
+                          d.B, d.T, d.H, d.P, d.G, d.N, chunk, k == SsdCudaKernel::kChunkedMma,
+                          e.stream);
       return;
     }
     if (k != SsdCudaKernel::kRecurrence) {
@@ -408,13 +411,13 @@ void SsdScanBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Ten
     GTP_CHECK(d.P <= 1024, op, ": CUDA takes P ≤ 1024, got ", d.P);
     const SsdCudaKernel k = Resolve(op, d, chunk, kernel, /*backward=*/true);
     if (IsMma(k)) {
-      Tensor scratch = e.Empty(
-          {std::max<int64_t>(cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, true), 1)});
+      Tensor scratch = e.Empty({std::max<int64_t>(
+          cuda::SsdMmaScratchFloats(d.B, d.T, d.H, d.P, d.G, d.N, chunk, true), 1)});
       cuda::SsdMmaBackward(dy.data<float>(), x.data<float>(), dt.data<float>(), A.data<float>(),
                            Bm.data<float>(), Cm.data<float>(), D.data<float>(), dx.data<float>(),
                            ddt.data<float>(), dA.data<float>(), dBm.data<float>(),
                            dCm.data<float>(), dD.data<float>(), scratch.data<float>(), d.B, d.T,
-                           d.H, d.P, d.G, d.N, k == SsdCudaKernel::kChunkedMma, e.stream);
+                           d.H, d.P, d.G, d.N, chunk, k == SsdCudaKernel::kChunkedMma, e.stream);
       return;
     }
     if (k != SsdCudaKernel::kRecurrence) {

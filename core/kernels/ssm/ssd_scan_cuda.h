@@ -79,7 +79,8 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
                         cudaStream_t stream, ChunkedBlocks kernel = ChunkedBlocks::kPerHead);
 
 // ---- The chunked form with a warp per (b, h, chunk) (ssd_mma.cu,
-// ssd_mma_backward.cu): chunks of 64 steps (32 where P or N is above 32), P
+// ssd_mma_backward.cu): chunks of SsdMmaChunkLength steps (64 where
+// `chunk` ≥ 64 and P, N ≤ 32, else 32), P
 // and N up to 64 zero-padded to 16, 32 or 64, the chunk products on the
 // tensor cores as bf16 mma.sync: with `split`, each operand split into two
 // bf16 terms (about f32 accuracy, three mma a product); without, each
@@ -88,15 +89,18 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
 // conventions; the decays and the scalar gradients in double;
 // deterministic. Scratch: SsdMmaScratchFloats floats of device memory.
 bool SsdMmaFits(int64_t P, int64_t N);
+// The kernels' chunk length for the caller's `chunk` (0 where they do not fit).
+int64_t SsdMmaChunkLength(int64_t P, int64_t N, int64_t chunk);
 int64_t SsdMmaScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t G, int64_t N,
-                            bool backward);
+                            int64_t chunk, bool backward);
 void SsdMmaForward(const float* x, const float* dt, const float* A, const float* Bm,
                    const float* Cm, const float* D, float* y, float* scratch, int64_t B, int64_t T,
-                   int64_t H, int64_t P, int64_t G, int64_t N, bool split, cudaStream_t stream);
+                   int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk, bool split,
+                   cudaStream_t stream);
 void SsdMmaBackward(const float* dy, const float* x, const float* dt, const float* A,
                     const float* Bm, const float* Cm, const float* D, float* dx, float* ddt,
                     float* dA, float* dBm, float* dCm, float* dD, float* scratch, int64_t B,
-                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, bool split,
-                    cudaStream_t stream);
+                    int64_t T, int64_t H, int64_t P, int64_t G, int64_t N, int64_t chunk,
+                    bool split, cudaStream_t stream);
 
 }  // namespace gtp::kernels::ssm::cuda

@@ -418,7 +418,7 @@ TEST(SsdAutoKernel, ChoosesByDirectionAndStateSize) {
 
 // kChunkedMma (and kChunkedMmaBf16, the same kernels with bf16 products)
 // pads P and N to 16, 32 or 64 (ssd_mma_common.cuh MmaWidth): every shape up
-// to 64 fits, at any chunk (its chunk length is its own), nothing wider.
+// to 64 fits, at any chunk (it takes 64 or 32 steps), nothing wider.
 TEST(SsdCudaKernelFits, ChunkedMmaTakesPAndNUpTo64) {
   for (SsdCudaKernel k : {SsdCudaKernel::kChunkedMma, SsdCudaKernel::kChunkedMmaBf16}) {
     for (bool bwd : {false, true}) {
@@ -428,6 +428,14 @@ TEST(SsdCudaKernelFits, ChunkedMmaTakesPAndNUpTo64) {
       EXPECT_TRUE(SsdCudaKernelFits(k, bwd, 64, 64, 128));
       EXPECT_FALSE(SsdCudaKernelFits(k, bwd, 65, 16, 128));
       EXPECT_FALSE(SsdCudaKernelFits(k, bwd, 16, 128, 128));
+      // Its chunk length: 64 steps where chunk ≥ 64 and P, N ≤ 32, else 32.
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 16, 128), 64);
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 32, 20, 64), 64);
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 16, 63), 32);
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 16, 1), 32);
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 64, 64, 128), 32);
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 33, 128), 32);
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 65, 16, 128), 0);
     }
   }
 }
