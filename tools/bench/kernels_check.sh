@@ -23,9 +23,10 @@
 #    bias gradients, cuBLASLt's epilogue vs
 #    ColumnSumAccumulate;
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
-#    steps: the median ms/step of steps 11–40; with BASE_BUNDLE_DIR=<folder
-#    of another bundle.tar.xz> the same through that bundle too, and the two
-#    runs' losses side by side (a kernel change's speed and agreement);
+#    steps: the median ms/step of steps 11–40, and again with the scan in
+#    32-step chunks (model.mamba.chunk=32); with BASE_BUNDLE_DIR=<folder of
+#    another bundle.tar.xz> the same through that bundle too; each run's
+#    losses against the first's (a kernel change's speed and agreement);
 # 4. compute-sanitizer's racecheck, synccheck and memcheck on the scan's
 #    kernels at small shapes (ssm_gpu_test's HeadGroupsSmall: every kernel,
 #    kChunkedMma's included) and on the embedding backward's skewed-id tests;
@@ -101,11 +102,11 @@ echo "=== 3. hybrid step (bf16, B=8, T=1024, default kernels)"
 # before a kernel change, carried beside .bundle) the same run also goes
 # through that bundle's trainer: both medians and the two runs' losses.
 HYBRID_SET=model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,train.precision=bf16,model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18,data.source=corpus,train.steps=40,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.disable=true,checkpoint.no_resume=true
-hybrid() {  # label bundle-dir (unpacked)
+hybrid() {  # label bundle-dir (unpacked) [extra settings]
   local run
   run="$(mktemp -d)"
   if LD_LIBRARY_PATH="$2/lib:/usr/local/cuda/lib64" timeout 180 "$2/bin/recipes_gpt_124m_train" \
-    --config recipes/gpt_124m/gpt_124m.pbtxt --noprogress --run_dir "$run" --set "$HYBRID_SET" \
+    --config recipes/gpt_124m/gpt_124m.pbtxt --noprogress --run_dir "$run" --set "$HYBRID_SET${3:+,$3}" \
     > "$LOG/hybrid_$1.log" 2>&1; then
     cp "$run/metrics.jsonl" "$LOG/hybrid_$1.jsonl"
   else
@@ -116,6 +117,9 @@ hybrid() {  # label bundle-dir (unpacked)
   rm -rf "$run"
 }
 hybrid this "$B"
+# The scan in 32-step chunks (kChunkedMma at the hybrid's heads: half the
+# shared memory a block; ssm_benchmark's /mma32 rows).
+hybrid chunk32 "$B" model.mamba.chunk=32
 if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
   mkdir -p "$WORK/base" && tar -C "$WORK/base" -xJf "$BASE_BUNDLE_DIR/bundle.tar.xz" && hybrid base "$WORK/base"
 fi
@@ -128,10 +132,11 @@ for f in sys.argv[1:]:
     ms = [r["ms"] for r in rows if r["step"] > 10 and "ms" in r]
     print(f"hybrid ({f.rsplit('hybrid_', 1)[1][:-6]}): median {statistics.median(ms):.2f} ms/step "
           f"over {len(ms)} steps, final loss {rows[-1]['loss']:.4f}" if ms else f"{f}: no step times")
-if len(runs) == 2:
-    a, b = runs.values()
-    d = [abs(x["loss"] - y["loss"]) for x, y in zip(a, b)]
-    print(f"hybrid losses, this vs base: mean |d| {sum(d) / len(d):.2e}, max |d| {max(d):.2e} "
+for name, b in runs.items():
+    if name == "this" or "this" not in runs:
+        continue
+    d = [abs(x["loss"] - y["loss"]) for x, y in zip(runs["this"], b)]
+    print(f"hybrid losses, this vs {name}: mean |d| {sum(d) / len(d):.2e}, max |d| {max(d):.2e} "
           f"over {len(d)} steps")
 PY
 
