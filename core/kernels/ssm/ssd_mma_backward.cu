@@ -380,11 +380,7 @@ void Backward(const float* dy, const float* x, const float* dt, const float* A, 
                                  const float*, const float*, float*, float*, float*, float*, \
                                  float*, float*, double*, double*, float*, float*, int64_t,  \
                                  int64_t, int64_t, int64_t, int64_t, int64_t, bool, cudaStream_t);
-GTP_SSD_MMA_INSTANTIATE(16, 64)
-GTP_SSD_MMA_INSTANTIATE(16, 32)
-GTP_SSD_MMA_INSTANTIATE(32, 64)
-GTP_SSD_MMA_INSTANTIATE(32, 32)
-GTP_SSD_MMA_INSTANTIATE(64, 32)
+GTP_SSD_MMA_FOR_EACH_SHAPE(GTP_SSD_MMA_INSTANTIATE)
 #undef GTP_SSD_MMA_INSTANTIATE
 
 }  // namespace mma_internal

@@ -61,6 +61,9 @@ inline int MmaWidth(int64_t P, int64_t N) {
 // 64-step block would not fit shared memory).
 inline int MmaChunkLength(int width, int64_t chunk) { return width < 64 && chunk >= 64 ? 64 : 32; }
 
+// X(kD, kL) for each (width, chunk length) the kernels instantiate.
+#define GTP_SSD_MMA_FOR_EACH_SHAPE(X) X(16, 64) X(16, 32) X(32, 64) X(32, 32) X(64, 32)
+
 // ------------------------------------------------------------ fragments
 //
 // mma.sync.m16n8k16 (bf16 in, f32 accumulate), lane = 4·g + t:
