@@ -31,7 +31,7 @@
 #    kernels at small shapes (ssm_gpu_test's HeadGroupsSmall: every kernel,
 #    kChunkedMma's included) and on the embedding backward's skewed-id tests;
 # 5. Nsight Compute on the scan's kernels at the hybrid's shape (kChunkedMma
-#    and the defaults): duration, occupancy, issue rate (PROFILE=0 skips);
+#    with 64- and 32-step chunks): duration, occupancy, issue rate (PROFILE=0 skips);
 #    with BASE_BUNDLE_DIR, part 2's scan rows also through that bundle.
 # Each part prints PASS/FAIL or its figures; the exit status is 1 when a
 # test failed. Logs in $OUT/kernels_check when $OUT is set (the device
@@ -177,15 +177,16 @@ else
 fi
 
 echo "=== 5. Nsight Compute on the scan's kernels at the hybrid's shape (PROFILE=0 skips)"
-# One forward and one backward of kChunkedMma and of the default kernels
-# (H96·P16·N16, B=8, T=1024): per kernel its duration, occupancy, issue rate
-# and the sizes that bound its blocks an SM — what decides the next change
-# to the warp-level scan. Up to 240 s.
+# One forward and one backward of kChunkedMma (the default) with 64- and
+# 32-step chunks, and the backward with bf16 products (H96·P16·N16, B=8,
+# T=1024): per kernel its duration, occupancy, issue rate and the sizes
+# that bound its blocks an SM — what decides the next change to the
+# warp-level scan. Up to 300 s.
 if [[ "${PROFILE:-1}" == 0 ]]; then
   echo "SKIPPED Nsight Compute (PROFILE=0)"
 elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
-  for row in 'Scan/h96p16n16/bwd/mma/' 'Scan/h96p16n16/fwd/mma/' 'Scan/h96p16n16/bwd/mma_bf16/' \
-    'Scan/h96p16n16/bwd/chunked/' 'Scan/h96p16n16/fwd/recurrence/'; do
+  for row in 'Scan/h96p16n16/bwd/mma/' 'Scan/h96p16n16/fwd/mma/' 'Scan/h96p16n16/bwd/mma32/' \
+    'Scan/h96p16n16/fwd/mma32/' 'Scan/h96p16n16/bwd/mma_bf16/'; do
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page details \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
