@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/bench/kernels_check.sh — issue 31's new kernels in one short device
-# call (about 3 minutes on an H200, plus the sanitizer runs and the profile,
+# call (about 5 minutes on an H200, plus the sanitizer runs and the profile,
 # which come last: up to 6 × 100 s and 5 × 60 s, so a call's 600 s may cut
 # them; SANITIZE=0 and PROFILE=0 skip them): their GPU tests, the scan's
 # times beside each other, and the hybrid step with the default kernels.
@@ -15,8 +15,8 @@
 #    column sums (bias gradients), the FP8 experts, the embedding backward and
 #    AdamW against the CPU;
 # 2. ssm_benchmark: the scan at the hybrid's heads and at P = N = 64,
-#    chunked (kChunked), a warp per chunk (kChunkedMma, kChunkedMmaBf16) and
-#    the recurrence, and the default (ScanAuto: kChunkedMma at these heads
+#    chunked (kChunked), a warp per chunk (kChunkedMma with 64- and 32-step
+#    chunks, kChunkedMmaBf16) and the recurrence, and the default (ScanAuto: kChunkedMma at these heads
 #    since 2026-12-05) at T = 1024, 4096, 8192 beside torch.compile's chunked
 #    form (tools/bench/torch_ssd.py, bf16), and the mixer's
 #    conv1d and gated RMSNorm; the optimizer's AdamW; gemm_benchmark's
