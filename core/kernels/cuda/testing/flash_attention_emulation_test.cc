@@ -1,5 +1,5 @@
-// The fused attention's CUDA kernels (core/kernels/cuda/flash_attention.cu:
-// the forward, the D pass, and the dk/dv and dq blocks, merged for HS 64 and
+// The fused attention's CUDA kernels (core/kernels/cuda/flash_attention.cu,
+// flash_attention_backward.cu: the forward, the D pass, and the dk/dv and dq blocks, merged for HS 64 and
 // separate for HS 128; ldmatrix and mma.sync through the emulator) run on the
 // CPU by the warp emulator (core/kernels/cuda/testing/warp_emulator.h), in
 // three orders of each block's threads, against attention and its gradients
@@ -9,6 +9,7 @@
 #define GTP_CUDA_HOST_EMULATION
 #include "core/kernels/cuda/testing/warp_emulator.h"
 #include "core/kernels/cuda/flash_attention.cu"
+#include "core/kernels/cuda/flash_attention_backward.cu"
 // clang-format on
 // (its launchers now run the grids on the host, synchronously)
 
