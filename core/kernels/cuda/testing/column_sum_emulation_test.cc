@@ -28,9 +28,6 @@ alignas(16) double smem[1024];  // the blocks' dynamic shared memory (these kern
 
 using FVec = std::vector<float>;
 
-// Three tensors: one 16-byte aligned with a tail (n % 4 = 3) spanning two
-// chunks of kAdamWChunk, one starting 4 bytes past alignment (the scalar
-// path), one short; each with its own weight decay; step 3.
 // R rows over several slabs of kColumnSumSlabRows, C not a multiple of the
 // vector (the scalar path) and a multiple (the vector path), f32 and bf16.
 TEST(ColumnSumEmulationTest, MatchesTheCpuBitForBit) {
