@@ -189,9 +189,16 @@ void BM_SoftplusBias(benchmark::State& state, bool backward) {
   }
 }
 
+// A fixed count of timed iterations (each `reps` calls; bench::TimeCalls):
+// the library otherwise probes the count by running a row several times,
+// and every run builds the row's inputs on the host again (hundreds of MB at
+// T = 8192), which made a row take about 10 s.
+constexpr int kIterations = 20;
+
 void Register(const std::string& name, std::function<void(benchmark::State&)> f) {
   benchmark::RegisterBenchmark(name.c_str(), std::move(f))
       ->UseManualTime()
+      ->Iterations(kIterations)
       ->Unit(benchmark::kMillisecond);
 }
 
