@@ -40,16 +40,17 @@ absl::StatusOr<std::unique_ptr<MoeFeedForward>> MoeFeedForward::Create(
   return f;
 }
 
-absl::StatusOr<Tensor> MoeFeedForward::Forward(const Tensor& h, Direction dir) {
+absl::StatusOr<Tensor> MoeFeedForward::Forward(const Tensor& h, const Tensor& residual,
+                                               Direction dir) {
   const kernels::Exec& e = chain_->exec();
   std::optional<Timeline::Scope> span;
   span.emplace(chain_->timeline(), "moe", e.stream);
   GTP_ASSIGN_OR_RETURN(Tensor m, moe_->Forward(h, dir));
   span.reset();
-  if (shared_) {
-    GTP_ASSIGN_OR_RETURN(Tensor sh, shared_->Forward(h, dir));
-    ops::Axpby(e, 1.0f, sh, 1.0f, m);  // + shared expert
+  if (shared_) {  // + the shared expert (its GEMM adds m)
+    GTP_ASSIGN_OR_RETURN(m, shared_->Forward(h, /*residual=*/m, dir));
   }
+  if (residual.defined()) ops::Axpby(e, 1.0f, residual, 1.0f, m);
   return m;
 }
 

@@ -31,7 +31,7 @@ class MoeFeedForward : public FeedForward {
       const std::string& name, const TransformerConfig& c, int64_t B, int64_t T,
       const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
 
-  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir) override;
+  absl::StatusOr<Tensor> Forward(const Tensor& h, const Tensor& residual, Direction dir) override;
   absl::StatusOr<Tensor> Backward(const Tensor& dout) override;
   void DropActivations() override;
   // The router gate to `repl`, fc1 and fc2 to `experts` (required), then the

@@ -356,17 +356,23 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
   return l;
 }
 
-absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir) {
+absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir,
+                                                  const Tensor& residual) {
   const kernels::Exec& e = chain_->exec();
   x_saved_ = x;
   const int64_t n = x.numel() / in_tp_;
   rows_ = n;
   Tensor y = e.Empty({n, config_.out_features}, config_.dtype);
   // The bias is added once: fused into the GEMM without TP, else after the
-  // reduction.
+  // reduction. The residual likewise, on CUDA (the CPU keeps the separate
+  // add, and with it the f32 summation order its tests pin).
   const bool reduced = groups_.tp->size() > 1;
   const Tensor bias = reduced ? Tensor() : bias_.value;
-  if (config_.fp8) {
+  const bool residual_in_gemm = residual.defined() && !reduced && !config_.fp8 && e.is_cuda();
+  if (residual_in_gemm) {
+    GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));
+    ops::LinearResidual(e, x.View({n, in_tp_}), w, y, bias, residual);
+  } else if (config_.fp8) {
     GTP_ASSIGN_OR_RETURN(fp8::Fp8WeightPair wq, Fp8Weight(e, *weight_, dir));
     const bool keep_xt = config_.fp8_wgrad;
     Fp8Forward(*chain_, nullptr, x.View({n, in_tp_}), std::move(wq), y, bias, &wt_q_,
@@ -383,6 +389,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
     GTP_RETURN_IF_ERROR(AllReduceSum(*groups_.tp, y));
   }
   if (reduced && bias_.value.defined()) AddBias(*chain_, y, bias_.value);
+  if (residual.defined() && !residual_in_gemm) ops::Axpby(e, 1.0f, residual, 1.0f, y);
   return y;
 }
 

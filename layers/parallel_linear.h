@@ -153,8 +153,13 @@ class RowParallelLinear {
   static absl::StatusOr<std::unique_ptr<RowParallelLinear>> Create(
       const LinearConfig& config, const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
 
-  // x_t[N, in/TP] → y[N, out] (SP: [N_tp, out]).
-  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward);
+  // x_t[N, in/TP] → y[N, out] (SP: [N_tp, out]), plus `residual` (like y)
+  // when it is defined: a new tensor, residual left as it is. On CUDA without
+  // a TP reduction and without fp8 the residual is added in the GEMM's
+  // epilogue (ops::LinearResidual: one pass over y fewer); otherwise after
+  // the reduction and the bias.
+  absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward,
+                                 const Tensor& residual = Tensor());
   void DropActivations() {
     x_saved_ = Tensor();
     wt_q_.reset();

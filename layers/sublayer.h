@@ -37,8 +37,11 @@ class MoeLayer;
 class Mixer {
  public:
   virtual ~Mixer() = default;
-  // h (normalised input) → out like h, before the residual.
-  virtual absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir) = 0;
+  // h (normalised input) → residual + out (out like h), or out alone when
+  // residual is undefined. The residual is added where it costs least (in
+  // the last GEMM's epilogue where there is one: RowParallelLinear).
+  virtual absl::StatusOr<Tensor> Forward(const Tensor& h, const Tensor& residual,
+                                         Direction dir) = 0;
   // dout like Forward's output → dh like its input (=).
   virtual absl::StatusOr<Tensor> Backward(const Tensor& dout) = 0;
   virtual void DropActivations() = 0;
@@ -52,8 +55,11 @@ class Mixer {
 class FeedForward {
  public:
   virtual ~FeedForward() = default;
-  // h (normalised input) → out like h, before the residual.
-  virtual absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir) = 0;
+  // h (normalised input) → residual + out (out like h), or out alone when
+  // residual is undefined. The residual is added where it costs least (in
+  // the last GEMM's epilogue where there is one: RowParallelLinear).
+  virtual absl::StatusOr<Tensor> Forward(const Tensor& h, const Tensor& residual,
+                                         Direction dir) = 0;
   // dout like Forward's output → dh like its input (=).
   virtual absl::StatusOr<Tensor> Backward(const Tensor& dout) = 0;
   virtual void DropActivations() = 0;

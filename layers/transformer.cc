@@ -154,7 +154,7 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
   return a;
 }
 
-absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
+absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residual, Direction dir) {
   const kernels::Exec& e = chain_->exec();
   Timeline* tl = chain_->timeline();
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
@@ -198,7 +198,7 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, Direction dir) {
   }
   core_span.reset();
   Timeline::Scope span(tl, "o", e.stream);
-  return o_->Forward(y.View({B_ * T_, nh_tp_ * hs_}), dir);
+  return o_->Forward(y.View({B_ * T_, nh_tp_ * hs_}), dir, residual);
 }
 
 void Attention::DropActivations() {
@@ -291,7 +291,7 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
   return m;
 }
 
-absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
+absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, const Tensor& residual, Direction dir) {
   const kernels::Exec& e = chain_->exec();
   Timeline* tl = chain_->timeline();
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
@@ -302,7 +302,7 @@ absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
     span.emplace(tl, "fc+gelu", e.stream);
     GTP_ASSIGN_OR_RETURN(Tensor act, fc_->ForwardGelu(hin, dir, &pre_act_));
     span.emplace(tl, "proj", e.stream);
-    return proj_->Forward(act, dir);
+    return proj_->Forward(act, dir, residual);
   }
   span.emplace(tl, "fc", e.stream);
   GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin, dir));  // SwiGLU: [N, gate|up]
@@ -315,7 +315,7 @@ absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, Direction dir) {
     ops::GeluForward(e, pre_act_, act);
   }
   span.emplace(tl, "proj", e.stream);
-  return proj_->Forward(act, dir);
+  return proj_->Forward(act, dir, residual);
 }
 
 void Mlp::DropActivations() {
@@ -440,17 +440,13 @@ absl::StatusOr<Tensor> Block::Run(const Tensor& x, Direction dir) {
     span.emplace(tl, "ln1", exec_.stream);
     Tensor h1 = ln1_->Forward(x);
     span.reset();
-    GTP_ASSIGN_OR_RETURN(a, mixer_->Forward(h1, dir));
-    ops::Axpby(exec_, 1.0f, x, 1.0f, a);
+    GTP_ASSIGN_OR_RETURN(a, mixer_->Forward(h1, /*residual=*/x, dir));
   }
   if (!ffn_) return a;
   span.emplace(tl, "residual+ln2", exec_.stream);
   Tensor h2 = ln2_->Forward(a);
   span.reset();
-  GTP_ASSIGN_OR_RETURN(Tensor m, ffn_->Forward(h2, dir));
-  span.emplace(tl, "residual", exec_.stream);
-  ops::Axpby(exec_, 1.0f, a, 1.0f, m);  // x2 = x1 + ffn
-  return m;
+  return ffn_->Forward(h2, /*residual=*/a, dir);  // x2 = x1 + ffn
 }
 
 void Block::DropActivations() {

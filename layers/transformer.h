@@ -119,7 +119,7 @@ class Attention : public Mixer {
       const std::string& name, const TransformerConfig& c, int64_t B, int64_t T,
       const parallel::ProcessGroupCollection& pgs, GtpChain* chain);
   // h[N or N_tp, C] (normalised input) → out[N or N_tp, C] (before residual).
-  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir) override;
+  absl::StatusOr<Tensor> Forward(const Tensor& h, const Tensor& residual, Direction dir) override;
   absl::StatusOr<Tensor> Backward(const Tensor& dout) override;
   void DropActivations() override;
   void CollectParams(std::vector<ShardedParam*>* sharded,
@@ -149,7 +149,7 @@ class Mlp : public FeedForward {
                                                      const TransformerConfig& c,
                                                      const parallel::ProcessGroupCollection& pgs,
                                                      GtpChain* chain);
-  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir) override;
+  absl::StatusOr<Tensor> Forward(const Tensor& h, const Tensor& residual, Direction dir) override;
   absl::StatusOr<Tensor> Backward(const Tensor& dout) override;
   void DropActivations() override;
   // No experts: `experts` is not touched (may be null).

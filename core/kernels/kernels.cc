@@ -41,6 +41,8 @@ const char* GemmEpilogueName(GemmEpilogue e) {
 
 void CheckGemmEpilogue(const GemmDesc& d) {
   const char* name = GemmEpilogueName(d.epilogue);
+  GTP_CHECK(d.c_in == nullptr || d.epilogue == GemmEpilogue::kNone, "Gemm(", name,
+            "): c_in (a separate beta·C input) is for epilogue none only");
   switch (d.epilogue) {
     case GemmEpilogue::kNone:
       GTP_CHECK(d.aux == nullptr && d.bias_grad == nullptr,
@@ -80,10 +82,10 @@ void CheckGroupedGemm(const GemmDesc& d, const GemmGroup* groups, int count) {
             "GroupedGemm: groups are packed; the shared GemmDesc must have lda = ldb = ldc = 0 "
             "(got lda=", d.lda, " ldb=", d.ldb, " ldc=", d.ldc, ")");
   GTP_CHECK(d.epilogue == GemmEpilogue::kNone && d.bias == nullptr && d.aux == nullptr &&
-                d.bias_grad == nullptr,
-            "GroupedGemm: no epilogue, bias, aux or bias_grad (epilogue=",
+                d.bias_grad == nullptr && d.c_in == nullptr,
+            "GroupedGemm: no epilogue, bias, aux, bias_grad or c_in (epilogue=",
             GemmEpilogueName(d.epilogue), " bias=", d.bias != nullptr, " aux=", d.aux != nullptr,
-            " bias_grad=", d.bias_grad != nullptr, ")");
+            " bias_grad=", d.bias_grad != nullptr, " c_in=", d.c_in != nullptr, ")");
   GTP_CHECK(d.ab_type == DType::kF32 || d.ab_type == DType::kBF16,
             "GroupedGemm: ab_type must be f32 or bf16, got ", DTypeName(d.ab_type));
   GTP_CHECK(d.c_type == DType::kF32 || d.c_type == DType::kBF16,

@@ -35,6 +35,11 @@ namespace gtp::kernels {
 // accumulation is always f32. beta == 0 means C is not read (may hold NaN).
 // `bias` (optional, n elements of c_type): C[i, j] += bias[j] after the
 // product (a cuBLASLt epilogue on CUDA: no extra pass over C).
+// `c_in` (optional, epilogue kNone only): where beta·C reads C from — a
+// matrix like C (c_type, ldc) that is not overwritten — so the output
+// C = P + beta·c_in (+ bias) is written without being read first (a
+// residual added in the GEMM's epilogue into a fresh tensor). Null (or
+// beta == 0): C is read in place as above.
 //
 // Fused epilogues (`epilogue`; cuBLASLt epilogues on CUDA, loops on the CPU).
 // P = alpha·op(A)·op(B) in f32, before any rounding to c_type:
@@ -72,6 +77,7 @@ struct GemmDesc {
   void* aux = nullptr;         // kGeluAux: out (may be null); kDGeluBGrad: in
   int64_t ld_aux = 0;          // ≥ n; 0: n
   float* bias_grad = nullptr;  // kDGeluBGrad: [n] (may be null); kBGrad: [m]
+  const void* c_in = nullptr;  // kNone: beta·C read from here (above)
 };
 
 // "none", "gelu_aux", "dgelu_bgrad", "bgrad" (for messages).

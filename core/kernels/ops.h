@@ -84,6 +84,13 @@ namespace ops {
 // when given: same dtype as y). x/w f32 or bf16 (same), y f32 or bf16.
 void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta = 0.0f,
             const Tensor& bias = Tensor());
+// y[N, out] = x[N, in]·w[out, in]ᵀ (+ bias[out]) + residual[N, out]: Linear
+// with a residual added in the same GEMM (GemmDesc::c_in: residual is read
+// by the epilogue and left as it is; y is written, not read). residual has
+// y's shape and dtype. One rounding of the f32 sum into y, where Linear
+// followed by Axpby rounds twice.
+void LinearResidual(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const Tensor& bias, const Tensor& residual);
 // dx[N, in] = dy[N, out]·w[out, in] + beta·dx.
 void LinearBackwardData(const Exec& e, const Tensor& dy, const Tensor& w, const Tensor& dx,
                         float beta = 0.0f);

@@ -61,6 +61,18 @@ Tensor As(const kernels::Exec& e, const Tensor& t, DType dtype) {
   return out;
 }
 
+// The scan's CUDA kernels (CPU execs ignore the choice): kAuto's, with the
+// warp-level kernel's products in bf16 when the model is bf16 — Mamba-2's
+// own kernels' precision (bf16 operands, f32 accumulation, the decays and
+// the state recurrence in f32) — and in split bf16 (about f32) for an f32
+// model.
+ssm::SsdCudaKernel ScanKernel(const MambaConfig& c, bool backward) {
+  const ssm::SsdCudaKernel k = ssm::SsdAutoKernel(backward, c.head_dim, c.d_state, c.chunk);
+  return k == ssm::SsdCudaKernel::kChunkedMma && c.dtype == DType::kBF16
+             ? ssm::SsdCudaKernel::kChunkedMmaBf16
+             : k;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
@@ -211,7 +223,7 @@ MambaMixer::PartSlices MambaMixer::Slices(const F32Values& v) const {
                     a_.Slice(oh, oh + hs_),        v.d.Slice(oh, oh + hs_)};
 }
 
-absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
+absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, const Tensor& residual, Direction dir) {
   const kernels::Exec& e = exec_;
   const int64_t N = B_ * T_, Ns = c_.d_state, P = c_.head_dim;
   const int64_t rows = sp_ ? N / tp_->size() : N;
@@ -278,7 +290,7 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   Tensor ys = e.Empty({B_, Ts, hs_, P});
   ssm::SsdScanForward(e, xc_.View({B_, Ts, hs_, P}), dts_.View({B_, Ts, hs_}), w.a,
                       bc_.View({B_, Ts, cb / Ns, Ns}), cc_.View({B_, Ts, cb / Ns, Ns}), w.d, ys,
-                      c_.chunk);
+                      c_.chunk, ScanKernel(c_, /*backward=*/false));
   if (cp_) {
     GTP_ASSIGN_OR_RETURN(std::vector<Tensor> t, cp_->FromHeads({ys.View({B_, Ts, cx})}, {x_split_}));
     y_ = t[0];
@@ -292,7 +304,7 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, Direction dir) {
   ssm::GatedRmsNormForward(e, y_.View({N, di_}), z_, v.norm_w, yn, rstd_,
                            c_.d_inner() / c_.n_groups, c_.norm_eps);
   section("mamba out_proj");
-  return out_->Forward(As(e, yn, c_.dtype), dir);
+  return out_->Forward(As(e, yn, c_.dtype), dir, residual);
 }
 
 absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
@@ -331,8 +343,9 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   section("mamba scan bwd");
   ssm::SsdScanBackward(e, dys.View({B_, Ts, hs_, P}), xc_.View({B_, Ts, hs_, P}),
                        dts_.View({B_, Ts, hs_}), w.a, bc_.View({B_, Ts, cb / Ns, Ns}),
-                       cc_.View({B_, Ts, cb / Ns, Ns}), w.d, dxc, ddts, da.Slice(oh, oh + hs_),
-                       dbc, dcc, d_.grad.Slice(oh, oh + hs_), c_.chunk);
+                       cc_.View({B_, Ts, cb / Ns, Ns}), w.d, dxc, ddts, da.Slice(oh, oh + hs_), dbc,
+                       dcc, d_.grad.Slice(oh, oh + hs_), c_.chunk,
+                       ScanKernel(c_, /*backward=*/true));
   section("mamba conv bwd");
   ssm::NegExpBackwardAccumulate(e, da, a_, a_log_.grad);
   // The conv params' gradients land in this part's rows (the other parts'

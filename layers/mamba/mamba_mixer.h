@@ -31,7 +31,10 @@
 // mixer's input and output are bf16, and so are the SSM params' values (like
 // the norms' weights: the optimizer keeps their f32 masters); everything
 // between in_proj and out_proj (conv, softplus, A, the scan, the gated norm)
-// runs in f32 on f32 copies, as Mamba implementations keep the scan in f32.
+// runs in f32 on f32 copies, as Mamba implementations keep the scan in f32
+// — except, on CUDA, the scan's chunk products, whose operands are rounded
+// to bf16 as Mamba-2's own kernels do (kChunkedMmaBf16 where kAuto picks the
+// warp-level kernels; an f32 model keeps their f32-accurate products).
 // The in_proj GEMMs write their f32 results directly and out_proj's dgrad
 // writes an f32 input gradient (LinearConfig::f32_output / f32_input_grad),
 // so no cast pass sits between them and the f32 math. Every gradient is f32
@@ -96,7 +99,7 @@ class MambaMixer : public Mixer {
   // right before Backward (activation recompute), its weights gathered on
   // the chain's recompute slot; the kernels are deterministic, so the
   // activations are bit-identical to the first forward's.
-  absl::StatusOr<Tensor> Forward(const Tensor& h, Direction dir = Direction::kForward) override;
+  absl::StatusOr<Tensor> Forward(const Tensor& h, const Tensor& residual, Direction dir) override;
   // dout (dtype) → dh (=, dtype); parameter gradients (f32) accumulate.
   absl::StatusOr<Tensor> Backward(const Tensor& dout) override;
   void DropActivations() override;

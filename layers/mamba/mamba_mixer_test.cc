@@ -64,7 +64,7 @@ Result RunMixer(int tp, int gtp, const std::vector<float>& h, const Perturb& per
     m->CollectParams(&sharded, &repl);
     if (perturb) perturb(sharded, repl);
     Tensor x = TensorFromHost(e, h.data(), {kB * kT, kC}, DType::kF32);
-    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x));
+    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x, Tensor(), Direction::kForward));
     Tensor r = e.Empty(out.shape());
     double loss = 0;
     for (int64_t i = 0; i < out.numel(); ++i) {
@@ -235,7 +235,7 @@ Result RunMixerCp(const CpCase& k, int64_t T, const std::vector<float>& h) {
           rl[l] = PhiloxNormal(123, g);
         }
     Tensor x = TensorFromHost(e, hl.data(), {kB * Tl, kC}, DType::kF32);
-    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x));
+    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x, Tensor(), Direction::kForward));
     GTP_ASSIGN_OR_RETURN(Tensor dh, m->Backward(TensorFromHost(e, rl.data(), {kB * Tl, kC}, DType::kF32)));
     GTP_RETURN_IF_ERROR(chain.FinishBackward());
     std::lock_guard<std::mutex> g(mu);

@@ -46,7 +46,7 @@ MixerRun RunMixer(const kernels::Exec& e, const MambaConfig& c, int64_t B, int64
     m->CollectParams(&sharded, &repl);
     const std::vector<float> h = Normal(N * c.d_model, 5), r = Normal(N * c.d_model, 123);
     Tensor x = TensorFromHost(e, h.data(), {N, c.d_model}, c.dtype);
-    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x));
+    GTP_ASSIGN_OR_RETURN(Tensor out, m->Forward(x, Tensor(), Direction::kForward));
     Tensor dout = TensorFromHost(e, r.data(), {N, c.d_model}, c.dtype);
     GTP_ASSIGN_OR_RETURN(Tensor dh, m->Backward(dout));
     GTP_RETURN_IF_ERROR(chain.FinishBackward());

@@ -5,7 +5,8 @@
 //   C[m, n], ldc ≥ n.
 // f32 operands go straight to OpenBLAS' cblas_sgemm. bf16 operands are widened
 // to packed f32 copies first; a bf16 C is computed in an f32 copy and rounded
-// once at the end. beta == 0 never reads C (BLAS semantics).
+// once at the end. beta == 0 never reads C (BLAS semantics); with c_in set,
+// beta·C is read from c_in (copied into C, or widened, first).
 //
 // Epilogues (GemmDesc::epilogue) run as loops over the f32 product after the
 // sgemm, before that rounding, with the formulas of cpu/activation.cc
@@ -145,14 +146,20 @@ void Gemm(const GemmDesc& d, const void* A, const void* B, void* C) {
     ldb32 = b_cols;
   }
 
+  // beta·C reads c_in when it is set (GemmDesc::c_in), else C in place.
+  const void* c_read = d.c_in != nullptr ? d.c_in : C;
   float* c = static_cast<float*>(C);
   std::vector<float> c32;
   int64_t ldc32 = ldc;
   if (d.c_type == DType::kBF16) {
-    c32 = d.beta != 0 ? WidenBF16(static_cast<const bf16*>(C), d.m, d.n, ldc)
+    c32 = d.beta != 0 ? WidenBF16(static_cast<const bf16*>(c_read), d.m, d.n, ldc)
                       : std::vector<float>(static_cast<size_t>(d.m) * d.n);
     c = c32.data();
     ldc32 = d.n;
+  } else if (d.beta != 0 && c_read != C) {
+    for (int64_t i = 0; i < d.m; ++i) {
+      std::copy_n(static_cast<const float*>(c_read) + i * ldc, d.n, c + i * ldc);
+    }
   }
 
   // BLAS requires ld ≥ max(1, cols) even where the matrix is empty (k == 0).

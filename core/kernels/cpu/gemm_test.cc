@@ -113,6 +113,62 @@ TEST(Gemm, BetaZeroDoesNotReadC) {
   }
 }
 
+// GemmDesc::c_in: beta·C read from another matrix and C written without
+// being read (NaN before), against the double reference alpha·op(A)·op(B) +
+// beta·c_in (+ bias); c_in and C's padding left as they were. f32 within
+// 1e-5 (sums of ≤ 33 products); a bf16 output is one rounding (≤ 2⁻⁹
+// relative) of the f32 sum: 1e-2 norm-wise.
+TEST(Gemm, ReadsBetaCFromCIn) {
+  Rng rng(7);
+  for (DType c_type : {DType::kF32, DType::kBF16}) {
+    for (const Shape& s : {Shape{5, 7, 3}, Shape{257, 3, 33}, Shape{4, 6, 0}}) {
+      for (bool with_bias : {false, true}) {
+        if (with_bias && s.k == 0) continue;
+        GemmDesc d;
+        d.trans_b = true;
+        d.m = s.m, d.n = s.n, d.k = s.k;
+        d.ldc = d.n + 2;
+        d.alpha = 0.75f;
+        d.beta = -0.5f;
+        d.c_type = c_type;
+        SCOPED_TRACE(absl::StrCat(Describe(d), " c=", DTypeName(c_type), " bias=", with_bias));
+        const std::vector<float> A = rng.Uniform(SizeA(d)), B = rng.Uniform(SizeB(d));
+        std::vector<float> cin = rng.Uniform(SizeC(d)), bias = rng.Uniform(d.n);
+        std::vector<float> c0(SizeC(d), NAN);
+        for (int64_t r = 0; r < d.m; ++r) {
+          for (int64_t c = d.n; c < d.ldc; ++c) c0[r * d.ldc + c] = 7.0f;  // padding
+        }
+        if (c_type == DType::kBF16) {  // the values the bf16 buffers hold
+          cin = ToFloat(ToBF16(cin));
+          bias = ToFloat(ToBF16(bias));
+        }
+        std::vector<double> ref = Reference(d, A, B, cin);
+        for (int64_t r = 0; r < d.m; ++r) {
+          for (int64_t c = 0; c < d.ldc; ++c) {
+            double& v = ref[r * d.ldc + c];
+            v = c >= d.n ? 7.0 : v + (with_bias ? bias[c] : 0.0);
+          }
+        }
+        if (c_type == DType::kF32) {
+          const std::vector<float> cin_before = cin;
+          d.c_in = cin.data();
+          if (with_bias) d.bias = bias.data();
+          cpu::Gemm(d, A.data(), B.data(), c0.data());
+          EXPECT_TRUE(RelClose(c0, ref, 1e-5));
+          EXPECT_EQ(cin, cin_before);
+        } else {
+          std::vector<bf16> cb = ToBF16(c0), cinb = ToBF16(cin), biasb = ToBF16(bias);
+          d.c_in = cinb.data();
+          if (with_bias) d.bias = biasb.data();
+          cpu::Gemm(d, A.data(), B.data(), cb.data());
+          EXPECT_TRUE(RelClose(ToFloat(cb), ref, 1e-2));
+          EXPECT_EQ(ToFloat(cinb), cin);
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, HandlesEmptyDimensions) {
   Rng rng(4);
   // k = 0: C = beta·C, or 0 when beta == 0 even if C held NaN. A and B are never read.

@@ -42,6 +42,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -165,6 +166,7 @@ void GemmViaF32(BlasContext& ctx, const GemmDesc& d, int64_t lda, int64_t ldb, i
   f.lda = lda;
   f.ldb = ldb;
   f.ldc = d.n;
+  f.c_in = nullptr;  // bias-gradient epilogues take no c_in (CheckGemmEpilogue)
   float* tmp = nullptr;
   GTP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tmp),
                                  static_cast<size_t>(d.m * d.n) * sizeof(float), stream));
@@ -206,6 +208,16 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
   CheckGemmEpilogue(d);
   if (d.m == 0 || d.n == 0) return;
   GTP_CHECK(C != nullptr, "Gemm: null C");
+  // c_in (GemmDesc): cuBLASLt reads beta·C from it and writes C; the other
+  // routes below read C in place, so they copy c_in into C first.
+  const void* c_read = d.c_in != nullptr && d.beta != 0.0f ? d.c_in : C;
+  auto c_in_to_c = [&] {
+    if (c_read == C) return;
+    const size_t row = static_cast<size_t>(d.n) * (d.c_type == DType::kBF16 ? 2 : 4);
+    const size_t pitch = static_cast<size_t>(ldc) * (d.c_type == DType::kBF16 ? 2 : 4);
+    GTP_CUDA_CHECK(cudaMemcpy2DAsync(C, pitch, c_read, pitch, row, static_cast<size_t>(d.m),
+                                     cudaMemcpyDeviceToDevice, stream));
+  };
   GTP_CHECK(d.bias == nullptr || (d.k > 0 && !(d.ab_type == DType::kF32 && d.c_type == DType::kBF16)),
             "Gemm: a bias epilogue needs k > 0 and matching operand/output types");
   const bool has_epilogue = d.epilogue != GemmEpilogue::kNone;
@@ -221,12 +233,14 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
   }
   if (d.k == 0) {
     // op(A)·op(B) is the zero matrix.
+    c_in_to_c();
     internal::ScaleMatrix(C, d.c_type, d.m, d.n, ldc, d.beta, stream);
     return;
   }
   GTP_CHECK(A != nullptr && B != nullptr, "Gemm: null A or B");
 
   if (d.ab_type == DType::kF32 && d.c_type == DType::kBF16) {
+    c_in_to_c();
     float* tmp = nullptr;
     GTP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tmp),
                                    static_cast<size_t>(d.m * d.n) * sizeof(float), stream));
@@ -238,6 +252,7 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
     f.lda = lda;
     f.ldb = ldb;
     f.ldc = d.n;
+    f.c_in = nullptr;
     Gemm(ctx, f, A, B, tmp, stream);
     internal::ConvertMatrix(tmp, DType::kF32, d.n, C, DType::kBF16, ldc, d.m, d.n, stream);
     GTP_CUDA_CHECK(cudaFreeAsync(tmp, stream));
@@ -246,7 +261,7 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
 
   cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(ctx.lt_handle());
   const uint32_t align_a = internal::LtAlignment(B), align_b = internal::LtAlignment(A),
-                 align_c = internal::LtAlignment(C);
+                 align_c = std::min(internal::LtAlignment(C), internal::LtAlignment(c_read));
   const void* bias_ptr = BiasPointer(d);
   const bool f32_route_allowed = d.bias_grad != nullptr && d.c_type == DType::kBF16;
   const BlasContext::AlgoCache::Key key = {
@@ -322,7 +337,7 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
           call.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &d.aux, sizeof(d.aux)));
     }
     const cublasStatus_t ms =
-        cublasLtMatmul(handle, call.op, &d.alpha, B, call.a, A, call.b, &d.beta, C, call.c, C,
+        cublasLtMatmul(handle, call.op, &d.alpha, B, call.a, A, call.b, &d.beta, c_read, call.c, C,
                        call.c, &call.algo, ctx.workspace(), ctx.workspace_bytes(), stream);
     if (ms == CUBLAS_STATUS_SUCCESS) return;
     // A rejected argument enqueues nothing; cuBLASLt may refuse the f32 bias

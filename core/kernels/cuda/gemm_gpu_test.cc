@@ -14,6 +14,7 @@
 #include "core/kernels/cuda.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
+#include "core/kernels/testing/reference.h"
 #include "core/status.h"
 #include "gtest/gtest.h"
 
@@ -183,6 +184,62 @@ TEST(GemmGpu, EmptyOutputIsANoOp) {
   d.m = 5, d.n = 0;
   cuda::Gemm(ctx, d, nullptr, nullptr, nullptr, stream.get());
   EXPECT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+}
+
+// GemmDesc::c_in: beta·C read from another matrix and C written without
+// being read (its logical part starts as NaN), against the double
+// reference alpha·op(A)·op(B) + beta·c_in (+ bias) of the stored (rounded)
+// inputs; c_in and C's padding left as they were. Every route: cuBLASLt with
+// C ≠ D, and the two that copy c_in into C first (f32 operands with a bf16
+// output; k == 0). Tolerances: kTypes' (a bf16 output is one rounding,
+// ≤ 2⁻⁹ relative, of the f32 sum).
+TEST(GemmGpu, ReadsBetaCFromCIn) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  cuda::BlasContext ctx(0);
+  Rng rng(5);
+  for (const Types& ty : kTypes) {
+    for (const Shape& s : {Shape{5, 7, 3}, Shape{257, 129, 65}, Shape{7, 9, 0}}) {
+      for (bool with_bias : {false, true}) {
+        if (with_bias && (s.k == 0 || (ty.ab == DType::kF32 && ty.c == DType::kBF16))) continue;
+        for (float beta : {1.0f, -0.5f}) {
+          GemmDesc d;
+          d.trans_b = true;
+          d.m = s.m, d.n = s.n, d.k = s.k;
+          d.ldc = d.n + 3;
+          d.alpha = 0.75f;
+          d.beta = beta;
+          d.ab_type = ty.ab;
+          d.c_type = ty.c;
+          SCOPED_TRACE(absl::StrCat(Describe(d), " bias=", with_bias));
+          const std::vector<uint8_t> A = Store(rng.Uniform(RowsA(d) * LdA(d)), d.ab_type);
+          const std::vector<uint8_t> B = Store(rng.Uniform(RowsB(d) * LdB(d)), d.ab_type);
+          const std::vector<uint8_t> cin = Store(rng.Uniform(d.m * LdC(d)), d.c_type);
+          const std::vector<uint8_t> bias = Store(rng.Uniform(d.n), d.c_type);
+          std::vector<float> c0(d.m * LdC(d), NAN);
+          for (int64_t r = 0; r < d.m; ++r) {
+            for (int64_t c = d.n; c < LdC(d); ++c) c0[r * LdC(d) + c] = 7.0f;  // padding
+          }
+          std::vector<double> ref = ToDouble(Load(cin, d.c_type));
+          RefGemm(d.trans_a, d.trans_b, d.m, d.n, d.k, d.alpha, ToDouble(Load(A, d.ab_type)),
+                  LdA(d), ToDouble(Load(B, d.ab_type)), LdB(d), d.beta, &ref, LdC(d));
+          const std::vector<float> b32 = Load(bias, d.c_type);
+          for (int64_t r = 0; r < d.m; ++r) {
+            for (int64_t c = 0; c < LdC(d); ++c) {
+              double& v = ref[r * LdC(d) + c];
+              v = c >= d.n ? 7.0 : v + (with_bias ? b32[c] : 0.0);
+            }
+          }
+          DeviceBuffer<uint8_t> dA(A), dB(B), dC(Store(c0, d.c_type)), dCin(cin), dBias(bias);
+          d.c_in = dCin.get();
+          if (with_bias) d.bias = dBias.get();
+          cuda::Gemm(ctx, d, dA.get(), dB.get(), dC.get(), stream.get());
+          EXPECT_TRUE(RelClose(Load(dC.Download(), d.c_type), ref, ty.tol));
+          EXPECT_EQ(dCin.Download(), cin) << "c_in was written";
+        }
+      }
+    }
+  }
 }
 
 TEST(GemmGpu, IsDeterministic) {

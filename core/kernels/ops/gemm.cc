@@ -31,8 +31,10 @@ void Gemm(const Exec& e, const GemmDesc& d, const Tensor& a, const Tensor& b, co
   RunGemm(e, d, a.raw_data(), b.raw_data(), c.raw_data());
 }
 
-void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta,
-            const Tensor& bias) {
+namespace {
+
+GemmDesc LinearDesc(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta,
+                    const Tensor& bias) {
   CheckOn(e, x, "x");
   CheckOn(e, w, "w");
   CheckOn(e, y, "y");
@@ -51,6 +53,24 @@ void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, fl
               " for y ", y.ToString());
     d.bias = bias.raw_data();
   }
+  return d;
+}
+
+}  // namespace
+
+void Linear(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y, float beta,
+            const Tensor& bias) {
+  RunGemm(e, LinearDesc(e, x, w, y, beta, bias), x.raw_data(), w.raw_data(), y.raw_data());
+}
+
+void LinearResidual(const Exec& e, const Tensor& x, const Tensor& w, const Tensor& y,
+                    const Tensor& bias, const Tensor& residual) {
+  CheckOn(e, residual, "residual");
+  GTP_CHECK(residual.numel() == y.numel() && residual.dim(-1) == y.dim(-1) &&
+                residual.dtype() == y.dtype(),
+            "LinearResidual: residual ", residual.ToString(), " for y ", y.ToString());
+  GemmDesc d = LinearDesc(e, x, w, y, 1.0f, bias);
+  d.c_in = residual.raw_data();
   RunGemm(e, d, x.raw_data(), w.raw_data(), y.raw_data());
 }
 
