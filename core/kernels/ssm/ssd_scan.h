@@ -86,7 +86,8 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // emulator (ssd_mma_emulation_test) and on the GPU by ssm_gpu_test.
 // kChunkedMmaBf16: the same with each product's operands rounded to bf16
 // (one mma where kChunkedMma takes three; Mamba-2's own kernels' precision:
-// about 1e-2 of the outputs' scale). Opt-in, for timing beside kChunkedMma.
+// about 1e-2 of the outputs' scale). The Mamba mixer of a bf16 model runs it
+// where kAuto picks kChunkedMma (layers/mamba/mamba_mixer.cc ScanKernel).
 // kAuto (the default): SsdAutoKernel's choice.
 enum class SsdCudaKernel {
   kRecurrence,
