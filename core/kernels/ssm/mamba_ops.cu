@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads)
 // The backward also sums dw: block (slab, gi) takes group gi of rows
 // slab·R … (slab + 1)·R − 1 (R = NormSlabRows(N)) in order, each thread
 // adding its columns' dy·g·r over those rows, and writes the slab's sums to
-// partial[slab, gi·group + j]; ColumnFinishKernel adds the slabs in order.
+// partial[slab, gi·group + j]; ColumnReduce adds the slabs (fixed order).
 // (So dy, x and z are read once; a separate column pass read them again.)
 template <typename TZ>
 __global__ void __launch_bounds__(kThreads)
@@ -295,9 +295,11 @@ void GatedRmsNormForward(const float* x, const float* z, const float* w, bf16* y
 }
 
 int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) {
-  // The column pass's partials (narrow groups) or the row kernel's slabs.
+  // The column pass's partials (narrow groups), or the row kernel's slabs
+  // followed by the partials of their own column sums (ColumnReduce).
   const int64_t row_slabs = N > 0 ? CeilDiv(N, NormSlabRows(N)) : 0;
-  return (ColumnSlabs(N) > row_slabs ? ColumnSlabs(N) : row_slabs) * Ch;
+  const int64_t row = (row_slabs + ColumnSlabs(row_slabs)) * Ch;
+  return ColumnSlabs(N) * Ch > row ? ColumnSlabs(N) * Ch : row;
 }
 
 namespace {
@@ -314,9 +316,10 @@ void GatedRmsNormBackwardT(const float* dy, const float* x, const float* z, cons
     Launch(GatedRmsNormBackwardRowKernel<TZ>, static_cast<unsigned>(slabs * (Ch / group)), kThreads,
            0, stream, dy, x, z, w, rstd, dx, dz, scratch, N, Ch, group, slab_rows);
     GTP_CU_LAUNCH_CHECK();
-    Launch(ColumnFinishKernel<AddOut>, GridFor(Ch, kThreads), kThreads, 0, stream,
-           static_cast<const float*>(scratch), slabs, Ch, AddOut{dw});
-    GTP_CU_LAUNCH_CHECK();
+    // dw += the slabs' column sums, by ColumnReduce's two passes over the
+    // [slabs, Ch] partials (about a thousand slabs: one thread per column
+    // adding them in order left six blocks each a thousand loads long).
+    ColumnReduce(PlainValue{scratch, Ch}, AddOut{dw}, scratch + slabs * Ch, slabs, Ch, stream);
     return;
   }
   Launch(GatedRmsNormBackwardKernel<TZ>, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
