@@ -12,12 +12,14 @@
 #    with its bias epilogue, the linear's three GEMMs; the GEMM's layout probe
 #    runs first and prints what cuBLASLt did) and of
 #    core/kernels/ssm (both scan kernel sets and kAuto against the CPU), the
-#    column sums (bias gradients), the FP8 experts, the embedding backward and
-#    AdamW against the CPU;
+#    column sums (bias gradients), the FP8 experts, the embedding backward,
+#    AdamW, the GEMM (its c_in: residuals in the epilogue) and the Mamba mixer
+#    (bf16 scan products in bf16 models) against the CPU;
 # 2. ssm_benchmark: the scan at the hybrid's heads and at P = N = 64,
 #    chunked (kChunked), a warp per chunk (kChunkedMma with 64- and 32-step
 #    chunks, kChunkedMmaBf16) and the recurrence, and the default (ScanAuto: kChunkedMma at these heads
-#    since 2026-12-05) at T = 1024, 4096, 8192 beside torch.compile's chunked
+#    since 2026-12-05; ScanMmaBf16: the bf16 products a bf16 model's mixer
+#    runs) at T = 1024, 4096, 8192 beside torch.compile's chunked
 #    form (tools/bench/torch_ssd.py, bf16), and the mixer's
 #    conv1d and gated RMSNorm; the optimizer's AdamW; gemm_benchmark's
 #    bias gradients, cuBLASLt's epilogue vs
@@ -47,7 +49,8 @@ echo "=== 1. GPU tests"
 for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_test \
   core_kernels_fp8_linear_gpu_test core_kernels_nvfp4_gpu_test core_kernels_ssm_ssm_gpu_test \
   core_kernels_column_sum_gpu_test layers_moe_experts_fp8_gpu_test \
-  core_kernels_embedding_gpu_test core_kernels_adamw_gpu_test; do
+  core_kernels_embedding_gpu_test core_kernels_adamw_gpu_test core_kernels_gemm_gpu_test \
+  layers_mamba_mamba_mixer_gpu_test; do
   if [[ ! -x "$B/bin/$t" ]]; then
     echo "MISSING $t (not in the bundle)"
     status=1
@@ -73,7 +76,7 @@ echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 # --benchmark_min_time=0.1: 0.1 s of GPU time a row (hundreds of calls) is
 # enough here; at the default 0.5 s part 2 ran past its limit on 2026-12-05.
 (cd "$B" && timeout 200 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_min_time=0.1 --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma|mma32|mma_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|Conv1d|GatedRmsNorm' 2>&1) |
+  --benchmark_min_time=0.1 --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma|mma32|mma_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMmaBf16|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
   # The same scan, conv1d and gated-norm rows through the other bundle's
