@@ -127,12 +127,21 @@ TEST_P(LinearParity, ColumnThenRowMatchesUnshardedReference) {
     auto l2 = RowParallelLinear::Create(c2, *pgs, &chain);
     ASSERT_TRUE(l1.ok() && l2.ok());
     const int64_t rows = k.sp ? N / k.tp : N, row0 = k.sp ? t * rows : 0;
+    // The second iteration also adds a residual to l2's output (Forward's
+    // `residual`: after the TP reduction and the bias, left as it was).
+    const Mat res = LaneData("residual", g, N, out);
+    Mat y_res = y[g];
+    for (size_t i = 0; i < y_res.size(); ++i) y_res[i] += res[i];
     for (int iter = 0; iter < 2; ++iter) {  // second iteration: prefetch chain + cache reuse
       auto hid = (*l1)->Forward(HostTensor(host, x[g], row0, rows, in));
       ASSERT_TRUE(hid.ok()) << hid.status();
-      auto yt = (*l2)->Forward(*hid);
+      const Tensor residual = HostTensor(host, res, row0, rows, out);
+      auto yt =
+          iter == 0 ? (*l2)->Forward(*hid) : (*l2)->Forward(*hid, Direction::kForward, residual);
       ASSERT_TRUE(yt.ok()) << yt.status();
-      EXPECT_TRUE(RelClose(Vec(*yt), Sub(y[g], row0, rows, 0, out, out), 1e-5)) << "y";
+      EXPECT_TRUE(RelClose(Vec(*yt), Sub(iter == 0 ? y[g] : y_res, row0, rows, 0, out, out), 1e-5))
+          << "y";
+      EXPECT_EQ(Vec(residual), Vec(HostTensor(host, res, row0, rows, out))) << "residual written";
       auto dht = (*l2)->Backward(HostTensor(host, dy[g], row0, rows, out));
       ASSERT_TRUE(dht.ok()) << dht.status();
       const int64_t h_tp = hidden / k.tp;
