@@ -76,7 +76,7 @@ echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 # --benchmark_min_time=0.1: 0.1 s of GPU time a row (hundreds of calls) is
 # enough here; at the default 0.5 s part 2 ran past its limit on 2026-12-05.
 (cd "$B" && timeout 200 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_min_time=0.1 --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma|mma32|mma_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMmaBf16|Conv1d|GatedRmsNorm' 2>&1) |
+  --benchmark_min_time=0.1 --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma|mma32|mma_bf16|mma32_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMmaBf16|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
   # The same scan, conv1d and gated-norm rows through the other bundle's

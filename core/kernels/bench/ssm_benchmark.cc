@@ -7,7 +7,7 @@
 //   Scan/<shape>/<fwd|bwd>/<chunked|recurrence|chunked32|chunked16|heads|heads32|heads16>:
 //     ssm::SsdScanForward / SsdScanBackward with that SsdCudaKernel (chunked32/16: chunk 32/16;
 //     heads: kChunkedHeads, heads32/16 with chunk 32/16; mma: kChunkedMma;
-//     mma_bf16: kChunkedMmaBf16; mma32: kChunkedMma with 32-step chunks),
+//     mma_bf16: kChunkedMmaBf16; mma32, mma32_bf16: the two with 32-step chunks),
 //     f32, chunk 128, shapes "h96p16n16" (our hybrid GPT: H = 96, P = 16, N = 16, G = 1),
 //     "h24p64n128" and "h24p64n64" (Mamba-2's usual head dim and states, G = 1).
 //   ScanAuto/h96p16n16_t<T>/<fwd|bwd>: the default kernels (kAuto) at T = 1024,
@@ -244,6 +244,11 @@ void RegisterAll() {
                    [s, bwd](benchmark::State& st) {
                      BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedMma, 32);
                    });
+          Register(
+              std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/mma32_bf16",
+              [s, bwd](benchmark::State& st) {
+                BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedMmaBf16, 32);
+              });
         }
       }
       // The chunked kernels' other chunk lengths (kChunk = 128 runs 64-step chunks).
