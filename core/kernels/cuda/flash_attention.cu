@@ -128,10 +128,8 @@ __global__ void __launch_bounds__(FwdCfg<HS, kBlockM, kBlockN>::kThreads)
     // O += P·V; P's C fragments are reused as A fragments (bf16).
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t pa[4] = {PackBF16(s[2 * kk][0], s[2 * kk][1]),
-                              PackBF16(s[2 * kk][2], s[2 * kk][3]),
-                              PackBF16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              PackBF16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[4];
+      PackAFragment(s, kk, pa);
 #pragma unroll
       for (int dn = 0; dn < HS / 16; ++dn) {
         uint32_t bv[4];

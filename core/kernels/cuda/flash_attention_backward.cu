@@ -175,14 +175,10 @@ __device__ __forceinline__ void DkDvBody(
     // dV += Pᵀ·dO, dK += dSᵀ·Q (k = queries).
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      const uint32_t pa[4] = {PackBF16(st[2 * kk][0], st[2 * kk][1]),
-                              PackBF16(st[2 * kk][2], st[2 * kk][3]),
-                              PackBF16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                              PackBF16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-      const uint32_t da[4] = {PackBF16(dpt[2 * kk][0], dpt[2 * kk][1]),
-                              PackBF16(dpt[2 * kk][2], dpt[2 * kk][3]),
-                              PackBF16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                              PackBF16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+      uint32_t pa[4];
+      PackAFragment(st, kk, pa);
+      uint32_t da[4];
+      PackAFragment(dpt, kk, da);
 #pragma unroll
       for (int dn = 0; dn < HS / 16; ++dn) {
         uint32_t bo[4], bq[4];
@@ -335,10 +331,8 @@ __device__ __forceinline__ void DqBody(const uint16_t* __restrict__ dout,
     // dQ += dS·K (k = keys).
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t da[4] = {PackBF16(dp[2 * kk][0], dp[2 * kk][1]),
-                              PackBF16(dp[2 * kk][2], dp[2 * kk][3]),
-                              PackBF16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                              PackBF16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      uint32_t da[4];
+      PackAFragment(dp, kk, da);
 #pragma unroll
       for (int dn = 0; dn < HS / 16; ++dn) {
         uint32_t bk[4];

@@ -117,6 +117,17 @@ __device__ __forceinline__ uint32_t PackBF16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// The A fragment (16×16, bf16) of k-step kk made from two adjacent 16×8 C
+// fragments c[2·kk], c[2·kk + 1] of an f32 accumulator: how P (or dS) is
+// reused as the next product's A operand without a trip through shared memory.
+template <int kN>
+__device__ __forceinline__ void PackAFragment(const float (&c)[kN][4], int kk, uint32_t (&a)[4]) {
+  a[0] = PackBF16(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = PackBF16(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = PackBF16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = PackBF16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
 __device__ __forceinline__ float Exp2(float x) {
 #if defined(GTP_CUDA_HOST_EMULATION)
   return exp2f(x);  // (ex2.approx's error is within the tests' bf16 bounds)
