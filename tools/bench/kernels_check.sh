@@ -73,8 +73,10 @@ for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_t
 done
 
 echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
-# --benchmark_min_time=0.1: 0.1 s of GPU time a row (hundreds of calls) is
-# enough here; at the default 0.5 s part 2 ran past its limit on 2026-12-05.
+# ssm_benchmark times a fixed 20 iterations a row since 61cc9cb, so
+# --benchmark_min_time is ignored here; it still bounds the rows of a
+# BASE_BUNDLE_DIR bundle built before that (at the default 0.5 s a row, part 2
+# ran past its limit on 2026-12-05).
 (cd "$B" && timeout 200 ./bin/core_kernels_bench_ssm_benchmark \
   --benchmark_min_time=0.1 --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma|mma32|mma_bf16|mma32_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMmaBf16|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
