@@ -8,8 +8,8 @@
 // columns (8 bf16 by one 16-byte load when C % 8 == 0 and x is aligned, else
 // 1), four rows' loads in flight before they are added (in order); the 8
 // lanes meet in shared memory and warp 0 adds them in lane order into
-// partial[slab, c]. Pass 2, a thread per column: the slabs' partials in
-// order (internal::InOrderSum), then sums[c] + total.
+// partial[slab, c]. Pass 2 (ColumnTotalKernel): each column's slab partials
+// added in slab order, then sums[c] + total.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,7 +23,6 @@ namespace {
 
 using internal::Aligned16;
 using internal::CeilDiv;
-using internal::InOrderSum;
 using internal::LoadVec;
 using internal::WithVec;
 
@@ -90,11 +89,44 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void ColumnTotalKernel(const float* __restrict__ partial, int64_t slabs, int64_t C,
-                                  float* __restrict__ sums) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  sums[c] = sums[c] + InOrderSum<8>(partial + c, slabs, C);
+// Pass 2: a block per 32 columns. Its warps load the slabs' partials into
+// shared memory, kTotalStage slabs at a time (a warp a slab row, kTotalLoads
+// of them in flight a thread), and warp 0 adds them in slab order — the
+// order and so the bits of a thread per column walking the slabs (a chain
+// of dependent global loads, ~7 µs at 128 slabs), with the loads issued
+// together.
+constexpr int kTotalWarps = 8, kTotalStage = 128, kTotalLoads = 4;
+static_assert(kTotalStage % (kTotalWarps * kTotalLoads) == 0, "whole load rounds a stage");
+
+__global__ void __launch_bounds__(kTotalWarps* internal::kWarpSize)
+    ColumnTotalKernel(const float* __restrict__ partial, int64_t slabs, int64_t C,
+                      float* __restrict__ sums) {
+  __shared__ float stage[kTotalStage][internal::kWarpSize];
+  const int lane = threadIdx.x % internal::kWarpSize, warp = threadIdx.x / internal::kWarpSize;
+  const int64_t c = blockIdx.x * int64_t{internal::kWarpSize} + lane;
+  float acc = 0.0f;
+  for (int64_t s0 = 0; s0 < slabs; s0 += kTotalStage) {
+    const int n = static_cast<int>(slabs - s0 < kTotalStage ? slabs - s0 : kTotalStage);
+    for (int s = warp; s < n; s += kTotalWarps * kTotalLoads) {
+      float v[kTotalLoads];
+#pragma unroll
+      for (int i = 0; i < kTotalLoads; ++i) {
+        const int si = s + i * kTotalWarps;
+        v[i] = si < n && c < C ? partial[(s0 + si) * C + c] : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < kTotalLoads; ++i) {
+        if (s + i * kTotalWarps < n) stage[s + i * kTotalWarps][lane] = v[i];
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll 8
+      for (int s = 0; s < n; ++s) acc += stage[s][lane];
+    }
+    __syncthreads();  // the stage is read before the next round overwrites it
+  }
+  if (warp == 0 && c < C) sums[c] = sums[c] + acc;
 }
 
 template <typename T>
@@ -116,8 +148,8 @@ void ColumnSumAccumulateT(const T* x, int64_t R, int64_t C, float* sums, float* 
     internal::Launch(ColumnSlabKernel<T, kVec>, grid, kThreads, 0, stream, x, R, C, partial);
     GTP_CU_LAUNCH_CHECK();
   });
-  internal::Launch(ColumnTotalKernel, static_cast<unsigned>(CeilDiv(C, 256)), 256, 0, stream,
-                   partial, slabs, C, sums);
+  internal::Launch(ColumnTotalKernel, static_cast<unsigned>(CeilDiv(C, internal::kWarpSize)),
+                   kTotalWarps * internal::kWarpSize, 0, stream, partial, slabs, C, sums);
   GTP_CU_LAUNCH_CHECK();
 }
 

@@ -1,7 +1,8 @@
 // ColumnSumAccumulate on CUDA (cuda/column_sum.cu) gives the CPU's bits
 // (cpu/column_sum.cc runs the same documented order, kernels.h): f32 and
 // bf16, the vectorised path (C % 8 == 0, aligned) and the scalar one (odd C,
-// or x one element off alignment), partial slabs and lanes, sums that start
+// or x one element off alignment), partial slabs and lanes, more slabs than the
+// total's kernel stages at once (20000 rows: 313), sums that start
 // non-zero (it accumulates), and a bit-identical rerun. The CPU's accuracy
 // is cpu/column_sum_test.cc's.
 #include <cuda_runtime.h>
@@ -47,8 +48,9 @@ TEST(CudaColumnSum, MatchesTheCpuBitForBit) {
   struct Shape {
     int64_t R, C;
   };
-  for (const Shape sh : {Shape{8192, 768}, Shape{1000, 3072}, Shape{37, 24}, Shape{130, 13},
-                         Shape{5, 1}, Shape{64, 8}, Shape{65, 16}, Shape{300, 2304}}) {
+  for (const Shape sh :
+       {Shape{8192, 768}, Shape{1000, 3072}, Shape{37, 24}, Shape{130, 13}, Shape{5, 1},
+        Shape{64, 8}, Shape{65, 16}, Shape{300, 2304}, Shape{20000, 40}}) {
     for (int offset : {0, 1}) {
       const std::vector<float> xf = rng.Normal(sh.R * sh.C + offset);
       CheckShape(xf, offset, sh.R, sh.C, stream.get());

@@ -143,15 +143,22 @@ __global__ void __launch_bounds__(kThreads)
 // and a write. exp is exp2 of log2(e)-scaled values (one FFMA and one MUFU
 // per element); only a row's last vector is masked, and only the vector
 // holding the target subtracts the one-hot.
+// kStaged (rows of at most kStageBytes, e.g. GPT-2's 50304 columns): pass 1
+// also keeps the row in shared memory, and pass 2 reads it from there — at
+// 3 blocks an SM the rows in flight (~40 MB at 50304 columns) outgrow L2,
+// and pass 2's reads went to HBM again. The same arithmetic on the same
+// values either way, so the same bits.
 constexpr int kFusedThreads = 512;
 constexpr int kFusedBlocksPerSm = 3;
 constexpr int kFusedUnroll = 4;
+constexpr int64_t kStageBytes = 112 * 1024;  // two blocks an SM (228 KB, 1 KB reserved a block)
 constexpr float kLog2e = 1.4426950408889634f;
 
+template <bool kStaged>
 __global__ void __launch_bounds__(kFusedThreads)
-    FusedKernel(bf16* logits, const int32_t* __restrict__ targets,
-                const float* __restrict__ dloss, float* __restrict__ loss, int64_t N, int64_t V,
-                int64_t ld) {
+    FusedKernel(bf16* logits, const int32_t* __restrict__ targets, const float* __restrict__ dloss,
+                float* __restrict__ loss, int64_t N, int64_t V, int64_t ld) {
+  GTP_DYNAMIC_SHARED(uint4, stash);  // kStaged: the row, [ld / kV]; each thread its own vectors
   constexpr int kV = kBf16Vec;
   constexpr int64_t kStride = int64_t{kFusedThreads} * kV;
   const int64_t v_full = V / kV * kV;  // vectors below are all vocabulary
@@ -163,8 +170,10 @@ __global__ void __launch_bounds__(kFusedThreads)
     float m = -INFINITY, se = 0.0f;  // se = Σ exp(x − m) of this thread's elements
 #pragma unroll kFusedUnroll
     for (int64_t v = threadIdx.x * int64_t{kV}; v < ld; v += kStride) {
+      const uint4 u = *reinterpret_cast<const uint4*>(row + v);
+      if constexpr (kStaged) stash[v / kV] = u;
       float f[kV];
-      LoadVec<kV>(row + v, f);
+      internal::UnpackBf16x8(u, f);
       if (v >= v_full) {  // the partial vector and the padding: masked to −∞
 #pragma unroll
         for (int k = 0; k < kV; ++k) f[k] = v + k < V ? f[k] : -INFINITY;
@@ -189,7 +198,11 @@ __global__ void __launch_bounds__(kFusedThreads)
 #pragma unroll kFusedUnroll
     for (int64_t v = threadIdx.x * int64_t{kV}; v < ld; v += kStride) {
       float f[kV];
-      LoadVec<kV>(row + v, f);
+      if constexpr (kStaged) {
+        internal::UnpackBf16x8(stash[v / kV], f);
+      } else {
+        LoadVec<kV>(row + v, f);
+      }
 #pragma unroll
       for (int k = 0; k < kV; ++k) f[k] = ginv * exp2f(fmaf(f[k], kLog2e, -mxs));
       if (v >= v_full) {
@@ -319,9 +332,24 @@ void CrossEntropyFused(bf16* logits, const int32_t* targets, const float* dloss,
                  "CrossEntropyFused: unsupported V=%lld ld=%lld (see CrossEntropyFusedSupported)",
                  static_cast<long long>(V), static_cast<long long>(ld));
   if (N == 0) return;
-  const int64_t grid = std::min<int64_t>(N, int64_t{kFusedBlocksPerSm} * internal::SmCount());
-  Launch(FusedKernel, static_cast<unsigned>(grid), kFusedThreads, 0, stream, logits, targets, dloss,
-         loss, N, V, ld);
+  const int64_t stage_bytes = ld * static_cast<int64_t>(sizeof(bf16));
+  if (stage_bytes <= kStageBytes) {
+#if !defined(GTP_CUDA_HOST_EMULATION)
+    // Raised before the occupancy is asked (Launch raises it too).
+    GTP_CU_CHECK(cudaFuncSetAttribute(FusedKernel<true>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(stage_bytes)));
+#endif
+    const int per_sm =
+        internal::BlocksPerSm(FusedKernel<true>, kFusedThreads, static_cast<size_t>(stage_bytes));
+    const int64_t grid = std::min<int64_t>(N, int64_t{std::max(per_sm, 1)} * internal::SmCount());
+    Launch(FusedKernel<true>, static_cast<unsigned>(grid), kFusedThreads,
+           static_cast<size_t>(stage_bytes), stream, logits, targets, dloss, loss, N, V, ld);
+  } else {
+    const int64_t grid = std::min<int64_t>(N, int64_t{kFusedBlocksPerSm} * internal::SmCount());
+    Launch(FusedKernel<false>, static_cast<unsigned>(grid), kFusedThreads, 0, stream, logits,
+           targets, dloss, loss, N, V, ld);
+  }
   GTP_CU_LAUNCH_CHECK();
 }
 

@@ -36,6 +36,16 @@ __device__ __forceinline__ bf16 Store<bf16>(float v) {
 // bf16 elements per 16-byte access.
 inline constexpr int kBf16Vec = 8;
 
+// The 8 bf16 of a 16-byte word, widened to f32 (v[0] from the lowest address).
+__device__ __forceinline__ void UnpackBf16x8(const uint4& u, float (&v)[kBf16Vec]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // little-endian: the lower address is the low half
+    v[2 * i] = BitsFloat(w[i] << 16);
+    v[2 * i + 1] = BitsFloat(w[i] & 0xffff0000u);
+  }
+}
+
 // v[0, kVec) = p[0, kVec) widened to f32. kVec > 1 needs T = bf16, kVec = 8
 // and p 16-byte aligned.
 template <int kVec, typename T>
@@ -44,13 +54,7 @@ __device__ __forceinline__ void LoadVec(const T* p, float (&v)[kVec]) {
     v[0] = Load(p[0]);
   } else {
     static_assert(std::is_same_v<T, bf16> && kVec == kBf16Vec, "16-byte access of 8 bf16");
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // little-endian: the lower address is the low half
-      v[2 * i] = BitsFloat(w[i] << 16);
-      v[2 * i + 1] = BitsFloat(w[i] & 0xffff0000u);
-    }
+    UnpackBf16x8(*reinterpret_cast<const uint4*>(p), v);
   }
 }
 

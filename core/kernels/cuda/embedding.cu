@@ -7,7 +7,7 @@
 // The backward pass is deterministic without atomics: the (row, n) pairs are
 // radix-sorted by row (stably, so n increases within a row), and one block
 // per distinct row adds that row's dout rows in increasing n into a register
-// started from the table value, one column (or 8) per thread. Every dtable element
+// started from the table value, 1, 2, 4 or 8 columns per thread. Every dtable element
 // therefore receives its updates one at a time in increasing n, the order of
 // the plain sequential loop (bit-identical to the CPU), and a frequent id
 // (real text is Zipfian) is one register chain a column (stored and reloaded
@@ -85,8 +85,13 @@ __global__ void SortKeysKernel(const int32_t* __restrict__ idx, int32_t* __restr
 // differs from entry i − 1's; that block adds the segment's dout rows into
 // the table row, one column per thread, starting from the table value and in
 // increasing n: the order of the plain sequential loop.
-// kVec columns per thread (8, as 16-byte loads of bf16 dout and two float4
-// of dtable, for bf16 rows with C % 8 == 0 and aligned buffers; else 1).
+// kVec columns per thread: 1 (f32 dout, or bf16 rows that are not whole
+// aligned 16-byte chunks), else 2, 4 or 8 (4-, 8- or 16-byte loads of bf16
+// dout; float2, float4 or two float4 of dtable): the fewest that keep the
+// block within kSegThreads. A column's adds form one chain, so what bounds a
+// long segment is the rows a thread has in flight: kBatch = 64 / kVec of
+// them (the same registers whatever kVec), 32 at C = 768 (8 at kVec = 8 took
+// ~0.17 ms for the commonest id of a byte corpus' 8192 tokens).
 // A frequent token's segment runs to thousands of rows, so the block finds
 // the segment's end together (blockDim rows a pass; one thread walking it
 // made as many dependent loads as the segment has rows) and stages the
@@ -96,8 +101,62 @@ __global__ void SortKeysKernel(const int32_t* __restrict__ idx, int32_t* __restr
 // sums are the plain loop's.
 constexpr int kPosChunk = 2048;
 
+constexpr int kSegThreads = 512;
+
+// v[0, kVec) = p[0, kVec): bf16 widened (kVec ≥ 2: one 2·kVec-byte load,
+// p aligned to it), or f32 (kVec ≥ 2: float2 or float4s, aligned to them).
+template <int kVec, typename T>
+__device__ __forceinline__ void LoadCols(const T* p, float (&v)[kVec]) {
+  if constexpr (kVec == 1) {
+    LoadVec<1>(p, v);
+  } else if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kVec == 2) {
+      const float2 a = *reinterpret_cast<const float2*>(p);
+      v[0] = a.x, v[1] = a.y;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec / 4; ++i) {
+        const float4 a = reinterpret_cast<const float4*>(p)[i];
+        v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+      }
+    }
+  } else if constexpr (kVec == kBf16Vec) {
+    LoadVec<kVec>(p, v);
+  } else {
+    static_assert(std::is_same_v<T, bf16> && (kVec == 2 || kVec == 4), "2 or 4 bf16");
+    uint32_t w[kVec / 2];
+    if constexpr (kVec == 2) {
+      w[0] = *reinterpret_cast<const uint32_t*>(p);
+    } else {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      w[0] = u.x, w[1] = u.y;
+    }
+#pragma unroll
+    for (int i = 0; i < kVec / 2; ++i) {  // little-endian: the lower address is the low half
+      v[2 * i] = BitsFloat(w[i] << 16);
+      v[2 * i + 1] = BitsFloat(w[i] & 0xffff0000u);
+    }
+  }
+}
+
+// p[0, kVec) = v (f32; float2 or float4s when kVec ≥ 2).
+template <int kVec>
+__device__ __forceinline__ void StoreCols(float* p, const float (&v)[kVec]) {
+  if constexpr (kVec == 1) {
+    p[0] = v[0];
+  } else if constexpr (kVec == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec / 4; ++i) {
+      reinterpret_cast<float4*>(p)[i] =
+          make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+  }
+}
+
 template <typename T, int kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kSegThreads)
     SegmentAddKernel(const int32_t* __restrict__ rows, const int32_t* __restrict__ pos,
                      const T* __restrict__ dout, float* __restrict__ dtable, int64_t N, int64_t V,
                      int64_t C) {
@@ -130,23 +189,16 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t c = threadIdx.x * int64_t{kVec}; c < C; c += int64_t{blockDim.x} * kVec) {
         float* d = dtable + r * C + c;
         float acc[kVec];
-        if constexpr (kVec == 1) {
-          acc[0] = d[0];
-        } else {
-          const float4 a = reinterpret_cast<const float4*>(d)[0],
-                       b = reinterpret_cast<const float4*>(d)[1];
-          acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
-          acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
-        }
+        LoadCols<kVec>(d, acc);
         // kBatch rows are loaded before any is added (their loads in flight
         // together), then added in order: the plain loop's sums.
-        constexpr int kBatch = kVec == 1 ? 16 : 8;
+        constexpr int kBatch = kVec == 1 ? 16 : 64 / kVec;
         int64_t k = k0;
         for (; k + kBatch <= k1; k += kBatch) {
           float x[kBatch][kVec];
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
-            LoadVec<kVec>(dout + static_cast<int64_t>(spos[k + b - k0]) * C + c, x[b]);
+            LoadCols<kVec>(dout + static_cast<int64_t>(spos[k + b - k0]) * C + c, x[b]);
           }
 #pragma unroll
           for (int b = 0; b < kBatch; ++b) {
@@ -156,20 +208,28 @@ __global__ void __launch_bounds__(kThreads)
         }
         for (; k < k1; ++k) {
           float x[kVec];
-          LoadVec<kVec>(dout + static_cast<int64_t>(spos[k - k0]) * C + c, x);
+          LoadCols<kVec>(dout + static_cast<int64_t>(spos[k - k0]) * C + c, x);
 #pragma unroll
           for (int j = 0; j < kVec; ++j) acc[j] += x[j];
         }
-        if constexpr (kVec == 1) {
-          d[0] = acc[0];
-        } else {
-          reinterpret_cast<float4*>(d)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-          reinterpret_cast<float4*>(d)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-        }
+        StoreCols<kVec>(d, acc);
       }
       __syncthreads();  // spos is read before the next chunk overwrites it
     }
   }
+}
+
+// f(std::integral_constant<int, kVec>) for SegmentAddKernel: 1 unless T is
+// bf16 and `vec` holds (C % 8 == 0, 16-byte aligned), else the fewest of 2,
+// 4, 8 columns a thread that keep C / kVec ≤ kSegThreads.
+template <typename T, typename F>
+void WithSegVec(bool vec, int64_t C, F&& f) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (vec && C <= 2 * kSegThreads) return f(std::integral_constant<int, 2>{});
+    if (vec && C <= 4 * kSegThreads) return f(std::integral_constant<int, 4>{});
+    if (vec) return f(std::integral_constant<int, kBf16Vec>{});
+  }
+  f(std::integral_constant<int, 1>{});
 }
 
 void CheckArgs(int64_t N, int64_t V, int64_t C) {
@@ -260,11 +320,12 @@ void EmbeddingBackwardT(const int32_t* idx, const T* dout, float* dtable, int64_
   GTP_CU_LAUNCH_CHECK();
   SortPairs(temp, temp_bytes, keys, keys_sorted, pos, pos_sorted, N, EndBit(V), stream);
   const unsigned seg_blocks = static_cast<unsigned>(N < (int64_t{1} << 20) ? N : (int64_t{1} << 20));
-  WithVec<T>(C % kBf16Vec == 0 && Aligned16({dout, dtable}), [&](auto vec) {
+  WithSegVec<T>(C % kBf16Vec == 0 && Aligned16({dout, dtable}), C, [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
     const int64_t chunks = C / kVec;
-    const int threads =
-        chunks >= kThreads ? kThreads : static_cast<int>(CeilDiv(chunks, kWarpSize) * kWarpSize);
+    const int threads = chunks >= kSegThreads
+                            ? kSegThreads
+                            : static_cast<int>(CeilDiv(chunks, kWarpSize) * kWarpSize);
     Launch(SegmentAddKernel<T, kVec>, seg_blocks, threads, 0, stream, keys_sorted, pos_sorted, dout,
            dtable, N, V, C);
   });

@@ -83,12 +83,14 @@ TEST(EmbeddingGpu, BackwardAccumulatesLikeCpuBitForBit) {
 // Byte-level text in a GPT-2 vocabulary: every id in a few rows, one row hit
 // thousands of times (~2760: the case the sort exists for, and longer than
 // the kernel's 2048 staged positions, so its sums cross a chunk boundary).
-// dout of type T (f32 at C = 96; bf16 at C = 768, the 8-column path).
+// dout of type T (f32 at C = 96; bf16 at C = 768, 1544 and 4104: 2, 4 and 8
+// columns a thread, the last with more 8-column chunks than threads).
 template <typename T>
-void ExpectSkewedBackwardLikeCpu(int64_t C, uint64_t seed) {
+void ExpectSkewedBackwardLikeCpu(int64_t C, uint64_t seed, int64_t V = 50304) {
+  SCOPED_TRACE(::testing::Message() << "C=" << C << " V=" << V);
   Stream stream = TestStream();
   Rng rng(seed);
-  const int64_t N = 8192, V = 50304;
+  const int64_t N = 8192;
   std::vector<int32_t> idx = rng.Ints(N, 0, 255);
   for (int64_t i = 0; i < N; i += 3) idx[i] = 32;  // one very frequent id
   std::vector<T> dout;
@@ -117,6 +119,8 @@ TEST(EmbeddingGpu, BackwardSkewedIdsBitForBit) {
 TEST(EmbeddingGpu, Bf16BackwardSkewedIdsBitForBit) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   ExpectSkewedBackwardLikeCpu<bf16>(768, 16);
+  ExpectSkewedBackwardLikeCpu<bf16>(1544, 17, /*V=*/300);
+  ExpectSkewedBackwardLikeCpu<bf16>(4104, 18, /*V=*/300);
 }
 
 TEST(EmbeddingGpu, EmptyInputsAreNoOps) {

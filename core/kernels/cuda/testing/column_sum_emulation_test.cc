@@ -29,11 +29,18 @@ alignas(16) double smem[1024];  // the blocks' dynamic shared memory (these kern
 using FVec = std::vector<float>;
 
 // R rows over several slabs of kColumnSumSlabRows, C not a multiple of the
-// vector (the scalar path) and a multiple (the vector path), f32 and bf16.
+// vector (the scalar path) and a multiple (the vector path), f32 and bf16;
+// and more slabs than pass 2 stages at once (130 > kTotalStage: two rounds,
+// the second partial).
 TEST(ColumnSumEmulationTest, MatchesTheCpuBitForBit) {
   gtp::emu::SetShared(smem, sizeof(smem));
-  for (const int64_t C : {int64_t{37}, int64_t{64}}) {
-    const int64_t R = 2 * kColumnSumSlabRows + 5;
+  struct Shape {
+    int64_t R, C;
+  };
+  for (const Shape sh :
+       {Shape{2 * kColumnSumSlabRows + 5, 37}, Shape{2 * kColumnSumSlabRows + 5, 64},
+        Shape{(kTotalStage + 1) * kColumnSumSlabRows + 3, 5}}) {
+    const int64_t R = sh.R, C = sh.C;
     const FVec x = gtp::emu::RandomNormal(R * C, 50), s0 = gtp::emu::RandomNormal(C, 51);
     std::vector<bf16> xb;
     for (float f : x) xb.push_back(ToBF16(f));

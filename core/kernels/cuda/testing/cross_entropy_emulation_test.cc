@@ -152,11 +152,14 @@ TEST_P(CrossEntropyEmulationTest, FusedBf16MatchesTheDefinition) {
 }
 
 // V a multiple of the 16-byte vector and not; pad columns (ld > V); a shard
-// starting at vocab_start = 1000; more rows than the fused pass's grid (3
-// blocks an SM × the emulator's 4 SMs).
+// starting at vocab_start = 1000; more rows than the fused pass's grid (4
+// blocks an SM by threads × the emulator's 4 SMs); and rows past the fused
+// pass's shared-memory stage (ld = 57352: 2 bytes over kStageBytes), which
+// read the row twice from memory.
 INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyEmulationTest,
                          ::testing::Values(Case{7, 520, 520, 0}, Case{5, 517, 528, 0},
-                                           Case{30, 64, 72, 0}, Case{6, 300, 300, 1000}));
+                                           Case{30, 64, 72, 0}, Case{6, 300, 300, 1000},
+                                           Case{2, 57347, 57352, 0}));
 
 }  // namespace
 }  // namespace gtp::kernels::cuda

@@ -78,10 +78,12 @@ TEST_P(EmbeddingEmulationTest, F32MatchesTheCpuBitForBit) { RunCase<float>(GetPa
 TEST_P(EmbeddingEmulationTest, Bf16MatchesTheCpuBitForBit) { RunCase<bf16>(GetParam()); }
 
 // C a multiple of the 16-byte vector (8) and not; a shard starting past 0;
-// a frequent id's segment of ~N/3 rows.
+// a frequent id's segment of ~N/3 rows; bf16 rows of 2 (C = 24, 16), 4
+// (C = 1032) and 8 columns a thread (C = 4104: more chunks than threads).
 INSTANTIATE_TEST_SUITE_P(Shapes, EmbeddingEmulationTest,
                          ::testing::Values(Case{300, 40, 24, 0}, Case{200, 30, 13, 10},
-                                           Case{1500, 64, 16, 0}));
+                                           Case{1500, 64, 16, 0}, Case{60, 12, 1032, 0},
+                                           Case{40, 6, 4104, 2}));
 
 }  // namespace
 }  // namespace gtp::kernels::cuda
