@@ -294,6 +294,12 @@ absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor&
   }
   ShardedParam* head = lm_head_ ? lm_head_.get() : wte_.get();
   GTP_ASSIGN_OR_RETURN(Tensor w, head->Materialize(dir, /*prefetch=*/lm_head_ != nullptr));
+  if (const int64_t rows = HeadChunkRows(*head, backward_follows, recompute); rows > 0) {
+    Timeline::Scope span(timeline_, "head+loss chunked", exec_.stream);
+    GTP_RETURN_IF_ERROR(HeadChunked(w, *head, rows, acc));
+    head->Release(dir);
+    return Tensor();
+  }
   // Over the padded vocabulary slice (v_tp_, a multiple of 128 / TP): aligned
   // rows for the GEMM and the loss kernels; the pad columns are masked there.
   logits_ = exec_.Empty({N, v_tp_}, config_.block.dtype);
@@ -338,6 +344,55 @@ absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor&
   return Tensor();
 }
 
+int64_t GptModel::HeadChunkRows(const ShardedParam& head, bool backward_follows,
+                                bool recompute) const {
+  const int64_t N = B_ * T_;
+  const int64_t row_bytes = v_tp_ * static_cast<int64_t>(SizeOf(config_.block.dtype));
+  // The forward may take the head's backward: the loss gradient is this
+  // rank's alone (TP 1), the weight is whole here (tied, GTP 1, no SP) and
+  // the forward is never re-run (a re-run would add the gradient twice).
+  if (!backward_follows || recompute || lm_head_ != nullptr || tp_->size() != 1 || sp_ ||
+      head.gtp_size() != 1 || config_.block.recompute || config_.head_chunk_bytes <= 0 ||
+      N * row_bytes <= config_.head_chunk_bytes) {
+    return 0;
+  }
+  // Equal chunks of whole 8-row groups, each within the budget where it can be.
+  const int64_t chunks = (N * row_bytes + config_.head_chunk_bytes - 1) / config_.head_chunk_bytes;
+  const int64_t rows = ((N + chunks - 1) / chunks + 7) / 8 * 8;
+  return rows < N ? rows : 0;
+}
+
+absl::Status GptModel::HeadChunked(const Tensor& w, ShardedParam& head, int64_t rows,
+                                   const Tensor& acc) {
+  const int64_t N = B_ * T_, C = config_.block.n_embd;
+  Tensor dloss = exec_.Empty({N}), loss = exec_.Empty({N});
+  if (config_.loss_reduction == LossReduction::kSum) {
+    ops::Fill(exec_, dloss, 1.0f);
+  } else {
+    ops::CountValid(exec_, targets_, count_);
+    ops::FillReciprocal(exec_, count_, dloss);
+  }
+  head_dh_ = exec_.Empty({N, C}, config_.block.dtype);
+  Tensor logits = exec_.Empty({rows, v_tp_}, config_.block.dtype);
+  const Tensor wv = w.Slice(0, v_tp_);
+  bool fresh = false;
+  Tensor wgrad = head.Wgrad(&fresh);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t r1 = std::min(N, r0 + rows);
+    const Tensor lg = logits.Slice(0, r1 - r0), h = h_f_.Slice(r0, r1);
+    ops::Linear(exec_, h, wv, lg);
+    ops::CrossEntropyFused(exec_, lg, targets_.Slice(r0, r1), dloss.Slice(r0, r1),
+                           loss.Slice(r0, r1), v_real_);
+    ops::LinearBackwardData(exec_, lg, wv, head_dh_.Slice(r0, r1));
+    // Every vocabulary row (pad rows get 0 from the zero pad columns).
+    ops::LinearBackwardWeight(exec_, lg, h, wgrad.Slice(0, v_tp_), fresh && r0 == 0 ? 0.0f : 1.0f);
+  }
+  ops::MaskedMeanAccumulate(exec_, loss, targets_, acc, count_);
+  n_valid_ = -1;
+  h_f_ = Tensor();
+  return absl::OkStatus();
+}
+
 Tensor GptModel::LocalSequence(const Tensor& full) const {
   if (cp_ == 1 || full.numel() != B_ * T_full_) return full;
   // Token ids are few: pick this rank's columns on the host.
@@ -352,7 +407,7 @@ Tensor GptModel::LocalSequence(const Tensor& full) const {
 void GptModel::DropActivations() {
   for (auto& b : blocks_) b->DropActivations();
   if (ln_f_) ln_f_->DropActivations();
-  h_f_ = logits_ = row_max_ = sumexp_ = Tensor();
+  h_f_ = logits_ = row_max_ = sumexp_ = head_dh_ = Tensor();
   logits_are_grad_ = false;
 }
 
@@ -412,6 +467,11 @@ absl::StatusOr<Tensor> GptModel::BackwardPart(const Tensor& dout) {
 
 absl::StatusOr<Tensor> GptModel::HeadBackward() {
   const int64_t N = B_ * T_, C = config_.block.n_embd;
+  if (head_dh_.defined()) {  // HeadChunked ran the head's backward in the forward
+    Tensor dh = head_dh_;
+    head_dh_ = Tensor();
+    return ln_f_->Backward(dh);
+  }
   if (!logits_.defined()) return absl::FailedPreconditionError("Backward without Forward");
   std::optional<Timeline::Scope> head_span;
   head_span.emplace(timeline_, "head+loss bwd", exec_.stream);

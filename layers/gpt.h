@@ -80,6 +80,14 @@ struct GptConfig {
   // explicit boundaries, the parts split at the '|'s. Empty: every layer
   // attention + MLP (or MoE, block.moe).
   std::string layer_pattern;
+  // The head's logits in row chunks of at most this many bytes when a tied
+  // LM head's loss gradient is known in the forward (one rank of TP and GTP
+  // for the head, no SP, no re-run of the forward): each chunk's logits,
+  // fused loss, and its share of the head's backward (dh rows, the tied
+  // weight's gradient) before the next, so the [B·T, V] logits are never
+  // held whole (GPT-2 124M at B·T = 8192: 824 MB → two chunks of 412 MB).
+  // The weight gradient then adds the chunks in order; 0: never chunked.
+  int64_t head_chunk_bytes = int64_t{512} << 20;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
   static GptConfig Gpt2(int64_t vocab = 50257, int64_t seq = 1024, int layers = 12,
@@ -221,6 +229,12 @@ class GptModel {
   absl::Status EmbedBackward(const Tensor& dx);
   // The loss's backward through the head and ln_f: the last block's output gradient.
   absl::StatusOr<Tensor> HeadBackward();
+  // Rows a chunk of the head's logits when the forward takes the head's
+  // backward too (GptConfig::head_chunk_bytes), else 0.
+  int64_t HeadChunkRows(const ShardedParam& head, bool backward_follows, bool recompute) const;
+  // The head in row chunks: logits, fused loss and gradient, dh rows into
+  // head_dh_, the weight gradient added in; the loss into `acc`.
+  absl::Status HeadChunked(const Tensor& w, ShardedParam& head, int64_t rows, const Tensor& acc);
 
   GptConfig config_;
   kernels::Exec exec_;
@@ -251,6 +265,7 @@ class GptModel {
   // Saved for backward.
   Tensor tokens_, targets_, pos_ids_, h_f_, logits_, row_max_, sumexp_;
   bool logits_are_grad_ = false;  // the fused loss already turned logits_ into dlogits
+  Tensor head_dh_;                // HeadChunked's dh [B·T, C]: the head's backward is done
   Tensor loss_acc_;  // f32 [1]: Σ of micro-batch mean losses (device)
   Tensor count_;     // f32 [1]: valid targets of the last forward (device)
   int64_t n_valid_ = 0;

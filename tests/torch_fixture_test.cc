@@ -69,9 +69,12 @@ struct Layout {
   int tp = 1, gtp = 1, dp = 1;
   bool sp = false;
   bool training = false;  // ForwardAsync(backward_follows) + TakeLossSum: the trainer's path
+  // ≥ 0: GptConfig::head_chunk_bytes (1: 8-row chunks of the tied head's
+  // logits, its backward taken in the forward); −1: the default.
+  int64_t head_chunk_bytes = -1;
   std::string Name() const {
-    return absl::StrCat("tp", tp, "_gtp", gtp, "_dp", dp, sp ? "_sp" : "",
-                        training ? "_train" : "");
+    return absl::StrCat("tp", tp, "_gtp", gtp, "_dp", dp, sp ? "_sp" : "", training ? "_train" : "",
+                        head_chunk_bytes >= 0 ? "_chunked" : "");
   }
 };
 
@@ -101,6 +104,7 @@ absl::StatusOr<Result> RunLayout(const Fixture& fx, const Layout& l) {
     GTP_ASSIGN_OR_RETURN(comm::Communicator * tp_gtp, pgs.Get("tp_gtp"));
     layers::GptConfig cfg = base;
     cfg.block.sequence_parallel = l.sp;
+    if (l.head_chunk_bytes >= 0) cfg.head_chunk_bytes = l.head_chunk_bytes;
     const int64_t b_lane = B / data->size(), s0 = data->rank() * b_lane;
     HeapAllocator host;
     GTP_ASSIGN_OR_RETURN(auto model,
@@ -250,14 +254,16 @@ TEST_P(TorchFixture, LossLogitsAndEveryGradientMatchFloat64PyTorch) {
 
 std::vector<Case> Cases() {
   const std::vector<Layout> layouts = {
-      {1, 1, 1, false, false},  // one rank
-      {1, 1, 1, false, true},   // one rank, fused loss gradient (training path)
-      {2, 1, 1, false, false},  // TP2
-      {1, 2, 1, false, false},  // GTP2 (tp_num_weight_shards 2)
-      {2, 2, 1, true, false},   // TP2·GTP2, sequence parallel
-      {1, 2, 1, false, true},   // GTP2, training path
-      {1, 1, 2, false, false},  // DP2
-      {2, 1, 2, true, false},   // TP2·DP2, sequence parallel
+      {1, 1, 1, false, false},    // one rank
+      {1, 1, 1, false, true},     // one rank, fused loss gradient (training path)
+      {2, 1, 1, false, false},    // TP2
+      {1, 2, 1, false, false},    // GTP2 (tp_num_weight_shards 2)
+      {2, 2, 1, true, false},     // TP2·GTP2, sequence parallel
+      {1, 2, 1, false, true},     // GTP2, training path
+      {1, 1, 1, false, true, 1},  // one rank, the tied head in 8-row chunks (llama: untied, whole)
+      {1, 1, 2, false, true, 1},  // DP2, the same
+      {1, 1, 2, false, false},    // DP2
+      {2, 1, 2, true, false},     // TP2·DP2, sequence parallel
   };
   std::vector<Case> cases;
   for (const char* style : {"gpt2", "llama"})
