@@ -16,8 +16,8 @@
 #    AdamW, the GEMM (its c_in: residuals in the epilogue) and the Mamba mixer
 #    (bf16 scan products in bf16 models) against the CPU;
 # 2. ssm_benchmark: the scan at the hybrid's heads and at P = N = 64,
-#    chunked (kChunked), a warp per chunk (kChunkedMma with 64- and 32-step
-#    chunks, kChunkedMmaBf16) and the recurrence, and the default (ScanAuto: kChunkedMma at these heads
+#    chunked (kChunked), a warp per chunk (kChunkedMma: 32-step chunks at
+#    these heads since 2026-12-05; kChunkedMmaBf16) and the recurrence, and the default (ScanAuto: kChunkedMma at these heads
 #    since 2026-12-05; ScanMmaBf16: the bf16 products a bf16 model's mixer
 #    runs) at T = 1024, 4096, 8192 beside torch.compile's chunked
 #    form (tools/bench/torch_ssd.py, bf16), and the mixer's
@@ -25,15 +25,14 @@
 #    bias gradients, cuBLASLt's epilogue vs
 #    ColumnSumAccumulate;
 # 3. the hybrid bench shape (`M*-` × 6, width 768, B=8, T=1024, bf16), 40
-#    steps: the median ms/step of steps 11–40, and again with the scan in
-#    32-step chunks (model.mamba.chunk=32); with BASE_BUNDLE_DIR=<folder of
+#    steps: the median ms/step of steps 11–40; with BASE_BUNDLE_DIR=<folder of
 #    another bundle.tar.xz> the same through that bundle too; each run's
 #    losses against the first's (a kernel change's speed and agreement);
 # 4. compute-sanitizer's racecheck, synccheck and memcheck on the scan's
 #    kernels at small shapes (ssm_gpu_test's HeadGroupsSmall: every kernel,
 #    kChunkedMma's included) and on the embedding backward's skewed-id tests;
-# 5. Nsight Compute on the scan's kernels at the hybrid's shape (kChunkedMma
-#    with 64- and 32-step chunks): duration, occupancy, issue rate (PROFILE=0 skips);
+# 5. Nsight Compute on the scan's kernels at the hybrid's shape (kChunkedMma,
+#    f32-accurate and bf16 products): duration, occupancy, issue rate (PROFILE=0 skips);
 #    with BASE_BUNDLE_DIR, part 2's scan rows also through that bundle.
 # Each part prints PASS/FAIL or its figures; the exit status is 1 when a
 # test failed. Logs in $OUT/kernels_check when $OUT is set (the device
@@ -78,7 +77,7 @@ echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"
 # BASE_BUNDLE_DIR bundle built before that (at the default 0.5 s a row, part 2
 # ran past its limit on 2026-12-05).
 (cd "$B" && timeout 200 ./bin/core_kernels_bench_ssm_benchmark \
-  --benchmark_min_time=0.1 --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma|mma32|mma_bf16|mma32_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMmaBf16|Conv1d|GatedRmsNorm' 2>&1) |
+  --benchmark_min_time=0.1 --benchmark_filter='Scan/h96p16n16/.*(chunked|recurrence|mma|mma_bf16)/|Scan/h24p64n64/.*(chunked|recurrence|mma)/|ScanAuto|ScanMmaBf16|Conv1d|GatedRmsNorm' 2>&1) |
   grep '^BM_' | awk '{printf "%-60s %s %s\n", $1, $2, $3}'
 if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
   # The same scan, conv1d and gated-norm rows through the other bundle's
@@ -122,9 +121,6 @@ hybrid() {  # label bundle-dir (unpacked) [extra settings]
   rm -rf "$run"
 }
 hybrid this "$B"
-# The scan in 32-step chunks (kChunkedMma at the hybrid's heads: half the
-# shared memory a block; ssm_benchmark's /mma32 rows).
-hybrid chunk32 "$B" model.mamba.chunk=32
 if [[ -n "${BASE_BUNDLE_DIR:-}" ]]; then
   mkdir -p "$WORK/base" && tar -C "$WORK/base" -xJf "$BASE_BUNDLE_DIR/bundle.tar.xz" && hybrid base "$WORK/base"
 fi
@@ -182,16 +178,15 @@ else
 fi
 
 echo "=== 5. Nsight Compute on the scan's kernels at the hybrid's shape (PROFILE=0 skips)"
-# One forward and one backward of kChunkedMma (the default) with 64- and
-# 32-step chunks, and the backward with bf16 products (H96·P16·N16, B=8,
+# One forward and one backward of kChunkedMma (the default; 32-step chunks
+# at these heads), and the backward with bf16 products (H96·P16·N16, B=8,
 # T=1024): per kernel its duration, occupancy, issue rate and the sizes
 # that bound its blocks an SM — what decides the next change to the
 # warp-level scan. Up to 300 s.
 if [[ "${PROFILE:-1}" == 0 ]]; then
   echo "SKIPPED Nsight Compute (PROFILE=0)"
 elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
-  for row in 'Scan/h96p16n16/bwd/mma/' 'Scan/h96p16n16/fwd/mma/' 'Scan/h96p16n16/bwd/mma32/' \
-    'Scan/h96p16n16/fwd/mma32/' 'Scan/h96p16n16/bwd/mma_bf16/'; do
+  for row in 'Scan/h96p16n16/bwd/mma/' 'Scan/h96p16n16/fwd/mma/' 'Scan/h96p16n16/bwd/mma_bf16/'; do
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page details \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \

@@ -237,7 +237,8 @@ void RegisterAll() {
                  [s, bwd](benchmark::State& st) {
                    BM_Scan(st, s, bwd, ssm::SsdCudaKernel::kChunkedMmaBf16, kChunk);
                  });
-        // 32-step chunks where kChunk gives 64 (P, N ≤ 32): about half the
+        // 32-step chunks where kChunk gives 64 (width 32: max(P, N) in
+        // 17..32; width 16 takes 32-step chunks anyway): about half the
         // shared memory a block, so about twice the blocks an SM.
         if (ssm::SsdCudaChunkLength(ssm::SsdCudaKernel::kChunkedMma, bwd, s.P, s.N, kChunk) == 64) {
           Register(std::string("BM_CudaSsm/Scan/") + s.name + (bwd ? "/bwd" : "/fwd") + "/mma32",

@@ -11,9 +11,9 @@
 // in double; no atomics, every sum in a fixed order: bit-identical run to run.
 //
 // Per (b, h) and chunk c of len ≤ L steps from t0 (L = 64 where the
-// caller's chunk ≥ 64 and P, N ≤ 32, else 32: MmaChunkLength), with cs_i = Σ_{k ≤ i} dt_k·A (inside
-// the chunk), E_ij = exp(cs_i − cs_j) for j ≤ i, e_i = exp(cs_i), r_j = exp(cs_last − cs_j), w_j =
-// r_j·dt_j and dec_c = exp(cs_last):
+// caller's chunk ≥ 64 and the padded width is 32, else 32: MmaChunkLength), with cs_i = Σ_{k ≤ i}
+// dt_k·A (inside the chunk), E_ij = exp(cs_i − cs_j) for j ≤ i, e_i = exp(cs_i), r_j = exp(cs_last
+// − cs_j), w_j = r_j·dt_j and dec_c = exp(cs_last):
 //   S_c       = Σ_j w_j · x_j ⊗ B_j                        (MmaStatesKernel)
 //   S_in[c+1] = dec_c·S_in[c] + S_c,  S_in[0] = 0          (ssd_pass.cuh)
 //   y_i = Σ_{j ≤ i} (C_i·B_j)·E_ij·dt_j·x_j + e_i·S_in[c]·C_i + D·x_i   (MmaOutputKernel)
@@ -218,7 +218,7 @@ int HeadsPerBlock(int64_t H, int64_t G, int64_t P, int64_t N, int L) {
     const int64_t bytes = w == 64 ? BackwardBytes<64, 32>(hb)
                           : w == 32
                               ? (L == 64 ? BackwardBytes<32, 64>(hb) : BackwardBytes<32, 32>(hb))
-                              : (L == 64 ? BackwardBytes<16, 64>(hb) : BackwardBytes<16, 32>(hb));
+                              : BackwardBytes<16, 32>(hb);
     if (hpg % hb == 0 && bytes <= kMaxSmemBytes) return hb;
   }
   return 1;
@@ -310,9 +310,7 @@ int64_t SsdMmaScratchFloats(int64_t B, int64_t T, int64_t H, int64_t P, int64_t 
   do {                                          \
     const int w_ = MmaWidth(P, N);              \
     const int l_ = MmaChunkLength(w_, chunk);   \
-    if (w_ == 16 && l_ == 64) {                 \
-      CALL(16, 64);                             \
-    } else if (w_ == 16) {                      \
+    if (w_ == 16) {                             \
       CALL(16, 32);                             \
     } else if (w_ == 32 && l_ == 64) {          \
       CALL(32, 64);                             \

@@ -31,7 +31,7 @@ alignas(16) double smem[200 * 1024 / 8];  // the blocks' dynamic shared memory
 struct Case {
   int64_t B, T, H, P, G, N;
   int offset = 0;  // x, dy, B, C start this many floats into their buffers (a view's start)
-  int64_t chunk = 128;  // the caller's chunk: 64-step chunks at widths 16, 32 where ≥ 64, else 32
+  int64_t chunk = 128;  // the caller's chunk: 64-step chunks at width 32 where ≥ 64, else 32
 };
 
 class SsdMmaEmulationTest : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
@@ -91,8 +91,8 @@ TEST_P(SsdMmaEmulationTest, MatchesTheRecurrenceInEverySchedule) {
   }
 }
 
-// Widths 16, 32, 64 (64: 32-step chunks; 16 and 32 with 32-step chunks too,
-// chunk < 64); 4, 2 and 1 heads a block; the head sums in the block (H/hb =
+// Widths 16, 32, 64 (16 and 64: 32-step chunks; 32: 64-step chunks, and
+// 32-step ones where chunk < 64); 4, 2 and 1 heads a block; the head sums in the block (H/hb =
 // G) and through partials (H/hb > G); T not a multiple of the chunk, one
 // step, one chunk exactly, odd P and N.
 INSTANTIATE_TEST_SUITE_P(

@@ -81,8 +81,8 @@ inline constexpr int64_t kSsdDefaultChunk = 128;
 // not faster than kChunked (docs/PERFORMANCE.md, 2026-12-05).
 // kChunkedMma: ssd_mma.cu, the chunked form with a warp per (b, h, chunk)
 // and its products as bf16 mma.sync with split operands (about f32
-// accuracy); P and N up to 64; chunks of 64 steps where chunk ≥ 64 and P,
-// N ≤ 32, else 32 (SsdCudaChunkLength). Checked on the CPU by a warp
+// accuracy); P and N up to 64; chunks of 64 steps where chunk ≥ 64 and
+// max(P, N) is in 17..32, else 32 (SsdCudaChunkLength). Checked on the CPU by a warp
 // emulator (ssd_mma_emulation_test) and on the GPU by ssm_gpu_test.
 // kChunkedMmaBf16: the same with each product's operands rounded to bf16
 // (one mma where kChunkedMma takes three; Mamba-2's own kernels' precision:
@@ -122,7 +122,8 @@ bool SsdCudaKernelFits(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N
 // The chunk length L (64, 32 or 16) the chunked CUDA kernels (kChunked,
 // kChunkedHeads) cut T into for this P, N and chunk; 0 where their blocks do
 // not fit. kChunkedHeads takes kChunked's length or none. kChunkedMma and
-// kChunkedMmaBf16 take 64 where chunk ≥ 64 and P, N ≤ 32, else 32.
+// kChunkedMmaBf16 take 64 where chunk ≥ 64 and max(P, N) is in 17..32,
+// else 32.
 int64_t SsdCudaChunkLength(SsdCudaKernel kernel, bool backward, int64_t P, int64_t N,
                            int64_t chunk);
 

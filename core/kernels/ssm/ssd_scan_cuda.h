@@ -80,7 +80,7 @@ void SsdChunkedBackward(const float* dy, const float* x, const float* dt, const 
 
 // ---- The chunked form with a warp per (b, h, chunk) (ssd_mma.cu,
 // ssd_mma_backward.cu): chunks of SsdMmaChunkLength steps (64 where
-// `chunk` ≥ 64 and P, N ≤ 32, else 32), P
+// `chunk` ≥ 64 and max(P, N) is in 17..32, else 32), P
 // and N up to 64 zero-padded to 16, 32 or 64, the chunk products on the
 // tensor cores as bf16 mma.sync: with `split`, each operand split into two
 // bf16 terms (about f32 accuracy, three mma a product); without, each

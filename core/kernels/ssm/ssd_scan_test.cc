@@ -428,8 +428,9 @@ TEST(SsdCudaKernelFits, ChunkedMmaTakesPAndNUpTo64) {
       EXPECT_TRUE(SsdCudaKernelFits(k, bwd, 64, 64, 128));
       EXPECT_FALSE(SsdCudaKernelFits(k, bwd, 65, 16, 128));
       EXPECT_FALSE(SsdCudaKernelFits(k, bwd, 16, 128, 128));
-      // Its chunk length: 64 steps where chunk ≥ 64 and P, N ≤ 32, else 32.
-      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 16, 128), 64);
+      // Its chunk length: 64 steps where chunk ≥ 64 and max(P, N) is in
+      // 17..32, else 32 (width 16 takes 32-step chunks: they were faster).
+      EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 16, 128), 32);
       EXPECT_EQ(SsdCudaChunkLength(k, bwd, 32, 20, 64), 64);
       EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 16, 63), 32);
       EXPECT_EQ(SsdCudaChunkLength(k, bwd, 16, 16, 1), 32);
