@@ -313,13 +313,7 @@ absl::StatusOr<Tensor> GptModel::ForwardPart(const Tensor& tokens, const Tensor&
   if (logits_are_grad_) {
     // Loss and its gradient in one pass; the gradient's scale (1 or
     // 1 / valid targets) is known before the backward.
-    Tensor dloss = exec_.Empty({N}), loss = exec_.Empty({N});
-    if (config_.loss_reduction == LossReduction::kSum) {
-      ops::Fill(exec_, dloss, 1.0f);
-    } else {
-      ops::CountValid(exec_, targets_, count_);
-      ops::FillReciprocal(exec_, count_, dloss);
-    }
+    Tensor dloss = ForwardLossGrad(), loss = exec_.Empty({N});
     ops::CrossEntropyFused(exec_, logits_, targets_, dloss, loss, v_real_);
     ops::MaskedMeanAccumulate(exec_, loss, targets_, acc, count_);
     n_valid_ = -1;
@@ -362,16 +356,21 @@ int64_t GptModel::HeadChunkRows(const ShardedParam& head, bool backward_follows,
   return rows < N ? rows : 0;
 }
 
-absl::Status GptModel::HeadChunked(const Tensor& w, ShardedParam& head, int64_t rows,
-                                   const Tensor& acc) {
-  const int64_t N = B_ * T_, C = config_.block.n_embd;
-  Tensor dloss = exec_.Empty({N}), loss = exec_.Empty({N});
+Tensor GptModel::ForwardLossGrad() {
+  Tensor dloss = exec_.Empty({B_ * T_});
   if (config_.loss_reduction == LossReduction::kSum) {
     ops::Fill(exec_, dloss, 1.0f);
   } else {
     ops::CountValid(exec_, targets_, count_);
     ops::FillReciprocal(exec_, count_, dloss);
   }
+  return dloss;
+}
+
+absl::Status GptModel::HeadChunked(const Tensor& w, ShardedParam& head, int64_t rows,
+                                   const Tensor& acc) {
+  const int64_t N = B_ * T_, C = config_.block.n_embd;
+  Tensor dloss = ForwardLossGrad(), loss = exec_.Empty({N});
   head_dh_ = exec_.Empty({N, C}, config_.block.dtype);
   Tensor logits = exec_.Empty({rows, v_tp_}, config_.block.dtype);
   const Tensor wv = w.Slice(0, v_tp_);

@@ -86,7 +86,8 @@ struct GptConfig {
   // fused loss, and its share of the head's backward (dh rows, the tied
   // weight's gradient) before the next, so the [B·T, V] logits are never
   // held whole (GPT-2 124M at B·T = 8192: 824 MB → two chunks of 412 MB).
-  // The weight gradient then adds the chunks in order; 0: never chunked.
+  // The weight gradient then adds the chunks in order; 0: never chunked
+  // (negative: refused by name).
   int64_t head_chunk_bytes = int64_t{512} << 20;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
@@ -229,6 +230,9 @@ class GptModel {
   absl::Status EmbedBackward(const Tensor& dx);
   // The loss's backward through the head and ln_f: the last block's output gradient.
   absl::StatusOr<Tensor> HeadBackward();
+  // dloss [B·T] for a loss gradient taken in the forward: 1 (sum) or
+  // 1 / valid targets (mean; counts them into count_ first).
+  Tensor ForwardLossGrad();
   // Rows a chunk of the head's logits when the forward takes the head's
   // backward too (GptConfig::head_chunk_bytes), else 0.
   int64_t HeadChunkRows(const ShardedParam& head, bool backward_follows, bool recompute) const;

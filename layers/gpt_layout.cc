@@ -70,6 +70,10 @@ absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int6
   if (c.vocab_size <= 0 || c.n_layer <= 0 || c.block.n_embd <= 0) {
     return Bad("GptConfig needs vocab_size, n_layer and n_embd > 0");
   }
+  if (c.head_chunk_bytes < 0) {
+    return Bad(absl::StrCat("head_chunk_bytes ", c.head_chunk_bytes,
+                            " must be >= 0 (0: the logits never chunked; default 512 MiB)"));
+  }
   if (c.layer_pattern.empty()) {
     // Transformer layers: attention, then an MLP, or a MoE where block.moe
     // picks the layer.

@@ -145,6 +145,9 @@ TEST(GptLayout, PatternsAndPipelinesThatDoNotFitAreNamed) {
   ExpectError(PlanGptLayout(uneven, 2, 8, {}), "n_layer 5 is not divisible by the 2 pipeline stages");
   GptConfig long_seq = Model();
   ExpectError(PlanGptLayout(long_seq, 2, 128, {}), "sequence length 128 exceeds max_seq_len 64");
+  GptConfig chunk = Model();
+  chunk.head_chunk_bytes = -1;
+  ExpectError(PlanGptLayout(chunk, 2, 8, {}), "head_chunk_bytes -1 must be >= 0");
 }
 
 }  // namespace
