@@ -349,7 +349,8 @@ Tensor ShardedParam::Wgrad(bool* fresh) {
     if (grad_write_hook_) grad_write_hook_(*this);
     reduce_.wgrad = main_grad_;
     reduce_.open = true;
-    *fresh = false;
+    *fresh = grad_zero_deferred_;
+    grad_zero_deferred_ = false;
     return main_grad_;
   }
   Tensor w = chain_->cache().Acquire({padded_rows_, cols_}, DType::kF32, BufferCache::kWgrad);
@@ -359,6 +360,26 @@ Tensor ShardedParam::Wgrad(bool* fresh) {
   reduce_.open = true;
   *fresh = true;
   return w;
+}
+
+void ShardedParam::DeferGradZero() {
+  GTP_CHECK(gtp_size() == 1, name_,
+            ": DeferGradZero needs GTP 1 (the main grad is the wgrad "
+            "buffer); GTP ",
+            gtp_size(), " adds reduced shards into it");
+  if (reduce_.open || reduce_.state != CommState::kNone) {
+    // Left open by a failed iteration: its next Wgrad accumulates, so zero now.
+    ops::Fill(chain_->exec(), main_grad_, 0.0f);
+    grad_zero_deferred_ = false;
+    return;
+  }
+  grad_zero_deferred_ = true;
+}
+
+void ShardedParam::FillUnwrittenGrad() {
+  if (!grad_zero_deferred_) return;
+  ops::Fill(chain_->exec(), main_grad_, 0.0f);
+  grad_zero_deferred_ = false;
 }
 
 absl::Status ShardedParam::ReduceGrad() {

@@ -284,8 +284,20 @@ class ShardedParam {
   // (pad rows zero). `*fresh` is true when it was just opened: write rows
   // [0, rows) with beta = 0; false when it already holds a contribution
   // (a tied weight used twice) — or, with GTP = 1, when it is the main grad
-  // itself (nothing to reduce): accumulate with beta = 1.
+  // itself (nothing to reduce): accumulate with beta = 1, unless its zeroing
+  // was deferred (DeferGradZero) and this is the iteration's first write:
+  // then fresh, beta = 0.
   Tensor Wgrad(bool* fresh);
+  // GTP 1 only. The main grad counts as zero without being written: the
+  // iteration's first Wgrad reports fresh (its writer overwrites rows
+  // [0, rows) with beta = 0; the pad rows, never written, stay zero), so an
+  // optimizer need not zero-fill it (GradBuffer::ZeroGrad). Whoever reads the
+  // grad after backward calls FillUnwrittenGrad first: it zeroes a grad no
+  // backward wrote. (A wgrad left open by a failed iteration is zeroed at
+  // once instead: its next Wgrad accumulates.)
+  void DeferGradZero();
+  void FillUnwrittenGrad();
+  bool grad_zero_deferred() const { return grad_zero_deferred_; }
   // Closes the open wgrad buffer and reduce-scatters it over GTP, then adds
   // into the main grad — deferred by one param when async_reduction is on.
   absl::Status ReduceGrad();
@@ -399,6 +411,7 @@ class ShardedParam {
   bool registered_ = false;
   bool gathered_in_backward_ = true;
   bool tied_copy_ = false;
+  bool grad_zero_deferred_ = false;  // DeferGradZero: no Wgrad since
   int recompute_group_ = -1;
   int prefetch_group_ = -1;
   GlobalLayout layout_;

@@ -155,6 +155,28 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
       gp.replicated->grad = shaped;
     }
   }
+  // What ZeroGrad fills: every param but the GTP-1 sharded ones (their
+  // zeroing is deferred to their first wgrad), merged over the padding
+  // between two filled params. Param offsets ascend in buffer order.
+  for (const GradParam& gp : g->params_) {
+    if (gp.sharded != nullptr && gp.sharded->gtp_size() == 1) continue;
+    auto& r = g->zero_ranges_;
+    const int64_t prev = r.empty() ? -1 : r.back().second;
+    const bool adjacent = !r.empty() && [&] {
+      for (const GradParam& q : g->params_) {  // no deferred param in [prev, gp.offset)
+        if (q.sharded != nullptr && q.sharded->gtp_size() == 1 && q.offset >= prev &&
+            q.offset < gp.offset) {
+          return false;
+        }
+      }
+      return true;
+    }();
+    if (adjacent) {
+      r.back().second = gp.offset + gp.numel;
+    } else {
+      r.emplace_back(gp.offset, gp.offset + gp.numel);
+    }
+  }
   g->state_.resize(g->buckets_.size());
   g->param_ready_.assign(g->params_.size(), 0);
   return g;
@@ -253,6 +275,10 @@ absl::Status GradBuffer::FinishGradSync() {
   if (finished_) return absl::OkStatus();
   GTP_RETURN_IF_ERROR(deferred_error_);
   const bool mean = options_.normalization == LossNormalization::kMean;
+  // A deferred grad no backward wrote is zero (before its bucket reduces).
+  for (GradParam& gp : params_) {
+    if (gp.sharded != nullptr) gp.sharded->FillUnwrittenGrad();
+  }
   for (const Bucket& b : buckets_) {
     if (!b.replicated && !state_[b.index].issued) GTP_RETURN_IF_ERROR(IssueBucket(b.index));
   }
@@ -327,7 +353,10 @@ void GradBuffer::ZeroGrad() {
     // unusable after an error anyway).
     s = BucketState();
   }
-  ops::Fill(exec_, data_, 0.0f);
+  for (auto [lo, hi] : zero_ranges_) ops::Fill(exec_, data_.Slice(lo, hi), 0.0f);
+  for (GradParam& gp : params_) {
+    if (gp.sharded != nullptr && gp.sharded->gtp_size() == 1) gp.sharded->DeferGradZero();
+  }
   std::fill(param_ready_.begin(), param_ready_.end(), 0);
   sync_ = true;
   num_microbatches_ = 0;

@@ -168,7 +168,16 @@ class GradBuffer {
 
   // Zeroes the buffer and starts a new iteration (micro-batch count, token
   // count, readiness). Enqueued on the exec's stream; does not communicate.
+  // A GTP-1 sharded param's grad (most of the buffer: a GEMM's wgrad writes
+  // it directly) is not filled: its zeroing is deferred
+  // (ShardedParam::DeferGradZero), so the iteration's first wgrad GEMM
+  // writes it with beta = 0, and FinishGradSync zeroes any such grad no
+  // backward wrote. The same values as a fill, without writing the buffer
+  // once more each step (4 bytes a parameter).
   void ZeroGrad();
+  // The [begin, end) element ranges ZeroGrad fills (every other element is a
+  // deferred param's, or bucket padding, which nothing writes but zeros).
+  const std::vector<std::pair<int64_t, int64_t>>& zero_ranges() const { return zero_ranges_; }
 
   // Elements of bucket b that hold the final gradient after FinishGradSync
   // on this rank: the whole bucket (kAllReduce) or this rank's slice.
@@ -221,6 +230,7 @@ class GradBuffer {
   std::vector<Bucket> buckets_;
   Tensor data_;
   int64_t replicated_begin_ = 0, tp_sum_end_ = 0;  // [begin, tp_sum_end): needs the TP sum
+  std::vector<std::pair<int64_t, int64_t>> zero_ranges_;  // what ZeroGrad fills
 
   // Per-iteration state.
   struct BucketState {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/local/local_communicator.h"
+#include "core/kernels/ops.h"
 #include "core/philox.h"
 #include "gtest/gtest.h"
 #include "layers/gpt.h"
@@ -85,8 +86,12 @@ TEST(GradBuffer, LayoutBucketsWholeParamsPaddedToTheReplicateSize) {
 
 // The bucketed reduction gives the same gradients as the simple per-param
 // FinalizeGrads on a twin model, on the elements each mode makes final.
+// With `poison`: the buffer is first filled with NaN (a previous
+// iteration's values, at their worst) and ZeroGrad starts the iteration, so
+// a deferred grad (GTP 1) that its first wgrad did not overwrite, or an
+// element ZeroGrad should have filled and did not, reads NaN and fails.
 void CheckAgainstReference(int tp, int gtp, int dp, bool llama, ReduceMode mode,
-                           bool overlap = true) {
+                           bool overlap = true, bool poison = false) {
   HeapAllocator host;
   absl::Status st = comm::RunRanks(tp * gtp * dp, [&](comm::Communicator& w) -> absl::Status {
     parallel::ParallelConfig pc;
@@ -105,6 +110,10 @@ void CheckAgainstReference(int tp, int gtp, int dp, bool llama, ReduceMode mode,
     o.bucket_elements = 500;
     GTP_ASSIGN_OR_RETURN(auto g, GradBuffer::Create({a->sharded_params(), a->replicated_params()},
                                                     pgs, exec, o));
+    if (poison) {
+      kernels::ops::Fill(exec, g->data(), std::nanf(""));
+      g->ZeroGrad();
+    }
     Tensor tok = Tensor::Empty({kB, kT}, DType::kI32, host);
     Tensor tgt = Tensor::Empty({kB, kT}, DType::kI32, host);
     FillBatch(tok, tgt, lane);
@@ -151,6 +160,99 @@ TEST(GradBuffer, WithoutOverlapEverythingReducesInFinish) {
 TEST(GradBuffer, AllReduceMatchesUnbucketedFinalize) {
   CheckAgainstReference(1, 2, 2, false, ReduceMode::kAllReduce);
   CheckAgainstReference(2, 2, 1, true, ReduceMode::kAllReduce);
+}
+
+// ZeroGrad defers the GTP-1 sharded grads (their first wgrad GEMM writes with
+// beta = 0) and fills the rest; the gradients are those of a zeroed buffer.
+// Layouts: DP2 (every weight deferred), GTP2 (none: the reduced shard is
+// added into the main grad), TP2 with SP.
+TEST(GradBuffer, ZeroGradDefersGtp1GradsToTheirFirstWgrad) {
+  CheckAgainstReference(1, 1, 2, false, ReduceMode::kReduceScatter, true, /*poison=*/true);
+  CheckAgainstReference(1, 2, 1, true, ReduceMode::kAllReduce, true, /*poison=*/true);
+  CheckAgainstReference(2, 1, 1, true, ReduceMode::kReduceScatter, false, /*poison=*/true);
+}
+
+// What ZeroGrad fills and what it leaves: every replicated grad is filled,
+// no GTP-1 weight's grad is; a deferred grad no backward wrote reads zero
+// after FinishGradSync (the NaN of before is gone), and one micro-batch's
+// wgrad overwrites while the next accumulates (two micro-batches against a
+// zeroed twin, halved: the mean over micro-batches).
+TEST(GradBuffer, ZeroGradUnwrittenGradsReadZeroAndMicroBatchesAccumulate) {
+  HeapAllocator host;
+  const kernels::Exec exec = kernels::Exec::Cpu(host);
+  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
+    parallel::ParallelConfig pc;
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
+    const layers::GptConfig cfg = testing::SmallModel(false);
+    GTP_ASSIGN_OR_RETURN(auto a, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
+    GTP_ASSIGN_OR_RETURN(auto b, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
+    GTP_ASSIGN_OR_RETURN(
+        auto g, GradBuffer::Create({a->sharded_params(), a->replicated_params()}, pgs, exec));
+    // The ranges: replicated params inside, deferred ones outside.
+    auto filled = [&](const GradParam& p) {
+      for (auto [lo, hi] : g->zero_ranges()) {
+        if (p.offset >= lo && p.offset + p.numel <= hi) return 1;
+        if (p.offset < hi && p.offset + p.numel > lo) return -1;  // partly: wrong either way
+      }
+      return 0;
+    };
+    int deferred = 0;
+    for (const GradParam& p : g->params()) {
+      if (p.sharded != nullptr) {
+        EXPECT_EQ(filled(p), 0) << p.name;
+        ++deferred;
+      } else {
+        EXPECT_EQ(filled(p), 1) << p.name;
+      }
+    }
+    EXPECT_GT(deferred, 0);
+
+    // No backward: every grad reads zero after FinishGradSync.
+    kernels::ops::Fill(exec, g->data(), std::nanf(""));
+    g->ZeroGrad();
+    GTP_RETURN_IF_ERROR(g->FinishGradSync());
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < g->data().numel(); ++i) nonzero += g->data().data<float>()[i] != 0.0f;
+    EXPECT_EQ(nonzero, 0) << "of " << g->data().numel();
+
+    // Two micro-batches.
+    kernels::ops::Fill(exec, g->data(), std::nanf(""));
+    g->ZeroGrad();
+    ZeroGrads({b->sharded_params(), b->replicated_params()}, exec);
+    Tensor tok = Tensor::Empty({kB, kT}, DType::kI32, host);
+    Tensor tgt = Tensor::Empty({kB, kT}, DType::kI32, host);
+    for (int micro = 0; micro < 2; ++micro) {
+      FillBatch(tok, tgt, micro);
+      g->StartMicrobatch(/*last=*/micro == 1);
+      for (layers::GptModel* m : {a.get(), b.get()}) {
+        GTP_RETURN_IF_ERROR(m->Forward(tok, tgt).status());
+        GTP_RETURN_IF_ERROR(m->Backward());
+      }
+    }
+    GTP_RETURN_IF_ERROR(g->FinishGradSync());
+    int64_t compared = 0;
+    for (const GradParam& p : g->params()) {
+      const Tensor& want_t = [&]() -> const Tensor& {
+        if (p.sharded == nullptr) {
+          for (layers::ReplicatedParam* q : b->replicated_params())
+            if (q->name == p.name) return q->grad;
+        }
+        for (layers::ShardedParam* q : b->sharded_params())
+          if (q->name() == p.name) return q->main_grad();
+        GTP_CHECK(false, "no twin for ", p.name);
+        return g->data();
+      }();
+      const float* want = want_t.data<float>();
+      const float* got = g->data().data<float>() + p.offset;
+      for (int64_t e = 0; e < p.numel; ++e, ++compared) {
+        // The same sums in the same order, then both halved: equal.
+        EXPECT_EQ(got[e], 0.5f * want[e]) << p.name << "[" << e << "]";
+      }
+    }
+    EXPECT_GT(compared, 0);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
 }
 
 // Per-rank instrumentation for the ordering test (each rank is one thread).
