@@ -44,6 +44,9 @@ def main():
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--csv", default="")
     ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--launches", type=float, default=-1.0,
+                    help="also list the last counted step's launches in order (duration, grid "
+                         "size, name) of at least this many microseconds")
     args = ap.parse_args()
     if args.steps < 1 or args.skip_steps < 0 or args.skip_steps >= args.steps or args.top < 1:
         ap.error(f"need --steps >= 1, 0 <= --skip_steps < --steps and --top >= 1; got --steps "
@@ -54,7 +57,8 @@ def main():
             "checkpoint.every=0,checkpoint.no_resume=true,data.source=corpus,"
             f"train.steps={args.steps},train.log_every=1")
     sets = base + ("," + args.set if args.set else "")
-    cmd = [args.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+    cmd = [args.ncu, "--clock-control", "none", "--metrics",
+           "gpu__time_duration.sum,launch__grid_size", "--csv",
            os.path.join(args.bin, "recipes_gpt_124m_train"), "--config",
            "recipes/gpt_124m/gpt_124m.pbtxt", "--noprogress", "--run_dir", run_dir, "--set", sets]
     print("kernel_profile:", " ".join(cmd), flush=True)
@@ -66,8 +70,9 @@ def main():
     if args.csv:
         with open(args.csv, "w") as f:
             f.write(text)
-    rows = [r for r in csv.DictReader(io.StringIO(text))
-            if r.get("Metric Name") == "gpu__time_duration.sum"]
+    all_rows = list(csv.DictReader(io.StringIO(text)))
+    rows = [r for r in all_rows if r.get("Metric Name") == "gpu__time_duration.sum"]
+    grid = {r["ID"]: r["Metric Value"] for r in all_rows if r.get("Metric Name") == "launch__grid_size"}
     if not rows:
         sys.exit("kernel_profile: no kernel rows in ncu's output")
     # Step boundaries: the optimizer kernel's launches.
@@ -91,6 +96,15 @@ def main():
     print("|---|---|---|---|")
     for k, v in sorted(ms.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"| {100 * v / total:.1f} % | {v / steps:.3f} | {n[k] / steps:.0f} | `{k[:90]}` |")
+    if args.launches >= 0:
+        begin = opt[-2] + 1 if len(opt) >= 2 else first
+        print(f"kernel_profile: the last step's launches of >= {args.launches} us, in order")
+        print("| # | us | grid | kernel |")
+        print("|---|---|---|---|")
+        for i, r in enumerate(rows[begin:last + 1]):
+            us = 1e3 * float(r["Metric Value"].replace(",", "")) * UNIT[r["Metric Unit"]]
+            if us >= args.launches:
+                print(f"| {i} | {us:.1f} | {grid.get(r['ID'], '?')} | `{short(r['Kernel Name'])[:100]}` |")
 
 
 if __name__ == "__main__":
