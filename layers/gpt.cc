@@ -414,8 +414,7 @@ absl::Status GptModel::SyncTiedEmbedding(comm::Communicator& embd) {
   if (!tied_across_stages() || embd.size() == 1) return absl::OkStatus();
   ShardedParam* w = has_embedding() ? wte_.get() : lm_head_.get();
   if (w == nullptr) return absl::OkStatus();
-  w->FillUnwrittenGrad();  // a deferred zero (GradBuffer::ZeroGrad) no backward wrote
-  const Tensor& g = w->main_grad();
+  const Tensor& g = w->main_grad();  // (a deferred zero no backward wrote is written out)
   return AllReduceSum(embd, g);
 }
 

@@ -376,7 +376,7 @@ void ShardedParam::DeferGradZero() {
   grad_zero_deferred_ = true;
 }
 
-void ShardedParam::FillUnwrittenGrad() {
+void ShardedParam::FillUnwrittenGrad() const {
   if (!grad_zero_deferred_) return;
   ops::Fill(chain_->exec(), main_grad_, 0.0f);
   grad_zero_deferred_ = false;

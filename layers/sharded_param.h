@@ -248,8 +248,13 @@ class ShardedParam {
   void MarkUpdated() { wire_fresh_ = false; }
   // Bytes this rank sends per gather of the weight.
   int64_t gather_wire_bytes() const;
-  // f32 [shard_rows, cols]; reduce-scattered gradients add (+=) into it.
-  const Tensor& main_grad() const { return main_grad_; }
+  // f32 [shard_rows, cols]; reduce-scattered gradients add (+=) into it. A
+  // deferred zero (DeferGradZero) is written out at the first access here, so
+  // whoever reads or writes the grad through this accessor sees its value.
+  const Tensor& main_grad() const {
+    FillUnwrittenGrad();
+    return main_grad_;
+  }
   // Makes the main grad live in `storage` (f32 [shard_rows, cols], contiguous,
   // on the chain's device), e.g. a view into the optimizer's flat gradient
   // buffer; the current main-grad values are copied into it. Call between
@@ -291,12 +296,12 @@ class ShardedParam {
   // GTP 1 only. The main grad counts as zero without being written: the
   // iteration's first Wgrad reports fresh (its writer overwrites rows
   // [0, rows) with beta = 0; the pad rows, never written, stay zero), so an
-  // optimizer need not zero-fill it (GradBuffer::ZeroGrad). Whoever reads the
-  // grad after backward calls FillUnwrittenGrad first: it zeroes a grad no
-  // backward wrote. (A wgrad left open by a failed iteration is zeroed at
-  // once instead: its next Wgrad accumulates.)
+  // optimizer need not zero-fill it (GradBuffer::ZeroGrad). Until then
+  // main_grad() and FillUnwrittenGrad write the zeros out (a reader of the
+  // flat buffer calls FillUnwrittenGrad first). A wgrad left open by a failed
+  // iteration is zeroed at once instead: its next Wgrad accumulates.
   void DeferGradZero();
-  void FillUnwrittenGrad();
+  void FillUnwrittenGrad() const;
   bool grad_zero_deferred() const { return grad_zero_deferred_; }
   // Closes the open wgrad buffer and reduce-scatters it over GTP, then adds
   // into the main grad — deferred by one param when async_reduction is on.
@@ -411,7 +416,7 @@ class ShardedParam {
   bool registered_ = false;
   bool gathered_in_backward_ = true;
   bool tied_copy_ = false;
-  bool grad_zero_deferred_ = false;  // DeferGradZero: no Wgrad since
+  mutable bool grad_zero_deferred_ = false;  // DeferGradZero: no Wgrad since
   int recompute_group_ = -1;
   int prefetch_group_ = -1;
   GlobalLayout layout_;

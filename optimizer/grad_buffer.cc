@@ -354,6 +354,7 @@ void GradBuffer::ZeroGrad() {
     s = BucketState();
   }
   for (auto [lo, hi] : zero_ranges_) ops::Fill(exec_, data_.Slice(lo, hi), 0.0f);
+  zeroed_ = true;
   for (GradParam& gp : params_) {
     if (gp.sharded != nullptr && gp.sharded->gtp_size() == 1) gp.sharded->DeferGradZero();
   }

@@ -178,6 +178,10 @@ class GradBuffer {
   // The [begin, end) element ranges ZeroGrad fills (every other element is a
   // deferred param's, or bucket padding, which nothing writes but zeros).
   const std::vector<std::pair<int64_t, int64_t>>& zero_ranges() const { return zero_ranges_; }
+  // Whether ZeroGrad ran since Create: from then on every iteration starts
+  // with the same deferred grads, so a CUDA graph captured over one (which
+  // bakes each wgrad GEMM's beta in) replays right for the next.
+  bool zeroed() const { return zeroed_; }
 
   // Elements of bucket b that hold the final gradient after FinishGradSync
   // on this rank: the whole bucket (kAllReduce) or this rank's slice.
@@ -231,6 +235,7 @@ class GradBuffer {
   Tensor data_;
   int64_t replicated_begin_ = 0, tp_sum_end_ = 0;  // [begin, tp_sum_end): needs the TP sum
   std::vector<std::pair<int64_t, int64_t>> zero_ranges_;  // what ZeroGrad fills
+  bool zeroed_ = false;
 
   // Per-iteration state.
   struct BucketState {

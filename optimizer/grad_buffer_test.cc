@@ -208,8 +208,10 @@ TEST(GradBuffer, ZeroGradUnwrittenGradsReadZeroAndMicroBatchesAccumulate) {
     EXPECT_GT(deferred, 0);
 
     // No backward: every grad reads zero after FinishGradSync.
+    EXPECT_FALSE(g->zeroed());
     kernels::ops::Fill(exec, g->data(), std::nanf(""));
     g->ZeroGrad();
+    EXPECT_TRUE(g->zeroed());
     GTP_RETURN_IF_ERROR(g->FinishGradSync());
     int64_t nonzero = 0;
     for (int64_t i = 0; i < g->data().numel(); ++i) nonzero += g->data().data<float>()[i] != 0.0f;

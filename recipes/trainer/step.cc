@@ -119,6 +119,12 @@ absl::StatusOr<optimizer::StepStats> StepRunner::GraphStep() {
   }
   s_.opt->PrepareStep();
   if (graph_exec_ == nullptr) {
+    // The graph bakes in each wgrad GEMM's beta (0 for a grad ZeroGrad left to
+    // its first write): capture only after a step's ZeroGrad (the eager steps
+    // before the first graph step), so every replay starts where it did.
+    GTP_CHECK(s_.grads->zeroed() && (s_.expert_grads == nullptr || s_.expert_grads->zeroed()),
+              "GraphStep: capturing before the optimizer's first ZeroGrad (run a step eagerly "
+              "first)");
     s_.model->set_timeline(nullptr);  // event records do not belong in the graph
     GTP_RETURN_IF_ERROR(CudaStatus(
         cudaStreamBeginCapture(exec_.stream, cudaStreamCaptureModeRelaxed), "capturing the step"));
