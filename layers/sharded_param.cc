@@ -364,9 +364,8 @@ Tensor ShardedParam::Wgrad(bool* fresh) {
 
 void ShardedParam::DeferGradZero() {
   GTP_CHECK(gtp_size() == 1, name_,
-            ": DeferGradZero needs GTP 1 (the main grad is the wgrad "
-            "buffer); GTP ",
-            gtp_size(), " adds reduced shards into it");
+            ": DeferGradZero needs GTP 1 (the main grad is the wgrad buffer); GTP ", gtp_size(),
+            " adds reduced shards into it");
   if (reduce_.open || reduce_.state != CommState::kNone) {
     // Left open by a failed iteration: its next Wgrad accumulates, so zero now.
     ops::Fill(chain_->exec(), main_grad_, 0.0f);

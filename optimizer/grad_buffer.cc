@@ -13,6 +13,13 @@ namespace gtp::optimizer {
 namespace ops = kernels::ops;
 
 namespace {
+
+// A GTP-1 weight: its main grad is its wgrad GEMM's output, so ZeroGrad
+// leaves the zeroing to that GEMM's first write (ShardedParam::DeferGradZero).
+bool ZeroDeferred(const GradParam& gp) {
+  return gp.sharded != nullptr && gp.sharded->gtp_size() == 1;
+}
+
 // Bucket lengths are multiples of R·kAlign elements, so every replicate
 // rank's slice starts 64-byte aligned.
 constexpr int64_t kAlign = 16;
@@ -156,25 +163,17 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
     }
   }
   // What ZeroGrad fills: every param but the GTP-1 sharded ones (their
-  // zeroing is deferred to their first wgrad), merged over the padding
-  // between two filled params. Param offsets ascend in buffer order.
+  // zeroing is deferred to their first wgrad), a run of neighbours (params_
+  // ascend in offset) as one range over the padding between them.
+  bool extend = false;
   for (const GradParam& gp : g->params_) {
-    if (gp.sharded != nullptr && gp.sharded->gtp_size() == 1) continue;
-    auto& r = g->zero_ranges_;
-    const int64_t prev = r.empty() ? -1 : r.back().second;
-    const bool adjacent = !r.empty() && [&] {
-      for (const GradParam& q : g->params_) {  // no deferred param in [prev, gp.offset)
-        if (q.sharded != nullptr && q.sharded->gtp_size() == 1 && q.offset >= prev &&
-            q.offset < gp.offset) {
-          return false;
-        }
-      }
-      return true;
-    }();
-    if (adjacent) {
-      r.back().second = gp.offset + gp.numel;
+    if (ZeroDeferred(gp)) {
+      extend = false;
+    } else if (extend) {
+      g->zero_ranges_.back().second = gp.offset + gp.numel;
     } else {
-      r.emplace_back(gp.offset, gp.offset + gp.numel);
+      g->zero_ranges_.emplace_back(gp.offset, gp.offset + gp.numel);
+      extend = true;
     }
   }
   g->state_.resize(g->buckets_.size());
@@ -356,7 +355,7 @@ void GradBuffer::ZeroGrad() {
   for (auto [lo, hi] : zero_ranges_) ops::Fill(exec_, data_.Slice(lo, hi), 0.0f);
   zeroed_ = true;
   for (GradParam& gp : params_) {
-    if (gp.sharded != nullptr && gp.sharded->gtp_size() == 1) gp.sharded->DeferGradZero();
+    if (ZeroDeferred(gp)) gp.sharded->DeferGradZero();
   }
   std::fill(param_ready_.begin(), param_ready_.end(), 0);
   sync_ = true;
