@@ -97,12 +97,18 @@ struct Grads {
 
 // training: the trainer's path (ForwardAsync with the loss gradient fused
 // into the loss, then TakeLossSum) instead of Forward.
+// packing: attention's q/k/v GEMMs (kAuto packs them on CUDA in bf16 —
+// without RoPE, so the Llama style then drops it; *packed_layers counts the
+// attention layers whose q and k biases share one buffer).
 Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T,
-                      bool training = false) {
+                      bool training = false, QkvPacking packing = QkvPacking::kOff,
+                      int* packed_layers = nullptr) {
   GptConfig c = GptConfig::Gpt2(1000, T, 2, 128, 2);  // HS = 64: the flash kernel's size
   c.block.seed = 13;
   c.block.dtype = dt;
   if (llama) c = LlamaStyle(c, 0);
+  c.block.qkv_packing = packing;
+  if (packing != QkvPacking::kOff) c.block.rope = false;
   const int64_t B = 2;
   Grads out;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
@@ -123,6 +129,19 @@ Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T
     } else {
       GTP_ASSIGN_OR_RETURN(out.loss, model->Forward(dtok, dtgt));
       GTP_RETURN_IF_ERROR(model->Backward());
+    }
+    if (packed_layers != nullptr) {
+      *packed_layers = 0;
+      for (ReplicatedParam* q : model->replicated_params()) {
+        const size_t at = q->name.find(".attn.q.bias");
+        if (at == std::string::npos) continue;
+        for (ReplicatedParam* k : model->replicated_params()) {
+          if (k->name == q->name.substr(0, at) + ".attn.k.bias" &&
+              k->value.storage() == q->value.storage()) {
+            ++*packed_layers;
+          }
+        }
+      }
     }
     auto host = [&](const Tensor& t) {
       std::vector<float> v(t.numel());
@@ -180,6 +199,57 @@ TEST_P(GptGpuBf16, MatchesCpuF32) {
 
 INSTANTIATE_TEST_SUITE_P(Styles, GptGpuBf16, ::testing::Values(false, true),
                          [](const auto& i) { return i.param ? "llama" : "gpt2"; });
+
+// q, k and v as one GEMM per pass (QkvPacking::kAuto on CUDA): against the
+// f32 CPU model with the same tolerance as the three GEMMs, through the own
+// flash kernels (which copy q, k, v out of the packed matrix) and through
+// cuDNN (which reads them in place, row stride R), GPT-2 and Llama style
+// (no RoPE; no biases: the packed bias add and column sum are GPT-2's). The
+// packed run's loss must also stay within 1e-2 of the three-GEMM bf16 run's
+// (the same roundings but for the GEMMs' summation order).
+TEST(GptGpuBf16Packed, MatchesCpuF32AndThreeGemms) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  HeapAllocator host;
+  CudaCachingAllocator dev(0);
+  auto stream = Stream::Create(0);
+  ASSERT_TRUE(stream.ok());
+  kernels::cuda::BlasContext blas(0);
+  kernels::Exec gpu{Device::Cuda(0), &dev, stream->get(), &blas};
+  auto cudnn = kernels::CudnnEngine::Create(0);
+  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
+  kernels::Exec gpu_cudnn = gpu;
+  gpu_cudnn.attention = cudnn->get();
+  for (const bool llama : {false, true}) {
+    for (const bool use_cudnn : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(llama ? "llama" : "gpt2", use_cudnn ? " cudnn" : " flash"));
+      const int64_t T = 200;
+      const kernels::Exec& e = use_cudnn ? gpu_cudnn : gpu;
+      const Grads ref = ForwardBackward(kernels::Exec::Cpu(host), llama, DType::kF32, T, false,
+                                        QkvPacking::kOn);  // f32: never packed, RoPE dropped
+      const Grads three = ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kOff);
+      int packed_layers = -1;
+      const Grads got =
+          ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kAuto, &packed_layers);
+      if (!llama) EXPECT_EQ(packed_layers, 2);
+      ASSERT_TRUE(std::isfinite(got.loss));
+      EXPECT_NEAR(got.loss, ref.loss, 1e-2 * ref.loss);
+      EXPECT_NEAR(got.loss, three.loss, 1e-2 * three.loss);
+      ASSERT_EQ(got.grads.size(), ref.grads.size());
+      for (size_t i = 0; i < ref.grads.size(); ++i) {
+        const auto& [name, want] = ref.grads[i];
+        if (name.find("attn.k.bias") != std::string::npos) continue;  // true gradient is 0
+        const std::vector<float>& g = got.grads[i].second;
+        double num = 0, den = 0;
+        for (size_t j = 0; j < want.size(); ++j) {
+          ASSERT_TRUE(std::isfinite(g[j])) << name;
+          num += (g[j] - want[j]) * double(g[j] - want[j]);
+          den += want[j] * double(want[j]);
+        }
+        EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 3e-2) << name;
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace gtp::layers

@@ -184,6 +184,19 @@ void ShardedParam::set_main_grad_storage(const Tensor& storage) {
   main_grad_ = storage;
 }
 
+void ShardedParam::set_shard_storage(const Tensor& storage) {
+  GTP_CHECK(storage.dtype() == dtype_ && storage.shape() == shard_.shape() &&
+                storage.is_contiguous() && storage.device() == shard_.device(),
+            name_, ": shard storage must be contiguous ", shard_.ToString(), ", got ",
+            storage.ToString());
+  for (const GatherSlot& g : gather_) {
+    GTP_CHECK(g.state == CommState::kNone, name_, ": set_shard_storage with a gather in flight");
+  }
+  if (storage.raw_data() != shard_.raw_data()) ops::CopyInto(chain_->exec(), shard_, storage);
+  shard_ = storage;
+  wire_fresh_ = false;
+}
+
 absl::Status ShardedParam::IssueGather(Direction dir, bool async) {
   GatherSlot& g = gather_[static_cast<int>(dir)];
   GTP_CHECK(g.state == CommState::kNone, name_, ": gather issued twice in ", DirectionName(dir));

@@ -260,6 +260,11 @@ class ShardedParam {
   // buffer; the current main-grad values are copied into it. Call between
   // iterations (no reduction pending). Enqueued on the chain's stream.
   void set_main_grad_storage(const Tensor& storage);
+  // Makes the shard live in `storage` (contiguous [shard_rows, cols] of the
+  // param dtype, on the chain's device), e.g. a block of rows of one buffer
+  // holding several weights one GEMM reads together (layers/qkv_projection.h);
+  // the current values are copied into it. Call before the first gather.
+  void set_shard_storage(const Tensor& storage);
 
   // The full TP-local weight [rows, cols] for `dir`'s GEMMs. Waits for an
   // in-flight prefetch or gathers synchronously (cold start), then issues
@@ -327,6 +332,14 @@ class ShardedParam {
   // so the whole group's gathers hide behind the previous layer. -1: none.
   void set_prefetch_group(int g) { prefetch_group_ = g; }
   int prefetch_group() const { return prefetch_group_; }
+  // Params of one grad group (the parts of one fused GEMM: attention's q, k
+  // and v, layers/qkv_projection.h) that a ParamSet lists one after another
+  // keep their main grads adjacent in an optimizer's flat buffer, in the
+  // listed order and in one bucket (optimizer/grad_buffer.h), so the GEMM
+  // writes them as one matrix. Any non-null key shared by the group's members
+  // (e.g. the object that fuses them); null: none.
+  void set_grad_group(const void* key) { grad_group_ = key; }
+  const void* grad_group() const { return grad_group_; }
 
   CommState gather_state(Direction dir) const { return gather_[static_cast<int>(dir)].state; }
   CommState reduce_state() const { return reduce_.state; }
@@ -419,6 +432,7 @@ class ShardedParam {
   mutable bool grad_zero_deferred_ = false;  // DeferGradZero: no Wgrad since
   int recompute_group_ = -1;
   int prefetch_group_ = -1;
+  const void* grad_group_ = nullptr;
   GlobalLayout layout_;
   GlobalLayout matrix_layout_;
   int matrix_blocks_ = 1;

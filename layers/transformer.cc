@@ -127,15 +127,6 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
   }
   a->nh_tp_ = c.n_head / tp;
   a->nkv_tp_ = c.kv_heads() / tp;
-  const int64_t kv = c.kv_heads() * a->hs_;
-  GTP_ASSIGN_OR_RETURN(a->q_, ColumnParallelLinear::Create(
-                                  Lin(name + ".q", c, c.n_embd, c.n_embd, c.init_std, true), pgs, chain));
-  GTP_ASSIGN_OR_RETURN(a->k_, ColumnParallelLinear::Create(
-                                  Lin(name + ".k", c, c.n_embd, kv, c.init_std, true), pgs, chain));
-  GTP_ASSIGN_OR_RETURN(a->v_, ColumnParallelLinear::Create(
-                                  Lin(name + ".v", c, c.n_embd, kv, c.init_std, true), pgs, chain));
-  GTP_ASSIGN_OR_RETURN(a->o_, RowParallelLinear::Create(
-                                  Lin(name + ".o", c, c.n_embd, c.n_embd, ProjStd(c), false), pgs, chain));
   // Context parallelism: T is this rank's share of the sequence.
   if (pgs.Has(parallel::groups::kCp) && (*pgs.Group(parallel::groups::kCp))->is_member()) {
     GTP_ASSIGN_OR_RETURN(comm::Communicator * cp, pgs.Get(parallel::groups::kCp));
@@ -151,7 +142,27 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
                                                      a->hs_, chain->exec());
     }
   }
+  // q, k and v in one GEMM per pass where the attention reads them in place
+  // (TransformerConfig::qkv_packing): the fused bf16 attention takes them
+  // as token-strided views.
+  const bool packable = c.dtype == DType::kBF16 && !c.fp8 && !c.rope && a->ring_ == nullptr;
+  const bool packed = packable && (c.qkv_packing == QkvPacking::kOn ||
+                                   (c.qkv_packing == QkvPacking::kAuto && chain->exec().is_cuda()));
+  const int64_t kv = c.kv_heads() * a->hs_;
+  GTP_ASSIGN_OR_RETURN(
+      a->qkv_, QkvProjection::Create(Lin(name + ".q", c, c.n_embd, c.n_embd, c.init_std, true),
+                                     Lin(name + ".k", c, c.n_embd, kv, c.init_std, true),
+                                     Lin(name + ".v", c, c.n_embd, kv, c.init_std, true), packed,
+                                     pgs, chain));
+  GTP_ASSIGN_OR_RETURN(
+      a->o_, RowParallelLinear::Create(Lin(name + ".o", c, c.n_embd, c.n_embd, ProjStd(c), false),
+                                       pgs, chain));
   return a;
+}
+
+Tensor Attention::Heads(const Tensor& rows, int64_t heads) const {
+  const int64_t pitch = rows.strides()[0];
+  return rows.Strided({B_, T_, heads, hs_}, {T_ * pitch, pitch, hs_, 1});
 }
 
 absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residual, Direction dir) {
@@ -161,15 +172,13 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residua
   {
     Timeline::Scope span(tl, "qkv", e.stream);
     kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: hin quantised once (both ways) for q, k, v
-    GTP_ASSIGN_OR_RETURN(q_out_, q_->Forward(hin, dir, &hin_fp8));
-    GTP_ASSIGN_OR_RETURN(k_out_, k_->Forward(hin, dir, &hin_fp8));
-    GTP_ASSIGN_OR_RETURN(v_out_, v_->Forward(hin, dir, &hin_fp8));
+    GTP_ASSIGN_OR_RETURN(qkv_out_, qkv_->Forward(hin, dir, &hin_fp8));
   }
   std::optional<Timeline::Scope> core_span;
   core_span.emplace(tl, "attention", e.stream);
-  Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
-  Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
-  Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
+  Tensor q = Heads(qkv_out_.q, nh_tp_);
+  Tensor k = Heads(qkv_out_.k, nkv_tp_);
+  Tensor v = Heads(qkv_out_.v, nkv_tp_);
   // Under CP the rows are two chunks of the sequence: rotate by their global positions.
   const Tensor pos = ring_ ? ring_->positions() : Tensor();
   if (config_.rope) {  // in place: backward needs only the rotated q, k
@@ -202,11 +211,10 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residua
 }
 
 void Attention::DropActivations() {
-  q_out_ = k_out_ = v_out_ = att_ = y_ = lse_ = Tensor();
+  qkv_out_ = QkvProjection::Parts();
+  att_ = y_ = lse_ = Tensor();
   if (ring_) ring_->DropActivations();
-  q_->DropActivations();
-  k_->DropActivations();
-  v_->DropActivations();
+  qkv_->DropActivations();
   o_->DropActivations();
 }
 
@@ -218,12 +226,13 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   GTP_ASSIGN_OR_RETURN(Tensor dy, o_->Backward(dout));
   span.emplace(tl, "attention bwd", e.stream);
   const DType dt = config_.dtype;
-  Tensor dq = e.Empty({B_, T_, nh_tp_, hs_}, dt);
-  Tensor dk = e.Empty({B_, T_, nkv_tp_, hs_}, dt);
-  Tensor dv = e.Empty({B_, T_, nkv_tp_, hs_}, dt);
-  const Tensor q = q_out_.View({B_, T_, nh_tp_, hs_});
-  const Tensor k = k_out_.View({B_, T_, nkv_tp_, hs_});
-  const Tensor v = v_out_.View({B_, T_, nkv_tp_, hs_});
+  const QkvProjection::Parts grads = qkv_->NewGrads();
+  const Tensor dq = Heads(grads.q, nh_tp_);
+  const Tensor dk = Heads(grads.k, nkv_tp_);
+  const Tensor dv = Heads(grads.v, nkv_tp_);
+  const Tensor q = Heads(qkv_out_.q, nh_tp_);
+  const Tensor k = Heads(qkv_out_.k, nkv_tp_);
+  const Tensor v = Heads(qkv_out_.v, nkv_tp_);
   const Tensor dout4 = dy.View({B_, T_, nh_tp_, hs_});
   if (ring_ && dt == DType::kF32) {
     GTP_RETURN_IF_ERROR(ring_->Backward(dout4, dq, dk, dv));
@@ -240,29 +249,25 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   } else {
     ops::AttentionBackward(e, dout4, q, k, v, att_, dq, dk, dv, config_.causal);
   }
-  q_out_ = k_out_ = v_out_ = att_ = y_ = lse_ = Tensor();
+  qkv_out_ = QkvProjection::Parts();
+  att_ = y_ = lse_ = Tensor();
   if (config_.rope) {
     const Tensor pos = ring_ ? ring_->positions() : Tensor();
     ops::RopeBackward(e, dq, dq, config_.rope_theta, pos);
     ops::RopeBackward(e, dk, dk, config_.rope_theta, pos);
   }
-  // Backward in reverse forward order (v, k, q) keeps the GTP chain's order.
   span.emplace(tl, "qkv bwd", e.stream);
-  // One dh: k's and q's input gradients are added into v's by their GEMMs.
-  // fp8: their wgrads read the codes of xᵀ the forward made once for all three.
-  GTP_ASSIGN_OR_RETURN(Tensor dh, v_->Backward(dv.View({B_ * T_, nkv_tp_ * hs_})));
-  GTP_RETURN_IF_ERROR(k_->Backward(dk.View({B_ * T_, nkv_tp_ * hs_}), dh).status());
-  GTP_RETURN_IF_ERROR(q_->Backward(dq.View({B_ * T_, nh_tp_ * hs_}), dh).status());
+  GTP_ASSIGN_OR_RETURN(Tensor dh, qkv_->Backward(grads));
   return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
 }
 
 void Attention::CollectParams(std::vector<ShardedParam*>* sharded,
                               std::vector<ReplicatedParam*>* repl) {
-  sharded->push_back(&q_->weight());
-  sharded->push_back(&k_->weight());
-  sharded->push_back(&v_->weight());
+  sharded->push_back(&qkv_->q().weight());
+  sharded->push_back(&qkv_->k().weight());
+  sharded->push_back(&qkv_->v().weight());
   sharded->push_back(&o_->weight());
-  for (ReplicatedParam* b : {q_->bias(), k_->bias(), v_->bias(), o_->bias()})
+  for (ReplicatedParam* b : {qkv_->q().bias(), qkv_->k().bias(), qkv_->v().bias(), o_->bias()})
     if (b) repl->push_back(b);
 }
 

@@ -33,6 +33,7 @@
 #include "layers/linear.h"
 #include "layers/mamba/mamba_mixer.h"
 #include "layers/moe/moe_layer.h"
+#include "layers/qkv_projection.h"
 #include "layers/sharded_param.h"
 #include "layers/sublayer.h"
 #include "parallel/process_groups.h"
@@ -41,6 +42,16 @@ namespace gtp::layers {
 
 enum class NormKind { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiGlu };
+// Whether attention's q, k and v run as one GEMM per pass
+// (layers/qkv_projection.h). Only in bf16 (the fused attention reads them
+// in place), never with FP8 GEMMs, RoPE or context parallelism (they want
+// q, k, v dense or quantised apart). kAuto: on CUDA, where one GEMM should
+// be faster (core/kernels/bench:gemm_algo_benchmark times the 124M model's
+// q/k/v at 0.39 ms a step less as one GEMM); kOn: on the CPU too (its fused
+// attention copies q, k, v out: for tests); kOff: three GEMMs. The default
+// stays kOff until the packed path has run on a GPU (the GPU tests and the
+// 124M benchmark: docs/PERFORMANCE.md, the twenty-second session).
+enum class QkvPacking { kAuto, kOn, kOff };
 
 struct TransformerConfig {
   int64_t n_embd = 0;         // C
@@ -51,6 +62,7 @@ struct TransformerConfig {
   Activation activation = Activation::kGelu;
   bool bias = true;           // biases in the linears (and LayerNorm)
   bool rope = false;          // rotary position embedding on q and k
+  QkvPacking qkv_packing = QkvPacking::kOff;
   // Causal self-attention (a decoder: token t sees tokens ≤ t); false for a
   // bidirectional encoder (e.g. a ViT), where every token sees every token.
   // Context parallelism (ring attention) supports causal only.
@@ -131,9 +143,12 @@ class Attention : public Mixer {
   int64_t B_ = 0, T_ = 0, nh_tp_ = 0, nkv_tp_ = 0, hs_ = 0;
   comm::Communicator* tp_ = nullptr;
   GtpChain* chain_ = nullptr;
-  std::unique_ptr<ColumnParallelLinear> q_, k_, v_;
+  // rows[N, heads·HS] (dense, or a column block of the packed q/k/v) as
+  // [B, T, heads, HS].
+  Tensor Heads(const Tensor& rows, int64_t heads) const;
+  std::unique_ptr<QkvProjection> qkv_;
   std::unique_ptr<RowParallelLinear> o_;
-  Tensor q_out_, k_out_, v_out_;
+  QkvProjection::Parts qkv_out_;
   Tensor att_;       // f32: probabilities [B, NH_tp, T, T]
   Tensor y_, lse_;   // bf16 (flash): output [B, T, NH_tp, HS], log-sum-exp [B, NH_tp, T]
   // Context parallelism (the "cp" group > 1): T_ is this rank's share of the

@@ -68,10 +68,19 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
   const int R = g->replicate_->size();
   const int64_t unit = R * kAlign;
 
-  // Params in buffer order.
+  // Params in buffer order: the sharded ones reversed, except that a run of
+  // one grad group keeps its listed order (its fused GEMM writes the run's
+  // grads as one matrix: ShardedParam::set_grad_group).
+  std::vector<layers::ShardedParam*> sharded(params.sharded.rbegin(), params.sharded.rend());
+  for (size_t i = 0; i < sharded.size();) {
+    size_t j = i + 1;
+    const void* key = sharded[i]->grad_group();
+    while (key != nullptr && j < sharded.size() && sharded[j]->grad_group() == key) ++j;
+    std::reverse(sharded.begin() + i, sharded.begin() + j);
+    i = j;
+  }
   std::set<const void*> seen;
-  for (auto it = params.sharded.rbegin(); it != params.sharded.rend(); ++it) {
-    layers::ShardedParam* p = *it;
+  for (layers::ShardedParam* p : sharded) {
     if (!seen.insert(p).second) {
       return absl::InvalidArgumentError(absl::StrCat("GradBuffer: ", p->name(), " listed twice"));
     }
@@ -125,7 +134,17 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
     int64_t fill = 0;
     for (size_t i = begin; i < end; ++i) {
       GradParam& gp = g->params_[i];
-      if (!cur.params.empty() && fill + gp.numel > options.bucket_elements) {
+      // A grad group's run goes into one bucket whole.
+      const void* key = gp.sharded != nullptr ? gp.sharded->grad_group() : nullptr;
+      const bool run_start = key == nullptr || i == begin || g->params_[i - 1].sharded == nullptr ||
+                             g->params_[i - 1].sharded->grad_group() != key;
+      int64_t run = gp.numel;
+      for (size_t j = i + 1; key != nullptr && j < end && g->params_[j].sharded != nullptr &&
+                             g->params_[j].sharded->grad_group() == key;
+           ++j) {
+        run += g->params_[j].numel;
+      }
+      if (run_start && !cur.params.empty() && fill + run > options.bucket_elements) {
         close_bucket(cur);
         cur = Bucket();
         cur.offset = offset;

@@ -137,11 +137,12 @@ struct GradBufferOptions {
 class GradBuffer {
  public:
   // Lays out the buffer (sharded params in reverse order, i.e. roughly the
-  // order backward finishes them, then replicated params, those needing the
-  // TP sum first), allocates it through exec, moves every grad into it
-  // (current values are kept) and installs the ready hooks. The params
-  // themselves (not the ParamSet) and `pgs` must outlive the buffer. Does not communicate. InvalidArgument for
-  // an empty ParamSet or bad options; NotFound for a missing group.
+  // order backward finishes them — except that a run of one grad group keeps
+  // its listed order, whole in one bucket: ShardedParam::set_grad_group —
+  // then replicated params, those needing the TP sum first), allocates it through exec, moves every
+  // grad into it (current values are kept) and installs the ready hooks. The params themselves (not
+  // the ParamSet) and `pgs` must outlive the buffer. Does not communicate. InvalidArgument for an
+  // empty ParamSet or bad options; NotFound for a missing group.
   static absl::StatusOr<std::unique_ptr<GradBuffer>> Create(
       const ParamSet& params, const parallel::ProcessGroupCollection& pgs,
       const kernels::Exec& exec, const GradBufferOptions& options = {});

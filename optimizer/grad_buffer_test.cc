@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "comm/local/local_communicator.h"
@@ -79,6 +80,59 @@ TEST(GradBuffer, LayoutBucketsWholeParamsPaddedToTheReplicateSize) {
     auto [lo, hi] = g->shard_range(0);
     EXPECT_EQ(hi - lo, b[0].numel / 2);
     EXPECT_EQ(lo, b[0].offset + pgs.RankIn("replicate").value() * (hi - lo));
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(st.ok()) << st;
+}
+
+// A grad group (the parts of one fused GEMM: ShardedParam::set_grad_group)
+// keeps its listed order, side by side, in one bucket — even where buckets
+// smaller than the group would have split it.
+TEST(GradBuffer, GradGroupKeepsListedOrderInOneBucket) {
+  HeapAllocator host;
+  absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
+    GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build({}, w));
+    const kernels::Exec exec = kernels::Exec::Cpu(host);
+    GTP_ASSIGN_OR_RETURN(auto model,
+                         layers::GptModel::Create(testing::SmallModel(false), kB, kT, pgs, exec));
+    // Each layer's q, k, v (16×16 weights: 256 elements each) as one group.
+    std::vector<std::vector<layers::ShardedParam*>> groups;
+    for (layers::ShardedParam* p : model->sharded_params()) {
+      const std::string& n = p->name();
+      if (n.size() < 9 || n.compare(n.size() - 9, 9, ".q.weight") != 0) continue;
+      groups.emplace_back();
+      for (const char* part : {".q.weight", ".k.weight", ".v.weight"}) {
+        const std::string want = n.substr(0, n.size() - 9) + part;
+        for (layers::ShardedParam* q : model->sharded_params()) {
+          if (q->name() == want) groups.back().push_back(q);
+        }
+      }
+      for (layers::ShardedParam* q : groups.back()) q->set_grad_group(groups.back().data());
+    }
+    EXPECT_EQ(groups.size(), 2u);
+    GradBufferOptions o;
+    o.bucket_elements = 300;  // one weight a bucket, were it not for the groups
+    GTP_ASSIGN_OR_RETURN(
+        auto g,
+        GradBuffer::Create({model->sharded_params(), model->replicated_params()}, pgs, exec, o));
+    std::map<const layers::ShardedParam*, const GradParam*> where;
+    for (const GradParam& p : g->params()) {
+      if (p.sharded != nullptr) where[p.sharded] = &p;
+    }
+    for (const auto& group : groups) {
+      if (group.size() != 3u) return absl::InternalError("a q without its k and v");
+      for (int i = 1; i < 3; ++i) {
+        const GradParam& a = *where.at(group[i - 1]);
+        const GradParam& b = *where.at(group[i]);
+        EXPECT_EQ(b.offset, a.offset + a.numel) << b.name;
+        EXPECT_EQ(b.bucket, a.bucket) << b.name;
+        EXPECT_EQ(group[i]->main_grad().raw_data(),
+                  group[i - 1]->main_grad().data<float>() + a.numel)
+            << b.name;
+      }
+    }
+    // Everything else still one param a bucket (300 < 2 × 256), backward order.
+    EXPECT_EQ(g->params().front().sharded, model->sharded_params().back());
     return absl::OkStatus();
   });
   EXPECT_TRUE(st.ok()) << st;

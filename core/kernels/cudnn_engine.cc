@@ -7,7 +7,7 @@ namespace gtp::kernels {
 namespace {
 
 cuda::AttentionShape Cast(const AttentionEngine::Shape& s) {
-  return cuda::AttentionShape{s.B, s.T, s.NH, s.NKV, s.HS, s.causal};
+  return cuda::AttentionShape{s.B, s.T, s.NH, s.NKV, s.HS, s.causal, s.row_stride};
 }
 
 }  // namespace
@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<CudnnEngine>> CudnnEngine::Create(int device) {
 }
 
 int64_t CudnnEngine::Workspace(const Shape& s, bool backward) {
-  const auto key = std::make_tuple(s.B, s.T, s.NH, s.NKV, s.HS, s.causal, backward);
+  const auto key = std::make_tuple(s.B, s.T, s.NH, s.NKV, s.HS, s.causal, s.row_stride, backward);
   auto it = bytes_.find(key);
   if (it != bytes_.end()) return it->second;
   absl::StatusOr<int64_t> b =
@@ -27,11 +27,13 @@ int64_t CudnnEngine::Workspace(const Shape& s, bool backward) {
   if (!b.ok()) {
     // Not an error: the flash kernels take the shape. Said once per shape.
     std::fprintf(stderr,
-                 "cuDNN attention declines B=%lld T=%lld NH=%lld NKV=%lld HS=%lld %s (%s): %s\n",
+                 "cuDNN attention declines B=%lld T=%lld NH=%lld NKV=%lld HS=%lld row stride "
+                 "%lld %s (%s): %s\n",
                  static_cast<long long>(s.B), static_cast<long long>(s.T),
                  static_cast<long long>(s.NH), static_cast<long long>(s.NKV),
-                 static_cast<long long>(s.HS), s.causal ? "causal" : "bidirectional",
-                 backward ? "backward" : "forward", b.status().ToString().c_str());
+                 static_cast<long long>(s.HS), static_cast<long long>(s.row_stride),
+                 s.causal ? "causal" : "bidirectional", backward ? "backward" : "forward",
+                 b.status().ToString().c_str());
   }
   const int64_t bytes = b.ok() ? *b : -1;
   bytes_.emplace(key, bytes);

@@ -41,8 +41,9 @@ class CudnnEngine : public AttentionEngine {
   int64_t Workspace(const Shape& s, bool backward);
 
   std::unique_ptr<cuda::CudnnAttention> attn_;
-  // key: (B, T, NH, NKV, HS, causal, backward)
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>, int64_t> bytes_;
+  // key: (B, T, NH, NKV, HS, causal, row_stride, backward)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, int64_t, bool>, int64_t>
+      bytes_;
 };
 
 }  // namespace gtp::kernels

@@ -2,8 +2,9 @@
 // CUDA kernels by the Exec's device.
 //
 // Layers are written once against these; the tensors must live on
-// exec.device, be contiguous and have the dtypes the kernels expect (f32
-// unless noted). Shape mismatches abort (GTP_CHECK). CPU calls run on the
+// exec.device, be contiguous (unless noted: FlashAttention* take
+// token-strided q/k/v) and have the dtypes the kernels expect (f32 unless
+// noted). Shape mismatches abort (GTP_CHECK). CPU calls run on the
 // calling thread; CUDA calls are enqueued on exec.stream.
 //
 // Mixed precision: Axpby, Fill, SumSquares, Embedding*, LayerNorm*, RMSNorm*,
@@ -45,6 +46,11 @@ class AttentionEngine {
   struct Shape {
     int64_t B, T, NH, NKV, HS;
     bool causal = true;
+    // Elements between consecutive tokens of q, k, v, dq, dk and dv, which
+    // are then token-strided views (strides {T·row_stride, row_stride, HS,
+    // 1}: column blocks of one packed [B·T, R] QKV matrix); 0: dense (NH·HS
+    // for q/dq, NKV·HS for k/v/dk/dv). out, dout and lse are always dense.
+    int64_t row_stride = 0;
   };
   virtual ~AttentionEngine() = default;
   virtual const char* name() const = 0;
@@ -194,6 +200,15 @@ void AttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const
 // q/k/v/out (and dout/dq/dk/dv) share one dtype: CUDA bf16 only (HS 64 or 128),
 // CPU f32 or bf16 (any HS). The backward writes dq, dk, dv (=); its CUDA scratch
 // comes from e.alloc.
+// q, k, v, dq, dk, dv may each be contiguous or a token-strided view (strides
+// {T·rs, rs, HS, 1}, rs ≥ heads·HS), e.g. column blocks of one packed
+// [B·T, (NH + 2·NKV)·HS] QKV matrix; out, dout and lse must be contiguous;
+// any other view aborts naming the tensor. The backward writes only the
+// dq/dk/dv views' own elements. When all of them share one rs, a CUDA Exec's
+// engine reads and writes them in place (AttentionEngine::Shape::row_stride)
+// if it takes that shape; otherwise the strided ones are copied into dense
+// temporaries on e.alloc (gradients copied back) and the results are the
+// bits of the contiguous call on the same values.
 void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
                            const Tensor& out, const Tensor& lse, bool causal = true);
 void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,

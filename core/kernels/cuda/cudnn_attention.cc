@@ -3,6 +3,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -278,6 +279,14 @@ absl::Status CheckShape(const AttentionShape& s) {
                                                    " NH=", s.NH, " NKV=", s.NKV,
                                                    " (NH must be a multiple of NKV)"));
   }
+  // Rows must not overlap, and must start 16-byte aligned (the descriptors
+  // promise cuDNN 16-byte alignment).
+  if (s.row_stride != 0 && (s.row_stride < std::max(s.NH, s.NKV) * s.HS || s.row_stride % 8 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuDNN attention: row stride ", s.row_stride,
+        " must be 0 (dense) or a multiple of 8 (16-byte bf16 rows) of at least max(NH, NKV)·HS = ",
+        std::max(s.NH, s.NKV) * s.HS));
+  }
   return absl::OkStatus();
 }
 
@@ -328,10 +337,15 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
 
   const int64_t B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HS = s.HS;
   const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-  // Our layouts: [B, T, heads, HS] viewed as [B, heads, T, HS].
-  const Dims q_dims{B, NH, T, HS}, q_str{T * NH * HS, HS, NH * HS, 1};
-  const Dims kv_dims{B, NKV, T, HS}, kv_str{T * NKV * HS, HS, NKV * HS, 1};
-  const Dims kvT_dims{B, NKV, HS, T}, kvT_str{T * NKV * HS, HS, 1, NKV * HS};
+  // Our layouts: [B, T, heads, HS] viewed as [B, heads, T, HS]. q, k, v and
+  // their gradients have tokens q_rs / kv_rs elements apart (s.row_stride
+  // when packed); out and dO are dense (o_str), whatever q's layout.
+  const int64_t q_rs = s.row_stride != 0 ? s.row_stride : NH * HS;
+  const int64_t kv_rs = s.row_stride != 0 ? s.row_stride : NKV * HS;
+  const Dims q_dims{B, NH, T, HS}, q_str{T * q_rs, HS, q_rs, 1};
+  const Dims o_str{T * NH * HS, HS, NH * HS, 1};
+  const Dims kv_dims{B, NKV, T, HS}, kv_str{T * kv_rs, HS, kv_rs, 1};
+  const Dims kvT_dims{B, NKV, HS, T}, kvT_str{T * kv_rs, HS, 1, kv_rs};
   const Dims s_dims{B, NH, T, T}, s_str{NH * T * T, T * T, T, 1};
   const Dims sT_dims{B, NH, T, T}, sT_str{NH * T * T, T * T, 1, T};
   const Dims row_dims{B, NH, T, 1}, row_str{NH * T, T, 1, 1};  // lse[B, NH, T]
@@ -360,7 +374,7 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
   void* scale = g.Scalar(kScale);
   if (!backward) {
     void* v = g.Tensor(kV, bf, kv_dims, kv_str);
-    void* o = g.Tensor(kO, bf, q_dims, q_str);
+    void* o = g.Tensor(kO, bf, q_dims, o_str);
     void* stats = g.Tensor(kStats, f32, row_dims, row_str);
     void* sc = g.Virtual(f32, s_dims, s_str);
     g.Matmul(q, kT, sc);
@@ -383,15 +397,15 @@ absl::StatusOr<CudnnAttention::Plan*> CudnnAttention::GetPlan(const AttentionSha
     g.Matmul(p, v, o);
   } else {
     void* vT = g.Tensor(kV, bf, kvT_dims, kvT_str);
-    void* o = g.Tensor(kO, bf, q_dims, q_str);
-    void* dO = g.Tensor(kDO, bf, q_dims, q_str);
+    void* o = g.Tensor(kO, bf, q_dims, o_str);
+    void* dO = g.Tensor(kDO, bf, q_dims, o_str);
     void* stats = g.Tensor(kStats, f32, row_dims, row_str);
     void* dq = g.Tensor(kDQ, bf, q_dims, q_str);
     void* dk = g.Tensor(kDK, bf, kv_dims, kv_str);
     void* dv = g.Tensor(kDV, bf, kv_dims, kv_str);
     void* softmax_sum = g.Tensor(kSoftmaxSum, f32, row_dims, row_str);
     // D = rowsum(dO ∘ O) · 1
-    void* prod = g.Virtual(f32, q_dims, q_str);
+    void* prod = g.Virtual(f32, q_dims, o_str);
     g.Pointwise(CUDNN_POINTWISE_MUL, dO, o, nullptr, prod);
     void* rsum = g.Virtual(f32, row_dims, row_str);
     g.Reduction(CUDNN_REDUCE_TENSOR_ADD, prod, rsum);

@@ -8,7 +8,12 @@
 //   ln Σ_j exp(scale·q_i·k_j), scale = 1/√HS (cuDNN's softmax "stats"), over
 //   j ≤ i when s.causal (the default), over every j < T when not.
 //   Backward writes (=) dq like q and dk/dv like k/v, bf16. HS 64 or 128.
-//   Pointers 16-byte aligned.
+//   Pointers 16-byte aligned. q, k, v, dq, dk, dv may be token-strided
+//   (s.row_stride: consecutive tokens row_stride elements apart, heads HS
+//   apart, batches T·row_stride apart): column blocks of one packed
+//   [B·T, (NH + 2·NKV)·HS] matrix, as a fused QKV GEMM writes it (q at
+//   element 0 of a row, k at NH·HS, v at (NH + NKV)·HS). out, dout and lse
+//   are always dense.
 //
 // Each pass is the operation graph cuDNN's fused-attention engines recognise
 // (no cudnn-frontend here):
@@ -61,14 +66,20 @@ struct cudnnContext;
 
 namespace gtp::kernels::cuda {
 
-// The problem a plan is built for: sizes and the mask (causal: query i sees
-// keys j ≤ i; otherwise every key). Plans are cached per whole AttentionShape,
-// so a causal plan never serves a bidirectional call.
+// The problem a plan is built for: sizes, the mask (causal: query i sees
+// keys j ≤ i; otherwise every key) and the token stride of q, k, v. Plans are
+// cached per whole AttentionShape, so a causal plan never serves a
+// bidirectional call, nor a dense plan a packed one.
 struct AttentionShape {
   int64_t B = 0, T = 0, NH = 0, NKV = 0, HS = 0;
   bool causal = true;
+  // Elements between consecutive tokens of q, k, v, dq, dk and dv (one row
+  // of a packed QKV matrix); 0: dense, i.e. NH·HS for q/dq and NKV·HS for
+  // k/v/dk/dv. Nonzero: a multiple of 8 (16-byte rows) and ≥ max(NH, NKV)·HS.
+  int64_t row_stride = 0;
   bool operator<(const AttentionShape& o) const {
-    return std::tie(B, T, NH, NKV, HS, causal) < std::tie(o.B, o.T, o.NH, o.NKV, o.HS, o.causal);
+    return std::tie(B, T, NH, NKV, HS, causal, row_stride) <
+           std::tie(o.B, o.T, o.NH, o.NKV, o.HS, o.causal, o.row_stride);
   }
 };
 
@@ -86,8 +97,8 @@ class CudnnAttention {
 
   // Device workspace bytes Forward/Backward need for `s`; builds and caches
   // the plan (host work, may block). InvalidArgument for unsupported shapes
-  // (HS not 64/128, NH % NKV != 0), Unimplemented when no cuDNN engine
-  // supports the graph.
+  // (HS not 64/128, NH % NKV != 0, a row_stride below max(NH, NKV)·HS or not
+  // a multiple of 8), Unimplemented when no cuDNN engine supports the graph.
   absl::StatusOr<int64_t> ForwardWorkspaceBytes(const AttentionShape& s);
   absl::StatusOr<int64_t> BackwardWorkspaceBytes(const AttentionShape& s);
 
