@@ -182,7 +182,9 @@ TEST(GptBf16Packed, LossAndGradientsMatchF32) {
       SCOPED_TRACE(absl::StrCat(llama ? "llama" : "gpt2", " tp", tp, " shards", shards));
       const Result got = RunModel(llama, DType::kBF16, tp, shards, false, false, false, false, true,
                                   QkvPacking::kOn, /*rope=*/false);
-      if (!llama) EXPECT_EQ(got.packed_layers, 2);
+      if (!llama) {
+        EXPECT_EQ(got.packed_layers, 2);
+      }
       ASSERT_TRUE(std::isfinite(got.loss));
       EXPECT_NEAR(got.loss, ref.loss, 1e-2 * ref.loss);
       ASSERT_EQ(got.grads.size(), ref.grads.size());

@@ -23,16 +23,12 @@ namespace {
 
 using testing::NaNs;
 using testing::Rng;
+using testing::SameBytes;
 using testing::ToBF16;
 
 template <typename T>
 Tensor Wrap(std::vector<T>& v, const Shape& s) {
   return Tensor::Wrap(v.data(), s, DTypeOf<T>::value, Device::Cpu());
-}
-
-template <typename T>
-bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 template <typename T>

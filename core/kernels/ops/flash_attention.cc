@@ -92,6 +92,33 @@ int64_t SharedRowStride(std::initializer_list<const Tensor*> ts,
 // Device scratch of `bytes` for an engine.
 Tensor EngineWorkspace(const Exec& e, int64_t bytes) { return e.Empty({(bytes + 3) / 4 + 1}); }
 
+// Runs the forward on the Exec's engine with row stride rs (0: dense) when
+// the engine takes that shape; false (nothing enqueued) when it declines.
+bool EngineForward(const Exec& e, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const Tensor& out, const Tensor& lse, bool causal, int64_t rs) {
+  const AttentionEngine::Shape s{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), causal, rs};
+  const int64_t bytes = e.attention->ForwardWorkspace(s);
+  if (bytes < 0) return false;
+  Tensor ws = EngineWorkspace(e, bytes);
+  GTP_CHECK_OK(e.attention->Forward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
+                                    out.data<bf16>(), M(lse), s, ws.raw_data(), bytes, e.stream));
+  return true;
+}
+
+// The backward likewise.
+bool EngineBackward(const Exec& e, const Tensor& dout, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dq,
+                    const Tensor& dk, const Tensor& dv, bool causal, int64_t rs) {
+  const AttentionEngine::Shape s{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), causal, rs};
+  const int64_t bytes = e.attention->BackwardWorkspace(s);
+  if (bytes < 0) return false;
+  Tensor ws = EngineWorkspace(e, bytes);
+  GTP_CHECK_OK(e.attention->Backward(
+      dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(), v.data<bf16>(), out.data<bf16>(), F(lse),
+      dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), s, ws.raw_data(), bytes, e.stream));
+  return true;
+}
+
 // Shapes of the fused attention: q/out [B, T, NH, HS], k/v [B, T, NKV, HS], lse [B, NH, T] f32.
 void CheckFlashShapes(const Exec& e, const char* what, const Tensor& q, const Tensor& k,
                       const Tensor& v, const Tensor& out, const Tensor& lse) {
@@ -132,17 +159,7 @@ void ForwardDense(const Exec& e, const Tensor& q, const Tensor& k, const Tensor&
         });
       },
       [&] {
-        if (e.attention != nullptr) {
-          const AttentionEngine::Shape s{B, T, NH, NKV, HS, causal};
-          const int64_t bytes = e.attention->ForwardWorkspace(s);
-          if (bytes >= 0) {
-            Tensor ws = EngineWorkspace(e, bytes);
-            GTP_CHECK_OK(e.attention->Forward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
-                                              out.data<bf16>(), M(lse), s, ws.raw_data(), bytes,
-                                              e.stream));
-            return;
-          }
-        }
+        if (e.attention != nullptr && EngineForward(e, q, k, v, out, lse, causal, 0)) return;
         cuda::FlashAttentionForward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
                                     out.data<bf16>(), M(lse), B, T, NH, NKV, HS, e.stream, causal);
       });
@@ -162,17 +179,9 @@ void BackwardDense(const Exec& e, const Tensor& dout, const Tensor& q, const Ten
         });
       },
       [&] {
-        if (e.attention != nullptr) {
-          const AttentionEngine::Shape s{B, T, NH, NKV, HS, causal};
-          const int64_t bytes = e.attention->BackwardWorkspace(s);
-          if (bytes >= 0) {
-            Tensor ws = EngineWorkspace(e, bytes);
-            GTP_CHECK_OK(e.attention->Backward(dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(),
-                                               v.data<bf16>(), out.data<bf16>(), F(lse),
-                                               dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), s,
-                                               ws.raw_data(), bytes, e.stream));
-            return;
-          }
+        if (e.attention != nullptr &&
+            EngineBackward(e, dout, q, k, v, out, lse, dq, dk, dv, causal, 0)) {
+          return;
         }
         const int64_t bytes = cuda::FlashAttentionBackwardScratchBytes(B, T, NH, NKV, HS);
         Tensor scratch = e.Empty({(bytes + 3) / 4});
@@ -197,17 +206,7 @@ void FlashAttentionForward(const Exec& e, const Tensor& q, const Tensor& k, cons
   }
   if (e.is_cuda() && e.attention != nullptr) {
     const int64_t rs = SharedRowStride({&q, &k, &v}, {rq, rk, rv});
-    if (rs > 0) {
-      const AttentionEngine::Shape s{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), causal, rs};
-      const int64_t bytes = e.attention->ForwardWorkspace(s);
-      if (bytes >= 0) {
-        Tensor ws = EngineWorkspace(e, bytes);
-        GTP_CHECK_OK(e.attention->Forward(q.data<bf16>(), k.data<bf16>(), v.data<bf16>(),
-                                          out.data<bf16>(), M(lse), s, ws.raw_data(), bytes,
-                                          e.stream));
-        return;
-      }
-    }
+    if (rs > 0 && EngineForward(e, q, k, v, out, lse, causal, rs)) return;
   }
   ForwardDense(e, Densified(e, q, rq), Densified(e, k, rk), Densified(e, v, rv), out, lse, causal);
 }
@@ -239,18 +238,7 @@ void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, 
   }
   if (e.is_cuda() && e.attention != nullptr) {
     const int64_t rs = SharedRowStride({&q, &k, &v, &dq, &dk, &dv}, {rq, rk, rv, rdq, rdk, rdv});
-    if (rs > 0) {
-      const AttentionEngine::Shape s{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), causal, rs};
-      const int64_t bytes = e.attention->BackwardWorkspace(s);
-      if (bytes >= 0) {
-        Tensor ws = EngineWorkspace(e, bytes);
-        GTP_CHECK_OK(e.attention->Backward(dout.data<bf16>(), q.data<bf16>(), k.data<bf16>(),
-                                           v.data<bf16>(), out.data<bf16>(), F(lse),
-                                           dq.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), s,
-                                           ws.raw_data(), bytes, e.stream));
-        return;
-      }
-    }
+    if (rs > 0 && EngineBackward(e, dout, q, k, v, out, lse, dq, dk, dv, causal, rs)) return;
   }
   const Tensor dq_d = DenseOut(e, dq), dk_d = DenseOut(e, dk), dv_d = DenseOut(e, dv);
   BackwardDense(e, dout, Densified(e, q, rq), Densified(e, k, rk), Densified(e, v, rv), out, lse,

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <type_traits>
@@ -90,6 +91,12 @@ template <typename T, typename = std::enable_if_t<std::is_same_v<T, bf16>>>
 // NaN never matches.
 ::testing::AssertionResult RoundedOnce(const std::vector<bf16>& out, const std::vector<double>& ref,
                                        double max_fraction = 0.02);
+
+// a and b hold the same bytes (bit-identical results; NaN payloads included).
+template <typename T>
+bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 
 // f: x → y (any length), all in double.
 using VectorFn = std::function<std::vector<double>(const std::vector<double>& x)>;
