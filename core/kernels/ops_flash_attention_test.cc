@@ -93,8 +93,9 @@ struct Layout {
   template <typename T_>
   std::vector<T_> Columns(const std::vector<T_>& m, int64_t col, int64_t width) const {
     std::vector<T_> d(B * T * width);
+    if (d.empty()) return d;  // no columns (memcpy's pointers must not be null)
     for (int64_t n = 0; n < B * T; ++n) {
-      std::memcpy(&d[n * width], &m[n * R + col], width * sizeof(T_));
+      std::memcpy(d.data() + n * width, m.data() + n * R + col, width * sizeof(T_));
     }
     return d;
   }

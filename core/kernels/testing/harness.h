@@ -95,7 +95,8 @@ template <typename T, typename = std::enable_if_t<std::is_same_v<T, bf16>>>
 // a and b hold the same bytes (bit-identical results; NaN payloads included).
 template <typename T>
 bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // f: x → y (any length), all in double.
