@@ -97,18 +97,17 @@ struct Grads {
 
 // training: the trainer's path (ForwardAsync with the loss gradient fused
 // into the loss, then TakeLossSum) instead of Forward.
-// packing: attention's q/k/v GEMMs (kAuto packs them on CUDA in bf16, not
-// with RoPE: rope = false drops the Llama style's); *packed_layers counts
-// the attention layers whose q and k biases share one buffer.
+// packing: attention's q/k/v GEMMs (kAuto packs them on CUDA in bf16);
+// *packed_layers counts the attention layers whose q and k biases share one
+// buffer.
 Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T,
                       bool training = false, QkvPacking packing = QkvPacking::kOff,
-                      int* packed_layers = nullptr, bool rope = true) {
+                      int* packed_layers = nullptr) {
   GptConfig c = GptConfig::Gpt2(1000, T, 2, 128, 2);  // HS = 64: the flash kernel's size
   c.block.seed = 13;
   c.block.dtype = dt;
   if (llama) c = LlamaStyle(c, 0);
   c.block.qkv_packing = packing;
-  if (!rope) c.block.rope = false;
   const int64_t B = 2;
   Grads out;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
@@ -211,7 +210,8 @@ INSTANTIATE_TEST_SUITE_P(Styles, GptGpuBf16, ::testing::Values(false, true),
 // f32 CPU model with the same tolerance as the three GEMMs, through the own
 // flash kernels (which copy q, k, v out of the packed matrix) and through
 // cuDNN (which reads them in place, row stride R), GPT-2 and Llama style
-// (no RoPE; no biases: the packed bias add and column sum are GPT-2's). The
+// (RoPE on q and k in place; no biases: the packed bias add and column sum
+// are GPT-2's). The
 // packed run's loss must also stay within 1e-2 of the three-GEMM bf16 run's
 // (the same roundings but for the GEMMs' summation order).
 TEST(GptGpuBf16Packed, MatchesCpuF32AndThreeGemms) {
@@ -231,13 +231,12 @@ TEST(GptGpuBf16Packed, MatchesCpuF32AndThreeGemms) {
       SCOPED_TRACE(absl::StrCat(llama ? "llama" : "gpt2", use_cudnn ? " cudnn" : " flash"));
       const int64_t T = 200;
       const kernels::Exec& e = use_cudnn ? gpu_cudnn : gpu;
-      const Grads ref = ForwardBackward(kernels::Exec::Cpu(host), llama, DType::kF32, T, false,
-                                        QkvPacking::kOff, nullptr, /*rope=*/false);
-      const Grads three = ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kOff,
-                                          nullptr, /*rope=*/false);
+      const Grads ref =
+          ForwardBackward(kernels::Exec::Cpu(host), llama, DType::kF32, T, false, QkvPacking::kOff);
+      const Grads three = ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kOff);
       int packed_layers = -1;
-      const Grads got = ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kAuto,
-                                        &packed_layers, /*rope=*/false);
+      const Grads got =
+          ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kAuto, &packed_layers);
       if (!llama) {
         EXPECT_EQ(packed_layers, 2);
       }

@@ -27,8 +27,9 @@
 // copied) into the three grads — the same values either way.
 //
 // Not packed (three linears, ColumnParallelLinear) under FP8 GEMMs, which
-// quantise per weight; the caller chooses (Attention packs on CUDA bf16
-// without RoPE or context parallelism, which want q, k, v dense).
+// quantise per weight; the caller chooses (Attention packs in bf16 without
+// context parallelism, whose ring wants q, k, v dense:
+// TransformerConfig::qkv_packing).
 #pragma once
 
 #include <memory>

@@ -143,9 +143,9 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
     }
   }
   // q, k and v in one GEMM per pass where the attention reads them in place
-  // (TransformerConfig::qkv_packing): the fused bf16 attention takes them
-  // as token-strided views.
-  const bool packable = c.dtype == DType::kBF16 && !c.fp8 && !c.rope && a->ring_ == nullptr;
+  // (TransformerConfig::qkv_packing): the fused bf16 attention and RoPE
+  // take them as token-strided views.
+  const bool packable = c.dtype == DType::kBF16 && !c.fp8 && a->ring_ == nullptr;
   const bool packed = packable && (c.qkv_packing == QkvPacking::kOn ||
                                    (c.qkv_packing == QkvPacking::kAuto && chain->exec().is_cuda()));
   const int64_t kv = c.kv_heads() * a->hs_;
@@ -165,6 +165,11 @@ Tensor Attention::Heads(const Tensor& rows, int64_t heads) const {
   return rows.Strided({B_, T_, heads, hs_}, {T_ * pitch, pitch, hs_, 1});
 }
 
+Tensor Attention::QkHeads(const Tensor& packed) const {
+  const int64_t heads = nh_tp_ + nkv_tp_;
+  return Heads(packed.Strided({packed.dim(0), heads * hs_}, {packed.dim(1), 1}), heads);
+}
+
 absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residual, Direction dir) {
   const kernels::Exec& e = chain_->exec();
   Timeline* tl = chain_->timeline();
@@ -181,7 +186,10 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residua
   Tensor v = Heads(qkv_out_.v, nkv_tp_);
   // Under CP the rows are two chunks of the sequence: rotate by their global positions.
   const Tensor pos = ring_ ? ring_->positions() : Tensor();
-  if (config_.rope) {  // in place: backward needs only the rotated q, k
+  if (config_.rope && qkv_->packed()) {  // q and k side by side: one rotation in place
+    const Tensor qk = QkHeads(qkv_out_.all);
+    ops::RopeForward(e, qk, qk, config_.rope_theta, pos);
+  } else if (config_.rope) {  // in place: backward needs only the rotated q, k
     ops::RopeForward(e, q, q, config_.rope_theta, pos);
     ops::RopeForward(e, k, k, config_.rope_theta, pos);
   }
@@ -251,7 +259,10 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   }
   qkv_out_ = QkvProjection::Parts();
   att_ = y_ = lse_ = Tensor();
-  if (config_.rope) {
+  if (config_.rope && qkv_->packed()) {
+    const Tensor dqk = QkHeads(grads.all);
+    ops::RopeBackward(e, dqk, dqk, config_.rope_theta);
+  } else if (config_.rope) {
     const Tensor pos = ring_ ? ring_->positions() : Tensor();
     ops::RopeBackward(e, dq, dq, config_.rope_theta, pos);
     ops::RopeBackward(e, dk, dk, config_.rope_theta, pos);

@@ -43,9 +43,9 @@ namespace gtp::layers {
 enum class NormKind { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiGlu };
 // Whether attention's q, k and v run as one GEMM per pass
-// (layers/qkv_projection.h). Only in bf16 (the fused attention reads them
-// in place), never with FP8 GEMMs, RoPE or context parallelism (they want
-// q, k, v dense or quantised apart). kAuto: on CUDA, where one GEMM should
+// (layers/qkv_projection.h). Only in bf16 (the fused attention and RoPE
+// read them in place), never with FP8 GEMMs or context parallelism (they
+// want q, k, v quantised apart or dense). kAuto: on CUDA, where one GEMM should
 // be faster (core/kernels/bench:gemm_algo_benchmark times the 124M model's
 // q/k/v at 0.39 ms a step less as one GEMM); kOn: on the CPU too (its fused
 // attention copies q, k, v out: for tests); kOff: three GEMMs. The default
@@ -146,6 +146,9 @@ class Attention : public Mixer {
   // rows[N, heads·HS] (dense, or a column block of the packed q/k/v) as
   // [B, T, heads, HS].
   Tensor Heads(const Tensor& rows, int64_t heads) const;
+  // Packed: q's and k's heads side by side in the [N, R] matrix (RoPE
+  // rotates them in one call), as [B, T, NH_tp + NKV_tp, HS].
+  Tensor QkHeads(const Tensor& packed) const;
   std::unique_ptr<QkvProjection> qkv_;
   std::unique_ptr<RowParallelLinear> o_;
   QkvProjection::Parts qkv_out_;

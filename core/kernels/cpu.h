@@ -142,16 +142,18 @@ void SumSquares(const float* x, int64_t n, double* out);
 void ColumnSumAccumulate(const float* x, int64_t R, int64_t C, float* sums);
 void ColumnSumAccumulate(const bf16* x, int64_t R, int64_t C, float* sums);
 
-
 // ---- Rotary position embedding (RoPE, the "rotate half" convention of Llama) ----
 // x[B, T, NH, HS], position of row (b, t) = t. For d < HS/2, with
 // f_d = theta^(−2d/HS) and a = t·f_d:
 //   y[d] = x[d]·cos a − x[d + HS/2]·sin a;  y[d + HS/2] = x[d + HS/2]·cos a + x[d]·sin a.
-// Backward rotates by −a. In place (y == x) is allowed.
+// Backward rotates by −a. In place (y == x) is allowed. row_stride: elements
+// between consecutive rows (b, t) of x and of y (0: NH·HS, dense; more: the
+// heads are a column block of wider rows, e.g. q and k inside a packed QKV
+// matrix, and the other columns are not touched).
 void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, const int32_t* pos = nullptr);
+                 float theta, const int32_t* pos = nullptr, int64_t row_stride = 0);
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, const int32_t* pos = nullptr);
+                  float theta, const int32_t* pos = nullptr, int64_t row_stride = 0);
 
 // ---- bf16 variants (mixed precision) -------------------------------------------
 // The same ops and contracts as above with activations and parameter values in
@@ -189,10 +191,10 @@ void Axpby(float alpha, const bf16* x, float beta, bf16* y, int64_t n);
 void Fill(bf16* x, float value, int64_t n);
 // Σ x² of the (exactly widened) bf16 values, in double.
 void SumSquares(const bf16* x, int64_t n, double* out);
-void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, const int32_t* pos = nullptr);
+void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
+                 const int32_t* pos = nullptr, int64_t row_stride = 0);
 void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, const int32_t* pos = nullptr);
+                  float theta, const int32_t* pos = nullptr, int64_t row_stride = 0);
 
 // ---- Grad-norm bookkeeping (see cpu/grad_norm.cc for the math) -------------
 // words[2] = this rank's Σ ss[0, n_count) (+ 0·ss[n_count, n)) as two f32 words.

@@ -214,16 +214,20 @@ void ColumnSumAccumulate(const bf16* x, int64_t R, int64_t C, float* sums, float
                          cudaStream_t stream);
 int64_t ColumnSumPartials(int64_t R, int64_t C);
 
-
 // ---- Rotary position embedding (RoPE, the "rotate half" convention of Llama) ----
 // x[B, T, NH, HS], position of row (b, t) = t. For d < HS/2, with
 // f_d = theta^(−2d/HS) and a = t·f_d:
 //   y[d] = x[d]·cos a − x[d + HS/2]·sin a;  y[d + HS/2] = x[d + HS/2]·cos a + x[d]·sin a.
-// Backward rotates by −a. In place (y == x) is allowed.
+// Backward rotates by −a. In place (y == x) is allowed. row_stride: elements
+// between consecutive rows (b, t) of x and of y (0: NH·HS, dense; more: the
+// heads are a column block of wider rows, e.g. q and k inside a packed QKV
+// matrix, and the other columns are not touched).
 void RopeForward(const float* x, float* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
+                 float theta, cudaStream_t stream, const int32_t* pos = nullptr,
+                 int64_t row_stride = 0);
 void RopeBackward(const float* dy, float* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
+                  float theta, cudaStream_t stream, const int32_t* pos = nullptr,
+                  int64_t row_stride = 0);
 
 // ---- bf16 variants (mixed precision; contracts as in core/kernels/cpu.h) ------
 // Activations and parameter values bf16; statistics and parameter gradients
@@ -275,10 +279,11 @@ void Axpby(float alpha, const bf16* x, float beta, bf16* y, int64_t n, cudaStrea
 void Fill(bf16* x, float value, int64_t n, cudaStream_t stream);
 // Σ x² of the widened bf16 values, in double; *out is a device pointer.
 void SumSquares(const bf16* x, int64_t n, double* out, cudaStream_t stream);
-void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
+void RopeForward(const bf16* x, bf16* y, int64_t B, int64_t T, int64_t NH, int64_t HS, float theta,
+                 cudaStream_t stream, const int32_t* pos = nullptr, int64_t row_stride = 0);
 void RopeBackward(const bf16* dy, bf16* dx, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 float theta, cudaStream_t stream, const int32_t* pos = nullptr);
+                  float theta, cudaStream_t stream, const int32_t* pos = nullptr,
+                  int64_t row_stride = 0);
 
 // Attention through cuBLASLt GEMMs and fused (optionally causal) softmax row
 // kernels: the same contract and outputs as AttentionForward/Backward above

@@ -217,6 +217,9 @@ void FlashAttentionBackward(const Exec& e, const Tensor& dout, const Tensor& q, 
 
 // RoPE on x[B, T, NH, HS] (y may be x). Row t is at position t, or at
 // positions[t] when given (i32 [T] on e's device; context parallelism).
+// x and y are contiguous, or both token-strided with one row stride
+// (strides {T·rs, rs, HS, 1}: e.g. q and k in place in a packed QKV matrix,
+// whose other columns are not touched); any other layout aborts.
 void RopeForward(const Exec& e, const Tensor& x, const Tensor& y, float theta,
                  const Tensor& positions = Tensor());
 void RopeBackward(const Exec& e, const Tensor& dy, const Tensor& dx, float theta,

@@ -2,7 +2,7 @@
 // q, k, v and dq, dk, dv as column blocks of one packed [B·T, R] matrix, the
 // layout a fused QKV GEMM writes, give the bits of the contiguous call on the
 // same values, write no column outside their views, and views of any other
-// layout abort naming the tensor. The kernels themselves are tested in
+// layout abort naming the tensor; ops::Rope* likewise. The kernels themselves are tested in
 // cpu/flash_attention_test.cc; the CUDA paths in cuda/cudnn_attention_gpu_test.cc.
 #include <cstdint>
 #include <cstring>
@@ -227,6 +227,45 @@ TEST(FlashAttentionOpsDeathTest, RefusesViewsThatAreNotTokenStrided) {
   // out, dout and lse stay contiguous.
   EXPECT_DEATH(ops::FlashAttentionBackward(e, ok, ok, ok, ok, o, l, okg, okg, okg),
                "dout must be contiguous");
+}
+
+// ops::RopeForward/Backward on token-strided heads (q and k in place in the
+// packed matrix, one call): the dense call's bytes in the block, every other
+// column untouched.
+TEST(RopeOps, TokenStridedHeadsMatchTheDenseCall) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  constexpr int64_t B = 2, T = 5, NH = 4, NKV = 2, HS = 8, R = (NH + 2 * NKV) * HS;
+  Rng rng(21);
+  for (const bool backward : {false, true}) {
+    std::vector<bf16> m = ToBF16(rng.Normal(B * T * R));
+    const std::vector<bf16> before = m;
+    const Layout l(Case{B, T, NH, NKV, HS, true, 0});
+    std::vector<bf16> dense = l.Columns(m, 0, (NH + NKV) * HS);
+    const Tensor qk = l.Heads(Wrap(m, {B * T, R}), 0, NH + NKV);
+    const Tensor d = Wrap(dense, {B, T, NH + NKV, HS});
+    if (backward) {
+      ops::RopeBackward(e, qk, qk, 500.0f);
+      ops::RopeBackward(e, d, d, 500.0f);
+    } else {
+      ops::RopeForward(e, qk, qk, 500.0f);
+      ops::RopeForward(e, d, d, 500.0f);
+    }
+    EXPECT_TRUE(SameBytes(l.Columns(m, 0, (NH + NKV) * HS), dense)) << "q, k";
+    EXPECT_TRUE(SameBytes(l.Columns(m, l.v_col, NKV * HS), l.Columns(before, l.v_col, NKV * HS)))
+        << "v untouched";
+    EXPECT_FALSE(SameBytes(m, before)) << "nothing rotated";
+  }
+}
+
+TEST(RopeOpsDeathTest, RefusesDifferentLayoutsOfInputAndOutput) {
+  HeapAllocator host;
+  const Exec e = Exec::Cpu(host);
+  constexpr int64_t B = 2, T = 4, NH = 2, HS = 8, R = 3 * NH * HS;
+  std::vector<float> m(B * T * R, 0.0f), y(B * T * NH * HS);
+  const Tensor x = Wrap(m, {B * T, R}).Strided({B, T, NH, HS}, {T * R, R, HS, 1});
+  EXPECT_DEATH(ops::RopeForward(e, x, Wrap(y, {B, T, NH, HS}), 10000.0f),
+               "RopeForward: x and y must have one row stride");
 }
 
 }  // namespace

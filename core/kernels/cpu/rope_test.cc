@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/kernels/cpu.h"
@@ -104,6 +106,48 @@ TEST(CpuRope, PositionsRotateLikeThoseRowsOfTheFullSequence) {
       }
   cpu::RopeBackward(ys.data(), back.data(), part.B, part.T, part.NH, part.HS, 10000.0f, pos.data());
   for (size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(back[i], xs[i], 1e-5);  // a rotation's inverse
+}
+
+// row_stride: the heads as a column block of wider rows (q and k in place in
+// a packed QKV matrix): rotated exactly as the dense heads, in place, the
+// columns outside the block untouched; f32 and bf16, forward and backward.
+template <typename E>
+void CheckRowStride() {
+  const int64_t B = 2, T = 5, NH = 3, HS = 8, col = 16, R = 64;  // heads at [16, 40) of 64
+  Rng rng(11);
+  std::vector<float> wide = rng.Normal(B * T * R);
+  std::vector<E> packed;
+  if constexpr (std::is_same_v<E, bf16>) {
+    packed = testing::ToBF16(wide);
+  } else {
+    packed = wide;
+  }
+  std::vector<E> dense(B * T * NH * HS);
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < NH * HS; ++c) dense[r * NH * HS + c] = packed[r * R + col + c];
+  for (const float sign : {1.0f, -1.0f}) {
+    std::vector<E> p = packed, d = dense;
+    if (sign > 0) {
+      cpu::RopeForward(p.data() + col, p.data() + col, B, T, NH, HS, 10000.0f, nullptr, R);
+      cpu::RopeForward(d.data(), d.data(), B, T, NH, HS, 10000.0f);
+    } else {
+      cpu::RopeBackward(p.data() + col, p.data() + col, B, T, NH, HS, 10000.0f, nullptr, R);
+      cpu::RopeBackward(d.data(), d.data(), B, T, NH, HS, 10000.0f);
+    }
+    for (int64_t r = 0; r < B * T; ++r) {
+      for (int64_t c = 0; c < R; ++c) {
+        const bool inside = c >= col && c < col + NH * HS;
+        const E want = inside ? d[r * NH * HS + c - col] : packed[r * R + c];
+        ASSERT_EQ(std::memcmp(&p[r * R + c], &want, sizeof(E)), 0)
+            << "row " << r << " col " << c << (inside ? " (rotated)" : " (untouched)");
+      }
+    }
+  }
+}
+
+TEST(CpuRope, RowStrideRotatesAColumnBlockInPlace) {
+  CheckRowStride<float>();
+  CheckRowStride<bf16>();
 }
 
 }  // namespace

@@ -75,5 +75,32 @@ TEST(CudaRope, PositionsMatchCpu) {
   EXPECT_TRUE(RelClose(dx.Download(), ToDouble(want_back), 1e-6));
 }
 
+// row_stride: the heads as a column block of wider rows (q and k in place in
+// a packed QKV matrix), against the CPU kernel on the same packed rows; the
+// other columns untouched (they hold the input).
+TEST(CudaRope, RowStrideMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(8);
+  const int64_t B = 2, T = 64, NH = 16, HS = 64, R = 24 * HS,
+                col = 0;  // q + k of NH 12, NKV 4 (GQA)
+  auto x = rng.Normal(B * T * R);
+  std::vector<float> want = x, want_back = x;
+  cpu::RopeForward(want.data() + col, want.data() + col, B, T, NH, HS, 10000.0f, nullptr, R);
+  cpu::RopeBackward(want_back.data() + col, want_back.data() + col, B, T, NH, HS, 10000.0f, nullptr,
+                    R);
+  DeviceBuffer<float> dx(x), db(x);
+  cuda::RopeForward(dx.get() + col, dx.get() + col, B, T, NH, HS, 10000.0f, stream.get(), nullptr,
+                    R);
+  EXPECT_TRUE(RelClose(dx.Download(), ToDouble(want), 1e-6));
+  cuda::RopeBackward(db.get() + col, db.get() + col, B, T, NH, HS, 10000.0f, stream.get(), nullptr,
+                     R);
+  EXPECT_TRUE(RelClose(db.Download(), ToDouble(want_back), 1e-6));
+  // Untouched columns are exactly the input (RelClose is norm-wise).
+  const std::vector<float> got = dx.Download();
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = NH * HS; c < R; ++c) ASSERT_EQ(got[r * R + c], x[r * R + c]) << r << "," << c;
+}
+
 }  // namespace
 }  // namespace gtp::kernels::testing

@@ -18,37 +18,15 @@
 
 namespace gtp::kernels::ops {
 
+using internal::CheckHeadsOn;
 using internal::CheckOn;
 using internal::F;
 using internal::ForDType;
 using internal::M;
 using internal::OnDevice;
+using internal::TokenStride;
 
 namespace {
-
-// Defined and on e's device (q, k, v, dq, dk, dv need not be contiguous:
-// TokenStride checks their layout).
-void CheckHeadsOn(const Exec& e, const Tensor& t, const char* what) {
-  GTP_CHECK(t.defined(), what, " is undefined");
-  GTP_CHECK(t.device() == e.device, what, " is on ", t.device().ToString(), ", exec on ",
-            e.device.ToString());
-}
-
-// Elements between consecutive tokens of t [B, T, H, HS]: H·HS when t is
-// contiguous, else rs for a token-strided view (strides {T·rs, rs, HS, 1},
-// rs ≥ H·HS so that rows do not overlap; size-1 dims take any stride, as in
-// Tensor::is_contiguous). Aborts naming `what` for any other layout.
-int64_t TokenStride(const char* op, const char* what, const Tensor& t) {
-  const int64_t B = t.dim(0), T = t.dim(1), H = t.dim(2), HS = t.dim(3);
-  if (t.is_contiguous()) return H * HS;
-  const Shape& st = t.strides();
-  const int64_t rs = T > 1 ? st[1] : st[0];  // T = 1: each batch is one token
-  GTP_CHECK((HS == 1 || st[3] == 1) && (H == 1 || st[2] == HS) && rs >= H * HS &&
-                (B == 1 || st[0] == T * rs),
-            op, ": ", what, " ", t.ToString(), " with strides ", st.ToString(),
-            " is neither contiguous nor token-strided (strides {T·rs, rs, HS, 1}, rs ≥ heads·HS)");
-  return rs;
-}
 
 // t's rows as a 2-D [B·T, H·HS] view, rs elements apart: a row-pitched view
 // that Copy moves with one 2-D copy (CUDA) or a row loop (CPU).

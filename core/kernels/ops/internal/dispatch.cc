@@ -16,6 +16,25 @@ void CheckOn(const Exec& e, const Tensor& t, const char* what) {
   GTP_CHECK(t.is_contiguous(), what, " must be contiguous: ", t.ToString());
 }
 
+void CheckHeadsOn(const Exec& e, const Tensor& t, const char* what) {
+  GTP_CHECK(t.defined(), what, " is undefined");
+  GTP_CHECK(t.device() == e.device, what, " is on ", t.device().ToString(), ", exec on ",
+            e.device.ToString());
+}
+
+int64_t TokenStride(const char* op, const char* what, const Tensor& t) {
+  GTP_CHECK(t.rank() == 4, op, ": ", what, " ", t.ToString(), " is not [B, T, heads, HS]");
+  const int64_t B = t.dim(0), T = t.dim(1), H = t.dim(2), HS = t.dim(3);
+  if (t.is_contiguous()) return H * HS;
+  const Shape& st = t.strides();
+  const int64_t rs = T > 1 ? st[1] : st[0];  // T = 1: each batch is one token
+  GTP_CHECK((HS == 1 || st[3] == 1) && (H == 1 || st[2] == HS) && rs >= H * HS &&
+                (B == 1 || st[0] == T * rs),
+            op, ": ", what, " ", t.ToString(), " with strides ", st.ToString(),
+            " is neither contiguous nor token-strided (strides {T·rs, rs, HS, 1}, rs ≥ heads·HS)");
+  return rs;
+}
+
 DType ActDType(const char* op, std::initializer_list<Arg> acts, std::initializer_list<Arg> f32s) {
   const DType act = acts.begin()->t->dtype();
   bool ok = act == DType::kF32 || act == DType::kBF16;

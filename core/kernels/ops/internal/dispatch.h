@@ -26,6 +26,17 @@ namespace gtp::kernels::ops::internal {
 // Aborts unless t is defined, on e's device and contiguous (`what` names it).
 void CheckOn(const Exec& e, const Tensor& t, const char* what);
 
+// Defined and on e's device, any layout: for [B, T, heads, HS] tensors that
+// may be token-strided (TokenStride checks their layout).
+void CheckHeadsOn(const Exec& e, const Tensor& t, const char* what);
+
+// Elements between consecutive tokens of t [B, T, H, HS]: H·HS when t is
+// contiguous, else rs for a token-strided view (strides {T·rs, rs, HS, 1},
+// rs ≥ H·HS so that rows do not overlap; size-1 dims take any stride, as in
+// Tensor::is_contiguous) — e.g. a column block of a packed QKV matrix.
+// Aborts naming `op` and `what` for any other layout.
+int64_t TokenStride(const char* op, const char* what, const Tensor& t);
+
 // Pointers of tensors of a fixed dtype (abort on another): const / mutable
 // f32, i32, const / mutable bf16.
 inline const float* F(const Tensor& t) { return t.data<float>(); }
