@@ -342,6 +342,23 @@ TEST(GptFp8Hybrid, LossAndGradientsMatchF32WithinFp8Error) {
 // the kept Wᵀ codes made again) before the block's backward: the fp8 model's
 // loss and gradients come out bit for bit as without it, on one rank and
 // TP2·GTP2.
+// Packed q/k/v under activation recompute (the block's forward re-run at
+// its backward, Direction::kRecompute): the same bits as without, one rank
+// (weights read in place) and TP2·GTP2 (gathered and copied), with RoPE.
+TEST(GptBf16PackedRecompute, GivesTheSameBitsAsWithout) {
+  for (auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
+    SCOPED_TRACE(absl::StrCat("tp", tp, " shards", shards));
+    const Result a = RunModel(true, DType::kBF16, tp, shards, false, false, /*recompute=*/false,
+                              false, true, QkvPacking::kOn);
+    const Result b = RunModel(true, DType::kBF16, tp, shards, false, false, /*recompute=*/true,
+                              false, true, QkvPacking::kOn);
+    ASSERT_TRUE(std::isfinite(a.loss));
+    EXPECT_EQ(a.loss, b.loss);
+    ASSERT_EQ(a.grads.size(), b.grads.size());
+    for (const auto& [name, want] : a.grads) EXPECT_EQ(b.grads.at(name), want) << name;
+  }
+}
+
 TEST(GptFp8Recompute, GivesTheSameBitsAsWithout) {
   for (auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
     SCOPED_TRACE(absl::StrCat("tp", tp, " shards", shards));

@@ -144,8 +144,12 @@ TEST(GradBuffer, GradGroupKeepsListedOrderInOneBucket) {
 // iteration's values, at their worst) and ZeroGrad starts the iteration, so
 // a deferred grad (GTP 1) that its first wgrad did not overwrite, or an
 // element ZeroGrad should have filled and did not, reads NaN and fails.
+// With `packed`: a bf16 model with q/k/v as one GEMM (layers/qkv_projection.h);
+// with GTP 1 its weight gradients are written in place as one matrix — the
+// buffer's grad groups — while the twin, without a buffer, goes through
+// scratch.
 void CheckAgainstReference(int tp, int gtp, int dp, bool llama, ReduceMode mode,
-                           bool overlap = true, bool poison = false) {
+                           bool overlap = true, bool poison = false, bool packed = false) {
   HeapAllocator host;
   absl::Status st = comm::RunRanks(tp * gtp * dp, [&](comm::Communicator& w) -> absl::Status {
     parallel::ParallelConfig pc;
@@ -155,7 +159,11 @@ void CheckAgainstReference(int tp, int gtp, int dp, bool llama, ReduceMode mode,
     GTP_ASSIGN_OR_RETURN(auto pgs, parallel::ProcessGroupCollection::Build(pc, w));
     GTP_ASSIGN_OR_RETURN(int lane, pgs.RankIn("data"));
     const kernels::Exec exec = kernels::Exec::Cpu(host);
-    const layers::GptConfig cfg = testing::SmallModel(llama);
+    layers::GptConfig cfg = testing::SmallModel(llama);
+    if (packed) {
+      cfg.block.dtype = DType::kBF16;
+      cfg.block.qkv_packing = layers::QkvPacking::kOn;
+    }
     GTP_ASSIGN_OR_RETURN(auto a, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
     GTP_ASSIGN_OR_RETURN(auto b, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
     GradBufferOptions o;
@@ -164,6 +172,22 @@ void CheckAgainstReference(int tp, int gtp, int dp, bool llama, ReduceMode mode,
     o.bucket_elements = 500;
     GTP_ASSIGN_OR_RETURN(auto g, GradBuffer::Create({a->sharded_params(), a->replicated_params()},
                                                     pgs, exec, o));
+    if (packed) {  // the buffer keeps each layer's q, k, v grads side by side
+      int groups = 0;
+      for (layers::ShardedParam* q : a->sharded_params()) {
+        const size_t at = q->name().find(".q.weight");
+        if (at == std::string::npos) continue;
+        for (layers::ShardedParam* k : a->sharded_params()) {
+          if (k->name() == q->name().substr(0, at) + ".k.weight") {
+            EXPECT_EQ(k->main_grad().raw_data(),
+                      q->main_grad().data<float>() + q->main_grad().numel())
+                << k->name();
+            ++groups;
+          }
+        }
+      }
+      EXPECT_EQ(groups, cfg.n_layer);
+    }
     if (poison) {
       kernels::ops::Fill(exec, g->data(), std::nanf(""));
       g->ZeroGrad();
@@ -224,6 +248,16 @@ TEST(GradBuffer, ZeroGradDefersGtp1GradsToTheirFirstWgrad) {
   CheckAgainstReference(1, 1, 2, false, ReduceMode::kReduceScatter, true, /*poison=*/true);
   CheckAgainstReference(1, 2, 1, true, ReduceMode::kAllReduce, true, /*poison=*/true);
   CheckAgainstReference(2, 1, 1, true, ReduceMode::kReduceScatter, false, /*poison=*/true);
+}
+
+// q, k and v packed (bf16): the in-place packed wgrad into the buffer's grad
+// groups (GTP 1; NaN-poisoned, deferred zero) and the gathered GTP-2 path
+// give the unbucketed reference's gradients; DP2 reduces them.
+TEST(GradBuffer, PackedQkvMatchesUnbucketedFinalize) {
+  CheckAgainstReference(1, 1, 2, false, ReduceMode::kReduceScatter, true, /*poison=*/true,
+                        /*packed=*/true);
+  CheckAgainstReference(1, 2, 2, true, ReduceMode::kAllReduce, true, /*poison=*/true,
+                        /*packed=*/true);
 }
 
 // What ZeroGrad fills and what it leaves: every replicated grad is filled,
