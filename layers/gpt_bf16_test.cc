@@ -56,7 +56,7 @@ GptConfig Config(bool llama, DType dt, bool fp8 = false, bool recompute = false,
 // training: the trainer's ForwardAsync(backward_follows) + TakeLossSum.
 Result RunModel(bool llama, DType dt, int tp, int shards, bool training = false, bool fp8 = false,
                 bool recompute = false, bool hybrid = false, bool fp8_wgrad = true,
-                QkvPacking packing = QkvPacking::kAuto) {
+                ProjectionPacking packing = ProjectionPacking::kAuto) {
   const int64_t lanes = shards / tp, B = 4 / lanes, T = 32;
   Result out;
   absl::Mutex mu;
@@ -69,7 +69,7 @@ Result RunModel(bool llama, DType dt, int tp, int shards, bool training = false,
     HeapAllocator host;
     kernels::Exec e = kernels::Exec::Cpu(host);
     GptConfig cfg = Config(llama, dt, fp8, recompute, hybrid, fp8_wgrad);
-    cfg.block.qkv_packing = packing;
+    cfg.block.packing = packing;
     GTP_ASSIGN_OR_RETURN(auto model, GptModel::Create(cfg, B, T, pgs, e));
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs.Get("data"));
     std::vector<int32_t> tok(B * T), tgt(B * T);
@@ -167,20 +167,20 @@ TEST_P(GptBf16, LossAndGradientsMatchF32) {
   }
 }
 
-// q, k and v as one GEMM per pass (QkvPacking::kOn; on the CPU the fused
+// q, k and v as one GEMM per pass (ProjectionPacking::kOn; on the CPU the fused
 // attention copies them out of the packed matrix, RoPE rotates q and k in
 // place there): the same tolerance against f32 as the three GEMMs, on one
 // rank and TP2·GTP2 (gathered weights: the copy paths), GPT-2 and a GQA
 // Llama with RoPE. And it must have packed (the biases share a buffer; the
-// Llama has none: its bias-free packing is seen by qkv_projection_test).
+// Llama has none: its bias-free packing is seen by packed_linears_test).
 TEST(GptBf16Packed, LossAndGradientsMatchF32) {
   for (const bool llama : {false, true}) {
-    const Result ref =
-        RunModel(llama, DType::kF32, 1, 1, false, false, false, false, true, QkvPacking::kAuto);
+    const Result ref = RunModel(llama, DType::kF32, 1, 1, false, false, false, false, true,
+                                ProjectionPacking::kAuto);
     for (const auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
       SCOPED_TRACE(absl::StrCat(llama ? "llama" : "gpt2", " tp", tp, " shards", shards));
       const Result got = RunModel(llama, DType::kBF16, tp, shards, false, false, false, false, true,
-                                  QkvPacking::kOn);
+                                  ProjectionPacking::kOn);
       if (!llama) {
         EXPECT_EQ(got.packed_layers, 2);
       }
@@ -198,9 +198,10 @@ TEST(GptBf16Packed, LossAndGradientsMatchF32) {
   }
   // kAuto packs on CUDA only: the CPU runs three GEMMs; so does kOff.
   EXPECT_EQ(RunModel(false, DType::kBF16, 1, 1).packed_layers, 0);
-  EXPECT_EQ(RunModel(false, DType::kBF16, 1, 1, false, false, false, false, true, QkvPacking::kOff)
-                .packed_layers,
-            0);
+  EXPECT_EQ(
+      RunModel(false, DType::kBF16, 1, 1, false, false, false, false, true, ProjectionPacking::kOff)
+          .packed_layers,
+      0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GptBf16,
@@ -349,9 +350,9 @@ TEST(GptBf16PackedRecompute, GivesTheSameBitsAsWithout) {
   for (auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
     SCOPED_TRACE(absl::StrCat("tp", tp, " shards", shards));
     const Result a = RunModel(true, DType::kBF16, tp, shards, false, false, /*recompute=*/false,
-                              false, true, QkvPacking::kOn);
+                              false, true, ProjectionPacking::kOn);
     const Result b = RunModel(true, DType::kBF16, tp, shards, false, false, /*recompute=*/true,
-                              false, true, QkvPacking::kOn);
+                              false, true, ProjectionPacking::kOn);
     ASSERT_TRUE(std::isfinite(a.loss));
     EXPECT_EQ(a.loss, b.loss);
     ASSERT_EQ(a.grads.size(), b.grads.size());

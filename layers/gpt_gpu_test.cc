@@ -101,13 +101,13 @@ struct Grads {
 // *packed_layers counts the attention layers whose q and k biases share one
 // buffer.
 Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T,
-                      bool training = false, QkvPacking packing = QkvPacking::kOff,
+                      bool training = false, ProjectionPacking packing = ProjectionPacking::kOff,
                       int* packed_layers = nullptr) {
   GptConfig c = GptConfig::Gpt2(1000, T, 2, 128, 2);  // HS = 64: the flash kernel's size
   c.block.seed = 13;
   c.block.dtype = dt;
   if (llama) c = LlamaStyle(c, 0);
-  c.block.qkv_packing = packing;
+  c.block.packing = packing;
   const int64_t B = 2;
   Grads out;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) -> absl::Status {
@@ -206,7 +206,7 @@ TEST_P(GptGpuBf16, MatchesCpuF32) {
 INSTANTIATE_TEST_SUITE_P(Styles, GptGpuBf16, ::testing::Values(false, true),
                          [](const auto& i) { return i.param ? "llama" : "gpt2"; });
 
-// q, k and v as one GEMM per pass (QkvPacking::kAuto on CUDA): against the
+// q, k and v as one GEMM per pass (ProjectionPacking::kAuto on CUDA): against the
 // f32 CPU model with the same tolerance as the three GEMMs, through the own
 // flash kernels (which copy q, k, v out of the packed matrix) and through
 // cuDNN (which reads them in place, row stride R), GPT-2 and Llama style
@@ -231,12 +231,13 @@ TEST(GptGpuBf16Packed, MatchesCpuF32AndThreeGemms) {
       SCOPED_TRACE(absl::StrCat(llama ? "llama" : "gpt2", use_cudnn ? " cudnn" : " flash"));
       const int64_t T = 200;
       const kernels::Exec& e = use_cudnn ? gpu_cudnn : gpu;
-      const Grads ref =
-          ForwardBackward(kernels::Exec::Cpu(host), llama, DType::kF32, T, false, QkvPacking::kOff);
-      const Grads three = ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kOff);
+      const Grads ref = ForwardBackward(kernels::Exec::Cpu(host), llama, DType::kF32, T, false,
+                                        ProjectionPacking::kOff);
+      const Grads three =
+          ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, ProjectionPacking::kOff);
       int packed_layers = -1;
-      const Grads got =
-          ForwardBackward(e, llama, DType::kBF16, T, use_cudnn, QkvPacking::kAuto, &packed_layers);
+      const Grads got = ForwardBackward(e, llama, DType::kBF16, T, use_cudnn,
+                                        ProjectionPacking::kAuto, &packed_layers);
       if (!llama) {
         EXPECT_EQ(packed_layers, 2);
       }

@@ -262,7 +262,7 @@ class ShardedParam {
   void set_main_grad_storage(const Tensor& storage);
   // Makes the shard live in `storage` (contiguous [shard_rows, cols] of the
   // param dtype, on the chain's device), e.g. a block of rows of one buffer
-  // holding several weights one GEMM reads together (layers/qkv_projection.h);
+  // holding several weights one GEMM reads together (layers/packed_linears.h);
   // the current values are copied into it. Call before the first gather.
   void set_shard_storage(const Tensor& storage);
 
@@ -333,7 +333,7 @@ class ShardedParam {
   void set_prefetch_group(int g) { prefetch_group_ = g; }
   int prefetch_group() const { return prefetch_group_; }
   // Params of one grad group (the parts of one fused GEMM: attention's q, k
-  // and v, layers/qkv_projection.h) that a ParamSet lists one after another
+  // and v, layers/packed_linears.h) that a ParamSet lists one after another
   // keep their main grads adjacent in an optimizer's flat buffer, in the
   // listed order and in one bucket (optimizer/grad_buffer.h), so the GEMM
   // writes them as one matrix. Any non-null key shared by the group's members

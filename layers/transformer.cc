@@ -143,17 +143,16 @@ absl::StatusOr<std::unique_ptr<Attention>> Attention::Create(
     }
   }
   // q, k and v in one GEMM per pass where the attention reads them in place
-  // (TransformerConfig::qkv_packing): the fused bf16 attention and RoPE
+  // (TransformerConfig::packing): the fused bf16 attention and RoPE
   // take them as token-strided views.
   const bool packable = c.dtype == DType::kBF16 && !c.fp8 && a->ring_ == nullptr;
-  const bool packed = packable && (c.qkv_packing == QkvPacking::kOn ||
-                                   (c.qkv_packing == QkvPacking::kAuto && chain->exec().is_cuda()));
+  const bool packed = PacksOn(c.packing, packable, chain->exec());
   const int64_t kv = c.kv_heads() * a->hs_;
   GTP_ASSIGN_OR_RETURN(
-      a->qkv_, QkvProjection::Create(Lin(name + ".q", c, c.n_embd, c.n_embd, c.init_std, true),
-                                     Lin(name + ".k", c, c.n_embd, kv, c.init_std, true),
-                                     Lin(name + ".v", c, c.n_embd, kv, c.init_std, true), packed,
-                                     pgs, chain));
+      a->qkv_, PackedLinears::Create({Lin(name + ".q", c, c.n_embd, c.n_embd, c.init_std, true),
+                                      Lin(name + ".k", c, c.n_embd, kv, c.init_std, true),
+                                      Lin(name + ".v", c, c.n_embd, kv, c.init_std, true)},
+                                     packed, pgs, chain));
   GTP_ASSIGN_OR_RETURN(
       a->o_, RowParallelLinear::Create(Lin(name + ".o", c, c.n_embd, c.n_embd, ProjStd(c), false),
                                        pgs, chain));
@@ -181,9 +180,9 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residua
   }
   std::optional<Timeline::Scope> core_span;
   core_span.emplace(tl, "attention", e.stream);
-  Tensor q = Heads(qkv_out_.q, nh_tp_);
-  Tensor k = Heads(qkv_out_.k, nkv_tp_);
-  Tensor v = Heads(qkv_out_.v, nkv_tp_);
+  Tensor q = Heads(qkv_out_.part[0], nh_tp_);
+  Tensor k = Heads(qkv_out_.part[1], nkv_tp_);
+  Tensor v = Heads(qkv_out_.part[2], nkv_tp_);
   // Under CP the rows are two chunks of the sequence: rotate by their global positions.
   const Tensor pos = ring_ ? ring_->positions() : Tensor();
   if (config_.rope && qkv_->packed()) {  // q and k side by side: one rotation in place
@@ -219,7 +218,7 @@ absl::StatusOr<Tensor> Attention::Forward(const Tensor& h, const Tensor& residua
 }
 
 void Attention::DropActivations() {
-  qkv_out_ = QkvProjection::Parts();
+  qkv_out_ = PackedLinears::Parts();
   att_ = y_ = lse_ = Tensor();
   if (ring_) ring_->DropActivations();
   qkv_->DropActivations();
@@ -234,13 +233,13 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   GTP_ASSIGN_OR_RETURN(Tensor dy, o_->Backward(dout));
   span.emplace(tl, "attention bwd", e.stream);
   const DType dt = config_.dtype;
-  const QkvProjection::Parts grads = qkv_->NewGrads();
-  const Tensor dq = Heads(grads.q, nh_tp_);
-  const Tensor dk = Heads(grads.k, nkv_tp_);
-  const Tensor dv = Heads(grads.v, nkv_tp_);
-  const Tensor q = Heads(qkv_out_.q, nh_tp_);
-  const Tensor k = Heads(qkv_out_.k, nkv_tp_);
-  const Tensor v = Heads(qkv_out_.v, nkv_tp_);
+  const PackedLinears::Parts grads = qkv_->NewGrads();
+  const Tensor dq = Heads(grads.part[0], nh_tp_);
+  const Tensor dk = Heads(grads.part[1], nkv_tp_);
+  const Tensor dv = Heads(grads.part[2], nkv_tp_);
+  const Tensor q = Heads(qkv_out_.part[0], nh_tp_);
+  const Tensor k = Heads(qkv_out_.part[1], nkv_tp_);
+  const Tensor v = Heads(qkv_out_.part[2], nkv_tp_);
   const Tensor dout4 = dy.View({B_, T_, nh_tp_, hs_});
   if (ring_ && dt == DType::kF32) {
     GTP_RETURN_IF_ERROR(ring_->Backward(dout4, dq, dk, dv));
@@ -257,7 +256,7 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
   } else {
     ops::AttentionBackward(e, dout4, q, k, v, att_, dq, dk, dv, config_.causal);
   }
-  qkv_out_ = QkvProjection::Parts();
+  qkv_out_ = PackedLinears::Parts();
   att_ = y_ = lse_ = Tensor();
   if (config_.rope && qkv_->packed()) {
     const Tensor dqk = QkHeads(grads.all);
@@ -274,11 +273,12 @@ absl::StatusOr<Tensor> Attention::Backward(const Tensor& dout) {
 
 void Attention::CollectParams(std::vector<ShardedParam*>* sharded,
                               std::vector<ReplicatedParam*>* repl) {
-  sharded->push_back(&qkv_->q().weight());
-  sharded->push_back(&qkv_->k().weight());
-  sharded->push_back(&qkv_->v().weight());
+  sharded->push_back(&qkv_->part(0).weight());
+  sharded->push_back(&qkv_->part(1).weight());
+  sharded->push_back(&qkv_->part(2).weight());
   sharded->push_back(&o_->weight());
-  for (ReplicatedParam* b : {qkv_->q().bias(), qkv_->k().bias(), qkv_->v().bias(), o_->bias()})
+  for (ReplicatedParam* b :
+       {qkv_->part(0).bias(), qkv_->part(1).bias(), qkv_->part(2).bias(), o_->bias()})
     if (b) repl->push_back(b);
 }
 

@@ -33,7 +33,7 @@
 #include "layers/linear.h"
 #include "layers/mamba/mamba_mixer.h"
 #include "layers/moe/moe_layer.h"
-#include "layers/qkv_projection.h"
+#include "layers/packed_linears.h"
 #include "layers/sharded_param.h"
 #include "layers/sublayer.h"
 #include "parallel/process_groups.h"
@@ -42,17 +42,6 @@ namespace gtp::layers {
 
 enum class NormKind { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiGlu };
-// Whether attention's q, k and v run as one GEMM per pass
-// (layers/qkv_projection.h). Only in bf16 (the fused attention and RoPE
-// read them in place), never with FP8 GEMMs or context parallelism (they
-// want q, k, v quantised apart or dense). kAuto: on CUDA, where one GEMM should
-// be faster (core/kernels/bench:gemm_algo_benchmark times the 124M model's
-// q/k/v at 0.39 ms a step less as one GEMM); kOn: on the CPU too (its fused
-// attention copies q, k, v out: for tests); kOff: three GEMMs. The default
-// stays kOff until the packed path has run on a GPU (the GPU tests and the
-// 124M benchmark: docs/PERFORMANCE.md, the twenty-second session).
-enum class QkvPacking { kAuto, kOn, kOff };
-
 struct TransformerConfig {
   int64_t n_embd = 0;         // C
   int64_t n_head = 0;         // NH
@@ -62,7 +51,13 @@ struct TransformerConfig {
   Activation activation = Activation::kGelu;
   bool bias = true;           // biases in the linears (and LayerNorm)
   bool rope = false;          // rotary position embedding on q and k
-  QkvPacking qkv_packing = QkvPacking::kOff;
+  // Projections reading one input as one GEMM a pass (layers/packed_linears.h):
+  // attention's q, k and v — in bf16 only (the fused attention and RoPE read
+  // them in place), not with context parallelism (its ring wants them dense)
+  // — and the Mamba mixer's B, C and dt (mamba.packing follows this). Never
+  // with FP8 GEMMs. kOff until the packed path has run on a GPU
+  // (docs/PERFORMANCE.md, the twenty-second session).
+  ProjectionPacking packing = ProjectionPacking::kOff;
   // Causal self-attention (a decoder: token t sees tokens ≤ t); false for a
   // bidirectional encoder (e.g. a ViT), where every token sees every token.
   // Context parallelism (ring attention) supports causal only.
@@ -149,9 +144,9 @@ class Attention : public Mixer {
   // Packed: q's and k's heads side by side in the [N, R] matrix (RoPE
   // rotates them in one call), as [B, T, NH_tp + NKV_tp, HS].
   Tensor QkHeads(const Tensor& packed) const;
-  std::unique_ptr<QkvProjection> qkv_;
+  std::unique_ptr<PackedLinears> qkv_;  // q, k, v
   std::unique_ptr<RowParallelLinear> o_;
-  QkvProjection::Parts qkv_out_;
+  PackedLinears::Parts qkv_out_;
   Tensor att_;       // f32: probabilities [B, NH_tp, T, T]
   Tensor y_, lse_;   // bf16 (flash): output [B, T, NH_tp, HS], log-sum-exp [B, NH_tp, T]
   // Context parallelism (the "cp" group > 1): T_ is this rank's share of the

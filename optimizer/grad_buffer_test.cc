@@ -144,7 +144,7 @@ TEST(GradBuffer, GradGroupKeepsListedOrderInOneBucket) {
 // iteration's values, at their worst) and ZeroGrad starts the iteration, so
 // a deferred grad (GTP 1) that its first wgrad did not overwrite, or an
 // element ZeroGrad should have filled and did not, reads NaN and fails.
-// With `packed`: a bf16 model with q/k/v as one GEMM (layers/qkv_projection.h);
+// With `packed`: a bf16 model with q/k/v as one GEMM (layers/packed_linears.h);
 // with GTP 1 its weight gradients are written in place as one matrix — the
 // buffer's grad groups — while the twin, without a buffer, goes through
 // scratch.
@@ -162,7 +162,7 @@ void CheckAgainstReference(int tp, int gtp, int dp, bool llama, ReduceMode mode,
     layers::GptConfig cfg = testing::SmallModel(llama);
     if (packed) {
       cfg.block.dtype = DType::kBF16;
-      cfg.block.qkv_packing = layers::QkvPacking::kOn;
+      cfg.block.packing = layers::ProjectionPacking::kOn;
     }
     GTP_ASSIGN_OR_RETURN(auto a, layers::GptModel::Create(cfg, kB, kT, pgs, exec));
     GTP_ASSIGN_OR_RETURN(auto b, layers::GptModel::Create(cfg, kB, kT, pgs, exec));

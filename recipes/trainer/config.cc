@@ -516,14 +516,15 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.cuda_graphs", t->cuda_graphs()); !e.empty()) return Bad(e);
   if (t->attention().empty()) t->set_attention("cudnn");
   if (auto e = ChoiceError("train.attention", t->attention()); !e.empty()) return Bad(e);
-  if (t->qkv_packing().empty()) t->set_qkv_packing("off");
-  if (auto e = ChoiceError("train.qkv_packing", t->qkv_packing()); !e.empty()) return Bad(e);
-  if (t->qkv_packing() == "on" && (t->precision() != "bf16" || p->cp() > 1)) {
-    return Bad(
-        absl::StrCat("train.qkv_packing=on packs q, k and v for the bf16 fused attention: it needs "
-                     "train.precision=bf16 (got ",
-                     t->precision(), ") and parallel.cp=1 (got ", p->cp(),
-                     "); use train.qkv_packing=auto (packs where it can) or off"));
+  if (t->pack_projections().empty()) t->set_pack_projections("off");
+  if (auto e = ChoiceError("train.pack_projections", t->pack_projections()); !e.empty())
+    return Bad(e);
+  if (t->pack_projections() == "on" && (t->precision() != "bf16" || p->cp() > 1)) {
+    return Bad(absl::StrCat(
+        "train.pack_projections=on packs q, k and v for the bf16 fused attention: it needs "
+        "train.precision=bf16 (got ",
+        t->precision(), ") and parallel.cp=1 (got ", p->cp(),
+        "); use train.pack_projections=auto (packs where it can) or off"));
   }
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");

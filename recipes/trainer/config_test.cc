@@ -443,33 +443,35 @@ TEST(RecipeModel, NormEpsReachesEveryNorm) {
   EXPECT_FALSE(LoadRecipe(path, {"model.norm_eps=-1e-6"}).ok());
 }
 
-// train.qkv_packing: off (the default), auto or on, reaching the model's
+// train.pack_projections: off (the default), auto or on, reaching the model's
 // attention; on is refused where packing is not allowed, naming why.
-TEST(RecipeTrain, QkvPackingIsOffAutoOrOn) {
+TEST(RecipeTrain, ProjectionPackingIsOffAutoOrOn) {
   const std::string path = WriteRecipe();
   auto r = LoadRecipe(path, {});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->train().qkv_packing(), "off");
-  EXPECT_EQ(ModelConfig(*r).block.qkv_packing, layers::QkvPacking::kOff);
-  auto on = LoadRecipe(path, {"train.precision=bf16", "train.qkv_packing=on"});
+  EXPECT_EQ(r->train().pack_projections(), "off");
+  EXPECT_EQ(ModelConfig(*r).block.packing, layers::ProjectionPacking::kOff);
+  auto on = LoadRecipe(path, {"train.precision=bf16", "train.pack_projections=on"});
   ASSERT_TRUE(on.ok()) << on.status();
-  EXPECT_EQ(ModelConfig(*on).block.qkv_packing, layers::QkvPacking::kOn);
-  auto aut = LoadRecipe(path, {"train.qkv_packing=auto"});  // f32 on the CPU: runs three GEMMs
+  EXPECT_EQ(ModelConfig(*on).block.packing, layers::ProjectionPacking::kOn);
+  auto aut = LoadRecipe(path, {"train.pack_projections=auto"});  // f32 on the CPU: runs three GEMMs
   ASSERT_TRUE(aut.ok()) << aut.status();
-  EXPECT_EQ(ModelConfig(*aut).block.qkv_packing, layers::QkvPacking::kAuto);
+  EXPECT_EQ(ModelConfig(*aut).block.packing, layers::ProjectionPacking::kAuto);
   for (const auto& [sets, why] :
-       {std::pair<std::vector<std::string>, std::string>{{"train.qkv_packing=on"},
+       {std::pair<std::vector<std::string>, std::string>{{"train.pack_projections=on"},
                                                          "train.precision=bf16 (got f32)"},
-        {{"train.qkv_packing=on", "train.precision=bf16", "parallel.cp=2", "parallel.world_size=2"},
+        {{"train.pack_projections=on", "train.precision=bf16", "parallel.cp=2",
+          "parallel.world_size=2"},
          "parallel.cp=1 (got 2)"}}) {
     auto bad = LoadRecipe(path, sets);
     ASSERT_FALSE(bad.ok()) << sets.back();
     EXPECT_NE(std::string(bad.status().message()).find(why), std::string::npos) << bad.status();
   }
-  auto bad = LoadRecipe(path, {"train.qkv_packing=yes"});
+  auto bad = LoadRecipe(path, {"train.pack_projections=yes"});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("train.qkv_packing must be off, auto or on"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(bad.status().message()).find("train.pack_projections must be off, auto or on"),
+      std::string::npos)
       << bad.status();
 }
 

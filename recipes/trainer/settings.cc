@@ -159,7 +159,7 @@ const std::vector<Choice>& Choices() {
       {"train.fp8_wgrad", {"fp8", "bf16"}},
       {"train.cuda_graphs", {"auto", "on", "off"}},
       {"train.attention", {"cudnn", "flash"}},
-      {"train.qkv_packing", {"off", "auto", "on"}},
+      {"train.pack_projections", {"off", "auto", "on"}},
   };
   return *kChoices;
 }

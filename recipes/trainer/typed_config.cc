@@ -135,10 +135,10 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.block.dtype = r.train().precision() == "f32" ? DType::kF32 : DType::kBF16;
   c.block.fp8 = r.train().precision() == "fp8";
   c.block.fp8_wgrad = r.train().fp8_wgrad() != "bf16";
-  const std::string& packing = r.train().qkv_packing();
-  c.block.qkv_packing = packing == "on"     ? layers::QkvPacking::kOn
-                        : packing == "auto" ? layers::QkvPacking::kAuto
-                                            : layers::QkvPacking::kOff;
+  const std::string& packing = r.train().pack_projections();
+  c.block.packing = packing == "on"     ? layers::ProjectionPacking::kOn
+                    : packing == "auto" ? layers::ProjectionPacking::kAuto
+                                        : layers::ProjectionPacking::kOff;
   const auto& e = m.moe();
   if (e.num_experts() > 0) {
     layers::moe::MoeConfig& mc = c.block.moe;

@@ -1,9 +1,8 @@
-// QkvProjection against a double-precision reference, packed (one GEMM per
-// pass) and as three linears, over TP and GTP layouts: q, k, v, the partial
-// input gradient, the weight gradients (two iterations accumulated; averaged
-// over the GTP data lanes as the reduce-scatter means) and the bias
-// gradients. Packed, each of its memory cases: the weight read in place
-// (GTP 1, shards in one buffer) or copied (padded shards, gathered GTP
+// PackedLinears against a double-precision reference, packed (one GEMM per
+// pass) and as three linears (an attention's q, k, v), over TP and GTP layouts: q, k, v, the
+// partial input gradient, the weight gradients (two iterations accumulated; averaged over the GTP
+// data lanes as the reduce-scatter means) and the bias gradients. Packed, each of its memory cases:
+// the weight read in place (GTP 1, shards in one buffer) or copied (padded shards, gathered GTP
 // weights); the weight gradient written in place (main grads adjacent, the
 // first write fresh or accumulating) or through scratch.
 //
@@ -11,7 +10,7 @@
 // terms of O(1) values: relative error ≲ K·2⁻²⁴ ≈ 1e-6; 1e-5 leaves room
 // for the BLAS's summation order and no room for a wrong block or a missed
 // bias.
-#include "layers/qkv_projection.h"
+#include "layers/packed_linears.h"
 
 #include <cmath>
 #include <string>
@@ -107,9 +106,9 @@ TEST_P(QkvParity, MatchesDoubleReference) {
       lc[i] = LinearConfig{names[i], kC, out[i], true, false, kStd, kSeed};
       lc[i].caller_reduces_input_grad = true;
     }
-    auto p = QkvProjection::Create(lc[0], lc[1], lc[2], k.packed, *pgs, &chain);
+    auto p = PackedLinears::Create({lc[0], lc[1], lc[2]}, k.packed, *pgs, &chain);
     ASSERT_TRUE(p.ok()) << p.status();
-    ColumnParallelLinear* part[3] = {&(*p)->q(), &(*p)->k(), &(*p)->v()};
+    ColumnParallelLinear* part[3] = {&(*p)->part(0), &(*p)->part(1), &(*p)->part(2)};
     int64_t rows[3];
     for (int i = 0; i < 3; ++i) rows[i] = out[i] / k.tp;
     // Nonzero biases (TP slices of a global one), written into the params.
@@ -165,10 +164,10 @@ TEST_P(QkvParity, MatchesDoubleReference) {
       const Mat x = LaneData("x" + it, g, kN * kC);
       auto y = (*p)->Forward(HostTensor(host, x, kN, kC), Direction::kForward);
       ASSERT_TRUE(y.ok()) << y.status();
-      const Tensor got[3] = {y->q, y->k, y->v};
+      const Tensor got[3] = {y->part[0], y->part[1], y->part[2]};
       Mat dx(kN * kC, 0.0);
-      QkvProjection::Parts d = (*p)->NewGrads();
-      const Tensor dt[3] = {d.q, d.k, d.v};
+      PackedLinears::Parts d = (*p)->NewGrads();
+      const Tensor dt[3] = {d.part[0], d.part[1], d.part[2]};
       EXPECT_EQ(d.all.defined(), k.packed);
       for (int i = 0; i < 3; ++i) {
         ASSERT_EQ(got[i].shape(), Shape({kN, rows[i]}));
@@ -232,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, QkvParity,
                                            Case{2, 2, true, 1, false}, Case{2, 2, false, 1, false}),
                          Name);
 
-TEST(QkvProjection, PackedRefusesFp8) {
+TEST(PackedLinears, PackedRefusesFp8) {
   HeapAllocator host;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& w) {
     auto pgs = parallel::ProcessGroupCollection::Build(parallel::ParallelConfig{}, w);
@@ -242,7 +241,7 @@ TEST(QkvProjection, PackedRefusesFp8) {
     c.caller_reduces_input_grad = true;
     c.dtype = DType::kBF16;
     c.fp8 = true;
-    auto p = QkvProjection::Create(c, c, c, /*packed=*/true, *pgs, &chain);
+    auto p = PackedLinears::Create({c, c, c}, /*packed=*/true, *pgs, &chain);
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
     EXPECT_NE(p.status().message().find("FP8"), std::string::npos) << p.status();
   });
