@@ -196,6 +196,21 @@ TEST(GptBf16Packed, LossAndGradientsMatchF32) {
       }
     }
   }
+  // A hybrid stack (Mamba-2 mixer, attention, MLP): the mixer's B, C, dt
+  // packed too, against its f32 model.
+  for (const auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
+    SCOPED_TRACE(absl::StrCat("hybrid tp", tp, " shards", shards));
+    const Result ref = RunModel(false, DType::kF32, 1, 1, false, false, false, /*hybrid=*/true);
+    const Result got = RunModel(false, DType::kBF16, tp, shards, false, false, false,
+                                /*hybrid=*/true, true, ProjectionPacking::kOn);
+    ASSERT_TRUE(std::isfinite(got.loss));
+    EXPECT_NEAR(got.loss, ref.loss, 1e-2 * ref.loss);
+    for (const auto& [name, want] : ref.grads) {
+      SCOPED_TRACE(name);
+      if (name.find("attn.k.bias") != std::string::npos) continue;  // true gradient 0
+      EXPECT_LT(RelErr(got.grads.at(name), want), 3e-2);
+    }
+  }
   // kAuto packs on CUDA only: the CPU runs three GEMMs; so does kOff.
   EXPECT_EQ(RunModel(false, DType::kBF16, 1, 1).packed_layers, 0);
   EXPECT_EQ(

@@ -400,6 +400,7 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(MixerKind kind, const std::st
       mc.fp8 = c.fp8;
       mc.fp8_wgrad = c.fp8_wgrad;
       mc.sequence_parallel = c.sequence_parallel;
+      mc.packing = c.packing;
       return mamba::MambaMixer::Create(name + ".mixer", mc, B, T, pgs, chain);
     }
   }

@@ -61,6 +61,15 @@ Tensor As(const kernels::Exec& e, const Tensor& t, DType dtype) {
   return out;
 }
 
+// t itself when contiguous, else a dense copy (a packed projection's
+// column block for the kernels that read whole rows).
+Tensor Dense(const kernels::Exec& e, const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = e.Empty(t.shape(), t.dtype());
+  ops::CopyInto(e, t, out);
+  return out;
+}
+
 // The scan's CUDA kernels (CPU execs ignore the choice): kAuto's, with the
 // warp-level kernel's products in bf16 when the model is bf16 — Mamba-2's
 // own kernels' precision (bf16 operands, f32 accumulation, the decays and
@@ -115,13 +124,16 @@ absl::StatusOr<std::unique_ptr<MambaMixer>> MambaMixer::Create(
     LinearConfig l = Lin(name + ".in_proj_" + part, c.d_model, out, c.init_std, c.seed, true,
                          c.dtype, c.fp8, c.fp8_wgrad);
     l.f32_output = true;  // the SSM's math is f32: no cast after the GEMM
-    return ColumnParallelLinear::Create(l, pgs, chain);
+    return l;
   };
-  GTP_ASSIGN_OR_RETURN(m->in_z_, in_proj("z", Di));
-  GTP_ASSIGN_OR_RETURN(m->in_x_, in_proj("x", Di));
-  GTP_ASSIGN_OR_RETURN(m->in_b_, in_proj("B", G * Ns));
-  GTP_ASSIGN_OR_RETURN(m->in_c_, in_proj("C", G * Ns));
-  GTP_ASSIGN_OR_RETURN(m->in_dt_, in_proj("dt", H));
+  GTP_ASSIGN_OR_RETURN(m->in_z_, ColumnParallelLinear::Create(in_proj("z", Di), pgs, chain));
+  GTP_ASSIGN_OR_RETURN(m->in_x_, ColumnParallelLinear::Create(in_proj("x", Di), pgs, chain));
+  // B, C and dt are narrow (G·N, G·N, H rows): one GEMM for the three where
+  // packing is on.
+  GTP_ASSIGN_OR_RETURN(
+      m->in_bcdt_,
+      PackedLinears::Create({in_proj("B", G * Ns), in_proj("C", G * Ns), in_proj("dt", H)},
+                            PacksOn(c.packing, !c.fp8, chain->exec()), pgs, chain));
   // Under SP out_proj reduce-scatters its output rows (and gathers dout back).
   LinearConfig out_proj = Lin(name + ".out_proj", Di, c.d_model, c.out_std, c.seed, false, c.dtype,
                               c.fp8, c.fp8_wgrad, m->sp_);
@@ -250,12 +262,12 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, const Tensor& residu
   kernels::fp8::Fp8SharedInput hin_fp8(e);  // fp8: hin quantised once for the five parts
   GTP_ASSIGN_OR_RETURN(Tensor z, in_z_->Forward(hin, dir, &hin_fp8));
   GTP_ASSIGN_OR_RETURN(Tensor xr_in, in_x_->Forward(hin, dir, &hin_fp8));
-  GTP_ASSIGN_OR_RETURN(Tensor br_in, in_b_->Forward(hin, dir, &hin_fp8));
-  GTP_ASSIGN_OR_RETURN(Tensor cr_in, in_c_->Forward(hin, dir, &hin_fp8));
-  GTP_ASSIGN_OR_RETURN(Tensor dtr, in_dt_->Forward(hin, dir, &hin_fp8));
+  GTP_ASSIGN_OR_RETURN(PackedLinears::Parts bcdt, in_bcdt_->Forward(hin, dir, &hin_fp8));
   z_ = As(e, z, f32);
-  const Tensor xr = As(e, xr_in, f32), br = As(e, br_in, f32), cr = As(e, cr_in, f32);
-  dtr_ = As(e, dtr, f32);
+  // Packed, B, C and dt are column blocks of one matrix: dense copies (small).
+  const Tensor xr = As(e, xr_in, f32), br = Dense(e, As(e, bcdt.part[0], f32)),
+               cr = Dense(e, As(e, bcdt.part[1], f32));
+  dtr_ = Dense(e, As(e, bcdt.part[2], f32));
   // The params as they are now (the optimizer steps after Backward).
   v32_ = F32Values{As(e, conv_x_w_.value, f32), As(e, conv_x_b_.value, f32),
                    As(e, conv_b_w_.value, f32), As(e, conv_b_b_.value, f32),
@@ -376,9 +388,17 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   // The in_proj parts in reverse forward order (the GTP chain's backward order), their
   // output gradients back in the model dtype; one TP reduction.
   const DType dt = c_.dtype;
-  GTP_ASSIGN_OR_RETURN(Tensor dh, in_dt_->Backward(As(e, ddtr, dt)));
-  GTP_RETURN_IF_ERROR(in_c_->Backward(As(e, dcr.View({N, g_ * Ns}), dt), dh).status());
-  GTP_RETURN_IF_ERROR(in_b_->Backward(As(e, dbr.View({N, g_ * Ns}), dt), dh).status());
+  // B, C and dt: packed, their gradients go into one matrix (small copies).
+  PackedLinears::Parts dbcdt;
+  const Tensor dbcdt_in[3] = {As(e, dbr.View({N, g_ * Ns}), dt), As(e, dcr.View({N, g_ * Ns}), dt),
+                              As(e, ddtr, dt)};
+  if (in_bcdt_->packed()) {
+    dbcdt = in_bcdt_->NewGrads();
+    for (int i = 0; i < 3; ++i) ops::CopyInto(e, dbcdt_in[i], dbcdt.part[i]);
+  } else {
+    dbcdt.part.assign(std::begin(dbcdt_in), std::end(dbcdt_in));
+  }
+  GTP_ASSIGN_OR_RETURN(Tensor dh, in_bcdt_->Backward(dbcdt));
   GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh).status());
   GTP_RETURN_IF_ERROR(in_z_->Backward(As(e, dz, dt), dh).status());
   DropActivations();
@@ -392,15 +412,16 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
 void MambaMixer::DropActivations() {
   z_ = dtr_ = xs_ = bs_ = cs_ = dts_ = xc_ = bc_ = cc_ = a_ = y_ = rstd_ = Tensor();
   v32_ = F32Values{};
-  for (ColumnParallelLinear* l : {in_z_.get(), in_x_.get(), in_b_.get(), in_c_.get(), in_dt_.get()}) {
-    l->DropActivations();
-  }
+  in_z_->DropActivations();
+  in_x_->DropActivations();
+  in_bcdt_->DropActivations();
   out_->DropActivations();
 }
 
 void MambaMixer::CollectParams(std::vector<ShardedParam*>* sharded,
                                std::vector<ReplicatedParam*>* repl) {
-  for (ColumnParallelLinear* l : {in_z_.get(), in_x_.get(), in_b_.get(), in_c_.get(), in_dt_.get()}) {
+  for (ColumnParallelLinear* l :
+       {in_z_.get(), in_x_.get(), &in_bcdt_->part(0), &in_bcdt_->part(1), &in_bcdt_->part(2)}) {
     sharded->push_back(&l->weight());
   }
   sharded->push_back(&out_->weight());

@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "layers/linear.h"
 #include "layers/mamba/cp_exchange.h"
+#include "layers/packed_linears.h"
 #include "layers/sharded_param.h"
 #include "layers/sublayer.h"
 #include "parallel/process_groups.h"
@@ -76,6 +77,9 @@ struct MambaConfig {
   // and out_proj reduce-scatters them back (the scan runs on whole sequences,
   // its heads split over TP as without SP).
   bool sequence_parallel = false;
+  // in_proj's B, C and dt parts (narrow: G·N, G·N and H rows) as one GEMM a
+  // pass (layers/packed_linears.h; not with fp8). TransformerConfig::packing.
+  ProjectionPacking packing = ProjectionPacking::kOff;
 
   int64_t d_inner() const { return expand * d_model; }
   int64_t n_heads() const { return d_inner() / head_dim; }
@@ -114,7 +118,8 @@ class MambaMixer : public Mixer {
   comm::Communicator* tp_ = nullptr;
   int64_t B_ = 0, T_ = 0, di_ = 0, h_ = 0, g_ = 0;  // TP-local d_inner, heads, groups
   bool sp_ = false;  // sequence parallel (TP > 1)
-  std::unique_ptr<ColumnParallelLinear> in_z_, in_x_, in_b_, in_c_, in_dt_;
+  std::unique_ptr<ColumnParallelLinear> in_z_, in_x_;
+  std::unique_ptr<PackedLinears> in_bcdt_;  // in_proj's B, C, dt
   std::unique_ptr<RowParallelLinear> out_;
   ReplicatedParam conv_x_w_, conv_x_b_, conv_b_w_, conv_b_b_, conv_c_w_, conv_c_b_;
   ReplicatedParam dt_bias_, a_log_, d_, norm_w_;

@@ -101,6 +101,22 @@ TEST_P(MambaMixerGpu, Bf16MatchesCpu) {
   ExpectMixerClose(got, f32, 4e-2, "CUDA bf16 vs CPU f32");
 }
 
+// in_proj's B, C and dt packed in one GEMM (ProjectionPacking::kAuto: packs
+// on CUDA): the CPU's three-GEMM mixer within the tolerances above.
+TEST_P(MambaMixerGpu, PackedBcDtMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  const MixerCase m = GetParam();
+  Execs x;
+  for (const DType dt : {DType::kF32, DType::kBF16}) {
+    MambaConfig packed = Config(m, dt);
+    packed.packing = ProjectionPacking::kAuto;
+    const testing::MixerRun ref = testing::RunMixer(x.cpu, Config(m, dt), m.B, m.T);
+    const testing::MixerRun got = testing::RunMixer(x.gpu, packed, m.B, m.T);
+    ExpectMixerClose(got, ref, dt == DType::kF32 ? 1e-3 : 3e-2,
+                     absl::StrCat("CUDA packed vs CPU, ", DTypeName(dt)));
+  }
+}
+
 // Odd T (not a multiple of the chunk), G < H; Mamba-2's d_state 64 and head
 // dim 64; G == H per TP rank.
 INSTANTIATE_TEST_SUITE_P(Shapes, MambaMixerGpu,
