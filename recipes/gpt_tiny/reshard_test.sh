@@ -31,8 +31,9 @@ done
 # the parameters or the checkpoint: a bf16 run's step-10 checkpoint, saved
 # packed under TP2·GTP2, resumes with three GEMMs on one rank, and steps
 # 11..16 follow the packed run to bf16 rounding (the GEMMs sum in another
-# order: a few 1e-3 of the loss; 1e-2 fails a resume that lost the weights,
-# whose loss would be back near 5.5).
+# order: 1.2e-4 of the loss at most here, 2026-12-05; 2e-3 leaves room for
+# another CPU's BLAS and fails a resume that lost the weights, whose loss
+# would be back near 5.5).
 bf="$small,train.precision=bf16"
 "$bin" --run_dir "$tmp/packed" --set "$bf,checkpoint.every=10,train.pack_projections=on" > "$tmp/packed.log"
 mkdir -p "$tmp/unpacked/checkpoints"
@@ -42,7 +43,7 @@ echo 10 > "$tmp/unpacked/checkpoints/latest"
 grep -q "resumed from" "$tmp/unpacked.log"
 paste <(losses "$tmp/packed/metrics.jsonl" | awk '$1 > 10') <(losses "$tmp/unpacked/metrics.jsonl") |
   awk '{ d = $2 - $4; if (d < 0) d = -d;
-         if ($1 != $3 || d > 1e-2 * $2) { print "packed to unpacked: step " $1 " " $2 " vs step " $3 " " $4; bad = 1 }
+         if ($1 != $3 || d > 2e-3 * $2) { print "packed to unpacked: step " $1 " " $2 " vs step " $3 " " $4; bad = 1 }
          n++ }
        END { if (n != 6) { print "packed to unpacked: " n " steps compared"; bad = 1 }; exit bad }'
 echo "packed to unpacked: steps 11..16 match"
