@@ -251,8 +251,9 @@ template <typename T>
 std::vector<T> Columns(const std::vector<T>& m, int64_t rows, int64_t R, int64_t col,
                        int64_t width) {
   std::vector<T> d(rows * width);
+  if (d.empty()) return d;  // no columns (memcpy's pointers must not be null)
   for (int64_t n = 0; n < rows; ++n) {
-    std::memcpy(&d[n * width], &m[n * R + col], width * sizeof(T));
+    std::memcpy(d.data() + n * width, m.data() + n * R + col, width * sizeof(T));
   }
   return d;
 }
