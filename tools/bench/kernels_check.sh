@@ -40,7 +40,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-source "$ROOT/tools/bench/layouts.sh"  # bench_start
+source "$ROOT/tools/bench/layouts.sh"  # bench_start, run_gpu_test
 bench_start kernels_check "$ROOT" || exit 2  # LOG, WORK, B
 status=0
 
@@ -50,25 +50,7 @@ for t in core_kernels_fp8_block_quant_gpu_test core_kernels_fp8_block_gemm_gpu_t
   core_kernels_column_sum_gpu_test layers_moe_experts_fp8_gpu_test \
   core_kernels_embedding_gpu_test core_kernels_adamw_gpu_test core_kernels_gemm_gpu_test \
   layers_mamba_mamba_mixer_gpu_test; do
-  if [[ ! -x "$B/bin/$t" ]]; then
-    echo "MISSING $t (not in the bundle)"
-    status=1
-    continue
-  fi
-  if (cd "$B" && timeout 300 "./bin/$t" > "$LOG/$t.log" 2>&1); then
-    ok="$(grep -c '^\[       OK' "$LOG/$t.log")"
-    skipped="$(grep -c '^\[  SKIPPED' "$LOG/$t.log")"
-    if ((ok == 0)); then
-      echo "SKIPPED $t (all $skipped skipped: $(grep -m1 -o 'no GPU.*\|GPU.*' "$LOG/$t.log" | head -1))"
-      status=1
-    else
-      echo "PASS $t ($ok ok, $skipped skipped)"
-    fi
-  else
-    echo "FAIL $t"
-    grep -E 'Failure|FAILED|error|probe|layout' "$LOG/$t.log" | head -40
-    status=1
-  fi
+  run_gpu_test "$t" 300 || status=1
 done
 
 echo "=== 2. the scan, conv1d and gated norm (f32 ms; B=8)"

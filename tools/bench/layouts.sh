@@ -106,6 +106,31 @@ bench_start() {
   B="$WORK/bundle"
 }
 
+# Runs the bundled GPU test binary $1 (from $B, its log in $LOG, at most $2
+# seconds, default 300) and prints PASS with its counts, SKIPPED when every
+# test skipped (a binary that ran nothing has not passed), MISSING, or FAIL
+# with its failure lines; returns 1 unless it passed.
+run_gpu_test() {
+  local t="$1" limit="${2:-300}" ok skipped
+  if [[ ! -x "$B/bin/$t" ]]; then
+    echo "MISSING $t (not in the bundle)"
+    return 1
+  fi
+  if (cd "$B" && timeout "$limit" "./bin/$t" > "$LOG/$t.log" 2>&1); then
+    ok="$(grep -c '^\[       OK' "$LOG/$t.log")"
+    skipped="$(grep -c '^\[  SKIPPED' "$LOG/$t.log")"
+    if ((ok == 0)); then
+      echo "SKIPPED $t (all $skipped skipped: $(grep -m1 -o 'no GPU.*\|GPU.*' "$LOG/$t.log" | head -1))"
+      return 1
+    fi
+    echo "PASS $t ($ok ok, $skipped skipped)"
+    return 0
+  fi
+  echo "FAIL $t"
+  grep -E 'Failure|FAILED|error|probe|layout|Expected|Which|declines' "$LOG/$t.log" | head -40
+  return 1
+}
+
 # Unpacks the bundle (tools/gpu.sh bundle) into $1 unless GTP_TRAIN and
 # GTPRUN are set, and sets GTP_TRAIN, GTPRUN, LD_LIBRARY_PATH the way
 # `tools/gpu.sh run` does. Returns 1 with a message when a binary is missing.

@@ -3,7 +3,8 @@
 # device call (about 5 minutes): the packed projections' GPU tests, then the
 # 124M and hybrid steps with packing off and auto side by side, and llm.c.
 #
-#   (here)        tools/gpu.sh bundle; cp -r ../shared/anchors/llmc .llmc (optional)
+#   (here)        tools/gpu.sh bundle; optionally put the llm.c anchor (llm.c with its
+#                 run_llmc.sh, not part of this repository) in a git-ignored .llmc/
 #   (device tool) run(command="bash tools/bench/packing_check.sh", carry=[".bundle", ".llmc"])
 #
 # 1. the GPU tests of the packed path: cuDNN attention with a row stride
@@ -14,39 +15,21 @@
 #    40 steps each with train.pack_projections=off and =auto: the median
 #    ms/step of steps 11–40, the peak memory, the two runs' losses (packing
 #    changes the GEMMs' summation order only: they agree to bf16 noise);
-# 3. llm.c (when .llmc is carried: ../shared/anchors/llmc), for the ratio.
+# 3. llm.c (when LLMC, default .llmc, holds the anchor's run_llmc.sh), for the ratio.
 # Each part prints PASS/FAIL or its figures; the exit status is 1 when a test
 # failed. Logs in $OUT/packing_check when $OUT is set (the device tool), else
 # a temp dir.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-source "$ROOT/tools/bench/layouts.sh"  # bench_start
+source "$ROOT/tools/bench/layouts.sh"  # bench_start, run_gpu_test
 bench_start packing_check "$ROOT" || exit 2  # LOG, WORK, B
 status=0
 
 echo "=== 1. GPU tests"
 for t in core_kernels_cudnn_attention_gpu_test core_kernels_rope_gpu_test layers_gpt_gpu_test \
   layers_mamba_mamba_mixer_gpu_test; do
-  if [[ ! -x "$B/bin/$t" ]]; then
-    echo "MISSING $t (not in the bundle)"
-    status=1
-    continue
-  fi
-  if (cd "$B" && timeout 200 "./bin/$t" > "$LOG/$t.log" 2>&1); then
-    ok="$(grep -c '^\[       OK' "$LOG/$t.log")"
-    skipped="$(grep -c '^\[  SKIPPED' "$LOG/$t.log")"
-    if ((ok == 0)); then
-      echo "SKIPPED $t (all $skipped skipped)"
-      status=1
-    else
-      echo "PASS $t ($ok ok, $skipped skipped)"
-    fi
-  else
-    echo "FAIL $t"
-    grep -E 'Failure|FAILED|error|Expected|Which|declines' "$LOG/$t.log" | head -40
-    status=1
-  fi
+  run_gpu_test "$t" 200 || status=1
 done
 
 echo "=== 2. 124M and hybrid steps, train.pack_projections off and auto (bf16, B=8, T=1024, 40 steps)"
@@ -96,9 +79,10 @@ for model in ("g124", "hybrid"):
 PY
 
 echo "=== 3. llm.c (same call)"
-if [[ -f .llmc/run_llmc.sh ]]; then
-  LLMC=.llmc timeout 200 bash .llmc/run_llmc.sh 8 60 2>&1 | tail -1
+LLMC="${LLMC:-.llmc}"
+if [[ -f "$LLMC/run_llmc.sh" ]]; then
+  LLMC="$LLMC" timeout 200 bash "$LLMC/run_llmc.sh" 8 60 2>&1 | tail -1
 else
-  echo "no .llmc (cp -r ../shared/anchors/llmc .llmc here and carry it)"
+  echo "no $LLMC/run_llmc.sh (the llm.c anchor is not part of this repository: put it there and carry it)"
 fi
 exit $status
