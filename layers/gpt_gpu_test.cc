@@ -2,6 +2,7 @@
 // same initial weights, same tokens, three SGD steps, losses within 1e-5
 // relative (f32 everywhere; cuBLASLt in plain f32, not TF32).
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -176,6 +177,28 @@ void ExpectNearF32(const Grads& got, const Grads& ref) {
   }
 }
 
+// The bf16 tests' CUDA execs on device 0: the flash kernels' (gpu) and the
+// trainer's, with cuDNN attention (gpu_cudnn); owned for one test.
+class BfExecs {
+ public:
+  BfExecs() : dev_(0), stream_(Stream::Create(0)), blas_(0) {
+    GTP_CHECK_OK(stream_.status());
+    auto cudnn = kernels::CudnnEngine::Create(0);
+    GTP_CHECK_OK(cudnn.status());
+    cudnn_ = std::move(*cudnn);
+    gpu = kernels::Exec{Device::Cuda(0), &dev_, stream_->get(), &blas_};
+    gpu_cudnn = gpu;
+    gpu_cudnn.attention = cudnn_.get();
+  }
+  kernels::Exec gpu, gpu_cudnn;
+
+ private:
+  CudaCachingAllocator dev_;
+  absl::StatusOr<Stream> stream_;
+  kernels::cuda::BlasContext blas_;
+  std::unique_ptr<kernels::CudnnEngine> cudnn_;
+};
+
 class GptGpuBf16 : public ::testing::TestWithParam<bool> {};
 
 // bf16 on the GPU (flash attention, bf16 GEMMs and kernels) against the f32
@@ -184,15 +207,8 @@ class GptGpuBf16 : public ::testing::TestWithParam<bool> {};
 TEST_P(GptGpuBf16, MatchesCpuF32) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   HeapAllocator host;
-  CudaCachingAllocator dev(0);
-  auto stream = Stream::Create(0);
-  ASSERT_TRUE(stream.ok());
-  kernels::cuda::BlasContext blas(0);
-  kernels::Exec gpu{Device::Cuda(0), &dev, stream->get(), &blas};
-  auto cudnn = kernels::CudnnEngine::Create(0);
-  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
-  kernels::Exec gpu_cudnn = gpu;
-  gpu_cudnn.attention = cudnn->get();
+  BfExecs x;
+  const kernels::Exec &gpu = x.gpu, &gpu_cudnn = x.gpu_cudnn;
   for (auto [T, training] : {std::pair{int64_t{64}, false}, std::pair{int64_t{200}, false},
                              std::pair{int64_t{64}, true}, std::pair{int64_t{200}, true}}) {
     SCOPED_TRACE(absl::StrCat("T=", T, training ? " cudnn + fused loss" : " flash"));
@@ -211,21 +227,14 @@ INSTANTIATE_TEST_SUITE_P(Styles, GptGpuBf16, ::testing::Values(false, true),
 // flash kernels (which copy q, k, v out of the packed matrix) and through
 // cuDNN (which reads them in place, row stride R), GPT-2 and Llama style
 // (RoPE on q and k in place; no biases: the packed bias add and column sum
-// are GPT-2's). The
-// packed run's loss must also stay within 1e-2 of the three-GEMM bf16 run's
-// (the same roundings but for the GEMMs' summation order).
+// are GPT-2's). The packed run's loss must also stay within 1e-2 of the
+// three-GEMM bf16 run's (the same roundings but for the GEMMs' summation
+// order).
 TEST(GptGpuBf16Packed, MatchesCpuF32AndThreeGemms) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   HeapAllocator host;
-  CudaCachingAllocator dev(0);
-  auto stream = Stream::Create(0);
-  ASSERT_TRUE(stream.ok());
-  kernels::cuda::BlasContext blas(0);
-  kernels::Exec gpu{Device::Cuda(0), &dev, stream->get(), &blas};
-  auto cudnn = kernels::CudnnEngine::Create(0);
-  ASSERT_TRUE(cudnn.ok()) << cudnn.status();
-  kernels::Exec gpu_cudnn = gpu;
-  gpu_cudnn.attention = cudnn->get();
+  BfExecs x;
+  const kernels::Exec &gpu = x.gpu, &gpu_cudnn = x.gpu_cudnn;
   for (const bool llama : {false, true}) {
     for (const bool use_cudnn : {false, true}) {
       SCOPED_TRACE(absl::StrCat(llama ? "llama" : "gpt2", use_cudnn ? " cudnn" : " flash"));

@@ -106,20 +106,20 @@ absl::StatusOr<std::unique_ptr<PackedLinears>> PackedLinears::Create(
     whole = whole && w.gtp_size() == 1 && w.shard_rows() == w.rows();
     shard_rows += w.shard_rows();
   }
-  if (whole) {
-    p->weight_storage_ = e.Zeros({shard_rows, p->in_}, p->dtype_);
+  if (whole) {  // the shards' views keep the buffer alive
+    const Tensor storage = e.Zeros({shard_rows, p->in_}, p->dtype_);
     int64_t row = 0;
     for (const auto& l : p->linears_) {
       ShardedParam& w = l->weight();
-      w.set_shard_storage(p->weight_storage_.Slice(row, row + w.shard_rows()));
+      w.set_shard_storage(storage.Slice(row, row + w.shard_rows()));
       row += w.shard_rows();
     }
   }
   if (p->bias_) {
-    p->bias_storage_ = e.Zeros({p->total_}, p->dtype_);
+    const Tensor storage = e.Zeros({p->total_}, p->dtype_);  // kept alive by the values' views
     for (int i = 0; i < p->size(); ++i) {
       ReplicatedParam* b = p->part(i).bias();
-      Tensor view = p->bias_storage_.Slice(p->first_[i], p->first_[i] + p->rows_[i]);
+      Tensor view = storage.Slice(p->first_[i], p->first_[i] + p->rows_[i]);
       ops::CopyInto(e, b->value, view);
       b->value = view;
     }

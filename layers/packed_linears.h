@@ -108,8 +108,6 @@ class PackedLinears {
   DType dtype_ = DType::kF32;   // the params' (and the gradients')
   DType out_dtype_ = DType::kF32;
   std::vector<std::unique_ptr<ColumnParallelLinear>> linears_;
-  // Packed: the storage the GTP-1 shards and the bias values live in.
-  Tensor weight_storage_, bias_storage_;
   Tensor x_saved_;  // packed: the forward's input
   int64_t n_ = 0;   // N of the last forward
   int copies_ = 0;

@@ -132,19 +132,21 @@ absl::StatusOr<std::unique_ptr<GradBuffer>> GradBuffer::Create(
     cur.offset = offset;
     cur.replicated = region == 1;
     int64_t fill = 0;
+    // Param i's grad group (null: none). A group's run goes into one bucket
+    // whole: the bucket closes, if at all, before the run's first member.
+    auto group = [&](size_t i) {
+      const layers::ShardedParam* p = g->params_[i].sharded;
+      return p != nullptr ? p->grad_group() : nullptr;
+    };
     for (size_t i = begin; i < end; ++i) {
       GradParam& gp = g->params_[i];
-      // A grad group's run goes into one bucket whole.
-      const void* key = gp.sharded != nullptr ? gp.sharded->grad_group() : nullptr;
-      const bool run_start = key == nullptr || i == begin || g->params_[i - 1].sharded == nullptr ||
-                             g->params_[i - 1].sharded->grad_group() != key;
+      const void* key = group(i);
+      const bool continues_run = key != nullptr && i > begin && group(i - 1) == key;
       int64_t run = gp.numel;
-      for (size_t j = i + 1; key != nullptr && j < end && g->params_[j].sharded != nullptr &&
-                             g->params_[j].sharded->grad_group() == key;
-           ++j) {
+      for (size_t j = i + 1; key != nullptr && j < end && group(j) == key; ++j) {
         run += g->params_[j].numel;
       }
-      if (run_start && !cur.params.empty() && fill + run > options.bucket_elements) {
+      if (!continues_run && !cur.params.empty() && fill + run > options.bucket_elements) {
         close_bucket(cur);
         cur = Bucket();
         cur.offset = offset;
