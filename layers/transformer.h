@@ -55,8 +55,8 @@ struct TransformerConfig {
   // attention's q, k and v — in bf16 only (the fused attention and RoPE read
   // them in place), not with context parallelism (its ring wants them dense)
   // — and the Mamba mixer's B, C and dt (mamba.packing follows this). Never
-  // with FP8 GEMMs. kOff until the packed path has run on a GPU
-  // (docs/PERFORMANCE.md, the twenty-second session).
+  // with FP8 GEMMs. kOff by default for now (the packed path's GPU figures:
+  // docs/PERFORMANCE.md, the twenty-second session).
   ProjectionPacking packing = ProjectionPacking::kOff;
   // Causal self-attention (a decoder: token t sees tokens ≤ t); false for a
   // bidirectional encoder (e.g. a ViT), where every token sees every token.
