@@ -55,9 +55,9 @@ struct TransformerConfig {
   // attention's q, k and v — in bf16 only (the fused attention and RoPE read
   // them in place), not with context parallelism (its ring wants them dense)
   // — and the Mamba mixer's B, C and dt (mamba.packing follows this). Never
-  // with FP8 GEMMs. kOff by default for now (the packed path's GPU figures:
-  // docs/PERFORMANCE.md, the twenty-second session).
-  ProjectionPacking packing = ProjectionPacking::kOff;
+  // with FP8 GEMMs. kAuto packs on CUDA only, where one GEMM is faster (0.98×
+  // the 124M step: docs/PERFORMANCE.md, the twenty-second session).
+  ProjectionPacking packing = ProjectionPacking::kAuto;
   // Causal self-attention (a decoder: token t sees tokens ≤ t); false for a
   // bidirectional encoder (e.g. a ViT), where every token sees every token.
   // Context parallelism (ring attention) supports causal only.

@@ -79,7 +79,7 @@ struct MambaConfig {
   bool sequence_parallel = false;
   // in_proj's B, C and dt parts (narrow: G·N, G·N and H rows) as one GEMM a
   // pass (layers/packed_linears.h; not with fp8). TransformerConfig::packing.
-  ProjectionPacking packing = ProjectionPacking::kOff;
+  ProjectionPacking packing = ProjectionPacking::kAuto;
 
   int64_t d_inner() const { return expand * d_model; }
   int64_t n_heads() const { return d_inner() / head_dim; }

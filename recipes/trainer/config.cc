@@ -516,7 +516,7 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.cuda_graphs", t->cuda_graphs()); !e.empty()) return Bad(e);
   if (t->attention().empty()) t->set_attention("cudnn");
   if (auto e = ChoiceError("train.attention", t->attention()); !e.empty()) return Bad(e);
-  if (t->pack_projections().empty()) t->set_pack_projections("off");
+  if (t->pack_projections().empty()) t->set_pack_projections("auto");
   if (auto e = ChoiceError("train.pack_projections", t->pack_projections()); !e.empty())
     return Bad(e);
   if (t->pack_projections() == "on" && (t->precision() != "bf16" || p->cp() > 1)) {

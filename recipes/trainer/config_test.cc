@@ -443,20 +443,20 @@ TEST(RecipeModel, NormEpsReachesEveryNorm) {
   EXPECT_FALSE(LoadRecipe(path, {"model.norm_eps=-1e-6"}).ok());
 }
 
-// train.pack_projections: off (the default), auto or on, reaching the model's
+// train.pack_projections: auto (the default), off or on, reaching the model's
 // attention; on is refused where packing is not allowed, naming why.
 TEST(RecipeTrain, ProjectionPackingIsOffAutoOrOn) {
   const std::string path = WriteRecipe();
   auto r = LoadRecipe(path, {});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->train().pack_projections(), "off");
-  EXPECT_EQ(ModelConfig(*r).block.packing, layers::ProjectionPacking::kOff);
+  EXPECT_EQ(r->train().pack_projections(), "auto");
+  EXPECT_EQ(ModelConfig(*r).block.packing, layers::ProjectionPacking::kAuto);
+  auto off = LoadRecipe(path, {"train.pack_projections=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(ModelConfig(*off).block.packing, layers::ProjectionPacking::kOff);
   auto on = LoadRecipe(path, {"train.precision=bf16", "train.pack_projections=on"});
   ASSERT_TRUE(on.ok()) << on.status();
   EXPECT_EQ(ModelConfig(*on).block.packing, layers::ProjectionPacking::kOn);
-  auto aut = LoadRecipe(path, {"train.pack_projections=auto"});  // f32 on the CPU: runs three GEMMs
-  ASSERT_TRUE(aut.ok()) << aut.status();
-  EXPECT_EQ(ModelConfig(*aut).block.packing, layers::ProjectionPacking::kAuto);
   for (const auto& [sets, why] :
        {std::pair<std::vector<std::string>, std::string>{{"train.pack_projections=on"},
                                                          "train.precision=bf16 (got f32)"},
