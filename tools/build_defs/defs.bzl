@@ -1,17 +1,17 @@
 """Project macros: CUDA objects through nvcc, version headers, GPU tests."""
 
 NVCC = "/usr/local/cuda/bin/nvcc"
-NVCC_FLAGS = " ".join([
-    "-std=c++17",
-    "-O3",
-    "-Xcompiler -fPIC",
-    "-gencode=arch=compute_90,code=sm_90",
-    "-gencode=arch=compute_90,code=compute_90",
-    "--expt-relaxed-constexpr",
-    "-lineinfo",
-])
+NVCC_FLAGS_BEFORE_GENCODE = "-std=c++17 -O3 -Xcompiler -fPIC"
+NVCC_FLAGS_AFTER_GENCODE = "--expt-relaxed-constexpr -lineinfo"
 
-def cuda_library(name, srcs, hdrs = [], deps = [], cuda_deps_hdrs = [], visibility = None, **kwargs):
+# sm_90 machine code and its PTX (which a newer GPU compiles at load time).
+GENCODE_SM90 = "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+
+# sm_90a: Hopper's architecture-specific instructions (wgmma, setmaxnreg); runs
+# on compute capability 9.0 only, so its launchers check the device first.
+GENCODE_SM90A = "-gencode=arch=compute_90a,code=sm_90a"
+
+def cuda_library(name, srcs, hdrs = [], deps = [], cuda_deps_hdrs = [], visibility = None, gencode = GENCODE_SM90, **kwargs):
     """Compiles .cu files with nvcc into objects and wraps them in a cc_library.
 
     Args:
@@ -20,6 +20,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_deps_hdrs = [], visibili
       deps: cc_library deps whose headers the .cu files include (their hdrs
         must be listed in cuda_deps_hdrs so nvcc sees them in the sandbox).
       cuda_deps_hdrs: header files/filegroups the .cu files include.
+      gencode: nvcc's -gencode flags (GENCODE_SM90 or GENCODE_SM90A).
     """
     objs = []
     for src in srcs:
@@ -29,7 +30,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_deps_hdrs = [], visibili
             name = name + "_" + base.replace("/", "_") + "_nvcc",
             srcs = [src] + hdrs + cuda_deps_hdrs + ["@local_cuda//:headers_files"],
             outs = [obj],
-            cmd = NVCC + " " + NVCC_FLAGS + " -I. -I$(GENDIR) -Iexternal/gtp -I$(GENDIR)/external/gtp -c $(location " + src + ") -o $@",
+            cmd = " ".join([NVCC, NVCC_FLAGS_BEFORE_GENCODE, gencode, NVCC_FLAGS_AFTER_GENCODE]) + " -I. -I$(GENDIR) -Iexternal/gtp -I$(GENDIR)/external/gtp -c $(location " + src + ") -o $@",
             tags = ["no-remote"],
         )
         objs.append(obj)

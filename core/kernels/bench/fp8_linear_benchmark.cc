@@ -14,6 +14,8 @@
 //             nothing is shared;
 //   fp8_gemm  fp8::BlockScaledGemm alone on operands quantised beforehand:
 //             the GEMM's own speed, the floor quantisation fusion could reach.
+//   fp8_wgmma the same operands through our own kernel
+//             (Fp8GemmEngine::kWgmma, core/kernels/fp8/wgmma_gemm.cu).
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -47,7 +49,7 @@ namespace {
 constexpr int64_t kTokens = 8192;
 
 enum class Pass { kFwd, kDgrad, kWgrad };
-enum class Impl { kBf16, kFp8, kFp8Gemm };
+enum class Impl { kBf16, kFp8, kFp8Gemm, kFp8Wgmma };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
 // a pass, its block-scaled GEMM's operands quantised once (x and dy through
@@ -100,7 +102,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   const Tensor y = e.Empty({kTokens, out}, DType::kBF16), dx = e.Empty({kTokens, in}, DType::kBF16),
                dw = e.Zeros({out, in}, DType::kF32);
   LinearBench::Gemm g;
-  if (impl == Impl::kFp8Gemm) g = lb.Quantized(pass);  // outside the timed loop
+  if (impl == Impl::kFp8Gemm || impl == Impl::kFp8Wgmma) g = lb.Quantized(pass);  // not timed
   auto run = [&] {
     switch (impl) {
       case Impl::kBf16:
@@ -113,6 +115,8 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
         return fp8::Fp8LinearBackwardWeight(e, dy, x, dw, 1.0f);
       case Impl::kFp8Gemm:
         return fp8::BlockScaledGemm(e, g.a, g.b, g.y, g.beta);
+      case Impl::kFp8Wgmma:
+        return fp8::BlockScaledGemm(e, g.a, g.b, g.y, g.beta, Tensor(), fp8::Fp8GemmEngine::kWgmma);
     }
   };
   bench::TimeCalls(state, lb.stream, run);
@@ -178,7 +182,8 @@ void Register() {
           std::make_pair("wgrad", Pass::kWgrad)}) {
       for (auto [impl_name, impl] :
            {std::make_pair("bf16", Impl::kBf16), std::make_pair("fp8", Impl::kFp8),
-            std::make_pair("fp8_gemm", Impl::kFp8Gemm)}) {
+            std::make_pair("fp8_gemm", Impl::kFp8Gemm),
+            std::make_pair("fp8_wgmma", Impl::kFp8Wgmma)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

@@ -1,10 +1,9 @@
 // The block-scaled FP8 GEMM (block_gemm.h): the argument checks, the CPU
-// reference, and the dispatch to cuBLASLt (block_gemm_cuda.cc) on a CUDA
-// Exec. The CPU's loop order and rounding are those of block_scale.h's
-// design note: per output element, per K block in ascending order, the f32
-// sum of the exact code products (k ascending), scaled by the f32 product of
-// the two block scales and added to an f32 accumulator (rounded once to
-// bf16 for a bf16 y).
+// reference, and the dispatch to cuBLASLt or our own kernel
+// (block_gemm_cuda.cc) on a CUDA Exec. The CPU's loop order and rounding are those of
+// block_scale.h's design note: per output element, per K block in ascending order, the f32 sum of
+// the exact code products (k ascending), scaled by the f32 product of the two block scales and
+// added to an f32 accumulator (rounded once to bf16 for a bf16 y).
 #include "core/kernels/fp8/block_gemm.h"
 
 #include <algorithm>
@@ -36,7 +35,7 @@ int64_t ScaleRow(const Fp8Matrix& m, int64_t r, int64_t kb) {
 }  // namespace
 
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
-                     float beta, const Tensor& bias) {
+                     float beta, const Tensor& bias, Fp8GemmEngine engine) {
   const char* op = "fp8::BlockScaledGemm";
   const int64_t M = CheckOperand(e, a, op, "a");
   const int64_t N = CheckOperand(e, b, op, "b");
@@ -54,7 +53,11 @@ void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, cons
     GTP_CHECK(beta == 0.0f, op, ": a bias with beta ", beta, " (only 0) is not supported");
   }
   if (e.is_cuda()) {
-    internal::BlockScaledGemmCuda(e, a, b, y, beta, bias);
+    if (engine == Fp8GemmEngine::kWgmma) {
+      internal::BlockScaledGemmWgmma(e, a, b, y, beta, bias);
+    } else {
+      internal::BlockScaledGemmCuda(e, a, b, y, beta, bias);
+    }
     return;
   }
   const uint8_t* qa = static_cast<const uint8_t*>(a.q.raw_data());

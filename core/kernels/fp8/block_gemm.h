@@ -59,13 +59,26 @@ struct Fp8Matrix {
   Tensor lt_scales;
 };
 
+// Which kernel runs a BlockScaledGemm on CUDA (the CPU ignores it).
+enum class Fp8GemmEngine {
+  kCublasLt,  // cuBLASLt's block-scaled FP8 GEMM (above)
+  // gtp's own Hopper kernel (wgmma_gemm.cu: TMA, wgmma on e4m3, the f32
+  // promotion per K block on CUDA cores). Compute capability 9.0 only (H100,
+  // H200; it aborts, naming it, elsewhere). The same M, N, K and alignment
+  // rules as cuBLASLt's; unlike it, it takes two 128×128 operands and a bias
+  // with an f32 y. Compared with the CPU within the same tolerance
+  // (block_gemm_gpu_test.cc); deterministic (one summation order, no atomics).
+  kWgmma,
+};
+
 // y [M, N] (f32 or bf16) = dequant(a) [M, K] · dequant(b) [N, K]ᵀ + beta·y,
 // as above; with a bias [N] (y's dtype; beta must then be 0) y = (that sum
 // + bias[n]) in f32, rounded once — cuBLASLt's BIAS epilogue on CUDA, where
 // only a bf16 y takes a bias (cuBLASLt has no algorithm for an f32 one: it
 // aborts, naming it).
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
-                     float beta = 0.0f, const Tensor& bias = Tensor());
+                     float beta = 0.0f, const Tensor& bias = Tensor(),
+                     Fp8GemmEngine engine = Fp8GemmEngine::kCublasLt);
 
 // For benchmarks (CUDA only): the algorithms cuBLASLt's heuristic offers for
 // one block-scaled GEMM configuration (a's and b's layouts and shapes, y's

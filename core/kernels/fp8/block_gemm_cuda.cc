@@ -1,4 +1,6 @@
-// BlockScaledGemm on CUDA (block_gemm_cuda.h): cuBLASLt's FP8 GEMM with
+// BlockScaledGemm on CUDA (block_gemm_cuda.h). Fp8GemmEngine::kWgmma hands the
+// raw operands to our own kernel (wgmma_gemm.cu) after its checks, at the
+// end of this file's internal part; the rest is kCublasLt: cuBLASLt's FP8 GEMM with
 // per-block f32 scales, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F for a 1×128
 // operand and CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F for a 128×128 one.
 //
@@ -41,6 +43,7 @@
 #include "core/kernels/cuda/lt_common.h"
 #include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/kernels/fp8/lt_scales_cuda.h"
+#include "core/kernels/fp8/wgmma_gemm_cuda.h"
 #include "core/status.h"
 
 namespace gtp::kernels::fp8::internal {
@@ -244,6 +247,35 @@ void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, 
     cached = calls.emplace(key, std::move(call)).first;
   }
   Run(e, *cached->second, cached->second->algo, a, b, y, beta, bias_ptr, a_scales, b_scales, op);
+}
+
+void BlockScaledGemmWgmma(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                          float beta, const Tensor& bias) {
+  const char* op = "fp8::BlockScaledGemm (CUDA, Fp8GemmEngine::kWgmma)";
+  const int64_t M = a.q.dim(0), N = b.q.dim(0), K = a.q.dim(1);
+  GTP_CHECK(cuda::WgmmaGemmSupported(e.device.index), op,
+            ": gtp's wgmma kernel runs on compute capability 9.0 (H100, H200) only; device ",
+            e.device.index, " is another: use Fp8GemmEngine::kCublasLt");
+  GTP_CHECK(M % kDimMultiple == 0 && N % kDimMultiple == 0 && K % kDimMultiple == 0, op,
+            ": M, N and K must be multiples of ", kDimMultiple,
+            " (16-byte aligned FP8 rows for TMA); got M=", M, " N=", N, " K=", K);
+  GTP_CHECK(Misalignment(a.q) == 0 && Misalignment(b.q) == 0 && Misalignment(y) == 0 &&
+                (!bias.defined() || Misalignment(bias) == 0),
+            op, ": needs 16-byte aligned matrices; the addresses modulo 16 are a.q ",
+            Misalignment(a.q), ", b.q ", Misalignment(b.q), ", y ", Misalignment(y));
+  if (M == 0 || N == 0) return;
+  GTP_CHECK(K > 0 || !bias.defined(), op, ": K = 0 with a bias is not supported");
+  if (K == 0) {  // the empty sum, as BlockScaledGemmCuda
+    GTP_CHECK(beta == 0.0f || beta == 1.0f, op, ": K = 0 with beta ", beta,
+              " (only 0 or 1) is not supported");
+    if (beta == 0.0f) GTP_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), e.stream));
+    return;
+  }
+  cuda::WgmmaBlockScaledGemm(static_cast<const uint8_t*>(a.q.raw_data()), a.scales.data<float>(),
+                             Tiles(a), static_cast<const uint8_t*>(b.q.raw_data()),
+                             b.scales.data<float>(), Tiles(b), M, N, K, y.raw_data(),
+                             y.dtype() == DType::kBF16, beta,
+                             bias.defined() ? bias.raw_data() : nullptr, e.stream);
 }
 
 }  // namespace gtp::kernels::fp8::internal

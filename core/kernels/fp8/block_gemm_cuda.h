@@ -1,6 +1,6 @@
-// core/kernels/fp8/block_gemm_cuda.h — the CUDA path of BlockScaledGemm
-// (block_gemm.h) through cuBLASLt's block-scaled FP8 GEMM (private to this
-// package; block_gemm.cc calls it after its argument checks).
+// core/kernels/fp8/block_gemm_cuda.h — the CUDA paths of BlockScaledGemm
+// (block_gemm.h): cuBLASLt's block-scaled FP8 GEMM and our own (private to
+// this package; block_gemm.cc calls them after its argument checks).
 #pragma once
 
 #include "core/kernels/fp8/block_gemm.h"
@@ -16,5 +16,11 @@ namespace gtp::kernels::fp8::internal {
 // the scale modes and the shape, where cuBLASLt finds no algorithm.
 void BlockScaledGemmCuda(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
                          float beta, const Tensor& bias);
+
+// The same through our own Hopper kernel (Fp8GemmEngine::kWgmma,
+// wgmma_gemm_cuda.h): checks its requirements (compute capability 9.0, the
+// shape and alignment rules), naming them, then enqueues on e.stream.
+void BlockScaledGemmWgmma(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
+                          float beta, const Tensor& bias);
 
 }  // namespace gtp::kernels::fp8::internal

@@ -289,29 +289,40 @@ Operand Quantized(const Exec& cpu, const std::vector<float>& x, int64_t R, int64
 // cuBLASLt adds in).
 // algo ≥ 0: through a BlockScaledGemmPlan's algorithm `algo` instead of
 // BlockScaledGemm (which runs the heuristic's first).
+// engine: which CUDA kernel BlockScaledGemm runs (algo < 0 only).
+// beta_y0 (may be null): y starts as these values (f32 [M, N], representable
+// in y_type) and the GEMM runs with beta 1, so y = a·bᵀ + y0; the bound adds
+// one rounding of the sum (2⁻²³ of |ref| + |y0|: the epilogue's order is
+// the kernel's).
 void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a, const Operand& b,
-                            DType y_type, const std::vector<float>* bias = nullptr,
-                            int algo = -1) {
-  SCOPED_TRACE(what + ", y " + DTypeName(y_type) + (bias != nullptr ? " + bias" : ""));
+                            DType y_type, const std::vector<float>* bias = nullptr, int algo = -1,
+                            Fp8GemmEngine engine = Fp8GemmEngine::kCublasLt,
+                            const std::vector<float>* beta_y0 = nullptr) {
+  SCOPED_TRACE(what + ", y " + DTypeName(y_type) + (bias != nullptr ? " + bias" : "") +
+               (beta_y0 != nullptr ? " + y0 (beta 1)" : "") +
+               (engine == Fp8GemmEngine::kWgmma ? " [wgmma]" : " [cuBLASLt]"));
   const int64_t M = a.host.q.dim(0), N = b.host.q.dim(0), K = a.host.q.dim(1);
   Tensor bias_host, bias_cpu32;
   if (bias != nullptr) {
     bias_host = MakeMatrix(*bias, 1, N, *env.cpu.alloc, y_type).View({N});
     bias_cpu32 = MakeMatrix(*bias, 1, N, *env.cpu.alloc).View({N});
   }
-  Tensor y_cpu = env.cpu.Empty({M, N});
-  BlockScaledGemm(env.cpu, a.host, b.host, y_cpu, 0.0f, bias_cpu32);
+  const float beta = beta_y0 != nullptr ? 1.0f : 0.0f;
+  Tensor y_cpu =
+      beta_y0 != nullptr ? MakeMatrix(*beta_y0, M, N, *env.cpu.alloc) : env.cpu.Empty({M, N});
+  BlockScaledGemm(env.cpu, a.host, b.host, y_cpu, beta, bias_cpu32);
   const std::vector<float> cpu = Floats(y_cpu);
   const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
   const Tensor gbias = bias != nullptr ? env.Up(bias_host) : Tensor();
   ByteVec first;
   std::vector<float> got;
   for (int run = 0; run < 2; ++run) {
-    const Tensor y = env.Poisoned({M, N}, y_type, run == 0 ? 0xff : 0x5a);
+    const Tensor y = beta_y0 != nullptr ? env.Up(MakeMatrix(*beta_y0, M, N, *env.cpu.alloc, y_type))
+                                        : env.Poisoned({M, N}, y_type, run == 0 ? 0xff : 0x5a);
     if (algo >= 0) {
-      BlockScaledGemmPlan(env.gpu, ga, gb, y, algo + 1).Run(env.gpu, algo, ga, gb, y, 0.0f);
+      BlockScaledGemmPlan(env.gpu, ga, gb, y, algo + 1).Run(env.gpu, algo, ga, gb, y, beta);
     } else {
-      BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, gbias);
+      BlockScaledGemm(env.gpu, ga, gb, y, beta, gbias, engine);
     }
     ByteVec bytes = env.Down(y);
     if (run == 0) {
@@ -334,8 +345,11 @@ void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a,
         S += std::fabs(p);
       }
       const double bv = bias != nullptr ? (*bias)[n] : 0.0;
-      const double add = bias != nullptr ? 0x1p-23 * (std::fabs(y_deq) + S + std::fabs(bv)) : 0.0;
-      y_deq += bv;
+      const double y0 = beta_y0 != nullptr ? (*beta_y0)[m * N + n] : 0.0;
+      const double add = bias != nullptr || beta_y0 != nullptr
+                             ? 0x1p-23 * (std::fabs(y_deq) + S + std::fabs(bv) + std::fabs(y0))
+                             : 0.0;
+      y_deq += bv + y0;
       const double v = got[m * N + n];
       const double bound = g_gpu * S + add + rounding * (std::fabs(y_deq) + g_gpu * S + add);
       const double err = std::fabs(v - y_deq);
@@ -457,6 +471,136 @@ INSTANTIATE_TEST_SUITE_P(
       return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + "_" +
              (c.la == kRow ? "row" : "tile") + "_" + (c.lb == kRow ? "row" : "tile");
     });
+
+// ---------------------------------------------------------------- 5. our own kernel
+
+// Fp8GemmEngine::kWgmma (wgmma_gemm.cu) against the same references and
+// bounds as cuBLASLt: the same tensor-core products, promoted to f32 per K
+// block on CUDA cores. Its own risks, each covered here: a tile's rows or
+// columns past M or N (TMA's zero fill, the skipped stores), several tiles
+// each way and more K blocks than pipeline stages (6; K up to 4096 is 32
+// blocks, so each stage is reused and its barriers' phases turn), a K that
+// ends in a short block, every pairing of scale layouts including
+// 128×128 · 128×128 (which cuBLASLt lacks), the bias in f32 and bf16 y, and
+// beta 1 (y += a·bᵀ).
+#define SKIP_WITHOUT_WGMMA()                                                  \
+  SKIP_WITHOUT_GPU();                                                         \
+  if (!WgmmaSupported())                                                      \
+  GTEST_SKIP() << "Fp8GemmEngine::kWgmma needs compute capability 9.0; this " \
+                  "GPU has another"
+
+bool WgmmaSupported() {
+  const absl::StatusOr<int> cc = CudaComputeCapability(0);
+  return cc.ok() && *cc == 90;
+}
+
+class WgmmaGemmGpuTest : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(WgmmaGemmGpuTest, MatchesTheReferenceWithinTheDerivedBound) {
+  SKIP_WITHOUT_WGMMA();
+  const GemmCase c = GetParam();
+  Env env;
+  const Operand a = Quantized(env.cpu, BlockyMatrix(c.M, c.K, 300 + c.M), c.M, c.K, c.la);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(c.N, c.K, 400 + c.N), c.N, c.K, c.lb);
+  const std::string what = std::string("a ") + Fp8LayoutName(c.la) + " b " + Fp8LayoutName(c.lb);
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    ExpectMatchesReference(env, what, a, b, t, nullptr, -1, Fp8GemmEngine::kWgmma);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, WgmmaGemmGpuTest,
+    ::testing::Values(GemmCase{128, 128, 128, kRow, kTile}, GemmCase{16, 16, 16, kRow, kTile},
+                      GemmCase{208, 304, 1008, kRow, kTile}, GemmCase{384, 512, 4096, kRow, kTile},
+                      GemmCase{208, 304, 1008, kRow, kRow}, GemmCase{272, 144, 2064, kRow, kRow},
+                      GemmCase{256, 208, 384, kTile, kRow}, GemmCase{304, 16, 1008, kTile, kRow},
+                      GemmCase{336, 400, 912, kTile, kTile}),
+    [](const ::testing::TestParamInfo<GemmCase>& i) {
+      const GemmCase& c = i.param;
+      return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + "_" +
+             (c.la == kRow ? "row" : "tile") + "_" + (c.lb == kRow ? "row" : "tile");
+    });
+
+// A linear layer's three GEMMs as ALinearLayersForwardDgradAndWgrad builds
+// them, through the wgmma kernel.
+TEST(WgmmaGemmGpu, ALinearLayersForwardDgradAndWgrad) {
+  SKIP_WITHOUT_WGMMA();
+  Env env;
+  const Exec& cpu = env.cpu;
+  const int64_t T = 208, in = 384, out = 304;
+  const std::vector<float> x = BlockyMatrix(T, in, 3), w = BlockyMatrix(out, in, 4),
+                           dy = BlockyMatrix(T, out, 5);
+  const Operand xq = Quantized(cpu, x, T, in, kRow), dyq = Quantized(cpu, dy, T, out, kRow);
+  const Operand wq = Quantized(cpu, w, out, in, kTile);
+  Fp8Matrix wt{cpu.Empty({in, out}, DType::kF8E4M3), cpu.Empty(Fp8ScaleShape(in, out, kTile)),
+               kTile};
+  TransposeTiles(cpu, wq.host.q, wq.host.scales, wt.q, wt.scales);
+  auto rows_transposed = [&](const std::vector<float>& v, int64_t R, int64_t C) {
+    Fp8Matrix m{cpu.Empty({C, R}, DType::kF8E4M3), cpu.Empty(Fp8ScaleShape(C, R, kRow)), kRow};
+    QuantizeRowsTransposed(cpu, MakeMatrix(v, R, C, *cpu.alloc), m.q, m.scales);
+    return FromHost(m);
+  };
+  const Fp8GemmEngine w8 = Fp8GemmEngine::kWgmma;
+  ExpectMatchesReference(env, "forward y = x·Wᵀ", xq, wq, DType::kBF16, nullptr, -1, w8);
+  ExpectMatchesReference(env, "dgrad dx = dy·W", dyq, FromHost(wt), DType::kBF16, nullptr, -1, w8);
+  ExpectMatchesReference(env, "wgrad dW = dyᵀ·x", rows_transposed(dy, T, out),
+                         rows_transposed(x, T, in), DType::kF32, nullptr, -1, w8);
+}
+
+// The bias (f32 and bf16 y: the kernel adds it in its own epilogue) and
+// beta 1 (the gradient accumulation's y += a·bᵀ); the bias and y0 span
+// magnitudes like the outputs', so one added to the wrong column or row (or
+// not at all) breaks the bound.
+TEST(WgmmaGemmGpu, BiasAndBetaOne) {
+  SKIP_WITHOUT_WGMMA();
+  Env env;
+  const int64_t M = 208, N = 304, K = 384;
+  const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 41), M, K, kRow);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 42), N, K, kTile);
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    std::vector<float> raw = BlockyMatrix(1, N, 43);
+    for (float& v : raw) v *= 1e3f;
+    const std::vector<float> bias = Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, t));
+    ExpectMatchesReference(env, "wgmma bias", a, b, t, &bias, -1, Fp8GemmEngine::kWgmma);
+    std::vector<float> y0 = BlockyMatrix(M, N, 44);
+    for (float& v : y0) v *= 1e3f;
+    y0 = Floats(MakeMatrix(y0, M, N, *env.cpu.alloc, t));  // representable in y's dtype
+    ExpectMatchesReference(env, "wgmma beta 1", a, b, t, nullptr, -1, Fp8GemmEngine::kWgmma, &y0);
+  }
+}
+
+// The same operands through both engines: each within the bound of the
+// reference (above); here also side by side, both deterministic, so a
+// regression in either shows as the two drifting apart. Not bit for bit
+// (the promotion's rounding and order are each kernel's own).
+TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
+  SKIP_WITHOUT_WGMMA();
+  Env env;
+  const int64_t M = 256, N = 384, K = 2048;
+  const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 51), M, K, kRow);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 52), N, K, kTile);
+  const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
+  const Tensor y_lt = env.Poisoned({M, N}, DType::kF32, 0xff);
+  const Tensor y_wg = env.Poisoned({M, N}, DType::kF32, 0xff);
+  BlockScaledGemm(env.gpu, ga, gb, y_lt, 0.0f, Tensor(), Fp8GemmEngine::kCublasLt);
+  BlockScaledGemm(env.gpu, ga, gb, y_wg, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
+  const std::vector<float> lt = kernels::testing::LoadAs(env.Down(y_lt), DType::kF32);
+  const std::vector<float> wg = kernels::testing::LoadAs(env.Down(y_wg), DType::kF32);
+  const double g = GemmRoundingGamma(K, kTensorCoreU);
+  int64_t failures = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double S = 0;
+      for (int64_t k = 0; k < K; ++k) S += std::fabs(a.deq[m * K + k] * b.deq[n * K + k]);
+      const double d = std::fabs(double{lt[m * N + n]} - wg[m * N + n]);
+      if (!(d <= 2 * g * S) && failures++ < 8) {
+        ADD_FAILURE() << "y[" << m << "][" << n << "]: cuBLASLt " << lt[m * N + n] << ", wgmma "
+                      << wg[m * N + n] << " (|Δ| " << d << ", bound " << 2 * g * S << ")";
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
 
 }  // namespace
 }  // namespace gtp::kernels::fp8

@@ -1,0 +1,416 @@
+// The block-scaled FP8 GEMM on Hopper through our own kernel (wgmma_gemm_cuda.h):
+// TMA loads, wgmma on e4m3, and the f32 promotion per 128-wide K block on
+// CUDA cores (the DeepSeek-V3 recipe, as block_gemm.h's reference sums it).
+//
+// One CTA computes one 128×128 tile of y with 384 threads:
+//   - warpgroup 0, warp 0 (the producer): per K block kb, lane 0 issues two
+//     TMA loads (a's 128×128 codes at (kb·128, m0), b's at (kb·128, n0)) into
+//     the next of kStages shared-memory stages, 128-byte swizzled; the 32
+//     lanes write that block's scales of the tile's 128 rows of a and of b
+//     into the stage, each expanded to one f32 per row (a 128×128 operand's
+//     one tile scale repeated), so the consumers read both layouts alike.
+//     Rows past M or N read as scale 0 and TMA fills codes past M, N or K
+//     with zeros.
+//   - warpgroups 1 and 2 (the consumers): rows 0–63 and 64–127 of the tile.
+//     Per K block: four wgmma.m64n128k32 (e4m3 × e4m3 → f32, the first with
+//     scale-d 0) into a temporary, waited for, then acc += tmp·(sa[row]·sb[col])
+//     in f32 — the promotion that keeps the sum out of the tensor core's
+//     narrower accumulator (about 14 bits, block_gemm_gpu_test.cc) beyond
+//     one block. Each warp releases the stage (an mbarrier of 8 arrivals)
+//     once its wgmma and its scale reads are done.
+//   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
+//     dtype, written straight from the registers (rows past M skipped).
+//
+// Shared memory: kStages × (16 KB a + 16 KB b + 1 KB scales) + barriers,
+// 1024-byte aligned tiles (the 128-byte swizzle's pattern repeats every
+// 1024 bytes, and wgmma's descriptors assume it starts at such a boundary).
+// The wgmma descriptors: K-major, 128-byte swizzle (mode 1 in bits 62–63),
+// stride byte offset 1024 (8 rows of 128 bytes), leading byte offset unused
+// (1, as CUTLASS sets it); the k-th 32-byte step within the 128-byte row is
+// the start address + 32·k, as the swizzle is applied to address bits.
+//
+// Accumulator fragment of wgmma .m64nN f32 (PTX ISA, "Matrix fragment for
+// D"): thread t of the warpgroup, warp w = t/32, lane l; register i holds
+// row 16w + l/4 + 8·((i%4)/2), column 8·(i/4) + 2·(l%4) + i%2.
+//
+// Compiled for sm_90a only (wgmma is not in sm_90's base set); the launcher refuses another device.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/kernels/cuda/common.cuh"
+#include "core/kernels/fp8/wgmma_gemm_cuda.h"
+
+namespace gtp::kernels::fp8::cuda {
+namespace {
+
+constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 128;
+constexpr int kStages = 6;
+constexpr int kThreads = 384;                       // producer warpgroup + 2 consumer warpgroups
+constexpr int kConsumerWarps = 8;                   // the empty barriers' arrival count
+constexpr int kProducerLanes = 32;                  // the full barriers' arrival count
+constexpr uint32_t kTileBytes = kBlockM * kBlockK;  // one operand's stage (codes are bytes)
+static_assert(kBlockM == kBlockN, "a's and b's stage tiles share one size");
+
+struct StageLayout {
+  // Byte offsets from the 1024-aligned base.
+  static constexpr uint32_t kA = 0;
+  static constexpr uint32_t kB = kStages * kTileBytes;
+  static constexpr uint32_t kScaleA = 2 * kStages * kTileBytes;         // f32 [kStages][128]
+  static constexpr uint32_t kScaleB = kScaleA + kStages * kBlockM * 4;  // f32 [kStages][128]
+  static constexpr uint32_t kFull = kScaleB + kStages * kBlockN * 4;    // u64 [kStages]
+  static constexpr uint32_t kEmpty = kFull + kStages * 8;               // u64 [kStages]
+  static constexpr uint32_t kEnd = kEmpty + kStages * 8;
+};
+constexpr uint32_t kSmemBytes = StageLayout::kEnd + 1024;  // + the alignment slack
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// Until the phase of the given parity has completed.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// A 2D TMA load of the map's box at (c0 = column, c1 = row) into dst,
+// completing its bytes on bar.
+__device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                        int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// The wgmma shared-memory descriptor of a K-major, 128-byte swizzled tile
+// whose rows are 128 bytes (this file's header).
+__device__ __forceinline__ uint64_t Descriptor(uint32_t smem_address) {
+  uint64_t d = (smem_address & 0x3FFFF) >> 4;  // start address, 16-byte units
+  d |= uint64_t{1} << 16;                      // leading byte offset (unused here)
+  d |= uint64_t{1024 >> 4} << 32;              // stride byte offset: 8 rows × 128 B
+  d |= uint64_t{1} << 62;                      // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+
+// Keeps the compiler from moving reads or writes of r across the wgmma
+// fences (the registers are written asynchronously by the tensor cores).
+__device__ __forceinline__ void FenceOperand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// d[64] (+)= a (64×32 e4m3, descriptor) · b (128×32 e4m3, descriptor)ᵀ;
+// accumulate = false overwrites d.
+__device__ __forceinline__ void Wgmma64x128x32(float (&d)[64], uint64_t da, uint64_t db,
+                                               bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(da), "l"(db), "r"(static_cast<uint32_t>(accumulate)));
+}
+
+// The scale of row r of an operand's tile at K block kb (0 past its rows).
+__device__ __forceinline__ float RowScale(const float* scales, bool tiles, int64_t rows, int64_t r,
+                                          int64_t kbs, int64_t kb) {
+  if (r >= rows) return 0.0f;
+  return __ldg(scales + (tiles ? r / kBlockM : r) * kbs + kb);
+}
+
+struct Args {
+  const float* sa;   // a's scales: [M, KB] (1×128) or [ceil(M/128), KB] (128×128)
+  const float* sb;   // b's scales, the same for N
+  void* y;           // [M, N], f32 or bf16
+  const void* bias;  // [N], y's dtype, or null
+  int64_t M, N, K;
+  float beta;
+  bool a_tiles, b_tiles;
+};
+
+template <typename Y, bool kBRows>
+__global__ void __launch_bounds__(kThreads, 1)
+    WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
+                    const __grid_constant__ CUtensorMap map_b, const Args args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = SmemAddress(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (base - raw);
+  float* const scale_a = reinterpret_cast<float*>(smem + StageLayout::kScaleA);
+  float* const scale_b = reinterpret_cast<float*>(smem + StageLayout::kScaleB);
+  auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
+  auto empty = [&](int s) { return base + StageLayout::kEmpty + 8u * s; };
+
+  const int64_t m0 = int64_t{blockIdx.y} * kBlockM, n0 = int64_t{blockIdx.x} * kBlockN;
+  const int kbs = static_cast<int>((args.K + kBlockK - 1) / kBlockK);
+  const int warpgroup = threadIdx.x / 128;
+  const int lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(full(s), kProducerLanes);
+      MbarInit(empty(s), kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // The producer: warp 0 only; warps 1–3 leave. (No setmaxnreg: the
+    // consumers fit the 168 registers of 384 threads, 160 without spills, and
+    // with it ptxas spilled them.)
+    if (threadIdx.x >= 32) return;
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+    }
+    for (int kb = 0; kb < kbs; ++kb) {
+      const int s = kb % kStages;
+      const uint32_t round = static_cast<uint32_t>(kb / kStages);
+      if (round > 0) MbarWait(empty(s), (round - 1) & 1);
+      for (int r = lane; r < kBlockM; r += 32) {
+        scale_a[s * kBlockM + r] = RowScale(args.sa, args.a_tiles, args.M, m0 + r, kbs, kb);
+        scale_b[s * kBlockN + r] = RowScale(args.sb, args.b_tiles, args.N, n0 + r, kbs, kb);
+      }
+      if (lane == 0) {
+        MbarArriveExpectTx(full(s), 2 * kTileBytes);
+        const int k = kb * kBlockK;
+        TmaLoad(base + StageLayout::kA + s * kTileBytes, &map_a, full(s), k, static_cast<int>(m0));
+        TmaLoad(base + StageLayout::kB + s * kTileBytes, &map_b, full(s), k, static_cast<int>(n0));
+      } else {
+        MbarArrive(full(s));
+      }
+    }
+    return;
+  }
+
+  // The consumers.
+  const int c = warpgroup - 1;  // rows 64c .. 64c + 63 of the tile
+  const int t = threadIdx.x % 128, warp = t / 32;
+  const int row0 = 64 * c + 16 * warp + lane / 4;  // and row0 + 8
+  const int col0 = 2 * (lane % 4);                 // + 8j, + 1
+  float acc[64], tmp[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = tmp[i] = 0.0f;
+
+  for (int kb = 0; kb < kbs; ++kb) {
+    const int s = kb % kStages;
+    MbarWait(full(s), static_cast<uint32_t>(kb / kStages) & 1);
+    const uint64_t a_desc = Descriptor(base + StageLayout::kA + s * kTileBytes + c * 64 * kBlockK);
+    const uint64_t b_desc = Descriptor(base + StageLayout::kB + s * kTileBytes);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kBlockK / 32; ++k) {
+      // + 32 bytes a step: 2 in the descriptor's 16-byte units.
+      Wgmma64x128x32(tmp, a_desc + 2 * k, b_desc + 2 * k, k > 0);
+    }
+    WgmmaCommit();
+    // a's scales (and a tile b's one scale) while the tensor cores work.
+    const float* sas = scale_a + s * kBlockM;
+    const float* sbs = scale_b + s * kBlockN;
+    const float sa0 = sas[row0], sa1 = sas[row0 + 8];
+    const float sb_tile = kBRows ? 0.0f : sbs[0];
+    WgmmaWaitAll();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
+    if constexpr (!kBRows) {
+      // Done with the stage: the tensor cores' reads are complete.
+      __syncwarp();
+      if (lane == 0) MbarArrive(empty(s));
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      if constexpr (kBRows) {
+        // b's per-column scales, read here (not held across the wait: registers).
+        const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
+        acc[4 * j + 0] = fmaf(tmp[4 * j + 0], __fmul_rn(sa0, sb.x), acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(tmp[4 * j + 1], __fmul_rn(sa0, sb.y), acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(tmp[4 * j + 2], __fmul_rn(sa1, sb.x), acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(tmp[4 * j + 3], __fmul_rn(sa1, sb.y), acc[4 * j + 3]);
+      } else {
+        const float s0 = __fmul_rn(sa0, sb_tile), s1 = __fmul_rn(sa1, sb_tile);
+        acc[4 * j + 0] = fmaf(tmp[4 * j + 0], s0, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(tmp[4 * j + 1], s0, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(tmp[4 * j + 2], s1, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(tmp[4 * j + 3], s1, acc[4 * j + 3]);
+      }
+    }
+    if constexpr (kBRows) {
+      __syncwarp();
+      if (lane == 0) MbarArrive(empty(s));
+    }
+  }
+
+  // The epilogue: two rows, 16 column pairs a thread.
+  Y* const y = static_cast<Y*>(args.y);
+  const Y* const bias = static_cast<const Y*>(args.bias);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t m = m0 + row0 + 8 * h;
+    if (m >= args.M) continue;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int64_t n = n0 + 8 * j + col0;
+      if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      Y* out = y + m * args.N + n;
+      if constexpr (sizeof(Y) == 4) {
+        if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
+        if (args.beta != 0.0f) {
+          const float2 old = *reinterpret_cast<const float2*>(out);
+          v0 = fmaf(args.beta, old.x, v0);
+          v1 = fmaf(args.beta, old.y, v1);
+        }
+        *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+      } else {
+        if (bias != nullptr) {
+          v0 += __bfloat162float(bias[n]);
+          v1 += __bfloat162float(bias[n + 1]);
+        }
+        if (args.beta != 0.0f) {
+          const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
+          v0 = fmaf(args.beta, __bfloat162float(old.x), v0);
+          v1 = fmaf(args.beta, __bfloat162float(old.y), v1);
+        }
+        *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+#endif
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
+  // Looked up once through the runtime (no libcuda link); immutable after.
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    GTP_CU_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                  cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || p == nullptr) {
+      ::gtp::kernels::cuda::internal::Die(
+          __FILE__, __LINE__, "cuTensorMapEncodeTiled",
+          "the driver does not export it (CUDA 12 or newer needed)");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// The TMA map of a row-major [rows, K] byte matrix, boxes of 128 × 128,
+// 128-byte swizzle, zeros past its edges.
+CUtensorMap CodesMap(const uint8_t* q, int64_t rows, int64_t K) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(K)};  // bytes, of dimension 1
+  const cuuint32_t box[2] = {kBlockK, kBlockM};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r =
+      EncodeTiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(q), dims, strides,
+                    box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    ::gtp::kernels::cuda::internal::Die(
+        __FILE__, __LINE__, "cuTensorMapEncodeTiled",
+        "refused the codes' map (16-byte aligned codes and K a multiple of 16 needed)");
+  }
+  return map;
+}
+
+template <typename Y, bool kBRows>
+void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t stream) {
+  static const bool configured = [] {
+    GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap map_a = CodesMap(qa, args.M, args.K);
+  const CUtensorMap map_b = CodesMap(qb, args.N, args.K);
+  const dim3 grid(static_cast<unsigned>((args.N + kBlockN - 1) / kBlockN),
+                  static_cast<unsigned>((args.M + kBlockM - 1) / kBlockM));
+  WgmmaGemmKernel<Y, kBRows><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, args);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool WgmmaGemmSupported(int device) {
+  int major = 0, minor = 0;
+  GTP_CU_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  GTP_CU_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
+void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, const uint8_t* qb,
+                          const float* sb, bool b_tiles, int64_t M, int64_t N, int64_t K, void* y,
+                          bool y_bf16, float beta, const void* bias, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles};
+  // b's scales per row (1×128) vary along y's columns; per tile they are one
+  // value for the CTA's 128 columns.
+  if (y_bf16) {
+    b_tiles ? Launch<__nv_bfloat16, false>(qa, qb, args, stream)
+            : Launch<__nv_bfloat16, true>(qa, qb, args, stream);
+  } else {
+    b_tiles ? Launch<float, false>(qa, qb, args, stream)
+            : Launch<float, true>(qa, qb, args, stream);
+  }
+}
+
+}  // namespace gtp::kernels::fp8::cuda
