@@ -8,7 +8,9 @@
 #                                     .bundle/bundle.tar.xz (git-ignored).
 #   tools/gpu.sh run [BINARY ARGS...] (GPU machine) unpack the bundle; with no
 #                                     arguments run every bundled test and print
-#                                     a summary; otherwise run one bundled binary.
+#                                     a summary (each binary at most
+#                                     GTP_TEST_TIMEOUT seconds, default 300);
+#                                     otherwise run one bundled binary.
 #
 # On the device tool: run(command="bash tools/gpu.sh run", carry=[".bundle"]).
 # NCCL and cuBLAS come from the GPU machine; they are never bundled.
@@ -78,7 +80,9 @@ run() {
   mkdir -p "$logs"
   while read -r t; do
     local log="$logs/$t.log"
-    if "$dir/bin/$t" >"$log" 2>&1; then
+    # A hung binary (a kernel that never finishes) fails alone instead of
+    # taking the device call's whole time.
+    if timeout "${GTP_TEST_TIMEOUT:-300}" "$dir/bin/$t" >"$log" 2>&1; then
       local ok skipped_n
       ok=$(grep -c '^\[       OK \]' "$log" || true)
       skipped_n=$(grep -c '^\[  SKIPPED \] .* ms)$' "$log" || true)
