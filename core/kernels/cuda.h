@@ -62,6 +62,12 @@ class BlasContext {
   // (docs/PERFORMANCE.md).
   void set_grouped_batched(bool on) { grouped_batched_ = on; }
   bool grouped_batched() const { return grouped_batched_; }
+  // Which kernel fp8::BlockScaledGemm runs where its caller leaves the
+  // choice to the context (Fp8GemmEngine::kContext, every fp8 linear):
+  // cuBLASLt's (false, the default) or gtp's own Hopper wgmma kernel (true;
+  // core/kernels/fp8/block_gemm.h). The trainer's train.fp8_gemm.
+  void set_fp8_wgmma(bool on) { fp8_wgmma_ = on; }
+  bool fp8_wgmma() const { return fp8_wgmma_; }
 
   // cuBLASLt's algorithm choice per GEMM shape (types, transposes, sizes,
   // leading dimensions, operand alignments), remembered after the first
@@ -79,6 +85,7 @@ class BlasContext {
   void** grouped_ptrs_ = nullptr;
   GroupedStats grouped_stats_;
   bool grouped_batched_ = true;
+  bool fp8_wgmma_ = false;
   std::unique_ptr<AlgoCache> cache_;
 };
 

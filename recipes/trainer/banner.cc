@@ -62,16 +62,20 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
       "run dir: %s\n",
       s.recipe.name().c_str(), s.world.size(), s.world.backend().c_str(), s.recipe.parallel().tp(),
       s.recipe.parallel().tp_num_weight_shards() / s.recipe.parallel().tp(),
-      s.world.size() / s.recipe.parallel().tp_num_weight_shards() / s.recipe.parallel().pp() / s.recipe.parallel().cp(),
-      (absl::StrCat(s.recipe.parallel().cp() > 1 ? absl::StrCat(" x CP ", s.recipe.parallel().cp()) : "") +
+      s.world.size() / s.recipe.parallel().tp_num_weight_shards() / s.recipe.parallel().pp() /
+          s.recipe.parallel().cp(),
+      (absl::StrCat(s.recipe.parallel().cp() > 1 ? absl::StrCat(" x CP ", s.recipe.parallel().cp())
+                                                 : "") +
        (s.recipe.parallel().pp() > 1
-           ? absl::StrCat(" x PP ", s.recipe.parallel().pp(),
-                          s.recipe.parallel().vpp() > 1 ? absl::StrCat(" (VPP ", s.recipe.parallel().vpp(), ")") : "")
-           : std::string()))
+            ? absl::StrCat(" x PP ", s.recipe.parallel().pp(),
+                           s.recipe.parallel().vpp() > 1
+                               ? absl::StrCat(" (VPP ", s.recipe.parallel().vpp(), ")")
+                               : "")
+            : std::string()))
           .c_str(),
-      s.data->size(), RankOrder(s).c_str(),
-      s.recipe.parallel().sequence_parallel() ? "on" : "off", s.recipe.train().precision().c_str(),
-      s.recipe.train().device().c_str(), cuda_graphs ? " | CUDA graphs" : "",
+      s.data->size(), RankOrder(s).c_str(), s.recipe.parallel().sequence_parallel() ? "on" : "off",
+      s.recipe.train().precision().c_str(), s.recipe.train().device().c_str(),
+      cuda_graphs ? " | CUDA graphs" : "",
       (AttentionNote(s) +
        (s.recipe.train().precision() != "fp8" ? ""
         : s.exec.is_cuda()
@@ -81,16 +85,17 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
        (s.recipe.train().precision() == "fp8" && s.recipe.train().fp8_wgrad() == "bf16"
             ? " | their wgrad GEMMs bf16"
             : "") +
+       (s.recipe.train().fp8_gemm() == "wgmma" ? " | fp8 GEMMs by gtp's wgmma kernel" : "") +
        Fp8TileGatherNote(s) +
        (s.recipe.parallel().gtp_gather_dtype() == "fp8"     ? " | fp8 GTP gathers"
         : s.recipe.parallel().gtp_gather_dtype() == "nvfp4" ? " | nvfp4 GTP gathers"
-                                                             : "") +
-       (s.recipe.parallel().gtp_reduce_scatter_dtype() == "bf16" ? " | bf16 GTP reduce-scatter" : ""))
+                                                            : "") +
+       (s.recipe.parallel().gtp_reduce_scatter_dtype() == "bf16" ? " | bf16 GTP reduce-scatter"
+                                                                 : ""))
           .c_str(),
-      m.n_layer(),
-      static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
-      static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()),
-      m.norm().c_str(), m.activation().c_str(), total / 1e6, s.local_params / 1e6,
+      m.n_layer(), static_cast<long long>(m.n_embd()), static_cast<long long>(m.n_head()),
+      static_cast<long long>(m.vocab_size()), static_cast<long long>(m.seq_len()), m.norm().c_str(),
+      m.activation().c_str(), total / 1e6, s.local_params / 1e6,
       static_cast<long long>(s.recipe.train().steps()),
       static_cast<long long>(s.sampler->config().global_batch_size),
       static_cast<long long>(m.seq_len()), static_cast<long long>(s.recipe.train().micro_batch()),

@@ -466,6 +466,20 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.fp8_wgrad", t->fp8_wgrad()); !t->fp8_wgrad().empty() && !e.empty()) {
     return Bad(e);
   }
+  if (!t->fp8_gemm().empty() && t->precision() != "fp8") {
+    return Bad(absl::StrCat("train.fp8_gemm=", t->fp8_gemm(),
+                            " applies to train.precision=fp8 only, got precision ", t->precision(),
+                            "; drop it or set train.precision=fp8"));
+  }
+  if (t->precision() == "fp8" && t->fp8_gemm().empty()) t->set_fp8_gemm("cublaslt");
+  if (auto e = ChoiceError("train.fp8_gemm", t->fp8_gemm()); !t->fp8_gemm().empty() && !e.empty()) {
+    return Bad(e);
+  }
+  if (t->fp8_gemm() == "wgmma" && t->device() != "cuda") {
+    return Bad(absl::StrCat(
+        "train.fp8_gemm=wgmma runs on CUDA only (a Hopper GPU), got train.device=", t->device(),
+        "; drop it (the CPU runs the reference GEMM)"));
+  }
   if (t->precision() == "fp8") {
     // bf16 training with the linears' GEMMs in block-scaled FP8
     // (core/kernels/fp8): cuBLASLt's FP8 GEMM on Hopper (world.cc checks the

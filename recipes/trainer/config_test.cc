@@ -169,6 +169,22 @@ TEST(RecipeTrain, Fp8NeedsRowsInSixteens) {
                      "train.fp8_wgrad=e4m3"})
                 .find("train.fp8_wgrad must be fp8 or bf16, got e4m3"),
             std::string::npos);
+  // train.fp8_gemm: cublaslt (the default under fp8) or wgmma, fp8 on CUDA only.
+  EXPECT_EQ(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
+                     "train.micro_batch=2", "train.fp8_gemm=wgmma"}),
+            "accepted");
+  EXPECT_NE(
+      Message({"train.device=cuda", "train.fp8_gemm=wgmma"})
+          .find("train.fp8_gemm=wgmma applies to train.precision=fp8 only, got precision bf16"),
+      std::string::npos);
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cpu", "model.seq_len=64",
+                     "train.fp8_gemm=wgmma"})
+                .find("train.fp8_gemm=wgmma runs on CUDA only"),
+            std::string::npos);
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
+                     "train.micro_batch=2", "train.fp8_gemm=cutlass"})
+                .find("train.fp8_gemm must be cublaslt or wgmma, got cutlass"),
+            std::string::npos);
   // NVFP4 gathers: the CPU only until they have run over NCCL on a GPU.
   EXPECT_EQ(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cpu"}), "accepted");
   EXPECT_NE(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda"})

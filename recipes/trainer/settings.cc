@@ -157,6 +157,7 @@ const std::vector<Choice>& Choices() {
       {"train.device", {"cpu", "cuda"}},
       {"train.precision", {"f32", "bf16", "fp8"}},
       {"train.fp8_wgrad", {"fp8", "bf16"}},
+      {"train.fp8_gemm", {"cublaslt", "wgmma"}},
       {"train.cuda_graphs", {"auto", "on", "off"}},
       {"train.attention", {"cudnn", "flash"}},
       {"train.pack_projections", {"off", "auto", "on"}},

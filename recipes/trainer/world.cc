@@ -69,6 +69,7 @@ absl::Status RunOnRanks(const proto::Recipe& recipe,
     GTP_ASSIGN_OR_RETURN(Stream stream, Stream::Create(device));
     CudaCachingAllocator dev(device);
     kernels::cuda::BlasContext blas(device);
+    blas.set_fp8_wgmma(recipe.train().fp8_gemm() == "wgmma");  // config.cc: fp8 on CUDA only
     kernels::Exec exec{Device::Cuda(device), &dev, stream.get(), &blas};
     std::unique_ptr<kernels::CudnnEngine> cudnn;
     if (recipe.train().attention() == "cudnn" && recipe.train().precision() != "f32") {

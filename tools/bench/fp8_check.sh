@@ -27,7 +27,9 @@
 # before/after in the same call).
 # VARIANTS (default fp8) lists the fp8 runs beside each case's bf16 run:
 # fp8 (all three GEMMs), fp8w (train.fp8_wgrad=bf16: the wgrad GEMMs
-# unquantised); FP8_EXTRA adds settings to every fp8 run.
+# unquantised), fp8g and fp8gw (the same two with train.fp8_gemm=wgmma: gtp's
+# own FP8 GEMM kernel instead of cuBLASLt's); FP8_EXTRA adds settings to
+# every fp8 run.
 # Logs and metrics in $OUT/fp8_check (device tool) or a temp dir. Exit 1
 # when a run failed.
 set -uo pipefail
@@ -73,7 +75,9 @@ for c in $CASES; do
     case "$v" in
       fp8) vx="" ;;
       fp8w) vx="train.fp8_wgrad=bf16" ;;
-      *) echo "fp8_check: unknown variant $v (fp8 fp8w)" >&2; exit 2 ;;
+      fp8g) vx="train.fp8_gemm=wgmma" ;;
+      fp8gw) vx="train.fp8_gemm=wgmma,train.fp8_wgrad=bf16" ;;
+      *) echo "fp8_check: unknown variant $v (fp8 fp8w fp8g fp8gw)" >&2; exit 2 ;;
     esac
     vx="$vx${FP8_EXTRA:+${vx:+,}$FP8_EXTRA}"
     run "$c" "$v" fp8 "$steps" "$extra${vx:+${extra:+,}$vx}"

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/kernels/cuda.h"
 #include "core/kernels/fp8/block_gemm_cuda.h"
 #include "core/kernels/fp8/internal.h"
 #include "core/status.h"
@@ -53,7 +54,8 @@ void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, cons
     GTP_CHECK(beta == 0.0f, op, ": a bias with beta ", beta, " (only 0) is not supported");
   }
   if (e.is_cuda()) {
-    if (engine == Fp8GemmEngine::kWgmma) {
+    if (engine == Fp8GemmEngine::kWgmma ||
+        (engine == Fp8GemmEngine::kContext && e.blas != nullptr && e.blas->fp8_wgmma())) {
       internal::BlockScaledGemmWgmma(e, a, b, y, beta, bias);
     } else {
       internal::BlockScaledGemmCuda(e, a, b, y, beta, bias);

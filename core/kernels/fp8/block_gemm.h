@@ -61,6 +61,9 @@ struct Fp8Matrix {
 
 // Which kernel runs a BlockScaledGemm on CUDA (the CPU ignores it).
 enum class Fp8GemmEngine {
+  // The Exec's BlasContext decides (BlasContext::fp8_wgmma: the trainer's
+  // train.fp8_gemm): kWgmma where it says so, else kCublasLt.
+  kContext,
   kCublasLt,  // cuBLASLt's block-scaled FP8 GEMM (above)
   // gtp's own Hopper kernel (wgmma_gemm.cu: TMA, wgmma on e4m3, the f32
   // promotion per K block on CUDA cores). Compute capability 9.0 only (H100,
@@ -78,7 +81,7 @@ enum class Fp8GemmEngine {
 // aborts, naming it).
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
                      float beta = 0.0f, const Tensor& bias = Tensor(),
-                     Fp8GemmEngine engine = Fp8GemmEngine::kCublasLt);
+                     Fp8GemmEngine engine = Fp8GemmEngine::kContext);
 
 // For benchmarks (CUDA only): the algorithms cuBLASLt's heuristic offers for
 // one block-scaled GEMM configuration (a's and b's layouts and shapes, y's
