@@ -482,7 +482,8 @@ INSTANTIATE_TEST_SUITE_P(
 // blocks, so each stage is reused and its barriers' phases turn), a K that
 // ends in a short block, every pairing of scale layouts including
 // 128×128 · 128×128 (which cuBLASLt lacks), the bias in f32 and bf16 y, and
-// beta 1 (y += a·bᵀ).
+// beta 1 (y += a·bᵀ), and more tiles than multiprocessors (the persistent
+// grid's CTAs each taking several).
 #define SKIP_WITHOUT_WGMMA()                                                  \
   SKIP_WITHOUT_GPU();                                                         \
   if (!WgmmaSupported())                                                      \
@@ -514,7 +515,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{208, 304, 1008, kRow, kTile}, GemmCase{384, 512, 4096, kRow, kTile},
                       GemmCase{208, 304, 1008, kRow, kRow}, GemmCase{272, 144, 2064, kRow, kRow},
                       GemmCase{256, 208, 384, kTile, kRow}, GemmCase{304, 16, 1008, kTile, kRow},
-                      GemmCase{336, 400, 912, kTile, kTile}),
+                      GemmCase{336, 400, 912, kTile, kTile},
+                      // 16 × 9 = 144 tiles: more than an H100's or H200's 132
+                      // multiprocessors, so some CTAs of the persistent grid
+                      // take a second tile (the stages' phases run on).
+                      GemmCase{2048, 1152, 256, kRow, kTile}),
     [](const ::testing::TestParamInfo<GemmCase>& i) {
       const GemmCase& c = i.param;
       return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + "_" +
@@ -576,7 +581,8 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
 TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
   SKIP_WITHOUT_WGMMA();
   Env env;
-  const int64_t M = 256, N = 384, K = 2048;
+  // 17 × 8 = 136 tiles: more than the 132 multiprocessors (a second tile for some CTAs).
+  const int64_t M = 2176, N = 1024, K = 512;
   const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 51), M, K, kRow);
   const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 52), N, K, kTile);
   const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);

@@ -2,8 +2,9 @@
 // TMA loads, wgmma on e4m3, and the f32 promotion per 128-wide K block on
 // CUDA cores (the DeepSeek-V3 recipe, as block_gemm.h's reference sums it).
 //
-// One CTA computes one 128×128 tile of y with 384 threads:
-//   - warpgroup 0, warp 0 (the producer): per K block kb, lane 0 issues two
+// A persistent grid (one CTA an SM, each taking tiles blockIdx.x, + gridDim.x,
+// ...) computes y's 128×128 tiles, each CTA with 384 threads:
+//   - warpgroup 0, warp 0 (the producer): per tile and K block kb, lane 0 issues two
 //     TMA loads (a's 128×128 codes at (kb·128, m0), b's at (kb·128, n0)) into
 //     the next of kStages shared-memory stages, 128-byte swizzled; the 32
 //     lanes write that block's scales of the tile's 128 rows of a and of b
@@ -17,7 +18,9 @@
 //     in f32 — the promotion that keeps the sum out of the tensor core's
 //     narrower accumulator (about 14 bits, block_gemm_gpu_test.cc) beyond
 //     one block. Each warp releases the stage (an mbarrier of 8 arrivals)
-//     once its wgmma and its scale reads are done.
+//     once its wgmma and its scale reads are done. The stages and their
+//     barriers' phases run on across a CTA's tiles, so the producer loads
+//     the next tile while the consumers write this one.
 //   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
 //     dtype, written straight from the registers (rows past M skipped).
 //
@@ -39,6 +42,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/kernels/cuda/common.cuh"
@@ -178,6 +182,7 @@ struct Args {
   int64_t M, N, K;
   float beta;
   bool a_tiles, b_tiles;
+  int sms;  // the device's multiprocessors: the persistent grid's size
 };
 
 template <typename Y, bool kBRows>
@@ -194,8 +199,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
   auto empty = [&](int s) { return base + StageLayout::kEmpty + 8u * s; };
 
-  const int64_t m0 = int64_t{blockIdx.y} * kBlockM, n0 = int64_t{blockIdx.x} * kBlockN;
   const int kbs = static_cast<int>((args.K + kBlockK - 1) / kBlockK);
+  // Persistent: this CTA's tiles are blockIdx.x, + gridDim.x, ... (row-major
+  // over [tiles_m, tiles_n], so the CTAs at work at one time share a's rows
+  // and all of b through L2); k-block iterations count on across tiles, so
+  // the producer fills the next tile's stages during this one's epilogue.
+  const int tiles_n = static_cast<int>((args.N + kBlockN - 1) / kBlockN);
+  const int tiles = static_cast<int>((args.M + kBlockM - 1) / kBlockM) * tiles_n;
   const int warpgroup = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
 
@@ -218,21 +228,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
     }
-    for (int kb = 0; kb < kbs; ++kb) {
-      const int s = kb % kStages;
-      const uint32_t round = static_cast<uint32_t>(kb / kStages);
-      if (round > 0) MbarWait(empty(s), (round - 1) & 1);
-      for (int r = lane; r < kBlockM; r += 32) {
-        scale_a[s * kBlockM + r] = RowScale(args.sa, args.a_tiles, args.M, m0 + r, kbs, kb);
-        scale_b[s * kBlockN + r] = RowScale(args.sb, args.b_tiles, args.N, n0 + r, kbs, kb);
-      }
-      if (lane == 0) {
-        MbarArriveExpectTx(full(s), 2 * kTileBytes);
-        const int k = kb * kBlockK;
-        TmaLoad(base + StageLayout::kA + s * kTileBytes, &map_a, full(s), k, static_cast<int>(m0));
-        TmaLoad(base + StageLayout::kB + s * kTileBytes, &map_b, full(s), k, static_cast<int>(n0));
-      } else {
-        MbarArrive(full(s));
+    int it = 0;  // k-block iterations so far, over all of this CTA's tiles
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int64_t m0 = int64_t{tile / tiles_n} * kBlockM, n0 = int64_t{tile % tiles_n} * kBlockN;
+      for (int kb = 0; kb < kbs; ++kb, ++it) {
+        const int s = it % kStages;
+        const uint32_t round = static_cast<uint32_t>(it / kStages);
+        if (round > 0) MbarWait(empty(s), (round - 1) & 1);
+        for (int r = lane; r < kBlockM; r += 32) {
+          scale_a[s * kBlockM + r] = RowScale(args.sa, args.a_tiles, args.M, m0 + r, kbs, kb);
+          scale_b[s * kBlockN + r] = RowScale(args.sb, args.b_tiles, args.N, n0 + r, kbs, kb);
+        }
+        if (lane == 0) {
+          MbarArriveExpectTx(full(s), 2 * kTileBytes);
+          const int k = kb * kBlockK;
+          TmaLoad(base + StageLayout::kA + s * kTileBytes, &map_a, full(s), k,
+                  static_cast<int>(m0));
+          TmaLoad(base + StageLayout::kB + s * kTileBytes, &map_b, full(s), k,
+                  static_cast<int>(n0));
+        } else {
+          MbarArrive(full(s));
+        }
       }
     }
     return;
@@ -245,90 +261,96 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int col0 = 2 * (lane % 4);                 // + 8j, + 1
   float acc[64], tmp[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = tmp[i] = 0.0f;
-
-  for (int kb = 0; kb < kbs; ++kb) {
-    const int s = kb % kStages;
-    MbarWait(full(s), static_cast<uint32_t>(kb / kStages) & 1);
-    const uint64_t a_desc = Descriptor(base + StageLayout::kA + s * kTileBytes + c * 64 * kBlockK);
-    const uint64_t b_desc = Descriptor(base + StageLayout::kB + s * kTileBytes);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
-    WgmmaFence();
-#pragma unroll
-    for (int k = 0; k < kBlockK / 32; ++k) {
-      // + 32 bytes a step: 2 in the descriptor's 16-byte units.
-      Wgmma64x128x32(tmp, a_desc + 2 * k, b_desc + 2 * k, k > 0);
-    }
-    WgmmaCommit();
-    // a's scales (and a tile b's one scale) while the tensor cores work.
-    const float* sas = scale_a + s * kBlockM;
-    const float* sbs = scale_b + s * kBlockN;
-    const float sa0 = sas[row0], sa1 = sas[row0 + 8];
-    const float sb_tile = kBRows ? 0.0f : sbs[0];
-    WgmmaWaitAll();
-#pragma unroll
-    for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
-    if constexpr (!kBRows) {
-      // Done with the stage: the tensor cores' reads are complete.
-      __syncwarp();
-      if (lane == 0) MbarArrive(empty(s));
-    }
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      if constexpr (kBRows) {
-        // b's per-column scales, read here (not held across the wait: registers).
-        const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
-        acc[4 * j + 0] = fmaf(tmp[4 * j + 0], __fmul_rn(sa0, sb.x), acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(tmp[4 * j + 1], __fmul_rn(sa0, sb.y), acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(tmp[4 * j + 2], __fmul_rn(sa1, sb.x), acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(tmp[4 * j + 3], __fmul_rn(sa1, sb.y), acc[4 * j + 3]);
-      } else {
-        const float s0 = __fmul_rn(sa0, sb_tile), s1 = __fmul_rn(sa1, sb_tile);
-        acc[4 * j + 0] = fmaf(tmp[4 * j + 0], s0, acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(tmp[4 * j + 1], s0, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(tmp[4 * j + 2], s1, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(tmp[4 * j + 3], s1, acc[4 * j + 3]);
-      }
-    }
-    if constexpr (kBRows) {
-      __syncwarp();
-      if (lane == 0) MbarArrive(empty(s));
-    }
-  }
-
-  // The epilogue: two rows, 16 column pairs a thread.
+  for (int i = 0; i < 64; ++i) tmp[i] = 0.0f;
   Y* const y = static_cast<Y*>(args.y);
   const Y* const bias = static_cast<const Y*>(args.bias);
+  int it = 0;  // as the producer's
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t m0 = int64_t{tile / tiles_n} * kBlockM, n0 = int64_t{tile % tiles_n} * kBlockN;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t m = m0 + row0 + 8 * h;
-    if (m >= args.M) continue;
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int kb = 0; kb < kbs; ++kb, ++it) {
+      const int s = it % kStages;
+      MbarWait(full(s), static_cast<uint32_t>(it / kStages) & 1);
+      const uint64_t a_desc =
+          Descriptor(base + StageLayout::kA + s * kTileBytes + c * 64 * kBlockK);
+      const uint64_t b_desc = Descriptor(base + StageLayout::kB + s * kTileBytes);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int64_t n = n0 + 8 * j + col0;
-      if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      Y* out = y + m * args.N + n;
-      if constexpr (sizeof(Y) == 4) {
-        if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
-        if (args.beta != 0.0f) {
-          const float2 old = *reinterpret_cast<const float2*>(out);
-          v0 = fmaf(args.beta, old.x, v0);
-          v1 = fmaf(args.beta, old.y, v1);
+      for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
+      WgmmaFence();
+#pragma unroll
+      for (int k = 0; k < kBlockK / 32; ++k) {
+        // + 32 bytes a step: 2 in the descriptor's 16-byte units.
+        Wgmma64x128x32(tmp, a_desc + 2 * k, b_desc + 2 * k, k > 0);
+      }
+      WgmmaCommit();
+      // a's scales (and a tile b's one scale) while the tensor cores work.
+      const float* sas = scale_a + s * kBlockM;
+      const float* sbs = scale_b + s * kBlockN;
+      const float sa0 = sas[row0], sa1 = sas[row0 + 8];
+      const float sb_tile = kBRows ? 0.0f : sbs[0];
+      WgmmaWaitAll();
+#pragma unroll
+      for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
+      if constexpr (!kBRows) {
+        // Done with the stage: the tensor cores' reads are complete.
+        __syncwarp();
+        if (lane == 0) MbarArrive(empty(s));
+      }
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        if constexpr (kBRows) {
+          // b's per-column scales, read here (not held across the wait: registers).
+          const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
+          acc[4 * j + 0] = fmaf(tmp[4 * j + 0], __fmul_rn(sa0, sb.x), acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(tmp[4 * j + 1], __fmul_rn(sa0, sb.y), acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(tmp[4 * j + 2], __fmul_rn(sa1, sb.x), acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(tmp[4 * j + 3], __fmul_rn(sa1, sb.y), acc[4 * j + 3]);
+        } else {
+          const float s0 = __fmul_rn(sa0, sb_tile), s1 = __fmul_rn(sa1, sb_tile);
+          acc[4 * j + 0] = fmaf(tmp[4 * j + 0], s0, acc[4 * j + 0]);
+          acc[4 * j + 1] = fmaf(tmp[4 * j + 1], s0, acc[4 * j + 1]);
+          acc[4 * j + 2] = fmaf(tmp[4 * j + 2], s1, acc[4 * j + 2]);
+          acc[4 * j + 3] = fmaf(tmp[4 * j + 3], s1, acc[4 * j + 3]);
         }
-        *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-      } else {
-        if (bias != nullptr) {
-          v0 += __bfloat162float(bias[n]);
-          v1 += __bfloat162float(bias[n + 1]);
+      }
+      if constexpr (kBRows) {
+        __syncwarp();
+        if (lane == 0) MbarArrive(empty(s));
+      }
+    }
+
+    // The epilogue: two rows, 16 column pairs a thread.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t m = m0 + row0 + 8 * h;
+      if (m >= args.M) continue;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int64_t n = n0 + 8 * j + col0;
+        if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        Y* out = y + m * args.N + n;
+        if constexpr (sizeof(Y) == 4) {
+          if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
+          if (args.beta != 0.0f) {
+            const float2 old = *reinterpret_cast<const float2*>(out);
+            v0 = fmaf(args.beta, old.x, v0);
+            v1 = fmaf(args.beta, old.y, v1);
+          }
+          *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+        } else {
+          if (bias != nullptr) {
+            v0 += __bfloat162float(bias[n]);
+            v1 += __bfloat162float(bias[n + 1]);
+          }
+          if (args.beta != 0.0f) {
+            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
+            v0 = fmaf(args.beta, __bfloat162float(old.x), v0);
+            v1 = fmaf(args.beta, __bfloat162float(old.y), v1);
+          }
+          *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
         }
-        if (args.beta != 0.0f) {
-          const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
-          v0 = fmaf(args.beta, __bfloat162float(old.x), v0);
-          v1 = fmaf(args.beta, __bfloat162float(old.y), v1);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
       }
     }
   }
@@ -382,8 +404,8 @@ void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t
   (void)configured;
   const CUtensorMap map_a = CodesMap(qa, args.M, args.K);
   const CUtensorMap map_b = CodesMap(qb, args.N, args.K);
-  const dim3 grid(static_cast<unsigned>((args.N + kBlockN - 1) / kBlockN),
-                  static_cast<unsigned>((args.M + kBlockM - 1) / kBlockM));
+  const int64_t tiles = ((args.M + kBlockM - 1) / kBlockM) * ((args.N + kBlockN - 1) / kBlockN);
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, args.sms));  // one CTA an SM
   WgmmaGemmKernel<Y, kBRows><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, args);
   GTP_CU_LAUNCH_CHECK();
 }
@@ -401,7 +423,10 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
                           const float* sb, bool b_tiles, int64_t M, int64_t N, int64_t K, void* y,
                           bool y_bf16, float beta, const void* bias, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles};
+  int device = 0, sms = 0;
+  GTP_CU_CHECK(cudaGetDevice(&device));
+  GTP_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles, sms};
   // b's scales per row (1×128) vary along y's columns; per tile they are one
   // value for the CTA's 128 columns.
   if (y_bf16) {
