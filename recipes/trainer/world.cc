@@ -15,6 +15,7 @@
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
 #include "core/kernels/cudnn_engine.h"
+#include "core/kernels/fp8/block_gemm.h"
 #include "core/status.h"
 #include "recipes/trainer/typed_config.h"
 
@@ -71,6 +72,13 @@ absl::Status RunOnRanks(const proto::Recipe& recipe,
     kernels::cuda::BlasContext blas(device);
     blas.set_fp8_wgmma(recipe.train().fp8_gemm() == "wgmma");  // config.cc: fp8 on CUDA only
     kernels::Exec exec{Device::Cuda(device), &dev, stream.get(), &blas};
+    if (blas.fp8_wgmma()) {
+      // A new kernel of ours: proven on this GPU before it trains (wgmma_check.cc).
+      if (absl::Status s = kernels::fp8::CheckWgmmaGemm(exec); !s.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("train.fp8_gemm=wgmma: ", s.message(), "; use train.fp8_gemm=cublaslt"));
+      }
+    }
     std::unique_ptr<kernels::CudnnEngine> cudnn;
     if (recipe.train().attention() == "cudnn" && recipe.train().precision() != "f32") {
       absl::StatusOr<std::unique_ptr<kernels::CudnnEngine>> e = kernels::CudnnEngine::Create(device);

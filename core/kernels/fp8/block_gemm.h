@@ -41,6 +41,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
@@ -82,6 +83,17 @@ enum class Fp8GemmEngine {
 void BlockScaledGemm(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b, const Tensor& y,
                      float beta = 0.0f, const Tensor& bias = Tensor(),
                      Fp8GemmEngine engine = Fp8GemmEngine::kContext);
+
+// Whether kWgmma computes right on e's GPU: it runs two small GEMMs as the fp8
+// linears call them (a forward, 1×128 · 128×128 into bf16; a wgrad, 1×128 ·
+// 1×128 into f32 with beta 1; M = N = 256, K = 1024) and compares each element
+// with a double reference on the host within block_gemm_gpu_test.cc's bound
+// (wgmma_check.cc). OK, or FailedPrecondition naming the case and the first
+// element out of bounds (or the device, where it is not compute capability
+// 9.0). CUDA Exec with a BlasContext only; synchronises e.stream. The trainer
+// runs it before the first step under train.fp8_gemm=wgmma, so a kernel that
+// is wrong on some GPU refuses to train instead of training wrong.
+absl::Status CheckWgmmaGemm(const Exec& e);
 
 // For benchmarks (CUDA only): the algorithms cuBLASLt's heuristic offers for
 // one block-scaled GEMM configuration (a's and b's layouts and shapes, y's

@@ -574,6 +574,15 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
   }
 }
 
+// The trainer's check before it trains with the kernel (wgmma_check.cc)
+// passes on this GPU.
+TEST(WgmmaGemmGpu, TheTrainersSelfCheckPasses) {
+  SKIP_WITHOUT_WGMMA();
+  Env env;
+  const absl::Status s = CheckWgmmaGemm(env.gpu);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 // The same operands through both engines: each within the bound of the
 // reference (above); here also side by side, both deterministic, so a
 // regression in either shows as the two drifting apart. Not bit for bit
