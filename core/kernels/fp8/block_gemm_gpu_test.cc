@@ -480,7 +480,8 @@ INSTANTIATE_TEST_SUITE_P(
 // columns past M or N (TMA's zero fill, the skipped stores), several tiles
 // each way and more K blocks than pipeline stages (6; K up to 4096 is 32
 // blocks, so each stage is reused and its barriers' phases turn), a K that
-// ends in a short block, every pairing of scale layouts including
+// ends in a short block, split-K (few tiles, long K: 384 × 512 × 4096 runs
+// in 4 K ranges), every pairing of scale layouts including
 // 128×128 · 128×128 (which cuBLASLt lacks), the bias in f32 and bf16 y, and
 // beta 1 (y += a·bᵀ), and more tiles than multiprocessors (the persistent
 // grid's CTAs each taking several).
@@ -559,7 +560,10 @@ TEST(WgmmaGemmGpu, ALinearLayersForwardDgradAndWgrad) {
 TEST(WgmmaGemmGpu, BiasAndBetaOne) {
   SKIP_WITHOUT_WGMMA();
   Env env;
-  const int64_t M = 208, N = 304, K = 384;
+  // 2 × 3 tiles and 16 K blocks: split-K (WgmmaGemmSplits picks 4 ranges on
+  // a GPU of 132 multiprocessors), so the bias and beta go through the sum
+  // of the ranges.
+  const int64_t M = 208, N = 304, K = 2048;
   const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 41), M, K, kRow);
   const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 42), N, K, kTile);
   for (DType t : {DType::kF32, DType::kBF16}) {

@@ -23,6 +23,11 @@
 //     the next tile while the consumers write this one.
 //   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
 //     dtype, written straight from the registers (rows past M skipped).
+//   - split-K (WgmmaGemmSplits: where the tiles fill the multiprocessors
+//     poorly and K is long): a unit of work is a tile and one of `splits`
+//     consecutive K ranges; its f32 sum goes to a partial buffer, and
+//     SplitSumKernel adds the ranges in order (deterministic) and finishes
+//     as the epilogue above.
 //
 // Shared memory: kStages × (16 KB a + 16 KB b + 1 KB scales) + barriers,
 // 1024-byte aligned tiles (the 128-byte swizzle's pattern repeats every
@@ -183,6 +188,12 @@ struct Args {
   float beta;
   bool a_tiles, b_tiles;
   int sms;  // the device's multiprocessors: the persistent grid's size
+  // Split-K: each tile's K blocks in `splits` consecutive ranges, each range
+  // a unit of work whose f32 sum goes to partial [splits, M, N] (no bias, no
+  // beta); SplitSumKernel then adds the ranges in order into y. 1: none
+  // (partial unused), the tile's sum straight into y.
+  int splits;
+  float* partial;
 };
 
 template <typename Y, bool kBRows>
@@ -206,6 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the producer fills the next tile's stages during this one's epilogue.
   const int tiles_n = static_cast<int>((args.N + kBlockN - 1) / kBlockN);
   const int tiles = static_cast<int>((args.M + kBlockM - 1) / kBlockM) * tiles_n;
+  const int units = tiles * args.splits;  // unit u: tile u / splits, K range u % splits
   const int warpgroup = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
 
@@ -228,10 +240,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
     }
-    int it = 0;  // k-block iterations so far, over all of this CTA's tiles
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int it = 0;  // k-block iterations so far, over all of this CTA's units
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const int tile = unit / args.splits, split = unit % args.splits;
       const int64_t m0 = int64_t{tile / tiles_n} * kBlockM, n0 = int64_t{tile % tiles_n} * kBlockN;
-      for (int kb = 0; kb < kbs; ++kb, ++it) {
+      const int kb_end = (split + 1) * kbs / args.splits;
+      for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
         const int s = it % kStages;
         const uint32_t round = static_cast<uint32_t>(it / kStages);
         if (round > 0) MbarWait(empty(s), (round - 1) & 1);
@@ -265,11 +279,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   Y* const y = static_cast<Y*>(args.y);
   const Y* const bias = static_cast<const Y*>(args.bias);
   int it = 0;  // as the producer's
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const int tile = unit / args.splits, split = unit % args.splits;
     const int64_t m0 = int64_t{tile / tiles_n} * kBlockM, n0 = int64_t{tile % tiles_n} * kBlockN;
+    const int kb_end = (split + 1) * kbs / args.splits;
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-    for (int kb = 0; kb < kbs; ++kb, ++it) {
+    for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
       const int s = it % kStages;
       MbarWait(full(s), static_cast<uint32_t>(it / kStages) & 1);
       const uint64_t a_desc =
@@ -330,6 +346,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t n = n0 + 8 * j + col0;
         if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
         float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if (args.splits > 1) {  // this range's sum, for SplitSumKernel
+          float* part = args.partial + (int64_t{split} * args.M + m) * args.N + n;
+          *reinterpret_cast<float2*>(part) = make_float2(v0, v1);
+          continue;
+        }
         Y* out = y + m * args.N + n;
         if constexpr (sizeof(Y) == 4) {
           if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
@@ -355,6 +376,52 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 #endif
+}
+
+// y = (Σ_s partial[s], s ascending) (+ bias) + beta·y, per pair of columns,
+// rounded once: the split units' sums, finished as the kernel's own epilogue
+// finishes an unsplit tile.
+template <typename Y>
+__global__ void SplitSumKernel(const float* partial, int splits, int64_t M, int64_t N, Y* y,
+                               float beta, const Y* bias) {
+  const int64_t pairs = M * N / 2;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pairs;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = 2 * i, n = e % N;
+    float v0 = 0.0f, v1 = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float2 p = *reinterpret_cast<const float2*>(partial + s * M * N + e);
+      v0 += p.x;
+      v1 += p.y;
+    }
+    if constexpr (sizeof(Y) == 4) {
+      if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
+      if (beta != 0.0f) {
+        const float2 old = *reinterpret_cast<const float2*>(y + e);
+        v0 = fmaf(beta, old.x, v0);
+        v1 = fmaf(beta, old.y, v1);
+      }
+      *reinterpret_cast<float2*>(y + e) = make_float2(v0, v1);
+    } else {
+      if (bias != nullptr) {
+        v0 += __bfloat162float(bias[n]);
+        v1 += __bfloat162float(bias[n + 1]);
+      }
+      if (beta != 0.0f) {
+        const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(y + e);
+        v0 = fmaf(beta, __bfloat162float(old.x), v0);
+        v1 = fmaf(beta, __bfloat162float(old.y), v1);
+      }
+      *reinterpret_cast<__nv_bfloat162*>(y + e) = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
+int Multiprocessors() {
+  int device = 0, sms = 0;
+  GTP_CU_CHECK(cudaGetDevice(&device));
+  GTP_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
@@ -405,9 +472,17 @@ void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t
   const CUtensorMap map_a = CodesMap(qa, args.M, args.K);
   const CUtensorMap map_b = CodesMap(qb, args.N, args.K);
   const int64_t tiles = ((args.M + kBlockM - 1) / kBlockM) * ((args.N + kBlockN - 1) / kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, args.sms));  // one CTA an SM
+  const int grid = static_cast<int>(std::min<int64_t>(tiles * args.splits, args.sms));
   WgmmaGemmKernel<Y, kBRows><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, args);
   GTP_CU_LAUNCH_CHECK();
+  if (args.splits > 1) {
+    const int64_t pairs = args.M * args.N / 2;
+    const int blocks = static_cast<int>(std::min<int64_t>((pairs + 255) / 256, 8 * args.sms));
+    SplitSumKernel<Y><<<blocks, 256, 0, stream>>>(args.partial, args.splits, args.M, args.N,
+                                                  static_cast<Y*>(args.y), args.beta,
+                                                  static_cast<const Y*>(args.bias));
+    GTP_CU_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace
@@ -419,14 +494,34 @@ bool WgmmaGemmSupported(int device) {
   return major == 9 && minor == 0;
 }
 
+int WgmmaGemmSplits(int64_t M, int64_t N, int64_t K) {
+  // A split pays when the tiles fill the multiprocessors poorly: the time
+  // goes as the waves of units (ceil(units / SMs)) times a unit's share of
+  // K (1 / s). Up to 4 ranges, each at least 2 K blocks; a split must gain a
+  // tenth (the partial sums' extra pass).
+  const int64_t tiles = ((M + kBlockM - 1) / kBlockM) * ((N + kBlockN - 1) / kBlockN);
+  const int64_t kbs = (K + kBlockK - 1) / kBlockK;
+  const int64_t sms = Multiprocessors();
+  int best = 1;
+  double best_cost = static_cast<double>((tiles + sms - 1) / sms);
+  for (int s = 2; s <= 4 && 2 * s <= kbs; ++s) {
+    const double cost = static_cast<double>((tiles * s + sms - 1) / sms) / s;
+    if (cost < 0.9 * best_cost) best = s, best_cost = cost;
+  }
+  return best;
+}
+
 void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, const uint8_t* qb,
                           const float* sb, bool b_tiles, int64_t M, int64_t N, int64_t K, void* y,
-                          bool y_bf16, float beta, const void* bias, cudaStream_t stream) {
+                          bool y_bf16, float beta, const void* bias, int splits, float* partial,
+                          cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  int device = 0, sms = 0;
-  GTP_CU_CHECK(cudaGetDevice(&device));
-  GTP_CU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles, sms};
+  if (splits < 1 || (splits > 1 && partial == nullptr)) {
+    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
+                                        "splits must be >= 1, with a partial buffer above 1");
+  }
+  const Args args{sa,     sb,     y, bias, M, N, K, beta, a_tiles, b_tiles, Multiprocessors(),
+                  splits, partial};
   // b's scales per row (1×128) vary along y's columns; per tile they are one
   // value for the CTA's 128 columns.
   if (y_bf16) {

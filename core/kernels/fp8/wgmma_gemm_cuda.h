@@ -21,8 +21,19 @@ bool WgmmaGemmSupported(int device);
 // [N] in y's dtype or null (then beta must be 0). Requires (the caller
 // checks): qa, qb 16-byte aligned; K a positive multiple of 16; N even; y 8-byte
 // aligned. Enqueues on stream; deterministic (no atomics, one order).
+// splits (≥ 1, WgmmaGemmSplits's choice): each tile's K blocks in that many
+// ranges, their f32 sums in partial [splits, M, N] (f32, device; unused at
+// 1), added in range order by a second kernel. The result depends on splits
+// (another summation order), so a shape gives the same bits only on devices
+// with the same number of multiprocessors.
 void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, const uint8_t* qb,
                           const float* sb, bool b_tiles, int64_t M, int64_t N, int64_t K, void* y,
-                          bool y_bf16, float beta, const void* bias, cudaStream_t stream);
+                          bool y_bf16, float beta, const void* bias, int splits, float* partial,
+                          cudaStream_t stream);
+
+// How many K ranges WgmmaBlockScaledGemm should split an M × N × K GEMM into
+// on the current device: 1 unless the 128×128 tiles fill its multiprocessors
+// poorly and K is long (at most 4 ranges of 2+ K blocks each).
+int WgmmaGemmSplits(int64_t M, int64_t N, int64_t K);
 
 }  // namespace gtp::kernels::fp8::cuda
