@@ -378,10 +378,9 @@ void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a,
 // A linear layer's three GEMMs, N tokens, in → out, built as the backward
 // will build them (block_scale.h): forward x·Wᵀ, dgrad dy·W with Wᵀ from
 // TransposeTiles, wgrad dyᵀ·x with both operands from QuantizeRowsTransposed
-// (K = tokens).
-TEST(BlockGemmGpu, ALinearLayersForwardDgradAndWgrad) {
-  SKIP_WITHOUT_GPU();
-  Env env;
+// (K = tokens); through `engine`, forward and dgrad into a `y_type` y, the
+// wgrad into f32.
+void ExpectALinearLayersGemms(Env& env, Fp8GemmEngine engine, DType y_type) {
   const Exec& cpu = env.cpu;
   const int64_t T = 208, in = 384, out = 304;
   const std::vector<float> x = BlockyMatrix(T, in, 3), w = BlockyMatrix(out, in, 4),
@@ -396,10 +395,16 @@ TEST(BlockGemmGpu, ALinearLayersForwardDgradAndWgrad) {
     QuantizeRowsTransposed(cpu, MakeMatrix(v, R, C, *cpu.alloc), m.q, m.scales);
     return FromHost(m);
   };
-  ExpectMatchesReference(env, "forward y = x·Wᵀ", xq, wq, DType::kF32);
-  ExpectMatchesReference(env, "dgrad dx = dy·W", dyq, FromHost(wt), DType::kF32);
+  ExpectMatchesReference(env, "forward y = x·Wᵀ", xq, wq, y_type, nullptr, -1, engine);
+  ExpectMatchesReference(env, "dgrad dx = dy·W", dyq, FromHost(wt), y_type, nullptr, -1, engine);
   ExpectMatchesReference(env, "wgrad dW = dyᵀ·x", rows_transposed(dy, T, out),
-                         rows_transposed(x, T, in), DType::kF32);
+                         rows_transposed(x, T, in), DType::kF32, nullptr, -1, engine);
+}
+
+TEST(BlockGemmGpu, ALinearLayersForwardDgradAndWgrad) {
+  SKIP_WITHOUT_GPU();
+  Env env;
+  ExpectALinearLayersGemms(env, Fp8GemmEngine::kCublasLt, DType::kF32);
 }
 
 // The BIAS epilogue (what an fp8 linear's forward uses): a bias per output
@@ -527,30 +532,12 @@ INSTANTIATE_TEST_SUITE_P(
              (c.la == kRow ? "row" : "tile") + "_" + (c.lb == kRow ? "row" : "tile");
     });
 
-// A linear layer's three GEMMs as ALinearLayersForwardDgradAndWgrad builds
-// them, through the wgmma kernel.
+// A linear layer's three GEMMs through the wgmma kernel (forward and dgrad
+// into bf16, as the fp8 linears call them).
 TEST(WgmmaGemmGpu, ALinearLayersForwardDgradAndWgrad) {
   SKIP_WITHOUT_WGMMA();
   Env env;
-  const Exec& cpu = env.cpu;
-  const int64_t T = 208, in = 384, out = 304;
-  const std::vector<float> x = BlockyMatrix(T, in, 3), w = BlockyMatrix(out, in, 4),
-                           dy = BlockyMatrix(T, out, 5);
-  const Operand xq = Quantized(cpu, x, T, in, kRow), dyq = Quantized(cpu, dy, T, out, kRow);
-  const Operand wq = Quantized(cpu, w, out, in, kTile);
-  Fp8Matrix wt{cpu.Empty({in, out}, DType::kF8E4M3), cpu.Empty(Fp8ScaleShape(in, out, kTile)),
-               kTile};
-  TransposeTiles(cpu, wq.host.q, wq.host.scales, wt.q, wt.scales);
-  auto rows_transposed = [&](const std::vector<float>& v, int64_t R, int64_t C) {
-    Fp8Matrix m{cpu.Empty({C, R}, DType::kF8E4M3), cpu.Empty(Fp8ScaleShape(C, R, kRow)), kRow};
-    QuantizeRowsTransposed(cpu, MakeMatrix(v, R, C, *cpu.alloc), m.q, m.scales);
-    return FromHost(m);
-  };
-  const Fp8GemmEngine w8 = Fp8GemmEngine::kWgmma;
-  ExpectMatchesReference(env, "forward y = x·Wᵀ", xq, wq, DType::kBF16, nullptr, -1, w8);
-  ExpectMatchesReference(env, "dgrad dx = dy·W", dyq, FromHost(wt), DType::kBF16, nullptr, -1, w8);
-  ExpectMatchesReference(env, "wgrad dW = dyᵀ·x", rows_transposed(dy, T, out),
-                         rows_transposed(x, T, in), DType::kF32, nullptr, -1, w8);
+  ExpectALinearLayersGemms(env, Fp8GemmEngine::kWgmma, DType::kBF16);
 }
 
 // The bias (f32 and bf16 y: the kernel adds it in its own epilogue) and
