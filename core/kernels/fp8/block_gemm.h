@@ -71,7 +71,9 @@ enum class Fp8GemmEngine {
   // H200; it aborts, naming it, elsewhere). The same M, N, K and alignment
   // rules as cuBLASLt's; unlike it, it takes two 128×128 operands and a bias
   // with an f32 y. Compared with the CPU within the same tolerance
-  // (block_gemm_gpu_test.cc); deterministic (one summation order, no atomics).
+  // (block_gemm_gpu_test.cc); deterministic (no atomics). Where it splits K
+  // (few tiles, long K) the split, and so the summation order, follows the
+  // GPU's multiprocessor count: the same bits on GPUs of one kind.
   kWgmma,
 };
 

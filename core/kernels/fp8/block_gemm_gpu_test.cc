@@ -407,6 +407,13 @@ TEST(BlockGemmGpu, ALinearLayersForwardDgradAndWgrad) {
   ExpectALinearLayersGemms(env, Fp8GemmEngine::kCublasLt, DType::kF32);
 }
 
+// N bias values about the outputs' size (×1e3), as a y of `t` holds them.
+std::vector<float> BiasValues(Env& env, int64_t N, uint64_t seed, DType t) {
+  std::vector<float> raw = BlockyMatrix(1, N, seed);
+  for (float& v : raw) v *= 1e3f;
+  return Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, t));
+}
+
 // The BIAS epilogue (what an fp8 linear's forward uses): a bias per output
 // column, bf16 y (the only one cuBLASLt has an algorithm for: with an f32 y
 // it reported none on the H200, CUDA 13.0, and BlockScaledGemm refuses that
@@ -419,10 +426,7 @@ TEST(BlockGemmGpu, TheBiasEpilogueAddsOneBiasPerColumn) {
   const int64_t M = 208, N = 304, K = 384;
   const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 31), M, K, kRow);
   const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 32), N, K, kTile);
-  std::vector<float> raw = BlockyMatrix(1, N, 33);
-  for (float& v : raw) v *= 1e3f;  // about the outputs' size
-  // The values as a bf16 y holds them.
-  const std::vector<float> bias = Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, DType::kBF16));
+  const std::vector<float> bias = BiasValues(env, N, 33, DType::kBF16);
   ExpectMatchesReference(env, "bias epilogue", a, b, DType::kBF16, &bias);
 }
 
@@ -452,6 +456,12 @@ struct GemmCase {
   Fp8Layout la, lb;
 };
 
+std::string GemmCaseName(const ::testing::TestParamInfo<GemmCase>& i) {
+  const GemmCase& c = i.param;
+  return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + "_" +
+         (c.la == kRow ? "row" : "tile") + "_" + (c.lb == kRow ? "row" : "tile");
+}
+
 class BlockGemmGpuTest : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(BlockGemmGpuTest, MatchesTheReferenceWithinTheDerivedBound) {
@@ -471,11 +481,7 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{208, 304, 384, kRow, kTile}, GemmCase{208, 304, 1008, kRow, kTile},
                       GemmCase{128, 128, 128, kRow, kRow}, GemmCase{208, 304, 1008, kRow, kRow},
                       GemmCase{256, 208, 384, kTile, kRow}, GemmCase{304, 16, 1008, kTile, kRow}),
-    [](const ::testing::TestParamInfo<GemmCase>& i) {
-      const GemmCase& c = i.param;
-      return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + "_" +
-             (c.la == kRow ? "row" : "tile") + "_" + (c.lb == kRow ? "row" : "tile");
-    });
+    GemmCaseName);
 
 // ---------------------------------------------------------------- 5. our own kernel
 
@@ -526,11 +532,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // multiprocessors, so some CTAs of the persistent grid
                       // take a second tile (the stages' phases run on).
                       GemmCase{2048, 1152, 256, kRow, kTile}),
-    [](const ::testing::TestParamInfo<GemmCase>& i) {
-      const GemmCase& c = i.param;
-      return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + "_" +
-             (c.la == kRow ? "row" : "tile") + "_" + (c.lb == kRow ? "row" : "tile");
-    });
+    GemmCaseName);
 
 // A linear layer's three GEMMs through the wgmma kernel (forward and dgrad
 // into bf16, as the fp8 linears call them).
@@ -554,9 +556,7 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
   const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 41), M, K, kRow);
   const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 42), N, K, kTile);
   for (DType t : {DType::kF32, DType::kBF16}) {
-    std::vector<float> raw = BlockyMatrix(1, N, 43);
-    for (float& v : raw) v *= 1e3f;
-    const std::vector<float> bias = Floats(MakeMatrix(raw, 1, N, *env.cpu.alloc, t));
+    const std::vector<float> bias = BiasValues(env, N, 43, t);
     ExpectMatchesReference(env, "wgmma bias", a, b, t, &bias, -1, Fp8GemmEngine::kWgmma);
     std::vector<float> y0 = BlockyMatrix(M, N, 44);
     for (float& v : y0) v *= 1e3f;
