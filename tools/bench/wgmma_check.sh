@@ -10,9 +10,11 @@
 #    double reference, every scale layout, edges, split-K, bias, beta 1, the
 #    trainer's self-check, agreement with cuBLASLt), at most 60 s (a kernel
 #    that hangs fails here alone);
-# 2. a linear's three GEMMs at 350M and 1.3B (N = 8192 tokens): bf16,
-#    cuBLASLt's block-scaled fp8 (fp8_gemm) and ours (fp8_wgmma), ms per call
-#    and TFLOP/s (core/kernels/bench:fp8_linear_benchmark);
+# 2. a linear's three GEMMs at 350M (1024 → 4096) and 1.3B (2048 → 8192),
+#    N = 8192 tokens: bf16, cuBLASLt's block-scaled fp8 (fp8_gemm) and ours
+#    (fp8_wgmma: its default plan; _1x1: no cluster; _pp: the consumer
+#    warpgroups taking turns), ms per call and TFLOP/s
+#    (core/kernels/bench:fp8_linear_benchmark);
 # 3. only when 1 passed and STEPS > 0 (default 40): 350M and 1.3B training,
 #    bf16 against fp8 with cuBLASLt's GEMMs and with ours
 #    (train.fp8_gemm=wgmma), STEPS steps each, through fp8_check.sh.
@@ -30,11 +32,12 @@ GTEST_FILTER='*Wgmma*' run_gpu_test core_kernels_fp8_block_gemm_gpu_test 60 || s
 grep -E 'worst' "$LOG/core_kernels_fp8_block_gemm_gpu_test.log" | cut -c1-160 | head -30
 
 echo "=== 2. a linear's GEMMs (ms per call, TFLOP/s): bf16, cuBLASLt fp8, wgmma fp8"
-(cd "$B" && timeout 120 ./bin/core_kernels_bench_fp8_linear_benchmark \
-  --benchmark_filter='BM_Fp8Linear/(350m|1p3b).*/(bf16|fp8_gemm|fp8_wgmma)$' \
+(cd "$B" && timeout 150 ./bin/core_kernels_bench_fp8_linear_benchmark \
+  --benchmark_filter='BM_Fp8Linear/(350m_1024x4096|1p3b_2048x8192)/.*/(bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_1x1|fp8_wgmma_pp)/' \
   > "$LOG/fp8_linear_benchmark.txt" 2>&1) || echo "benchmark rc $?"
-grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | awk '{print $1, $2, $NF}' |
-  sed 's|BM_Fp8Linear/||; s|/manual_time||; s|/min_time:0.050||; s|TFLOP/s=||'
+# Name, ms, then TFLOP/s (and, for the plan rows, the clusters that fit and the splits).
+grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | sed 's|BM_Fp8Linear/||; s|/min_time:0.050||; s|/manual_time||' |
+  awk '{printf "%s %s", $1, $2; for (i = 4; i <= NF; ++i) if ($i ~ /=/) printf " %s", $i; print ""}'
 
 if ((status == 0)) && (("${STEPS:-40}" > 0)); then
   echo "=== 3. training: bf16, fp8 (cuBLASLt), fp8 (wgmma)"

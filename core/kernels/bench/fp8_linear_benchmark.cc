@@ -15,7 +15,11 @@
 //   fp8_gemm  fp8::BlockScaledGemm alone on operands quantised beforehand:
 //             the GEMM's own speed, the floor quantisation fusion could reach.
 //   fp8_wgmma the same operands through our own kernel
-//             (Fp8GemmEngine::kWgmma, core/kernels/fp8/wgmma_gemm.cu).
+//             (Fp8GemmEngine::kWgmma, core/kernels/fp8/wgmma_gemm.cu), its
+//             default plan (a 2 × 1 cluster at these shapes: b's stage
+//             tiles multicast to a pair of CTAs);
+//   fp8_wgmma_1x1, _1x2, _2x2  the same with another cluster shape
+//             (cuda::WgmmaPlan; none, a's tiles shared, both).
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -40,6 +44,7 @@
 #include "core/kernels/cuda.h"
 #include "core/kernels/fp8/block_gemm.h"
 #include "core/kernels/fp8/linear.h"
+#include "core/kernels/fp8/wgmma_gemm_cuda.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
 
@@ -49,7 +54,7 @@ namespace {
 constexpr int64_t kTokens = 8192;
 
 enum class Pass { kFwd, kDgrad, kWgrad };
-enum class Impl { kBf16, kFp8, kFp8Gemm, kFp8Wgmma };
+enum class Impl { kBf16, kFp8, kFp8Gemm, kFp8Wgmma, kWgmma1x1, kWgmma1x2, kWgmma2x2 };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
 // a pass, its block-scaled GEMM's operands quantised once (x and dy through
@@ -102,7 +107,26 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   const Tensor y = e.Empty({kTokens, out}, DType::kBF16), dx = e.Empty({kTokens, in}, DType::kBF16),
                dw = e.Zeros({out, in}, DType::kF32);
   LinearBench::Gemm g;
-  if (impl == Impl::kFp8Gemm || impl == Impl::kFp8Wgmma) g = lb.Quantized(pass);  // not timed
+  if (impl != Impl::kBf16 && impl != Impl::kFp8) g = lb.Quantized(pass);  // not timed
+  // The wgmma kernel with the default plan's splits and another cluster shape.
+  fp8::cuda::WgmmaPlan plan;
+  Tensor partial;
+  if (impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2) {
+    const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
+    plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
+    plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
+    plan.cluster_n = impl == Impl::kWgmma1x1 ? 1 : 2;
+    if (plan.splits > 1) partial = e.Empty({plan.splits, M, N});
+  }
+  auto run_plan = [&] {
+    const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
+    fp8::cuda::WgmmaBlockScaledGemm(
+        static_cast<const uint8_t*>(g.a.q.raw_data()), g.a.scales.data<float>(),
+        g.a.layout == fp8::Fp8Layout::kTile128x128, static_cast<const uint8_t*>(g.b.q.raw_data()),
+        g.b.scales.data<float>(), g.b.layout == fp8::Fp8Layout::kTile128x128, M, N, K,
+        g.y.raw_data(), g.y.dtype() == DType::kBF16, g.beta, nullptr, plan,
+        plan.splits > 1 ? partial.data<float>() : nullptr, lb.stream);
+  };
   auto run = [&] {
     switch (impl) {
       case Impl::kBf16:
@@ -117,10 +141,20 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
         return fp8::BlockScaledGemm(e, g.a, g.b, g.y, g.beta);
       case Impl::kFp8Wgmma:
         return fp8::BlockScaledGemm(e, g.a, g.b, g.y, g.beta, Tensor(), fp8::Fp8GemmEngine::kWgmma);
+      case Impl::kWgmma1x1:
+      case Impl::kWgmma1x2:
+      case Impl::kWgmma2x2:
+        return run_plan();
     }
   };
   bench::TimeCalls(state, lb.stream, run);
   state.counters["TFLOP/s"] = lb.Tflops();
+  if (impl == Impl::kFp8Wgmma)
+    plan = fp8::cuda::WgmmaGemmPlan(g.a.q.dim(0), g.b.q.dim(0), g.a.q.dim(1));
+  if (impl != Impl::kBf16 && impl != Impl::kFp8 && impl != Impl::kFp8Gemm) {
+    state.counters["clusters"] = fp8::cuda::WgmmaMaxClusters(plan.cluster_m, plan.cluster_n);
+    state.counters["splits"] = plan.splits;
+  }
 }
 
 constexpr int kMaxAlgos = 8;
@@ -183,7 +217,10 @@ void Register() {
       for (auto [impl_name, impl] :
            {std::make_pair("bf16", Impl::kBf16), std::make_pair("fp8", Impl::kFp8),
             std::make_pair("fp8_gemm", Impl::kFp8Gemm),
-            std::make_pair("fp8_wgmma", Impl::kFp8Wgmma)}) {
+            std::make_pair("fp8_wgmma", Impl::kFp8Wgmma),
+            std::make_pair("fp8_wgmma_1x1", Impl::kWgmma1x1),
+            std::make_pair("fp8_wgmma_1x2", Impl::kWgmma1x2),
+            std::make_pair("fp8_wgmma_2x2", Impl::kWgmma2x2)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

@@ -71,6 +71,7 @@
 #include "core/kernels/fp8/gpu_env.h"
 #include "core/kernels/fp8/lt_scale_layout.h"
 #include "core/kernels/fp8/lt_scales_cuda.h"
+#include "core/kernels/fp8/wgmma_gemm_cuda.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
@@ -549,7 +550,7 @@ TEST(WgmmaGemmGpu, ALinearLayersForwardDgradAndWgrad) {
 TEST(WgmmaGemmGpu, BiasAndBetaOne) {
   SKIP_WITHOUT_WGMMA();
   Env env;
-  // 2 × 3 tiles and 16 K blocks: split-K (WgmmaGemmSplits picks 4 ranges on
+  // 2 × 3 tiles and 16 K blocks: split-K (WgmmaGemmPlan picks 4 ranges on
   // a GPU of 132 multiprocessors), so the bias and beta go through the sum
   // of the ranges.
   const int64_t M = 208, N = 304, K = 2048;
@@ -606,6 +607,63 @@ TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
     }
   }
   EXPECT_EQ(failures, 0);
+}
+
+// The kernel's cluster shapes (TMA multicast of a's or b's stage tiles
+// between two CTAs) change where the codes come from, not what a CTA sums
+// or in what order: every shape gives the bits of no cluster (1 × 1), with
+// and without split-K. The default plan for these shapes is the 2 × 1
+// cluster; it is held to the dequantised reference first.
+TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
+  SKIP_WITHOUT_WGMMA();
+  Env env;
+  struct Case {
+    int64_t M, N, K;
+    Fp8Layout la, lb;
+    DType y;
+  };
+  // Forward-like (row · tile into bf16), wgrad-like (row · row into f32),
+  // tile · tile; 4–12 tiles of 2–16 K blocks (the last K block partial in one).
+  for (const Case& c : {Case{512, 768, 1024, kRow, kTile, DType::kBF16},
+                        Case{768, 512, 2048, kRow, kRow, DType::kF32},
+                        Case{512, 256, 656, kTile, kTile, DType::kF32}}) {
+    const std::string what =
+        "clusters " + std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K);
+    SCOPED_TRACE(what);
+    const Operand a = Quantized(env.cpu, BlockyMatrix(c.M, c.K, 61 + c.K), c.M, c.K, c.la);
+    const Operand b = Quantized(env.cpu, BlockyMatrix(c.N, c.K, 62 + c.K), c.N, c.K, c.lb);
+    const cuda::WgmmaPlan chosen = cuda::WgmmaGemmPlan(c.M, c.N, c.K);
+    EXPECT_EQ(chosen.cluster_m, 2);
+    EXPECT_EQ(chosen.cluster_n, 1);
+    ExpectMatchesReference(env, what, a, b, c.y, nullptr, -1, Fp8GemmEngine::kWgmma);
+    const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
+    // These shapes' few units get split-K by default (chosen.splits > 1).
+    for (int splits : {1, chosen.splits}) {
+      const Tensor partial = env.gpu.Empty({splits, c.M, c.N});
+      auto run = [&](int cm, int cn) {
+        const Tensor y = env.Poisoned({c.M, c.N}, c.y, 0xff);
+        cuda::WgmmaPlan plan;
+        plan.cluster_m = cm, plan.cluster_n = cn, plan.splits = splits;
+        cuda::WgmmaBlockScaledGemm(
+            static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), c.la == kTile,
+            static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), c.lb == kTile,
+            c.M, c.N, c.K, y.raw_data(), c.y == DType::kBF16, 0.0f, nullptr, plan,
+            partial.data<float>(), env.gpu.stream);
+        return env.Down(y);
+      };
+      const ByteVec plain = run(1, 1);
+      if (splits == chosen.splits) {
+        // The reference-checked default's bits are the plain launch's.
+        const Tensor y = env.Poisoned({c.M, c.N}, c.y, 0x5a);
+        BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
+        EXPECT_TRUE(env.Down(y) == plain) << "the default plan differs from 1 x 1";
+      }
+      for (auto [cm, cn] : {std::make_pair(2, 1), std::make_pair(1, 2), std::make_pair(2, 2)}) {
+        EXPECT_TRUE(run(cm, cn) == plain) << "cluster " << cm << " x " << cn << ", " << splits
+                                          << " split(s): not the bits of 1 x 1";
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -2,14 +2,17 @@
 // TMA loads, wgmma on e4m3, and the f32 promotion per 128-wide K block on
 // CUDA cores (the DeepSeek-V3 recipe, as block_gemm.h's reference sums it).
 //
-// A persistent grid (one CTA an SM, each taking tiles blockIdx.x, + gridDim.x,
-// ...) computes y's 128×128 tiles, each CTA with 384 threads:
-//   - warpgroup 0, warp 0 (the producer): per tile and K block kb, lane 0 issues two
-//     TMA loads (a's 128×128 codes at (kb·128, m0), b's at (kb·128, n0)) into
+// A persistent grid (one CTA an SM; clusters of 1, 2 or 4 CTAs, each
+// cluster taking units of work cluster, + clusters, ...) computes y's
+// 128×128 tiles, each CTA with 384 threads:
+//   - warpgroup 0, warp 0 (the producer): per tile and K block kb, lane 0
+//     issues two TMA loads (a's 128×128 codes at (kb·128, m0), b's at
+//     (kb·128, n0); in a cluster, its CTA's slices of them, multicast) into
 //     the next of kStages shared-memory stages, 128-byte swizzled; the 32
 //     lanes write that block's scales of the tile's 128 rows of a and of b
 //     into the stage, each expanded to one f32 per row (a 128×128 operand's
-//     one tile scale repeated), so the consumers read both layouts alike.
+//     one tile scale repeated), so the consumers read both layouts alike;
+//     their loads go out before the wait for the stage (they are strided).
 //     Rows past M or N read as scale 0 and TMA fills codes past M, N or K
 //     with zeros.
 //   - warpgroups 1 and 2 (the consumers): rows 0–63 and 64–127 of the tile.
@@ -17,13 +20,20 @@
 //     scale-d 0) into a temporary, waited for, then acc += tmp·(sa[row]·sb[col])
 //     in f32 — the promotion that keeps the sum out of the tensor core's
 //     narrower accumulator (about 14 bits, block_gemm_gpu_test.cc) beyond
-//     one block. Each warp releases the stage (an mbarrier of 8 arrivals)
-//     once its wgmma and its scale reads are done. The stages and their
+//     one block. Each warp releases the stage (an mbarrier of 8 arrivals
+//     per CTA of the cluster) once its wgmma and its scale reads are done. The stages and their
 //     barriers' phases run on across a CTA's tiles, so the producer loads
 //     the next tile while the consumers write this one.
 //   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
 //     dtype, written straight from the registers (rows past M skipped).
-//   - split-K (WgmmaGemmSplits: where the tiles fill the multiprocessors
+//   - clusters (WgmmaPlan, WgmmaGemmKernel's comment): two CTAs whose tiles
+//     share b's columns (or a's rows) each load half of that operand's
+//     stage tile and multicast it to both; a stage is released to the
+//     producers only when every consumer warp of the cluster is done with
+//     it (each warp arrives on every CTA's empty barrier, lane r on CTA r's).
+//     A cluster's CTAs run the same units' K blocks in the same order, and
+//     each sums its own tile as without a cluster: the same bits.
+//   - split-K (WgmmaGemmPlan: where the tiles fill the multiprocessors
 //     poorly and K is long): a unit of work is a tile and one of `splits`
 //     consecutive K ranges; its f32 sum goes to a partial buffer, and
 //     SplitSumKernel adds the ranges in order (deterministic) and finishes
@@ -93,6 +103,31 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes)
                : "memory");
 }
 
+// One arrival on the barrier at the same shared-memory offset in the
+// cluster's CTA `cta` (this CTA's own when cta is its rank). Default
+// semantics (release at CTA scope), as CUTLASS's cluster pipelines release
+// a stage: what it orders is the arriving warp's completed wgmma reads of
+// its own stage before the peer's TMA overwrites it, not data the peer reads.
+__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
+// Every thread of every CTA of the cluster: past here, the others' earlier
+// shared-memory writes (the barriers' initialisation) are visible, and no CTA
+// has left while another may still arrive on its barriers.
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
 // Until the phase of the given parity has completed.
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
@@ -117,6 +152,17 @@ __device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, ui
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// The same box written to the same offset of dst (and its bytes completed
+// on the barrier at bar's offset) in every CTA of the cluster in cta_mask.
+__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                                 int c0, int c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
       : "memory");
 }
 
@@ -187,7 +233,6 @@ struct Args {
   int64_t M, N, K;
   float beta;
   bool a_tiles, b_tiles;
-  int sms;  // the device's multiprocessors: the persistent grid's size
   // Split-K: each tile's K blocks in `splits` consecutive ranges, each range
   // a unit of work whose f32 sum goes to partial [splits, M, N] (no bias, no
   // beta); SplitSumKernel then adds the ranges in order into y. 1: none
@@ -196,81 +241,29 @@ struct Args {
   float* partial;
 };
 
-template <typename Y, bool kBRows>
-__global__ void __launch_bounds__(kThreads, 1)
-    WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
-                    const __grid_constant__ CUtensorMap map_b, const Args args) {
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t raw = SmemAddress(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  uint8_t* const smem = smem_raw + (base - raw);
-  float* const scale_a = reinterpret_cast<float*>(smem + StageLayout::kScaleA);
-  float* const scale_b = reinterpret_cast<float*>(smem + StageLayout::kScaleB);
+// The consumers (warpgroups 1 and 2) of WgmmaGemmKernel, over the units
+// the producer loads, in the same order.
+template <typename Y, bool kBRows, int kCluster, typename TileOf>
+__device__ __forceinline__ void Consume(const Args& args, uint32_t base, const float* scale_a,
+                                        const float* scale_b, int units, int cluster, int clusters,
+                                        int kbs, const TileOf& tile_of) {
   auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
-  auto empty = [&](int s) { return base + StageLayout::kEmpty + 8u * s; };
-
-  const int kbs = static_cast<int>((args.K + kBlockK - 1) / kBlockK);
-  // Persistent: this CTA's tiles are blockIdx.x, + gridDim.x, ... (row-major
-  // over [tiles_m, tiles_n], so the CTAs at work at one time share a's rows
-  // and all of b through L2); k-block iterations count on across tiles, so
-  // the producer fills the next tile's stages during this one's epilogue.
-  const int tiles_n = static_cast<int>((args.N + kBlockN - 1) / kBlockN);
-  const int tiles = static_cast<int>((args.M + kBlockM - 1) / kBlockM) * tiles_n;
-  const int units = tiles * args.splits;  // unit u: tile u / splits, K range u % splits
-  const int warpgroup = threadIdx.x / 128;
-  const int lane = threadIdx.x % 32;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      MbarInit(full(s), kProducerLanes);
-      MbarInit(empty(s), kConsumerWarps);
+  // Done with stage s (the warp's wgmma reads and scale reads complete):
+  // one arrival on the stage's empty barrier in every CTA of the cluster.
+  // Lane r arrives on CTA r's barrier: the cluster's arrivals go out at
+  // once, not one after another from one lane.
+  auto release = [&](int s) {
+    __syncwarp();
+    const uint32_t empty = base + StageLayout::kEmpty + 8u * s;
+    const uint32_t lane = threadIdx.x % 32;
+    if constexpr (kCluster == 1) {
+      if (lane == 0) MbarArrive(empty);
+    } else {
+      if (lane < kCluster) MbarArriveCluster(empty, lane);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  }
-  __syncthreads();
-
-  if (warpgroup == 0) {
-    // The producer: warp 0 only; warps 1–3 leave. (No setmaxnreg: the
-    // consumers fit the 168 registers of 384 threads, 160 without spills, and
-    // with it ptxas spilled them.)
-    if (threadIdx.x >= 32) return;
-    if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
-      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
-    }
-    int it = 0;  // k-block iterations so far, over all of this CTA's units
-    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-      const int tile = unit / args.splits, split = unit % args.splits;
-      const int64_t m0 = int64_t{tile / tiles_n} * kBlockM, n0 = int64_t{tile % tiles_n} * kBlockN;
-      const int kb_end = (split + 1) * kbs / args.splits;
-      for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
-        const int s = it % kStages;
-        const uint32_t round = static_cast<uint32_t>(it / kStages);
-        if (round > 0) MbarWait(empty(s), (round - 1) & 1);
-        for (int r = lane; r < kBlockM; r += 32) {
-          scale_a[s * kBlockM + r] = RowScale(args.sa, args.a_tiles, args.M, m0 + r, kbs, kb);
-          scale_b[s * kBlockN + r] = RowScale(args.sb, args.b_tiles, args.N, n0 + r, kbs, kb);
-        }
-        if (lane == 0) {
-          MbarArriveExpectTx(full(s), 2 * kTileBytes);
-          const int k = kb * kBlockK;
-          TmaLoad(base + StageLayout::kA + s * kTileBytes, &map_a, full(s), k,
-                  static_cast<int>(m0));
-          TmaLoad(base + StageLayout::kB + s * kTileBytes, &map_b, full(s), k,
-                  static_cast<int>(n0));
-        } else {
-          MbarArrive(full(s));
-        }
-      }
-    }
-    return;
-  }
-
-  // The consumers.
-  const int c = warpgroup - 1;  // rows 64c .. 64c + 63 of the tile
-  const int t = threadIdx.x % 128, warp = t / 32;
+  };
+  const int c = threadIdx.x / 128 - 1;  // rows 64c .. 64c + 63 of the tile
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int row0 = 64 * c + 16 * warp + lane / 4;  // and row0 + 8
   const int col0 = 2 * (lane % 4);                 // + 8j, + 1
   float acc[64], tmp[64];
@@ -279,9 +272,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   Y* const y = static_cast<Y*>(args.y);
   const Y* const bias = static_cast<const Y*>(args.bias);
   int it = 0;  // as the producer's
-  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const int tile = unit / args.splits, split = unit % args.splits;
-    const int64_t m0 = int64_t{tile / tiles_n} * kBlockM, n0 = int64_t{tile % tiles_n} * kBlockN;
+  for (int unit = cluster; unit < units; unit += clusters) {
+    int64_t m0, n0;
+    int split;
+    tile_of(unit, m0, n0, split);
     const int kb_end = (split + 1) * kbs / args.splits;
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -310,8 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
       if constexpr (!kBRows) {
         // Done with the stage: the tensor cores' reads are complete.
-        __syncwarp();
-        if (lane == 0) MbarArrive(empty(s));
+        release(s);
       }
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
@@ -331,8 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       if constexpr (kBRows) {
-        __syncwarp();
-        if (lane == 0) MbarArrive(empty(s));
+        release(s);
       }
     }
 
@@ -375,6 +367,144 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+}
+
+// kCM × kCN: the thread-block cluster's shape in tiles (each 1 or 2). CTA
+// (i, j) of a cluster (rank i + kCM·j) takes tile (kCM·p + i, kCN·q + j) of
+// the cluster's unit (p, q); the kCN CTAs of one i share a's rows, each TMA
+// loading 1/kCN of a's stage tile and multicasting it to the others, and the
+// kCM CTAs of one j share b's the same way — each CTA then reads
+// 16/kCN + 16/kCM KB of a stage from L2 instead of 32. The launcher uses
+// kCM = 2 only where M is a multiple of 256 (kCN: N), so no CTA's tile is
+// past the edge.
+template <typename Y, bool kBRows, int kCM, int kCN>
+__global__ void __launch_bounds__(kThreads, 1)
+    WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
+                    const __grid_constant__ CUtensorMap map_b, const Args args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw = SmemAddress(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (base - raw);
+  float* const scale_a = reinterpret_cast<float*>(smem + StageLayout::kScaleA);
+  float* const scale_b = reinterpret_cast<float*>(smem + StageLayout::kScaleB);
+  auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
+  auto empty = [&](int s) { return base + StageLayout::kEmpty + 8u * s; };
+
+  const int kbs = static_cast<int>((args.K + kBlockK - 1) / kBlockK);
+  // Persistent: this CTA's cluster takes units cluster, + clusters, ...
+  // (row-major over the units' grid, so the CTAs at work at one time share
+  // a's rows and all of b through L2); k-block iterations count on across
+  // units, so the producer fills the next unit's stages during this one's
+  // epilogue.
+  constexpr int kCluster = kCM * kCN;
+  const uint32_t rank = kCluster > 1 ? ClusterRank() : 0;
+  const int rank_m = static_cast<int>(rank) % kCM, rank_n = static_cast<int>(rank) / kCM;
+  const int cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+  // A unit of work: the cluster's kCM × kCN tiles and one of `splits` K ranges.
+  const int units_n = static_cast<int>((args.N + kCN * kBlockN - 1) / (kCN * kBlockN));
+  const int units =
+      static_cast<int>((args.M + kCM * kBlockM - 1) / (kCM * kBlockM)) * units_n * args.splits;
+  auto tile_of = [&](int unit, int64_t& m0, int64_t& n0, int& split) {
+    const int u = unit / args.splits;
+    split = unit % args.splits;
+    m0 = (int64_t{u / units_n} * kCM + rank_m) * kBlockM;
+    n0 = (int64_t{u % units_n} * kCN + rank_n) * kBlockN;
+  };
+  const int warpgroup = threadIdx.x / 128;
+  const int lane = threadIdx.x % 32;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(full(s), kProducerLanes);
+      // Every consumer warp of the cluster releases every CTA's stage: a
+      // stage is written by the cluster's producers (multicast), so each
+      // waits until all its destinations are done with it.
+      MbarInit(empty(s), kConsumerWarps * kCluster);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  if constexpr (kCluster > 1) {
+    ClusterSync();
+  } else {
+    __syncthreads();
+  }
+
+  if (warpgroup == 0) {
+    // The producer: warp 0 only; warps 1–3 go straight to the end. (No
+    // setmaxnreg: the consumers fit the 168 registers of 384 threads, 160
+    // without spills, and with it ptxas spilled them.)
+    if (threadIdx.x < 32) {
+      if (lane == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b))
+                     : "memory");
+      }
+      // This CTA's slices of the shared tiles: a's rows rank_n·128/kCN on,
+      // sent to the CTAs of its cluster row (ranks rank_m + kCM·j); b's
+      // rows rank_m·128/kCM on, to those of its column (i + kCM·rank_n).
+      constexpr int kSliceA = kBlockM / kCN, kSliceB = kBlockN / kCM;
+      uint16_t mask_a = 0, mask_b = 0;
+#pragma unroll
+      for (int j = 0; j < kCN; ++j) mask_a |= uint16_t(1u << (rank_m + kCM * j));
+#pragma unroll
+      for (int i = 0; i < kCM; ++i) mask_b |= uint16_t(1u << (i + kCM * rank_n));
+      int it = 0;  // k-block iterations so far, over all of this CTA's units
+      for (int unit = cluster; unit < units; unit += clusters) {
+        int64_t m0, n0;
+        int split;
+        tile_of(unit, m0, n0, split);
+        const int kb_end = (split + 1) * kbs / args.splits;
+        for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
+          const int s = it % kStages;
+          const uint32_t round = static_cast<uint32_t>(it / kStages);
+          // The scales are strided in global memory (one row's K blocks are
+          // contiguous): all eight loads of this lane go out at once, before
+          // the wait for the stage, so their latency hides behind it.
+          float ra[kBlockM / 32], rb[kBlockN / 32];
+#pragma unroll
+          for (int i = 0; i < kBlockM / 32; ++i) {
+            ra[i] = RowScale(args.sa, args.a_tiles, args.M, m0 + lane + 32 * i, kbs, kb);
+            rb[i] = RowScale(args.sb, args.b_tiles, args.N, n0 + lane + 32 * i, kbs, kb);
+          }
+          if (round > 0) MbarWait(empty(s), (round - 1) & 1);
+#pragma unroll
+          for (int i = 0; i < kBlockM / 32; ++i) {
+            scale_a[s * kBlockM + lane + 32 * i] = ra[i];
+            scale_b[s * kBlockN + lane + 32 * i] = rb[i];
+          }
+          if (lane == 0) {
+            // The stage's whole 32 KB land here, whichever CTA sends them.
+            MbarArriveExpectTx(full(s), 2 * kTileBytes);
+            const int k = kb * kBlockK;
+            const uint32_t a_dst = base + StageLayout::kA + s * kTileBytes;
+            const uint32_t b_dst = base + StageLayout::kB + s * kTileBytes;
+            if constexpr (kCN == 1) {
+              TmaLoad(a_dst, &map_a, full(s), k, static_cast<int>(m0));
+            } else {
+              TmaLoadMulticast(a_dst + rank_n * kSliceA * kBlockK, &map_a, full(s), k,
+                               static_cast<int>(m0) + rank_n * kSliceA, mask_a);
+            }
+            if constexpr (kCM == 1) {
+              TmaLoad(b_dst, &map_b, full(s), k, static_cast<int>(n0));
+            } else {
+              TmaLoadMulticast(b_dst + rank_m * kSliceB * kBlockK, &map_b, full(s), k,
+                               static_cast<int>(n0) + rank_m * kSliceB, mask_b);
+            }
+          } else {
+            MbarArrive(full(s));
+          }
+        }
+      }
+    }
+  } else {
+    Consume<Y, kBRows, kCluster>(args, base, scale_a, scale_b, units, cluster, clusters, kbs,
+                                 tile_of);
+  }
+  // No CTA of a cluster leaves while its peers may still arrive on its barriers.
+  if constexpr (kCluster > 1) ClusterSync();
 #endif
 }
 
@@ -441,13 +571,14 @@ PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
   return fn;
 }
 
-// The TMA map of a row-major [rows, K] byte matrix, boxes of 128 × 128,
-// 128-byte swizzle, zeros past its edges.
-CUtensorMap CodesMap(const uint8_t* q, int64_t rows, int64_t K) {
+// The TMA map of a row-major [rows, K] byte matrix, boxes of box_rows × 128
+// (a stage tile, or the slice of it one CTA of a cluster loads), 128-byte
+// swizzle, zeros past its edges.
+CUtensorMap CodesMap(const uint8_t* q, int64_t rows, int64_t K, int box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(K)};  // bytes, of dimension 1
-  const cuuint32_t box[2] = {kBlockK, kBlockM};
+  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult r =
       EncodeTiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(q), dims, strides,
@@ -461,28 +592,104 @@ CUtensorMap CodesMap(const uint8_t* q, int64_t rows, int64_t K) {
   return map;
 }
 
-template <typename Y, bool kBRows>
-void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t stream) {
+template <typename Y, bool kBRows, int kCM, int kCN>
+void ConfigureOnce() {
   static const bool configured = [] {
-    GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows>,
+    GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows, kCM, kCN>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
   }();
   (void)configured;
-  const CUtensorMap map_a = CodesMap(qa, args.M, args.K);
-  const CUtensorMap map_b = CodesMap(qb, args.N, args.K);
-  const int64_t tiles = ((args.M + kBlockM - 1) / kBlockM) * ((args.N + kBlockN - 1) / kBlockN);
-  const int grid = static_cast<int>(std::min<int64_t>(tiles * args.splits, args.sms));
-  WgmmaGemmKernel<Y, kBRows><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, args);
+}
+
+template <typename Y, bool kBRows, int kCM, int kCN>
+cudaLaunchConfig_t LaunchConfig(int grid, cudaStream_t stream, cudaLaunchAttribute* cluster) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  cluster->id = cudaLaunchAttributeClusterDimension;
+  cluster->val.clusterDim.x = kCM * kCN;
+  cluster->val.clusterDim.y = 1;
+  cluster->val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return config;
+}
+
+// How many kCM × kCN clusters of the kernel run at once on the current
+// device (one CTA a multiprocessor; a cluster's CTAs share a GPC, so fewer
+// than SMs / cluster size where GPCs do not divide). Asked once a cluster
+// shape and process: a process drives GPUs of one kind.
+template <int kCM, int kCN>
+int MaxClusters() {
+  if constexpr (kCM * kCN == 1) {
+    return Multiprocessors();
+  } else {
+    static const int clusters = [] {
+      ConfigureOnce<float, false, kCM, kCN>();
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t config =
+          LaunchConfig<float, false, kCM, kCN>(kCM * kCN, nullptr, &attr);
+      int n = 0;
+      GTP_CU_CHECK(cudaOccupancyMaxActiveClusters(
+          &n, reinterpret_cast<const void*>(WgmmaGemmKernel<float, false, kCM, kCN>), &config));
+      return n;
+    }();
+    return clusters;
+  }
+}
+
+template <typename Y, bool kBRows, int kCM, int kCN>
+void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t stream) {
+  ConfigureOnce<Y, kBRows, kCM, kCN>();
+  const CUtensorMap map_a = CodesMap(qa, args.M, args.K, kBlockM / kCN);
+  const CUtensorMap map_b = CodesMap(qb, args.N, args.K, kBlockN / kCM);
+  const int64_t units = ((args.M + kCM * kBlockM - 1) / (kCM * kBlockM)) *
+                        ((args.N + kCN * kBlockN - 1) / (kCN * kBlockN)) * args.splits;
+  const int max_clusters = MaxClusters<kCM, kCN>();
+  if (max_clusters < 1) {
+    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
+                                        "no cluster of this shape fits the device");
+  }
+  const int clusters = static_cast<int>(std::min<int64_t>(units, max_clusters));
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config =
+      LaunchConfig<Y, kBRows, kCM, kCN>(clusters * kCM * kCN, stream, &attr);
+  GTP_CU_CHECK(
+      cudaLaunchKernelEx(&config, WgmmaGemmKernel<Y, kBRows, kCM, kCN>, map_a, map_b, args));
   GTP_CU_LAUNCH_CHECK();
   if (args.splits > 1) {
     const int64_t pairs = args.M * args.N / 2;
-    const int blocks = static_cast<int>(std::min<int64_t>((pairs + 255) / 256, 8 * args.sms));
+    const int blocks =
+        static_cast<int>(std::min<int64_t>((pairs + 255) / 256, 8 * int64_t{Multiprocessors()}));
     SplitSumKernel<Y><<<blocks, 256, 0, stream>>>(args.partial, args.splits, args.M, args.N,
                                                   static_cast<Y*>(args.y), args.beta,
                                                   static_cast<const Y*>(args.bias));
     GTP_CU_LAUNCH_CHECK();
   }
+}
+
+template <int kCM, int kCN>
+void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
+               cudaStream_t stream) {
+  // b's scales per row (1×128) vary along y's columns; per tile they are one
+  // value for the CTA's 128 columns.
+  if (y_bf16) {
+    args.b_tiles ? Launch<__nv_bfloat16, false, kCM, kCN>(qa, qb, args, stream)
+                 : Launch<__nv_bfloat16, true, kCM, kCN>(qa, qb, args, stream);
+  } else {
+    args.b_tiles ? Launch<float, false, kCM, kCN>(qa, qb, args, stream)
+                 : Launch<float, true, kCM, kCN>(qa, qb, args, stream);
+  }
+}
+
+// Units of work (tiles, or clusters of tiles) times splits over the
+// clusters that run at once: the waves a GEMM takes, each of a unit's share
+// of K.
+double Waves(int64_t units, int splits, int clusters) {
+  return static_cast<double>((units * splits + clusters - 1) / clusters) / splits;
 }
 
 }  // namespace
@@ -494,42 +701,65 @@ bool WgmmaGemmSupported(int device) {
   return major == 9 && minor == 0;
 }
 
-int WgmmaGemmSplits(int64_t M, int64_t N, int64_t K) {
-  // A split pays when the tiles fill the multiprocessors poorly: the time
-  // goes as the waves of units (ceil(units / SMs)) times a unit's share of
-  // K (1 / s). Up to 4 ranges, each at least 2 K blocks; a split must gain a
-  // tenth (the partial sums' extra pass).
-  const int64_t tiles = ((M + kBlockM - 1) / kBlockM) * ((N + kBlockN - 1) / kBlockN);
-  const int64_t kbs = (K + kBlockK - 1) / kBlockK;
-  const int64_t sms = Multiprocessors();
-  int best = 1;
-  double best_cost = static_cast<double>((tiles + sms - 1) / sms);
-  for (int s = 2; s <= 4 && 2 * s <= kbs; ++s) {
-    const double cost = static_cast<double>((tiles * s + sms - 1) / sms) / s;
-    if (cost < 0.9 * best_cost) best = s, best_cost = cost;
+int WgmmaMaxClusters(int cluster_m, int cluster_n) {
+  if (cluster_m == 2 && cluster_n == 2) return MaxClusters<2, 2>();
+  if (cluster_m == 2) return MaxClusters<2, 1>();
+  if (cluster_n == 2) return MaxClusters<1, 2>();
+  return MaxClusters<1, 1>();
+}
+
+WgmmaPlan WgmmaGemmPlan(int64_t M, int64_t N, int64_t K) {
+  // A pair of CTAs where the tiles pair up exactly: 2 × 1 (b's stage tiles
+  // shared), else 1 × 2 (a's), else none. Measured (docs/PERFORMANCE.md,
+  // session 25, H200): a pair is 0–4 % faster than none; 2 × 2 is slower
+  // (30 clusters of 4 fit, 120 of the 132 multiprocessors), so not chosen.
+  WgmmaPlan plan;
+  const auto max_clusters = WgmmaMaxClusters;
+  if (M % (2 * kBlockM) == 0 && max_clusters(2, 1) >= 1) {
+    plan.cluster_m = 2;
+  } else if (N % (2 * kBlockN) == 0 && max_clusters(1, 2) >= 1) {
+    plan.cluster_n = 2;
   }
-  return best;
+  // Split-K where the units fill the multiprocessors poorly: the time goes
+  // as Waves. Up to 4 ranges, each at least 2 K blocks; a split must gain a
+  // tenth (the partial sums' extra pass).
+  const int64_t units = ((M + plan.cluster_m * kBlockM - 1) / (plan.cluster_m * kBlockM)) *
+                        ((N + plan.cluster_n * kBlockN - 1) / (plan.cluster_n * kBlockN));
+  const int64_t kbs = (K + kBlockK - 1) / kBlockK;
+  const int clusters = max_clusters(plan.cluster_m, plan.cluster_n);
+  double best = Waves(units, 1, clusters);
+  for (int s = 2; s <= 4 && 2 * s <= kbs; ++s) {
+    const double cost = Waves(units, s, clusters);
+    if (cost < 0.9 * best) plan.splits = s, best = cost;
+  }
+  return plan;
 }
 
 void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, const uint8_t* qb,
                           const float* sb, bool b_tiles, int64_t M, int64_t N, int64_t K, void* y,
-                          bool y_bf16, float beta, const void* bias, int splits, float* partial,
-                          cudaStream_t stream) {
+                          bool y_bf16, float beta, const void* bias, const WgmmaPlan& plan,
+                          float* partial, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  if (splits < 1 || (splits > 1 && partial == nullptr)) {
+  if (plan.splits < 1 || (plan.splits > 1 && partial == nullptr)) {
     ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
                                         "splits must be >= 1, with a partial buffer above 1");
   }
-  const Args args{sa,     sb,     y, bias, M, N, K, beta, a_tiles, b_tiles, Multiprocessors(),
-                  splits, partial};
-  // b's scales per row (1×128) vary along y's columns; per tile they are one
-  // value for the CTA's 128 columns.
-  if (y_bf16) {
-    b_tiles ? Launch<__nv_bfloat16, false>(qa, qb, args, stream)
-            : Launch<__nv_bfloat16, true>(qa, qb, args, stream);
+  const bool cm_ok = plan.cluster_m == 1 || (plan.cluster_m == 2 && M % (2 * kBlockM) == 0);
+  const bool cn_ok = plan.cluster_n == 1 || (plan.cluster_n == 2 && N % (2 * kBlockN) == 0);
+  if (!cm_ok || !cn_ok) {
+    ::gtp::kernels::cuda::internal::Die(
+        __FILE__, __LINE__, "WgmmaBlockScaledGemm",
+        "a cluster dimension must be 1, or 2 with M (N) a multiple of 256");
+  }
+  const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles, plan.splits, partial};
+  if (plan.cluster_m == 2 && plan.cluster_n == 2) {
+    LaunchFor<2, 2>(qa, qb, args, y_bf16, stream);
+  } else if (plan.cluster_m == 2) {
+    LaunchFor<2, 1>(qa, qb, args, y_bf16, stream);
+  } else if (plan.cluster_n == 2) {
+    LaunchFor<1, 2>(qa, qb, args, y_bf16, stream);
   } else {
-    b_tiles ? Launch<float, false>(qa, qb, args, stream)
-            : Launch<float, true>(qa, qb, args, stream);
+    LaunchFor<1, 1>(qa, qb, args, y_bf16, stream);
   }
 }
 

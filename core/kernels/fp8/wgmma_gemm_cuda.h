@@ -14,6 +14,29 @@ namespace gtp::kernels::fp8::cuda {
 // (it is compiled for sm_90a, whose wgmma no other architecture has).
 bool WgmmaGemmSupported(int device);
 
+// How one GEMM runs (WgmmaGemmPlan's choice; every plan gives the same
+// bits for the same splits).
+struct WgmmaPlan {
+  // The thread-block cluster, in 128×128 tiles: 2 along M shares b's stage
+  // tiles between two CTAs through TMA multicast (2 along N: a's), halving
+  // their reads from L2. 2 only where M (N) is a multiple of 256.
+  int cluster_m = 1, cluster_n = 1;
+  // Split-K: each tile's K blocks in that many consecutive ranges (≤ 4),
+  // their f32 sums added in range order by a second kernel.
+  int splits = 1;
+};
+
+// How many clusters of that shape (1 or 2 each) run at once on the current
+// device (one CTA a multiprocessor; a cluster's CTAs share a GPC).
+int WgmmaMaxClusters(int cluster_m, int cluster_n);
+
+// The plan for an M × N × K GEMM on the current device: a pair of CTAs
+// (2 × 1, else 1 × 2) where the shape allows, and split-K where the units of work fill the
+// multiprocessors poorly and K is long (at most 4 ranges of 2+ K blocks).
+// The splits depend on the device's multiprocessors, so a shape gives the
+// same bits only on devices with the same number.
+WgmmaPlan WgmmaGemmPlan(int64_t M, int64_t N, int64_t K);
+
 // y [M, N] = dequant(qa, sa) [M, K] · dequant(qb, sb) [N, K]ᵀ (+ bias) + beta·y,
 // f32 accumulation promoted per 128-wide K block (block_gemm.h's sum).
 // sa: [M, ceil(K/128)] (a_tiles false, 1×128) or [ceil(M/128), ceil(K/128)]
@@ -21,19 +44,11 @@ bool WgmmaGemmSupported(int device);
 // [N] in y's dtype or null (then beta must be 0). Requires (the caller
 // checks): qa, qb 16-byte aligned; K a positive multiple of 16; N even; y 8-byte
 // aligned. Enqueues on stream; deterministic (no atomics, one order).
-// splits (≥ 1, WgmmaGemmSplits's choice): each tile's K blocks in that many
-// ranges, their f32 sums in partial [splits, M, N] (f32, device; unused at
-// 1), added in range order by a second kernel. The result depends on splits
-// (another summation order), so a shape gives the same bits only on devices
-// with the same number of multiprocessors.
+// partial: f32 [plan.splits, M, N] on the device where plan.splits > 1
+// (else unused). Aborts, naming it, on a plan the shape does not allow.
 void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, const uint8_t* qb,
                           const float* sb, bool b_tiles, int64_t M, int64_t N, int64_t K, void* y,
-                          bool y_bf16, float beta, const void* bias, int splits, float* partial,
-                          cudaStream_t stream);
-
-// How many K ranges WgmmaBlockScaledGemm should split an M × N × K GEMM into
-// on the current device: 1 unless the 128×128 tiles fill its multiprocessors
-// poorly and K is long (at most 4 ranges of 2+ K blocks each).
-int WgmmaGemmSplits(int64_t M, int64_t N, int64_t K);
+                          bool y_bf16, float beta, const void* bias, const WgmmaPlan& plan,
+                          float* partial, cudaStream_t stream);
 
 }  // namespace gtp::kernels::fp8::cuda
