@@ -19,7 +19,9 @@
 //             default plan (a 2 × 1 cluster at these shapes: b's stage
 //             tiles multicast to a pair of CTAs);
 //   fp8_wgmma_1x1, _1x2, _2x2  the same with another cluster shape
-//             (cuda::WgmmaPlan; none, a's tiles shared, both).
+//             (cuda::WgmmaPlan; none, a's tiles shared, both);
+//   fp8_wgmma_pp, _1x1_pp  the default plan, and no cluster, with the
+//             consumer warpgroups taking turns (WgmmaPlan::ping_pong).
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -54,7 +56,17 @@ namespace {
 constexpr int64_t kTokens = 8192;
 
 enum class Pass { kFwd, kDgrad, kWgrad };
-enum class Impl { kBf16, kFp8, kFp8Gemm, kFp8Wgmma, kWgmma1x1, kWgmma1x2, kWgmma2x2 };
+enum class Impl {
+  kBf16,
+  kFp8,
+  kFp8Gemm,
+  kFp8Wgmma,
+  kWgmma1x1,
+  kWgmma1x2,
+  kWgmma2x2,
+  kWgmmaPingPong,
+  kWgmma1x1PingPong
+};
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
 // a pass, its block-scaled GEMM's operands quantised once (x and dy through
@@ -111,11 +123,16 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   // The wgmma kernel with the default plan's splits and another cluster shape.
   fp8::cuda::WgmmaPlan plan;
   Tensor partial;
-  if (impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2) {
+  const bool raw = impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ||
+                   impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
+  if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
-    plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
-    plan.cluster_n = impl == Impl::kWgmma1x1 ? 1 : 2;
+    if (impl != Impl::kWgmmaPingPong) {
+      plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
+      plan.cluster_n = impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ? 2 : 1;
+    }
+    plan.ping_pong = impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
     if (plan.splits > 1) partial = e.Empty({plan.splits, M, N});
   }
   auto run_plan = [&] {
@@ -144,6 +161,8 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmma1x1:
       case Impl::kWgmma1x2:
       case Impl::kWgmma2x2:
+      case Impl::kWgmmaPingPong:
+      case Impl::kWgmma1x1PingPong:
         return run_plan();
     }
   };
@@ -220,7 +239,9 @@ void Register() {
             std::make_pair("fp8_wgmma", Impl::kFp8Wgmma),
             std::make_pair("fp8_wgmma_1x1", Impl::kWgmma1x1),
             std::make_pair("fp8_wgmma_1x2", Impl::kWgmma1x2),
-            std::make_pair("fp8_wgmma_2x2", Impl::kWgmma2x2)}) {
+            std::make_pair("fp8_wgmma_2x2", Impl::kWgmma2x2),
+            std::make_pair("fp8_wgmma_pp", Impl::kWgmmaPingPong),
+            std::make_pair("fp8_wgmma_1x1_pp", Impl::kWgmma1x1PingPong)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

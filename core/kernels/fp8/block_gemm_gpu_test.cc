@@ -612,8 +612,10 @@ TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
 // The kernel's cluster shapes (TMA multicast of a's or b's stage tiles
 // between two CTAs) change where the codes come from, not what a CTA sums
 // or in what order: every shape gives the bits of no cluster (1 × 1), with
-// and without split-K. The default plan for these shapes is the 2 × 1
-// cluster; it is held to the dequantised reference first.
+// and without split-K; so does every shape with the consumer warpgroups
+// taking turns (ping_pong: the same sums, issued in another order). The
+// default plan for these shapes is the 2 × 1 cluster; it is held to the
+// dequantised reference first.
 TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
   SKIP_WITHOUT_WGMMA();
   Env env;
@@ -640,10 +642,11 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
     // These shapes' few units get split-K by default (chosen.splits > 1).
     for (int splits : {1, chosen.splits}) {
       const Tensor partial = env.gpu.Empty({splits, c.M, c.N});
-      auto run = [&](int cm, int cn) {
+      auto run = [&](int cm, int cn, bool ping_pong) {
         const Tensor y = env.Poisoned({c.M, c.N}, c.y, 0xff);
         cuda::WgmmaPlan plan;
         plan.cluster_m = cm, plan.cluster_n = cn, plan.splits = splits;
+        plan.ping_pong = ping_pong;
         cuda::WgmmaBlockScaledGemm(
             static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), c.la == kTile,
             static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), c.lb == kTile,
@@ -651,16 +654,21 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
             partial.data<float>(), env.gpu.stream);
         return env.Down(y);
       };
-      const ByteVec plain = run(1, 1);
+      const ByteVec plain = run(1, 1, false);
       if (splits == chosen.splits) {
         // The reference-checked default's bits are the plain launch's.
         const Tensor y = env.Poisoned({c.M, c.N}, c.y, 0x5a);
         BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
         EXPECT_TRUE(env.Down(y) == plain) << "the default plan differs from 1 x 1";
       }
-      for (auto [cm, cn] : {std::make_pair(2, 1), std::make_pair(1, 2), std::make_pair(2, 2)}) {
-        EXPECT_TRUE(run(cm, cn) == plain) << "cluster " << cm << " x " << cn << ", " << splits
-                                          << " split(s): not the bits of 1 x 1";
+      for (bool ping_pong : {false, true}) {
+        for (auto [cm, cn] : {std::make_pair(1, 1), std::make_pair(2, 1), std::make_pair(1, 2),
+                              std::make_pair(2, 2)}) {
+          if (cm == 1 && cn == 1 && !ping_pong) continue;  // plain itself
+          EXPECT_TRUE(run(cm, cn, ping_pong) == plain)
+              << "cluster " << cm << " x " << cn << (ping_pong ? ", ping-pong" : "") << ", "
+              << splits << " split(s): not the bits of 1 x 1";
+        }
       }
     }
   }

@@ -21,9 +21,10 @@
 //     in f32 — the promotion that keeps the sum out of the tensor core's
 //     narrower accumulator (about 14 bits, block_gemm_gpu_test.cc) beyond
 //     one block. Each warp releases the stage (an mbarrier of 8 arrivals
-//     per CTA of the cluster) once its wgmma and its scale reads are done. The stages and their
-//     barriers' phases run on across a CTA's tiles, so the producer loads
-//     the next tile while the consumers write this one.
+//     per CTA of the cluster) once its wgmma and its scale reads are done.
+//     The stages and their barriers' phases run on across a CTA's tiles, so
+//     the producer loads the next tile while the consumers write this one.
+//     With WgmmaPlan::ping_pong the two take turns issuing (Consume).
 //   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
 //     dtype, written straight from the registers (rows past M skipped).
 //   - clusters (WgmmaPlan, WgmmaGemmKernel's comment): two CTAs whose tiles
@@ -243,7 +244,13 @@ struct Args {
 
 // The consumers (warpgroups 1 and 2) of WgmmaGemmKernel, over the units
 // the producer loads, in the same order.
-template <typename Y, bool kBRows, int kCluster, typename TileOf>
+// kPingPong: the two warpgroups take turns issuing their K block's wgmmas
+// (named barriers 1 and 2, 256 threads: one waits, the other arrives), so
+// the tensor cores run one warpgroup's block while the other promotes its
+// own on the CUDA cores; without it both issue at once, wait at once and
+// promote at once, the tensor cores idle meanwhile. Each warpgroup's sum is
+// the same either way: the same bits.
+template <typename Y, bool kBRows, int kCluster, bool kPingPong, typename TileOf>
 __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const float* scale_a,
                                         const float* scale_b, int units, int cluster, int clusters,
                                         int kbs, const TileOf& tile_of) {
@@ -272,6 +279,14 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
   Y* const y = static_cast<Y*>(args.y);
   const Y* const bias = static_cast<const Y*>(args.bias);
   int it = 0;  // as the producer's
+  // Warpgroup c's turn comes on barrier 1 + c, and it hands the turn on at
+  // 2 - c; consumer 0 takes the first turn without waiting.
+  auto wait_turn = [&] {
+    if (kPingPong && (c == 1 || it > 0)) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
+  };
+  auto pass_turn = [&] {
+    if (kPingPong) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+  };
   for (int unit = cluster; unit < units; unit += clusters) {
     int64_t m0, n0;
     int split;
@@ -282,6 +297,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
     for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
       const int s = it % kStages;
       MbarWait(full(s), static_cast<uint32_t>(it / kStages) & 1);
+      wait_turn();
       const uint64_t a_desc =
           Descriptor(base + StageLayout::kA + s * kTileBytes + c * 64 * kBlockK);
       const uint64_t b_desc = Descriptor(base + StageLayout::kB + s * kTileBytes);
@@ -294,6 +310,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
         Wgmma64x128x32(tmp, a_desc + 2 * k, b_desc + 2 * k, k > 0);
       }
       WgmmaCommit();
+      pass_turn();
       // a's scales (and a tile b's one scale) while the tensor cores work.
       const float* sas = scale_a + s * kBlockM;
       const float* sbs = scale_b + s * kBlockN;
@@ -367,6 +384,9 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
       }
     }
   }
+  // Consumer 1 handed the turn on after its last block; consumer 0 takes
+  // it, so no named barrier is left half arrived.
+  if (kPingPong && c == 0 && it > 0) asm volatile("bar.sync 1, 256;" ::: "memory");
 }
 
 // kCM × kCN: the thread-block cluster's shape in tiles (each 1 or 2). CTA
@@ -377,7 +397,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
 // 16/kCN + 16/kCM KB of a stage from L2 instead of 32. The launcher uses
 // kCM = 2 only where M is a multiple of 256 (kCN: N), so no CTA's tile is
 // past the edge.
-template <typename Y, bool kBRows, int kCM, int kCN>
+template <typename Y, bool kBRows, int kCM, int kCN, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b, const Args args) {
@@ -500,8 +520,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    Consume<Y, kBRows, kCluster>(args, base, scale_a, scale_b, units, cluster, clusters, kbs,
-                                 tile_of);
+    Consume<Y, kBRows, kCluster, kPingPong>(args, base, scale_a, scale_b, units, cluster, clusters,
+                                            kbs, tile_of);
   }
   // No CTA of a cluster leaves while its peers may still arrive on its barriers.
   if constexpr (kCluster > 1) ClusterSync();
@@ -592,17 +612,17 @@ CUtensorMap CodesMap(const uint8_t* q, int64_t rows, int64_t K, int box_rows) {
   return map;
 }
 
-template <typename Y, bool kBRows, int kCM, int kCN>
+template <typename Y, bool kBRows, int kCM, int kCN, bool kPingPong>
 void ConfigureOnce() {
   static const bool configured = [] {
-    GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows, kCM, kCN>,
+    GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows, kCM, kCN, kPingPong>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
   }();
   (void)configured;
 }
 
-template <typename Y, bool kBRows, int kCM, int kCN>
+template <int kCM, int kCN>
 cudaLaunchConfig_t LaunchConfig(int grid, cudaStream_t stream, cudaLaunchAttribute* cluster) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
@@ -628,22 +648,22 @@ int MaxClusters() {
     return Multiprocessors();
   } else {
     static const int clusters = [] {
-      ConfigureOnce<float, false, kCM, kCN>();
+      ConfigureOnce<float, false, kCM, kCN, false>();
       cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t config =
-          LaunchConfig<float, false, kCM, kCN>(kCM * kCN, nullptr, &attr);
+      const cudaLaunchConfig_t config = LaunchConfig<kCM, kCN>(kCM * kCN, nullptr, &attr);
       int n = 0;
       GTP_CU_CHECK(cudaOccupancyMaxActiveClusters(
-          &n, reinterpret_cast<const void*>(WgmmaGemmKernel<float, false, kCM, kCN>), &config));
+          &n, reinterpret_cast<const void*>(WgmmaGemmKernel<float, false, kCM, kCN, false>),
+          &config));
       return n;
     }();
     return clusters;
   }
 }
 
-template <typename Y, bool kBRows, int kCM, int kCN>
+template <typename Y, bool kBRows, int kCM, int kCN, bool kPingPong>
 void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t stream) {
-  ConfigureOnce<Y, kBRows, kCM, kCN>();
+  ConfigureOnce<Y, kBRows, kCM, kCN, kPingPong>();
   const CUtensorMap map_a = CodesMap(qa, args.M, args.K, kBlockM / kCN);
   const CUtensorMap map_b = CodesMap(qb, args.N, args.K, kBlockN / kCM);
   const int64_t units = ((args.M + kCM * kBlockM - 1) / (kCM * kBlockM)) *
@@ -655,10 +675,9 @@ void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t
   }
   const int clusters = static_cast<int>(std::min<int64_t>(units, max_clusters));
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config =
-      LaunchConfig<Y, kBRows, kCM, kCN>(clusters * kCM * kCN, stream, &attr);
-  GTP_CU_CHECK(
-      cudaLaunchKernelEx(&config, WgmmaGemmKernel<Y, kBRows, kCM, kCN>, map_a, map_b, args));
+  const cudaLaunchConfig_t config = LaunchConfig<kCM, kCN>(clusters * kCM * kCN, stream, &attr);
+  GTP_CU_CHECK(cudaLaunchKernelEx(&config, WgmmaGemmKernel<Y, kBRows, kCM, kCN, kPingPong>, map_a,
+                                  map_b, args));
   GTP_CU_LAUNCH_CHECK();
   if (args.splits > 1) {
     const int64_t pairs = args.M * args.N / 2;
@@ -671,18 +690,25 @@ void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t
   }
 }
 
-template <int kCM, int kCN>
+template <int kCM, int kCN, bool kPingPong>
 void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
                cudaStream_t stream) {
   // b's scales per row (1×128) vary along y's columns; per tile they are one
   // value for the CTA's 128 columns.
   if (y_bf16) {
-    args.b_tiles ? Launch<__nv_bfloat16, false, kCM, kCN>(qa, qb, args, stream)
-                 : Launch<__nv_bfloat16, true, kCM, kCN>(qa, qb, args, stream);
+    args.b_tiles ? Launch<__nv_bfloat16, false, kCM, kCN, kPingPong>(qa, qb, args, stream)
+                 : Launch<__nv_bfloat16, true, kCM, kCN, kPingPong>(qa, qb, args, stream);
   } else {
-    args.b_tiles ? Launch<float, false, kCM, kCN>(qa, qb, args, stream)
-                 : Launch<float, true, kCM, kCN>(qa, qb, args, stream);
+    args.b_tiles ? Launch<float, false, kCM, kCN, kPingPong>(qa, qb, args, stream)
+                 : Launch<float, true, kCM, kCN, kPingPong>(qa, qb, args, stream);
   }
+}
+
+template <int kCM, int kCN>
+void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16, bool ping_pong,
+               cudaStream_t stream) {
+  ping_pong ? LaunchFor<kCM, kCN, true>(qa, qb, args, y_bf16, stream)
+            : LaunchFor<kCM, kCN, false>(qa, qb, args, y_bf16, stream);
 }
 
 // Units of work (tiles, or clusters of tiles) times splits over the
@@ -753,13 +779,13 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
   }
   const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles, plan.splits, partial};
   if (plan.cluster_m == 2 && plan.cluster_n == 2) {
-    LaunchFor<2, 2>(qa, qb, args, y_bf16, stream);
+    LaunchFor<2, 2>(qa, qb, args, y_bf16, plan.ping_pong, stream);
   } else if (plan.cluster_m == 2) {
-    LaunchFor<2, 1>(qa, qb, args, y_bf16, stream);
+    LaunchFor<2, 1>(qa, qb, args, y_bf16, plan.ping_pong, stream);
   } else if (plan.cluster_n == 2) {
-    LaunchFor<1, 2>(qa, qb, args, y_bf16, stream);
+    LaunchFor<1, 2>(qa, qb, args, y_bf16, plan.ping_pong, stream);
   } else {
-    LaunchFor<1, 1>(qa, qb, args, y_bf16, stream);
+    LaunchFor<1, 1>(qa, qb, args, y_bf16, plan.ping_pong, stream);
   }
 }
 

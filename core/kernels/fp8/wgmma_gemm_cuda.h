@@ -24,6 +24,10 @@ struct WgmmaPlan {
   // Split-K: each tile's K blocks in that many consecutive ranges (≤ 4),
   // their f32 sums added in range order by a second kernel.
   int splits = 1;
+  // The two consumer warpgroups take turns issuing their wgmmas, so one
+  // promotes on the CUDA cores while the other's run on the tensor cores
+  // (wgmma_gemm.cu, Consume). Off by default: not yet timed on a GPU.
+  bool ping_pong = false;
 };
 
 // How many clusters of that shape (1 or 2 each) run at once on the current
