@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/bench/wgmma_check.sh — gtp's own block-scaled FP8 GEMM
 # (Fp8GemmEngine::kWgmma, core/kernels/fp8/wgmma_gemm.cu) on the GPU in one
-# device call (about 4 minutes with STEPS=0, 8 with the training runs):
+# device call (about 6 minutes with STEPS=0, 10 with the training runs):
 #
 #   (here)        tools/gpu.sh bundle
 #   (device tool) run(command="bash tools/bench/wgmma_check.sh", carry=[".bundle"])
@@ -15,7 +15,9 @@
 #    (fp8_wgmma: its default plan; _1x1: no cluster; _pp: the consumer
 #    warpgroups taking turns), ms per call and TFLOP/s
 #    (core/kernels/bench:fp8_linear_benchmark);
-# 3. only when 1 passed and STEPS > 0 (default 40): 350M and 1.3B training,
+# 3. Nsight Compute on the kernel (PROFILE=0 skips it): tensor-pipe use,
+#    issue rate, the warps' top stall reasons;
+# 4. only when 1 passed and STEPS > 0 (default 40): 350M and 1.3B training,
 #    bf16 against fp8 with cuBLASLt's GEMMs and with ours
 #    (train.fp8_gemm=wgmma), STEPS steps each, through fp8_check.sh.
 # The exit status is 1 when a test failed. Logs in $OUT/wgmma_check (the
@@ -39,8 +41,60 @@ echo "=== 2. a linear's GEMMs (ms per call, TFLOP/s): bf16, cuBLASLt fp8, wgmma 
 grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | sed 's|BM_Fp8Linear/||; s|/min_time:0.050||; s|/manual_time||' |
   awk '{printf "%s %s", $1, $2; for (i = 4; i <= NF; ++i) if ($i ~ /=/) printf " %s", $i; print ""}'
 
+echo "=== 3. Nsight Compute on the kernel (PROFILE=0 skips): where its cycles go"
+# One launch each of the 1.3B forward (2048 → 8192: b a 128×128 tile) and
+# wgrad (b's scales per column), the default plan and ping-pong: the
+# tensor pipe's use, the issue rate, and the warps' stall reasons (the raw
+# metrics of the sections below; no metric named, so none can be missing
+# on another ncu). Up to 4 × 60 s.
+if [[ "${PROFILE:-1}" == 0 ]]; then
+  echo "SKIPPED Nsight Compute (PROFILE=0)"
+elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
+  for row in 1p3b_2048x8192/fwd/fp8_wgmma/ 1p3b_2048x8192/fwd/fp8_wgmma_pp/ \
+    1p3b_2048x8192/wgrad/fp8_wgmma/ 1p3b_2048x8192/wgrad/fp8_wgmma_pp/; do
+    name="$(echo "$row" | tr '/' '_')"
+    (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page raw \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats \
+      --section WarpStateStats --kernel-name regex:WgmmaGemmKernel --launch-skip 2 --launch-count 1 \
+      ./bin/core_kernels_bench_fp8_linear_benchmark --benchmark_filter="BM_Fp8Linear/$row" \
+      > "$LOG/ncu_$name.csv" 2> "$LOG/ncu_$name.err") || true
+    echo "--- $row"
+    python3 - "$LOG/ncu_$name.csv" <<'PY'
+import csv, sys
+lines = open(sys.argv[1], errors="replace").read().splitlines()
+start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+if start is None:
+    print("  (no ncu rows: see the .err log)")
+    sys.exit(0)
+rows = list(csv.reader(lines[start:]))
+head, units = rows[0], rows[1]
+vals = rows[2] if len(rows) > 2 else []
+m = {h: (v, u) for h, u, v in zip(head, units, vals)}
+def show(pred, top=None):
+    hits = [(h, v, u) for h, (v, u) in m.items() if pred(h)]
+    def num(v):
+        try: return float(v.replace(",", ""))
+        except ValueError: return 0.0
+    if top:
+        hits = sorted(hits, key=lambda t: -num(t[1]))[:top]
+    for h, v, u in hits:
+        print(f"  {h} = {v} {u}".rstrip())
+show(lambda h: h in ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                     "smsp__issue_active.avg.pct_of_peak_sustained_active",
+                     "smsp__average_warp_latency_per_inst_issued.ratio"))
+show(lambda h: "tensor" in h and "pct" in h)
+stalls = lambda h: "issue_stalled" in h and h.endswith(".ratio")
+if not any(stalls(h) for h in m):
+    stalls = lambda h: "issue_stalled" in h
+show(stalls, top=8)
+PY
+  done
+else
+  echo "SKIPPED Nsight Compute (ncu not on PATH)"
+fi
+
 if ((status == 0)) && (("${STEPS:-40}" > 0)); then
-  echo "=== 3. training: bf16, fp8 (cuBLASLt), fp8 (wgmma)"
+  echo "=== 4. training: bf16, fp8 (cuBLASLt), fp8 (wgmma)"
   STEPS="${STEPS:-40}" CASES="${CASES:-g350 g1p3}" VARIANTS="fp8 fp8g" \
     bash "$ROOT/tools/bench/fp8_check.sh" || status=1
 fi
