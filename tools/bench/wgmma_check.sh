@@ -44,7 +44,8 @@ grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | sed 's|BM_Fp8Linear/||; s|/min_tim
 echo "=== 3. Nsight Compute on the kernel (PROFILE=0 skips): where its cycles go"
 # One launch each of the 1.3B forward (2048 → 8192: b a 128×128 tile) and
 # wgrad (b's scales per column), the default plan and ping-pong: the
-# tensor pipe's use, the issue rate, and the warps' stall reasons (the raw
+# tensor pipe's use, the issue rate, shared-memory and L2 throughput, and
+# the warps' stall reasons (the raw
 # metrics of the sections below; no metric named, so none can be missing
 # on another ncu). Up to 4 × 60 s.
 if [[ "${PROFILE:-1}" == 0 ]]; then
@@ -55,7 +56,7 @@ elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page raw \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats \
-      --section WarpStateStats --kernel-name regex:WgmmaGemmKernel --launch-skip 2 --launch-count 1 \
+      --section WarpStateStats --section MemoryWorkloadAnalysis --kernel-name regex:WgmmaGemmKernel --launch-skip 2 --launch-count 1 \
       ./bin/core_kernels_bench_fp8_linear_benchmark --benchmark_filter="BM_Fp8Linear/$row" \
       > "$LOG/ncu_$name.csv" 2> "$LOG/ncu_$name.err") || true
     echo "--- $row"
@@ -83,6 +84,10 @@ show(lambda h: h in ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_s
                      "smsp__issue_active.avg.pct_of_peak_sustained_active",
                      "smsp__average_warp_latency_per_inst_issued.ratio"))
 show(lambda h: "tensor" in h and "pct" in h)
+# Shared memory carries the TMA writes and every wgmma's operand reads;
+# L2 the TMA loads.
+show(lambda h: "shared" in h and "pct" in h, top=4)
+show(lambda h: h.startswith("lts__") and "pct" in h, top=3)
 stalls = lambda h: "issue_stalled" in h and h.endswith(".ratio")
 if not any(stalls(h) for h in m):
     stalls = lambda h: "issue_stalled" in h
