@@ -612,8 +612,9 @@ TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
 // The kernel's cluster shapes (TMA multicast of a's or b's stage tiles
 // between two CTAs) change where the codes come from, not what a CTA sums
 // or in what order: every shape gives the bits of no cluster (1 × 1), with
-// and without split-K; so does every shape with the consumer warpgroups
-// taking turns (ping_pong: the same sums, issued in another order). The
+// and without split-K; so does every shape with either other consumer mode
+// (ping_pong: the warpgroups take turns; halves: each block as two
+// 64-column halves — the same sums, issued in another order). The
 // default plan for these shapes is the 2 × 1 cluster; it is held to the
 // dequantised reference first.
 TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
@@ -642,11 +643,12 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
     // These shapes' few units get split-K by default (chosen.splits > 1).
     for (int splits : {1, chosen.splits}) {
       const Tensor partial = env.gpu.Empty({splits, c.M, c.N});
-      auto run = [&](int cm, int cn, bool ping_pong) {
+      auto run = [&](int cm, int cn, int mode) {
         const Tensor y = env.Poisoned({c.M, c.N}, c.y, 0xff);
         cuda::WgmmaPlan plan;
         plan.cluster_m = cm, plan.cluster_n = cn, plan.splits = splits;
-        plan.ping_pong = ping_pong;
+        plan.ping_pong = mode == 1;
+        plan.halves = mode == 2;
         cuda::WgmmaBlockScaledGemm(
             static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), c.la == kTile,
             static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), c.lb == kTile,
@@ -654,20 +656,23 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
             partial.data<float>(), env.gpu.stream);
         return env.Down(y);
       };
-      const ByteVec plain = run(1, 1, false);
+      const ByteVec plain = run(1, 1, 0);
       if (splits == chosen.splits) {
         // The reference-checked default's bits are the plain launch's.
         const Tensor y = env.Poisoned({c.M, c.N}, c.y, 0x5a);
         BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
         EXPECT_TRUE(env.Down(y) == plain) << "the default plan differs from 1 x 1";
       }
-      for (bool ping_pong : {false, true}) {
+      for (int mode : {0, 1, 2}) {  // plain, ping_pong, halves
         for (auto [cm, cn] : {std::make_pair(1, 1), std::make_pair(2, 1), std::make_pair(1, 2),
                               std::make_pair(2, 2)}) {
-          if (cm == 1 && cn == 1 && !ping_pong) continue;  // plain itself
-          EXPECT_TRUE(run(cm, cn, ping_pong) == plain)
-              << "cluster " << cm << " x " << cn << (ping_pong ? ", ping-pong" : "") << ", "
-              << splits << " split(s): not the bits of 1 x 1";
+          if (cm == 1 && cn == 1 && mode == 0) continue;  // plain itself
+          EXPECT_TRUE(run(cm, cn, mode) == plain)
+              << "cluster " << cm << " x " << cn
+              << (mode == 1   ? ", ping-pong"
+                  : mode == 2 ? ", halves"
+                              : "")
+              << ", " << splits << " split(s): not the bits of 1 x 1";
         }
       }
     }

@@ -24,7 +24,9 @@
 //     per CTA of the cluster) once its wgmma and its scale reads are done.
 //     The stages and their barriers' phases run on across a CTA's tiles, so
 //     the producer loads the next tile while the consumers write this one.
-//     With WgmmaPlan::ping_pong the two take turns issuing (Consume).
+//     With WgmmaPlan::ping_pong the two take turns issuing (Consume); with
+//     WgmmaPlan::halves each issues a block as two 64-column halves and
+//     promotes one while the other runs (ConsumeHalves).
 //   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
 //     dtype, written straight from the registers (rows past M skipped).
 //   - clusters (WgmmaPlan, WgmmaGemmKernel's comment): two CTAs whose tiles
@@ -63,6 +65,7 @@
 
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/fp8/wgmma_gemm_cuda.h"
+#include "core/kernels/fp8/wgmma_ptx.cuh"
 
 namespace gtp::kernels::fp8::cuda {
 namespace {
@@ -73,6 +76,9 @@ constexpr int kThreads = 384;                       // producer warpgroup + 2 co
 constexpr int kConsumerWarps = 8;                   // the empty barriers' arrival count
 constexpr int kProducerLanes = 32;                  // the full barriers' arrival count
 constexpr uint32_t kTileBytes = kBlockM * kBlockK;  // one operand's stage (codes are bytes)
+// The consumers' modes (WgmmaPlan): Consume as is, Consume with the two
+// warpgroups taking turns, ConsumeHalves.
+constexpr int kPlainMode = 0, kPingPongMode = 1, kHalves = 2;
 static_assert(kBlockM == kBlockN, "a's and b's stage tiles share one size");
 
 struct StageLayout {
@@ -86,138 +92,6 @@ struct StageLayout {
   static constexpr uint32_t kEnd = kEmpty + kStages * 8;
 };
 constexpr uint32_t kSmemBytes = StageLayout::kEnd + 1024;  // + the alignment slack
-
-__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void MbarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-// One arrival on the barrier at the same shared-memory offset in the
-// cluster's CTA `cta` (this CTA's own when cta is its rank). Default
-// semantics (release at CTA scope), as CUTLASS's cluster pipelines release
-// a stage: what it orders is the arriving warp's completed wgmma reads of
-// its own stage before the peer's TMA overwrites it, not data the peer reads.
-__device__ __forceinline__ void MbarArriveCluster(uint32_t bar, uint32_t cta) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(cta));
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-
-// Every thread of every CTA of the cluster: past here, the others' earlier
-// shared-memory writes (the barriers' initialisation) are visible, and no CTA
-// has left while another may still arrive on its barriers.
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
-}
-
-__device__ __forceinline__ uint32_t ClusterRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-// Until the phase of the given parity has completed.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// A 2D TMA load of the map's box at (c0 = column, c1 = row) into dst,
-// completing its bytes on bar.
-__device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
-                                        int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-// The same box written to the same offset of dst (and its bytes completed
-// on the barrier at bar's offset) in every CTA of the cluster in cta_mask.
-__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                                 int c0, int c1, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
-}
-
-// The wgmma shared-memory descriptor of a K-major, 128-byte swizzled tile
-// whose rows are 128 bytes (this file's header).
-__device__ __forceinline__ uint64_t Descriptor(uint32_t smem_address) {
-  uint64_t d = (smem_address & 0x3FFFF) >> 4;  // start address, 16-byte units
-  d |= uint64_t{1} << 16;                      // leading byte offset (unused here)
-  d |= uint64_t{1024 >> 4} << 32;              // stride byte offset: 8 rows × 128 B
-  d |= uint64_t{1} << 62;                      // 128-byte swizzle
-  return d;
-}
-
-__device__ __forceinline__ void WgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaWaitAll() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-}
-
-// Keeps the compiler from moving reads or writes of r across the wgmma
-// fences (the registers are written asynchronously by the tensor cores).
-__device__ __forceinline__ void FenceOperand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-
-// d[64] (+)= a (64×32 e4m3, descriptor) · b (128×32 e4m3, descriptor)ᵀ;
-// accumulate = false overwrites d.
-__device__ __forceinline__ void Wgmma64x128x32(float (&d)[64], uint64_t da, uint64_t db,
-                                               bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "l"(da), "l"(db), "r"(static_cast<uint32_t>(accumulate)));
-}
 
 // The scale of row r of an operand's tile at K block kb (0 past its rows).
 __device__ __forceinline__ float RowScale(const float* scales, bool tiles, int64_t rows, int64_t r,
@@ -242,6 +116,67 @@ struct Args {
   float* partial;
 };
 
+// The epilogue: a thread's acc (two rows, 16 column pairs) into y (+ bias,
+// + beta·y), or, split, into its range's partial sums.
+template <typename Y>
+__device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[64], int64_t m0,
+                                          int64_t n0, int split, int row0, int col0) {
+  Y* const y = static_cast<Y*>(args.y);
+  const Y* const bias = static_cast<const Y*>(args.bias);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t m = m0 + row0 + 8 * h;
+    if (m >= args.M) continue;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int64_t n = n0 + 8 * j + col0;
+      if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (args.splits > 1) {  // this range's sum, for SplitSumKernel
+        float* part = args.partial + (int64_t{split} * args.M + m) * args.N + n;
+        *reinterpret_cast<float2*>(part) = make_float2(v0, v1);
+        continue;
+      }
+      Y* out = y + m * args.N + n;
+      if constexpr (sizeof(Y) == 4) {
+        if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
+        if (args.beta != 0.0f) {
+          const float2 old = *reinterpret_cast<const float2*>(out);
+          v0 = fmaf(args.beta, old.x, v0);
+          v1 = fmaf(args.beta, old.y, v1);
+        }
+        *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+      } else {
+        if (bias != nullptr) {
+          v0 += __bfloat162float(bias[n]);
+          v1 += __bfloat162float(bias[n + 1]);
+        }
+        if (args.beta != 0.0f) {
+          const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
+          v0 = fmaf(args.beta, __bfloat162float(old.x), v0);
+          v1 = fmaf(args.beta, __bfloat162float(old.y), v1);
+        }
+        *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+}
+
+// Done with stage s (the warp's wgmma reads and scale reads complete): one
+// arrival on the stage's empty barrier in every CTA of the cluster, lane r
+// on CTA r's, so the cluster's arrivals go out at once.
+template <int kCluster>
+__device__ __forceinline__ void ReleaseStage(uint32_t base, int s) {
+  __syncwarp();
+  const uint32_t empty = base + StageLayout::kEmpty + 8u * s;
+  const uint32_t lane = threadIdx.x % 32;
+  if constexpr (kCluster == 1) {
+    if (lane == 0) MbarArrive(empty);
+  } else {
+    if (lane < kCluster) MbarArriveCluster(empty, lane);
+  }
+}
+
 // The consumers (warpgroups 1 and 2) of WgmmaGemmKernel, over the units
 // the producer loads, in the same order.
 // kPingPong: the two warpgroups take turns issuing their K block's wgmmas
@@ -255,20 +190,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
                                         const float* scale_b, int units, int cluster, int clusters,
                                         int kbs, const TileOf& tile_of) {
   auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
-  // Done with stage s (the warp's wgmma reads and scale reads complete):
-  // one arrival on the stage's empty barrier in every CTA of the cluster.
-  // Lane r arrives on CTA r's barrier: the cluster's arrivals go out at
-  // once, not one after another from one lane.
-  auto release = [&](int s) {
-    __syncwarp();
-    const uint32_t empty = base + StageLayout::kEmpty + 8u * s;
-    const uint32_t lane = threadIdx.x % 32;
-    if constexpr (kCluster == 1) {
-      if (lane == 0) MbarArrive(empty);
-    } else {
-      if (lane < kCluster) MbarArriveCluster(empty, lane);
-    }
-  };
+  auto release = [&](int s) { ReleaseStage<kCluster>(base, s); };
   const int c = threadIdx.x / 128 - 1;  // rows 64c .. 64c + 63 of the tile
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int row0 = 64 * c + 16 * warp + lane / 4;  // and row0 + 8
@@ -276,8 +198,6 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
   float acc[64], tmp[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) tmp[i] = 0.0f;
-  Y* const y = static_cast<Y*>(args.y);
-  const Y* const bias = static_cast<const Y*>(args.bias);
   int it = 0;  // as the producer's
   // Warpgroup c's turn comes on barrier 1 + c, and it hands the turn on at
   // 2 - c; consumer 0 takes the first turn without waiting.
@@ -345,48 +265,99 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
       }
     }
 
-    // The epilogue: two rows, 16 column pairs a thread.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t m = m0 + row0 + 8 * h;
-      if (m >= args.M) continue;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int64_t n = n0 + 8 * j + col0;
-        if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if (args.splits > 1) {  // this range's sum, for SplitSumKernel
-          float* part = args.partial + (int64_t{split} * args.M + m) * args.N + n;
-          *reinterpret_cast<float2*>(part) = make_float2(v0, v1);
-          continue;
-        }
-        Y* out = y + m * args.N + n;
-        if constexpr (sizeof(Y) == 4) {
-          if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
-          if (args.beta != 0.0f) {
-            const float2 old = *reinterpret_cast<const float2*>(out);
-            v0 = fmaf(args.beta, old.x, v0);
-            v1 = fmaf(args.beta, old.y, v1);
-          }
-          *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-        } else {
-          if (bias != nullptr) {
-            v0 += __bfloat162float(bias[n]);
-            v1 += __bfloat162float(bias[n + 1]);
-          }
-          if (args.beta != 0.0f) {
-            const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
-            v0 = fmaf(args.beta, __bfloat162float(old.x), v0);
-            v1 = fmaf(args.beta, __bfloat162float(old.y), v1);
-          }
-          *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
-        }
-      }
-    }
+    StoreTile<Y>(args, acc, m0, n0, split, row0, col0);
   }
   // Consumer 1 handed the turn on after its last block; consumer 0 takes
   // it, so no named barrier is left half arrived.
   if (kPingPong && c == 0 && it > 0) asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+
+// The consumers with each K block in two 64-column halves (the third
+// consumer mode, WgmmaPlan::halves): both halves' wgmmas (m64n64k32) go out,
+// then the first half is promoted while the second runs on the tensor cores,
+// then the second —
+//   per block: issue A, issue B; wait for A (wait_group 1), promote it;
+//   wait for B, promote it, release the block's stage.
+// No group stays in flight across the loop's back edge: ptxas (CUDA 13)
+// serializes every wgmma of a loop that carries one (C7514). Registers: acc
+// 64 + two 32-register halves, as Consume's acc + tmp. Each element's block
+// sum and its promotion are Consume's: the same bits.
+template <typename Y, bool kBRows, int kCluster, typename TileOf>
+__device__ __forceinline__ void ConsumeHalves(const Args& args, uint32_t base, const float* scale_a,
+                                              const float* scale_b, int units, int cluster,
+                                              int clusters, int kbs, const TileOf& tile_of) {
+  const int c = threadIdx.x / 128 - 1;  // rows 64c .. 64c + 63 of the tile
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int row0 = 64 * c + 16 * warp + lane / 4;  // and row0 + 8
+  const int col0 = 2 * (lane % 4);                 // + 8j, + 1
+  float acc[64], ta[32], tb[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) ta[i] = 0.0f, tb[i] = 0.0f;
+  // Half h (columns 64h .. 64h + 63) of block `it`'s wgmmas into d; the
+  // first half waits for the stage.
+  auto issue = [&](float(&d)[32], int it, int h) {
+    const int s = it % kStages;
+    if (h == 0) {
+      MbarWait(base + StageLayout::kFull + 8u * s, static_cast<uint32_t>(it / kStages) & 1);
+    }
+    const uint64_t a_desc = Descriptor(base + StageLayout::kA + s * kTileBytes + c * 64 * kBlockK);
+    // b's rows 64h on: 64 rows of 128 bytes, 8 swizzle atoms.
+    const uint64_t b_desc = Descriptor(base + StageLayout::kB + s * kTileBytes + h * 64 * kBlockK);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kBlockK / 32; ++k) Wgmma64x64x32(d, a_desc + 2 * k, b_desc + 2 * k, k > 0);
+    WgmmaCommit();
+  };
+  // Half h of block `it`, waited for, into acc: acc[32h + i] += d[i]·sa·sb.
+  float sa0 = 0.0f, sa1 = 0.0f;
+  auto promote = [&](float(&d)[32], int it, int h, bool newest) {
+    const int s = it % kStages;
+    if (newest) {
+      WgmmaWaitAll();
+    } else {
+      WgmmaWaitAllButOne();
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
+    const float* sbs = scale_b + s * kBlockN + 64 * h;
+    if (h == 0) sa0 = scale_a[s * kBlockM + row0], sa1 = scale_a[s * kBlockM + row0 + 8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float* a4 = acc + 32 * h + 4 * j;
+      if constexpr (kBRows) {
+        const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
+        a4[0] = fmaf(d[4 * j + 0], __fmul_rn(sa0, sb.x), a4[0]);
+        a4[1] = fmaf(d[4 * j + 1], __fmul_rn(sa0, sb.y), a4[1]);
+        a4[2] = fmaf(d[4 * j + 2], __fmul_rn(sa1, sb.x), a4[2]);
+        a4[3] = fmaf(d[4 * j + 3], __fmul_rn(sa1, sb.y), a4[3]);
+      } else {
+        const float s0 = __fmul_rn(sa0, sbs[0]), s1 = __fmul_rn(sa1, sbs[0]);
+        a4[0] = fmaf(d[4 * j + 0], s0, a4[0]);
+        a4[1] = fmaf(d[4 * j + 1], s0, a4[1]);
+        a4[2] = fmaf(d[4 * j + 2], s1, a4[2]);
+        a4[3] = fmaf(d[4 * j + 3], s1, a4[3]);
+      }
+    }
+    if (h == 1) ReleaseStage<kCluster>(base, s);
+  };
+  int it = 0;  // as the producer's
+  for (int unit = cluster; unit < units; unit += clusters) {
+    int64_t m0, n0;
+    int split;
+    tile_of(unit, m0, n0, split);
+    const int blocks = (split + 1) * kbs / args.splits - split * kbs / args.splits;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int b = 0; b < blocks; ++b, ++it) {
+      issue(ta, it, 0);
+      issue(tb, it, 1);
+      promote(ta, it, 0, false);  // in flight: tb
+      promote(tb, it, 1, true);
+    }
+    StoreTile<Y>(args, acc, m0, n0, split, row0, col0);
+  }
 }
 
 // kCM × kCN: the thread-block cluster's shape in tiles (each 1 or 2). CTA
@@ -397,7 +368,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
 // 16/kCN + 16/kCM KB of a stage from L2 instead of 32. The launcher uses
 // kCM = 2 only where M is a multiple of 256 (kCN: N), so no CTA's tile is
 // past the edge.
-template <typename Y, bool kBRows, int kCM, int kCN, bool kPingPong>
+template <typename Y, bool kBRows, int kCM, int kCN, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b, const Args args) {
@@ -520,8 +491,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    Consume<Y, kBRows, kCluster, kPingPong>(args, base, scale_a, scale_b, units, cluster, clusters,
-                                            kbs, tile_of);
+    if constexpr (kMode == kHalves) {
+      ConsumeHalves<Y, kBRows, kCluster>(args, base, scale_a, scale_b, units, cluster, clusters,
+                                         kbs, tile_of);
+    } else {
+      Consume<Y, kBRows, kCluster, kMode == kPingPongMode>(args, base, scale_a, scale_b, units,
+                                                           cluster, clusters, kbs, tile_of);
+    }
   }
   // No CTA of a cluster leaves while its peers may still arrive on its barriers.
   if constexpr (kCluster > 1) ClusterSync();
@@ -612,10 +588,10 @@ CUtensorMap CodesMap(const uint8_t* q, int64_t rows, int64_t K, int box_rows) {
   return map;
 }
 
-template <typename Y, bool kBRows, int kCM, int kCN, bool kPingPong>
+template <typename Y, bool kBRows, int kCM, int kCN, int kMode>
 void ConfigureOnce() {
   static const bool configured = [] {
-    GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows, kCM, kCN, kPingPong>,
+    GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows, kCM, kCN, kMode>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     return true;
   }();
@@ -648,12 +624,12 @@ int MaxClusters() {
     return Multiprocessors();
   } else {
     static const int clusters = [] {
-      ConfigureOnce<float, false, kCM, kCN, false>();
+      ConfigureOnce<float, false, kCM, kCN, kPlainMode>();
       cudaLaunchAttribute attr;
       const cudaLaunchConfig_t config = LaunchConfig<kCM, kCN>(kCM * kCN, nullptr, &attr);
       int n = 0;
       GTP_CU_CHECK(cudaOccupancyMaxActiveClusters(
-          &n, reinterpret_cast<const void*>(WgmmaGemmKernel<float, false, kCM, kCN, false>),
+          &n, reinterpret_cast<const void*>(WgmmaGemmKernel<float, false, kCM, kCN, kPlainMode>),
           &config));
       return n;
     }();
@@ -661,9 +637,9 @@ int MaxClusters() {
   }
 }
 
-template <typename Y, bool kBRows, int kCM, int kCN, bool kPingPong>
+template <typename Y, bool kBRows, int kCM, int kCN, int kMode>
 void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t stream) {
-  ConfigureOnce<Y, kBRows, kCM, kCN, kPingPong>();
+  ConfigureOnce<Y, kBRows, kCM, kCN, kMode>();
   const CUtensorMap map_a = CodesMap(qa, args.M, args.K, kBlockM / kCN);
   const CUtensorMap map_b = CodesMap(qb, args.N, args.K, kBlockN / kCM);
   const int64_t units = ((args.M + kCM * kBlockM - 1) / (kCM * kBlockM)) *
@@ -676,8 +652,8 @@ void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t
   const int clusters = static_cast<int>(std::min<int64_t>(units, max_clusters));
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config = LaunchConfig<kCM, kCN>(clusters * kCM * kCN, stream, &attr);
-  GTP_CU_CHECK(cudaLaunchKernelEx(&config, WgmmaGemmKernel<Y, kBRows, kCM, kCN, kPingPong>, map_a,
-                                  map_b, args));
+  GTP_CU_CHECK(
+      cudaLaunchKernelEx(&config, WgmmaGemmKernel<Y, kBRows, kCM, kCN, kMode>, map_a, map_b, args));
   GTP_CU_LAUNCH_CHECK();
   if (args.splits > 1) {
     const int64_t pairs = args.M * args.N / 2;
@@ -690,25 +666,30 @@ void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t
   }
 }
 
-template <int kCM, int kCN, bool kPingPong>
+template <int kCM, int kCN, int kMode>
 void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
                cudaStream_t stream) {
   // b's scales per row (1×128) vary along y's columns; per tile they are one
   // value for the CTA's 128 columns.
   if (y_bf16) {
-    args.b_tiles ? Launch<__nv_bfloat16, false, kCM, kCN, kPingPong>(qa, qb, args, stream)
-                 : Launch<__nv_bfloat16, true, kCM, kCN, kPingPong>(qa, qb, args, stream);
+    args.b_tiles ? Launch<__nv_bfloat16, false, kCM, kCN, kMode>(qa, qb, args, stream)
+                 : Launch<__nv_bfloat16, true, kCM, kCN, kMode>(qa, qb, args, stream);
   } else {
-    args.b_tiles ? Launch<float, false, kCM, kCN, kPingPong>(qa, qb, args, stream)
-                 : Launch<float, true, kCM, kCN, kPingPong>(qa, qb, args, stream);
+    args.b_tiles ? Launch<float, false, kCM, kCN, kMode>(qa, qb, args, stream)
+                 : Launch<float, true, kCM, kCN, kMode>(qa, qb, args, stream);
   }
 }
 
 template <int kCM, int kCN>
-void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16, bool ping_pong,
-               cudaStream_t stream) {
-  ping_pong ? LaunchFor<kCM, kCN, true>(qa, qb, args, y_bf16, stream)
-            : LaunchFor<kCM, kCN, false>(qa, qb, args, y_bf16, stream);
+void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
+               const WgmmaPlan& plan, cudaStream_t stream) {
+  if (plan.halves) {
+    LaunchFor<kCM, kCN, kHalves>(qa, qb, args, y_bf16, stream);
+  } else if (plan.ping_pong) {
+    LaunchFor<kCM, kCN, kPingPongMode>(qa, qb, args, y_bf16, stream);
+  } else {
+    LaunchFor<kCM, kCN, kPlainMode>(qa, qb, args, y_bf16, stream);
+  }
 }
 
 // Units of work (tiles, or clusters of tiles) times splits over the
@@ -766,6 +747,10 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
                           bool y_bf16, float beta, const void* bias, const WgmmaPlan& plan,
                           float* partial, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
+  if (plan.ping_pong && plan.halves) {
+    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
+                                        "ping_pong and halves are two consumer modes: pick one");
+  }
   if (plan.splits < 1 || (plan.splits > 1 && partial == nullptr)) {
     ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
                                         "splits must be >= 1, with a partial buffer above 1");
@@ -779,13 +764,13 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
   }
   const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles, plan.splits, partial};
   if (plan.cluster_m == 2 && plan.cluster_n == 2) {
-    LaunchFor<2, 2>(qa, qb, args, y_bf16, plan.ping_pong, stream);
+    LaunchFor<2, 2>(qa, qb, args, y_bf16, plan, stream);
   } else if (plan.cluster_m == 2) {
-    LaunchFor<2, 1>(qa, qb, args, y_bf16, plan.ping_pong, stream);
+    LaunchFor<2, 1>(qa, qb, args, y_bf16, plan, stream);
   } else if (plan.cluster_n == 2) {
-    LaunchFor<1, 2>(qa, qb, args, y_bf16, plan.ping_pong, stream);
+    LaunchFor<1, 2>(qa, qb, args, y_bf16, plan, stream);
   } else {
-    LaunchFor<1, 1>(qa, qb, args, y_bf16, plan.ping_pong, stream);
+    LaunchFor<1, 1>(qa, qb, args, y_bf16, plan, stream);
   }
 }
 

@@ -24,10 +24,14 @@ struct WgmmaPlan {
   // Split-K: each tile's K blocks in that many consecutive ranges (≤ 4),
   // their f32 sums added in range order by a second kernel.
   int splits = 1;
-  // The two consumer warpgroups take turns issuing their wgmmas, so one
-  // promotes on the CUDA cores while the other's run on the tensor cores
-  // (wgmma_gemm.cu, Consume). Off by default: not yet timed on a GPU.
+  // Two ways to keep the tensor cores busy while the CUDA cores promote
+  // (wgmma_gemm.cu; at most one; both off by default: not yet timed on a
+  // GPU). ping_pong: the two consumer warpgroups take turns issuing their
+  // wgmmas, so one promotes while the other's run (Consume). halves: each
+  // warpgroup issues a K block as two 64-column halves and promotes one
+  // while the other runs (ConsumeHalves).
   bool ping_pong = false;
+  bool halves = false;
 };
 
 // How many clusters of that shape (1 or 2 each) run at once on the current
