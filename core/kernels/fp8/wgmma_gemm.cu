@@ -182,9 +182,10 @@ __device__ __forceinline__ void ReleaseStage(uint32_t base, int s) {
 // kPingPong: the two warpgroups take turns issuing their K block's wgmmas
 // (named barriers 1 and 2, 256 threads: one waits, the other arrives), so
 // the tensor cores run one warpgroup's block while the other promotes its
-// own on the CUDA cores; without it both issue at once, wait at once and
-// promote at once, the tensor cores idle meanwhile. Each warpgroup's sum is
-// the same either way: the same bits.
+// own on the CUDA cores; without it both may issue at once, wait at once
+// and promote at once, the tensor cores idle meanwhile (the measured
+// reason to try it: docs/PERFORMANCE.md, twenty-fifth session). Each
+// warpgroup's sum is the same either way: the same bits.
 template <typename Y, bool kBRows, int kCluster, bool kPingPong, typename TileOf>
 __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const float* scale_a,
                                         const float* scale_b, int units, int cluster, int clusters,
