@@ -271,16 +271,15 @@ void BlockScaledGemmWgmma(const Exec& e, const Fp8Matrix& a, const Fp8Matrix& b,
     if (beta == 0.0f) GTP_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), e.stream));
     return;
   }
-  // Split-K where the tiles fill the GPU poorly: the ranges' sums in
-  // stream-ordered scratch (freed on return without a sync, as LtScales').
+  // The plan's cluster and split-K (wgmma_gemm_cuda.h); a split's ranges sum
+  // into stream-ordered scratch (freed on return without a sync, as LtScales').
   const cuda::WgmmaPlan plan = cuda::WgmmaGemmPlan(M, N, K);
-  const int splits = plan.splits;
-  const Tensor partial = splits > 1 ? e.Empty({splits, M, N}) : Tensor();
+  const Tensor partial = plan.splits > 1 ? e.Empty({plan.splits, M, N}) : Tensor();
   cuda::WgmmaBlockScaledGemm(
       static_cast<const uint8_t*>(a.q.raw_data()), a.scales.data<float>(), Tiles(a),
       static_cast<const uint8_t*>(b.q.raw_data()), b.scales.data<float>(), Tiles(b), M, N, K,
       y.raw_data(), y.dtype() == DType::kBF16, beta, bias.defined() ? bias.raw_data() : nullptr,
-      plan, splits > 1 ? partial.data<float>() : nullptr, e.stream);
+      plan, plan.splits > 1 ? partial.data<float>() : nullptr, e.stream);
 }
 
 }  // namespace gtp::kernels::fp8::internal

@@ -182,7 +182,6 @@ class BlockGemm : public ::testing::Test {
   Exec e_ = Exec::Cpu(host_);
 };
 
-// Shapes around the block size, each pair of layouts.
 // The wgmma kernel's self-check is for a CUDA Exec; on the CPU it refuses,
 // naming what it needs (block_gemm_gpu_test runs it on the GPU).
 TEST_F(BlockGemm, TheWgmmaSelfCheckRefusesACpuExec) {
@@ -191,6 +190,7 @@ TEST_F(BlockGemm, TheWgmmaSelfCheckRefusesACpuExec) {
   EXPECT_NE(std::string(s.message()).find("needs a CUDA Exec"), std::string::npos) << s;
 }
 
+// Shapes around the block size, each pair of layouts.
 TEST_F(BlockGemm, WithinBothBoundsForEveryLayoutPairAndShape) {
   struct Shape3 { int64_t M, N, K; };
   for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{3, 5, 127}, Shape3{37, 150, 300}, Shape3{130, 64, 512}}) {

@@ -116,6 +116,33 @@ struct Args {
   float* partial;
 };
 
+// out[0..1] = (v0, v1) (+ bias[n], bias[n + 1]) + beta·out, in f32, rounded
+// once to Y: how the epilogue and SplitSumKernel finish a pair of columns.
+template <typename Y>
+__device__ __forceinline__ void FinishPair(float v0, float v1, const Y* bias, int64_t n, float beta,
+                                           Y* out) {
+  if constexpr (sizeof(Y) == 4) {
+    if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
+    if (beta != 0.0f) {
+      const float2 old = *reinterpret_cast<const float2*>(out);
+      v0 = fmaf(beta, old.x, v0);
+      v1 = fmaf(beta, old.y, v1);
+    }
+    *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+  } else {
+    if (bias != nullptr) {
+      v0 += __bfloat162float(bias[n]);
+      v1 += __bfloat162float(bias[n + 1]);
+    }
+    if (beta != 0.0f) {
+      const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
+      v0 = fmaf(beta, __bfloat162float(old.x), v0);
+      v1 = fmaf(beta, __bfloat162float(old.y), v1);
+    }
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
+  }
+}
+
 // The epilogue: a thread's acc (two rows, 16 column pairs) into y (+ bias,
 // + beta·y), or, split, into its range's partial sums.
 template <typename Y>
@@ -131,33 +158,38 @@ __device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[6
     for (int j = 0; j < 16; ++j) {
       const int64_t n = n0 + 8 * j + col0;
       if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
       if (args.splits > 1) {  // this range's sum, for SplitSumKernel
         float* part = args.partial + (int64_t{split} * args.M + m) * args.N + n;
         *reinterpret_cast<float2*>(part) = make_float2(v0, v1);
         continue;
       }
-      Y* out = y + m * args.N + n;
-      if constexpr (sizeof(Y) == 4) {
-        if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
-        if (args.beta != 0.0f) {
-          const float2 old = *reinterpret_cast<const float2*>(out);
-          v0 = fmaf(args.beta, old.x, v0);
-          v1 = fmaf(args.beta, old.y, v1);
-        }
-        *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-      } else {
-        if (bias != nullptr) {
-          v0 += __bfloat162float(bias[n]);
-          v1 += __bfloat162float(bias[n + 1]);
-        }
-        if (args.beta != 0.0f) {
-          const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
-          v0 = fmaf(args.beta, __bfloat162float(old.x), v0);
-          v1 = fmaf(args.beta, __bfloat162float(old.y), v1);
-        }
-        *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
-      }
+      FinishPair(v0, v1, bias, n, args.beta, y + m * args.N + n);
+    }
+  }
+}
+
+// The promotion of kJ column octets of a block's f32 sums d (the wgmma
+// fragment: d[4j + i] is row row0 + 8·(i / 2), column 8j + col0 + i % 2 of
+// the columns sbs's scales start at) into acc: acc += d·(sa[row]·sb[col]).
+// kBRows: b's scales per column (sbs[col]); else one per tile (sbs[0]).
+template <bool kBRows, int kJ>
+__device__ __forceinline__ void Promote(const float* d, float* acc, const float* sbs, float sa0,
+                                        float sa1, int col0) {
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    if constexpr (kBRows) {
+      const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
+      acc[4 * j + 0] = fmaf(d[4 * j + 0], __fmul_rn(sa0, sb.x), acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(d[4 * j + 1], __fmul_rn(sa0, sb.y), acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(d[4 * j + 2], __fmul_rn(sa1, sb.x), acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(d[4 * j + 3], __fmul_rn(sa1, sb.y), acc[4 * j + 3]);
+    } else {
+      const float s0 = __fmul_rn(sa0, sbs[0]), s1 = __fmul_rn(sa1, sbs[0]);
+      acc[4 * j + 0] = fmaf(d[4 * j + 0], s0, acc[4 * j + 0]);
+      acc[4 * j + 1] = fmaf(d[4 * j + 1], s0, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(d[4 * j + 2], s1, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(d[4 * j + 3], s1, acc[4 * j + 3]);
     }
   }
 }
@@ -244,23 +276,9 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
         // Done with the stage: the tensor cores' reads are complete.
         release(s);
       }
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        if constexpr (kBRows) {
-          // b's per-column scales, read here (not held across the wait: registers).
-          const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
-          acc[4 * j + 0] = fmaf(tmp[4 * j + 0], __fmul_rn(sa0, sb.x), acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(tmp[4 * j + 1], __fmul_rn(sa0, sb.y), acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(tmp[4 * j + 2], __fmul_rn(sa1, sb.x), acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(tmp[4 * j + 3], __fmul_rn(sa1, sb.y), acc[4 * j + 3]);
-        } else {
-          const float s0 = __fmul_rn(sa0, sb_tile), s1 = __fmul_rn(sa1, sb_tile);
-          acc[4 * j + 0] = fmaf(tmp[4 * j + 0], s0, acc[4 * j + 0]);
-          acc[4 * j + 1] = fmaf(tmp[4 * j + 1], s0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(tmp[4 * j + 2], s1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(tmp[4 * j + 3], s1, acc[4 * j + 3]);
-        }
-      }
+      // b's per-column scales are read inside (not held across the wait:
+      // registers); a tile b's one scale was read before it.
+      Promote<kBRows, 16>(tmp, acc, kBRows ? sbs : &sb_tile, sa0, sa1, col0);
       if constexpr (kBRows) {
         release(s);
       }
@@ -324,23 +342,7 @@ __device__ __forceinline__ void ConsumeHalves(const Args& args, uint32_t base, c
     for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
     const float* sbs = scale_b + s * kBlockN + 64 * h;
     if (h == 0) sa0 = scale_a[s * kBlockM + row0], sa1 = scale_a[s * kBlockM + row0 + 8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      float* a4 = acc + 32 * h + 4 * j;
-      if constexpr (kBRows) {
-        const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
-        a4[0] = fmaf(d[4 * j + 0], __fmul_rn(sa0, sb.x), a4[0]);
-        a4[1] = fmaf(d[4 * j + 1], __fmul_rn(sa0, sb.y), a4[1]);
-        a4[2] = fmaf(d[4 * j + 2], __fmul_rn(sa1, sb.x), a4[2]);
-        a4[3] = fmaf(d[4 * j + 3], __fmul_rn(sa1, sb.y), a4[3]);
-      } else {
-        const float s0 = __fmul_rn(sa0, sbs[0]), s1 = __fmul_rn(sa1, sbs[0]);
-        a4[0] = fmaf(d[4 * j + 0], s0, a4[0]);
-        a4[1] = fmaf(d[4 * j + 1], s0, a4[1]);
-        a4[2] = fmaf(d[4 * j + 2], s1, a4[2]);
-        a4[3] = fmaf(d[4 * j + 3], s1, a4[3]);
-      }
-    }
+    Promote<kBRows, 8>(d, acc + 32 * h, sbs, sa0, sa1, col0);
     if (h == 1) ReleaseStage<kCluster>(base, s);
   };
   int it = 0;  // as the producer's
@@ -521,26 +523,7 @@ __global__ void SplitSumKernel(const float* partial, int splits, int64_t M, int6
       v0 += p.x;
       v1 += p.y;
     }
-    if constexpr (sizeof(Y) == 4) {
-      if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
-      if (beta != 0.0f) {
-        const float2 old = *reinterpret_cast<const float2*>(y + e);
-        v0 = fmaf(beta, old.x, v0);
-        v1 = fmaf(beta, old.y, v1);
-      }
-      *reinterpret_cast<float2*>(y + e) = make_float2(v0, v1);
-    } else {
-      if (bias != nullptr) {
-        v0 += __bfloat162float(bias[n]);
-        v1 += __bfloat162float(bias[n + 1]);
-      }
-      if (beta != 0.0f) {
-        const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(y + e);
-        v0 = fmaf(beta, __bfloat162float(old.x), v0);
-        v1 = fmaf(beta, __bfloat162float(old.y), v1);
-      }
-      *reinterpret_cast<__nv_bfloat162*>(y + e) = __floats2bfloat162_rn(v0, v1);
-    }
+    FinishPair(v0, v1, bias, n, beta, y + e);
   }
 }
 
