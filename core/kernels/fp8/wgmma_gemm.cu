@@ -5,14 +5,14 @@
 // A persistent grid (one CTA an SM; clusters of 1, 2 or 4 CTAs, each
 // cluster taking units of work cluster, + clusters, ...) computes y's
 // 128×128 tiles, each CTA with 384 threads:
-//   - warpgroup 0, warp 0 (the producer): per tile and K block kb, lane 0
+//   - warpgroup 0 (the producer): per tile and K block kb, thread 0
 //     issues two TMA loads (a's 128×128 codes at (kb·128, m0), b's at
 //     (kb·128, n0); in a cluster, its CTA's slices of them, multicast) into
-//     the next of kStages shared-memory stages, 128-byte swizzled; the 32
-//     lanes write that block's scales of the tile's 128 rows of a and of b
-//     into the stage, each expanded to one f32 per row (a 128×128 operand's
-//     one tile scale repeated), so the consumers read both layouts alike;
-//     their loads go out before the wait for the stage (they are strided).
+//     the next of kStages shared-memory stages, 128-byte swizzled; thread p
+//     copies that block's scale of row p of a's and of b's tile into the
+//     stage by cp.async, one f32 per row (a 128×128 operand's one tile
+//     scale repeated), so the consumers read both layouts alike; the
+//     stage's full barrier waits for those copies too.
 //     Rows past M or N read as scale 0 and TMA fills codes past M, N or K
 //     with zeros.
 //   - warpgroups 1 and 2 (the consumers): rows 0–63 and 64–127 of the tile.
@@ -74,7 +74,7 @@ constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 128;
 constexpr int kStages = 6;
 constexpr int kThreads = 384;                       // producer warpgroup + 2 consumer warpgroups
 constexpr int kConsumerWarps = 8;                   // the empty barriers' arrival count
-constexpr int kProducerLanes = 32;                  // the full barriers' arrival count
+constexpr int kProducerThreads = 128;               // the full barriers' arrival count
 constexpr uint32_t kTileBytes = kBlockM * kBlockK;  // one operand's stage (codes are bytes)
 // The consumers' modes (WgmmaPlan): Consume as is, Consume with the two
 // warpgroups taking turns, ConsumeHalves.
@@ -93,11 +93,12 @@ struct StageLayout {
 };
 constexpr uint32_t kSmemBytes = StageLayout::kEnd + 1024;  // + the alignment slack
 
-// The scale of row r of an operand's tile at K block kb (0 past its rows).
-__device__ __forceinline__ float RowScale(const float* scales, bool tiles, int64_t rows, int64_t r,
-                                          int64_t kbs, int64_t kb) {
-  if (r >= rows) return 0.0f;
-  return __ldg(scales + (tiles ? r / kBlockM : r) * kbs + kb);
+// Where row r's scales of an operand start (its K blocks follow, one f32
+// each), or null past the operand's rows (their scale is 0).
+__device__ __forceinline__ const float* ScaleRow(const float* scales, bool tiles, int64_t rows,
+                                                 int64_t r, int kbs) {
+  if (r >= rows) return nullptr;
+  return scales + (tiles ? r / kBlockM : r) * kbs;
 }
 
 struct Args {
@@ -406,11 +407,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     n0 = (int64_t{u % units_n} * kCN + rank_n) * kBlockN;
   };
   const int warpgroup = threadIdx.x / 128;
-  const int lane = threadIdx.x % 32;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(full(s), kProducerLanes);
+      MbarInit(full(s), kProducerThreads);
       // Every consumer warp of the cluster releases every CTA's stage: a
       // stage is written by the cluster's producers (multicast), so each
       // waits until all its destinations are done with it.
@@ -426,70 +426,70 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   if (warpgroup == 0) {
-    // The producer: warp 0 only; warps 1–3 go straight to the end. (No
-    // setmaxnreg: the consumers fit the 168 registers of 384 threads, 160
-    // without spills, and with it ptxas spilled them.)
-    if (threadIdx.x < 32) {
-      if (lane == 0) {
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a))
-                     : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b))
-                     : "memory");
-      }
-      // This CTA's slices of the shared tiles: a's rows rank_n·128/kCN on,
-      // sent to the CTAs of its cluster row (ranks rank_m + kCM·j); b's
-      // rows rank_m·128/kCM on, to those of its column (i + kCM·rank_n).
-      constexpr int kSliceA = kBlockM / kCN, kSliceB = kBlockN / kCM;
-      uint16_t mask_a = 0, mask_b = 0;
+    // The producer warpgroup: thread p copies row p's scales of a's and of
+    // b's tile for each K block; thread 0 also issues the TMA loads. (A
+    // single warp doing all 256 copies was the kernel's bottleneck: some
+    // 190 dependent instructions a block, longer than the block's wgmmas;
+    // docs/PERFORMANCE.md, twenty-sixth session.) (No setmaxnreg: the
+    // consumers fit the 168 registers of 384 threads, 160 without spills,
+    // and with it ptxas spilled them.)
+    const int p = threadIdx.x;
+    if (p == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+    }
+    // This CTA's slices of the shared tiles: a's rows rank_n·128/kCN on,
+    // sent to the CTAs of its cluster row (ranks rank_m + kCM·j); b's rows
+    // rank_m·128/kCM on, to those of its column (i + kCM·rank_n).
+    constexpr int kSliceA = kBlockM / kCN, kSliceB = kBlockN / kCM;
+    uint16_t mask_a = 0, mask_b = 0;
 #pragma unroll
-      for (int j = 0; j < kCN; ++j) mask_a |= uint16_t(1u << (rank_m + kCM * j));
+    for (int j = 0; j < kCN; ++j) mask_a |= uint16_t(1u << (rank_m + kCM * j));
 #pragma unroll
-      for (int i = 0; i < kCM; ++i) mask_b |= uint16_t(1u << (i + kCM * rank_n));
-      int it = 0;  // k-block iterations so far, over all of this CTA's units
-      for (int unit = cluster; unit < units; unit += clusters) {
-        int64_t m0, n0;
-        int split;
-        tile_of(unit, m0, n0, split);
-        const int kb_end = (split + 1) * kbs / args.splits;
-        for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
-          const int s = it % kStages;
-          const uint32_t round = static_cast<uint32_t>(it / kStages);
-          // The scales are strided in global memory (one row's K blocks are
-          // contiguous): all eight loads of this lane go out at once, before
-          // the wait for the stage, so their latency hides behind it.
-          float ra[kBlockM / 32], rb[kBlockN / 32];
-#pragma unroll
-          for (int i = 0; i < kBlockM / 32; ++i) {
-            ra[i] = RowScale(args.sa, args.a_tiles, args.M, m0 + lane + 32 * i, kbs, kb);
-            rb[i] = RowScale(args.sb, args.b_tiles, args.N, n0 + lane + 32 * i, kbs, kb);
-          }
-          if (round > 0) MbarWait(empty(s), (round - 1) & 1);
-#pragma unroll
-          for (int i = 0; i < kBlockM / 32; ++i) {
-            scale_a[s * kBlockM + lane + 32 * i] = ra[i];
-            scale_b[s * kBlockN + lane + 32 * i] = rb[i];
-          }
-          if (lane == 0) {
-            // The stage's whole 32 KB land here, whichever CTA sends them.
-            MbarArriveExpectTx(full(s), 2 * kTileBytes);
-            const int k = kb * kBlockK;
-            const uint32_t a_dst = base + StageLayout::kA + s * kTileBytes;
-            const uint32_t b_dst = base + StageLayout::kB + s * kTileBytes;
-            if constexpr (kCN == 1) {
-              TmaLoad(a_dst, &map_a, full(s), k, static_cast<int>(m0));
-            } else {
-              TmaLoadMulticast(a_dst + rank_n * kSliceA * kBlockK, &map_a, full(s), k,
-                               static_cast<int>(m0) + rank_n * kSliceA, mask_a);
-            }
-            if constexpr (kCM == 1) {
-              TmaLoad(b_dst, &map_b, full(s), k, static_cast<int>(n0));
-            } else {
-              TmaLoadMulticast(b_dst + rank_m * kSliceB * kBlockK, &map_b, full(s), k,
-                               static_cast<int>(n0) + rank_m * kSliceB, mask_b);
-            }
+    for (int i = 0; i < kCM; ++i) mask_b |= uint16_t(1u << (i + kCM * rank_n));
+    int it = 0;  // k-block iterations so far, over all of this CTA's units
+    for (int unit = cluster; unit < units; unit += clusters) {
+      int64_t m0, n0;
+      int split;
+      tile_of(unit, m0, n0, split);
+      // Row p's scales over the K blocks are contiguous in global memory:
+      // block kb's is at row + kb (rows past M or N copy zeros).
+      const float* const row_a = ScaleRow(args.sa, args.a_tiles, args.M, m0 + p, kbs);
+      const float* const row_b = ScaleRow(args.sb, args.b_tiles, args.N, n0 + p, kbs);
+      const uint32_t sa_dst = base + StageLayout::kScaleA + 4u * p;
+      const uint32_t sb_dst = base + StageLayout::kScaleB + 4u * p;
+      const int kb_end = (split + 1) * kbs / args.splits;
+      for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
+        const int s = it % kStages;
+        const uint32_t round = static_cast<uint32_t>(it / kStages);
+        if (round > 0) MbarWait(empty(s), (round - 1) & 1);
+        // By cp.async, which the stage's full barrier also waits for: the
+        // producer never waits on their latency itself.
+        CpAsync4(sa_dst + s * kBlockM * 4, row_a != nullptr ? row_a + kb : args.sa,
+                 row_a != nullptr);
+        CpAsync4(sb_dst + s * kBlockN * 4, row_b != nullptr ? row_b + kb : args.sb,
+                 row_b != nullptr);
+        CpAsyncMbarArrive(full(s));
+        if (p == 0) {
+          // The stage's whole 32 KB land here, whichever CTA sends them.
+          MbarArriveExpectTx(full(s), 2 * kTileBytes);
+          const int k = kb * kBlockK;
+          const uint32_t a_dst = base + StageLayout::kA + s * kTileBytes;
+          const uint32_t b_dst = base + StageLayout::kB + s * kTileBytes;
+          if constexpr (kCN == 1) {
+            TmaLoad(a_dst, &map_a, full(s), k, static_cast<int>(m0));
           } else {
-            MbarArrive(full(s));
+            TmaLoadMulticast(a_dst + rank_n * kSliceA * kBlockK, &map_a, full(s), k,
+                             static_cast<int>(m0) + rank_n * kSliceA, mask_a);
           }
+          if constexpr (kCM == 1) {
+            TmaLoad(b_dst, &map_b, full(s), k, static_cast<int>(n0));
+          } else {
+            TmaLoadMulticast(b_dst + rank_m * kSliceB * kBlockK, &map_b, full(s), k,
+                             static_cast<int>(n0) + rank_m * kSliceB, mask_b);
+          }
+        } else {
+          MbarArrive(full(s));
         }
       }
     }

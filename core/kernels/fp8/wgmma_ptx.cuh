@@ -1,9 +1,9 @@
 // core/kernels/fp8/wgmma_ptx.cuh — the PTX wgmma_gemm.cu's kernel is
 // written in (private to this package): shared-memory barriers (mbarrier),
-// the cluster's barrier and rank, TMA loads (plain and multicast), and the
-// wgmma instructions with their shared-memory descriptors and fences
-// (PTX ISA 8.x, sm_90a). Each wraps one or two instructions; what they are
-// for is wgmma_gemm.cu's header comment.
+// the cluster's barrier and rank, TMA loads (plain and multicast), cp.async
+// with its barrier arrival, and the wgmma instructions with their
+// shared-memory descriptors and fences (PTX ISA 8.x, sm_90a). Each wraps one or two instructions;
+// what they are for is wgmma_gemm.cu's header comment.
 #pragma once
 
 #include <cuda.h>
@@ -90,6 +90,22 @@ __device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap
       ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
       : "memory");
+}
+
+// Four bytes from global src to shared dst, asynchronously (Ampere's
+// cp.async: no register waits for them); zeros instead where !valid (src
+// size 0: nothing is read, but src must still be a valid address).
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+// The barrier's current phase also waits for this thread's cp.async copies
+// so far: its pending count goes up by one now and down when they are done
+// (no .noinc), so the barrier's arrival count stays as initialised.
+__device__ __forceinline__ void CpAsyncMbarArrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
 // The wgmma shared-memory descriptor of a K-major, 128-byte swizzled tile
