@@ -21,9 +21,7 @@
 //   fp8_wgmma_1x1, _1x2, _2x2  the same with another cluster shape
 //             (cuda::WgmmaPlan; none, a's tiles shared, both);
 //   fp8_wgmma_pp, _1x1_pp  the default plan, and no cluster, with the
-//             consumer warpgroups taking turns (WgmmaPlan::ping_pong);
-//   fp8_wgmma_halves  the default plan with each block issued as two
-//             64-column halves (WgmmaPlan::halves).
+//             consumer warpgroups taking turns (WgmmaPlan::ping_pong).
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -67,8 +65,7 @@ enum class Impl {
   kWgmma1x2,
   kWgmma2x2,
   kWgmmaPingPong,
-  kWgmma1x1PingPong,
-  kWgmmaHalves
+  kWgmma1x1PingPong
 };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
@@ -127,17 +124,15 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   fp8::cuda::WgmmaPlan plan;
   Tensor partial;
   const bool raw = impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ||
-                   impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong ||
-                   impl == Impl::kWgmmaHalves;
+                   impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
   if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
-    if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaHalves) {
+    if (impl != Impl::kWgmmaPingPong) {
       plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
       plan.cluster_n = impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ? 2 : 1;
     }
     plan.ping_pong = impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
-    plan.halves = impl == Impl::kWgmmaHalves;
     if (plan.splits > 1) partial = e.Empty({plan.splits, M, N});
   }
   auto run_plan = [&] {
@@ -168,7 +163,6 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmma2x2:
       case Impl::kWgmmaPingPong:
       case Impl::kWgmma1x1PingPong:
-      case Impl::kWgmmaHalves:
         return run_plan();
     }
   };
@@ -247,8 +241,7 @@ void Register() {
             std::make_pair("fp8_wgmma_1x2", Impl::kWgmma1x2),
             std::make_pair("fp8_wgmma_2x2", Impl::kWgmma2x2),
             std::make_pair("fp8_wgmma_pp", Impl::kWgmmaPingPong),
-            std::make_pair("fp8_wgmma_1x1_pp", Impl::kWgmma1x1PingPong),
-            std::make_pair("fp8_wgmma_halves", Impl::kWgmmaHalves)}) {
+            std::make_pair("fp8_wgmma_1x1_pp", Impl::kWgmma1x1PingPong)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

@@ -612,10 +612,11 @@ TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
 // The kernel's cluster shapes (TMA multicast of a's or b's stage tiles
 // between two CTAs) change where the codes come from, not what a CTA sums
 // or in what order: every shape gives the bits of no cluster (1 × 1), with
-// and without split-K; so does every shape with either other consumer mode
-// (ping_pong: the warpgroups take turns; halves: each block as two
-// 64-column halves — the same sums, issued in another order). The
-// default plan for these shapes is the 2 × 1 cluster; it is held to the
+// and without split-K; so does every shape with the other consumer mode
+// (ping_pong: the warpgroups take turns — the same sums, issued in another
+// order), and a y that is not 16-byte aligned (the epilogue then stores
+// straight from registers instead of through shared memory). The default
+// plan for these shapes is the 2 × 1 cluster; it is held to the
 // dequantised reference first.
 TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
   SKIP_WITHOUT_WGMMA();
@@ -643,18 +644,20 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
     // These shapes' few units get split-K by default (chosen.splits > 1).
     for (int splits : {1, chosen.splits}) {
       const Tensor partial = env.gpu.Empty({splits, c.M, c.N});
-      auto run = [&](int cm, int cn, int mode) {
-        const Tensor y = env.Poisoned({c.M, c.N}, c.y, 0xff);
+      // y at `offset` bytes into a poisoned buffer; its bytes.
+      auto run = [&](int cm, int cn, int mode, size_t offset = 0) {
+        const size_t bytes = static_cast<size_t>(c.M * c.N) * SizeOf(c.y);
+        const Tensor buffer = env.Poisoned({c.M * c.N + 16}, c.y, 0xff);
         cuda::WgmmaPlan plan;
         plan.cluster_m = cm, plan.cluster_n = cn, plan.splits = splits;
         plan.ping_pong = mode == 1;
-        plan.halves = mode == 2;
         cuda::WgmmaBlockScaledGemm(
             static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), c.la == kTile,
             static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), c.lb == kTile,
-            c.M, c.N, c.K, y.raw_data(), c.y == DType::kBF16, 0.0f, nullptr, plan,
-            partial.data<float>(), env.gpu.stream);
-        return env.Down(y);
+            c.M, c.N, c.K, static_cast<uint8_t*>(buffer.raw_data()) + offset, c.y == DType::kBF16,
+            0.0f, nullptr, plan, partial.data<float>(), env.gpu.stream);
+        const ByteVec all = env.Down(buffer);
+        return ByteVec(all.begin() + offset, all.begin() + offset + bytes);
       };
       const ByteVec plain = run(1, 1, 0);
       if (splits == chosen.splits) {
@@ -663,16 +666,15 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
         BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
         EXPECT_TRUE(env.Down(y) == plain) << "the default plan differs from 1 x 1";
       }
-      for (int mode : {0, 1, 2}) {  // plain, ping_pong, halves
+      EXPECT_TRUE(run(1, 1, 0, 8) == plain) << "y 8 bytes past 16-byte alignment, " << splits
+                                            << " split(s): not the bits of an aligned y";
+      for (int mode : {0, 1}) {  // plain, ping_pong
         for (auto [cm, cn] : {std::make_pair(1, 1), std::make_pair(2, 1), std::make_pair(1, 2),
                               std::make_pair(2, 2)}) {
           if (cm == 1 && cn == 1 && mode == 0) continue;  // plain itself
           EXPECT_TRUE(run(cm, cn, mode) == plain)
-              << "cluster " << cm << " x " << cn
-              << (mode == 1   ? ", ping-pong"
-                  : mode == 2 ? ", halves"
-                              : "")
-              << ", " << splits << " split(s): not the bits of 1 x 1";
+              << "cluster " << cm << " x " << cn << (mode == 1 ? ", ping-pong" : "") << ", "
+              << splits << " split(s): not the bits of 1 x 1";
         }
       }
     }

@@ -24,11 +24,10 @@
 //     per CTA of the cluster) once its wgmma and its scale reads are done.
 //     The stages and their barriers' phases run on across a CTA's tiles, so
 //     the producer loads the next tile while the consumers write this one.
-//     With WgmmaPlan::ping_pong the two take turns issuing (Consume); with
-//     WgmmaPlan::halves each issues a block as two 64-column halves and
-//     promotes one while the other runs (ConsumeHalves).
+//     With WgmmaPlan::ping_pong the two take turns issuing (Consume).
 //   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
-//     dtype, written straight from the registers (rows past M skipped).
+//     dtype, staged through shared memory and stored in 16-byte runs of a
+//     row (StoreTile; rows past M skipped).
 //   - clusters (WgmmaPlan, WgmmaGemmKernel's comment): two CTAs whose tiles
 //     share b's columns (or a's rows) each load half of that operand's
 //     stage tile and multicast it to both; a stage is released to the
@@ -42,13 +41,12 @@
 //     SplitSumKernel adds the ranges in order (deterministic) and finishes
 //     as the epilogue above.
 //
-// Shared memory: kStages × (16 KB a + 16 KB b + 1 KB scales) + barriers,
-// 1024-byte aligned tiles (the 128-byte swizzle's pattern repeats every
-// 1024 bytes, and wgmma's descriptors assume it starts at such a boundary).
-// The wgmma descriptors: K-major, 128-byte swizzle (mode 1 in bits 62–63),
-// stride byte offset 1024 (8 rows of 128 bytes), leading byte offset unused
-// (1, as CUTLASS sets it); the k-th 32-byte step within the 128-byte row is
-// the start address + 32·k, as the swizzle is applied to address bits.
+// Shared memory: kStages × (16 KB a + 16 KB b + 1 KB scales) + barriers +
+// the epilogue's staging (20 KB), 1024-byte aligned tiles (the 128-byte swizzle's pattern repeats
+// every 1024 bytes, and wgmma's descriptors assume it starts at such a boundary). The wgmma
+// descriptors: K-major, 128-byte swizzle (mode 1 in bits 62–63), stride byte offset 1024 (8 rows of
+// 128 bytes), leading byte offset unused (1, as CUTLASS sets it); the k-th 32-byte step within the
+// 128-byte row is the start address + 32·k, as the swizzle is applied to address bits.
 //
 // Accumulator fragment of wgmma .m64nN f32 (PTX ISA, "Matrix fragment for
 // D"): thread t of the warpgroup, warp w = t/32, lane l; register i holds
@@ -76,10 +74,17 @@ constexpr int kThreads = 384;                       // producer warpgroup + 2 co
 constexpr int kConsumerWarps = 8;                   // the empty barriers' arrival count
 constexpr int kProducerThreads = 128;               // the full barriers' arrival count
 constexpr uint32_t kTileBytes = kBlockM * kBlockK;  // one operand's stage (codes are bytes)
-// The consumers' modes (WgmmaPlan): Consume as is, Consume with the two
-// warpgroups taking turns, ConsumeHalves.
-constexpr int kPlainMode = 0, kPingPongMode = 1, kHalves = 2;
+// The consumers' modes (WgmmaPlan): Consume as is, or with the two
+// warpgroups taking turns.
+constexpr int kPlainMode = 0, kPingPongMode = 1;
 static_assert(kBlockM == kBlockN, "a's and b's stage tiles share one size");
+// A row of the epilogue's staging: 32 columns of y plus a pad that keeps a
+// warp's pair writes (8 rows × 4 lanes) on distinct banks; 16-byte aligned.
+template <typename Y>
+constexpr int EpilogueRowBytes() {
+  return sizeof(Y) == 4 ? 32 * 4 + 32 : 32 * 2 + 16;
+}
+constexpr uint32_t kEpilogueWarpBytes = 16 * EpilogueRowBytes<float>();  // 16 rows
 
 struct StageLayout {
   // Byte offsets from the 1024-aligned base.
@@ -89,9 +94,12 @@ struct StageLayout {
   static constexpr uint32_t kScaleB = kScaleA + kStages * kBlockM * 4;  // f32 [kStages][128]
   static constexpr uint32_t kFull = kScaleB + kStages * kBlockN * 4;    // u64 [kStages]
   static constexpr uint32_t kEmpty = kFull + kStages * 8;               // u64 [kStages]
-  static constexpr uint32_t kEnd = kEmpty + kStages * 8;
+  // The epilogue's staging (StoreTile), one region a consumer warp.
+  static constexpr uint32_t kEpilogue = (kEmpty + kStages * 8 + 15) / 16 * 16;
+  static constexpr uint32_t kEnd = kEpilogue + kConsumerWarps * kEpilogueWarpBytes;
 };
 constexpr uint32_t kSmemBytes = StageLayout::kEnd + 1024;  // + the alignment slack
+static_assert(kSmemBytes <= 227 * 1024, "over sm_90's 227 KB of shared memory a block");
 
 // Where row r's scales of an operand start (its K blocks follow, one f32
 // each), or null past the operand's rows (their scale is 0).
@@ -117,17 +125,18 @@ struct Args {
   float* partial;
 };
 
-// out[0..1] = (v0, v1) (+ bias[n], bias[n + 1]) + beta·out, in f32, rounded
-// once to Y: how the epilogue and SplitSumKernel finish a pair of columns.
+// out[0..1] = (v0, v1) (+ bias[n], bias[n + 1]) + beta·old[0..1], in f32,
+// rounded once to Y: how the epilogue and SplitSumKernel finish a pair of
+// columns (old: y's pair in global memory; out: there, or shared memory).
 template <typename Y>
 __device__ __forceinline__ void FinishPair(float v0, float v1, const Y* bias, int64_t n, float beta,
-                                           Y* out) {
+                                           const Y* old, Y* out) {
   if constexpr (sizeof(Y) == 4) {
     if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
     if (beta != 0.0f) {
-      const float2 old = *reinterpret_cast<const float2*>(out);
-      v0 = fmaf(beta, old.x, v0);
-      v1 = fmaf(beta, old.y, v1);
+      const float2 o = *reinterpret_cast<const float2*>(old);
+      v0 = fmaf(beta, o.x, v0);
+      v1 = fmaf(beta, o.y, v1);
     }
     *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
   } else {
@@ -136,9 +145,9 @@ __device__ __forceinline__ void FinishPair(float v0, float v1, const Y* bias, in
       v1 += __bfloat162float(bias[n + 1]);
     }
     if (beta != 0.0f) {
-      const __nv_bfloat162 old = *reinterpret_cast<const __nv_bfloat162*>(out);
-      v0 = fmaf(beta, __bfloat162float(old.x), v0);
-      v1 = fmaf(beta, __bfloat162float(old.y), v1);
+      const __nv_bfloat162 o = *reinterpret_cast<const __nv_bfloat162*>(old);
+      v0 = fmaf(beta, __bfloat162float(o.x), v0);
+      v1 = fmaf(beta, __bfloat162float(o.y), v1);
     }
     *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
   }
@@ -146,11 +155,55 @@ __device__ __forceinline__ void FinishPair(float v0, float v1, const Y* bias, in
 
 // The epilogue: a thread's acc (two rows, 16 column pairs) into y (+ bias,
 // + beta·y), or, split, into its range's partial sums.
+// A 16-byte aligned y goes through shared memory (stage: the warp's own
+// kEpilogueWarpBytes): per 32 columns, the warp writes its 16 rows' finished
+// pairs there, then each lane stores whole 16-byte runs of a row — the
+// fragment's own pairs (4 or 8 bytes, 8 rows a store) would fill only half
+// of each 32-byte sector and take four times the stores (the measured cost:
+// docs/PERFORMANCE.md, twenty-sixth session). Otherwise, and for the split
+// sums (f32 pairs: whole sectors already), straight from the registers.
+// N is a multiple of 16, so a run is wholly in y or wholly past N.
 template <typename Y>
 __device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[64], int64_t m0,
-                                          int64_t n0, int split, int row0, int col0) {
+                                          int64_t n0, int split, int row0, int col0,
+                                          uint8_t* stage) {
   Y* const y = static_cast<Y*>(args.y);
   const Y* const bias = static_cast<const Y*>(args.bias);
+  if (args.splits == 1 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
+    constexpr int kRowBytes = EpilogueRowBytes<Y>();
+    constexpr int kRuns = 32 * int{sizeof(Y)} / 16;  // 16-byte runs in a row's 32 columns
+    const int lane = threadIdx.x % 32;
+    const int64_t warp_m0 = m0 + row0 - lane / 4;  // the warp's 16 rows
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // columns 32q .. 32q + 31 of the tile
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t m = m0 + row0 + 8 * h;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const int j = 4 * q + jj;
+          const int64_t n = n0 + 8 * j + col0;
+          if (m >= args.M || n >= args.N) continue;
+          Y* const out =
+              reinterpret_cast<Y*>(stage + (lane / 4 + 8 * h) * kRowBytes) + 8 * jj + col0;
+          FinishPair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], bias, n, args.beta,
+                     y + m * args.N + n, out);
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int i = lane; i < 16 * kRuns; i += 32) {
+        const int r = i / kRuns, run = i % kRuns;
+        const int64_t m = warp_m0 + r, n = n0 + 32 * q + run * (16 / int{sizeof(Y)});
+        if (m < args.M && n < args.N) {
+          *reinterpret_cast<int4*>(y + m * args.N + n) =
+              *reinterpret_cast<const int4*>(stage + r * kRowBytes + 16 * run);
+        }
+      }
+      __syncwarp();  // the stage is written again for the next 32 columns
+    }
+    return;
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t m = m0 + row0 + 8 * h;
@@ -165,7 +218,7 @@ __device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[6
         *reinterpret_cast<float2*>(part) = make_float2(v0, v1);
         continue;
       }
-      FinishPair(v0, v1, bias, n, args.beta, y + m * args.N + n);
+      FinishPair(v0, v1, bias, n, args.beta, y + m * args.N + n, y + m * args.N + n);
     }
   }
 }
@@ -221,8 +274,8 @@ __device__ __forceinline__ void ReleaseStage(uint32_t base, int s) {
 // warpgroup's sum is the same either way: the same bits.
 template <typename Y, bool kBRows, int kCluster, bool kPingPong, typename TileOf>
 __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const float* scale_a,
-                                        const float* scale_b, int units, int cluster, int clusters,
-                                        int kbs, const TileOf& tile_of) {
+                                        const float* scale_b, uint8_t* epilogue, int units,
+                                        int cluster, int clusters, int kbs, const TileOf& tile_of) {
   auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
   auto release = [&](int s) { ReleaseStage<kCluster>(base, s); };
   const int c = threadIdx.x / 128 - 1;  // rows 64c .. 64c + 63 of the tile
@@ -285,83 +338,12 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
       }
     }
 
-    StoreTile<Y>(args, acc, m0, n0, split, row0, col0);
+    StoreTile<Y>(args, acc, m0, n0, split, row0, col0,
+                 epilogue + (t / 32 + 4 * c) * kEpilogueWarpBytes);
   }
   // Consumer 1 handed the turn on after its last block; consumer 0 takes
   // it, so no named barrier is left half arrived.
   if (kPingPong && c == 0 && it > 0) asm volatile("bar.sync 1, 256;" ::: "memory");
-}
-
-// The consumers with each K block in two 64-column halves (the third
-// consumer mode, WgmmaPlan::halves): both halves' wgmmas (m64n64k32) go out,
-// then the first half is promoted while the second runs on the tensor cores,
-// then the second —
-//   per block: issue A, issue B; wait for A (wait_group 1), promote it;
-//   wait for B, promote it, release the block's stage.
-// No group stays in flight across the loop's back edge: ptxas (CUDA 13)
-// serializes every wgmma of a loop that carries one (C7514). Registers: acc
-// 64 + two 32-register halves, as Consume's acc + tmp. Each element's block
-// sum and its promotion are Consume's: the same bits.
-template <typename Y, bool kBRows, int kCluster, typename TileOf>
-__device__ __forceinline__ void ConsumeHalves(const Args& args, uint32_t base, const float* scale_a,
-                                              const float* scale_b, int units, int cluster,
-                                              int clusters, int kbs, const TileOf& tile_of) {
-  const int c = threadIdx.x / 128 - 1;  // rows 64c .. 64c + 63 of the tile
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  const int row0 = 64 * c + 16 * warp + lane / 4;  // and row0 + 8
-  const int col0 = 2 * (lane % 4);                 // + 8j, + 1
-  float acc[64], ta[32], tb[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) ta[i] = 0.0f, tb[i] = 0.0f;
-  // Half h (columns 64h .. 64h + 63) of block `it`'s wgmmas into d; the
-  // first half waits for the stage.
-  auto issue = [&](float(&d)[32], int it, int h) {
-    const int s = it % kStages;
-    if (h == 0) {
-      MbarWait(base + StageLayout::kFull + 8u * s, static_cast<uint32_t>(it / kStages) & 1);
-    }
-    const uint64_t a_desc = Descriptor(base + StageLayout::kA + s * kTileBytes + c * 64 * kBlockK);
-    // b's rows 64h on: 64 rows of 128 bytes, 8 swizzle atoms.
-    const uint64_t b_desc = Descriptor(base + StageLayout::kB + s * kTileBytes + h * 64 * kBlockK);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
-    WgmmaFence();
-#pragma unroll
-    for (int k = 0; k < kBlockK / 32; ++k) Wgmma64x64x32(d, a_desc + 2 * k, b_desc + 2 * k, k > 0);
-    WgmmaCommit();
-  };
-  // Half h of block `it`, waited for, into acc: acc[32h + i] += d[i]·sa·sb.
-  float sa0 = 0.0f, sa1 = 0.0f;
-  auto promote = [&](float(&d)[32], int it, int h, bool newest) {
-    const int s = it % kStages;
-    if (newest) {
-      WgmmaWaitAll();
-    } else {
-      WgmmaWaitAllButOne();
-    }
-#pragma unroll
-    for (int i = 0; i < 32; ++i) FenceOperand(d[i]);
-    const float* sbs = scale_b + s * kBlockN + 64 * h;
-    if (h == 0) sa0 = scale_a[s * kBlockM + row0], sa1 = scale_a[s * kBlockM + row0 + 8];
-    Promote<kBRows, 8>(d, acc + 32 * h, sbs, sa0, sa1, col0);
-    if (h == 1) ReleaseStage<kCluster>(base, s);
-  };
-  int it = 0;  // as the producer's
-  for (int unit = cluster; unit < units; unit += clusters) {
-    int64_t m0, n0;
-    int split;
-    tile_of(unit, m0, n0, split);
-    const int blocks = (split + 1) * kbs / args.splits - split * kbs / args.splits;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-    for (int b = 0; b < blocks; ++b, ++it) {
-      issue(ta, it, 0);
-      issue(tb, it, 1);
-      promote(ta, it, 0, false);  // in flight: tb
-      promote(tb, it, 1, true);
-    }
-    StoreTile<Y>(args, acc, m0, n0, split, row0, col0);
-  }
 }
 
 // kCM × kCN: the thread-block cluster's shape in tiles (each 1 or 2). CTA
@@ -494,13 +476,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    if constexpr (kMode == kHalves) {
-      ConsumeHalves<Y, kBRows, kCluster>(args, base, scale_a, scale_b, units, cluster, clusters,
-                                         kbs, tile_of);
-    } else {
-      Consume<Y, kBRows, kCluster, kMode == kPingPongMode>(args, base, scale_a, scale_b, units,
-                                                           cluster, clusters, kbs, tile_of);
-    }
+    Consume<Y, kBRows, kCluster, kMode == kPingPongMode>(args, base, scale_a, scale_b,
+                                                         smem + StageLayout::kEpilogue, units,
+                                                         cluster, clusters, kbs, tile_of);
   }
   // No CTA of a cluster leaves while its peers may still arrive on its barriers.
   if constexpr (kCluster > 1) ClusterSync();
@@ -523,7 +501,7 @@ __global__ void SplitSumKernel(const float* partial, int splits, int64_t M, int6
       v0 += p.x;
       v1 += p.y;
     }
-    FinishPair(v0, v1, bias, n, beta, y + e);
+    FinishPair(v0, v1, bias, n, beta, y + e, y + e);
   }
 }
 
@@ -667,9 +645,7 @@ void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf
 template <int kCM, int kCN>
 void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
                const WgmmaPlan& plan, cudaStream_t stream) {
-  if (plan.halves) {
-    LaunchFor<kCM, kCN, kHalves>(qa, qb, args, y_bf16, stream);
-  } else if (plan.ping_pong) {
+  if (plan.ping_pong) {
     LaunchFor<kCM, kCN, kPingPongMode>(qa, qb, args, y_bf16, stream);
   } else {
     LaunchFor<kCM, kCN, kPlainMode>(qa, qb, args, y_bf16, stream);
@@ -731,10 +707,6 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
                           bool y_bf16, float beta, const void* bias, const WgmmaPlan& plan,
                           float* partial, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  if (plan.ping_pong && plan.halves) {
-    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
-                                        "ping_pong and halves are two consumer modes: pick one");
-  }
   if (plan.splits < 1 || (plan.splits > 1 && partial == nullptr)) {
     ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
                                         "splits must be >= 1, with a partial buffer above 1");

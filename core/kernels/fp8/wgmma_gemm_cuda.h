@@ -24,14 +24,10 @@ struct WgmmaPlan {
   // Split-K: each tile's K blocks in that many consecutive ranges (≤ 4),
   // their f32 sums added in range order by a second kernel.
   int splits = 1;
-  // Two ways to keep the tensor cores busy while the CUDA cores promote
-  // (wgmma_gemm.cu; at most one; both off by default: not yet timed on a
-  // GPU). ping_pong: the two consumer warpgroups take turns issuing their
-  // wgmmas, so one promotes while the other's run (Consume). halves: each
-  // warpgroup issues a K block as two 64-column halves and promotes one
-  // while the other runs (ConsumeHalves).
+  // ping_pong: the two consumer warpgroups take turns issuing their K
+  // block's wgmmas, so one promotes while the other's run (wgmma_gemm.cu's
+  // Consume); the same bits either way.
   bool ping_pong = false;
-  bool halves = false;
 };
 
 // How many clusters of that shape (1 or 2 each) run at once on the current

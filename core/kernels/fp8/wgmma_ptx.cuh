@@ -128,11 +128,6 @@ __device__ __forceinline__ void WgmmaWaitAll() {
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 
-// Until at most one committed group (the newest) is still in flight.
-__device__ __forceinline__ void WgmmaWaitAllButOne() {
-  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-}
-
 // Keeps the compiler from moving reads or writes of r across the wgmma
 // fences (the registers are written asynchronously by the tensor cores).
 __device__ __forceinline__ void FenceOperand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
@@ -162,27 +157,6 @@ __device__ __forceinline__ void Wgmma64x128x32(float (&d)[64], uint64_t da, uint
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
-      : "l"(da), "l"(db), "r"(static_cast<uint32_t>(accumulate)));
-}
-
-// d[32] (+)= a (64×32 e4m3, descriptor) · b (64×32 e4m3, descriptor)ᵀ;
-// accumulate = false overwrites d.
-__device__ __forceinline__ void Wgmma64x64x32(float (&d)[32], uint64_t da, uint64_t db,
-                                              bool accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(static_cast<uint32_t>(accumulate)));
 }
 
