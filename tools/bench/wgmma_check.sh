@@ -13,7 +13,7 @@
 # 2. a linear's three GEMMs at 350M (1024 → 4096) and 1.3B (2048 → 8192),
 #    N = 8192 tokens: bf16, cuBLASLt's block-scaled fp8 (fp8_gemm) and ours
 #    (fp8_wgmma: its default plan; _1x1: no cluster; _pp, _1x1_pp: the consumer
-#    warpgroups taking turns),
+#    warpgroups taking turns; _bulk: the epilogue's rows by bulk copies),
 #    ms per call and TFLOP/s
 #    (core/kernels/bench:fp8_linear_benchmark);
 # 3. Nsight Compute on the kernel (PROFILE=0 skips it): tensor-pipe use,
@@ -36,7 +36,7 @@ grep -E 'worst' "$LOG/core_kernels_fp8_block_gemm_gpu_test.log" | cut -c1-160 | 
 
 echo "=== 2. a linear's GEMMs (ms per call, TFLOP/s): bf16, cuBLASLt fp8, wgmma fp8"
 (cd "$B" && timeout 150 ./bin/core_kernels_bench_fp8_linear_benchmark \
-  --benchmark_filter='BM_Fp8Linear/(350m_1024x4096|1p3b_2048x8192)/.*/(bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_1x1|fp8_wgmma_pp|fp8_wgmma_1x1_pp)/' \
+  --benchmark_filter='BM_Fp8Linear/(350m_1024x4096|1p3b_2048x8192)/.*/(bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_1x1|fp8_wgmma_pp|fp8_wgmma_1x1_pp|fp8_wgmma_bulk)/' \
   > "$LOG/fp8_linear_benchmark.txt" 2>&1) || echo "benchmark rc $?"
 # Name, ms, then TFLOP/s (and, for the plan rows, the clusters that fit and the splits).
 grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | sed 's|BM_Fp8Linear/||; s|/min_time:0.050||; s|/manual_time||' |
@@ -44,7 +44,7 @@ grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | sed 's|BM_Fp8Linear/||; s|/min_tim
 
 echo "=== 3. Nsight Compute on the kernel (PROFILE=0 skips): where its cycles go"
 # One launch each of the 1.3B forward (2048 → 8192: b a 128×128 tile; the
-# default plan, ping-pong) and wgrad (b's scales per column): the
+# default plan, ping-pong, bulk stores) and wgrad (b's scales per column): the
 # tensor pipe's use, the issue rate, shared-memory and L2 throughput, and
 # the warps' stall reasons (the raw
 # metrics of the sections below; no metric named, so none can be missing
@@ -53,7 +53,7 @@ if [[ "${PROFILE:-1}" == 0 ]]; then
   echo "SKIPPED Nsight Compute (PROFILE=0)"
 elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
   for row in 1p3b_2048x8192/fwd/fp8_wgmma/ 1p3b_2048x8192/fwd/fp8_wgmma_pp/ \
-    1p3b_2048x8192/wgrad/fp8_wgmma/; do
+    1p3b_2048x8192/fwd/fp8_wgmma_bulk/ 1p3b_2048x8192/wgrad/fp8_wgmma/; do
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page raw \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats \
@@ -84,10 +84,12 @@ def show(pred, top=None):
 show(lambda h: h in ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
                      "smsp__issue_active.avg.pct_of_peak_sustained_active",
                      "smsp__average_warp_latency_per_inst_issued.ratio"))
-show(lambda h: "tensor" in h and "pct" in h)
+# The tensor pipe's totals (not each instruction kind's, not min / max).
+show(lambda h: h.startswith("sm__pipe_tensor_cycles_active.avg") or
+     h == "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active")
 # Shared memory carries the TMA writes and every wgmma's operand reads;
 # L2 the TMA loads.
-show(lambda h: "shared" in h and "pct" in h, top=4)
+show(lambda h: "shared" in h and "pct" in h and ".min." not in h and ".max." not in h, top=4)
 show(lambda h: h.startswith("lts__") and "pct" in h, top=3)
 stalls = lambda h: "issue_stalled" in h and h.endswith(".ratio")
 if not any(stalls(h) for h in m):

@@ -21,7 +21,9 @@
 //   fp8_wgmma_1x1, _1x2, _2x2  the same with another cluster shape
 //             (cuda::WgmmaPlan; none, a's tiles shared, both);
 //   fp8_wgmma_pp, _1x1_pp  the default plan, and no cluster, with the
-//             consumer warpgroups taking turns (WgmmaPlan::ping_pong).
+//             consumer warpgroups taking turns (WgmmaPlan::ping_pong);
+//   fp8_wgmma_bulk  the default plan with the epilogue's rows stored by
+//             bulk copies (WgmmaPlan::bulk_store).
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -65,7 +67,8 @@ enum class Impl {
   kWgmma1x2,
   kWgmma2x2,
   kWgmmaPingPong,
-  kWgmma1x1PingPong
+  kWgmma1x1PingPong,
+  kWgmmaBulk
 };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
@@ -124,15 +127,17 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   fp8::cuda::WgmmaPlan plan;
   Tensor partial;
   const bool raw = impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ||
-                   impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
+                   impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong ||
+                   impl == Impl::kWgmmaBulk;
   if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
-    if (impl != Impl::kWgmmaPingPong) {
+    if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk) {
       plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
       plan.cluster_n = impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ? 2 : 1;
     }
     plan.ping_pong = impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
+    plan.bulk_store = impl == Impl::kWgmmaBulk;
     if (plan.splits > 1) partial = e.Empty({plan.splits, M, N});
   }
   auto run_plan = [&] {
@@ -163,6 +168,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmma2x2:
       case Impl::kWgmmaPingPong:
       case Impl::kWgmma1x1PingPong:
+      case Impl::kWgmmaBulk:
         return run_plan();
     }
   };
@@ -241,7 +247,8 @@ void Register() {
             std::make_pair("fp8_wgmma_1x2", Impl::kWgmma1x2),
             std::make_pair("fp8_wgmma_2x2", Impl::kWgmma2x2),
             std::make_pair("fp8_wgmma_pp", Impl::kWgmmaPingPong),
-            std::make_pair("fp8_wgmma_1x1_pp", Impl::kWgmma1x1PingPong)}) {
+            std::make_pair("fp8_wgmma_1x1_pp", Impl::kWgmma1x1PingPong),
+            std::make_pair("fp8_wgmma_bulk", Impl::kWgmmaBulk)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

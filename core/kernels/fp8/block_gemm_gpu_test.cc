@@ -447,8 +447,8 @@ TEST(BlockGemmGpu, EveryOfferedAlgorithmMatchesTheReference) {
   ASSERT_GE(plan.num_algos(), 1);
   for (int k = 0; k < plan.num_algos(); ++k) {
     std::printf("algorithm %d of %d: %s\n", k, plan.num_algos(), plan.Describe(k).c_str());
-    ExpectMatchesReference(env, "algorithm " + std::to_string(k) + " (" + plan.Describe(k) + ")",
-                           a, b, DType::kF32, nullptr, k);
+    ExpectMatchesReference(env, "algorithm " + std::to_string(k) + " (" + plan.Describe(k) + ")", a,
+                           b, DType::kF32, nullptr, k);
   }
 }
 
@@ -566,6 +566,41 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
   }
 }
 
+// The epilogue's bulk copies (WgmmaPlan::bulk_store) move the bytes the
+// staged 16-byte stores move: the same bits, with a bias and beta 1 (the
+// pairs are finished before they are staged), rows past M and a last tile
+// of 16 columns (copies of 32 or 64 bytes), for both y dtypes, with and
+// without ping-pong. (The staged stores are held to the reference by the
+// tests above; the cluster test compares the bulk copies on whole tiles.)
+TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
+  SKIP_WITHOUT_WGMMA();
+  Env env;
+  const int64_t M = 336, N = 400, K = 912;  // 3 × 4 tiles, the last row and column partial
+  const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 71), M, K, kRow);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 72), N, K, kTile);
+  const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(t == DType::kBF16 ? "y bf16" : "y f32");
+    const Tensor bias = env.Up(MakeMatrix(BiasValues(env, N, 73, t), 1, N, *env.cpu.alloc, t));
+    const Tensor y0 = MakeMatrix(BlockyMatrix(M, N, 74), M, N, *env.cpu.alloc, t);
+    auto run = [&](bool ping_pong, bool bulk) {
+      const Tensor y = env.Up(y0);
+      cuda::WgmmaPlan plan;
+      plan.ping_pong = ping_pong;
+      plan.bulk_store = bulk;
+      cuda::WgmmaBlockScaledGemm(
+          static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), false,
+          static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), true, M, N, K,
+          y.raw_data(), t == DType::kBF16, 1.0f, bias.raw_data(), plan, nullptr, env.gpu.stream);
+      return env.Down(y);
+    };
+    const ByteVec staged = run(false, false);
+    EXPECT_TRUE(staged != env.Down(env.Up(y0))) << "the GEMM left y as it was";
+    EXPECT_TRUE(run(false, true) == staged) << "bulk stores: not the staged stores' bits";
+    EXPECT_TRUE(run(true, true) == staged) << "bulk stores, ping-pong: not the staged stores' bits";
+  }
+}
+
 // The trainer's check before it trains with the kernel (wgmma_check.cc)
 // passes on this GPU.
 TEST(WgmmaGemmGpu, TheTrainersSelfCheckPasses) {
@@ -612,9 +647,10 @@ TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
 // The kernel's cluster shapes (TMA multicast of a's or b's stage tiles
 // between two CTAs) change where the codes come from, not what a CTA sums
 // or in what order: every shape gives the bits of no cluster (1 × 1), with
-// and without split-K; so does every shape with the other consumer mode
+// and without split-K; so does every shape with the other consumer modes
 // (ping_pong: the warpgroups take turns — the same sums, issued in another
-// order), and a y that is not 16-byte aligned (the epilogue then stores
+// order; bulk_store: the epilogue's rows leave by bulk copies — the same
+// bytes, moved another way), and a y that is not 16-byte aligned (the epilogue then stores
 // straight from registers instead of through shared memory). The default
 // plan for these shapes is the 2 × 1 cluster; it is held to the
 // dequantised reference first.
@@ -650,7 +686,8 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
         const Tensor buffer = env.Poisoned({c.M * c.N + 16}, c.y, 0xff);
         cuda::WgmmaPlan plan;
         plan.cluster_m = cm, plan.cluster_n = cn, plan.splits = splits;
-        plan.ping_pong = mode == 1;
+        plan.ping_pong = (mode & 1) != 0;
+        plan.bulk_store = (mode & 2) != 0;
         cuda::WgmmaBlockScaledGemm(
             static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), c.la == kTile,
             static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), c.lb == kTile,
@@ -666,15 +703,19 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
         BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
         EXPECT_TRUE(env.Down(y) == plain) << "the default plan differs from 1 x 1";
       }
-      EXPECT_TRUE(run(1, 1, 0, 8) == plain) << "y 8 bytes past 16-byte alignment, " << splits
-                                            << " split(s): not the bits of an aligned y";
-      for (int mode : {0, 1}) {  // plain, ping_pong
+      for (int mode : {0, 2}) {
+        EXPECT_TRUE(run(1, 1, mode, 8) == plain)
+            << "y 8 bytes past 16-byte alignment" << (mode == 2 ? ", bulk stores, " : ", ")
+            << splits << " split(s): not the bits of an aligned y";
+      }
+      for (int mode : {0, 1, 2, 3}) {  // plain, ping_pong, bulk_store, both
         for (auto [cm, cn] : {std::make_pair(1, 1), std::make_pair(2, 1), std::make_pair(1, 2),
                               std::make_pair(2, 2)}) {
           if (cm == 1 && cn == 1 && mode == 0) continue;  // plain itself
           EXPECT_TRUE(run(cm, cn, mode) == plain)
-              << "cluster " << cm << " x " << cn << (mode == 1 ? ", ping-pong" : "") << ", "
-              << splits << " split(s): not the bits of 1 x 1";
+              << "cluster " << cm << " x " << cn << ((mode & 1) != 0 ? ", ping-pong" : "")
+              << ((mode & 2) != 0 ? ", bulk stores" : "") << ", " << splits
+              << " split(s): not the bits of 1 x 1";
         }
       }
     }

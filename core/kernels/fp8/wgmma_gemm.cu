@@ -74,9 +74,10 @@ constexpr int kThreads = 384;                       // producer warpgroup + 2 co
 constexpr int kConsumerWarps = 8;                   // the empty barriers' arrival count
 constexpr int kProducerThreads = 128;               // the full barriers' arrival count
 constexpr uint32_t kTileBytes = kBlockM * kBlockK;  // one operand's stage (codes are bytes)
-// The consumers' modes (WgmmaPlan): Consume as is, or with the two
-// warpgroups taking turns.
-constexpr int kPlainMode = 0, kPingPongMode = 1;
+// The consumers' modes (WgmmaPlan), bits of the kernel's kMode: the two
+// warpgroups taking turns (ping_pong), the epilogue's rows stored by bulk
+// copies (bulk_store).
+constexpr int kPlainMode = 0, kPingPongMode = 1, kBulkStoreMode = 2;
 static_assert(kBlockM == kBlockN, "a's and b's stage tiles share one size");
 // A row of the epilogue's staging: 32 columns of y plus a pad that keeps a
 // warp's pair writes (8 rows × 4 lanes) on distinct banks; 16-byte aligned.
@@ -157,13 +158,18 @@ __device__ __forceinline__ void FinishPair(float v0, float v1, const Y* bias, in
 // + beta·y), or, split, into its range's partial sums.
 // A 16-byte aligned y goes through shared memory (stage: the warp's own
 // kEpilogueWarpBytes): per 32 columns, the warp writes its 16 rows' finished
-// pairs there, then each lane stores whole 16-byte runs of a row — the
-// fragment's own pairs (4 or 8 bytes, 8 rows a store) would fill only half
-// of each 32-byte sector and take four times the stores (the measured cost:
-// docs/PERFORMANCE.md, twenty-sixth session). Otherwise, and for the split
-// sums (f32 pairs: whole sectors already), straight from the registers.
-// N is a multiple of 16, so a run is wholly in y or wholly past N.
-template <typename Y>
+// pairs there, then stores whole rows of them — the fragment's own pairs (4
+// or 8 bytes, 8 rows a store) would fill only half of each 32-byte sector
+// and take four times the stores (the measured cost: docs/PERFORMANCE.md,
+// twenty-sixth session). The rows go out either as 16-byte stores, one run
+// a lane, or (kBulk, WgmmaPlan::bulk_store) as bulk asynchronous copies,
+// one row a lane of lanes 0–15, which the warp does not wait for: the
+// tensor cores start the next tile while they drain, and a lane waits only
+// before its stage buffer is written again (bf16: two buffers, alternating
+// by 32 columns; f32: one). Otherwise, and for the split sums (f32 pairs:
+// whole sectors already), straight from the registers. N is a multiple of
+// 16, so a 16-byte run is wholly in y or wholly past N.
+template <typename Y, bool kBulk>
 __device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[64], int64_t m0,
                                           int64_t n0, int split, int row0, int col0,
                                           uint8_t* stage) {
@@ -171,11 +177,18 @@ __device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[6
   const Y* const bias = static_cast<const Y*>(args.bias);
   if (args.splits == 1 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
     constexpr int kRowBytes = EpilogueRowBytes<Y>();
+    constexpr int kBuffers = kEpilogueWarpBytes / (16 * kRowBytes);  // bf16 2, f32 1
     constexpr int kRuns = 32 * int{sizeof(Y)} / 16;  // 16-byte runs in a row's 32 columns
     const int lane = threadIdx.x % 32;
     const int64_t warp_m0 = m0 + row0 - lane / 4;  // the warp's 16 rows
 #pragma unroll
     for (int q = 0; q < 4; ++q) {  // columns 32q .. 32q + 31 of the tile
+      uint8_t* const buffer = stage + (q % kBuffers) * 16 * kRowBytes;
+      if constexpr (kBulk) {
+        // The copies that last read this buffer (kBuffers groups ago) are done.
+        if (lane < 16) BulkWaitRead<kBuffers - 1>();
+        __syncwarp();
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t m = m0 + row0 + 8 * h;
@@ -185,22 +198,37 @@ __device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[6
           const int64_t n = n0 + 8 * j + col0;
           if (m >= args.M || n >= args.N) continue;
           Y* const out =
-              reinterpret_cast<Y*>(stage + (lane / 4 + 8 * h) * kRowBytes) + 8 * jj + col0;
+              reinterpret_cast<Y*>(buffer + (lane / 4 + 8 * h) * kRowBytes) + 8 * jj + col0;
           FinishPair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], bias, n, args.beta,
                      y + m * args.N + n, out);
         }
       }
-      __syncwarp();
-#pragma unroll
-      for (int i = lane; i < 16 * kRuns; i += 32) {
-        const int r = i / kRuns, run = i % kRuns;
-        const int64_t m = warp_m0 + r, n = n0 + 32 * q + run * (16 / int{sizeof(Y)});
-        if (m < args.M && n < args.N) {
-          *reinterpret_cast<int4*>(y + m * args.N + n) =
-              *reinterpret_cast<const int4*>(stage + r * kRowBytes + 16 * run);
+      const int64_t n = n0 + 32 * q;
+      if constexpr (kBulk) {
+        FenceProxyAsyncShared();  // this lane's writes, before the copies read them
+        __syncwarp();
+        if (lane < 16) {
+          const int64_t m = warp_m0 + lane;
+          if (m < args.M && n < args.N) {
+            const int64_t cols = args.N - n < 32 ? args.N - n : 32;
+            BulkStore(y + m * args.N + n, SmemAddress(buffer + lane * kRowBytes),
+                      static_cast<uint32_t>(cols * int64_t{sizeof(Y)}));
+          }
+          BulkCommit();  // one group a quarter, empty or not: the waits count them
         }
+      } else {
+        __syncwarp();
+#pragma unroll
+        for (int i = lane; i < 16 * kRuns; i += 32) {
+          const int r = i / kRuns, run = i % kRuns;
+          const int64_t m = warp_m0 + r, nr = n + run * (16 / int{sizeof(Y)});
+          if (m < args.M && nr < args.N) {
+            *reinterpret_cast<int4*>(y + m * args.N + nr) =
+                *reinterpret_cast<const int4*>(buffer + r * kRowBytes + 16 * run);
+          }
+        }
+        __syncwarp();  // the stage is written again for the next 32 columns
       }
-      __syncwarp();  // the stage is written again for the next 32 columns
     }
     return;
   }
@@ -272,7 +300,8 @@ __device__ __forceinline__ void ReleaseStage(uint32_t base, int s) {
 // and promote at once, the tensor cores idle meanwhile (the measured
 // reason to try it: docs/PERFORMANCE.md, twenty-fifth session). Each
 // warpgroup's sum is the same either way: the same bits.
-template <typename Y, bool kBRows, int kCluster, bool kPingPong, typename TileOf>
+// kBulk: the epilogue's rows go out as bulk copies (StoreTile).
+template <typename Y, bool kBRows, int kCluster, bool kPingPong, bool kBulk, typename TileOf>
 __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const float* scale_a,
                                         const float* scale_b, uint8_t* epilogue, int units,
                                         int cluster, int clusters, int kbs, const TileOf& tile_of) {
@@ -338,9 +367,12 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
       }
     }
 
-    StoreTile<Y>(args, acc, m0, n0, split, row0, col0,
-                 epilogue + (t / 32 + 4 * c) * kEpilogueWarpBytes);
+    StoreTile<Y, kBulk>(args, acc, m0, n0, split, row0, col0,
+                        epilogue + (t / 32 + 4 * c) * kEpilogueWarpBytes);
   }
+  // The last tile's copies have read their shared memory before the CTA
+  // (and its shared memory) ends.
+  if (kBulk && lane < 16) BulkWaitRead<0>();
   // Consumer 1 handed the turn on after its last block; consumer 0 takes
   // it, so no named barrier is left half arrived.
   if (kPingPong && c == 0 && it > 0) asm volatile("bar.sync 1, 256;" ::: "memory");
@@ -413,8 +445,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // single warp doing all 256 copies was the kernel's bottleneck: some
     // 190 dependent instructions a block, longer than the block's wgmmas;
     // docs/PERFORMANCE.md, twenty-sixth session.) (No setmaxnreg: the
-    // consumers fit the 168 registers of 384 threads, 160 without spills,
-    // and with it ptxas spilled them.)
+    // consumers fit the 168 registers of 384 threads, 160 without spills.
+    // With producer 40 and consumers 232 the kernel also compiles without
+    // spills: room for wider tiles, PERFORMANCE.md says how it was checked.)
     const int p = threadIdx.x;
     if (p == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
@@ -476,9 +509,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    Consume<Y, kBRows, kCluster, kMode == kPingPongMode>(args, base, scale_a, scale_b,
-                                                         smem + StageLayout::kEpilogue, units,
-                                                         cluster, clusters, kbs, tile_of);
+    Consume<Y, kBRows, kCluster, (kMode & kPingPongMode) != 0, (kMode & kBulkStoreMode) != 0>(
+        args, base, scale_a, scale_b, smem + StageLayout::kEpilogue, units, cluster, clusters, kbs,
+        tile_of);
   }
   // No CTA of a cluster leaves while its peers may still arrive on its barriers.
   if constexpr (kCluster > 1) ClusterSync();
@@ -645,8 +678,12 @@ void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf
 template <int kCM, int kCN>
 void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
                const WgmmaPlan& plan, cudaStream_t stream) {
-  if (plan.ping_pong) {
+  if (plan.ping_pong && plan.bulk_store) {
+    LaunchFor<kCM, kCN, kPingPongMode | kBulkStoreMode>(qa, qb, args, y_bf16, stream);
+  } else if (plan.ping_pong) {
     LaunchFor<kCM, kCN, kPingPongMode>(qa, qb, args, y_bf16, stream);
+  } else if (plan.bulk_store) {
+    LaunchFor<kCM, kCN, kBulkStoreMode>(qa, qb, args, y_bf16, stream);
   } else {
     LaunchFor<kCM, kCN, kPlainMode>(qa, qb, args, y_bf16, stream);
   }

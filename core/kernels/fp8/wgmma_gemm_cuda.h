@@ -28,6 +28,11 @@ struct WgmmaPlan {
   // block's wgmmas, so one promotes while the other's run (wgmma_gemm.cu's
   // Consume); the same bits either way.
   bool ping_pong = false;
+  // bulk_store: the epilogue's rows (staged in shared memory) go to y as
+  // bulk asynchronous copies the consumers do not wait for, so the next
+  // tile's wgmmas start while they drain (wgmma_gemm.cu's StoreTile); the
+  // same bits. Off by default: not yet timed on a GPU.
+  bool bulk_store = false;
 };
 
 // How many clusters of that shape (1 or 2 each) run at once on the current

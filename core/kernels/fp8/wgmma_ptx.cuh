@@ -1,9 +1,10 @@
 // core/kernels/fp8/wgmma_ptx.cuh — the PTX wgmma_gemm.cu's kernel is
 // written in (private to this package): shared-memory barriers (mbarrier),
 // the cluster's barrier and rank, TMA loads (plain and multicast), cp.async
-// with its barrier arrival, and the wgmma instructions with their
-// shared-memory descriptors and fences (PTX ISA 8.x, sm_90a). Each wraps one or two instructions;
-// what they are for is wgmma_gemm.cu's header comment.
+// with its barrier arrival, bulk stores with their groups and fence, and
+// the wgmma instructions with their shared-memory descriptors and fences
+// (PTX ISA 8.x, sm_90a). Each wraps one or two instructions; what they are
+// for is wgmma_gemm.cu's header comment.
 #pragma once
 
 #include <cuda.h>
@@ -106,6 +107,33 @@ __device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool val
 // (no .noinc), so the barrier's arrival count stays as initialised.
 __device__ __forceinline__ void CpAsyncMbarArrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared src
+// to global dst by the bulk-copy engine, in this thread's current bulk group.
+__device__ __forceinline__ void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+
+// Closes this thread's current bulk group (an empty one too).
+__device__ __forceinline__ void BulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Until at most kPending of this thread's bulk groups (the newest) still
+// read their shared-memory sources.
+template <int kPending>
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+
+// Orders this thread's generic-proxy writes to shared memory before later
+// async-proxy reads of them (a bulk copy's source).
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // The wgmma shared-memory descriptor of a K-major, 128-byte swizzled tile
