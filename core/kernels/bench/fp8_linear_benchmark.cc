@@ -23,7 +23,10 @@
 //   fp8_wgmma_pp, _1x1_pp  the default plan, and no cluster, with the
 //             consumer warpgroups taking turns (WgmmaPlan::ping_pong);
 //   fp8_wgmma_bulk  the default plan with the epilogue's rows stored by
-//             bulk copies (WgmmaPlan::bulk_store).
+//             bulk copies (WgmmaPlan::bulk_store);
+//   fp8_wgmma_m192, _m192_bulk  192-row tiles (WgmmaPlan::tile_m: three
+//             consumer warpgroups), the default plan's cluster along N if
+//             any, none along M; and the same with bulk stores.
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -68,7 +71,9 @@ enum class Impl {
   kWgmma2x2,
   kWgmmaPingPong,
   kWgmma1x1PingPong,
-  kWgmmaBulk
+  kWgmmaBulk,
+  kWgmmaTall,
+  kWgmmaTallBulk
 };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
@@ -128,16 +133,21 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   Tensor partial;
   const bool raw = impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ||
                    impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong ||
-                   impl == Impl::kWgmmaBulk;
+                   impl == Impl::kWgmmaBulk || impl == Impl::kWgmmaTall ||
+                   impl == Impl::kWgmmaTallBulk;
   if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
-    if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk) {
+    const bool tall = impl == Impl::kWgmmaTall || impl == Impl::kWgmmaTallBulk;
+    if (tall) {
+      plan.tile_m = 192;
+      plan.cluster_m = 1;
+    } else if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk) {
       plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
       plan.cluster_n = impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ? 2 : 1;
     }
     plan.ping_pong = impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
-    plan.bulk_store = impl == Impl::kWgmmaBulk;
+    plan.bulk_store = impl == Impl::kWgmmaBulk || impl == Impl::kWgmmaTallBulk;
     if (plan.splits > 1) partial = e.Empty({plan.splits, M, N});
   }
   auto run_plan = [&] {
@@ -169,6 +179,8 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmmaPingPong:
       case Impl::kWgmma1x1PingPong:
       case Impl::kWgmmaBulk:
+      case Impl::kWgmmaTall:
+      case Impl::kWgmmaTallBulk:
         return run_plan();
     }
   };
@@ -248,7 +260,9 @@ void Register() {
             std::make_pair("fp8_wgmma_2x2", Impl::kWgmma2x2),
             std::make_pair("fp8_wgmma_pp", Impl::kWgmmaPingPong),
             std::make_pair("fp8_wgmma_1x1_pp", Impl::kWgmma1x1PingPong),
-            std::make_pair("fp8_wgmma_bulk", Impl::kWgmmaBulk)}) {
+            std::make_pair("fp8_wgmma_bulk", Impl::kWgmmaBulk),
+            std::make_pair("fp8_wgmma_m192", Impl::kWgmmaTall),
+            std::make_pair("fp8_wgmma_m192_bulk", Impl::kWgmmaTallBulk)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

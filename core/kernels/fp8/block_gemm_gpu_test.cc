@@ -570,8 +570,9 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
 // staged 16-byte stores move: the same bits, with a bias and beta 1 (the
 // pairs are finished before they are staged), rows past M and a last tile
 // of 16 columns (copies of 32 or 64 bytes), for both y dtypes, with and
-// without ping-pong. (The staged stores are held to the reference by the
-// tests above; the cluster test compares the bulk copies on whole tiles.)
+// without ping-pong; so do 192-row tiles (tile_m; here two, the second
+// partial). (The staged stores are held to the reference by the tests
+// above; the cluster test compares both options on more shapes.)
 TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
   SKIP_WITHOUT_WGMMA();
   Env env;
@@ -583,11 +584,12 @@ TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
     SCOPED_TRACE(t == DType::kBF16 ? "y bf16" : "y f32");
     const Tensor bias = env.Up(MakeMatrix(BiasValues(env, N, 73, t), 1, N, *env.cpu.alloc, t));
     const Tensor y0 = MakeMatrix(BlockyMatrix(M, N, 74), M, N, *env.cpu.alloc, t);
-    auto run = [&](bool ping_pong, bool bulk) {
+    auto run = [&](bool ping_pong, bool bulk, int tile_m = 128) {
       const Tensor y = env.Up(y0);
       cuda::WgmmaPlan plan;
       plan.ping_pong = ping_pong;
       plan.bulk_store = bulk;
+      plan.tile_m = tile_m;
       cuda::WgmmaBlockScaledGemm(
           static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), false,
           static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), true, M, N, K,
@@ -598,6 +600,9 @@ TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
     EXPECT_TRUE(staged != env.Down(env.Up(y0))) << "the GEMM left y as it was";
     EXPECT_TRUE(run(false, true) == staged) << "bulk stores: not the staged stores' bits";
     EXPECT_TRUE(run(true, true) == staged) << "bulk stores, ping-pong: not the staged stores' bits";
+    EXPECT_TRUE(run(false, false, 192) == staged) << "192-row tiles: not the 128-row tiles' bits";
+    EXPECT_TRUE(run(true, true, 192) == staged)
+        << "192-row tiles, bulk stores, ping-pong: not the 128-row tiles' bits";
   }
 }
 
@@ -650,8 +655,10 @@ TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
 // and without split-K; so does every shape with the other consumer modes
 // (ping_pong: the warpgroups take turns — the same sums, issued in another
 // order; bulk_store: the epilogue's rows leave by bulk copies — the same
-// bytes, moved another way), and a y that is not 16-byte aligned (the epilogue then stores
-// straight from registers instead of through shared memory). The default
+// bytes, moved another way), with 192-row tiles (tile_m: three consumer
+// warpgroups, each row summed as before by one of them; the last tile
+// partial here), and a y that is not 16-byte aligned (the epilogue then
+// stores straight from registers instead of through shared memory). The default
 // plan for these shapes is the 2 × 1 cluster; it is held to the
 // dequantised reference first.
 TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
@@ -688,6 +695,7 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
         plan.cluster_m = cm, plan.cluster_n = cn, plan.splits = splits;
         plan.ping_pong = (mode & 1) != 0;
         plan.bulk_store = (mode & 2) != 0;
+        plan.tile_m = (mode & 4) != 0 ? 192 : 128;
         cuda::WgmmaBlockScaledGemm(
             static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), c.la == kTile,
             static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), c.lb == kTile,
@@ -708,13 +716,16 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
             << "y 8 bytes past 16-byte alignment" << (mode == 2 ? ", bulk stores, " : ", ")
             << splits << " split(s): not the bits of an aligned y";
       }
-      for (int mode : {0, 1, 2, 3}) {  // plain, ping_pong, bulk_store, both
+      // Bits: 1 ping_pong, 2 bulk_store, 4 tile_m 192 (no cluster along M).
+      for (int mode = 0; mode < 8; ++mode) {
         for (auto [cm, cn] : {std::make_pair(1, 1), std::make_pair(2, 1), std::make_pair(1, 2),
                               std::make_pair(2, 2)}) {
           if (cm == 1 && cn == 1 && mode == 0) continue;  // plain itself
+          if (cm == 2 && (mode & 4) != 0) continue;
           EXPECT_TRUE(run(cm, cn, mode) == plain)
               << "cluster " << cm << " x " << cn << ((mode & 1) != 0 ? ", ping-pong" : "")
-              << ((mode & 2) != 0 ? ", bulk stores" : "") << ", " << splits
+              << ((mode & 2) != 0 ? ", bulk stores" : "")
+              << ((mode & 4) != 0 ? ", 192-row tiles" : "") << ", " << splits
               << " split(s): not the bits of 1 x 1";
         }
       }

@@ -4,7 +4,8 @@
 //
 // A persistent grid (one CTA an SM; clusters of 1, 2 or 4 CTAs, each
 // cluster taking units of work cluster, + clusters, ...) computes y's
-// 128×128 tiles, each CTA with 384 threads:
+// 128×128 tiles (or 192×128 with WgmmaPlan::tile_m: the Cta struct), each
+// CTA with 384 threads (512):
 //   - warpgroup 0 (the producer): per tile and K block kb, thread 0
 //     issues two TMA loads (a's 128×128 codes at (kb·128, m0), b's at
 //     (kb·128, n0); in a cluster, its CTA's slices of them, multicast) into
@@ -15,7 +16,11 @@
 //     stage's full barrier waits for those copies too.
 //     Rows past M or N read as scale 0 and TMA fills codes past M, N or K
 //     with zeros.
-//   - warpgroups 1 and 2 (the consumers): rows 0–63 and 64–127 of the tile.
+//   - warpgroups 1 and 2 (the consumers): rows 0–63 and 64–127 of the tile
+//     (and warpgroup 3 rows 128–191 of a 192-row tile, which gives the
+//     tensor cores two warpgroups' blocks to run while one promotes; its
+//     512 threads start at 128 registers, so the producer gives back 96
+//     with setmaxnreg and the consumers take 160).
 //     Per K block: four wgmma.m64n128k32 (e4m3 × e4m3 → f32, the first with
 //     scale-d 0) into a temporary, waited for, then acc += tmp·(sa[row]·sb[col])
 //     in f32 — the promotion that keeps the sum out of the tensor core's
@@ -42,7 +47,8 @@
 //     as the epilogue above.
 //
 // Shared memory: kStages × (16 KB a + 16 KB b + 1 KB scales) + barriers +
-// the epilogue's staging (20 KB), 1024-byte aligned tiles (the 128-byte swizzle's pattern repeats
+// the epilogue's staging (20 KB; a 192-row tile: 4 stages of 24 + 16 KB,
+// 30 KB of staging), 1024-byte aligned tiles (the 128-byte swizzle's pattern repeats
 // every 1024 bytes, and wgmma's descriptors assume it starts at such a boundary). The wgmma
 // descriptors: K-major, 128-byte swizzle (mode 1 in bits 62–63), stride byte offset 1024 (8 rows of
 // 128 bytes), leading byte offset unused (1, as CUTLASS sets it); the k-th 32-byte step within the
@@ -62,193 +68,55 @@
 #include <cstdint>
 
 #include "core/kernels/cuda/common.cuh"
+#include "core/kernels/fp8/wgmma_epilogue.cuh"
 #include "core/kernels/fp8/wgmma_gemm_cuda.h"
 #include "core/kernels/fp8/wgmma_ptx.cuh"
 
 namespace gtp::kernels::fp8::cuda {
 namespace {
 
-constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 128;
-constexpr int kStages = 6;
-constexpr int kThreads = 384;                       // producer warpgroup + 2 consumer warpgroups
-constexpr int kConsumerWarps = 8;                   // the empty barriers' arrival count
-constexpr int kProducerThreads = 128;               // the full barriers' arrival count
-constexpr uint32_t kTileBytes = kBlockM * kBlockK;  // one operand's stage (codes are bytes)
-// The consumers' modes (WgmmaPlan), bits of the kernel's kMode: the two
-// warpgroups taking turns (ping_pong), the epilogue's rows stored by bulk
-// copies (bulk_store).
-constexpr int kPlainMode = 0, kPingPongMode = 1, kBulkStoreMode = 2;
-static_assert(kBlockM == kBlockN, "a's and b's stage tiles share one size");
-// A row of the epilogue's staging: 32 columns of y plus a pad that keeps a
-// warp's pair writes (8 rows × 4 lanes) on distinct banks; 16-byte aligned.
-template <typename Y>
-constexpr int EpilogueRowBytes() {
-  return sizeof(Y) == 4 ? 32 * 4 + 32 : 32 * 2 + 16;
-}
-constexpr uint32_t kEpilogueWarpBytes = 16 * EpilogueRowBytes<float>();  // 16 rows
+// A CTA's tile: kBM (128, or 192 with WgmmaPlan::tile_m) rows by kBlockN
+// columns, K blocks of kBlockK; the scales' tiles are 128 × 128 (kScaleTile).
+constexpr int kBlockN = 128, kBlockK = 128, kScaleTile = 128;
+constexpr int kProducerThreads = 128;  // the full barriers' arrival count
+// The kernel's kMode, bits: the consumer warpgroups taking turns
+// (ping_pong), the epilogue's rows stored by bulk copies (bulk_store), 192
+// rows a CTA (tile_m).
+constexpr int kPlainMode = 0, kPingPongMode = 1, kBulkStoreMode = 2, kTallMode = 4;
+constexpr int RowsOf(int mode) { return (mode & kTallMode) != 0 ? 192 : 128; }
 
-struct StageLayout {
+// A CTA of kBM rows: its threads (a producer warpgroup and kBM / 64
+// consumer warpgroups, one per 64 rows), its stages, and its shared memory.
+template <int kBM>
+struct Cta {
+  static_assert(kBM == 128 || kBM == 192, "a CTA's tile is 128 or 192 rows");
+  static constexpr int kConsumerGroups = kBM / 64;
+  static constexpr int kThreads = 128 * (1 + kConsumerGroups);
+  static constexpr int kConsumerWarps = 4 * kConsumerGroups;  // the empty barriers' arrivals
+  // As many as fit beside the epilogue's staging: 6 of 33 KB, or 4 of 41 KB.
+  static constexpr int kStages = kBM == 128 ? 6 : 4;
+  static constexpr uint32_t kTileBytesA = kBM * kBlockK;  // codes are bytes
+  static constexpr uint32_t kTileBytesB = kBlockN * kBlockK;
   // Byte offsets from the 1024-aligned base.
   static constexpr uint32_t kA = 0;
-  static constexpr uint32_t kB = kStages * kTileBytes;
-  static constexpr uint32_t kScaleA = 2 * kStages * kTileBytes;         // f32 [kStages][128]
-  static constexpr uint32_t kScaleB = kScaleA + kStages * kBlockM * 4;  // f32 [kStages][128]
-  static constexpr uint32_t kFull = kScaleB + kStages * kBlockN * 4;    // u64 [kStages]
-  static constexpr uint32_t kEmpty = kFull + kStages * 8;               // u64 [kStages]
+  static constexpr uint32_t kB = kStages * kTileBytesA;
+  static constexpr uint32_t kScaleA = kB + kStages * kTileBytesB;     // f32 [kStages][kBM]
+  static constexpr uint32_t kScaleB = kScaleA + kStages * kBM * 4;    // f32 [kStages][128]
+  static constexpr uint32_t kFull = kScaleB + kStages * kBlockN * 4;  // u64 [kStages]
+  static constexpr uint32_t kEmpty = kFull + kStages * 8;             // u64 [kStages]
   // The epilogue's staging (StoreTile), one region a consumer warp.
   static constexpr uint32_t kEpilogue = (kEmpty + kStages * 8 + 15) / 16 * 16;
   static constexpr uint32_t kEnd = kEpilogue + kConsumerWarps * kEpilogueWarpBytes;
+  static constexpr uint32_t kSmemBytes = kEnd + 1024;  // + the alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "over sm_90's 227 KB of shared memory a block");
 };
-constexpr uint32_t kSmemBytes = StageLayout::kEnd + 1024;  // + the alignment slack
-static_assert(kSmemBytes <= 227 * 1024, "over sm_90's 227 KB of shared memory a block");
 
 // Where row r's scales of an operand start (its K blocks follow, one f32
 // each), or null past the operand's rows (their scale is 0).
 __device__ __forceinline__ const float* ScaleRow(const float* scales, bool tiles, int64_t rows,
                                                  int64_t r, int kbs) {
   if (r >= rows) return nullptr;
-  return scales + (tiles ? r / kBlockM : r) * kbs;
-}
-
-struct Args {
-  const float* sa;   // a's scales: [M, KB] (1×128) or [ceil(M/128), KB] (128×128)
-  const float* sb;   // b's scales, the same for N
-  void* y;           // [M, N], f32 or bf16
-  const void* bias;  // [N], y's dtype, or null
-  int64_t M, N, K;
-  float beta;
-  bool a_tiles, b_tiles;
-  // Split-K: each tile's K blocks in `splits` consecutive ranges, each range
-  // a unit of work whose f32 sum goes to partial [splits, M, N] (no bias, no
-  // beta); SplitSumKernel then adds the ranges in order into y. 1: none
-  // (partial unused), the tile's sum straight into y.
-  int splits;
-  float* partial;
-};
-
-// out[0..1] = (v0, v1) (+ bias[n], bias[n + 1]) + beta·old[0..1], in f32,
-// rounded once to Y: how the epilogue and SplitSumKernel finish a pair of
-// columns (old: y's pair in global memory; out: there, or shared memory).
-template <typename Y>
-__device__ __forceinline__ void FinishPair(float v0, float v1, const Y* bias, int64_t n, float beta,
-                                           const Y* old, Y* out) {
-  if constexpr (sizeof(Y) == 4) {
-    if (bias != nullptr) v0 += bias[n], v1 += bias[n + 1];
-    if (beta != 0.0f) {
-      const float2 o = *reinterpret_cast<const float2*>(old);
-      v0 = fmaf(beta, o.x, v0);
-      v1 = fmaf(beta, o.y, v1);
-    }
-    *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-  } else {
-    if (bias != nullptr) {
-      v0 += __bfloat162float(bias[n]);
-      v1 += __bfloat162float(bias[n + 1]);
-    }
-    if (beta != 0.0f) {
-      const __nv_bfloat162 o = *reinterpret_cast<const __nv_bfloat162*>(old);
-      v0 = fmaf(beta, __bfloat162float(o.x), v0);
-      v1 = fmaf(beta, __bfloat162float(o.y), v1);
-    }
-    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
-  }
-}
-
-// The epilogue: a thread's acc (two rows, 16 column pairs) into y (+ bias,
-// + beta·y), or, split, into its range's partial sums.
-// A 16-byte aligned y goes through shared memory (stage: the warp's own
-// kEpilogueWarpBytes): per 32 columns, the warp writes its 16 rows' finished
-// pairs there, then stores whole rows of them — the fragment's own pairs (4
-// or 8 bytes, 8 rows a store) would fill only half of each 32-byte sector
-// and take four times the stores (the measured cost: docs/PERFORMANCE.md,
-// twenty-sixth session). The rows go out either as 16-byte stores, one run
-// a lane, or (kBulk, WgmmaPlan::bulk_store) as bulk asynchronous copies,
-// one row a lane of lanes 0–15, which the warp does not wait for: the
-// tensor cores start the next tile while they drain, and a lane waits only
-// before its stage buffer is written again (bf16: two buffers, alternating
-// by 32 columns; f32: one). Otherwise, and for the split sums (f32 pairs:
-// whole sectors already), straight from the registers. N is a multiple of
-// 16, so a 16-byte run is wholly in y or wholly past N.
-template <typename Y, bool kBulk>
-__device__ __forceinline__ void StoreTile(const Args& args, const float (&acc)[64], int64_t m0,
-                                          int64_t n0, int split, int row0, int col0,
-                                          uint8_t* stage) {
-  Y* const y = static_cast<Y*>(args.y);
-  const Y* const bias = static_cast<const Y*>(args.bias);
-  if (args.splits == 1 && (reinterpret_cast<uintptr_t>(y) & 15) == 0) {
-    constexpr int kRowBytes = EpilogueRowBytes<Y>();
-    constexpr int kBuffers = kEpilogueWarpBytes / (16 * kRowBytes);  // bf16 2, f32 1
-    constexpr int kRuns = 32 * int{sizeof(Y)} / 16;  // 16-byte runs in a row's 32 columns
-    const int lane = threadIdx.x % 32;
-    const int64_t warp_m0 = m0 + row0 - lane / 4;  // the warp's 16 rows
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {  // columns 32q .. 32q + 31 of the tile
-      uint8_t* const buffer = stage + (q % kBuffers) * 16 * kRowBytes;
-      if constexpr (kBulk) {
-        // The copies that last read this buffer (kBuffers groups ago) are done.
-        if (lane < 16) BulkWaitRead<kBuffers - 1>();
-        __syncwarp();
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t m = m0 + row0 + 8 * h;
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          const int j = 4 * q + jj;
-          const int64_t n = n0 + 8 * j + col0;
-          if (m >= args.M || n >= args.N) continue;
-          Y* const out =
-              reinterpret_cast<Y*>(buffer + (lane / 4 + 8 * h) * kRowBytes) + 8 * jj + col0;
-          FinishPair(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], bias, n, args.beta,
-                     y + m * args.N + n, out);
-        }
-      }
-      const int64_t n = n0 + 32 * q;
-      if constexpr (kBulk) {
-        FenceProxyAsyncShared();  // this lane's writes, before the copies read them
-        __syncwarp();
-        if (lane < 16) {
-          const int64_t m = warp_m0 + lane;
-          if (m < args.M && n < args.N) {
-            const int64_t cols = args.N - n < 32 ? args.N - n : 32;
-            BulkStore(y + m * args.N + n, SmemAddress(buffer + lane * kRowBytes),
-                      static_cast<uint32_t>(cols * int64_t{sizeof(Y)}));
-          }
-          BulkCommit();  // one group a quarter, empty or not: the waits count them
-        }
-      } else {
-        __syncwarp();
-#pragma unroll
-        for (int i = lane; i < 16 * kRuns; i += 32) {
-          const int r = i / kRuns, run = i % kRuns;
-          const int64_t m = warp_m0 + r, nr = n + run * (16 / int{sizeof(Y)});
-          if (m < args.M && nr < args.N) {
-            *reinterpret_cast<int4*>(y + m * args.N + nr) =
-                *reinterpret_cast<const int4*>(buffer + r * kRowBytes + 16 * run);
-          }
-        }
-        __syncwarp();  // the stage is written again for the next 32 columns
-      }
-    }
-    return;
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t m = m0 + row0 + 8 * h;
-    if (m >= args.M) continue;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int64_t n = n0 + 8 * j + col0;
-      if (n >= args.N) continue;  // N is even (a multiple of 16): n + 1 < N too
-      const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if (args.splits > 1) {  // this range's sum, for SplitSumKernel
-        float* part = args.partial + (int64_t{split} * args.M + m) * args.N + n;
-        *reinterpret_cast<float2*>(part) = make_float2(v0, v1);
-        continue;
-      }
-      FinishPair(v0, v1, bias, n, args.beta, y + m * args.N + n, y + m * args.N + n);
-    }
-  }
+  return scales + (tiles ? r / kScaleTile : r) * kbs;
 }
 
 // The promotion of kJ column octets of a block's f32 sums d (the wgmma
@@ -279,10 +147,10 @@ __device__ __forceinline__ void Promote(const float* d, float* acc, const float*
 // Done with stage s (the warp's wgmma reads and scale reads complete): one
 // arrival on the stage's empty barrier in every CTA of the cluster, lane r
 // on CTA r's, so the cluster's arrivals go out at once.
-template <int kCluster>
+template <int kBM, int kCluster>
 __device__ __forceinline__ void ReleaseStage(uint32_t base, int s) {
   __syncwarp();
-  const uint32_t empty = base + StageLayout::kEmpty + 8u * s;
+  const uint32_t empty = base + Cta<kBM>::kEmpty + 8u * s;
   const uint32_t lane = threadIdx.x % 32;
   if constexpr (kCluster == 1) {
     if (lane == 0) MbarArrive(empty);
@@ -291,22 +159,26 @@ __device__ __forceinline__ void ReleaseStage(uint32_t base, int s) {
   }
 }
 
-// The consumers (warpgroups 1 and 2) of WgmmaGemmKernel, over the units
-// the producer loads, in the same order.
-// kPingPong: the two warpgroups take turns issuing their K block's wgmmas
-// (named barriers 1 and 2, 256 threads: one waits, the other arrives), so
-// the tensor cores run one warpgroup's block while the other promotes its
-// own on the CUDA cores; without it both may issue at once, wait at once
-// and promote at once, the tensor cores idle meanwhile (the measured
-// reason to try it: docs/PERFORMANCE.md, twenty-fifth session). Each
-// warpgroup's sum is the same either way: the same bits.
+// The consumers (warpgroups 1 .. kBM / 64) of WgmmaGemmKernel, over the
+// units the producer loads, in the same order; consumer c sums rows 64c ..
+// 64c + 63 of the tile. kPingPong: the warpgroups take turns issuing their
+// K block's wgmmas (consumer c waits on named barrier 1 + c and hands on at
+// the next one's, 256 threads a barrier: one waiter, one arriver), so the
+// tensor cores run one warpgroup's block while the others promote their
+// own on the CUDA cores; without it all may issue at once, wait at once and
+// promote at once, the tensor cores idle meanwhile (the measured reason to
+// try it: docs/PERFORMANCE.md, twenty-fifth session). Each warpgroup's sum
+// is the same either way, and whichever warpgroup sums a row: the same bits.
 // kBulk: the epilogue's rows go out as bulk copies (StoreTile).
-template <typename Y, bool kBRows, int kCluster, bool kPingPong, bool kBulk, typename TileOf>
+template <typename Y, bool kBRows, int kBM, int kCluster, bool kPingPong, bool kBulk,
+          typename TileOf>
 __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const float* scale_a,
                                         const float* scale_b, uint8_t* epilogue, int units,
                                         int cluster, int clusters, int kbs, const TileOf& tile_of) {
-  auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
-  auto release = [&](int s) { ReleaseStage<kCluster>(base, s); };
+  using L = Cta<kBM>;
+  constexpr int kGroups = L::kConsumerGroups;
+  auto full = [&](int s) { return base + L::kFull + 8u * s; };
+  auto release = [&](int s) { ReleaseStage<kBM, kCluster>(base, s); };
   const int c = threadIdx.x / 128 - 1;  // rows 64c .. 64c + 63 of the tile
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int row0 = 64 * c + 16 * warp + lane / 4;  // and row0 + 8
@@ -316,12 +188,15 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
   for (int i = 0; i < 64; ++i) tmp[i] = 0.0f;
   int it = 0;  // as the producer's
   // Warpgroup c's turn comes on barrier 1 + c, and it hands the turn on at
-  // 2 - c; consumer 0 takes the first turn without waiting.
+  // the next one's (the last to consumer 0's, 1); consumer 0 takes the first
+  // turn without waiting.
   auto wait_turn = [&] {
-    if (kPingPong && (c == 1 || it > 0)) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
+    if (kPingPong && (c > 0 || it > 0)) asm volatile("bar.sync %0, 256;" ::"r"(1 + c) : "memory");
   };
   auto pass_turn = [&] {
-    if (kPingPong) asm volatile("bar.arrive %0, 256;" ::"r"(2 - c) : "memory");
+    if (kPingPong) {
+      asm volatile("bar.arrive %0, 256;" ::"r"(c + 1 == kGroups ? 1 : c + 2) : "memory");
+    }
   };
   for (int unit = cluster; unit < units; unit += clusters) {
     int64_t m0, n0;
@@ -331,12 +206,11 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
-      const int s = it % kStages;
-      MbarWait(full(s), static_cast<uint32_t>(it / kStages) & 1);
+      const int s = it % L::kStages;
+      MbarWait(full(s), static_cast<uint32_t>(it / L::kStages) & 1);
       wait_turn();
-      const uint64_t a_desc =
-          Descriptor(base + StageLayout::kA + s * kTileBytes + c * 64 * kBlockK);
-      const uint64_t b_desc = Descriptor(base + StageLayout::kB + s * kTileBytes);
+      const uint64_t a_desc = Descriptor(base + L::kA + s * L::kTileBytesA + c * 64 * kBlockK);
+      const uint64_t b_desc = Descriptor(base + L::kB + s * L::kTileBytesB);
 #pragma unroll
       for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
       WgmmaFence();
@@ -348,7 +222,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
       WgmmaCommit();
       pass_turn();
       // a's scales (and a tile b's one scale) while the tensor cores work.
-      const float* sas = scale_a + s * kBlockM;
+      const float* sas = scale_a + s * kBM;
       const float* sbs = scale_b + s * kBlockN;
       const float sa0 = sas[row0], sa1 = sas[row0 + 8];
       const float sb_tile = kBRows ? 0.0f : sbs[0];
@@ -373,32 +247,35 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
   // The last tile's copies have read their shared memory before the CTA
   // (and its shared memory) ends.
   if (kBulk && lane < 16) BulkWaitRead<0>();
-  // Consumer 1 handed the turn on after its last block; consumer 0 takes
-  // it, so no named barrier is left half arrived.
+  // The last consumer handed the turn on after its last block; consumer 0
+  // takes it, so no named barrier is left half arrived.
   if (kPingPong && c == 0 && it > 0) asm volatile("bar.sync 1, 256;" ::: "memory");
 }
 
+// kMode: the consumers' mode and the CTA's rows (RowsOf).
 // kCM × kCN: the thread-block cluster's shape in tiles (each 1 or 2). CTA
 // (i, j) of a cluster (rank i + kCM·j) takes tile (kCM·p + i, kCN·q + j) of
 // the cluster's unit (p, q); the kCN CTAs of one i share a's rows, each TMA
 // loading 1/kCN of a's stage tile and multicasting it to the others, and the
 // kCM CTAs of one j share b's the same way — each CTA then reads
-// 16/kCN + 16/kCM KB of a stage from L2 instead of 32. The launcher uses
-// kCM = 2 only where M is a multiple of 256 (kCN: N), so no CTA's tile is
+// 1/kCN + 1/kCM of a stage from L2. The launcher uses kCM = 2 only where M
+// is a multiple of 2·kBM (kCN: N a multiple of 256), so no CTA's tile is
 // past the edge.
 template <typename Y, bool kBRows, int kCM, int kCN, int kMode>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Cta<RowsOf(kMode)>::kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap map_a,
                     const __grid_constant__ CUtensorMap map_b, const Args args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBM = RowsOf(kMode);
+  using L = Cta<kBM>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = SmemAddress(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (base - raw);
-  float* const scale_a = reinterpret_cast<float*>(smem + StageLayout::kScaleA);
-  float* const scale_b = reinterpret_cast<float*>(smem + StageLayout::kScaleB);
-  auto full = [&](int s) { return base + StageLayout::kFull + 8u * s; };
-  auto empty = [&](int s) { return base + StageLayout::kEmpty + 8u * s; };
+  float* const scale_a = reinterpret_cast<float*>(smem + L::kScaleA);
+  float* const scale_b = reinterpret_cast<float*>(smem + L::kScaleB);
+  auto full = [&](int s) { return base + L::kFull + 8u * s; };
+  auto empty = [&](int s) { return base + L::kEmpty + 8u * s; };
 
   const int kbs = static_cast<int>((args.K + kBlockK - 1) / kBlockK);
   // Persistent: this CTA's cluster takes units cluster, + clusters, ...
@@ -413,22 +290,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   // A unit of work: the cluster's kCM × kCN tiles and one of `splits` K ranges.
   const int units_n = static_cast<int>((args.N + kCN * kBlockN - 1) / (kCN * kBlockN));
   const int units =
-      static_cast<int>((args.M + kCM * kBlockM - 1) / (kCM * kBlockM)) * units_n * args.splits;
+      static_cast<int>((args.M + kCM * kBM - 1) / (kCM * kBM)) * units_n * args.splits;
   auto tile_of = [&](int unit, int64_t& m0, int64_t& n0, int& split) {
     const int u = unit / args.splits;
     split = unit % args.splits;
-    m0 = (int64_t{u / units_n} * kCM + rank_m) * kBlockM;
+    m0 = (int64_t{u / units_n} * kCM + rank_m) * kBM;
     n0 = (int64_t{u % units_n} * kCN + rank_n) * kBlockN;
   };
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < L::kStages; ++s) {
       MbarInit(full(s), kProducerThreads);
       // Every consumer warp of the cluster releases every CTA's stage: a
       // stage is written by the cluster's producers (multicast), so each
       // waits until all its destinations are done with it.
-      MbarInit(empty(s), kConsumerWarps * kCluster);
+      MbarInit(empty(s), L::kConsumerWarps * kCluster);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -440,23 +317,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   if (warpgroup == 0) {
-    // The producer warpgroup: thread p copies row p's scales of a's and of
-    // b's tile for each K block; thread 0 also issues the TMA loads. (A
+    // The producer warpgroup: thread p copies row p's scales of a's (and in
+    // a 192-row tile row p + 128's, p < 64) and of b's tile for each K
+    // block; thread 0 also issues the TMA loads. (A
     // single warp doing all 256 copies was the kernel's bottleneck: some
     // 190 dependent instructions a block, longer than the block's wgmmas;
     // docs/PERFORMANCE.md, twenty-sixth session.) (No setmaxnreg: the
     // consumers fit the 168 registers of 384 threads, 160 without spills.
     // With producer 40 and consumers 232 the kernel also compiles without
     // spills: room for wider tiles, PERFORMANCE.md says how it was checked.)
+    // A 192-row tile's 512 threads start at 128 registers each: the producer
+    // gives 96 of them back so the consumers may use 160.
+    if constexpr (kBM == 192) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;" ::: "memory");
     const int p = threadIdx.x;
     if (p == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
     }
-    // This CTA's slices of the shared tiles: a's rows rank_n·128/kCN on,
+    // This CTA's slices of the shared tiles: a's rows rank_n·kBM/kCN on,
     // sent to the CTAs of its cluster row (ranks rank_m + kCM·j); b's rows
     // rank_m·128/kCM on, to those of its column (i + kCM·rank_n).
-    constexpr int kSliceA = kBlockM / kCN, kSliceB = kBlockN / kCM;
+    constexpr int kSliceA = kBM / kCN, kSliceB = kBlockN / kCM;
     uint16_t mask_a = 0, mask_b = 0;
 #pragma unroll
     for (int j = 0; j < kCN; ++j) mask_a |= uint16_t(1u << (rank_m + kCM * j));
@@ -471,26 +352,36 @@ __global__ void __launch_bounds__(kThreads, 1)
       // block kb's is at row + kb (rows past M or N copy zeros).
       const float* const row_a = ScaleRow(args.sa, args.a_tiles, args.M, m0 + p, kbs);
       const float* const row_b = ScaleRow(args.sb, args.b_tiles, args.N, n0 + p, kbs);
-      const uint32_t sa_dst = base + StageLayout::kScaleA + 4u * p;
-      const uint32_t sb_dst = base + StageLayout::kScaleB + 4u * p;
+      const uint32_t sa_dst = base + L::kScaleA + 4u * p;
+      const uint32_t sb_dst = base + L::kScaleB + 4u * p;
+      // A 192-row tile's rows 128 .. 191 (threads 0 .. 63).
+      constexpr int kExtra = kBM - 128;
+      const float* const row_a2 = kExtra > 0 && p < kExtra
+                                      ? ScaleRow(args.sa, args.a_tiles, args.M, m0 + 128 + p, kbs)
+                                      : nullptr;
       const int kb_end = (split + 1) * kbs / args.splits;
       for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
-        const int s = it % kStages;
-        const uint32_t round = static_cast<uint32_t>(it / kStages);
+        const int s = it % L::kStages;
+        const uint32_t round = static_cast<uint32_t>(it / L::kStages);
         if (round > 0) MbarWait(empty(s), (round - 1) & 1);
         // By cp.async, which the stage's full barrier also waits for: the
         // producer never waits on their latency itself.
-        CpAsync4(sa_dst + s * kBlockM * 4, row_a != nullptr ? row_a + kb : args.sa,
-                 row_a != nullptr);
+        CpAsync4(sa_dst + s * kBM * 4, row_a != nullptr ? row_a + kb : args.sa, row_a != nullptr);
+        if constexpr (kExtra > 0) {
+          if (p < kExtra) {
+            CpAsync4(sa_dst + (s * kBM + 128) * 4, row_a2 != nullptr ? row_a2 + kb : args.sa,
+                     row_a2 != nullptr);
+          }
+        }
         CpAsync4(sb_dst + s * kBlockN * 4, row_b != nullptr ? row_b + kb : args.sb,
                  row_b != nullptr);
         CpAsyncMbarArrive(full(s));
         if (p == 0) {
-          // The stage's whole 32 KB land here, whichever CTA sends them.
-          MbarArriveExpectTx(full(s), 2 * kTileBytes);
+          // The stage's whole tiles land here, whichever CTA sends them.
+          MbarArriveExpectTx(full(s), L::kTileBytesA + L::kTileBytesB);
           const int k = kb * kBlockK;
-          const uint32_t a_dst = base + StageLayout::kA + s * kTileBytes;
-          const uint32_t b_dst = base + StageLayout::kB + s * kTileBytes;
+          const uint32_t a_dst = base + L::kA + s * L::kTileBytesA;
+          const uint32_t b_dst = base + L::kB + s * L::kTileBytesB;
           if constexpr (kCN == 1) {
             TmaLoad(a_dst, &map_a, full(s), k, static_cast<int>(m0));
           } else {
@@ -509,33 +400,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    Consume<Y, kBRows, kCluster, (kMode & kPingPongMode) != 0, (kMode & kBulkStoreMode) != 0>(
-        args, base, scale_a, scale_b, smem + StageLayout::kEpilogue, units, cluster, clusters, kbs,
-        tile_of);
+    if constexpr (kBM == 192) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;" ::: "memory");
+    Consume<Y, kBRows, kBM, kCluster, (kMode & kPingPongMode) != 0, (kMode & kBulkStoreMode) != 0>(
+        args, base, scale_a, scale_b, smem + L::kEpilogue, units, cluster, clusters, kbs, tile_of);
   }
   // No CTA of a cluster leaves while its peers may still arrive on its barriers.
   if constexpr (kCluster > 1) ClusterSync();
 #endif
-}
-
-// y = (Σ_s partial[s], s ascending) (+ bias) + beta·y, per pair of columns,
-// rounded once: the split units' sums, finished as the kernel's own epilogue
-// finishes an unsplit tile.
-template <typename Y>
-__global__ void SplitSumKernel(const float* partial, int splits, int64_t M, int64_t N, Y* y,
-                               float beta, const Y* bias) {
-  const int64_t pairs = M * N / 2;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pairs;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t e = 2 * i, n = e % N;
-    float v0 = 0.0f, v1 = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float2 p = *reinterpret_cast<const float2*>(partial + s * M * N + e);
-      v0 += p.x;
-      v1 += p.y;
-    }
-    FinishPair(v0, v1, bias, n, beta, y + e, y + e);
-  }
 }
 
 int Multiprocessors() {
@@ -587,18 +458,19 @@ template <typename Y, bool kBRows, int kCM, int kCN, int kMode>
 void ConfigureOnce() {
   static const bool configured = [] {
     GTP_CU_CHECK(cudaFuncSetAttribute(WgmmaGemmKernel<Y, kBRows, kCM, kCN, kMode>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Cta<RowsOf(kMode)>::kSmemBytes));
     return true;
   }();
   (void)configured;
 }
 
-template <int kCM, int kCN>
+template <int kCM, int kCN, int kBM>
 cudaLaunchConfig_t LaunchConfig(int grid, cudaStream_t stream, cudaLaunchAttribute* cluster) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
+  config.blockDim = dim3(Cta<kBM>::kThreads);
+  config.dynamicSmemBytes = Cta<kBM>::kSmemBytes;
   config.stream = stream;
   cluster->id = cudaLaunchAttributeClusterDimension;
   cluster->val.clusterDim.x = kCM * kCN;
@@ -609,22 +481,23 @@ cudaLaunchConfig_t LaunchConfig(int grid, cudaStream_t stream, cudaLaunchAttribu
   return config;
 }
 
-// How many kCM × kCN clusters of the kernel run at once on the current
-// device (one CTA a multiprocessor; a cluster's CTAs share a GPC, so fewer
-// than SMs / cluster size where GPCs do not divide). Asked once a cluster
-// shape and process: a process drives GPUs of one kind.
-template <int kCM, int kCN>
+// How many kCM × kCN clusters of the kernel (CTAs of kBM rows) run at once
+// on the current device (one CTA a multiprocessor; a cluster's CTAs share a
+// GPC, so fewer than SMs / cluster size where GPCs do not divide). Asked
+// once a shape and process: a process drives GPUs of one kind.
+template <int kCM, int kCN, int kBM = 128>
 int MaxClusters() {
   if constexpr (kCM * kCN == 1) {
     return Multiprocessors();
   } else {
     static const int clusters = [] {
-      ConfigureOnce<float, false, kCM, kCN, kPlainMode>();
+      constexpr int kMode = kBM == 128 ? kPlainMode : kTallMode;
+      ConfigureOnce<float, false, kCM, kCN, kMode>();
       cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t config = LaunchConfig<kCM, kCN>(kCM * kCN, nullptr, &attr);
+      const cudaLaunchConfig_t config = LaunchConfig<kCM, kCN, kBM>(kCM * kCN, nullptr, &attr);
       int n = 0;
       GTP_CU_CHECK(cudaOccupancyMaxActiveClusters(
-          &n, reinterpret_cast<const void*>(WgmmaGemmKernel<float, false, kCM, kCN, kPlainMode>),
+          &n, reinterpret_cast<const void*>(WgmmaGemmKernel<float, false, kCM, kCN, kMode>),
           &config));
       return n;
     }();
@@ -634,19 +507,21 @@ int MaxClusters() {
 
 template <typename Y, bool kBRows, int kCM, int kCN, int kMode>
 void Launch(const uint8_t* qa, const uint8_t* qb, const Args& args, cudaStream_t stream) {
+  constexpr int kBM = RowsOf(kMode);
   ConfigureOnce<Y, kBRows, kCM, kCN, kMode>();
-  const CUtensorMap map_a = CodesMap(qa, args.M, args.K, kBlockM / kCN);
+  const CUtensorMap map_a = CodesMap(qa, args.M, args.K, kBM / kCN);
   const CUtensorMap map_b = CodesMap(qb, args.N, args.K, kBlockN / kCM);
-  const int64_t units = ((args.M + kCM * kBlockM - 1) / (kCM * kBlockM)) *
+  const int64_t units = ((args.M + kCM * kBM - 1) / (kCM * kBM)) *
                         ((args.N + kCN * kBlockN - 1) / (kCN * kBlockN)) * args.splits;
-  const int max_clusters = MaxClusters<kCM, kCN>();
+  const int max_clusters = MaxClusters<kCM, kCN, kBM>();
   if (max_clusters < 1) {
     ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
                                         "no cluster of this shape fits the device");
   }
   const int clusters = static_cast<int>(std::min<int64_t>(units, max_clusters));
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config = LaunchConfig<kCM, kCN>(clusters * kCM * kCN, stream, &attr);
+  const cudaLaunchConfig_t config =
+      LaunchConfig<kCM, kCN, kBM>(clusters * kCM * kCN, stream, &attr);
   GTP_CU_CHECK(
       cudaLaunchKernelEx(&config, WgmmaGemmKernel<Y, kBRows, kCM, kCN, kMode>, map_a, map_b, args));
   GTP_CU_LAUNCH_CHECK();
@@ -675,18 +550,30 @@ void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf
   }
 }
 
-template <int kCM, int kCN>
+template <int kCM, int kCN, int kRows>
 void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
                const WgmmaPlan& plan, cudaStream_t stream) {
   if (plan.ping_pong && plan.bulk_store) {
-    LaunchFor<kCM, kCN, kPingPongMode | kBulkStoreMode>(qa, qb, args, y_bf16, stream);
+    LaunchFor<kCM, kCN, kRows | kPingPongMode | kBulkStoreMode>(qa, qb, args, y_bf16, stream);
   } else if (plan.ping_pong) {
-    LaunchFor<kCM, kCN, kPingPongMode>(qa, qb, args, y_bf16, stream);
+    LaunchFor<kCM, kCN, kRows | kPingPongMode>(qa, qb, args, y_bf16, stream);
   } else if (plan.bulk_store) {
-    LaunchFor<kCM, kCN, kBulkStoreMode>(qa, qb, args, y_bf16, stream);
+    LaunchFor<kCM, kCN, kRows | kBulkStoreMode>(qa, qb, args, y_bf16, stream);
   } else {
-    LaunchFor<kCM, kCN, kPlainMode>(qa, qb, args, y_bf16, stream);
+    LaunchFor<kCM, kCN, kRows | kPlainMode>(qa, qb, args, y_bf16, stream);
   }
+}
+
+// 192-row tiles only without a cluster along M (WgmmaBlockScaledGemm
+// refuses the pair): no kernel is built for it.
+template <int kCM, int kCN>
+void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
+               const WgmmaPlan& plan, cudaStream_t stream) {
+  if constexpr (kCM == 1) {
+    if (plan.tile_m == 192)
+      return LaunchFor<kCM, kCN, kTallMode>(qa, qb, args, y_bf16, plan, stream);
+  }
+  LaunchFor<kCM, kCN, 0>(qa, qb, args, y_bf16, plan, stream);
 }
 
 // Units of work (tiles, or clusters of tiles) times splits over the
@@ -719,7 +606,7 @@ WgmmaPlan WgmmaGemmPlan(int64_t M, int64_t N, int64_t K) {
   // (30 clusters of 4 fit, 120 of the 132 multiprocessors), so not chosen.
   WgmmaPlan plan;
   const auto max_clusters = WgmmaMaxClusters;
-  if (M % (2 * kBlockM) == 0 && max_clusters(2, 1) >= 1) {
+  if (M % (2 * 128) == 0 && max_clusters(2, 1) >= 1) {
     plan.cluster_m = 2;
   } else if (N % (2 * kBlockN) == 0 && max_clusters(1, 2) >= 1) {
     plan.cluster_n = 2;
@@ -727,7 +614,7 @@ WgmmaPlan WgmmaGemmPlan(int64_t M, int64_t N, int64_t K) {
   // Split-K where the units fill the multiprocessors poorly: the time goes
   // as Waves. Up to 4 ranges, each at least 2 K blocks; a split must gain a
   // tenth (the partial sums' extra pass).
-  const int64_t units = ((M + plan.cluster_m * kBlockM - 1) / (plan.cluster_m * kBlockM)) *
+  const int64_t units = ((M + plan.cluster_m * 128 - 1) / (plan.cluster_m * 128)) *
                         ((N + plan.cluster_n * kBlockN - 1) / (plan.cluster_n * kBlockN));
   const int64_t kbs = (K + kBlockK - 1) / kBlockK;
   const int clusters = max_clusters(plan.cluster_m, plan.cluster_n);
@@ -748,12 +635,17 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
     ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
                                         "splits must be >= 1, with a partial buffer above 1");
   }
-  const bool cm_ok = plan.cluster_m == 1 || (plan.cluster_m == 2 && M % (2 * kBlockM) == 0);
+  if (plan.tile_m != 128 && plan.tile_m != 192) {
+    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
+                                        "tile_m must be 128 or 192");
+  }
+  const bool cm_ok = plan.cluster_m == 1 ||
+                     (plan.cluster_m == 2 && plan.tile_m == 128 && M % (2 * plan.tile_m) == 0);
   const bool cn_ok = plan.cluster_n == 1 || (plan.cluster_n == 2 && N % (2 * kBlockN) == 0);
   if (!cm_ok || !cn_ok) {
-    ::gtp::kernels::cuda::internal::Die(
-        __FILE__, __LINE__, "WgmmaBlockScaledGemm",
-        "a cluster dimension must be 1, or 2 with M (N) a multiple of 256");
+    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
+                                        "a cluster dimension must be 1, or 2 with M (N) a "
+                                        "multiple of 256 (cluster_m 2: tile_m 128 only)");
   }
   const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles, plan.splits, partial};
   if (plan.cluster_m == 2 && plan.cluster_n == 2) {

@@ -33,6 +33,11 @@ struct WgmmaPlan {
   // tile's wgmmas start while they drain (wgmma_gemm.cu's StoreTile); the
   // same bits. Off by default: not yet timed on a GPU.
   bool bulk_store = false;
+  // tile_m: a CTA's rows, 128 (two consumer warpgroups) or 192 (three, so
+  // two others' blocks queue on the tensor cores while one promotes; 4
+  // stages instead of 6; no cluster along M). Off by default: not yet
+  // timed on a GPU.
+  int tile_m = 128;
 };
 
 // How many clusters of that shape (1 or 2 each) run at once on the current
