@@ -39,7 +39,6 @@ if start is None:
     print("  (no source rows)"); print("\n".join(lines[:15])); sys.exit(0)
 rows = list(csv.reader(lines[start:]))
 head = rows[0]
-print("  columns:", head)
 def col(*keys):
     for k in keys:
         for i, h in enumerate(head):
@@ -53,9 +52,22 @@ def num(v):
 body = [r for r in rows[1:] if len(r) == len(head)]
 total = sum(num(r[allc]) for r in body) if allc is not None else 0
 print(f"  {len(body)} instructions, {total:.0f} samples")
-if allc is None: sys.exit(0)
-for i, r in sorted(enumerate(body), key=lambda x: -num(x[1][allc]))[:40]:
+if allc is None or ex is None:
+    print("  columns:", head); sys.exit(0)
+# Where the samples fall by how often an instruction ran: the code of one
+# loop runs equally often (the consumers' K-block loop, their epilogue once
+# a tile, the producer's loop), so these groups split the time by region.
+groups = {}
+for r in body:
+    g = groups.setdefault(int(num(r[ex])), [0.0, 0, ""])
+    g[0] += num(r[allc]); g[1] += 1
+    if not g[2] and any(k in r[src] for k in ("QGMMA", "STG", "UTMALDG", "LDGSTS", "SYNCS")):
+        g[2] = r[src].split()[0 if not r[src].lstrip().startswith("@") else 1]
+print("  samples by execution count (count: share, instructions, e.g.):")
+for n, (smp, k, what) in sorted(groups.items(), key=lambda x: -x[1][0])[:6]:
+    print(f"    {n:>9}: {100*smp/max(total,1):5.1f}%  {k:4d} instr  {what}")
+for i, r in sorted(enumerate(body), key=lambda x: -num(x[1][allc]))[:30]:
     s = num(r[allc])
-    print(f"  {i:5d} {100*s/max(total,1):5.1f}% nis={r[nis] if nis is not None else '?':>6} ex={r[ex] if ex is not None else '?':>8}  {r[src][:90]}")
+    print(f"  {i:5d} {100*s/max(total,1):5.1f}% nis={r[nis] if nis is not None else '?':>6} ex={r[ex]:>8}  {r[src][:90]}")
 PY
 done
