@@ -295,10 +295,13 @@ Operand Quantized(const Exec& cpu, const std::vector<float>& x, int64_t R, int64
 // in y_type) and the GEMM runs with beta 1, so y = a·bᵀ + y0; the bound adds
 // one rounding of the sum (2⁻²³ of |ref| + |y0|: the epilogue's order is
 // the kernel's).
+// wgmma_plan (may be null; splits 1): the wgmma kernel with this plan
+// instead of BlockScaledGemm's choice (engine and algo unused).
 void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a, const Operand& b,
                             DType y_type, const std::vector<float>* bias = nullptr, int algo = -1,
                             Fp8GemmEngine engine = Fp8GemmEngine::kCublasLt,
-                            const std::vector<float>* beta_y0 = nullptr) {
+                            const std::vector<float>* beta_y0 = nullptr,
+                            const cuda::WgmmaPlan* wgmma_plan = nullptr) {
   SCOPED_TRACE(what + ", y " + DTypeName(y_type) + (bias != nullptr ? " + bias" : "") +
                (beta_y0 != nullptr ? " + y0 (beta 1)" : "") +
                (engine == Fp8GemmEngine::kWgmma ? " [wgmma]" : " [cuBLASLt]"));
@@ -320,7 +323,13 @@ void ExpectMatchesReference(Env& env, const std::string& what, const Operand& a,
   for (int run = 0; run < 2; ++run) {
     const Tensor y = beta_y0 != nullptr ? env.Up(MakeMatrix(*beta_y0, M, N, *env.cpu.alloc, y_type))
                                         : env.Poisoned({M, N}, y_type, run == 0 ? 0xff : 0x5a);
-    if (algo >= 0) {
+    if (wgmma_plan != nullptr) {
+      cuda::WgmmaBlockScaledGemm(
+          static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), ga.layout == kTile,
+          static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), gb.layout == kTile,
+          M, N, K, y.raw_data(), y_type == DType::kBF16, beta,
+          gbias.defined() ? gbias.raw_data() : nullptr, *wgmma_plan, nullptr, env.gpu.stream);
+    } else if (algo >= 0) {
       BlockScaledGemmPlan(env.gpu, ga, gb, y, algo + 1).Run(env.gpu, algo, ga, gb, y, beta);
     } else {
       BlockScaledGemm(env.gpu, ga, gb, y, beta, gbias, engine);
@@ -571,8 +580,10 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
 // pairs are finished before they are staged), rows past M and a last tile
 // of 16 columns (copies of 32 or 64 bytes), for both y dtypes, with and
 // without ping-pong; so do 192-row tiles (tile_m; here two, the second
-// partial). (The staged stores are held to the reference by the tests
-// above; the cluster test compares both options on more shapes.)
+// partial). The staged stores themselves, unsplit, with the bias and beta
+// 1, are held to the dequantised reference first (the default plan splits
+// these few tiles, which the other bias and beta tests take). The cluster
+// test compares both options on more shapes.
 TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
   SKIP_WITHOUT_WGMMA();
   Env env;
@@ -582,8 +593,14 @@ TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
   const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
   for (DType t : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(t == DType::kBF16 ? "y bf16" : "y f32");
-    const Tensor bias = env.Up(MakeMatrix(BiasValues(env, N, 73, t), 1, N, *env.cpu.alloc, t));
-    const Tensor y0 = MakeMatrix(BlockyMatrix(M, N, 74), M, N, *env.cpu.alloc, t);
+    const std::vector<float> bias_values = BiasValues(env, N, 73, t);
+    const std::vector<float> y0_values =
+        Floats(MakeMatrix(BlockyMatrix(M, N, 74), M, N, *env.cpu.alloc, t));  // representable
+    const cuda::WgmmaPlan unsplit;
+    ExpectMatchesReference(env, "wgmma staged epilogue", a, b, t, &bias_values, -1,
+                           Fp8GemmEngine::kWgmma, &y0_values, &unsplit);
+    const Tensor bias = env.Up(MakeMatrix(bias_values, 1, N, *env.cpu.alloc, t));
+    const Tensor y0 = MakeMatrix(y0_values, M, N, *env.cpu.alloc, t);
     auto run = [&](bool ping_pong, bool bulk, int tile_m = 128) {
       const Tensor y = env.Up(y0);
       cuda::WgmmaPlan plan;

@@ -119,15 +119,15 @@ __device__ __forceinline__ const float* ScaleRow(const float* scales, bool tiles
   return scales + (tiles ? r / kScaleTile : r) * kbs;
 }
 
-// The promotion of kJ column octets of a block's f32 sums d (the wgmma
-// fragment: d[4j + i] is row row0 + 8·(i / 2), column 8j + col0 + i % 2 of
-// the columns sbs's scales start at) into acc: acc += d·(sa[row]·sb[col]).
-// kBRows: b's scales per column (sbs[col]); else one per tile (sbs[0]).
-template <bool kBRows, int kJ>
+// The promotion of a block's f32 sums d (the wgmma fragment: d[4j + i] is
+// row row0 + 8·(i / 2), column 8j + col0 + i % 2 of the tile) into acc:
+// acc += d·(sa[row]·sb[col]). kBRows: b's scales per column (sbs[col]);
+// else one per tile (sbs[0]).
+template <bool kBRows>
 __device__ __forceinline__ void Promote(const float* d, float* acc, const float* sbs, float sa0,
                                         float sa1, int col0) {
 #pragma unroll
-  for (int j = 0; j < kJ; ++j) {
+  for (int j = 0; j < 16; ++j) {
     if constexpr (kBRows) {
       const float2 sb = *reinterpret_cast<const float2*>(sbs + 8 * j + col0);
       acc[4 * j + 0] = fmaf(d[4 * j + 0], __fmul_rn(sa0, sb.x), acc[4 * j + 0]);
@@ -235,7 +235,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
       }
       // b's per-column scales are read inside (not held across the wait:
       // registers); a tile b's one scale was read before it.
-      Promote<kBRows, 16>(tmp, acc, kBRows ? sbs : &sb_tile, sa0, sa1, col0);
+      Promote<kBRows>(tmp, acc, kBRows ? sbs : &sb_tile, sa0, sa1, col0);
       if constexpr (kBRows) {
         release(s);
       }

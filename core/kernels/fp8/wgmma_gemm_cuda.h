@@ -40,8 +40,9 @@ struct WgmmaPlan {
   int tile_m = 128;
 };
 
-// How many clusters of that shape (1 or 2 each) run at once on the current
-// device (one CTA a multiprocessor; a cluster's CTAs share a GPC).
+// How many clusters of that shape (1 or 2 each; CTAs of 128-row tiles) run
+// at once on the current device (one CTA a multiprocessor; a cluster's CTAs
+// share a GPC).
 int WgmmaMaxClusters(int cluster_m, int cluster_n);
 
 // The plan for an M × N × K GEMM on the current device: a pair of CTAs
