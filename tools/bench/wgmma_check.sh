@@ -12,11 +12,11 @@
 #    that hangs fails here alone);
 # 2. a linear's three GEMMs at 350M (1024 → 4096) and 1.3B (2048 → 8192),
 #    N = 8192 tokens: bf16, cuBLASLt's block-scaled fp8 (fp8_gemm) and ours
-#    (fp8_wgmma: its default plan; _1x1: no cluster; _pp, _1x1_pp: the consumer
-#    warpgroups taking turns; _bulk: the epilogue's rows by bulk copies;
-#    _m192, _m192_bulk: 192-row tiles, three consumer warpgroups),
-#    ms per call and TFLOP/s
-#    (core/kernels/bench:fp8_linear_benchmark);
+#    (fp8_wgmma: its default plan, 192- or 128-row tiles; _m128: 128-row
+#    tiles, the default before session 27; _m192: 192-row tiles; _1x1: no
+#    cluster; _pp: the consumer warpgroups taking turns), ms per call and
+#    TFLOP/s (core/kernels/bench:fp8_linear_benchmark; ROWS adds others,
+#    e.g. 'fp8_wgmma_bulk|fp8_wgmma_2x2');
 # 3. Nsight Compute on the kernel (PROFILE=0 skips it): tensor-pipe use,
 #    issue rate, the warps' top stall reasons;
 # 4. only when 1 passed and STEPS > 0 (default 40): 350M and 1.3B training,
@@ -32,15 +32,15 @@ bench_start wgmma_check "$ROOT" || exit 2  # LOG, WORK, B
 status=0
 
 echo "=== 1. the wgmma GEMM's GPU tests"
-GTEST_FILTER='*Wgmma*' run_gpu_test core_kernels_fp8_block_gemm_gpu_test 60 || status=1
+GTEST_FILTER='*Wgmma*' run_gpu_test core_kernels_fp8_block_gemm_gpu_test 120 || status=1
 grep -E 'worst' "$LOG/core_kernels_fp8_block_gemm_gpu_test.log" | cut -c1-160 | head -30
 
 echo "=== 2. a linear's GEMMs (ms per call, TFLOP/s): bf16, cuBLASLt fp8, wgmma fp8"
-# Two runs: the plans that have run before, then the newer ones (bulk
-# stores, 192-row tiles), so a new one that hangs costs only its own rows.
+# Two runs: the established rows, then ROWS, so a plan that hangs costs
+# only its own rows.
 shapes='BM_Fp8Linear/(350m_1024x4096|1p3b_2048x8192)/.*'
-for impls in 'bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_1x1|fp8_wgmma_pp|fp8_wgmma_1x1_pp' \
-  'fp8_wgmma_bulk|fp8_wgmma_m192|fp8_wgmma_m192_bulk'; do
+for impls in 'bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_m128|fp8_wgmma_m192|fp8_wgmma_1x1|fp8_wgmma_pp' \
+  ${ROWS:+"$ROWS"}; do
   (cd "$B" && timeout 150 ./bin/core_kernels_bench_fp8_linear_benchmark \
     --benchmark_filter="$shapes/($impls)/" >> "$LOG/fp8_linear_benchmark.txt" 2>&1) ||
     echo "benchmark rc $? ($impls)"
@@ -52,16 +52,15 @@ grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | sed 's|BM_Fp8Linear/||; s|/min_tim
 
 echo "=== 3. Nsight Compute on the kernel (PROFILE=0 skips): where its cycles go"
 # One launch each of the 1.3B forward (2048 → 8192: b a 128×128 tile; the
-# default plan, ping-pong, bulk stores, 192-row tiles) and wgrad (b's scales per column): the
+# default plan, 128-row tiles) and wgrad (b's scales per column): the
 # tensor pipe's use, the issue rate, shared-memory and L2 throughput, and
 # the warps' stall reasons (the raw
 # metrics of the sections below; no metric named, so none can be missing
-# on another ncu). Up to 5 × 60 s.
+# on another ncu). Up to 3 × 60 s.
 if [[ "${PROFILE:-1}" == 0 ]]; then
   echo "SKIPPED Nsight Compute (PROFILE=0)"
 elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
-  for row in 1p3b_2048x8192/fwd/fp8_wgmma/ 1p3b_2048x8192/fwd/fp8_wgmma_pp/ \
-    1p3b_2048x8192/fwd/fp8_wgmma_bulk/ 1p3b_2048x8192/fwd/fp8_wgmma_m192/ \
+  for row in 1p3b_2048x8192/fwd/fp8_wgmma/ 1p3b_2048x8192/fwd/fp8_wgmma_m128/ \
     1p3b_2048x8192/wgrad/fp8_wgmma/; do
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page raw \

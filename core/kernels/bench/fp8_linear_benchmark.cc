@@ -16,9 +16,10 @@
 //             the GEMM's own speed, the floor quantisation fusion could reach.
 //   fp8_wgmma the same operands through our own kernel
 //             (Fp8GemmEngine::kWgmma, core/kernels/fp8/wgmma_gemm.cu), its
-//             default plan (a 2 × 1 cluster at these shapes: b's stage
-//             tiles multicast to a pair of CTAs);
-//   fp8_wgmma_1x1, _1x2, _2x2  the same with another cluster shape
+//             default plan (WgmmaGemmPlan: 192-row tiles, or 128-row tiles
+//             in a 2 × 1 cluster, b's stage tiles multicast to a pair of
+//             CTAs);
+//   fp8_wgmma_1x1, _1x2, _2x2  128-row tiles with another cluster shape
 //             (cuda::WgmmaPlan; none, a's tiles shared, both);
 //   fp8_wgmma_pp, _1x1_pp  the default plan, and no cluster, with the
 //             consumer warpgroups taking turns (WgmmaPlan::ping_pong);
@@ -26,7 +27,10 @@
 //             bulk copies (WgmmaPlan::bulk_store);
 //   fp8_wgmma_m192, _m192_bulk  192-row tiles (WgmmaPlan::tile_m: three
 //             consumer warpgroups), the default plan's cluster along N if
-//             any, none along M; and the same with bulk stores.
+//             any, none along M; and the same with bulk stores;
+//   fp8_wgmma_m128  the default plan with 128-row tiles (a 2 × 1 cluster
+//             where M allows, when the default took 192 rows): the default
+//             before session 27.
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -73,7 +77,8 @@ enum class Impl {
   kWgmma1x1PingPong,
   kWgmmaBulk,
   kWgmmaTall,
-  kWgmmaTallBulk
+  kWgmmaTallBulk,
+  kWgmmaShort
 };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
@@ -134,7 +139,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   const bool raw = impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ||
                    impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong ||
                    impl == Impl::kWgmmaBulk || impl == Impl::kWgmmaTall ||
-                   impl == Impl::kWgmmaTallBulk;
+                   impl == Impl::kWgmmaTallBulk || impl == Impl::kWgmmaShort;
   if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
@@ -142,7 +147,11 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
     if (tall) {
       plan.tile_m = 192;
       plan.cluster_m = 1;
+    } else if (impl == Impl::kWgmmaShort) {
+      if (plan.tile_m == 192) plan.cluster_m = M % 256 == 0 ? 2 : 1;  // the splits stay 1
+      plan.tile_m = 128;
     } else if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk) {
+      plan.tile_m = 128;
       plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
       plan.cluster_n = impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ? 2 : 1;
     }
@@ -181,6 +190,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmmaBulk:
       case Impl::kWgmmaTall:
       case Impl::kWgmmaTallBulk:
+      case Impl::kWgmmaShort:
         return run_plan();
     }
   };
@@ -191,6 +201,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   if (impl != Impl::kBf16 && impl != Impl::kFp8 && impl != Impl::kFp8Gemm) {
     state.counters["clusters"] = fp8::cuda::WgmmaMaxClusters(plan.cluster_m, plan.cluster_n);
     state.counters["splits"] = plan.splits;
+    state.counters["rows"] = plan.tile_m;
   }
 }
 
@@ -262,7 +273,8 @@ void Register() {
             std::make_pair("fp8_wgmma_1x1_pp", Impl::kWgmma1x1PingPong),
             std::make_pair("fp8_wgmma_bulk", Impl::kWgmmaBulk),
             std::make_pair("fp8_wgmma_m192", Impl::kWgmmaTall),
-            std::make_pair("fp8_wgmma_m192_bulk", Impl::kWgmmaTallBulk)}) {
+            std::make_pair("fp8_wgmma_m192_bulk", Impl::kWgmmaTallBulk),
+            std::make_pair("fp8_wgmma_m128", Impl::kWgmmaShort)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

@@ -596,8 +596,12 @@ TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
     const std::vector<float> bias_values = BiasValues(env, N, 73, t);
     const std::vector<float> y0_values =
         Floats(MakeMatrix(BlockyMatrix(M, N, 74), M, N, *env.cpu.alloc, t));  // representable
+    // The reference (BlockScaledGemm on the CPU) takes a bias or beta 1, not
+    // both: one check each.
     const cuda::WgmmaPlan unsplit;
     ExpectMatchesReference(env, "wgmma staged epilogue", a, b, t, &bias_values, -1,
+                           Fp8GemmEngine::kWgmma, nullptr, &unsplit);
+    ExpectMatchesReference(env, "wgmma staged epilogue", a, b, t, nullptr, -1,
                            Fp8GemmEngine::kWgmma, &y0_values, &unsplit);
     const Tensor bias = env.Up(MakeMatrix(bias_values, 1, N, *env.cpu.alloc, t));
     const Tensor y0 = MakeMatrix(y0_values, M, N, *env.cpu.alloc, t);
@@ -621,6 +625,53 @@ TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
     EXPECT_TRUE(run(true, true, 192) == staged)
         << "192-row tiles, bulk stores, ping-pong: not the 128-row tiles' bits";
   }
+}
+
+// WgmmaGemmPlan takes 192-row tiles where their waves cost less, and the
+// default path (BlockScaledGemm) then runs them right: a 1536 × 1536 × 512
+// forward-like GEMM (96 tiles of 192 rows, one wave; 72 pairs of 128-row
+// tiles, two waves or 1.5 split) held to the dequantised reference, with
+// the 128-row tiles' bits. The choices on the trainer's shapes are the
+// measured winners (docs/PERFORMANCE.md, session 27, H100): 192 for the
+// 1.3B and 350M forwards, 128 where the 192-row tiles round to a worse
+// wave (350M's wgrad). These hold for 132 multiprocessors (H100 SXM,
+// H200), the only count they were fitted on.
+TEST(WgmmaGemmGpu, ThePlanTakes192RowTilesWhereTheirWavesCostLess) {
+  SKIP_WITHOUT_WGMMA();
+  Env env;
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  if (sms != 132)
+    GTEST_SKIP() << "the plan's choices are fitted on 132 multiprocessors, not " << sms;
+  struct Want {
+    int64_t M, N, K;
+    int tile_m, cluster_m, splits;
+  };
+  for (const Want& w : {Want{1536, 1536, 512, 192, 1, 1}, Want{8192, 8192, 2048, 192, 1, 1},
+                        Want{8192, 4096, 1024, 192, 1, 1}, Want{4096, 1024, 8192, 128, 2, 1},
+                        Want{512, 768, 1024, 128, 2, 4}}) {
+    const cuda::WgmmaPlan p = cuda::WgmmaGemmPlan(w.M, w.N, w.K);
+    EXPECT_EQ(p.tile_m, w.tile_m) << w.M << " x " << w.N << " x " << w.K;
+    EXPECT_EQ(p.cluster_m, w.cluster_m) << w.M << " x " << w.N << " x " << w.K;
+    EXPECT_EQ(p.cluster_n, 1) << w.M << " x " << w.N << " x " << w.K;
+    EXPECT_EQ(p.splits, w.splits) << w.M << " x " << w.N << " x " << w.K;
+  }
+  const int64_t M = 1536, N = 1536, K = 512;
+  const Operand a = Quantized(env.cpu, BlockyMatrix(M, K, 81), M, K, kRow);
+  const Operand b = Quantized(env.cpu, BlockyMatrix(N, K, 82), N, K, kTile);
+  ExpectMatchesReference(env, "wgmma default plan, 192-row tiles", a, b, DType::kBF16, nullptr, -1,
+                         Fp8GemmEngine::kWgmma);
+  const Fp8Matrix ga = env.Up(a.host), gb = env.Up(b.host);
+  const Tensor y = env.Poisoned({M, N}, DType::kBF16, 0xff);
+  BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
+  const Tensor y128 = env.Poisoned({M, N}, DType::kBF16, 0x5a);
+  cuda::WgmmaPlan plan;  // 128-row tiles, no cluster, unsplit
+  cuda::WgmmaBlockScaledGemm(static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(),
+                             false, static_cast<const uint8_t*>(gb.q.raw_data()),
+                             gb.scales.data<float>(), true, M, N, K, y128.raw_data(), true, 0.0f,
+                             nullptr, plan, nullptr, env.gpu.stream);
+  EXPECT_TRUE(env.Down(y) == env.Down(y128)) << "192-row tiles: not the 128-row tiles' bits";
 }
 
 // The trainer's check before it trains with the kernel (wgmma_check.cc)

@@ -31,12 +31,14 @@ struct WgmmaPlan {
   // bulk_store: the epilogue's rows (staged in shared memory) go to y as
   // bulk asynchronous copies the consumers do not wait for, so the next
   // tile's wgmmas start while they drain (wgmma_gemm.cu's StoreTile); the
-  // same bits. Off by default: not yet timed on a GPU.
+  // same bits. Never chosen: slower on every shape timed (docs/PERFORMANCE.md,
+  // session 27: 1.3B forward 0.392 ms against 0.326, H100).
   bool bulk_store = false;
   // tile_m: a CTA's rows, 128 (two consumer warpgroups) or 192 (three, so
   // two others' blocks queue on the tensor cores while one promotes; 4
-  // stages instead of 6; no cluster along M). Off by default: not yet
-  // timed on a GPU.
+  // stages instead of 6; no cluster along M). WgmmaGemmPlan picks 192
+  // where its tiles round to whole waves no worse (1.3B forward 11 %
+  // faster, session 27, H100).
   int tile_m = 128;
 };
 
@@ -45,9 +47,11 @@ struct WgmmaPlan {
 // share a GPC).
 int WgmmaMaxClusters(int cluster_m, int cluster_n);
 
-// The plan for an M × N × K GEMM on the current device: a pair of CTAs
-// (2 × 1, else 1 × 2) where the shape allows, and split-K where the units of work fill the
-// multiprocessors poorly and K is long (at most 4 ranges of 2+ K blocks).
+// The plan for an M × N × K GEMM on the current device: 128-row tiles in a
+// pair of CTAs (2 × 1, else 1 × 2) where the shape allows, and split-K where
+// the units of work fill the multiprocessors poorly and K is long (at most 4
+// ranges of 2+ K blocks); or unsplit 192-row tiles where their waves cost
+// less (a 192-row wave counted as 1.35 of a 128-row one, as measured).
 // The splits depend on the device's multiprocessors, so a shape gives the
 // same bits only on devices with the same number.
 WgmmaPlan WgmmaGemmPlan(int64_t M, int64_t N, int64_t K);
