@@ -13,8 +13,9 @@
 # 2. a linear's three GEMMs at 350M (1024 → 4096) and 1.3B (2048 → 8192),
 #    N = 8192 tokens: bf16, cuBLASLt's block-scaled fp8 (fp8_gemm) and ours
 #    (fp8_wgmma: its default plan, 192- or 128-row tiles; _m128: 128-row
-#    tiles, the default before session 27; _m192: 192-row tiles; _1x1: no
-#    cluster; _pp: the consumer warpgroups taking turns), ms per call and
+#    tiles, the default before session 27; _m192: 192-row tiles, _m192_1x2
+#    the same in pairs sharing a's tiles; _1x1: no cluster; _pp: the
+#    consumer warpgroups taking turns), ms per call and
 #    TFLOP/s (core/kernels/bench:fp8_linear_benchmark; ROWS adds others,
 #    e.g. 'fp8_wgmma_bulk|fp8_wgmma_2x2');
 # 3. Nsight Compute on the kernel (PROFILE=0 skips it): tensor-pipe use,
@@ -39,7 +40,7 @@ echo "=== 2. a linear's GEMMs (ms per call, TFLOP/s): bf16, cuBLASLt fp8, wgmma 
 # Two runs: the established rows, then ROWS, so a plan that hangs costs
 # only its own rows.
 shapes='BM_Fp8Linear/(350m_1024x4096|1p3b_2048x8192)/.*'
-for impls in 'bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_m128|fp8_wgmma_m192|fp8_wgmma_1x1|fp8_wgmma_pp' \
+for impls in 'bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_m128|fp8_wgmma_m192|fp8_wgmma_m192_1x2|fp8_wgmma_1x1|fp8_wgmma_pp' \
   ${ROWS:+"$ROWS"}; do
   (cd "$B" && timeout 150 ./bin/core_kernels_bench_fp8_linear_benchmark \
     --benchmark_filter="$shapes/($impls)/" >> "$LOG/fp8_linear_benchmark.txt" 2>&1) ||

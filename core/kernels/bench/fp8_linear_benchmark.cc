@@ -25,11 +25,11 @@
 //             consumer warpgroups taking turns (WgmmaPlan::ping_pong);
 //   fp8_wgmma_bulk  the default plan with the epilogue's rows stored by
 //             bulk copies (WgmmaPlan::bulk_store);
-//   fp8_wgmma_m192, _m192_bulk  192-row tiles (WgmmaPlan::tile_m: three
-//             consumer warpgroups), the default plan's cluster along N if
-//             any, none along M; and the same with bulk stores;
-//   fp8_wgmma_m128  the default plan with 128-row tiles (a 2 × 1 cluster
-//             where M allows, when the default took 192 rows): the default
+//   fp8_wgmma_m192, _m192_bulk, _m192_1x2  192-row tiles (WgmmaPlan::tile_m:
+//             three consumer warpgroups) without a cluster, the same with
+//             bulk stores, and in a 1 × 2 cluster (a's tiles shared);
+//   fp8_wgmma_m128  the default plan with 128-row tiles (the 128-row
+//             plan's pair, when the default took 192 rows): the default
 //             before session 27.
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
@@ -78,6 +78,7 @@ enum class Impl {
   kWgmmaBulk,
   kWgmmaTall,
   kWgmmaTallBulk,
+  kWgmmaTall1x2,
   kWgmmaShort
 };
 
@@ -139,16 +140,22 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   const bool raw = impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ||
                    impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong ||
                    impl == Impl::kWgmmaBulk || impl == Impl::kWgmmaTall ||
-                   impl == Impl::kWgmmaTallBulk || impl == Impl::kWgmmaShort;
+                   impl == Impl::kWgmmaTallBulk || impl == Impl::kWgmmaTall1x2 ||
+                   impl == Impl::kWgmmaShort;
   if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
-    const bool tall = impl == Impl::kWgmmaTall || impl == Impl::kWgmmaTallBulk;
+    const bool tall =
+        impl == Impl::kWgmmaTall || impl == Impl::kWgmmaTallBulk || impl == Impl::kWgmmaTall1x2;
     if (tall) {
       plan.tile_m = 192;
       plan.cluster_m = 1;
+      plan.cluster_n = impl == Impl::kWgmmaTall1x2 ? 2 : 1;
     } else if (impl == Impl::kWgmmaShort) {
-      if (plan.tile_m == 192) plan.cluster_m = M % 256 == 0 ? 2 : 1;  // the splits stay 1
+      if (plan.tile_m == 192) {  // the 128-row plan's pair; the splits stay 1
+        plan.cluster_m = M % 256 == 0 ? 2 : 1;
+        plan.cluster_n = plan.cluster_m == 1 && N % 256 == 0 ? 2 : 1;
+      }
       plan.tile_m = 128;
     } else if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk) {
       plan.tile_m = 128;
@@ -190,6 +197,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmmaBulk:
       case Impl::kWgmmaTall:
       case Impl::kWgmmaTallBulk:
+      case Impl::kWgmmaTall1x2:
       case Impl::kWgmmaShort:
         return run_plan();
     }
@@ -199,7 +207,8 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   if (impl == Impl::kFp8Wgmma)
     plan = fp8::cuda::WgmmaGemmPlan(g.a.q.dim(0), g.b.q.dim(0), g.a.q.dim(1));
   if (impl != Impl::kBf16 && impl != Impl::kFp8 && impl != Impl::kFp8Gemm) {
-    state.counters["clusters"] = fp8::cuda::WgmmaMaxClusters(plan.cluster_m, plan.cluster_n);
+    state.counters["clusters"] =
+        fp8::cuda::WgmmaMaxClusters(plan.cluster_m, plan.cluster_n, plan.tile_m);
     state.counters["splits"] = plan.splits;
     state.counters["rows"] = plan.tile_m;
   }
@@ -274,6 +283,7 @@ void Register() {
             std::make_pair("fp8_wgmma_bulk", Impl::kWgmmaBulk),
             std::make_pair("fp8_wgmma_m192", Impl::kWgmmaTall),
             std::make_pair("fp8_wgmma_m192_bulk", Impl::kWgmmaTallBulk),
+            std::make_pair("fp8_wgmma_m192_1x2", Impl::kWgmmaTall1x2),
             std::make_pair("fp8_wgmma_m128", Impl::kWgmmaShort)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +

@@ -593,7 +593,8 @@ bool WgmmaGemmSupported(int device) {
   return major == 9 && minor == 0;
 }
 
-int WgmmaMaxClusters(int cluster_m, int cluster_n) {
+int WgmmaMaxClusters(int cluster_m, int cluster_n, int tile_m) {
+  if (tile_m == 192) return cluster_n == 2 ? MaxClusters<1, 2, 192>() : MaxClusters<1, 1, 192>();
   if (cluster_m == 2 && cluster_n == 2) return MaxClusters<2, 2>();
   if (cluster_m == 2) return MaxClusters<2, 1>();
   if (cluster_n == 2) return MaxClusters<1, 2>();
@@ -626,15 +627,15 @@ WgmmaPlan WgmmaGemmPlan(int64_t M, int64_t N, int64_t K) {
   // none; 2 × 2 is slower (30 clusters of 4 fit, 120 of the 132
   // multiprocessors), so not chosen.
   WgmmaPlan plan;
-  const auto max_clusters = WgmmaMaxClusters;
-  if (M % (2 * 128) == 0 && max_clusters(2, 1) >= 1) {
+  if (M % (2 * 128) == 0 && WgmmaMaxClusters(2, 1) >= 1) {
     plan.cluster_m = 2;
-  } else if (N % (2 * kBlockN) == 0 && max_clusters(1, 2) >= 1) {
+  } else if (N % (2 * kBlockN) == 0 && WgmmaMaxClusters(1, 2) >= 1) {
     plan.cluster_n = 2;
   }
   const int64_t units = ((M + plan.cluster_m * 128 - 1) / (plan.cluster_m * 128)) *
                         ((N + plan.cluster_n * kBlockN - 1) / (plan.cluster_n * kBlockN));
-  const auto [splits, waves] = BestSplits(units, K, max_clusters(plan.cluster_m, plan.cluster_n));
+  const auto [splits, waves] =
+      BestSplits(units, K, WgmmaMaxClusters(plan.cluster_m, plan.cluster_n, 128));
   plan.splits = splits;
   // Or 192-row tiles, one CTA each (three consumer warpgroups), unsplit: a
   // wave of them takes 192/128 × 0.9 of a wave of 128-row tiles (0.86–0.90
@@ -644,9 +645,11 @@ WgmmaPlan WgmmaGemmPlan(int64_t M, int64_t N, int64_t K) {
   // where a split would pay, the units are few and 128-row tiles fill the
   // multiprocessors better anyway; and on long shapes the partial sums'
   // extra pass would cost more than the fraction of a wave it saves.
+  // No cluster: a 1 × 2 pair of them (a's tiles shared) gives the same
+  // bits but has not been timed (fp8_linear_benchmark's fp8_wgmma_m192_1x2).
   constexpr double kTallWaveCost = 192.0 / 128.0 * 0.9;
   const int64_t tall_units = ((M + 191) / 192) * ((N + kBlockN - 1) / kBlockN);
-  if (Waves(tall_units, 1, Multiprocessors()) * kTallWaveCost < waves) {
+  if (Waves(tall_units, 1, WgmmaMaxClusters(1, 1, 192)) * kTallWaveCost < waves) {
     plan.cluster_m = plan.cluster_n = 1;
     plan.tile_m = 192;
     plan.splits = 1;

@@ -42,10 +42,10 @@ struct WgmmaPlan {
   int tile_m = 128;
 };
 
-// How many clusters of that shape (1 or 2 each; CTAs of 128-row tiles) run
-// at once on the current device (one CTA a multiprocessor; a cluster's CTAs
-// share a GPC).
-int WgmmaMaxClusters(int cluster_m, int cluster_n);
+// How many clusters of that shape (1 or 2 each; CTAs of tile_m-row tiles,
+// 192 only with cluster_m 1) run at once on the current device (one CTA a
+// multiprocessor; a cluster's CTAs share a GPC).
+int WgmmaMaxClusters(int cluster_m, int cluster_n, int tile_m = 128);
 
 // The plan for an M × N × K GEMM on the current device: 128-row tiles in a
 // pair of CTAs (2 × 1, else 1 × 2) where the shape allows, and split-K where
