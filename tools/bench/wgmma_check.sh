@@ -16,8 +16,10 @@
 #    tiles, the default before session 27; _m192: 192-row tiles, _m192_1x2
 #    the same in pairs sharing a's tiles; _1x1: no cluster; _pp: the
 #    consumer warpgroups taking turns), ms per call and
-#    TFLOP/s (core/kernels/bench:fp8_linear_benchmark; ROWS adds others,
-#    e.g. 'fp8_wgmma_bulk|fp8_wgmma_2x2');
+#    TFLOP/s (core/kernels/bench:fp8_linear_benchmark); then, in a run of
+#    their own, ROWS (default the untimed fp8_wgmma_m192_1x2 and
+#    fp8_wgmma_m128_ov: 128-row tiles, each consumer's next block issued
+#    before it promotes; others e.g. 'fp8_wgmma_bulk|fp8_wgmma_2x2');
 # 3. Nsight Compute on the kernel (PROFILE=0 skips it): tensor-pipe use,
 #    issue rate, the warps' top stall reasons;
 # 4. only when 1 passed and STEPS > 0 (default 40): 350M and 1.3B training,
@@ -40,8 +42,8 @@ echo "=== 2. a linear's GEMMs (ms per call, TFLOP/s): bf16, cuBLASLt fp8, wgmma 
 # Two runs: the established rows, then ROWS, so a plan that hangs costs
 # only its own rows.
 shapes='BM_Fp8Linear/(350m_1024x4096|1p3b_2048x8192)/.*'
-for impls in 'bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_m128|fp8_wgmma_m192|fp8_wgmma_m192_1x2|fp8_wgmma_1x1|fp8_wgmma_pp' \
-  ${ROWS:+"$ROWS"}; do
+for impls in 'bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_m128|fp8_wgmma_m192|fp8_wgmma_1x1|fp8_wgmma_pp' \
+  "${ROWS-fp8_wgmma_m192_1x2|fp8_wgmma_m128_ov}"; do
   (cd "$B" && timeout 150 ./bin/core_kernels_bench_fp8_linear_benchmark \
     --benchmark_filter="$shapes/($impls)/" >> "$LOG/fp8_linear_benchmark.txt" 2>&1) ||
     echo "benchmark rc $? ($impls)"
@@ -53,16 +55,17 @@ grep '^BM_' "$LOG/fp8_linear_benchmark.txt" | sed 's|BM_Fp8Linear/||; s|/min_tim
 
 echo "=== 3. Nsight Compute on the kernel (PROFILE=0 skips): where its cycles go"
 # One launch each of the 1.3B forward (2048 → 8192: b a 128×128 tile; the
-# default plan, 128-row tiles) and wgrad (b's scales per column): the
+# default plan, 128-row tiles) and wgrad (b's scales per column; the
+# default plan, and overlapped consumers): the
 # tensor pipe's use, the issue rate, shared-memory and L2 throughput, and
 # the warps' stall reasons (the raw
 # metrics of the sections below; no metric named, so none can be missing
-# on another ncu). Up to 3 × 60 s.
+# on another ncu). Up to 4 × 60 s.
 if [[ "${PROFILE:-1}" == 0 ]]; then
   echo "SKIPPED Nsight Compute (PROFILE=0)"
 elif PATH="$PATH:/usr/local/cuda/bin" command -v ncu > /dev/null; then
   for row in 1p3b_2048x8192/fwd/fp8_wgmma/ 1p3b_2048x8192/fwd/fp8_wgmma_m128/ \
-    1p3b_2048x8192/wgrad/fp8_wgmma/; do
+    1p3b_2048x8192/wgrad/fp8_wgmma/ 1p3b_2048x8192/wgrad/fp8_wgmma_m128_ov/; do
     name="$(echo "$row" | tr '/' '_')"
     (cd "$B" && PATH="$PATH:/usr/local/cuda/bin" timeout 60 ncu --csv --page raw \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats \

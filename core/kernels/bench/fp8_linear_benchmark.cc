@@ -30,7 +30,9 @@
 //             bulk stores, and in a 1 × 2 cluster (a's tiles shared);
 //   fp8_wgmma_m128  the default plan with 128-row tiles (the 128-row
 //             plan's pair, when the default took 192 rows): the default
-//             before session 27.
+//             before session 27; fp8_wgmma_m128_ov the same with each
+//             consumer's next block issued before this one's promotion
+//             (WgmmaPlan::overlap).
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -79,7 +81,8 @@ enum class Impl {
   kWgmmaTall,
   kWgmmaTallBulk,
   kWgmmaTall1x2,
-  kWgmmaShort
+  kWgmmaShort,
+  kWgmmaOverlap
 };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
@@ -141,7 +144,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
                    impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong ||
                    impl == Impl::kWgmmaBulk || impl == Impl::kWgmmaTall ||
                    impl == Impl::kWgmmaTallBulk || impl == Impl::kWgmmaTall1x2 ||
-                   impl == Impl::kWgmmaShort;
+                   impl == Impl::kWgmmaShort || impl == Impl::kWgmmaOverlap;
   if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
@@ -151,12 +154,13 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       plan.tile_m = 192;
       plan.cluster_m = 1;
       plan.cluster_n = impl == Impl::kWgmmaTall1x2 ? 2 : 1;
-    } else if (impl == Impl::kWgmmaShort) {
+    } else if (impl == Impl::kWgmmaShort || impl == Impl::kWgmmaOverlap) {
       if (plan.tile_m == 192) {  // the 128-row plan's pair; the splits stay 1
         plan.cluster_m = M % 256 == 0 ? 2 : 1;
         plan.cluster_n = plan.cluster_m == 1 && N % 256 == 0 ? 2 : 1;
       }
       plan.tile_m = 128;
+      plan.overlap = impl == Impl::kWgmmaOverlap;
     } else if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk) {
       plan.tile_m = 128;
       plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
@@ -199,6 +203,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmmaTallBulk:
       case Impl::kWgmmaTall1x2:
       case Impl::kWgmmaShort:
+      case Impl::kWgmmaOverlap:
         return run_plan();
     }
   };
@@ -284,7 +289,8 @@ void Register() {
             std::make_pair("fp8_wgmma_m192", Impl::kWgmmaTall),
             std::make_pair("fp8_wgmma_m192_bulk", Impl::kWgmmaTallBulk),
             std::make_pair("fp8_wgmma_m192_1x2", Impl::kWgmmaTall1x2),
-            std::make_pair("fp8_wgmma_m128", Impl::kWgmmaShort)}) {
+            std::make_pair("fp8_wgmma_m128", Impl::kWgmmaShort),
+            std::make_pair("fp8_wgmma_m128_ov", Impl::kWgmmaOverlap)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

@@ -723,7 +723,9 @@ TEST(WgmmaGemmGpu, AgreesWithCublasLtWithinTwiceTheBound) {
 // and without split-K; so does every shape with the other consumer modes
 // (ping_pong: the warpgroups take turns — the same sums, issued in another
 // order; bulk_store: the epilogue's rows leave by bulk copies — the same
-// bytes, moved another way), with 192-row tiles (tile_m: three consumer
+// bytes, moved another way; overlap: each warpgroup's next block issued
+// before this one's promotion — the same sums, promoted in the same
+// order), with 192-row tiles (tile_m: three consumer
 // warpgroups, each row summed as before by one of them; the last tile
 // partial here), and a y that is not 16-byte aligned (the epilogue then
 // stores straight from registers instead of through shared memory). The default
@@ -764,6 +766,7 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
         plan.ping_pong = (mode & 1) != 0;
         plan.bulk_store = (mode & 2) != 0;
         plan.tile_m = (mode & 4) != 0 ? 192 : 128;
+        plan.overlap = (mode & 8) != 0;
         cuda::WgmmaBlockScaledGemm(
             static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), c.la == kTile,
             static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), c.lb == kTile,
@@ -779,13 +782,17 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
         BlockScaledGemm(env.gpu, ga, gb, y, 0.0f, Tensor(), Fp8GemmEngine::kWgmma);
         EXPECT_TRUE(env.Down(y) == plain) << "the default plan differs from 1 x 1";
       }
-      for (int mode : {0, 2}) {
+      for (int mode : {0, 2, 8}) {
         EXPECT_TRUE(run(1, 1, mode, 8) == plain)
-            << "y 8 bytes past 16-byte alignment" << (mode == 2 ? ", bulk stores, " : ", ")
+            << "y 8 bytes past 16-byte alignment"
+            << (mode == 2   ? ", bulk stores, "
+                : mode == 8 ? ", overlap, "
+                            : ", ")
             << splits << " split(s): not the bits of an aligned y";
       }
-      // Bits: 1 ping_pong, 2 bulk_store, 4 tile_m 192 (no cluster along M).
-      for (int mode = 0; mode < 8; ++mode) {
+      // Bits: 1 ping_pong, 2 bulk_store, 4 tile_m 192 (no cluster along M),
+      // 8 overlap (alone).
+      for (int mode : {0, 1, 2, 3, 4, 5, 6, 7, 8}) {
         for (auto [cm, cn] : {std::make_pair(1, 1), std::make_pair(2, 1), std::make_pair(1, 2),
                               std::make_pair(2, 2)}) {
           if (cm == 1 && cn == 1 && mode == 0) continue;  // plain itself
@@ -793,8 +800,8 @@ TEST(WgmmaGemmGpu, EveryClusterShapeGivesTheBitsOfNoCluster) {
           EXPECT_TRUE(run(cm, cn, mode) == plain)
               << "cluster " << cm << " x " << cn << ((mode & 1) != 0 ? ", ping-pong" : "")
               << ((mode & 2) != 0 ? ", bulk stores" : "")
-              << ((mode & 4) != 0 ? ", 192-row tiles" : "") << ", " << splits
-              << " split(s): not the bits of 1 x 1";
+              << ((mode & 4) != 0 ? ", 192-row tiles" : "") << ((mode & 8) != 0 ? ", overlap" : "")
+              << ", " << splits << " split(s): not the bits of 1 x 1";
         }
       }
     }

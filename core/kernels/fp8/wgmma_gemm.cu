@@ -29,7 +29,9 @@
 //     per CTA of the cluster) once its wgmma and its scale reads are done.
 //     The stages and their barriers' phases run on across a CTA's tiles, so
 //     the producer loads the next tile while the consumers write this one.
-//     With WgmmaPlan::ping_pong the two take turns issuing (Consume).
+//     With WgmmaPlan::ping_pong the two take turns issuing (Consume); with
+//     WgmmaPlan::overlap each issues block kb + 1 into a second temporary
+//     before it promotes block kb (Consume).
 //   - epilogue: acc (+ bias[col]) (+ beta·y) in f32, rounded once to y's
 //     dtype, staged through shared memory and stored in 16-byte runs of a
 //     row (StoreTile; rows past M skipped).
@@ -82,8 +84,10 @@ constexpr int kBlockN = 128, kBlockK = 128, kScaleTile = 128;
 constexpr int kProducerThreads = 128;  // the full barriers' arrival count
 // The kernel's kMode, bits: the consumer warpgroups taking turns
 // (ping_pong), the epilogue's rows stored by bulk copies (bulk_store), 192
-// rows a CTA (tile_m).
-constexpr int kPlainMode = 0, kPingPongMode = 1, kBulkStoreMode = 2, kTallMode = 4;
+// rows a CTA (tile_m), the next block issued before this one's promotion
+// (overlap; 128 rows, alone).
+constexpr int kPlainMode = 0, kPingPongMode = 1, kBulkStoreMode = 2, kTallMode = 4,
+              kOverlapMode = 8;
 constexpr int RowsOf(int mode) { return (mode & kTallMode) != 0 ? 192 : 128; }
 
 // A CTA of kBM rows: its threads (a producer warpgroup and kBM / 64
@@ -171,7 +175,12 @@ __device__ __forceinline__ void ReleaseStage(uint32_t base, int s) {
 // try it: docs/PERFORMANCE.md, twenty-fifth session). Each warpgroup's sum
 // is the same either way, and whichever warpgroup sums a row: the same bits.
 // kBulk: the epilogue's rows go out as bulk copies (StoreTile).
-template <typename Y, bool kBRows, int kBM, int kCluster, bool kPingPong, bool kBulk,
+// kOverlap: a warpgroup issues block kb + 1's wgmmas (into a second
+// temporary) before it waits for block kb's and promotes them, so the
+// tensor cores have its next block queued while it promotes; the blocks
+// are promoted in the same order: the same bits. Its three 64-float
+// arrays need the registers setmaxnreg gives the consumers (232).
+template <typename Y, bool kBRows, int kBM, int kCluster, bool kPingPong, bool kBulk, bool kOverlap,
           typename TileOf>
 __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const float* scale_a,
                                         const float* scale_b, uint8_t* epilogue, int units,
@@ -184,7 +193,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int row0 = 64 * c + 16 * warp + lane / 4;  // and row0 + 8
   const int col0 = 2 * (lane % 4);                 // + 8j, + 1
-  float acc[64], tmp[64];
+  float acc[64], tmp[64], tmp2[64];                // tmp2: kOverlap only
 #pragma unroll
   for (int i = 0; i < 64; ++i) tmp[i] = 0.0f;
   int it = 0;  // as the producer's
@@ -206,39 +215,94 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
     const int kb_end = (split + 1) * kbs / args.splits;
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-    for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
-      const int s = it % L::kStages;
-      MbarWait(full(s), static_cast<uint32_t>(it / L::kStages) & 1);
-      wait_turn();
-      const uint64_t a_desc = Descriptor(base + L::kA + s * L::kTileBytesA + c * 64 * kBlockK);
-      const uint64_t b_desc = Descriptor(base + L::kB + s * L::kTileBytesB);
+    if constexpr (kOverlap) {
+      // Pipeline iteration j (the producer's count) into d: wait for its
+      // stage, issue its four wgmmas, commit them as one group.
+      auto issue = [&](float(&d)[64], int j) {
+        const int s = j % L::kStages;
+        MbarWait(full(s), static_cast<uint32_t>(j / L::kStages) & 1);
+        const uint64_t a_desc = Descriptor(base + L::kA + s * L::kTileBytesA + c * 64 * kBlockK);
+        const uint64_t b_desc = Descriptor(base + L::kB + s * L::kTileBytesB);
 #pragma unroll
-      for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
-      WgmmaFence();
+        for (int i = 0; i < 64; ++i) FenceOperand(d[i]);
+        WgmmaFence();
 #pragma unroll
-      for (int k = 0; k < kBlockK / 32; ++k) {
-        // + 32 bytes a step: 2 in the descriptor's 16-byte units.
-        Wgmma64x128x32(tmp, a_desc + 2 * k, b_desc + 2 * k, k > 0);
+        for (int k = 0; k < kBlockK / 32; ++k)
+          Wgmma64x128x32(d, a_desc + 2 * k, b_desc + 2 * k, k > 0);
+        WgmmaCommit();
+      };
+      // Iteration j's sums in d (waited for): its scales, the stage
+      // released, the promotion (as below).
+      auto finish = [&](float(&d)[64], int j) {
+        const int s = j % L::kStages;
+#pragma unroll
+        for (int i = 0; i < 64; ++i) FenceOperand(d[i]);
+        const float* sas = scale_a + s * kBM;
+        const float* sbs = scale_b + s * kBlockN;
+        const float sa0 = sas[row0], sa1 = sas[row0 + 8];
+        const float sb_tile = kBRows ? 0.0f : sbs[0];
+        if constexpr (!kBRows) release(s);
+        Promote<kBRows>(d, acc, kBRows ? sbs : &sb_tile, sa0, sa1, col0);
+        if constexpr (kBRows) release(s);
+      };
+      // Blocks i (even) in tmp, i + 1 in tmp2; wait_group 1 leaves only the
+      // block just issued in flight.
+      const int n = kb_end - split * kbs / args.splits;
+      if (n > 0) issue(tmp, it);
+      for (int i = 0; i < n; i += 2) {
+        if (i + 1 < n) {
+          issue(tmp2, it + i + 1);
+          WgmmaWait<1>();
+        } else {
+          WgmmaWait<0>();
+        }
+        finish(tmp, it + i);
+        if (i + 1 < n) {
+          if (i + 2 < n) {
+            issue(tmp, it + i + 2);
+            WgmmaWait<1>();
+          } else {
+            WgmmaWait<0>();
+          }
+          finish(tmp2, it + i + 1);
+        }
       }
-      WgmmaCommit();
-      pass_turn();
-      // a's scales (and a tile b's one scale) while the tensor cores work.
-      const float* sas = scale_a + s * kBM;
-      const float* sbs = scale_b + s * kBlockN;
-      const float sa0 = sas[row0], sa1 = sas[row0 + 8];
-      const float sb_tile = kBRows ? 0.0f : sbs[0];
-      WgmmaWaitAll();
+      it += n;
+    } else {
+      for (int kb = split * kbs / args.splits; kb < kb_end; ++kb, ++it) {
+        const int s = it % L::kStages;
+        MbarWait(full(s), static_cast<uint32_t>(it / L::kStages) & 1);
+        wait_turn();
+        const uint64_t a_desc = Descriptor(base + L::kA + s * L::kTileBytesA + c * 64 * kBlockK);
+        const uint64_t b_desc = Descriptor(base + L::kB + s * L::kTileBytesB);
 #pragma unroll
-      for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
-      if constexpr (!kBRows) {
-        // Done with the stage: the tensor cores' reads are complete.
-        release(s);
-      }
-      // b's per-column scales are read inside (not held across the wait:
-      // registers); a tile b's one scale was read before it.
-      Promote<kBRows>(tmp, acc, kBRows ? sbs : &sb_tile, sa0, sa1, col0);
-      if constexpr (kBRows) {
-        release(s);
+        for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
+        WgmmaFence();
+#pragma unroll
+        for (int k = 0; k < kBlockK / 32; ++k) {
+          // + 32 bytes a step: 2 in the descriptor's 16-byte units.
+          Wgmma64x128x32(tmp, a_desc + 2 * k, b_desc + 2 * k, k > 0);
+        }
+        WgmmaCommit();
+        pass_turn();
+        // a's scales (and a tile b's one scale) while the tensor cores work.
+        const float* sas = scale_a + s * kBM;
+        const float* sbs = scale_b + s * kBlockN;
+        const float sa0 = sas[row0], sa1 = sas[row0 + 8];
+        const float sb_tile = kBRows ? 0.0f : sbs[0];
+        WgmmaWaitAll();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
+        if constexpr (!kBRows) {
+          // Done with the stage: the tensor cores' reads are complete.
+          release(s);
+        }
+        // b's per-column scales are read inside (not held across the wait:
+        // registers); a tile b's one scale was read before it.
+        Promote<kBRows>(tmp, acc, kBRows ? sbs : &sb_tile, sa0, sa1, col0);
+        if constexpr (kBRows) {
+          release(s);
+        }
       }
     }
 
@@ -330,6 +394,10 @@ __global__ void __launch_bounds__(Cta<RowsOf(kMode)>::kThreads, 1)
     // A 192-row tile's 512 threads start at 128 registers each: the producer
     // gives 96 of them back so the consumers may use 160.
     if constexpr (kBM == 192) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;" ::: "memory");
+    // Overlapped consumers hold three 64-float arrays: 232 registers
+    // (128 · 40 + 256 · 232 of the 384 · 168 the CTA starts with).
+    if constexpr ((kMode & kOverlapMode) != 0)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
     const int p = threadIdx.x;
     if (p == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
@@ -402,8 +470,11 @@ __global__ void __launch_bounds__(Cta<RowsOf(kMode)>::kThreads, 1)
     }
   } else {
     if constexpr (kBM == 192) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;" ::: "memory");
-    Consume<Y, kBRows, kBM, kCluster, (kMode & kPingPongMode) != 0, (kMode & kBulkStoreMode) != 0>(
-        args, base, scale_a, scale_b, smem + L::kEpilogue, units, cluster, clusters, kbs, tile_of);
+    if constexpr ((kMode & kOverlapMode) != 0)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+    Consume<Y, kBRows, kBM, kCluster, (kMode & kPingPongMode) != 0, (kMode & kBulkStoreMode) != 0,
+            (kMode & kOverlapMode) != 0>(args, base, scale_a, scale_b, smem + L::kEpilogue, units,
+                                         cluster, clusters, kbs, tile_of);
   }
   // No CTA of a cluster leaves while its peers may still arrive on its barriers.
   if constexpr (kCluster > 1) ClusterSync();
@@ -554,6 +625,9 @@ void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf
 template <int kCM, int kCN, int kRows>
 void LaunchFor(const uint8_t* qa, const uint8_t* qb, const Args& args, bool y_bf16,
                const WgmmaPlan& plan, cudaStream_t stream) {
+  if constexpr (kRows == 0) {
+    if (plan.overlap) return LaunchFor<kCM, kCN, kOverlapMode>(qa, qb, args, y_bf16, stream);
+  }
   if (plan.ping_pong && plan.bulk_store) {
     LaunchFor<kCM, kCN, kRows | kPingPongMode | kBulkStoreMode>(qa, qb, args, y_bf16, stream);
   } else if (plan.ping_pong) {
@@ -669,6 +743,11 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
   if (plan.tile_m != 128 && plan.tile_m != 192) {
     ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
                                         "tile_m must be 128 or 192");
+  }
+  if (plan.overlap && (plan.tile_m != 128 || plan.ping_pong || plan.bulk_store)) {
+    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaBlockScaledGemm",
+                                        "overlap runs alone, with 128-row tiles (no ping_pong, "
+                                        "no bulk_store)");
   }
   const bool cm_ok = plan.cluster_m == 1 ||
                      (plan.cluster_m == 2 && plan.tile_m == 128 && M % (2 * plan.tile_m) == 0);

@@ -40,6 +40,12 @@ struct WgmmaPlan {
   // where its tiles round to whole waves no worse (1.3B forward 11 %
   // faster, session 27, H100).
   int tile_m = 128;
+  // overlap: each consumer warpgroup issues its next K block's wgmmas
+  // before it promotes this one's (two temporaries; setmaxnreg gives the
+  // consumers 232 registers), so its own next block is queued on the
+  // tensor cores while it promotes; the same bits. 128-row tiles only,
+  // without ping_pong or bulk_store. Off by default: not yet timed.
+  bool overlap = false;
 };
 
 // How many clusters of that shape (1 or 2 each; CTAs of tile_m-row tiles,

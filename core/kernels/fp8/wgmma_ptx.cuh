@@ -155,6 +155,11 @@ __device__ __forceinline__ void WgmmaCommit() {
 __device__ __forceinline__ void WgmmaWaitAll() {
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
+// Waits until at most the last kPending committed groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
 
 // Keeps the compiler from moving reads or writes of r across the wgmma
 // fences (the registers are written asynchronously by the tensor cores).
