@@ -17,9 +17,11 @@
 #    the same in pairs sharing a's tiles; _1x1: no cluster; _pp: the
 #    consumer warpgroups taking turns), ms per call and
 #    TFLOP/s (core/kernels/bench:fp8_linear_benchmark); then, in a run of
-#    their own, ROWS (default the untimed fp8_wgmma_m192_1x2 and
+#    their own, ROWS (default the untimed fp8_wgmma_m192_1x2,
 #    fp8_wgmma_m128_ov: 128-row tiles, each consumer's next block issued
-#    before it promotes; others e.g. 'fp8_wgmma_bulk|fp8_wgmma_2x2');
+#    before it promotes, and fp8_wgmma_pf: the old y prefetched into L2,
+#    which only the wgrad (beta 1) reads; others e.g.
+#    'fp8_wgmma_bulk|fp8_wgmma_2x2');
 # 3. Nsight Compute on the kernel (PROFILE=0 skips it): tensor-pipe use,
 #    issue rate, the warps' top stall reasons;
 # 4. only when 1 passed and STEPS > 0 (default 40): 350M and 1.3B training,
@@ -43,7 +45,7 @@ echo "=== 2. a linear's GEMMs (ms per call, TFLOP/s): bf16, cuBLASLt fp8, wgmma 
 # only its own rows.
 shapes='BM_Fp8Linear/(350m_1024x4096|1p3b_2048x8192)/.*'
 for impls in 'bf16|fp8_gemm|fp8_wgmma|fp8_wgmma_m128|fp8_wgmma_m192|fp8_wgmma_1x1|fp8_wgmma_pp' \
-  "${ROWS-fp8_wgmma_m192_1x2|fp8_wgmma_m128_ov}"; do
+  "${ROWS-fp8_wgmma_m192_1x2|fp8_wgmma_m128_ov|fp8_wgmma_pf}"; do
   (cd "$B" && timeout 150 ./bin/core_kernels_bench_fp8_linear_benchmark \
     --benchmark_filter="$shapes/($impls)/" >> "$LOG/fp8_linear_benchmark.txt" 2>&1) ||
     echo "benchmark rc $? ($impls)"

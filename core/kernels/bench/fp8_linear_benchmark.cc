@@ -32,7 +32,9 @@
 //             plan's pair, when the default took 192 rows): the default
 //             before session 27; fp8_wgmma_m128_ov the same with each
 //             consumer's next block issued before this one's promotion
-//             (WgmmaPlan::overlap).
+//             (WgmmaPlan::overlap);
+//   fp8_wgmma_pf  the default plan with each tile's old y asked into L2
+//             before its epilogue (WgmmaPlan::prefetch_y; the wgrad, beta 1).
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //
@@ -82,7 +84,8 @@ enum class Impl {
   kWgmmaTallBulk,
   kWgmmaTall1x2,
   kWgmmaShort,
-  kWgmmaOverlap
+  kWgmmaOverlap,
+  kWgmmaPrefetch
 };
 
 // One linear's tensors on the GPU (N = kTokens rows, random bf16) and, for
@@ -140,11 +143,9 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
   // The wgmma kernel with the default plan's splits and another cluster shape.
   fp8::cuda::WgmmaPlan plan;
   Tensor partial;
-  const bool raw = impl == Impl::kWgmma1x1 || impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ||
-                   impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong ||
-                   impl == Impl::kWgmmaBulk || impl == Impl::kWgmmaTall ||
-                   impl == Impl::kWgmmaTallBulk || impl == Impl::kWgmmaTall1x2 ||
-                   impl == Impl::kWgmmaShort || impl == Impl::kWgmmaOverlap;
+  // Every fp8_wgmma_* row but the default: a plan of its own.
+  const bool raw = impl != Impl::kBf16 && impl != Impl::kFp8 && impl != Impl::kFp8Gemm &&
+                   impl != Impl::kFp8Wgmma;
   if (raw) {
     const int64_t M = g.a.q.dim(0), N = g.b.q.dim(0), K = g.a.q.dim(1);
     plan = fp8::cuda::WgmmaGemmPlan(M, N, K);
@@ -161,13 +162,15 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       }
       plan.tile_m = 128;
       plan.overlap = impl == Impl::kWgmmaOverlap;
-    } else if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk) {
+    } else if (impl != Impl::kWgmmaPingPong && impl != Impl::kWgmmaBulk &&
+               impl != Impl::kWgmmaPrefetch) {  // the cluster rows
       plan.tile_m = 128;
       plan.cluster_m = impl == Impl::kWgmma2x2 ? 2 : 1;
       plan.cluster_n = impl == Impl::kWgmma1x2 || impl == Impl::kWgmma2x2 ? 2 : 1;
     }
     plan.ping_pong = impl == Impl::kWgmmaPingPong || impl == Impl::kWgmma1x1PingPong;
     plan.bulk_store = impl == Impl::kWgmmaBulk || impl == Impl::kWgmmaTallBulk;
+    plan.prefetch_y = impl == Impl::kWgmmaPrefetch;
     if (plan.splits > 1) partial = e.Empty({plan.splits, M, N});
   }
   auto run_plan = [&] {
@@ -204,6 +207,7 @@ void BM_Fp8Linear(benchmark::State& state, int64_t in, int64_t out, Pass pass, I
       case Impl::kWgmmaTall1x2:
       case Impl::kWgmmaShort:
       case Impl::kWgmmaOverlap:
+      case Impl::kWgmmaPrefetch:
         return run_plan();
     }
   };
@@ -290,7 +294,8 @@ void Register() {
             std::make_pair("fp8_wgmma_m192_bulk", Impl::kWgmmaTallBulk),
             std::make_pair("fp8_wgmma_m192_1x2", Impl::kWgmmaTall1x2),
             std::make_pair("fp8_wgmma_m128", Impl::kWgmmaShort),
-            std::make_pair("fp8_wgmma_m128_ov", Impl::kWgmmaOverlap)}) {
+            std::make_pair("fp8_wgmma_m128_ov", Impl::kWgmmaOverlap),
+            std::make_pair("fp8_wgmma_pf", Impl::kWgmmaPrefetch)}) {
         const std::string name = std::string("BM_Fp8Linear/") + s.model + "_" +
                                  std::to_string(s.in) + "x" + std::to_string(s.out) + "/" +
                                  pass_name + "/" + impl_name;

@@ -580,10 +580,10 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
 // pairs are finished before they are staged), rows past M and a last tile
 // of 16 columns (copies of 32 or 64 bytes), for both y dtypes, with and
 // without ping-pong; so do 192-row tiles (tile_m; here two, the second
-// partial). The staged stores themselves, unsplit, with the bias and beta
-// 1, are held to the dequantised reference first (the default plan splits
-// these few tiles, which the other bias and beta tests take). The cluster
-// test compares both options on more shapes.
+// partial), and with y prefetched into L2 (prefetch_y: beta 1 here, so the
+// prefetches run, rows past M skipped). The staged stores themselves, unsplit, with the bias and
+// beta 1, are held to the dequantised reference first (the default plan splits these few tiles,
+// which the other bias and beta tests take). The cluster test compares both options on more shapes.
 TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
   SKIP_WITHOUT_WGMMA();
   Env env;
@@ -605,12 +605,13 @@ TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
                            Fp8GemmEngine::kWgmma, &y0_values, &unsplit);
     const Tensor bias = env.Up(MakeMatrix(bias_values, 1, N, *env.cpu.alloc, t));
     const Tensor y0 = MakeMatrix(y0_values, M, N, *env.cpu.alloc, t);
-    auto run = [&](bool ping_pong, bool bulk, int tile_m = 128) {
+    auto run = [&](bool ping_pong, bool bulk, int tile_m = 128, bool prefetch_y = false) {
       const Tensor y = env.Up(y0);
       cuda::WgmmaPlan plan;
       plan.ping_pong = ping_pong;
       plan.bulk_store = bulk;
       plan.tile_m = tile_m;
+      plan.prefetch_y = prefetch_y;
       cuda::WgmmaBlockScaledGemm(
           static_cast<const uint8_t*>(ga.q.raw_data()), ga.scales.data<float>(), false,
           static_cast<const uint8_t*>(gb.q.raw_data()), gb.scales.data<float>(), true, M, N, K,
@@ -624,6 +625,9 @@ TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
     EXPECT_TRUE(run(false, false, 192) == staged) << "192-row tiles: not the 128-row tiles' bits";
     EXPECT_TRUE(run(true, true, 192) == staged)
         << "192-row tiles, bulk stores, ping-pong: not the 128-row tiles' bits";
+    EXPECT_TRUE(run(false, false, 128, true) == staged) << "y prefetched: not the same bits";
+    EXPECT_TRUE(run(false, false, 192, true) == staged)
+        << "192-row tiles, y prefetched: not the 128-row tiles' bits";
   }
 }
 

@@ -39,7 +39,27 @@ struct Args {
   // (partial unused), the tile's sum straight into y.
   int splits;
   float* partial;
+  // Each tile's old y (beta ≠ 0, unsplit) asked into L2 by the producer
+  // after its last block's loads (WgmmaPlan::prefetch_y), so the epilogue's
+  // reads of it hit L2.
+  bool prefetch_y;
 };
+
+// Thread t of kThreads asks L2 for its share of the old y of rows [m0,
+// m0 + rows) × columns [n0, n0 + 128) (past M or N skipped), a 128-byte
+// line at a time: the epilogue reads them with beta ≠ 0.
+template <typename Y, int kThreads>
+__device__ __forceinline__ void PrefetchTile(const Args& args, int64_t m0, int64_t n0, int rows,
+                                             int t) {
+  constexpr int kLines = 128 * int{sizeof(Y)} / 128;  // a row's lines
+  const int64_t cols = args.N - n0 < 128 ? args.N - n0 : 128;
+  for (int i = t; i < rows * kLines; i += kThreads) {
+    const int64_t m = m0 + i / kLines, off = int64_t{i % kLines} * (128 / int{sizeof(Y)});
+    if (m >= args.M || off >= cols) continue;
+    const Y* p = static_cast<const Y*>(args.y) + m * args.N + n0 + off;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  }
+}
 
 // out[0..1] = (v0, v1) (+ bias[n], bias[n + 1]) + beta·old[0..1], in f32,
 // rounded once to Y: how the epilogue and SplitSumKernel finish a pair of

@@ -467,6 +467,11 @@ __global__ void __launch_bounds__(Cta<RowsOf(kMode)>::kThreads, 1)
           MbarArrive(full(s));
         }
       }
+      // The old y this tile's epilogue reads (beta ≠ 0, unsplit;
+      // WgmmaPlan::prefetch_y), asked into L2 once its last block is on its
+      // way: the consumers are up to kStages blocks behind.
+      if (args.prefetch_y && args.beta != 0.0f && args.splits == 1)
+        PrefetchTile<Y, 128>(args, m0, n0, kBM, p);
     }
   } else {
     if constexpr (kBM == 192) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;" ::: "memory");
@@ -757,7 +762,8 @@ void WgmmaBlockScaledGemm(const uint8_t* qa, const float* sa, bool a_tiles, cons
                                         "a cluster dimension must be 1, or 2 with M (N) a "
                                         "multiple of 256 (cluster_m 2: tile_m 128 only)");
   }
-  const Args args{sa, sb, y, bias, M, N, K, beta, a_tiles, b_tiles, plan.splits, partial};
+  const Args args{sa,      sb,          y,       bias,           M, N, K, beta, a_tiles,
+                  b_tiles, plan.splits, partial, plan.prefetch_y};
   if (plan.cluster_m == 2 && plan.cluster_n == 2) {
     LaunchFor<2, 2>(qa, qb, args, y_bf16, plan, stream);
   } else if (plan.cluster_m == 2) {

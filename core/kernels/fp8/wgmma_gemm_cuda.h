@@ -46,6 +46,12 @@ struct WgmmaPlan {
   // tensor cores while it promotes; the same bits. 128-row tiles only,
   // without ping_pong or bulk_store. Off by default: not yet timed.
   bool overlap = false;
+  // prefetch_y: with beta ≠ 0 (and unsplit), the producer warpgroup asks
+  // L2 for each tile's old y once it has issued the tile's last loads (the
+  // consumers are up to the pipeline's stages behind), so the epilogue's
+  // reads of it (y f32: 64 KB a tile; the wgrad's accumulation) hit L2
+  // rather than memory; the same bits. Off by default: not yet timed.
+  bool prefetch_y = false;
 };
 
 // How many clusters of that shape (1 or 2 each; CTAs of tile_m-row tiles,
