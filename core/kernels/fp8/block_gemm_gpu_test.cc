@@ -581,9 +581,10 @@ TEST(WgmmaGemmGpu, BiasAndBetaOne) {
 // of 16 columns (copies of 32 or 64 bytes), for both y dtypes, with and
 // without ping-pong; so do 192-row tiles (tile_m; here two, the second
 // partial), and with y prefetched into L2 (prefetch_y: beta 1 here, so the
-// prefetches run, rows past M skipped). The staged stores themselves, unsplit, with the bias and
-// beta 1, are held to the dequantised reference first (the default plan splits these few tiles,
-// which the other bias and beta tests take). The cluster test compares both options on more shapes.
+// prefetches run, rows past M skipped). The staged stores themselves,
+// unsplit, with the bias and beta 1, are held to the dequantised reference
+// first (the default plan splits these few tiles, which the other bias and
+// beta tests take). The cluster test compares both options on more shapes.
 TEST(WgmmaGemmGpu, BulkStoresGiveTheBitsOfTheStagedStores) {
   SKIP_WITHOUT_WGMMA();
   Env env;

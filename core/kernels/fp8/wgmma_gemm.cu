@@ -207,6 +207,21 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
       asm volatile("bar.arrive %0, 256;" ::"r"(c + 1 == kGroups ? 1 : c + 2) : "memory");
     }
   };
+  // Stage s's block into d: its four wgmmas (this warpgroup's 64 rows of
+  // a's tile, b's tile), committed as one group.
+  auto issue_block = [&](float(&d)[64], int s) {
+    const uint64_t a_desc = Descriptor(base + L::kA + s * L::kTileBytesA + c * 64 * kBlockK);
+    const uint64_t b_desc = Descriptor(base + L::kB + s * L::kTileBytesB);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) FenceOperand(d[i]);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kBlockK / 32; ++k) {
+      // + 32 bytes a step: 2 in the descriptor's 16-byte units.
+      Wgmma64x128x32(d, a_desc + 2 * k, b_desc + 2 * k, k > 0);
+    }
+    WgmmaCommit();
+  };
   for (int unit = cluster; unit < units; unit += clusters) {
     int64_t m0, n0;
     int split;
@@ -216,19 +231,11 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     if constexpr (kOverlap) {
       // Pipeline iteration j (the producer's count) into d: wait for its
-      // stage, issue its four wgmmas, commit them as one group.
+      // stage, issue its block.
       auto issue = [&](float(&d)[64], int j) {
         const int s = j % L::kStages;
         MbarWait(full(s), static_cast<uint32_t>(j / L::kStages) & 1);
-        const uint64_t a_desc = Descriptor(base + L::kA + s * L::kTileBytesA + c * 64 * kBlockK);
-        const uint64_t b_desc = Descriptor(base + L::kB + s * L::kTileBytesB);
-#pragma unroll
-        for (int i = 0; i < 64; ++i) FenceOperand(d[i]);
-        WgmmaFence();
-#pragma unroll
-        for (int k = 0; k < kBlockK / 32; ++k)
-          Wgmma64x128x32(d, a_desc + 2 * k, b_desc + 2 * k, k > 0);
-        WgmmaCommit();
+        issue_block(d, s);
       };
       // Iteration j's sums in d (waited for): its scales, the stage
       // released, the promotion (as below).
@@ -272,17 +279,7 @@ __device__ __forceinline__ void Consume(const Args& args, uint32_t base, const f
         const int s = it % L::kStages;
         MbarWait(full(s), static_cast<uint32_t>(it / L::kStages) & 1);
         wait_turn();
-        const uint64_t a_desc = Descriptor(base + L::kA + s * L::kTileBytesA + c * 64 * kBlockK);
-        const uint64_t b_desc = Descriptor(base + L::kB + s * L::kTileBytesB);
-#pragma unroll
-        for (int i = 0; i < 64; ++i) FenceOperand(tmp[i]);
-        WgmmaFence();
-#pragma unroll
-        for (int k = 0; k < kBlockK / 32; ++k) {
-          // + 32 bytes a step: 2 in the descriptor's 16-byte units.
-          Wgmma64x128x32(tmp, a_desc + 2 * k, b_desc + 2 * k, k > 0);
-        }
-        WgmmaCommit();
+        issue_block(tmp, s);
         pass_turn();
         // a's scales (and a tile b's one scale) while the tensor cores work.
         const float* sas = scale_a + s * kBM;
@@ -665,6 +662,13 @@ bool WgmmaGemmSupported(int device) {
 }
 
 int WgmmaMaxClusters(int cluster_m, int cluster_n, int tile_m) {
+  const bool ok = (cluster_m == 1 || cluster_m == 2) && (cluster_n == 1 || cluster_n == 2) &&
+                  (tile_m == 128 || (tile_m == 192 && cluster_m == 1));
+  if (!ok) {
+    ::gtp::kernels::cuda::internal::Die(__FILE__, __LINE__, "WgmmaMaxClusters",
+                                        "cluster dimensions must be 1 or 2 and tile_m 128, or "
+                                        "192 with cluster_m 1");
+  }
   if (tile_m == 192) return cluster_n == 2 ? MaxClusters<1, 2, 192>() : MaxClusters<1, 1, 192>();
   if (cluster_m == 2 && cluster_n == 2) return MaxClusters<2, 2>();
   if (cluster_m == 2) return MaxClusters<2, 1>();

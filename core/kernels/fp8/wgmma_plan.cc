@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "core/status.h"
+
 namespace gtp::kernels::fp8::cuda {
 namespace {
 
@@ -34,6 +36,11 @@ std::pair<int, double> BestSplits(int64_t units, int64_t K, int clusters) {
 }  // namespace
 
 WgmmaPlan ChooseWgmmaPlan(int64_t M, int64_t N, int64_t K, const WgmmaCapacity& capacity) {
+  GTP_CHECK(M > 0 && N > 0 && K > 0 && capacity.multiprocessors > 0 && capacity.pairs_2x1 >= 0 &&
+                capacity.pairs_1x2 >= 0,
+            "ChooseWgmmaPlan: a ", M, " x ", N, " x ", K, " GEMM on ", capacity.multiprocessors,
+            " multiprocessors (", capacity.pairs_2x1, " and ", capacity.pairs_1x2,
+            " pairs): the shape and the multiprocessors must be positive, the pairs not negative");
   // 128-row tiles in a pair of CTAs where the tiles pair up exactly: 2 × 1
   // (b's stage tiles shared), else 1 × 2 (a's), else none. Measured
   // (docs/PERFORMANCE.md, session 25, H200): a pair is 0–4 % faster than

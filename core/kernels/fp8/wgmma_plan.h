@@ -64,7 +64,8 @@ struct WgmmaCapacity {
 // poorly and K is long (at most 4 ranges of 2+ K blocks; a split must save
 // a tenth of the waves); or unsplit 192-row tiles where their waves cost
 // less (a 192-row wave counted as 1.35 of a 128-row one, fitted on six
-// shapes: docs/PERFORMANCE.md, session 27, H100).
+// shapes: docs/PERFORMANCE.md, session 27, H100). Aborts, naming the
+// values, on an empty shape, no multiprocessors or negative pairs.
 WgmmaPlan ChooseWgmmaPlan(int64_t M, int64_t N, int64_t K, const WgmmaCapacity& capacity);
 
 }  // namespace gtp::kernels::fp8::cuda

@@ -85,5 +85,12 @@ TEST(ChooseWgmmaPlan, TheChoiceFollowsTheDevicesCapacity) {
   ExpectPlan({4096, 1024, 8192, 128, 2, 1, 2}, pcie);
 }
 
+// What no device has, and an empty shape, are refused by name.
+TEST(ChooseWgmmaPlanDeathTest, RefusesAnEmptyShapeOrNoMultiprocessors) {
+  EXPECT_DEATH(ChooseWgmmaPlan(512, 768, 1024, WgmmaCapacity{0, 0, 0}), "0 multiprocessors");
+  EXPECT_DEATH(ChooseWgmmaPlan(512, 768, 1024, WgmmaCapacity{132, -1, 66}), "-1 and 66 pairs");
+  EXPECT_DEATH(ChooseWgmmaPlan(0, 768, 1024, kH100), "a 0 x 768 x 1024 GEMM");
+}
+
 }  // namespace
 }  // namespace gtp::kernels::fp8::cuda
