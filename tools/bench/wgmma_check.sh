@@ -17,11 +17,11 @@
 #    the same in pairs sharing a's tiles; _1x1: no cluster; _pp: the
 #    consumer warpgroups taking turns), ms per call and
 #    TFLOP/s (core/kernels/bench:fp8_linear_benchmark); then, in a run of
-#    their own, ROWS (default the untimed fp8_wgmma_m192_1x2,
-#    fp8_wgmma_m128_ov: 128-row tiles, each consumer's next block issued
-#    before it promotes, and fp8_wgmma_pf: the old y prefetched into L2,
-#    which only the wgrad (beta 1) reads; others e.g.
-#    'fp8_wgmma_bulk|fp8_wgmma_2x2');
+#    their own, ROWS (default fp8_wgmma_m192_1x2, fp8_wgmma_m128_ov: 128-row
+#    tiles, each consumer's next block issued before it promotes — slower,
+#    session 28 — and fp8_wgmma_pf: the old y prefetched into L2, which only
+#    the wgrad (beta 1) reads, the default plan's since session 28; others
+#    e.g. 'fp8_wgmma_bulk|fp8_wgmma_2x2');
 # 3. Nsight Compute on the kernel (PROFILE=0 skips it): tensor-pipe use,
 #    issue rate, the warps' top stall reasons;
 # 4. only when 1 passed and STEPS > 0 (default 40): 350M and 1.3B training,

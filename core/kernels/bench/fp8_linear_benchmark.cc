@@ -18,7 +18,8 @@
 //             (Fp8GemmEngine::kWgmma, core/kernels/fp8/wgmma_gemm.cu), its
 //             default plan (WgmmaGemmPlan: 192-row tiles, or 128-row tiles
 //             in a 2 × 1 cluster, b's stage tiles multicast to a pair of
-//             CTAs);
+//             CTAs; y prefetched into L2 where beta ≠ 0). The rows below
+//             set every flag of their plan, prefetch_y off but in _pf;
 //   fp8_wgmma_1x1, _1x2, _2x2  128-row tiles with another cluster shape
 //             (cuda::WgmmaPlan; none, a's tiles shared, both);
 //   fp8_wgmma_pp, _1x1_pp  the default plan, and no cluster, with the
@@ -34,7 +35,8 @@
 //             consumer's next block issued before this one's promotion
 //             (WgmmaPlan::overlap);
 //   fp8_wgmma_pf  the default plan with each tile's old y asked into L2
-//             before its epilogue (WgmmaPlan::prefetch_y; the wgrad, beta 1).
+//             before its epilogue (WgmmaPlan::prefetch_y; the wgrad, beta 1):
+//             since session 28 the default itself, so the same kernel.
 // Names: BM_Fp8Linear/<model>_<in>x<out>/<pass>/<impl>; time = ms per call,
 // TFLOP/s = 2·N·in·out per call.
 //

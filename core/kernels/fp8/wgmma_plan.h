@@ -38,13 +38,17 @@ struct WgmmaPlan {
   // before it promotes this one's (two temporaries; setmaxnreg gives the
   // consumers 232 registers), so its own next block is queued on the
   // tensor cores while it promotes; the same bits. 128-row tiles only,
-  // without ping_pong or bulk_store. Off by default: not yet timed.
+  // without ping_pong or bulk_store. Never chosen: slower on every shape
+  // timed (1.3B forward 0.353 ms against 0.326, wgrad 0.458 against 0.451;
+  // docs/PERFORMANCE.md, session 28, H100).
   bool overlap = false;
   // prefetch_y: with beta ≠ 0 (and unsplit), the producer warpgroup asks
   // L2 for each tile's old y once it has issued the tile's last loads (the
   // consumers are up to the pipeline's stages behind), so the epilogue's
   // reads of it (y f32: 64 KB a tile; the wgrad's accumulation) hit L2
-  // rather than memory; the same bits. Off by default: not yet timed.
+  // rather than memory; the same bits. ChooseWgmmaPlan sets it (wgrad
+  // 4–5 % faster, the others unchanged: docs/PERFORMANCE.md, session 28,
+  // H100); false here so a plan built by hand asks for it.
   bool prefetch_y = false;
 };
 
@@ -64,7 +68,8 @@ struct WgmmaCapacity {
 // poorly and K is long (at most 4 ranges of 2+ K blocks; a split must save
 // a tenth of the waves); or unsplit 192-row tiles where their waves cost
 // less (a 192-row wave counted as 1.35 of a 128-row one, fitted on six
-// shapes: docs/PERFORMANCE.md, session 27, H100). Aborts, naming the
+// shapes: docs/PERFORMANCE.md, session 27, H100); y prefetched into L2
+// where beta ≠ 0 (prefetch_y, always set). Aborts, naming the
 // values, on an empty shape, no multiprocessors or negative pairs.
 WgmmaPlan ChooseWgmmaPlan(int64_t M, int64_t N, int64_t K, const WgmmaCapacity& capacity);
 
