@@ -49,6 +49,12 @@ FVec TestMatrix(int64_t R, int64_t C, bool nonfinite) {
   if (R * C > 300) {
     for (int64_t c = 128; c < std::min<int64_t>(C, 256); ++c) x[c] = 0.0f;  // row 0, block 1
   }
+  // Row 2 and column 5 at 2⁻⁹⁵ of the rest: block scales below
+  // kFp8FastDivMinScale (2⁻⁶⁰), which the kernels encode by division (their
+  // other path), beside blocks and a neighbouring column that take the
+  // reciprocal's.
+  for (int64_t c = 0; R > 2 && c < C; ++c) x[2 * C + c] = std::ldexp(x[2 * C + c], -95);
+  for (int64_t r = 0; C > 5 && r < R; ++r) x[r * C + 5] = std::ldexp(x[r * C + 5], -95);
   if (nonfinite && R * C > 2) {
     x[R * C / 2] = std::numeric_limits<float>::quiet_NaN();
     x[R * C - 1] = std::numeric_limits<float>::infinity();
@@ -171,10 +177,12 @@ TEST_P(BlockQuantEmulationTest, DequantisationMatchesTheReference) {
 }
 
 // One element, a partial block, a column, a row, exact tiles, tiles with
-// partial edges on both sides.
+// partial edges on both sides, and bf16 fast paths (C a multiple of 8) with
+// a partial last row of tiles and a partial column block.
 INSTANTIATE_TEST_SUITE_P(Shapes, BlockQuantEmulationTest,
                          ::testing::Values(Case{1, 1}, Case{3, 5}, Case{1, 300}, Case{300, 1},
-                                           Case{128, 128}, Case{129, 257}));
+                                           Case{128, 128}, Case{129, 257}, Case{200, 256},
+                                           Case{256, 136}));
 
 }  // namespace
 }  // namespace gtp::kernels::fp8

@@ -158,12 +158,28 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       const Fp8Coder k_lo = MakeCoder(s_lo), k_hi = MakeCoder(s_hi);
+      uint8_t* const col = qt + cc * R + r0 + lane;  // rows r0 + lane + 32k of column cc
+      if (k_lo.fast && k_hi.fast && r0 + kBlock <= R) {
+        // The common case, the same codes without a branch between them
+        // (the scales are the warp's: a uniform test): two codes a
+        // conversion (rows lane + 32k, + 32k + 32 of one column), a byte a
+        // store.
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t r = r0 + lane + k * kWarpSize;
-        if (r < R) {
-          qt[cc * R + r] = EncodeHw(lo[k], k_lo);
-          qt[(cc + 1) * R + r] = EncodeHw(hi[k], k_hi);
+        for (int k = 0; k < 4; k += 2) {
+          const uint32_t l = Encode2Fast(lo[k], lo[k + 1], k_lo);
+          const uint32_t h = Encode2Fast(hi[k], hi[k + 1], k_hi);
+          col[k * kWarpSize] = static_cast<uint8_t>(l);
+          col[(k + 1) * kWarpSize] = static_cast<uint8_t>(l >> 8);
+          col[R + k * kWarpSize] = static_cast<uint8_t>(h);
+          col[R + (k + 1) * kWarpSize] = static_cast<uint8_t>(h >> 8);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (r0 + lane + k * kWarpSize < R) {
+            col[k * kWarpSize] = EncodeHw(lo[k], k_lo);
+            col[R + k * kWarpSize] = EncodeHw(hi[k], k_hi);
+          }
         }
       }
     }

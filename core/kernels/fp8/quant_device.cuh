@@ -66,6 +66,18 @@ __device__ __forceinline__ float Quotient(float x, const Fp8Coder& c) {
   return c.fast ? Fp8Quotient(x, c.s, c.r) : x / c.s;
 }
 
+// Quotient where the coder's fast path holds (c.fast, so not NaN): the
+// same quotient without a branch — both corrections computed, the zero-
+// remainder case kept by a select (Fp8Quotient's rule) — so a block's
+// elements encode with no control flow between them (the quantisers are
+// issue-bound: docs/PERFORMANCE.md, session 28).
+__device__ __forceinline__ float QuotientFast(float x, const Fp8Coder& c) {
+  const float q = __fmul_rn(x, c.r);  // never contracted into an FMA
+  const float e = fmaf(-q, c.s, x);
+  const float q2 = fmaf(e, c.r, q);
+  return e == 0.0f ? q : q2;
+}
+
 // Fp8BlockEncode with the hardware's conversion (the file comment).
 __device__ __forceinline__ uint8_t EncodeHw(float x, const Fp8Coder& c) {
   if (c.nan) return kE4M3NaNCode;
@@ -89,9 +101,19 @@ __device__ __forceinline__ void Load8(const bf16* __restrict__ p, float (&v)[8])
   LoadVec<8>(p, v);
 }
 
+// Encode2 where c.fast holds: no branch.
+__device__ __forceinline__ uint32_t Encode2Fast(float a, float b, const Fp8Coder& c) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(
+      make_float2(QuotientFast(a, c), QuotientFast(b, c)), __NV_SATFINITE, __NV_E4M3));
+}
+
 // 8 codes of v with a block's coder, packed for one 8-byte store (byte k =
-// v[k]).
+// v[k]); one test of the coder for the 8.
 __device__ __forceinline__ uint2 Encode8(const float v[8], const Fp8Coder& c) {
+  if (c.fast) {
+    return make_uint2(Encode2Fast(v[0], v[1], c) | Encode2Fast(v[2], v[3], c) << 16,
+                      Encode2Fast(v[4], v[5], c) | Encode2Fast(v[6], v[7], c) << 16);
+  }
   return make_uint2(Encode2(v[0], v[1], c) | Encode2(v[2], v[3], c) << 16,
                     Encode2(v[4], v[5], c) | Encode2(v[6], v[7], c) << 16);
 }
