@@ -108,15 +108,15 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t r = r0 + tr;
       const uint32_t w[4] = {raw[p].x, raw[p].y, raw[p].z, raw[p].w};
       float v[kVec];
-      uint32_t amax = 0;
+      uint32_t amax2 = 0;  // the bf16 pairs' |x| bits, maxed per half
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         v[2 * k] = BitsFloat(w[k] << 16);
         v[2 * k + 1] = BitsFloat(w[k] & 0xffff0000u);
         tile[tr][sub * 4 + k] = w[k];
+        amax2 = MaxU16x2(amax2, w[k] & kBf16PairAbsMask);
       }
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) amax = MaxU(amax, AbsBits(v[k]));
+      const uint32_t amax = MaxU(amax2 << 16, amax2 & 0xffff0000u);  // as f32 bits
       const float s = Fp8BlockScale(HalfWarpMaxBits(amax));  // all lanes take part
       if (r < R && c < C) {
         *reinterpret_cast<uint2*>(q + r * C + c) = Encode8(v, MakeCoder(s));
@@ -131,17 +131,17 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t cc = c0 + 2 * cp;
       if (cc >= C) break;  // the same for the whole warp; C % 8 == 0: both columns exist
       float lo[4], hi[4];
-      uint32_t amax_lo = 0, amax_hi = 0;
+      uint32_t amax2 = 0;  // column cc's |x| bits in the low half, cc + 1's in the high
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const uint32_t w = tile[lane + k * kWarpSize][cp];
         lo[k] = BitsFloat(w << 16);
         hi[k] = BitsFloat(w & 0xffff0000u);
-        amax_lo = MaxU(amax_lo, AbsBits(lo[k]));
-        amax_hi = MaxU(amax_hi, AbsBits(hi[k]));
+        amax2 = MaxU16x2(amax2, w & kBf16PairAbsMask);
       }
-      const float s_lo = Fp8BlockScale(WarpMaxBits(amax_lo));
-      const float s_hi = Fp8BlockScale(WarpMaxBits(amax_hi));
+      amax2 = WarpMaxU16x2(amax2);  // both columns' maxima in one butterfly
+      const float s_lo = Fp8BlockScale(amax2 << 16);
+      const float s_hi = Fp8BlockScale(amax2 & 0xffff0000u);
       if (col_partial != nullptr) {  // the two columns' sums over the tile's rows
         const float sum_lo = ColumnBlockSum(lo), sum_hi = ColumnBlockSum(hi);
         if (lane == 0) {

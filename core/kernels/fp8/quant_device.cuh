@@ -49,6 +49,23 @@ __device__ __forceinline__ void Store(bf16* __restrict__ y, int64_t i, float v) 
 __device__ __forceinline__ uint32_t AbsBits(float v) { return FloatBits(v) & 0x7fffffffu; }
 __device__ __forceinline__ uint32_t MaxU(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
+// Two bf16 elements' amax bits at once: each 16-bit half of the result is
+// the unsigned max of the halves of a and b (one max.u16x2 on sm_90; the
+// host emulation and other targets take the halves apart). With each
+// operand's sign bits cleared (& 0x7fff7fff), a half's max is the larger
+// |x|'s bf16 bits, ordered as AbsBits orders their f32 widening (its bits
+// << 16).
+__device__ __forceinline__ uint32_t MaxU16x2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t d;
+  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return MaxU(a & 0xffff0000u, b & 0xffff0000u) | MaxU(a & 0xffffu, b & 0xffffu);
+#endif
+}
+constexpr uint32_t kBf16PairAbsMask = 0x7fff7fffu;
+
 // What encoding by one block's scale needs, made once per block: the
 // reciprocal for Fp8Quotient (block_scale.h), which stands for the
 // division when the scale allows it (not NaN, ≥ kFp8FastDivMinScale; the
@@ -121,6 +138,12 @@ __device__ __forceinline__ uint2 Encode8(const float v[8], const Fp8Coder& c) {
 // Unsigned max over the warp; every lane gets it. All 32 lanes must call.
 __device__ __forceinline__ uint32_t WarpMaxBits(uint32_t v) {
   for (int o = kWarpSize / 2; o > 0; o >>= 1) v = MaxU(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// The same for each 16-bit half (MaxU16x2): two columns' maxima in one pass.
+__device__ __forceinline__ uint32_t WarpMaxU16x2(uint32_t v) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v = MaxU16x2(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
 }
 
