@@ -15,6 +15,7 @@
 // clang-format on
 // (their launchers now run the grids on the host, synchronously)
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -73,6 +74,36 @@ V Transposed(const V& x, int64_t R, int64_t C) {  // [R, C] → [C, R]
 
 FVec AsFloats(const Codes& q) { return FVec(q.begin(), q.end()); }
 
+// Each 128-row block's column sums [nbr, C] in the order block_quant.h
+// fixes for QuantizeRowsAndTransposed (block_quant.cc's AddColumnSumsCpu,
+// before the blocks are added): lane l adds rows l, l + 32, l + 64, l + 96
+// left to right (+0 past R), then a butterfly over the 32 lanes (xor 16,
+// 8, 4, 2, 1).
+FVec ColumnPartials(const FVec& x, int64_t R, int64_t C) {
+  const int64_t nbr = (R + 127) / 128;
+  FVec out(nbr * C);
+  for (int64_t bi = 0; bi < nbr; ++bi) {
+    for (int64_t c = 0; c < C; ++c) {
+      float p[32];
+      for (int64_t l = 0; l < 32; ++l) {
+        float v[4];
+        for (int64_t k = 0; k < 4; ++k) {
+          const int64_t r = bi * 128 + l + 32 * k;
+          v[k] = r < R ? x[r * C + c] : 0.0f;
+        }
+        p[l] = ((v[0] + v[1]) + v[2]) + v[3];
+      }
+      for (int64_t o = 16; o > 0; o >>= 1) {
+        float next[32];
+        for (int64_t l = 0; l < 32; ++l) next[l] = p[l] + p[l ^ o];
+        std::copy(next, next + 32, p);
+      }
+      out[bi * C + c] = p[0];
+    }
+  }
+  return out;
+}
+
 struct Case {
   int64_t R, C;
 };
@@ -110,6 +141,13 @@ void RunCase(const Case& c, bool nonfinite) {
     o.push_back(s2);
     o.push_back(AsFloats(qt2));
     o.push_back(st2);
+    // Again with the column sums (a bias gradient's partials): the same
+    // codes, and the sums in their fixed order.
+    FVec partial(rb * C, NAN);
+    cuda::QuantizeRowsAndTransposed(x.data(), R, C, q2.data(), s2.data(), nullptr, qt2.data(),
+                                    st2.data(), nullptr, partial.data(), nullptr);
+    o.push_back(AsFloats(qt2));
+    o.push_back(partial);
     Codes q3(n, 0x55), qt3(n, 0x55);
     FVec ts3(rb * cb, NAN);
     cuda::QuantizeTileAndTranspose(x.data(), R, C, q3.data(), ts3.data(), nullptr, qt3.data(),
@@ -133,11 +171,15 @@ void RunCase(const Case& c, bool nonfinite) {
   EXPECT_TRUE(gtp::emu::SameBits(out[7], rows.scales, "fused 1x128 scales, " + tag));
   EXPECT_TRUE(gtp::emu::SameBits(out[8], AsFloats(cols.q), "fused transposed codes, " + tag));
   EXPECT_TRUE(gtp::emu::SameBits(out[9], cols.scales, "fused transposed scales, " + tag));
-  EXPECT_TRUE(gtp::emu::SameBits(out[10], AsFloats(tiles.q), "tile+transpose codes, " + tag));
-  EXPECT_TRUE(gtp::emu::SameBits(out[11], tiles.scales, "tile+transpose scales, " + tag));
-  EXPECT_TRUE(gtp::emu::SameBits(out[12], AsFloats(Transposed(tiles.q, R, C)),
+  EXPECT_TRUE(gtp::emu::SameBits(out[10], AsFloats(cols.q), "fused codes with sums, " + tag));
+  if (!nonfinite) {  // (with a NaN and an inf the sums are NaN: nothing to compare)
+    EXPECT_TRUE(gtp::emu::SameBits(out[11], ColumnPartials(xv, R, C), "fused column sums, " + tag));
+  }
+  EXPECT_TRUE(gtp::emu::SameBits(out[12], AsFloats(tiles.q), "tile+transpose codes, " + tag));
+  EXPECT_TRUE(gtp::emu::SameBits(out[13], tiles.scales, "tile+transpose scales, " + tag));
+  EXPECT_TRUE(gtp::emu::SameBits(out[14], AsFloats(Transposed(tiles.q, R, C)),
                                  "tile+transpose qt, " + tag));
-  EXPECT_TRUE(gtp::emu::SameBits(out[13], tile_scales_t, "tile+transpose scales_t, " + tag));
+  EXPECT_TRUE(gtp::emu::SameBits(out[15], tile_scales_t, "tile+transpose scales_t, " + tag));
 }
 
 TEST_P(BlockQuantEmulationTest, QuantisersMatchTheReference) {

@@ -76,8 +76,10 @@ constexpr int kPairCols = kBlock / 2;  // bf16 column pairs (32-bit words) in a 
 // and keeps the raw bf16 pairs in shared memory (rows of 65 words: the
 // column reads below hit 32 different banks). Phase 2: warp w takes column
 // pairs w, w + 8, …; lane l holds rows l, l + 32, l + 64, l + 96 of both
-// columns, a warp max per column gives xᵀ's two block scales, and each code
-// goes out as a byte (a warp writes 32 consecutive bytes of a row of qt).
+// columns, one warp max gives both columns' amax (bf16 pairs, MaxU16x2),
+// lanes 2i and 2i + 1 work out pair i's two block scales of xᵀ (all pairs
+// at once, in a pass before the codes), and each code goes out as a byte
+// (a warp writes 32 consecutive bytes of a row of qt).
 // The same scalar rules as every other kernel here, so the same bits as the
 // two kernels it fuses.
 __global__ void __launch_bounds__(kThreads)
@@ -127,37 +129,69 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    for (int cp = warp; cp < kPairCols; cp += kWarps) {
+    // Phase 2 in two passes over the warp's column pairs cp = warp + 8i.
+    // First both columns' maxima (and sums), lane 2i keeping column cc's and
+    // lane 2i + 1 column cc + 1's, so that each lane then works out one
+    // column's scale and reciprocal (sixteen columns at once, where every
+    // lane would repeat each pair's two divisions); then the codes, each
+    // pair's scales shuffled from its two lanes. The same scalar steps: the
+    // same bits.
+    constexpr int kPairsPerWarp = kPairCols / kWarps;  // 8
+    uint32_t amax_mine = 0;  // of column c0 + 2·(warp + 8·(lane / 2)) + lane % 2
+#pragma unroll
+    for (int i = 0; i < kPairsPerWarp; ++i) {
+      const int cp = warp + kWarps * i;
       const int64_t cc = c0 + 2 * cp;
       if (cc >= C) break;  // the same for the whole warp; C % 8 == 0: both columns exist
-      float lo[4], hi[4];
-      uint32_t amax2 = 0;  // column cc's |x| bits in the low half, cc + 1's in the high
+      uint32_t w[4], amax2 = 0;  // column cc's |x| bits in the low half, cc + 1's in the high
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const uint32_t w = tile[lane + k * kWarpSize][cp];
-        lo[k] = BitsFloat(w << 16);
-        hi[k] = BitsFloat(w & 0xffff0000u);
-        amax2 = MaxU16x2(amax2, w & kBf16PairAbsMask);
+        w[k] = tile[lane + k * kWarpSize][cp];
+        amax2 = MaxU16x2(amax2, w[k] & kBf16PairAbsMask);
       }
       amax2 = WarpMaxU16x2(amax2);  // both columns' maxima in one butterfly
-      const float s_lo = Fp8BlockScale(amax2 << 16);
-      const float s_hi = Fp8BlockScale(amax2 & 0xffff0000u);
+      if (lane == 2 * i) amax_mine = amax2 << 16;
+      if (lane == 2 * i + 1) amax_mine = amax2 & 0xffff0000u;
       if (col_partial != nullptr) {  // the two columns' sums over the tile's rows
+        float lo[4], hi[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          lo[k] = BitsFloat(w[k] << 16);
+          hi[k] = BitsFloat(w[k] & 0xffff0000u);
+        }
         const float sum_lo = ColumnBlockSum(lo), sum_hi = ColumnBlockSum(hi);
         if (lane == 0) {
           col_partial[bi * C + cc] = sum_lo;
           col_partial[bi * C + cc + 1] = sum_hi;
         }
       }
-      if (lane == 0) {
-        scales_t[cc * nbr + bi] = s_lo;
-        scales_t[(cc + 1) * nbr + bi] = s_hi;
-        if (lt_t != nullptr) {
-          lt_t[LtScaleOffset(false, C, R, cc, bi)] = s_lo;
-          lt_t[LtScaleOffset(false, C, R, cc + 1, bi)] = s_hi;
-        }
+    }
+    const Fp8Coder mine = MakeCoder(Fp8BlockScale(amax_mine));
+    {
+      const int64_t cc = c0 + 2 * (warp + kWarps * (lane / 2)) + lane % 2;
+      if (lane < 2 * kPairsPerWarp && cc < C) {
+        scales_t[cc * nbr + bi] = mine.s;
+        if (lt_t != nullptr) lt_t[LtScaleOffset(false, C, R, cc, bi)] = mine.s;
       }
-      const Fp8Coder k_lo = MakeCoder(s_lo), k_hi = MakeCoder(s_hi);
+    }
+#pragma unroll
+    for (int i = 0; i < kPairsPerWarp; ++i) {
+      const int cp = warp + kWarps * i;
+      const int64_t cc = c0 + 2 * cp;
+      if (cc >= C) break;
+      float lo[4], hi[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t w = tile[lane + k * kWarpSize][cp];
+        lo[k] = BitsFloat(w << 16);
+        hi[k] = BitsFloat(w & 0xffff0000u);
+      }
+      auto coder_of = [&](int src) {  // lane src's column coder (MakeCoder's fields)
+        const float s = __shfl_sync(kFullMask, mine.s, src);
+        const float r = __shfl_sync(kFullMask, mine.r, src);
+        return Fp8Coder{s, r, s != s, s >= kFp8FastDivMinScale};
+      };
+      const Fp8Coder k_lo = coder_of(2 * i), k_hi = coder_of(2 * i + 1);
       uint8_t* const col = qt + cc * R + r0 + lane;  // rows r0 + lane + 32k of column cc
       if (k_lo.fast && k_hi.fast && r0 + kBlock <= R) {
         // The common case, the same codes without a branch between them
