@@ -146,7 +146,8 @@ GTP_HD float Fp8Quotient(float x, float s, float r) {
   const float q = x * r;
 #endif
   const float e = fmaf(-q, s, x);
-  return e == 0.0f ? q : fmaf(e, r, q);
+  const float corrected = fmaf(e, r, q);
+  return e == 0.0f ? q : corrected;  // a select, not a branch, in the CUDA quantisers' loops
 }
 
 // The f32 value of a code in a block of the given scale.

@@ -186,10 +186,8 @@ __global__ void __launch_bounds__(kThreads)
         lo[k] = BitsFloat(w << 16);
         hi[k] = BitsFloat(w & 0xffff0000u);
       }
-      auto coder_of = [&](int src) {  // lane src's column coder (MakeCoder's fields)
-        const float s = __shfl_sync(kFullMask, mine.s, src);
-        const float r = __shfl_sync(kFullMask, mine.r, src);
-        return Fp8Coder{s, r, s != s, s >= kFp8FastDivMinScale};
+      auto coder_of = [&](int src) {  // lane src's column coder
+        return CoderWith(__shfl_sync(kFullMask, mine.s, src), __shfl_sync(kFullMask, mine.r, src));
       };
       const Fp8Coder k_lo = coder_of(2 * i), k_hi = coder_of(2 * i + 1);
       uint8_t* const col = qt + cc * R + r0 + lane;  // rows r0 + lane + 32k of column cc

@@ -74,25 +74,16 @@ struct Fp8Coder {
   float s, r;
   bool nan, fast;
 };
-__device__ __forceinline__ Fp8Coder MakeCoder(float s) {
-  return {s, 1.0f / s, s != s, s >= kFp8FastDivMinScale};
+// The coder of scale s with its reciprocal r = RN(1/s) made elsewhere (a
+// lane that divided for its column, shuffled to the lanes that encode it).
+__device__ __forceinline__ Fp8Coder CoderWith(float s, float r) {
+  return {s, r, s != s, s >= kFp8FastDivMinScale};
 }
+__device__ __forceinline__ Fp8Coder MakeCoder(float s) { return CoderWith(s, 1.0f / s); }
 
 // x / s rounded to nearest, as Fp8BlockEncode divides.
 __device__ __forceinline__ float Quotient(float x, const Fp8Coder& c) {
   return c.fast ? Fp8Quotient(x, c.s, c.r) : x / c.s;
-}
-
-// Quotient where the coder's fast path holds (c.fast, so not NaN): the
-// same quotient without a branch — both corrections computed, the zero-
-// remainder case kept by a select (Fp8Quotient's rule) — so a block's
-// elements encode with no control flow between them (the quantisers are
-// issue-bound: docs/PERFORMANCE.md, session 28).
-__device__ __forceinline__ float QuotientFast(float x, const Fp8Coder& c) {
-  const float q = __fmul_rn(x, c.r);  // never contracted into an FMA
-  const float e = fmaf(-q, c.s, x);
-  const float q2 = fmaf(e, c.r, q);
-  return e == 0.0f ? q : q2;
 }
 
 // Fp8BlockEncode with the hardware's conversion (the file comment).
@@ -118,10 +109,12 @@ __device__ __forceinline__ void Load8(const bf16* __restrict__ p, float (&v)[8])
   LoadVec<8>(p, v);
 }
 
-// Encode2 where c.fast holds: no branch.
+// Encode2 where c.fast holds (so not NaN): Fp8Quotient with no test per
+// element, so a block's elements encode with no control flow between them
+// (the quantisers are issue-bound: docs/PERFORMANCE.md, session 28).
 __device__ __forceinline__ uint32_t Encode2Fast(float a, float b, const Fp8Coder& c) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(
-      make_float2(QuotientFast(a, c), QuotientFast(b, c)), __NV_SATFINITE, __NV_E4M3));
+      make_float2(Fp8Quotient(a, c.s, c.r), Fp8Quotient(b, c.s, c.r)), __NV_SATFINITE, __NV_E4M3));
 }
 
 // 8 codes of v with a block's coder, packed for one 8-byte store (byte k =
