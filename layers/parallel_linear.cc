@@ -125,14 +125,19 @@ absl::StatusOr<fp8::Fp8WeightPair> Fp8Weight(const kernels::Exec& e, ShardedPara
 // dtype), x's codes from `shared` (or made here), and Wᵀ's
 // codes kept in *wt for the backward's dgrad. With xt (an fp8 wgrad), x is
 // quantised both ways from one read (QuantizeRowsAndTransposed: the same
-// codes) and xᵀ's codes are kept in *xt for the wgrad.
+// codes) and xᵀ's codes are kept in *xt for the wgrad. gelu_of_x: the
+// input is GELU(x), applied as x is quantised (needs xt).
 void Fp8Forward(GtpChain& chain, fp8::Fp8SharedInput* shared, const Tensor& x,
                 fp8::Fp8WeightPair wq, const Tensor& y, const Tensor& bias, Fp8Cache* wt,
-                Fp8Cache* xt) {
+                Fp8Cache* xt, bool gelu_of_x = false) {
   const kernels::Exec& e = chain.exec();
   fp8::Fp8SharedInput local(e);
   fp8::Fp8SharedInput& in = shared != nullptr ? *shared : local;
-  if (xt != nullptr) {
+  GTP_CHECK(!gelu_of_x || xt != nullptr, "fp8 forward of GELU(x) without an fp8 wgrad");
+  if (gelu_of_x) {
+    in.BothOf(fp8::Fp8InputAct::kGelu, x, Tensor());
+    *xt = in.Transposed(x);
+  } else if (xt != nullptr) {
     in.Both(x);
     *xt = in.Transposed(x);
   }
@@ -286,6 +291,19 @@ absl::StatusOr<Tensor> ColumnParallelLinear::ForwardImpl(const Tensor& x, Direct
 }
 
 absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Tensor& accumulate) {
+  return BackwardImpl(dy, accumulate, Tensor());
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::BackwardThroughGelu(const Tensor& dact,
+                                                                 const Tensor& pre) {
+  GTP_CHECK(fp8_both_ways(), config_.name,
+            ": BackwardThroughGelu needs fp8 GEMMs with an fp8 wgrad");
+  return BackwardImpl(dact, Tensor(), pre);
+}
+
+absl::StatusOr<Tensor> ColumnParallelLinear::BackwardImpl(const Tensor& dy,
+                                                          const Tensor& accumulate,
+                                                          const Tensor& gelu_pre) {
   const kernels::Exec& e = chain_->exec();
   const int64_t n = rows_;
   Tensor dy2 = dy.View({n, out_tp_});
@@ -297,7 +315,13 @@ absl::StatusOr<Tensor> ColumnParallelLinear::Backward(const Tensor& dy, const Te
   const float dx_beta = accumulate.defined() ? 1.0f : 0.0f;
   fp8::Fp8SharedInput dyq(e);
   const bool fp8_wgrad = config_.fp8 && config_.fp8_wgrad;
-  if (fp8_wgrad) dyq.Both(dy2, bias_.grad);  // dy's codes for both GEMMs and db += Σ dy, one read
+  // dy's codes for both GEMMs and db += Σ dy, one read (through GELU: of
+  // GELU'(pre)·dy, made as dy and pre are read).
+  if (gelu_pre.defined()) {
+    dyq.BothOf(fp8::Fp8InputAct::kGeluGrad, dy2, gelu_pre.View({n, out_tp_}), bias_.grad);
+  } else if (fp8_wgrad) {
+    dyq.Both(dy2, bias_.grad);
+  }
   if (config_.fp8) {
     Fp8Dgrad(e, dyq, dy2, dx, dx_beta, &wt_q_);
   } else {
@@ -358,6 +382,17 @@ absl::StatusOr<std::unique_ptr<RowParallelLinear>> RowParallelLinear::Create(
 
 absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir,
                                                   const Tensor& residual) {
+  return ForwardImpl(x, dir, residual, false);
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::ForwardOfGelu(const Tensor& pre, Direction dir,
+                                                        const Tensor& residual) {
+  GTP_CHECK(fp8_both_ways(), config_.name, ": ForwardOfGelu needs fp8 GEMMs with an fp8 wgrad");
+  return ForwardImpl(pre, dir, residual, true);
+}
+
+absl::StatusOr<Tensor> RowParallelLinear::ForwardImpl(const Tensor& x, Direction dir,
+                                                      const Tensor& residual, bool gelu_of_x) {
   const kernels::Exec& e = chain_->exec();
   x_saved_ = x;
   const int64_t n = x.numel() / in_tp_;
@@ -376,7 +411,7 @@ absl::StatusOr<Tensor> RowParallelLinear::Forward(const Tensor& x, Direction dir
     GTP_ASSIGN_OR_RETURN(fp8::Fp8WeightPair wq, Fp8Weight(e, *weight_, dir));
     const bool keep_xt = config_.fp8_wgrad;
     Fp8Forward(*chain_, nullptr, x.View({n, in_tp_}), std::move(wq), y, bias, &wt_q_,
-               keep_xt ? &xt_q_ : nullptr);
+               keep_xt ? &xt_q_ : nullptr, gelu_of_x);
     if (keep_xt) x_saved_ = Tensor();  // the wgrad reads xt_q_
   } else {
     GTP_ASSIGN_OR_RETURN(Tensor w, weight_->Materialize(dir));

@@ -127,10 +127,19 @@ class ColumnParallelLinear {
   // xᵀ codes serve (kept per linear; several linears sharing an input share
   // them).
   absl::StatusOr<Tensor> Backward(const Tensor& dy, const Tensor& accumulate = Tensor());
+  // Backward when this layer's output y went through GELU and dact is the
+  // gradient at GELU's output: dy = GELU'(y)·dact is made as fp8 quantises it
+  // (Fp8SharedInput::BothOf), never written — the bits of GELU's backward
+  // kernel followed by Backward. `pre` is y as Forward returned it. Needs
+  // fp8_both_ways().
+  absl::StatusOr<Tensor> BackwardThroughGelu(const Tensor& dact, const Tensor& pre);
 
   ShardedParam& weight() { return *weight_; }
   ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
   int64_t out_features_tp() const { return out_tp_; }
+  // fp8 GEMMs with an fp8 wgrad: what the GELU-fused quantisers need (the
+  // activation's high-precision tensor is then never read again).
+  bool fp8_both_ways() const { return config_.fp8 && config_.fp8_wgrad; }
 
  private:
   ColumnParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain);
@@ -146,6 +155,8 @@ class ColumnParallelLinear {
   std::optional<kernels::fp8::Fp8Matrix> xt_q_;  // fp8 wgrad: xᵀ's codes from the forward
   absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Direction dir, Tensor* gelu_pre,
                                      kernels::fp8::Fp8SharedInput* shared);
+  absl::StatusOr<Tensor> BackwardImpl(const Tensor& dy, const Tensor& accumulate,
+                                      const Tensor& gelu_pre);
 };
 
 class RowParallelLinear {
@@ -160,6 +171,11 @@ class RowParallelLinear {
   // the reduction and the bias.
   absl::StatusOr<Tensor> Forward(const Tensor& x, Direction dir = Direction::kForward,
                                  const Tensor& residual = Tensor());
+  // Forward of x = GELU(pre), GELU applied as fp8 quantises pre
+  // (Fp8SharedInput::BothOf), x never written: the bits of GELU's kernel
+  // followed by Forward. Needs fp8_both_ways().
+  absl::StatusOr<Tensor> ForwardOfGelu(const Tensor& pre, Direction dir,
+                                       const Tensor& residual = Tensor());
   void DropActivations() {
     x_saved_ = Tensor();
     wt_q_.reset();
@@ -175,6 +191,7 @@ class RowParallelLinear {
   ShardedParam& weight() { return *weight_; }
   ReplicatedParam* bias() { return bias_.value.defined() ? &bias_ : nullptr; }
   int64_t in_features_tp() const { return in_tp_; }
+  bool fp8_both_ways() const { return config_.fp8 && config_.fp8_wgrad; }  // as above
 
  private:
   RowParallelLinear(const LinearConfig& c, TpGtpGroups g, GtpChain* chain);
@@ -188,6 +205,8 @@ class RowParallelLinear {
   int64_t rows_ = 0;  // N of the last forward
   std::optional<kernels::fp8::Fp8Matrix> wt_q_;  // fp8: Wᵀ's codes from the forward
   std::optional<kernels::fp8::Fp8Matrix> xt_q_;  // fp8 wgrad: xᵀ's codes from the forward
+  absl::StatusOr<Tensor> ForwardImpl(const Tensor& x, Direction dir, const Tensor& residual,
+                                     bool gelu_of_x);
   absl::StatusOr<Tensor> BackwardImpl(const Tensor& dy, const Tensor& gelu_pre);
 };
 

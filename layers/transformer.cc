@@ -304,6 +304,7 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::string& name,
   // CUDA. (On the CPU the fused loops are the unfused arithmetic.)
   m->fused_gelu_ = !glu && (!chain->exec().is_cuda() ||
                             (c.dtype == DType::kBF16 && (H / m->tp_->size()) % 8 == 0));
+  m->gelu_in_fp8_quant_ = !glu && m->fc_->fp8_both_ways() && m->proj_->fp8_both_ways();
   return m;
 }
 
@@ -313,6 +314,14 @@ absl::StatusOr<Tensor> Mlp::Forward(const Tensor& h, const Tensor& residual, Dir
   GTP_ASSIGN_OR_RETURN(Tensor hin, EnterTpRegion(e, *tp_, config_.sequence_parallel, h));
   std::optional<Timeline::Scope> span;
   const bool glu = config_.activation == Activation::kSwiGlu;
+  if (gelu_in_fp8_quant_) {
+    // fc's output (pre_act_, kept for the backward) straight into proj,
+    // whose quantiser applies GELU as it reads it.
+    span.emplace(tl, "fc", e.stream);
+    GTP_ASSIGN_OR_RETURN(pre_act_, fc_->Forward(hin, dir));
+    span.emplace(tl, "gelu+proj", e.stream);
+    return proj_->ForwardOfGelu(pre_act_, dir, residual);
+  }
   if (fused_gelu_) {
     // GELU inside the fc GEMM's epilogue (pre_act_ saved for the backward).
     span.emplace(tl, "fc+gelu", e.stream);
@@ -344,6 +353,16 @@ absl::StatusOr<Tensor> Mlp::Backward(const Tensor& dout) {
   const kernels::Exec& e = chain_->exec();
   Timeline* tl = chain_->timeline();
   std::optional<Timeline::Scope> span;
+  if (gelu_in_fp8_quant_) {
+    // proj's input gradient is the gradient at GELU's output; fc's quantiser
+    // applies GELU's derivative as it reads it.
+    span.emplace(tl, "proj bwd", e.stream);
+    GTP_ASSIGN_OR_RETURN(Tensor dact, proj_->Backward(dout));
+    span.emplace(tl, "gelu+fc bwd", e.stream);
+    GTP_ASSIGN_OR_RETURN(Tensor dh, fc_->BackwardThroughGelu(dact, pre_act_));
+    pre_act_ = Tensor();
+    return ExitTpRegionGrad(e, *tp_, config_.sequence_parallel, dh);
+  }
   if (fused_gelu_) {
     // GELU's backward inside proj's input-gradient GEMM: dpre directly.
     span.emplace(tl, "proj+gelu bwd", e.stream);

@@ -181,6 +181,9 @@ class Mlp : public FeedForward {
   // GELU in the GEMM epilogues (fc forward, proj's input-gradient backward):
   // on the CPU, and on CUDA in bf16 where cuBLASLt can (H_tp % 8 == 0).
   bool fused_gelu_ = false;
+  // fp8 both ways in fc and proj: GELU applied in proj's quantiser (forward)
+  // and its derivative in fc's (backward); GELU's output never written.
+  bool gelu_in_fp8_quant_ = false;
   Tensor pre_act_;  // GELU: fc out [N, H_tp]; SwiGLU: [N, 2·H_tp] = [gate | up]
 };
 

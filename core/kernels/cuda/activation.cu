@@ -1,8 +1,6 @@
 // core/kernels/cuda/activation.cu — pointwise activations.
 //
-// GELU (tanh approximation), s = √(2/π):
-//   u = s·(x + 0.044715·x³),  y = ½·x·(1 + tanh u)
-//   dy/dx = ½·(1 + tanh u) + ½·x·(1 − tanh² u)·s·(1 + 3·0.044715·x²)
+// GELU (tanh approximation) and its derivative: cuda/gelu.cuh.
 // SwiGLU on x[N, 2H] = [gate | up] per row:
 //   y = silu(g)·u, silu(g) = g·σ(g)
 //   dg = dy·u·σ(g)·(1 + g·(1 − σ(g))),  du = dy·silu(g)        (=)
@@ -15,12 +13,15 @@
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
 #include "core/kernels/cuda/elem.cuh"
+#include "core/kernels/cuda/gelu.cuh"
 
 namespace gtp::kernels::cuda {
 namespace {
 
 using internal::Aligned16;
 using internal::CeilDiv;
+using internal::Gelu;
+using internal::GeluGrad;
 using internal::GridFor;
 using internal::kBf16Vec;
 using internal::Load;
@@ -30,20 +31,8 @@ using internal::StoreVec;
 using internal::WithVec;
 
 constexpr int kThreads = 256;
-constexpr float kGeluS = 0.7978845608028654f;  // √(2/π)
-constexpr float kGeluC = 0.044715f;
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-__device__ __forceinline__ float Gelu(float xi) {
-  return 0.5f * xi * (1.0f + tanhf(kGeluS * (xi + kGeluC * xi * xi * xi)));
-}
-
-__device__ __forceinline__ float GeluGrad(float d, float xi) {
-  const float t = tanhf(kGeluS * (xi + kGeluC * xi * xi * xi));
-  const float du = kGeluS * (1.0f + 3.0f * kGeluC * xi * xi);
-  return d * (0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * du);
-}
 
 // Vectors [0, n / kVec) by the grid-stride loop, then the n % kVec tail.
 template <typename T, int kVec>

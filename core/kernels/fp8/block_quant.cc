@@ -11,6 +11,7 @@
 #include "core/kernels/fp8/block_quant_cuda.h"
 #include "core/kernels/fp8/internal.h"
 #include "core/kernels/fp8/lt_scale_layout.h"
+#include "core/kernels/ops.h"
 #include "core/status.h"
 
 namespace gtp::kernels::fp8 {
@@ -241,25 +242,26 @@ void AddColumnSumsCpu(const Tensor& x, const Tensor& column_sums) {
 
 }  // namespace
 
-void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
-                               const Tensor& scales, const Tensor& qt, const Tensor& scales_t,
-                               const Tensor& lt_scales, const Tensor& lt_scales_t,
-                               const Tensor& column_sums) {
-  const char* op = "fp8::QuantizeRowsAndTransposed";
-  CheckMatrix(e, x, op, "x");
+namespace {
+
+void CheckColumnSums(const Exec& e, const Tensor& column_sums, int64_t C, const char* op) {
+  if (!column_sums.defined()) return;
+  internal::CheckOn(e, column_sums, op, "column_sums");
+  GTP_CHECK((column_sums.dtype() == DType::kF32 || column_sums.dtype() == DType::kBF16) &&
+                column_sums.shape() == Shape({C}) && column_sums.is_contiguous(),
+            op, ": column_sums must be f32 or bf16 [", C, "], got ", column_sums.ToString());
+}
+
+// QuantizeRowsAndTransposed's CUDA path (and its activation forms'): the
+// outputs checked, the partial sums' scratch, `kernel(lt, lt_t, partial)`
+// (the launcher), then the partials added to column_sums. False, with
+// nothing added, where `kernel` returns false (it launched nothing).
+template <class Kernel>
+bool RowsAndTransposedCuda(const Exec& e, const Tensor& x, const Tensor& q, const Tensor& scales,
+                           const Tensor& qt, const Tensor& scales_t, const Tensor& lt_scales,
+                           const Tensor& lt_scales_t, const Tensor& column_sums, const char* op,
+                           Kernel kernel) {
   const int64_t R = x.dim(0), C = x.dim(1);
-  if (column_sums.defined()) {
-    internal::CheckOn(e, column_sums, op, "column_sums");
-    GTP_CHECK((column_sums.dtype() == DType::kF32 || column_sums.dtype() == DType::kBF16) &&
-                  column_sums.shape() == Shape({C}) && column_sums.is_contiguous(),
-              op, ": column_sums must be f32 or bf16 [", C, "], got ", column_sums.ToString());
-  }
-  if (!e.is_cuda()) {  // the two CPU paths (each checks its arguments)
-    QuantizeBlocks(e, x, Fp8Layout::kRow1x128, q, scales, lt_scales);
-    QuantizeRowsTransposed(e, x, qt, scales_t, lt_scales_t);
-    if (column_sums.defined()) AddColumnSumsCpu(x, column_sums);
-    return;
-  }
   CheckFusedOutputs(e, x, q, scales, qt, scales_t, Fp8Layout::kRow1x128, op);
   float* lt = CheckLt(e, lt_scales, false, R, C, op);
   float* lt_t = CheckLt(e, lt_scales_t, false, C, R, op);
@@ -267,19 +269,85 @@ void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
   // The per-block partial sums: stream-ordered scratch (as RequantizeRowsTransposed's).
   Tensor partial = column_sums.defined() && R > 0 && C > 0 ? e.Empty({nbr, C}) : Tensor();
   float* pp = partial.defined() ? partial.data<float>() : nullptr;
-  if (x.dtype() == DType::kF32) {
-    cuda::QuantizeRowsAndTransposed(x.data<float>(), R, C, Codes(q), scales.data<float>(), lt,
-                                    Codes(qt), scales_t.data<float>(), lt_t, pp, e.stream);
-  } else {
-    cuda::QuantizeRowsAndTransposed(BF16Data(x), R, C, Codes(q), scales.data<float>(), lt,
-                                    Codes(qt), scales_t.data<float>(), lt_t, pp, e.stream);
-  }
-  if (pp == nullptr) return;
+  if (!kernel(lt, lt_t, pp)) return false;
+  if (pp == nullptr) return true;
   if (column_sums.dtype() == DType::kF32) {
     cuda::AddColumnPartials(pp, nbr, C, column_sums.data<float>(), e.stream);
   } else {
     cuda::AddColumnPartials(pp, nbr, C, static_cast<bf16*>(column_sums.raw_data()), e.stream);
   }
+  return true;
+}
+
+}  // namespace
+
+void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
+                               const Tensor& scales, const Tensor& qt, const Tensor& scales_t,
+                               const Tensor& lt_scales, const Tensor& lt_scales_t,
+                               const Tensor& column_sums) {
+  const char* op = "fp8::QuantizeRowsAndTransposed";
+  CheckMatrix(e, x, op, "x");
+  const int64_t R = x.dim(0), C = x.dim(1);
+  CheckColumnSums(e, column_sums, C, op);
+  if (!e.is_cuda()) {  // the two CPU paths (each checks its arguments)
+    QuantizeBlocks(e, x, Fp8Layout::kRow1x128, q, scales, lt_scales);
+    QuantizeRowsTransposed(e, x, qt, scales_t, lt_scales_t);
+    if (column_sums.defined()) AddColumnSumsCpu(x, column_sums);
+    return;
+  }
+  RowsAndTransposedCuda(
+      e, x, q, scales, qt, scales_t, lt_scales, lt_scales_t, column_sums, op,
+      [&](float* lt, float* lt_t, float* pp) {
+        if (x.dtype() == DType::kF32) {
+          cuda::QuantizeRowsAndTransposed(x.data<float>(), R, C, Codes(q), scales.data<float>(), lt,
+                                          Codes(qt), scales_t.data<float>(), lt_t, pp, e.stream);
+        } else {
+          cuda::QuantizeRowsAndTransposed(BF16Data(x), R, C, Codes(q), scales.data<float>(), lt,
+                                          Codes(qt), scales_t.data<float>(), lt_t, pp, e.stream);
+        }
+        return true;
+      });
+}
+
+void QuantizeActRowsAndTransposed(const Exec& e, Fp8InputAct act, const Tensor& x,
+                                  const Tensor& pre, const Tensor& q, const Tensor& scales,
+                                  const Tensor& qt, const Tensor& scales_t, const Tensor& lt_scales,
+                                  const Tensor& lt_scales_t, const Tensor& column_sums) {
+  const char* op = "fp8::QuantizeActRowsAndTransposed";
+  CheckMatrix(e, x, op, "x");
+  const bool grad = act == Fp8InputAct::kGeluGrad;
+  if (grad) {
+    internal::CheckOn(e, pre, op, "pre");
+    GTP_CHECK(pre.shape() == x.shape() && pre.dtype() == x.dtype() && pre.is_contiguous(), op,
+              ": pre (GELU's input) must have x's shape and dtype ", x.ToString(), ", got ",
+              pre.ToString());
+  } else {
+    GTP_CHECK(!pre.defined(), op, ": pre is kGeluGrad's argument, got ", pre.ToString(),
+              " with kGelu");
+  }
+  const int64_t R = x.dim(0), C = x.dim(1);
+  CheckColumnSums(e, column_sums, C, op);
+  if (e.is_cuda() && x.dtype() == DType::kBF16 &&
+      RowsAndTransposedCuda(
+          e, x, q, scales, qt, scales_t, lt_scales, lt_scales_t, column_sums, op,
+          [&](float* lt, float* lt_t, float* pp) {
+            return grad ? cuda::QuantizeGeluGradRowsAndTransposed(
+                              BF16Data(x), BF16Data(pre), R, C, Codes(q), scales.data<float>(), lt,
+                              Codes(qt), scales_t.data<float>(), lt_t, pp, e.stream)
+                        : cuda::QuantizeGeluRowsAndTransposed(
+                              BF16Data(x), R, C, Codes(q), scales.data<float>(), lt, Codes(qt),
+                              scales_t.data<float>(), lt_t, pp, e.stream);
+          })) {
+    return;
+  }
+  // Elsewhere the composition the fused kernel stands for (a in x's dtype).
+  Tensor a = e.Empty(x.shape(), x.dtype());
+  if (grad) {
+    ops::GeluBackward(e, x, pre, a);
+  } else {
+    ops::GeluForward(e, x, a);
+  }
+  QuantizeRowsAndTransposed(e, a, q, scales, qt, scales_t, lt_scales, lt_scales_t, column_sums);
 }
 
 void QuantizeTilesAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,

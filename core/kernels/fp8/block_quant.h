@@ -85,6 +85,26 @@ void QuantizeRowsAndTransposed(const Exec& e, const Tensor& x, const Tensor& q,
                                const Tensor& lt_scales_t = Tensor(),
                                const Tensor& column_sums = Tensor());
 
+// What QuantizeActRowsAndTransposed applies to x before quantising it.
+enum class Fp8InputAct {
+  kGelu,      // a = GELU(x), as ops::GeluForward(x, a) writes it
+  kGeluGrad,  // a = GELU'(pre)·x, as ops::GeluBackward(x, pre, a) writes it
+};
+
+// QuantizeRowsAndTransposed(a) for a = act(x) (pre: GELU's input, x's shape
+// and dtype, for kGeluGrad; undefined for kGelu), a never written: the same
+// codes, scales and column sums, bit for bit, as writing a in x's dtype with
+// that op and quantising it — which is what runs where the fused CUDA kernel
+// does not apply (the CPU, f32, C % 8 != 0, unaligned buffers). An MLP's
+// second linear reads GELU's output this way in the forward, its first the
+// gradient through GELU in the backward.
+void QuantizeActRowsAndTransposed(const Exec& e, Fp8InputAct act, const Tensor& x,
+                                  const Tensor& pre, const Tensor& q, const Tensor& scales,
+                                  const Tensor& qt, const Tensor& scales_t,
+                                  const Tensor& lt_scales = Tensor(),
+                                  const Tensor& lt_scales_t = Tensor(),
+                                  const Tensor& column_sums = Tensor());
+
 // The same from x's forward codes (q [R, C], scales [R, ceil(C/128)], 1×128
 // along C) when the high-precision x is gone: each element's f32 value
 // e4m3⁻¹(q)·scale (as DequantizeBlocks), transposed, quantised again 1×128

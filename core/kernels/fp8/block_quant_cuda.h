@@ -59,6 +59,19 @@ void QuantizeRowsAndTransposed(const float* x, int64_t R, int64_t C, uint8_t* q,
 void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
                                float* col_partial, cudaStream_t stream);
+// The same for a = GELU(x) (Gelu) or a = GeluGrad(dy, pre) (GeluGrad: dy the
+// gradient at GELU's output, pre its input), a made as x is read and never
+// written: the bits of cuda::GeluForward / GeluBackward (bf16) followed by
+// QuantizeRowsAndTransposed(a). Returns false, launching nothing, where the
+// fused kernel does not apply (C % 8 != 0, or x, dy, pre not 16-byte or q
+// not 8-byte aligned): the caller then writes a and quantises it.
+bool QuantizeGeluRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                                   float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                                   float* col_partial, cudaStream_t stream);
+bool QuantizeGeluGradRowsAndTransposed(const bf16* dy, const bf16* pre, int64_t R, int64_t C,
+                                       uint8_t* q, float* scales, float* lt, uint8_t* qt,
+                                       float* scales_t, float* lt_t, float* col_partial,
+                                       cudaStream_t stream);
 // sums [C] += the partials [nbr, C] added over nbr in ascending order (f32;
 // rounded once into a bf16 sums).
 void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, float* sums,

@@ -189,6 +189,53 @@ TEST_P(BlockQuantEmulationTest, QuantisersMatchTheReference) {
   }
 }
 
+// The fused quantiser with GELU applied as it reads (an MLP's proj input)
+// or GELU's derivative (fc's output gradient): the codes, scales and column
+// sums of a = bf16(GELU(x)) or bf16(GeluGrad(dy, pre)) — cuda/gelu.cuh's
+// functions, which the GELU kernels apply, here on the host — by the
+// reference quantiser, bit for bit; and no launch (false) where C % 8 != 0.
+TEST_P(BlockQuantEmulationTest, GeluInputsMatchTheReferenceOfTheActivation) {
+  namespace ci = ::gtp::kernels::cuda::internal;
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t R = GetParam().R, C = GetParam().C, n = R * C;
+  const int64_t cb = (C + 127) / 128, rb = (R + 127) / 128;
+  const std::vector<bf16> x = gtp::emu::Converted<bf16>(TestMatrix(R, C, false));
+  FVec pre_f = gtp::emu::RandomNormal(n, static_cast<uint32_t>(R * 31 + C));
+  for (float& v : pre_f) v *= 3.0f;  // GELU's curved part and both tails
+  const std::vector<bf16> pre = gtp::emu::Converted<bf16>(pre_f);
+  for (const bool grad : {false, true}) {
+    const std::string tag = grad ? "GeluGrad" : "Gelu";
+    FVec a(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float xi = ToF32(x[i]);
+      a[i] = ToF32(ToBF16(grad ? ci::GeluGrad(xi, ToF32(pre[i])) : ci::Gelu(xi)));
+    }
+    const auto out = gtp::emu::InEverySchedule([&] {
+      Codes q(n, 0x55), qt(n, 0x55);
+      FVec s(R * cb, NAN), st(C * rb, NAN), partial(rb * C, NAN);
+      const bool ran = grad ? cuda::QuantizeGeluGradRowsAndTransposed(
+                                  x.data(), pre.data(), R, C, q.data(), s.data(), nullptr,
+                                  qt.data(), st.data(), nullptr, partial.data(), nullptr)
+                            : cuda::QuantizeGeluRowsAndTransposed(
+                                  x.data(), R, C, q.data(), s.data(), nullptr, qt.data(), st.data(),
+                                  nullptr, partial.data(), nullptr);
+      return std::vector<FVec>{FVec{ran ? 1.0f : 0.0f}, AsFloats(q), s, AsFloats(qt), st, partial};
+    });
+    if (C % 8 != 0) {
+      EXPECT_EQ(out[0][0], 0.0f) << tag << ": launched for C = " << C;
+      continue;
+    }
+    ASSERT_EQ(out[0][0], 1.0f) << tag << ": not launched for C = " << C;
+    const reference::RefBlocks rows = reference::RefQuantizeBlocks(a, R, C, 1);
+    const reference::RefBlocks cols = reference::RefQuantizeBlocks(Transposed(a, R, C), C, R, 1);
+    EXPECT_TRUE(gtp::emu::SameBits(out[1], AsFloats(rows.q), tag + " 1x128 codes"));
+    EXPECT_TRUE(gtp::emu::SameBits(out[2], rows.scales, tag + " 1x128 scales"));
+    EXPECT_TRUE(gtp::emu::SameBits(out[3], AsFloats(cols.q), tag + " transposed codes"));
+    EXPECT_TRUE(gtp::emu::SameBits(out[4], cols.scales, tag + " transposed scales"));
+    EXPECT_TRUE(gtp::emu::SameBits(out[5], ColumnPartials(a, R, C), tag + " column sums"));
+  }
+}
+
 // y = e4m3⁻¹(q)·scale, exact in double, rounded once to f32 (and from the
 // f32 product to bf16, nearest even), for both scale layouts.
 TEST_P(BlockQuantEmulationTest, DequantisationMatchesTheReference) {

@@ -295,6 +295,75 @@ TEST_P(BlockQuantGpuTest, EveryFunctionMatchesCpuBitForBit) {
   }
 }
 
+// QuantizeActRowsAndTransposed on the GPU (the fused kernel where C % 8 ==
+// 0; the composition else) against that composition on the GPU — the GELU
+// kernel (ops::GeluForward, or GeluBackward from dy and pre) into bf16, then
+// QuantizeRowsAndTransposed — bit for bit: codes, scales, their cuBLASLt
+// copies and the column sums (into f32, from a nonzero start). Not against
+// the CPU: its tanh is not the GPU's, so a few GELU values round to another
+// bf16 (activation_gpu_test holds both GELU kernels to a double reference).
+TEST_P(BlockQuantGpuTest, GeluInputsMatchTheGeluKernelThenTheQuantiser) {
+  SKIP_WITHOUT_GPU();
+  const auto [R, C] = GetParam();
+  Env env;
+  const Exec& gpu = env.gpu;
+  constexpr Fp8Layout kRow = Fp8Layout::kRow1x128;
+  // A host tensor with a device tensor's bytes (the reference outputs).
+  auto host_copy = [&](const Tensor& d) {
+    Tensor h = env.HostOut(d.shape(), d.dtype());
+    const ByteVec b = env.Down(d);
+    if (!b.empty()) std::memcpy(h.raw_data(), b.data(), b.size());
+    return h;
+  };
+  for (const bool nonfinite : {false, true}) {
+    const Tensor gx = env.Up(
+        MakeMatrix(TestMatrix(R, C, 7000 * R + C, nonfinite), R, C, *env.cpu.alloc, DType::kBF16));
+    const Tensor gpre = env.Up(
+        MakeMatrix(TestMatrix(R, C, 9000 * R + C, false), R, C, *env.cpu.alloc, DType::kBF16));
+    for (const Fp8InputAct act : {Fp8InputAct::kGelu, Fp8InputAct::kGeluGrad}) {
+      const bool grad = act == Fp8InputAct::kGeluGrad;
+      const std::string tag = std::string(grad ? "GeluGrad" : "Gelu") +
+                              (nonfinite ? ", with NaN/inf" : "") + ", " + std::to_string(R) + "x" +
+                              std::to_string(C);
+      const Tensor pre = grad ? gpre : Tensor();
+      std::vector<float> s0(static_cast<size_t>(C));
+      for (int64_t c = 0; c < C; ++c) s0[c] = 0.25f * static_cast<float>(c % 5) - 0.5f;
+      const Tensor sums0 = MakeMatrix(s0, 1, C, *env.cpu.alloc, DType::kF32).View({C});
+      // The composition.
+      const Tensor a = env.Poisoned({R, C}, DType::kBF16, 0x5a);
+      if (grad) {
+        ops::GeluBackward(gpu, gx, gpre, a);
+      } else {
+        ops::GeluForward(gpu, gx, a);
+      }
+      std::vector<Tensor> want{env.Poisoned({R, C}, DType::kF8E4M3, 0xff),
+                               env.Poisoned(Fp8ScaleShape(R, C, kRow), DType::kF32, 0xff),
+                               env.Poisoned({C, R}, DType::kF8E4M3, 0xff),
+                               env.Poisoned(Fp8ScaleShape(C, R, kRow), DType::kF32, 0xff),
+                               env.Poisoned({LtScaleCount(false, R, C)}, DType::kF32, 0xff),
+                               env.Poisoned({LtScaleCount(false, C, R)}, DType::kF32, 0xff),
+                               env.Up(sums0)};
+      QuantizeRowsAndTransposed(gpu, a, want[0], want[1], want[2], want[3], want[4], want[5],
+                                want[6]);
+      std::vector<Out> outs{{"q", host_copy(want[0])},
+                            {"scales", host_copy(want[1])},
+                            {"qt", host_copy(want[2])},
+                            {"scales_t", host_copy(want[3])},
+                            {"lt_scales", host_copy(want[4])},
+                            {"lt_scales_t", host_copy(want[5])},
+                            {"column sums", host_copy(want[6]), /*values=*/true}};
+      ExpectGpuMatchesCpu(env, "QuantizeActRowsAndTransposed(" + tag + ")", outs,
+                          [&](const std::vector<Tensor>& o) {
+                            // The sums accumulate: start them as the composition's did.
+                            const Tensor start = env.Up(sums0);
+                            QuantizeActRowsAndTransposed(gpu, act, gx, pre, o[0], o[1], o[2], o[3],
+                                                         o[4], o[5], start);
+                            ops::CopyInto(gpu, start, o[6]);
+                          });
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, BlockQuantGpuTest,
                          ::testing::Values(Case{1, 1}, Case{3, 5}, Case{1, 300}, Case{300, 1},
                                            Case{128, 128}, Case{129, 257}, Case{300, 1000},

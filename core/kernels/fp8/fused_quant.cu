@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "core/kernels/cuda/gelu.cuh"
 #include "core/kernels/fp8/block_quant_cuda.h"
 #include "core/kernels/fp8/quant_device.cuh"
 
@@ -66,6 +67,34 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------- both 1×128 layouts
 
+// What the fused quantiser applies to x as it reads it.
+enum class InAct { kNone, kGelu, kGeluGrad };
+
+// 8 bf16 (a 16-byte word) after kAct: GELU(x), or GeluGrad(x, pre) (x the
+// gradient at GELU's output, pre its input), in f32 by cuda/gelu.cuh and
+// rounded to bf16 as the GELU kernels store it (elem.cuh), so the same bits
+// as they write.
+template <InAct kAct>
+__device__ __forceinline__ uint4 ApplyAct(const uint4& x, const uint4& pre) {
+  namespace ci = ::gtp::kernels::cuda::internal;
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w}, pw[4] = {pre.x, pre.y, pre.z, pre.w};
+  uint32_t out[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float lo = BitsFloat(w[k] << 16), hi = BitsFloat(w[k] & 0xffff0000u);
+    if constexpr (kAct == InAct::kGelu) {
+      lo = ci::Gelu(lo);
+      hi = ci::Gelu(hi);
+    } else {
+      lo = ci::GeluGrad(lo, BitsFloat(pw[k] << 16));
+      hi = ci::GeluGrad(hi, BitsFloat(pw[k] & 0xffff0000u));
+    }
+    out[k] = static_cast<uint32_t>(ci::Store<bf16>(lo).bits) |
+             static_cast<uint32_t>(ci::Store<bf16>(hi).bits) << 16;
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
 constexpr int kPairCols = kBlock / 2;  // bf16 column pairs (32-bit words) in a tile row
 
 // x [R, C] bf16 (C % 8 == 0) → its 1×128 quantisation along C (q, scales,
@@ -81,10 +110,14 @@ constexpr int kPairCols = kBlock / 2;  // bf16 column pairs (32-bit words) in a 
 // at once, in a pass before the codes), and each code goes out as a byte
 // (a warp writes 32 consecutive bytes of a row of qt).
 // The same scalar rules as every other kernel here, so the same bits as the
-// two kernels it fuses.
-__global__ void __launch_bounds__(kThreads)
-    QuantizeRowsAndTransposedKernel(const bf16* __restrict__ x, int64_t R, int64_t C,
-                                    int64_t ncb, uint8_t* __restrict__ q,
+// two kernels it fuses. With kAct an activation applied to each element as
+// it is read (ApplyAct: the codes, scales and sums of a = GELU(x), or of
+// a = GeluGrad(x, pre)), the bits of writing a with the GELU kernels and
+// quantising it.
+template <InAct kAct>
+__global__ void __launch_bounds__(kThreads, kAct == InAct::kNone ? 4 : 2)
+    QuantizeRowsAndTransposedKernel(const bf16* __restrict__ x, const bf16* __restrict__ pre,
+                                    int64_t R, int64_t C, int64_t ncb, uint8_t* __restrict__ q,
                                     float* __restrict__ scales, float* __restrict__ lt,
                                     uint8_t* __restrict__ qt, float* __restrict__ scales_t,
                                     float* __restrict__ lt_t, float* __restrict__ col_partial) {
@@ -97,12 +130,22 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {  // the same for the whole block
     const int64_t bi = t / ncb, bj = t % ncb, r0 = bi * kBlock, c0 = bj * kBlock;
     const int64_t c = c0 + sub * kVec;
-    uint4 raw[kPasses];
+    uint4 raw[kPasses], raw_pre[kAct == InAct::kGeluGrad ? kPasses : 1];
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
       const int64_t r = r0 + p * kRowsPerPass + rsub;
-      raw[p] = (r < R && c < C) ? *reinterpret_cast<const uint4*>(x + r * C + c)
-                                : make_uint4(0, 0, 0, 0);  // +0: never raises amax
+      const bool in = r < R && c < C;
+      raw[p] = in ? *reinterpret_cast<const uint4*>(x + r * C + c)
+                  : make_uint4(0, 0, 0, 0);  // +0: never raises amax
+      if constexpr (kAct == InAct::kGeluGrad) {
+        raw_pre[p] = in ? *reinterpret_cast<const uint4*>(pre + r * C + c) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    if constexpr (kAct != InAct::kNone) {  // +0 stays +0 (GELU(+0) = +0·GELU'(+0) = +0)
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        raw[p] = ApplyAct<kAct>(raw[p], raw_pre[kAct == InAct::kGeluGrad ? p : 0]);
+      }
     }
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
@@ -303,8 +346,9 @@ void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float
   if constexpr (std::is_same_v<T, bf16>) {
     if (C % kVec == 0 && Aligned(x, 16) && Aligned(q, 8)) {
       const int64_t ncb = Fp8NumBlocks(C);
-      Launch(QuantizeRowsAndTransposedKernel, GridFor(Fp8NumBlocks(R) * ncb, 1), kThreads, 0,
-             stream, x, R, C, ncb, q, scales, lt, qt, scales_t, lt_t, col_partial);
+      Launch(QuantizeRowsAndTransposedKernel<InAct::kNone>, GridFor(Fp8NumBlocks(R) * ncb, 1),
+             kThreads, 0, stream, x, static_cast<const bf16*>(nullptr), R, C, ncb, q, scales, lt,
+             qt, scales_t, lt_t, col_partial);
       GTP_CU_LAUNCH_CHECK();
       return;
     }
@@ -317,6 +361,25 @@ void LaunchRowsAndTransposed(const T* x, int64_t R, int64_t C, uint8_t* q, float
            col_partial);
     GTP_CU_LAUNCH_CHECK();
   }
+}
+
+// The fused kernel with kAct where it applies (C % 8 == 0, x and pre 16-byte
+// aligned, q 8-byte aligned): false, launching nothing, where it does not.
+template <InAct kAct>
+bool LaunchActRowsAndTransposed(const bf16* x, const bf16* pre, int64_t R, int64_t C, uint8_t* q,
+                                float* scales, float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                                float* col_partial, cudaStream_t stream) {
+  RequireShape(R, C, "fp8::cuda::QuantizeActRowsAndTransposed");
+  if (C % kVec != 0 || !Aligned(x, 16) || !Aligned(q, 8) ||
+      (kAct == InAct::kGeluGrad && !Aligned(pre, 16))) {
+    return false;
+  }
+  if (R == 0 || C == 0) return true;
+  const int64_t ncb = Fp8NumBlocks(C);
+  Launch(QuantizeRowsAndTransposedKernel<kAct>, GridFor(Fp8NumBlocks(R) * ncb, 1), kThreads, 0,
+         stream, x, pre, R, C, ncb, q, scales, lt, qt, scales_t, lt_t, col_partial);
+  GTP_CU_LAUNCH_CHECK();
+  return true;
 }
 
 template <typename T>
@@ -358,6 +421,20 @@ void QuantizeRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, 
                                float* lt, uint8_t* qt, float* scales_t, float* lt_t,
                                float* col_partial, cudaStream_t stream) {
   LaunchRowsAndTransposed(x, R, C, q, scales, lt, qt, scales_t, lt_t, col_partial, stream);
+}
+
+bool QuantizeGeluRowsAndTransposed(const bf16* x, int64_t R, int64_t C, uint8_t* q, float* scales,
+                                   float* lt, uint8_t* qt, float* scales_t, float* lt_t,
+                                   float* col_partial, cudaStream_t stream) {
+  return LaunchActRowsAndTransposed<InAct::kGelu>(x, nullptr, R, C, q, scales, lt, qt, scales_t,
+                                                  lt_t, col_partial, stream);
+}
+bool QuantizeGeluGradRowsAndTransposed(const bf16* dy, const bf16* pre, int64_t R, int64_t C,
+                                       uint8_t* q, float* scales, float* lt, uint8_t* qt,
+                                       float* scales_t, float* lt_t, float* col_partial,
+                                       cudaStream_t stream) {
+  return LaunchActRowsAndTransposed<InAct::kGeluGrad>(dy, pre, R, C, q, scales, lt, qt, scales_t,
+                                                      lt_t, col_partial, stream);
 }
 
 void AddColumnPartials(const float* col_partial, int64_t nbr, int64_t C, float* sums,

@@ -97,6 +97,21 @@ void Fp8SharedInput::Both(const Tensor& x, const Tensor& column_sums) {
   transposed_ = std::move(transposed);
 }
 
+void Fp8SharedInput::BothOf(Fp8InputAct act, const Tensor& x, const Tensor& pre,
+                            const Tensor& column_sums) {
+  Bind(x);
+  GTP_CHECK(!rows_ && !transposed_, "fp8::Fp8SharedInput::BothOf: ", x_.ToString(),
+            " was quantised already (as itself, not as its activation)");
+  const int64_t R = x_.dim(0), C = x_.dim(1);
+  Fp8Matrix rows = Scratch(e_, R, C, Fp8Layout::kRow1x128);
+  Fp8Matrix transposed = Scratch(e_, C, R, Fp8Layout::kRow1x128);
+  QuantizeActRowsAndTransposed(e_, act, x_, pre, rows.q, rows.scales, transposed.q,
+                               transposed.scales, rows.lt_scales, transposed.lt_scales,
+                               column_sums);
+  rows_ = std::move(rows);
+  transposed_ = std::move(transposed);
+}
+
 // ---- weights -------------------------------------------------------------------------
 
 Fp8Matrix QuantizeWeight(const Exec& e, const Tensor& w) {

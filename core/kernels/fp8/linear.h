@@ -33,6 +33,7 @@
 #include <optional>
 
 #include "core/kernels/fp8/block_gemm.h"
+#include "core/kernels/fp8/block_quant.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
 
@@ -58,6 +59,12 @@ class Fp8SharedInput {
   // bias gradient; QuantizeRowsAndTransposed's order): then it must be the
   // first quantisation of x here (aborts otherwise: the sums need the read).
   void Both(const Tensor& x, const Tensor& column_sums = Tensor());
+  // Both quantisations of a = act(x) (QuantizeActRowsAndTransposed; pre is
+  // GELU's input for kGeluGrad), a never written; with column_sums a's
+  // column sums too. Then Rows(x) and Transposed(x) give a's codes. Must be
+  // the first quantisation of x here (aborts otherwise).
+  void BothOf(Fp8InputAct act, const Tensor& x, const Tensor& pre,
+              const Tensor& column_sums = Tensor());
 
  private:
   void Bind(const Tensor& x);
