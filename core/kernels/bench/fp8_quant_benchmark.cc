@@ -12,7 +12,16 @@
 //   rows_t     QuantizeRowsTransposed(x): the wgrad's xᵀ codes;
 //   both       QuantizeRowsAndTransposed(x): a gradient dy's two codes;
 //   both_sums  the same with its column sums into an f32 [C] (a bias grad);
-//   tile_pair  QuantizeTilesAndTransposed(x): a weight's W and Wᵀ tiles.
+//   tile_pair  QuantizeTilesAndTransposed(x): a weight's W and Wᵀ tiles;
+//   gelu_both          QuantizeActRowsAndTransposed(kGelu, x): proj's input
+//                      GELU(x) quantised as x is read (the fp8 MLP forward);
+//   gelu_then_both     ops::GeluForward into bf16, then both: what it replaces;
+//   dgelu_both_sums    QuantizeActRowsAndTransposed(kGeluGrad, dy, pre) with
+//                      the column sums (fc's output gradient, the backward);
+//   dgelu_then_both_sums  ops::GeluBackward into bf16, then both_sums.
+// (The GELU ops' bytes: x (and pre) read, the codes written; the _then_
+// forms' intermediate bf16 tensor not counted, so their GB/s compare as
+// time.)
 // Every quantiser writes the cuBLASLt copy of its scales, as the linears do.
 // Counter GB/s: bytes read + written per call (x once, each code once; the
 // scales, under 1 %, not counted) over the call's time.
@@ -31,7 +40,18 @@
 namespace gtp::kernels {
 namespace {
 
-enum class Op { kCopy, kRows, kRowsT, kBoth, kBothSums, kTilePair };
+enum class Op {
+  kCopy,
+  kRows,
+  kRowsT,
+  kBoth,
+  kBothSums,
+  kTilePair,
+  kGeluBoth,
+  kGeluThenBoth,
+  kDGeluBothSums,
+  kDGeluThenBothSums
+};
 
 // Codes, scales and their cuBLASLt copy for a [rows, K] operand.
 struct Codes {
@@ -50,7 +70,9 @@ void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
   const fp8::Fp8Layout l = op == Op::kTilePair ? tile : row;
   Codes a(e, R, C, l), b(e, C, R, l);
   const Tensor copy = e.Empty({R, C}, DType::kBF16), sums = e.Zeros({C}, DType::kF32);
-  double bytes = 2.0 * R * C;  // x read
+  const bool dgelu = op == Op::kDGeluBothSums || op == Op::kDGeluThenBothSums;
+  const Tensor pre = dgelu ? bench::RandomBF16(e, {R, C}, 2) : Tensor();
+  double bytes = (dgelu ? 4.0 : 2.0) * R * C;  // x (and pre) read
   switch (op) {
     case Op::kCopy:
       bytes += 2.0 * R * C;
@@ -79,6 +101,19 @@ void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
         return fp8::QuantizeRowsAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt, sums);
       case Op::kTilePair:
         return fp8::QuantizeTilesAndTransposed(e, x, a.q, a.scales, b.q, b.scales, a.lt, b.lt);
+      case Op::kGeluBoth:
+        return fp8::QuantizeActRowsAndTransposed(e, fp8::Fp8InputAct::kGelu, x, Tensor(), a.q,
+                                                 a.scales, b.q, b.scales, a.lt, b.lt);
+      case Op::kGeluThenBoth:
+        ops::GeluForward(e, x, copy);
+        return fp8::QuantizeRowsAndTransposed(e, copy, a.q, a.scales, b.q, b.scales, a.lt, b.lt);
+      case Op::kDGeluBothSums:
+        return fp8::QuantizeActRowsAndTransposed(e, fp8::Fp8InputAct::kGeluGrad, x, pre, a.q,
+                                                 a.scales, b.q, b.scales, a.lt, b.lt, sums);
+      case Op::kDGeluThenBothSums:
+        ops::GeluBackward(e, x, pre, copy);
+        return fp8::QuantizeRowsAndTransposed(e, copy, a.q, a.scales, b.q, b.scales, a.lt, b.lt,
+                                              sums);
     }
   });
   state.counters["GB/s"] =
@@ -86,9 +121,16 @@ void BM_Fp8Quant(benchmark::State& state, Op op, int64_t R, int64_t C) {
 }
 
 void Register() {
-  const std::pair<const char*, Op> ops[] = {
-      {"copy", Op::kCopy}, {"rows", Op::kRows},          {"rows_t", Op::kRowsT},
-      {"both", Op::kBoth}, {"both_sums", Op::kBothSums}, {"tile_pair", Op::kTilePair}};
+  const std::pair<const char*, Op> ops[] = {{"copy", Op::kCopy},
+                                            {"rows", Op::kRows},
+                                            {"rows_t", Op::kRowsT},
+                                            {"both", Op::kBoth},
+                                            {"both_sums", Op::kBothSums},
+                                            {"tile_pair", Op::kTilePair},
+                                            {"gelu_both", Op::kGeluBoth},
+                                            {"gelu_then_both", Op::kGeluThenBoth},
+                                            {"dgelu_both_sums", Op::kDGeluBothSums},
+                                            {"dgelu_then_both_sums", Op::kDGeluThenBothSums}};
   // Activations and gradients [8192, C] of the 124M/350M/1.3B linears; the
   // weights [out, in] for tile_pair.
   const std::pair<int64_t, int64_t> act[] = {{8192, 768}, {8192, 2048}, {8192, 3072}, {8192, 8192}};
