@@ -1,10 +1,11 @@
 // core/kernels/cuda/activation.cu — pointwise activations.
 //
-// GELU (tanh approximation) and its derivative: cuda/gelu.cuh.
+// GELU (tanh approximation) and its derivative: cuda/gelu.cuh (accurate
+// tanhf for f32 data, the σ form for bf16).
 // SwiGLU on x[N, 2H] = [gate | up] per row:
 //   y = silu(g)·u, silu(g) = g·σ(g)
 //   dg = dy·u·σ(g)·(1 + g·(1 − σ(g))),  du = dy·silu(g)        (=)
-// Grid-stride loops; accurate tanhf and expf (no fast-math intrinsics).
+// Grid-stride loops; SwiGLU with accurate expf (no fast-math intrinsics).
 // f32 or bf16 storage, f32 math (cuda/elem.cuh). f32: one element per thread
 // per iteration. bf16: 8 elements (16 bytes) per access when the buffers are
 // 16-byte aligned (and, for SwiGLU, H % 8 == 0), the rest one at a time.
@@ -20,8 +21,8 @@ namespace {
 
 using internal::Aligned16;
 using internal::CeilDiv;
-using internal::Gelu;
-using internal::GeluGrad;
+using internal::GeluFor;
+using internal::GeluGradFor;
 using internal::GridFor;
 using internal::kBf16Vec;
 using internal::Load;
@@ -43,11 +44,12 @@ __global__ void GeluForwardKernel(const T* __restrict__ x, T* __restrict__ y, in
     float v[kVec];
     LoadVec<kVec>(x + i * kVec, v);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = Gelu(v[k]);
+    for (int k = 0; k < kVec; ++k) v[k] = GeluFor<T>(v[k]);
     StoreVec<kVec>(y + i * kVec, v);
   }
   if constexpr (kVec > 1) {
-    for (int64_t i = n / kVec * kVec + tid; i < n; i += stride) y[i] = Store<T>(Gelu(Load(x[i])));
+    for (int64_t i = n / kVec * kVec + tid; i < n; i += stride)
+      y[i] = Store<T>(GeluFor<T>(Load(x[i])));
   }
 }
 
@@ -61,12 +63,12 @@ __global__ void GeluBackwardKernel(const T* __restrict__ dy, const T* __restrict
     LoadVec<kVec>(x + i * kVec, xv);
     LoadVec<kVec>(dy + i * kVec, d);
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) xv[k] = GeluGrad(d[k], xv[k]);
+    for (int k = 0; k < kVec; ++k) xv[k] = GeluGradFor<T>(d[k], xv[k]);
     StoreVec<kVec>(dx + i * kVec, xv);
   }
   if constexpr (kVec > 1) {
     for (int64_t i = n / kVec * kVec + tid; i < n; i += stride) {
-      dx[i] = Store<T>(GeluGrad(Load(dy[i]), Load(x[i])));
+      dx[i] = Store<T>(GeluGradFor<T>(Load(dy[i]), Load(x[i])));
     }
   }
 }

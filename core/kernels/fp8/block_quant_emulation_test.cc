@@ -208,7 +208,7 @@ TEST_P(BlockQuantEmulationTest, GeluInputsMatchTheReferenceOfTheActivation) {
     FVec a(n);
     for (int64_t i = 0; i < n; ++i) {
       const float xi = ToF32(x[i]);
-      a[i] = ToF32(ToBF16(grad ? ci::GeluGrad(xi, ToF32(pre[i])) : ci::Gelu(xi)));
+      a[i] = ToF32(ToBF16(grad ? ci::GeluGradFor<bf16>(xi, ToF32(pre[i])) : ci::GeluFor<bf16>(xi)));
     }
     const auto out = gtp::emu::InEverySchedule([&] {
       Codes q(n, 0x55), qt(n, 0x55);

@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(kThreads)
 enum class InAct { kNone, kGelu, kGeluGrad };
 
 // 8 bf16 (a 16-byte word) after kAct: GELU(x), or GeluGrad(x, pre) (x the
-// gradient at GELU's output, pre its input), in f32 by cuda/gelu.cuh and
+// gradient at GELU's output, pre its input), in f32 by cuda/gelu.cuh (the
+// bf16 form, as the GELU kernels apply it to bf16 data) and
 // rounded to bf16 as the GELU kernels store it (elem.cuh), so the same bits
 // as they write.
 template <InAct kAct>
@@ -83,11 +84,11 @@ __device__ __forceinline__ uint4 ApplyAct(const uint4& x, const uint4& pre) {
   for (int k = 0; k < 4; ++k) {
     float lo = BitsFloat(w[k] << 16), hi = BitsFloat(w[k] & 0xffff0000u);
     if constexpr (kAct == InAct::kGelu) {
-      lo = ci::Gelu(lo);
-      hi = ci::Gelu(hi);
+      lo = ci::GeluFor<bf16>(lo);
+      hi = ci::GeluFor<bf16>(hi);
     } else {
-      lo = ci::GeluGrad(lo, BitsFloat(pw[k] << 16));
-      hi = ci::GeluGrad(hi, BitsFloat(pw[k] & 0xffff0000u));
+      lo = ci::GeluGradFor<bf16>(lo, BitsFloat(pw[k] << 16));
+      hi = ci::GeluGradFor<bf16>(hi, BitsFloat(pw[k] & 0xffff0000u));
     }
     out[k] = static_cast<uint32_t>(ci::Store<bf16>(lo).bits) |
              static_cast<uint32_t>(ci::Store<bf16>(hi).bits) << 16;
