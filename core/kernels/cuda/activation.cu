@@ -5,7 +5,8 @@
 // SwiGLU on x[N, 2H] = [gate | up] per row:
 //   y = silu(g)·u, silu(g) = g·σ(g)
 //   dg = dy·u·σ(g)·(1 + g·(1 − σ(g))),  du = dy·silu(g)        (=)
-// Grid-stride loops; SwiGLU with accurate expf (no fast-math intrinsics).
+// Grid-stride loops, launched through internal::Launch (so that the host
+// warp emulator can run them); SwiGLU with accurate expf.
 // f32 or bf16 storage, f32 math (cuda/elem.cuh). f32: one element per thread
 // per iteration. bf16: 8 elements (16 bytes) per access when the buffers are
 // 16-byte aligned (and, for SwiGLU, H % 8 == 0), the rest one at a time.
@@ -123,8 +124,8 @@ void GeluForwardT(const T* x, T* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   WithVec<T>(Aligned16({x, y}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    GeluForwardKernel<T, kVec>
-        <<<GridFor(CeilDiv(n, kVec), kThreads), kThreads, 0, stream>>>(x, y, n);
+    internal::Launch(GeluForwardKernel<T, kVec>, GridFor(CeilDiv(n, kVec), kThreads), kThreads, 0,
+                     stream, x, y, n);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -135,8 +136,8 @@ void GeluBackwardT(const T* dy, const T* x, T* dx, int64_t n, cudaStream_t strea
   if (n == 0) return;
   WithVec<T>(Aligned16({dy, x, dx}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    GeluBackwardKernel<T, kVec>
-        <<<GridFor(CeilDiv(n, kVec), kThreads), kThreads, 0, stream>>>(dy, x, dx, n);
+    internal::Launch(GeluBackwardKernel<T, kVec>, GridFor(CeilDiv(n, kVec), kThreads), kThreads, 0,
+                     stream, dy, x, dx, n);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -147,8 +148,8 @@ void SwiGluForwardT(const T* x, T* y, int64_t N, int64_t H, cudaStream_t stream)
   if (N == 0 || H == 0) return;
   WithVec<T>(H % kBf16Vec == 0 && Aligned16({x, y}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    SwiGluForwardKernel<T, kVec>
-        <<<GridFor(N * H / kVec, kThreads), kThreads, 0, stream>>>(x, y, N, H);
+    internal::Launch(SwiGluForwardKernel<T, kVec>, GridFor(N * H / kVec, kThreads), kThreads, 0,
+                     stream, x, y, N, H);
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -159,8 +160,8 @@ void SwiGluBackwardT(const T* dy, const T* x, T* dx, int64_t N, int64_t H, cudaS
   if (N == 0 || H == 0) return;
   WithVec<T>(H % kBf16Vec == 0 && Aligned16({dy, x, dx}), [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    SwiGluBackwardKernel<T, kVec>
-        <<<GridFor(N * H / kVec, kThreads), kThreads, 0, stream>>>(dy, x, dx, N, H);
+    internal::Launch(SwiGluBackwardKernel<T, kVec>, GridFor(N * H / kVec, kThreads), kThreads, 0,
+                     stream, dy, x, dx, N, H);
   });
   GTP_CU_LAUNCH_CHECK();
 }

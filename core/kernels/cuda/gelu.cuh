@@ -8,14 +8,15 @@
 // Two forms of the same function:
 //   Gelu, GeluGrad            accurate tanhf (f32 data: the reference path);
 //   GeluBf16, GeluGradBf16    for data stored as bf16: ½(1 + tanh u) = σ(2u)
-//       = p = 1 / (1 + e), e = exp(−2u) by __expf and a fast reciprocal, so
-//       y = x·p and dy/dx = p + 2·x·p·(1 − p)·du with 1 − p = e·p (no
-//       cancellation where 1 + tanh u does cancel). −2u is capped at 80
-//       (there p < 2⁻¹¹⁵; e·p stays finite). Relative error about 1e-5 at
-//       worst (__expf of large arguments), two hundred times below bf16's
-//       rounding; about half the instructions of tanhf, which makes the
-//       difference in the issue-bound fp8 quantiser (docs/PERFORMANCE.md,
-//       session 29). GeluFor<T> / GeluGradFor<T> pick the form by storage.
+//       = p, with q = 1 − p, both from a = exp(−2|u|) by __expf and a fast
+//       reciprocal of 1 + a (Sigma2u), so y = x·p and dy/dx = p + 2·x·p·q·du:
+//       no overflow, and no cancellation where 1 + tanh u cancels. Relative
+//       error about 1e-5 at worst (__expf of large arguments), two hundred
+//       times below bf16's rounding, down to |y| ~ 1e-30 (below, where a
+//       flushes to 0, y is ±0); about half the instructions of tanhf, which
+//       makes the difference in the issue-bound fp8 quantiser
+//       (docs/PERFORMANCE.md, session 29). GeluFor<T> / GeluGradFor<T> pick
+//       the form by storage.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,18 +39,28 @@ __device__ __forceinline__ float GeluGrad(float d, float x) {
   return d * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
 }
 
+// p = σ(2u) = ½(1 + tanh u) and q = 1 − p from a = exp(−2|u|) ∈ [0, 1]:
+// r = 1 / (1 + a) is one of them and a·r the other, by u's sign (no
+// overflow, no cancellation).
+__device__ __forceinline__ void Sigma2u(float u, float& p, float& q) {
+  const float a = __expf(-2.0f * fabsf(u));
+  const float r = __fdividef(1.0f, 1.0f + a);
+  const float ar = a * r;
+  p = u >= 0.0f ? r : ar;
+  q = u >= 0.0f ? ar : r;
+}
+
 __device__ __forceinline__ float GeluBf16(float x) {
-  const float u = kGeluS * (x + kGeluC * x * x * x);
-  const float e = __expf(fminf(-2.0f * u, 80.0f));
-  return x * __fdividef(1.0f, 1.0f + e);
+  float p, q;
+  Sigma2u(kGeluS * (x + kGeluC * x * x * x), p, q);
+  return x * p;
 }
 
 __device__ __forceinline__ float GeluGradBf16(float d, float x) {
-  const float u = kGeluS * (x + kGeluC * x * x * x);
-  const float e = __expf(fminf(-2.0f * u, 80.0f));
-  const float p = __fdividef(1.0f, 1.0f + e);
+  float p, q;
+  Sigma2u(kGeluS * (x + kGeluC * x * x * x), p, q);
   const float du = kGeluS * (1.0f + 3.0f * kGeluC * x * x);
-  return d * (p + 2.0f * x * p * (e * p) * du);
+  return d * (p + 2.0f * x * p * q * du);
 }
 
 // The form for data stored as T (float or bf16).
