@@ -11,12 +11,13 @@
 //       = p, with q = 1 − p, both from a = exp(−2|u|) by __expf and a fast
 //       reciprocal of 1 + a (Sigma2u), so y = x·p and dy/dx = p + 2·x·p·q·du:
 //       no overflow, and no cancellation where 1 + tanh u cancels. Relative
-//       error about 1e-5 at worst (__expf of large arguments), two hundred
-//       times below bf16's rounding, down to |y| ~ 1e-30 (below, where a
-//       flushes to 0, y is ±0); about half the instructions of tanhf, which
-//       makes the difference in the issue-bound fp8 quantiser
-//       (docs/PERFORMANCE.md, session 29). GeluFor<T> / GeluGradFor<T> pick
-//       the form by storage.
+//       error expected about 1e-5 at worst (__expf of large arguments; on
+//       the host, with an exact exp, 7.6e-6: gelu_emulation_test), two
+//       hundred times below bf16's rounding, down to |y| ~ 1e-30 (below,
+//       where a flushes to 0, y is ±0); about half the instructions of
+//       tanhf, meant to make the difference in the issue-bound fp8
+//       quantiser (docs/PERFORMANCE.md, session 29: not yet timed). GeluFor<T> / GeluGradFor<T>
+//       pick the form by storage.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -78,15 +78,16 @@ enum class InAct { kNone, kGelu, kGeluGrad };
 template <InAct kAct>
 __device__ __forceinline__ uint4 ApplyAct(const uint4& x, const uint4& pre) {
   namespace ci = ::gtp::kernels::cuda::internal;
-  const uint32_t w[4] = {x.x, x.y, x.z, x.w}, pw[4] = {pre.x, pre.y, pre.z, pre.w};
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
   uint32_t out[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     float lo = BitsFloat(w[k] << 16), hi = BitsFloat(w[k] & 0xffff0000u);
-    if constexpr (kAct == InAct::kGelu) {
+    if constexpr (kAct == InAct::kGelu) {  // pre unused (never read: kGelu keeps none)
       lo = ci::GeluFor<bf16>(lo);
       hi = ci::GeluFor<bf16>(hi);
     } else {
+      const uint32_t pw[4] = {pre.x, pre.y, pre.z, pre.w};
       lo = ci::GeluGradFor<bf16>(lo, BitsFloat(pw[k] << 16));
       hi = ci::GeluGradFor<bf16>(hi, BitsFloat(pw[k] & 0xffff0000u));
     }
