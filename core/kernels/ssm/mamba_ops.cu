@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
 // partial[slab, gi·group + j]; ColumnReduce adds the slabs (fixed order).
 // (So dy, x and z are read once; a separate column pass read them again.)
 template <typename TZ>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     GatedRmsNormBackwardRowKernel(const float* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ z, const float* __restrict__ w,
                                   const float* __restrict__ rstd, float* __restrict__ dx,
@@ -160,22 +160,43 @@ __global__ void __launch_bounds__(kThreads)
                                   int64_t Ch, int64_t group, int64_t slab_rows) {
   const int64_t Gs = Ch / group, gi = blockIdx.x % Gs, slab = blockIdx.x / Gs;
   const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < N ? r0 + slab_rows : N;
-  float dwp[kRowNormPer];
+  float dwp[kRowNormPer], wv[kRowNormPer];
+  // The next row's x, z, dy and rstd are loaded before this row's block sum,
+  // so a row's loads overlap the previous row's reduction and stores (one
+  // row at a time left each block waiting on its loads at every row). Held
+  // to 80 registers (3 blocks an SM, two rows each in flight; unbounded it
+  // took 112, 2 blocks; 4 blocks spill). The arithmetic is unchanged: the
+  // same bits.
+  float xn[kRowNormPer], zn[kRowNormPer], dyn[kRowNormPer], rn = 0.0f;
+  auto load_row = [&](int64_t n) {
+    const int64_t base = n * Ch + gi * group;
+    rn = rstd[n * Gs + gi];
 #pragma unroll
-  for (int k = 0; k < kRowNormPer; ++k) dwp[k] = 0.0f;
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      xn[k] = zn[k] = dyn[k] = 0.0f;
+      if (j < group) xn[k] = x[base + j], zn[k] = z[base + j], dyn[k] = dy[base + j];
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < kRowNormPer; ++k) {
+    const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+    dwp[k] = 0.0f;
+    wv[k] = j < group ? w[gi * group + j] : 0.0f;
+  }
+  if (r0 < r1) load_row(r0);
   for (int64_t n = r0; n < r1; ++n) {  // uniform over the block
-    const int64_t item = n * Gs + gi, base = n * Ch + gi * group;
-    const float r = rstd[item];
+    const int64_t base = n * Ch + gi * group;
+    const float r = rn;
     float xv[kRowNormPer], zv[kRowNormPer], dyv[kRowNormPer];
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) xv[k] = xn[k], zv[k] = zn[k], dyv[k] = dyn[k];
+    if (n + 1 < r1) load_row(n + 1);
     float dot = 0.0f;
 #pragma unroll
     for (int k = 0; k < kRowNormPer; ++k) {
       const int64_t j = threadIdx.x + int64_t{k} * kThreads;
-      xv[k] = zv[k] = dyv[k] = 0.0f;
-      if (j < group) {
-        xv[k] = x[base + j], zv[k] = z[base + j], dyv[k] = dy[base + j];
-        dot += w[gi * group + j] * dyv[k] * (xv[k] * Silu(zv[k]));
-      }
+      if (j < group) dot += wv[k] * dyv[k] * (xv[k] * Silu(zv[k]));
     }
     const float m = BlockSum<kThreads>(dot) / static_cast<float>(group);
 #pragma unroll
@@ -184,7 +205,7 @@ __global__ void __launch_bounds__(kThreads)
       if (j >= group) continue;
       const float zi = zv[k], xi = xv[k], si = Silu(zi);
       const float g = xi * si;
-      const float dg = r * w[gi * group + j] * dyv[k] - g * r * r * r * m;
+      const float dg = r * wv[k] * dyv[k] - g * r * r * r * m;
       dx[base + j] = dg * si;
       dz[base + j] = Store<TZ>(dg * xi * SiluGrad(zi));
       dwp[k] += dyv[k] * g * r;
