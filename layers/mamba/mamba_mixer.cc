@@ -335,10 +335,11 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   section("mamba out_proj bwd");
   GTP_ASSIGN_OR_RETURN(Tensor dyn, out_->Backward(dout));
   section("mamba norm bwd");
-  // dz in the model dtype for in_proj_z's backward (written so, not cast).
+  // dz in the model dtype for in_proj_z's backward (written so, not cast);
+  // dyn read in out_proj's dtype (widened in the kernel, not cast).
   Tensor dy = e.Empty({N, di_}),
          dz = e.Empty({N, di_}, c_.dtype == DType::kBF16 ? DType::kBF16 : f32);
-  ssm::GatedRmsNormBackward(e, As(e, dyn, f32), y_.View({N, di_}), z_, v.norm_w, rstd_,
+  ssm::GatedRmsNormBackward(e, dyn, y_.View({N, di_}), z_, v.norm_w, rstd_,
                             c_.d_inner() / c_.n_groups, dy, dz, norm_w_.grad);
   Tensor dys;
   if (cp_) {

@@ -21,6 +21,7 @@ using ::gtp::kernels::cuda::internal::GridFor;
 using ::gtp::kernels::cuda::internal::InOrderSum;
 using ::gtp::kernels::cuda::internal::kWarpSize;
 using ::gtp::kernels::cuda::internal::Launch;
+using ::gtp::kernels::cuda::internal::Load;
 using ::gtp::kernels::cuda::internal::Store;
 using ::gtp::kernels::cuda::internal::WarpSum;
 

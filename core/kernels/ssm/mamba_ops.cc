@@ -235,8 +235,9 @@ void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const 
 void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& z,
                           const Tensor& w, const Tensor& rstd, int64_t group, const Tensor& dx,
                           const Tensor& dz, const Tensor& dw) {
-  CheckF32(e, "GatedRmsNormBackward", {&dy, &x, &z, &w, &rstd, &dx, &dw});
+  CheckF32(e, "GatedRmsNormBackward", {&x, &z, &w, &rstd, &dx, &dw});
   const bool dz_bf16 = CheckF32OrBf16(e, "GatedRmsNormBackward", "dz", dz);
+  const bool dy_bf16 = CheckF32OrBf16(e, "GatedRmsNormBackward", "dy", dy);
   GTP_CHECK(dy.shape() == x.shape() && z.shape() == x.shape() && dx.shape() == x.shape() &&
                 dz.shape() == x.shape() && dw.numel() == w.numel() && w.numel() == x.dim(1) &&
                 group > 0 && x.dim(1) % group == 0,
@@ -246,15 +247,24 @@ void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
   if (e.is_cuda()) {
     Tensor scratch =
         e.Empty({std::max<int64_t>(cuda::GatedRmsNormBackwardScratchFloats(N, Ch), 1)});
-    if (dz_bf16) {
-      cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), dz.data<bf16>(), M(dw),
-                                 M(scratch), N, Ch, group, e.stream);
+    auto run = [&](auto* dy_data) {
+      if (dz_bf16) {
+        cuda::GatedRmsNormBackward(dy_data, F(x), F(z), F(w), F(rstd), M(dx), dz.data<bf16>(),
+                                   M(dw), M(scratch), N, Ch, group, e.stream);
+      } else {
+        cuda::GatedRmsNormBackward(dy_data, F(x), F(z), F(w), F(rstd), M(dx), M(dz), M(dw),
+                                   M(scratch), N, Ch, group, e.stream);
+      }
+    };
+    if (dy_bf16) {
+      run(dy.data<bf16>());
     } else {
-      cuda::GatedRmsNormBackward(F(dy), F(x), F(z), F(w), F(rstd), M(dx), M(dz), M(dw), M(scratch),
-                                 N, Ch, group, e.stream);
+      run(F(dy));
     }
     return;
   }
+  // dy's values widened exactly (a bf16 dy: its f32 cast's values).
+  auto dy_at = [&](int64_t i) { return dy_bf16 ? ToF32(dy.data<bf16>()[i]) : dy.data<float>()[i]; };
   for (int64_t n = 0; n < N; ++n)
     for (int64_t gi = 0; gi < Gs; ++gi) {
       const float r = rstd.data<float>()[n * Gs + gi];
@@ -263,15 +273,15 @@ void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, cons
       for (int64_t j = 0; j < group; ++j) {
         const int64_t c = gi * group + j, i = n * Ch + c;
         const float g = x.data<float>()[i] * Silu(z.data<float>()[i]);
-        dot += static_cast<double>(w.data<float>()[c]) * dy.data<float>()[i] * g;
-        dw.data<float>()[c] += dy.data<float>()[i] * g * r;
+        dot += static_cast<double>(w.data<float>()[c]) * dy_at(i) * g;
+        dw.data<float>()[c] += dy_at(i) * g * r;
       }
       const float m = static_cast<float>(dot / group);
       for (int64_t j = 0; j < group; ++j) {
         const int64_t c = gi * group + j, i = n * Ch + c;
         const float zi = z.data<float>()[i], xi = x.data<float>()[i];
         const float g = xi * Silu(zi);
-        const float dg = r * w.data<float>()[c] * dy.data<float>()[i] - g * r * r * r * m;
+        const float dg = r * w.data<float>()[c] * dy_at(i) - g * r * r * r * m;
         dx.data<float>()[i] = dg * Silu(zi);
         const float dzi = dg * xi * SiluGrad(zi);
         if (dz_bf16) {

@@ -79,11 +79,12 @@ __global__ void GatedRmsNormForwardKernel(const float* __restrict__ x, const flo
 }
 
 // dg = r·w·dy − g·r³·mean(w·dy·g); dx = dg·silu(z), dz = dg·x·silu'(z) (dz
-// f32 or bf16: TZ, in_proj_z's gradient input, rounded here, not by a cast).
-template <typename TZ>
-__global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
-                                           const float* __restrict__ x, const float* __restrict__ z,
-                                           const float* __restrict__ w,
+// f32 or bf16: TZ, in_proj_z's gradient input, rounded here, not by a cast;
+// dy f32 or bf16: TD, out_proj's input gradient read as it is, each value
+// widened exactly, so a bf16 dy gives the bits of its f32 cast).
+template <typename TD, typename TZ>
+__global__ void GatedRmsNormBackwardKernel(const TD* __restrict__ dy, const float* __restrict__ x,
+                                           const float* __restrict__ z, const float* __restrict__ w,
                                            const float* __restrict__ rstd, float* __restrict__ dx,
                                            TZ* __restrict__ dz, int64_t N, int64_t Ch,
                                            int64_t group) {
@@ -96,13 +97,13 @@ __global__ void GatedRmsNormBackwardKernel(const float* __restrict__ dy,
   float dot = 0.0f;
   for (int64_t j = lane; j < group; j += kWarpSize) {
     const float g = x[base + j] * Silu(z[base + j]);
-    dot += w[gi * group + j] * dy[base + j] * g;
+    dot += w[gi * group + j] * Load(dy[base + j]) * g;
   }
   const float m = WarpSum(dot) / static_cast<float>(group);
   for (int64_t j = lane; j < group; j += kWarpSize) {
     const float zi = z[base + j], xi = x[base + j], si = Silu(zi);
     const float g = xi * si;
-    const float dg = r * w[gi * group + j] * dy[base + j] - g * r * r * r * m;
+    const float dg = r * w[gi * group + j] * Load(dy[base + j]) - g * r * r * r * m;
     dx[base + j] = dg * si;
     dz[base + j] = Store<TZ>(dg * xi * SiluGrad(zi));
   }
@@ -151,9 +152,9 @@ __global__ void __launch_bounds__(kThreads)
 // adding its columns' dy·g·r over those rows, and writes the slab's sums to
 // partial[slab, gi·group + j]; ColumnReduce adds the slabs (fixed order).
 // (So dy, x and z are read once; a separate column pass read them again.)
-template <typename TZ>
+template <typename TD, typename TZ>
 __global__ void __launch_bounds__(kThreads, 3)
-    GatedRmsNormBackwardRowKernel(const float* __restrict__ dy, const float* __restrict__ x,
+    GatedRmsNormBackwardRowKernel(const TD* __restrict__ dy, const float* __restrict__ x,
                                   const float* __restrict__ z, const float* __restrict__ w,
                                   const float* __restrict__ rstd, float* __restrict__ dx,
                                   TZ* __restrict__ dz, float* __restrict__ partial, int64_t N,
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     for (int k = 0; k < kRowNormPer; ++k) {
       const int64_t j = threadIdx.x + int64_t{k} * kThreads;
       xn[k] = zn[k] = dyn[k] = 0.0f;
-      if (j < group) xn[k] = x[base + j], zn[k] = z[base + j], dyn[k] = dy[base + j];
+      if (j < group) xn[k] = x[base + j], zn[k] = z[base + j], dyn[k] = Load(dy[base + j]);
     }
   };
 #pragma unroll
@@ -232,21 +233,22 @@ unsigned RowNormGrid(int64_t items) {
 }
 
 // dw's terms: dy[n, c]·g[n, c]·rstd[n, c / group], column c, row n.
+template <typename TD>
 struct RmsDwValue {
-  const float* __restrict__ dy;
+  const TD* __restrict__ dy;
   const float* __restrict__ x;
   const float* __restrict__ z;
   const float* __restrict__ rstd;
   int64_t Ch, group;
   struct Col {
-    const float* __restrict__ dy;  // each at [0, c]
+    const TD* __restrict__ dy;  // each at [0, c]
     const float* __restrict__ x;
     const float* __restrict__ z;
     const float* __restrict__ rstd;  // &rstd[0, c / group]
     int64_t Ch, groups;              // groups = Ch / group: rstd's row length
     __device__ float operator()(int64_t n) const {
       const int64_t i = n * Ch;
-      return dy[i] * (x[i] * Silu(z[i])) * rstd[n * groups];
+      return Load(dy[i]) * (x[i] * Silu(z[i])) * rstd[n * groups];
     }
   };
   __device__ Col Column(int64_t c) const {
@@ -324,8 +326,8 @@ int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch) {
 }
 
 namespace {
-template <typename TZ>
-void GatedRmsNormBackwardT(const float* dy, const float* x, const float* z, const float* w,
+template <typename TD, typename TZ>
+void GatedRmsNormBackwardT(const TD* dy, const float* x, const float* z, const float* w,
                            const float* rstd, float* dx, TZ* dz, float* dw, float* scratch,
                            int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
   const int64_t items = N * (Ch / group);
@@ -334,8 +336,8 @@ void GatedRmsNormBackwardT(const float* dy, const float* x, const float* z, cons
     const int64_t slab_rows = NormSlabRows(N), slabs = CeilDiv(N, slab_rows);
     GTP_CU_REQUIRE(slabs * (Ch / group) < (int64_t{1} << 31), "gated RMSNorm backward: %lld blocks",
                    static_cast<long long>(slabs * (Ch / group)));
-    Launch(GatedRmsNormBackwardRowKernel<TZ>, static_cast<unsigned>(slabs * (Ch / group)), kThreads,
-           0, stream, dy, x, z, w, rstd, dx, dz, scratch, N, Ch, group, slab_rows);
+    Launch(GatedRmsNormBackwardRowKernel<TD, TZ>, static_cast<unsigned>(slabs * (Ch / group)),
+           kThreads, 0, stream, dy, x, z, w, rstd, dx, dz, scratch, N, Ch, group, slab_rows);
     GTP_CU_LAUNCH_CHECK();
     // dw += the slabs' column sums, by ColumnReduce's two passes over the
     // [slabs, Ch] partials (about a thousand slabs: one thread per column
@@ -343,10 +345,10 @@ void GatedRmsNormBackwardT(const float* dy, const float* x, const float* z, cons
     ColumnReduce(PlainValue{scratch, Ch}, AddOut{dw}, scratch + slabs * Ch, slabs, Ch, stream);
     return;
   }
-  Launch(GatedRmsNormBackwardKernel<TZ>, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
+  Launch(GatedRmsNormBackwardKernel<TD, TZ>, static_cast<unsigned>(CeilDiv(items, kWarpsPerBlock)),
          kThreads, 0, stream, dy, x, z, w, rstd, dx, dz, N, Ch, group);
   GTP_CU_LAUNCH_CHECK();
-  ColumnReduce(RmsDwValue{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);
+  ColumnReduce(RmsDwValue<TD>{dy, x, z, rstd, Ch, group}, AddOut{dw}, scratch, N, Ch, stream);
 }
 }  // namespace
 
@@ -356,6 +358,16 @@ void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const
   GatedRmsNormBackwardT(dy, x, z, w, rstd, dx, dz, dw, scratch, N, Ch, group, stream);
 }
 void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
+                          const float* rstd, float* dx, bf16* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
+  GatedRmsNormBackwardT(dy, x, z, w, rstd, dx, dz, dw, scratch, N, Ch, group, stream);
+}
+void GatedRmsNormBackward(const bf16* dy, const float* x, const float* z, const float* w,
+                          const float* rstd, float* dx, float* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
+  GatedRmsNormBackwardT(dy, x, z, w, rstd, dx, dz, dw, scratch, N, Ch, group, stream);
+}
+void GatedRmsNormBackward(const bf16* dy, const float* x, const float* z, const float* w,
                           const float* rstd, float* dx, bf16* dz, float* dw, float* scratch,
                           int64_t N, int64_t Ch, int64_t group, cudaStream_t stream) {
   GatedRmsNormBackwardT(dy, x, z, w, rstd, dx, dz, dw, scratch, N, Ch, group, stream);

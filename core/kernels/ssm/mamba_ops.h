@@ -50,7 +50,9 @@ void NegExpBackwardAccumulate(const Exec& e, const Tensor& da, const Tensor& a,
 void GatedRmsNormForward(const Exec& e, const Tensor& x, const Tensor& z, const Tensor& w,
                          const Tensor& y, const Tensor& rstd, int64_t group, float eps);
 // dx, dz (=); dw (+=). dz f32 or bf16 (as a cast of the f32 value: in_proj_z's
-// gradient input without a cast kernel); the rest f32.
+// gradient input without a cast kernel); dy f32 or bf16 (out_proj's input
+// gradient as it comes, without a cast kernel: a bf16 dy gives the bits of
+// its f32 cast); the rest f32.
 void GatedRmsNormBackward(const Exec& e, const Tensor& dy, const Tensor& x, const Tensor& z,
                           const Tensor& w, const Tensor& rstd, int64_t group, const Tensor& dx,
                           const Tensor& dz, const Tensor& dw);

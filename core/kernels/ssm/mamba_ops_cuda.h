@@ -49,11 +49,18 @@ void GatedRmsNormForward(const float* x, const float* z, const float* w, float* 
 void GatedRmsNormForward(const float* x, const float* z, const float* w, bf16* y, float* rstd,
                          int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream);
 int64_t GatedRmsNormBackwardScratchFloats(int64_t N, int64_t Ch);
-// dx, dz (=), dw (+=); dz f32 or bf16 (rounded to nearest even, as a cast).
+// dx, dz (=), dw (+=); dz f32 or bf16 (rounded to nearest even, as a cast);
+// dy f32 or bf16 (a bf16 dy gives the bits of its f32 cast).
 void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
                           const float* rstd, float* dx, float* dz, float* dw, float* scratch,
                           int64_t N, int64_t Ch, int64_t group, cudaStream_t stream);
 void GatedRmsNormBackward(const float* dy, const float* x, const float* z, const float* w,
+                          const float* rstd, float* dx, bf16* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream);
+void GatedRmsNormBackward(const bf16* dy, const float* x, const float* z, const float* w,
+                          const float* rstd, float* dx, float* dz, float* dw, float* scratch,
+                          int64_t N, int64_t Ch, int64_t group, cudaStream_t stream);
+void GatedRmsNormBackward(const bf16* dy, const float* x, const float* z, const float* w,
                           const float* rstd, float* dx, bf16* dz, float* dw, float* scratch,
                           int64_t N, int64_t Ch, int64_t group, cudaStream_t stream);
 

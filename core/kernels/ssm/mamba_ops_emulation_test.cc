@@ -190,12 +190,28 @@ TEST_P(GatedRmsNormEmulationTest, MatchesTheDefinition) {
     cuda::GatedRmsNormBackward(dy.data(), x.data(), z.data(), w.data(), ro.data(), dx2.data(),
                                dzb.data(), dw2.data(), scratch.data(), c.N, c.Ch, c.group, nullptr);
     for (const bf16& v : dzb) dzbf.push_back(ToF32(v));
-    return std::vector<Vec>{yo, ro, dxo, dzo, dwo, ybf, dzbf, dx2};
+    // dy in bf16 (out_proj's input gradient in bf16 training, read as it
+    // comes): the bits of the f32 path given dy's f32 cast.
+    std::vector<bf16> dyb;
+    Vec dyr;
+    for (const float v : dy) dyb.push_back(ToBF16(v)), dyr.push_back(ToF32(dyb.back()));
+    Vec dx3(n, NAN), dz3(n, NAN), dw3 = dw0, dx4(n, NAN), dz4(n, NAN), dw4 = dw0;
+    cuda::GatedRmsNormBackward(dyr.data(), x.data(), z.data(), w.data(), ro.data(), dx3.data(),
+                               dz3.data(), dw3.data(), scratch.data(), c.N, c.Ch, c.group, nullptr);
+    cuda::GatedRmsNormBackward(dyb.data(), x.data(), z.data(), w.data(), ro.data(), dx4.data(),
+                               dz4.data(), dw4.data(), scratch.data(), c.N, c.Ch, c.group, nullptr);
+    return std::vector<Vec>{yo, ro, dxo, dzo, dwo, ybf, dzbf, dx2, dx3, dz3, dw3, dx4, dz4, dw4};
   });
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(ToBF16(out[0][i]).bits, ToBF16(out[5][i]).bits) << "bf16 y[" << i << "]";
     ASSERT_EQ(ToBF16(out[3][i]).bits, ToBF16(out[6][i]).bits) << "bf16 dz[" << i << "]";
     ASSERT_EQ(out[2][i], out[7][i]) << "dx[" << i << "] with a bf16 dz";
+    ASSERT_EQ(out[8][i], out[11][i]) << "dx[" << i << "] from a bf16 dy";
+    ASSERT_EQ(out[9][i], out[12][i]) << "dz[" << i << "] from a bf16 dy";
+    ASSERT_FALSE(std::isnan(out[11][i])) << "dx[" << i << "] from a bf16 dy";
+  }
+  for (int64_t col = 0; col < c.Ch; ++col) {
+    ASSERT_EQ(out[10][col], out[13][col]) << "dw[" << col << "] from a bf16 dy";
   }
   EXPECT_TRUE(gtp::emu::Near(out[0], y, kTol, "y"));
   EXPECT_TRUE(gtp::emu::Near(out[1], rstd, kTol, "rstd"));

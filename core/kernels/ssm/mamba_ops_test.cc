@@ -202,6 +202,28 @@ TEST(GatedRmsNorm, ForwardAndBackwardMatchTheReference) {
           << "bf16 dz[" << i << "]";
       ASSERT_EQ(dx2.data<float>()[i], dx.data<float>()[i]) << "dx[" << i << "]";
     }
+    // A bf16 dy (out_proj's input gradient in bf16 training, read as it
+    // comes): the bits of the f32 path given dy's f32 cast.
+    Vec Rr(R.size());
+    Tensor Rb = e.Empty({N, Ch}, DType::kBF16);
+    for (size_t i = 0; i < R.size(); ++i) {
+      Rb.data<bf16>()[i] = ToBF16(R[i]);
+      Rr[i] = ToF32(Rb.data<bf16>()[i]);
+    }
+    Tensor dx3 = NaNs(a, {N, Ch}), dz3 = NaNs(a, {N, Ch}), dw3 = Zeros(a, {Ch});
+    Tensor dx4 = NaNs(a, {N, Ch}), dz4 = NaNs(a, {N, Ch}), dw4 = Zeros(a, {Ch});
+    GatedRmsNormBackward(e, T(a, Rr, {N, Ch}), T(a, x, {N, Ch}), T(a, z, {N, Ch}), T(a, w, {Ch}),
+                         rstd, group, dx3, dz3, dw3);
+    GatedRmsNormBackward(e, Rb, T(a, x, {N, Ch}), T(a, z, {N, Ch}), T(a, w, {Ch}), rstd, group, dx4,
+                         dz4, dw4);
+    for (int64_t i = 0; i < N * Ch; ++i) {
+      ASSERT_FALSE(std::isnan(dx4.data<float>()[i])) << "dx[" << i << "] from a bf16 dy";
+      ASSERT_EQ(dx4.data<float>()[i], dx3.data<float>()[i]) << "dx[" << i << "] from a bf16 dy";
+      ASSERT_EQ(dz4.data<float>()[i], dz3.data<float>()[i]) << "dz[" << i << "] from a bf16 dy";
+    }
+    for (int64_t c = 0; c < Ch; ++c) {
+      ASSERT_EQ(dw4.data<float>()[c], dw3.data<float>()[c]) << "dw[" << c << "] from a bf16 dy";
+    }
     ExpectClose(dx, FiniteDiff(x, [&](const Vec& v) { return Dot(ref(v, z, w), R); }), 1e-4, "dx");
     ExpectClose(dz, FiniteDiff(z, [&](const Vec& v) { return Dot(ref(x, v, w), R); }), 1e-4, "dz");
     ExpectClose(dw, FiniteDiff(w, [&](const Vec& v) { return Dot(ref(x, z, v), R); }), 1e-4, "dw");

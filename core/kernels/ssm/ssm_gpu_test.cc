@@ -315,6 +315,18 @@ TEST_P(GatedRmsNormGpuTest, MatchesCpuDeterministicAndAccumulates) {
     const float want = ToF32(ToBF16(run[0][3][i]));
     ASSERT_EQ(std::memcmp(&dzbv[i], &want, sizeof(float)), 0) << "bf16 dz[" << i << "]";
   }
+  // dy in bf16 (out_proj's input gradient in bf16 training, read as it
+  // comes): the bits of the f32 path given dy's f32 cast.
+  Tensor gdyb = env.gpu.Empty(xs, DType::kBF16), gdyr = env.gpu.Empty(xs, DType::kF32);
+  ops::Cast(env.gpu, gdy, gdyb);
+  ops::Cast(env.gpu, gdyb, gdyr);
+  Tensor gdx3 = env.Poisoned(xs), gdz3 = env.Poisoned(xs), gdw3 = env.Up(dw0, ws);
+  Tensor gdx4 = env.Poisoned(xs), gdz4 = env.Poisoned(xs), gdw4 = env.Up(dw0, ws);
+  GatedRmsNormBackward(env.gpu, gdyr, gx, gz, gw, grb, c.group, gdx3, gdz3, gdw3);
+  GatedRmsNormBackward(env.gpu, gdyb, gx, gz, gw, grb, c.group, gdx4, gdz4, gdw4);
+  EXPECT_TRUE(BitEqual(env.Down(gdx4), env.Down(gdx3))) << "dx from a bf16 dy";
+  EXPECT_TRUE(BitEqual(env.Down(gdz4), env.Down(gdz3))) << "dz from a bf16 dy";
+  EXPECT_TRUE(BitEqual(env.Down(gdw4), env.Down(gdw3))) << "dw from a bf16 dy";
   for (int k = 0; k < 5; ++k) EXPECT_TRUE(BitEqual(run[1][k], run[0][k])) << "output " << k;
 }
 
