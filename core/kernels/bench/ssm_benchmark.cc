@@ -144,7 +144,9 @@ void BM_Conv1d(benchmark::State& state, bool backward) {
   }
 }
 
-void BM_GatedRmsNorm(benchmark::State& state, bool backward) {
+// backward: the backward (dy f32, or bf16 as the bf16 hybrid's out_proj
+// gives it: bf16_dy), else the forward; the bytes counted as f32 throughout.
+void BM_GatedRmsNorm(benchmark::State& state, bool backward, bool bf16_dy = false) {
   CudaEnv env;
   const Exec& e = env.e;
   {
@@ -161,9 +163,14 @@ void BM_GatedRmsNorm(benchmark::State& state, bool backward) {
           state, env.stream, [&] { ssm::GatedRmsNormForward(e, x, z, w, y, rstd, group, 1e-5f); },
           3 * xb);
     } else {
+      Tensor dyin = dy;
+      if (bf16_dy) {
+        dyin = e.Empty(xs, DType::kBF16);
+        ops::Cast(e, dy, dyin);
+      }
       TimeCalls(
           state, env.stream,
-          [&] { ssm::GatedRmsNormBackward(e, dy, x, z, w, rstd, group, dx, dz, dw); }, 5 * xb);
+          [&] { ssm::GatedRmsNormBackward(e, dyin, x, z, w, rstd, group, dx, dz, dw); }, 5 * xb);
     }
   }
 }
@@ -290,6 +297,8 @@ void RegisterAll() {
     Register("BM_CudaSsm/SoftplusBias" + pass,
              [bwd](benchmark::State& st) { BM_SoftplusBias(st, bwd); });
   }
+  Register("BM_CudaSsm/GatedRmsNorm/bwd_bf16dy",
+           [](benchmark::State& st) { BM_GatedRmsNorm(st, true, /*bf16_dy=*/true); });
 }
 
 }  // namespace
