@@ -15,9 +15,11 @@
 //       the host, with an exact exp, 7.6e-6: gelu_emulation_test), two
 //       hundred times below bf16's rounding, down to |y| ~ 1e-30 (below,
 //       where a flushes to 0, y is ±0); about half the instructions of
-//       tanhf, meant to make the difference in the issue-bound fp8
-//       quantiser (docs/PERFORMANCE.md, session 29: not yet timed). GeluFor<T> / GeluGradFor<T>
-//       pick the form by storage.
+//       tanhf. Written to speed up the fp8 quantiser of a GELU input; timed
+//       on an H100 it made no measurable difference there (the thirtieth
+//       session in docs/PERFORMANCE.md: that kernel is held by its
+//       registers, not by tanhf). GeluFor<T> / GeluGradFor<T> pick the form
+//       by storage.
 #pragma once
 
 #include <cuda_runtime.h>
