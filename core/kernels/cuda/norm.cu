@@ -56,8 +56,20 @@ int64_t NormChunks(int64_t N) {
 }
 
 // Lane `lane` of a row's warp visits columns c = lane·kVec + j·32·kVec, kVec
-// at a time (kVec divides C).
-template <typename T, int kVec>
+// at a time (kVec divides C). With kIters > 0 (C = kIters·32·kVec exactly,
+// RowIters below) the lane loads its row slice once into registers, all of
+// it in flight together, and the three passes run on those: the same
+// values in the same order as the loop form (kIters = 0, any C), so the
+// same bits, with one trip to memory a row instead of three.
+template <int kIters, int kVec, typename T>
+__device__ __forceinline__ void LoadRow(const T* __restrict__ xr, int lane,
+                                        float (&xv)[kIters][kVec]) {
+#pragma unroll
+  for (int i = 0; i < kIters; ++i)
+    LoadVec<kVec>(xr + (int64_t{i} * kWarpSize + lane) * kVec, xv[i]);
+}
+
+template <typename T, int kVec, int kIters>
 __global__ void LayerNormForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                                        const T* __restrict__ b, T* __restrict__ y,
                                        float* __restrict__ mean, float* __restrict__ rstd,
@@ -67,37 +79,74 @@ __global__ void LayerNormForwardKernel(const T* __restrict__ x, const T* __restr
   if (row >= N) return;
   const T* xr = x + row * C;
   T* yr = y + row * C;
-  float s = 0.0f;
-  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    float xv[kVec];
-    LoadVec<kVec>(xr + c, xv);
+  float m, r;
+  if constexpr (kIters > 0) {
+    float xv[kIters][kVec];
+    LoadRow<kIters, kVec>(xr, lane, xv);
+    float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) s += xv[k];
-  }
-  const float m = WarpSum(s) / static_cast<float>(C);
-  float v = 0.0f;
-  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    float xv[kVec];
-    LoadVec<kVec>(xr + c, xv);
+    for (int i = 0; i < kIters; ++i) {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float d = xv[k] - m;
-      v += d * d;
+      for (int k = 0; k < kVec; ++k) s += xv[i][k];
     }
-  }
-  const float var = WarpSum(v) / static_cast<float>(C);
-  const float r = 1.0f / sqrtf(var + eps);
-  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    float xv[kVec], wv[kVec], bv[kVec];
-    LoadVec<kVec>(xr + c, xv);
-    LoadVec<kVec>(w + c, wv);
-    if (b != nullptr) LoadVec<kVec>(b + c, bv);
+    m = WarpSum(s) / static_cast<float>(C);
+    float v = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const float o = (xv[k] - m) * r * wv[k];
-      xv[k] = b != nullptr ? o + bv[k] : o;
+    for (int i = 0; i < kIters; ++i) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float d = xv[i][k] - m;
+        v += d * d;
+      }
     }
-    StoreVec<kVec>(yr + c, xv);
+    const float var = WarpSum(v) / static_cast<float>(C);
+    r = 1.0f / sqrtf(var + eps);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kVec;
+      float wv[kVec], bv[kVec];
+      LoadVec<kVec>(w + c, wv);
+      if (b != nullptr) LoadVec<kVec>(b + c, bv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float o = (xv[i][k] - m) * r * wv[k];
+        xv[i][k] = b != nullptr ? o + bv[k] : o;
+      }
+      StoreVec<kVec>(yr + c, xv[i]);
+    }
+  } else {
+    float s = 0.0f;
+    for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+      float xv[kVec];
+      LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) s += xv[k];
+    }
+    m = WarpSum(s) / static_cast<float>(C);
+    float v = 0.0f;
+    for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+      float xv[kVec];
+      LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float d = xv[k] - m;
+        v += d * d;
+      }
+    }
+    const float var = WarpSum(v) / static_cast<float>(C);
+    r = 1.0f / sqrtf(var + eps);
+    for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+      float xv[kVec], wv[kVec], bv[kVec];
+      LoadVec<kVec>(xr + c, xv);
+      LoadVec<kVec>(w + c, wv);
+      if (b != nullptr) LoadVec<kVec>(b + c, bv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float o = (xv[k] - m) * r * wv[k];
+        xv[k] = b != nullptr ? o + bv[k] : o;
+      }
+      StoreVec<kVec>(yr + c, xv);
+    }
   }
   if (lane == 0) {
     if (mean != nullptr) mean[row] = m;
@@ -230,12 +279,17 @@ __global__ void __launch_bounds__(kColThreads)
 // Fused backward for bf16 rows with C = kIters·32·8 (the GPU training path):
 // block p owns chunk p of the rows (as the two-pass reduction); its warp w
 // takes rows r0 + w, r0 + w + 8, …, writes dx from the registers it loaded
-// dy and x into, and accumulates its columns' dy·x̂ and dy. The 8 warps'
-// column sums meet in shared memory and are added in warp order into
-// partial[p, c]; NormBackwardFinalKernel then adds the chunks. dy and x are
-// read once instead of twice, and dw/db need no second kernel over [N, C].
+// dy and x into, and adds its rows' dy·x̂ and dy into its own row of column
+// sums in shared memory (sum_w[w, c], sum_b[w, c], from 0, rows in order:
+// the accumulators live there, not in registers, so that a block takes
+// about half the registers and two or three blocks fit an SM). The 8 warps'
+// sums are then added in warp order into partial[p, c];
+// NormBackwardFinalKernel adds the chunks. dy and x are read once instead
+// of twice, and dw/db need no second kernel over [N, C].
+constexpr int FusedMinBlocks(int iters) { return iters <= 3 ? 3 : iters <= 5 ? 2 : 1; }
+
 template <int kIters>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kRowThreads, FusedMinBlocks(kIters))
     NormBackwardFusedKernel(const bf16* __restrict__ dy, const bf16* __restrict__ x,
                             const bf16* __restrict__ w, const float* __restrict__ mean,
                             const float* __restrict__ rstd, bf16* __restrict__ dx,
@@ -243,16 +297,23 @@ __global__ void __launch_bounds__(kRowThreads)
                             float* __restrict__ partial_b, int64_t N, int64_t rows_per_chunk) {
   constexpr int kV = kBf16Vec;
   constexpr int64_t C = int64_t{kIters} * kWarpSize * kV;
-  GTP_DYNAMIC_SHARED(float, colsum);  // [kRowsPerBlock][C]
+  // [kRowsPerBlock][C] dy·x̂ sums, then (when partial_b is set) as many dy sums.
+  GTP_DYNAMIC_SHARED(float, colsum);
+  const bool with_b = partial_b != nullptr;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  float* sum_w = colsum + warp * C;
+  float* sum_b = colsum + (kRowsPerBlock + warp) * C;
   const int64_t p = blockIdx.x;
   const int64_t r0 = p * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float aw[kIters][kV], ab[kIters][kV];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
+    const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
 #pragma unroll
-    for (int k = 0; k < kV; ++k) aw[i][k] = ab[i][k] = 0.0f;
+    for (int k = 0; k < kV; ++k) {
+      sum_w[c + k] = 0.0f;
+      if (with_b) sum_b[c + k] = 0.0f;
+    }
   }
   for (int64_t row = r0 + warp; row < r1; row += kRowsPerBlock) {
     const float m = mean != nullptr ? mean[row] : 0.0f;
@@ -262,9 +323,13 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
-      float wv[kV];
       LoadVec<kV>(dy + row * C + c, dv[i]);
       LoadVec<kV>(x + row * C + c, xh[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+      float wv[kV];
       LoadVec<kV>(w + c, wv);
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
@@ -272,8 +337,8 @@ __global__ void __launch_bounds__(kRowThreads)
         const float g = dv[i][k] * wv[k];
         sg += g;
         sgx += g * xh[i][k];
-        aw[i][k] += dv[i][k] * xh[i][k];
-        ab[i][k] += dv[i][k];
+        sum_w[c + k] += dv[i][k] * xh[i][k];
+        if (with_b) sum_b[c + k] += dv[i][k];
       }
     }
     const float mean_g = mean != nullptr ? WarpSum(sg) / static_cast<float>(C) : 0.0f;
@@ -297,27 +362,22 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   // Column sums of the 8 warps, added in warp order: dw, then db.
-  for (int pass = 0; pass < (partial_b != nullptr ? 2 : 1); ++pass) {
-    if (pass == 1) __syncthreads();  // pass 0's readers are done with colsum
-#pragma unroll
-    for (int i = 0; i < kIters; ++i) {
-      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
-#pragma unroll
-      for (int k = 0; k < kV; ++k) colsum[warp * C + c + k] = pass == 0 ? aw[i][k] : ab[i][k];
-    }
-    __syncthreads();
+  __syncthreads();
+  for (int pass = 0; pass < (with_b ? 2 : 1); ++pass) {
+    const float* sums = colsum + pass * kRowsPerBlock * C;
     float* out = pass == 0 ? partial_w : partial_b;
     for (int64_t c = threadIdx.x; c < C; c += kRowThreads) {
       float s = 0.0f;
 #pragma unroll
-      for (int v = 0; v < kRowsPerBlock; ++v) s += colsum[v * C + c];
+      for (int v = 0; v < kRowsPerBlock; ++v) s += sums[v * C + c];
       out[p * C + c] = s;
     }
   }
 }
 
 // The fused backward's kIters for C (0: not supported, use the two passes).
-// The limit keeps the per-warp column sums in shared memory under 48 KiB.
+// The limit keeps a lane's dy and x̂ slices in registers (2·48 floats) and
+// the per-warp column sums in shared memory at 96 KiB a block.
 constexpr int kMaxFusedIters = 6;
 int FusedIters(int64_t C) {
   constexpr int64_t kCols = int64_t{kWarpSize} * kBf16Vec;
@@ -331,12 +391,13 @@ void LaunchFused(const bf16* dy, const bf16* x, const bf16* w, const float* mean
                  const float* rstd, bf16* dx, const bf16* dres, float* partial_w,
                  float* partial_b, int64_t N, int64_t chunks, int64_t rows_per_chunk,
                  cudaStream_t stream) {
-  const size_t smem = sizeof(float) * kRowsPerBlock * kIters * kWarpSize * kBf16Vec;
+  const size_t smem = sizeof(float) * (partial_b != nullptr ? 2 : 1) * kRowsPerBlock * kIters *
+                      kWarpSize * kBf16Vec;
   Launch(NormBackwardFusedKernel<kIters>, static_cast<unsigned>(chunks), kRowThreads, smem, stream,
          dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N, rows_per_chunk);
 }
 
-template <typename T, int kVec>
+template <typename T, int kVec, int kIters>
 __global__ void RMSNormForwardKernel(const T* __restrict__ x, const T* __restrict__ w,
                                      T* __restrict__ y, float* __restrict__ rstd, int64_t N,
                                      int64_t C, float eps) {
@@ -345,22 +406,45 @@ __global__ void RMSNormForwardKernel(const T* __restrict__ x, const T* __restric
   if (row >= N) return;
   const T* xr = x + row * C;
   T* yr = y + row * C;
-  float s = 0.0f;
-  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    float xv[kVec];
-    LoadVec<kVec>(xr + c, xv);
+  float r;
+  if constexpr (kIters > 0) {  // the row in registers, as LayerNormForwardKernel's
+    float xv[kIters][kVec];
+    LoadRow<kIters, kVec>(xr, lane, xv);
+    float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) s += xv[k] * xv[k];
-  }
-  const float ms = WarpSum(s) / static_cast<float>(C);
-  const float r = 1.0f / sqrtf(ms + eps);
-  for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
-    float xv[kVec], wv[kVec];
-    LoadVec<kVec>(xr + c, xv);
-    LoadVec<kVec>(w + c, wv);
+    for (int i = 0; i < kIters; ++i) {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) xv[k] = xv[k] * r * wv[k];
-    StoreVec<kVec>(yr + c, xv);
+      for (int k = 0; k < kVec; ++k) s += xv[i][k] * xv[i][k];
+    }
+    const float ms = WarpSum(s) / static_cast<float>(C);
+    r = 1.0f / sqrtf(ms + eps);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kVec;
+      float wv[kVec];
+      LoadVec<kVec>(w + c, wv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) xv[i][k] = xv[i][k] * r * wv[k];
+      StoreVec<kVec>(yr + c, xv[i]);
+    }
+  } else {
+    float s = 0.0f;
+    for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+      float xv[kVec];
+      LoadVec<kVec>(xr + c, xv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) s += xv[k] * xv[k];
+    }
+    const float ms = WarpSum(s) / static_cast<float>(C);
+    r = 1.0f / sqrtf(ms + eps);
+    for (int64_t c = lane * kVec; c < C; c += kWarpSize * kVec) {
+      float xv[kVec], wv[kVec];
+      LoadVec<kVec>(xr + c, xv);
+      LoadVec<kVec>(w + c, wv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) xv[k] = xv[k] * r * wv[k];
+      StoreVec<kVec>(yr + c, xv);
+    }
   }
   if (lane == 0 && rstd != nullptr) rstd[row] = r;
 }
@@ -368,6 +452,49 @@ __global__ void RMSNormForwardKernel(const T* __restrict__ x, const T* __restric
 void CheckArgs(const char* op, int64_t N, int64_t C) {
   GTP_CU_REQUIRE(N >= 0 && C >= 0, "%s: negative size N=%lld C=%lld", op, static_cast<long long>(N),
                  static_cast<long long>(C));
+}
+
+// Calls f(std::integral_constant<int, kIters>) with the forward kernels'
+// kIters for C: C / (32·kVec) where that is a whole 1..kMaxRowIters on the
+// 16-byte path (a lane's slice of the row, up to 64 floats, held in
+// registers: C = 256 … 2048 in steps of 256), else 0 (the loop form).
+constexpr int kMaxRowIters = 8;
+template <int kVec, typename F>
+void WithRowIters(int64_t C, F&& f) {
+  if constexpr (kVec != kBf16Vec) {
+    f(std::integral_constant<int, 0>{});
+  } else {
+    constexpr int64_t kCols = int64_t{kWarpSize} * kVec;
+    switch (C % kCols == 0 ? C / kCols : 0) {
+      case 1:
+        f(std::integral_constant<int, 1>{});
+        return;
+      case 2:
+        f(std::integral_constant<int, 2>{});
+        return;
+      case 3:
+        f(std::integral_constant<int, 3>{});
+        return;
+      case 4:
+        f(std::integral_constant<int, 4>{});
+        return;
+      case 5:
+        f(std::integral_constant<int, 5>{});
+        return;
+      case 6:
+        f(std::integral_constant<int, 6>{});
+        return;
+      case 7:
+        f(std::integral_constant<int, 7>{});
+        return;
+      case kMaxRowIters:
+        f(std::integral_constant<int, kMaxRowIters>{});
+        return;
+      default:
+        f(std::integral_constant<int, 0>{});
+        return;
+    }
+  }
 }
 
 unsigned RowBlocks(int64_t N) { return static_cast<unsigned>(CeilDiv(N, kRowsPerBlock)); }
@@ -445,8 +572,10 @@ void LayerNormForwardT(const T* x, const T* w, const T* b, T* y, float* mean, fl
   GTP_CU_REQUIRE(C > 0, "LayerNormForward: C must be positive");
   WithVec<T>(VecRows(C, {x, w, b, y}), [&](auto v) {
     constexpr int kVec = decltype(v)::value;
-    Launch(LayerNormForwardKernel<T, kVec>, RowBlocks(N), kRowThreads, 0, stream, x, w, b, y, mean,
-           rstd, N, C, eps);
+    WithRowIters<kVec>(C, [&](auto it) {
+      Launch(LayerNormForwardKernel<T, kVec, decltype(it)::value>, RowBlocks(N), kRowThreads, 0,
+             stream, x, w, b, y, mean, rstd, N, C, eps);
+    });
   });
   GTP_CU_LAUNCH_CHECK();
 }
@@ -468,8 +597,10 @@ void RMSNormForwardT(const T* x, const T* w, T* y, float* rstd, int64_t N, int64
   GTP_CU_REQUIRE(C > 0, "RMSNormForward: C must be positive");
   WithVec<T>(VecRows(C, {x, w, y}), [&](auto v) {
     constexpr int kVec = decltype(v)::value;
-    Launch(RMSNormForwardKernel<T, kVec>, RowBlocks(N), kRowThreads, 0, stream, x, w, y, rstd, N, C,
-           eps);
+    WithRowIters<kVec>(C, [&](auto it) {
+      Launch(RMSNormForwardKernel<T, kVec, decltype(it)::value>, RowBlocks(N), kRowThreads, 0,
+             stream, x, w, y, rstd, N, C, eps);
+    });
   });
   GTP_CU_LAUNCH_CHECK();
 }

@@ -162,11 +162,66 @@ TEST_P(NormEmulationTest, Bf16MatchesTheDefinition) { RunCase<bf16>(GetParam());
 // C = 768 (GPT-2's width: bf16's fused backward, 3 passes of 256 columns),
 // 256 (one pass), 200 (16-byte rows, not the fused backward), 30 (no
 // 16-byte rows); N = 600 (38 chunks of the dw/db reduction) and odd N.
+// 512 at N = 4: one chunk of 4 rows, so warps 4-7 of the fused backward's
+// block take no row (their column sums stay 0). 1024 (350M) and 2048 (1.3B:
+// the forward's row in registers at its widest, the two-pass backward).
 INSTANTIATE_TEST_SUITE_P(Shapes, NormEmulationTest,
                          ::testing::Values(Case{37, 768, false}, Case{37, 768, true},
                                            Case{600, 256, false}, Case{20, 200, false},
                                            Case{20, 200, true}, Case{9, 30, false},
-                                           Case{9, 30, true}));
+                                           Case{9, 30, true}, Case{4, 512, false},
+                                           Case{4, 512, true}, Case{40, 1024, false},
+                                           Case{9, 2048, true}));
+
+// The forward kernels' row-in-registers form (kIters > 0, C = kIters·256)
+// adds the same values in the same order as the loop form (kIters = 0, any
+// C): the same bits, checked here launch against launch.
+template <int kIters>
+void ExpectRowFormsAgree(bool rms) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  constexpr int64_t C = int64_t{kIters} * kWarpSize * kBf16Vec;
+  const int64_t N = 11;  // two blocks of 8 rows, the second partly empty
+  const Data<bf16> x = Random<bf16>(N * C, 11, 1.5f, 0.3f), w = Random<bf16>(C, 12, 0.5f, 1.0f),
+                   b = Random<bf16>(C, 13);
+  auto run = [&](auto iters) {
+    std::vector<bf16> y = Nans<bf16>(N * C);
+    std::vector<float> mean(N, NAN), rstd(N, NAN);
+    if (rms) {
+      Launch(RMSNormForwardKernel<bf16, kBf16Vec, decltype(iters)::value>, RowBlocks(N),
+             kRowThreads, 0, nullptr, x.v.data(), w.v.data(), y.data(), rstd.data(), N, C, 1e-5f);
+    } else {
+      Launch(LayerNormForwardKernel<bf16, kBf16Vec, decltype(iters)::value>, RowBlocks(N),
+             kRowThreads, 0, nullptr, x.v.data(), w.v.data(), b.v.data(), y.data(), mean.data(),
+             rstd.data(), N, C, 1e-5f);
+    }
+    std::vector<float> all = AsFloat(y);
+    all.insert(all.end(), rstd.begin(), rstd.end());
+    if (!rms) all.insert(all.end(), mean.begin(), mean.end());
+    return all;
+  };
+  const std::vector<float> regs = run(std::integral_constant<int, kIters>{});
+  const std::vector<float> loop = run(std::integral_constant<int, 0>{});
+  ASSERT_EQ(regs.size(), loop.size());
+  for (size_t i = 0; i < regs.size(); ++i) {
+    ASSERT_FALSE(std::isnan(regs[i])) << "C " << C << " element " << i;
+    ASSERT_EQ(std::memcmp(&regs[i], &loop[i], sizeof(float)), 0)
+        << "C " << C << " element " << i << ": " << regs[i] << " vs " << loop[i];
+  }
+}
+
+TEST(NormEmulationRowForms, LayerNormRowInRegistersGivesTheLoopsBits) {
+  ExpectRowFormsAgree<1>(false);
+  ExpectRowFormsAgree<3>(false);
+  ExpectRowFormsAgree<4>(false);
+  ExpectRowFormsAgree<kMaxRowIters>(false);
+}
+
+TEST(NormEmulationRowForms, RmsNormRowInRegistersGivesTheLoopsBits) {
+  ExpectRowFormsAgree<1>(true);
+  ExpectRowFormsAgree<3>(true);
+  ExpectRowFormsAgree<4>(true);
+  ExpectRowFormsAgree<kMaxRowIters>(true);
+}
 
 }  // namespace
 }  // namespace gtp::kernels::cuda
