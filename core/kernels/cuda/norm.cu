@@ -279,17 +279,17 @@ __global__ void __launch_bounds__(kColThreads)
 // Fused backward for bf16 rows with C = kIters·32·8 (the GPU training path):
 // block p owns chunk p of the rows (as the two-pass reduction); its warp w
 // takes rows r0 + w, r0 + w + 8, …, writes dx from the registers it loaded
-// dy and x into, and adds its rows' dy·x̂ and dy into its own row of column
-// sums in shared memory (sum_w[w, c], sum_b[w, c], from 0, rows in order:
-// the accumulators live there, not in registers, so that a block takes
-// about half the registers and two or three blocks fit an SM). The 8 warps'
-// sums are then added in warp order into partial[p, c];
-// NormBackwardFinalKernel adds the chunks. dy and x are read once instead
-// of twice, and dw/db need no second kernel over [N, C].
-constexpr int FusedMinBlocks(int iters) { return iters <= 3 ? 3 : iters <= 5 ? 2 : 1; }
-
+// dy and x into, and accumulates its columns' dy·x̂ and dy. The 8 warps'
+// column sums meet in shared memory and are added in warp order into
+// partial[p, c]; NormBackwardFinalKernel then adds the chunks. dy and x are
+// read once instead of twice, and dw/db need no second kernel over [N, C].
+// (Tried and measured slower, 2026-12-07 on an H100, docs/PERFORMANCE.md:
+// the column sums accumulated in shared memory instead of registers — 126
+// registers at C = 1024, two blocks an SM instead of one — took 28 → 45 µs
+// at C = 768 and 39 → 49 µs at 1024, [8192, C] with db: a lane's scalar
+// updates at a stride of 8 floats meet 8-way bank conflicts twice a value.)
 template <int kIters>
-__global__ void __launch_bounds__(kRowThreads, FusedMinBlocks(kIters))
+__global__ void __launch_bounds__(kRowThreads)
     NormBackwardFusedKernel(const bf16* __restrict__ dy, const bf16* __restrict__ x,
                             const bf16* __restrict__ w, const float* __restrict__ mean,
                             const float* __restrict__ rstd, bf16* __restrict__ dx,
@@ -297,23 +297,16 @@ __global__ void __launch_bounds__(kRowThreads, FusedMinBlocks(kIters))
                             float* __restrict__ partial_b, int64_t N, int64_t rows_per_chunk) {
   constexpr int kV = kBf16Vec;
   constexpr int64_t C = int64_t{kIters} * kWarpSize * kV;
-  // [kRowsPerBlock][C] dy·x̂ sums, then (when partial_b is set) as many dy sums.
-  GTP_DYNAMIC_SHARED(float, colsum);
-  const bool with_b = partial_b != nullptr;
+  GTP_DYNAMIC_SHARED(float, colsum);  // [kRowsPerBlock][C]
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  float* sum_w = colsum + warp * C;
-  float* sum_b = colsum + (kRowsPerBlock + warp) * C;
   const int64_t p = blockIdx.x;
   const int64_t r0 = p * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+  float aw[kIters][kV], ab[kIters][kV];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
-    const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
 #pragma unroll
-    for (int k = 0; k < kV; ++k) {
-      sum_w[c + k] = 0.0f;
-      if (with_b) sum_b[c + k] = 0.0f;
-    }
+    for (int k = 0; k < kV; ++k) aw[i][k] = ab[i][k] = 0.0f;
   }
   for (int64_t row = r0 + warp; row < r1; row += kRowsPerBlock) {
     const float m = mean != nullptr ? mean[row] : 0.0f;
@@ -323,13 +316,9 @@ __global__ void __launch_bounds__(kRowThreads, FusedMinBlocks(kIters))
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+      float wv[kV];
       LoadVec<kV>(dy + row * C + c, dv[i]);
       LoadVec<kV>(x + row * C + c, xh[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < kIters; ++i) {
-      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
-      float wv[kV];
       LoadVec<kV>(w + c, wv);
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
@@ -337,8 +326,8 @@ __global__ void __launch_bounds__(kRowThreads, FusedMinBlocks(kIters))
         const float g = dv[i][k] * wv[k];
         sg += g;
         sgx += g * xh[i][k];
-        sum_w[c + k] += dv[i][k] * xh[i][k];
-        if (with_b) sum_b[c + k] += dv[i][k];
+        aw[i][k] += dv[i][k] * xh[i][k];
+        ab[i][k] += dv[i][k];
       }
     }
     const float mean_g = mean != nullptr ? WarpSum(sg) / static_cast<float>(C) : 0.0f;
@@ -362,22 +351,27 @@ __global__ void __launch_bounds__(kRowThreads, FusedMinBlocks(kIters))
     }
   }
   // Column sums of the 8 warps, added in warp order: dw, then db.
-  __syncthreads();
-  for (int pass = 0; pass < (with_b ? 2 : 1); ++pass) {
-    const float* sums = colsum + pass * kRowsPerBlock * C;
+  for (int pass = 0; pass < (partial_b != nullptr ? 2 : 1); ++pass) {
+    if (pass == 1) __syncthreads();  // pass 0's readers are done with colsum
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) colsum[warp * C + c + k] = pass == 0 ? aw[i][k] : ab[i][k];
+    }
+    __syncthreads();
     float* out = pass == 0 ? partial_w : partial_b;
     for (int64_t c = threadIdx.x; c < C; c += kRowThreads) {
       float s = 0.0f;
 #pragma unroll
-      for (int v = 0; v < kRowsPerBlock; ++v) s += sums[v * C + c];
+      for (int v = 0; v < kRowsPerBlock; ++v) s += colsum[v * C + c];
       out[p * C + c] = s;
     }
   }
 }
 
 // The fused backward's kIters for C (0: not supported, use the two passes).
-// The limit keeps a lane's dy and x̂ slices in registers (2·48 floats) and
-// the per-warp column sums in shared memory at 96 KiB a block.
+// The limit keeps the per-warp column sums in shared memory under 48 KiB.
 constexpr int kMaxFusedIters = 6;
 int FusedIters(int64_t C) {
   constexpr int64_t kCols = int64_t{kWarpSize} * kBf16Vec;
@@ -391,8 +385,7 @@ void LaunchFused(const bf16* dy, const bf16* x, const bf16* w, const float* mean
                  const float* rstd, bf16* dx, const bf16* dres, float* partial_w,
                  float* partial_b, int64_t N, int64_t chunks, int64_t rows_per_chunk,
                  cudaStream_t stream) {
-  const size_t smem = sizeof(float) * (partial_b != nullptr ? 2 : 1) * kRowsPerBlock * kIters *
-                      kWarpSize * kBf16Vec;
+  const size_t smem = sizeof(float) * kRowsPerBlock * kIters * kWarpSize * kBf16Vec;
   Launch(NormBackwardFusedKernel<kIters>, static_cast<unsigned>(chunks), kRowThreads, smem, stream,
          dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N, rows_per_chunk);
 }
