@@ -78,6 +78,10 @@ run() {
   fi
   local pass=0 fail=0 skip=0 failed=() skipped=() logs=/tmp/gtp_logs
   mkdir -p "$logs"
+  # Each result line also goes to $OUT/gpu_suite.txt as it is known, so a
+  # suite cut short by the call's limit still says which binaries passed.
+  local progress=/dev/null
+  if [[ -n "${OUT:-}" ]]; then progress="$OUT/gpu_suite.txt"; : > "$progress"; fi
   while read -r t; do
     local log="$logs/$t.log"
     # A hung binary (a kernel that never finishes) fails alone instead of
@@ -89,18 +93,18 @@ run() {
       if ((ok == 0)); then
         # Every test skipped (no GPU, too few GPUs): nothing was checked.
         skip=$((skip + 1)); skipped+=("$t")
-        echo "SKIP $t (all $skipped_n tests skipped: $(grep -m1 -A1 '^\[  SKIPPED \]\|Skipped' "$log" | tail -1))"
+        echo "SKIP $t (all $skipped_n tests skipped: $(grep -m1 -A1 '^\[  SKIPPED \]\|Skipped' "$log" | tail -1))" | tee -a "$progress"
         continue
       fi
       pass=$((pass + 1))
-      echo "PASS $t ($ok ok, $skipped_n skipped)"
+      echo "PASS $t ($ok ok, $skipped_n skipped)" | tee -a "$progress"
     else
       fail=$((fail + 1)); failed+=("$t")
-      echo "FAIL $t"; grep -E 'Failure|FAILED|error|Error|check failed' "$log" | head -20
+      echo "FAIL $t" | tee -a "$progress"; grep -E 'Failure|FAILED|error|Error|check failed' "$log" | head -20
     fi
   done < "$dir/tests.txt"
   if [[ -n "${OUT:-}" ]]; then tar -C "$logs" -czf "$OUT/gpu_test_logs.tar.gz" .; fi
-  echo "gpu.sh: $pass passed, $skip skipped entirely ${skipped[*]:-}, $fail failed ${failed[*]:-}"
+  echo "gpu.sh: $pass passed, $skip skipped entirely ${skipped[*]:-}, $fail failed ${failed[*]:-}" | tee -a "$progress"
   ((fail == 0))
 }
 
