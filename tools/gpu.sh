@@ -9,7 +9,10 @@
 #   tools/gpu.sh run [BINARY ARGS...] (GPU machine) unpack the bundle; with no
 #                                     arguments run every bundled test and print
 #                                     a summary (each binary at most
-#                                     GTP_TEST_TIMEOUT seconds, default 300);
+#                                     GTP_TEST_TIMEOUT seconds, default 300;
+#                                     with OUT set, each result line also in
+#                                     $OUT/gpu_suite.txt as it is known, and
+#                                     the logs in $OUT/gpu_test_logs.tar.gz);
 #                                     otherwise run one bundled binary.
 #
 # On the device tool: run(command="bash tools/gpu.sh run", carry=[".bundle"]).
