@@ -57,7 +57,7 @@ int64_t NormChunks(int64_t N) {
 
 // Lane `lane` of a row's warp visits columns c = lane·kVec + j·32·kVec, kVec
 // at a time (kVec divides C). With kIters > 0 (C = kIters·32·kVec exactly,
-// RowIters below) the lane loads its row slice once into registers, all of
+// WithRowIters below) the lane loads its row slice once into registers, all of
 // it in flight together, and the three passes run on those: the same
 // values in the same order as the loop form (kIters = 0, any C), so the
 // same bits, with one trip to memory a row instead of three.
@@ -286,8 +286,9 @@ __global__ void __launch_bounds__(kColThreads)
 // (Tried and measured slower, 2026-12-07 on an H100, docs/PERFORMANCE.md:
 // the column sums accumulated in shared memory instead of registers — 126
 // registers at C = 1024, two blocks an SM instead of one — took 28 → 45 µs
-// at C = 768 and 39 → 49 µs at 1024, [8192, C] with db: a lane's scalar
-// updates at a stride of 8 floats meet 8-way bank conflicts twice a value.)
+// at C = 768 and 39 → 49 µs at 1024, [8192, C] with db; most likely the
+// shared-memory updates: a lane's scalar accesses at a stride of 8 floats
+// meet 8-way bank conflicts, twice a value. Not profiled.)
 template <int kIters>
 __global__ void __launch_bounds__(kRowThreads)
     NormBackwardFusedKernel(const bf16* __restrict__ dy, const bf16* __restrict__ x,
