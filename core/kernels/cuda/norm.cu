@@ -448,6 +448,22 @@ void CheckArgs(const char* op, int64_t N, int64_t C) {
                  static_cast<long long>(C));
 }
 
+// Calls f(std::integral_constant<int, n>{}) when n is one of kFirst..kMax
+// and returns true; returns false (f not called) otherwise. The kernels'
+// compile-time kIters from a run-time count.
+template <int kFirst, int kMax, typename F>
+bool WithIters(int64_t n, F&& f) {
+  if constexpr (kFirst > kMax) {
+    return false;
+  } else {
+    if (n == kFirst) {
+      f(std::integral_constant<int, kFirst>{});
+      return true;
+    }
+    return WithIters<kFirst + 1, kMax>(n, f);
+  }
+}
+
 // Calls f(std::integral_constant<int, kIters>) with the forward kernels'
 // kIters for C: C / (32·kVec) where that is a whole 1..kMaxRowIters on the
 // 16-byte path (a lane's slice of the row, up to 64 floats, held in
@@ -455,40 +471,11 @@ void CheckArgs(const char* op, int64_t N, int64_t C) {
 constexpr int kMaxRowIters = 8;
 template <int kVec, typename F>
 void WithRowIters(int64_t C, F&& f) {
-  if constexpr (kVec != kBf16Vec) {
-    f(std::integral_constant<int, 0>{});
-  } else {
-    constexpr int64_t kCols = int64_t{kWarpSize} * kVec;
-    switch (C % kCols == 0 ? C / kCols : 0) {
-      case 1:
-        f(std::integral_constant<int, 1>{});
-        return;
-      case 2:
-        f(std::integral_constant<int, 2>{});
-        return;
-      case 3:
-        f(std::integral_constant<int, 3>{});
-        return;
-      case 4:
-        f(std::integral_constant<int, 4>{});
-        return;
-      case 5:
-        f(std::integral_constant<int, 5>{});
-        return;
-      case 6:
-        f(std::integral_constant<int, 6>{});
-        return;
-      case 7:
-        f(std::integral_constant<int, 7>{});
-        return;
-      case kMaxRowIters:
-        f(std::integral_constant<int, kMaxRowIters>{});
-        return;
-      default:
-        f(std::integral_constant<int, 0>{});
-        return;
-    }
+  constexpr int64_t kCols = int64_t{kWarpSize} * kVec;
+  if constexpr (kVec == kBf16Vec) {
+    if (C % kCols == 0 && WithIters<1, kMaxRowIters>(C / kCols, f)) return;
   }
+  f(std::integral_constant<int, 0>{});
 }
 
 unsigned RowBlocks(int64_t N) { return static_cast<unsigned>(CeilDiv(N, kRowsPerBlock)); }
@@ -517,14 +504,8 @@ void NormBackward(const T* dy, const T* x, const T* w, const float* mean, const 
         LaunchFused<decltype(it)::value>(dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N,
                                          chunks, rows_per_chunk, stream);
       };
-      switch (iters) {
-        case 1: launch(std::integral_constant<int, 1>{}); break;
-        case 2: launch(std::integral_constant<int, 2>{}); break;
-        case 3: launch(std::integral_constant<int, 3>{}); break;
-        case 4: launch(std::integral_constant<int, 4>{}); break;
-        case 5: launch(std::integral_constant<int, 5>{}); break;
-        default: launch(std::integral_constant<int, 6>{}); break;
-      }
+      const bool launched = WithIters<1, kMaxFusedIters>(iters, launch);
+      GTP_CU_REQUIRE(launched, "norm backward: no fused kernel for kIters %d", iters);
       GTP_CU_LAUNCH_CHECK();
       Launch(NormBackwardFinalKernel, static_cast<unsigned>(CeilDiv(C, kFinalCols)), kColThreads, 0,
              stream, partial_w, partial_b, dw, db, C, chunks);
