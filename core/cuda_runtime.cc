@@ -98,22 +98,4 @@ float Event::ElapsedMs(const Event& start, const Event& stop) {
   return ms;
 }
 
-absl::StatusOr<StreamFork> StreamFork::Create(int device, int priority) {
-  StreamFork f;
-  GTP_ASSIGN_OR_RETURN(f.stream_, Stream::Create(device, priority));
-  GTP_ASSIGN_OR_RETURN(f.forked_, Event::Create());
-  GTP_ASSIGN_OR_RETURN(f.joined_, Event::Create());
-  return f;
-}
-
-void StreamFork::Fork(cudaStream_t main) const {
-  forked_.Record(main);
-  forked_.WaitOn(get());
-}
-
-void StreamFork::Join(cudaStream_t main) const {
-  joined_.Record(get());
-  joined_.WaitOn(main);
-}
-
 }  // namespace gtp

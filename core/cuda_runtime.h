@@ -91,24 +91,4 @@ class Event {
   CudaEventPtr event_;
 };
 
-// A second stream for work beside a main stream's: Fork makes it wait for
-// what the main stream has queued so far, Join makes the main stream wait for
-// what was queued on it since. Neither blocks the host, and both are
-// captured into a CUDA graph as its fork and join edges. Memory the side work
-// reads or writes must stay allocated until after Join (the caching
-// allocator does not track streams).
-class StreamFork {
- public:
-  // A non-blocking stream on `device` at `priority` (cudaDeviceGetStreamPriorityRange:
-  // lower numbers run first; 0 is the default).
-  static absl::StatusOr<StreamFork> Create(int device, int priority = 0);
-  cudaStream_t get() const { return stream_.get(); }
-  void Fork(cudaStream_t main) const;
-  void Join(cudaStream_t main) const;
-
- private:
-  Stream stream_;
-  Event forked_, joined_;
-};
-
 }  // namespace gtp

@@ -84,7 +84,6 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
   m->vocab_start_ = L.vocab_start;
   m->v_real_ = L.vocab_real;
   m->chain_ = std::make_unique<GtpChain>(exec, gtp_options);
-  GTP_RETURN_IF_ERROR(m->chain_->StartSideStream());
   const int64_t C = c.block.n_embd;
   const int first = L.first_layer, last = L.last_layer;
   const PipelinePart& pp = c.pipeline;

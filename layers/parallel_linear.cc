@@ -49,21 +49,8 @@ void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const
   // own reduction kernel (5.4 % of a 124M step: docs/PERFORMANCE.md) and
   // needed an Axpby after it; core/kernels/bench:gemm_benchmark
   // BM_CudaBiasGrad compares the two.
-  const StreamFork* side = chain.side_stream();
-  if (side == nullptr) {
-    ops::LinearBackwardWeight(e, dy, x, dw, beta);
-    ops::ColumnSumAccumulate(e, dy, db);
-    return;
-  }
-  // GtpOptions::bias_grad_side_stream: the sums beside the GEMM. Their
-  // scratch (and dy, db: the caller's) stays allocated past the join.
-  const Tensor scratch = e.Empty({ops::ColumnSumScratchFloats(e, dy)});
-  side->Fork(e.stream);
-  kernels::Exec beside = e;
-  beside.stream = side->get();
-  ops::ColumnSumAccumulate(beside, dy, db, scratch);
   ops::LinearBackwardWeight(e, dy, x, dw, beta);
-  side->Join(e.stream);
+  ops::ColumnSumAccumulate(e, dy, db);
 }
 
 void AddBias(GtpChain& chain, const Tensor& y, const Tensor& b) {

@@ -56,18 +56,6 @@ GtpChain::GtpChain(const kernels::Exec& exec, const GtpOptions& options)
   if (exec_.is_cuda()) exposed_.set_stream(exec_.stream);
 }
 
-absl::Status GtpChain::StartSideStream() {
-  if (!options_.bias_grad_side_stream || !exec_.is_cuda() || side_ != nullptr) {
-    return absl::OkStatus();
-  }
-  // The lowest priority: the GEMMs' blocks go first, the sums fill what SMs they leave.
-  int least = 0, greatest = 0;
-  GTP_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  GTP_ASSIGN_OR_RETURN(StreamFork f, StreamFork::Create(exec_.device.index, least));
-  side_ = std::make_unique<StreamFork>(std::move(f));
-  return absl::OkStatus();
-}
-
 const Tensor& GtpChain::Ones(int64_t n, DType dtype) {
   auto it = ones_.find({n, dtype});
   if (it != ones_.end()) return it->second;

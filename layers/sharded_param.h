@@ -48,7 +48,6 @@
 #include "comm/communicator.h"
 #include "comm/exposed_comm.h"
 #include "core/allocator.h"
-#include "core/cuda_runtime.h"
 #include "core/kernels/fp8/block_gemm.h"
 #include "core/kernels/ops.h"
 #include "core/tensor.h"
@@ -99,11 +98,6 @@ struct GtpOptions {
   // GTP ranks' pieces of its shard in f32 in rank order. Half the bytes of
   // the f32 reduce-scatter.
   bool bf16_reduce_scatter = false;
-  // On CUDA, the bias gradients' column sums (db += Σ dy) on a second stream
-  // beside the wgrad GEMMs they do not depend on (WeightAndBiasGrad), which
-  // leave SMs idle at the smaller models' shapes; the same bits either way
-  // (the sums' order is fixed). GtpChain::StartSideStream makes the stream.
-  bool bias_grad_side_stream = false;
 };
 
 // Which pass a materialisation serves. kRecompute is the forward re-run of an
@@ -165,11 +159,6 @@ class GtpChain {
   BufferCache& cache() { return cache_; }
   // A vector of n ones in `dtype` (bias GEMMs), made once per (n, dtype).
   const Tensor& Ones(int64_t n, DType dtype);
-  // Makes the side stream of GtpOptions::bias_grad_side_stream (CUDA; a no-op
-  // when the option is off or the exec is the CPU's). side_stream() is null
-  // until then.
-  absl::Status StartSideStream();
-  const StreamFork* side_stream() const { return side_.get(); }
 
   // Finalises every pending reduce-scatter (waits; synchronous) and drops
   // any backward prefetch no backward consumed (its weights would be stale
@@ -215,7 +204,6 @@ class GtpChain {
   GtpOptions options_;
   BufferCache cache_;
   std::map<std::pair<int64_t, DType>, Tensor> ones_;
-  std::unique_ptr<StreamFork> side_;
   std::vector<ShardedParam*> order_;
   bool frozen_ = false;
   ShardedParam* tail_ = nullptr;

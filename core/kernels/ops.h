@@ -151,11 +151,6 @@ void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor
 // numel / C), in kernels.h's fixed order on both backends (the same bits);
 // CUDA scratch from e.Empty. A bias gradient from its dy.
 void ColumnSumAccumulate(const Exec& e, const Tensor& x, const Tensor& sums);
-// The same with the caller's f32 scratch of at least ColumnSumScratchFloats(e,
-// x) elements (0 on the CPU: scratch may be undefined there), for work on a
-// side stream, whose scratch must stay allocated until the streams join.
-int64_t ColumnSumScratchFloats(const Exec& e, const Tensor& x);
-void ColumnSumAccumulate(const Exec& e, const Tensor& x, const Tensor& sums, const Tensor& scratch);
 void Fill(const Exec& e, const Tensor& x, float value);
 // Σ x² (synchronises the stream on CUDA).
 double SumSquares(const Exec& e, const Tensor& x);

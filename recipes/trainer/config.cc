@@ -540,15 +540,6 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
         t->precision(), ") and parallel.cp=1 (got ", p->cp(),
         "); use train.pack_projections=auto (packs where it can) or off"));
   }
-  if (t->bias_grad_stream().empty()) t->set_bias_grad_stream("main");
-  if (auto e = ChoiceError("train.bias_grad_stream", t->bias_grad_stream()); !e.empty())
-    return Bad(e);
-  if (t->bias_grad_stream() == "side" && t->device() != "cuda") {
-    return Bad(
-        absl::StrCat("train.bias_grad_stream=side runs the bias gradients on a second CUDA "
-                     "stream: it needs train.device=cuda (got ",
-                     t->device(), "); use train.bias_grad_stream=main"));
-  }
   auto* c = r->mutable_checkpoint();
   if (c->dir().empty()) c->set_dir("checkpoints");
   if (c->disable()) {

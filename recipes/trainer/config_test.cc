@@ -491,28 +491,5 @@ TEST(RecipeTrain, ProjectionPackingIsOffAutoOrOn) {
       << bad.status();
 }
 
-// train.bias_grad_stream: main (the default) or side, reaching GtpOptions;
-// side is refused off cuda, naming the setting and the value that works.
-TEST(RecipeTrain, BiasGradStreamIsMainOrSide) {
-  const std::string path = WriteRecipe();
-  auto r = LoadRecipe(path, {});
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->train().bias_grad_stream(), "main");
-  EXPECT_FALSE(GtpOptionsOf(*r).bias_grad_side_stream);
-  auto side = LoadRecipe(path, {"train.device=cuda", "train.bias_grad_stream=side"});
-  ASSERT_TRUE(side.ok()) << side.status();
-  EXPECT_TRUE(GtpOptionsOf(*side).bias_grad_side_stream);
-  auto cpu = LoadRecipe(path, {"train.bias_grad_stream=side"});
-  ASSERT_FALSE(cpu.ok());
-  EXPECT_NE(std::string(cpu.status().message()).find("needs train.device=cuda (got cpu)"),
-            std::string::npos)
-      << cpu.status();
-  auto bad = LoadRecipe(path, {"train.bias_grad_stream=aside"});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("train.bias_grad_stream must be main or side"),
-            std::string::npos)
-      << bad.status();
-}
-
 }  // namespace
 }  // namespace gtp::recipes

@@ -161,7 +161,6 @@ const std::vector<Choice>& Choices() {
       {"train.cuda_graphs", {"auto", "on", "off"}},
       {"train.attention", {"cudnn", "flash"}},
       {"train.pack_projections", {"off", "auto", "on"}},
-      {"train.bias_grad_stream", {"main", "side"}},
   };
   return *kChoices;
 }

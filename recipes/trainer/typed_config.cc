@@ -208,7 +208,6 @@ layers::GtpOptions GtpOptionsOf(const proto::Recipe& r) {
   g.nvfp4_gather = r.parallel().gtp_gather_dtype() == "nvfp4";
   g.fp8_tile_gather = r.parallel().gtp_gather_dtype() == "fp8_tiles";
   g.bf16_reduce_scatter = r.parallel().gtp_reduce_scatter_dtype() == "bf16";
-  g.bias_grad_side_stream = r.train().bias_grad_stream() == "side";
   return g;
 }
 

@@ -27,17 +27,6 @@ void Axpby(const Exec& e, float alpha, const Tensor& x, float beta, const Tensor
 }
 
 void ColumnSumAccumulate(const Exec& e, const Tensor& x, const Tensor& sums) {
-  ColumnSumAccumulate(e, x, sums, e.is_cuda() ? e.Empty({ColumnSumScratchFloats(e, x)}) : Tensor());
-}
-
-int64_t ColumnSumScratchFloats(const Exec& e, const Tensor& x) {
-  if (!e.is_cuda()) return 0;
-  const int64_t C = x.rank() >= 1 ? x.dim(-1) : 0, R = C == 0 ? 0 : x.numel() / C;
-  return cuda::ColumnSumPartials(R, C);
-}
-
-void ColumnSumAccumulate(const Exec& e, const Tensor& x, const Tensor& sums,
-                         const Tensor& scratch) {
   CheckOn(e, x, "x");
   CheckOn(e, sums, "sums");
   GTP_CHECK(x.rank() >= 1 && sums.dtype() == DType::kF32 && sums.numel() == x.dim(-1),
@@ -49,12 +38,8 @@ void ColumnSumAccumulate(const Exec& e, const Tensor& x, const Tensor& sums,
       e, ActDType("ColumnSumAccumulate", {{"x", &x}}),
       [&](auto a) { cpu::ColumnSumAccumulate(a.In(x), R, C, s); },
       [&](auto a) {
-        CheckOn(e, scratch, "scratch");
-        GTP_CHECK(
-            scratch.dtype() == DType::kF32 && scratch.numel() >= cuda::ColumnSumPartials(R, C),
-            "ColumnSumAccumulate: scratch ", scratch.ToString(), " under ",
-            cuda::ColumnSumPartials(R, C), " f32");
-        cuda::ColumnSumAccumulate(a.In(x), R, C, s, scratch.data<float>(), e.stream);
+        const Tensor partial = e.Empty({cuda::ColumnSumPartials(R, C)});
+        cuda::ColumnSumAccumulate(a.In(x), R, C, s, partial.data<float>(), e.stream);
       });
 }
 
