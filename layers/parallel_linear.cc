@@ -48,7 +48,10 @@ void WeightAndBiasGrad(GtpChain& chain, const Tensor& dy, const Tensor& x, const
   // into db), not cuBLASLt's BGRADB epilogue, which writes (=) through its
   // own reduction kernel (5.4 % of a 124M step: docs/PERFORMANCE.md) and
   // needed an Axpby after it; core/kernels/bench:gemm_benchmark
-  // BM_CudaBiasGrad compares the two.
+  // BM_CudaBiasGrad compares the two. (Tried, a52d7ab: the sums on a second,
+  // low-priority stream beside the wgrad GEMM — the same bits, no faster:
+  // GPT-2 124M 16.89 / 16.96 ms a step on one stream, 16.98 / 16.99 on two,
+  // one H100, 2026-12-07, docs/PERFORMANCE.md. Reverted.)
   ops::LinearBackwardWeight(e, dy, x, dw, beta);
   ops::ColumnSumAccumulate(e, dy, db);
 }
