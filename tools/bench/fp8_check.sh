@@ -28,8 +28,11 @@
 # VARIANTS (default fp8) lists the fp8 runs beside each case's bf16 run:
 # fp8 (all three GEMMs), fp8w (train.fp8_wgrad=bf16: the wgrad GEMMs
 # unquantised), fp8g and fp8gw (the same two with train.fp8_gemm=wgmma: gtp's
-# own FP8 GEMM kernel instead of cuBLASLt's); FP8_EXTRA adds settings to
-# every fp8 run.
+# own FP8 GEMM kernel instead of cuBLASLt's), and bf16m (bf16 again, in
+# two micro-batches of 4: the same model, data and global batch, other
+# summation orders — its distance from the bf16 run is the loss
+# comparison's noise floor, to read the fp8 rows against); FP8_EXTRA adds
+# settings to every fp8 run.
 # RATES (default gpt3) sets the peak learning rate by size as GPT-3's table
 # does (Brown et al. 2020, table 2.1): 350M 3e-4, 1.3B 2e-4, min 10 % of it;
 # 124M and the hybrid/MoE shapes keep the recipe's 6e-4. RATES=recipe runs
@@ -84,15 +87,17 @@ for c in $CASES; do
   echo "=== $c ($steps steps)"
   run "$c" bf16 bf16 "$steps" "$extra"
   for v in ${VARIANTS:-fp8}; do
+    vp=fp8
     case "$v" in
       fp8) vx="" ;;
       fp8w) vx="train.fp8_wgrad=bf16" ;;
       fp8g) vx="train.fp8_gemm=wgmma" ;;
       fp8gw) vx="train.fp8_gemm=wgmma,train.fp8_wgrad=bf16" ;;
-      *) echo "fp8_check: unknown variant $v (fp8 fp8w fp8g fp8gw)" >&2; exit 2 ;;
+      bf16m) vx="train.micro_batch=4"; vp=bf16 ;;  # overrides BASE's 8 (the last setting wins)
+      *) echo "fp8_check: unknown variant $v (fp8 fp8w fp8g fp8gw bf16m)" >&2; exit 2 ;;
     esac
-    vx="$vx${FP8_EXTRA:+${vx:+,}$FP8_EXTRA}"
-    run "$c" "$v" fp8 "$steps" "$extra${vx:+${extra:+,}$vx}"
+    [[ $vp == fp8 ]] && vx="$vx${FP8_EXTRA:+${vx:+,}$FP8_EXTRA}"
+    run "$c" "$v" "$vp" "$steps" "$extra${vx:+${extra:+,}$vx}"
     grep -m1 "fp8 GEMMs" "$LOG/${c}_$v.log" | sed 's/^/  banner: /' | cut -c1-200
     /usr/bin/env python3 - "$LOG/${c}_bf16.jsonl" "$LOG/${c}_$v.jsonl" "$v" <<'PY'
 import json, os, statistics, sys
