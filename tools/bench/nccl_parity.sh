@@ -290,7 +290,10 @@ for prec in $LOOP_PRECISIONS; do
         truth="$WORK/$prec/f32_$model"
         tlabel="1 rank, $prec vs f32 ($prec rounding, $model)"
         rmax=0 rmean=0
-        if launch "$truth.log" 0 --run_dir "$truth" --set "$(base_set f32 "$BF16_STEPS" "$BF16_LR")$mset,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1${GTP_SET:+,$GTP_SET}"; then
+        # An f32 run has no FP8 GEMMs, so no FP8 tiles to gather: GTP_SET's
+        # parallel.gtp_gather_dtype=fp8_tiles (refused with f32) is left out.
+        tset="$(tr ',' '\n' <<< "$GTP_SET" | { grep -vx 'parallel.gtp_gather_dtype=fp8_tiles' || true; } | paste -sd, -)"
+        if launch "$truth.log" 0 --run_dir "$truth" --set "$(base_set f32 "$BF16_STEPS" "$BF16_LR")$mset,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1${tset:+,$tset}"; then
           if ! ((DRY)); then
             read -r rmax rmean < <("$PYTHON" "$ROOT/tools/bench/parity.py" --noise "$truth/metrics.jsonl" "$ref/metrics.jsonl")
             printf '%s\t1\t%s\tran\t%s\t%s\tinf\t-\tmeasured %s error: max %s, mean %s\n' "$tlabel" "$prec" \
