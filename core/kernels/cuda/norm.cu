@@ -286,9 +286,11 @@ __global__ void __launch_bounds__(kColThreads)
 // (Tried and measured slower, 2026-12-07 on an H100, docs/PERFORMANCE.md:
 // the column sums accumulated in shared memory instead of registers — 126
 // registers at C = 1024, two blocks an SM instead of one — took 28 → 45 µs
-// at C = 768 and 39 → 49 µs at 1024, [8192, C] with db; most likely the
-// shared-memory updates: a lane's scalar accesses at a stride of 8 floats
-// meet 8-way bank conflicts, twice a value. Not profiled.)
+// at C = 768 and 39 → 49 µs at 1024, [8192, C] with db. With 16-byte
+// updates in a swizzled, conflict-free order instead (branch
+// wip/norm-bwd-vec, H100, 2026-12-07): 27.9 → 30.5 µs at 768, 39.4 → 35.1
+// at 1024, 51.7 → 52.8 at 1536 — bank conflicts were not the whole cost, and
+// the form pays at C = 1024 only. Not profiled.)
 template <int kIters>
 __global__ void __launch_bounds__(kRowThreads)
     NormBackwardFusedKernel(const bf16* __restrict__ dy, const bf16* __restrict__ x,
