@@ -10,8 +10,12 @@
 # C=768), 350M (24 L, C=1024, 16 heads), 1.3B (24 L, C=2048, 16 heads), the
 # hybrid (`M*-` × 6, width 768) and the MoE shape (124M, every MLP 8 experts
 # of 1536, top-2; its experts in fp8 under fp8 since
-# layers/moe:experts_fp8_gpu_test passed on the H200). CASES picks some
-# (default: all); STEPS (default 300) and SHORT_STEPS (hybrid/MoE, 60).
+# layers/moe:experts_fp8_gpu_test passed on the H200; no balancing loss, so
+# on this corpus the router sends nearly every token to one expert) and moeb
+# (the same with recipes/moe_gpu's Switch aux loss 0.01 and z-loss 0.001:
+# the experts' rows spread, smaller grouped GEMMs). CASES picks some
+# (default: all but moeb); STEPS (default 300) and SHORT_STEPS (hybrid and
+# the MoE cases, 60).
 # Per case it prints, for bf16 and fp8: median ms/step over steps 11..N,
 # tokens/s, MFU (on the bf16 peak, 989 TFLOP/s, whatever the precision),
 # peak memory; then fp8/bf16's speed ratio and the losses' agreement (mean
@@ -82,7 +86,8 @@ for c in $CASES; do
     g1p3) steps=$STEPS; extra="model.n_layer=24,model.n_embd=2048,model.n_head=16$lr1p3" ;;
     hybrid) steps=$SHORT_STEPS; extra="model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18" ;;
     moe) steps=$SHORT_STEPS; extra="model.moe.num_experts=8,model.moe.ffn_hidden=1536,model.moe.top_k=2" ;;
-    *) echo "fp8_check: unknown case $c (g124 g350 g1p3 hybrid moe)" >&2; exit 2 ;;
+    moeb) steps=$SHORT_STEPS; extra="model.moe.num_experts=8,model.moe.ffn_hidden=1536,model.moe.top_k=2,model.moe.aux_loss_coeff=0.01,model.moe.z_loss_coeff=0.001" ;;
+    *) echo "fp8_check: unknown case $c (g124 g350 g1p3 hybrid moe moeb)" >&2; exit 2 ;;
   esac
   echo "=== $c ($steps steps)"
   run "$c" bf16 bf16 "$steps" "$extra"
