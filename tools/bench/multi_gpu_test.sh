@@ -204,6 +204,16 @@ grep -qE "^\| DP2 .* \| PASS \|" "$tmp/p.txt" || fail "DP2 not PASS"
 grep -qE "^\| 1 rank under gtprun .* \| PASS \|" "$tmp/p.txt" || fail "1 rank not PASS"
 expect "$tmp/p.txt" "| GTP4 | 4 | f32 | — | — | — | 1e-5 | SKIP | needs 4 ranks, at most 2 here (--max_ranks) |"
 expect "$tmp/p.txt" "parity: 3 PASS, 0 FAIL, 1 SKIP"
+# bf16 with BF16_MAX_TOL under the floor (4e-3): every measured tolerance is
+# above it, so the cell must fail unrun, naming the fix, and the script exit 1.
+rc=0
+N_LAYER=2 N_EMBD=32 BF16_STEPS=3 BF16_MAX_TOL=1e-3 bash "$dir/nccl_parity.sh" 2 --precision bf16 --cells "gtp2" \
+  > "$tmp/pmax.txt" 2>&1 || rc=$?
+cat "$tmp/pmax.txt"
+[[ $rc == 1 ]] || fail "BF16_MAX_TOL: exit $rc, want 1"
+grep -qE "^\| GTP2 \| 2 \| bf16 \| — .* \| FAIL \| tolerance .* is above BF16_MAX_TOL=1e-3: .*lower BF16_LR" "$tmp/pmax.txt" \
+  || fail "BF16_MAX_TOL: GTP2 not failed by the cap"
+expect "$tmp/pmax.txt" "parity: 2 PASS, 1 FAIL, 0 SKIP"
 # PyTorch replaced: a fake interpreter answers torch.distributed.run with a summary.
 cat > "$tmp/fake_python" <<'SH'
 #!/usr/bin/env bash
