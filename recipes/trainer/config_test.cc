@@ -185,10 +185,17 @@ TEST(RecipeTrain, Fp8NeedsRowsInSixteens) {
                      "train.micro_batch=2", "train.fp8_gemm=cutlass"})
                 .find("train.fp8_gemm must be cublaslt or wgmma, got cutlass"),
             std::string::npos);
-  // NVFP4 gathers: the CPU only until they have run over NCCL on a GPU.
+  // NVFP4 gathers: on the CPU under any precision; on cuda under bf16 only,
+  // the precision their NCCL cells ran at (an H100, 2026-12-07).
   EXPECT_EQ(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cpu"}), "accepted");
-  EXPECT_NE(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda"})
-                .find("parallel.gtp_gather_dtype=nvfp4 runs on the CPU only for now"),
+  EXPECT_EQ(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda"}), "accepted");
+  EXPECT_NE(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda",
+                     "train.precision=f32"})
+                .find("parallel.gtp_gather_dtype=nvfp4 on cuda runs under train.precision=bf16"),
+            std::string::npos);
+  EXPECT_NE(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cuda",
+                     "train.precision=fp8", "model.seq_len=64", "train.micro_batch=2"})
+                .find("got fp8; use bf16"),
             std::string::npos);
   // A gather dtype must name the params' dtype, bf16 under fp8.
   EXPECT_NE(Message({"train.precision=fp8", "train.device=cuda", "model.seq_len=64",
