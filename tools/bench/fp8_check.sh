@@ -20,7 +20,9 @@
 # tokens/s, MFU (on the bf16 peak, 989 TFLOP/s, whatever the precision),
 # peak memory; then fp8/bf16's speed ratio and the losses' agreement (mean
 # |Δloss| over all steps, the final step's relative difference, and the mean
-# of the last 10 steps'). PROFILE=1 adds, after the cases, where the 124M
+# of the last 10 steps'); TREND=1 also each run's median ms/step over the
+# windows 2-10, 11-30, 31-60, 61-90, 91-120, 121-200, 201-300 (whether a
+# run settles, e.g. as per-shape algorithm caches fill). PROFILE=1 adds, after the cases, where the 124M
 # fp8 step's kernel time goes (tools/bench/kernel_profile.py; needs ncu);
 # GEMMS=1 the linears' GEMMs alone, bf16 vs fp8 with and without the
 # quantisation (core/kernels/bench:fp8_linear_benchmark, about two minutes;
@@ -132,6 +134,14 @@ if len(runs) == 2:
     print(f"  {variant} / bf16 speed {ma/mb:.3f}x;  losses over {len(steps)} steps: mean |d| {statistics.mean(d):.4f}, "
           f"max |d| {max(d):.4f}, final step rel {abs(lb[steps[-1]]-la[steps[-1]])/la[steps[-1]]*100:.2f} %, "
           f"last-10 mean rel {abs(fb-fa)/fa*100:.2f} %")
+if os.environ.get("TREND") == "1":  # ms/step by windows of steps: flat, or settling as caches fill
+    for p, rows in runs.items():
+        tag = "bf16" if p.endswith("_bf16.jsonl") else variant
+        last = rows[-1]["step"]
+        edges = [2, 11, 31, 61, 91, 121, 201, 301]
+        wins = [(a, min(b - 1, last)) for a, b in zip(edges, edges[1:]) if a <= last]
+        meds = [statistics.median(r["ms"] for r in rows if lo <= r["step"] <= hi) for lo, hi in wins]
+        print(f"  {tag} ms/step by steps: " + "  ".join(f"{lo}-{hi} {m:.2f}" for (lo, hi), m in zip(wins, meds)))
 PY
   done
 done

@@ -283,15 +283,28 @@ __global__ void __launch_bounds__(kColThreads)
 // column sums meet in shared memory and are added in warp order into
 // partial[p, c]; NormBackwardFinalKernel then adds the chunks. dy and x are
 // read once instead of twice, and dw/db need no second kernel over [N, C].
-// (Tried and measured slower, 2026-12-07 on an H100, docs/PERFORMANCE.md:
-// the column sums accumulated in shared memory instead of registers — 126
-// registers at C = 1024, two blocks an SM instead of one — took 28 → 45 µs
-// at C = 768 and 39 → 49 µs at 1024, [8192, C] with db. With 16-byte
-// updates in a swizzled, conflict-free order instead (branch
-// wip/norm-bwd-vec, H100, 2026-12-07): 27.9 → 30.5 µs at 768, 39.4 → 35.1
-// at 1024, 51.7 → 52.8 at 1536 — bank conflicts were not the whole cost, and
-// the form pays at C = 1024 only. Not profiled.)
-template <int kIters>
+//
+// Where each warp keeps its column sums (kSmemSums): in registers up to
+// kIters = 6 (C ≤ 1536), in shared memory past it (C = 1792, 2048), where
+// 2·kIters·8 more live floats a thread would spill. The shared form holds
+// each warp's sums in its own row of acc [dw | db][warp][C], each lane its
+// 8 columns as two 16-byte words, the pair's order swapped on lanes 4–7 of
+// each 8 so that a quarter-warp's 16-byte accesses meet 32 different banks.
+// Every sum adds the same terms in the same order in both forms (row by
+// row, then the warps in order), so they give the same bits
+// (norm_emulation_test's SumForms checks it launch against launch).
+// Measured (H100, 2026-12-07, core/kernels/bench:norm_benchmark, [8192, C]
+// bf16, µs a call): at C = 2048 this kernel takes 82.9 (LayerNorm, dw and
+// db) and 75.3 (RMSNorm) against the two passes' 117 and 98.9 (176
+// registers, no stack; a first version that picked a lane's word by a
+// lane-dependent index put dv and xh on the stack, 512 bytes, and took 110
+// and 98.8). At C ≤ 1536 no shared-memory variant beat the registers by
+// more than ~10 % and some lost (768: 27.8 → 30.9), so they stay.
+// (Tried earlier and measured slower, 2026-12-07 on an H100,
+// docs/PERFORMANCE.md: the column sums in shared memory for every width —
+// 126 registers at C = 1024, two blocks an SM instead of one — took 28 →
+// 45 µs at C = 768 and 39 → 49 µs at 1024, [8192, C] with db.)
+template <int kIters, bool kSmemSums>
 __global__ void __launch_bounds__(kRowThreads)
     NormBackwardFusedKernel(const bf16* __restrict__ dy, const bf16* __restrict__ x,
                             const bf16* __restrict__ w, const float* __restrict__ mean,
@@ -299,17 +312,38 @@ __global__ void __launch_bounds__(kRowThreads)
                             const bf16* __restrict__ dres, float* __restrict__ partial_w,
                             float* __restrict__ partial_b, int64_t N, int64_t rows_per_chunk) {
   constexpr int kV = kBf16Vec;
+  static_assert(kV == 8, "a lane's columns are two 16-byte words of f32 sums");
   constexpr int64_t C = int64_t{kIters} * kWarpSize * kV;
-  GTP_DYNAMIC_SHARED(float, colsum);  // [kRowsPerBlock][C]
+  // Registers: colsum [kRowsPerBlock][C], the warps' sums staged at the end.
+  // Shared sums: acc [1 or 2][kRowsPerBlock][C], dw's then (with db) db's.
+  GTP_DYNAMIC_SHARED(float, colsum);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const bool with_b = partial_b != nullptr;
   const int64_t p = blockIdx.x;
   const int64_t r0 = p * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float aw[kIters][kV], ab[kIters][kV];
+  constexpr int kRegIters = kSmemSums ? 1 : kIters;
+  float aw[kRegIters][kV], ab[kRegIters][kV];
 #pragma unroll
-  for (int i = 0; i < kIters; ++i) {
+  for (int i = 0; i < kRegIters; ++i) {
 #pragma unroll
     for (int k = 0; k < kV; ++k) aw[i][k] = ab[i][k] = 0.0f;
+  }
+  // The shared form: lane's word h of iteration i at acc + (i·32 + lane)·8 + 4·(h ^ swap).
+  const int swap = (lane >> 2) & 1;
+  float* acc_w = colsum + int64_t{warp} * C;
+  float* acc_b = colsum + (kRowsPerBlock + int64_t{warp}) * C;
+  if constexpr (kSmemSums) {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t o = c + 4 * (h ^ swap);
+        *reinterpret_cast<float4*>(acc_w + o) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (with_b) *reinterpret_cast<float4*>(acc_b + o) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
   }
   for (int64_t row = r0 + warp; row < r1; row += kRowsPerBlock) {
     const float m = mean != nullptr ? mean[row] : 0.0f;
@@ -329,8 +363,42 @@ __global__ void __launch_bounds__(kRowThreads)
         const float g = dv[i][k] * wv[k];
         sg += g;
         sgx += g * xh[i][k];
-        aw[i][k] += dv[i][k] * xh[i][k];
-        ab[i][k] += dv[i][k];
+      }
+      if constexpr (kSmemSums) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          // The word this lane touches now: its second when swapped. Its
+          // values are picked by a select between two fixed registers (an
+          // index that varies by lane would put dv and xh in local memory).
+          const bool second = (h ^ swap) != 0;
+          const int64_t o = c + (second ? 4 : 0);
+          float d[4], e[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            d[k] = second ? dv[i][4 + k] : dv[i][k];
+            e[k] = second ? xh[i][4 + k] : xh[i][k];
+          }
+          float4 a = *reinterpret_cast<float4*>(acc_w + o);
+          a.x += d[0] * e[0];
+          a.y += d[1] * e[1];
+          a.z += d[2] * e[2];
+          a.w += d[3] * e[3];
+          *reinterpret_cast<float4*>(acc_w + o) = a;
+          if (with_b) {
+            float4 b = *reinterpret_cast<float4*>(acc_b + o);
+            b.x += d[0];
+            b.y += d[1];
+            b.z += d[2];
+            b.w += d[3];
+            *reinterpret_cast<float4*>(acc_b + o) = b;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) {
+          aw[i][k] += dv[i][k] * xh[i][k];
+          ab[i][k] += dv[i][k];
+        }
       }
     }
     const float mean_g = mean != nullptr ? WarpSum(sg) / static_cast<float>(C) : 0.0f;
@@ -354,28 +422,36 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   // Column sums of the 8 warps, added in warp order: dw, then db.
-  for (int pass = 0; pass < (partial_b != nullptr ? 2 : 1); ++pass) {
-    if (pass == 1) __syncthreads();  // pass 0's readers are done with colsum
+  for (int pass = 0; pass < (with_b ? 2 : 1); ++pass) {
+    const float* sums = colsum;  // the shared form's acc_w rows (pass 0) or acc_b rows
+    if constexpr (kSmemSums) {
+      if (pass == 1) sums = colsum + int64_t{kRowsPerBlock} * C;
+    } else {
+      if (pass == 1) __syncthreads();  // pass 0's readers are done with colsum
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) {
-      const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
+      for (int i = 0; i < kIters; ++i) {
+        const int64_t c = (int64_t{i} * kWarpSize + lane) * kV;
 #pragma unroll
-      for (int k = 0; k < kV; ++k) colsum[warp * C + c + k] = pass == 0 ? aw[i][k] : ab[i][k];
+        for (int k = 0; k < kV; ++k) colsum[warp * C + c + k] = pass == 0 ? aw[i][k] : ab[i][k];
+      }
     }
     __syncthreads();
     float* out = pass == 0 ? partial_w : partial_b;
     for (int64_t c = threadIdx.x; c < C; c += kRowThreads) {
       float s = 0.0f;
 #pragma unroll
-      for (int v = 0; v < kRowsPerBlock; ++v) s += colsum[v * C + c];
+      for (int v = 0; v < kRowsPerBlock; ++v) s += sums[v * C + c];
       out[p * C + c] = s;
     }
   }
 }
 
 // The fused backward's kIters for C (0: not supported, use the two passes).
-// The limit keeps the per-warp column sums in shared memory under 48 KiB.
-constexpr int kMaxFusedIters = 6;
+// Up to kMaxRegisterSumIters the column sums stay in registers (their
+// staging in shared memory under 48 KiB); past it, in shared memory (at
+// kMaxFusedIters, C = 2048: 64 KiB for dw, 128 KiB with db — one block an SM).
+constexpr int kMaxRegisterSumIters = 6;
+constexpr int kMaxFusedIters = 8;
 int FusedIters(int64_t C) {
   constexpr int64_t kCols = int64_t{kWarpSize} * kBf16Vec;
   if (C % kCols != 0) return 0;
@@ -388,9 +464,11 @@ void LaunchFused(const bf16* dy, const bf16* x, const bf16* w, const float* mean
                  const float* rstd, bf16* dx, const bf16* dres, float* partial_w,
                  float* partial_b, int64_t N, int64_t chunks, int64_t rows_per_chunk,
                  cudaStream_t stream) {
-  const size_t smem = sizeof(float) * kRowsPerBlock * kIters * kWarpSize * kBf16Vec;
-  Launch(NormBackwardFusedKernel<kIters>, static_cast<unsigned>(chunks), kRowThreads, smem, stream,
-         dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N, rows_per_chunk);
+  constexpr bool kSmemSums = kIters > kMaxRegisterSumIters;
+  const size_t rows = kSmemSums && partial_b != nullptr ? 2 * kRowsPerBlock : kRowsPerBlock;
+  const size_t smem = sizeof(float) * rows * kIters * kWarpSize * kBf16Vec;
+  Launch(NormBackwardFusedKernel<kIters, kSmemSums>, static_cast<unsigned>(chunks), kRowThreads,
+         smem, stream, dy, x, w, mean, rstd, dx, dres, partial_w, partial_b, N, rows_per_chunk);
 }
 
 template <typename T, int kVec, int kIters>

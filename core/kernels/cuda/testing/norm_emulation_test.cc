@@ -163,15 +163,17 @@ TEST_P(NormEmulationTest, Bf16MatchesTheDefinition) { RunCase<bf16>(GetParam());
 // 256 (one pass), 200 (16-byte rows, not the fused backward), 30 (no
 // 16-byte rows); N = 600 (38 chunks of the dw/db reduction) and odd N.
 // 512 at N = 4: one chunk of 4 rows, so warps 4-7 of the fused backward's
-// block take no row (their column sums stay 0). 1024 (350M) and 2048 (1.3B:
-// the forward's row in registers at its widest, the two-pass backward).
+// block take no row (their column sums stay 0). 1024 (350M), and 1792 and
+// 2048 (1.3B: the forward's row in registers at its widest; the fused
+// backward with its column sums in shared memory).
 INSTANTIATE_TEST_SUITE_P(Shapes, NormEmulationTest,
                          ::testing::Values(Case{37, 768, false}, Case{37, 768, true},
                                            Case{600, 256, false}, Case{20, 200, false},
                                            Case{20, 200, true}, Case{9, 30, false},
                                            Case{9, 30, true}, Case{4, 512, false},
                                            Case{4, 512, true}, Case{40, 1024, false},
-                                           Case{9, 2048, true}));
+                                           Case{9, 2048, true}, Case{37, 2048, false},
+                                           Case{21, 1792, false}));
 
 // The forward kernels' row-in-registers form (kIters > 0, C = kIters·256)
 // adds the same values in the same order as the loop form (kIters = 0, any
@@ -221,6 +223,54 @@ TEST(NormEmulationRowForms, RmsNormRowInRegistersGivesTheLoopsBits) {
   ExpectRowFormsAgree<3>(true);
   ExpectRowFormsAgree<4>(true);
   ExpectRowFormsAgree<kMaxRowIters>(true);
+}
+
+// The fused backward's two homes for the column sums (registers, shared
+// memory: norm.cu's kSmemSums) add the same terms in the same order: the
+// same bits for dx and every partial sum, LayerNorm (dw and db) and RMSNorm
+// (dw only), checked launch against launch. N = 37 in chunks of 16 rows:
+// the last block's warps 5–7 take no row.
+template <int kIters>
+void ExpectSumFormsAgree(bool rms) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  constexpr int64_t C = int64_t{kIters} * kWarpSize * kBf16Vec;
+  const int64_t N = 37, rows_per_chunk = 16, chunks = CeilDiv(N, rows_per_chunk);
+  const Data<bf16> x = Random<bf16>(N * C, 21, 1.5f, 0.3f), w = Random<bf16>(C, 22, 0.5f, 1.0f),
+                   dy = Random<bf16>(N * C, 23), dres = Random<bf16>(N * C, 24);
+  const Data<float> mean = Random<float>(N, 25, 0.1f), rstd = Random<float>(N, 26, 0.1f, 1.0f);
+  auto run = [&](auto smem_sums) {
+    constexpr bool kSmem = decltype(smem_sums)::value;
+    std::vector<bf16> dx = Nans<bf16>(N * C);
+    std::vector<float> pw(chunks * C, NAN), pb(chunks * C, NAN);
+    const size_t rows = kSmem && !rms ? 2 * kRowsPerBlock : kRowsPerBlock;
+    Launch(NormBackwardFusedKernel<kIters, kSmem>, static_cast<unsigned>(chunks), kRowThreads,
+           sizeof(float) * rows * C, nullptr, dy.v.data(), x.v.data(), w.v.data(),
+           rms ? nullptr : mean.v.data(), rstd.v.data(), dx.data(), dres.v.data(), pw.data(),
+           rms ? nullptr : pb.data(), N, rows_per_chunk);
+    std::vector<float> all = AsFloat(dx);
+    all.insert(all.end(), pw.begin(), pw.end());
+    if (!rms) all.insert(all.end(), pb.begin(), pb.end());
+    return all;
+  };
+  const std::vector<float> regs = run(std::false_type{}), shared = run(std::true_type{});
+  ASSERT_EQ(regs.size(), shared.size());
+  for (size_t i = 0; i < regs.size(); ++i) {
+    ASSERT_FALSE(std::isnan(regs[i])) << "C " << C << " element " << i;
+    ASSERT_EQ(std::memcmp(&regs[i], &shared[i], sizeof(float)), 0)
+        << "C " << C << " element " << i << ": " << regs[i] << " vs " << shared[i];
+  }
+}
+
+TEST(NormEmulationSumForms, LayerNormSharedSumsGiveTheRegistersBits) {
+  ExpectSumFormsAgree<1>(false);
+  ExpectSumFormsAgree<3>(false);
+  ExpectSumFormsAgree<kMaxFusedIters>(false);
+}
+
+TEST(NormEmulationSumForms, RmsNormSharedSumsGiveTheRegistersBits) {
+  ExpectSumFormsAgree<1>(true);
+  ExpectSumFormsAgree<3>(true);
+  ExpectSumFormsAgree<kMaxFusedIters>(true);
 }
 
 }  // namespace
