@@ -50,47 +50,28 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
-source "$ROOT/tools/bench/layouts.sh"  # bench_start
+source "$ROOT/tools/bench/layouts.sh"  # bench_start, bench_base, bench_case, bench_train
 bench_start fp8_check "$ROOT" || exit 2  # LOG, WORK, B
 STEPS="${STEPS:-300}"
 SHORT_STEPS="${SHORT_STEPS:-60}"
 CASES="${CASES:-g124 g350 g1p3 hybrid moe}"
 RATES="${RATES:-gpt3}"
 case "$RATES" in
-  gpt3) lr350=",optim.lr=3e-4,optim.min_lr=3e-5"; lr1p3=",optim.lr=2e-4,optim.min_lr=2e-5" ;;
-  recipe) lr350=""; lr1p3="" ;;
+  gpt3|recipe) ;;
   *) echo "fp8_check: RATES=$RATES (gpt3 or recipe)" >&2; exit 2 ;;
 esac
 status=0
-BASE="model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,data.source=corpus,train.log_every=1,train.eval_every=0,train.device=cuda,checkpoint.every=0,checkpoint.disable=true,checkpoint.no_resume=true"
+BASE="$(bench_base cuda)"
 
 run() {  # case label precision steps extra-settings (logs as <case>_<label>)
-  local name="$1_$2" dir
-  # No checkpoint (checkpoint.disable in BASE): a 1.3B run's final save, 16
-  # GiB with the optimizer state, took minutes on disk.
-  dir="$(mktemp -d)"
-  if timeout 400 "$B/bin/recipes_gpt_124m_train" --config recipes/gpt_124m/gpt_124m.pbtxt \
-    --noprogress --run_dir "$dir" --set "$BASE,train.precision=$3,train.steps=$4${5:+,$5}" \
-    > "$LOG/$name.log" 2>&1; then
-    cp "$dir/metrics.jsonl" "$LOG/$name.jsonl"
-  else
-    echo "FAIL $name (rc $?)"
-    tail -15 "$LOG/$name.log"
-    status=1
-  fi
-  rm -rf "$dir"
+  bench_train "$B" "$1_$2" "$BASE,train.precision=$3,train.steps=$4${5:+,$5}" || status=1
 }
 
 for c in $CASES; do
-  case "$c" in
-    g124) steps=$STEPS; extra="" ;;
-    g350) steps=$STEPS; extra="model.n_layer=24,model.n_embd=1024,model.n_head=16$lr350" ;;
-    g1p3) steps=$STEPS; extra="model.n_layer=24,model.n_embd=2048,model.n_head=16$lr1p3" ;;
-    hybrid) steps=$SHORT_STEPS; extra="model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18" ;;
-    moe) steps=$SHORT_STEPS; extra="model.moe.num_experts=8,model.moe.ffn_hidden=1536,model.moe.top_k=2" ;;
-    moeb) steps=$SHORT_STEPS; extra="model.moe.num_experts=8,model.moe.ffn_hidden=1536,model.moe.top_k=2,model.moe.aux_loss_coeff=0.01,model.moe.z_loss_coeff=0.001" ;;
-    *) echo "fp8_check: unknown case $c (g124 g350 g1p3 hybrid moe moeb)" >&2; exit 2 ;;
-  esac
+  bench_case "$c" "$RATES" || { echo "fp8_check: unknown case $c" >&2; exit 2; }
+  extra="$CASE_SET"
+  steps=$STEPS
+  if ((CASE_SHORT)); then steps=$SHORT_STEPS; fi
   echo "=== $c ($steps steps)"
   run "$c" bf16 bf16 "$steps" "$extra"
   for v in ${VARIANTS:-fp8}; do

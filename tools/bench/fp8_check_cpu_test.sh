@@ -13,36 +13,16 @@ set -euo pipefail
 script="$1" train="$2"
 train="$(cd "$(dirname "$train")" && pwd)/$(basename "$train")"
 export TMPDIR="${TEST_TMPDIR:-$(mktemp -d)}"
+source "$(dirname "$script")/fake_bundle.sh"
 fake="$TMPDIR/fake_bundle"
-rm -rf "$fake" && mkdir -p "$fake/bin"
-cat > "$fake/bin/recipes_gpt_124m_train" <<FAKE
-#!/usr/bin/env bash
-set -euo pipefail
-while ((\$#)); do
-  case "\$1" in
-    --config) cfg="\$2"; shift 2 ;;
-    --run_dir) dir="\$2"; shift 2 ;;
-    --set) set="\$2"; shift 2 ;;
-    *) shift ;;
-  esac
-done
-"$train" --config "\$cfg" --list_settings --set "\$set" > /dev/null
-echo "settings: \$set"
-python3 - "\$dir/metrics.jsonl" "\$set" <<'PY'
-import json, sys
-s = dict(kv.split("=", 1) for kv in sys.argv[2].split(","))  # the last setting wins
+fake_bundle "$fake" "$train" '
 fp8 = s["train.precision"] == "fp8"
 ms = 80.0 if fp8 else 100.0
 with open(sys.argv[1], "w") as f:
     for step in range(1, int(s["train.steps"]) + 1):
         loss = 10 - 0.01 * step + (0.02 if fp8 else 0) + (0.005 if s["train.micro_batch"] == "4" else 0)
         f.write(json.dumps({"step": step, "loss": loss, "ms": ms, "tokens_per_s": 8192e3 / ms,
-                            "mfu": 0.5, "peak_mem_bytes": 2**30}) + "\n")
-PY
-FAKE
-printf '#!/bin/sh\nexit 0\n' > "$fake/bin/tools_gtprun_gtprun"
-chmod +x "$fake/bin/"*
-tar -C "$fake" -cJf "$fake/bundle.tar.xz" bin
+                            "mfu": 0.5, "peak_mem_bytes": 2**30}) + "\n")'
 export GTP_BUNDLE_DIR="$fake" OUT="$TMPDIR/out"
 rm -rf "$OUT"
 

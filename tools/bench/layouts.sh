@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # tools/bench/layouts.sh — layout names → trainer overrides, sourced by
-# nccl_parity.sh and scaling.sh (bash).
+# nccl_parity.sh and scaling.sh (bash); and the one-GPU step benchmarks'
+# settings and device-script start (fp8_check.sh, ab_steps.sh).
 #
 #   source tools/bench/layouts.sh
 #   layout_parse gtp2dp4 || exit 1
@@ -82,6 +83,64 @@ layout_label() {
   ((LAYOUT_SP)) && out+=" SP"
   [[ "$LAYOUT_MODEL" != gpt2 ]] && out+=" ($LAYOUT_MODEL)"
   printf '%s' "${out:-1 rank}"
+}
+
+# The one-GPU step benchmarks' common settings (fp8_check.sh, ab_steps.sh):
+# B = 8, T = 1024, vocab 50257, the corpus data, a loss line every step, no
+# evaluation and no checkpoint (a 1.3B run's final save, 16 GiB with the
+# optimizer state, took minutes on disk), on $1 (default cuda).
+bench_base() {
+  printf '%s' "model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,data.source=corpus,train.log_every=1,train.eval_every=0,train.device=${1:-cuda},checkpoint.every=0,checkpoint.disable=true,checkpoint.no_resume=true"
+}
+
+# bench_case <case> [gpt3|recipe]: the model of one of those benchmarks'
+# cases in CASE_SET (settings) and CASE_SHORT (1 for the hybrid and MoE
+# cases, which run SHORT_STEPS): g124 (GPT-2 124M), g350 (24 L, C = 1024,
+# 16 heads), g1p3 (24 L, C = 2048, 16 heads), hybrid (M*- × 6, width 768),
+# moe (every MLP 8 experts of 1536, top-2) and moeb (the same with
+# recipes/moe_gpu's Switch aux loss 0.01 and z-loss 0.001). Rates gpt3
+# (default) give 350M 3e-4 and 1.3B 2e-4 (min 10 %) as GPT-3's table; recipe
+# keeps the recipe's 6e-4. Returns 1, naming the cases, for another name.
+bench_case() {
+  local lr350=",optim.lr=3e-4,optim.min_lr=3e-5" lr1p3=",optim.lr=2e-4,optim.min_lr=2e-5"
+  case "${2:-gpt3}" in
+    gpt3) ;;
+    recipe) lr350=""; lr1p3="" ;;
+    *) echo "bench_case: rates $2 (gpt3 or recipe)" >&2; return 1 ;;
+  esac
+  local moe="model.moe.num_experts=8,model.moe.ffn_hidden=1536,model.moe.top_k=2"
+  CASE_SHORT=0
+  case "$1" in
+    g124) CASE_SET="" ;;
+    g350) CASE_SET="model.n_layer=24,model.n_embd=1024,model.n_head=16$lr350" ;;
+    g1p3) CASE_SET="model.n_layer=24,model.n_embd=2048,model.n_head=16$lr1p3" ;;
+    hybrid) CASE_SET="model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18"; CASE_SHORT=1 ;;
+    moe) CASE_SET="$moe"; CASE_SHORT=1 ;;
+    moeb) CASE_SET="$moe,model.moe.aux_loss_coeff=0.01,model.moe.z_loss_coeff=0.001"; CASE_SHORT=1 ;;
+    *) echo "unknown case $1 (g124 g350 g1p3 hybrid moe moeb)" >&2; return 1 ;;
+  esac
+}
+
+# bench_train <bundle dir> <name> <settings>: one run of the bundle's
+# recipes_gpt_124m_train (its lib folder first on the library path) on
+# gpt_124m.pbtxt with those --set settings, at most RUN_TIMEOUT seconds
+# (default 400); its log in $LOG/<name>.log and its metrics in
+# $LOG/<name>.jsonl. On failure prints FAIL with the log's tail, returns 1.
+bench_train() {
+  local b="$1" name="$2" dir rc=0
+  dir="$(mktemp -d)"
+  LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" \
+    timeout "${RUN_TIMEOUT:-400}" "$b/bin/recipes_gpt_124m_train" \
+    --config recipes/gpt_124m/gpt_124m.pbtxt --noprogress --run_dir "$dir" --set "$3" \
+    > "$LOG/$name.log" 2>&1 || rc=$?
+  if ((rc == 0)); then
+    cp "$dir/metrics.jsonl" "$LOG/$name.jsonl"
+  else
+    echo "FAIL $name (rc $rc)"
+    tail -15 "$LOG/$name.log"
+  fi
+  rm -rf "$dir"
+  return $((rc != 0))
 }
 
 # Number of GPUs on this machine (0 without nvidia-smi or a driver).
