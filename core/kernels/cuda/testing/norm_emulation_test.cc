@@ -175,6 +175,23 @@ INSTANTIATE_TEST_SUITE_P(Shapes, NormEmulationTest,
                                            Case{9, 2048, true}, Case{37, 2048, false},
                                            Case{21, 1792, false}));
 
+// Two launches' outputs (at width C) bit for bit, and no NaN in the first:
+// the failing element and both values otherwise.
+::testing::AssertionResult SameBitsNoNaN(const std::vector<float>& a, const std::vector<float>& b,
+                                         int64_t C) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << "C " << C << ": sizes " << a.size() << ", " << b.size();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return ::testing::AssertionFailure() << "C " << C << " element " << i << " is NaN";
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "C " << C << " element " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // The forward kernels' row-in-registers form (kIters > 0, C = kIters·256)
 // adds the same values in the same order as the loop form (kIters = 0, any
 // C): the same bits, checked here launch against launch.
@@ -203,12 +220,7 @@ void ExpectRowFormsAgree(bool rms) {
   };
   const std::vector<float> regs = run(std::integral_constant<int, kIters>{});
   const std::vector<float> loop = run(std::integral_constant<int, 0>{});
-  ASSERT_EQ(regs.size(), loop.size());
-  for (size_t i = 0; i < regs.size(); ++i) {
-    ASSERT_FALSE(std::isnan(regs[i])) << "C " << C << " element " << i;
-    ASSERT_EQ(std::memcmp(&regs[i], &loop[i], sizeof(float)), 0)
-        << "C " << C << " element " << i << ": " << regs[i] << " vs " << loop[i];
-  }
+  ASSERT_TRUE(SameBitsNoNaN(regs, loop, C));
 }
 
 TEST(NormEmulationRowForms, LayerNormRowInRegistersGivesTheLoopsBits) {
@@ -253,12 +265,7 @@ void ExpectSumFormsAgree(bool rms) {
     return all;
   };
   const std::vector<float> regs = run(std::false_type{}), shared = run(std::true_type{});
-  ASSERT_EQ(regs.size(), shared.size());
-  for (size_t i = 0; i < regs.size(); ++i) {
-    ASSERT_FALSE(std::isnan(regs[i])) << "C " << C << " element " << i;
-    ASSERT_EQ(std::memcmp(&regs[i], &shared[i], sizeof(float)), 0)
-        << "C " << C << " element " << i << ": " << regs[i] << " vs " << shared[i];
-  }
+  ASSERT_TRUE(SameBitsNoNaN(regs, shared, C));
 }
 
 TEST(NormEmulationSumForms, LayerNormSharedSumsGiveTheRegistersBits) {
