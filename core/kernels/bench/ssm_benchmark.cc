@@ -13,7 +13,8 @@
 //   ScanAuto/h96p16n16_t<T>/<fwd|bwd>: the default kernels (kAuto) at T = 1024,
 //     4096, 8192 (B = 8): the side-by-side with tools/bench/torch_ssd.py;
 //     ScanMma/…, ScanMmaBf16/…: the same with kChunkedMma, kChunkedMmaBf16.
-//   Conv1d/<fwd|bwd>: CausalConv1d on [8, 1024, 1536], K = 4, SiLU.
+//   Conv1d/<fwd|bwd|bwd_bf16dx>: CausalConv1d on [8, 1024, 1536], K = 4, SiLU (bwd_bf16dx:
+//     dx in bf16, as the bf16 hybrid's mixer writes it).
 //   GatedRmsNorm/<fwd|bwd>: [8192, 1536], one group of 1536 (ngroups = 1).
 //   SoftplusBias/<fwd|bwd>: dt [8192, 96].
 // Timed with CUDA events around `reps` back-to-back calls on one stream
@@ -28,9 +29,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "core/kernels/bench/bench_util.h"
 #include "core/allocator.h"
 #include "core/cuda_runtime.h"
+#include "core/kernels/bench/bench_util.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/ssm/mamba_ops.h"
 #include "core/kernels/ssm/ssd_scan.h"
@@ -122,7 +123,9 @@ void BM_Scan(benchmark::State& state, ScanShape s, bool backward, ssm::SsdCudaKe
   }
 }
 
-void BM_Conv1d(benchmark::State& state, bool backward) {
+// backward: dx f32, or bf16 as the bf16 hybrid writes in_proj_x's gradient
+// input (bf16_dx; its bytes counted as such).
+void BM_Conv1d(benchmark::State& state, bool backward, bool bf16_dx = false) {
   CudaEnv env;
   const Exec& e = env.e;
   {
@@ -130,8 +133,8 @@ void BM_Conv1d(benchmark::State& state, bool backward) {
     const Shape xs{kB, kT, kDInner};
     const Tensor x = Uniform(e, xs, 1, -1, 1), w = Uniform(e, {kDInner, K}, 2, -0.5f, 0.5f),
                  bias = Uniform(e, {kDInner}, 3, -0.1f, 0.1f), dy = Uniform(e, xs, 4, -1, 1);
-    const Tensor y = e.Empty(xs), dx = e.Empty(xs), dw = e.Zeros({kDInner, K}),
-                 db = e.Zeros({kDInner});
+    const Tensor y = e.Empty(xs), dx = e.Empty(xs, bf16_dx ? DType::kBF16 : DType::kF32),
+                 dw = e.Zeros({kDInner, K}), db = e.Zeros({kDInner});
     const double xb = 4.0 * x.numel();
     if (!backward) {
       TimeCalls(
@@ -139,7 +142,8 @@ void BM_Conv1d(benchmark::State& state, bool backward) {
     } else {
       TimeCalls(
           state, env.stream,
-          [&] { ssm::CausalConv1dBackward(e, dy, x, w, bias, true, dx, dw, db); }, 3 * xb);
+          [&] { ssm::CausalConv1dBackward(e, dy, x, w, bias, true, dx, dw, db); },
+          (bf16_dx ? 2.5 : 3.0) * xb);
     }
   }
 }
@@ -297,6 +301,8 @@ void RegisterAll() {
     Register("BM_CudaSsm/SoftplusBias" + pass,
              [bwd](benchmark::State& st) { BM_SoftplusBias(st, bwd); });
   }
+  Register("BM_CudaSsm/Conv1d/bwd_bf16dx",
+           [](benchmark::State& st) { BM_Conv1d(st, true, /*bf16_dx=*/true); });
   Register("BM_CudaSsm/GatedRmsNorm/bwd_bf16dy",
            [](benchmark::State& st) { BM_GatedRmsNorm(st, true, /*bf16_dy=*/true); });
 }

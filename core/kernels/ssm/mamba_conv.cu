@@ -4,6 +4,7 @@
 // (the column sums in mamba_common.cuh's two passes over row slabs).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "core/kernels/ssm/mamba_common.cuh"
@@ -301,6 +302,164 @@ __global__ void ConvBackwardRunKernel(const float* __restrict__ dy, const float*
   }
 }
 
+// The wide-channel backward (Ch a multiple of kStreamChannels; x, dy and
+// dx aligned to a thread's 2 channels): a thread takes 2 adjacent channels
+// (one 8-byte load of x and of dy a step) of a segment of kStreamSeg consecutive steps of
+// one sequence, and walks it in order with the last K steps' x and g in
+// registers: each step's g = dy·act'(pre) is formed once (the run kernel
+// recomputes the K − 1 after each 8-step run, and reads their x and dy
+// again), and dx[s] is written when g[s + K − 1] is known. Grid (Ch /
+// kStreamChannels, slabs), block (32 lanes × 8 row-threads); row-thread ry of
+// slab y takes segment 8·y + ry of the B·⌈T / kStreamSeg⌉ list, its dw and
+// dbias terms summed in step order, the 8 row-threads' sums in order into
+// partial[slab, k·Ch + c]; ColumnFinishKernel adds the slabs in order. pre, g
+// and dx are the per-output kernels' expressions (so the same bits); the dw
+// and dbias sums are rounded one by one, in this kernel's own order (a
+// function of B and T alone, so reruns give the same bits).
+constexpr int kStreamSeg = 32, kStreamVec = 2, kStreamChannels = kColWidth * kStreamVec;
+constexpr int kStreamGroup = 8;  // steps whose loads are issued together
+
+template <int kK, typename TX>
+__global__ void __launch_bounds__(kColWidth* kColRowThreads, 3)
+    ConvBackwardStreamKernel(const float* __restrict__ dy, const float* __restrict__ x,
+                             const float* __restrict__ w, const float* __restrict__ bias,
+                             TX* __restrict__ dx, float* __restrict__ partial, int32_t B, int32_t T,
+                             int32_t Ch, bool silu) {
+  __shared__ float red[kK + 1][kColRowThreads][kStreamChannels + 1];
+  const int cx = threadIdx.x, ry = threadIdx.y;
+  const int32_t c0 = (blockIdx.x * kColWidth + cx) * kStreamVec;  // < Ch: Ch % 64 == 0
+  const int32_t segs = (T + kStreamSeg - 1) / kStreamSeg;
+  const int32_t q = blockIdx.y * kColRowThreads + ry;
+  float acc[kK + 1][kStreamVec];
+#pragma unroll
+  for (int k = 0; k <= kK; ++k) {
+#pragma unroll
+    for (int v = 0; v < kStreamVec; ++v) acc[k][v] = 0.0f;
+  }
+  if (q < B * segs) {
+    const int32_t b = q / segs, t0 = (q % segs) * kStreamSeg;
+    const int32_t t1 = t0 + kStreamSeg < T ? t0 + kStreamSeg : T;
+    float wk[kK][kStreamVec], b0[kStreamVec];
+#pragma unroll
+    for (int v = 0; v < kStreamVec; ++v) {
+#pragma unroll
+      for (int k = 0; k < kK; ++k) wk[k][v] = w[(c0 + v) * kK + k];
+      b0[v] = bias[c0 + v];
+    }
+    const float* xs = x + int64_t{b} * T * Ch + c0;
+    const float* dys = dy + int64_t{b} * T * Ch + c0;
+    TX* dxs = dx + int64_t{b} * T * Ch + c0;
+    auto at = [&](const float* p, int32_t t) {
+      return *reinterpret_cast<const float2*>(p + int64_t{t} * Ch);
+    };
+    // At step t: xw[k] = x and gw[k] = g at step t − (K−1) + k (each step
+    // shifts them by one first, so they start as of step t0 − 1).
+    float xw[kK][kStreamVec], gw[kK][kStreamVec];
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      const int32_t s = t0 - kK + k;  // the K − 1 steps before t0 (k ≥ 1)
+      const float2 u = k >= 1 && s >= 0 ? at(xs, s) : make_float2(0.f, 0.f);
+      xw[k][0] = u.x, xw[k][1] = u.y;
+#pragma unroll
+      for (int v = 0; v < kStreamVec; ++v) gw[k][v] = 0.0f;
+    }
+    const int32_t t_end = t1 + (kK - 1);  // g through t1 + K − 2 feeds dx below t1
+    for (int32_t tg = t0; tg < t_end; tg += kStreamGroup) {
+      float2 xl[kStreamGroup], dl[kStreamGroup];
+#pragma unroll
+      for (int j = 0; j < kStreamGroup; ++j) {
+        const int32_t t = tg + j;
+        const bool in = t < t_end && t < T;
+        xl[j] = in ? at(xs, t) : make_float2(0.f, 0.f);
+        dl[j] = in ? at(dys, t) : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kStreamGroup; ++j) {
+        const int32_t t = tg + j;
+        if (t >= t_end) break;
+        const float xv[kStreamVec] = {xl[j].x, xl[j].y};
+        const float dv[kStreamVec] = {dl[j].x, dl[j].y};
+        float d[kStreamVec];
+        const int32_t s = t - (kK - 1);  // the step whose dx is complete at t
+#pragma unroll
+        for (int v = 0; v < kStreamVec; ++v) {
+#pragma unroll
+          for (int k = 0; k + 1 < kK; ++k) xw[k][v] = xw[k + 1][v];
+          xw[kK - 1][v] = xv[v];
+          float g = 0.0f;
+          if (t < T) {
+            g = dv[v];
+            if (silu) {
+              float pre = b0[v];
+#pragma unroll
+              for (int k = 0; k < kK; ++k) {
+                if (t - (kK - 1) + k >= 0) pre += wk[k][v] * xw[k][v];  // as ConvAt skips s < 0
+              }
+              g *= SiluGrad(pre);
+            }
+          }
+          if (t < t1) {
+#pragma unroll
+            for (int k = 0; k < kK; ++k) {
+              acc[k][v] =
+                  __fadd_rn(acc[k][v], t - (kK - 1) + k >= 0 ? __fmul_rn(g, xw[k][v]) : 0.0f);
+            }
+            acc[kK][v] = __fadd_rn(acc[kK][v], g);
+          }
+#pragma unroll
+          for (int k = 0; k + 1 < kK; ++k) gw[k][v] = gw[k + 1][v];
+          gw[kK - 1][v] = g;
+          d[v] = 0.0f;  // dx[s] = Σ_k g[s + K − 1 − k]·w[k] over s + K − 1 − k < T
+#pragma unroll
+          for (int k = 0; k < kK; ++k) {
+            if (t - k < T) d[v] += gw[kK - 1 - k][v] * wk[k][v];
+          }
+        }
+        if (s >= t0) {
+          if constexpr (std::is_same_v<TX, float>) {
+            *reinterpret_cast<float2*>(dxs + int64_t{s} * Ch) = make_float2(d[0], d[1]);
+          } else {
+            *reinterpret_cast<uint32_t*>(dxs + int64_t{s} * Ch) =
+                static_cast<uint32_t>(Store<TX>(d[0]).bits) |
+                (static_cast<uint32_t>(Store<TX>(d[1]).bits) << 16);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k <= kK; ++k) {
+#pragma unroll
+    for (int v = 0; v < kStreamVec; ++v) red[k][ry][cx * kStreamVec + v] = acc[k][v];
+  }
+  __syncthreads();
+  // kStreamChannels channels × (K + 1) sums of 8 row-threads, spread over the block.
+  const int64_t cols = int64_t{kK + 1} * Ch;
+  for (int i = ry * kColWidth + cx; i < (kK + 1) * kStreamChannels;
+       i += kColWidth * kColRowThreads) {
+    const int k = i / kStreamChannels, cc = i % kStreamChannels;
+    float sum = 0.0f;
+    for (int qy = 0; qy < kColRowThreads; ++qy) sum += red[k][qy][cc];
+    partial[blockIdx.y * cols + k * int64_t{Ch} + blockIdx.x * kStreamChannels + cc] = sum;
+  }
+}
+
+// Whether the stream kernel takes a backward: the run kernels' conditions,
+// whole blocks of kStreamChannels, and x, dy and dx aligned to a thread's
+// kStreamVec channels (rows then are too: Ch is a multiple of them).
+bool ConvStreams(int64_t B, int64_t T, int64_t Ch, int64_t K, const void* dy, const void* x,
+                 const void* dx, size_t dx_elem) {
+  const auto aligned = [](const void* p, size_t n) {
+    return reinterpret_cast<uintptr_t>(p) % n == 0;
+  };
+  return ConvRuns(B, T, Ch, K) && Ch % kStreamChannels == 0 &&
+         aligned(dy, kStreamVec * sizeof(float)) && aligned(x, kStreamVec * sizeof(float)) &&
+         aligned(dx, kStreamVec * dx_elem);
+}
+int64_t ConvStreamSlabs(int64_t B, int64_t T) {
+  return CeilDiv(B * CeilDiv(T, kStreamSeg), kColRowThreads);
+}
+
 // Entries of the (b, run) list a slab of ConvBackwardRunKernel: about 64
 // slabs, at least 16 entries (2 a row-thread) each; a function of the list's
 // length alone, so reruns sum in the same order.
@@ -336,8 +495,11 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
 }
 
 int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int64_t K) {
-  if (ConvRuns(B, T, Ch, K)) return ConvSlabs(B, T) * (K + 1) * Ch;  // the slabs' partials
-  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;             // g, then the partials
+  if (ConvRuns(B, T, Ch, K)) {  // the slabs' partials (of the stream or the run kernel)
+    const int64_t slabs = std::max(ConvSlabs(B, T), ConvStreamSlabs(B, T));
+    return slabs * (K + 1) * Ch;
+  }
+  return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;  // g, then the partials
 }
 
 namespace {
@@ -348,6 +510,21 @@ void CausalConv1dBackwardT(const float* dy, const float* x, const float* w, cons
   const int64_t total = B * T * Ch;
   if (total == 0) return;
   const int64_t cols = (K + 1) * Ch;
+  if (ConvStreams(B, T, Ch, K, dy, x, dx, sizeof(TX))) {  // one pass, then the slabs' sums
+    const int64_t slabs = ConvStreamSlabs(B, T);
+    WithConvK(K, [&](auto kk) {
+      constexpr int kK = decltype(kk)::value;
+      Launch(ConvBackwardStreamKernel<kK, TX>,
+             dim3(static_cast<unsigned>(Ch / kStreamChannels), static_cast<unsigned>(slabs)),
+             dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch,
+             static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch), silu);
+    });
+    GTP_CU_LAUNCH_CHECK();
+    Launch(ColumnFinishKernel<ConvGradOut>, GridFor(cols, kThreads), kThreads, 0, stream,
+           static_cast<const float*>(scratch), slabs, cols, ConvGradOut{dw, dbias, Ch, K});
+    GTP_CU_LAUNCH_CHECK();
+    return;
+  }
   if (ConvRuns(B, T, Ch, K)) {  // one pass (ConvBackwardRunKernel), then the slabs' sums
     const int64_t slabs = ConvSlabs(B, T);
     WithConvK(K, [&](auto kk) {

@@ -13,6 +13,7 @@
 // clang-format on
 // (its launchers now run the grids on the host, synchronously)
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -121,15 +122,70 @@ TEST_P(ConvEmulationTest, MatchesTheDefinition) {
 }
 
 // The run kernels (K ≤ 4, T not a multiple of the 8-step run; the
-// backward's slabs of 16 runs, one across two sequences) and the per-output
-// kernels (K = 5), with and without the SiLU.
+// backward's slabs of 16 runs, one across two sequences), the backward's
+// stream kernel (Ch a multiple of 64: 32-step segments, the last one short,
+// 8 a slab, a slab across sequences, several channel blocks; T shorter than
+// a segment and than K) and the per-output kernels (K = 5), with and without
+// the SiLU.
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvEmulationTest,
                          ::testing::Values(ConvCase{2, 37, 40, 4, true},
                                            ConvCase{1, 20, 33, 3, false},
                                            ConvCase{3, 5, 8, 1, true}, ConvCase{2, 19, 12, 5, true},
-                                           ConvCase{1, 70, 64, 2, true},
-                                           ConvCase{3, 50, 36, 4, true},     // 21 runs: 2 slabs
-                                           ConvCase{5, 30, 20, 3, false}));  // 20 runs: 2 slabs
+                                           ConvCase{1, 70, 64, 2, true},   // stream: 3 segments
+                                           ConvCase{3, 50, 36, 4, true},   // 21 runs: 2 slabs
+                                           ConvCase{5, 30, 20, 3, false},  // 20 runs: 2 slabs
+                                           ConvCase{5, 37, 128, 4, true},  // stream: 10 segments
+                                           ConvCase{2, 64, 64, 3, false},  // stream: whole segments
+                                           ConvCase{3, 3, 64, 4, true},    // stream: T < K
+                                           ConvCase{2, 33, 64, 1, true}));  // stream: K = 1
+
+// The stream kernel (aligned operands) and the run kernel (the same values
+// one float off alignment) form each pre, g and dx by the same expression:
+// dx bit for bit, f32 and bf16. Their dw and dbias sums differ in order only.
+TEST(ConvEmulation, StreamAndRunKernelsGiveTheSameDx) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t B = 3, T = 45, Ch = 128, K = 4, n = B * T * Ch;
+  const Vec x = Random(n, 11), w = Random(Ch * K, 12, 0.5f), bias = Random(Ch, 13),
+            dy = Random(n, 14);
+  // Each operand at offset 0 (aligned: the stream kernel) and 1 (the run kernel).
+  struct Run {
+    Vec dx, dw, db;
+    std::vector<uint16_t> dxb;
+  };
+  auto run = [&](int64_t off) {
+    Vec xo(n + off), dyo(n + off), dxo(n + off, NAN);
+    std::copy(x.begin(), x.end(), xo.begin() + off);
+    std::copy(dy.begin(), dy.end(), dyo.begin() + off);
+    std::vector<bf16> dxb(n + off, ToBF16(NAN));
+    EXPECT_EQ(cuda::ConvStreams(B, T, Ch, K, dyo.data() + off, xo.data() + off, dxo.data() + off,
+                                sizeof(float)),
+              off == 0);
+    Run r{Vec(), Vec(Ch * K, 0.0f), Vec(Ch, 0.0f), {}};
+    Vec scratch(cuda::CausalConv1dBackwardScratchFloats(B, T, Ch, K), NAN);
+    cuda::CausalConv1dBackward(dyo.data() + off, xo.data() + off, w.data(), bias.data(), true,
+                               dxo.data() + off, r.dw.data(), r.db.data(), scratch.data(), B, T, Ch,
+                               K, nullptr);
+    Vec dw2(Ch * K, 0.0f), db2(Ch, 0.0f);
+    cuda::CausalConv1dBackward(dyo.data() + off, xo.data() + off, w.data(), bias.data(), true,
+                               dxb.data() + off, dw2.data(), db2.data(), scratch.data(), B, T, Ch,
+                               K, nullptr);
+    r.dx.assign(dxo.begin() + off, dxo.end());
+    for (int64_t i = 0; i < n; ++i) r.dxb.push_back(dxb[off + i].bits);
+    return r;
+  };
+  const Run stream = run(0), runs = run(1);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_FALSE(std::isnan(stream.dx[i])) << "dx[" << i << "]";
+    uint32_t a, b;
+    std::memcpy(&a, &stream.dx[i], 4);
+    std::memcpy(&b, &runs.dx[i], 4);
+    ASSERT_EQ(a, b) << "dx[" << i << "]";
+    ASSERT_EQ(stream.dxb[i], runs.dxb[i]) << "bf16 dx[" << i << "]";
+  }
+  const DVec dw(runs.dw.begin(), runs.dw.end()), db(runs.db.begin(), runs.db.end());
+  EXPECT_TRUE(gtp::emu::Near(stream.dw, dw, kTol, "dw"));
+  EXPECT_TRUE(gtp::emu::Near(stream.db, db, kTol, "dbias"));
+}
 
 // ---------------------------------------------------------------- gated RMSNorm
 
