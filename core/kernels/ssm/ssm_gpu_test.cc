@@ -187,7 +187,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1dGpuTest,
                          ::testing::Values(ConvCase{2, 37, 24, 4, true},
                                            ConvCase{3, 5, 7, 3, false},
                                            ConvCase{1, 2, 300, 4, true},
+                                           // Ch a multiple of 64: the backward's stream
+                                           // kernel (K = 1; K = 4 with the SiLU, 5 sequences
+                                           // of 3 segments, 2 slabs, 2 channel blocks).
                                            ConvCase{4, 129, 64, 1, false},
+                                           ConvCase{5, 70, 128, 4, true},
                                            // 4 sequences of 38 runs: 10 slabs of the
                                            // backward's 16 runs, some across sequences.
                                            ConvCase{4, 300, 40, 4, true},
@@ -511,11 +515,11 @@ INSTANTIATE_TEST_SUITE_P(
 // 2 heads a block in the first, fifth and last cases.
 INSTANTIATE_TEST_SUITE_P(
     HeadGroups, SsdScanGpuTest,
-    ::testing::Values(ScanCase{2, 4096, 8, 16, 1, 16, 128},  // 128 blocks, 8 heads each
-                      ScanCase{3, 4000, 4, 16, 2, 16, 128},  // the last chunk 32 steps
-                      ScanCase{2, 4096, 4, 16, 4, 16, 128},  // G = H: a head a block
-                      ScanCase{3, 2700, 2, 5, 1, 7, 64},     // P = 5, N = 7
-                      ScanCase{4, 1000, 4, 5, 2, 7, 16},     // L = 16
+    ::testing::Values(ScanCase{2, 4096, 8, 16, 1, 16, 128},   // 128 blocks, 8 heads each
+                      ScanCase{3, 4000, 4, 16, 2, 16, 128},   // the last chunk 32 steps
+                      ScanCase{2, 4096, 4, 16, 4, 16, 128},   // G = H: a head a block
+                      ScanCase{3, 2700, 2, 5, 1, 7, 64},      // P = 5, N = 7
+                      ScanCase{4, 1000, 4, 5, 2, 7, 16},      // L = 16
                       ScanCase{1, 1024, 32, 16, 1, 16, 128},  // 8 splits of 4 heads
                       ScanCase{1, 4096, 12, 5, 1, 7, 64}));   // 2 splits of 6 heads
 
@@ -526,7 +530,6 @@ INSTANTIATE_TEST_SUITE_P(HeadGroupsSmall, SsdScanGpuTest,
                          ::testing::Values(ScanCase{128, 16, 8, 16, 1, 16, 16},
                                            ScanCase{64, 100, 8, 16, 1, 16, 64},
                                            ScanCase{16, 128, 8, 5, 1, 7, 64}));
-
 
 }  // namespace
 }  // namespace gtp::kernels::ssm
