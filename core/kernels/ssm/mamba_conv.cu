@@ -447,17 +447,19 @@ __global__ void __launch_bounds__(kColWidth* kColRowThreads, 3)
 // Whether the stream kernel takes a backward: the run kernels' conditions,
 // whole blocks of kStreamChannels, and x, dy and dx aligned to a thread's
 // kStreamVec channels (rows then are too: Ch is a multiple of them).
+int64_t ConvStreamSlabs(int64_t B, int64_t T) {
+  return CeilDiv(B * CeilDiv(T, kStreamSeg), kColRowThreads);
+}
+// (The slabs are the grid's y: at most 65535, which many short sequences
+// near the 32-bit index limit would pass.)
 bool ConvStreams(int64_t B, int64_t T, int64_t Ch, int64_t K, const void* dy, const void* x,
                  const void* dx, size_t dx_elem) {
   const auto aligned = [](const void* p, size_t n) {
     return reinterpret_cast<uintptr_t>(p) % n == 0;
   };
-  return ConvRuns(B, T, Ch, K) && Ch % kStreamChannels == 0 &&
+  return ConvRuns(B, T, Ch, K) && Ch % kStreamChannels == 0 && ConvStreamSlabs(B, T) <= 65535 &&
          aligned(dy, kStreamVec * sizeof(float)) && aligned(x, kStreamVec * sizeof(float)) &&
          aligned(dx, kStreamVec * dx_elem);
-}
-int64_t ConvStreamSlabs(int64_t B, int64_t T) {
-  return CeilDiv(B * CeilDiv(T, kStreamSeg), kColRowThreads);
 }
 
 // Entries of the (b, run) list a slab of ConvBackwardRunKernel: about 64

@@ -187,6 +187,16 @@ TEST(ConvEmulation, StreamAndRunKernelsGiveTheSameDx) {
   EXPECT_TRUE(gtp::emu::Near(stream.db, db, kTol, "dbias"));
 }
 
+// The stream kernel's slabs are its grid's y (≤ 65535): many short
+// sequences within the 32-bit index limit take the run kernel instead.
+TEST(ConvEmulation, ManyShortSequencesTakeTheRunKernel) {
+  alignas(16) static float p[4];
+  ASSERT_TRUE(cuda::ConvRuns(600000, 1, 64, 4));
+  EXPECT_GT(cuda::ConvStreamSlabs(600000, 1), 65535);
+  EXPECT_FALSE(cuda::ConvStreams(600000, 1, 64, 4, p, p, p, sizeof(float)));
+  EXPECT_TRUE(cuda::ConvStreams(8, 1024, 64, 4, p, p, p, sizeof(float)));
+}
+
 // ---------------------------------------------------------------- gated RMSNorm
 
 struct NormCase {
