@@ -14,7 +14,8 @@
 # Per pair it prints each run's median ms/step over steps 11..N, the new
 # run's speed-up (old ms / new ms) and MFU, and whether the two runs' losses
 # are bit-identical — what a change that keeps every summation order must
-# give — or else the largest |Δloss|. Alternating the two binaries in pairs
+# give — or else the largest and the mean |Δloss| over the steps both ran
+# and the two final losses. Alternating the two binaries in pairs
 # puts the machine's drift into both sides; read the pairs' spread as the
 # noise.
 #
@@ -87,8 +88,12 @@ la, lb = [r["loss"] for r in ra], [r["loss"] for r in rb]
 if len(la) == len(lb) and la == lb:
     losses = f"losses bit-identical (sum {sum(la):.6f})"
 else:
-    d = max(abs(a - b) for a, b in zip(la, lb)) if la and lb else float("nan")
-    losses = f"losses differ: max |d| {d:.2e} over {min(len(la), len(lb))} steps"
+    ds = [abs(a - b) for a, b in zip(la, lb)]
+    if ds:
+        losses = (f"losses differ: max |d| {max(ds):.2e}, mean |d| {sum(ds) / len(ds):.2e} over "
+                  f"{len(ds)} steps; final {la[-1]:.4f} (old) and {lb[-1]:.4f} (new)")
+    else:
+        losses = "losses differ: a run has none"
 print(f"  pair {pair}: old {ma:.2f} ms, new {mb:.2f} ms ({ma / mb:.3f}x; new MFU {100 * mfu:.1f} %); {losses}")
 PY
   done

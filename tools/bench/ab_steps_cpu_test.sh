@@ -4,11 +4,13 @@
 # run's --config/--set to the real recipe binary's --list_settings (which
 # validates them as a cuda run would be, without a GPU), then write metrics
 # with closed-form losses and step times:
-#   loss(step) = 10 − 0.01·step (+ 0.001 from the "drift" bundle)
+#   loss(step) = 10 − 0.01·step (+ 0.0001·step from the "drift" bundle)
 #   ms = 100 (old) or 80 (new and drift)
 # so each pair must read old 100.00, new 80.00, 1.250x, and bit-identical
 # losses with the same sum (the 12 losses: 120 − 0.01·78 = 119.22) against
-# the new bundle, a 1.00e-03 difference against the drift one. A missing
+# the new bundle; against the drift one a largest difference of 1.20e-03
+# (step 12), a mean of 6.50e-04 (0.0001 · 78 / 12) and final losses 9.8800
+# and 9.8812. A missing
 # OLD, a missing bundle and an unknown case must stop the script (exit 2).
 set -euo pipefail
 script="$1" train="$2"
@@ -25,7 +27,7 @@ with open(sys.argv[1], 'w') as f:
 }
 fake "$TMPDIR/old" 100.0 0
 fake "$TMPDIR/new" 80.0 0
-fake "$TMPDIR/drift" 80.0 0.001
+fake "$TMPDIR/drift" 80.0 "0.0001 * step"
 export OUT="$TMPDIR/out"
 rm -rf "$OUT"
 
@@ -53,7 +55,7 @@ log2="$TMPDIR/ab2.log"
 OLD="$TMPDIR/old" NEW="$TMPDIR/drift" STEPS=12 PAIRS=1 EXTRA="train.attention=flash" \
   bash "$script" > "$log2" 2>&1 || { cat "$log2"; echo "ab_steps.sh (drift) failed"; exit 1; }
 cat "$log2"
-want 1 'losses differ: max |d| 1.00e-03 over 12 steps' "$log2"
+want 1 'losses differ: max |d| 1.20e-03, mean |d| 6.50e-04 over 12 steps; final 9.8800 (old) and 9.8812 (new)' "$log2"
 want 0 'bit-identical' "$log2"
 grep -q 'train.attention=flash' "$L/g124_new1.log" || { echo "EXTRA did not reach the run"; exit 1; }
 
