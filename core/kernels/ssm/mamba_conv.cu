@@ -444,14 +444,15 @@ __global__ void __launch_bounds__(kColWidth* kColRowThreads, 3)
   }
 }
 
-// Whether the stream kernel takes a backward: the run kernels' conditions,
-// whole blocks of kStreamChannels, and x, dy and dx aligned to a thread's
-// kStreamVec channels (rows then are too: Ch is a multiple of them).
+// Slabs of ConvBackwardStreamKernel: 8 segments each.
 int64_t ConvStreamSlabs(int64_t B, int64_t T) {
   return CeilDiv(B * CeilDiv(T, kStreamSeg), kColRowThreads);
 }
-// (The slabs are the grid's y: at most 65535, which many short sequences
-// near the 32-bit index limit would pass.)
+// Whether the stream kernel takes a backward: the run kernels' conditions,
+// whole blocks of kStreamChannels, slabs within the grid's y limit (65535,
+// which many short sequences near the 32-bit index limit would pass), and x,
+// dy and dx aligned to a thread's kStreamVec channels (rows then are too: Ch
+// is a multiple of them).
 bool ConvStreams(int64_t B, int64_t T, int64_t Ch, int64_t K, const void* dy, const void* x,
                  const void* dx, size_t dx_elem) {
   const auto aligned = [](const void* p, size_t n) {
@@ -512,30 +513,24 @@ void CausalConv1dBackwardT(const float* dy, const float* x, const float* w, cons
   const int64_t total = B * T * Ch;
   if (total == 0) return;
   const int64_t cols = (K + 1) * Ch;
-  if (ConvStreams(B, T, Ch, K, dy, x, dx, sizeof(TX))) {  // one pass, then the slabs' sums
-    const int64_t slabs = ConvStreamSlabs(B, T);
+  if (ConvRuns(B, T, Ch, K)) {  // one pass (the stream or the run kernel), then the slabs' sums
+    const bool streams = ConvStreams(B, T, Ch, K, dy, x, dx, sizeof(TX));
+    const int64_t slabs = streams ? ConvStreamSlabs(B, T) : ConvSlabs(B, T);
+    const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
+                  ch = static_cast<int32_t>(Ch);
     WithConvK(K, [&](auto kk) {
       constexpr int kK = decltype(kk)::value;
-      Launch(ConvBackwardStreamKernel<kK, TX>,
-             dim3(static_cast<unsigned>(Ch / kStreamChannels), static_cast<unsigned>(slabs)),
-             dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch,
-             static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch), silu);
-    });
-    GTP_CU_LAUNCH_CHECK();
-    Launch(ColumnFinishKernel<ConvGradOut>, GridFor(cols, kThreads), kThreads, 0, stream,
-           static_cast<const float*>(scratch), slabs, cols, ConvGradOut{dw, dbias, Ch, K});
-    GTP_CU_LAUNCH_CHECK();
-    return;
-  }
-  if (ConvRuns(B, T, Ch, K)) {  // one pass (ConvBackwardRunKernel), then the slabs' sums
-    const int64_t slabs = ConvSlabs(B, T);
-    WithConvK(K, [&](auto kk) {
-      constexpr int kK = decltype(kk)::value;
-      Launch(ConvBackwardRunKernel<kK, TX>,
-             dim3(static_cast<unsigned>(CeilDiv(Ch, kColWidth)), static_cast<unsigned>(slabs)),
-             dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch,
-             static_cast<int32_t>(B), static_cast<int32_t>(T), static_cast<int32_t>(Ch),
-             static_cast<int32_t>(ConvSlabRuns(B, T)), silu);
+      if (streams) {
+        Launch(ConvBackwardStreamKernel<kK, TX>,
+               dim3(static_cast<unsigned>(Ch / kStreamChannels), static_cast<unsigned>(slabs)),
+               dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch, b, t, ch,
+               silu);
+      } else {
+        Launch(ConvBackwardRunKernel<kK, TX>,
+               dim3(static_cast<unsigned>(CeilDiv(Ch, kColWidth)), static_cast<unsigned>(slabs)),
+               dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch, b, t, ch,
+               static_cast<int32_t>(ConvSlabRuns(B, T)), silu);
+      }
     });
     GTP_CU_LAUNCH_CHECK();
     Launch(ColumnFinishKernel<ConvGradOut>, GridFor(cols, kThreads), kThreads, 0, stream,
