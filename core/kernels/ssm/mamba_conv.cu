@@ -317,7 +317,82 @@ __global__ void ConvBackwardRunKernel(const float* __restrict__ dy, const float*
 // and dbias sums are rounded one by one, in this kernel's own order (a
 // function of B and T alone, so reruns give the same bits).
 constexpr int kStreamSeg = 32, kStreamVec = 2, kStreamChannels = kColWidth * kStreamVec;
-constexpr int kStreamGroup = 8;  // steps whose loads are issued together
+// Steps whose loads are issued together: 4 (at K = 4, 8 spilled registers
+// under the 3-blocks-an-SM bound; 4 fits in 80 with no stack).
+constexpr int kStreamGroup = 4;
+static_assert(kStreamSeg % kStreamGroup == 0, "the interior steps come in whole groups");
+
+// One thread's segment of ConvBackwardStreamKernel, and its step t: shift
+// x[t] and g[t] into the windows (xw[k], gw[k] = x, g at step t − (K−1) + k),
+// form g[t], add t's dw and dbias terms (dw), and write dx[t − (K−1)] (dx).
+// kChecked: the sequence's ends are guarded (steps before 0 and from T on)
+// as the per-output kernels guard them; unchecked steps must lie where every
+// such guard is true (the same operations, so the same bits).
+template <int kK, typename TX>
+struct StreamSeg {
+  const float* x;
+  const float* dy;
+  TX* dx;
+  const float (&wk)[kK][kStreamVec];
+  const float (&b0)[kStreamVec];
+  int32_t T, Ch, t0, t1;
+  bool silu;
+
+  __device__ __forceinline__ float2 At(const float* p, int32_t t) const {
+    return *reinterpret_cast<const float2*>(p + int64_t{t} * Ch);
+  }
+
+  template <bool kChecked>
+  __device__ __forceinline__ void Step(int32_t t, float2 xl, float2 dl, bool dw, bool write_dx,
+                                       float (&xw)[kK][kStreamVec], float (&gw)[kK][kStreamVec],
+                                       float (&acc)[kK + 1][kStreamVec]) const {
+    const float xv[kStreamVec] = {xl.x, xl.y};
+    const float dv[kStreamVec] = {dl.x, dl.y};
+    float d[kStreamVec];
+#pragma unroll
+    for (int v = 0; v < kStreamVec; ++v) {
+#pragma unroll
+      for (int k = 0; k + 1 < kK; ++k) xw[k][v] = xw[k + 1][v];
+      xw[kK - 1][v] = xv[v];
+      float g = 0.0f;
+      if (!kChecked || t < T) {
+        g = dv[v];
+        if (silu) {
+          float pre = b0[v];
+#pragma unroll
+          for (int k = 0; k < kK; ++k) {
+            if (!kChecked || t - (kK - 1) + k >= 0) pre += wk[k][v] * xw[k][v];  // as ConvAt
+          }
+          g *= SiluGrad(pre);
+        }
+      }
+      if (dw) {
+#pragma unroll
+        for (int k = 0; k < kK; ++k) {
+          const bool in = !kChecked || t - (kK - 1) + k >= 0;
+          acc[k][v] = __fadd_rn(acc[k][v], in ? __fmul_rn(g, xw[k][v]) : 0.0f);
+        }
+        acc[kK][v] = __fadd_rn(acc[kK][v], g);
+      }
+#pragma unroll
+      for (int k = 0; k + 1 < kK; ++k) gw[k][v] = gw[k + 1][v];
+      gw[kK - 1][v] = g;
+      d[v] = 0.0f;  // dx[s] = Σ_k g[s + K − 1 − k]·w[k] over s + K − 1 − k < T
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        if (!kChecked || t - k < T) d[v] += gw[kK - 1 - k][v] * wk[k][v];
+      }
+    }
+    if (!write_dx) return;
+    TX* out = dx + int64_t{t - (kK - 1)} * Ch;
+    if constexpr (std::is_same_v<TX, float>) {
+      *reinterpret_cast<float2*>(out) = make_float2(d[0], d[1]);
+    } else {
+      *reinterpret_cast<uint32_t*>(out) = static_cast<uint32_t>(Store<TX>(d[0]).bits) |
+                                          (static_cast<uint32_t>(Store<TX>(d[1]).bits) << 16);
+    }
+  }
+};
 
 template <int kK, typename TX>
 __global__ void __launch_bounds__(kColWidth* kColRowThreads, 3)
@@ -349,80 +424,55 @@ __global__ void __launch_bounds__(kColWidth* kColRowThreads, 3)
     const float* xs = x + int64_t{b} * T * Ch + c0;
     const float* dys = dy + int64_t{b} * T * Ch + c0;
     TX* dxs = dx + int64_t{b} * T * Ch + c0;
-    auto at = [&](const float* p, int32_t t) {
-      return *reinterpret_cast<const float2*>(p + int64_t{t} * Ch);
-    };
     // At step t: xw[k] = x and gw[k] = g at step t − (K−1) + k (each step
     // shifts them by one first, so they start as of step t0 − 1).
     float xw[kK][kStreamVec], gw[kK][kStreamVec];
 #pragma unroll
     for (int k = 0; k < kK; ++k) {
       const int32_t s = t0 - kK + k;  // the K − 1 steps before t0 (k ≥ 1)
-      const float2 u = k >= 1 && s >= 0 ? at(xs, s) : make_float2(0.f, 0.f);
+      const float2 u = k >= 1 && s >= 0 ? *reinterpret_cast<const float2*>(xs + int64_t{s} * Ch)
+                                        : make_float2(0.f, 0.f);
       xw[k][0] = u.x, xw[k][1] = u.y;
 #pragma unroll
       for (int v = 0; v < kStreamVec; ++v) gw[k][v] = 0.0f;
     }
-    const int32_t t_end = t1 + (kK - 1);  // g through t1 + K − 2 feeds dx below t1
-    for (int32_t tg = t0; tg < t_end; tg += kStreamGroup) {
-      float2 xl[kStreamGroup], dl[kStreamGroup];
+    const StreamSeg<kK, TX> seg{xs, dys, dxs, wk, b0, T, Ch, t0, t1, silu};
+    // Interior segments (whole, with K − 1 steps before and after them in
+    // the sequence) take the unchecked steps: every guard below is true
+    // there, and which steps add dw and write dx is known per step.
+    if (t0 >= kK - 1 && t1 - t0 == kStreamSeg && t1 + (kK - 1) <= T) {
+      auto group = [&](int32_t tg, auto n, bool first, bool dw) {
+        constexpr int kN = decltype(n)::value;
+        float2 xl[kN], dl[kN];
 #pragma unroll
-      for (int j = 0; j < kStreamGroup; ++j) {
-        const int32_t t = tg + j;
-        const bool in = t < t_end && t < T;
-        xl[j] = in ? at(xs, t) : make_float2(0.f, 0.f);
-        dl[j] = in ? at(dys, t) : make_float2(0.f, 0.f);
-      }
+        for (int j = 0; j < kN; ++j) xl[j] = seg.At(seg.x, tg + j), dl[j] = seg.At(seg.dy, tg + j);
 #pragma unroll
-      for (int j = 0; j < kStreamGroup; ++j) {
-        const int32_t t = tg + j;
-        if (t >= t_end) break;
-        const float xv[kStreamVec] = {xl[j].x, xl[j].y};
-        const float dv[kStreamVec] = {dl[j].x, dl[j].y};
-        float d[kStreamVec];
-        const int32_t s = t - (kK - 1);  // the step whose dx is complete at t
-#pragma unroll
-        for (int v = 0; v < kStreamVec; ++v) {
-#pragma unroll
-          for (int k = 0; k + 1 < kK; ++k) xw[k][v] = xw[k + 1][v];
-          xw[kK - 1][v] = xv[v];
-          float g = 0.0f;
-          if (t < T) {
-            g = dv[v];
-            if (silu) {
-              float pre = b0[v];
-#pragma unroll
-              for (int k = 0; k < kK; ++k) {
-                if (t - (kK - 1) + k >= 0) pre += wk[k][v] * xw[k][v];  // as ConvAt skips s < 0
-              }
-              g *= SiluGrad(pre);
-            }
-          }
-          if (t < t1) {
-#pragma unroll
-            for (int k = 0; k < kK; ++k) {
-              acc[k][v] =
-                  __fadd_rn(acc[k][v], t - (kK - 1) + k >= 0 ? __fmul_rn(g, xw[k][v]) : 0.0f);
-            }
-            acc[kK][v] = __fadd_rn(acc[kK][v], g);
-          }
-#pragma unroll
-          for (int k = 0; k + 1 < kK; ++k) gw[k][v] = gw[k + 1][v];
-          gw[kK - 1][v] = g;
-          d[v] = 0.0f;  // dx[s] = Σ_k g[s + K − 1 − k]·w[k] over s + K − 1 − k < T
-#pragma unroll
-          for (int k = 0; k < kK; ++k) {
-            if (t - k < T) d[v] += gw[kK - 1 - k][v] * wk[k][v];
-          }
+        for (int j = 0; j < kN; ++j) {
+          seg.template Step<false>(tg + j, xl[j], dl[j], dw, !first || j >= kK - 1, xw, gw, acc);
         }
-        if (s >= t0) {
-          if constexpr (std::is_same_v<TX, float>) {
-            *reinterpret_cast<float2*>(dxs + int64_t{s} * Ch) = make_float2(d[0], d[1]);
-          } else {
-            *reinterpret_cast<uint32_t*>(dxs + int64_t{s} * Ch) =
-                static_cast<uint32_t>(Store<TX>(d[0]).bits) |
-                (static_cast<uint32_t>(Store<TX>(d[1]).bits) << 16);
-          }
+      };
+      group(t0, std::integral_constant<int, kStreamGroup>{}, true, true);
+#pragma unroll 1
+      for (int32_t tg = t0 + kStreamGroup; tg < t1; tg += kStreamGroup) {
+        group(tg, std::integral_constant<int, kStreamGroup>{}, false, true);
+      }
+      if constexpr (kK > 1) group(t1, std::integral_constant<int, kK - 1>{}, false, false);
+    } else {
+      const int32_t t_end = t1 + (kK - 1);  // g through t1 + K − 2 feeds dx below t1
+      for (int32_t tg = t0; tg < t_end; tg += kStreamGroup) {
+        float2 xl[kStreamGroup], dl[kStreamGroup];
+#pragma unroll
+        for (int j = 0; j < kStreamGroup; ++j) {
+          const int32_t t = tg + j;
+          const bool in = t < t_end && t < T;
+          xl[j] = in ? seg.At(seg.x, t) : make_float2(0.f, 0.f);
+          dl[j] = in ? seg.At(seg.dy, t) : make_float2(0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < kStreamGroup; ++j) {
+          const int32_t t = tg + j;
+          if (t >= t_end) break;
+          seg.template Step<true>(t, xl[j], dl[j], t < t1, t - (kK - 1) >= t0, xw, gw, acc);
         }
       }
     }

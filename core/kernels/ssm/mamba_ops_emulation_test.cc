@@ -137,14 +137,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvEmulationTest,
                                            ConvCase{5, 37, 128, 4, true},  // stream: 10 segments
                                            ConvCase{2, 64, 64, 3, false},  // stream: whole segments
                                            ConvCase{3, 3, 64, 4, true},    // stream: T < K
-                                           ConvCase{2, 33, 64, 1, true}));  // stream: K = 1
+                                           ConvCase{2, 33, 64, 1, true},   // stream: K = 1
+                                           // stream: interior segments (unchecked steps)
+                                           ConvCase{3, 100, 64, 4, true},
+                                           ConvCase{2, 96, 64, 2, false},
+                                           ConvCase{2, 70, 64, 1, true}));
 
 // The stream kernel (aligned operands) and the run kernel (the same values
 // one float off alignment) form each pre, g and dx by the same expression:
 // dx bit for bit, f32 and bf16. Their dw and dbias sums differ in order only.
 TEST(ConvEmulation, StreamAndRunKernelsGiveTheSameDx) {
   gtp::emu::SetShared(smem, sizeof(smem));
-  const int64_t B = 3, T = 45, Ch = 128, K = 4, n = B * T * Ch;
+  // Segments at the sequence's start and end (checked steps) and between
+  // them (unchecked).
+  const int64_t B = 3, T = 109, Ch = 128, K = 4, n = B * T * Ch;
   const Vec x = Random(n, 11), w = Random(Ch * K, 12, 0.5f), bias = Random(Ch, 13),
             dy = Random(n, 14);
   // Each operand at offset 0 (aligned: the stream kernel) and 1 (the run kernel).
