@@ -513,15 +513,21 @@ bool ConvStreams(int64_t B, int64_t T, int64_t Ch, int64_t K, const void* dy, co
          aligned(dx, kStreamVec * dx_elem);
 }
 
-// Entries of the (b, run) list a slab of ConvBackwardRunKernel: about 64
-// slabs, at least 16 entries (2 a row-thread) each; a function of the list's
-// length alone, so reruns sum in the same order.
-int64_t ConvSlabRuns(int64_t B, int64_t T) {
-  const int64_t total = B * CeilDiv(T, kConvRun), r = CeilDiv(total, 64);
-  return r > 16 ? r : 16;
+// Entries of the (b, run) list a slab of ConvBackwardRunKernel. Wide
+// channels: about 64 slabs, at least 16 entries (2 a row-thread) each.
+// Narrow ones (fewer than 10 blocks of 32 channels, such as the mixer's
+// 16-channel B and C convs): about 512 blocks in all, at least 8 entries (1
+// a row-thread) each, so a small conv is not 64 blocks of runs done one after
+// another. A function of the shape alone, so reruns sum in the same order.
+int64_t ConvSlabRuns(int64_t B, int64_t T, int64_t Ch) {
+  const int64_t channel_blocks = CeilDiv(Ch, kColWidth);
+  const int64_t want = channel_blocks >= 10 ? 64 : 512 / channel_blocks;
+  const int64_t least = channel_blocks >= 10 ? 16 : 8;
+  const int64_t total = B * CeilDiv(T, kConvRun), r = CeilDiv(total, want);
+  return r > least ? r : least;
 }
-int64_t ConvSlabs(int64_t B, int64_t T) {
-  return CeilDiv(B * CeilDiv(T, kConvRun), ConvSlabRuns(B, T));
+int64_t ConvSlabs(int64_t B, int64_t T, int64_t Ch) {
+  return CeilDiv(B * CeilDiv(T, kConvRun), ConvSlabRuns(B, T, Ch));
 }
 
 }  // namespace
@@ -549,7 +555,7 @@ void CausalConv1dForward(const float* x, const float* w, const float* bias, floa
 
 int64_t CausalConv1dBackwardScratchFloats(int64_t B, int64_t T, int64_t Ch, int64_t K) {
   if (ConvRuns(B, T, Ch, K)) {  // the slabs' partials (of the stream or the run kernel)
-    const int64_t slabs = std::max(ConvSlabs(B, T), ConvStreamSlabs(B, T));
+    const int64_t slabs = std::max(ConvSlabs(B, T, Ch), ConvStreamSlabs(B, T));
     return slabs * (K + 1) * Ch;
   }
   return B * T * Ch + ColumnSlabs(B * T) * (K + 1) * Ch;  // g, then the partials
@@ -565,7 +571,7 @@ void CausalConv1dBackwardT(const float* dy, const float* x, const float* w, cons
   const int64_t cols = (K + 1) * Ch;
   if (ConvRuns(B, T, Ch, K)) {  // one pass (the stream or the run kernel), then the slabs' sums
     const bool streams = ConvStreams(B, T, Ch, K, dy, x, dx, sizeof(TX));
-    const int64_t slabs = streams ? ConvStreamSlabs(B, T) : ConvSlabs(B, T);
+    const int64_t slabs = streams ? ConvStreamSlabs(B, T) : ConvSlabs(B, T, Ch);
     const int32_t b = static_cast<int32_t>(B), t = static_cast<int32_t>(T),
                   ch = static_cast<int32_t>(Ch);
     WithConvK(K, [&](auto kk) {
@@ -579,7 +585,7 @@ void CausalConv1dBackwardT(const float* dy, const float* x, const float* w, cons
         Launch(ConvBackwardRunKernel<kK, TX>,
                dim3(static_cast<unsigned>(CeilDiv(Ch, kColWidth)), static_cast<unsigned>(slabs)),
                dim3(kColWidth, kColRowThreads), 0, stream, dy, x, w, bias, dx, scratch, b, t, ch,
-               static_cast<int32_t>(ConvSlabRuns(B, T)), silu);
+               static_cast<int32_t>(ConvSlabRuns(B, T, Ch)), silu);
       }
     });
     GTP_CU_LAUNCH_CHECK();

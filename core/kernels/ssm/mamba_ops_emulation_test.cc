@@ -122,7 +122,8 @@ TEST_P(ConvEmulationTest, MatchesTheDefinition) {
 }
 
 // The run kernels (K ≤ 4, T not a multiple of the 8-step run; the
-// backward's slabs of 16 runs, one across two sequences), the backward's
+// backward's slabs of 8 runs at these narrow widths, one across two
+// sequences), the backward's
 // stream kernel (Ch a multiple of 64: 32-step segments, the last one short,
 // 8 a slab, a slab across sequences, several channel blocks; T shorter than
 // a segment and than K) and the per-output kernels (K = 5), with and without
@@ -132,8 +133,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvEmulationTest,
                                            ConvCase{1, 20, 33, 3, false},
                                            ConvCase{3, 5, 8, 1, true}, ConvCase{2, 19, 12, 5, true},
                                            ConvCase{1, 70, 64, 2, true},   // stream: 3 segments
-                                           ConvCase{3, 50, 36, 4, true},   // 21 runs: 2 slabs
-                                           ConvCase{5, 30, 20, 3, false},  // 20 runs: 2 slabs
+                                           ConvCase{3, 50, 36, 4, true},   // 21 runs: 3 slabs
+                                           ConvCase{5, 30, 20, 3, false},  // 20 runs: 3 slabs
                                            ConvCase{5, 37, 128, 4, true},  // stream: 10 segments
                                            ConvCase{2, 64, 64, 3, false},  // stream: whole segments
                                            ConvCase{3, 3, 64, 4, true},    // stream: T < K

@@ -192,8 +192,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalConv1dGpuTest,
                                            // of 3 segments, 2 slabs, 2 channel blocks).
                                            ConvCase{4, 129, 64, 1, false},
                                            ConvCase{5, 70, 128, 4, true},
-                                           // 4 sequences of 38 runs: 10 slabs of the
-                                           // backward's 16 runs, some across sequences.
+                                           // 4 sequences of 38 runs: 19 slabs of the
+                                           // backward's 8 runs, some across sequences.
                                            ConvCase{4, 300, 40, 4, true},
                                            // K = 2, and T a multiple of the kernels' runs of 8.
                                            ConvCase{2, 64, 24, 2, true},
