@@ -171,6 +171,16 @@ void CrossEntropyForward(const float* logits, const int32_t* targets, float* los
 
 void CastF32ToBF16(const float* x, bf16* y, int64_t n, cudaStream_t stream);
 void CastBF16ToF32(const bf16* x, float* y, int64_t n, cudaStream_t stream);
+// Several conversions in one launch, each pair as the two casts above do it
+// (to_bf16: f32 → bf16, else bf16 → f32); count ≤ kCastManyMax.
+struct CastPair {
+  const void* src;
+  void* dst;
+  int64_t n;
+  bool to_bf16;
+};
+constexpr int kCastManyMax = 16;
+void CastMany(const CastPair* pairs, int count, cudaStream_t stream);
 void QuantizeFp8Blockwise(const void* x, DType x_type, uint8_t* q, uint8_t* scales, int64_t n,
                           DType fmt, cudaStream_t stream);
 void DequantizeFp8Blockwise(const uint8_t* q, const uint8_t* scales, void* y, DType y_type,

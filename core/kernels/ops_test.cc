@@ -221,6 +221,18 @@ TEST_F(OpsBf16, CastDispatchesToTheCastKernels) {
   EXPECT_TRUE(SameBytes(same, x));
 }
 
+// CastMany: each pair as Cast converts it, both directions in one call.
+TEST_F(OpsBf16, CastManyConvertsEachPairAsCast) {
+  std::vector<float> x = rng_.Normal(N * C), back = NaNs(C);
+  std::vector<bf16> y = Poison(N * C), y_ref(N * C), b = Poison(C);
+  cpu::CastF32ToBF16(x.data(), y_ref.data(), N * C);
+  cpu::CastF32ToBF16(x.data(), b.data(), C);
+  ops::CastMany(e_, {Wrap(x, {N, C}), Wrap(b, {C})}, {Wrap(y, {N * C}), Wrap(back, {C})});
+  EXPECT_TRUE(SameBytes(y, y_ref));
+  for (int64_t i = 0; i < C; ++i) ASSERT_EQ(back[i], ToF32(y_ref[i])) << i;
+  ops::CastMany(e_, {}, {});  // nothing to do
+}
+
 TEST_F(OpsBf16, F32StillDispatchesToTheF32Kernels) {
   std::vector<float> x = rng_.Normal(N * C), y = NaNs(N * C), y_ref = y;
   ops::GeluForward(e_, Wrap(x, {N, C}), Wrap(y, {N, C}));

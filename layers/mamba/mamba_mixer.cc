@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/kernels/ssm/mamba_ops.h"
@@ -59,6 +60,20 @@ Tensor As(const kernels::Exec& e, const Tensor& t, DType dtype) {
   Tensor out = e.Empty(t.shape(), dtype);
   ops::Cast(e, t, out);
   return out;
+}
+
+// Each of ts in f32 (itself when it already is): the rest widened in one
+// launch (a layer's ten small parameters, each step).
+std::vector<Tensor> AsF32(const kernels::Exec& e, std::vector<Tensor> ts) {
+  std::vector<Tensor> from, to;
+  for (Tensor& t : ts) {
+    if (t.dtype() == DType::kF32) continue;
+    from.push_back(t);
+    t = e.Empty(t.shape(), DType::kF32);
+    to.push_back(t);
+  }
+  ops::CastMany(e, from, to);
+  return ts;
 }
 
 // t itself when contiguous, else a dense copy (a packed projection's
@@ -269,11 +284,12 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, const Tensor& residu
                cr = Dense(e, As(e, bcdt.part[1], f32));
   dtr_ = Dense(e, As(e, bcdt.part[2], f32));
   // The params as they are now (the optimizer steps after Backward).
-  v32_ = F32Values{As(e, conv_x_w_.value, f32), As(e, conv_x_b_.value, f32),
-                   As(e, conv_b_w_.value, f32), As(e, conv_b_b_.value, f32),
-                   As(e, conv_c_w_.value, f32), As(e, conv_c_b_.value, f32),
-                   As(e, dt_bias_.value, f32),  As(e, a_log_.value, f32),
-                   As(e, d_.value, f32),        As(e, norm_w_.value, f32)};
+  {
+    const std::vector<Tensor> f = AsF32(
+        e, {conv_x_w_.value, conv_x_b_.value, conv_b_w_.value, conv_b_b_.value, conv_c_w_.value,
+            conv_c_b_.value, dt_bias_.value, a_log_.value, d_.value, norm_w_.value});
+    v32_ = F32Values{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]};
+  }
   const F32Values& v = v32_;
   Tensor dt = e.Empty({N, h_});
   ssm::SoftplusBiasForward(e, dtr_, v.dt_bias, dt);

@@ -13,6 +13,8 @@
 // produces the CPU's bits. One warp per scale block: lane i holds element i.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "core/kernels/cuda.h"
 #include "core/kernels/cuda/common.cuh"
 
@@ -37,6 +39,24 @@ __global__ void CastBF16ToF32Kernel(const bf16* __restrict__ x, float* __restric
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     y[i] = BF16BitsToF32(x[i].bits);
+  }
+}
+
+struct CastManyArgs {
+  CastPair pair[kCastManyMax];
+};
+
+// blockIdx.y picks the pair; each pair's elements converted as the two
+// kernels above convert them (the same encoders, so the same bits).
+__global__ void CastManyKernel(const CastManyArgs args) {
+  const CastPair p = args.pair[blockIdx.y];
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < p.n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (p.to_bf16) {
+      static_cast<bf16*>(p.dst)[i].bits = F32ToBF16Bits(static_cast<const float*>(p.src)[i]);
+    } else {
+      static_cast<float*>(p.dst)[i] = BF16BitsToF32(static_cast<const bf16*>(p.src)[i].bits);
+    }
   }
 }
 
@@ -127,6 +147,21 @@ void CastBF16ToF32(const bf16* x, float* y, int64_t n, cudaStream_t stream) {
   GTP_CU_REQUIRE(n >= 0, "CastBF16ToF32: negative size");
   if (n == 0) return;
   CastBF16ToF32Kernel<<<GridFor(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  GTP_CU_LAUNCH_CHECK();
+}
+
+void CastMany(const CastPair* pairs, int count, cudaStream_t stream) {
+  GTP_CU_REQUIRE(count >= 0 && count <= kCastManyMax, "CastMany: ", count, " pairs (at most ",
+                 kCastManyMax, ")");
+  CastManyArgs args{};
+  int64_t most = 0;
+  for (int i = 0; i < count; ++i) {
+    GTP_CU_REQUIRE(pairs[i].n >= 0, "CastMany: negative size");
+    args.pair[i] = pairs[i];
+    most = std::max(most, pairs[i].n);
+  }
+  if (most == 0) return;
+  CastManyKernel<<<dim3(GridFor(most, kThreads), count), kThreads, 0, stream>>>(args);
   GTP_CU_LAUNCH_CHECK();
 }
 

@@ -4,9 +4,11 @@
 // of two).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -89,6 +91,53 @@ TEST(CastGpu, BitIdenticalToCpu) {
     DeviceBuffer<float> d_z(n);
     cuda::CastBF16ToF32(d_b.get(), d_z.get(), n, stream.get());
     EXPECT_TRUE(BitEqualNaNsMatch(d_z.Download(), z));
+  }
+}
+
+// CastMany: 37 pairs (three launches of at most 16), the two directions
+// interleaved, sizes from 0 up past one block's grid stride: every output
+// must be the one-pair kernel's bits (the CPU's).
+TEST(CastGpu, ManyPairsBitIdenticalToCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(72);
+  const int kPairs = 37;
+  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> src, dst;  // not movable
+  std::vector<std::vector<uint8_t>> want;
+  std::vector<cuda::CastPair> pairs;
+  for (int i = 0; i < kPairs; ++i) {
+    const int64_t n = i == 5 ? 0 : kSizes[i % 7] + i;
+    const bool to_bf16 = i % 3 != 1;
+    std::vector<uint8_t> in, out;
+    if (to_bf16) {
+      const std::vector<float> x = Values(rng, n, true);
+      std::vector<bf16> y(n);
+      cpu::CastF32ToBF16(x.data(), y.data(), n);
+      in.resize(4 * n);
+      out.resize(2 * n);
+      std::memcpy(in.data(), x.data(), in.size());
+      std::memcpy(out.data(), y.data(), out.size());
+    } else {
+      const std::vector<bf16> b = BF16Values(rng, n);
+      std::vector<float> z(n);
+      cpu::CastBF16ToF32(b.data(), z.data(), n);
+      in.resize(2 * n);
+      out.resize(4 * n);
+      std::memcpy(in.data(), b.data(), in.size());
+      std::memcpy(out.data(), z.data(), out.size());
+    }
+    src.push_back(std::make_unique<DeviceBuffer<uint8_t>>(in));
+    dst.push_back(std::make_unique<DeviceBuffer<uint8_t>>(out.size()));  // NaN-filled
+    want.push_back(out);
+    pairs.push_back({src.back()->get(), dst.back()->get(), n, to_bf16});
+  }
+  for (int i = 0; i < kPairs; i += cuda::kCastManyMax) {
+    cuda::CastMany(pairs.data() + i, std::min(cuda::kCastManyMax, kPairs - i), stream.get());
+  }
+  for (int i = 0; i < kPairs; ++i) {
+    SCOPED_TRACE(absl::StrCat("pair ", i, ", n=", pairs[i].n));
+    EXPECT_TRUE(
+        SameData(dst[i]->Download(), want[i], pairs[i].to_bf16 ? DType::kBF16 : DType::kF32));
   }
 }
 

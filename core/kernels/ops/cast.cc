@@ -1,7 +1,9 @@
 // core/kernels/ops/cast.cc — Dispatch of the dtype conversions (cpu/cast.cc,
 // cuda/cast.cu): f32 ↔ bf16 Cast and the MXFP8 blockwise quantisation; the
 // NVFP4 wire codec (cpu/nvfp4.cc, cuda/nvfp4.cu).
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
@@ -36,6 +38,36 @@ void Cast(const Exec& e, const Tensor& src, const Tensor& dst) {
   } else {
     GTP_CHECK(false, "Cast: unsupported ", src.ToString(), " -> ", dst.ToString());
   }
+}
+
+void CastMany(const Exec& e, const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) {
+  GTP_CHECK(srcs.size() == dsts.size(), "CastMany: ", srcs.size(), " sources, ", dsts.size(),
+            " destinations");
+  std::vector<cuda::CastPair> pairs;
+  pairs.reserve(srcs.size());
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    const Tensor &src = srcs[i], &dst = dsts[i];
+    CheckOn(e, src, "src");
+    CheckOn(e, dst, "dst");
+    const bool to_bf16 = src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16;
+    GTP_CHECK(src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous() &&
+                  (to_bf16 || (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32)),
+              "CastMany: pair ", i, " ", src.ToString(), " -> ", dst.ToString(),
+              " (contiguous, f32 -> bf16 or bf16 -> f32, the same size)");
+    pairs.push_back({src.raw_data(), dst.raw_data(), src.numel(), to_bf16});
+  }
+  OnDevice(
+      e,
+      [&] {
+        for (size_t i = 0; i < srcs.size(); ++i) Cast(e, srcs[i], dsts[i]);
+      },
+      [&] {
+        for (size_t i = 0; i < pairs.size(); i += cuda::kCastManyMax) {
+          const int count =
+              static_cast<int>(std::min<size_t>(cuda::kCastManyMax, pairs.size() - i));
+          cuda::CastMany(pairs.data() + i, count, e.stream);
+        }
+      });
 }
 
 namespace {
