@@ -171,13 +171,15 @@ void CrossEntropyForward(const float* logits, const int32_t* targets, float* los
 
 void CastF32ToBF16(const float* x, bf16* y, int64_t n, cudaStream_t stream);
 void CastBF16ToF32(const bf16* x, float* y, int64_t n, cudaStream_t stream);
-// Several conversions in one launch, each pair as the two casts above do it
-// (to_bf16: f32 → bf16, else bf16 → f32); count ≤ kCastManyMax.
+// Several conversions or copies in one launch: pair i's rows × width
+// elements, rows src_pitch / dst_pitch elements apart, converted as the two
+// casts above convert them (f32 → bf16, bf16 → f32) or copied where the
+// dtypes match (f32 or bf16); count ≤ kCastManyMax.
 struct CastPair {
   const void* src;
   void* dst;
-  int64_t n;
-  bool to_bf16;
+  int64_t rows, width, src_pitch, dst_pitch;
+  DType src_type, dst_type;
 };
 constexpr int kCastManyMax = 16;
 void CastMany(const CastPair* pairs, int count, cudaStream_t stream);

@@ -159,9 +159,11 @@ void CopyInto(const Exec& e, const Tensor& src, const Tensor& dst);
 // dst ← src converted (f32 → bf16 rounds to nearest even, bf16 → f32 is
 // exact); same element count, both on e's device.
 void Cast(const Exec& e, const Tensor& src, const Tensor& dst);
-// dsts[i] ← srcs[i] converted as Cast converts it, for pairs that each go
-// f32 → bf16 or bf16 → f32; on CUDA one launch for every 16 pairs (a
-// layer's small parameters widened each step in one launch, not ten).
+// dsts[i] ← srcs[i], f32 or bf16: converted as Cast converts it, or copied
+// where the dtypes match; each view contiguous or a column block of a
+// matrix (rank 2, unit column stride). On CUDA one launch for every 16
+// pairs: a layer's small parameters widened, or a packed projection's
+// column blocks copied out, in one launch.
 void CastMany(const Exec& e, const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts);
 
 void EmbeddingForward(const Exec& e, const Tensor& idx, const Tensor& table, const Tensor& out,

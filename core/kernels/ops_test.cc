@@ -221,15 +221,28 @@ TEST_F(OpsBf16, CastDispatchesToTheCastKernels) {
   EXPECT_TRUE(SameBytes(same, x));
 }
 
-// CastMany: each pair as Cast converts it, both directions in one call.
+// CastMany: each pair as Cast converts it, or copied; a column block of a
+// matrix read or written row by row (the rest of that matrix untouched).
 TEST_F(OpsBf16, CastManyConvertsEachPairAsCast) {
-  std::vector<float> x = rng_.Normal(N * C), back = NaNs(C);
-  std::vector<bf16> y = Poison(N * C), y_ref(N * C), b = Poison(C);
+  std::vector<float> x = rng_.Normal(N * C), back = NaNs(C), block = NaNs(N * 2);
+  std::vector<bf16> y = Poison(N * C), y_ref(N * C), b = Poison(C), wide = Poison(N * C);
   cpu::CastF32ToBF16(x.data(), y_ref.data(), N * C);
   cpu::CastF32ToBF16(x.data(), b.data(), C);
-  ops::CastMany(e_, {Wrap(x, {N, C}), Wrap(b, {C})}, {Wrap(y, {N * C}), Wrap(back, {C})});
+  std::vector<bf16> y2(y_ref.begin(), y_ref.begin() + N * 2);
+  const Tensor xm = Wrap(x, {N, C}), wm = Wrap(wide, {N, C});
+  ops::CastMany(e_, {xm, Wrap(b, {C}), xm.Strided({N, 2}, {C, 1}, 1), Wrap(y2, {N * 2})},
+                {Wrap(y, {N * C}), Wrap(back, {C}), Wrap(block, {N, 2}),
+                 wm.Strided({N, 2}, {C, 1}, C - 2)});
   EXPECT_TRUE(SameBytes(y, y_ref));
   for (int64_t i = 0; i < C; ++i) ASSERT_EQ(back[i], ToF32(y_ref[i])) << i;
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t c = 0; c < 2; ++c) {
+      ASSERT_EQ(block[r * 2 + c], x[r * C + 1 + c]) << r << "," << c;  // copied
+      // y2's rows of 2 placed in wide's last two columns, the rest poison.
+      ASSERT_EQ(wide[r * C + C - 2 + c].bits, y2[r * 2 + c].bits) << r << "," << c;
+    }
+    for (int64_t c = 0; c < C - 2; ++c) ASSERT_TRUE(std::isnan(ToF32(wide[r * C + c]))) << r;
+  }
   ops::CastMany(e_, {}, {});  // nothing to do
 }
 

@@ -62,27 +62,19 @@ Tensor As(const kernels::Exec& e, const Tensor& t, DType dtype) {
   return out;
 }
 
-// Each of ts in f32 (itself when it already is): the rest widened in one
-// launch (a layer's ten small parameters, each step).
-std::vector<Tensor> AsF32(const kernels::Exec& e, std::vector<Tensor> ts) {
+// Each of ts as a contiguous tensor of `dtype`: itself where it is one, the
+// rest converted or copied in one launch (a layer's ten small parameters
+// widened, a packed projection's column blocks copied out).
+std::vector<Tensor> AsDense(const kernels::Exec& e, std::vector<Tensor> ts, DType dtype) {
   std::vector<Tensor> from, to;
   for (Tensor& t : ts) {
-    if (t.dtype() == DType::kF32) continue;
+    if (t.dtype() == dtype && t.is_contiguous()) continue;
     from.push_back(t);
-    t = e.Empty(t.shape(), DType::kF32);
+    t = e.Empty(t.shape(), dtype);
     to.push_back(t);
   }
   ops::CastMany(e, from, to);
   return ts;
-}
-
-// t itself when contiguous, else a dense copy (a packed projection's
-// column block for the kernels that read whole rows).
-Tensor Dense(const kernels::Exec& e, const Tensor& t) {
-  if (t.is_contiguous()) return t;
-  Tensor out = e.Empty(t.shape(), t.dtype());
-  ops::CopyInto(e, t, out);
-  return out;
 }
 
 // The scan's CUDA kernels (CPU execs ignore the choice): kAuto's, with the
@@ -280,14 +272,16 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, const Tensor& residu
   GTP_ASSIGN_OR_RETURN(PackedLinears::Parts bcdt, in_bcdt_->Forward(hin, dir, &hin_fp8));
   z_ = As(e, z, f32);
   // Packed, B, C and dt are column blocks of one matrix: dense copies (small).
-  const Tensor xr = As(e, xr_in, f32), br = Dense(e, As(e, bcdt.part[0], f32)),
-               cr = Dense(e, As(e, bcdt.part[1], f32));
-  dtr_ = Dense(e, As(e, bcdt.part[2], f32));
+  const Tensor xr = As(e, xr_in, f32);
+  const std::vector<Tensor> bcdt_f32 = AsDense(e, bcdt.part, f32);
+  const Tensor br = bcdt_f32[0], cr = bcdt_f32[1];
+  dtr_ = bcdt_f32[2];
   // The params as they are now (the optimizer steps after Backward).
   {
-    const std::vector<Tensor> f = AsF32(
+    const std::vector<Tensor> f = AsDense(
         e, {conv_x_w_.value, conv_x_b_.value, conv_b_w_.value, conv_b_b_.value, conv_c_w_.value,
-            conv_c_b_.value, dt_bias_.value, a_log_.value, d_.value, norm_w_.value});
+            conv_c_b_.value, dt_bias_.value, a_log_.value, d_.value, norm_w_.value},
+        f32);
     v32_ = F32Values{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]};
   }
   const F32Values& v = v32_;
@@ -405,15 +399,15 @@ absl::StatusOr<Tensor> MambaMixer::Backward(const Tensor& dout) {
   // The in_proj parts in reverse forward order (the GTP chain's backward order), their
   // output gradients back in the model dtype; one TP reduction.
   const DType dt = c_.dtype;
-  // B, C and dt: packed, their gradients go into one matrix (small copies).
+  // B, C and dt: packed, their gradients go into one matrix's column blocks
+  // (small; one launch converts and places the three).
   PackedLinears::Parts dbcdt;
-  const Tensor dbcdt_in[3] = {As(e, dbr.View({N, g_ * Ns}), dt), As(e, dcr.View({N, g_ * Ns}), dt),
-                              As(e, ddtr, dt)};
+  const std::vector<Tensor> dbcdt_in = {dbr.View({N, g_ * Ns}), dcr.View({N, g_ * Ns}), ddtr};
   if (in_bcdt_->packed()) {
     dbcdt = in_bcdt_->NewGrads();
-    for (int i = 0; i < 3; ++i) ops::CopyInto(e, dbcdt_in[i], dbcdt.part[i]);
+    ops::CastMany(e, dbcdt_in, dbcdt.part);
   } else {
-    dbcdt.part.assign(std::begin(dbcdt_in), std::end(dbcdt_in));
+    dbcdt.part = AsDense(e, dbcdt_in, dt);
   }
   GTP_ASSIGN_OR_RETURN(Tensor dh, in_bcdt_->Backward(dbcdt));
   GTP_RETURN_IF_ERROR(in_x_->Backward(As(e, dxr.View({N, di_}), dt), dh).status());

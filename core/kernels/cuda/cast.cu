@@ -46,16 +46,27 @@ struct CastManyArgs {
   CastPair pair[kCastManyMax];
 };
 
-// blockIdx.y picks the pair; each pair's elements converted as the two
-// kernels above convert them (the same encoders, so the same bits).
+// blockIdx.y picks the pair; each element converted as the two kernels
+// above convert it (the same encoders, so the same bits), or copied.
 __global__ void CastManyKernel(const CastManyArgs args) {
   const CastPair p = args.pair[blockIdx.y];
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < p.n;
+  const int64_t n = p.rows * p.width;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    if (p.to_bf16) {
-      static_cast<bf16*>(p.dst)[i].bits = F32ToBF16Bits(static_cast<const float*>(p.src)[i]);
+    int64_t si = i, di = i;
+    if (p.rows > 1) {
+      const int64_t r = i / p.width, c = i - r * p.width;
+      si = r * p.src_pitch + c;
+      di = r * p.dst_pitch + c;
+    }
+    const float v = p.src_type == DType::kF32 ? static_cast<const float*>(p.src)[si]
+                                              : BF16BitsToF32(static_cast<const bf16*>(p.src)[si].bits);
+    if (p.dst_type == DType::kF32) {
+      static_cast<float*>(p.dst)[di] = v;
+    } else if (p.src_type == DType::kBF16) {  // a bf16 copy: the same bits back
+      static_cast<bf16*>(p.dst)[di] = static_cast<const bf16*>(p.src)[si];
     } else {
-      static_cast<float*>(p.dst)[i] = BF16BitsToF32(static_cast<const bf16*>(p.src)[i].bits);
+      static_cast<bf16*>(p.dst)[di].bits = F32ToBF16Bits(v);
     }
   }
 }
@@ -156,9 +167,14 @@ void CastMany(const CastPair* pairs, int count, cudaStream_t stream) {
   CastManyArgs args{};
   int64_t most = 0;
   for (int i = 0; i < count; ++i) {
-    GTP_CU_REQUIRE(pairs[i].n >= 0, "CastMany: negative size");
-    args.pair[i] = pairs[i];
-    most = std::max(most, pairs[i].n);
+    const CastPair& p = pairs[i];
+    auto ok = [](DType t) { return t == DType::kF32 || t == DType::kBF16; };
+    GTP_CU_REQUIRE(p.rows >= 0 && p.width >= 0 && p.src_pitch >= p.width &&
+                       p.dst_pitch >= p.width && ok(p.src_type) && ok(p.dst_type),
+                   "CastMany: pair ", i, " rows ", p.rows, " width ", p.width, " pitches ",
+                   p.src_pitch, "/", p.dst_pitch, " (f32 or bf16)");
+    args.pair[i] = p;
+    most = std::max(most, p.rows * p.width);
   }
   if (most == 0) return;
   CastManyKernel<<<dim3(GridFor(most, kThreads), count), kThreads, 0, stream>>>(args);

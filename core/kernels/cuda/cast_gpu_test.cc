@@ -94,9 +94,12 @@ TEST(CastGpu, BitIdenticalToCpu) {
   }
 }
 
-// CastMany: 37 pairs (three launches of at most 16), the two directions
-// interleaved, sizes from 0 up past one block's grid stride: every output
-// must be the one-pair kernel's bits (the CPU's).
+// CastMany: 37 pairs (three launches of at most 16) of the four kinds
+// (f32 → bf16, bf16 → f32, f32 and bf16 copies) interleaved, contiguous
+// ones from 0 elements up past one block's grid stride and column blocks
+// with pitches wider than their rows: every output element must be the CPU
+// cast's bits (the one-pair kernels'), or the source's for a copy, and
+// every element between the rows must keep its poison.
 TEST(CastGpu, ManyPairsBitIdenticalToCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Stream stream = TestStream();
@@ -106,38 +109,57 @@ TEST(CastGpu, ManyPairsBitIdenticalToCpu) {
   std::vector<std::vector<uint8_t>> want;
   std::vector<cuda::CastPair> pairs;
   for (int i = 0; i < kPairs; ++i) {
-    const int64_t n = i == 5 ? 0 : kSizes[i % 7] + i;
-    const bool to_bf16 = i % 3 != 1;
-    std::vector<uint8_t> in, out;
-    if (to_bf16) {
-      const std::vector<float> x = Values(rng, n, true);
-      std::vector<bf16> y(n);
-      cpu::CastF32ToBF16(x.data(), y.data(), n);
-      in.resize(4 * n);
-      out.resize(2 * n);
-      std::memcpy(in.data(), x.data(), in.size());
-      std::memcpy(out.data(), y.data(), out.size());
+    const DType st = i % 4 == 0 || i % 4 == 2 ? DType::kF32 : DType::kBF16;
+    const DType dt = i % 4 == 1 || i % 4 == 2 ? DType::kF32 : DType::kBF16;
+    cuda::CastPair p{};
+    if (i % 5 == 2) {  // a column block
+      p.rows = 3 + i, p.width = 1 + i % 17;
+      p.src_pitch = p.width + i % 3, p.dst_pitch = p.width + (i + 1) % 3;
     } else {
-      const std::vector<bf16> b = BF16Values(rng, n);
-      std::vector<float> z(n);
-      cpu::CastBF16ToF32(b.data(), z.data(), n);
-      in.resize(2 * n);
-      out.resize(4 * n);
-      std::memcpy(in.data(), b.data(), in.size());
-      std::memcpy(out.data(), z.data(), out.size());
+      p.rows = 1, p.width = p.src_pitch = p.dst_pitch = i == 5 ? 0 : kSizes[i % 7] + i;
+    }
+    p.src_type = st, p.dst_type = dt;
+    const int64_t n_in = p.rows * p.src_pitch, n_out = p.rows * p.dst_pitch;
+    const size_t ss = SizeOf(st), ds = SizeOf(dt);
+    std::vector<uint8_t> in(n_in * ss), out(n_out * ds, 0xff);  // poison between the rows
+    if (st == DType::kF32) {
+      const std::vector<float> x = Values(rng, n_in, true);
+      std::memcpy(in.data(), x.data(), in.size());
+    } else {
+      const std::vector<bf16> x = BF16Values(rng, n_in);
+      std::memcpy(in.data(), x.data(), in.size());
+    }
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const uint8_t* from = in.data() + r * p.src_pitch * ss;
+      uint8_t* to = out.data() + r * p.dst_pitch * ds;
+      if (st == dt) {
+        std::memcpy(to, from, p.width * ss);
+      } else if (st == DType::kF32) {
+        std::vector<float> x(p.width);
+        std::vector<bf16> y(p.width);
+        std::memcpy(x.data(), from, 4 * p.width);
+        cpu::CastF32ToBF16(x.data(), y.data(), p.width);
+        std::memcpy(to, y.data(), 2 * p.width);
+      } else {
+        std::vector<bf16> x(p.width);
+        std::vector<float> y(p.width);
+        std::memcpy(x.data(), from, 2 * p.width);
+        cpu::CastBF16ToF32(x.data(), y.data(), p.width);
+        std::memcpy(to, y.data(), 4 * p.width);
+      }
     }
     src.push_back(std::make_unique<DeviceBuffer<uint8_t>>(in));
-    dst.push_back(std::make_unique<DeviceBuffer<uint8_t>>(out.size()));  // NaN-filled
+    dst.push_back(std::make_unique<DeviceBuffer<uint8_t>>(out.size()));  // poisoned
+    p.src = src.back()->get(), p.dst = dst.back()->get();
+    pairs.push_back(p);
     want.push_back(out);
-    pairs.push_back({src.back()->get(), dst.back()->get(), n, to_bf16});
   }
   for (int i = 0; i < kPairs; i += cuda::kCastManyMax) {
     cuda::CastMany(pairs.data() + i, std::min(cuda::kCastManyMax, kPairs - i), stream.get());
   }
   for (int i = 0; i < kPairs; ++i) {
-    SCOPED_TRACE(absl::StrCat("pair ", i, ", n=", pairs[i].n));
-    EXPECT_TRUE(
-        SameData(dst[i]->Download(), want[i], pairs[i].to_bf16 ? DType::kBF16 : DType::kF32));
+    SCOPED_TRACE(absl::StrCat("pair ", i, ": ", pairs[i].rows, " x ", pairs[i].width));
+    EXPECT_TRUE(SameData(dst[i]->Download(), want[i], pairs[i].dst_type));
   }
 }
 

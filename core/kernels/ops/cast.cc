@@ -3,6 +3,7 @@
 // NVFP4 wire codec (cpu/nvfp4.cc, cuda/nvfp4.cu).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/kernels/cpu.h"
@@ -13,6 +14,7 @@
 
 namespace gtp::kernels::ops {
 
+using internal::CheckHeadsOn;
 using internal::CheckOn;
 using internal::F;
 using internal::FB;
@@ -40,26 +42,60 @@ void Cast(const Exec& e, const Tensor& src, const Tensor& dst) {
   }
 }
 
+namespace {
+
+// A view as rows × width elements, rows `pitch` apart: contiguous (one row)
+// or a matrix's column block (rank 2, unit column stride). False otherwise.
+bool AsRows(const Tensor& t, int64_t* rows, int64_t* width, int64_t* pitch) {
+  if (t.is_contiguous()) {
+    *rows = 1, *width = *pitch = t.numel();
+    return true;
+  }
+  if (t.rank() != 2 || t.strides()[1] != 1 || t.strides()[0] < t.dim(1)) return false;
+  *rows = t.dim(0), *width = t.dim(1), *pitch = t.strides()[0];
+  return true;
+}
+
+}  // namespace
+
 void CastMany(const Exec& e, const std::vector<Tensor>& srcs, const std::vector<Tensor>& dsts) {
   GTP_CHECK(srcs.size() == dsts.size(), "CastMany: ", srcs.size(), " sources, ", dsts.size(),
             " destinations");
+  auto f32_or_bf16 = [](DType t) { return t == DType::kF32 || t == DType::kBF16; };
   std::vector<cuda::CastPair> pairs;
   pairs.reserve(srcs.size());
   for (size_t i = 0; i < srcs.size(); ++i) {
     const Tensor &src = srcs[i], &dst = dsts[i];
-    CheckOn(e, src, "src");
-    CheckOn(e, dst, "dst");
-    const bool to_bf16 = src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16;
-    GTP_CHECK(src.numel() == dst.numel() && src.is_contiguous() && dst.is_contiguous() &&
-                  (to_bf16 || (src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32)),
-              "CastMany: pair ", i, " ", src.ToString(), " -> ", dst.ToString(),
-              " (contiguous, f32 -> bf16 or bf16 -> f32, the same size)");
-    pairs.push_back({src.raw_data(), dst.raw_data(), src.numel(), to_bf16});
+    CheckHeadsOn(e, src, "src");  // any layout: AsRows checks it
+    CheckHeadsOn(e, dst, "dst");
+    int64_t sr, sw, sp, dr, dw, dp;
+    bool ok = f32_or_bf16(src.dtype()) && f32_or_bf16(dst.dtype()) &&
+              src.numel() == dst.numel() && AsRows(src, &sr, &sw, &sp) &&
+              AsRows(dst, &dr, &dw, &dp);
+    // A contiguous side takes the other side's rows (its pitch the width).
+    if (ok && sr == 1 && dr > 1) sr = dr, sw = sp = dw;
+    if (ok && dr == 1 && sr > 1) dr = sr, dw = dp = sw;
+    GTP_CHECK(ok && sr == dr && sw == dw, "CastMany: pair ", i, " ", src.ToString(), " -> ",
+              dst.ToString(), " (f32 or bf16, the same size, each contiguous or a column block)");
+    pairs.push_back({src.raw_data(), dst.raw_data(), sr, sw, sp, dp, src.dtype(), dst.dtype()});
   }
   OnDevice(
       e,
       [&] {
-        for (size_t i = 0; i < srcs.size(); ++i) Cast(e, srcs[i], dsts[i]);
+        for (const cuda::CastPair& p : pairs) {
+          const size_t ss = SizeOf(p.src_type), ds = SizeOf(p.dst_type);
+          for (int64_t r = 0; r < p.rows; ++r) {
+            const void* from = static_cast<const char*>(p.src) + r * p.src_pitch * ss;
+            void* to = static_cast<char*>(p.dst) + r * p.dst_pitch * ds;
+            if (p.src_type == p.dst_type) {
+              std::memcpy(to, from, p.width * ss);
+            } else if (p.src_type == DType::kF32) {
+              cpu::CastF32ToBF16(static_cast<const float*>(from), static_cast<bf16*>(to), p.width);
+            } else {
+              cpu::CastBF16ToF32(static_cast<const bf16*>(from), static_cast<float*>(to), p.width);
+            }
+          }
+        }
       },
       [&] {
         for (size_t i = 0; i < pairs.size(); i += cuda::kCastManyMax) {

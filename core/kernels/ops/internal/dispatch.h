@@ -27,7 +27,8 @@ namespace gtp::kernels::ops::internal {
 void CheckOn(const Exec& e, const Tensor& t, const char* what);
 
 // Defined and on e's device, any layout: for [B, T, heads, HS] tensors that
-// may be token-strided (TokenStride checks their layout).
+// may be token-strided (TokenStride checks their layout), and for other ops
+// that check the layouts they take themselves (CastMany's column blocks).
 void CheckHeadsOn(const Exec& e, const Tensor& t, const char* what);
 
 // Elements between consecutive tokens of t [B, T, H, HS]: H·HS when t is
