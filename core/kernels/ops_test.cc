@@ -230,9 +230,9 @@ TEST_F(OpsBf16, CastManyConvertsEachPairAsCast) {
   cpu::CastF32ToBF16(x.data(), b.data(), C);
   std::vector<bf16> y2(y_ref.begin(), y_ref.begin() + N * 2);
   const Tensor xm = Wrap(x, {N, C}), wm = Wrap(wide, {N, C});
-  ops::CastMany(e_, {xm, Wrap(b, {C}), xm.Strided({N, 2}, {C, 1}, 1), Wrap(y2, {N * 2})},
-                {Wrap(y, {N * C}), Wrap(back, {C}), Wrap(block, {N, 2}),
-                 wm.Strided({N, 2}, {C, 1}, C - 2)});
+  ops::CastMany(
+      e_, {xm, Wrap(b, {C}), xm.Strided({N, 2}, {C, 1}, 1), Wrap(y2, {N * 2})},
+      {Wrap(y, {N * C}), Wrap(back, {C}), Wrap(block, {N, 2}), wm.Strided({N, 2}, {C, 1}, C - 2)});
   EXPECT_TRUE(SameBytes(y, y_ref));
   for (int64_t i = 0; i < C; ++i) ASSERT_EQ(back[i], ToF32(y_ref[i])) << i;
   for (int64_t r = 0; r < N; ++r) {

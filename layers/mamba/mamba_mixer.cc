@@ -279,8 +279,9 @@ absl::StatusOr<Tensor> MambaMixer::Forward(const Tensor& h, const Tensor& residu
   // The params as they are now (the optimizer steps after Backward).
   {
     const std::vector<Tensor> f = AsDense(
-        e, {conv_x_w_.value, conv_x_b_.value, conv_b_w_.value, conv_b_b_.value, conv_c_w_.value,
-            conv_c_b_.value, dt_bias_.value, a_log_.value, d_.value, norm_w_.value},
+        e,
+        {conv_x_w_.value, conv_x_b_.value, conv_b_w_.value, conv_b_b_.value, conv_c_w_.value,
+         conv_c_b_.value, dt_bias_.value, a_log_.value, d_.value, norm_w_.value},
         f32);
     v32_ = F32Values{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9]};
   }

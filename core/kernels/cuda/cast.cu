@@ -68,8 +68,9 @@ __global__ void CastManyKernel(const CastManyArgs args) {
       si = r * p.src_pitch + c;
       di = r * p.dst_pitch + c;
     }
-    const float v = p.src_type == DType::kF32 ? static_cast<const float*>(p.src)[si]
-                                              : BF16BitsToF32(static_cast<const bf16*>(p.src)[si].bits);
+    const float v = p.src_type == DType::kF32
+                        ? static_cast<const float*>(p.src)[si]
+                        : BF16BitsToF32(static_cast<const bf16*>(p.src)[si].bits);
     if (p.dst_type == DType::kF32) {
       static_cast<float*>(p.dst)[di] = v;
     } else if (p.src_type == DType::kBF16) {  // a bf16 copy: the same bits back

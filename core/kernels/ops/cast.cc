@@ -69,9 +69,8 @@ void CastMany(const Exec& e, const std::vector<Tensor>& srcs, const std::vector<
     CheckHeadsOn(e, src, "src");  // any layout: AsRows checks it
     CheckHeadsOn(e, dst, "dst");
     int64_t sr, sw, sp, dr, dw, dp;
-    bool ok = f32_or_bf16(src.dtype()) && f32_or_bf16(dst.dtype()) &&
-              src.numel() == dst.numel() && AsRows(src, &sr, &sw, &sp) &&
-              AsRows(dst, &dr, &dw, &dp);
+    bool ok = f32_or_bf16(src.dtype()) && f32_or_bf16(dst.dtype()) && src.numel() == dst.numel() &&
+              AsRows(src, &sr, &sw, &sp) && AsRows(dst, &dr, &dw, &dp);
     // A contiguous side takes the other side's rows (its pitch the width).
     if (ok && sr == 1 && dr > 1) sr = dr, sw = sp = dw;
     if (ok && dr == 1 && sr > 1) dr = sr, dw = dp = sw;
