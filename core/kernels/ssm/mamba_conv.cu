@@ -335,7 +335,7 @@ struct StreamSeg {
   TX* dx;
   const float (&wk)[kK][kStreamVec];
   const float (&b0)[kStreamVec];
-  int32_t T, Ch, t0, t1;
+  int32_t T, Ch;
   bool silu;
 
   __device__ __forceinline__ float2 At(const float* p, int32_t t) const {
@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(kColWidth* kColRowThreads, 3)
 #pragma unroll
       for (int v = 0; v < kStreamVec; ++v) gw[k][v] = 0.0f;
     }
-    const StreamSeg<kK, TX> seg{xs, dys, dxs, wk, b0, T, Ch, t0, t1, silu};
+    const StreamSeg<kK, TX> seg{xs, dys, dxs, wk, b0, T, Ch, silu};
     // Interior segments (whole, with K − 1 steps before and after them in
     // the sequence) take the unchecked steps: every guard below is true
     // there, and which steps add dw and write dx is known per step.
