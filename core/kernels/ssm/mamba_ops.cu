@@ -147,6 +147,58 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The forward over many rows (NormForwardSlabs): block (slab, gi) takes
+// group gi of rows slab·R … (slab + 1)·R − 1 (R = NormSlabRows(N)), loading
+// row n + 1's x and z before row n's block sum, as the backward does, so a
+// row's loads overlap the previous row's reduction and stores (a block per
+// row waited on its loads every row). Each row's arithmetic is the row
+// kernel's, term for term: the same bits.
+template <typename TY>
+__global__ void __launch_bounds__(kThreads, 4)
+    GatedRmsNormForwardSlabKernel(const float* __restrict__ x, const float* __restrict__ z,
+                                  const float* __restrict__ w, TY* __restrict__ y,
+                                  float* __restrict__ rstd, int64_t N, int64_t Ch, int64_t group,
+                                  int64_t slab_rows, float eps) {
+  const int64_t Gs = Ch / group, gi = blockIdx.x % Gs, slab = blockIdx.x / Gs;
+  const int64_t r0 = slab * slab_rows, r1 = r0 + slab_rows < N ? r0 + slab_rows : N;
+  float wv[kRowNormPer], xn[kRowNormPer], zn[kRowNormPer];
+  auto load_row = [&](int64_t n) {
+    const int64_t base = n * Ch + gi * group;
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      xn[k] = zn[k] = 0.0f;
+      if (j < group) xn[k] = x[base + j], zn[k] = z[base + j];
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < kRowNormPer; ++k) {
+    const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+    wv[k] = j < group ? w[gi * group + j] : 0.0f;
+  }
+  if (r0 < r1) load_row(r0);
+  for (int64_t n = r0; n < r1; ++n) {  // uniform over the block
+    const int64_t base = n * Ch + gi * group;
+    float g[kRowNormPer];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      g[k] = j < group ? xn[k] * Silu(zn[k]) : 0.0f;
+      ss += g[k] * g[k];
+    }
+    if (n + 1 < r1) load_row(n + 1);  // g holds this row: xn, zn are free
+    ss = BlockSum<kThreads>(ss);
+    const float r = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
+    if (threadIdx.x == 0) rstd[n * Gs + gi] = r;
+#pragma unroll
+    for (int k = 0; k < kRowNormPer; ++k) {
+      const int64_t j = threadIdx.x + int64_t{k} * kThreads;
+      if (j < group) y[base + j] = Store<TY>(g[k] * r * wv[k]);
+    }
+  }
+}
+
 // The backward also sums dw: block (slab, gi) takes group gi of rows
 // slab·R … (slab + 1)·R − 1 (R = NormSlabRows(N)) in order, each thread
 // adding its columns' dy·g·r over those rows, and writes the slab's sums to
@@ -228,6 +280,10 @@ int64_t NormSlabRows(int64_t N) {
 }
 
 bool RowNorm(int64_t group) { return group >= kRowNormMin && group <= kThreads * kRowNormPer; }
+// Whether the wide-group forward takes slabs of rows: where the slabs are
+// at least NormSlabRows' thousand or so (4 rows each from N = 4096); fewer
+// rows keep a block per row, for more blocks.
+bool NormForwardSlabs(int64_t N) { return N >= 4096; }
 unsigned RowNormGrid(int64_t items) {
   return static_cast<unsigned>(items < (int64_t{1} << 20) ? items : (int64_t{1} << 20));
 }
@@ -297,7 +353,13 @@ void GatedRmsNormForwardT(const float* x, const float* z, const float* w, TY* y,
                           int64_t N, int64_t Ch, int64_t group, float eps, cudaStream_t stream) {
   const int64_t items = N * (Ch / group);
   if (items == 0) return;
-  if (RowNorm(group)) {
+  if (RowNorm(group) && NormForwardSlabs(N)) {
+    const int64_t slab_rows = NormSlabRows(N), blocks = CeilDiv(N, slab_rows) * (Ch / group);
+    GTP_CU_REQUIRE(blocks < (int64_t{1} << 31), "gated RMSNorm forward: %lld blocks",
+                   static_cast<long long>(blocks));
+    Launch(GatedRmsNormForwardSlabKernel<TY>, static_cast<unsigned>(blocks), kThreads, 0, stream, x,
+           z, w, y, rstd, N, Ch, group, slab_rows, eps);
+  } else if (RowNorm(group)) {
     Launch(GatedRmsNormForwardRowKernel<TY>, RowNormGrid(items), kThreads, 0, stream, x, z, w, y,
            rstd, N, Ch, group, eps);
   } else {

@@ -304,6 +304,60 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormEmulationTest,
                                            NormCase{2, 4096, 2048}, NormCase{13, 512, 256},
                                            NormCase{9, 1536, 1536}));
 
+// The forward over many rows takes slabs of rows with the next row's loads
+// ahead (NormForwardSlabs); its rows must be the block-per-row kernel's bits
+// (the same rows through launches below the slab threshold), its bf16 y the
+// f32 y's cast, and both the definition's within kTol. 4099 rows: slabs of 5, the last
+// one of 4; two groups a row.
+TEST(GatedRmsNormEmulation, SlabForwardGivesTheRowKernelsBits) {
+  gtp::emu::SetShared(smem, sizeof(smem));
+  const int64_t N = 4099, Ch = 512, group = 256, gs = Ch / group, n = N * Ch, half = 2048;
+  ASSERT_TRUE(cuda::NormForwardSlabs(N));
+  ASSERT_FALSE(cuda::NormForwardSlabs(N - half));
+  ASSERT_FALSE(cuda::NormForwardSlabs(half));
+  const float eps = 1e-5f;
+  const Vec x = Random(n, 21), z = Random(n, 22), w = Random(Ch, 23, 0.5f);
+  Vec ys(n, NAN), rs(N * gs, NAN), yr(n, NAN), rr(N * gs, NAN);
+  std::vector<bf16> bs(n, ToBF16(NAN));
+  cuda::GatedRmsNormForward(x.data(), z.data(), w.data(), ys.data(), rs.data(), N, Ch, group, eps,
+                            nullptr);
+  cuda::GatedRmsNormForward(x.data(), z.data(), w.data(), bs.data(), rs.data(), N, Ch, group, eps,
+                            nullptr);
+  for (const int64_t r0 : {int64_t{0}, half}) {  // the row kernel, in two launches
+    const int64_t rows = r0 == 0 ? half : N - half;
+    cuda::GatedRmsNormForward(x.data() + r0 * Ch, z.data() + r0 * Ch, w.data(), yr.data() + r0 * Ch,
+                              rr.data() + r0 * gs, rows, Ch, group, eps, nullptr);
+  }
+  auto bits = [](float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return b;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_FALSE(std::isnan(ys[i])) << "y[" << i << "]";
+    ASSERT_EQ(bits(ys[i]), bits(yr[i])) << "y[" << i << "]";
+    ASSERT_EQ(bs[i].bits, ToBF16(ys[i]).bits) << "bf16 y[" << i << "]";  // a cast's bits
+  }
+  for (int64_t i = 0; i < N * gs; ++i) ASSERT_EQ(bits(rs[i]), bits(rr[i])) << "rstd[" << i << "]";
+  DVec y(n), rstd(N * gs);
+  for (int64_t r = 0; r < N; ++r) {
+    for (int64_t gi = 0; gi < gs; ++gi) {
+      const int64_t base = r * Ch + gi * group;
+      double ss = 0.0;
+      for (int64_t j = 0; j < group; ++j) {
+        const double g = x[base + j] * SiluD(z[base + j]);
+        ss += g * g;
+      }
+      rstd[r * gs + gi] = 1.0 / std::sqrt(ss / group + eps);
+      for (int64_t j = 0; j < group; ++j) {
+        y[base + j] = x[base + j] * SiluD(z[base + j]) * rstd[r * gs + gi] * w[gi * group + j];
+      }
+    }
+  }
+  EXPECT_TRUE(gtp::emu::Near(ys, y, kTol, "y"));
+  EXPECT_TRUE(gtp::emu::Near(rs, rstd, kTol, "rstd"));
+}
+
 // ---------------------------------------------------------------- dt, A
 
 TEST(MambaScalarsEmulationTest, SoftplusAndNegExpMatchTheDefinitions) {

@@ -349,7 +349,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedRmsNormGpuTest,
                                            NormCase{2, 4098, 2049},
                                            // the row backward's dw over slabs of 4 rows,
                                            // the last one short, 2 groups a row
-                                           NormCase{13, 512, 256}));
+                                           NormCase{13, 512, 256},
+                                           // the forward by slabs of rows (from 4096
+                                           // rows): slabs of 5, the last one of 4
+                                           NormCase{4099, 512, 256}));
 
 // ---------------------------------------------------------------- SSD scan
 
