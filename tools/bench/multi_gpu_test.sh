@@ -195,7 +195,7 @@ echo "scaling/two_gpu selection: ok"
 
 # 6. End to end on the CPU: UCX processes, a tiny model.
 export GTP_TRAIN="$train" GTPRUN="$gtprun" DEVICE=cpu
-N_LAYER=2 N_EMBD=32 F32_STEPS=3 bash "$dir/nccl_parity.sh" 2 --precision f32 --cells "gtp2 dp2 dp1 gtp4" > "$tmp/p.txt" 2>&1 \
+OUT="$tmp/out" N_LAYER=2 N_EMBD=32 F32_STEPS=3 bash "$dir/nccl_parity.sh" 2 --precision f32 --cells "gtp2 dp2 dp1 gtp4" > "$tmp/p.txt" 2>&1 \
   || { cat "$tmp/p.txt"; fail "nccl_parity on the CPU"; }
 cat "$tmp/p.txt"
 expect "$tmp/p.txt" "| GTP2 | 2 | f32 | 3 |"
@@ -207,9 +207,15 @@ expect "$tmp/p.txt" "parity: 3 PASS, 0 FAIL, 1 SKIP"
 # bf16 with BF16_MAX_TOL under the floor (4e-3): every measured tolerance is
 # above it, so the cell must fail unrun, naming the fix, and the script exit 1.
 rc=0
-N_LAYER=2 N_EMBD=32 BF16_STEPS=3 BF16_MAX_TOL=1e-3 bash "$dir/nccl_parity.sh" 2 --precision bf16 --cells "gtp2" \
+OUT="$tmp/out" N_LAYER=2 N_EMBD=32 BF16_STEPS=3 BF16_MAX_TOL=1e-3 bash "$dir/nccl_parity.sh" 2 --precision bf16 --cells "gtp2" \
   > "$tmp/pmax.txt" 2>&1 || rc=$?
 cat "$tmp/pmax.txt"
+# Two runs with the same OUT (one device call): the second's table and logs go
+# to nccl_parity.2, the first's stay.
+expect "$tmp/out/nccl_parity/table.md" "| GTP2 | 2 | f32 | 3 |"
+expect "$tmp/out/nccl_parity.2/table.md" "| GTP2 | 2 | bf16 |"
+[[ -s "$tmp/out/nccl_parity/logs.tar.gz" && -s "$tmp/out/nccl_parity.2/logs.tar.gz" ]] || fail "OUT logs"
+expect "$tmp/pmax.txt" 'table and logs in $OUT/nccl_parity.2'
 [[ $rc == 1 ]] || fail "BF16_MAX_TOL: exit $rc, want 1"
 grep -qE "^\| GTP2 \| 2 \| bf16 \| — .* \| FAIL \| tolerance .* is above BF16_MAX_TOL=1e-3: .*lower BF16_LR" "$tmp/pmax.txt" \
   || fail "BF16_MAX_TOL: GTP2 not failed by the cap"

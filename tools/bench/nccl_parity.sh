@@ -100,7 +100,8 @@
 #
 # Prints the PASS/FAIL/SKIP table (tools/bench/parity.py); exits 1 when a
 # cell failed. Logs and metrics under a fresh temp dir (printed); the table
-# and the logs go to $OUT/nccl_parity when OUT is set.
+# and the logs go to $OUT/nccl_parity when OUT is set (nccl_parity.2, … for
+# later runs in the same call).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -200,12 +201,19 @@ launch() {
   return "$rc"
 }
 # Logs reach $OUT even when the script is stopped (a cell hung past the call's limit).
+# A second run in the same device call writes $OUT/nccl_parity.2 (then .3, …),
+# so it does not overwrite the first run's table and logs.
+SAVE_DIR=""
+if [[ -n "${OUT:-}" ]] && ! ((DRY)); then
+  SAVE_DIR="$OUT/nccl_parity" n=2
+  while [[ -e "$SAVE_DIR" ]]; do SAVE_DIR="$OUT/nccl_parity.$n" n=$((n + 1)); done
+  mkdir -p "$SAVE_DIR"
+fi
 save_logs() {
-  [[ -n "${OUT:-}" && -d "${WORK:-}" ]] || return 0
-  mkdir -p "$OUT/nccl_parity"
-  [[ -f "$WORK/table.md" ]] && cp "$WORK/table.md" "$OUT/nccl_parity/"
-  [[ -f "$TSV" ]] && cp "$TSV" "$OUT/nccl_parity/"
-  (cd "$WORK" && find . -name '*.log' -o -name metrics.jsonl | tar -czf "$OUT/nccl_parity/logs.tar.gz" -T -) || true
+  [[ -n "$SAVE_DIR" && -d "${WORK:-}" ]] || return 0
+  [[ -f "$WORK/table.md" ]] && cp "$WORK/table.md" "$SAVE_DIR/"
+  [[ -f "$TSV" ]] && cp "$TSV" "$SAVE_DIR/"
+  (cd "$WORK" && find . -name '*.log' -o -name metrics.jsonl | tar -czf "$SAVE_DIR/logs.tar.gz" -T -) || true
 }
 ((DRY)) || trap 'save_logs' EXIT
 # (|| true: a log without such a line must not end the script under set -e / pipefail.)
@@ -350,5 +358,5 @@ done
 rc=0
 "$PYTHON" "$ROOT/tools/bench/parity.py" "$TSV" | tee "$WORK/table.md" || rc=$?
 echo "nccl_parity: $N GPUs ($DEVICE); model L=$N_LAYER C=$N_EMBD NH=$N_HEAD T=$SEQ V=$VOCAB, micro-batch $MICRO, global batch $GLOBAL, data $DATA"
-[[ -n "${OUT:-}" ]] && echo "nccl_parity: table and logs in \$OUT/nccl_parity"
+[[ -n "$SAVE_DIR" ]] && echo "nccl_parity: table and logs in \$OUT/${SAVE_DIR#"$OUT"/}"
 exit "$rc"
