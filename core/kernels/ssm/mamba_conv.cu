@@ -519,8 +519,9 @@ bool ConvStreams(int64_t B, int64_t T, int64_t Ch, int64_t K, const void* dy, co
 // 16-channel B and C convs): about 512 blocks in all, at least 8 entries (1
 // a row-thread) each, so a small conv is not 64 blocks of runs done one after
 // another. A function of the shape alone, so reruns sum in the same order.
+// (Ch = 0, nothing to sum, counts as one block: no division by zero.)
 int64_t ConvSlabRuns(int64_t B, int64_t T, int64_t Ch) {
-  const int64_t channel_blocks = CeilDiv(Ch, kColWidth);
+  const int64_t channel_blocks = std::max<int64_t>(1, CeilDiv(Ch, kColWidth));
   const int64_t want = channel_blocks >= 10 ? 64 : 512 / channel_blocks;
   const int64_t least = channel_blocks >= 10 ? 16 : 8;
   const int64_t total = B * CeilDiv(T, kConvRun), r = CeilDiv(total, want);

@@ -204,6 +204,16 @@ TEST(ConvEmulation, ManyShortSequencesTakeTheRunKernel) {
   EXPECT_TRUE(cuda::ConvStreams(8, 1024, 64, 4, p, p, p, sizeof(float)));
 }
 
+// No channels: the scratch size is 0 and the backward writes nothing (the
+// narrow-width slab rule divides by the channel blocks; Ch = 0 must not).
+TEST(ConvEmulation, NoChannelsIsNothingToDo) {
+  EXPECT_EQ(cuda::CausalConv1dBackwardScratchFloats(2, 8, 0, 4), 0);
+  float sentinel = 7.0f;
+  cuda::CausalConv1dBackward(&sentinel, &sentinel, &sentinel, &sentinel, true, &sentinel, &sentinel,
+                             &sentinel, &sentinel, 2, 8, 0, 4, nullptr);
+  EXPECT_EQ(sentinel, 7.0f);
+}
+
 // ---------------------------------------------------------------- gated RMSNorm
 
 struct NormCase {
