@@ -280,9 +280,9 @@ int64_t NormSlabRows(int64_t N) {
 }
 
 bool RowNorm(int64_t group) { return group >= kRowNormMin && group <= kThreads * kRowNormPer; }
-// Whether the wide-group forward takes slabs of rows: where the slabs are
-// at least NormSlabRows' thousand or so (4 rows each from N = 4096); fewer
-// rows keep a block per row, for more blocks.
+// Whether the wide-group forward takes slabs of rows: from N = 4096, where
+// NormSlabRows gives about 1024 slabs of at least 4 rows; fewer rows keep a
+// block per row, for more blocks.
 bool NormForwardSlabs(int64_t N) { return N >= 4096; }
 unsigned RowNormGrid(int64_t items) {
   return static_cast<unsigned>(items < (int64_t{1} << 20) ? items : (int64_t{1} << 20));
