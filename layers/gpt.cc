@@ -50,6 +50,10 @@ std::vector<T> ToHost(const kernels::Exec& e, const Tensor& t) {
 
 }  // namespace
 
+bool Fp8Layer(const GptConfig& c, int l) {
+  return c.block.fp8 && l >= c.fp8_bf16_first_layers && l < c.n_layer - c.fp8_bf16_last_layers;
+}
+
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     const GptConfig& config, int64_t B, int64_t T, const parallel::ProcessGroupCollection& pgs,
     const kernels::Exec& exec, const GtpOptions& gtp_options) {
@@ -131,8 +135,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(
     m->prefix_map_ = ToDevice(exec, map, {m->rows_local_});
   }
   for (int l = first; l < last; ++l) {
-    GTP_ASSIGN_OR_RETURN(auto b, Block::Create(absl::StrCat("h.", l), c.block, B, T, pgs,
-                                               m->chain_.get(), L.layers[l]));
+    TransformerConfig bc = c.block;
+    bc.fp8 = Fp8Layer(c, l);
+    GTP_ASSIGN_OR_RETURN(
+        auto b, Block::Create(absl::StrCat("h.", l), bc, B, T, pgs, m->chain_.get(), L.layers[l]));
     const size_t first_sharded = m->sharded_.size(), first_expert = m->experts_.size();
     b->CollectParams(&m->sharded_, &m->replicated_, &m->experts_);
     if (b->moe()) {

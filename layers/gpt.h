@@ -89,12 +89,24 @@ struct GptConfig {
   // The weight gradient then adds the chunks in order; 0: never chunked
   // (negative: refused by name).
   int64_t head_chunk_bytes = int64_t{512} << 20;
+  // With block.fp8: the first and the last this many layers (over the whole
+  // stack, whichever pipeline part holds them) build their linears and
+  // experts in block.dtype, not fp8 (Megatron-LM's first/last layers in
+  // bf16). 0: every layer in fp8. Negative, or together above n_layer:
+  // refused by name.
+  int fp8_bf16_first_layers = 0;
+  int fp8_bf16_last_layers = 0;
 
   // GPT-2 (124M shape by default): LayerNorm, GELU, learned positions, tied.
   static GptConfig Gpt2(int64_t vocab = 50257, int64_t seq = 1024, int layers = 12,
                         int64_t embd = 768, int64_t heads = 12);
   int64_t padded_vocab() const;
 };
+
+// Whether layer l (0 ≤ l < n_layer, over the whole stack) builds its
+// linears and experts in fp8: block.fp8, and l is neither among the first
+// fp8_bf16_first_layers nor the last fp8_bf16_last_layers.
+bool Fp8Layer(const GptConfig& c, int l);
 
 class GptModel {
  public:

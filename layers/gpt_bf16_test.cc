@@ -56,7 +56,8 @@ GptConfig Config(bool llama, DType dt, bool fp8 = false, bool recompute = false,
 // training: the trainer's ForwardAsync(backward_follows) + TakeLossSum.
 Result RunModel(bool llama, DType dt, int tp, int shards, bool training = false, bool fp8 = false,
                 bool recompute = false, bool hybrid = false, bool fp8_wgrad = true,
-                ProjectionPacking packing = ProjectionPacking::kAuto) {
+                ProjectionPacking packing = ProjectionPacking::kAuto, int fp8_bf16_first = 0,
+                int fp8_bf16_last = 0) {
   const int64_t lanes = shards / tp, B = 4 / lanes, T = 32;
   Result out;
   absl::Mutex mu;
@@ -70,6 +71,8 @@ Result RunModel(bool llama, DType dt, int tp, int shards, bool training = false,
     kernels::Exec e = kernels::Exec::Cpu(host);
     GptConfig cfg = Config(llama, dt, fp8, recompute, hybrid, fp8_wgrad);
     cfg.block.packing = packing;
+    cfg.fp8_bf16_first_layers = fp8_bf16_first;
+    cfg.fp8_bf16_last_layers = fp8_bf16_last;
     GTP_ASSIGN_OR_RETURN(auto model, GptModel::Create(cfg, B, T, pgs, e));
     GTP_ASSIGN_OR_RETURN(comm::Communicator * data, pgs.Get("data"));
     std::vector<int32_t> tok(B * T), tgt(B * T);
@@ -352,6 +355,82 @@ TEST(GptFp8Hybrid, LossAndGradientsMatchF32WithinFp8Error) {
     }
     EXPECT_EQ(fp8_projections, 6);  // in_proj z, x, B, C, dt and out_proj
   }
+}
+
+// GptConfig::fp8_bf16_first_layers / _last_layers (Megatron-LM's first and
+// last layers in bf16 under fp8). Which layers Fp8Layer picks:
+TEST(GptFp8Bf16Layers, Fp8LayerPicksTheMiddle) {
+  GptConfig c = Config(false, DType::kBF16, /*fp8=*/true);
+  c.n_layer = 5;
+  c.fp8_bf16_first_layers = 1;
+  c.fp8_bf16_last_layers = 2;
+  const bool want[5] = {false, true, true, false, false};
+  for (int l = 0; l < 5; ++l) EXPECT_EQ(Fp8Layer(c, l), want[l]) << l;
+  c.fp8_bf16_first_layers = c.fp8_bf16_last_layers = 0;
+  for (int l = 0; l < 5; ++l) EXPECT_TRUE(Fp8Layer(c, l)) << l;
+  c.block.fp8 = false;  // bf16: no layer in fp8, whatever the counts
+  c.fp8_bf16_first_layers = 1;
+  for (int l = 0; l < 5; ++l) EXPECT_FALSE(Fp8Layer(c, l)) << l;
+}
+
+// Every layer kept in bf16 (first + last = n_layer) gives the bf16 model's
+// loss and gradients bit for bit — the dense stack and the hybrid (`M*-`:
+// the Mamba mixer's projections too), one rank and TP2·GTP2 — so the
+// setting reaches every linear a layer builds.
+TEST(GptFp8Bf16Layers, AllLayersInBf16IsTheBf16Model) {
+  for (bool hybrid : {false, true}) {
+    for (auto [tp, shards] : {std::pair{1, 1}, std::pair{2, 4}}) {
+      SCOPED_TRACE(absl::StrCat(hybrid ? "hybrid" : "gpt2", " tp", tp, " shards", shards));
+      const int n = hybrid ? 3 : 2;
+      const Result bf = RunModel(false, DType::kBF16, tp, shards, false, false, false, hybrid);
+      const Result got = RunModel(false, DType::kBF16, tp, shards, false, /*fp8=*/true, false,
+                                  hybrid, true, ProjectionPacking::kAuto, 1, n - 1);
+      ASSERT_TRUE(std::isfinite(got.loss));
+      EXPECT_EQ(got.loss, bf.loss);
+      ASSERT_EQ(got.grads.size(), bf.grads.size());
+      for (const auto& [name, want] : bf.grads) EXPECT_EQ(got.grads.at(name), want) << name;
+    }
+  }
+}
+
+// Layer 0 in bf16, layer 1 in fp8: still within fp8's tolerances of f32
+// (GptFp8's), the loss neither all-fp8's nor bf16's (both precisions ran),
+// and layer 1's linears' weight gradients still show fp8's error (> 1 %).
+// Layer 0's own weight gradients come from its bf16 GEMMs, but with dy
+// through layer 1's fp8 dgrad, so they too differ from both models'.
+TEST(GptFp8Bf16Layers, FirstLayerInBf16) {
+  const Result ref = RunModel(false, DType::kF32, 1, 1);
+  const Result bf = RunModel(false, DType::kBF16, 1, 1);
+  const Result all = RunModel(false, DType::kBF16, 1, 1, false, /*fp8=*/true);
+  const Result got = RunModel(false, DType::kBF16, 1, 1, false, /*fp8=*/true, false, false, true,
+                              ProjectionPacking::kAuto, /*fp8_bf16_first=*/1);
+  ASSERT_TRUE(std::isfinite(got.loss));
+  EXPECT_NEAR(got.loss, ref.loss, 2e-2 * ref.loss);
+  EXPECT_NE(got.loss, all.loss);
+  EXPECT_NE(got.loss, bf.loss);
+  int top_fp8 = 0;
+  for (const auto& [name, want] : ref.grads) {
+    SCOPED_TRACE(name);
+    const std::vector<float>& g = got.grads.at(name);
+    for (float v : g) ASSERT_TRUE(std::isfinite(v));
+    if (name.find("attn.k.bias") != std::string::npos) continue;  // exactly zero
+    const double err = RelErr(g, want);
+    std::printf("%-28s rel. error %.4f (all-fp8 %.4f, bf16 %.4f)\n", name.c_str(), err,
+                RelErr(all.grads.at(name), want), RelErr(bf.grads.at(name), want));
+    EXPECT_LT(err, 0.15);
+    const bool linear =
+        name.find(".weight") != std::string::npos &&
+        (name.find("attn.") != std::string::npos || name.find("mlp.") != std::string::npos);
+    if (linear && name.rfind("h.1.", 0) == 0) {
+      ++top_fp8;
+      EXPECT_GT(err, 0.01) << "no fp8 error in layer 1's gradient";
+    }
+    if (linear && name.rfind("h.0.", 0) == 0) {
+      EXPECT_GT(RelErr(g, all.grads.at(name)), 1e-3) << "the same as all-fp8's";
+      EXPECT_GT(RelErr(g, bf.grads.at(name)), 1e-3) << "the same as bf16's";
+    }
+  }
+  EXPECT_GT(top_fp8, 0);
 }
 
 // Activation recompute re-runs each block's forward (its own quantisations,

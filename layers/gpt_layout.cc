@@ -70,6 +70,12 @@ absl::StatusOr<GptLayout> PlanGptLayout(const GptConfig& config, int64_t B, int6
   if (c.vocab_size <= 0 || c.n_layer <= 0 || c.block.n_embd <= 0) {
     return Bad("GptConfig needs vocab_size, n_layer and n_embd > 0");
   }
+  if (c.fp8_bf16_first_layers < 0 || c.fp8_bf16_last_layers < 0 ||
+      int64_t{c.fp8_bf16_first_layers} + c.fp8_bf16_last_layers > c.n_layer) {
+    return Bad(absl::StrCat("fp8_bf16_first_layers (", c.fp8_bf16_first_layers,
+                            ") and fp8_bf16_last_layers (", c.fp8_bf16_last_layers,
+                            ") must be >= 0 and together at most n_layer (", c.n_layer, ")"));
+  }
   if (c.head_chunk_bytes < 0) {
     return Bad(absl::StrCat("head_chunk_bytes ", c.head_chunk_bytes,
                             " must be >= 0 (0: the logits never chunked; default 512 MiB)"));

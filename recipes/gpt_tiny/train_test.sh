@@ -265,6 +265,29 @@ for other in f8_1 bf_1; do
     { echo "fp8_wgrad=bf16: the losses of $other exactly"; exit 1; }
 done
 
+# train.fp8_bf16_first_layers / _last_layers (the first and last layers in
+# bf16 under fp8): both of the 2 layers in bf16 is the bf16 run exactly; layer
+# 0 in bf16 is within the same 1 % of bf16 and neither it nor all-fp8
+# exactly, and the banner names the layer. Under PP2 the second stage holds
+# layer 1 and must count it as layer 1 (global), still fp8: its losses within
+# 1 % of one rank's and not the bf16 PP2 run's.
+one="parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1"
+pp2="parallel.world_size=2,parallel.tp=1,parallel.tp_num_weight_shards=1,parallel.pp=2"
+"$bin" --run_dir "$tmp/f8_fa" --set "$f8,train.precision=fp8,train.fp8_bf16_first_layers=1,train.fp8_bf16_last_layers=1,$one" > /dev/null
+"$bin" --run_dir "$tmp/f8_f1" --set "$f8,train.precision=fp8,train.fp8_bf16_first_layers=1,$one" > "$tmp/f8_f1.log"
+"$bin" --run_dir "$tmp/f8_fp" --set "$f8,train.precision=fp8,train.fp8_bf16_first_layers=1,$pp2" > /dev/null
+"$bin" --run_dir "$tmp/bf_pp" --set "$f8,train.precision=bf16,$pp2" > /dev/null
+[ "$(losses "$tmp/f8_fa/metrics.jsonl")" = "$(losses "$tmp/bf_1/metrics.jsonl")" ] ||
+  { echo "fp8 with both layers in bf16: not the bf16 run"; paste <(losses "$tmp/f8_fa/metrics.jsonl") <(losses "$tmp/bf_1/metrics.jsonl"); exit 1; }
+grep -q "| layer 0 in bf16" "$tmp/f8_f1.log" || { echo "fp8_bf16_first_layers: not in the banner"; head -1 "$tmp/f8_f1.log"; exit 1; }
+close6 "$tmp/f8_f1/metrics.jsonl" "$tmp/bf_1/metrics.jsonl" 1e-2 || { echo "layer 0 in bf16 vs bf16:"; paste <(losses "$tmp/f8_f1/metrics.jsonl") <(losses "$tmp/bf_1/metrics.jsonl"); exit 1; }
+close6 "$tmp/f8_f1/metrics.jsonl" "$tmp/f8_fp/metrics.jsonl" 1e-2 || { echo "layer 0 in bf16, PP2 vs one rank:"; paste <(losses "$tmp/f8_f1/metrics.jsonl") <(losses "$tmp/f8_fp/metrics.jsonl"); exit 1; }
+for pair in "f8_f1 f8_1" "f8_f1 bf_1" "f8_fp bf_pp"; do
+  read -r a b <<< "$pair"
+  [ "$(losses "$tmp/$a/metrics.jsonl")" != "$(losses "$tmp/$b/metrics.jsonl")" ] ||
+    { echo "fp8_bf16_first_layers=1: $a has the losses of $b exactly"; exit 1; }
+done
+
 echo "== 2f. checkpoint.disable: the run trains and writes no checkpoint"
 "$bin" --run_dir "$tmp/nockpt" --set "$small,train.steps=3,train.eval_every=0,checkpoint.every=0,checkpoint.disable=true" > "$tmp/nockpt.log"
 [ ! -e "$tmp/nockpt/checkpoints" ] || { echo "checkpoint.disable: a checkpoint directory was written"; ls -R "$tmp/nockpt"; exit 1; }

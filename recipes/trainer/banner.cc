@@ -36,6 +36,26 @@ std::string Fp8TileGatherNote(const RankState& s) {
   return absl::StrCat(" | ", tiles, " of ", gathered, " GTP-gathered weights as FP8 tiles");
 }
 
+// Under fp8: the layers train.fp8_bf16_first_layers / _last_layers keep in
+// bf16, e.g. " | layers 0 and 23 in bf16", " | layers 0-1 and 22-23 in bf16".
+std::string Fp8Bf16LayersNote(const proto::Recipe& r) {
+  const int first = r.train().fp8_bf16_first_layers(), last = r.train().fp8_bf16_last_layers();
+  const int n = r.model().n_layer();
+  if (r.train().precision() != "fp8" || first + last == 0) return "";
+  auto span = [](int a, int b) {  // layers a..b-1
+    return b - a == 1 ? absl::StrCat(a) : absl::StrCat(a, "-", b - 1);
+  };
+  std::string spans;
+  if (first + last >= n) {
+    spans = span(0, n);
+  } else if (first > 0 && last > 0) {
+    spans = absl::StrCat(span(0, first), " and ", span(n - last, n));
+  } else {
+    spans = first > 0 ? span(0, first) : span(n - last, n);
+  }
+  return absl::StrCat(" | ", first + last == 1 ? "layer " : "layers ", spans, " in bf16");
+}
+
 std::string RankOrder(const RankState& s) {
   return s.has_moe() ? absl::StrCat(s.order, ", experts ", s.expert_order) : s.order;
 }
@@ -82,6 +102,7 @@ void PrintBanner(const RankState& s, const RunOptions& o, bool cuda_graphs, cons
             ? " | fp8 GEMMs in the attention/MLP/Mamba linears and experts (LM head, router bf16)"
             : " | fp8 GEMMs in the attention/MLP/Mamba linears and experts, the CPU's reference "
               "GEMMs (slow)") +
+       Fp8Bf16LayersNote(s.recipe) +
        (s.recipe.train().precision() == "fp8" && s.recipe.train().fp8_wgrad() == "bf16"
             ? " | their wgrad GEMMs bf16"
             : "") +

@@ -475,6 +475,21 @@ static absl::Status FinalizeChecked(proto::Recipe* r) {
   if (auto e = ChoiceError("train.fp8_gemm", t->fp8_gemm()); !t->fp8_gemm().empty() && !e.empty()) {
     return Bad(e);
   }
+  for (const auto& [name, n] :
+       {std::pair<const char*, int>{"train.fp8_bf16_first_layers", t->fp8_bf16_first_layers()},
+        {"train.fp8_bf16_last_layers", t->fp8_bf16_last_layers()}}) {
+    if (n != 0 && t->precision() != "fp8") {
+      return Bad(absl::StrCat(name, "=", n, " applies to train.precision=fp8 only, got precision ",
+                              t->precision(), "; drop it or set train.precision=fp8"));
+    }
+    if (n < 0) return Bad(absl::StrCat(name, " must be >= 0 (0: every layer in fp8), got ", n));
+  }
+  if (int64_t{t->fp8_bf16_first_layers()} + t->fp8_bf16_last_layers() > m->n_layer()) {
+    return Bad(absl::StrCat("train.fp8_bf16_first_layers (", t->fp8_bf16_first_layers(),
+                            ") + train.fp8_bf16_last_layers (", t->fp8_bf16_last_layers(),
+                            ") exceed model.n_layer (", m->n_layer(),
+                            "); e.g. 1 and 1, or train.precision=bf16 for no fp8 layer"));
+  }
   if (t->fp8_gemm() == "wgmma" && t->device() != "cuda") {
     return Bad(absl::StrCat(
         "train.fp8_gemm=wgmma runs on CUDA only (a Hopper GPU), got train.device=", t->device(),

@@ -185,6 +185,25 @@ TEST(RecipeTrain, Fp8NeedsRowsInSixteens) {
                      "train.micro_batch=2", "train.fp8_gemm=cutlass"})
                 .find("train.fp8_gemm must be cublaslt or wgmma, got cutlass"),
             std::string::npos);
+  // train.fp8_bf16_first_layers / _last_layers: with fp8 only, >= 0, and
+  // together at most model.n_layer (2 here; both layers in bf16 is allowed,
+  // as Megatron-LM allows it).
+  EXPECT_EQ(Message({"train.precision=fp8", "train.device=cpu", "model.seq_len=64",
+                     "train.fp8_bf16_first_layers=1", "train.fp8_bf16_last_layers=1"}),
+            "accepted");
+  EXPECT_NE(Message({"train.device=cpu", "train.fp8_bf16_first_layers=1"})
+                .find("train.fp8_bf16_first_layers=1 applies to train.precision=fp8 only, got "
+                      "precision f32"),
+            std::string::npos);
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cpu", "model.seq_len=64",
+                     "train.fp8_bf16_last_layers=-1"})
+                .find("train.fp8_bf16_last_layers must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(Message({"train.precision=fp8", "train.device=cpu", "model.seq_len=64",
+                     "train.fp8_bf16_first_layers=2", "train.fp8_bf16_last_layers=1"})
+                .find("train.fp8_bf16_first_layers (2) + train.fp8_bf16_last_layers (1) exceed "
+                      "model.n_layer (2)"),
+            std::string::npos);
   // NVFP4 gathers: on the CPU under any precision; on cuda under bf16 only,
   // the precision their NCCL cells ran at (an H100, 2026-12-07).
   EXPECT_EQ(Message({"parallel.gtp_gather_dtype=nvfp4", "train.device=cpu"}), "accepted");

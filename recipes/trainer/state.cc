@@ -142,7 +142,9 @@ absl::StatusOr<std::unique_ptr<RankState>> RankState::Build(const proto::Recipe&
       return absl::FailedPreconditionError(
           "parallel.gtp_gather_dtype=fp8_tiles: no FP8 linear's GTP shard is a whole number of "
           "128-row tiles (its rows / TP / GTP a multiple of 128), so none would travel as FP8 "
-          "tiles; choose model sizes or fewer weight shards that give that, or the params' dtype");
+          "tiles (or this rank holds only layers that train.fp8_bf16_first_layers / "
+          "train.fp8_bf16_last_layers keep in bf16); choose model sizes or fewer weight shards "
+          "that give that, or the params' dtype");
     }
   }
   if (P > 1) {

@@ -135,6 +135,8 @@ layers::GptConfig ModelConfig(const proto::Recipe& r) {
   c.block.dtype = r.train().precision() == "f32" ? DType::kF32 : DType::kBF16;
   c.block.fp8 = r.train().precision() == "fp8";
   c.block.fp8_wgrad = r.train().fp8_wgrad() != "bf16";
+  c.fp8_bf16_first_layers = r.train().fp8_bf16_first_layers();
+  c.fp8_bf16_last_layers = r.train().fp8_bf16_last_layers();
   const std::string& packing = r.train().pack_projections();
   c.block.packing = packing == "on"     ? layers::ProjectionPacking::kOn
                     : packing == "auto" ? layers::ProjectionPacking::kAuto

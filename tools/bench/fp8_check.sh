@@ -34,7 +34,9 @@
 # VARIANTS (default fp8) lists the fp8 runs beside each case's bf16 run:
 # fp8 (all three GEMMs), fp8w (train.fp8_wgrad=bf16: the wgrad GEMMs
 # unquantised), fp8g and fp8gw (the same two with train.fp8_gemm=wgmma: gtp's
-# own FP8 GEMM kernel instead of cuBLASLt's), and bf16m (bf16 again, in
+# own FP8 GEMM kernel instead of cuBLASLt's), fp8fl (the first and the last
+# layer in bf16: train.fp8_bf16_first_layers=1, _last_layers=1, as
+# Megatron-LM's --first-last-layers-bf16), and bf16m (bf16 again, in
 # two micro-batches of 4: the same model, data and global batch, other
 # summation orders — its distance from the bf16 run is the loss
 # comparison's noise floor, to read the fp8 rows against); FP8_EXTRA adds
@@ -81,8 +83,9 @@ for c in $CASES; do
       fp8w) vx="train.fp8_wgrad=bf16" ;;
       fp8g) vx="train.fp8_gemm=wgmma" ;;
       fp8gw) vx="train.fp8_gemm=wgmma,train.fp8_wgrad=bf16" ;;
+      fp8fl) vx="train.fp8_bf16_first_layers=1,train.fp8_bf16_last_layers=1" ;;
       bf16m) vx="train.micro_batch=4"; vp=bf16 ;;  # overrides BASE's 8 (the last setting wins)
-      *) echo "fp8_check: unknown variant $v (fp8 fp8w fp8g fp8gw bf16m)" >&2; exit 2 ;;
+      *) echo "fp8_check: unknown variant $v (fp8 fp8w fp8g fp8gw fp8fl bf16m)" >&2; exit 2 ;;
     esac
     [[ $vp == fp8 ]] && vx="$vx${FP8_EXTRA:+${vx:+,}$FP8_EXTRA}"
     run "$c" "$v" "$vp" "$steps" "$extra${vx:+${extra:+,}$vx}"

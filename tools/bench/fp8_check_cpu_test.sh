@@ -28,7 +28,7 @@ rm -rf "$OUT"
 
 log="$TMPDIR/fp8_check.log"
 cases="g124 g350 g1p3 hybrid moe moeb"
-if ! STEPS=12 SHORT_STEPS=12 CASES="$cases" VARIANTS="fp8 fp8w fp8g fp8gw bf16m" \
+if ! STEPS=12 SHORT_STEPS=12 CASES="$cases" VARIANTS="fp8 fp8w fp8g fp8gw fp8fl bf16m" \
     bash "$script" > "$log" 2>&1; then
   cat "$log"; echo "fp8_check.sh failed"; exit 1
 fi
@@ -38,7 +38,7 @@ want() {  # count pattern
   [[ "$n" == "$1" ]] || { echo "expected $1 lines with '$2', got $n"; exit 1; }
 }
 fp8_row='speed 1.250x;  losses over 12 steps: mean |d| 0.0200, max |d| 0.0200, final step rel 0.20 %'
-want 24 "$fp8_row"  # four fp8 variants in six cases
+want 30 "$fp8_row"  # five fp8 variants in six cases
 want 6 'bf16m / bf16 speed 1.000x;  losses over 12 steps: mean |d| 0.0050, max |d| 0.0050'
 want 0 '^FAIL'
 # What each run was asked for (its log holds the settings the fake was given).
@@ -48,6 +48,7 @@ if grep -q 'aux_loss_coeff' "$L/moe_fp8.log"; then echo "moe: balancing losses w
 grep -q 'train.precision=bf16,.*train.micro_batch=4' "$L/g124_bf16m.log" || { echo "bf16m: not bf16 at micro-batch 4"; exit 1; }
 grep -q 'optim.lr=2e-4,optim.min_lr=2e-5' "$L/g1p3_fp8.log" || { echo "g1p3: not GPT-3's 1.3B rate"; exit 1; }
 grep -q 'train.fp8_gemm=wgmma,train.fp8_wgrad=bf16' "$L/g350_fp8gw.log" || { echo "fp8gw: settings"; exit 1; }
+grep -q 'train.fp8_bf16_first_layers=1,train.fp8_bf16_last_layers=1' "$L/g1p3_fp8fl.log" || { echo "fp8fl: settings"; exit 1; }
 # Unknown names stop the script (exit 2).
 for bad in "CASES=nope" "VARIANTS=nope"; do
   rc=0; env "$bad" STEPS=12 bash "$script" > "$TMPDIR/bad.log" 2>&1 || rc=$?
