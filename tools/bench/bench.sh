@@ -84,7 +84,8 @@ if [[ -z "${GTP_TRAIN:-}" || -z "${GTP_CKPT:-}" ]]; then
 fi
 TRAIN="${GTP_TRAIN:-$WORK/bundle/bin/recipes_gpt_124m_train}"
 CKPT="${GTP_CKPT:-$WORK/bundle/bin/tools_ckpt_ckpt}"
-for b in "$TRAIN" "$CKPT"; do [[ -x "$b" ]] || { echo "bench: no binary $b" >&2; exit 1; }; done
+[[ -x "$TRAIN" ]] || { echo "bench: no binary $TRAIN: bundle //recipes/gpt_124m:train (tools/gpu.sh bundle's default set has it)" >&2; exit 1; }
+[[ -x "$CKPT" ]] || { echo "bench: no binary $CKPT: bundle //tools/ckpt:ckpt (tools/gpu.sh bundle's default set has it)" >&2; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 
 # 1. gtp.

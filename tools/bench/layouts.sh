@@ -207,5 +207,6 @@ unpack_bundle() {
   GTP_TRAIN="${GTP_TRAIN:-$work/bundle/bin/recipes_gpt_124m_train}"
   GTPRUN="${GTPRUN:-$work/bundle/bin/tools_gtprun_gtprun}"
   local b
-  for b in "$GTP_TRAIN" "$GTPRUN"; do [[ -x "$b" ]] || { echo "no binary $b" >&2; return 1; }; done
+  [[ -x "$GTP_TRAIN" ]] || { echo "no binary $GTP_TRAIN: bundle //recipes/gpt_124m:train (tools/gpu.sh bundle's default set has it)" >&2; return 1; }
+  [[ -x "$GTPRUN" ]] || { echo "no binary $GTPRUN: bundle //tools/gtprun:gtprun (tools/gpu.sh bundle's default set has it)" >&2; return 1; }
 }
