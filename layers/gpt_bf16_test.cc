@@ -149,6 +149,12 @@ double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+// An attention or MLP linear's weight (the GEMMs fp8 quantises), by name.
+bool IsLinearWeight(const std::string& name) {
+  return name.find(".weight") != std::string::npos &&
+         (name.find("attn.") != std::string::npos || name.find("mlp.") != std::string::npos);
+}
+
 class GptBf16 : public ::testing::TestWithParam<std::tuple<bool, int, int>> {};
 
 TEST_P(GptBf16, LossAndGradientsMatchF32) {
@@ -263,9 +269,7 @@ TEST_P(GptFp8, LossAndGradientsMatchF32WithinFp8Error) {
     const double err = RelErr(g, want);
     std::printf("%-28s rel. error %.4f\n", name.c_str(), err);
     EXPECT_LT(err, 0.15);
-    const bool fp8_linear = name.find(".weight") != std::string::npos &&
-                            (name.find("attn.") != std::string::npos ||
-                             name.find("mlp.") != std::string::npos);
+    const bool fp8_linear = IsLinearWeight(name);
     if (fp8_linear) {
       EXPECT_GT(err, 0.01) << "no fp8 error in an fp8 linear's gradient";
     }
@@ -300,9 +304,7 @@ TEST(GptFp8BfWgrad, LossAndGradientsMatchF32AndDifferFromBothPrecisions) {
       std::printf("%-28s rel. error %.4f (all-fp8 %.4f)\n", name.c_str(), err,
                   RelErr(all_fp8.grads.at(name), want));
       EXPECT_LT(err, 0.15);
-      const bool fp8_linear = name.find(".weight") != std::string::npos &&
-                              (name.find("attn.") != std::string::npos ||
-                               name.find("mlp.") != std::string::npos);
+      const bool fp8_linear = IsLinearWeight(name);
       if (fp8_linear) {
         EXPECT_GT(RelErr(g, all_fp8.grads.at(name)), 1e-3) << "the same as all-fp8's";
         EXPECT_GT(RelErr(g, bf16.grads.at(name)), 1e-3) << "the same as bf16's";
@@ -418,9 +420,7 @@ TEST(GptFp8Bf16Layers, FirstLayerInBf16) {
     std::printf("%-28s rel. error %.4f (all-fp8 %.4f, bf16 %.4f)\n", name.c_str(), err,
                 RelErr(all.grads.at(name), want), RelErr(bf.grads.at(name), want));
     EXPECT_LT(err, 0.15);
-    const bool linear =
-        name.find(".weight") != std::string::npos &&
-        (name.find("attn.") != std::string::npos || name.find("mlp.") != std::string::npos);
+    const bool linear = IsLinearWeight(name);
     if (linear && name.rfind("h.1.", 0) == 0) {
       ++top_fp8;
       EXPECT_GT(err, 0.01) << "no fp8 error in layer 1's gradient";
