@@ -19,8 +19,9 @@
 # Per case it prints, for bf16 and fp8: median ms/step over steps 11..N,
 # tokens/s, MFU (on the bf16 peak, 989 TFLOP/s, whatever the precision),
 # peak memory; then fp8/bf16's speed ratio and the losses' agreement (mean
-# |Δloss| over all steps, the final step's relative difference, and the mean
-# of the last 10 steps'); TREND=1 also each run's median ms/step over the
+# |Δloss| over all steps, the final step's relative difference, the mean
+# of the last 10 steps', and the mean |Δloss| past the warm-up, steps 11..N,
+# where the loss no longer falls steeply); TREND=1 also each run's median ms/step over the
 # windows 2-10, 11-30, 31-60, 61-90, 91-120, 121-200, 201-300 (whether a
 # run settles, e.g. as per-shape algorithm caches fill). PROFILE=1 adds, after the cases, where the 124M
 # fp8 step's kernel time goes (tools/bench/kernel_profile.py; needs ncu);
@@ -113,11 +114,13 @@ if len(runs) == 2:
     la = {r["step"]: r["loss"] for r in a}; lb = {r["step"]: r["loss"] for r in b}
     steps = sorted(s for s in la if s in lb)
     d = [abs(la[s] - lb[s]) for s in steps]
+    d11 = [abs(la[s] - lb[s]) for s in steps if s > 10]
     last10 = steps[-10:]
     fa = statistics.mean(la[s] for s in last10); fb = statistics.mean(lb[s] for s in last10)
     print(f"  {variant} / bf16 speed {ma/mb:.3f}x;  losses over {len(steps)} steps: mean |d| {statistics.mean(d):.4f}, "
           f"max |d| {max(d):.4f}, final step rel {abs(lb[steps[-1]]-la[steps[-1]])/la[steps[-1]]*100:.2f} %, "
-          f"last-10 mean rel {abs(fb-fa)/fa*100:.2f} %")
+          f"last-10 mean rel {abs(fb-fa)/fa*100:.2f} %"
+          + (f", mean |d| past the warm-up (steps 11-{steps[-1]}) {statistics.mean(d11):.4f}" if d11 else ""))
 if os.environ.get("TREND") == "1":  # ms/step by windows of steps: flat, or settling as caches fill
     for p, rows in runs.items():
         tag = "bf16" if p.endswith("_bf16.jsonl") else variant
