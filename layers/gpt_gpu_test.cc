@@ -160,6 +160,16 @@ Grads ForwardBackward(const kernels::Exec& exec, bool llama, DType dt, int64_t T
   return out;
 }
 
+// ‖got − want‖ / ‖want‖ in double.
+double RelRms(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t j = 0; j < want.size(); ++j) {
+    num += (got[j] - want[j]) * double(got[j] - want[j]);
+    den += want[j] * double(want[j]);
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // got (bf16 on the GPU) against ref (the f32 CPU model): the loss within 1 %,
 // every gradient within 3e-2 relative RMS (bf16's roundings through two
 // layers), NaN failing.
@@ -171,13 +181,8 @@ void ExpectNearF32(const Grads& got, const Grads& ref) {
     const auto& [name, want] = ref.grads[i];
     const std::vector<float>& g = got.grads[i].second;
     if (name.find("attn.k.bias") != std::string::npos) continue;  // true gradient is 0
-    double num = 0, den = 0;
-    for (size_t j = 0; j < want.size(); ++j) {
-      ASSERT_TRUE(std::isfinite(g[j])) << name;
-      num += (g[j] - want[j]) * double(g[j] - want[j]);
-      den += want[j] * double(want[j]);
-    }
-    EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 3e-2) << name;
+    for (float v : g) ASSERT_TRUE(std::isfinite(v)) << name;
+    EXPECT_LT(RelRms(g, want), 3e-2) << name;
   }
 }
 
@@ -319,14 +324,9 @@ TEST(GptGpuFp8Bf16Layers, FirstLayerInBf16MatchesCpuF32) {
     const auto& [name, want] = ref.grads[i];
     SCOPED_TRACE(name);
     if (name.find("attn.k.bias") != std::string::npos) continue;  // true gradient is 0
-    double num = 0, den = 0;
-    for (size_t j = 0; j < want.size(); ++j) {
-      const float g = got.grads[i].second[j];
-      ASSERT_TRUE(std::isfinite(g));
-      num += (g - want[j]) * double(g - want[j]);
-      den += want[j] * double(want[j]);
-    }
-    const double err = std::sqrt(num / std::max(den, 1e-30));
+    const std::vector<float>& g = got.grads[i].second;
+    for (float v : g) ASSERT_TRUE(std::isfinite(v));
+    const double err = RelRms(g, want);
     EXPECT_LT(err, 0.15);
     const bool linear =
         name.find(".weight") != std::string::npos &&
