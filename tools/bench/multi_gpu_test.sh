@@ -63,6 +63,11 @@ if bash "$dir/nccl_parity.sh" 2 --dry_run --cells "gtp2 nonsense" > "$tmp/bad.tx
 expect "$tmp/bad.txt" "cannot read 'nonsense'"
 if bash "$dir/nccl_parity.sh" --bogus > "$tmp/bad.txt" 2>&1; then fail "bad flag accepted"; fi
 expect "$tmp/bad.txt" "Usage: nccl_parity.sh"
+# fp8 with fp8-only GTP_SET settings: every fp8 run carries them, the f32 probe none (f32 refuses them).
+GTP_SET="parallel.gtp_gather_dtype=fp8_tiles,train.fp8_bf16_first_layers=1,train.fp8_bf16_last_layers=1" \
+  bash "$dir/nccl_parity.sh" 2 --dry_run --precision fp8 --cells gtp2 > "$tmp/dry2f.txt"
+[[ "$(grep -c '^RUN .*train.precision=fp8,.*gtp_gather_dtype=fp8_tiles,train.fp8_bf16_first_layers=1,train.fp8_bf16_last_layers=1$' "$tmp/dry2f.txt")" == 3 ]] || { cat "$tmp/dry2f.txt"; fail "fp8 runs without GTP_SET"; }
+grep -q '^RUN .*/fp8/f32_gpt2 .*train.precision=f32,.*tp_num_weight_shards=1$' "$tmp/dry2f.txt" || { cat "$tmp/dry2f.txt"; fail "f32 probe kept fp8-only settings"; }
 echo "nccl_parity selection: ok"
 
 # 3. parity.py on made-up metrics: within tolerance, outside it, a step missing, SKIP and error rows.

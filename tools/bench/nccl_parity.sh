@@ -305,9 +305,10 @@ for prec in $LOOP_PRECISIONS; do
         truth="$WORK/$prec/f32_$model"
         tlabel="1 rank, $prec vs f32 ($prec rounding, $model)"
         rmax=0 rmean=0
-        # An f32 run has no FP8 GEMMs, so no FP8 tiles to gather: GTP_SET's
-        # parallel.gtp_gather_dtype=fp8_tiles (refused with f32) is left out.
-        tset="$(tr ',' '\n' <<< "$GTP_SET" | { grep -vx 'parallel.gtp_gather_dtype=fp8_tiles' || true; } | paste -sd, -)"
+        # An f32 run has no FP8 GEMMs: GTP_SET's fp8-only settings (refused
+        # with f32) are left out — parallel.gtp_gather_dtype=fp8_tiles and
+        # train.fp8_bf16_first_layers / train.fp8_bf16_last_layers.
+        tset="$(tr ',' '\n' <<< "$GTP_SET" | { grep -Evx 'parallel\.gtp_gather_dtype=fp8_tiles|train\.fp8_bf16_(first|last)_layers=[0-9]+' || true; } | paste -sd, -)"
         if launch "$truth.log" 0 --run_dir "$truth" --set "$(base_set f32 "$BF16_STEPS" "$BF16_LR")$mset,parallel.world_size=1,parallel.tp=1,parallel.tp_num_weight_shards=1${tset:+,$tset}"; then
           if ! ((DRY)); then
             read -r rmax rmean < <("$PYTHON" "$ROOT/tools/bench/parity.py" --noise "$truth/metrics.jsonl" "$ref/metrics.jsonl")
