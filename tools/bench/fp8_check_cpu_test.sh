@@ -5,7 +5,7 @@
 # validates them as a cuda run would be, without a GPU), then writes metrics
 # with closed-form losses and step times:
 #   loss(step) = 10 − 0.01·step (+ 0.02 under fp8, + 0.005 at micro_batch 4)
-#   ms = 100 (bf16) or 80 (fp8)
+#   ms = 100 (bf16) or 80 (fp8); with FAKE_DIE=1 it exits 3 after writing them
 # so each fp8 row must read speed 100/80 = 1.250x, mean and max |Δloss| 0.0200
 # and a final-step difference of 0.02 / (10 − 0.01·12) = 0.20 %; bf16m's row
 # 1.000x and 0.0050. Unknown cases and variants must stop the script (exit 2).
@@ -16,13 +16,16 @@ export TMPDIR="${TEST_TMPDIR:-$(mktemp -d)}"
 source "$(dirname "$script")/fake_bundle.sh"
 fake="$TMPDIR/fake_bundle"
 fake_bundle "$fake" "$train" '
+import os
 fp8 = s["train.precision"] == "fp8"
 ms = 80.0 if fp8 else 100.0
 with open(sys.argv[1], "w") as f:
     for step in range(1, int(s["train.steps"]) + 1):
         loss = 10 - 0.01 * step + ((0.08 if step <= 10 else 0.02) if fp8 else 0) + (0.005 if s["train.micro_batch"] == "4" else 0)
         f.write(json.dumps({"step": step, "loss": loss, "ms": ms, "tokens_per_s": 8192e3 / ms,
-                            "mfu": 0.5, "peak_mem_bytes": 2**30}) + "\n")'
+                            "mfu": 0.5, "peak_mem_bytes": 2**30}) + "\n")
+if os.environ.get("FAKE_DIE") == "1":  # a run that fails after its steps
+    sys.exit(3)'
 export GTP_BUNDLE_DIR="$fake" OUT="$TMPDIR/out"
 rm -rf "$OUT"
 
@@ -51,6 +54,11 @@ grep -q 'train.precision=bf16,.*train.micro_batch=4' "$L/g124_bf16m.log" || { ec
 grep -q 'optim.lr=2e-4,optim.min_lr=2e-5' "$L/g1p3_fp8.log" || { echo "g1p3: not GPT-3's 1.3B rate"; exit 1; }
 grep -q 'train.fp8_gemm=wgmma,train.fp8_wgrad=bf16' "$L/g350_fp8gw.log" || { echo "fp8gw: settings"; exit 1; }
 grep -q 'train.fp8_bf16_first_layers=1,train.fp8_bf16_last_layers=1' "$L/g1p3_fp8fl.log" || { echo "fp8fl: settings"; exit 1; }
+# A failed run keeps its metrics so far in $OUT (layouts.sh bench_train), and says how many steps.
+rc=0; FAKE_DIE=1 STEPS=7 CASES=g124 bash "$script" > "$TMPDIR/die.log" 2>&1 || rc=$?
+[[ $rc == 1 ]] || { cat "$TMPDIR/die.log"; echo "failed runs: exit $rc, want 1"; exit 1; }
+grep -q "^FAIL g124_bf16 (rc 3; metrics so far in $L/g124_bf16.run: 7 steps)" "$TMPDIR/die.log" || { cat "$TMPDIR/die.log"; echo "FAIL line"; exit 1; }
+[[ "$(grep -c '"loss"' "$L/g124_fp8.run/metrics.jsonl")" == 7 ]] || { echo "fp8's partial metrics not kept"; exit 1; }
 # Unknown names stop the script (exit 2).
 for bad in "CASES=nope" "VARIANTS=nope"; do
   rc=0; env "$bad" STEPS=12 bash "$script" > "$TMPDIR/bad.log" 2>&1 || rc=$?

@@ -125,21 +125,25 @@ bench_case() {
 # recipes_gpt_124m_train (its lib folder first on the library path) on
 # gpt_124m.pbtxt with those --set settings, at most RUN_TIMEOUT seconds
 # (default 400); its log in $LOG/<name>.log and its metrics in
-# $LOG/<name>.jsonl. On failure prints FAIL with the log's tail, returns 1.
+# $LOG/<name>.jsonl. On failure prints FAIL with the log's tail and the last
+# step the metrics reached, returns 1. The run directory is $LOG/<name>.run
+# while it trains, so a run stopped by the device call's limit (this function
+# never returning) still leaves its metrics so far in $LOG, which comes back.
 bench_train() {
   local b="$1" name="$2" dir rc=0
-  dir="$(mktemp -d)"
+  dir="$LOG/$name.run"
+  rm -rf "$dir" && mkdir -p "$dir"  # a run directory belongs to one run
   LD_LIBRARY_PATH="$b/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" \
     timeout "${RUN_TIMEOUT:-400}" "$b/bin/recipes_gpt_124m_train" \
     --config recipes/gpt_124m/gpt_124m.pbtxt --noprogress --run_dir "$dir" --set "$3" \
     > "$LOG/$name.log" 2>&1 || rc=$?
   if ((rc == 0)); then
-    cp "$dir/metrics.jsonl" "$LOG/$name.jsonl"
+    cp "$dir/metrics.jsonl" "$LOG/$name.jsonl" || rc=1
+    rm -rf "$dir"
   else
-    echo "FAIL $name (rc $rc)"
+    echo "FAIL $name (rc $rc; metrics so far in $dir: $(grep -c '"loss"' "$dir/metrics.jsonl" 2>/dev/null || echo 0) steps)"
     tail -15 "$LOG/$name.log"
   fi
-  rm -rf "$dir"
   return $((rc != 0))
 }
 
