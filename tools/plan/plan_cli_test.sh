@@ -13,6 +13,15 @@ grep -q "UNCALIBRATED" <<<"$out"
 grep -q "gtp weight all-gather" <<<"$out"
 grep -q "memory per GPU" <<<"$out"
 
+# fp8 (the flag or the recipe's train.precision) is said to be a what-if; bf16 is not.
+for how in "--fp8_gemm" "--set train.precision=fp8"; do
+  out=$($PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster $H200 $how)
+  grep -q "^fp8: a what-if" <<<"$out" || { echo "$how: no what-if line"; exit 1; }
+done
+if $PLAN predict --recipe tools/plan/llama70b.pbtxt --cluster $H200 | grep -q "what-if"; then
+  echo "bf16 called a what-if"; exit 1
+fi
+
 csv=$($PLAN predict --csv --recipe tools/plan/llama70b.pbtxt --cluster $H200 --set parallel.tp=8,parallel.tp_num_weight_shards=8)
 [ "$(wc -l <<<"$csv")" = 2 ]
 grep -q "^label,world,tp,gtp" <<<"$csv"
