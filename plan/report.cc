@@ -30,10 +30,9 @@ std::string FormatPrediction(const Prediction& p, const Cluster& c, double cap) 
   if (l.precision == "fp8") {
     absl::StrAppend(
         &out,
-        "fp8: a what-if (GEMMs at the fp8 peak, MXFP8 gathers), not train.precision=fp8 as gtp "
-        "runs "
-        "it: its block-scaled GEMMs run well below that peak and it gathers bf16 unless "
-        "parallel.gtp_gather_dtype says otherwise (tools/plan/README.md)\n");
+        "fp8: a what-if (GEMMs at the fp8 peak, MXFP8 gathers), not train.precision=fp8 as "
+        "gtp runs it: its block-scaled GEMMs run well below that peak and it gathers bf16 "
+        "unless parallel.gtp_gather_dtype says otherwise (tools/plan/README.md)\n");
   }
   absl::StrAppend(&out, absl::StrFormat(
                             "step time %.4f s   tokens/s %.0f   MFU %.1f %% of %.0f TFLOP/s bf16   "

@@ -125,8 +125,8 @@ bench_case() {
 # recipes_gpt_124m_train (its lib folder first on the library path) on
 # gpt_124m.pbtxt with those --set settings, at most RUN_TIMEOUT seconds
 # (default 400); its log in $LOG/<name>.log and its metrics in
-# $LOG/<name>.jsonl. On failure prints FAIL with the log's tail and the last
-# step the metrics reached, returns 1. The run directory is $LOG/<name>.run
+# $LOG/<name>.jsonl. On failure prints FAIL with how many steps its metrics
+# logged and the log's tail, returns 1. The run directory is $LOG/<name>.run
 # while it trains, so a run stopped by the device call's limit (this function
 # never returning) still leaves its metrics so far in $LOG, which comes back.
 bench_train() {
@@ -141,7 +141,7 @@ bench_train() {
     cp "$dir/metrics.jsonl" "$LOG/$name.jsonl" || rc=1
     rm -rf "$dir"
   else
-    echo "FAIL $name (rc $rc; metrics so far in $dir: $(grep -c '"loss"' "$dir/metrics.jsonl" 2>/dev/null || echo 0) steps)"
+    echo "FAIL $name (rc $rc; metrics so far in $dir: $(cat "$dir/metrics.jsonl" 2>/dev/null | grep -c '"loss"' || true) steps)"
     tail -15 "$LOG/$name.log"
   fi
   return $((rc != 0))

@@ -45,11 +45,10 @@ ABSL_FLAG(std::string, worlds, "8,16,32,64,128,256,512,1024,2048,4096", "scale: 
 ABSL_FLAG(std::string, mode, "weak", "scale: weak (global batch grows with GPUs) | strong (the recipe's global batch)");
 ABSL_FLAG(std::string, families, "gtp,fsdp,tpdp", "scale: layout families (plan/search.h FamilySpace)");
 ABSL_FLAG(int, sequences_per_gpu, 1, "scale, weak: global batch = this × GPUs");
-ABSL_FLAG(
-    bool, fp8_gemm, false,
-    "predict: GEMMs at the fp8 peak with MXFP8 gathers (bf16 otherwise): a what-if, not a "
-    "prediction of "
-    "train.precision=fp8, whose block-scaled GEMMs run below that peak (tools/plan/README.md)");
+ABSL_FLAG(bool, fp8_gemm, false,
+          "predict: GEMMs at the fp8 peak with MXFP8 gathers (bf16 otherwise): a what-if, not a "
+          "prediction of train.precision=fp8, whose block-scaled GEMMs run below that peak "
+          "(tools/plan/README.md)");
 ABSL_FLAG(std::string, out, "", "calibrate: the table file to write");
 ABSL_FLAG(std::string, device, "auto", "calibrate: auto | cpu | cuda");
 ABSL_FLAG(bool, quick, false, "calibrate: smallest shapes only");
