@@ -41,7 +41,9 @@
 # two micro-batches of 4: the same model, data and global batch, other
 # summation orders — its distance from the bf16 run is the loss
 # comparison's noise floor, to read the fp8 rows against); FP8_EXTRA adds
-# settings to every fp8 run.
+# settings to every fp8 run; EXTRA to every run of a case, bf16 and each variant
+# alike (e.g. EXTRA=optim.warmup_steps=30: the same comparison under another
+# schedule).
 # RATES (default gpt3) sets the peak learning rate by size as GPT-3's table
 # does (Brown et al. 2020, table 2.1): 350M 3e-4, 1.3B 2e-4, min 10 % of it;
 # 124M and the hybrid/MoE shapes keep the recipe's 6e-4. RATES=recipe runs
@@ -72,7 +74,7 @@ run() {  # case label precision steps extra-settings (logs as <case>_<label>)
 
 for c in $CASES; do
   bench_case "$c" "$RATES" || { echo "fp8_check: unknown case $c" >&2; exit 2; }
-  extra="$CASE_SET"
+  extra="$CASE_SET${EXTRA:+${CASE_SET:+,}$EXTRA}"
   steps=$STEPS
   if ((CASE_SHORT)); then steps=$SHORT_STEPS; fi
   echo "=== $c ($steps steps)"

@@ -59,6 +59,12 @@ rc=0; FAKE_DIE=1 STEPS=7 CASES=g124 bash "$script" > "$TMPDIR/die.log" 2>&1 || r
 [[ $rc == 1 ]] || { cat "$TMPDIR/die.log"; echo "failed runs: exit $rc, want 1"; exit 1; }
 grep -q "^FAIL g124_bf16 (rc 3; metrics so far in $L/g124_bf16.run: 7 steps)" "$TMPDIR/die.log" || { cat "$TMPDIR/die.log"; echo "FAIL line"; exit 1; }
 [[ "$(grep -c '"loss"' "$L/g124_fp8.run/metrics.jsonl")" == 7 ]] || { echo "fp8's partial metrics not kept"; exit 1; }
+# EXTRA reaches every run of the case, after the case's own settings.
+EXTRA=optim.warmup_steps=3 STEPS=12 CASES="g124 g350" VARIANTS="fp8 bf16m" bash "$script" > "$TMPDIR/extra.log" 2>&1 || { cat "$TMPDIR/extra.log"; echo "EXTRA run failed"; exit 1; }
+for r in g124_bf16 g124_fp8 g124_bf16m g350_bf16 g350_fp8; do
+  grep -q "train.steps=12,[^ ]*optim.warmup_steps=3" "$L/$r.log" || { echo "EXTRA: not in $r"; exit 1; }
+done
+grep -q 'optim.min_lr=3e-5,optim.warmup_steps=3' "$L/g350_fp8.log" || { echo "EXTRA: g350's rate lost"; exit 1; }
 # Unknown names stop the script (exit 2).
 for bad in "CASES=nope" "VARIANTS=nope"; do
   rc=0; env "$bad" STEPS=12 bash "$script" > "$TMPDIR/bad.log" 2>&1 || rc=$?
