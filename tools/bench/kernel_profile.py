@@ -13,6 +13,15 @@ The run is recipes/gpt_124m's recipe (B=8, T=1024, bf16) with the extra
 counted. Prints share, ms per step and launches per step for each kernel
 name, largest first; writes the raw CSV to --csv when given. Kernel time
 only: host gaps and overlap are not in it (bench.sh measures the step).
+
+Then the same time by part (PARTS below: GEMMs, attention, fp8 quantisers,
+bias gradients, MoE routing, optimizer, norms, ...; a kernel goes to the
+first part whose pattern its name matches, else "other"). --gemm_speedup
+S [S ...] adds, for each S, the step's kernel time if the GEMM part alone ran
+S times faster and the ratio old/new: an upper bound on what faster GEMMs
+(e.g. fp8 against this bf16 step) can give, the rest unchanged.
+--from_csv reads a CSV that --csv wrote instead of running ncu (on any
+machine: the tables again, other --skip_steps or speed-ups, no GPU).
 """
 import argparse
 import collections
@@ -25,6 +34,31 @@ import sys
 
 UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0,
         "second": 1e3, "s": 1e3}
+
+
+# (part, pattern searched in the short kernel name), first match wins: the
+# bias-gradient kernels before the fp8 namespace (the fp8 path's bias sums),
+# the gradient norm before the norms.
+PARTS = [
+    ("GEMMs", r"nvjet|xmma|[Gg]emm|cutlass|gemv"),
+    ("attention", r"cudnn|fmha|[Ff]lash|matmul_dq|dot_do_o|Attention|sdpa"),
+    ("bias gradients", r"Column(Slab|Total|Partial|Finish)|AddColumnPartials|[Bb]grad"),
+    ("fp8 quantisers", r"fp8::|Quantiz|Dequantiz"),
+    ("MoE routing", r"moe::"),
+    ("optimizer", r"AdamW|Muon|NewtonSchulz"),
+    ("grad norm", r"GradNorm|SumSquares"),
+    ("norms", r"Norm"),
+    ("loss", r"CrossEntropy|Loss"),
+    ("embedding", r"Embedding|SegmentAdd|SortKeys|[Rr]adix|Onesweep"),
+    ("elementwise", r"Axpby|Cast|Fill|Gelu|SwiGlu|Copy|Widen|Rope|Softmax|Philox|Add"),
+]
+
+
+def part_of(name):
+    for part, pattern in PARTS:
+        if re.search(pattern, name):
+            return part
+    return "other"
 
 
 def short(name):
@@ -44,6 +78,11 @@ def main():
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--csv", default="")
     ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--from_csv", default="",
+                    help="read this CSV (written by --csv) instead of running ncu")
+    ap.add_argument("--gemm_speedup", type=float, nargs="*", default=[],
+                    help="also print the step's kernel time with the GEMM part this many "
+                         "times faster (each > 0), and old/new")
     ap.add_argument("--launches", type=float, default=-1.0,
                     help="also list the last counted step's launches in order (duration, grid "
                          "size, name) of at least this many microseconds")
@@ -51,6 +90,18 @@ def main():
     if args.steps < 1 or args.skip_steps < 0 or args.skip_steps >= args.steps or args.top < 1:
         ap.error(f"need --steps >= 1, 0 <= --skip_steps < --steps and --top >= 1; got --steps "
                  f"{args.steps}, --skip_steps {args.skip_steps}, --top {args.top}")
+    if any(not (x > 0 and x < float("inf")) for x in args.gemm_speedup):
+        ap.error(f"--gemm_speedup needs finite values > 0 (e.g. 1.5 2); got {args.gemm_speedup}")
+    if args.from_csv:
+        try:
+            with open(args.from_csv) as f:
+                text = f.read()
+        except OSError as err:
+            sys.exit(f"kernel_profile: cannot read --from_csv {args.from_csv}: {err}")
+        if '"ID"' not in text:
+            sys.exit(f"kernel_profile: {args.from_csv} has no ncu CSV header (\"ID\", ...)")
+        report(args, text[text.find('"ID"'):])
+        return
     run_dir = "/tmp/kernel_profile_run"
     base = ("model.vocab_size=50257,model.seq_len=1024,train.micro_batch=8,train.global_batch=8,"
             "train.precision=bf16,train.device=cuda,train.cuda_graphs=off,train.eval_every=0,"
@@ -70,6 +121,11 @@ def main():
     if args.csv:
         with open(args.csv, "w") as f:
             f.write(text)
+    report(args, text)
+
+
+def report(args, text):
+    """The tables of one ncu CSV (--csv's contents)."""
     all_rows = list(csv.DictReader(io.StringIO(text)))
     rows = [r for r in all_rows if r.get("Metric Name") == "gpu__time_duration.sum"]
     grid = {r["ID"]: r["Metric Value"] for r in all_rows if r.get("Metric Name") == "launch__grid_size"}
@@ -96,6 +152,22 @@ def main():
     print("|---|---|---|---|")
     for k, v in sorted(ms.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"| {100 * v / total:.1f} % | {v / steps:.3f} | {n[k] / steps:.0f} | `{k[:90]}` |")
+    parts = collections.defaultdict(float)
+    pn = collections.Counter()
+    for k, v in ms.items():
+        parts[part_of(k)] += v
+        pn[part_of(k)] += n[k]
+    print(f"kernel_profile: by part (ms per step; {total / steps:.3f} in all)")
+    print("| part | ms/step | share | launches/step |")
+    print("|---|---|---|---|")
+    for p, v in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"| {p} | {v / steps:.3f} | {100 * v / total:.1f} % | {pn[p] / steps:.0f} |")
+    g = parts.get("GEMMs", 0.0)
+    for x in args.gemm_speedup:
+        new = total - g + g / x
+        print(f"kernel_profile: GEMMs {x:g}x faster: {new / steps:.3f} ms of kernel time per "
+              f"step, old/new {total / new:.3f}x (the GEMMs {g / steps:.3f} ms now, the rest "
+              f"{(total - g) / steps:.3f} unchanged)")
     if args.launches >= 0:
         begin = opt[-2] + 1 if len(opt) >= 2 else first
         print(f"kernel_profile: the last step's launches of >= {args.launches} us, in order")
