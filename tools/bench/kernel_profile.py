@@ -38,7 +38,9 @@ UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0
 
 # (part, pattern searched in the short kernel name), first match wins: the
 # bias-gradient kernels before the fp8 namespace (the fp8 path's bias sums),
-# the gradient norm before the norms.
+# the gradient norm before the norms. By name only: "embedding" also holds
+# a MoE layer's row gathers and their backward (its dispatchers run the
+# embedding kernels), "elementwise" its casts and adds.
 PARTS = [
     ("GEMMs", r"nvjet|xmma|[Gg]emm|cutlass|gemv"),
     ("attention", r"cudnn|fmha|[Ff]lash|matmul_dq|dot_do_o|Attention|sdpa"),
