@@ -90,12 +90,13 @@ struct LayerRun {
   Tensor g1, g2;  // f32, like w1 and w2
 };
 
-LayerRun RunLayer(HeapAllocator& host, const ExpertsConfig& c, const Tensor& x, const Tensor& dy) {
+LayerRun RunLayer(HeapAllocator& host, const ExpertsConfig& c, const Tensor& x, const Tensor& dy,
+                  const std::vector<int64_t>& rows = kRows) {
   LayerRun out;
   absl::Status st = comm::RunRanks(1, [&](comm::Communicator& world) {
     GtpChain chain(kernels::Exec::Cpu(host), GtpOptions{});
     GroupedExperts ex("m.experts", c, &world, &chain);
-    auto y = ex.Forward(x, kRows, Direction::kForward);
+    auto y = ex.Forward(x, rows, Direction::kForward);
     ASSERT_TRUE(y.ok()) << y.status();
     auto dx = ex.Backward(dy);
     ASSERT_TRUE(dx.ok()) << dx.status();
@@ -114,6 +115,22 @@ class Fp8ExpertsTest : public ::testing::TestWithParam<bool> {  // swiglu
   const int64_t M_ = 42;  // Σ kRows
   Tensor x_ = Normal(host_, M_, kC, 1), dy_ = Normal(host_, M_, kC, 2);
 };
+
+// No local expert got a row (a rank the router sent nothing to): the layer
+// runs, with empty outputs and zero weight gradients, in every form.
+TEST_P(Fp8ExpertsTest, NoRowsAtAll) {
+  const std::vector<int64_t> none(kRows.size(), 0);
+  const Tensor x = Normal(host_, 0, kC, 3), dy = Normal(host_, 0, kC, 4);
+  for (bool fp8_wgrad : {true, false}) {
+    SCOPED_TRACE(fp8_wgrad ? "fp8 wgrad" : "bf16 wgrad");
+    const LayerRun r = RunLayer(host_, Config(GetParam(), fp8_wgrad, 1.0f), x, dy, none);
+    EXPECT_EQ(r.y.dim(0), 0);
+    EXPECT_EQ(r.dx.dim(0), 0);
+    for (const Tensor* g : {&r.g1, &r.g2}) {
+      for (float v : Floats(*g)) ASSERT_EQ(v, 0.0f);
+    }
+  }
+}
 
 TEST_P(Fp8ExpertsTest, PaddedExpertsAreTheFp8LinearsOnEachExpertsOwnRows) {
   const bool swiglu = GetParam();
