@@ -8,9 +8,12 @@ and sums the kernels by name per optimizer step.
         --set model.layer_pattern=M*-M*-M*-M*-M*-M*-,model.n_layer=18 [--top 30]
 
 The run is recipes/gpt_124m's recipe (B=8, T=1024, bf16) with the extra
---set; steps = the launches of the optimizer kernel (AdamW), and the first
---skip_steps of them (cuBLASLt's heuristics, first-touch allocation) are not
-counted. Prints share, ms per step and launches per step for each kernel
+--set. A step ends at its last launch of the optimizer kernel (AdamW), which
+runs once per parameter group a step (twice in an MoE model: the dense and
+the expert parameters), so the launches must split evenly into --steps steps
+(the run's own count: keep it when re-reading with --from_csv); the first
+--skip_steps steps (cuBLASLt's heuristics, first-touch allocation) are not
+counted, and a counted step without a GEMM is refused (a wrong --steps). Prints share, ms per step and launches per step for each kernel
 name, largest first; writes the raw CSV to --csv when given. Kernel time
 only: host gaps and overlap are not in it (bench.sh measures the step).
 
@@ -133,13 +136,22 @@ def report(args, text):
     grid = {r["ID"]: r["Metric Value"] for r in all_rows if r.get("Metric Name") == "launch__grid_size"}
     if not rows:
         sys.exit("kernel_profile: no kernel rows in ncu's output")
-    # Step boundaries: the optimizer kernel's launches.
+    # Step boundaries: each step's last optimizer launch (one a parameter group).
     opt = [i for i, r in enumerate(rows) if "AdamW" in r["Kernel Name"]]
-    if len(opt) <= args.skip_steps:
-        sys.exit(f"kernel_profile: {len(opt)} optimizer launches, need more than --skip_steps")
-    first = opt[args.skip_steps - 1] + 1 if args.skip_steps > 0 else 0
-    last = opt[-1]
-    steps = len(opt) - args.skip_steps
+    if not opt or len(opt) % args.steps:
+        sys.exit(f"kernel_profile: {len(opt)} optimizer launches do not split evenly into "
+                 f"--steps {args.steps} steps; pass the run's --steps")
+    per_step = len(opt) // args.steps
+    launches = f"{per_step} optimizer launch{'es' if per_step > 1 else ''} a step"
+    ends = opt[per_step - 1::per_step]
+    first = ends[args.skip_steps - 1] + 1 if args.skip_steps > 0 else 0
+    last = ends[-1]
+    steps = args.steps - args.skip_steps
+    for s in range(args.skip_steps, args.steps):
+        begin = ends[s - 1] + 1 if s > 0 else 0
+        if not any(part_of(short(r["Kernel Name"])) == "GEMMs" for r in rows[begin:ends[s] + 1]):
+            sys.exit(f"kernel_profile: step {s + 1} of --steps {args.steps} ({launches}) has no "
+                     f"GEMM; pass the run's --steps")
     ms = collections.defaultdict(float)
     n = collections.Counter()
     for r in rows[first:last + 1]:
@@ -149,7 +161,7 @@ def report(args, text):
         n[k] += 1
     total = sum(ms.values())
     print(f"kernel_profile: {steps} steps counted, {total / steps:.3f} ms of kernel time per step, "
-          f"{sum(n.values()) / steps:.0f} launches per step")
+          f"{sum(n.values()) / steps:.0f} launches per step ({launches})")
     print("| share | ms/step | launches/step | kernel |")
     print("|---|---|---|---|")
     for k, v in sorted(ms.items(), key=lambda kv: -kv[1])[:args.top]:
@@ -171,7 +183,7 @@ def report(args, text):
               f"step, old/new {total / new:.3f}x (the GEMMs {g / steps:.3f} ms now, the rest "
               f"{(total - g) / steps:.3f} unchanged)")
     if args.launches >= 0:
-        begin = opt[-2] + 1 if len(opt) >= 2 else first
+        begin = ends[-2] + 1 if len(ends) >= 2 else 0
         print(f"kernel_profile: the last step's launches of >= {args.launches} us, in order")
         print("| # | us | grid | kernel |")
         print("|---|---|---|---|")
