@@ -57,9 +57,12 @@ class BlasContext {
   // fixed shapes the loop is faster on the H200 (8 × [2048 rows, 768 → 3072]
   // bf16: 0.148 vs 0.274 ms forward; core/kernels/bench:gemm_benchmark), but
   // a dropless MoE's per-expert row counts change every step and each new
-  // shape costs the loop a cuBLASLt algorithm search: recipes/moe_gpu ran
+  // shape cost the loop a cuBLASLt algorithm search: recipes/moe_gpu ran
   // 104 ms/step with the loop, 36.7 ms with the grouped call
-  // (docs/PERFORMANCE.md).
+  // (docs/PERFORMANCE.md, 2026-12-01). The loop now shares one algorithm per
+  // 128-row bucket (internal::GemmBucketed, lt_common.h); whether that makes
+  // it the faster default is for BM_CudaGroupedVarying and a MoE step on a GPU
+  // to say (not yet measured).
   void set_grouped_batched(bool on) { grouped_batched_ = on; }
   bool grouped_batched() const { return grouped_batched_; }
   // Which kernel fp8::BlockScaledGemm runs where its caller leaves the

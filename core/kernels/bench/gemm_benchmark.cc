@@ -11,20 +11,23 @@
 // → N = 3072) and fc2 (K = 3072 → N = 768), with 2048 rows per expert
 // (balanced) or 8192 rows split 4000/2000/1000/500/300/200/100/92 (skewed).
 // Names: BM_CudaGroupedLinear/<fc>/<split>/<pass>/<grouped|loop>; the time
-// column is ms per call.
+// column is ms per call. BM_CudaGroupedVarying (below): the same with the
+// row counts changing on every call, as training meets them.
 //
 // Bias gradients (BM_CudaBiasGrad, below): cuBLASLt's BGRADB epilogue against
 // ops::ColumnSumAccumulate.
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "core/kernels/bench/bench_util.h"
 #include "core/allocator.h"
 #include "core/cuda_runtime.h"
+#include "core/kernels/bench/bench_util.h"
 #include "core/kernels/cpu.h"
 #include "core/kernels/cuda.h"
+#include "core/kernels/cuda/lt_common.h"
 #include "core/kernels/ops.h"
 #include "core/philox.h"
 #include "core/tensor.h"
@@ -183,6 +186,106 @@ void RegisterGroupedLinear() {
   }
 }
 
+// A mixture of experts' grouped linears as training meets them: the 8
+// experts' row counts change on every call (16 384 rows split afresh each
+// time, every expert 1 048..3 048 rows, from a fixed pseudo-random sequence),
+// at the moeb bench shapes (fc1 768 → 1536, fc2 1536 → 768). Modes:
+//   grouped   GroupedGemm → cublasGemmGroupedBatchedEx (the default)
+//   bucketed  GroupedGemm's loop over cuBLASLt (set_grouped_batched(false)):
+//             one heuristic query a 128-row bucket
+//   exact     one cuda::Gemm a group: one heuristic query a new row count
+// (wgrad, bf16 → f32, loops in grouped mode too: cuBLAS does not group it).
+// GPU time per call between events, so host stalls on heuristic queries that
+// leave the GPU idle count. Names: BM_CudaGroupedVarying/<fc>/<pass>/<mode>.
+enum class GroupedMode { kGrouped, kBucketed, kExact };
+
+void BM_CudaGroupedVarying(benchmark::State& state, int64_t N, int64_t K, Pass pass,
+                           GroupedMode mode) {
+  GTP_CUDA_CHECK(cudaSetDevice(0));
+  CudaCachingAllocator alloc(0);
+  cuda::BlasContext ctx(0);
+  ctx.set_grouped_batched(mode == GroupedMode::kGrouped);
+  cudaStream_t stream;
+  GTP_CUDA_CHECK(cudaStreamCreate(&stream));
+  const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
+  const int64_t G = 8, M = 16384;
+  const Tensor x = bench::RandomBF16(e, {M, K}, 1), w = bench::RandomBF16(e, {G * N, K}, 2),
+               dy = bench::RandomBF16(e, {M, N}, 3);
+  const Tensor y = e.Empty({M, N}, DType::kBF16), dx = e.Empty({M, K}, DType::kBF16),
+               dw = e.Zeros({G * N, K}, DType::kF32);
+  uint64_t seed = 12345;
+  auto next_split = [&] {  // G counts in 1048..3048 summing to M
+    std::vector<int64_t> off = {0};
+    int64_t left = M;
+    for (int64_t g = 0; g < G - 1; ++g) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      const int64_t lo = std::max<int64_t>(1048, left - 3048 * (G - 1 - g));
+      const int64_t hi = std::min<int64_t>(3048, left - 1048 * (G - 1 - g));
+      const int64_t r =
+          lo + static_cast<int64_t>((seed >> 33) % static_cast<uint64_t>(hi - lo + 1));
+      off.push_back(off.back() + r);
+      left -= r;
+    }
+    off.push_back(M);
+    return off;
+  };
+  auto run = [&] {
+    const std::vector<int64_t> off = next_split();
+    if (mode != GroupedMode::kExact) {
+      switch (pass) {
+        case Pass::kFwd:
+          return ops::GroupedLinear(e, x, w, off, y);
+        case Pass::kDgrad:
+          return ops::GroupedLinearBackwardData(e, dy, w, off, dx);
+        case Pass::kWgrad:
+          return ops::GroupedLinearBackwardWeight(e, dy, x, off, 1.0f, 1.0f, dw);
+      }
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      const Tensor wg = w.Slice(g * N, (g + 1) * N);
+      const Tensor xs = x.Slice(off[g], off[g + 1]), dys = dy.Slice(off[g], off[g + 1]);
+      switch (pass) {
+        case Pass::kFwd:
+          ops::Linear(e, xs, wg, y.Slice(off[g], off[g + 1]));
+          break;
+        case Pass::kDgrad:
+          ops::LinearBackwardData(e, dys, wg, dx.Slice(off[g], off[g + 1]));
+          break;
+        case Pass::kWgrad:
+          ops::LinearBackwardWeight(e, dys, xs, dw.Slice(g * N, (g + 1) * N), 1.0f);
+          break;
+      }
+    }
+  };
+  bench::TimeCalls(state, stream, run);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["heuristic_queries"] = static_cast<double>(ctx.algo_cache().queries);
+  cudaStreamDestroy(stream);
+}
+
+void RegisterGroupedVarying() {
+  for (auto [fc, N, K] : {std::make_tuple("fc1", int64_t{1536}, int64_t{768}),
+                          std::make_tuple("fc2", int64_t{768}, int64_t{1536})}) {
+    for (auto [pass_name, pass] :
+         {std::make_pair("fwd", Pass::kFwd), std::make_pair("dgrad", Pass::kDgrad),
+          std::make_pair("wgrad", Pass::kWgrad)}) {
+      for (auto [mode_name, mode] : {std::make_pair("grouped", GroupedMode::kGrouped),
+                                     std::make_pair("bucketed", GroupedMode::kBucketed),
+                                     std::make_pair("exact", GroupedMode::kExact)}) {
+        const std::string name =
+            std::string("BM_CudaGroupedVarying/") + fc + "/" + pass_name + "/" + mode_name;
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [N = N, K = K, pass = pass, mode = mode](benchmark::State& s) {
+                                       BM_CudaGroupedVarying(s, N, K, pass, mode);
+                                     })
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
 // A bias'd linear's weight and bias gradients on CUDA (bf16 dy [8192, out],
 // x [8192, in], f32 dw and db, beta 1), four ways:
 //   epilogue  ops::LinearBackwardWeightBGrad (cuBLASLt's BGRADB epilogue,
@@ -253,6 +356,7 @@ int main(int argc, char** argv) {
       })->Arg(1024)->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMicrosecond);
     }
     gtp::kernels::RegisterGroupedLinear();
+    gtp::kernels::RegisterGroupedVarying();
     gtp::kernels::RegisterBiasGrad();
   }
   benchmark::Initialize(&argc, argv);

@@ -188,10 +188,78 @@ void GemmViaF32(BlasContext& ctx, const GemmDesc& d, int64_t lda, int64_t ldb, i
   GTP_CUDA_CHECK(cudaFreeAsync(tmp, stream));
 }
 
+// GemmBucketed's algorithm for a new exact shape (its descriptors in `exact`):
+// the heuristic's best for the bucket shape — m and k rounded up to a
+// multiple of `bucket`, packed leading dimensions, the same alignments —
+// asked once a bucket, if cublasLtMatmulAlgoCheck accepts it for the exact
+// shape within the workspace. false: the caller asks for the exact shape's
+// own. Either way a shape always gets the same algorithm (the bucket's is a
+// function of the bucket), whatever order the shapes come in.
+bool BucketAlgo(BlasContext& ctx, cublasLtHandle_t handle, const GemmDesc& d, int64_t bucket,
+                uint32_t align_a, uint32_t align_b, uint32_t align_c, const LtCall& exact,
+                cublasLtMatmulAlgo_t* algo) {
+  const int64_t m = (d.m + bucket - 1) / bucket * bucket, k = (d.k + bucket - 1) / bucket * bucket;
+  const BlasContext::AlgoCache::BucketKey key = {static_cast<int64_t>(d.ab_type),
+                                                 static_cast<int64_t>(d.c_type),
+                                                 d.trans_a,
+                                                 d.trans_b,
+                                                 m,
+                                                 d.n,
+                                                 k,
+                                                 align_a,
+                                                 align_b,
+                                                 align_c};
+  BlasContext::AlgoCache& cache = ctx.algo_cache();
+  auto it = cache.buckets.find(key);
+  if (it == cache.buckets.end()) {
+    LtCall probe;  // the bucket shape's descriptors, for the heuristic only
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&probe.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_first = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(probe.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                    &op_first, sizeof(op_first)));
+    GTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(probe.op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                    &op_second, sizeof(op_second)));
+    const uint64_t first_rows = d.trans_b ? k : d.n, first_cols = d.trans_b ? d.n : k;
+    const uint64_t second_rows = d.trans_a ? m : k, second_cols = d.trans_a ? k : m;
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&probe.a, CudaType(d.ab_type), first_rows,
+                                                first_cols, first_rows));
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&probe.b, CudaType(d.ab_type), second_rows,
+                                                second_cols, second_rows));
+    GTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&probe.c, CudaType(d.c_type), d.n, m, d.n));
+    cublasLtMatmulHeuristicResult_t result = {};
+    int found = 0;
+    const cublasStatus_t hs = internal::LtFirstAlgo(handle, probe, ctx.workspace_bytes(), align_a,
+                                                    align_b, align_c, &result, &found);
+    ++cache.queries;
+    BlasContext::AlgoCache::BucketAlgo entry;
+    entry.ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    entry.algo = result.algo;
+    it = cache.buckets.emplace(key, entry).first;
+  }
+  if (!it->second.ok) return false;
+  cublasLtMatmulHeuristicResult_t check = {};
+  if (cublasLtMatmulAlgoCheck(handle, exact.op, exact.a, exact.b, exact.c, exact.c,
+                              &it->second.algo, &check) != CUBLAS_STATUS_SUCCESS ||
+      check.workspaceSize > ctx.workspace_bytes()) {
+    return false;
+  }
+  *algo = it->second.algo;
+  return true;
+}
+
 }  // namespace
 
 void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, void* C,
           cudaStream_t stream) {
+  internal::GemmBucketed(ctx, d, /*algo_bucket=*/0, A, B, C, stream);
+}
+
+namespace internal {
+
+void GemmBucketed(BlasContext& ctx, const GemmDesc& d, int64_t algo_bucket, const void* A,
+                  const void* B, void* C, cudaStream_t stream) {
+  GTP_CHECK(algo_bucket >= 0, "Gemm: negative algorithm bucket ", algo_bucket);
   GTP_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0, "Gemm: negative size m=", d.m, " n=", d.n,
             " k=", d.k);
   const cudaDataType_t ab_type = CudaType(d.ab_type);
@@ -264,11 +332,27 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
                  align_c = std::min(internal::LtAlignment(C), internal::LtAlignment(c_read));
   const void* bias_ptr = BiasPointer(d);
   const bool f32_route_allowed = d.bias_grad != nullptr && d.c_type == DType::kBF16;
-  const BlasContext::AlgoCache::Key key = {
-      static_cast<int64_t>(d.ab_type), static_cast<int64_t>(d.c_type), d.trans_a, d.trans_b,
-      d.m, d.n, d.k, lda, ldb, ldc, align_a, align_b, align_c, d.bias != nullptr,
-      static_cast<int64_t>(d.epilogue), d.aux != nullptr, ld_aux, d.bias_grad != nullptr,
-      internal::LtAlignment(bias_ptr), internal::LtAlignment(d.aux)};
+  const BlasContext::AlgoCache::Key key = {static_cast<int64_t>(d.ab_type),
+                                           static_cast<int64_t>(d.c_type),
+                                           d.trans_a,
+                                           d.trans_b,
+                                           d.m,
+                                           d.n,
+                                           d.k,
+                                           lda,
+                                           ldb,
+                                           ldc,
+                                           align_a,
+                                           align_b,
+                                           align_c,
+                                           d.bias != nullptr,
+                                           static_cast<int64_t>(d.epilogue),
+                                           d.aux != nullptr,
+                                           ld_aux,
+                                           d.bias_grad != nullptr,
+                                           internal::LtAlignment(bias_ptr),
+                                           internal::LtAlignment(d.aux),
+                                           algo_bucket};
   auto& calls = ctx.algo_cache().calls;
   auto cached = calls.find(key);
   if (cached == calls.end()) {
@@ -309,8 +393,17 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
 
     cublasLtMatmulHeuristicResult_t result = {};
     int found = 0;
-    const cublasStatus_t hs = internal::LtFirstAlgo(handle, *call, ctx.workspace_bytes(), align_a,
-                                                    align_b, align_c, &result, &found);
+    cublasStatus_t hs = CUBLAS_STATUS_SUCCESS;
+    // A bucket's algorithm only for a plain product (no epilogue, no bias):
+    // the grouped GEMMs' loop, the one caller that asks for it.
+    if (algo_bucket > 0 && epi == CUBLASLT_EPILOGUE_DEFAULT && bias_ptr == nullptr &&
+        BucketAlgo(ctx, handle, d, algo_bucket, align_a, align_b, align_c, *call, &result.algo)) {
+      found = 1;
+    } else {
+      hs = internal::LtFirstAlgo(handle, *call, ctx.workspace_bytes(), align_a, align_b, align_c,
+                                 &result, &found);
+      ++ctx.algo_cache().queries;
+    }
     const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
     if (!ok && f32_route_allowed) {
       call->via_f32 = true;
@@ -351,5 +444,7 @@ void Gemm(BlasContext& ctx, const GemmDesc& d, const void* A, const void* B, voi
   }
   GemmViaF32(ctx, d, lda, ldb, ldc, A, B, C, stream);
 }
+
+}  // namespace internal
 
 }  // namespace gtp::kernels::cuda

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/kernels/cuda.h"
+#include "core/kernels/cuda/lt_common.h"
 #include "core/status.h"
 
 namespace gtp::kernels::cuda {
@@ -75,10 +76,16 @@ struct Batch {
   int count() const { return static_cast<int>(c.size()); }
 };
 
+// The loop's GEMMs share a cuBLASLt algorithm per bucket of kRowBucket rows
+// (m and k rounded up; internal::GemmBucketed): an expert's row count changes
+// every step, and a heuristic query per new count would cost more than the
+// GEMM.
+constexpr int64_t kRowBucket = 128;
+
 void RunOne(BlasContext& ctx, const GemmDesc& d, const GemmGroup& p, cudaStream_t stream) {
   GemmDesc one = d;
   one.m = p.m, one.n = p.n, one.k = p.k;
-  Gemm(ctx, one, p.a, p.b, p.c, stream);
+  internal::GemmBucketed(ctx, one, kRowBucket, p.a, p.b, p.c, stream);
 }
 
 // One cublasGemmGroupedBatchedEx call over groups[idx[begin, end)]; false

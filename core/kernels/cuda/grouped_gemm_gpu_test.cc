@@ -4,7 +4,9 @@
 // m == 0, n == 0 and k == 0 ones, through both paths — cublasGemmGroupedBatchedEx
 // (ab_type == c_type) and the loop over cuda::Gemm (bf16 A/B with f32 C, and
 // same-type groups with the grouped call marked refused) — more groups than
-// one pointer batch, CUDA-graph capture, and the grouped linear ops.
+// one pointer batch, CUDA-graph capture, and the grouped linear ops; and the
+// loop's algorithm buckets (one heuristic query for a bucket of row counts,
+// each shape's algorithm and bits independent of the order shapes come in).
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -17,6 +19,7 @@
 #include "core/allocator.h"
 #include "core/cuda_runtime.h"
 #include "core/kernels/cuda.h"
+#include "core/kernels/cuda/lt_common.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/testing/gpu.h"
 #include "core/kernels/testing/harness.h"
@@ -153,6 +156,92 @@ TEST(GroupedGemmGpu, LoopPathMatchesReference) {
   CheckAllCases({DType::kBF16, DType::kF32}, /*loop=*/false);  // always the loop
   CheckAllCases({DType::kF32, DType::kF32}, /*loop=*/true);
   CheckAllCases({DType::kBF16, DType::kBF16}, /*loop=*/true);
+}
+
+// A mixture of experts' shapes: 24 groups whose varying dimension (m for the
+// forward and input-gradient products, k for the weight gradient's) runs
+// 1000..1023, one bucket of the loop's 128 rows (grouped_gemm.cc kRowBucket).
+struct BucketCase {
+  const char* what;
+  bool trans_a;
+  DType c;
+  bool rows_are_k;
+};
+const BucketCase kBucketCases[] = {{"forward / dgrad (rows = m)", false, DType::kBF16, false},
+                                   {"wgrad (rows = k, f32 C)", true, DType::kF32, true}};
+
+std::vector<Size> BucketSizes(bool rows_are_k) {
+  std::vector<Size> sizes;
+  for (int i = 0; i < 24; ++i) {
+    const int64_t rows = 1000 + i;
+    sizes.push_back(rows_are_k ? Size{256, 384, rows} : Size{rows, 384, 256});
+  }
+  return sizes;
+}
+
+// The loop asks cuBLASLt's heuristic once for the bucket, not once a row
+// count, and every shape still matches the reference. If cuBLASLt refused the
+// bucket's algorithm for some shape (cublasLtMatmulAlgoCheck), that shape
+// asks for its own and the count below says how many did.
+TEST(GroupedGemmGpu, LoopAsksTheHeuristicOnceABucket) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  Rng rng(5);
+  for (const BucketCase& bc : kBucketCases) {
+    SCOPED_TRACE(bc.what);
+    cuda::BlasContext ctx(0);
+    ctx.set_grouped_batched(false);
+    GemmDesc d;
+    d.trans_a = bc.trans_a;
+    d.ab_type = DType::kBF16;
+    d.c_type = bc.c;
+    Problem p(d, BucketSizes(bc.rows_are_k), rng);
+    cuda::GroupedGemm(ctx, d, p.groups.data(), static_cast<int>(p.groups.size()), stream.get());
+    GTP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    p.ExpectMatches(d);
+    EXPECT_EQ(ctx.algo_cache().queries, 1)
+        << "24 row counts in one bucket should cost one heuristic query; more means "
+           "cublasLtMatmulAlgoCheck refused the bucket's algorithm for some of them";
+    EXPECT_EQ(ctx.algo_cache().buckets.size(), 1u);
+    EXPECT_EQ(ctx.algo_cache().calls.size(), 24u);  // each exact shape's descriptors
+    EXPECT_EQ(ctx.grouped_stats().batched_calls, 0);
+  }
+}
+
+// A shape's algorithm is the bucket's (or its own), never the first-met
+// shape's: the same inputs in the opposite order, through a fresh context,
+// give every group's C bit for bit.
+TEST(GroupedGemmGpu, LoopBitsDoNotDependOnShapeOrder) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  Stream stream = TestStream();
+  for (const BucketCase& bc : kBucketCases) {
+    SCOPED_TRACE(bc.what);
+    GemmDesc d;
+    d.trans_a = bc.trans_a;
+    d.ab_type = DType::kBF16;
+    d.c_type = bc.c;
+    Rng rng(6);
+    Problem p(d, BucketSizes(bc.rows_are_k), rng);
+    std::vector<std::vector<uint8_t>> first;
+    {
+      cuda::BlasContext ctx(0);
+      ctx.set_grouped_batched(false);
+      cuda::GroupedGemm(ctx, d, p.groups.data(), static_cast<int>(p.groups.size()), stream.get());
+      GTP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      for (auto& c : p.c) first.push_back(c->Download());
+    }
+    p.ResetC();
+    std::vector<GemmGroup> reversed(p.groups.rbegin(), p.groups.rend());
+    cuda::BlasContext ctx(0);
+    ctx.set_grouped_batched(false);
+    cuda::GroupedGemm(ctx, d, reversed.data(), static_cast<int>(reversed.size()), stream.get());
+    GTP_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+    for (size_t i = 0; i < p.c.size(); ++i) {
+      EXPECT_EQ(p.c[i]->Download(), first[i]) << "group " << i << " (" << p.sizes[i].m << "x"
+                                              << p.sizes[i].n << "x" << p.sizes[i].k << ")";
+    }
+    p.ExpectMatches(d);
+  }
 }
 
 TEST(GroupedGemmGpu, ManyGroupsSpanSeveralPointerBatches) {

@@ -92,13 +92,38 @@ inline cublasStatus_t LtFirstAlgo(cublasLtHandle_t handle, const LtCall& call, u
   return LtAlgos(handle, call, workspace, align_a, align_b, align_c, 1, result, found);
 }
 
+// cuda::Gemm with algo_bucket > 0 (0: Gemm itself): a shape met for the
+// first time takes the algorithm cuBLASLt's heuristic gives for its bucket
+// shape — m and k rounded up to a multiple of algo_bucket — where
+// cublasLtMatmulAlgoCheck accepts it for the shape, else the shape's own; so
+// the GEMMs of a mixture of experts, whose row counts change every step, ask
+// the heuristic once a bucket instead of once a row count. Only for a plain
+// product (no epilogue, no bias); the algorithm of a shape does not depend on
+// the order shapes come in. Defined in gemm.cc; GroupedGemm's loop calls it.
+void GemmBucketed(BlasContext& ctx, const GemmDesc& d, int64_t algo_bucket, const void* A,
+                  const void* B, void* C, cudaStream_t stream);
+
 }  // namespace internal
 
 struct BlasContext::AlgoCache {
   // Gemm: (ab, c, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias,
-  //  epilogue, aux, ld_aux, bias_grad, align_bias, align_aux)
-  using Key = std::array<int64_t, 20>;
+  //  epilogue, aux, ld_aux, bias_grad, align_bias, align_aux, algo_bucket): a shape met
+  //  through GemmBucketed and through Gemm has an entry for each, so neither
+  //  decides the other's algorithm.
+  using Key = std::array<int64_t, 21>;
   std::map<Key, std::unique_ptr<internal::LtCall>> calls;
+  // internal::GemmBucketed: the heuristic's algorithm for a bucket shape (m and
+  // k rounded up to the bucket, packed leading dimensions), asked once a bucket;
+  // ok false where it offered none. Key: (ab, c, trans_a, trans_b, m, n, k,
+  // align_a, align_b, align_c). `queries` counts every heuristic query Gemm
+  // and GemmBucketed made through this cache (tests read it).
+  using BucketKey = std::array<int64_t, 10>;
+  struct BucketAlgo {
+    bool ok = false;
+    cublasLtMatmulAlgo_t algo = {};
+  };
+  std::map<BucketKey, BucketAlgo> buckets;
+  int64_t queries = 0;
   // fp8::BlockScaledGemm: (layout a, layout b, y dtype, M, N, K, align a.q, align b.q, align y)
   using BlockScaledKey = std::array<int64_t, 11>;
   std::map<BlockScaledKey, std::unique_ptr<internal::LtCall>> block_scaled;
