@@ -108,6 +108,60 @@ void BM_CudaGemm(benchmark::State& state, DType ab, DType c_type) {
 
 enum class Pass { kFwd, kDgrad, kWgrad };
 
+// The stacked experts' operands of one pass: x [M, K], w [G·N, K], dy [M, N]
+// in; y, dx (bf16) and dw (f32, beta 1) out.
+struct GroupedOperands {
+  Tensor x, w, dy, y, dx, dw;
+  int64_t N = 0;
+};
+
+// One pass over the groups at offsets `off`: the grouped op (GroupedGemm:
+// the grouped call or its loop, as the context says), or with per_group_ops
+// one ops::Linear-family call a group.
+void RunGroupedPass(const Exec& e, const GroupedOperands& t, const std::vector<int64_t>& off,
+                    Pass pass, bool per_group_ops) {
+  if (!per_group_ops) {
+    switch (pass) {
+      case Pass::kFwd:
+        return ops::GroupedLinear(e, t.x, t.w, off, t.y);
+      case Pass::kDgrad:
+        return ops::GroupedLinearBackwardData(e, t.dy, t.w, off, t.dx);
+      case Pass::kWgrad:
+        return ops::GroupedLinearBackwardWeight(e, t.dy, t.x, off, 1.0f, 1.0f, t.dw);
+    }
+  }
+  const int64_t N = t.N;
+  for (int64_t g = 0; g + 1 < static_cast<int64_t>(off.size()); ++g) {
+    const int64_t r0 = off[g], r1 = off[g + 1];
+    const Tensor wg = t.w.Slice(g * N, (g + 1) * N);
+    switch (pass) {
+      case Pass::kFwd:
+        ops::Linear(e, t.x.Slice(r0, r1), wg, t.y.Slice(r0, r1));
+        break;
+      case Pass::kDgrad:
+        ops::LinearBackwardData(e, t.dy.Slice(r0, r1), wg, t.dx.Slice(r0, r1));
+        break;
+      case Pass::kWgrad:
+        ops::LinearBackwardWeight(e, t.dy.Slice(r0, r1), t.x.Slice(r0, r1),
+                                  t.dw.Slice(g * N, (g + 1) * N), 1.0f);
+        break;
+    }
+  }
+}
+
+// The operands for M rows, G experts of [N, K].
+GroupedOperands MakeGroupedOperands(const Exec& e, int64_t M, int64_t G, int64_t N, int64_t K) {
+  GroupedOperands t;
+  t.N = N;
+  t.x = bench::RandomBF16(e, {M, K}, 1);
+  t.w = bench::RandomBF16(e, {G * N, K}, 2);
+  t.dy = bench::RandomBF16(e, {M, N}, 3);
+  t.y = e.Empty({M, N}, DType::kBF16);
+  t.dx = e.Empty({M, K}, DType::kBF16);
+  t.dw = e.Zeros({G * N, K}, DType::kF32);
+  return t;
+}
+
 void BM_CudaGroupedLinear(benchmark::State& state, int64_t N, int64_t K,
                           std::vector<int64_t> rows, Pass pass, bool grouped) {
   GTP_CUDA_CHECK(cudaSetDevice(0));
@@ -121,39 +175,8 @@ void BM_CudaGroupedLinear(benchmark::State& state, int64_t N, int64_t K,
   std::vector<int64_t> off = {0};
   for (int64_t r : rows) off.push_back(off.back() + r);
   const int64_t M = off.back();
-  const Tensor x = bench::RandomBF16(e, {M, K}, 1), w = bench::RandomBF16(e, {G * N, K}, 2),
-               dy = bench::RandomBF16(e, {M, N}, 3);
-  const Tensor y = e.Empty({M, N}, DType::kBF16), dx = e.Empty({M, K}, DType::kBF16),
-               dw = e.Zeros({G * N, K}, DType::kF32);
-  auto run = [&] {
-    if (grouped) {
-      switch (pass) {
-        case Pass::kFwd:
-          return ops::GroupedLinear(e, x, w, off, y);
-        case Pass::kDgrad:
-          return ops::GroupedLinearBackwardData(e, dy, w, off, dx);
-        case Pass::kWgrad:
-          return ops::GroupedLinearBackwardWeight(e, dy, x, off, 1.0f, 1.0f, dw);
-      }
-    }
-    for (int64_t g = 0; g < G; ++g) {
-      const Tensor wg = w.Slice(g * N, (g + 1) * N);
-      switch (pass) {
-        case Pass::kFwd:
-          ops::Linear(e, x.Slice(off[g], off[g + 1]), wg, y.Slice(off[g], off[g + 1]));
-          break;
-        case Pass::kDgrad:
-          ops::LinearBackwardData(e, dy.Slice(off[g], off[g + 1]), wg,
-                                  dx.Slice(off[g], off[g + 1]));
-          break;
-        case Pass::kWgrad:
-          ops::LinearBackwardWeight(e, dy.Slice(off[g], off[g + 1]), x.Slice(off[g], off[g + 1]),
-                                    dw.Slice(g * N, (g + 1) * N), 1.0f);
-          break;
-      }
-    }
-  };
-  bench::TimeCalls(state, stream, run);
+  const GroupedOperands t = MakeGroupedOperands(e, M, G, N, K);
+  bench::TimeCalls(state, stream, [&] { RunGroupedPass(e, t, off, pass, !grouped); });
   state.counters["TFLOP/s"] = benchmark::Counter(2.0 * M * N * K * 1e-12,
                                                  benchmark::Counter::kIsIterationInvariantRate);
   state.counters["grouped_calls"] = static_cast<double>(ctx.grouped_stats().batched_calls);
@@ -209,10 +232,7 @@ void BM_CudaGroupedVarying(benchmark::State& state, int64_t N, int64_t K, Pass p
   GTP_CUDA_CHECK(cudaStreamCreate(&stream));
   const Exec e{Device::Cuda(0), &alloc, stream, &ctx};
   const int64_t G = 8, M = 16384;
-  const Tensor x = bench::RandomBF16(e, {M, K}, 1), w = bench::RandomBF16(e, {G * N, K}, 2),
-               dy = bench::RandomBF16(e, {M, N}, 3);
-  const Tensor y = e.Empty({M, N}, DType::kBF16), dx = e.Empty({M, K}, DType::kBF16),
-               dw = e.Zeros({G * N, K}, DType::kF32);
+  const GroupedOperands t = MakeGroupedOperands(e, M, G, N, K);
   uint64_t seed = 12345;
   auto next_split = [&] {  // G counts in 1048..3048 summing to M
     std::vector<int64_t> off = {0};
@@ -229,34 +249,7 @@ void BM_CudaGroupedVarying(benchmark::State& state, int64_t N, int64_t K, Pass p
     off.push_back(M);
     return off;
   };
-  auto run = [&] {
-    const std::vector<int64_t> off = next_split();
-    if (mode != GroupedMode::kExact) {
-      switch (pass) {
-        case Pass::kFwd:
-          return ops::GroupedLinear(e, x, w, off, y);
-        case Pass::kDgrad:
-          return ops::GroupedLinearBackwardData(e, dy, w, off, dx);
-        case Pass::kWgrad:
-          return ops::GroupedLinearBackwardWeight(e, dy, x, off, 1.0f, 1.0f, dw);
-      }
-    }
-    for (int64_t g = 0; g < G; ++g) {
-      const Tensor wg = w.Slice(g * N, (g + 1) * N);
-      const Tensor xs = x.Slice(off[g], off[g + 1]), dys = dy.Slice(off[g], off[g + 1]);
-      switch (pass) {
-        case Pass::kFwd:
-          ops::Linear(e, xs, wg, y.Slice(off[g], off[g + 1]));
-          break;
-        case Pass::kDgrad:
-          ops::LinearBackwardData(e, dys, wg, dx.Slice(off[g], off[g + 1]));
-          break;
-        case Pass::kWgrad:
-          ops::LinearBackwardWeight(e, dys, xs, dw.Slice(g * N, (g + 1) * N), 1.0f);
-          break;
-      }
-    }
-  };
+  auto run = [&] { RunGroupedPass(e, t, next_split(), pass, mode == GroupedMode::kExact); };
   bench::TimeCalls(state, stream, run);
   state.counters["TFLOP/s"] =
       benchmark::Counter(2.0 * M * N * K * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
