@@ -109,11 +109,22 @@ absl::StatusOr<Tensor> AllGatherDispatcher::CombineBackward(const Tensor& dy, co
   return dye;
 }
 
-absl::StatusOr<Tensor> AllGatherDispatcher::DispatchBackward(const Tensor& dxe) {
+absl::StatusOr<Tensor> AllGatherDispatcher::DispatchBackward(const Tensor& dxe, const Tensor& add,
+                                                             DType dt) {
+  const kernels::Exec& e = s_.exec;
+  if (G_ == 1) {
+    // One rank: each token gathers its slots' rows (pos_d_, the inverse of
+    // perm_d_), adds `add` and rounds, in one pass (the same bits as the
+    // zero fill, row-ordered sum, add and cast below).
+    Tensor dx = e.Empty({s_.rows, s_.C}, dt);
+    GatherAdd(e, dxe, pos_d_, add, dx);
+    return dx;
+  }
   const int64_t Me = dxe.dim(0);
-  Tensor dxg = s_.exec.Zeros({G_ * s_.rows, s_.C}, DType::kF32);
-  if (Me > 0) ops::EmbeddingBackward(s_.exec, perm_d_, dxe, dxg, 0);
-  return ReduceScatterGroup(dxg);
+  Tensor dxg = e.Zeros({G_ * s_.rows, s_.C}, DType::kF32);
+  if (Me > 0) ops::EmbeddingBackward(e, perm_d_, dxe, dxg, 0);
+  GTP_ASSIGN_OR_RETURN(Tensor dx32, ReduceScatterGroup(dxg));
+  return dispatch_internal::AddThenCast(e, dx32, add, dt);
 }
 
 void AllGatherDispatcher::DropActivations() { perm_d_ = pos_d_ = w_d_ = yp_ = Tensor(); }

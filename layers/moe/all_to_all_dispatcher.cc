@@ -223,12 +223,13 @@ absl::StatusOr<Tensor> AllToAllDispatcher::CombineBackward(const Tensor& dy, con
   return GatherRows(dgroup, reorder_);
 }
 
-absl::StatusOr<Tensor> AllToAllDispatcher::DispatchBackward(const Tensor& dxe) {
+absl::StatusOr<Tensor> AllToAllDispatcher::DispatchBackward(const Tensor& dxe, const Tensor& add,
+                                                            DType dt) {
   GTP_ASSIGN_OR_RETURN(Tensor dxr_etp, EtpReduceScatter(GatherRows(dxe, inv_reorder_)));
   GTP_ASSIGN_OR_RETURN(Tensor dxp, Exchange(dxr_etp, recv_rows_, send_rows_));
   Tensor dx32 = s_.exec.Zeros({s_.rows, s_.C}, DType::kF32);
   if (M_ > 0) ops::EmbeddingBackward(s_.exec, perm_d_, dxp, dx32, 0);
-  return dx32;
+  return dispatch_internal::AddThenCast(s_.exec, dx32, add, dt);
 }
 
 void AllToAllDispatcher::DropActivations() { perm_d_ = pos_d_ = w_d_ = yp_ = Tensor(); }

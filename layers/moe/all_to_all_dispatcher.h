@@ -39,7 +39,7 @@ class AllToAllDispatcher : public TokenDispatcher {
   const std::vector<int64_t>& expert_rows() const override { return ne_; }
   absl::StatusOr<Tensor> Combine(const Tensor& ye) override;
   absl::StatusOr<Tensor> CombineBackward(const Tensor& dy, const Tensor& dw) override;
-  absl::StatusOr<Tensor> DispatchBackward(const Tensor& dxe) override;
+  absl::StatusOr<Tensor> DispatchBackward(const Tensor& dxe, const Tensor& add, DType dt) override;
   void DropActivations() override;
 
  private:

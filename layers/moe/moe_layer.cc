@@ -151,19 +151,15 @@ absl::StatusOr<Tensor> MoeLayer::Backward(const Tensor& dout) {
   Tensor dw = e.Empty({rows_ * k_}, DType::kF32);
   GTP_ASSIGN_OR_RETURN(Tensor dye, dispatcher_->CombineBackward(dy, dw));
   GTP_ASSIGN_OR_RETURN(Tensor dxe, experts_->Backward(dye));
-  GTP_ASSIGN_OR_RETURN(Tensor dx32, dispatcher_->DispatchBackward(dxe));
   // The aux / z gradients' scale (Router::Backward): under CP the gradient
   // reduction averages the CP ranks' parts (mean) or divides by the tokens of
   // every CP rank (sum), so each part is scaled by CP or by the whole lane's tokens.
   const float loss_scale = shape_.loss_sum ? static_cast<float>(shape_.B * shape_.T * cp_)
                                            : static_cast<float>(cp_);
   GTP_ASSIGN_OR_RETURN(Tensor dxr, router_->Backward(dw, loss_scale));
-  ops::Axpby(e, 1.0f, dxr, 1.0f, dx32);
-  Tensor dx = dx32;
-  if (dt != DType::kF32) {
-    dx = e.Empty({rows_, shape_.C}, dt);
-    ops::Cast(e, dx32, dx);
-  }
+  // dx = the dispatched rows' gradients summed into their tokens + the
+  // router's, in f32, rounded once to dt.
+  GTP_ASSIGN_OR_RETURN(Tensor dx, dispatcher_->DispatchBackward(dxe, dxr, dt));
   if (slice_) return AllGatherRows(e, *tp_, dx);
   return dx;
 }

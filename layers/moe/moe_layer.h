@@ -15,8 +15,8 @@
 // Forward: h → this rank's rows x → Router → Dispatch → experts → Combine →
 // y (→ the TP all-gather, below). Backward: CombineBackward (dy → the
 // experts' output gradient and the routing weights' gradient), the experts'
-// backward, DispatchBackward, then the router's backward adds the gate's
-// input gradient.
+// backward, the router's backward, then DispatchBackward sums the rows'
+// gradients into their tokens and adds the gate's input gradient.
 //
 // Rows: the layer routes only the rows that are this rank's own. With
 // sequence parallelism those are the rank's N/TP rows already; without it

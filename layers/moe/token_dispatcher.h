@@ -71,9 +71,11 @@ class TokenDispatcher {
   // dy [rows, C] → dye like Combine's input; dw [rows·k] f32 (=) the
   // gradient of the routing weights (0 where dropped).
   virtual absl::StatusOr<Tensor> CombineBackward(const Tensor& dy, const Tensor& dw) = 0;
-  // dxe like Dispatch's output → dx [rows, C] f32 (=), the dispatched rows'
-  // gradients summed into their tokens.
-  virtual absl::StatusOr<Tensor> DispatchBackward(const Tensor& dxe) = 0;
+  // dxe like Dispatch's output → dx [rows, C] in dtype dt: the dispatched
+  // rows' gradients summed into their tokens in f32, plus add (f32 [rows, C],
+  // e.g. the router's input gradient; undefined: nothing added), rounded once.
+  virtual absl::StatusOr<Tensor> DispatchBackward(const Tensor& dxe, const Tensor& add,
+                                                  DType dt) = 0;
   virtual void DropActivations() = 0;
 };
 

@@ -92,6 +92,46 @@ void Check(int64_t n, int k, int64_t C, uint64_t seed) {
   }
 }
 
+// GatherAdd (the dispatch's backward on one rank) on CUDA against the CPU,
+// bit for bit: both add a token's rows in increasing row order, then add.
+template <typename T, typename O>
+void CheckGatherAdd(int64_t n, int k, int64_t C, bool with_add, uint64_t seed) {
+  Rng rng(seed);
+  const int64_t S = n * k, M = S + 3;
+  std::vector<int32_t> rows(M);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::vector<int32_t> order = rng.Ints(M, 0, 1 << 30);
+  std::sort(rows.begin(), rows.end(), [&](int32_t a, int32_t b) { return order[a] < order[b]; });
+  std::vector<int32_t> drop = rng.Ints(S, 0, 4), pos(S);
+  for (int64_t s = 0; s < S; ++s) pos[s] = drop[s] == 0 ? -1 : rows[s];
+  std::vector<T> xe = Round<T>(rng.Normal(M * C));
+  std::vector<float> add = rng.Normal(n * C);
+  const DType xt = std::is_same_v<T, float> ? DType::kF32 : DType::kBF16;
+  const DType ot = std::is_same_v<O, float> ? DType::kF32 : DType::kBF16;
+  HeapAllocator a;
+  kernels::Exec cpu = kernels::Exec::Cpu(a);
+  auto wrap = [](auto& v, Shape s, DType d) { return Tensor::Wrap(v.data(), s, d, Device::Cpu()); };
+  std::vector<O> want(n * C);
+  GatherAdd(cpu, wrap(xe, {M, C}, xt), wrap(pos, {S}, DType::kI32),
+            with_add ? wrap(add, {n, C}, DType::kF32) : Tensor(), wrap(want, {n, C}, ot));
+  auto stream = kernels::testing::TestStream();
+  DeviceBuffer<T> d_xe(xe);
+  DeviceBuffer<int32_t> d_pos(pos);
+  DeviceBuffer<float> d_add(add);
+  DeviceBuffer<O> d_dx(n * C);
+  cuda::GatherAdd(d_xe.get(), d_pos.get(), with_add ? d_add.get() : nullptr, d_dx.get(), n, k, C,
+                  xt == DType::kBF16, ot == DType::kBF16, stream.get());
+  EXPECT_TRUE(BitEqual(d_dx.Download(), want)) << "n=" << n << " k=" << k << " C=" << C;
+}
+
+TEST(CudaMoeCombine, GatherAddMatchesCpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
+  CheckGatherAdd<float, float>(9, 3, 33, true, 5);
+  CheckGatherAdd<float, float>(6, 8, 300, false, 6);
+  CheckGatherAdd<gtp::bf16, gtp::bf16>(257, 2, 768, true, 7);
+  CheckGatherAdd<gtp::bf16, float>(31, 1, 40, false, 8);
+}
+
 TEST(CudaMoeCombine, MatchesCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << NoGpuReason();
   Check<float>(5, 2, 6, 1);

@@ -26,4 +26,12 @@ Tensor SumInRankOrder(const kernels::Exec& e, const Tensor& parts, int R) {
   return acc;
 }
 
+Tensor AddThenCast(const kernels::Exec& e, const Tensor& dx32, const Tensor& add, DType dt) {
+  if (add.defined()) kernels::ops::Axpby(e, 1.0f, add, 1.0f, dx32);
+  if (dt == DType::kF32) return dx32;
+  Tensor dx = e.Empty(dx32.shape(), dt);
+  kernels::ops::Cast(e, dx32, dx);
+  return dx;
+}
+
 }  // namespace gtp::layers::moe::dispatch_internal

@@ -19,4 +19,8 @@ std::vector<int64_t> Offsets(const std::vector<int64_t>& counts);
 // parts [R·m, c] → Σ_r parts[r] [m, c] in f32, r ascending (deterministic).
 Tensor SumInRankOrder(const kernels::Exec& e, const Tensor& parts, int R);
 
+// dx32 (f32) + add (f32, like dx32; undefined: nothing) by ops::Axpby into
+// dx32, then dx32 itself for dt f32, else a new tensor rounded to dt.
+Tensor AddThenCast(const kernels::Exec& e, const Tensor& dx32, const Tensor& add, DType dt);
+
 }  // namespace gtp::layers::moe::dispatch_internal
