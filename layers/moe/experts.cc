@@ -186,19 +186,33 @@ absl::StatusOr<Tensor> GroupedExperts::ForwardFp8(const Tensor& xe, Direction di
   w1q_ = fp8::QuantizeGroupedWeight(e, w1, e_loc_);
   fc1_->Release(dir);
   pre_ = e.Empty({Mp, H1_}, xe.dtype());
-  act_ = e.Empty({Mp, H_loc_}, xe.dtype());
+  act_ = FuseActivation() ? Tensor() : e.Empty({Mp, H_loc_}, xe.dtype());
+  act_q_.reset();
   if (Mp > 0) {
     fp8::Fp8GroupedInput xq(e, xe_, poff_);
     fp8::Fp8GroupedLinear(e, xq, w1q_, pre_);
-    Activation(e, swiglu_, pre_, act_);
+    if (FuseActivation()) {
+      // GELU(pre)'s codes in both layouts from one read of pre: the bits of
+      // writing act with the GELU kernel and quantising it.
+      act_q_ = std::make_unique<fp8::Fp8GroupedInput>(e, pre_, poff_);
+      for (int g = 0; g < act_q_->groups(); ++g) {
+        if (act_q_->rows(g) > 0) act_q_->BothOf(g, fp8::Fp8InputAct::kGelu, Tensor());
+      }
+    } else {
+      Activation(e, swiglu_, pre_, act_);
+    }
   }
   GTP_ASSIGN_OR_RETURN(Tensor w2, fc2_->Materialize(dir));
   w2q_ = fp8::QuantizeGroupedWeight(e, w2, e_loc_);
   fc2_->Release(dir);
   Tensor yp = e.Empty({Mp, C_}, xe.dtype());
   if (Mp > 0) {
-    fp8::Fp8GroupedInput aq(e, act_, poff_);
-    fp8::Fp8GroupedLinear(e, aq, w2q_, yp);
+    if (act_q_ != nullptr) {
+      fp8::Fp8GroupedLinear(e, *act_q_, w2q_, yp);
+    } else {
+      fp8::Fp8GroupedInput aq(e, act_, poff_);
+      fp8::Fp8GroupedLinear(e, aq, w2q_, yp);
+    }
   }
   for (fp8::Fp8WeightPair& p : w1q_) p.w = fp8::Fp8Matrix();
   for (fp8::Fp8WeightPair& p : w2q_) p.w = fp8::Fp8Matrix();
@@ -226,14 +240,17 @@ absl::StatusOr<Tensor> GroupedExperts::BackwardFp8(const Tensor& dye) {
   const Tensor dyp = PadRows(e, dye, off_, poff_);
   // The stacked weight gradient of every local expert: an expert without
   // rows adds nothing, or zeroes a fresh buffer. dy's codes come with it.
-  auto wgrad = [&](ShardedParam& p, fp8::Fp8GroupedInput& dyq, const Tensor& dyv,
-                   const Tensor& xv) {
+  // xq: x's codes kept from the forward (the fused activation's), else none.
+  auto wgrad = [&](ShardedParam& p, fp8::Fp8GroupedInput& dyq, const Tensor& dyv, const Tensor& xv,
+                   fp8::Fp8GroupedInput* xq_kept) {
     bool fresh = false;
     // The stacked weight's rows: under an uneven EGTP split the buffer has
     // pad rows past them (zero, never written).
     Tensor g = p.Wgrad(&fresh).Slice(0, p.rows());
     const float beta = fresh ? 0.0f : 1.0f;
-    if (fp8_wgrad_) {
+    if (xq_kept != nullptr) {
+      fp8::Fp8GroupedLinearBackwardWeight(e, dyq, *xq_kept, wgrad_scale_, beta, g);
+    } else if (fp8_wgrad_) {
       fp8::Fp8GroupedInput xq(e, xv, poff_);
       fp8::Fp8GroupedLinearBackwardWeight(e, dyq, xq, wgrad_scale_, beta, g);
     } else {
@@ -255,19 +272,33 @@ absl::StatusOr<Tensor> GroupedExperts::BackwardFp8(const Tensor& dye) {
   fp8::Fp8GroupedInput dyq = codes(dyp);
   if (Mp > 0) fp8::Fp8GroupedLinearBackwardData(e, dyq, w2q_, dact);
   w2q_.clear();
-  wgrad(*fc2_, dyq, dyp, act_);
+  wgrad(*fc2_, dyq, dyp, act_, act_q_.get());
   if (gathered) fc2_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(fc2_->ReduceGrad());
   act_ = Tensor();
-  Tensor dpre = e.Empty({Mp, H1_}, dt);
-  if (Mp > 0) ActivationBackward(e, swiglu_, dact, pre_, dpre);
-  pre_ = dact = Tensor();
+  act_q_.reset();
+  // dpre's codes: with the fused activation quantised from dact and pre_ as
+  // GELU's gradient is applied (dpre never written; the bits of writing it
+  // and quantising it), else from dpre.
+  Tensor dpre;
+  std::unique_ptr<fp8::Fp8GroupedInput> fused_dpreq;
+  if (FuseActivation()) {
+    fused_dpreq = std::make_unique<fp8::Fp8GroupedInput>(e, dact, poff_);
+    for (int g = 0; g < fused_dpreq->groups(); ++g) {
+      if (fused_dpreq->rows(g) > 0) fused_dpreq->BothOf(g, fp8::Fp8InputAct::kGeluGrad, pre_);
+    }
+  } else {
+    dpre = e.Empty({Mp, H1_}, dt);
+    if (Mp > 0) ActivationBackward(e, swiglu_, dact, pre_, dpre);
+  }
+  pre_ = dact = Tensor();  // (the fused codes' input keeps dact's storage for its checks)
   GTP_RETURN_IF_ERROR(Fp8BackwardWeight(*fc1_, &w1q_, &gathered));
   Tensor dxp = e.Empty({Mp, C_}, dt);
-  fp8::Fp8GroupedInput dpreq = codes(dpre);
+  fp8::Fp8GroupedInput dpreq = fused_dpreq != nullptr ? std::move(*fused_dpreq) : codes(dpre);
+  fused_dpreq.reset();
   if (Mp > 0) fp8::Fp8GroupedLinearBackwardData(e, dpreq, w1q_, dxp);
   w1q_.clear();
-  wgrad(*fc1_, dpreq, dpre, xe_);
+  wgrad(*fc1_, dpreq, dpre, xe_, nullptr);
   if (gathered) fc1_->Release(Direction::kBackward);
   GTP_RETURN_IF_ERROR(fc1_->ReduceGrad());
   xe_ = Tensor();
@@ -276,6 +307,7 @@ absl::StatusOr<Tensor> GroupedExperts::BackwardFp8(const Tensor& dye) {
 
 void GroupedExperts::DropActivations() {
   xe_ = pre_ = act_ = Tensor();
+  act_q_.reset();
   w1q_.clear();
   w2q_.clear();
 }

@@ -118,6 +118,12 @@ class GroupedExperts {
   // padded — and each expert's Wᵀ codes of fc1 and fc2 (the dgrads' b).
   std::vector<int64_t> poff_;
   std::vector<kernels::fp8::Fp8WeightPair> w1q_, w2q_;
+  // fp8 with GELU experts and an fp8 wgrad (FuseActivation()): the
+  // activation is never written; its codes, both layouts, are quantised from
+  // pre_ as GELU is applied (fc2's forward a, its wgrad b), kept here instead
+  // of act_; the backward quantises dpre from dact and pre_ likewise.
+  std::unique_ptr<kernels::fp8::Fp8GroupedInput> act_q_;
+  bool FuseActivation() const { return fp8_ && fp8_wgrad_ && !swiglu_; }
 };
 
 }  // namespace gtp::layers::moe

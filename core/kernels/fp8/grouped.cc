@@ -41,6 +41,13 @@ const Fp8Matrix& Fp8GroupedInput::Transposed(int g) { return parts_[g].Transpose
 
 void Fp8GroupedInput::Both(int g) { parts_[g].Both(slice(g)); }
 
+void Fp8GroupedInput::BothOf(int g, Fp8InputAct act, const Tensor& pre) {
+  GTP_CHECK(!pre.defined() || (pre.rank() == 2 && pre.dim(0) == x_.dim(0)),
+            "fp8::Fp8GroupedInput::BothOf: pre ", pre.ToString(), " must have x's ", x_.dim(0),
+            " rows");
+  parts_[g].BothOf(act, slice(g), pre.defined() ? pre.Slice(off_[g], off_[g + 1]) : Tensor());
+}
+
 std::vector<Fp8WeightPair> QuantizeGroupedWeight(const Exec& e, const Tensor& w, int groups) {
   const char* op = "fp8::QuantizeGroupedWeight";
   internal::CheckMatrix(e, w, op, "w");

@@ -52,6 +52,11 @@ class Fp8GroupedInput {
   const Fp8Matrix& Transposed(int g);
   // Both from one read (Fp8SharedInput::Both).
   void Both(int g);
+  // Both quantisations of group g's a = act(x) from one read, a never written
+  // (Fp8SharedInput::BothOf; pre [M, K] like x for kGeluGrad, undefined for
+  // kGelu); then Rows(g) and Transposed(g) give a's codes. Must be group g's
+  // first quantisation.
+  void BothOf(int g, Fp8InputAct act, const Tensor& pre);
 
  private:
   Exec e_;

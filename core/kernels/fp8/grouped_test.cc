@@ -114,6 +114,37 @@ TEST_F(Fp8GroupedTest, EachGroupIsTheLinearFunctionOnItsSlices) {
   for (float v : Floats(empty_rows)) ASSERT_EQ(v, 1.5f);
 }
 
+// BothOf(g, act, pre): each group's codes, both layouts, are those of the
+// activation written by its op (ops::GeluForward / GeluBackward) and quantised
+// as a grouped input, bit for bit.
+TEST_F(Fp8GroupedTest, BothOfIsTheWrittenActivationQuantised) {
+  Tensor gelu = e_.Empty({kM, kK}, DType::kBF16), grad = e_.Empty({kM, kK}, DType::kBF16);
+  ops::GeluForward(e_, x_, gelu);
+  Tensor dact = MakeMatrix(BlockyMatrix(kM, kK, 4), kM, kK, host_, DType::kBF16);
+  ops::GeluBackward(e_, dact, x_, grad);
+  struct Form {
+    const char* what;
+    Fp8InputAct act;
+    Tensor in, pre, written;
+  };
+  for (const Form& f : {Form{"gelu", Fp8InputAct::kGelu, x_, Tensor(), gelu},
+                        Form{"gelu grad", Fp8InputAct::kGeluGrad, dact, x_, grad}}) {
+    SCOPED_TRACE(f.what);
+    Fp8GroupedInput fused(e_, f.in, kOff), plain(e_, f.written, kOff);
+    for (int g = 0; g < kG; ++g) {
+      if (fused.rows(g) == 0) continue;
+      fused.BothOf(g, f.act, f.pre);
+      plain.Both(g);
+      EXPECT_TRUE(Bytes(fused.Rows(g).q) == Bytes(plain.Rows(g).q)) << "group " << g << " rows";
+      EXPECT_TRUE(Bytes(fused.Rows(g).scales) == Bytes(plain.Rows(g).scales)) << "group " << g;
+      EXPECT_TRUE(Bytes(fused.Transposed(g).q) == Bytes(plain.Transposed(g).q))
+          << "group " << g << " transposed";
+      EXPECT_TRUE(Bytes(fused.Transposed(g).scales) == Bytes(plain.Transposed(g).scales))
+          << "group " << g;
+    }
+  }
+}
+
 TEST_F(Fp8GroupedTest, EachGroupUsesItsOwnWeightWithinE4m3sError) {
   const std::vector<float> x = Floats(x_), w = Floats(w_), dy = Floats(dy_);
   // The double references, with group g paired with weight perm(g).
