@@ -186,7 +186,9 @@ absl::StatusOr<Tensor> GroupedExperts::ForwardFp8(const Tensor& xe, Direction di
   w1q_ = fp8::QuantizeGroupedWeight(e, w1, e_loc_);
   fc1_->Release(dir);
   pre_ = e.Empty({Mp, H1_}, xe.dtype());
-  act_ = FuseActivation() ? Tensor() : e.Empty({Mp, H_loc_}, xe.dtype());
+  // Fused: no act_ (its codes are act_q_). Without rows there is nothing to
+  // fuse: an empty act_, as unfused, for the backward's wgrad.
+  act_ = FuseActivation() && Mp > 0 ? Tensor() : e.Empty({Mp, H_loc_}, xe.dtype());
   act_q_.reset();
   if (Mp > 0) {
     fp8::Fp8GroupedInput xq(e, xe_, poff_);
