@@ -88,6 +88,9 @@ absl::StatusOr<Tensor> AllGatherDispatcher::Combine(const Tensor& ye) {
   yp_ = ye;
   Tensor yg = e.Empty({G_ * s_.rows, s_.C}, ye.dtype());
   CombineForward(e, yp_, pos_d_, w_d_, yg);
+  // One rank in the group: nothing to sum, yg is y (the f32 round trip below
+  // would give it back bit for bit, in two more passes over it).
+  if (G_ == 1) return yg;
   GTP_ASSIGN_OR_RETURN(Tensor y32, ReduceScatterGroup(yg));
   if (ye.dtype() == DType::kF32) return y32;
   Tensor y = e.Empty({s_.rows, s_.C}, ye.dtype());
