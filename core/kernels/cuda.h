@@ -60,9 +60,11 @@ class BlasContext {
   // shape cost the loop a cuBLASLt algorithm search: recipes/moe_gpu ran
   // 104 ms/step with the loop, 36.7 ms with the grouped call
   // (docs/PERFORMANCE.md, 2026-12-01). The loop now shares one algorithm per
-  // 128-row bucket (internal::GemmBucketed, lt_common.h); whether that makes
-  // it the faster default is for BM_CudaGroupedVarying and a MoE step on a GPU
-  // to say (not yet measured).
+  // 128-row bucket (internal::GemmBucketed, lt_common.h), and with row counts
+  // changing on every call it ran fc1's forward in 0.097 ms against the
+  // grouped call's 0.148 on an H100 (BM_CudaGroupedVarying; PERFORMANCE.md's
+  // forty-second section); a MoE step with the loop as the default is not
+  // yet measured.
   void set_grouped_batched(bool on) { grouped_batched_ = on; }
   bool grouped_batched() const { return grouped_batched_; }
   // Which kernel fp8::BlockScaledGemm runs where its caller leaves the
